@@ -1,0 +1,16 @@
+# metaledger node image: `docker build -t metaledger .`
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY protos protos
+COPY raftlog raftlog
+COPY snapshots snapshots
+COPY nameserver nameserver
+COPY broker broker
+COPY replicator replicator
+COPY bench bench
+RUN pip install --no-cache-dir .
+EXPOSE 9876 9877 9878 9879
+VOLUME ["/data"]
+ENTRYPOINT ["metaledger"]
+CMD ["serve", "--id", "n0", "--data-dir", "/data", "--listen-client", "0.0.0.0:9877", "--listen-peer", "127.0.0.1:9878"]

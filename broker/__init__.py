@@ -1,0 +1,1 @@
+"""Quorum-write RocketMQ broker (a later issue)."""

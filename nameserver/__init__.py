@@ -1,0 +1,1 @@
+"""The metadata server: state machine, gRPC services, server wiring, client library, CLI."""

@@ -1,0 +1,109 @@
+"""Server configuration: a frozen dataclass with units in names and a validate()."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from raftlog import ConfigError
+
+#: etcd's limits, and ours (issue: bad input gets INVALID_ARGUMENT naming the limit).
+MAX_VALUE_BYTES = 1536 * 1024  # 1.5 MiB
+MAX_REQUEST_BYTES = 2 * 1024 * 1024  # 2 MiB
+MAX_TXN_OPS = 128
+
+
+def _split_hostport(field_name: str, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if value.startswith(("http://", "https://")):
+        return _split_hostport(field_name, value.split("://", 1)[1])
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(field_name, f"{value!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_initial_cluster(value: str) -> dict[str, str]:
+    """``id=host:port,id=host:port`` → {id: "host:port"} (an ``http://`` prefix is accepted)."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        nid, sep, addr = part.partition("=")
+        if not sep or not nid:
+            raise ConfigError("initial_cluster", f"{part!r} is not id=host:port")
+        host, port = _split_hostport("initial_cluster", addr)
+        if nid in out:
+            raise ConfigError("initial_cluster", f"member {nid!r} is listed twice")
+        out[nid] = f"{host}:{port}"
+    if not out:
+        raise ConfigError("initial_cluster", "must list at least this node")
+    return out
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    node_id: str
+    data_dir: str
+    listen_client: str = "127.0.0.1:9877"  # gRPC client API (etcd v3 + metaledger.v1)
+    listen_peer: str = "127.0.0.1:9878"  # Raft peers
+    listen_remoting: str = "127.0.0.1:9876"  # RocketMQ remoting (a later issue)
+    listen_metrics: str = "127.0.0.1:9879"  # metrics HTTP (a later issue)
+    initial_cluster: dict[str, str] = field(default_factory=dict)  # id -> peer host:port
+    cluster_password: str | None = None
+    advertise_client: str = ""  # defaults to listen_client
+    propose_timeout_ms: int = 5000
+    election_timeout_min_ms: int = 1000
+    election_timeout_max_ms: int = 2000
+    leader_step_down_ms: int = 2000
+    segment_max_bytes: int = 64 * 1024 * 1024
+    fsync_policy: str = "batch"
+    fsync_interval_ms: int = 5
+    max_value_bytes: int = MAX_VALUE_BYTES
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    max_txn_ops: int = MAX_TXN_OPS
+    use_uvloop: bool = True
+
+    @property
+    def client_url(self) -> str:
+        return "http://" + (self.advertise_client or self.listen_client)
+
+    @property
+    def peers(self) -> dict[str, str]:
+        return self.initial_cluster or {self.node_id: self.listen_peer}
+
+    def validate(self) -> None:
+        if not self.node_id:
+            raise ConfigError("node_id", "must not be empty (--id)")
+        if not self.data_dir:
+            raise ConfigError("data_dir", "must not be empty (--data-dir)")
+        _split_hostport("listen_client", self.listen_client)
+        peer_host, _ = _split_hostport("listen_peer", self.listen_peer)
+        peers = self.peers
+        if self.node_id not in peers:
+            raise ConfigError("initial_cluster", f"does not list this node {self.node_id!r}")
+        if peers[self.node_id] != self.listen_peer:
+            raise ConfigError(
+                "initial_cluster",
+                f"lists {self.node_id}={peers[self.node_id]} but --listen-peer is {self.listen_peer}",
+            )
+        if not self.cluster_password and not is_loopback(peer_host):
+            raise ConfigError(
+                "cluster_password",
+                f"the Raft port {self.listen_peer} is not loopback; PySyncObj unpickles what "
+                "arrives there, so --cluster-password is required",
+            )
+        if self.propose_timeout_ms <= 0:
+            raise ConfigError("propose_timeout_ms", "must be > 0")
+        if self.fsync_policy not in ("batch", "always", "never"):
+            raise ConfigError("fsync_policy", "must be batch, always or never")
+        if self.max_value_bytes <= 0 or self.max_request_bytes < self.max_value_bytes:
+            raise ConfigError("max_request_bytes", "must be >= max_value_bytes > 0")
+        if self.max_txn_ops <= 0:
+            raise ConfigError("max_txn_ops", "must be > 0")

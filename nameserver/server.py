@@ -1,0 +1,166 @@
+"""Server wiring: one metaledger node (`metaledger serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import signal
+from contextlib import suppress
+
+import grpc
+
+from nameserver.config import ServerConfig
+from nameserver.image import Member
+from nameserver.services import (
+    AdminService,
+    ClusterService,
+    KVService,
+    MaintenanceService,
+    NodeContext,
+)
+from nameserver.state import MetadataStateMachine
+from protos.etcdserverpb import rpc_pb2_grpc
+from protos.metaledger.v1 import admin_pb2_grpc
+from raftlog import (
+    Entry,
+    PySyncObjConfig,
+    PySyncObjEngine,
+    ReplicatedLog,
+    SegmentConfig,
+    SegmentLog,
+)
+
+log = logging.getLogger("metaledger")
+
+GRPC_MAX_MESSAGE_BYTES = (
+    16 * 1024 * 1024
+)  # above max_request_bytes, so we answer with our own error
+
+
+def _uint64(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class Node:
+    """One metaledger node: the replicated log, the state machine and the gRPC server."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        config.validate()
+        self.config = config
+        peers = config.peers
+        self.cluster_id = _uint64(",".join(f"{k}={peers[k]}" for k in sorted(peers)))
+        self.member_ids = {nid: _uint64(f"{self.cluster_id}/{nid}") for nid in peers}
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.state = MetadataStateMachine()
+        segments = SegmentLog.open(
+            os.path.join(config.data_dir, "log"),
+            SegmentConfig(
+                segment_max_bytes=config.segment_max_bytes,
+                fsync_policy=config.fsync_policy,
+                fsync_interval_ms=config.fsync_interval_ms,
+            ),
+        )
+        # The last offset's records may be incomplete (a crash between sub-records):
+        # drop them; replay of the Raft log re-derives them.
+        if segments.last_offset > 0:
+            segments.truncate_after(segments.last_offset - 1)
+        engine = PySyncObjEngine(
+            PySyncObjConfig(
+                node_id=config.node_id,
+                peers=peers,
+                journal_dir=os.path.join(config.data_dir, "raft"),
+                password=config.cluster_password,
+                election_timeout_min_ms=config.election_timeout_min_ms,
+                election_timeout_max_ms=config.election_timeout_max_ms,
+                leader_step_down_ms=config.leader_step_down_ms,
+            )
+        )
+        self.log = ReplicatedLog(engine, self.state, segments, config.node_id)
+        self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, self.member_ids)
+        self.server: grpc.aio.Server | None = None
+        self._announce_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.log.start()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), server)
+        rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), server)
+        rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), server)
+        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), server)
+        if server.add_insecure_port(self.config.listen_client) == 0:
+            raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
+        await server.start()
+        self.server = server
+        self._announce_task = asyncio.get_running_loop().create_task(self._announce())
+        log.info(
+            "node %s serving: client %s, peer %s, data %s",
+            self.config.node_id,
+            self.config.listen_client,
+            self.config.listen_peer,
+            self.config.data_dir,
+        )
+
+    async def _announce(self) -> None:
+        """Write this node's member record (client URLs) into the log once a leader exists."""
+        me = Member(
+            id=self.config.node_id,
+            member_id=self.member_ids[self.config.node_id],
+            peer_url="http://" + self.config.listen_peer,
+            client_urls=(self.config.client_url,),
+        )
+        delay = 0.2
+        while True:
+            if self.state.image.members.members.get(me.id) == me:
+                return
+            if self.log.engine_status().leader_id:
+                with suppress(Exception):
+                    await self.log.propose(
+                        [Entry(type="member", key=me.id.encode(), value=me.to_record())],
+                        self.ctx.timeout_s,
+                    )
+                    continue
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def stop(self) -> None:
+        if self._announce_task is not None:
+            self._announce_task.cancel()
+        if self.server is not None:
+            await self.server.stop(grace=1.0)
+        self.log.stop()
+
+
+async def _serve(config: ServerConfig) -> None:
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await node.start()
+    try:
+        await stop.wait()
+    finally:
+        log.info("node %s stopping", config.node_id)
+        await node.stop()
+
+
+def run(config: ServerConfig) -> int:
+    """Run one node until SIGINT/SIGTERM. Returns the process exit code."""
+    config.validate()
+    if config.use_uvloop:
+        try:
+            import uvloop
+
+            uvloop.install()
+        except ImportError:  # pragma: no cover
+            pass
+    asyncio.run(_serve(config))
+    return 0

@@ -1,0 +1,334 @@
+"""gRPC services: the etcd v3 protocol (KV, Cluster, Maintenance) and metaledger.v1.Admin.
+
+Handlers validate, then either read the image (after a read barrier unless the
+request is serializable) or propose an entry and wait until it is applied
+here. Every error leaves through :func:`nameserver.errors.to_status`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from nameserver import kv as kvops
+from nameserver.config import ServerConfig
+from nameserver.errors import InvalidRequest, to_status
+from nameserver.image import MetadataImage
+from nameserver.kv import Rejected
+from nameserver.state import MetadataStateMachine, read_only_txn
+from protos import records_pb2
+from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
+from raftlog import Applied, ApplyFailure, Entry, ReplicatedLog
+
+log = logging.getLogger(__name__)
+
+ETCD_VERSION = "3.4.0"  # the etcd API level we speak
+
+R = TypeVar("R")
+
+
+def rpc(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Turn any error of a handler into its gRPC status (one place, STYLE.md 3)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await fn(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            code, message = to_status(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("%s failed", fn.__name__)
+            await context.abort(code, message)
+            raise  # unreachable: abort raises
+
+    return wrapper
+
+
+class NodeContext:
+    """What the handlers share: config, the log, the state machine and identities."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        rlog: ReplicatedLog,
+        state: MetadataStateMachine,
+        cluster_id: int,
+        member_ids: dict[str, int],
+    ) -> None:
+        self.config = config
+        self.log = rlog
+        self.state = state
+        self.cluster_id = cluster_id
+        self.member_ids = member_ids
+        self.timeout_s = config.propose_timeout_ms / 1000
+
+    @property
+    def member_id(self) -> int:
+        return self.member_ids[self.config.node_id]
+
+    def header(self, revision: int) -> rpc_pb2.ResponseHeader:
+        return rpc_pb2.ResponseHeader(
+            cluster_id=self.cluster_id,
+            member_id=self.member_id,
+            revision=revision,
+            raft_term=self.log.engine_status().term,
+        )
+
+    async def read_image(self, serializable: bool) -> MetadataImage:
+        if not serializable:
+            index = await self.log.read_barrier(self.timeout_s)
+            await self.log.wait_applied(index, self.timeout_s)
+        return self.state.image
+
+    async def propose(self, entry: Entry, context: grpc.aio.ServicerContext) -> Applied:
+        client_id, seq = None, None
+        for k, v in context.invocation_metadata() or ():
+            if k == "x-ml-client-id":
+                client_id = str(v)
+            elif k == "x-ml-seq":
+                try:
+                    seq = int(v)
+                except ValueError:
+                    raise InvalidRequest(f"x-ml-seq: {v!r} is not an integer") from None
+        if (client_id is None) != (seq is None):
+            raise InvalidRequest("x-ml-client-id and x-ml-seq must be given together")
+        applied = await self.log.propose([entry], self.timeout_s, client_id, seq)
+        if isinstance(applied.result, Rejected):
+            raise applied.result
+        if isinstance(applied.result, ApplyFailure):
+            raise Rejected("INVALID_ARGUMENT", applied.result.message)
+        return applied
+
+    def check_size(self, request: Any) -> None:
+        size = request.ByteSize()
+        if size > self.config.max_request_bytes:
+            raise InvalidRequest(
+                f"etcdserver: request is too large: {size} bytes > limit "
+                f"max_request_bytes={self.config.max_request_bytes}"
+            )
+
+    def check_revision(self, revision: int, current: int) -> None:
+        if revision <= 0 or revision == current:
+            return
+        if revision > current:
+            raise Rejected(
+                "OUT_OF_RANGE",
+                f"etcdserver: mvcc: required revision is a future revision ({revision} > {current})",
+            )
+        raise Rejected(
+            "UNIMPLEMENTED",
+            f"metaledger: reading at a past revision ({revision}) is not supported; "
+            f"only the latest state (revision {current}) is kept",
+        )
+
+
+def _require_key(key: bytes, what: str) -> None:
+    if not key:
+        raise InvalidRequest(f"etcdserver: key is not provided ({what}: key must not be empty)")
+
+
+class KVService(rpc_pb2_grpc.KVServicer):
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+
+    @rpc
+    async def Range(self, request: rpc_pb2.RangeRequest, context: Any) -> rpc_pb2.RangeResponse:
+        _require_key(request.key, "range")
+        image = await self.node.read_image(request.serializable)
+        self.node.check_revision(request.revision, image.revision)
+        resp = kvops.do_range(image.kv, request)
+        resp.header.CopyFrom(self.node.header(image.revision))
+        return resp
+
+    @rpc
+    async def Put(self, request: rpc_pb2.PutRequest, context: Any) -> rpc_pb2.PutResponse:
+        _require_key(request.key, "put")
+        self._check_value(request.value)
+        self.node.check_size(request)
+        if request.lease:
+            raise Rejected("NOT_FOUND", "etcdserver: requested lease not found")
+        op = records_pb2.KvOperation(put=request)
+        applied = await self.node.propose(
+            Entry(type="kv", key=request.key, value=op.SerializeToString()), context
+        )
+        resp = rpc_pb2.PutResponse()
+        if isinstance(applied.result, rpc_pb2.PutResponse):
+            resp.CopyFrom(applied.result)
+        resp.header.CopyFrom(self.node.header(applied.offset))
+        return resp
+
+    @rpc
+    async def DeleteRange(
+        self, request: rpc_pb2.DeleteRangeRequest, context: Any
+    ) -> rpc_pb2.DeleteRangeResponse:
+        _require_key(request.key, "delete")
+        self.node.check_size(request)
+        op = records_pb2.KvOperation(delete_range=request)
+        applied = await self.node.propose(
+            Entry(type="kv", key=request.key, value=op.SerializeToString()), context
+        )
+        resp = rpc_pb2.DeleteRangeResponse()
+        if isinstance(applied.result, rpc_pb2.DeleteRangeResponse):
+            resp.CopyFrom(applied.result)
+        resp.header.CopyFrom(self.node.header(applied.offset))
+        return resp
+
+    @rpc
+    async def Txn(self, request: rpc_pb2.TxnRequest, context: Any) -> rpc_pb2.TxnResponse:
+        self.node.check_size(request)
+        kvops.validate_txn(request, self.node.config.max_txn_ops)
+        self._check_txn_values(request)
+        if not kvops.txn_has_writes(request):
+            serializable = all(
+                op.request_range.serializable
+                for op in (*request.success, *request.failure)
+                if op.WhichOneof("request") == "request_range"
+            ) and bool(len(request.success) + len(request.failure))
+            image = await self.node.read_image(serializable)
+            resp = read_only_txn(image.kv, request, image.revision)
+            resp.header.CopyFrom(self.node.header(image.revision))
+            return resp
+        op = records_pb2.TxnOperation(txn=request)
+        applied = await self.node.propose(Entry(type="txn", value=op.SerializeToString()), context)
+        if applied.duplicate:
+            raise Rejected(
+                "ALREADY_EXISTS",
+                f"metaledger: this txn was already applied at revision {applied.offset}; "
+                "its result is not kept",
+            )
+        resp = rpc_pb2.TxnResponse()
+        resp.CopyFrom(applied.result)
+        resp.header.CopyFrom(self.node.header(applied.offset))
+        return resp
+
+    @rpc
+    async def Compact(
+        self, request: rpc_pb2.CompactionRequest, context: Any
+    ) -> rpc_pb2.CompactionResponse:
+        image = self.node.state.image
+        if request.revision > image.revision:
+            raise Rejected(
+                "OUT_OF_RANGE",
+                f"etcdserver: mvcc: required revision is a future revision "
+                f"({request.revision} > {image.revision})",
+            )
+        # metaledger keeps no history of old revisions: there is nothing to compact.
+        return rpc_pb2.CompactionResponse(header=self.node.header(image.revision))
+
+    def _check_value(self, value: bytes) -> None:
+        limit = self.node.config.max_value_bytes
+        if len(value) > limit:
+            raise InvalidRequest(
+                f"etcdserver: value is too large: {len(value)} bytes > limit max_value_bytes={limit}"
+            )
+
+    def _check_txn_values(self, txn: rpc_pb2.TxnRequest) -> None:
+        for op in (*txn.success, *txn.failure):
+            which = op.WhichOneof("request")
+            if which == "request_put":
+                self._check_value(op.request_put.value)
+                if op.request_put.lease:
+                    raise Rejected("NOT_FOUND", "etcdserver: requested lease not found")
+            elif which == "request_txn":
+                self._check_txn_values(op.request_txn)
+
+
+class ClusterService(rpc_pb2_grpc.ClusterServicer):
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+
+    @rpc
+    async def MemberList(
+        self, request: rpc_pb2.MemberListRequest, context: Any
+    ) -> rpc_pb2.MemberListResponse:
+        image = await self.node.read_image(not getattr(request, "linearizable", False))
+        resp = rpc_pb2.MemberListResponse(header=self.node.header(image.revision))
+        peers = self.node.log.engine_status().members
+        for nid in sorted(peers):
+            rec = image.members.members.get(nid)
+            resp.members.add(
+                ID=self.node.member_ids.get(nid, 0),
+                name=nid,
+                peerURLs=["http://" + peers[nid]],
+                clientURLs=list(rec.client_urls) if rec else [],
+            )
+        return resp
+
+
+class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+
+    @rpc
+    async def Status(self, request: rpc_pb2.StatusRequest, context: Any) -> rpc_pb2.StatusResponse:
+        st = self.node.log.engine_status()
+        off = self.node.log.offsets()
+        return rpc_pb2.StatusResponse(
+            header=self.node.header(self.node.state.image.revision),
+            version=ETCD_VERSION,
+            dbSize=sum(s.size for s in self.node.log.segments.segments()),
+            dbSizeInUse=sum(s.size for s in self.node.log.segments.segments()),
+            leader=self.node.member_ids.get(st.leader_id, 0),
+            raftIndex=off.commit_offset,
+            raftTerm=st.term,
+            raftAppliedIndex=off.apply_offset,
+        )
+
+    @rpc
+    async def Alarm(self, request: rpc_pb2.AlarmRequest, context: Any) -> rpc_pb2.AlarmResponse:
+        # metaledger raises no alarms (no NOSPACE quota yet): report none.
+        return rpc_pb2.AlarmResponse(header=self.node.header(self.node.state.image.revision))
+
+
+class AdminService(admin_pb2_grpc.AdminServicer):
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+
+    @rpc
+    async def Status(
+        self, request: admin_pb2.StatusRequest, context: Any
+    ) -> admin_pb2.StatusResponse:
+        st = self.node.log.engine_status()
+        off = self.node.log.offsets()
+        cfg = self.node.config
+        return admin_pb2.StatusResponse(
+            id=cfg.node_id,
+            role=st.role,
+            term=st.term,
+            leader=st.leader_id,
+            end_offset=off.end_offset,
+            commit_offset=off.commit_offset,
+            apply_offset=off.apply_offset,
+            applied_lag=off.commit_offset - off.apply_offset,
+            segment_flushed_offset=off.flushed_offset,
+            cluster_id=f"{self.node.cluster_id:016x}",
+            member_id=self.node.member_id,
+            db_size_bytes=sum(s.size for s in self.node.log.segments.segments()),
+            has_quorum=st.has_quorum,
+            peer_url="http://" + cfg.listen_peer,
+            client_urls=[cfg.client_url],
+        )
+
+    @rpc
+    async def Members(
+        self, request: admin_pb2.MembersRequest, context: Any
+    ) -> admin_pb2.MembersResponse:
+        image = self.node.state.image
+        peers = self.node.log.engine_status().members
+        resp = admin_pb2.MembersResponse()
+        for nid in sorted(peers):
+            rec = image.members.members.get(nid)
+            resp.members.add(
+                id=nid,
+                member_id=self.node.member_ids.get(nid, 0),
+                peer_url="http://" + peers[nid],
+                client_urls=list(rec.client_urls) if rec else [],
+            )
+        return resp

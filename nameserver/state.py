@@ -1,0 +1,175 @@
+"""The metadata state machine: applies log entries to the image (DESIGN.md §5).
+
+It imports nothing from consensus or gRPC (STYLE.md 4): unit tests drive it
+with lists of entries. ``apply`` is deterministic (no clock, no randomness, no
+I/O); each entry's changes are all-or-nothing; results are etcd response
+messages without headers, or a :class:`~nameserver.kv.Rejected`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from nameserver import kv as kvops
+from nameserver.image import (
+    KeyValue,
+    KvDelta,
+    Member,
+    MetadataDelta,
+    MetadataImage,
+    Provenance,
+)
+from nameserver.kv import Rejected
+from protos import records_pb2
+from protos.etcdserverpb import rpc_pb2
+from raftlog import Effect, Entry
+
+
+class MetadataStateMachine:
+    def __init__(self, image: MetadataImage | None = None) -> None:
+        self._image = image or MetadataImage.empty()
+        self._delta: MetadataDelta | None = None
+
+    @property
+    def image(self) -> MetadataImage:
+        """The current published image; take the reference once per request."""
+        return self._image
+
+    @property
+    def last_offset(self) -> int:
+        return self._image.provenance.last_offset
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, offset: int, term: int, entries: Sequence[Entry]) -> tuple[list[Effect], Any]:
+        delta = self._delta
+        if delta is None:
+            delta = self._delta = MetadataDelta(self._image)
+        delta.provenance = Provenance(offset, term)
+        effects: list[Effect] = []
+        delta.kv.begin()
+        try:
+            results = [self._apply_entry(delta, offset, e, effects) for e in entries]
+        except Exception:
+            delta.kv.rollback()
+            raise
+        delta.kv.commit()
+        return effects, results[0] if len(results) == 1 else results
+
+    def publish(self) -> None:
+        if self._delta is not None:
+            self._image = self._delta.build()
+            self._delta = None
+
+    def _apply_entry(self, delta: MetadataDelta, rev: int, e: Entry, effects: list[Effect]) -> Any:
+        if e.type == "noop":
+            return None
+        if e.type == "kv":
+            op = records_pb2.KvOperation.FromString(e.value)
+            which = op.WhichOneof("op")
+            if which == "put":
+                return put(delta.kv, op.put, rev, effects)
+            if which == "delete_range":
+                return delete_range(delta.kv, op.delete_range, effects)
+            raise Rejected("INVALID_ARGUMENT", "kv entry carries no operation")
+        if e.type == "txn":
+            return txn(delta.kv, records_pb2.TxnOperation.FromString(e.value).txn, rev, effects)
+        if e.type == "member":
+            m = Member.from_record(e.value)
+            if delta.member(m.id) != m:
+                delta.put_member(m)
+                effects.append(Effect("member", m.id.encode(), m.to_record()))
+            return None
+        raise Rejected("INVALID_ARGUMENT", f"unknown entry type {e.type!r}")
+
+
+# ---------------------------------------------------------------------- kv ops
+def put(
+    kv: KvDelta, req: rpc_pb2.PutRequest, rev: int, effects: list[Effect]
+) -> rpc_pb2.PutResponse:
+    prev = kv.get(req.key)
+    if (req.ignore_value or req.ignore_lease) and prev is None:
+        raise Rejected("INVALID_ARGUMENT", "etcdserver: key not found")
+    value = prev.value if (req.ignore_value and prev is not None) else req.value
+    lease = prev.lease if (req.ignore_lease and prev is not None) else req.lease
+    if lease and not req.ignore_lease:
+        raise Rejected("NOT_FOUND", "etcdserver: requested lease not found")
+    new = KeyValue(
+        key=req.key,
+        value=value,
+        create_revision=prev.create_revision if prev else rev,
+        mod_revision=rev,
+        version=prev.version + 1 if prev else 1,
+        lease=lease,
+    )
+    kv.put(new)
+    effects.append(Effect("kv", new.key, new.to_record()))
+    resp = rpc_pb2.PutResponse()
+    if req.prev_kv and prev is not None:
+        resp.prev_kv.CopyFrom(kvops.to_pb(prev))
+    return resp
+
+
+def delete_range(
+    kv: KvDelta, req: rpc_pb2.DeleteRangeRequest, effects: list[Effect]
+) -> rpc_pb2.DeleteRangeResponse:
+    victims = kvops.select(kv, req.key, req.range_end)
+    for old in victims:
+        kv.delete(old.key)
+        effects.append(Effect("kv", old.key, delete=True))
+    resp = rpc_pb2.DeleteRangeResponse(deleted=len(victims))
+    if req.prev_kv:
+        resp.prev_kvs.extend(kvops.to_pb(old) for old in victims)
+    return resp
+
+
+def txn(
+    kv: KvDelta, req: rpc_pb2.TxnRequest, rev: int, effects: list[Effect]
+) -> rpc_pb2.TxnResponse:
+    succeeded = all(kvops.evaluate_compare(kv, c) for c in req.compare)
+    resp = rpc_pb2.TxnResponse(succeeded=succeeded)
+    for op in req.success if succeeded else req.failure:
+        which = op.WhichOneof("request")
+        out = resp.responses.add()
+        if which == "request_range":
+            r = kvops.do_range(kv, op.request_range)
+            r.header.revision = rev
+            out.response_range.CopyFrom(r)
+        elif which == "request_put":
+            p = put(kv, op.request_put, rev, effects)
+            p.header.revision = rev
+            out.response_put.CopyFrom(p)
+        elif which == "request_delete_range":
+            d = delete_range(kv, op.request_delete_range, effects)
+            d.header.revision = rev
+            out.response_delete_range.CopyFrom(d)
+        elif which == "request_txn":
+            t = txn(kv, op.request_txn, rev, effects)
+            t.header.revision = rev
+            out.response_txn.CopyFrom(t)
+        else:
+            raise Rejected("INVALID_ARGUMENT", "etcdserver: txn op has no request")
+    return resp
+
+
+def read_only_txn(view: kvops.KvView, req: rpc_pb2.TxnRequest, rev: int) -> rpc_pb2.TxnResponse:
+    """A txn with no writes, evaluated against one image (no log entry needed)."""
+    effects: list[Effect] = []
+    return txn(_ReadOnlyDelta(view), req, rev, effects)  # type: ignore[arg-type]
+
+
+class _ReadOnlyDelta:
+    def __init__(self, view: kvops.KvView) -> None:
+        self._view = view
+
+    def get(self, key: bytes) -> KeyValue | None:
+        return self._view.get(key)
+
+    def range(self, key: bytes, range_end: bytes | None) -> list[KeyValue]:
+        return list(self._view.range(key, range_end))
+
+    def put(self, kv: KeyValue) -> None:  # pragma: no cover - read-only by construction
+        raise Rejected("INTERNAL", "write in a read-only txn")
+
+    def delete(self, key: bytes) -> None:  # pragma: no cover
+        raise Rejected("INTERNAL", "write in a read-only txn")

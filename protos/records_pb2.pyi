@@ -1,0 +1,96 @@
+from protos.etcdserverpb import rpc_pb2 as _rpc_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Entry(_message.Message):
+    __slots__ = ("offset", "term", "type", "key", "value", "timestamp_ms", "client_id", "seq")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    term: int
+    type: str
+    key: bytes
+    value: bytes
+    timestamp_ms: int
+    client_id: str
+    seq: int
+    def __init__(self, offset: _Optional[int] = ..., term: _Optional[int] = ..., type: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., timestamp_ms: _Optional[int] = ..., client_id: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class EntryBatch(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ...) -> None: ...
+
+class KvOperation(_message.Message):
+    __slots__ = ("put", "delete_range")
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_RANGE_FIELD_NUMBER: _ClassVar[int]
+    put: _rpc_pb2.PutRequest
+    delete_range: _rpc_pb2.DeleteRangeRequest
+    def __init__(self, put: _Optional[_Union[_rpc_pb2.PutRequest, _Mapping]] = ..., delete_range: _Optional[_Union[_rpc_pb2.DeleteRangeRequest, _Mapping]] = ...) -> None: ...
+
+class TxnOperation(_message.Message):
+    __slots__ = ("txn",)
+    TXN_FIELD_NUMBER: _ClassVar[int]
+    txn: _rpc_pb2.TxnRequest
+    def __init__(self, txn: _Optional[_Union[_rpc_pb2.TxnRequest, _Mapping]] = ...) -> None: ...
+
+class MemberRecord(_message.Message):
+    __slots__ = ("id", "peer_url", "client_urls", "member_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_URL_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_URLS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    peer_url: str
+    client_urls: _containers.RepeatedScalarFieldContainer[str]
+    member_id: int
+    def __init__(self, id: _Optional[str] = ..., peer_url: _Optional[str] = ..., client_urls: _Optional[_Iterable[str]] = ..., member_id: _Optional[int] = ...) -> None: ...
+
+class Noop(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class KvRecord(_message.Message):
+    __slots__ = ("key", "value", "create_revision", "mod_revision", "version", "lease")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., version: _Optional[int] = ..., lease: _Optional[int] = ...) -> None: ...
+
+class Effect(_message.Message):
+    __slots__ = ("type", "key", "value", "delete", "term", "timestamp_ms")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    key: bytes
+    value: bytes
+    delete: bool
+    term: int
+    timestamp_ms: int
+    def __init__(self, type: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ..., term: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,51 @@
+"""The replicated metadata log (DESIGN.md §3). Imports only `snapshots` from the project."""
+
+from raftlog.consensus import (
+    CommitSink,
+    ConsensusEngine,
+    EngineStatus,
+    InMemoryEngine,
+    ProposeCallback,
+)
+from raftlog.entry import Effect, Entry, decode_batch, encode_batch
+from raftlog.errors import (
+    ConfigError,
+    NotLeaderError,
+    ProposalDroppedError,
+    ProposeError,
+    QueueFullError,
+    RaftLogError,
+    UnknownOutcomeError,
+)
+from raftlog.log import Applied, ApplyFailure, Offsets, ReplicatedLog, StateMachine
+from raftlog.pysyncobj_engine import PySyncObjConfig, PySyncObjEngine
+from raftlog.segments import SegmentConfig, SegmentCorruptionError, SegmentLog
+
+__all__ = [
+    "Applied",
+    "ApplyFailure",
+    "CommitSink",
+    "ConfigError",
+    "ConsensusEngine",
+    "Effect",
+    "EngineStatus",
+    "Entry",
+    "InMemoryEngine",
+    "NotLeaderError",
+    "Offsets",
+    "ProposalDroppedError",
+    "ProposeCallback",
+    "ProposeError",
+    "PySyncObjConfig",
+    "PySyncObjEngine",
+    "QueueFullError",
+    "RaftLogError",
+    "ReplicatedLog",
+    "SegmentConfig",
+    "SegmentCorruptionError",
+    "SegmentLog",
+    "StateMachine",
+    "UnknownOutcomeError",
+    "decode_batch",
+    "encode_batch",
+]

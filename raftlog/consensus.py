@@ -1,0 +1,98 @@
+"""The consensus engine interface: what the replicated log needs from Raft.
+
+An engine orders opaque proposals (bytes) into a log and hands every committed
+item, in log order, to one sink. It never interprets the bytes and never runs
+state-machine code: the sink only enqueues (STYLE.md 4). PySyncObj is the
+first implementation (:mod:`raftlog.pysyncobj_engine`); :class:`InMemoryEngine`
+is a single-node stand-in for unit tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from raftlog.errors import ProposeError
+
+#: Receives every committed item in log order: (offset, term, data). Runs on the
+#: engine's thread; must only enqueue, and must not raise.
+CommitSink = Callable[[int, int, bytes], None]
+
+#: Called once per proposal, on the engine's thread: (offset, None) when the item
+#: was committed and handed to the sink, (None, error) when it was not.
+ProposeCallback = Callable[[int | None, ProposeError | None], None]
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    node_id: str
+    role: str  # "leader" | "follower" | "candidate"
+    term: int
+    leader_id: str  # "" when unknown
+    end_offset: int  # last index in this node's log, committed or not
+    commit_offset: int  # highest index known committed
+    has_quorum: bool
+    members: dict[str, str] = field(default_factory=dict)  # node id -> peer address
+
+
+class ConsensusEngine(Protocol):
+    """A Raft engine. All methods are thread-safe."""
+
+    def start(self, sink: CommitSink) -> None:
+        """Begin consensus; committed items go to ``sink`` from now on.
+
+        Raises ``ConfigError`` on a bad configuration, ``OSError`` if the peer port
+        cannot be bound.
+        """
+
+    def propose(self, data: bytes, callback: ProposeCallback) -> None:
+        """Ask for ``data`` to be appended. Never raises; the outcome goes to ``callback``."""
+
+    def status(self) -> EngineStatus:
+        """A consistent-enough snapshot of role, term, leader and offsets."""
+
+    def stop(self) -> None:
+        """Stop consensus and release ports and files. Idempotent."""
+
+
+class InMemoryEngine:
+    """A single-node engine: every proposal commits at once. For unit tests only."""
+
+    def __init__(self, node_id: str = "n0") -> None:
+        self._node_id = node_id
+        self._lock = threading.Lock()
+        self._log: list[tuple[int, bytes]] = []
+        self._sink: CommitSink | None = None
+
+    def start(self, sink: CommitSink) -> None:
+        self._sink = sink
+
+    def propose(self, data: bytes, callback: ProposeCallback) -> None:
+        with self._lock:
+            offset = len(self._log) + 1
+            self._log.append((offset, data))
+            sink = self._sink
+        if sink is None:
+            callback(None, ProposeError("engine not started"))
+            return
+        sink(offset, 1, data)
+        callback(offset, None)
+
+    def status(self) -> EngineStatus:
+        with self._lock:
+            end = len(self._log)
+        return EngineStatus(
+            node_id=self._node_id,
+            role="leader",
+            term=1,
+            leader_id=self._node_id,
+            end_offset=end,
+            commit_offset=end,
+            has_quorum=True,
+            members={self._node_id: "inmem"},
+        )
+
+    def stop(self) -> None:
+        self._sink = None

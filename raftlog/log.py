@@ -1,0 +1,345 @@
+"""The replicated metadata log: consensus + apply thread + change-log segments.
+
+Data flow (DESIGN.md §3)::
+
+    propose(entries) ──▶ ConsensusEngine ──commit──▶ sink (enqueue only)
+                                                        │
+                                     apply thread ◀─────┘
+                                        │  decode batch, de-duplicate (client_id, seq)
+                                        │  StateMachine.apply(offset, term, entries) → effects, result
+                                        │  effects → SegmentLog (offset, sub-index)
+                                        │  StateMachine.publish()  (new image visible)
+                                        └▶ Wait.trigger_many(results) → proposers answered
+
+Three offsets per node: ``end_offset`` (last entry in this node's Raft log),
+``commit_offset`` (known replicated to a majority), ``apply_offset`` (built into
+the image). ``apply <= commit <= end`` holds at every moment they are read
+together through :meth:`ReplicatedLog.offsets`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from raftlog.consensus import ConsensusEngine, EngineStatus
+from raftlog.entry import Effect, Entry, decode_batch, encode_batch
+from raftlog.errors import ProposeError, UnknownOutcomeError
+from raftlog.segments import SegmentLog
+from raftlog.wait import Wait
+
+log = logging.getLogger(__name__)
+
+#: How many (client_id, seq) pairs are remembered per client for de-duplication.
+DEDUP_WINDOW = 4096
+#: How many clients are remembered (least recently applied are forgotten first).
+DEDUP_CLIENTS = 10_000
+
+
+class StateMachine(Protocol):
+    """What the apply thread drives. Implementations import nothing from consensus or gRPC."""
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last applied item (0 if none): items at or below it are skipped."""
+
+    def apply(
+        self, offset: int, term: int, entries: Sequence[Entry]
+    ) -> tuple[Sequence[Effect], Any]:
+        """Apply one log item into the pending state; return its effects and a result.
+
+        Deterministic: no clocks, randomness or I/O. Either applies the whole item or
+        raises leaving the pending state unchanged (the item then becomes a no-op whose
+        result is the :class:`ApplyFailure`).
+        """
+
+    def publish(self) -> None:
+        """Make everything applied so far visible to readers (a new image)."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a proposer gets back: where its item landed and the state machine's result."""
+
+    offset: int
+    result: Any
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class ApplyFailure:
+    """The state machine raised on an item; every node raised the same (apply is deterministic)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Offsets:
+    end_offset: int
+    commit_offset: int
+    apply_offset: int
+    flushed_offset: int
+
+
+class ReplicatedLog:
+    def __init__(
+        self,
+        engine: ConsensusEngine,
+        state_machine: StateMachine,
+        segments: SegmentLog,
+        node_id: str,
+        apply_batch_max: int = 1024,
+    ) -> None:
+        self._engine = engine
+        self._sm = state_machine
+        self._segments = segments
+        self._node_id = node_id
+        self._apply_batch_max = apply_batch_max
+        self._client_id = f"{node_id}/{uuid.uuid4().hex[:12]}"
+        self._seq = itertools.count(1)
+        self._queue: queue.SimpleQueue[tuple[int, int, bytes] | None] = queue.SimpleQueue()
+        self._wait = Wait()
+        self._apply_offset = state_machine.last_offset
+        self._enqueued_offset = self._apply_offset
+        self._sessions: OrderedDict[str, OrderedDict[int, int]] = OrderedDict()
+        self._apply_thread: threading.Thread | None = None
+        self._apply_error: BaseException | None = None
+        # apply-offset waiters, touched on their loops only
+        self._offset_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._offset_lock = threading.Lock()
+        # read barriers (one loop)
+        self._barrier_waiting: list[asyncio.Future[int]] = []
+        self._barrier_inflight = False
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        self._apply_thread = threading.Thread(target=self._run_apply, name="apply", daemon=True)
+        self._apply_thread.start()
+        self._engine.start(self._on_commit)
+
+    def stop(self) -> None:
+        self._engine.stop()
+        self._queue.put(None)
+        if self._apply_thread is not None:
+            self._apply_thread.join(timeout=10)
+        self._segments.close()
+
+    @property
+    def client_id(self) -> str:
+        return self._client_id
+
+    # ---------------------------------------------------------------- offsets
+    def offsets(self) -> Offsets:
+        apply = self._apply_offset
+        st = self._engine.status()
+        commit = max(st.commit_offset, self._enqueued_offset, apply)
+        end = max(st.end_offset, commit)
+        return Offsets(end, commit, apply, self._segments.flushed_offset)
+
+    def engine_status(self) -> EngineStatus:
+        return self._engine.status()
+
+    @property
+    def apply_offset(self) -> int:
+        return self._apply_offset
+
+    @property
+    def segments(self) -> SegmentLog:
+        return self._segments
+
+    # ---------------------------------------------------------------- propose
+    async def propose(
+        self,
+        entries: Sequence[Entry],
+        timeout_s: float,
+        client_id: str | None = None,
+        seq: int | None = None,
+    ) -> Applied:
+        """Propose one request and wait until it is applied on this node.
+
+        Raises a :class:`~raftlog.errors.ProposeError` when consensus refused it
+        (``retriable`` says whether to try again) and :class:`UnknownOutcomeError`
+        when ``timeout_s`` passed: the entry may still be applied later.
+        """
+        cid = client_id or self._client_id
+        s = seq if seq is not None else next(self._seq)
+        now_ms = int(time.time() * 1000)
+        data = encode_batch(
+            [replace(e, client_id=cid, seq=s, timestamp_ms=now_ms) for e in entries]
+        )
+        key = (cid, s)
+        fut = self._wait.register(key)
+
+        def on_proposed(offset: int | None, err: ProposeError | None) -> None:
+            if err is not None:
+                self._wait.fail(key, err)
+
+        self._engine.propose(data, on_proposed)
+        try:
+            result: Applied = await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            self._wait.cancel(key)
+            raise UnknownOutcomeError(
+                f"not applied within {timeout_s:.1f}s; the write may still be applied"
+            ) from None
+        return result
+
+    async def wait_applied(self, offset: int, timeout_s: float) -> None:
+        """Wait until this node's apply offset reaches ``offset``."""
+        if self._apply_offset >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._offset_lock:
+            self._offset_waiters.append((offset, fut))
+        if self._apply_offset >= offset:  # raced with the apply thread
+            self._release_offset_waiters()
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise UnknownOutcomeError(
+                f"apply offset {self._apply_offset} did not reach {offset} within {timeout_s:.1f}s"
+            ) from None
+
+    async def read_barrier(self, timeout_s: float) -> int:
+        """A linearizable read index: returns an offset that this node has applied and
+        that includes every write acknowledged before the call.
+
+        Concurrent callers share one barrier entry (a ``noop`` through the log, which
+        followers forward to the leader): a caller that arrives while a barrier is in
+        flight waits for the next one, which starts after it arrived.
+        """
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._barrier_waiting.append(fut)
+        if not self._barrier_inflight:
+            asyncio.get_running_loop().create_task(self._run_barriers(timeout_s))
+            self._barrier_inflight = True
+        return await asyncio.wait_for(fut, timeout_s)
+
+    async def _run_barriers(self, timeout_s: float) -> None:
+        try:
+            while self._barrier_waiting:
+                waiting, self._barrier_waiting = self._barrier_waiting, []
+                try:
+                    applied = await self.propose([Entry(type="noop")], timeout_s)
+                except Exception as exc:
+                    for f in waiting:
+                        if not f.done():
+                            f.set_exception(exc)
+                    continue
+                for f in waiting:
+                    if not f.done():
+                        f.set_result(applied.offset)
+        finally:
+            self._barrier_inflight = False
+
+    # ---------------------------------------------------------------- apply
+    def _on_commit(self, offset: int, term: int, data: bytes) -> None:
+        # Consensus thread: enqueue and return.
+        self._enqueued_offset = offset
+        self._queue.put((offset, term, data))
+
+    def _run_apply(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                group = [item]
+                while len(group) < self._apply_batch_max:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self._apply_group(group)
+                        return
+                    group.append(nxt)
+                self._apply_group(group)
+        except BaseException as exc:  # pragma: no cover - a bug; keep it visible
+            self._apply_error = exc
+            log.exception("apply thread died")
+            raise
+
+    def _apply_group(self, group: list[tuple[int, int, bytes]]) -> None:
+        results: list[tuple[tuple[str, int], Applied]] = []
+        seg_last = self._segments.last_offset
+        last = self._apply_offset
+        for offset, term, data in group:
+            if offset <= last:
+                continue  # idempotent replay
+            try:
+                entries = decode_batch(data, offset, term)
+            except Exception as exc:
+                log.error(
+                    "entry %d is not a metaledger batch (%s); applied as a no-op", offset, exc
+                )
+                entries = []
+            key = (entries[0].client_id, entries[0].seq) if entries else ("", 0)
+            first = self._first_application(key, offset)
+            if first is not None:
+                results.append((key, Applied(first, None, duplicate=True)))
+                last = offset
+                continue
+            try:
+                effects, result = self._sm.apply(offset, term, entries) if entries else ((), None)
+            except Exception as exc:
+                log.warning("entry %d rejected by the state machine: %s", offset, exc)
+                effects, result = (), ApplyFailure(str(exc))
+            if offset > seg_last:
+                ts = entries[0].timestamp_ms if entries else 0
+                for sub, eff in enumerate(effects):
+                    self._segments.append(offset, sub, eff.encode(term, ts))
+            results.append((key, Applied(offset, result)))
+            last = offset
+        self._sm.publish()
+        self._apply_offset = last
+        self._wait.trigger_many(results)
+        if self._offset_waiters:
+            self._release_offset_waiters()
+
+    def _first_application(self, key: tuple[str, int], offset: int) -> int | None:
+        """Remember (client_id, seq); return the first offset if it was applied before."""
+        cid, seq = key
+        if not cid:
+            return None
+        seen = self._sessions.get(cid)
+        if seen is None:
+            seen = self._sessions[cid] = OrderedDict()
+            if len(self._sessions) > DEDUP_CLIENTS:
+                self._sessions.popitem(last=False)
+        else:
+            self._sessions.move_to_end(cid)
+        first = seen.get(seq)
+        if first is not None:
+            return first
+        seen[seq] = offset
+        if len(seen) > DEDUP_WINDOW:
+            seen.popitem(last=False)
+        return None
+
+    def _release_offset_waiters(self) -> None:
+        applied = self._apply_offset
+        with self._offset_lock:
+            ready = [(o, f) for o, f in self._offset_waiters if o <= applied]
+            if not ready:
+                return
+            self._offset_waiters = [(o, f) for o, f in self._offset_waiters if o > applied]
+        for _, fut in ready:
+            try:
+                fut.get_loop().call_soon_threadsafe(_set_done, fut)
+            except RuntimeError:
+                pass
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,247 @@
+"""A :class:`~raftlog.consensus.ConsensusEngine` on PySyncObj 0.3.17.
+
+Mitigations from ``research/pysyncobj.md``, all applied here:
+
+* One replicated method, ``append(bytes)``. It never raises (an exception in
+  PySyncObj's apply wedges every replica for good) and does nothing but hand
+  the item to our sink; our own apply thread does the work.
+* The journal is a file, so a process crash loses nothing. PySyncObj never
+  fsyncs it: a simultaneous power loss on a majority may lose the newest
+  entries (README says so).
+* The Raft port unpickles what arrives: a password (Fernet) is required unless
+  the port is bound to loopback; :class:`PySyncObjConfig.validate` refuses
+  otherwise.
+* ``appendEntriesUseBatch=False``: a lone write commits in well under a
+  millisecond instead of waiting for the 100 ms heartbeat; under load, items
+  queued in one tick still travel in one append message.
+* Election timeouts 1-2 s and ``leaderFallbackTimeout`` 2 s: a leader cut off
+  from its peers steps down in about 2 s, not 30 s.
+* PySyncObj's own log compaction (an in-thread pickle that stalled the leader
+  for seconds) is switched off; snapshots are ours (a later issue).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from raftlog.consensus import CommitSink, EngineStatus, ProposeCallback
+from raftlog.errors import (
+    ConfigError,
+    NotLeaderError,
+    ProposalDroppedError,
+    ProposeError,
+    QueueFullError,
+    UnknownOutcomeError,
+)
+
+log = logging.getLogger(__name__)
+
+_ROLES = {0: "follower", 1: "candidate", 2: "leader"}
+_LEADER = 2
+_NEVER = 10**12
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class PySyncObjConfig:
+    node_id: str
+    peers: dict[str, str]  # node id -> "host:port" of its Raft port, including this node
+    journal_dir: str
+    password: str | None = None
+    election_timeout_min_ms: int = 1000
+    election_timeout_max_ms: int = 2000
+    leader_step_down_ms: int = 2000
+    connection_timeout_ms: int = 3500
+    tick_period_ms: int = 20
+    extra: dict[str, Any] = field(default_factory=dict)  # raw SyncObjConf overrides (tests)
+
+    @property
+    def self_address(self) -> str:
+        return self.peers[self.node_id]
+
+    def validate(self) -> None:
+        if not self.node_id:
+            raise ConfigError("node_id", "must not be empty")
+        if self.node_id not in self.peers:
+            raise ConfigError("peers", f"must include this node {self.node_id!r}")
+        for nid, addr in self.peers.items():
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError("peers", f"{nid}={addr!r} is not host:port")
+        if len(set(self.peers.values())) != len(self.peers):
+            raise ConfigError("peers", "two members share one address")
+        host = self.self_address.rpartition(":")[0]
+        if not self.password and not _is_loopback(host):
+            raise ConfigError(
+                "password",
+                f"the Raft port {self.self_address} is not loopback: PySyncObj unpickles "
+                "whatever arrives there, so a cluster password is required",
+            )
+        if not 0 < self.election_timeout_min_ms < self.election_timeout_max_ms:
+            raise ConfigError(
+                "election_timeout_min_ms", "must be > 0 and < election_timeout_max_ms"
+            )
+        if self.leader_step_down_ms <= 0:
+            raise ConfigError("leader_step_down_ms", "must be > 0")
+
+
+class _CoalescingSyncObj(SyncObj):  # type: ignore[misc]
+    """PySyncObj with one change: in no-batch mode the leader sends one append
+    message after draining the whole command queue, instead of one message per
+    command (64 queued writes were 64 messages to each follower)."""
+
+    def _checkCommandsToApply(self) -> None:
+        conf = self._SyncObj__conf
+        before = self._SyncObj__getCurrentLogIndex()
+        conf.appendEntriesUseBatch = True
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            conf.appendEntriesUseBatch = False
+        if self._SyncObj__raftState == _LEADER and self._SyncObj__getCurrentLogIndex() != before:
+            self._SyncObj__sendAppendEntries()
+
+
+class _AppendConsumer(SyncObjConsumer):  # type: ignore[misc]
+    """Holds the one replicated method. Nothing here is ever snapshotted by PySyncObj."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sink: CommitSink | None = None
+
+    @replicated  # type: ignore[untyped-decorator]
+    def append(self, data: bytes) -> int:
+        # Runs on PySyncObj's tick thread for every committed item, in log order.
+        try:
+            so = self._syncObj
+            offset = int(so.raftLastApplied) + 1
+            term = 0
+            try:
+                items = so._SyncObj__getEntries(offset, 1)
+                if items:
+                    term = int(items[0][2])
+            except Exception:  # private API; the term is informational
+                term = 0
+            sink = self.sink
+            if sink is not None:
+                sink(offset, term, data)
+            return offset
+        except BaseException:  # never raise out of PySyncObj's apply
+            log.exception("append: could not hand a committed item to the apply thread")
+            return -1
+
+    def _serialize(self) -> None:
+        return None
+
+    def _deserialize(self, data: Any) -> None:
+        return None
+
+
+def _error_for(reason: int, leader_hint: str) -> ProposeError:
+    if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER, FAIL_REASON.LEADER_CHANGED):
+        return NotLeaderError(f"no stable leader (reason {reason})", leader_hint)
+    if reason == FAIL_REASON.DISCARDED:
+        return ProposalDroppedError("the entry was replaced by a new leader's log")
+    if reason == FAIL_REASON.QUEUE_FULL:
+        return QueueFullError("consensus queue is full")
+    if reason == FAIL_REASON.UNKNOWN_OUTCOME:
+        return UnknownOutcomeError("outcome unknown after a leader change")
+    return ProposeError(f"proposal refused (reason {reason})")
+
+
+class PySyncObjEngine:
+    def __init__(self, config: PySyncObjConfig) -> None:
+        config.validate()
+        self._config = config
+        self._by_address = {addr: nid for nid, addr in config.peers.items()}
+        self._consumer = _AppendConsumer()
+        self._sync: SyncObj | None = None
+
+    def start(self, sink: CommitSink) -> None:
+        cfg = self._config
+        os.makedirs(cfg.journal_dir, exist_ok=True)
+        self._consumer.sink = sink
+        conf = SyncObjConf(
+            password=cfg.password or None,
+            journalFile=os.path.join(cfg.journal_dir, "journal"),
+            appendEntriesUseBatch=False,
+            raftMinTimeout=cfg.election_timeout_min_ms / 1000,
+            raftMaxTimeout=cfg.election_timeout_max_ms / 1000,
+            leaderFallbackTimeout=cfg.leader_step_down_ms / 1000,
+            connectionTimeout=cfg.connection_timeout_ms / 1000,
+            autoTickPeriod=cfg.tick_period_ms / 1000,
+            logCompactionMinEntries=2**62,
+            logCompactionMinTime=_NEVER,
+            dynamicMembershipChange=True,
+            commandsWaitLeader=True,
+            bindAddress=cfg.self_address,
+            **cfg.extra,
+        )
+        others = [addr for nid, addr in cfg.peers.items() if nid != cfg.node_id]
+        self._sync = _CoalescingSyncObj(
+            cfg.self_address, others, conf=conf, consumers=[self._consumer]
+        )
+
+    def propose(self, data: bytes, callback: ProposeCallback) -> None:
+        if self._sync is None:
+            callback(None, ProposeError("engine not started"))
+            return
+
+        def done(result: Any, reason: int) -> None:
+            try:
+                if reason == FAIL_REASON.SUCCESS:
+                    callback(int(result), None)
+                else:
+                    callback(None, _error_for(reason, self.status().leader_id))
+            except Exception:
+                log.exception("propose callback failed")
+
+        try:
+            self._consumer.append(data, callback=done)
+        except Exception as exc:  # pragma: no cover - PySyncObj queues, it does not raise
+            callback(None, ProposeError(f"propose failed: {exc}"))
+
+    def status(self) -> EngineStatus:
+        so = self._sync
+        cfg = self._config
+        if so is None:
+            return EngineStatus(cfg.node_id, "follower", 0, "", 0, 0, False, dict(cfg.peers))
+        leader = so._getLeader()
+        leader_id = ""
+        if leader is not None:
+            leader_id = self._by_address.get(getattr(leader, "address", str(leader)), str(leader))
+        commit = int(so.raftCommitIndex)
+        try:
+            end = int(so._SyncObj__raftLog[-1][1])
+        except Exception:
+            end = commit
+        return EngineStatus(
+            node_id=cfg.node_id,
+            role=_ROLES.get(int(so._SyncObj__raftState), "unknown"),
+            term=int(so.raftCurrentTerm),
+            leader_id=leader_id,
+            end_offset=max(end, commit),
+            commit_offset=commit,
+            has_quorum=bool(so.hasQuorum),
+            members=dict(cfg.peers),
+        )
+
+    def stop(self) -> None:
+        so, self._sync = self._sync, None
+        self._consumer.sink = None
+        if so is not None:
+            so.destroy_synchronous()

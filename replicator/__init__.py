@@ -1,0 +1,1 @@
+"""Redis and RocketMQ replicators (a later issue)."""

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Regenerate the Python protobuf and gRPC code from protos/**/*.proto.
+# Usage: scripts/gen_protos.sh [--check]
+#   --check  regenerate into a temp dir and fail if the committed code differs (CI drift check).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=.
+if [ "${1:-}" = "--check" ]; then
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+fi
+mapfile -t files < <(find protos -name '*.proto' | sort)
+python3 -m grpc_tools.protoc -I . --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" "${files[@]}"
+if [ "${1:-}" = "--check" ]; then
+  status=0
+  while IFS= read -r f; do
+    if ! cmp -s "$out/$f" "$f"; then echo "generated code drifted from protos/: $f (run scripts/gen_protos.sh)"; status=1; fi
+  done < <(cd "$out" && find protos -name '*_pb2*.py*' | sort)
+  # generated files that no longer have a .proto
+  while IFS= read -r f; do
+    [ -e "$out/$f" ] || { echo "stale generated file: $f"; status=1; }
+  done < <(find protos -name '*_pb2*.py*' | sort)
+  exit $status
+fi
+echo "generated ${#files[@]} proto files"

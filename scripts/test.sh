@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what the tests need (Debian packages,
+# the project with its dev extras), runs the static checks, then every pytest layer.
+# Usage: scripts/test.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+need_apt=()
+command -v etcd >/dev/null || need_apt+=(etcd-server)
+command -v etcdctl >/dev/null || need_apt+=(etcd-client)
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+echo "== pip install -e .[dev]"
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v -e '^WARNING: Location' -e 'Running pip as' || true
+echo "== generated protobuf code matches protos/"
+bash scripts/gen_protos.sh --check
+echo "== ruff"
+ruff check .
+ruff format --check .
+echo "== mypy (core packages)"
+mypy
+echo "== import layering (DESIGN.md §2)"
+lint-imports
+echo "== docker-compose.yml"
+docker-compose -f docker-compose.yml config -q
+echo "== pytest"
+python3 -m pytest -m "not spark" "$@"
