@@ -78,7 +78,7 @@ class NodeContext:
             cluster_id=self.cluster_id,
             member_id=self.member_id,
             revision=revision,
-            raft_term=self.log.engine_status().term,
+            raft_term=self.log.term(),
         )
 
     async def read_image(self, serializable: bool) -> MetadataImage:

@@ -53,6 +53,9 @@ class ConsensusEngine(Protocol):
     def status(self) -> EngineStatus:
         """A consistent-enough snapshot of role, term, leader and offsets."""
 
+    def term(self) -> int:
+        """The current term (cheap; called on every response)."""
+
     def stop(self) -> None:
         """Stop consensus and release ports and files. Idempotent."""
 
@@ -93,6 +96,9 @@ class InMemoryEngine:
             has_quorum=True,
             members={self._node_id: "inmem"},
         )
+
+    def term(self) -> int:
+        return 1
 
     def stop(self) -> None:
         self._sink = None

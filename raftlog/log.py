@@ -139,14 +139,26 @@ class ReplicatedLog:
 
     # ---------------------------------------------------------------- offsets
     def offsets(self) -> Offsets:
+        """The three offsets, read in an order that keeps ``apply <= commit <= end``.
+
+        ``apply`` is read first: it only grows, and never passes the highest offset
+        handed to the apply thread, which is committed by definition. ``commit`` is the
+        highest offset known committed: PySyncObj's commit index can step back for a
+        moment on a follower that truncates and re-appends entries, our knowledge does
+        not. ``end`` likewise covers that moment: committed entries are part of the log.
+        """
         apply = self._apply_offset
+        enqueued = self._enqueued_offset
         st = self._engine.status()
-        commit = max(st.commit_offset, self._enqueued_offset, apply)
+        commit = max(st.commit_offset, enqueued)
         end = max(st.end_offset, commit)
         return Offsets(end, commit, apply, self._segments.flushed_offset)
 
     def engine_status(self) -> EngineStatus:
         return self._engine.status()
+
+    def term(self) -> int:
+        return self._engine.term()
 
     @property
     def apply_offset(self) -> int:
@@ -184,14 +196,24 @@ class ReplicatedLog:
                 self._wait.fail(key, err)
 
         self._engine.propose(data, on_proposed)
+        timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, key, fut, timeout_s)
         try:
-            result: Applied = await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            self._wait.cancel(key)
-            raise UnknownOutcomeError(
-                f"not applied within {timeout_s:.1f}s; the write may still be applied"
-            ) from None
+            result: Applied = await fut
+        except BaseException:
+            self._wait.cancel(key)  # e.g. the caller went away: forget the waiter
+            raise
+        finally:
+            timer.cancel()
         return result
+
+    def _expire(self, key: tuple[str, int], fut: asyncio.Future[Any], timeout_s: float) -> None:
+        self._wait.cancel(key)
+        if not fut.done():
+            fut.set_exception(
+                UnknownOutcomeError(
+                    f"not applied within {timeout_s:.1f}s; the write may still be applied"
+                )
+            )
 
     async def wait_applied(self, offset: int, timeout_s: float) -> None:
         """Wait until this node's apply offset reaches ``offset``."""

@@ -240,6 +240,11 @@ class PySyncObjEngine:
             members=dict(cfg.peers),
         )
 
+    def term(self) -> int:
+        """The current term, cheaply (for response headers)."""
+        so = self._sync
+        return int(so.raftCurrentTerm) if so is not None else 0
+
     def stop(self) -> None:
         so, self._sync = self._sync, None
         self._consumer.sink = None

@@ -75,7 +75,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, NamedTuple
+from typing import BinaryIO, Literal, NamedTuple
 
 from raftlog.errors import ConfigError, RaftLogError
 from snapshots import (
@@ -617,7 +617,11 @@ def _scan_segment(
         except TornTailError as exc:
             torn = exc
         except RecordStreamError as exc:
-            raise SegmentCorruptionError(path, exc.position, exc.reason) from exc
+            # After a power loss a file's tail can come back zero-filled: that is an
+            # unfinished write (a torn tail), not corruption of written data.
+            if not (is_last and _zeros_to_end(f, exc.position, file_size)):
+                raise SegmentCorruptionError(path, exc.position, exc.reason) from exc
+            torn = TornTailError(exc.position, str(path))
         if torn is not None and not is_last:
             raise SegmentCorruptionError(
                 path,
@@ -647,6 +651,18 @@ def _scan_segment(
             f.truncate(segment.size)
             _fdatasync(f.fileno())
     return segment
+
+
+def _zeros_to_end(f: BinaryIO, position: int, file_size: int) -> bool:
+    """True if every byte from `position` to the end of the file is zero."""
+    f.seek(position)
+    remaining = file_size - position
+    while remaining > 0:
+        chunk = f.read(min(remaining, 1 << 20))
+        if not chunk or chunk.count(0) != len(chunk):
+            return False
+        remaining -= len(chunk)
+    return True
 
 
 def _write_index_if_stale(segment: _Segment) -> None:

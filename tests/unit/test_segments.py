@@ -518,3 +518,21 @@ def test_failed_fdatasync_makes_the_log_unusable(
     with pytest.raises(OSError, match="failed"):
         log.close()
     log.close()
+
+
+def test_zero_filled_tail_after_power_loss_is_repaired_not_corruption(tmp_path: Path) -> None:
+    """After a power loss the file's tail can read back as zeros: an unfinished write."""
+    log = SegmentLog.open(tmp_path, SegmentConfig(fsync_policy="always"))
+    for offset in range(1, 6):
+        log.append(offset, 0, b"payload-%d" % offset)
+    log.close()
+    (seg,) = sorted(tmp_path.glob("*.seg"))
+    with open(seg, "ab") as f:
+        f.write(b"\x00" * 4096)
+    reopened = SegmentLog.open(tmp_path, SegmentConfig(fsync_policy="never"))
+    try:
+        assert [r.offset for r in reopened.read_from(0)] == [1, 2, 3, 4, 5]
+        reopened.append(6, 0, b"after")
+        assert reopened.last_offset == 6
+    finally:
+        reopened.close()
