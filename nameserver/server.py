@@ -58,7 +58,7 @@ class Node:
             os.path.join(config.data_dir, "log"),
             SegmentConfig(
                 segment_max_bytes=config.segment_max_bytes,
-                fsync_policy=config.fsync_policy,
+                fsync_policy=config.fsync_policy,  # type: ignore[arg-type]  # validated
                 fsync_interval_ms=config.fsync_interval_ms,
             ),
         )

@@ -134,7 +134,7 @@ def _require_key(key: bytes, what: str) -> None:
         raise InvalidRequest(f"etcdserver: key is not provided ({what}: key must not be empty)")
 
 
-class KVService(rpc_pb2_grpc.KVServicer):
+class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
     def __init__(self, node: NodeContext) -> None:
         self.node = node
 
@@ -240,7 +240,7 @@ class KVService(rpc_pb2_grpc.KVServicer):
                 self._check_txn_values(op.request_txn)
 
 
-class ClusterService(rpc_pb2_grpc.ClusterServicer):
+class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
     def __init__(self, node: NodeContext) -> None:
         self.node = node
 
@@ -262,7 +262,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):
         return resp
 
 
-class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
+class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc]
     def __init__(self, node: NodeContext) -> None:
         self.node = node
 
@@ -287,7 +287,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):
         return rpc_pb2.AlarmResponse(header=self.node.header(self.node.state.image.revision))
 
 
-class AdminService(admin_pb2_grpc.AdminServicer):
+class AdminService(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
     def __init__(self, node: NodeContext) -> None:
         self.node = node
 
@@ -314,6 +314,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             has_quorum=st.has_quorum,
             peer_url="http://" + cfg.listen_peer,
             client_urls=[cfg.client_url],
+            items_proposed=self.node.log.items_proposed,
+            requests_proposed=self.node.log.requests_proposed,
         )
 
     @rpc

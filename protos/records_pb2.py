@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos.etcdserverpb import rpc_pb2 as protos_dot_etcdserverpb_dot_rpc__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/records.proto\x12\x12metaledger.records\x1a\x1dprotos/etcdserverpb/rpc.proto\"\x85\x01\n\x05\x45ntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0b\n\x03key\x18\x04 \x01(\x0c\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x12\x11\n\tclient_id\x18\x07 \x01(\t\x12\x0b\n\x03seq\x18\x08 \x01(\x04\"8\n\nEntryBatch\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.metaledger.records.Entry\"v\n\x0bKvOperation\x12\'\n\x03put\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.PutRequestH\x00\x12\x38\n\x0c\x64\x65lete_range\x18\x02 \x01(\x0b\x32 .etcdserverpb.DeleteRangeRequestH\x00\x42\x04\n\x02op\"5\n\x0cTxnOperation\x12%\n\x03txn\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.TxnRequest\"T\n\x0cMemberRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08peer_url\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x03 \x03(\t\x12\x11\n\tmember_id\x18\x04 \x01(\x04\"\x06\n\x04Noop\"u\n\x08KvRecord\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x17\n\x0f\x63reate_revision\x18\x03 \x01(\x03\x12\x14\n\x0cmod_revision\x18\x04 \x01(\x03\x12\x0f\n\x07version\x18\x05 \x01(\x03\x12\r\n\x05lease\x18\x06 \x01(\x03\"f\n\x06\x45\x66\x66\x65\x63t\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\x12\x0c\n\x04term\x18\x05 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/records.proto\x12\x12metaledger.records\x1a\x1dprotos/etcdserverpb/rpc.proto\"\x85\x01\n\x05\x45ntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0b\n\x03key\x18\x04 \x01(\x0c\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x12\x11\n\tclient_id\x18\x07 \x01(\t\x12\x0b\n\x03seq\x18\x08 \x01(\x04\"8\n\nEntryBatch\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.metaledger.records.Entry\"<\n\x08RaftItem\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.metaledger.records.EntryBatch\"v\n\x0bKvOperation\x12\'\n\x03put\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.PutRequestH\x00\x12\x38\n\x0c\x64\x65lete_range\x18\x02 \x01(\x0b\x32 .etcdserverpb.DeleteRangeRequestH\x00\x42\x04\n\x02op\"5\n\x0cTxnOperation\x12%\n\x03txn\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.TxnRequest\"T\n\x0cMemberRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08peer_url\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x03 \x03(\t\x12\x11\n\tmember_id\x18\x04 \x01(\x04\"\x06\n\x04Noop\"u\n\x08KvRecord\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x17\n\x0f\x63reate_revision\x18\x03 \x01(\x03\x12\x14\n\x0cmod_revision\x18\x04 \x01(\x03\x12\x0f\n\x07version\x18\x05 \x01(\x03\x12\r\n\x05lease\x18\x06 \x01(\x03\"f\n\x06\x45\x66\x66\x65\x63t\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\x12\x0c\n\x04term\x18\x05 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,16 +36,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENTRY']._serialized_end=209
   _globals['_ENTRYBATCH']._serialized_start=211
   _globals['_ENTRYBATCH']._serialized_end=267
-  _globals['_KVOPERATION']._serialized_start=269
-  _globals['_KVOPERATION']._serialized_end=387
-  _globals['_TXNOPERATION']._serialized_start=389
-  _globals['_TXNOPERATION']._serialized_end=442
-  _globals['_MEMBERRECORD']._serialized_start=444
-  _globals['_MEMBERRECORD']._serialized_end=528
-  _globals['_NOOP']._serialized_start=530
-  _globals['_NOOP']._serialized_end=536
-  _globals['_KVRECORD']._serialized_start=538
-  _globals['_KVRECORD']._serialized_end=655
-  _globals['_EFFECT']._serialized_start=657
-  _globals['_EFFECT']._serialized_end=759
+  _globals['_RAFTITEM']._serialized_start=269
+  _globals['_RAFTITEM']._serialized_end=329
+  _globals['_KVOPERATION']._serialized_start=331
+  _globals['_KVOPERATION']._serialized_end=449
+  _globals['_TXNOPERATION']._serialized_start=451
+  _globals['_TXNOPERATION']._serialized_end=504
+  _globals['_MEMBERRECORD']._serialized_start=506
+  _globals['_MEMBERRECORD']._serialized_end=590
+  _globals['_NOOP']._serialized_start=592
+  _globals['_NOOP']._serialized_end=598
+  _globals['_KVRECORD']._serialized_start=600
+  _globals['_KVRECORD']._serialized_end=717
+  _globals['_EFFECT']._serialized_start=719
+  _globals['_EFFECT']._serialized_end=821
 # @@protoc_insertion_point(module_scope)

@@ -33,6 +33,12 @@ class EntryBatch(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ...) -> None: ...
 
+class RaftItem(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[EntryBatch]
+    def __init__(self, requests: _Optional[_Iterable[_Union[EntryBatch, _Mapping]]] = ...) -> None: ...
+
 class KvOperation(_message.Message):
     __slots__ = ("put", "delete_range")
     PUT_FIELD_NUMBER: _ClassVar[int]

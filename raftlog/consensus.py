@@ -56,6 +56,10 @@ class ConsensusEngine(Protocol):
     def term(self) -> int:
         """The current term (cheap; called on every response)."""
 
+    def uncommitted(self) -> list[bytes]:
+        """Payloads in this node's log after the last item handed to the sink, in order
+        (for reporting the end offset; may be a moment stale)."""
+
     def stop(self) -> None:
         """Stop consensus and release ports and files. Idempotent."""
 
@@ -99,6 +103,9 @@ class InMemoryEngine:
 
     def term(self) -> int:
         return 1
+
+    def uncommitted(self) -> list[bytes]:
+        return []
 
     def stop(self) -> None:
         self._sink = None

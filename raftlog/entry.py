@@ -1,14 +1,20 @@
-"""The replicated log's entries and their protobuf encoding (DESIGN.md §3).
+"""The replicated log's entries and their encoding (DESIGN.md §3).
 
 An :class:`Entry` is RIP-18's ``(type, key, value)`` plus where it sits in the
-log (``offset`` = Raft index, ``term``), when the proposer made it
-(``timestamp_ms``) and who proposed it (``client_id``, ``seq``). One Raft log
-item carries an :class:`EntryBatch`: the entries of one request, applied
-atomically at one offset.
+metadata log (``offset``, ``term``), when the proposer made it
+(``timestamp_ms``) and who proposed it (``client_id``, ``seq``).
+
+The entries of one client request form a *request* (``records.EntryBatch``),
+applied atomically at one offset. Offsets number requests: 1, 2, 3, ... with
+no gaps. Proposers group concurrent requests into one consensus item (group
+commit), so the consensus engine's own index is not the offset: an item is
+``u32 request count`` followed by a ``records.RaftItem``, and the apply thread
+numbers its requests on from the last offset.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -93,4 +99,67 @@ def decode_batch(data: bytes, offset: int, term: int) -> list[Entry]:
             seq=m.seq,
         )
         for m in batch.entries
+    ]
+
+
+_COUNT = struct.Struct("<I")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def encode_item(requests: Sequence[bytes]) -> bytes:
+    """Frame encoded requests (``encode_batch`` results) as one consensus item.
+
+    The body is a valid ``records.RaftItem`` (field 1, repeated EntryBatch), built by
+    concatenation so that no request is encoded twice.
+    """
+    if not requests:
+        raise ValueError("requests: an item needs at least one request")
+    parts = [_COUNT.pack(len(requests))]
+    for r in requests:
+        parts += (b"\x0a", _varint(len(r)), r)
+    return b"".join(parts)
+
+
+def item_count(data: bytes) -> int:
+    """How many requests (offsets) a consensus item carries; 0 if it is not one of ours."""
+    if len(data) < _COUNT.size:
+        return 0
+    return int(_COUNT.unpack_from(data)[0])
+
+
+def decode_item(data: bytes, first_offset: int, term: int) -> list[list[Entry]]:
+    """Decode a consensus item into its requests, numbered from ``first_offset``.
+
+    Raises ``ValueError`` (or protobuf's ``DecodeError``) on bytes that are not an item.
+    """
+    count = item_count(data)
+    item = records_pb2.RaftItem.FromString(data[_COUNT.size :])
+    if len(item.requests) != count:
+        raise ValueError(f"item announces {count} requests but holds {len(item.requests)}")
+    return [
+        [
+            Entry(
+                type=m.type,
+                key=m.key,
+                value=m.value,
+                offset=first_offset + i,
+                term=term,
+                timestamp_ms=m.timestamp_ms,
+                client_id=m.client_id,
+                seq=m.seq,
+            )
+            for m in req.entries
+        ]
+        for i, req in enumerate(item.requests)
     ]

@@ -2,19 +2,26 @@
 
 Data flow (DESIGN.md §3)::
 
-    propose(entries) ──▶ ConsensusEngine ──commit──▶ sink (enqueue only)
-                                                        │
-                                     apply thread ◀─────┘
-                                        │  decode batch, de-duplicate (client_id, seq)
+    propose(entries) ─▶ group commit ─▶ ConsensusEngine ──commit──▶ sink (count, enqueue)
+      (one request)     (concurrent requests                          │
+                         become one item)           apply thread ◀────┘
+                                        │  decode item; number its requests on from the last offset
+                                        │  de-duplicate (client_id, seq)
                                         │  StateMachine.apply(offset, term, entries) → effects, result
                                         │  effects → SegmentLog (offset, sub-index)
                                         │  StateMachine.publish()  (new image visible)
                                         └▶ Wait.trigger_many(results) → proposers answered
 
-Three offsets per node: ``end_offset`` (last entry in this node's Raft log),
-``commit_offset`` (known replicated to a majority), ``apply_offset`` (built into
-the image). ``apply <= commit <= end`` holds at every moment they are read
-together through :meth:`ReplicatedLog.offsets`.
+Offsets number requests, 1, 2, 3, ... without gaps, the same on every node: the
+consensus engine's index is internal (an item carries many requests; the engine's
+own no-ops carry none). Group commit: a proposer sends at once when nothing of
+its own is in flight, and otherwise gathers everything that arrives meanwhile
+into the next item (at most ``max_item_requests`` requests or ``max_item_bytes``).
+
+Three offsets per node: ``end_offset`` (last request in this node's log,
+committed or not), ``commit_offset`` (known replicated to a majority),
+``apply_offset`` (built into the image). ``apply <= commit <= end`` holds at
+every moment they are read together through :meth:`ReplicatedLog.offsets`.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from raftlog.consensus import ConsensusEngine, EngineStatus
-from raftlog.entry import Effect, Entry, decode_batch, encode_batch
+from raftlog.entry import Effect, Entry, decode_item, encode_batch, encode_item, item_count
 from raftlog.errors import ProposeError, UnknownOutcomeError
 from raftlog.segments import SegmentLog
 from raftlog.wait import Wait
@@ -98,12 +105,23 @@ class ReplicatedLog:
         segments: SegmentLog,
         node_id: str,
         apply_batch_max: int = 1024,
+        max_item_requests: int = 512,
+        max_item_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self._engine = engine
         self._sm = state_machine
         self._segments = segments
         self._node_id = node_id
         self._apply_batch_max = apply_batch_max
+        self._max_item_requests = max_item_requests
+        self._max_item_bytes = max_item_bytes
+        # group commit (touched on the proposers' loop only)
+        self._pending: list[tuple[bytes, tuple[str, int]]] = []
+        self._pending_bytes = 0
+        self._in_flight = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.items_proposed = 0  # group-commit statistics of this node's proposals
+        self.requests_proposed = 0
         self._client_id = f"{node_id}/{uuid.uuid4().hex[:12]}"
         self._seq = itertools.count(1)
         self._queue: queue.SimpleQueue[tuple[int, int, bytes] | None] = queue.SimpleQueue()
@@ -141,17 +159,14 @@ class ReplicatedLog:
     def offsets(self) -> Offsets:
         """The three offsets, read in an order that keeps ``apply <= commit <= end``.
 
-        ``apply`` is read first: it only grows, and never passes the highest offset
-        handed to the apply thread, which is committed by definition. ``commit`` is the
-        highest offset known committed: PySyncObj's commit index can step back for a
-        moment on a follower that truncates and re-appends entries, our knowledge does
-        not. ``end`` likewise covers that moment: committed entries are part of the log.
+        ``apply`` is read first: it only grows, and never passes the last offset
+        handed to the apply thread, which is committed by definition and is this
+        node's ``commit``. ``end`` adds the requests of the items in this node's log
+        after that one (committed or not).
         """
         apply = self._apply_offset
-        enqueued = self._enqueued_offset
-        st = self._engine.status()
-        commit = max(st.commit_offset, enqueued)
-        end = max(st.end_offset, commit)
+        commit = self._enqueued_offset
+        end = commit + sum(item_count(data) for data in self._engine.uncommitted())
         return Offsets(end, commit, apply, self._segments.flushed_offset)
 
     def engine_status(self) -> EngineStatus:
@@ -180,7 +195,7 @@ class ReplicatedLog:
 
         Raises a :class:`~raftlog.errors.ProposeError` when consensus refused it
         (``retriable`` says whether to try again) and :class:`UnknownOutcomeError`
-        when ``timeout_s`` passed: the entry may still be applied later.
+        when ``timeout_s`` passed: the request may still be applied later.
         """
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
@@ -190,13 +205,12 @@ class ReplicatedLog:
         )
         key = (cid, s)
         fut = self._wait.register(key)
-
-        def on_proposed(offset: int | None, err: ProposeError | None) -> None:
-            if err is not None:
-                self._wait.fail(key, err)
-
-        self._engine.propose(data, on_proposed)
-        timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, key, fut, timeout_s)
+        loop = self._loop = asyncio.get_running_loop()
+        self._pending.append((data, key))
+        self._pending_bytes += len(data)
+        if not self._in_flight:
+            self._send_item()
+        timer = loop.call_later(timeout_s, self._expire, key, fut, timeout_s)
         try:
             result: Applied = await fut
         except BaseException:
@@ -205,6 +219,42 @@ class ReplicatedLog:
         finally:
             timer.cancel()
         return result
+
+    def _send_item(self) -> None:
+        """Propose everything pending (up to the item limits) as one consensus item."""
+        take, size = 0, 0
+        for data, _ in self._pending:
+            if take and (
+                take >= self._max_item_requests or size + len(data) > self._max_item_bytes
+            ):
+                break
+            take += 1
+            size += len(data)
+        batch, self._pending = self._pending[:take], self._pending[take:]
+        self.items_proposed += 1
+        self.requests_proposed += take
+        self._pending_bytes -= size
+        keys = [key for _, key in batch]
+        self._in_flight = True
+        loop = self._loop
+        assert loop is not None
+
+        def on_proposed(offset: int | None, err: ProposeError | None) -> None:
+            # engine thread
+            if err is not None:
+                for key in keys:
+                    self._wait.fail(key, err)
+            try:
+                loop.call_soon_threadsafe(self._on_item_done)
+            except RuntimeError:  # loop closed
+                pass
+
+        self._engine.propose(encode_item([data for data, _ in batch]), on_proposed)
+
+    def _on_item_done(self) -> None:
+        self._in_flight = False
+        if self._pending:
+            self._send_item()
 
     def _expire(self, key: tuple[str, int], fut: asyncio.Future[Any], timeout_s: float) -> None:
         self._wait.cancel(key)
@@ -264,10 +314,11 @@ class ReplicatedLog:
             self._barrier_inflight = False
 
     # ---------------------------------------------------------------- apply
-    def _on_commit(self, offset: int, term: int, data: bytes) -> None:
-        # Consensus thread: enqueue and return.
-        self._enqueued_offset = offset
-        self._queue.put((offset, term, data))
+    def _on_commit(self, index: int, term: int, data: bytes) -> None:
+        # Consensus thread: number the item's requests and enqueue; nothing more.
+        first = self._enqueued_offset + 1
+        self._enqueued_offset += item_count(data)
+        self._queue.put((first, term, data))
 
     def _run_apply(self) -> None:
         try:
@@ -295,33 +346,40 @@ class ReplicatedLog:
         results: list[tuple[tuple[str, int], Applied]] = []
         seg_last = self._segments.last_offset
         last = self._apply_offset
-        for offset, term, data in group:
-            if offset <= last:
-                continue  # idempotent replay
+        for first, term, data in group:
             try:
-                entries = decode_batch(data, offset, term)
+                requests = decode_item(data, first, term)
             except Exception as exc:
+                count = item_count(data)
                 log.error(
-                    "entry %d is not a metaledger batch (%s); applied as a no-op", offset, exc
+                    "offsets %d..%d: not a metaledger item (%s); applied as no-ops",
+                    first,
+                    first + count - 1,
+                    exc,
                 )
-                entries = []
-            key = (entries[0].client_id, entries[0].seq) if entries else ("", 0)
-            first = self._first_application(key, offset)
-            if first is not None:
-                results.append((key, Applied(first, None, duplicate=True)))
+                requests = [[] for _ in range(count)]
+            for i, entries in enumerate(requests):
+                offset = first + i
+                if offset <= last:
+                    continue  # idempotent replay
                 last = offset
-                continue
-            try:
-                effects, result = self._sm.apply(offset, term, entries) if entries else ((), None)
-            except Exception as exc:
-                log.warning("entry %d rejected by the state machine: %s", offset, exc)
-                effects, result = (), ApplyFailure(str(exc))
-            if offset > seg_last:
-                ts = entries[0].timestamp_ms if entries else 0
-                for sub, eff in enumerate(effects):
-                    self._segments.append(offset, sub, eff.encode(term, ts))
-            results.append((key, Applied(offset, result)))
-            last = offset
+                key = (entries[0].client_id, entries[0].seq) if entries else ("", 0)
+                earlier = self._first_application(key, offset)
+                if earlier is not None:
+                    results.append((key, Applied(earlier, None, duplicate=True)))
+                    continue
+                try:
+                    effects, result = (
+                        self._sm.apply(offset, term, entries) if entries else ((), None)
+                    )
+                except Exception as exc:
+                    log.warning("offset %d rejected by the state machine: %s", offset, exc)
+                    effects, result = (), ApplyFailure(str(exc))
+                if offset > seg_last and effects:
+                    ts = entries[0].timestamp_ms
+                    for sub, eff in enumerate(effects):
+                        self._segments.append(offset, sub, eff.encode(term, ts))
+                results.append((key, Applied(offset, result)))
         self._sm.publish()
         self._apply_offset = last
         self._wait.trigger_many(results)

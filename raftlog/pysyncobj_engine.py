@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import pickle as pso_pickle
+from pysyncobj.syncobj import _COMMAND_TYPE
 
 from raftlog.consensus import CommitSink, EngineStatus, ProposeCallback
 from raftlog.errors import (
@@ -122,6 +124,7 @@ class _AppendConsumer(SyncObjConsumer):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.sink: CommitSink | None = None
+        self.last_index = 0  # Raft index of the last item handed to the sink
 
     @replicated  # type: ignore[untyped-decorator]
     def append(self, data: bytes) -> int:
@@ -139,6 +142,7 @@ class _AppendConsumer(SyncObjConsumer):  # type: ignore[misc]
             sink = self.sink
             if sink is not None:
                 sink(offset, term, data)
+            self.last_index = offset
             return offset
         except BaseException:  # never raise out of PySyncObj's apply
             log.exception("append: could not hand a committed item to the apply thread")
@@ -239,6 +243,21 @@ class PySyncObjEngine:
             has_quorum=bool(so.hasQuorum),
             members=dict(cfg.peers),
         )
+
+    def uncommitted(self) -> list[bytes]:
+        so = self._sync
+        if so is None:
+            return []
+        out: list[bytes] = []
+        try:
+            items = so._SyncObj__getEntries(self._consumer.last_index + 1)
+            for command, _idx, _term in items:
+                if command[:1] == bytes([_COMMAND_TYPE.REGULAR]):
+                    _func_id, args = pso_pickle.loads(command[1:])[:2]
+                    out.append(bytes(args[0]))
+        except Exception:  # private API, read from another thread: best effort
+            log.debug("could not read uncommitted items", exc_info=True)
+        return out
 
     def term(self) -> int:
         """The current term, cheaply (for response headers)."""

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n protos/metaledger/v1/admin.proto\x12\rmetaledger.v1\"\x0f\n\rStatusRequest\"\xb7\x02\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x03\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x15\n\rcommit_offset\x18\x06 \x01(\x03\x12\x14\n\x0c\x61pply_offset\x18\x07 \x01(\x03\x12\x13\n\x0b\x61pplied_lag\x18\x08 \x01(\x03\x12\x1e\n\x16segment_flushed_offset\x18\t \x01(\x03\x12\x12\n\ncluster_id\x18\n \x01(\t\x12\x11\n\tmember_id\x18\x0b \x01(\x04\x12\x15\n\rdb_size_bytes\x18\x0c \x01(\x03\x12\x12\n\nhas_quorum\x18\r \x01(\x08\x12\x10\n\x08peer_url\x18\x0e \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x0f \x03(\t\"\x10\n\x0eMembersRequest\"N\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\x04\x12\x10\n\x08peer_url\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x04 \x03(\t\"9\n\x0fMembersResponse\x12&\n\x07members\x18\x01 \x03(\x0b\x32\x15.metaledger.v1.Member2\x98\x01\n\x05\x41\x64min\x12\x45\n\x06Status\x12\x1c.metaledger.v1.StatusRequest\x1a\x1d.metaledger.v1.StatusResponse\x12H\n\x07Members\x12\x1d.metaledger.v1.MembersRequest\x1a\x1e.metaledger.v1.MembersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n protos/metaledger/v1/admin.proto\x12\rmetaledger.v1\"\x0f\n\rStatusRequest\"\xea\x02\n\x0eStatusResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x03\x12\x0e\n\x06leader\x18\x04 \x01(\t\x12\x12\n\nend_offset\x18\x05 \x01(\x03\x12\x15\n\rcommit_offset\x18\x06 \x01(\x03\x12\x14\n\x0c\x61pply_offset\x18\x07 \x01(\x03\x12\x13\n\x0b\x61pplied_lag\x18\x08 \x01(\x03\x12\x1e\n\x16segment_flushed_offset\x18\t \x01(\x03\x12\x12\n\ncluster_id\x18\n \x01(\t\x12\x11\n\tmember_id\x18\x0b \x01(\x04\x12\x15\n\rdb_size_bytes\x18\x0c \x01(\x03\x12\x12\n\nhas_quorum\x18\r \x01(\x08\x12\x10\n\x08peer_url\x18\x0e \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x0f \x03(\t\x12\x16\n\x0eitems_proposed\x18\x10 \x01(\x03\x12\x19\n\x11requests_proposed\x18\x11 \x01(\x03\"\x10\n\x0eMembersRequest\"N\n\x06Member\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tmember_id\x18\x02 \x01(\x04\x12\x10\n\x08peer_url\x18\x03 \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x04 \x03(\t\"9\n\x0fMembersResponse\x12&\n\x07members\x18\x01 \x03(\x0b\x32\x15.metaledger.v1.Member2\x98\x01\n\x05\x41\x64min\x12\x45\n\x06Status\x12\x1c.metaledger.v1.StatusRequest\x1a\x1d.metaledger.v1.StatusResponse\x12H\n\x07Members\x12\x1d.metaledger.v1.MembersRequest\x1a\x1e.metaledger.v1.MembersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,13 +34,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREQUEST']._serialized_start=51
   _globals['_STATUSREQUEST']._serialized_end=66
   _globals['_STATUSRESPONSE']._serialized_start=69
-  _globals['_STATUSRESPONSE']._serialized_end=380
-  _globals['_MEMBERSREQUEST']._serialized_start=382
-  _globals['_MEMBERSREQUEST']._serialized_end=398
-  _globals['_MEMBER']._serialized_start=400
-  _globals['_MEMBER']._serialized_end=478
-  _globals['_MEMBERSRESPONSE']._serialized_start=480
-  _globals['_MEMBERSRESPONSE']._serialized_end=537
-  _globals['_ADMIN']._serialized_start=540
-  _globals['_ADMIN']._serialized_end=692
+  _globals['_STATUSRESPONSE']._serialized_end=431
+  _globals['_MEMBERSREQUEST']._serialized_start=433
+  _globals['_MEMBERSREQUEST']._serialized_end=449
+  _globals['_MEMBER']._serialized_start=451
+  _globals['_MEMBER']._serialized_end=529
+  _globals['_MEMBERSRESPONSE']._serialized_start=531
+  _globals['_MEMBERSRESPONSE']._serialized_end=588
+  _globals['_ADMIN']._serialized_start=591
+  _globals['_ADMIN']._serialized_end=743
 # @@protoc_insertion_point(module_scope)

@@ -11,7 +11,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("id", "role", "term", "leader", "end_offset", "commit_offset", "apply_offset", "applied_lag", "segment_flushed_offset", "cluster_id", "member_id", "db_size_bytes", "has_quorum", "peer_url", "client_urls")
+    __slots__ = ("id", "role", "term", "leader", "end_offset", "commit_offset", "apply_offset", "applied_lag", "segment_flushed_offset", "cluster_id", "member_id", "db_size_bytes", "has_quorum", "peer_url", "client_urls", "items_proposed", "requests_proposed")
     ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,8 @@ class StatusResponse(_message.Message):
     HAS_QUORUM_FIELD_NUMBER: _ClassVar[int]
     PEER_URL_FIELD_NUMBER: _ClassVar[int]
     CLIENT_URLS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_PROPOSED_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PROPOSED_FIELD_NUMBER: _ClassVar[int]
     id: str
     role: str
     term: int
@@ -42,7 +44,9 @@ class StatusResponse(_message.Message):
     has_quorum: bool
     peer_url: str
     client_urls: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., applied_lag: _Optional[int] = ..., segment_flushed_offset: _Optional[int] = ..., cluster_id: _Optional[str] = ..., member_id: _Optional[int] = ..., db_size_bytes: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., peer_url: _Optional[str] = ..., client_urls: _Optional[_Iterable[str]] = ...) -> None: ...
+    items_proposed: int
+    requests_proposed: int
+    def __init__(self, id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., end_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., apply_offset: _Optional[int] = ..., applied_lag: _Optional[int] = ..., segment_flushed_offset: _Optional[int] = ..., cluster_id: _Optional[str] = ..., member_id: _Optional[int] = ..., db_size_bytes: _Optional[int] = ..., has_quorum: _Optional[bool] = ..., peer_url: _Optional[str] = ..., client_urls: _Optional[_Iterable[str]] = ..., items_proposed: _Optional[int] = ..., requests_proposed: _Optional[int] = ...) -> None: ...
 
 class MembersRequest(_message.Message):
     __slots__ = ()
