@@ -1,0 +1,530 @@
+"""etcd 3.4 and metaledger side by side, 3 members each on loopback, same load generator.
+
+    python -m bench.compare_etcd [--rows put:1,put:16,...] [--duration 10] [--warmup 1]
+    bench/compare_etcd.sh ...   (the same, with a shell trap around it)
+
+For each system in turn (never both at once): start a 3-member cluster on free loopback ports
+with temporary data dirs (etcd from ``/usr/bin/etcd``; metaledger with ``metaledger cluster
+up``), find its leader (``etcdctl endpoint status``; Admin.Status), run every row with
+``bench.loadgen`` in its own process against the leader (or all members with ``--target all``),
+then stop the cluster by PID (SIGTERM, then SIGKILL after 10 s). The results go to
+``bench/results/compare_etcd-<date>.json`` and ``.md`` with the machine's description. The
+whole run is bounded (``--max-total``, SIGALRM) and stops everything it started on any exit.
+
+Environment: COMPARE_ROWS, COMPARE_DURATION, COMPARE_WARMUP, ETCD, ETCDCTL override the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from nameserver.cli.cluster import busy_ports, layout
+from nameserver.client import Client, NodeStatus
+
+DEFAULT_ROWS = "put:1,put:16,put:64,get:64,get-ser:64,txn:16"
+ROOT = Path(__file__).resolve().parents[1]
+STARTUP_S = 60.0
+STOP_GRACE_S = 10.0
+ROW_OVERHEAD_S = 60.0  # key-space writes for get, process start, stragglers
+
+
+@dataclass(frozen=True)
+class Row:
+    op: str
+    clients: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}:{self.clients}"
+
+
+def parse_rows(text: str) -> list[Row]:
+    from bench.loadgen import OPS
+
+    rows = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        op, _, clients = part.partition(":")
+        if op not in OPS or not clients.isdigit() or int(clients) < 1:
+            raise argparse.ArgumentTypeError(f"row {part!r} is not OP:CLIENTS (OP in {OPS})")
+        rows.append(Row(op, int(clients)))
+    if not rows:
+        raise argparse.ArgumentTypeError("no rows given")
+    return rows
+
+
+class Deadline(Exception):
+    """The whole comparison ran out of its time budget."""
+
+
+@dataclass
+class Cluster:
+    """What one system's run started: processes to stop, endpoints, and server pids to watch."""
+
+    name: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    extra_pids: list[int] = field(default_factory=list)  # started by a process in procs
+    endpoints: list[str] = field(default_factory=list)
+    server_pids: list[int] = field(default_factory=list)
+    leader: str = ""
+    version: str = ""
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for pid in self.extra_pids:  # cluster up stops its nodes; make sure of it
+            for _ in range(int(STOP_GRACE_S * 10)):
+                if not _alive(pid):
+                    break
+                time.sleep(0.1)
+            else:
+                _kill(pid, signal.SIGKILL)
+        self.procs.clear()
+        self.extra_pids.clear()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _flags(flags: dict[str, str]) -> list[str]:
+    return [item for pair in flags.items() for item in pair]
+
+
+def _env_with_root() -> dict[str, str]:
+    """This environment with the project root on PYTHONPATH (for ``python -m`` children)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_base_port(nodes: int) -> int:
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 60000 - 10 * nodes, 10)
+        if not busy_ports(layout(nodes, base)):
+            return base
+    raise RuntimeError("no free base port found for metaledger")
+
+
+def _wait_for(
+    what: str, check: Any, timeout_s: float, procs: Sequence[subprocess.Popen[bytes]]
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{what}: pid {p.pid} exited with code {p.returncode}")
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as exc:  # keep polling; report the last failure
+            last = exc
+        time.sleep(0.25)
+    raise RuntimeError(f"{what}: not ready within {timeout_s:g}s (last error: {last})")
+
+
+# --------------------------------------------------------------------------- etcd
+
+
+def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None:
+    ports = free_ports(6)
+    names = [f"m{i}" for i in range(3)]
+    client_urls = [f"http://127.0.0.1:{ports[i]}" for i in range(3)]
+    peer_urls = [f"http://127.0.0.1:{ports[3 + i]}" for i in range(3)]
+    initial = ",".join(f"{n}={u}" for n, u in zip(names, peer_urls, strict=True))
+    cluster.version = subprocess.run(
+        [etcd, "--version"], capture_output=True, text=True, timeout=10
+    ).stdout.split("\n")[0]
+    for i, name in enumerate(names):
+        data = workdir / "etcd" / name
+        data.mkdir(parents=True)
+        flags = {
+            "--name": name,
+            "--data-dir": str(data),
+            "--listen-client-urls": client_urls[i],
+            "--advertise-client-urls": client_urls[i],
+            "--listen-peer-urls": peer_urls[i],
+            "--initial-advertise-peer-urls": peer_urls[i],
+            "--initial-cluster": initial,
+            "--initial-cluster-state": "new",
+            "--initial-cluster-token": f"compare-etcd-{os.getpid()}",
+            "--logger": "zap",
+        }
+        with open(workdir / "etcd" / f"{name}.log", "wb") as log:
+            cluster.procs.append(
+                subprocess.Popen(
+                    [etcd, *_flags(flags)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    cluster.server_pids = [p.pid for p in cluster.procs]
+    cluster.endpoints = [u.removeprefix("http://") for u in client_urls]
+
+    def leader() -> str:
+        out = subprocess.run(
+            [
+                etcdctl,
+                f"--endpoints={','.join(cluster.endpoints)}",
+                "endpoint",
+                "status",
+                "-w",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env={**os.environ, "ETCDCTL_API": "3"},
+        )
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr.strip())
+        statuses = json.loads(out.stdout)
+        if len(statuses) != 3:
+            return ""
+        for s in statuses:
+            st = s["Status"]
+            if st.get("leader") and st["header"]["member_id"] == st["leader"]:
+                return str(s["Endpoint"]).removeprefix("http://")
+        return ""
+
+    cluster.leader = _wait_for("etcd leader", leader, STARTUP_S, cluster.procs)
+
+
+# --------------------------------------------------------------------------- metaledger
+
+
+def start_metaledger(cluster: Cluster, workdir: Path) -> None:
+    data = workdir / "metaledger"
+    data.mkdir(parents=True)
+    base = free_base_port(3)
+    nodes = layout(3, base)
+    flags = {
+        "--nodes": "3",
+        "--data-dir": str(data),
+        "--base-port": str(base),
+        "--log-level": "WARNING",
+    }
+    with open(workdir / "metaledger-cluster-up.log", "wb") as log:
+        cluster.procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "nameserver.cli", "cluster", "up", *_flags(flags)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=_env_with_root(),
+            )
+        )
+    cluster.endpoints = [n.client_endpoint for n in nodes]
+    cluster.version = "metaledger (this tree)"
+
+    def node_pids() -> list[int]:
+        files = [data / f"{n.id}.pid" for n in nodes]
+        if not all(f.exists() for f in files):
+            return []
+        return [int(f.read_text()) for f in files]
+
+    cluster.server_pids = _wait_for("metaledger nodes", node_pids, STARTUP_S, cluster.procs)
+    cluster.extra_pids = list(cluster.server_pids)
+
+    def leader() -> str:
+        with Client(cluster.endpoints, timeout_s=1.0) as client:
+            statuses = [s for s in client.status_all() if isinstance(s, NodeStatus)]
+        leaders = {s.leader for s in statuses}
+        if len(statuses) != 3 or len(leaders) != 1:
+            return ""
+        return next((s.endpoint for s in statuses if s.id in leaders), "")
+
+    cluster.leader = _wait_for("metaledger leader", leader, STARTUP_S, cluster.procs)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def run_row(
+    row: Row, cluster: Cluster, args: argparse.Namespace, budget_s: float
+) -> dict[str, Any]:
+    targets = cluster.endpoints if args.target == "all" else [cluster.leader]
+    flags = {
+        "--op": row.op,
+        "--clients": str(row.clients),
+        "--duration": str(args.duration),
+        "--warmup": str(args.warmup),
+        "--value-size": str(args.value_size),
+        "--key-space": str(args.key_space),
+        "--endpoints": ",".join(targets),
+        "--server-pids": ",".join(map(str, cluster.server_pids)),
+    }
+    cmd = [sys.executable, "-m", "bench.loadgen", "--json", *_flags(flags)]
+    timeout = min(args.warmup + args.duration + ROW_OVERHEAD_S, budget_s)
+    try:
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=_env_with_root()
+        )
+    except subprocess.TimeoutExpired:
+        return {"op": row.op, "clients": row.clients, "failed": f"timed out after {timeout:g}s"}
+    if out.returncode != 0 or not out.stdout.strip():
+        why = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+        return {"op": row.op, "clients": row.clients, "failed": why}
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), ""
+            )
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model or platform.processor(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def _fmt(value: Any, spec: str = ".0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(report: dict[str, Any]) -> str:
+    head = (
+        "| row | etcd ops/s | metaledger ops/s | ratio | etcd p50/p99 ms | metaledger p50/p99 ms "
+        "| etcd client/server µs/op | metaledger client/server µs/op | errors e/m | foreign CPU % e/m |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    for row in report["rows"]:
+        e, m = row.get("etcd", {}), row.get("metaledger", {})
+
+        def lat(r: dict[str, Any]) -> str:
+            return (
+                f"{r['p50_ms']:.2f} / {r['p99_ms']:.2f}" if "p50_ms" in r else r.get("failed", "-")
+            )
+
+        def cpu(r: dict[str, Any]) -> str:
+            return f"{_fmt(r.get('client_cpu_us_per_op'))} / {_fmt(r.get('server_cpu_us_per_op'))}"
+
+        lines.append(
+            f"| {row['row']} | {_fmt(e.get('ops_per_s'))} | {_fmt(m.get('ops_per_s'))} "
+            f"| {_fmt(row.get('ratio'), '.2f')} | {lat(e)} | {lat(m)} | {cpu(e)} | {cpu(m)} "
+            f"| {_fmt(e.get('errors'), 'd')} / {_fmt(m.get('errors'), 'd')} "
+            f"| {_fmt(e.get('foreign_cpu_pct'))} / {_fmt(m.get('foreign_cpu_pct'))} |"
+        )
+    return "\n".join(lines)
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"compare_etcd-{report['date'].replace(':', '-')}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    m = report["machine"]
+    md = [
+        f"# etcd vs metaledger — {report['date']}",
+        "",
+        f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, kernel {m['kernel']}, Python {m['python']}.",
+        f"etcd: {report['systems'].get('etcd', {}).get('version', '-')}; "
+        f"3 members each on 127.0.0.1; load: `bench.loadgen` (grpc.aio, one request in flight "
+        f"per client), {report['warmup_s']:g} s warm-up, {report['duration_s']:g} s measured, "
+        f"{report['value_size']} B values, target: {report['target']}.",
+        "Ratio = metaledger ops/s ÷ etcd ops/s. CPU per op: client process / sum of the 3 servers. "
+        "Foreign CPU: the machine's busy time not spent by the client or the servers, in % of one "
+        "core (high values mean a shared, noisy machine).",
+        "",
+        table(report),
+        "",
+    ]
+    md_path.write_text("\n".join(md))
+    return json_path, md_path
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.compare_etcd",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--rows", type=parse_rows, default=os.environ.get("COMPARE_ROWS", DEFAULT_ROWS))
+    p.add_argument("--duration", type=float, default=_env_float("COMPARE_DURATION", 10.0))
+    p.add_argument("--warmup", type=float, default=_env_float("COMPARE_WARMUP", 1.0))
+    p.add_argument("--value-size", type=int, default=256)
+    p.add_argument("--key-space", type=int, default=10_000)
+    p.add_argument("--target", choices=("leader", "all"), default="leader")
+    p.add_argument("--systems", default="etcd,metaledger", help="run only some: etcd, metaledger")
+    p.add_argument("--etcd", default=os.environ.get("ETCD", "/usr/bin/etcd"))
+    p.add_argument("--etcdctl", default=os.environ.get("ETCDCTL", "etcdctl"))
+    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--max-total", type=float, help="seconds for everything (default: computed)")
+    p.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if isinstance(args.rows, str):
+        args.rows = parse_rows(args.rows)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if not systems or set(systems) - {"etcd", "metaledger"}:
+        print(
+            f"compare_etcd: --systems must name etcd and/or metaledger, not {args.systems!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if "etcd" in systems and not (shutil.which(args.etcd) and shutil.which(args.etcdctl)):
+        print(f"compare_etcd: need {args.etcd} and {args.etcdctl}", file=sys.stderr)
+        return 2
+    per_row = args.warmup + args.duration + ROW_OVERHEAD_S
+    max_total = args.max_total or len(systems) * (
+        2 * STARTUP_S + STOP_GRACE_S * 2 + len(args.rows) * per_row
+    )
+    started = time.monotonic()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGALRM:
+            raise Deadline(f"over the time budget of {max_total:g}s")
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):
+        signal.signal(sig, on_signal)
+    signal.setitimer(signal.ITIMER_REAL, max_total)
+
+    report: dict[str, Any] = {
+        "date": dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": machine(),
+        "rows_spec": [r.name for r in args.rows],
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "value_size": args.value_size,
+        "key_space": args.key_space,
+        "target": args.target,
+        "systems": {},
+        "rows": [{"row": r.name} for r in args.rows],
+    }
+    workdir = Path(tempfile.mkdtemp(prefix="compare_etcd-"))
+    cluster: Cluster | None = None
+    status = 0
+    try:
+        for system in systems:
+            cluster = Cluster(system)
+            print(f"== {system}: starting 3 members", file=sys.stderr, flush=True)
+            if system == "etcd":
+                start_etcd(cluster, args.etcd, args.etcdctl, workdir)
+            else:
+                start_metaledger(cluster, workdir)
+            report["systems"][system] = {
+                "version": cluster.version,
+                "endpoints": cluster.endpoints,
+                "leader": cluster.leader,
+            }
+            print(f"== {system}: leader {cluster.leader}", file=sys.stderr, flush=True)
+            for row, entry in zip(args.rows, report["rows"], strict=True):
+                budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
+                result = run_row(row, cluster, args, budget)
+                entry[system] = result
+                shown = (
+                    result.get("failed")
+                    or f"{result['ops_per_s']:.0f} ops/s, p99 {result['p99_ms']:.1f} ms"
+                )
+                print(f"   {row.name:<12} {shown}", file=sys.stderr, flush=True)
+            cluster.stop()
+            cluster = None
+    except KeyboardInterrupt:
+        print("compare_etcd: interrupted; stopping what it started", file=sys.stderr)
+        status = 130
+    except (Deadline, RuntimeError) as exc:
+        print(f"compare_etcd: {exc}; stopping what it started", file=sys.stderr)
+        status = 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # let the cleanup finish
+        if cluster is not None:
+            cluster.stop()
+        if not args.keep_data:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"compare_etcd: data and logs kept in {workdir}", file=sys.stderr)
+
+    for entry in report["rows"]:
+        e, m = entry.get("etcd", {}).get("ops_per_s"), entry.get("metaledger", {}).get("ops_per_s")
+        entry["ratio"] = round(m / e, 3) if e and m is not None else None
+    if any(system in entry for entry in report["rows"] for system in systems):
+        json_path, md_path = write_report(report, args.out_dir)
+        print(table(report))
+        print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The ``metaledger`` command line.
+
+One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
+``txn``, ``member``, ``bench``), each with a ``register(subparsers, common)``; results go
+through ``printers`` (``--output table|json``) and every exit status is an
+``exitcodes.ExitCode``. Commands use the same :mod:`nameserver.client` users get; the client's
+root error is caught once, here, and printed plainly on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from nameserver.cli import bench, cluster, kv, member, serve, status, txn
+from nameserver.cli._common import add_common_options, common_parent
+from nameserver.cli.exitcodes import ExitCode, for_error
+from nameserver.client import ClientError
+
+__all__ = ["ExitCode", "build_parser", "main"]
+
+_GROUPS = (serve, cluster, status, kv, txn, member, bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="metaledger",
+        description="metaledger: a Raft-backed metadata and coordination server",
+    )
+    add_common_options(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = common_parent()
+    for group in _GROUPS:
+        group.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    try:
+        return int(args.run(args))
+    except ClientError as exc:
+        print(f"metaledger: {exc}", file=sys.stderr)
+        return for_error(exc)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:  # e.g. `metaledger get --prefix "" | head`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return ExitCode.OK

@@ -1,0 +1,51 @@
+"""``metaledger bench OP``: the etcd-protocol load generator (``bench/loadgen.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from nameserver.cli._common import endpoints, printer
+from nameserver.cli.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from nameserver.cli._common import Subparsers
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    import grpc.aio
+
+    from bench import loadgen
+
+    spec = loadgen.spec_from_args(args, args.op, endpoints(args))
+    try:
+        spec.validate()
+    except ValueError as exc:
+        print(f"metaledger: bench: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        result = loadgen.run(spec)
+    except grpc.aio.AioRpcError as err:  # while writing the keys before the run
+        print(
+            f"metaledger: bench setup failed: {err.code().name.lower()}: {err.details()}",
+            file=sys.stderr,
+        )
+        return ExitCode.UNAVAILABLE if err.code() == grpc.StatusCode.UNAVAILABLE else ExitCode.ERROR
+    printer(args).report(result, loadgen.format_result(result))
+    return ExitCode.OK if result["ops"] else ExitCode.UNAVAILABLE
+
+
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    from bench import loadgen
+
+    p = sub.add_parser(
+        "bench",
+        parents=[common],
+        help="drive load over the etcd KV API (works against etcd too)",
+        description=loadgen.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("op", choices=loadgen.OPS)
+    loadgen.add_load_arguments(p)
+    p.set_defaults(run=run_bench)

@@ -1,0 +1,306 @@
+"""``metaledger cluster up``: a local cluster of N nodes in the foreground.
+
+Node i (0-based) is ``n{i}`` on 127.0.0.1 with client port ``B+10i``, peer ``B+10i+1``,
+remoting ``B+10i+2`` and metrics ``B+10i+3`` (DESIGN §6; scripts rely on it), data in
+``DIR/n{i}``, output in ``DIR/n{i}.log`` and its pid in ``DIR/n{i}.pid`` while it runs. On
+SIGINT/SIGTERM every node gets SIGTERM, then SIGKILL after a grace period. The nodes also
+stop if this process dies (Linux ``PR_SET_PDEATHSIG``, see ``serve``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, TextIO
+
+from nameserver.cli._common import output, positive_float, positive_int, printer
+from nameserver.cli.exitcodes import ExitCode
+from nameserver.cli.serve import PARENT_PID_ENV
+from nameserver.cli.status import split_results
+from nameserver.client import Client, NodeStatus
+
+if TYPE_CHECKING:
+    from nameserver.cli._common import Subparsers
+
+HOST = "127.0.0.1"
+DEFAULT_BASE_PORT = 12370
+PORT_STRIDE = 10
+STOP_GRACE_S = 10.0
+_POLL_S = 0.25
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    index: int
+    id: str
+    client_port: int
+    peer_port: int
+    remoting_port: int
+    metrics_port: int
+
+    @property
+    def client_endpoint(self) -> str:
+        return f"{HOST}:{self.client_port}"
+
+    @property
+    def peer_address(self) -> str:
+        return f"{HOST}:{self.peer_port}"
+
+    def ports(self) -> dict[str, int]:
+        return {
+            "client": self.client_port,
+            "peer": self.peer_port,
+            "remoting": self.remoting_port,
+            "metrics": self.metrics_port,
+        }
+
+
+def layout(nodes: int, base_port: int = DEFAULT_BASE_PORT) -> list[NodeLayout]:
+    if nodes < 1:
+        raise ValueError("a cluster needs at least one node")
+    last = base_port + PORT_STRIDE * (nodes - 1) + 3
+    if base_port < 1 or last > 65535:
+        raise ValueError(f"ports {base_port}..{last} do not fit in 1..65535")
+    return [
+        NodeLayout(i, f"n{i}", *(base_port + PORT_STRIDE * i + k for k in range(4)))
+        for i in range(nodes)
+    ]
+
+
+def initial_cluster(nodes: list[NodeLayout]) -> str:
+    return ",".join(f"{n.id}={n.peer_address}" for n in nodes)
+
+
+def serve_argv(
+    node: NodeLayout, nodes: list[NodeLayout], data_dir: Path, log_level: str = "INFO"
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "nameserver.cli",
+        "serve",
+        "--id",
+        node.id,
+        "--data-dir",
+        str(data_dir / node.id),
+        "--listen-client",
+        node.client_endpoint,
+        "--listen-peer",
+        node.peer_address,
+        "--listen-remoting",
+        f"{HOST}:{node.remoting_port}",
+        "--listen-metrics",
+        f"{HOST}:{node.metrics_port}",
+        "--initial-cluster",
+        initial_cluster(nodes),
+        "--log-level",
+        log_level,
+    ]
+
+
+def busy_ports(nodes: list[NodeLayout]) -> list[str]:
+    """Ports of the layout that something else already holds."""
+    busy = []
+    for node in nodes:
+        for name, port in node.ports().items():
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((HOST, port))
+                except OSError:
+                    busy.append(f"{port} ({node.id} {name})")
+    return busy
+
+
+@dataclass
+class _Running:
+    node: NodeLayout
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    pid_path: Path
+    reported: bool = False
+
+
+def _start(node: NodeLayout, nodes: list[NodeLayout], data_dir: Path, log_level: str) -> _Running:
+    env = dict(os.environ)
+    env[PARENT_PID_ENV] = str(os.getpid())
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    log_path = data_dir / f"{node.id}.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            serve_argv(node, nodes, data_dir, log_level),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    pid_path = data_dir / f"{node.id}.pid"
+    pid_path.write_text(f"{proc.pid}\n")
+    return _Running(node, proc, log_path, pid_path)
+
+
+def _stop(running: list[_Running], grace_s: float = STOP_GRACE_S) -> None:
+    for r in running:
+        if r.proc.poll() is None:
+            r.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for r in running:
+        try:
+            r.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(
+                f"metaledger: {r.node.id} (pid {r.proc.pid}) ignored SIGTERM; killing it",
+                file=sys.stderr,
+            )
+            r.proc.kill()
+            r.proc.wait()
+        r.pid_path.unlink(missing_ok=True)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+
+def _report_deaths(running: list[_Running], err: TextIO) -> None:
+    for r in running:
+        code = r.proc.poll()
+        if code is not None and not r.reported:
+            r.reported = True
+            r.pid_path.unlink(missing_ok=True)
+            print(
+                f"metaledger: node {r.node.id} (pid {r.proc.pid}) exited with code {code}; "
+                f"see {r.log_path}",
+                file=err,
+            )
+
+
+def _cluster_ready(statuses: list[NodeStatus], expected: int) -> bool:
+    leaders = {s.leader for s in statuses}
+    return len(statuses) == expected and len(leaders) == 1 and "" not in leaders
+
+
+def _wait_until_up(
+    running: list[_Running], stop: threading.Event, timeout_s: float
+) -> tuple[list[NodeStatus], str]:
+    """Poll Admin.Status until every node answers and all agree on a leader.
+
+    Returns the statuses and "" when up, else the last statuses and why not.
+    """
+    endpoints = [r.node.client_endpoint for r in running]
+    deadline = time.monotonic() + timeout_s
+    why = "no answer yet"
+    nodes: list[NodeStatus] = []
+    with Client(endpoints, timeout_s=1.0) as client:
+        while not stop.is_set():
+            dead = [r for r in running if r.proc.poll() is not None]
+            if dead:
+                r = dead[0]
+                return nodes, (
+                    f"node {r.node.id} exited with code {r.proc.returncode} during startup; "
+                    f"last lines of {r.log_path}:\n{_tail(r.log_path)}"
+                )
+            nodes, errors = split_results(client.status_all())
+            if _cluster_ready(nodes, len(running)):
+                return nodes, ""
+            if errors:
+                why = "; ".join(str(e) for e in errors)
+            else:
+                why = "no leader agreed on: " + ", ".join(
+                    f"{n.id}→{n.leader or '?'}" for n in nodes
+                )
+            if time.monotonic() >= deadline:
+                return (
+                    nodes,
+                    f"not up within {timeout_s:g}s: {why}; logs in {running[0].log_path.parent}",
+                )
+            stop.wait(_POLL_S)
+    return nodes, "interrupted"
+
+
+def run_cluster_up(args: argparse.Namespace) -> int:
+    try:
+        nodes = layout(args.nodes, args.base_port)
+    except ValueError as exc:
+        print(f"metaledger: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    busy = busy_ports(nodes)
+    if busy:
+        print(f"metaledger: ports in use: {', '.join(busy)}", file=sys.stderr)
+        return ExitCode.ERROR
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    running: list[_Running] = []
+    try:
+        for node in nodes:
+            running.append(_start(node, nodes, data_dir, args.log_level))
+        statuses, why = _wait_until_up(running, stop, args.startup_timeout)
+        if stop.is_set():
+            return ExitCode.OK
+        if why:
+            print(f"metaledger: cluster {why}", file=sys.stderr)
+            return ExitCode.ERROR
+        printer(args).status(statuses)
+        endpoints = ",".join(n.client_endpoint for n in nodes)
+        line = f"cluster up: {len(nodes)} nodes, endpoints {endpoints} — Ctrl-C to stop"
+        print(line, file=sys.stderr if output(args) == "json" else sys.stdout, flush=True)
+        while not stop.wait(0.5):
+            _report_deaths(running, sys.stderr)
+            if all(r.reported for r in running):
+                print("metaledger: every node has exited", file=sys.stderr)
+                return ExitCode.ERROR
+        return ExitCode.OK
+    finally:
+        _stop(running)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    group = sub.add_parser("cluster", help="a local cluster for development")
+    actions = group.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    up = actions.add_parser(
+        "up",
+        parents=[common],
+        help="start N nodes on 127.0.0.1 and stay in the foreground",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    up.add_argument("--nodes", type=positive_int, default=3, help="number of nodes (default 3)")
+    up.add_argument("--data-dir", required=True, help="node i keeps its data in DIR/n{i}")
+    up.add_argument(
+        "--base-port",
+        type=positive_int,
+        default=DEFAULT_BASE_PORT,
+        help=f"node i listens on B+10i..B+10i+3 (default {DEFAULT_BASE_PORT})",
+    )
+    up.add_argument(
+        "--startup-timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up if no leader is agreed on by then (default 60)",
+    )
+    up.add_argument("--log-level", type=str.upper, default="INFO", help="the nodes' log level")
+    up.set_defaults(run=run_cluster_up)

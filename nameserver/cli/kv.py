@@ -1,0 +1,143 @@
+"""``metaledger put | get | del``: the etcd-style key-value commands.
+
+The ``add_*_arguments`` and ``*_op`` functions are shared with ``txn``, whose success and
+failure lines are these same commands (as in etcdctl).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from nameserver.cli._common import make_client, printer
+from nameserver.cli.exitcodes import ExitCode
+from nameserver.client import Op
+
+if TYPE_CHECKING:
+    from nameserver.cli._common import Subparsers
+
+#: ``--sort-by`` names (etcdctl's) → RangeRequest.SortTarget names.
+SORT_TARGETS = {
+    "KEY": "KEY",
+    "VERSION": "VERSION",
+    "CREATE": "CREATE",
+    "MODIFY": "MOD",
+    "VALUE": "VALUE",
+}
+SORT_ORDERS = ("ASCEND", "DESCEND")
+
+
+def lease_id(text: str) -> int:
+    """A lease ID in hex, as etcdctl prints and takes it (``0x`` optional)."""
+    try:
+        value = int(text, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a hex lease ID") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+def add_put_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("key")
+    p.add_argument("value")
+    p.add_argument("--lease", type=lease_id, default=0, metavar="ID", help="lease ID (hex)")
+    p.add_argument("--prev-kv", action="store_true", help="return the previous key-value")
+    return p
+
+
+def add_get_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("key")
+    p.add_argument("range_end", nargs="?", help="exclusive end of the range [KEY, RANGE_END)")
+    p.add_argument("--prefix", action="store_true", help="every key starting with KEY")
+    p.add_argument("--serializable", action="store_true", help="read locally (may be stale)")
+    p.add_argument("--limit", type=non_negative_int, default=0, metavar="N")
+    p.add_argument("--keys-only", action="store_true")
+    p.add_argument("--count-only", action="store_true")
+    p.add_argument("--sort-by", choices=tuple(SORT_TARGETS), type=str.upper)
+    p.add_argument("--order", choices=SORT_ORDERS, type=str.upper)
+    p.add_argument("--rev", type=non_negative_int, default=0, help="read at this revision")
+    return p
+
+
+def add_del_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("key")
+    p.add_argument("range_end", nargs="?", help="exclusive end of the range [KEY, RANGE_END)")
+    p.add_argument("--prefix", action="store_true", help="every key starting with KEY")
+    p.add_argument("--prev-kv", action="store_true", help="return the deleted key-values")
+    return p
+
+
+def put_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {"key": ns.key, "value": ns.value, "lease": ns.lease, "prev_kv": ns.prev_kv}
+
+
+def get_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "key": ns.key,
+        "range_end": ns.range_end,
+        "prefix": ns.prefix,
+        "serializable": ns.serializable,
+        "limit": ns.limit,
+        "keys_only": ns.keys_only,
+        "count_only": ns.count_only,
+        "sort_order": ns.order or ("ASCEND" if ns.sort_by else "NONE"),
+        "sort_target": SORT_TARGETS[ns.sort_by or "KEY"],
+        "revision": ns.rev,
+    }
+
+
+def del_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    return {"key": ns.key, "range_end": ns.range_end, "prefix": ns.prefix, "prev_kv": ns.prev_kv}
+
+
+def put_op(ns: argparse.Namespace) -> Op:
+    return Op.put(**put_kwargs(ns))
+
+
+def get_op(ns: argparse.Namespace) -> Op:
+    return Op.get(**get_kwargs(ns))
+
+
+def del_op(ns: argparse.Namespace) -> Op:
+    return Op.delete(**del_kwargs(ns))
+
+
+def run_put(args: argparse.Namespace) -> int:
+    with make_client(args) as client:
+        result = client.put(**put_kwargs(args))
+    printer(args).put(result)
+    return ExitCode.OK
+
+
+def run_get(args: argparse.Namespace) -> int:
+    with make_client(args) as client:
+        result = client.get(**get_kwargs(args))
+    printer(args).get(result, count_only=args.count_only)
+    return ExitCode.OK  # like etcdctl: no match is not an error
+
+
+def run_del(args: argparse.Namespace) -> int:
+    with make_client(args) as client:
+        result = client.delete(**del_kwargs(args))
+    printer(args).delete(result)
+    return ExitCode.OK
+
+
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    put = sub.add_parser("put", parents=[common], help="write a key")
+    add_put_arguments(put).set_defaults(run=run_put)
+    get = sub.add_parser("get", parents=[common], help="read a key or a range")
+    add_get_arguments(get).set_defaults(run=run_get)
+    delete = sub.add_parser("del", parents=[common], help="delete a key or a range")
+    add_del_arguments(delete).set_defaults(run=run_del)

@@ -1,0 +1,117 @@
+"""``metaledger serve``: run one metadata node until SIGINT/SIGTERM.
+
+Flags map one to one onto :class:`nameserver.config.ServerConfig` fields; a flag not given
+keeps the dataclass default (ports per DESIGN §6: client 9877, peer 9878, remoting 9876,
+metrics 9879). A :class:`raftlog.ConfigError` exits with USAGE and names the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from nameserver.cli.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from nameserver.cli._common import Subparsers
+    from nameserver.config import ServerConfig
+
+PASSWORD_ENV = "METALEDGER_CLUSTER_PASSWORD"
+#: Set by ``cluster up``: the node stops when that process goes away (Linux).
+PARENT_PID_ENV = "METALEDGER_PARENT_PID"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+#: flag dest → ServerConfig field, for the flags that default to the dataclass's own default.
+_OPTIONAL_FIELDS = {
+    "listen_client": "listen_client",
+    "listen_peer": "listen_peer",
+    "listen_remoting": "listen_remoting",
+    "listen_metrics": "listen_metrics",
+    "advertise_client": "advertise_client",
+    "fsync_policy": "fsync_policy",
+}
+
+
+def build_config(args: argparse.Namespace) -> ServerConfig:
+    """ServerConfig from parsed ``serve`` flags (not validated yet; may raise ConfigError)."""
+    from nameserver.config import ServerConfig, parse_initial_cluster
+
+    kwargs: dict[str, Any] = {"node_id": args.node_id, "data_dir": args.data_dir}
+    for dest, name in _OPTIONAL_FIELDS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            kwargs[name] = value
+    if args.initial_cluster:
+        kwargs["initial_cluster"] = parse_initial_cluster(args.initial_cluster)
+    password = args.cluster_password or os.environ.get(PASSWORD_ENV)
+    if password:
+        kwargs["cluster_password"] = password
+    return ServerConfig(**kwargs)
+
+
+def _die_with_parent() -> bool:
+    """Under ``cluster up``, ask Linux to SIGTERM this node when the parent dies (even by
+    SIGKILL). False if the parent is already gone."""
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return True
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return True
+    return str(os.getppid()) == parent  # else the parent died before prctl took effect
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from raftlog import ConfigError
+
+    try:
+        config = build_config(args)
+        config.validate()
+    except ConfigError as exc:
+        print(f"metaledger: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s [%(name)s] " + config.node_id + ": %(message)s",
+    )
+    if not _die_with_parent():
+        print(
+            f"metaledger: parent {os.environ[PARENT_PID_ENV]} is gone; not starting",
+            file=sys.stderr,
+        )
+        return ExitCode.ERROR
+    from nameserver import server
+
+    return server.run(config)
+
+
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("serve", parents=[common], help="run one metadata node")
+    p.add_argument("--id", dest="node_id", default="", help="this node's id (required)")
+    p.add_argument("--data-dir", default="", help="where the node keeps its data (required)")
+    p.add_argument("--listen-client", metavar="HOST:PORT", help="gRPC client API (default :9877)")
+    p.add_argument("--listen-peer", metavar="HOST:PORT", help="Raft peers (default :9878)")
+    p.add_argument(
+        "--listen-remoting", metavar="HOST:PORT", help="RocketMQ remoting (default :9876)"
+    )
+    p.add_argument("--listen-metrics", metavar="HOST:PORT", help="metrics HTTP (default :9879)")
+    p.add_argument(
+        "--initial-cluster",
+        metavar="ID=HOST:PEERPORT,...",
+        help="every member's peer address (default: this node alone)",
+    )
+    p.add_argument(
+        "--cluster-password",
+        help=f"Raft port password, required unless the peer port is loopback (env {PASSWORD_ENV})",
+    )
+    p.add_argument("--advertise-client", metavar="HOST:PORT", help="client URL to advertise")
+    p.add_argument("--fsync-policy", help="batch (default), always or never")
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
+    p.set_defaults(run=run_serve)
