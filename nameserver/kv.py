@@ -145,6 +145,9 @@ def validate_txn(txn: rpc_pb2.TxnRequest, max_ops: int) -> None:
             f"{len(txn.success)} success and {len(txn.failure)} failure ops)",
         )
     del n
+    for c in txn.compare:
+        if not c.key:
+            raise Rejected("INVALID_ARGUMENT", "etcdserver: key is not provided (txn compare)")
     for branch in (txn.success, txn.failure):
         _check_branch(branch, max_ops)
 

@@ -88,8 +88,13 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         return ExitCode.ERROR
     from nameserver import server
+    from raftlog import RaftLogError
 
-    return server.run(config)
+    try:
+        return server.run(config)
+    except (RaftLogError, OSError) as exc:  # e.g. a corrupt segment, a port in use
+        print(f"metaledger: node {config.node_id} cannot start: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:

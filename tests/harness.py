@@ -1,0 +1,560 @@
+"""A harness for tests that run real metaledger server processes.
+
+    cluster = Cluster(tmp_path, n=3)      # starts n nodes (own data dir and log file each)
+    leader = cluster.wait_ready(30)       # every node answers Admin.Status, all agree on a leader
+    cluster.stub(0).Put(...)              # etcd KV stub of node 0
+    cluster.kill(leader)                  # SIGKILL (or any signal)
+    cluster.start(leader)                 # same data dir, same ports
+    cluster.close()                       # SIGTERM all, SIGKILL leftovers
+
+Nodes are started with ``python -m nameserver.cli serve`` when the CLI package has a
+``__main__`` module, else through :func:`nameserver.server.run` directly with the same
+configuration (``METALEDGER_TEST_LAUNCHER=cli|python`` forces one). Each node gets its own
+client, peer, remoting and metrics ports from :func:`free_ports`, so nothing collides with
+DESIGN.md §6 defaults or with another test run.
+
+Nothing here sleeps blindly: every wait polls a condition until a deadline
+(:func:`wait_until`) and says what it was waiting for when the deadline passes.
+Each node's output (stdout and stderr) goes to ``<root>/<id>.log``, appended across
+restarts; :meth:`Cluster.logs_tail` prints the tails, which ``close(failed=True)`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LAUNCHER_ENV = "METALEDGER_TEST_LAUNCHER"
+#: Above the server's 2 MiB request limit, so oversized requests reach the server.
+GRPC_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.enable_http_proxy", 0),
+    # A restarted node must be reachable again quickly, not after gRPC's 1-120 s backoff.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
+T = TypeVar("T")
+
+# Runs one node through nameserver.server.run when the CLI is not there yet.
+_PYTHON_LAUNCHER = """\
+import json, logging, sys
+from nameserver.config import ServerConfig, parse_initial_cluster
+from nameserver.server import run
+a = json.loads(sys.argv[1])
+logging.basicConfig(
+    level=logging.INFO,
+    format="%(asctime)s %(levelname)s [%(name)s] " + a["node_id"] + ": %(message)s",
+)
+a["initial_cluster"] = parse_initial_cluster(a["initial_cluster"])
+sys.exit(run(ServerConfig(**a)))
+"""
+
+
+# --------------------------------------------------------------------------- helpers
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports on 127.0.0.1 that were free a moment ago.
+
+    All sockets are held open until every port is picked, so the ports are distinct.
+    """
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float,
+    message: str | Callable[[], str],
+    interval: float = 0.05,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes.
+
+    An exception from the predicate counts as "not yet", except an AssertionError, which
+    gives up at once (a predicate asserts what can never come right, such as a dead node).
+    The last exception (or value) is shown in the AssertionError raised at the deadline,
+    after ``message``.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            value = predicate()
+        except AssertionError:
+            raise
+        except Exception as exc:
+            last = exc
+        else:
+            if value:
+                return value
+            last = value
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"{text} (not within {timeout:g} s; last: {last!r})")
+        time.sleep(interval)
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """etcd's range_end for "every key starting with prefix"."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\x00"
+
+
+def grpc_code(exc: BaseException) -> grpc.StatusCode | None:
+    return exc.code() if isinstance(exc, grpc.RpcError) else None  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------- cluster
+@dataclass(frozen=True)
+class NodeSpec:
+    id: str
+    client_port: int
+    peer_port: int
+    remoting_port: int
+    metrics_port: int
+    data_dir: Path
+    log_path: Path
+
+    @property
+    def client_addr(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_addr(self) -> str:
+        return f"127.0.0.1:{self.peer_port}"
+
+
+class Cluster:
+    """``n`` real metaledger nodes on loopback, each a subprocess in its own session."""
+
+    def __init__(self, root: str | os.PathLike[str], n: int = 3, start: bool = True) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        ports = free_ports(4 * n)
+        self.nodes = [
+            NodeSpec(
+                id=f"n{i}",
+                client_port=ports[4 * i],
+                peer_port=ports[4 * i + 1],
+                remoting_port=ports[4 * i + 2],
+                metrics_port=ports[4 * i + 3],
+                data_dir=self.root / f"n{i}",
+                log_path=self.root / f"n{i}.log",
+            )
+            for i in range(n)
+        ]
+        self.initial_cluster = ",".join(f"{s.id}={s.peer_addr}" for s in self.nodes)
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
+        self._channels: dict[int, grpc.Channel] = {}
+        if start:
+            try:
+                for i in range(n):
+                    self.start(i)
+            except BaseException:
+                self.close(failed=True)
+                raise
+
+    # ------------------------------------------------------------- addresses
+    @property
+    def n(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Client (gRPC) addresses ``host:port``, node i at index i."""
+        return [s.client_addr for s in self.nodes]
+
+    def data_dir(self, i: int) -> Path:
+        return self.nodes[i].data_dir
+
+    def index_of(self, node_id: str) -> int:
+        for i, s in enumerate(self.nodes):
+            if s.id == node_id:
+                return i
+        raise KeyError(node_id)
+
+    # ------------------------------------------------------------- processes
+    def command(self, i: int) -> list[str]:
+        s = self.nodes[i]
+        launcher = os.environ.get(LAUNCHER_ENV) or (
+            "cli" if (REPO_ROOT / "nameserver" / "cli" / "__main__.py").exists() else "python"
+        )
+        if launcher == "cli":
+            return [
+                sys.executable,
+                "-m",
+                "nameserver.cli",
+                "serve",
+                "--id",
+                s.id,
+                "--data-dir",
+                str(s.data_dir),
+                "--listen-client",
+                s.client_addr,
+                "--listen-peer",
+                s.peer_addr,
+                "--listen-remoting",
+                f"127.0.0.1:{s.remoting_port}",
+                "--listen-metrics",
+                f"127.0.0.1:{s.metrics_port}",
+                "--initial-cluster",
+                self.initial_cluster,
+            ]
+        args = {
+            "node_id": s.id,
+            "data_dir": str(s.data_dir),
+            "listen_client": s.client_addr,
+            "listen_peer": s.peer_addr,
+            "listen_remoting": f"127.0.0.1:{s.remoting_port}",
+            "listen_metrics": f"127.0.0.1:{s.metrics_port}",
+            "initial_cluster": self.initial_cluster,
+        }
+        return [sys.executable, "-c", _PYTHON_LAUNCHER, json.dumps(args)]
+
+    def start(self, i: int) -> subprocess.Popen[bytes]:
+        """Start node i (its data dir is kept across starts); output appends to its log."""
+        if self.is_running(i):
+            raise RuntimeError(f"{self.nodes[i].id} is already running")
+        s = self.nodes[i]
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = self.command(i)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        env["PYTHONUNBUFFERED"] = "1"
+        env.pop("METALEDGER_PARENT_PID", None)
+        with open(s.log_path, "ab") as out:
+            out.write(f"=== harness {time.strftime('%H:%M:%S')}: start {s.id}\n".encode())
+            out.flush()
+            self.procs[i] = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                env=env,
+                start_new_session=True,
+            )
+        self._drop_channel(i)
+        return self.procs[i]  # type: ignore[return-value]
+
+    def is_running(self, i: int) -> bool:
+        p = self.procs[i]
+        return p is not None and p.poll() is None
+
+    def running(self) -> list[int]:
+        return [i for i in range(self.n) if self.is_running(i)]
+
+    def kill(self, i: int, sig: int = signal.SIGKILL, timeout: float = 15.0) -> int | None:
+        """Send ``sig`` to node i; for SIGKILL/SIGTERM wait (up to ``timeout``) for it to exit.
+
+        Returns the exit code (None if the signal does not end the process).
+        """
+        p = self.procs[i]
+        if p is None or p.poll() is not None:
+            return p.returncode if p is not None else None
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            try:
+                return p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                if sig == signal.SIGKILL:
+                    raise
+                p.kill()
+                p.wait(timeout)
+                raise AssertionError(
+                    f"{self.nodes[i].id} did not exit within {timeout:g} s of signal {sig}; "
+                    f"killed\n{self.log_tail(i)}"
+                ) from None
+            finally:
+                self._drop_channel(i)
+        return None
+
+    def stop(self, i: int, timeout: float = 15.0) -> int | None:
+        """SIGTERM node i and wait for a clean exit (AssertionError and SIGKILL if it hangs)."""
+        return self.kill(i, signal.SIGTERM, timeout)
+
+    def restart(self, i: int, timeout: float = 15.0) -> subprocess.Popen[bytes]:
+        self.stop(i, timeout)
+        return self.start(i)
+
+    def wait_exit(self, i: int, timeout: float) -> int:
+        """Wait for node i to exit on its own; return its exit code."""
+        p = self.procs[i]
+        assert p is not None, f"{self.nodes[i].id} was never started"
+        try:
+            return p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"{self.nodes[i].id} still running after {timeout:g} s\n{self.log_tail(i)}"
+            ) from None
+
+    def close(self, failed: bool = False) -> None:
+        """Stop every node (SIGTERM, then SIGKILL after a deadline). With ``failed``, print
+        the tails of the node logs first."""
+        if failed:
+            print(self.logs_tail(), file=sys.stderr)
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10.0
+        for p in self.procs:
+            if p is None:
+                continue
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10.0)
+        for i in list(self._channels):
+            self._drop_channel(i)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(failed=exc_type is not None)
+
+    # ------------------------------------------------------------- logs
+    def log_tail(self, i: int, lines: int = 40) -> str:
+        s = self.nodes[i]
+        try:
+            text = s.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            text = ""
+        tail = "\n".join(text.splitlines()[-lines:])
+        return f"----- {s.id} log ({s.log_path}), last {lines} lines -----\n{tail}"
+
+    def logs_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_tail(i, lines) for i in range(self.n))
+
+    def log_text(self, i: int) -> str:
+        return self.nodes[i].log_path.read_text(errors="replace")
+
+    # ------------------------------------------------------------- gRPC
+    def channel(self, i: int) -> grpc.Channel:
+        ch = self._channels.get(i)
+        if ch is None:
+            ch = self._channels[i] = grpc.insecure_channel(
+                self.nodes[i].client_addr, options=CHANNEL_OPTIONS
+            )
+        return ch
+
+    def _drop_channel(self, i: int) -> None:
+        ch = self._channels.pop(i, None)
+        if ch is not None:
+            ch.close()
+
+    def stub(self, i: int) -> rpc_pb2_grpc.KVStub:
+        return rpc_pb2_grpc.KVStub(self.channel(i))
+
+    def admin(self, i: int) -> admin_pb2_grpc.AdminStub:
+        return admin_pb2_grpc.AdminStub(self.channel(i))
+
+    def cluster_stub(self, i: int) -> rpc_pb2_grpc.ClusterStub:
+        return rpc_pb2_grpc.ClusterStub(self.channel(i))
+
+    def maintenance(self, i: int) -> rpc_pb2_grpc.MaintenanceStub:
+        return rpc_pb2_grpc.MaintenanceStub(self.channel(i))
+
+    def status(self, i: int, timeout: float = 2.0) -> admin_pb2.StatusResponse:
+        """Admin.Status of node i (raises grpc.RpcError if it does not answer)."""
+        return self.admin(i).Status(admin_pb2.StatusRequest(), timeout=timeout)
+
+    def statuses(self, nodes: list[int] | None = None) -> dict[int, admin_pb2.StatusResponse]:
+        """Admin.Status of each of ``nodes`` (default: the running ones) that answers."""
+        out = {}
+        for i in self.running() if nodes is None else nodes:
+            with contextlib.suppress(grpc.RpcError):
+                out[i] = self.status(i, timeout=1.0)
+        return out
+
+    # ------------------------------------------------------------- readiness
+    def _agreed_leader(self, nodes: list[int]) -> int | None:
+        for i in nodes:
+            p = self.procs[i]
+            if p is None or p.poll() is not None:
+                raise AssertionError(
+                    f"{self.nodes[i].id} exited with {p.returncode if p else None}\n"
+                    f"{self.log_tail(i)}"
+                )
+        st = self.statuses(nodes)
+        if len(st) != len(nodes):
+            return None
+        leaders = {s.leader for s in st.values()}
+        if len(leaders) != 1 or "" in leaders:
+            return None
+        leader = self.index_of(leaders.pop())
+        if leader not in st or st[leader].role != "leader" or not st[leader].has_quorum:
+            return None
+        return leader
+
+    def wait_ready(self, timeout: float = 30.0, nodes: list[int] | None = None) -> int:
+        """Wait until every running node (or each of ``nodes``) answers Admin.Status and all
+        name the same leader, which says it is leader with a quorum. Returns its index."""
+        members = self.running() if nodes is None else nodes
+        if not members:
+            raise AssertionError("no node is running")
+
+        def agreed() -> list[int] | None:  # a list: leader 0 must count as found
+            leader = self._agreed_leader(members)
+            return None if leader is None else [leader]
+
+        return wait_until(
+            agreed,
+            timeout,
+            lambda: (
+                f"nodes {[self.nodes[i].id for i in members]} did not agree on a leader: "
+                f"{self._describe(members)}\n{self.logs_tail()}"
+            ),
+            interval=0.1,
+        )[0]
+
+    def wait_announced(self, timeout: float = 30.0, nodes: list[int] | None = None) -> None:
+        """Wait until each running node's image (Admin.Members) has every member's client
+        URL: each node writes its own member record once a leader exists."""
+        members = self.running() if nodes is None else nodes
+        want = {s.id: [f"http://{s.client_addr}"] for s in self.nodes}
+
+        def announced() -> bool:
+            for i in members:
+                resp = self.admin(i).Members(admin_pb2.MembersRequest(), timeout=1.0)
+                if {m.id: list(m.client_urls) for m in resp.members} != want:
+                    return False
+            return True
+
+        wait_until(announced, timeout, "every member announced its client URL", 0.1)
+
+    def _describe(self, nodes: list[int]) -> str:
+        parts = []
+        for i in nodes:
+            try:
+                s = self.status(i, timeout=1.0)
+                parts.append(
+                    f"{s.id}: role={s.role} term={s.term} leader={s.leader!r} "
+                    f"end={s.end_offset} commit={s.commit_offset} apply={s.apply_offset} "
+                    f"quorum={s.has_quorum}"
+                )
+            except grpc.RpcError as exc:
+                parts.append(f"{self.nodes[i].id}: {exc.code().name}")
+        return "; ".join(parts)
+
+    def leader(self, timeout: float = 15.0) -> int:
+        """Index of the leader all running nodes agree on (waits up to ``timeout``)."""
+        return self.wait_ready(timeout)
+
+    def wait_applied(
+        self, offset: int, nodes: list[int] | None = None, timeout: float = 20.0
+    ) -> None:
+        """Wait until each of ``nodes`` (default: running ones) has applied ``offset``."""
+        members = self.running() if nodes is None else nodes
+
+        def done() -> bool:
+            return all(self.status(i, timeout=1.0).apply_offset >= offset for i in members)
+
+        wait_until(
+            done,
+            timeout,
+            lambda: f"apply_offset did not reach {offset}: {self._describe(members)}",
+        )
+
+    def wait_converged(self, nodes: list[int] | None = None, timeout: float = 20.0) -> int:
+        """Wait until every node (default: running ones) has applied all the leader has.
+
+        A linearizable read through the leader first makes the leader apply a fresh read
+        barrier, so its apply offset covers every write acknowledged before the call; that
+        offset is the target, and is returned. (Not the commit offset: this keeps the
+        idle-cluster "apply reaches commit" property, which
+        tests/cluster/test_cluster.py checks on its own, out of every other test.)
+        """
+        members = self.running() if nodes is None else nodes
+        leader = self.wait_ready(timeout, members)
+        self.stub(leader).Range(rpc_pb2.RangeRequest(key=b"\x00"), timeout=timeout)
+        target = self.status(leader).apply_offset
+        self.wait_applied(target, members, timeout)
+        return target
+
+    # ------------------------------------------------------------- KV shortcuts
+    def range_all(
+        self, i: int, prefix: bytes = b"", serializable: bool = False, timeout: float = 10.0
+    ) -> dict[bytes, tuple[bytes, int, int, int]]:
+        """Every key (under ``prefix``) of node i → (value, create_rev, mod_rev, version)."""
+        key, end = (prefix, prefix_end(prefix)) if prefix else (b"\x00", b"\x00")
+        resp = self.stub(i).Range(
+            rpc_pb2.RangeRequest(key=key, range_end=end, serializable=serializable),
+            timeout=timeout,
+        )
+        assert not resp.more
+        return {
+            kv.key: (kv.value, kv.create_revision, kv.mod_revision, kv.version) for kv in resp.kvs
+        }
+
+    def put(self, i: int, key: bytes, value: bytes, timeout: float = 10.0) -> rpc_pb2.PutResponse:
+        return self.stub(i).Put(rpc_pb2.PutRequest(key=key, value=value), timeout=timeout)
+
+    def put_retrying(
+        self, i: int, key: bytes, value: bytes, timeout: float = 20.0
+    ) -> rpc_pb2.PutResponse:
+        """Put through node i, retrying while there is no leader (UNAVAILABLE, deadline)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.put(i, key, value, timeout=5.0)
+            except grpc.RpcError as exc:
+                retriable = exc.code() in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
+                if not retriable or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def running_cluster(
+    root: str | os.PathLike[str], n: int = 3, timeout: float = 30.0
+) -> Iterator[Cluster]:
+    """A started, ready cluster, closed (with log tails on an exception) at the end."""
+    cluster = Cluster(root, n)
+    failed = True
+    try:
+        cluster.wait_ready(timeout)
+        yield cluster
+        failed = False
+    finally:
+        cluster.close(failed=failed)
