@@ -57,6 +57,7 @@ class ServerConfig:
     listen_metrics: str = "127.0.0.1:9879"  # metrics HTTP (a later issue)
     initial_cluster: dict[str, str] = field(default_factory=dict)  # id -> peer host:port
     cluster_password: str | None = None
+    cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
     advertise_client: str = ""  # defaults to listen_client
     propose_timeout_ms: int = 5000
     election_timeout_min_ms: int = 1000

@@ -202,6 +202,9 @@ class MetadataDelta:
     def put_member(self, member: Member) -> None:
         self._members[member.id] = member
 
+    def remove_member(self, member_id: str) -> None:
+        self._members[member_id] = None
+
     def replay(self, type_: str, key: bytes, value: bytes, delete: bool) -> None:
         """Turn one change-log record into change (used by snapshots and replay)."""
         if type_ == "kv":

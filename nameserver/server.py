@@ -39,7 +39,8 @@ GRPC_MAX_MESSAGE_BYTES = (
 )  # above max_request_bytes, so we answer with our own error
 
 
-def _uint64(text: str) -> int:
+def uint64_id(text: str) -> int:
+    """A stable, positive 63-bit id for a name (cluster token, peer address)."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
@@ -50,8 +51,7 @@ class Node:
         config.validate()
         self.config = config
         peers = config.peers
-        self.cluster_id = _uint64(",".join(f"{k}={peers[k]}" for k in sorted(peers)))
-        self.member_ids = {nid: _uint64(f"{self.cluster_id}/{nid}") for nid in peers}
+        self.cluster_id = uint64_id("cluster:" + config.cluster_token)
         os.makedirs(config.data_dir, exist_ok=True)
         self.state = MetadataStateMachine()
         segments = SegmentLog.open(
@@ -78,7 +78,7 @@ class Node:
             )
         )
         self.log = ReplicatedLog(engine, self.state, segments, config.node_id)
-        self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, self.member_ids)
+        self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)
         self.server: grpc.aio.Server | None = None
         self._announce_task: asyncio.Task[None] | None = None
 
@@ -112,7 +112,7 @@ class Node:
         """Write this node's member record (client URLs) into the log once a leader exists."""
         me = Member(
             id=self.config.node_id,
-            member_id=self.member_ids[self.config.node_id],
+            member_id=self.ctx.member_id,
             peer_url="http://" + self.config.listen_peer,
             client_urls=(self.config.client_url,),
         )

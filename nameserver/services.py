@@ -7,7 +7,9 @@ here. Every error leaves through :func:`nameserver.errors.to_status`.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -23,13 +25,27 @@ from nameserver.state import MetadataStateMachine, read_only_txn
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
-from raftlog import Applied, ApplyFailure, Entry, ReplicatedLog
+from raftlog import Applied, ApplyFailure, Entry, PySyncObjEngine, ReplicatedLog
 
 log = logging.getLogger(__name__)
 
 ETCD_VERSION = "3.4.0"  # the etcd API level we speak
 
 R = TypeVar("R")
+
+
+def member_id_of(peer_address: str) -> int:
+    """etcd member ids are uint64: ours is a stable hash of the member's peer address."""
+    text = "member:" + peer_address.removeprefix("http://").removeprefix("https://")
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _peer_address(url: str) -> str:
+    address = url.removeprefix("http://").removeprefix("https://").rstrip("/")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidRequest(f"peerURLs: {url!r} is not http://host:port")
+    return address
 
 
 def rpc(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -60,18 +76,42 @@ class NodeContext:
         rlog: ReplicatedLog,
         state: MetadataStateMachine,
         cluster_id: int,
-        member_ids: dict[str, int],
+        engine: PySyncObjEngine,
     ) -> None:
         self.config = config
         self.log = rlog
         self.state = state
         self.cluster_id = cluster_id
-        self.member_ids = member_ids
+        self.engine = engine
         self.timeout_s = config.propose_timeout_ms / 1000
+        self.member_id = member_id_of(config.listen_peer)
 
-    @property
-    def member_id(self) -> int:
-        return self.member_ids[self.config.node_id]
+    def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
+        """(name, member id, peer address, client URLs) of the current configuration,
+        named from the member records in ``image`` (a member added but not yet started
+        has no name)."""
+        by_peer = {m.peer_url.removeprefix("http://"): m for m in image.members.members.values()}
+        out = []
+        for address in self.engine.members():
+            rec = by_peer.get(address)
+            if rec is not None:
+                self.engine.name_member(rec.id, address)
+            out.append(
+                (
+                    rec.id if rec else "",
+                    member_id_of(address),
+                    address,
+                    rec.client_urls if rec else (),
+                )
+            )
+        return out
+
+    def leader_member_id(self) -> int:
+        leader = self.engine.status().leader_id
+        for name, mid, address, _ in self.members(self.state.image):
+            if leader in (name, address):
+                return mid
+        return 0
 
     def header(self, revision: int) -> rpc_pb2.ResponseHeader:
         return rpc_pb2.ResponseHeader(
@@ -244,22 +284,90 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
     def __init__(self, node: NodeContext) -> None:
         self.node = node
 
+    def _list(self, image: MetadataImage) -> list[Any]:
+        return [
+            rpc_pb2.Member(
+                ID=mid, name=name, peerURLs=["http://" + address], clientURLs=list(client_urls)
+            )
+            for name, mid, address, client_urls in self.node.members(image)
+        ]
+
+    async def _change(self, add: bool, address: str) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def callback(_: int | None, err: Exception | None) -> None:
+            loop.call_soon_threadsafe(_settle_future, done, err)
+
+        if add:
+            self.node.engine.add_member(address, callback)
+        else:
+            self.node.engine.remove_member(address, callback)
+        await asyncio.wait_for(done, self.node.timeout_s)
+
     @rpc
     async def MemberList(
         self, request: rpc_pb2.MemberListRequest, context: Any
     ) -> rpc_pb2.MemberListResponse:
         image = await self.node.read_image(not getattr(request, "linearizable", False))
         resp = rpc_pb2.MemberListResponse(header=self.node.header(image.revision))
-        peers = self.node.log.engine_status().members
-        for nid in sorted(peers):
-            rec = image.members.members.get(nid)
-            resp.members.add(
-                ID=self.node.member_ids.get(nid, 0),
-                name=nid,
-                peerURLs=["http://" + peers[nid]],
-                clientURLs=list(rec.client_urls) if rec else [],
-            )
+        resp.members.extend(self._list(image))
         return resp
+
+    @rpc
+    async def MemberAdd(
+        self, request: rpc_pb2.MemberAddRequest, context: Any
+    ) -> rpc_pb2.MemberAddResponse:
+        if request.isLearner:
+            raise Rejected(
+                "UNIMPLEMENTED", "metaledger: learners (non-voting members) are not supported"
+            )
+        if len(request.peerURLs) != 1:
+            raise InvalidRequest("peerURLs: give exactly one peer URL (http://host:port)")
+        address = _peer_address(request.peerURLs[0])
+        if address in self.node.engine.members():
+            raise Rejected("FAILED_PRECONDITION", "etcdserver: Peer URLs already exists")
+        await self._change(True, address)
+        image = await self.node.read_image(False)
+        resp = rpc_pb2.MemberAddResponse(header=self.node.header(image.revision))
+        resp.member.CopyFrom(
+            rpc_pb2.Member(ID=member_id_of(address), peerURLs=list(request.peerURLs))
+        )
+        resp.members.extend(self._list(image))
+        return resp
+
+    @rpc
+    async def MemberRemove(
+        self, request: rpc_pb2.MemberRemoveRequest, context: Any
+    ) -> rpc_pb2.MemberRemoveResponse:
+        image = await self.node.read_image(False)
+        target = [m for m in self.node.members(image) if m[1] == request.ID]
+        if not target:
+            raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.ID:x})")
+        name, _, address, _ = target[0]
+        if address == self.node.config.listen_peer:
+            raise Rejected(
+                "FAILED_PRECONDITION",
+                "metaledger: a node cannot remove itself; send MemberRemove to another member",
+            )
+        await self._change(False, address)
+        if name:
+            await self.node.log.propose(
+                [Entry(type="member", key=name.encode())], self.node.timeout_s
+            )
+        image = await self.node.read_image(False)
+        resp = rpc_pb2.MemberRemoveResponse(header=self.node.header(image.revision))
+        resp.members.extend(self._list(image))
+        return resp
+
+
+def _settle_future(fut: asyncio.Future[None], err: Exception | None) -> None:
+    if fut.done():
+        return
+    if err is not None:
+        fut.set_exception(err)
+    else:
+        fut.set_result(None)
 
 
 class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc]
@@ -275,11 +383,29 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
             version=ETCD_VERSION,
             dbSize=sum(s.size for s in self.node.log.segments.segments()),
             dbSizeInUse=sum(s.size for s in self.node.log.segments.segments()),
-            leader=self.node.member_ids.get(st.leader_id, 0),
+            leader=self.node.leader_member_id(),
             raftIndex=off.commit_offset,
             raftTerm=st.term,
             raftAppliedIndex=off.apply_offset,
         )
+
+    @rpc
+    async def MoveLeader(
+        self, request: rpc_pb2.MoveLeaderRequest, context: Any
+    ) -> rpc_pb2.MoveLeaderResponse:
+        image = self.node.state.image
+        target = [m for m in self.node.members(image) if m[1] == request.targetID]
+        if request.targetID and not target:
+            raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.targetID:x})")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def callback(_: int | None, err: Exception | None) -> None:
+            loop.call_soon_threadsafe(_settle_future, done, err)
+
+        self.node.engine.transfer_leadership(target[0][2] if target else None, callback)
+        await asyncio.wait_for(done, self.node.timeout_s)
+        return rpc_pb2.MoveLeaderResponse(header=self.node.header(image.revision))
 
     @rpc
     async def Alarm(self, request: rpc_pb2.AlarmRequest, context: Any) -> rpc_pb2.AlarmResponse:
@@ -322,15 +448,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
     async def Members(
         self, request: admin_pb2.MembersRequest, context: Any
     ) -> admin_pb2.MembersResponse:
-        image = self.node.state.image
-        peers = self.node.log.engine_status().members
         resp = admin_pb2.MembersResponse()
-        for nid in sorted(peers):
-            rec = image.members.members.get(nid)
+        for name, mid, address, client_urls in self.node.members(self.node.state.image):
             resp.members.add(
-                id=nid,
-                member_id=self.node.member_ids.get(nid, 0),
-                peer_url="http://" + peers[nid],
-                client_urls=list(rec.client_urls) if rec else [],
+                id=name, member_id=mid, peer_url="http://" + address, client_urls=list(client_urls)
             )
         return resp

@@ -75,6 +75,12 @@ class MetadataStateMachine:
         if e.type == "txn":
             return txn(delta.kv, records_pb2.TxnOperation.FromString(e.value).txn, rev, effects)
         if e.type == "member":
+            if not e.value:  # a removed member
+                mid = e.key.decode()
+                if delta.member(mid) is not None:
+                    delta.remove_member(mid)
+                    effects.append(Effect("member", e.key, delete=True))
+                return None
             m = Member.from_record(e.value)
             if delta.member(m.id) != m:
                 delta.put_member(m)

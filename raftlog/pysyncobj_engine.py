@@ -227,7 +227,8 @@ class PySyncObjEngine:
         leader = so._getLeader()
         leader_id = ""
         if leader is not None:
-            leader_id = self._by_address.get(getattr(leader, "address", str(leader)), str(leader))
+            address = getattr(leader, "address", str(leader))
+            leader_id = self._by_address.get(address, address)
         commit = int(so.raftCommitIndex)
         try:
             end = int(so._SyncObj__raftLog[-1][1])
@@ -241,8 +242,72 @@ class PySyncObjEngine:
             end_offset=max(end, commit),
             commit_offset=commit,
             has_quorum=bool(so.hasQuorum),
-            members=dict(cfg.peers),
+            members={self._by_address.get(a, a): a for a in self.members()},
         )
+
+    # ------------------------------------------------------------ membership
+    def members(self) -> list[str]:
+        """Peer addresses of the current configuration (this node included)."""
+        so = self._sync
+        if so is None:
+            return sorted(self._config.peers.values())
+        nodes = {self._config.self_address}
+        nodes.update(n.address for n in list(so.otherNodes))
+        return sorted(nodes)
+
+    def add_member(self, address: str, callback: ProposeCallback) -> None:
+        """Add a voting member (one change at a time; the new node must already run
+        with the existing members as its peers)."""
+        self._change(address, callback, add=True)
+
+    def remove_member(self, address: str, callback: ProposeCallback) -> None:
+        self._change(address, callback, add=False)
+
+    def _change(self, address: str, callback: ProposeCallback, add: bool) -> None:
+        so = self._sync
+        if so is None:
+            callback(None, ProposeError("engine not started"))
+            return
+
+        def done(result: Any, reason: int) -> None:
+            if reason == FAIL_REASON.SUCCESS:
+                callback(0, None)
+            elif reason == FAIL_REASON.REQUEST_DENIED:
+                callback(
+                    None,
+                    ProposeError(
+                        "membership change refused: another change is in progress, the "
+                        "new leader has not committed its first entry yet, or the member "
+                        "is already (or not) in the configuration"
+                    ),
+                )
+            else:
+                callback(None, _error_for(reason, self.status().leader_id))
+
+        if add:
+            so.addNodeToCluster(address, callback=done)
+        else:
+            so.removeNodeFromCluster(address, callback=done)
+
+    def transfer_leadership(self, address: str | None, callback: ProposeCallback) -> None:
+        """Ask the leader to hand over to ``address`` (or the most caught-up follower)."""
+        so = self._sync
+        if so is None:
+            callback(None, ProposeError("engine not started"))
+            return
+
+        def done(result: Any, reason: int) -> None:
+            if reason == FAIL_REASON.SUCCESS:
+                callback(0, None)
+            elif reason == FAIL_REASON.NOT_LEADER:
+                callback(None, NotLeaderError("only the leader can transfer leadership"))
+            else:
+                callback(
+                    None,
+                    ProposeError("leadership transfer refused: the target is not caught up"),
+                )
+
+        so.transferLeadership(address, callback=done)
 
     def uncommitted(self) -> list[bytes]:
         so = self._sync
@@ -263,6 +328,10 @@ class PySyncObjEngine:
         """The current term, cheaply (for response headers)."""
         so = self._sync
         return int(so.raftCurrentTerm) if so is not None else 0
+
+    def name_member(self, node_id: str, address: str) -> None:
+        """Learn a member's id (from its member record), for status and leader ids."""
+        self._by_address = {**self._by_address, address: node_id}
 
     def stop(self) -> None:
         so, self._sync = self._sync, None

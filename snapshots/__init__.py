@@ -1,6 +1,23 @@
 """Record-stream format, snapshots and offline compaction (DESIGN.md §4).
 
-This package imports no other metaledger package.
+This package imports no other metaledger package (but the generated ``protos``).
+
+Modules: ``_recordstream`` (framing, CRC32C), ``_snapshot`` (snapshot files, content
+hashes), ``_store`` (snapshot stores), ``_replay`` (record-level replay, segment reading,
+single-process compaction).
+
+Errors::
+
+    RecordStreamError              framing of any record stream; `path`, `position`
+    ├── BadHeaderError             the stream header is wrong
+    ├── CorruptRecordError         a complete frame is wrong
+    └── TornTailError              the data ends inside a frame (`repairable`)
+
+    SnapshotError                  root of the snapshot and replay errors
+    ├── SnapshotCorruptError       a snapshot file fails verification (any framing error
+    │                              inside a snapshot is reported as this); `path`, `position`
+    ├── SnapshotMismatchError      write: the records disagree with the meta's counts/hashes
+    └── ChangeLogError             replay: the change-log segments cannot be read as one log
 """
 
 from snapshots._recordstream import (
@@ -21,22 +38,86 @@ from snapshots._recordstream import (
     encode_header,
     encode_record,
 )
+from snapshots._replay import (
+    ChangeLogError,
+    ChangeRecord,
+    EffectLike,
+    compact_local,
+    read_segments,
+    replay,
+)
+from snapshots._snapshot import (
+    HASH_ALGORITHM,
+    SNAPSHOT_FORMAT_VERSION,
+    RecordDigest,
+    RecordSource,
+    Snapshot,
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotInfo,
+    SnapshotMeta,
+    SnapshotMismatchError,
+    SnapshotReader,
+    SnapshotRecord,
+    encode_snapshot,
+    inspect,
+    open_snapshot,
+    read_snapshot,
+    record_hash,
+    verify_snapshot,
+    write_snapshot,
+)
+from snapshots._store import (
+    FileSnapshotStore,
+    InMemorySnapshotStore,
+    SnapshotStore,
+    snapshot_name,
+)
 
 __all__ = [
     "FORMAT_VERSION",
     "FRAME_OVERHEAD_BYTES",
+    "HASH_ALGORITHM",
     "HEADER_BYTES",
     "MAGIC",
     "MAX_BODY_BYTES",
+    "SNAPSHOT_FORMAT_VERSION",
     "BadHeaderError",
+    "ChangeLogError",
+    "ChangeRecord",
     "CorruptRecordError",
+    "EffectLike",
+    "FileSnapshotStore",
+    "InMemorySnapshotStore",
     "Record",
+    "RecordDigest",
     "RecordReader",
+    "RecordSource",
     "RecordStreamError",
+    "Snapshot",
+    "SnapshotCorruptError",
+    "SnapshotError",
+    "SnapshotInfo",
+    "SnapshotMeta",
+    "SnapshotMismatchError",
+    "SnapshotReader",
+    "SnapshotRecord",
+    "SnapshotStore",
     "StreamHeader",
     "StreamKind",
     "TornTailError",
+    "compact_local",
     "decode_header",
     "encode_header",
     "encode_record",
+    "encode_snapshot",
+    "inspect",
+    "open_snapshot",
+    "read_segments",
+    "read_snapshot",
+    "record_hash",
+    "replay",
+    "snapshot_name",
+    "verify_snapshot",
+    "write_snapshot",
 ]

@@ -34,6 +34,7 @@ _OPTIONAL_FIELDS = {
     "listen_metrics": "listen_metrics",
     "advertise_client": "advertise_client",
     "fsync_policy": "fsync_policy",
+    "initial_cluster_token": "cluster_token",
 }
 
 
@@ -118,5 +119,10 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--advertise-client", metavar="HOST:PORT", help="client URL to advertise")
     p.add_argument("--fsync-policy", help="batch (default), always or never")
+    p.add_argument(
+        "--initial-cluster-token",
+        metavar="TOKEN",
+        help="names the cluster; its id derives from it (default metaledger)",
+    )
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     p.set_defaults(run=run_serve)

@@ -1,0 +1,757 @@
+"""Snapshot files (DESIGN.md §4): the image at one offset, written as its own record stream.
+
+A snapshot is a record stream (``snapshots._recordstream``) of kind SNAPSHOT whose stream
+header's base offset is the snapshot's ``last_offset``. Every frame carries that offset,
+and frame number *k* of the file (0-based) carries sub-index *k*::
+
+    stream header        magic, version, kind SNAPSHOT, base offset = last_offset (CRC'd)
+    frame sub 0          SnapshotHeader (protos/snapshot.proto): format version, cluster
+                         id, last offset and term, raft index, created_ms, hash algorithm,
+                         record count, and per type (sorted, none empty) count and hash
+    frame sub 1..N       records.Effect(type, key, value), delete = false; one per (type,
+                         key), in any order
+    frame sub N+1        SnapshotFooter: record count N, crc32c of every byte before it
+
+Nothing may follow the footer. N is at most 2**32 - 2 (the sub-index is a u32).
+
+Content hash (``HASH_ALGORITHM`` = ``"blake2b-128-sum-v1"``), per type, so that any writer
+(the server, a Spark job) gets the same hash for the same *set* of records in any order::
+
+    record_hash(type, key, value) = int.from_bytes(blake2b(
+        u64le(len(type_utf8)) + type_utf8 + u64le(len(key)) + key + u64le(len(value)) + value,
+        digest_size=16, person=b"metaledger.snap1").digest(), "little")
+    hash(type) = sum of record_hash over the type's records, mod 2**128,
+                 written as 32 lowercase hex digits (most significant first)
+
+Sums of partial digests add up, so :class:`RecordDigest` merges (a job hashes each
+partition and combines the results) and takes records away again (:meth:`~RecordDigest.
+discard`, for a digest kept up to date as an image changes). The sum is an integrity
+check between cooperating writers, not a defence against someone forging collisions.
+
+Verification on read (:class:`SnapshotReader`): stream header CRC, header frame, every
+frame's CRC32C, offsets and sub-indexes, record count, footer checksum, no trailing data,
+and the per-type counts and hashes recomputed from the records against the header.
+
+Errors::
+
+    SnapshotError                  root of the snapshot errors of this package
+    ├── SnapshotCorruptError       a snapshot file fails verification; `path`, `position`
+    │                              (byte offset of the bad frame, None when not one place)
+    └── SnapshotMismatchError      write_snapshot: the records disagree with the counts and
+                                   hashes given in the meta (nothing is written)
+
+Misuse (a bad :class:`SnapshotMeta`, a one-shot iterator where two passes are needed) raises
+ValueError or TypeError; the file system raises OSError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import os
+import struct
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO, Final, TypeAlias
+
+import crc32c as _crc32c_module
+from google.protobuf.message import DecodeError
+
+from protos.records_pb2 import Effect
+from protos.snapshot_pb2 import SnapshotFooter, SnapshotHeader, TypeDigest
+from snapshots._recordstream import (
+    Record,
+    RecordReader,
+    RecordStreamError,
+    StreamKind,
+    encode_header,
+    encode_record,
+)
+
+__all__ = [
+    "HASH_ALGORITHM",
+    "SNAPSHOT_FORMAT_VERSION",
+    "RecordDigest",
+    "RecordSource",
+    "Snapshot",
+    "SnapshotCorruptError",
+    "SnapshotError",
+    "SnapshotInfo",
+    "SnapshotMeta",
+    "SnapshotMismatchError",
+    "SnapshotReader",
+    "SnapshotRecord",
+    "encode_snapshot",
+    "inspect",
+    "open_snapshot",
+    "read_snapshot",
+    "record_hash",
+    "verify_snapshot",
+    "write_snapshot",
+]
+
+#: Version of the snapshot layout above (the record-stream framing has its own).
+SNAPSHOT_FORMAT_VERSION: Final = 1
+#: Name of the content-hash definition above, recorded in every header.
+HASH_ALGORITHM: Final = "blake2b-128-sum-v1"
+
+#: One snapshot record: (type, key, value).
+SnapshotRecord: TypeAlias = tuple[str, bytes, bytes]
+#: What :func:`write_snapshot` takes: records, or a callable returning a fresh iterable of
+#: them (see there for when they are read twice).
+RecordSource: TypeAlias = Iterable[SnapshotRecord] | Callable[[], Iterable[SnapshotRecord]]
+
+_PERSON = b"metaledger.snap1"
+_HASH_MOD = 2**128
+_LEN = struct.Struct("<Q")
+_pack_len = _LEN.pack
+_MAX_RECORDS = 2**32 - 2
+_CHUNK_BYTES = 1 << 20  # writes, checksum updates and progress calls happen per chunk
+_READ_BUFFER_BYTES = 256 * 1024
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+_crc32c: Callable[[bytes | bytearray | memoryview, int], int] = _crc32c_module.crc32c
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class SnapshotError(Exception):
+    """Root of the snapshot errors of this package."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """A snapshot file fails verification.
+
+    `path` names the file (None for an unnamed stream), `position` is the byte offset of
+    the frame at fault, or None when the fault is not at one place (e.g. a content hash).
+    """
+
+    def __init__(self, path: str | None, reason: str, position: int | None = None) -> None:
+        where = f" at byte {position}" if position is not None else ""
+        super().__init__(f"{path or '<snapshot>'}: corrupt snapshot{where}: {reason}")
+        self.path = path
+        self.reason = reason
+        self.position = position
+
+
+class SnapshotMismatchError(SnapshotError):
+    """The records given to :func:`write_snapshot` disagree with the meta's counts/hashes."""
+
+    def __init__(self, path: str | None, expected: RecordDigest, actual: RecordDigest) -> None:
+        super().__init__(
+            f"{path or '<snapshot>'}: the records do not match the meta: expected counts "
+            f"{expected.counts} hashes {expected.hashes}, got counts {actual.counts} "
+            f"hashes {actual.hashes}"
+        )
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+
+
+# --------------------------------------------------------------------------- content hash
+
+
+_BASE_HASHER = hashlib.blake2b(digest_size=16, person=_PERSON)
+
+
+def _type_hasher(type_: str) -> Any:
+    """A blake2b state that has absorbed the type's length prefix and name."""
+    encoded = type_.encode()
+    hasher = _BASE_HASHER.copy()
+    hasher.update(_LEN.pack(len(encoded)) + encoded)
+    return hasher
+
+
+def _is_hash_text(text: str) -> bool:
+    return len(text) == 32 and _HEX_DIGITS.issuperset(text)
+
+
+def record_hash(type_: str, key: bytes, value: bytes) -> int:
+    """The 128-bit hash of one record (see the module docstring)."""
+    hasher = _type_hasher(type_)
+    hasher.update(_LEN.pack(len(key)) + key + _LEN.pack(len(value)) + value)
+    return int.from_bytes(hasher.digest(), "little")
+
+
+class RecordDigest:
+    """Per-type record counts and order-independent content hashes, built incrementally.
+
+    ``add`` every record once (order does not matter); ``merge`` digests of disjoint parts
+    to get the digest of the whole; ``discard`` takes a record added before away again.
+    Types whose count is 0 do not appear in :attr:`counts` and :attr:`hashes`. Picklable.
+    """
+
+    __slots__ = ("_counts", "_hashers", "_sums")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._sums: dict[str, int] = {}
+        self._hashers: dict[str, Any] = {}  # cache of _type_hasher, not state
+
+    def add(self, type_: str, key: bytes, value: bytes) -> None:
+        hasher = self._hashers.get(type_) or self._start(type_)
+        h = hasher.copy()
+        h.update(b"".join((_pack_len(len(key)), key, _pack_len(len(value)), value)))
+        self._sums[type_] += int.from_bytes(h.digest(), "little")
+        self._counts[type_] += 1
+
+    def discard(self, type_: str, key: bytes, value: bytes) -> None:
+        """Take away one record that was added (the digest of the remaining records)."""
+        hasher = self._hashers.get(type_) or self._start(type_)
+        h = hasher.copy()
+        h.update(b"".join((_pack_len(len(key)), key, _pack_len(len(value)), value)))
+        self._sums[type_] -= int.from_bytes(h.digest(), "little")
+        self._counts[type_] -= 1
+
+    def _start(self, type_: str) -> Any:
+        """The type's hasher, creating the type's entries (sums are reduced mod 2**128 only
+        when read: adding unreduced ints is cheaper)."""
+        self._counts.setdefault(type_, 0)
+        self._sums.setdefault(type_, 0)
+        hasher = self._hashers[type_] = _type_hasher(type_)
+        return hasher
+
+    def merge(self, other: RecordDigest) -> None:
+        """Add `other`'s records to this digest (in place; `other` is unchanged)."""
+        for type_, count in other._counts.items():
+            self._counts[type_] = self._counts.get(type_, 0) + count
+            self._sums[type_] = (self._sums.get(type_, 0) + other._sums[type_]) % _HASH_MOD
+
+    @classmethod
+    def combine(cls, digests: Iterable[RecordDigest]) -> RecordDigest:
+        """A new digest of all the parts' records (e.g. a reduce over partitions)."""
+        result = cls()
+        for digest in digests:
+            result.merge(digest)
+        return result
+
+    @classmethod
+    def from_summary(cls, counts: Mapping[str, int], hashes: Mapping[str, str]) -> RecordDigest:
+        """The digest that :attr:`counts` and :attr:`hashes` describe.
+
+        Raises ValueError unless both name the same types and every hash is 32 lowercase
+        hex digits.
+        """
+        if set(counts) != set(hashes):
+            raise ValueError(f"counts name types {sorted(counts)}, hashes {sorted(hashes)}")
+        result = cls()
+        for type_, count in counts.items():
+            text = hashes[type_]
+            if not _is_hash_text(text):
+                raise ValueError(f"hash of type {type_!r} is not 32 lowercase hex digits")
+            result._counts[type_] = count
+            result._sums[type_] = int(text, 16)
+        return result
+
+    def _live(self) -> list[str]:
+        for type_, total in self._sums.items():
+            self._sums[type_] = total % _HASH_MOD
+        return sorted(t for t, c in self._counts.items() if c != 0 or self._sums[t] != 0)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Records per type, sorted by type."""
+        return {t: self._counts[t] for t in self._live()}
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        """Content hash per type (32 hex digits), sorted by type."""
+        return {t: f"{self._sums[t]:032x}" for t in self._live()}
+
+    @property
+    def record_count(self) -> int:
+        return sum(self._counts.values())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RecordDigest):
+            return NotImplemented
+        return self.counts == other.counts and self.hashes == other.hashes
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"RecordDigest(counts={self.counts}, hashes={self.hashes})"
+
+    def __getstate__(self) -> tuple[dict[str, int], dict[str, int]]:
+        return (self._counts, {t: total % _HASH_MOD for t, total in self._sums.items()})
+
+    def __setstate__(self, state: tuple[dict[str, int], dict[str, int]]) -> None:
+        self._counts, self._sums = state
+        self._hashers = {}
+
+
+# --------------------------------------------------------------------------- meta and info
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    """What the writer of a snapshot says about it.
+
+    `counts` and `hashes` are both given (the writer knows them, e.g. from a
+    :class:`RecordDigest` it kept; they are checked while writing) or both None (computed
+    by a first pass over the records). `created_ms` None means the time of writing.
+    """
+
+    cluster_id: str
+    last_offset: int
+    last_term: int
+    raft_index: int = 0
+    created_ms: int | None = None
+    counts: Mapping[str, int] | None = None
+    hashes: Mapping[str, str] | None = None
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field that is out of range."""
+        for name in ("last_offset", "last_term", "raft_index"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+                raise ValueError(f"SnapshotMeta.{name} must be an int in [0, 2**63), got {value!r}")
+        if self.created_ms is not None and not 0 <= self.created_ms < 2**63:
+            raise ValueError(f"SnapshotMeta.created_ms out of range: {self.created_ms!r}")
+        if not isinstance(self.cluster_id, str):
+            raise ValueError(f"SnapshotMeta.cluster_id must be a str, got {self.cluster_id!r}")
+        if (self.counts is None) != (self.hashes is None):
+            raise ValueError("SnapshotMeta.counts and .hashes must be given together or not at all")
+        if self.counts is not None and self.hashes is not None:
+            if any(c <= 0 for c in self.counts.values()):
+                raise ValueError("SnapshotMeta.counts must list only types with records")
+            RecordDigest.from_summary(self.counts, self.hashes)
+
+    def with_digest(self, digest: RecordDigest) -> SnapshotMeta:
+        """This meta with the counts and hashes of `digest`."""
+        return dataclasses.replace(self, counts=digest.counts, hashes=digest.hashes)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """A snapshot's header fields, where it is, and its size."""
+
+    path: Path | None
+    size_bytes: int
+    format_version: int
+    cluster_id: str
+    last_offset: int
+    last_term: int
+    raft_index: int
+    created_ms: int
+    hash_algorithm: str
+    record_count: int
+    counts: Mapping[str, int]
+    hashes: Mapping[str, str]
+
+    @property
+    def digest(self) -> RecordDigest:
+        return RecordDigest.from_summary(self.counts, self.hashes)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``metaledger snapshot inspect --output json``)."""
+        return {
+            "path": None if self.path is None else str(self.path),
+            "size_bytes": self.size_bytes,
+            "format_version": self.format_version,
+            "cluster_id": self.cluster_id,
+            "last_offset": self.last_offset,
+            "last_term": self.last_term,
+            "raft_index": self.raft_index,
+            "created_ms": self.created_ms,
+            "hash_algorithm": self.hash_algorithm,
+            "record_count": self.record_count,
+            "counts": dict(self.counts),
+            "hashes": dict(self.hashes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A whole snapshot read into memory (:func:`read_snapshot`), verified."""
+
+    info: SnapshotInfo
+    records: list[SnapshotRecord]
+
+    def to_dict(self) -> dict[tuple[str, bytes], bytes]:
+        """The image as ``{(type, key): value}`` (e.g. a base for :func:`replay`)."""
+        return {(t, k): v for t, k, v in self.records}
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_snapshot(
+    path: str | os.PathLike[str],
+    meta: SnapshotMeta,
+    records: RecordSource,
+    progress: Callable[[int], None] | None = None,
+) -> SnapshotInfo:
+    """Write a snapshot atomically: temp file in the same directory, fsync, rename, fsync dir.
+
+    `records` yields each ``(type, key, value)`` of the image once (order does not matter;
+    the same (type, key) twice is the caller's bug and is not checked). It is read once
+    when `meta` carries counts and hashes, which are then checked against the records
+    while writing. When they are None, a first pass computes them and a second pass writes,
+    so `records` must be re-iterable: a collection (list, tuple, dict view, ...) or a
+    callable returning a fresh iterable each call; a one-shot iterator raises TypeError
+    before anything is written. The second pass is checked against the first.
+
+    `progress` is called with the number of records written so far, after each ~1 MiB
+    chunk and at the end.
+
+    Failure contract: on any exception (SnapshotMismatchError when the records disagree with
+    the meta or between passes, ValueError/TypeError for a bad meta or record, OSError,
+    or whatever `records` or `progress` raise) the temp file is removed and nothing exists
+    at `path` that was not there before. A crash (kill, power loss) may leave a temp file
+    named ``.<name>.*.tmp`` behind, never a partial file at `path`.
+    """
+    target = Path(path)
+    meta.validate()
+    expected, source = _plan(str(target), meta, records)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with open(fd, "wb") as f:
+            size, header = _encode(f.write, str(target), meta, expected, source, progress)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+    return _info(target, size, header)
+
+
+def encode_snapshot(
+    meta: SnapshotMeta,
+    records: RecordSource,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[bytes, SnapshotInfo]:
+    """The bytes of a snapshot file and its info (path None); same contract as
+    :func:`write_snapshot`, without the file system. For in-memory stores and tests."""
+    meta.validate()
+    expected, source = _plan(None, meta, records)
+    buf = io.BytesIO()
+    size, header = _encode(buf.write, None, meta, expected, source, progress)
+    return buf.getvalue(), _info(None, size, header)
+
+
+def _plan(
+    path: str | None, meta: SnapshotMeta, records: RecordSource
+) -> tuple[RecordDigest, Iterable[SnapshotRecord]]:
+    """The digest the header will carry, and the records to write."""
+    if meta.counts is not None and meta.hashes is not None:
+        source = records() if callable(records) else records
+        return RecordDigest.from_summary(meta.counts, meta.hashes), source
+    if callable(records):
+        first, second = records(), records()
+    elif isinstance(records, Iterator):
+        raise TypeError(
+            "write_snapshot: without counts and hashes in the meta the records are read "
+            "twice; pass a collection or a callable returning an iterable, not an iterator"
+        )
+    else:
+        first = second = records
+    digest = RecordDigest()
+    add = digest.add
+    for type_, key, value in first:
+        add(type_, key, value)
+    return digest, second
+
+
+def _encode(
+    write: Callable[[bytes], object],
+    path: str | None,
+    meta: SnapshotMeta,
+    expected: RecordDigest,
+    records: Iterable[SnapshotRecord],
+    progress: Callable[[int], None] | None,
+) -> tuple[int, SnapshotHeader]:
+    """Write the whole stream through `write`; returns (bytes written, header)."""
+    offset = meta.last_offset
+    counts = expected.counts
+    hashes = expected.hashes
+    total = sum(counts.values())
+    if total > _MAX_RECORDS:
+        raise ValueError(f"a snapshot holds at most {_MAX_RECORDS} records, not {total}")
+    header = SnapshotHeader(
+        format_version=SNAPSHOT_FORMAT_VERSION,
+        cluster_id=meta.cluster_id,
+        last_offset=offset,
+        last_term=meta.last_term,
+        raft_index=meta.raft_index,
+        created_ms=int(time.time() * 1000) if meta.created_ms is None else meta.created_ms,
+        hash_algorithm=HASH_ALGORITHM,
+        record_count=total,
+        types=[TypeDigest(type=t, count=c, hash=hashes[t]) for t, c in counts.items()],
+    )
+    chunk = [
+        encode_header(StreamKind.SNAPSHOT, offset),
+        encode_record(offset, 0, header.SerializeToString()),
+    ]
+    pending = len(chunk[0]) + len(chunk[1])
+    crc = 0
+    size = 0
+    sub = 0
+    actual = RecordDigest()
+    add = actual.add
+    append = chunk.append
+    for type_, key, value in records:
+        if not type_:
+            raise ValueError(f"record {sub + 1} has an empty type")
+        sub += 1
+        frame = encode_record(
+            offset, sub, Effect(type=type_, key=key, value=value).SerializeToString()
+        )
+        add(type_, key, value)
+        append(frame)
+        pending += len(frame)
+        if pending >= _CHUNK_BYTES:
+            data = b"".join(chunk)
+            crc = _crc32c(data, crc)
+            write(data)
+            size += len(data)
+            chunk.clear()
+            pending = 0
+            if progress is not None:
+                progress(sub)
+    if actual != expected:
+        raise SnapshotMismatchError(path, expected, actual)
+    data = b"".join(chunk)
+    crc = _crc32c(data, crc)
+    footer = encode_record(
+        offset, sub + 1, SnapshotFooter(record_count=sub, checksum_crc32c=crc).SerializeToString()
+    )
+    write(data + footer)
+    size += len(data) + len(footer)
+    if progress is not None:
+        progress(sub)
+    return size, header
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _info(path: Path | None, size: int, header: SnapshotHeader) -> SnapshotInfo:
+    return SnapshotInfo(
+        path=path,
+        size_bytes=size,
+        format_version=header.format_version,
+        cluster_id=header.cluster_id,
+        last_offset=header.last_offset,
+        last_term=header.last_term,
+        raft_index=header.raft_index,
+        created_ms=header.created_ms,
+        hash_algorithm=header.hash_algorithm,
+        record_count=header.record_count,
+        counts={t.type: t.count for t in header.types},
+        hashes={t.type: t.hash for t in header.types},
+    )
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class SnapshotReader:
+    """An open snapshot: the header is verified on open, the rest as records stream.
+
+    Use :func:`open_snapshot` (or a store's ``open``). :meth:`iter_records` yields records
+    *before* the end of the file has been verified: a consumer must not trust what it built
+    until the iterator is exhausted without an error. One iteration at a time.
+    """
+
+    def __init__(self, source: BinaryIO, *, path: Path | None, owns_source: bool) -> None:
+        """Verify the stream header and the header frame of `source` (any binary file
+        object; this reader owns its position). Raises SnapshotCorruptError; closes `source`
+        on error when `owns_source`."""
+        self._file = source
+        self._name = None if path is None else str(path)
+        self._owns = owns_source
+        try:
+            size = source.seek(0, io.SEEK_END)
+            self._reader = RecordReader(source, path=self._name, start=0, end=size)
+            header = self._read_header()
+            self._records_start = self._reader.position
+        except BaseException:
+            self.close()
+            raise
+        self.info = _info(path, size, header)
+        self._expected = self.info.digest
+
+    def _corrupt(self, reason: str, position: int | None) -> SnapshotCorruptError:
+        return SnapshotCorruptError(self._name, reason, position)
+
+    def _next(self, what: str) -> Record:
+        """The next frame, which must exist; stream errors become SnapshotCorruptError."""
+        try:
+            record = self._reader.next_record()
+        except RecordStreamError as e:
+            raise self._corrupt(f"{what}: {e.reason}", e.position) from e
+        if record is None:
+            raise self._corrupt(f"the file ends before the {what}", self._reader.position)
+        return record
+
+    def _read_header(self) -> SnapshotHeader:
+        try:
+            stream = self._reader.read_header()
+        except RecordStreamError as e:
+            raise self._corrupt(f"stream header: {e.reason}", e.position) from e
+        if stream.kind != StreamKind.SNAPSHOT:
+            raise self._corrupt(f"stream kind {stream.kind.name}, not SNAPSHOT", 0)
+        frame = self._next("snapshot header")
+        header = SnapshotHeader()
+        try:
+            header.ParseFromString(frame.payload)
+        except DecodeError as e:
+            raise self._corrupt(f"undecodable snapshot header: {e}", frame.position) from e
+        problem = _header_problem(header, stream.base_offset, frame)
+        if problem:
+            raise self._corrupt(problem, frame.position)
+        return header
+
+    def iter_records(self) -> Iterator[SnapshotRecord]:
+        """Yield every ``(type, key, value)``, then verify the footer, the checksum and the
+        content hashes. Raises SnapshotCorruptError at the first fault, OSError on I/O."""
+        offset = self.info.last_offset
+        total = self.info.record_count
+        actual = RecordDigest()
+        add = actual.add
+        next_record = self._next
+        self._reader.seek(self._records_start)
+        effect = Effect()
+        parse = effect.ParseFromString
+        for sub in range(1, total + 1):
+            frame = next_record(f"record {sub} of {total}")
+            if frame.offset != offset or frame.sub != sub:
+                raise self._corrupt(
+                    f"frame ({frame.offset}, {frame.sub}) where record ({offset}, {sub}) belongs",
+                    frame.position,
+                )
+            try:
+                parse(frame.payload)
+            except DecodeError as e:
+                raise self._corrupt(f"undecodable record: {e}", frame.position) from e
+            type_, key, value = effect.type, effect.key, effect.value
+            if effect.delete or not type_:
+                raise self._corrupt("a delete or a record without a type", frame.position)
+            add(type_, key, value)
+            yield type_, key, value
+        self._verify_end(total)
+        if actual != self._expected:
+            raise self._corrupt(
+                f"records have counts {actual.counts} hashes {actual.hashes}, the header says "
+                f"counts {self._expected.counts} hashes {self._expected.hashes}",
+                None,
+            )
+
+    def _verify_end(self, total: int) -> None:
+        frame = self._next("footer")
+        if frame.offset != self.info.last_offset or frame.sub != total + 1:
+            raise self._corrupt(
+                f"frame ({frame.offset}, {frame.sub}) where the footer belongs", frame.position
+            )
+        footer = SnapshotFooter()
+        try:
+            footer.ParseFromString(frame.payload)
+        except DecodeError as e:
+            raise self._corrupt(f"undecodable footer: {e}", frame.position) from e
+        if footer.record_count != total:
+            raise self._corrupt(
+                f"footer counts {footer.record_count} records, header {total}", frame.position
+            )
+        if self._reader.position != self.info.size_bytes:
+            raise self._corrupt("data after the footer", self._reader.position)
+        if self._checksum(frame.position) != footer.checksum_crc32c:
+            raise self._corrupt("footer checksum mismatch", frame.position)
+
+    def _checksum(self, end: int) -> int:
+        self._file.seek(0)
+        crc, left = 0, end
+        while left > 0:
+            data = self._file.read(min(left, _CHUNK_BYTES))
+            if not data:
+                raise self._corrupt("the file shrank while being read", end - left)
+            crc = _crc32c(data, crc)
+            left -= len(data)
+        return crc
+
+    def verify(self) -> SnapshotInfo:
+        """Read and verify the whole snapshot; its info. Raises SnapshotCorruptError."""
+        for _ in self.iter_records():
+            pass
+        return self.info
+
+    def close(self) -> None:
+        if self._owns:
+            self._file.close()
+
+    def __enter__(self) -> SnapshotReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _header_problem(header: SnapshotHeader, base_offset: int, frame: Record) -> str | None:
+    """What is wrong with a decoded header frame, or None."""
+    if header.format_version != SNAPSHOT_FORMAT_VERSION:
+        return f"unsupported snapshot format version {header.format_version}"
+    if header.hash_algorithm != HASH_ALGORITHM:
+        return f"unknown hash algorithm {header.hash_algorithm!r}"
+    if frame.offset != base_offset or frame.sub != 0 or header.last_offset != base_offset:
+        return (
+            f"header frame ({frame.offset}, {frame.sub}) with last offset "
+            f"{header.last_offset} in a stream based at {base_offset}"
+        )
+    types = [t.type for t in header.types]
+    if types != sorted(set(types)) or any(t.count <= 0 for t in header.types):
+        return "per-type counts are not sorted, unique and positive"
+    if sum(t.count for t in header.types) != header.record_count:
+        return f"per-type counts do not add up to {header.record_count}"
+    if not all(_is_hash_text(t.hash) for t in header.types):
+        return "a content hash is not 32 lowercase hex digits"
+    return None
+
+
+def open_snapshot(path: str | os.PathLike[str]) -> SnapshotReader:
+    """Open a snapshot file and verify its header (use as a context manager).
+
+    Raises SnapshotCorruptError for a bad header, OSError (e.g. FileNotFoundError).
+    """
+    target = Path(path)
+    return SnapshotReader(
+        open(target, "rb", buffering=_READ_BUFFER_BYTES), path=target, owns_source=True
+    )
+
+
+def read_snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Read and verify a whole snapshot into memory. Raises SnapshotCorruptError, OSError."""
+    with open_snapshot(path) as reader:
+        records = list(reader.iter_records())
+        return Snapshot(reader.info, records)
+
+
+def verify_snapshot(path: str | os.PathLike[str]) -> SnapshotInfo:
+    """Verify a whole snapshot without keeping its records. Raises SnapshotCorruptError."""
+    with open_snapshot(path) as reader:
+        return reader.verify()
+
+
+def inspect(path: str | os.PathLike[str], *, verify: bool = False) -> SnapshotInfo:
+    """Header fields and file size; reads only the header unless `verify` (then the whole
+    file is checked). Raises SnapshotCorruptError, OSError."""
+    with open_snapshot(path) as reader:
+        return reader.verify() if verify else reader.info
