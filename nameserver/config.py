@@ -66,6 +66,8 @@ class ServerConfig:
     segment_max_bytes: int = 64 * 1024 * 1024
     fsync_policy: str = "batch"
     fsync_interval_ms: int = 5
+    snapshot_every_items: int = 20_000  # consensus items between snapshots (0 = never)
+    snapshot_keep: int = 2
     max_value_bytes: int = MAX_VALUE_BYTES
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_txn_ops: int = MAX_TXN_OPS
@@ -106,5 +108,9 @@ class ServerConfig:
             raise ConfigError("fsync_policy", "must be batch, always or never")
         if self.max_value_bytes <= 0 or self.max_request_bytes < self.max_value_bytes:
             raise ConfigError("max_request_bytes", "must be >= max_value_bytes > 0")
+        if self.snapshot_every_items < 0:
+            raise ConfigError("snapshot_every_items", "must be >= 0 (0 = never)")
+        if self.snapshot_keep < 1:
+            raise ConfigError("snapshot_keep", "must be >= 1")
         if self.max_txn_ops <= 0:
             raise ConfigError("max_txn_ops", "must be > 0")

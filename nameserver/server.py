@@ -20,6 +20,7 @@ from nameserver.services import (
     MaintenanceService,
     NodeContext,
 )
+from nameserver.snapshotting import StoreSink, restore
 from nameserver.state import MetadataStateMachine
 from protos.etcdserverpb import rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc
@@ -31,6 +32,7 @@ from raftlog import (
     SegmentConfig,
     SegmentLog,
 )
+from snapshots import FileSnapshotStore
 
 log = logging.getLogger("metaledger")
 
@@ -53,7 +55,6 @@ class Node:
         peers = config.peers
         self.cluster_id = uint64_id("cluster:" + config.cluster_token)
         os.makedirs(config.data_dir, exist_ok=True)
-        self.state = MetadataStateMachine()
         segments = SegmentLog.open(
             os.path.join(config.data_dir, "log"),
             SegmentConfig(
@@ -75,9 +76,19 @@ class Node:
                 election_timeout_min_ms=config.election_timeout_min_ms,
                 election_timeout_max_ms=config.election_timeout_max_ms,
                 leader_step_down_ms=config.leader_step_down_ms,
+                snapshot_every_items=config.snapshot_every_items,
             )
         )
+        store = FileSnapshotStore(os.path.join(config.data_dir, "snap"), keep=config.snapshot_keep)
+        cluster_hex = f"{self.cluster_id:016x}"
+        image, engine_base = restore(store, segments, engine.dump_file, cluster_hex)
+        self.state = MetadataStateMachine(image)
         self.log = ReplicatedLog(engine, self.state, segments, config.node_id)
+        if config.snapshot_every_items > 0:
+            self.log.enable_snapshots(
+                StoreSink(store, engine.dump_file, cluster_hex, segments), engine_base
+            )
+        self.store = store
         self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)
         self.server: grpc.aio.Server | None = None
         self._announce_task: asyncio.Task[None] | None = None

@@ -8,13 +8,16 @@ messages without headers, or a :class:`~nameserver.kv.Rejected`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from nameserver import kv as kvops
+from nameserver._sortedmap import PersistentSortedMap
 from nameserver.image import (
     KeyValue,
     KvDelta,
+    KvImage,
     Member,
     MetadataDelta,
     MetadataImage,
@@ -61,6 +64,19 @@ class MetadataStateMachine:
             self._image = self._delta.build()
             self._delta = None
 
+    # -------------------------------------------------------------- snapshots
+    def capture(self) -> CapturedImage:
+        return CapturedImage(self._image)
+
+    def load(
+        self, last_offset: int, last_term: int, records: Iterable[tuple[str, bytes, bytes]]
+    ) -> list[Effect]:
+        new = image_from_records(records, last_offset, last_term)
+        effects = diff_images(self._image, new)
+        self._delta = None
+        self._image = new
+        return effects
+
     def _apply_entry(self, delta: MetadataDelta, rev: int, e: Entry, effects: list[Effect]) -> Any:
         if e.type == "noop":
             return None
@@ -87,6 +103,63 @@ class MetadataStateMachine:
                 effects.append(Effect("member", m.id.encode(), m.to_record()))
             return None
         raise Rejected("INVALID_ARGUMENT", f"unknown entry type {e.type!r}")
+
+
+class CapturedImage:
+    """An image held for a snapshot: immutable, so reading it needs no lock."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.last_offset = image.provenance.last_offset
+        self.last_term = image.provenance.last_term
+
+    def records(self) -> Iterator[tuple[str, bytes, bytes]]:
+        return image_records(self.image)
+
+
+def image_records(image: MetadataImage) -> Iterator[tuple[str, bytes, bytes]]:
+    """Every (type, key, value) record of an image: what a snapshot holds."""
+    for key, kv in image.kv.data.items():
+        yield "kv", key, kv.to_record()
+    for mid, member in sorted(image.members.members.items()):
+        yield "member", mid.encode(), member.to_record()
+
+
+def image_from_records(
+    records: Iterable[tuple[str, bytes, bytes]], last_offset: int, last_term: int
+) -> MetadataImage:
+    """Rebuild an image from snapshot records (record-level replay: no state-machine rules)."""
+    delta = MetadataDelta(MetadataImage.empty())
+    kvs: list[tuple[bytes, KeyValue]] = []
+    for type_, key, value in records:
+        if type_ == "kv":
+            kvs.append((key, KeyValue.from_record(value)))
+        else:
+            delta.replay(type_, key, value, False)
+    delta.provenance = Provenance(last_offset, last_term)
+    image = delta.build()
+    kvs.sort(key=lambda item: item[0])
+    return replace(image, kv=KvImage(PersistentSortedMap.from_sorted_items(kvs)))
+
+
+def diff_images(old: MetadataImage, new: MetadataImage) -> list[Effect]:
+    """The effects that turn ``old`` into ``new``: puts of changed records, deletes of gone ones."""
+    effects: list[Effect] = []
+    old_kv, new_kv = old.kv.data, new.kv.data
+    for key, kv in new_kv.items():
+        if old_kv.get(key) != kv:
+            effects.append(Effect("kv", key, kv.to_record()))
+    for key in old_kv.keys():
+        if key not in new_kv:
+            effects.append(Effect("kv", key, delete=True))
+    old_m, new_m = old.members.members, new.members.members
+    for mid, member in new_m.items():
+        if old_m.get(mid) != member:
+            effects.append(Effect("member", mid.encode(), member.to_record()))
+    for mid in old_m:
+        if mid not in new_m:
+            effects.append(Effect("member", mid.encode(), delete=True))
+    return effects
 
 
 # ---------------------------------------------------------------------- kv ops

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15protos/snapshot.proto\x12\x13metaledger.snapshot\"7\n\nTypeDigest\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12\x0c\n\x04hash\x18\x03 \x01(\t\"\xea\x01\n\x0eSnapshotHeader\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x13\n\x0blast_offset\x18\x03 \x01(\x03\x12\x11\n\tlast_term\x18\x04 \x01(\x03\x12\x12\n\nraft_index\x18\x05 \x01(\x03\x12\x12\n\ncreated_ms\x18\x06 \x01(\x03\x12\x16\n\x0ehash_algorithm\x18\x07 \x01(\t\x12\x14\n\x0crecord_count\x18\x08 \x01(\x04\x12.\n\x05types\x18\t \x03(\x0b\x32\x1f.metaledger.snapshot.TypeDigest\"?\n\x0eSnapshotFooter\x12\x14\n\x0crecord_count\x18\x01 \x01(\x04\x12\x17\n\x0f\x63hecksum_crc32c\x18\x02 \x01(\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15protos/snapshot.proto\x12\x13metaledger.snapshot\"7\n\nTypeDigest\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x04\x12\x0c\n\x04hash\x18\x03 \x01(\t\"\xff\x01\n\x0eSnapshotHeader\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x13\n\x0blast_offset\x18\x03 \x01(\x03\x12\x11\n\tlast_term\x18\x04 \x01(\x03\x12\x12\n\nraft_index\x18\x05 \x01(\x03\x12\x12\n\ncreated_ms\x18\x06 \x01(\x03\x12\x16\n\x0ehash_algorithm\x18\x07 \x01(\t\x12\x14\n\x0crecord_count\x18\x08 \x01(\x04\x12.\n\x05types\x18\t \x03(\x0b\x32\x1f.metaledger.snapshot.TypeDigest\x12\x13\n\x0b\x65ngine_meta\x18\n \x01(\x0c\"?\n\x0eSnapshotFooter\x12\x14\n\x0crecord_count\x18\x01 \x01(\x04\x12\x17\n\x0f\x63hecksum_crc32c\x18\x02 \x01(\rb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,7 +34,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TYPEDIGEST']._serialized_start=46
   _globals['_TYPEDIGEST']._serialized_end=101
   _globals['_SNAPSHOTHEADER']._serialized_start=104
-  _globals['_SNAPSHOTHEADER']._serialized_end=338
-  _globals['_SNAPSHOTFOOTER']._serialized_start=340
-  _globals['_SNAPSHOTFOOTER']._serialized_end=403
+  _globals['_SNAPSHOTHEADER']._serialized_end=359
+  _globals['_SNAPSHOTFOOTER']._serialized_start=361
+  _globals['_SNAPSHOTFOOTER']._serialized_end=424
 # @@protoc_insertion_point(module_scope)

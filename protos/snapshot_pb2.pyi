@@ -17,7 +17,7 @@ class TypeDigest(_message.Message):
     def __init__(self, type: _Optional[str] = ..., count: _Optional[int] = ..., hash: _Optional[str] = ...) -> None: ...
 
 class SnapshotHeader(_message.Message):
-    __slots__ = ("format_version", "cluster_id", "last_offset", "last_term", "raft_index", "created_ms", "hash_algorithm", "record_count", "types")
+    __slots__ = ("format_version", "cluster_id", "last_offset", "last_term", "raft_index", "created_ms", "hash_algorithm", "record_count", "types", "engine_meta")
     FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class SnapshotHeader(_message.Message):
     HASH_ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
     TYPES_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_META_FIELD_NUMBER: _ClassVar[int]
     format_version: int
     cluster_id: str
     last_offset: int
@@ -36,7 +37,8 @@ class SnapshotHeader(_message.Message):
     hash_algorithm: str
     record_count: int
     types: _containers.RepeatedCompositeFieldContainer[TypeDigest]
-    def __init__(self, format_version: _Optional[int] = ..., cluster_id: _Optional[str] = ..., last_offset: _Optional[int] = ..., last_term: _Optional[int] = ..., raft_index: _Optional[int] = ..., created_ms: _Optional[int] = ..., hash_algorithm: _Optional[str] = ..., record_count: _Optional[int] = ..., types: _Optional[_Iterable[_Union[TypeDigest, _Mapping]]] = ...) -> None: ...
+    engine_meta: bytes
+    def __init__(self, format_version: _Optional[int] = ..., cluster_id: _Optional[str] = ..., last_offset: _Optional[int] = ..., last_term: _Optional[int] = ..., raft_index: _Optional[int] = ..., created_ms: _Optional[int] = ..., hash_algorithm: _Optional[str] = ..., record_count: _Optional[int] = ..., types: _Optional[_Iterable[_Union[TypeDigest, _Mapping]]] = ..., engine_meta: _Optional[bytes] = ...) -> None: ...
 
 class SnapshotFooter(_message.Message):
     __slots__ = ("record_count", "checksum_crc32c")

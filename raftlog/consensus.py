@@ -25,6 +25,20 @@ CommitSink = Callable[[int, int, bytes], None]
 ProposeCallback = Callable[[int | None, ProposeError | None], None]
 
 
+class EngineSnapshots(Protocol):
+    """Snapshot hooks an engine calls on its own thread (the replicated log implements them)."""
+
+    def take(self, raft_index: int, engine_meta: bytes) -> None:
+        """Snapshot the state as of the last item handed to the sink. Must not block."""
+
+    def state(self) -> str:
+        """'idle' | 'writing' | 'done' | 'failed' for the snapshot last asked for ('done' and
+        'failed' are reported once, then 'idle')."""
+
+    def load(self, path: str) -> bytes:
+        """A snapshot file to install (received, or present at start); return its engine meta."""
+
+
 @dataclass(frozen=True)
 class EngineStatus:
     node_id: str
@@ -40,8 +54,9 @@ class EngineStatus:
 class ConsensusEngine(Protocol):
     """A Raft engine. All methods are thread-safe."""
 
-    def start(self, sink: CommitSink) -> None:
-        """Begin consensus; committed items go to ``sink`` from now on.
+    def start(self, sink: CommitSink, snapshots: EngineSnapshots | None = None) -> None:
+        """Begin consensus; committed items go to ``sink`` from now on; with ``snapshots``
+        the engine compacts its log behind snapshots and ships them to lagging followers.
 
         Raises ``ConfigError`` on a bad configuration, ``OSError`` if the peer port
         cannot be bound.
@@ -73,7 +88,7 @@ class InMemoryEngine:
         self._log: list[tuple[int, bytes]] = []
         self._sink: CommitSink | None = None
 
-    def start(self, sink: CommitSink) -> None:
+    def start(self, sink: CommitSink, snapshots: EngineSnapshots | None = None) -> None:
         self._sink = sink
 
     def propose(self, data: bytes, callback: ProposeCallback) -> None:

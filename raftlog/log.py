@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -71,6 +71,42 @@ class StateMachine(Protocol):
 
     def publish(self) -> None:
         """Make everything applied so far visible to readers (a new image)."""
+
+    def capture(self) -> Captured:
+        """The published state, cheaply (an immutable image): what a snapshot writes."""
+
+    def load(self, last_offset: int, last_term: int, records: Iterable[Record]) -> list[Effect]:
+        """Replace the state with a snapshot's records; return the effects that turn the
+        old state into the new one (puts of changed keys, deletes of vanished ones), so the
+        change log stays a valid last-write-wins log across the jump."""
+
+
+#: A snapshot record: (type, key, value).
+Record = tuple[str, bytes, bytes]
+
+
+class Captured(Protocol):
+    last_offset: int
+    last_term: int
+
+    def records(self) -> Iterable[Record]:
+        """Every record of the captured state (may be called more than once)."""
+
+
+class SnapshotSink(Protocol):
+    """Where snapshots go (the nameserver wires a :class:`snapshots.FileSnapshotStore`)."""
+
+    def write(self, captured: Captured, raft_index: int, engine_meta: bytes) -> str:
+        """Write a snapshot of ``captured``; return its path. Runs on the snapshot thread."""
+
+    def read(self, path: str) -> tuple[int, int, bytes, Iterable[Record]]:
+        """(last_offset, last_term, engine_meta, records) of a verified snapshot file."""
+
+    def adopt(self, path: str) -> str:
+        """Keep a snapshot file received from the leader; return where it now lives."""
+
+    def retention_offset(self) -> int:
+        """Change-log segments wholly below this offset may be deleted."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +160,15 @@ class ReplicatedLog:
         self.requests_proposed = 0
         self._client_id = f"{node_id}/{uuid.uuid4().hex[:12]}"
         self._seq = itertools.count(1)
-        self._queue: queue.SimpleQueue[tuple[int, int, bytes] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[int, int, bytes] | _Marker | None] = (
+            queue.SimpleQueue()
+        )
+        self._snapshot_sink: SnapshotSink | None = None
+        self._snapshot_state = "idle"  # idle | writing | done | failed (read by the engine)
+        self._snapshot_thread: threading.Thread | None = None
+        self.last_snapshot_path = ""
+        self._retain_before = 0
+        self.snapshot_durations_s: list[float] = []
         self._wait = Wait()
         self._apply_offset = state_machine.last_offset
         self._enqueued_offset = self._apply_offset
@@ -142,7 +186,7 @@ class ReplicatedLog:
     def start(self) -> None:
         self._apply_thread = threading.Thread(target=self._run_apply, name="apply", daemon=True)
         self._apply_thread.start()
-        self._engine.start(self._on_commit)
+        self._engine.start(self._on_commit, self if self._snapshot_sink is not None else None)
 
     def stop(self) -> None:
         self._engine.stop()
@@ -313,6 +357,113 @@ class ReplicatedLog:
         finally:
             self._barrier_inflight = False
 
+    # ---------------------------------------------------------------- snapshots
+    def enable_snapshots(self, sink: SnapshotSink, engine_base_offset: int) -> None:
+        """Let the engine take and install snapshots through ``sink``.
+
+        ``engine_base_offset`` is the last offset inside the engine's current snapshot
+        (0 if it has none): the engine replays its log from there.
+        """
+        self._snapshot_sink = sink
+        self._enqueued_offset = engine_base_offset
+
+    # EngineSnapshots, for the consensus engine
+    def take(self, raft_index: int, engine_meta: bytes) -> None:
+        self.snapshot_take(raft_index, engine_meta)
+
+    def state(self) -> str:
+        # 'done' and 'failed' are reported once: the engine then starts afresh
+        state = self._snapshot_state
+        if state in ("done", "failed"):
+            self._snapshot_state = "idle"
+        return state
+
+    def load(self, path: str) -> bytes:
+        return self.snapshot_load(path)
+
+    def snapshot_take(self, raft_index: int, engine_meta: bytes) -> None:
+        """Engine thread: snapshot the state as of the last item handed over (cheap)."""
+        self._snapshot_state = "writing"
+        self._queue.put(_Marker("take", raft_index, engine_meta, self._enqueued_offset))
+
+    def snapshot_state(self) -> str:
+        return self._snapshot_state
+
+    def snapshot_load(self, path: str) -> bytes:
+        """Engine thread: a snapshot file arrived (or is there at start); adopt it, number
+        the following items after it, and let the apply thread install it. Returns the
+        engine meta stored in it."""
+        sink = self._snapshot_sink
+        assert sink is not None
+        kept = sink.adopt(path)
+        last_offset, _term, engine_meta, _records = sink.read(kept)
+        self._enqueued_offset = last_offset
+        self._queue.put(_Marker("load", 0, b"", last_offset, kept))
+        return engine_meta
+
+    def _on_marker(self, marker: _Marker) -> None:
+        sink = self._snapshot_sink
+        if sink is None:
+            return
+        if marker.kind == "take":
+            if self._apply_offset != marker.offset:
+                log.error(
+                    "snapshot at raft index %d: applied %d, expected %d; not taken",
+                    marker.raft_index,
+                    self._apply_offset,
+                    marker.offset,
+                )
+                self._snapshot_state = "failed"
+                return
+            captured = self._sm.capture()
+            self._snapshot_thread = threading.Thread(
+                target=self._write_snapshot,
+                args=(sink, captured, marker.raft_index, marker.engine_meta),
+                name="snapshot-writer",
+                daemon=True,
+            )
+            self._snapshot_thread.start()
+        elif marker.kind == "load":
+            if marker.offset <= self._apply_offset:
+                log.info("snapshot at offset %d: already applied here", marker.offset)
+                return
+            last_offset, last_term, _meta, records = sink.read(marker.path)
+            effects = self._sm.load(last_offset, last_term, records)
+            if last_offset > self._segments.last_offset:
+                for sub, eff in enumerate(effects):
+                    self._segments.append(last_offset, sub, eff.encode(last_term, 0))
+            self._sm.publish()
+            self._apply_offset = last_offset
+            log.info(
+                "installed the leader's snapshot at offset %d (%d changed records)",
+                last_offset,
+                len(effects),
+            )
+            if self._offset_waiters:
+                self._release_offset_waiters()
+
+    def _write_snapshot(
+        self, sink: SnapshotSink, captured: Captured, raft_index: int, engine_meta: bytes
+    ) -> None:
+        started = time.monotonic()
+        try:
+            self.last_snapshot_path = sink.write(captured, raft_index, engine_meta)
+        except Exception:
+            log.exception("snapshot at offset %d failed", captured.last_offset)
+            self._snapshot_state = "failed"
+            return
+        elapsed = time.monotonic() - started
+        self.snapshot_durations_s.append(elapsed)
+        self._retain_before = sink.retention_offset()
+        log.info(
+            "snapshot at offset %d (raft index %d) written in %.2fs: %s",
+            captured.last_offset,
+            raft_index,
+            elapsed,
+            self.last_snapshot_path,
+        )
+        self._snapshot_state = "done"
+
     # ---------------------------------------------------------------- apply
     def _on_commit(self, index: int, term: int, data: bytes) -> None:
         # Consensus thread: number the item's requests and enqueue; nothing more.
@@ -326,7 +477,11 @@ class ReplicatedLog:
                 item = self._queue.get()
                 if item is None:
                     return
+                if isinstance(item, _Marker):
+                    self._on_marker(item)
+                    continue
                 group = [item]
+                pending_marker: _Marker | None = None
                 while len(group) < self._apply_batch_max:
                     try:
                         nxt = self._queue.get_nowait()
@@ -335,8 +490,13 @@ class ReplicatedLog:
                     if nxt is None:
                         self._apply_group(group)
                         return
+                    if isinstance(nxt, _Marker):
+                        pending_marker = nxt
+                        break
                     group.append(nxt)
                 self._apply_group(group)
+                if pending_marker is not None:
+                    self._on_marker(pending_marker)
         except BaseException as exc:  # pragma: no cover - a bug; keep it visible
             self._apply_error = exc
             log.exception("apply thread died")
@@ -383,6 +543,11 @@ class ReplicatedLog:
         self._sm.publish()
         self._apply_offset = last
         self._wait.trigger_many(results)
+        if self._retain_before:
+            before, self._retain_before = self._retain_before, 0
+            removed = self._segments.delete_before(before)
+            if removed:
+                log.info("deleted %d change-log segments below offset %d", removed, before)
         if self._offset_waiters:
             self._release_offset_waiters()
 
@@ -418,6 +583,17 @@ class ReplicatedLog:
                 fut.get_loop().call_soon_threadsafe(_set_done, fut)
             except RuntimeError:
                 pass
+
+
+@dataclass(frozen=True)
+class _Marker:
+    """A non-item in the apply queue: take a snapshot here, or install one."""
+
+    kind: str  # "take" | "load"
+    raft_index: int
+    engine_meta: bytes
+    offset: int  # take: the offset the state must be at; load: the snapshot's last offset
+    path: str = ""
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

@@ -28,11 +28,18 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj import (
+    FAIL_REASON,
+    SERIALIZER_STATE,
+    SyncObj,
+    SyncObjConf,
+    SyncObjConsumer,
+    replicated,
+)
 from pysyncobj import pickle as pso_pickle
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from raftlog.consensus import CommitSink, EngineStatus, ProposeCallback
+from raftlog.consensus import CommitSink, EngineSnapshots, EngineStatus, ProposeCallback
 from raftlog.errors import (
     ConfigError,
     NotLeaderError,
@@ -69,6 +76,8 @@ class PySyncObjConfig:
     leader_step_down_ms: int = 2000
     connection_timeout_ms: int = 3500
     tick_period_ms: int = 20
+    snapshot_every_items: int = 0  # 0 = never: PySyncObj's log is then never compacted
+    snapshot_min_interval_s: int = 10**9
     extra: dict[str, Any] = field(default_factory=dict)  # raw SyncObjConf overrides (tests)
 
     @property
@@ -175,10 +184,46 @@ class PySyncObjEngine:
         self._consumer = _AppendConsumer()
         self._sync: SyncObj | None = None
 
-    def start(self, sink: CommitSink) -> None:
+    @property
+    def dump_file(self) -> str:
+        """Where PySyncObj keeps (and ships to lagging followers) the current snapshot."""
+        return os.path.join(self._config.journal_dir, "dump.snap")
+
+    def start(self, sink: CommitSink, snapshots: EngineSnapshots | None = None) -> None:
         cfg = self._config
         os.makedirs(cfg.journal_dir, exist_ok=True)
         self._consumer.sink = sink
+        hooks: dict[str, Any] = {
+            "logCompactionMinEntries": 2**62,
+            "logCompactionMinTime": _NEVER,
+        }
+        if snapshots is not None and cfg.snapshot_every_items > 0:
+            states = {
+                "writing": SERIALIZER_STATE.SERIALIZING,
+                "done": SERIALIZER_STATE.SUCCESS,
+                "failed": SERIALIZER_STATE.FAILED,
+            }
+
+            def serializer(_tmp_file: str, raft_meta: Any) -> None:
+                # tick thread: only enqueue; the snapshot thread writes and links the file
+                last_entry = raft_meta[0]
+                snapshots.take(int(last_entry[1]), pso_pickle.dumps(tuple(raft_meta)))
+
+            def checker() -> int:
+                return int(states.get(snapshots.state(), SERIALIZER_STATE.NOT_SERIALIZING))
+
+            def deserializer(path: str) -> Any:
+                return pso_pickle.loads(snapshots.load(path))
+
+            hooks = {
+                "fullDumpFile": self.dump_file,
+                "serializer": serializer,
+                "serializeChecker": checker,
+                "deserializer": deserializer,
+                "logCompactionMinEntries": cfg.snapshot_every_items,
+                "logCompactionMinTime": cfg.snapshot_min_interval_s,
+                "logCompactionSplit": False,
+            }
         conf = SyncObjConf(
             password=cfg.password or None,
             journalFile=os.path.join(cfg.journal_dir, "journal"),
@@ -188,8 +233,7 @@ class PySyncObjEngine:
             leaderFallbackTimeout=cfg.leader_step_down_ms / 1000,
             connectionTimeout=cfg.connection_timeout_ms / 1000,
             autoTickPeriod=cfg.tick_period_ms / 1000,
-            logCompactionMinEntries=2**62,
-            logCompactionMinTime=_NEVER,
+            **hooks,
             dynamicMembershipChange=True,
             commandsWaitLeader=True,
             bindAddress=cfg.self_address,

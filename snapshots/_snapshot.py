@@ -305,6 +305,7 @@ class SnapshotMeta:
     created_ms: int | None = None
     counts: Mapping[str, int] | None = None
     hashes: Mapping[str, str] | None = None
+    engine_meta: bytes = b""
 
     def validate(self) -> None:
         """Raise ValueError naming the first field that is out of range."""
@@ -344,6 +345,7 @@ class SnapshotInfo:
     record_count: int
     counts: Mapping[str, int]
     hashes: Mapping[str, str]
+    engine_meta: bytes = b""
 
     @property
     def digest(self) -> RecordDigest:
@@ -487,6 +489,7 @@ def _encode(
         hash_algorithm=HASH_ALGORITHM,
         record_count=total,
         types=[TypeDigest(type=t, count=c, hash=hashes[t]) for t, c in counts.items()],
+        engine_meta=meta.engine_meta,
     )
     chunk = [
         encode_header(StreamKind.SNAPSHOT, offset),
@@ -554,6 +557,7 @@ def _info(path: Path | None, size: int, header: SnapshotHeader) -> SnapshotInfo:
         record_count=header.record_count,
         counts={t.type: t.count for t in header.types},
         hashes={t.type: t.hash for t in header.types},
+        engine_meta=header.engine_meta,
     )
 
 

@@ -35,6 +35,8 @@ _OPTIONAL_FIELDS = {
     "advertise_client": "advertise_client",
     "fsync_policy": "fsync_policy",
     "initial_cluster_token": "cluster_token",
+    "snapshot_every_items": "snapshot_every_items",
+    "snapshot_keep": "snapshot_keep",
 }
 
 
@@ -119,6 +121,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--advertise-client", metavar="HOST:PORT", help="client URL to advertise")
     p.add_argument("--fsync-policy", help="batch (default), always or never")
+    p.add_argument(
+        "--snapshot-every-items",
+        type=int,
+        metavar="N",
+        help="take a snapshot (and compact the Raft log) every N consensus items (default 20000; 0 = never)",
+    )
+    p.add_argument("--snapshot-keep", type=int, metavar="N", help="snapshots kept (default 2)")
     p.add_argument(
         "--initial-cluster-token",
         metavar="TOKEN",

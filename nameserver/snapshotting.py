@@ -1,0 +1,197 @@
+"""Snapshots on a node: the store-backed sink the replicated log writes through, and
+restart from the latest valid snapshot plus the change-log segments after it (DESIGN.md §4).
+
+Files under ``<data-dir>``::
+
+    snap/<last-offset>.snap   our snapshots, the newest `keep` kept (snapshots.FileSnapshotStore)
+    raft/dump.snap            a hard link to the snapshot PySyncObj's log is compacted behind;
+                              PySyncObj ships this file to followers that fell behind
+    log/<first-offset>.seg    the change log; segments wholly below the oldest kept snapshot
+                              are deleted (or moved to an archive directory for Spark)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from nameserver.image import MetadataDelta, MetadataImage, Provenance
+from nameserver.state import image_from_records
+from raftlog import SegmentLog
+from raftlog.entry import Effect
+from raftlog.log import Captured
+from snapshots import (
+    FileSnapshotStore,
+    SnapshotError,
+    SnapshotMeta,
+    inspect,
+    open_snapshot,
+    read_snapshot,
+    verify_snapshot,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StoreSink:
+    """The replicated log's snapshot sink: a file store plus PySyncObj's dump link."""
+
+    def __init__(
+        self,
+        store: FileSnapshotStore,
+        dump_file: str,
+        cluster_id: str,
+        segments: SegmentLog,
+        archive_dir: str | None = None,
+    ) -> None:
+        self.store = store
+        self.dump_file = dump_file
+        self.cluster_id = cluster_id
+        self.segments = segments
+        self.archive_dir = archive_dir
+
+    def write(self, captured: Captured, raft_index: int, engine_meta: bytes) -> str:
+        meta = SnapshotMeta(
+            cluster_id=self.cluster_id,
+            last_offset=captured.last_offset,
+            last_term=captured.last_term,
+            raft_index=raft_index,
+            engine_meta=engine_meta,
+        )
+        info = self.store.save(meta, captured.records)
+        assert info.path is not None
+        link_dump(info.path, self.dump_file)
+        return str(info.path)
+
+    def retention_offset(self) -> int:
+        """Segments wholly below this offset are covered by every kept snapshot."""
+        kept = self.store.list()
+        return min(i.last_offset for i in kept) + 1 if kept else 0
+
+    def read(self, path: str) -> tuple[int, int, bytes, Iterable[tuple[str, bytes, bytes]]]:
+        snap = read_snapshot(path)  # verifies everything before anything is used
+        info = snap.info
+        return info.last_offset, info.last_term, info.engine_meta, snap.records
+
+    def adopt(self, path: str) -> str:
+        info = inspect(path)
+        kept = self.store.path_of(info.last_offset)
+        if not (kept.exists() and os.path.samefile(kept, path)):
+            tmp = kept.with_suffix(".adopt.tmp")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, kept)
+        return str(kept)
+
+
+def link_dump(snapshot: Path | str, dump_file: str) -> None:
+    """Point PySyncObj's dump file at ``snapshot`` atomically (a hard link, then rename)."""
+    tmp = dump_file + ".link.tmp"
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    os.link(snapshot, tmp)
+    os.replace(tmp, dump_file)
+    fd = os.open(os.path.dirname(dump_file) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def restore(
+    store: FileSnapshotStore, segments: SegmentLog, dump_file: str, cluster_id: str
+) -> tuple[MetadataImage, int]:
+    """Rebuild the image at start: latest valid snapshot + the change log after it.
+
+    Returns the image and the engine's base offset (the last offset inside PySyncObj's
+    dump, 0 without one). A corrupt newest snapshot is skipped with a WARNING naming it
+    (the store falls back to the previous one); if it was the engine's dump, the dump is
+    rebuilt at the same offset from the previous snapshot and the change log.
+    """
+    latest = store.latest()
+    image = MetadataImage.empty()
+    if latest is not None:
+        snap = read_snapshot(latest)
+        image = image_from_records(snap.records, snap.info.last_offset, snap.info.last_term)
+        log.info("restored snapshot %s at offset %d", latest, snap.info.last_offset)
+    engine_base = 0
+    if os.path.exists(dump_file):
+        try:
+            engine_base = verify_snapshot(dump_file).last_offset
+        except SnapshotError as exc:
+            engine_base = _repair_dump(exc, image, segments, dump_file, cluster_id, store)
+    image = replay_segments(image, segments)
+    return image, engine_base
+
+
+def replay_segments(
+    image: MetadataImage, segments: SegmentLog, upto: int | None = None
+) -> MetadataImage:
+    """Apply the change-log records after the image's offset (up to ``upto``)."""
+    delta = MetadataDelta(image)
+    last = image.provenance.last_offset
+    count = 0
+    for rec in segments.read_from(last + 1):
+        if upto is not None and rec.offset > upto:
+            break
+        eff = Effect.decode(rec.payload)
+        delta.replay(eff.type, eff.key, eff.value, eff.delete)
+        last = rec.offset
+        count += 1
+    if count:
+        delta.provenance = Provenance(last, image.provenance.last_term)
+        log.info("replayed %d change-log records up to offset %d", count, last)
+    return delta.build()
+
+
+def _repair_dump(
+    error: SnapshotError,
+    base: MetadataImage,
+    segments: SegmentLog,
+    dump_file: str,
+    cluster_id: str,
+    store: FileSnapshotStore,
+) -> int:
+    log.warning("the engine's snapshot is corrupt (%s); rebuilding it", error)
+    try:
+        with open_snapshot(dump_file) as reader:
+            header = reader.info
+    except (SnapshotError, OSError) as exc:
+        raise SnapshotError(
+            f"{dump_file}: the engine's snapshot is unreadable ({exc}) and cannot be rebuilt; "
+            "restore this node from another member's snapshot (metaledger snapshot restore)"
+        ) from exc
+    if base.provenance.last_offset > header.last_offset:
+        raise SnapshotError(
+            f"{dump_file}: corrupt, and no older snapshot to rebuild offset {header.last_offset} from"
+        )
+    image = replay_segments(base, segments, upto=header.last_offset)
+    if (
+        image.provenance.last_offset < header.last_offset
+        and segments.last_offset < header.last_offset
+    ):
+        raise SnapshotError(
+            f"{dump_file}: corrupt, and the change log ends at {segments.last_offset} "
+            f"before its offset {header.last_offset}"
+        )
+    from nameserver.state import CapturedImage
+
+    captured = CapturedImage(image)
+    meta = SnapshotMeta(
+        cluster_id=cluster_id,
+        last_offset=header.last_offset,
+        last_term=header.last_term,
+        raft_index=header.raft_index,
+        engine_meta=header.engine_meta,
+    )
+    os.unlink(dump_file)
+    stale = store.path_of(header.last_offset)
+    if stale.exists():
+        stale.unlink()
+    info = store.save(meta, captured.records)
+    assert info.path is not None
+    link_dump(info.path, dump_file)
+    log.warning("rebuilt the engine's snapshot at offset %d: %s", header.last_offset, info.path)
+    return header.last_offset
