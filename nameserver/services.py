@@ -11,7 +11,9 @@ import asyncio
 import functools
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+import os
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -21,15 +23,17 @@ from nameserver.config import ServerConfig
 from nameserver.errors import InvalidRequest, to_status
 from nameserver.image import MetadataImage
 from nameserver.kv import Rejected
-from nameserver.state import MetadataStateMachine, read_only_txn
+from nameserver.state import CapturedImage, MetadataStateMachine, read_only_txn
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 from raftlog import Applied, ApplyFailure, Entry, PySyncObjEngine, ReplicatedLog
+from snapshots import SnapshotMeta, etcd_trailer, write_snapshot
 
 log = logging.getLogger(__name__)
 
 ETCD_VERSION = "3.4.0"  # the etcd API level we speak
+SNAPSHOT_CHUNK_BYTES = 1 << 20
 
 R = TypeVar("R")
 
@@ -388,6 +392,48 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
             raftTerm=st.term,
             raftAppliedIndex=off.apply_offset,
         )
+
+    async def Snapshot(
+        self, request: rpc_pb2.SnapshotRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
+        """Stream a fresh snapshot of this node's image (our format; ``etcdctl snapshot save``
+        stores it, ``metaledger snapshot inspect|restore`` read it)."""
+        try:
+            image = await self.node.read_image(False)
+            directory = os.path.join(self.node.config.data_dir, "snap")
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".stream-", suffix=".tmp", dir=directory)
+            os.close(fd)
+            captured = CapturedImage(image)
+            meta = SnapshotMeta(
+                cluster_id=f"{self.node.cluster_id:016x}",
+                last_offset=captured.last_offset,
+                last_term=captured.last_term,
+            )
+            await asyncio.to_thread(write_snapshot, tmp, meta, captured.records)
+        except Exception as exc:
+            code, message = to_status(exc)
+            await context.abort(code, message)
+            return
+        try:
+            content = os.path.getsize(tmp)
+            size = content + len(etcd_trailer(content, hashlib.sha256()))
+            digest = hashlib.sha256()
+            sent = 0
+            with open(tmp, "rb") as f:
+                while sent < size:
+                    blob = f.read(SNAPSHOT_CHUNK_BYTES)
+                    digest.update(blob)
+                    if len(blob) < SNAPSHOT_CHUNK_BYTES:  # the end: etcd's trailer follows
+                        blob += etcd_trailer(content, digest)
+                    resp = rpc_pb2.SnapshotResponse(blob=blob)
+                    sent += len(blob)
+                    resp.remaining_bytes = size - sent
+                    if sent == len(blob):
+                        resp.header.CopyFrom(self.node.header(image.revision))
+                    yield resp
+        finally:
+            os.unlink(tmp)
 
     @rpc
     async def MoveLeader(

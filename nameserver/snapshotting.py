@@ -86,6 +86,45 @@ class StoreSink:
         return str(kept)
 
 
+BASE_OFFSET_FILE = "base_offset"
+
+
+def read_base_offset(dump_file: str) -> int:
+    """The offset a restored data dir's fresh Raft log continues after (0 if not restored)."""
+    path = os.path.join(os.path.dirname(dump_file), BASE_OFFSET_FILE)
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    except FileNotFoundError:
+        return 0
+
+
+def seed_data_dir(snapshot_file: str, data_dir: str) -> int:
+    """``metaledger snapshot restore``: seed an empty data dir with a snapshot so that a
+    new cluster (every member seeded from the same file) starts from it. Returns its offset.
+
+    The new cluster's Raft log starts empty; its offsets continue after the snapshot's.
+    """
+    info = verify_snapshot(snapshot_file)
+    for sub in ("snap", "raft", "log"):
+        path = os.path.join(data_dir, sub)
+        if os.path.isdir(path) and os.listdir(path):
+            raise SnapshotError(f"{path}: not empty; restore needs a new data dir")
+    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
+    target = store.path_of(info.last_offset)
+    tmp = target.with_suffix(".restore.tmp")
+    shutil.copyfile(snapshot_file, tmp)
+    os.replace(tmp, target)
+    raft_dir = os.path.join(data_dir, "raft")
+    os.makedirs(raft_dir, exist_ok=True)
+    with open(os.path.join(raft_dir, BASE_OFFSET_FILE), "w") as f:
+        f.write(f"{info.last_offset}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    verify_snapshot(target)
+    return info.last_offset
+
+
 def link_dump(snapshot: Path | str, dump_file: str) -> None:
     """Point PySyncObj's dump file at ``snapshot`` atomically (a hard link, then rename)."""
     tmp = dump_file + ".link.tmp"
@@ -116,7 +155,7 @@ def restore(
         snap = read_snapshot(latest)
         image = image_from_records(snap.records, snap.info.last_offset, snap.info.last_term)
         log.info("restored snapshot %s at offset %d", latest, snap.info.last_offset)
-    engine_base = 0
+    engine_base = read_base_offset(dump_file)
     if os.path.exists(dump_file):
         try:
             engine_base = verify_snapshot(dump_file).last_offset

@@ -671,10 +671,34 @@ class SnapshotReader:
             raise self._corrupt(
                 f"footer counts {footer.record_count} records, header {total}", frame.position
             )
-        if self._reader.position != self.info.size_bytes:
+        if self._reader.position != self.info.size_bytes and not self._etcd_trailer(
+            self._reader.position
+        ):
             raise self._corrupt("data after the footer", self._reader.position)
         if self._checksum(frame.position) != footer.checksum_crc32c:
             raise self._corrupt("footer checksum mismatch", frame.position)
+
+    def _etcd_trailer(self, end: int) -> bool:
+        """True if what follows the footer is the trailer etcd's snapshot stream appends
+        (zero padding to a 512-byte boundary, then the SHA-256 of everything before it):
+        a file saved by ``etcdctl snapshot save`` from a metaledger node."""
+        size = self.info.size_bytes
+        if size % 512 != hashlib.sha256().digest_size or size - end < 32:
+            return False
+        self._file.seek(end)
+        padding = self._file.read(size - end - 32)
+        if padding.count(0) != len(padding):
+            return False
+        digest = hashlib.sha256()
+        self._file.seek(0)
+        left = size - 32
+        while left > 0:
+            data = self._file.read(min(left, _CHUNK_BYTES))
+            if not data:
+                return False
+            digest.update(data)
+            left -= len(data)
+        return digest.digest() == self._file.read(32)
 
     def _checksum(self, end: int) -> int:
         self._file.seek(0)
@@ -759,3 +783,12 @@ def inspect(path: str | os.PathLike[str], *, verify: bool = False) -> SnapshotIn
     file is checked). Raises SnapshotCorruptError, OSError."""
     with open_snapshot(path) as reader:
         return reader.verify() if verify else reader.info
+
+
+def etcd_trailer(content_size: int, sha256: Any) -> bytes:
+    """The bytes etcd's snapshot stream appends after ``content_size`` bytes whose running
+    SHA-256 is ``sha256``: zero padding to a 512-byte boundary, then the digest (etcdctl
+    refuses a stream whose size is not 32 more than a multiple of 512)."""
+    padding = b"\x00" * (-content_size % 512)
+    sha256.update(padding)
+    return padding + bytes(sha256.digest())
