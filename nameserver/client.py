@@ -1,7 +1,7 @@
 """The metaledger client library: a synchronous client over gRPC.
 
-It speaks the etcd v3 KV and Cluster services plus metaledger's own Admin service, so the same
-client works against any member of a metaledger cluster (and, for KV, against etcd)::
+It speaks the etcd v3 KV, Cluster and Maintenance services plus metaledger's own Admin service,
+so the same client works against any member of a metaledger cluster (and, for KV, against etcd)::
 
     with Client(["127.0.0.1:12370", "127.0.0.1:12380"]) as c:
         c.put("config/a", "1")
@@ -17,6 +17,11 @@ connection) the client moves on to the next endpoint, cycling with a short backo
 request's deadline (``timeout_s``, covering all attempts) passes. Writes carry the gRPC metadata
 ``x-ml-client-id`` (one uuid per Client) and ``x-ml-seq`` (one number per request, the same on
 every retry of it), so the server can de-duplicate a write that a retry sent twice.
+
+Membership: ``member_add`` and ``member_remove`` go to any member and fail over like writes
+(a change refused because another one is in progress is UNAVAILABLE, so it is retried until the
+deadline). ``move_leader`` must reach the leader: it asks every endpoint's Admin.Status who
+leads, sends Maintenance.MoveLeader there, and waits until the old leader names a new one.
 
 Errors (every gRPC status has its class; ``code`` and ``retriable`` are class attributes)::
 
@@ -73,6 +78,7 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "KeyValue",
+    "LeaderTransfer",
     "Member",
     "NodeStatus",
     "NotFound",
@@ -90,6 +96,7 @@ __all__ = [
     "Unimplemented",
     "UnknownError",
     "error_from_rpc",
+    "normalize_peer_url",
     "prefix_range_end",
     "to_bytes",
 ]
@@ -379,6 +386,26 @@ class Member:
         return cls(m.ID, m.name, list(m.peerURLs), list(m.clientURLs), m.isLearner)
 
 
+@dataclass(frozen=True, slots=True)
+class LeaderTransfer:
+    """A finished Maintenance.MoveLeader: node ids of the leader before and after."""
+
+    previous: str
+    leader: str
+
+
+def normalize_peer_url(address: str) -> str:
+    """``host:port`` or ``http://host:port`` → ``http://host:port`` (what MemberAdd takes)."""
+    url = address.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    scheme, _, hostport = url.partition("://")
+    host, sep, port = hostport.rpartition(":")
+    if scheme != "http" or not sep or not host or not port.isdigit() or "/" in hostport:
+        raise InvalidArgument(f"peer URL {address!r} is not http://host:port")
+    return url
+
+
 # --------------------------------------------------------------------------- request builders
 
 
@@ -628,6 +655,7 @@ class _Stubs:
     channel: grpc.Channel
     kv: Any
     cluster: Any
+    maintenance: Any
     admin: Any
 
 
@@ -647,6 +675,7 @@ class Client:
 
     _BACKOFF_FIRST_S = 0.05
     _BACKOFF_MAX_S = 0.5
+    _TRANSFER_WAIT_S = 3.0  # how long one MoveLeader attempt waits for the new leader
 
     def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0) -> None:
         if isinstance(endpoints, str):
@@ -739,6 +768,77 @@ class Client:
         resp = self._call(lambda s: s.cluster.MemberList, rpc_pb2.MemberListRequest(), write=False)
         return [Member.from_proto(m) for m in resp.members]
 
+    def member_add(self, peer_url: str) -> Member:
+        """Cluster.MemberAdd: a voting member at ``peer_url`` (``http://host:port``; a bare
+        ``host:port`` gets ``http://``). The new node runs (before or after the add) with
+        every current member and itself in ``--initial-cluster``. Returns the new member (no
+        name until it has started). A retry of an add that did happen answers FailedPrecondition (the peer URL
+        already exists)."""
+        req = rpc_pb2.MemberAddRequest(peerURLs=[normalize_peer_url(peer_url)])
+        resp = self._call(lambda s: s.cluster.MemberAdd, req, write=True)
+        return Member.from_proto(resp.member)
+
+    def member_remove(self, member_id: int) -> list[Member]:
+        """Cluster.MemberRemove by member id; returns the members afterwards.
+
+        A node cannot remove itself, so the request avoids the endpoints that are the
+        member's own client URLs (unless every endpoint is: then the server refuses it with
+        FailedPrecondition)."""
+        if member_id <= 0:
+            raise InvalidArgument(f"member id must be > 0, got {member_id}")
+        own = {
+            _normalize_endpoint(url)
+            for m in self.members()
+            if m.member_id == member_id
+            for url in m.client_urls
+        }
+        avoid = frozenset(own & set(self.endpoints))
+        if avoid == set(self.endpoints):
+            avoid = frozenset()
+        req = rpc_pb2.MemberRemoveRequest(ID=member_id)
+        resp = self._call(lambda s: s.cluster.MemberRemove, req, write=True, avoid=avoid)
+        return [Member.from_proto(m) for m in resp.members]
+
+    def move_leader(self, target_id: int = 0) -> LeaderTransfer:
+        """Maintenance.MoveLeader to member ``target_id`` (0: the most caught-up follower).
+
+        Finds the leader through Admin.Status of the endpoints (or of the client URL of the
+        leader they name), sends the request there and waits until the old leader names
+        another one. A refusal that may pass (no leader, a leader change, a target that is
+        not caught up yet: UNAVAILABLE) is retried, as is a transfer the old leader survived,
+        until the deadline (``timeout_s``, covering all attempts)."""
+        if target_id < 0:
+            raise InvalidArgument(f"target id must be >= 0, got {target_id}")
+        deadline = time.monotonic() + self.timeout_s
+        backoff = self._BACKOFF_FIRST_S
+        last: ClientError = Unavailable(f"leadership not transferred within {self.timeout_s:g}s")
+        while True:
+            try:
+                leader = self._find_leader(deadline)
+                if target_id and leader.member_id == target_id:
+                    return LeaderTransfer(leader.id, leader.id)
+                self._call_once(
+                    leader.endpoint,
+                    lambda s: s.maintenance.MoveLeader,
+                    rpc_pb2.MoveLeaderRequest(targetID=target_id),
+                    deadline,
+                )
+                attempt_deadline = min(deadline, time.monotonic() + self._TRANSFER_WAIT_S)
+                new_leader = self._await_new_leader(leader, attempt_deadline)
+                if new_leader:
+                    return LeaderTransfer(leader.id, new_leader)
+                last = DeadlineExceeded(
+                    f"leader {leader.id} accepted the transfer but still leads", leader.endpoint
+                )
+            except ClientError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+            if time.monotonic() + backoff >= deadline:
+                raise last
+            time.sleep(backoff)
+            backoff = min(backoff * 2, self._BACKOFF_MAX_S)
+
     def status(self) -> NodeStatus:
         """Admin.Status of the first endpoint that answers."""
         resp, endpoint = self._call_at(
@@ -761,6 +861,71 @@ class Client:
 
     # -- plumbing
 
+    def _call_once(
+        self,
+        endpoint: str,
+        method: Callable[[_Stubs], Callable[..., T]],
+        request: Any,
+        deadline: float,
+    ) -> T:
+        """One request to one endpoint, no failover (errors converted, as everywhere)."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded(f"no answer within {self.timeout_s:g}s", endpoint)
+        try:
+            return method(self._stubs_for(endpoint))(request, timeout=remaining)
+        except grpc.RpcError as err:
+            raise error_from_rpc(err, endpoint) from None
+
+    def _find_leader(self, deadline: float) -> NodeStatus:
+        """Admin.Status of the leader: an endpoint that says it leads, else the client URL
+        of the leader an endpoint names (looked up in that endpoint's member list)."""
+        status = admin_pb2.StatusRequest()
+        named: dict[str, str] = {}  # leader's node id -> endpoint that named it
+        for endpoint in self.endpoints:
+            try:
+                resp = self._call_once(endpoint, lambda s: s.admin.Status, status, deadline)
+            except Unavailable:
+                continue
+            if resp.role == "leader":
+                return NodeStatus.from_proto(resp, endpoint)
+            if resp.leader:
+                named.setdefault(resp.leader, endpoint)
+        for leader_id, endpoint in named.items():  # a node id, or a peer address
+            for m in self._members_at(endpoint, deadline):
+                is_leader = leader_id in (m.name, *(_normalize_endpoint(u) for u in m.peer_urls))
+                for url in m.client_urls if is_leader else ():
+                    ep = _normalize_endpoint(url)
+                    resp = self._call_once(ep, lambda s: s.admin.Status, status, deadline)
+                    if resp.role == "leader":
+                        return NodeStatus.from_proto(resp, ep)
+        raise Unavailable("no endpoint is, or can reach, the leader")
+
+    def _members_at(self, endpoint: str, deadline: float) -> list[Member]:
+        try:
+            resp = self._call_once(
+                endpoint, lambda s: s.cluster.MemberList, rpc_pb2.MemberListRequest(), deadline
+            )
+        except Unavailable:
+            return []
+        return [Member.from_proto(m) for m in resp.members]
+
+    def _await_new_leader(self, old: NodeStatus, deadline: float) -> str:
+        """Poll the old leader's Admin.Status until it names another leader (returned), or
+        ``deadline`` passes (``""``)."""
+        while True:
+            try:
+                st = self._call_once(
+                    old.endpoint, lambda s: s.admin.Status, admin_pb2.StatusRequest(), deadline
+                )
+                if st.leader and st.leader != old.id:
+                    return str(st.leader)
+            except (Unavailable, DeadlineExceeded):
+                pass
+            if time.monotonic() + self._BACKOFF_FIRST_S >= deadline:
+                return ""
+            time.sleep(self._BACKOFF_FIRST_S)
+
     def _stubs_for(self, endpoint: str) -> _Stubs:
         with self._lock:
             stubs = self._stubs.get(endpoint)
@@ -770,6 +935,7 @@ class Client:
                     channel,
                     rpc_pb2_grpc.KVStub(channel),
                     rpc_pb2_grpc.ClusterStub(channel),
+                    rpc_pb2_grpc.MaintenanceStub(channel),
                     admin_pb2_grpc.AdminStub(channel),
                 )
                 self._stubs[endpoint] = stubs
@@ -779,16 +945,27 @@ class Client:
         return ((CLIENT_ID_METADATA, self.client_id), (SEQ_METADATA, str(next(self._seq))))
 
     def _call(
-        self, method: Callable[[_Stubs], Callable[..., T]], request: Any, *, write: bool
+        self,
+        method: Callable[[_Stubs], Callable[..., T]],
+        request: Any,
+        *,
+        write: bool,
+        avoid: frozenset[str] = frozenset(),
     ) -> T:
-        return self._call_at(method, request, write=write)[0]
+        return self._call_at(method, request, write=write, avoid=avoid)[0]
 
     def _call_at(
-        self, method: Callable[[_Stubs], Callable[..., T]], request: Any, *, write: bool
+        self,
+        method: Callable[[_Stubs], Callable[..., T]],
+        request: Any,
+        *,
+        write: bool,
+        avoid: frozenset[str] = frozenset(),
     ) -> tuple[T, str]:
         """Send one request, failing over between endpoints on UNAVAILABLE until the deadline.
 
-        Returns the response and the endpoint that gave it.
+        Endpoints in ``avoid`` are skipped (it must leave at least one). Returns the response
+        and the endpoint that gave it.
         """
         metadata = self._write_metadata() if write else None
         deadline = time.monotonic() + self.timeout_s
@@ -799,6 +976,9 @@ class Client:
             for _ in range(n):
                 index = self._current
                 endpoint = self.endpoints[index]
+                if endpoint in avoid:
+                    self._current = (index + 1) % n
+                    continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break

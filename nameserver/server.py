@@ -83,6 +83,7 @@ class Node:
         cluster_hex = f"{self.cluster_id:016x}"
         image, engine_base = restore(store, segments, engine.dump_file, cluster_hex)
         self.state = MetadataStateMachine(image)
+        engine.set_name_resolver(self._member_name)
         self.log = ReplicatedLog(engine, self.state, segments, config.node_id)
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(
@@ -92,6 +93,12 @@ class Node:
         self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)
         self.server: grpc.aio.Server | None = None
         self._announce_task: asyncio.Task[None] | None = None
+
+    def _member_name(self, address: str) -> str | None:
+        for member in self.state.image.members.members.values():
+            if member.peer_url.removeprefix("http://") == address:
+                return member.id
+        return None
 
     async def start(self) -> None:
         self.log.start()

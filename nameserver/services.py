@@ -27,7 +27,7 @@ from nameserver.state import CapturedImage, MetadataStateMachine, read_only_txn
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
-from raftlog import Applied, ApplyFailure, Entry, PySyncObjEngine, ReplicatedLog
+from raftlog import Applied, ApplyFailure, Entry, ProposeError, PySyncObjEngine, ReplicatedLog
 from snapshots import SnapshotMeta, etcd_trailer, write_snapshot
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,37 @@ class NodeContext:
                 )
             )
         return out
+
+    async def transfer_leadership(self, address: str | None) -> str:
+        """Hand leadership to ``address`` (None: the most caught-up follower) and wait until
+        another node leads; returns the new leader's address. Retries while the target
+        catches up, until the propose timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        me = self.config.listen_peer
+        while True:
+            done: asyncio.Future[None] = loop.create_future()
+
+            def callback(_: int | None, err: Exception | None, fut: Any = done) -> None:
+                loop.call_soon_threadsafe(_settle_future, fut, err)
+
+            self.engine.transfer_leadership(address, callback)
+            try:
+                await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
+                while loop.time() < deadline:
+                    leader = self.engine.leader_address()
+                    if leader and leader != me and (address is None or leader == address):
+                        return leader
+                    await asyncio.sleep(0.05)
+            except ProposeError:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+                continue
+            raise Rejected(
+                "DEADLINE_EXCEEDED",
+                f"metaledger: leadership did not move to {address or 'a follower'} in time",
+            )
 
     def leader_member_id(self) -> int:
         leader = self.engine.status().leader_id
@@ -297,17 +328,27 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         ]
 
     async def _change(self, add: bool, address: str) -> None:
+        """One membership change; a refusal (a change in progress, a new leader that has not
+        committed its first entry) is retried until the propose timeout."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
+        deadline = loop.time() + self.node.timeout_s
+        while True:
+            done: asyncio.Future[None] = loop.create_future()
 
-        def callback(_: int | None, err: Exception | None) -> None:
-            loop.call_soon_threadsafe(_settle_future, done, err)
+            def callback(_: int | None, err: Exception | None, fut: Any = done) -> None:
+                loop.call_soon_threadsafe(_settle_future, fut, err)
 
-        if add:
-            self.node.engine.add_member(address, callback)
-        else:
-            self.node.engine.remove_member(address, callback)
-        await asyncio.wait_for(done, self.node.timeout_s)
+            if add:
+                self.node.engine.add_member(address, callback)
+            else:
+                self.node.engine.remove_member(address, callback)
+            try:
+                await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
+                return
+            except ProposeError:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
 
     @rpc
     async def MemberList(
@@ -349,11 +390,15 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         if not target:
             raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.ID:x})")
         name, _, address, _ = target[0]
-        if address == self.node.config.listen_peer:
-            raise Rejected(
-                "FAILED_PRECONDITION",
-                "metaledger: a node cannot remove itself; send MemberRemove to another member",
-            )
+        engine = self.node.engine
+        if address == engine.leader_address():
+            # PySyncObj's leader cannot remove itself: it hands leadership over first.
+            if engine.is_leader():
+                # hand over, then let the new leader remove us: a removed node never sees
+                # the entry that removes it, so it could not wait for it here
+                await self.node.transfer_leadership(None)
+                image = await self.node.read_image(False)
+            return await self._forward_remove_to_leader(request, image, name or address)
         await self._change(False, address)
         if name:
             await self.node.log.propose(
@@ -362,6 +407,36 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         image = await self.node.read_image(False)
         resp = rpc_pb2.MemberRemoveResponse(header=self.node.header(image.revision))
         resp.members.extend(self._list(image))
+        return resp
+
+    async def _forward_remove_to_leader(
+        self, request: rpc_pb2.MemberRemoveRequest, image: MetadataImage, name: str
+    ) -> rpc_pb2.MemberRemoveResponse:
+        """Only the leader can hand its leadership over: forward the request to it."""
+        leader = self.node.engine.leader_address()
+        urls = [
+            url
+            for m in image.members.members.values()
+            if m.peer_url.removeprefix("http://") == leader
+            for url in m.client_urls
+        ]
+        if not urls:
+            raise Rejected(
+                "UNAVAILABLE",
+                f"metaledger: member {name} is the leader and its client URL is unknown here; "
+                "send MemberRemove to the leader",
+            )
+        target = urls[0].removeprefix("http://").removeprefix("https://")
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = rpc_pb2_grpc.ClusterStub(channel)
+            try:
+                resp: rpc_pb2.MemberRemoveResponse = await stub.MemberRemove(
+                    request, timeout=self.node.timeout_s * 2
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise Rejected(
+                    exc.code().name, exc.details() or "forwarded MemberRemove failed"
+                ) from None
         return resp
 
 
@@ -443,14 +518,11 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
         target = [m for m in self.node.members(image) if m[1] == request.targetID]
         if request.targetID and not target:
             raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.targetID:x})")
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def callback(_: int | None, err: Exception | None) -> None:
-            loop.call_soon_threadsafe(_settle_future, done, err)
-
-        self.node.engine.transfer_leadership(target[0][2] if target else None, callback)
-        await asyncio.wait_for(done, self.node.timeout_s)
+        if not self.node.engine.is_leader():
+            raise Rejected("FAILED_PRECONDITION", "etcdserver: not leader")
+        if target and target[0][2] == self.node.config.listen_peer:
+            return rpc_pb2.MoveLeaderResponse(header=self.node.header(image.revision))
+        await self.node.transfer_leadership(target[0][2] if target else None)
         return rpc_pb2.MoveLeaderResponse(header=self.node.header(image.revision))
 
     @rpc

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,9 +112,31 @@ class PySyncObjConfig:
 
 
 class _CoalescingSyncObj(SyncObj):  # type: ignore[misc]
-    """PySyncObj with one change: in no-batch mode the leader sends one append
-    message after draining the whole command queue, instead of one message per
-    command (64 queued writes were 64 messages to each follower)."""
+    """PySyncObj with two changes.
+
+    * In no-batch mode the leader sends one append message after draining the whole
+      command queue, instead of one message per command (64 queued writes were 64
+      messages to each follower).
+    * One membership change at a time, for real: 0.3.17 never records the index of a
+      pending change, so its own guard never fires and two concurrent changes were both
+      accepted (Raft's single-server changes are only safe one at a time).
+    """
+
+    _ml_change_index: int | None = None
+
+    def _SyncObj__changeCluster(self, request: Any) -> bool:
+        applied = self._SyncObj__raftLastApplied
+        noop = self._SyncObj__noopIDx
+        if noop is None or applied < noop:
+            return False  # this leader's first entry is not applied yet
+        pending = self._ml_change_index
+        if pending is not None and applied < pending:
+            return False  # the previous change is not applied yet
+        index = self._SyncObj__getCurrentLogIndex() + 1  # where this change will sit
+        if not self._SyncObj__doChangeCluster(request):
+            return False
+        self._ml_change_index = index
+        return True
 
     def _checkCommandsToApply(self) -> None:
         conf = self._SyncObj__conf
@@ -181,6 +204,7 @@ class PySyncObjEngine:
         config.validate()
         self._config = config
         self._by_address = {addr: nid for nid, addr in config.peers.items()}
+        self._resolver: Callable[[str], str | None] | None = None
         self._consumer = _AppendConsumer()
         self._sync: SyncObj | None = None
 
@@ -237,6 +261,7 @@ class PySyncObjEngine:
             dynamicMembershipChange=True,
             commandsWaitLeader=True,
             bindAddress=cfg.self_address,
+            connectionRetryTime=1.0,
             **cfg.extra,
         )
         others = [addr for nid, addr in cfg.peers.items() if nid != cfg.node_id]
@@ -271,8 +296,7 @@ class PySyncObjEngine:
         leader = so._getLeader()
         leader_id = ""
         if leader is not None:
-            address = getattr(leader, "address", str(leader))
-            leader_id = self._by_address.get(address, address)
+            leader_id = self._name(getattr(leader, "address", str(leader)))
         commit = int(so.raftCommitIndex)
         try:
             end = int(so._SyncObj__raftLog[-1][1])
@@ -286,7 +310,7 @@ class PySyncObjEngine:
             end_offset=max(end, commit),
             commit_offset=commit,
             has_quorum=bool(so.hasQuorum),
-            members={self._by_address.get(a, a): a for a in self.members()},
+            members={self._name(a): a for a in self.members()},
         )
 
     # ------------------------------------------------------------ membership
@@ -376,6 +400,26 @@ class PySyncObjEngine:
     def name_member(self, node_id: str, address: str) -> None:
         """Learn a member's id (from its member record), for status and leader ids."""
         self._by_address = {**self._by_address, address: node_id}
+
+    def leader_address(self) -> str:
+        """The leader's peer address as this node knows it ("" if none)."""
+        so = self._sync
+        leader = so._getLeader() if so is not None else None
+        return "" if leader is None else str(getattr(leader, "address", leader))
+
+    def is_leader(self) -> bool:
+        so = self._sync
+        return so is not None and int(so._SyncObj__raftState) == _LEADER
+
+    def set_name_resolver(self, resolver: Callable[[str], str | None]) -> None:
+        """Name members the static peer list does not know (added later): address -> id."""
+        self._resolver = resolver
+
+    def _name(self, address: str) -> str:
+        name = self._by_address.get(address)
+        if name is None and self._resolver is not None:
+            name = self._resolver(address)
+        return name or address
 
     def stop(self) -> None:
         so, self._sync = self._sync, None

@@ -5,6 +5,7 @@
     cluster.stub(0).Put(...)              # etcd KV stub of node 0
     cluster.kill(leader)                  # SIGKILL (or any signal)
     cluster.start(leader)                 # same data dir, same ports
+    new = cluster.add_node()              # one more node process (MemberAdd it yourself)
     cluster.close()                       # SIGTERM all, SIGKILL leftovers
 
 Nodes are started with ``python -m nameserver.cli serve`` when the CLI package has a
@@ -175,6 +176,8 @@ class Cluster:
             for i in range(n)
         ]
         self.initial_cluster = ",".join(f"{s.id}={s.peer_addr}" for s in self.nodes)
+        # --initial-cluster of nodes added later (add_node); the others use initial_cluster
+        self.initial_clusters: dict[int, str] = {}
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
         self._channels: dict[int, grpc.Channel] = {}
         if start:
@@ -204,9 +207,42 @@ class Cluster:
                 return i
         raise KeyError(node_id)
 
+    def peer_url(self, i: int) -> str:
+        """Node i's peer URL as etcd's Cluster service spells it (``http://host:port``)."""
+        return f"http://{self.nodes[i].peer_addr}"
+
     # ------------------------------------------------------------- processes
+    def add_node(self, members: list[int] | None = None, start: bool = True) -> int:
+        """A new node ``n<index>`` with fresh ports and data dir, whose ``--initial-cluster``
+        lists ``members`` (default: every node so far) and itself; started unless told not to.
+        Returns its index. It joins only once a member accepts it (Cluster.MemberAdd)."""
+        i = self.n
+        ports = free_ports(4)
+        spec = NodeSpec(
+            id=f"n{i}",
+            client_port=ports[0],
+            peer_port=ports[1],
+            remoting_port=ports[2],
+            metrics_port=ports[3],
+            data_dir=self.root / f"n{i}",
+            log_path=self.root / f"n{i}.log",
+        )
+        existing = list(range(i)) if members is None else members
+        self.initial_clusters[i] = ",".join(
+            [
+                *(f"{self.nodes[j].id}={self.nodes[j].peer_addr}" for j in existing),
+                f"{spec.id}={spec.peer_addr}",
+            ]
+        )
+        self.nodes.append(spec)
+        self.procs.append(None)
+        if start:
+            self.start(i)
+        return i
+
     def command(self, i: int) -> list[str]:
         s = self.nodes[i]
+        initial_cluster = self.initial_clusters.get(i, self.initial_cluster)
         launcher = os.environ.get(LAUNCHER_ENV) or (
             "cli" if (REPO_ROOT / "nameserver" / "cli" / "__main__.py").exists() else "python"
         )
@@ -229,7 +265,7 @@ class Cluster:
                 "--listen-metrics",
                 f"127.0.0.1:{s.metrics_port}",
                 "--initial-cluster",
-                self.initial_cluster,
+                initial_cluster,
             ]
         args = {
             "node_id": s.id,
@@ -238,7 +274,7 @@ class Cluster:
             "listen_peer": s.peer_addr,
             "listen_remoting": f"127.0.0.1:{s.remoting_port}",
             "listen_metrics": f"127.0.0.1:{s.metrics_port}",
-            "initial_cluster": self.initial_cluster,
+            "initial_cluster": initial_cluster,
         }
         return [sys.executable, "-c", _PYTHON_LAUNCHER, json.dumps(args)]
 

@@ -1,10 +1,11 @@
 """The ``metaledger`` command line.
 
 One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
-``txn``, ``member``, ``bench``), each with a ``register(subparsers, common)``; results go
-through ``printers`` (``--output table|json``) and every exit status is an
-``exitcodes.ExitCode``. Commands use the same :mod:`nameserver.client` users get; the client's
-root error is caught once, here, and printed plainly on stderr.
+``txn``, ``member``, ``leader``, ``snapshot``, ``compact``, ``bench``), each with a
+``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
+and every exit status is an ``exitcodes.ExitCode``. Commands use the same
+:mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
+plainly on stderr.
 """
 
 from __future__ import annotations
@@ -14,14 +15,25 @@ import os
 import sys
 from collections.abc import Sequence
 
-from nameserver.cli import bench, cluster, kv, member, serve, status, txn
+from nameserver.cli import (
+    bench,
+    cluster,
+    compact,
+    kv,
+    leader,
+    member,
+    serve,
+    snapshot,
+    status,
+    txn,
+)
 from nameserver.cli._common import add_common_options, common_parent
 from nameserver.cli.exitcodes import ExitCode, for_error
 from nameserver.client import ClientError
 
 __all__ = ["ExitCode", "build_parser", "main"]
 
-_GROUPS = (serve, cluster, status, kv, txn, member, bench)
+_GROUPS = (serve, cluster, status, kv, txn, member, leader, snapshot, compact, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,15 +1,120 @@
-"""``metaledger member list``: the members, through etcd's Cluster.MemberList."""
+"""``metaledger member add|remove|list``: membership, through etcd's Cluster service.
+
+``member add PEER_URL`` prints the new member's id and the ``serve`` flags the new node must
+be started with (its id and peer address, and every member in ``--initial-cluster``), as
+``etcdctl member add`` prints the ``ETCD_INITIAL_CLUSTER`` to use. ``member remove`` takes the
+member's hex id (as ``member list`` shows it) or its name (the node id).
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from nameserver.cli._common import make_client, printer
 from nameserver.cli.exitcodes import ExitCode
+from nameserver.client import InvalidArgument, Member, NotFound, normalize_peer_url
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
+
+_HEX_ID = re.compile(r"(0x)?[0-9a-fA-F]{1,16}")
+
+
+def member_id_text(member_id: int) -> str:
+    """A member id as etcdctl writes it: lower-case hex, no prefix."""
+    return f"{member_id:x}"
+
+
+def resolve_member(members: Sequence[Member], text: str) -> Member:
+    """The member named ``text`` (its node id), else the one whose hex id it is.
+
+    A name wins over an id that happens to read as hex (a node named ``abc``)."""
+    for m in members:
+        if m.name and m.name == text:
+            return m
+    if _HEX_ID.fullmatch(text):
+        wanted = int(text, 16)
+        for m in members:
+            if m.member_id == wanted:
+                return m
+    known = ", ".join(f"{m.name or '(unstarted)'}={member_id_text(m.member_id)}" for m in members)
+    raise NotFound(f"no member named {text!r} or with that hex id (members: {known})")
+
+
+def next_name(members: Sequence[Member]) -> str:
+    """The first ``n<i>`` no member uses (``cluster up`` names nodes n0, n1, ...)."""
+    taken = {m.name for m in members}
+    i = 0
+    while f"n{i}" in taken:
+        i += 1
+    return f"n{i}"
+
+
+def _address(url: str) -> str:
+    return url.removeprefix("http://").removeprefix("https://").rstrip("/")
+
+
+def serve_flags(members: Sequence[Member], new: Member, name: str) -> list[str]:
+    """``serve`` flags for the new member: its id and peer address, and every member (named,
+    or by hex id when unstarted) plus itself in ``--initial-cluster``."""
+    peer = _address(new.peer_urls[0])
+    cluster = [
+        f"{m.name or member_id_text(m.member_id)}={_address(m.peer_urls[0])}"
+        for m in members
+        if m.member_id != new.member_id and m.peer_urls
+    ]
+    cluster.append(f"{name}={peer}")
+    return ["--id", name, "--listen-peer", peer, "--initial-cluster", ",".join(cluster)]
+
+
+def add_report(new: Member, name: str, flags: list[str]) -> tuple[dict[str, Any], str]:
+    doc = {
+        "member": dataclasses.asdict(new),
+        "id": member_id_text(new.member_id),
+        "name": name,
+        "serve_flags": flags,
+    }
+    text = "\n".join(
+        [
+            f"Member {member_id_text(new.member_id)} added to the cluster",
+            "",
+            "Start the new node (with an empty --data-dir and a --listen-client of its own) with:",
+            "metaledger serve " + " ".join(flags),
+        ]
+    )
+    return doc, text
+
+
+def run_member_add(args: argparse.Namespace) -> int:
+    url = normalize_peer_url(args.peer_url)
+    with make_client(args) as client:
+        before = client.members()
+        name = args.name or next_name(before)
+        if any(m.name == name for m in before):
+            raise InvalidArgument(f"a member is already named {name!r}; choose --name")
+        new = client.member_add(url)
+        members = client.members()
+    doc, text = add_report(new, name, serve_flags(members, new, name))
+    printer(args).report(doc, text)
+    return ExitCode.OK
+
+
+def run_member_remove(args: argparse.Namespace) -> int:
+    with make_client(args) as client:
+        target = resolve_member(client.members(), args.member)
+        remaining = client.member_remove(target.member_id)
+    doc = {
+        "removed": dataclasses.asdict(target),
+        "id": member_id_text(target.member_id),
+        "members": [dataclasses.asdict(m) for m in remaining],
+    }
+    what = member_id_text(target.member_id) + (f" ({target.name})" if target.name else "")
+    printer(args).report(doc, f"Member {what} removed from the cluster; stop that node now")
+    return ExitCode.OK
 
 
 def run_member_list(args: argparse.Namespace) -> int:
@@ -22,5 +127,23 @@ def run_member_list(args: argparse.Namespace) -> int:
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     group = sub.add_parser("member", help="cluster membership")
     actions = group.add_subparsers(dest="member_command", required=True, metavar="ACTION")
+
+    add = actions.add_parser(
+        "add",
+        parents=[common],
+        help="add a voting member; prints the flags to start it with",
+    )
+    add.add_argument("peer_url", metavar="PEER_URL", help="the new node's http://host:port")
+    add.add_argument(
+        "--name",
+        default="",
+        help="the new node's id (default: the first n<i> no member uses)",
+    )
+    add.set_defaults(run=run_member_add)
+
+    remove = actions.add_parser("remove", parents=[common], help="remove a member")
+    remove.add_argument("member", metavar="ID|NAME", help="hex member id or node name")
+    remove.set_defaults(run=run_member_remove)
+
     ls = actions.add_parser("list", parents=[common], help="list the members")
     ls.set_defaults(run=run_member_list)
