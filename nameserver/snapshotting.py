@@ -76,6 +76,10 @@ class StoreSink:
         info = snap.info
         return info.last_offset, info.last_term, info.engine_meta, snap.records
 
+    def header(self, path: str) -> tuple[int, bytes]:
+        info = inspect(path)
+        return info.last_offset, info.engine_meta
+
     def adopt(self, path: str) -> str:
         info = inspect(path)
         kept = self.store.path_of(info.last_offset)
@@ -149,16 +153,27 @@ def restore(
     (the store falls back to the previous one); if it was the engine's dump, the dump is
     rebuilt at the same offset from the previous snapshot and the change log.
     """
-    latest = store.latest()
+    latest: Path | None = None
     image = MetadataImage.empty()
-    if latest is not None:
-        snap = read_snapshot(latest)
+    for info in store.list():  # newest first; one read verifies and loads
+        assert info.path is not None
+        try:
+            snap = read_snapshot(info.path)
+        except SnapshotError as exc:
+            log.warning("refusing snapshot %s: %s; falling back to an older one", info.path, exc)
+            continue
+        latest = info.path
         image = image_from_records(snap.records, snap.info.last_offset, snap.info.last_term)
-        log.info("restored snapshot %s at offset %d", latest, snap.info.last_offset)
+        del snap
+        log.info("restored snapshot %s at offset %d", latest, image.provenance.last_offset)
+        break
     engine_base = read_base_offset(dump_file)
     if os.path.exists(dump_file):
         try:
-            engine_base = verify_snapshot(dump_file).last_offset
+            if latest is not None and os.path.samefile(latest, dump_file):
+                engine_base = image.provenance.last_offset  # the same file, just verified
+            else:
+                engine_base = verify_snapshot(dump_file).last_offset
         except SnapshotError as exc:
             engine_base = _repair_dump(exc, image, segments, dump_file, cluster_id, store)
     image = replay_segments(image, segments)

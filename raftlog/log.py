@@ -105,6 +105,9 @@ class SnapshotSink(Protocol):
     def adopt(self, path: str) -> str:
         """Keep a snapshot file received from the leader; return where it now lives."""
 
+    def header(self, path: str) -> tuple[int, bytes]:
+        """(last_offset, engine_meta) from a snapshot's header only (cheap)."""
+
     def retention_offset(self) -> int:
         """Change-log segments wholly below this offset may be deleted."""
 
@@ -396,7 +399,7 @@ class ReplicatedLog:
         sink = self._snapshot_sink
         assert sink is not None
         kept = sink.adopt(path)
-        last_offset, _term, engine_meta, _records = sink.read(kept)
+        last_offset, engine_meta = sink.header(kept)  # the apply thread reads the rest
         self._enqueued_offset = last_offset
         self._queue.put(_Marker("load", 0, b"", last_offset, kept))
         return engine_meta

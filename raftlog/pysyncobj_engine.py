@@ -25,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from pysyncobj import (
     replicated,
 )
 from pysyncobj import pickle as pso_pickle
+from pysyncobj import tcp_connection as _tcp_connection
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 from raftlog.consensus import CommitSink, EngineSnapshots, EngineStatus, ProposeCallback
@@ -51,6 +53,23 @@ from raftlog.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class _StoredZlib:
+    """Stands in for ``zlib`` in PySyncObj's TCP connection: frames are still zlib streams
+    (any peer decompresses them) but stored, not compressed. Compressing every Raft message
+    at level 3 cost CPU for nothing: our payloads are protobuf with random-looking values."""
+
+    @staticmethod
+    def compress(data: bytes, level: int = -1) -> bytes:
+        return zlib.compress(data, 0)
+
+    @staticmethod
+    def decompress(data: bytes) -> bytes:
+        return zlib.decompress(data)
+
+
+_tcp_connection.zlib = _StoredZlib
 
 _ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 _LEADER = 2
