@@ -27,5 +27,7 @@ echo "== import layering (DESIGN.md §2)"
 lint-imports
 echo "== docker-compose.yml"
 docker-compose -f docker-compose.yml config -q
-echo "== pytest"
+echo "== pytest (everything but Spark)"
 python3 -m pytest -m "not spark" "$@"
+echo "== pytest (Spark: its own run, one JVM for the session)"
+python3 -m pytest -m spark tests/spark "$@"

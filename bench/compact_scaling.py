@@ -1,0 +1,612 @@
+"""Offline compaction scaling: Spark (local[1], local[2]) against the single-process fold.
+
+    python -m bench.compact_scaling [--sizes 1e5,1e6,1e7] [--engines local,spark1,spark2]
+                                    [--parquet] [--data-dir DIR] [--timeout-s 900]
+
+For each size N a synthetic change log is written with the raw record-stream writer into
+``<data-dir>/n<N>/seg`` (64 MiB segments, like the server's default): entry i has one effect
+at offset i; keys are drawn uniformly from N/10 ids (so ~10 % distinct), 10 % of the effects
+are deletes, values are 16-64 random bytes, 90 % type ``kv`` and 10 % ``member``, the term
+rises every N/50 entries. Every engine compacts up to ``upto = 0.9 N`` (no base snapshot),
+each in a fresh child process, and all must produce the same counts and hashes.
+
+Measured per run: wall time of the child (Spark: session start included, and split into
+session / fold / write), CPU seconds and peak memory of the whole process tree (driver, JVM,
+Python workers), sampled every 0.1 s: the sum of RSS (an upper bound: forked workers share
+pages) and, every 0.5 s, the sum of PSS. Engines:
+
+    local           snapshots.compact_local (one process, a dict of the live keys)
+    spark1/spark2   snapshots.compaction.compact_spark on local[1] / local[2] (C1 JIT and
+                    serial GC, the job's default); ``spark2-full``: default JIT and GC
+    (--parquet)     parquet2-full: the alternative of a Parquet copy of each sealed segment:
+                    pyarrow converts every segment (timed separately: the server's extra
+                    cost per seal), then Spark local[2] folds in the JVM (DataFrame max_by,
+                    default JIT since the work is in the JVM) and Python only hashes and
+                    writes the survivors. Needs pyarrow on PYTHONPATH (``--pyarrow-path``),
+                    which is not a project dependency.
+
+Writes ``bench/results/compact_scaling-<date>.json`` and ``.md`` and, when matplotlib is
+installed (``pip install -e .[bench]``), a ``.png`` of time and memory against N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SEGMENT_BYTES = 64 * 1024 * 1024
+ENGINES = ("local", "spark1", "spark2")
+CLUSTER = "bench"
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- data
+
+
+def generate(
+    directory: Path, n: int, seed: int = 7, segment_bytes: int = SEGMENT_BYTES
+) -> dict[str, Any]:
+    """Write the synthetic change log of `n` entries (see the module docstring)."""
+    from protos.records_pb2 import Effect
+    from snapshots import StreamKind, encode_header, encode_record
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    keys = max(1, n // 10)
+    term_every = max(1, n // 50)
+    files = 0
+    total = 0
+    out = None
+    size = 0
+    ts = 1_700_000_000_000
+    effect = Effect()
+    chunk: list[bytes] = []
+    randbytes = rng.randbytes
+    randrange = rng.randrange
+    random_ = rng.random
+    for offset in range(n):
+        k = randrange(keys)
+        effect.Clear()
+        effect.type = "member" if k % 10 == 0 else "kv"
+        effect.key = b"/registry/topic/%09d" % k
+        if random_() < 0.1:
+            effect.delete = True
+        else:
+            effect.value = randbytes(16 + randrange(49))
+        effect.term = 1 + offset // term_every
+        effect.timestamp_ms = ts + offset
+        frame = encode_record(offset, 0, effect.SerializeToString())
+        if out is None or size + len(frame) > segment_bytes:
+            if out is not None:
+                out.write(b"".join(chunk))
+                chunk.clear()
+                out.close()
+            out = open(directory / f"{offset:020d}.seg", "wb")
+            header = encode_header(StreamKind.CHANGE_LOG_SEGMENT, offset)
+            out.write(header)
+            size = len(header)
+            files += 1
+        chunk.append(frame)
+        size += len(frame)
+        total += len(frame)
+        if len(chunk) >= 4096:
+            out.write(b"".join(chunk))
+            chunk.clear()
+    if out is not None:
+        out.write(b"".join(chunk))
+        out.close()
+    return {"entries": n, "files": files, "bytes": total}
+
+
+def dataset(root: Path, n: int) -> tuple[Path, dict[str, Any]]:
+    """The segments of size `n` under `root`, generated once (kept while `root` is)."""
+    seg = root / f"n{n}" / "seg"
+    marker = root / f"n{n}" / "dataset.json"
+    if marker.exists():
+        return seg, json.loads(marker.read_text())
+    t0 = time.monotonic()
+    info = generate(seg, n)
+    info["generate_s"] = round(time.monotonic() - t0, 2)
+    marker.write_text(json.dumps(info))
+    return seg, info
+
+
+# --------------------------------------------------------------------------- process tree
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        tree.setdefault(ppid, []).append(int(name))
+    return tree
+
+
+def _tree(root: int) -> list[int]:
+    tree = _children()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(tree.get(pid, ()))
+    return out
+
+
+def _read_int_field(path: str, field: bytes) -> int:
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class TreeSampler:
+    """Peak RSS/PSS sums and CPU time of a process and its descendants."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak_rss = 0
+        self.peak_pss = 0
+        self.peak_parts: dict[str, int] = {}
+        self._cpu: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            pids = _tree(self.pid)
+            rss = 0
+            parts: dict[str, int] = {}
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/stat", "rb") as f:
+                        stat = f.read()
+                    with open(f"/proc/{pid}/comm", "rb") as f:
+                        comm = f.read().strip().decode(errors="replace")
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(b")") + 2 :].split()
+                self._cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICK
+                r = int(fields[21]) * _PAGE
+                rss += r
+                kind = "java" if comm == "java" else "python"
+                parts[kind] = parts.get(kind, 0) + r
+            if rss > self.peak_rss:
+                self.peak_rss, self.peak_parts = rss, parts
+            if i % 5 == 0:
+                pss = sum(_read_int_field(f"/proc/{p}/smaps_rollup", b"Pss:") for p in pids)
+                self.peak_pss = max(self.peak_pss, pss)
+            i += 1
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self._cpu.values())
+
+
+def run_child(
+    argv: list[str], timeout_s: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``python -m bench.compact_scaling --child ...`` and measure its process tree."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.compact_scaling", "--child", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    sampler = TreeSampler(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        for pid in reversed(_tree(proc.pid)):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        out, err = proc.communicate()
+        status = f"timeout after {timeout_s:.0f} s"
+    wall = time.monotonic() - t0
+    sampler.stop()
+    result: dict[str, Any] = {
+        "status": status,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(sampler.cpu_s, 1),
+        "peak_rss_mb": round(sampler.peak_rss / 2**20),
+        "peak_pss_mb": round(sampler.peak_pss / 2**20),
+        "peak_rss_parts_mb": {k: round(v / 2**20) for k, v in sampler.peak_parts.items()},
+    }
+    if status == "ok":
+        result.update(json.loads(out.strip().splitlines()[-1]))
+    else:
+        result["stderr_tail"] = err.strip().splitlines()[-5:]
+    return result
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def child(args: argparse.Namespace) -> None:
+    """One compaction in this (fresh) process; prints one JSON line."""
+    from snapshots import SnapshotMeta, compact_local
+
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    engine, _, jit = args.child.partition("-")
+    full_jit = args.full_jit or jit == "full"
+    if engine == "local":
+        info = compact_local(
+            args.segments, None, args.upto, args.out, SnapshotMeta(CLUSTER, args.upto, 0)
+        )
+    elif engine.startswith("spark"):
+        from snapshots.compaction import compact_spark
+
+        cores = int(engine[len("spark") :])
+        info = compact_spark(
+            args.segments,
+            args.upto,
+            args.out,
+            SnapshotMeta(CLUSTER, args.upto, 0),
+            master=f"local[{cores}]",
+            progress=False,
+            fast_jvm=not full_jit,
+            timings=timings,
+        )
+    elif engine == "parquet":
+        print(json.dumps(convert_to_parquet(Path(args.segments), Path(args.out))))
+        return
+    elif engine == "parquet2":
+        info = compact_parquet(args.segments, args.upto, args.out, timings, full_jit=full_jit)
+    else:
+        raise SystemExit(f"unknown child {args.child}")
+    doc = {
+        "job_s": round(time.monotonic() - t0, 2),
+        "records": info.record_count,
+        "counts": dict(info.counts),
+        "hashes": dict(info.hashes),
+        "snapshot_bytes": info.size_bytes,
+    }
+    doc.update({k: round(v, 2) if isinstance(v, float) else v for k, v in timings.items()})
+    print(json.dumps(doc))
+
+
+def convert_to_parquet(seg_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """What a server would do at each seal: segment -> Parquet (pyarrow). Timed per file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from snapshots.compaction import _FileStats, _read_segment, _Task, list_segments
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    times = []
+    for seg in list_segments(seg_dir, 2**63 - 1):
+        t0 = time.monotonic()
+        cols: dict[str, list[Any]] = {
+            c: [] for c in ("offset", "sub", "type", "key", "value", "delete")
+        }
+        task = _Task(0, seg.path, seg.first_offset, -1, 2**63 - 1)
+        for (type_, key), (offset, sub, value) in _read_segment(task, _FileStats()):
+            cols["offset"].append(offset)
+            cols["sub"].append(sub)
+            cols["type"].append(type_)
+            cols["key"].append(key)
+            cols["value"].append(value if value is not None else b"")
+            cols["delete"].append(value is None)
+        table = pa.table(
+            {
+                "offset": pa.array(cols["offset"], pa.int64()),
+                "sub": pa.array(cols["sub"], pa.int32()),
+                "type": pa.array(cols["type"], pa.string()),
+                "key": pa.array(cols["key"], pa.binary()),
+                "value": pa.array(cols["value"], pa.binary()),
+                "delete": pa.array(cols["delete"], pa.bool_()),
+            }
+        )
+        pq.write_table(table, out_dir / f"{seg.first_offset:020d}.parquet")
+        times.append(time.monotonic() - t0)
+    size = sum(p.stat().st_size for p in out_dir.iterdir())
+    return {
+        "files": len(times),
+        "convert_s": round(sum(times), 2),
+        "per_segment_s": round(max(times), 2) if times else 0,
+        "parquet_bytes": size,
+    }
+
+
+def compact_parquet(
+    segments: str, upto: int, out: str, timings: dict[str, float], *, full_jit: bool
+) -> Any:
+    """The Parquet alternative: JVM-side fold, Python only for hashing and writing."""
+    import shutil
+
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from snapshots import RecordDigest, SnapshotMeta, write_snapshot
+    from snapshots.compaction import _digest_partition, make_spark_session
+
+    t0 = time.monotonic()
+    work = tempfile.mkdtemp(prefix="bench-parquet-")
+    spark = make_spark_session("local[2]", work_dir=work, fast_jvm=not full_jit)
+    t1 = time.monotonic()
+    try:
+        df = spark.read.parquet(str(Path(segments).parent / "parquet"))
+        winners = (
+            df.filter(F.col("offset") <= upto)
+            .groupBy("type", "key")
+            .agg(F.max_by(F.struct("value", "delete"), F.struct("offset", "sub")).alias("w"))
+            .filter(~F.col("w.delete"))
+            .select("type", "key", F.col("w.value").alias("value"))
+        )
+        survivors = winners.rdd.map(lambda r: (r[0], bytes(r[1]), bytes(r[2]))).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        digest = RecordDigest.combine(survivors.mapPartitions(_digest_partition).collect())
+        t2 = time.monotonic()
+        meta = SnapshotMeta(CLUSTER, upto, 0).with_digest(digest)
+        info = write_snapshot(out, meta, survivors.toLocalIterator())
+        t3 = time.monotonic()
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    timings.update(session_s=t1 - t0, fold_s=t2 - t1, write_s=t3 - t2)
+    return info
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt_n(n: int) -> str:
+    return f"1e{len(str(n)) - 1}" if str(n).strip("0") == "1" else str(n)
+
+
+def report(doc: dict[str, Any]) -> str:
+    lines = [
+        f"# Offline compaction scaling ({doc['date']})",
+        "",
+        f"Host: {doc['host']['cpus']} CPUs, {doc['host']['mem_gb']} GB RAM, load1 before "
+        f"{doc['host']['load1_before']}; Python {doc['host']['python']}. "
+        "upto = 0.9 N, no base snapshot, 10 % distinct keys, 10 % deletes, 64 MiB segments.",
+        "",
+        "| N | engine | status | wall s | session / fold / write s | CPU s | peak RSS MB "
+        "(java/python) | peak PSS MB | live keys |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in doc["runs"]:
+        parts = run.get("peak_rss_parts_mb", {})
+        split = (
+            f"{run.get('session_s', 0):.1f} / {run.get('fold_s', 0):.1f} / {run.get('write_s', 0):.1f}"
+            if "fold_s" in run
+            else "-"
+        )
+        lines.append(
+            f"| {_fmt_n(run['n'])} | {run['engine']} | {run['status']} | {run['wall_s']:.1f} | {split} | "
+            f"{run['cpu_s']:.0f} | {run['peak_rss_mb']} ({parts.get('java', 0)}/{parts.get('python', 0)}) | "
+            f"{run['peak_pss_mb']} | {run.get('records', '-')} |"
+        )
+    lines += ["", "Data sets:", ""]
+    for n, info in doc["datasets"].items():
+        lines.append(
+            f"* N={_fmt_n(int(n))}: {info['files']} segment files, {info['bytes'] / 2**20:.0f} MiB, "
+            f"generated in {info.get('generate_s', '?')} s"
+            + (
+                f"; Parquet copy {info['parquet']['parquet_bytes'] / 2**20:.0f} MiB, "
+                f"conversion {info['parquet']['convert_s']} s in all, "
+                f"{info['parquet']['per_segment_s']} s for the largest segment"
+                if "parquet" in info
+                else ""
+            )
+        )
+    if doc.get("bytes_per_live_key"):
+        lines += ["", "Single-process fold, memory per live key (peak RSS above a 1e5 run):", ""]
+        for n, b in doc["bytes_per_live_key"].items():
+            lines.append(f"* N={_fmt_n(int(n))}: {b:.0f} B per live key")
+    lines += ["", "Hashes equal across engines: " + ("yes" if doc["hashes_equal"] else "**NO**")]
+    if doc.get("plot"):
+        lines += ["", f"![scaling]({doc['plot']})"]
+    elif doc.get("plot_note"):
+        lines += ["", doc["plot_note"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc: dict[str, Any], path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    engines = sorted({r["engine"] for r in doc["runs"]})
+    for engine in engines:
+        runs = [r for r in doc["runs"] if r["engine"] == engine and r["status"] == "ok"]
+        if not runs:
+            continue
+        xs = [r["n"] for r in runs]
+        ax1.plot(xs, [r["wall_s"] for r in runs], marker="o", label=engine)
+        ax2.plot(xs, [r["peak_rss_mb"] for r in runs], marker="o", label=engine)
+    for ax, title, unit in ((ax1, "wall time", "s"), (ax2, "peak RSS of the process tree", "MB")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("log entries N (upto = 0.9 N)")
+        ax.set_ylabel(unit)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"metaledger offline compaction, {doc['host']['cpus']} CPUs ({doc['date']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--sizes", default="1e5,1e6", help="comma-separated entry counts (default 1e5,1e6)"
+    )
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"of {','.join(ENGINES)}, spark2-full (default {','.join(ENGINES)})",
+    )
+    p.add_argument(
+        "--parquet", action="store_true", help="also measure a Parquet copy (needs pyarrow)"
+    )
+    p.add_argument("--pyarrow-path", default="", help="extra PYTHONPATH entry holding pyarrow")
+    p.add_argument("--data-dir", help="keep generated data here (default: a temp dir)")
+    p.add_argument("--timeout-s", type=float, default=900, help="limit per run (default 900)")
+    p.add_argument("--full-jit", action="store_true", help="Spark with the default JIT and GC")
+    p.add_argument("--out-dir", default=str(RESULTS_DIR))
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--segments", help=argparse.SUPPRESS)
+    p.add_argument("--upto", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args)
+        return 0
+    sizes = [int(float(s)) for s in args.sizes.split(",") if s]
+    engines = [e for e in args.engines.split(",") if e]
+    tmp = None
+    if args.data_dir:
+        root = Path(args.data_dir)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="compact-scaling-")
+        root = Path(tmp.name)
+    env = dict(os.environ)
+    if args.pyarrow_path:
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [args.pyarrow_path, env.get("PYTHONPATH")])
+        )
+    date = time.strftime("%Y-%m-%dT%H-%M-%S")
+    doc: dict[str, Any] = {
+        "date": date,
+        "host": {
+            "cpus": os.cpu_count(),
+            "mem_gb": round(os.sysconf("SC_PHYS_PAGES") * _PAGE / 2**30, 1),
+            "load1_before": round(os.getloadavg()[0], 2),
+            "python": sys.version.split()[0],
+        },
+        "runs": [],
+        "datasets": {},
+    }
+    extra = ["--full-jit"] if args.full_jit else []
+    try:
+        for n in sizes:
+            seg, info = dataset(root, n)
+            doc["datasets"][str(n)] = info
+            print(
+                f"N={_fmt_n(n)}: {info['files']} segments, {info['bytes'] / 2**20:.0f} MiB",
+                flush=True,
+            )
+            upto = int(0.9 * n)
+            runs = list(engines)
+            if args.parquet:
+                conv = run_child(
+                    [
+                        "parquet-convert",
+                        "--segments",
+                        str(seg),
+                        "--out",
+                        str(seg.parent / "parquet"),
+                    ],
+                    args.timeout_s,
+                    env,
+                )
+                info["parquet"] = {
+                    k: conv.get(k) for k in ("convert_s", "per_segment_s", "parquet_bytes", "files")
+                }
+                info["parquet"]["peak_rss_mb"] = conv["peak_rss_mb"]
+                runs.append("parquet2-full")
+            for engine in runs:
+                out = root / f"n{n}" / f"{engine}.snap"
+                argv_ = [
+                    engine,
+                    "--segments",
+                    str(seg),
+                    "--upto",
+                    str(upto),
+                    "--out",
+                    str(out),
+                    *extra,
+                ]
+                result = run_child(argv_, args.timeout_s, env)
+                result.update(n=n, engine=engine)
+                doc["runs"].append(result)
+                out.unlink(missing_ok=True)
+                print(
+                    f"  {engine:9} {result['status']:8} wall {result['wall_s']:7.1f} s  "
+                    f"cpu {result['cpu_s']:6.0f} s  peak RSS {result['peak_rss_mb']:5} MB  "
+                    f"PSS {result['peak_pss_mb']:5} MB  {result.get('records', '')}",
+                    flush=True,
+                )
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    ok = [r for r in doc["runs"] if r["status"] == "ok"]
+    doc["hashes_equal"] = all(
+        r["hashes"] == next(o["hashes"] for o in ok if o["n"] == r["n"]) for r in ok
+    )
+    local = {r["n"]: r for r in ok if r["engine"] == "local"}
+    if local:
+        floor = min(local.values(), key=lambda r: r["n"])
+        doc["bytes_per_live_key"] = {
+            str(n): (r["peak_rss_mb"] - floor["peak_rss_mb"])
+            * 2**20
+            / max(1, r["records"] - floor["records"])
+            for n, r in sorted(local.items())
+            if n != floor["n"]
+        }
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"compact_scaling-{date}"
+    png = plot(doc, stem.with_suffix(".png"))
+    if png:
+        doc["plot"] = png
+    else:
+        doc["plot_note"] = "No plot: matplotlib is not installed (pip install -e .[bench])."
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    text = report(doc)
+    stem.with_suffix(".md").write_text(text)
+    print()
+    print(text)
+    print(f"wrote {stem}.json, .md" + (", .png" if png else f" ({doc['plot_note']})"))
+    return 0 if doc["hashes_equal"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,790 @@
+"""Offline compaction on Spark (DESIGN.md §4): base snapshot + change-log segments up to an
+offset -> a new snapshot, with the same per-type counts and content hashes as the snapshot
+the server writes at that offset (and as :func:`snapshots.compact_local`).
+
+Plan of :func:`compact_spark` (classic PySpark RDDs; no pandas/pyarrow needed)::
+
+    driver       lists the segment FILE NAMES (and sizes) only; reads the base's header
+    stage 1      one task per segment file (+ one for the base snapshot): the worker opens the
+                 file itself from the shared path, checks framing/CRC/header/order like
+                 read_segments, decodes the effects in (after, upto] and keeps each key's
+                 last record in the file (positions strictly increase within a file, so that
+                 is its newest; tombstones kept): ((type, key), (offset, sub, value | None));
+                 base records are ((type, key), (base offset, -1, value))
+    shuffle      partitionBy crc32(type, key) -> P partitions (the log is partitionable by
+                 key because it holds effects, not operations)
+    stage 2      per partition: every file's records go through snapshots.replay() on the
+                 partition's base records (greatest (offset, sub) wins across files, a
+                 winning delete drops the key); a RecordDigest per partition, merged on the
+                 driver
+    write        toLocalIterator() streams the survivors partition by partition into
+                 write_snapshot(), whose meta already carries the merged counts and hashes:
+                 one pass, verified against them as it writes (hashes are order-independent)
+
+Only the survivors pass through the driver (they must: the snapshot is one file); the log
+itself never does. Per-file stats (first/last position, term) come back in an accumulator so
+the driver can check the files are in log order across each other, as read_segments does.
+
+Spark settings (research/spark-and-deps.md §2-3): loopback bind (SPARK_LOCAL_IP, driver host
+and bind address) for local and loopback masters, UI off, workers run ``sys.executable``,
+``spark.local.dir`` and ``java.io.tmpdir`` in a temp folder, a log4j2 file at ERROR (WARN on
+request) and, unless verbose, the JVM's stdout/stderr sent to a log file (the only way to
+drop ``WARNING: Using incubator modules``), the pandas-3 FutureWarning filtered, C1 JIT +
+serial GC by default (``fast_jvm``: the JVM only moves pickled bytes here, so the default
+JIT bought nothing: 1e7 took 84 CPU-s with C1, 102 with the full JIT).
+
+Numbers (``bench/compact_scaling.py``, bench/results/compact_scaling-2026-11-22T06-35-17.md
+and -06-46-48.md; 2 cores, load average 5-7 from other work throughout, so wall times are
+inflated and noisy and CPU-seconds of the process tree are the steadier figure; upto = 0.9 N,
+10 % distinct keys, 10 % deletes, 64 MiB segments, no base)::
+
+    N      local (compact_local)       spark local[1]           spark local[2]
+    1e5    0.5 s,   31 MB               8.1 s, 531 MB            8.4 s, 604 MB
+    1e6    5.5 s,   70 MB, 5 CPU-s      13.8 s, 630 MB, 12 CPU-s 18.8 s, 696 MB, 14 CPU-s
+    1e7    65-99 s, 491 MB, 56-60 CPU-s 117-120 s, 965 MB, 86-88  51-96 s, 1.4 GB, 84-88
+
+The session costs 4-9 s and Spark ~1.5x the CPU of the single fold, so on two cores the
+single-process fold wins up to ~1e6 entries and it is a wash at 1e7; Spark's case is more
+cores/machines and memory: its memory is bounded per segment file (the pre-fold dict) and
+per key partition (P grows with the input), the single fold's by the keyspace, ~0.5 KB per
+live key measured (505-541 B at 1e6/1e7 with 20 B keys and 16-64 B values), i.e. about 4e7
+live keys (~4e8 entries at 10 % distinct) in this box's 23 GB (estimate).
+
+Parquet copy of sealed segments: NOT implemented. Measured (bench ``--parquet``): pyarrow
+converting a 64 MiB segment costs the server 2.2-4.2 s of CPU per seal (32-37 s per 1e7
+entries) and pulls pyarrow (~170 MB) into the server; compacting from Parquet (JVM
+groupBy/max_by with the full JIT, Python only hashing and writing the survivors) then took
+82 s wall / 85 CPU-s / 1.7 GB at 1e7 against 51-96 s / 84-88 CPU-s / 1.4 GB for the binary
+path, and was slower at 1e5 and 1e6 (14.0 s and 21.9 s). Parsing segments in Python is
+real work here (~2.5 us per record, plus ~1.8 us for the per-file pre-fold: about half the
+job's CPU at 1e7), but the JVM read + groupBy that replaces it cost as much on this box, and
+the rest (hashing, pickling the survivors, the session) is shared by both paths. Revisit only
+if a profile on a many-core cluster says otherwise; the binary-segment path stays either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+import zipfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
+
+from google.protobuf.message import DecodeError
+
+from protos.records_pb2 import Effect
+from snapshots._recordstream import RecordReader, RecordStreamError, StreamKind
+from snapshots._replay import _SEGMENT_NAME, ChangeLogError, ChangeRecord, replay
+from snapshots._snapshot import (
+    RecordDigest,
+    SnapshotError,
+    SnapshotInfo,
+    SnapshotMeta,
+    SnapshotRecord,
+    inspect,
+    open_snapshot,
+    write_snapshot,
+)
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+    from pyspark.accumulators import Accumulator
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "DEFAULT_MASTER",
+    "CompactionError",
+    "SegmentFile",
+    "compact_spark",
+    "last_term_upto",
+    "list_segments",
+    "make_spark_session",
+]
+
+DEFAULT_MASTER: Final = "local[*]"
+_READ_BUFFER_BYTES = 256 * 1024
+#: Input bytes per shuffle partition (sets P when not given): bounds a partition's replay
+#: dict on a worker and what toLocalIterator holds on the driver at once.
+_BYTES_PER_PARTITION = 128 * 1024 * 1024
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_FAST_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
+_LOG4J_TEMPLATE = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss.SSS}} %p %c{{1}}: %m%n%ex
+logger.spark.name = org.apache.spark
+logger.spark.level = {level}
+logger.sparkproject.name = org.sparkproject
+logger.sparkproject.level = {level}
+"""
+
+StateKey: TypeAlias = tuple[str, bytes]
+#: What the job carries per key: (offset, sub, value), value None for a delete.
+Version: TypeAlias = tuple[int, int, bytes | None]
+
+
+class CompactionError(SnapshotError):
+    """The Spark job failed. `worker_error` names the exception a worker raised when one can
+    be read from Spark's error (e.g. ``ChangeLogError``), `detail` is its message."""
+
+    def __init__(self, message: str, worker_error: str | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.worker_error = worker_error
+        self.detail = detail
+
+
+class SegmentFile(NamedTuple):
+    """A segment file as the driver lists it: by name and size, never by content."""
+
+    first_offset: int
+    path: str
+    size_bytes: int
+
+
+class _Task(NamedTuple):
+    """What one stage-1 task reads: segment number `number`, or the base snapshot (-1)."""
+
+    number: int
+    path: str
+    first_offset: int
+    after: int
+    upto: int
+
+
+# --------------------------------------------------------------------------- driver helpers
+
+
+def list_segments(
+    directory: str | os.PathLike[str], upto: int, after: int = -1
+) -> list[SegmentFile]:
+    """The segment files that can hold records in ``(after, upto]``, in log order, by name
+    (read_segments' selection: a file is skipped when the next one starts at or below
+    `after`, and every file starting past `upto` is skipped). Raises OSError."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            m = _SEGMENT_NAME.match(entry.name)
+            if m and entry.is_file():
+                found.append(SegmentFile(int(m.group(1)), entry.path, entry.stat().st_size))
+    found.sort()
+    chosen = []
+    for i, seg in enumerate(found):
+        if seg.first_offset > upto:
+            break
+        if i + 1 < len(found) and found[i + 1].first_offset <= after:
+            continue
+        chosen.append(seg)
+    return chosen
+
+
+def last_term_upto(directory: str | os.PathLike[str], upto: int, default: int = 0) -> int:
+    """The term of the last change-log record at or below `upto` (from the one segment that
+    holds it), or `default` when there is none. What compact_spark derives for the meta's
+    last_term when only a cluster id is given; for ``compact --engine local``. Raises
+    ChangeLogError, OSError."""
+    segments = list_segments(directory, upto)
+    for seg in reversed(segments):
+        stats = _FileStats()
+        for _ in _read_segment(_Task(0, seg.path, seg.first_offset, -1, upto), stats, emit=False):
+            pass
+        if stats.records:
+            return stats.last_term
+    return default
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+class _FileStats:
+    """What a stage-1 task learns about its file besides the records."""
+
+    __slots__ = ("first", "last", "last_term", "records")
+
+    def __init__(self) -> None:
+        self.first: tuple[int, int] | None = None
+        self.last: tuple[int, int] | None = None
+        self.last_term = 0
+        self.records = 0
+
+
+def _read_segment(
+    task: _Task, stats: _FileStats, *, emit: bool = True
+) -> Iterator[tuple[StateKey, Version]]:
+    """The records of one segment file in ``(after, upto]`` as ((type, key), version).
+
+    The checks of :func:`snapshots.read_segments` for one file (header kind and base offset,
+    CRCs, strictly increasing positions, a torn tail only beyond `upto`, decodable effects);
+    the order across files is checked by the driver from `stats`.
+    """
+    path, after, upto = task.path, task.after, task.upto
+    with open(path, "rb", buffering=_READ_BUFFER_BYTES) as f:
+        reader = RecordReader(f, path=path, start=0)
+        try:
+            header = reader.read_header()
+            if (
+                header.kind != StreamKind.CHANGE_LOG_SEGMENT
+                or header.base_offset != task.first_offset
+            ):
+                raise ChangeLogError(
+                    path,
+                    0,
+                    f"header of kind {header.kind.name} based at {header.base_offset} "
+                    f"in a segment named for {task.first_offset}",
+                )
+            last = (-1, -1)
+            effect = Effect()
+            parse = effect.ParseFromString
+            for record in reader:
+                position = (record.offset, record.sub)
+                if position <= last:
+                    raise ChangeLogError(path, record.position, f"record {position} after {last}")
+                last = position
+                if record.offset > upto:
+                    break
+                if stats.first is None:
+                    stats.first = position
+                stats.last = position
+                if record.offset <= after:
+                    continue
+                try:
+                    parse(record.payload)
+                except DecodeError as e:
+                    raise ChangeLogError(path, record.position, f"undecodable effect: {e}") from e
+                stats.last_term = effect.term
+                stats.records += 1
+                if emit:
+                    yield (
+                        (effect.type, effect.key),
+                        (record.offset, record.sub, None if effect.delete else effect.value),
+                    )
+        except RecordStreamError as e:
+            raise ChangeLogError(e.path, e.position, f"{type(e).__name__}: {e.reason}") from e
+
+
+def _read_base(task: _Task) -> Iterator[tuple[StateKey, Version]]:
+    """The base snapshot's records, each older than any change (position (last, -1)). The
+    snapshot's checksum and hashes are verified when its last record has been read, so a
+    bad base fails the task (and the job) before anything is written."""
+    with open_snapshot(task.path) as reader:
+        for type_, key, value in reader.iter_records():
+            yield (type_, key), (task.after, -1, value)
+
+
+def _stage1(
+    stats_acc: Accumulator[dict[int, tuple[Any, ...]]],
+) -> Callable[[Iterable[_Task]], Iterator[tuple[StateKey, Version]]]:
+    def run(tasks: Iterable[_Task]) -> Iterator[tuple[StateKey, Version]]:
+        for task in tasks:
+            if task.number < 0:
+                yield from _read_base(task)
+                continue
+            stats = _FileStats()
+            # Pre-fold: positions strictly increase within a file (checked), so the last
+            # record of a key in the file is its newest; tombstones stay (replay drops them)
+            newest: dict[StateKey, Version] = {}
+            for key, version in _read_segment(task, stats):
+                newest[key] = version
+            stats_acc.add({task.number: (stats.first, stats.last, stats.last_term, stats.records)})
+            yield from newest.items()
+
+    return run
+
+
+def _partition_of(key: StateKey) -> int:
+    """Deterministic on every worker (str/bytes hash() is seeded per process)."""
+    return zlib.crc32(key[1], zlib.crc32(key[0].encode()))
+
+
+def _apply(after: int) -> Callable[[Iterable[tuple[StateKey, Version]]], Iterator[SnapshotRecord]]:
+    """Stage 2: one key partition's records (each file's newest per key, and the base's)
+    through :func:`snapshots.replay`: greatest (offset, sub) wins across files, a winning
+    delete drops the key, the base underneath."""
+
+    def run(items: Iterable[tuple[StateKey, Version]]) -> Iterator[SnapshotRecord]:
+        base: dict[StateKey, bytes] = {}
+        changes = []
+        for (type_, key), (offset, sub, value) in items:
+            if sub < 0:  # a base record (position (base offset, -1))
+                base[type_, key] = value  # type: ignore[assignment]  # base values are bytes
+            else:
+                record = ChangeRecord(offset, sub, type_, key, value or b"", value is None)
+                changes.append((offset, sub, record))
+        state = replay(changes, base, after_offset=after)
+        for (type_, key), value in state.items():
+            yield type_, key, value
+
+    return run
+
+
+def _digest_partition(records: Iterable[SnapshotRecord]) -> Iterator[RecordDigest]:
+    digest = RecordDigest()
+    add = digest.add
+    for type_, key, value in records:
+        add(type_, key, value)
+    yield digest
+
+
+def _make_stats_param() -> Any:
+    from pyspark.accumulators import AccumulatorParam
+
+    class StatsParam(AccumulatorParam[dict[int, tuple[Any, ...]]]):
+        """Per file index; idempotent merge, so a retried task does no harm."""
+
+        def zero(self, value: dict[int, tuple[Any, ...]]) -> dict[int, tuple[Any, ...]]:
+            return {}
+
+        def addInPlace(
+            self, v1: dict[int, tuple[Any, ...]], v2: dict[int, tuple[Any, ...]]
+        ) -> dict[int, tuple[Any, ...]]:
+            v1.update(v2)
+            return v1
+
+    return StatsParam()
+
+
+# --------------------------------------------------------------------------- session
+
+
+def _is_loopback(master: str) -> bool:
+    if master.startswith("local"):
+        return True
+    if master.startswith("spark://"):
+        hosts = [h.rsplit(":", 1)[0] for h in master[len("spark://") :].split(",")]
+        return all(h in _LOOPBACK_HOSTS for h in hosts)
+    return False
+
+
+@contextlib.contextmanager
+def _child_output_to(path: Path) -> Iterator[None]:
+    """While open, fds 1 and 2 point at `path`, so a child started now (the JVM, and the
+    Python workers it forks) writes there for good; ours are restored afterwards."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
+
+
+def make_spark_session(
+    master: str = DEFAULT_MASTER,
+    *,
+    work_dir: str | os.PathLike[str],
+    app_name: str = "metaledger-compact",
+    log_level: str = "ERROR",
+    fast_jvm: bool = True,
+    driver_memory: str | None = None,
+    executor_memory: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    ship_code: bool | None = None,
+) -> SparkSession:
+    """A SparkSession with the settings this project needs (see the module docstring).
+
+    `work_dir` holds Spark's local and temp dirs, the log4j file and, when `log_level` is
+    ERROR, the JVM's own output (``<work_dir>/spark.log``); the caller removes it after
+    ``stop()``. JVM options (`fast_jvm`, `driver_memory`, the log4j file) only take effect
+    when this process starts its JVM: a later session in the same process reuses the first
+    JVM (PySpark never stops it). `ship_code` (default: for non-local masters) sends the
+    ``snapshots`` and ``protos`` packages to the executors with addPyFile; their Python must
+    still have protobuf and crc32c. Raises CompactionError when the JVM does not start.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas.*")
+    level = log_level.upper()
+    work = Path(work_dir)
+    local_dir = work / "local"
+    tmp_dir = work / "tmp"
+    for d in (local_dir, tmp_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    log4j = work / "log4j2.properties"
+    log4j.write_text(_LOG4J_TEMPLATE.format(level=level.lower()))
+    java_opts = f"-Djava.io.tmpdir={tmp_dir} -Dlog4j.configurationFile=file:{log4j}"
+    if fast_jvm:
+        java_opts = f"{_FAST_JVM_FLAGS} {java_opts}"
+    loopback = _is_loopback(master)
+    if loopback:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.local.dir", str(local_dir))
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.executor.extraJavaOptions", java_opts)
+        .config("spark.python.worker.reuse", "true")
+    )
+    if loopback:
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    if executor_memory:
+        builder = builder.config("spark.executor.memory", executor_memory)
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    quiet = level in ("ERROR", "FATAL", "OFF")
+    starting_jvm = SparkContext._gateway is None
+    redirect = _child_output_to(work / "spark.log") if quiet and starting_jvm else None
+    try:
+        with redirect or contextlib.nullcontext():
+            spark = builder.getOrCreate()
+    except Exception as e:
+        tail = ""
+        log_file = work / "spark.log"
+        if log_file.exists():
+            tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-20:])
+        raise CompactionError(f"Spark did not start ({master}): {e}\n{tail}".rstrip()) from e
+    spark.sparkContext.setLogLevel(level)
+    if ship_code if ship_code is not None else not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(_code_zip(work)))
+    return spark
+
+
+def _code_zip(work: Path) -> Path:
+    """A zip of the ``snapshots`` and ``protos`` packages for the executors."""
+    root = Path(__file__).resolve().parent.parent
+    target = work / "metaledger-code.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for package in ("snapshots", "protos"):
+            for path in sorted((root / package).rglob("*.py")):
+                z.write(path, path.relative_to(root).as_posix())
+    return target
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class _Progress:
+    """A one-line progress bar on stderr: Spark tasks of the current phase (polled from
+    the status tracker), then records written. Without a TTY, one line per phase."""
+
+    _WIDTH = 28
+
+    def __init__(self, sc: SparkContext | None, group: str, stream: IO[str] | None) -> None:
+        self._sc = sc
+        self._group = group
+        self._out = stream
+        self._tty = bool(stream is not None and stream.isatty())
+        self._lock = threading.Lock()
+        self._label = ""
+        self._done = 0
+        self._total = 0
+        self._unit = ""
+        self._spark = False
+        self._old_jobs: set[int] = set()
+        self._t0 = self._phase_t0 = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if stream is not None and sc is not None:
+            self._thread = threading.Thread(target=self._poll, name="compact-progress", daemon=True)
+            self._thread.start()
+
+    def spark_phase(self, label: str) -> None:
+        self._end_phase()
+        with self._lock:
+            self._label, self._unit, self._spark = label, "tasks", True
+            self._done = self._total = 0
+            self._phase_t0 = time.monotonic()
+            if self._sc is not None:
+                tracker = self._sc.statusTracker()
+                self._old_jobs = set(tracker.getJobIdsForGroup(self._group))
+
+    def count_phase(self, label: str, total: int, unit: str) -> None:
+        self._end_phase()
+        with self._lock:
+            self._label, self._unit, self._spark = label, unit, False
+            self._done, self._total = 0, total
+            self._phase_t0 = time.monotonic()
+        self._render()
+
+    def advance(self, done: int) -> None:
+        with self._lock:
+            self._done = done
+        if self._tty:
+            self._render()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        self._end_phase()
+
+    def _end_phase(self) -> None:
+        if self._out is None or not self._label:
+            return
+        if self._spark:
+            self._poll_once()
+        self._render(final=True)
+        self._label = ""
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.3):
+            if self._spark and self._label:
+                with contextlib.suppress(Exception):  # the tracker is best effort
+                    self._poll_once()
+                    if self._tty:
+                        self._render()
+
+    def _poll_once(self) -> None:
+        if self._sc is None:
+            return
+        tracker = self._sc.statusTracker()
+        done = total = 0
+        for job_id in tracker.getJobIdsForGroup(self._group):
+            if job_id in self._old_jobs:
+                continue
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    done += stage.numCompletedTasks
+                    total += stage.numTasks
+        with self._lock:
+            self._done, self._total = done, total
+
+    def _render(self, final: bool = False) -> None:
+        if self._out is None or (not self._tty and not final):
+            return
+        with self._lock:
+            done, total, label, unit = self._done, self._total, self._label, self._unit
+            elapsed = time.monotonic() - self._phase_t0
+        frac = min(1.0, done / total) if total else (1.0 if final else 0.0)
+        filled = round(frac * self._WIDTH)
+        bar = "#" * filled + "-" * (self._WIDTH - filled)
+        text = f"compact: {label:<20} [{bar}] {done:,}/{total:,} {unit}  {elapsed:6.1f} s"
+        if self._tty:
+            self._out.write("\r" + text + ("\n" if final else ""))
+        else:
+            self._out.write(text + "\n")
+        self._out.flush()
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def _worker_error(exc: BaseException) -> tuple[str | None, str]:
+    """The exception a Python worker raised, as (class name, message), from Spark's text."""
+    text = str(exc)
+    found = re.findall(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)$", text, re.MULTILINE)
+    for name, message in reversed(found):
+        if name not in ("Py4JJavaError", "PythonException", "SparkException"):
+            return name, message
+    return None, text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def compact_spark(
+    segments_dir: str | os.PathLike[str],
+    upto: int,
+    out_path: str | os.PathLike[str],
+    meta: SnapshotMeta | str | None = None,
+    base_snapshot: str | os.PathLike[str] | None = None,
+    *,
+    master: str = DEFAULT_MASTER,
+    progress: bool | IO[str] = True,
+    spark: SparkSession | None = None,
+    partitions: int | None = None,
+    log_level: str = "ERROR",
+    fast_jvm: bool = True,
+    driver_memory: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    timings: dict[str, float] | None = None,
+) -> SnapshotInfo:
+    """Compact a base snapshot (or nothing) and the segments' records up to `upto` into a
+    snapshot at `out_path` on Spark; the result hashes as :func:`snapshots.compact_local`'s.
+
+    `meta`: a :class:`SnapshotMeta` whose last_offset is `upto` (its counts and hashes are
+    ignored: the job computes them); or a cluster id (str), or None for the base's cluster
+    id, in which case last_term is the term of the last record at or below `upto` (the
+    base's when there is none) and raft_index is 0. The base must belong to the cluster and
+    not be newer than `upto`.
+
+    `spark`: an existing session to run on (not stopped afterwards; `master`, `log_level`,
+    `fast_jvm`, `driver_memory` and `conf` are then ignored); else one is made with
+    :func:`make_spark_session` and stopped at the end. `segments_dir` (and the base) must be
+    readable at the same path on every executor. `partitions`: shuffle partitions (default
+    max(default parallelism, input bytes / 128 MiB)). `progress`: a bar on stderr (True),
+    on a given stream, or nothing (False). `timings`, when given, receives the phases'
+    wall times in seconds (session, fold, write).
+
+    Raises ValueError for misuse, SnapshotCorruptError for a bad base header,
+    ChangeLogError when the files are out of order across each other, CompactionError
+    when the job fails (a worker's ChangeLogError or SnapshotCorruptError is named in it),
+    SnapshotMismatchError if the written records disagree with the computed digest,
+    OSError; nothing is written at `out_path` on error.
+    """
+    t_start = time.monotonic()
+    base_info = inspect(base_snapshot) if base_snapshot is not None else None
+    if isinstance(meta, SnapshotMeta):
+        if meta.last_offset != upto:
+            raise ValueError(f"meta.last_offset {meta.last_offset} is not upto {upto}")
+        cluster_id = meta.cluster_id
+    elif meta is None:
+        if base_info is None:
+            raise ValueError("give a cluster id (or a meta) when there is no base snapshot")
+        cluster_id = base_info.cluster_id
+    else:
+        cluster_id = meta
+    after = -1
+    if base_info is not None:
+        if base_info.cluster_id != cluster_id:
+            raise ValueError(
+                f"base snapshot {base_snapshot} is of cluster {base_info.cluster_id!r}, "
+                f"not {cluster_id!r}"
+            )
+        if base_info.last_offset > upto:
+            raise ValueError(
+                f"base snapshot {base_snapshot} is at offset {base_info.last_offset}, past {upto}"
+            )
+        after = base_info.last_offset
+    segments = list_segments(segments_dir, upto, after)
+    tasks = [
+        _Task(i, str(Path(seg.path).resolve()), seg.first_offset, after, upto)
+        for i, seg in enumerate(segments)
+    ]
+    input_bytes = sum(seg.size_bytes for seg in segments)
+    if base_snapshot is not None and base_info is not None:
+        tasks.insert(0, _Task(-1, str(Path(base_snapshot).resolve()), after, after, upto))
+        input_bytes += base_info.size_bytes
+
+    stream: IO[str] | None = (
+        (sys.stderr if progress is True else None) if isinstance(progress, bool) else progress
+    )
+    work_dir = None
+    own_session = spark is None
+    if spark is None:
+        work_dir = tempfile.mkdtemp(prefix="metaledger-compact-")
+        if stream is not None:
+            stream.write(f"compact: starting Spark ({master}) ...\n")
+            stream.flush()
+        spark = make_spark_session(
+            master,
+            work_dir=work_dir,
+            log_level=log_level,
+            fast_jvm=fast_jvm,
+            driver_memory=driver_memory,
+            conf=conf,
+        )
+    from pyspark import StorageLevel
+
+    sc = spark.sparkContext
+    group = f"metaledger-compact-{uuid.uuid4().hex[:8]}"
+    bar = _Progress(sc, group, stream)
+    t_session = time.monotonic()
+    survivors: RDD[SnapshotRecord] | None = None
+    try:
+        sc.setJobGroup(group, f"compact {segments_dir} up to {upto}")
+        n_parts = partitions or max(
+            sc.defaultParallelism, math.ceil(input_bytes / _BYTES_PER_PARTITION)
+        )
+        stats_acc = sc.accumulator({}, _make_stats_param())
+        survivors = (
+            sc.parallelize(tasks, max(1, len(tasks)))
+            .mapPartitions(_stage1(stats_acc))
+            .partitionBy(n_parts, _partition_of)
+            .mapPartitions(_apply(after))
+            .persist(StorageLevel.MEMORY_AND_DISK)  # hashed, then written: computed once
+        )
+        bar.spark_phase("read + fold + hash")
+        try:
+            digest = RecordDigest.combine(survivors.mapPartitions(_digest_partition).collect())
+        except Exception as e:
+            name, detail = _worker_error(e)
+            raise CompactionError(
+                f"compaction job failed: {name or 'error'}: {detail}", name, detail
+            ) from e
+        stats = stats_acc.value
+        last_term = _check_order(segments, stats)
+        t_fold = time.monotonic()
+        if isinstance(meta, SnapshotMeta):
+            out_meta = dataclasses.replace(meta, counts=None, hashes=None).with_digest(digest)
+        else:
+            term = last_term if last_term is not None else (base_info.last_term if base_info else 0)
+            out_meta = SnapshotMeta(cluster_id, upto, term).with_digest(digest)
+        bar.count_phase("write snapshot", digest.record_count, "records")
+        try:
+            info = write_snapshot(
+                out_path, out_meta, survivors.toLocalIterator(), progress=bar.advance
+            )
+        except SnapshotError:
+            raise
+        except Exception as e:
+            if type(e).__module__.startswith(("pyspark", "py4j")):
+                name, detail = _worker_error(e)
+                raise CompactionError(
+                    f"compaction job failed while writing: {name or 'error'}: {detail}",
+                    name,
+                    detail,
+                ) from e
+            raise
+        t_write = time.monotonic()
+    finally:
+        bar.close()
+        if survivors is not None:
+            with contextlib.suppress(Exception):
+                survivors.unpersist()
+        if own_session:
+            spark.stop()
+            if work_dir is not None:
+                shutil.rmtree(work_dir, ignore_errors=True)
+    if timings is not None:
+        timings.update(
+            session_s=t_session - t_start,
+            fold_s=t_fold - t_session,
+            write_s=t_write - t_fold,
+            total_s=time.monotonic() - t_start,
+            partitions=n_parts,
+            input_bytes=input_bytes,
+            tasks=len(tasks),
+        )
+    return info
+
+
+def _check_order(segments: list[SegmentFile], stats: Mapping[int, tuple[Any, ...]]) -> int | None:
+    """Raise ChangeLogError unless each file's records come after the previous file's (what
+    read_segments checks as it goes); the term of the last record after the base, or None."""
+    prev: tuple[int, int] | None = None
+    prev_path = ""
+    term = None
+    for i, seg in enumerate(segments):
+        first, last, last_term, records = stats.get(i, (None, None, 0, 0))
+        if first is None:
+            continue
+        if prev is not None and tuple(first) <= prev:
+            raise ChangeLogError(
+                seg.path, None, f"record {tuple(first)} after {prev} (the end of {prev_path})"
+            )
+        prev, prev_path = tuple(last), seg.path
+        if records:
+            term = last_term
+    return term

@@ -1,0 +1,422 @@
+"""The Spark compaction job against the single-process fold and a dict model.
+
+Run with ``python -m pytest -m spark tests/spark``. The segments are written with the raw
+record-stream writer (no raftlog), several files, several effects per offset, a base
+snapshot in the middle of the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from protos.records_pb2 import Effect
+from snapshots import (
+    ChangeLogError,
+    RecordDigest,
+    SnapshotMeta,
+    StreamKind,
+    compact_local,
+    encode_header,
+    encode_record,
+    inspect,
+    read_snapshot,
+    write_snapshot,
+)
+from snapshots.compaction import CompactionError, compact_spark, last_term_upto, list_segments
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+
+CLUSTER = "c-test"
+REPO = Path(__file__).resolve().parents[2]
+
+# (offset, sub, type, key, value, delete, term)
+Rec = tuple[int, int, str, bytes, bytes, bool, int]
+
+
+@dataclass
+class Log:
+    directory: Path
+    records: list[Rec]
+
+    def model(self, upto: int, after: int = -1, base: dict | None = None) -> dict:
+        """The state at `upto` by applying the records in log order (the spec)."""
+        state = dict(base or {})
+        for offset, _sub, type_, key, value, delete, _term in self.records:
+            if after < offset <= upto:
+                if delete:
+                    state.pop((type_, key), None)
+                else:
+                    state[type_, key] = value
+        return state
+
+
+def digest_of(state: dict) -> RecordDigest:
+    digest = RecordDigest()
+    for (type_, key), value in state.items():
+        digest.add(type_, key, value)
+    return digest
+
+
+def make_log(
+    directory: Path, seed: int, entries: int = 3000, files: int = 5, keys: int = 300
+) -> Log:
+    """Random puts/deletes over `keys` keys of three types, 1-3 effects per offset, offsets
+    with gaps, split into `files` segment files (all subs of an offset in one file)."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    records: list[Rec] = []
+    offset = 0
+    for _ in range(entries):
+        offset += rng.choice((1, 1, 1, 2))  # an entry may have no effects
+        term = 1 + offset // 700
+        for sub in range(rng.choice((1, 1, 2, 3))):
+            type_ = rng.choice(("kv", "kv", "member", "lease"))
+            key = rng.randrange(keys).to_bytes(2, "big") + (b"\xff" if type_ == "lease" else b"")
+            delete = rng.random() < 0.2
+            value = b"" if delete else rng.randbytes(rng.randrange(0, 40))
+            records.append((offset, sub, type_, key, value, delete, term))
+    cuts = sorted(rng.sample(range(1, entries), files - 1))
+    offsets = sorted({r[0] for r in records})
+    starts = [offsets[0]] + [offsets[c] for c in cuts]
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else None
+        with open(directory / f"{start:020d}.seg", "wb") as f:
+            f.write(encode_header(StreamKind.CHANGE_LOG_SEGMENT, start))
+            for offset, sub, type_, key, value, delete, term in records:
+                if offset >= start and (end is None or offset < end):
+                    payload = Effect(type=type_, key=key, value=value, delete=delete, term=term)
+                    f.write(encode_record(offset, sub, payload.SerializeToString()))
+    return Log(directory, records)
+
+
+def write_base(log: Log, path: Path, at: int) -> dict:
+    state = log.model(at)
+    write_snapshot(path, SnapshotMeta(CLUSTER, at, 1), [(t, k, v) for (t, k), v in state.items()])
+    return state
+
+
+def summary(info: object) -> tuple[dict, dict]:
+    return dict(info.counts), dict(info.hashes)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ (a) local[2]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_spark_equals_local_fold_and_model(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    log = make_log(tmp_path / "seg", seed)
+    offsets = sorted({r[0] for r in log.records})
+    at, upto = offsets[len(offsets) // 3], offsets[-len(offsets) // 5]
+    base = write_base(log, tmp_path / "base.snap", at)
+    expected = digest_of(log.model(upto, after=at, base=base))
+    assert expected.record_count > 100
+
+    meta = SnapshotMeta(CLUSTER, upto, 9)
+    local = compact_local(log.directory, tmp_path / "base.snap", upto, tmp_path / "l.snap", meta)
+    timings: dict[str, float] = {}
+    result = compact_spark(
+        log.directory,
+        upto,
+        tmp_path / "s.snap",
+        meta,
+        tmp_path / "base.snap",
+        spark=spark,
+        progress=False,
+        partitions=3,
+        timings=timings,
+    )
+    assert summary(result) == summary(local) == (expected.counts, expected.hashes)
+    assert result.last_offset == upto and result.last_term == 9
+    # a task for the base and one per segment file that can hold records in (at, upto]
+    assert timings["tasks"] == 1 + len(list_segments(log.directory, upto, at))
+    assert timings["tasks"] < 1 + len(os.listdir(log.directory))  # some files never opened
+    # the written file verifies and holds exactly the model's records
+    assert read_snapshot(tmp_path / "s.snap").to_dict() == log.model(upto, after=at, base=base)
+
+
+def test_without_base_and_derived_meta(spark: SparkSession, tmp_path: Path) -> None:
+    """Cluster id given as a string: last_term is the term of the last record <= upto."""
+    log = make_log(tmp_path / "seg", 3, entries=1500, files=3)
+    upto = log.records[-1][0]
+    result = compact_spark(
+        log.directory, upto, tmp_path / "s.snap", CLUSTER, spark=spark, progress=False
+    )
+    expected = digest_of(log.model(upto))
+    assert summary(result) == (expected.counts, expected.hashes)
+    assert result.last_term == log.records[-1][6] == last_term_upto(log.directory, upto)
+    assert result.cluster_id == CLUSTER
+    # cluster id from the base, base at the very end: nothing to replay
+    again = compact_spark(
+        log.directory,
+        upto,
+        tmp_path / "t.snap",
+        None,
+        tmp_path / "s.snap",
+        spark=spark,
+        progress=False,
+    )
+    assert summary(again) == summary(result)
+
+
+def test_segments_past_upto_and_torn_tail_beyond_it(spark: SparkSession, tmp_path: Path) -> None:
+    """As read_segments: a torn tail after a record past `upto` is harmless (a segment being
+    written); one the reader reaches before passing `upto` is an error."""
+    log = make_log(tmp_path / "seg", 4, entries=2000, files=4)
+    last = max(log.directory.iterdir())
+    with open(last, "ab") as f:  # a torn frame after the last record (a crash mid-write)
+        f.write(encode_record(10**9, 0, b"x" * 50)[:20])
+    for upto in (int(last.name[:20]) - 1, max(r[0] for r in log.records) - 1):
+        out = tmp_path / f"{upto}.snap"
+        result = compact_spark(log.directory, upto, out, CLUSTER, spark=spark, progress=False)
+        assert summary(result) == summary(digest_of(log.model(upto)))
+    upto = max(r[0] for r in log.records)
+    with pytest.raises(ChangeLogError, match="TornTail"):
+        compact_local(
+            log.directory, None, upto, tmp_path / "l.snap", SnapshotMeta(CLUSTER, upto, 0)
+        )
+    with pytest.raises(CompactionError, match="TornTail") as err:
+        compact_spark(
+            log.directory, upto, tmp_path / "s.snap", CLUSTER, spark=spark, progress=False
+        )
+    assert err.value.worker_error == "ChangeLogError"
+
+
+def test_corrupt_record_fails_the_job_and_writes_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    log = make_log(tmp_path / "seg", 5, entries=1000, files=2)
+    seg = sorted(log.directory.iterdir())[0]
+    data = bytearray(seg.read_bytes())
+    data[200] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    out = tmp_path / "s.snap"
+    with pytest.raises(CompactionError) as err:
+        compact_spark(log.directory, 10**6, out, CLUSTER, spark=spark, progress=False)
+    assert err.value.worker_error == "ChangeLogError"
+    assert seg.name in err.value.detail
+    assert not out.exists() and os.listdir(tmp_path) == ["seg"]
+
+
+def test_files_out_of_order_across_each_other(spark: SparkSession, tmp_path: Path) -> None:
+    """A segment whose records overlap the next file's is refused (as read_segments does)."""
+    d = tmp_path / "seg"
+    d.mkdir()
+    for start, offsets in ((0, (0, 5, 9)), (6, (6, 7))):  # file 0 reaches past file 6's start
+        with open(d / f"{start:020d}.seg", "wb") as f:
+            f.write(encode_header(StreamKind.CHANGE_LOG_SEGMENT, start))
+            for o in offsets:
+                f.write(
+                    encode_record(o, 0, Effect(type="kv", key=b"k", value=b"v").SerializeToString())
+                )
+    with pytest.raises(Exception, match="after"):
+        compact_spark(d, 100, tmp_path / "s.snap", CLUSTER, spark=spark, progress=False)
+    assert not (tmp_path / "s.snap").exists()
+
+
+def test_progress_bar_goes_to_the_given_stream(spark: SparkSession, tmp_path: Path) -> None:
+    import io
+
+    log = make_log(tmp_path / "seg", 6, entries=500, files=2)
+    stream = io.StringIO()
+    compact_spark(log.directory, 10**6, tmp_path / "s.snap", CLUSTER, spark=spark, progress=stream)
+    text = stream.getvalue()
+    assert "read + fold + hash" in text and "write snapshot" in text
+    assert "[" + "#" * 28 + "]" in text
+
+
+# ------------------------------------------------------------------ (b) standalone cluster
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    tail = path.read_text(errors="replace")[-3000:] if path.exists() else "(no log)"
+    pytest.fail(f"waiting for {text!r} in {path} (exit {proc.poll()}):\n{tail}")
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[str]:
+    """A Spark standalone master and one worker on loopback, started from the pyspark
+    package's ``bin/spark-class`` (the pip package has no sbin/start-master.sh); stopped by
+    PID (their own process groups) whatever happens."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    spark_class = home / "bin" / "spark-class"
+    if not spark_class.exists():
+        pytest.fail(f"cannot start a standalone cluster: {spark_class} is missing from pyspark")
+    port, master_ui, worker_ui = _free_ports(3)
+    props = tmp_path / "standalone.properties"
+    props.write_text("spark.master.rest.enabled false\nspark.worker.cleanup.enabled false\n")
+    env = dict(
+        os.environ,
+        SPARK_HOME=str(home),
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOG_DIR=str(tmp_path),
+        SPARK_WORKER_DIR=str(tmp_path / "work"),
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as out:
+            p = subprocess.Popen(
+                [str(spark_class), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        procs.append(p)
+        return p
+
+    master_url = f"spark://127.0.0.1:{port}"
+    try:
+        master = start(
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(master_ui),
+                "--properties-file",
+                str(props),
+            ],
+            tmp_path / "master.log",
+        )
+        worker = start(
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                master_url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "2",
+                "--memory",
+                "2g",
+                "--webui-port",
+                str(worker_ui),
+                "--work-dir",
+                str(tmp_path / "work"),
+                "--properties-file",
+                str(props),
+            ],
+            tmp_path / "worker.log",
+        )
+        _wait_for(tmp_path / "master.log", "I have been elected leader", master, 60)
+        _wait_for(tmp_path / "worker.log", "Successfully registered with master", worker, 60)
+        yield master_url
+    finally:
+        for p in procs:  # worker first would be nicer; both get TERM, then KILL
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+
+
+def test_standalone_cluster_via_cli(standalone: str, tmp_path: Path) -> None:
+    """``metaledger compact --master spark://...`` (a real submit to a master + worker; the
+    executors get the code as a zip) hashes like the local fold."""
+    log = make_log(tmp_path / "seg", 7, entries=3000, files=4)
+    offsets = sorted({r[0] for r in log.records})
+    at, upto = offsets[len(offsets) // 2], offsets[-10]
+    write_base(log, tmp_path / "base.snap", at)
+    local = compact_local(
+        log.directory,
+        tmp_path / "base.snap",
+        upto,
+        tmp_path / "l.snap",
+        SnapshotMeta(CLUSTER, upto, 0),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "nameserver.cli",
+        "compact",
+        "--segments",
+        str(log.directory),
+        "--base-snapshot",
+        str(tmp_path / "base.snap"),
+        "--upto",
+        str(upto),
+        "--out",
+        str(tmp_path / "s.snap"),
+        "--master",
+        standalone,
+        "-w",
+        "json",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert (doc["counts"], doc["hashes"]) == summary(local)
+    assert summary(inspect(tmp_path / "s.snap", verify=True)) == summary(local)
+    assert "read + fold + hash" in proc.stderr  # the progress bar (no TTY: a line per phase)
+    apps = list((tmp_path / "work").iterdir())
+    assert apps, "no application ran on the standalone worker"
+    shutil.rmtree(tmp_path / "work", ignore_errors=True)
+
+
+def test_snapshot_inspect_cli(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "seg", 8, entries=300, files=1)
+    write_base(log, tmp_path / "b.snap", max(r[0] for r in log.records))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nameserver.cli",
+            "snapshot",
+            "inspect",
+            str(tmp_path / "b.snap"),
+            "--output",
+            "json",
+            "--verify",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    info = inspect(tmp_path / "b.snap")
+    assert doc["last_offset"] == info.last_offset and doc["last_term"] == 1
+    assert (doc["counts"], doc["hashes"]) == summary(info)
