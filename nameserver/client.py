@@ -49,6 +49,7 @@ Errors (every gRPC status has its class; ``code`` and ``retriable`` are class at
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 import uuid
@@ -858,6 +859,39 @@ class Client:
             except grpc.RpcError as err:
                 out.append(error_from_rpc(err, endpoint))
         return out
+
+    def snapshot(self, path: str, progress: Callable[[int, int], None] | None = None) -> int:
+        """Maintenance.Snapshot: save a fresh snapshot of the first reachable endpoint's image
+        to ``path`` (written to ``path + '.part'`` and renamed); returns its size in bytes.
+        ``progress(received, total)`` is called per chunk."""
+        deadline = time.monotonic() + max(self.timeout_s, 60.0)
+        failures: dict[str, str] = {}
+        for endpoint in self.endpoints:
+            part = path + ".part"
+            try:
+                stream = self._stubs_for(endpoint).maintenance.Snapshot(
+                    rpc_pb2.SnapshotRequest(), timeout=deadline - time.monotonic()
+                )
+                received = 0
+                with open(part, "wb") as f:
+                    for chunk in stream:
+                        f.write(chunk.blob)
+                        received += len(chunk.blob)
+                        if progress is not None:
+                            progress(received, received + chunk.remaining_bytes)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(part, path)
+                return received
+            except grpc.RpcError as err:
+                exc = error_from_rpc(err, endpoint)
+                if not isinstance(exc, Unavailable):
+                    raise exc from None
+                failures[endpoint] = exc.message
+            finally:
+                if os.path.exists(part):
+                    os.unlink(part)
+        raise Unavailable(f"no endpoint could send a snapshot: {failures}")
 
     # -- plumbing
 

@@ -59,15 +59,94 @@ def _register_inspect(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_inspect)
 
 
+def run_save(args: argparse.Namespace) -> int:
+    from nameserver.cli._common import make_client
+    from snapshots import inspect
+
+    def progress(received: int, total: int) -> None:
+        if sys.stderr.isatty():
+            print(f"\rreceived {received}/{total} bytes", end="", file=sys.stderr)
+
+    with make_client(args) as client:
+        size = client.snapshot(args.file, progress)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    info = inspect(args.file, verify=True)
+    doc = {"path": args.file, "size_bytes": size, **info.to_json()}
+    text = f"Snapshot saved at {args.file} (offset {info.last_offset}, {size} bytes)"
+    printer(args).report(doc, text)
+    return ExitCode.OK
+
+
+def run_list(args: argparse.Namespace) -> int:
+    import os
+
+    from snapshots import FileSnapshotStore
+
+    directory = os.path.join(args.data_dir, "snap")
+    if not os.path.isdir(directory):
+        print(f"metaledger: snapshot list: {directory}: no such directory", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    infos = FileSnapshotStore(directory, keep=10**6).list()
+    doc = {"snapshots": [i.to_json() for i in infos]}
+    rows = [
+        [i.last_offset, i.last_term, i.raft_index, i.record_count, i.size_bytes, str(i.path)]
+        for i in infos
+    ]
+    text = format_table(("OFFSET", "TERM", "RAFT INDEX", "RECORDS", "BYTES", "PATH"), rows)
+    printer(args).report(doc, text)
+    return ExitCode.OK
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    from nameserver.snapshotting import seed_data_dir
+    from snapshots import SnapshotError
+
+    try:
+        offset = seed_data_dir(args.file, args.data_dir)
+    except (SnapshotError, OSError) as exc:
+        print(f"metaledger: snapshot restore: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    doc = {"data_dir": args.data_dir, "last_offset": offset}
+    text = (
+        f"restored {args.file} into {args.data_dir} (offset {offset}); seed every member of "
+        "the new cluster from the same file, then start them with metaledger serve"
+    )
+    printer(args).report(doc, text)
+    return ExitCode.OK
+
+
+def _register_save(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("save", parents=[common], help="save a node's current state to FILE")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(run=run_save)
+
+
+def _register_list(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("list", parents=[common], help="list the snapshots in a data dir")
+    p.add_argument("--data-dir", required=True, help="a node's data dir")
+    p.set_defaults(run=run_list)
+
+
+def _register_restore(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("restore", parents=[common], help="seed a new data dir from FILE")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--data-dir", required=True, help="the new node's (empty) data dir")
+    p.set_defaults(run=run_restore)
+
+
 _SUBCOMMANDS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...] = (
     _register_inspect,
+    _register_save,
+    _register_list,
+    _register_restore,
 )
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     group = sub.add_parser(
         "snapshot",
-        help="snapshot files (inspect)",
+        help="snapshots: save, list, inspect, restore",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
