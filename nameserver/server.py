@@ -13,10 +13,12 @@ import grpc
 
 from nameserver.config import ServerConfig
 from nameserver.image import Member
+from nameserver.leases import LeaseKeeper
 from nameserver.services import (
     AdminService,
     ClusterService,
     KVService,
+    LeaseService,
     MaintenanceService,
     NodeContext,
 )
@@ -91,6 +93,9 @@ class Node:
             )
         self.store = store
         self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)
+        self.leases = LeaseKeeper(
+            self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
+        )
         self.server: grpc.aio.Server | None = None
         self._announce_task: asyncio.Task[None] | None = None
 
@@ -110,6 +115,7 @@ class Node:
             ]
         )
         rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), server)
+        rpc_pb2_grpc.add_LeaseServicer_to_server(LeaseService(self.ctx, self.leases), server)
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), server)
         rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), server)
@@ -118,6 +124,7 @@ class Node:
         await server.start()
         self.server = server
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
+        self.leases.start()
         log.info(
             "node %s serving: client %s, peer %s, data %s",
             self.config.node_id,
@@ -151,6 +158,7 @@ class Node:
     async def stop(self) -> None:
         if self._announce_task is not None:
             self._announce_task.cancel()
+        await self.leases.stop()
         if self.server is not None:
             await self.server.stop(grace=1.0)
         self.log.stop()

@@ -1,4 +1,4 @@
-"""gRPC services: the etcd v3 protocol (KV, Cluster, Maintenance) and metaledger.v1.Admin.
+"""gRPC services: the etcd v3 protocol (KV, Lease, Cluster, Maintenance) and metaledger.v1.Admin.
 
 Handlers validate, then either read the image (after a read barrier unless the
 request is serializable) or propose an entry and wait until it is applied
@@ -12,7 +12,9 @@ import functools
 import hashlib
 import logging
 import os
+import secrets
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -23,7 +25,14 @@ from nameserver.config import ServerConfig
 from nameserver.errors import InvalidRequest, to_status
 from nameserver.image import MetadataImage
 from nameserver.kv import Rejected
-from nameserver.state import CapturedImage, MetadataStateMachine, read_only_txn
+from nameserver.leases import LeaseKeeper, lease_entry
+from nameserver.state import (
+    LEASE_NOT_FOUND,
+    MAX_LEASE_TTL_S,
+    CapturedImage,
+    MetadataStateMachine,
+    read_only_txn,
+)
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
@@ -178,7 +187,7 @@ class NodeContext:
         if isinstance(applied.result, Rejected):
             raise applied.result
         if isinstance(applied.result, ApplyFailure):
-            raise Rejected("INVALID_ARGUMENT", applied.result.message)
+            raise Rejected(applied.result.code or "INVALID_ARGUMENT", applied.result.message)
         return applied
 
     def check_size(self, request: Any) -> None:
@@ -227,8 +236,8 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         _require_key(request.key, "put")
         self._check_value(request.value)
         self.node.check_size(request)
-        if request.lease:
-            raise Rejected("NOT_FOUND", "etcdserver: requested lease not found")
+        if request.lease and not request.ignore_lease:
+            await require_lease(self.node, request.lease)
         op = records_pb2.KvOperation(put=request)
         applied = await self.node.propose(
             Entry(type="kv", key=request.key, value=op.SerializeToString()), context
@@ -270,6 +279,9 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             resp = read_only_txn(image.kv, request, image.revision)
             resp.header.CopyFrom(self.node.header(image.revision))
             return resp
+        if not request.compare:  # the success branch is taken: its leases must exist
+            for lease_id in _put_leases(request.success):
+                await require_lease(self.node, lease_id)
         op = records_pb2.TxnOperation(txn=request)
         applied = await self.node.propose(Entry(type="txn", value=op.SerializeToString()), context)
         if applied.duplicate:
@@ -309,10 +321,134 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             which = op.WhichOneof("request")
             if which == "request_put":
                 self._check_value(op.request_put.value)
-                if op.request_put.lease:
-                    raise Rejected("NOT_FOUND", "etcdserver: requested lease not found")
             elif which == "request_txn":
                 self._check_txn_values(op.request_txn)
+
+
+async def require_lease(node: NodeContext, lease_id: int) -> None:
+    """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
+
+    Apply checks again (the lease may go in between), but an apply-time rejection
+    reaches the client as INVALID_ARGUMENT: ``raftlog.ApplyFailure`` keeps no code."""
+    if node.state.image.leases.get(lease_id) is not None:
+        return
+    image = await node.read_image(False)
+    if image.leases.get(lease_id) is None:
+        raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
+
+
+def _put_leases(ops: Any) -> set[int]:
+    """The leases that the puts of an unconditional txn branch attach keys to."""
+    leases: set[int] = set()
+    for op in ops:
+        which = op.WhichOneof("request")
+        if which == "request_put" and op.request_put.lease and not op.request_put.ignore_lease:
+            leases.add(op.request_put.lease)
+        elif which == "request_txn" and not op.request_txn.compare:
+            leases |= _put_leases(op.request_txn.success)
+    return leases
+
+
+def new_lease_id() -> int:
+    """A lease id chosen by the proposing node before it proposes the grant (apply must be
+    deterministic): its clock in ms in the high bits, 22 random bits below, never 0."""
+    lease_id = ((int(time.time() * 1000) << 22) | secrets.randbits(22)) & 0x7FFF_FFFF_FFFF_FFFF
+    return lease_id or 1
+
+
+class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
+    """etcd's Lease service. Reads of lease state are linearizable (read barrier);
+    keepalives are answered from this node's image and checkpointed in batches
+    (:mod:`nameserver.leases`)."""
+
+    def __init__(self, node: NodeContext, keeper: LeaseKeeper) -> None:
+        self.node = node
+        self.keeper = keeper
+
+    @rpc
+    async def LeaseGrant(
+        self, request: rpc_pb2.LeaseGrantRequest, context: Any
+    ) -> rpc_pb2.LeaseGrantResponse:
+        """Grant a lease. The response header's ``revision`` is the grant's offset: the
+        lease's fencing token (it never changes while the lease lives, and a later grant
+        always has a higher one)."""
+        if request.TTL <= 0:
+            raise InvalidRequest(f"etcdserver: TTL must be positive (TTL: {request.TTL})")
+        if request.TTL > MAX_LEASE_TTL_S:
+            raise Rejected("OUT_OF_RANGE", "etcdserver: too large lease TTL")
+        if request.ID < 0:
+            raise InvalidRequest(f"ID: a lease ID must be positive (ID: {request.ID})")
+        chosen = request.ID == 0
+        if not chosen and (await self.node.read_image(False)).leases.get(request.ID) is not None:
+            raise Rejected("FAILED_PRECONDITION", "etcdserver: lease already exists")
+        # a chosen id that collides (two grants in one ms drawing the same 22 random bits)
+        # is rejected by apply like any duplicate; the client retries
+        lease_id = new_lease_id() if chosen else request.ID
+        op = records_pb2.LeaseOperation()
+        op.grant.id, op.grant.ttl_s = lease_id, request.TTL
+        applied = await self.node.propose(lease_entry(op, lease_id), context)
+        return rpc_pb2.LeaseGrantResponse(
+            header=self.node.header(applied.offset), ID=lease_id, TTL=request.TTL
+        )
+
+    @rpc
+    async def LeaseRevoke(
+        self, request: rpc_pb2.LeaseRevokeRequest, context: Any
+    ) -> rpc_pb2.LeaseRevokeResponse:
+        await require_lease(self.node, request.ID)
+        op = records_pb2.LeaseOperation()
+        op.revoke.id = request.ID
+        applied = await self.node.propose(lease_entry(op, request.ID), context)
+        return rpc_pb2.LeaseRevokeResponse(header=self.node.header(applied.offset))
+
+    async def LeaseKeepAlive(
+        self,
+        request_iterator: AsyncIterator[rpc_pb2.LeaseKeepAliveRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[rpc_pb2.LeaseKeepAliveResponse]:
+        """Each request is answered with the lease's TTL, or 0 if it is unknown or expired
+        (like etcd)."""
+        try:
+            async for request in request_iterator:
+                image = self.node.state.image
+                lease = image.leases.get(request.ID)
+                if lease is None:  # perhaps granted but not applied here yet
+                    image = await self.node.read_image(False)
+                    lease = image.leases.get(request.ID)
+                ttl = self.keeper.keep_alive(lease) if lease is not None else 0
+                yield rpc_pb2.LeaseKeepAliveResponse(
+                    header=self.node.header(image.revision), ID=request.ID, TTL=ttl
+                )
+        except Exception as exc:
+            code, message = to_status(exc)
+            await context.abort(code, message)
+
+    @rpc
+    async def LeaseTimeToLive(
+        self, request: rpc_pb2.LeaseTimeToLiveRequest, context: Any
+    ) -> rpc_pb2.LeaseTimeToLiveResponse:
+        """Remaining TTL (-1 for an unknown lease, like etcd), granted TTL and, if asked,
+        the attached keys."""
+        image = await self.node.read_image(False)
+        resp = rpc_pb2.LeaseTimeToLiveResponse(
+            header=self.node.header(image.revision), ID=request.ID, TTL=-1
+        )
+        lease = image.leases.get(request.ID)
+        if lease is not None:
+            resp.TTL = self.keeper.remaining_ttl_s(lease)
+            resp.grantedTTL = lease.ttl_s
+            if request.keys:
+                resp.keys.extend(sorted(image.kv.keys_of_lease(lease.id)))
+        return resp
+
+    @rpc
+    async def LeaseLeases(
+        self, request: rpc_pb2.LeaseLeasesRequest, context: Any
+    ) -> rpc_pb2.LeaseLeasesResponse:
+        image = await self.node.read_image(False)
+        resp = rpc_pb2.LeaseLeasesResponse(header=self.node.header(image.revision))
+        resp.leases.extend(rpc_pb2.LeaseStatus(ID=i) for i in sorted(image.leases.leases))
+        return resp
 
 
 class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]

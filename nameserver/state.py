@@ -14,15 +14,17 @@ from dataclasses import replace
 from typing import Any
 
 from nameserver import kv as kvops
-from nameserver._sortedmap import PersistentSortedMap
 from nameserver.image import (
     KeyValue,
     KvDelta,
     KvImage,
+    Lease,
+    LeaseDelta,
     Member,
     MetadataDelta,
     MetadataImage,
     Provenance,
+    lease_key,
 )
 from nameserver.kv import Rejected
 from protos import records_pb2
@@ -52,12 +54,15 @@ class MetadataStateMachine:
         delta.provenance = Provenance(offset, term)
         effects: list[Effect] = []
         delta.kv.begin()
+        delta.leases.begin()
         try:
             results = [self._apply_entry(delta, offset, e, effects) for e in entries]
         except Exception:
             delta.kv.rollback()
+            delta.leases.rollback()
             raise
         delta.kv.commit()
+        delta.leases.commit()
         return effects, results[0] if len(results) == 1 else results
 
     def publish(self) -> None:
@@ -85,12 +90,17 @@ class MetadataStateMachine:
             op = records_pb2.KvOperation.FromString(e.value)
             which = op.WhichOneof("op")
             if which == "put":
-                return put(delta.kv, op.put, rev, effects)
+                return put(delta.kv, op.put, rev, effects, delta.leases)
             if which == "delete_range":
                 return delete_range(delta.kv, op.delete_range, effects)
             raise Rejected("INVALID_ARGUMENT", "kv entry carries no operation")
         if e.type == "txn":
-            return txn(delta.kv, records_pb2.TxnOperation.FromString(e.value).txn, rev, effects)
+            req = records_pb2.TxnOperation.FromString(e.value).txn
+            return txn(delta.kv, req, rev, effects, delta.leases)
+        if e.type == "lease":
+            return apply_lease(
+                delta, records_pb2.LeaseOperation.FromString(e.value), e, rev, effects
+            )
         if e.type == "member":
             if not e.value:  # a removed member
                 mid = e.key.decode()
@@ -135,6 +145,8 @@ def image_records(image: MetadataImage) -> Iterator[tuple[str, bytes, bytes]]:
         yield "kv", key, kv.to_record()
     for mid, member in sorted(image.members.members.items()):
         yield "member", mid.encode(), member.to_record()
+    for lease_id, lease in sorted(image.leases.leases.items()):
+        yield "lease", lease_key(lease_id), lease.to_record()
 
 
 def image_from_records(
@@ -151,7 +163,7 @@ def image_from_records(
     delta.provenance = Provenance(last_offset, last_term)
     image = delta.build()
     kvs.sort(key=lambda item: item[0])
-    return replace(image, kv=KvImage(PersistentSortedMap.from_sorted_items(kvs)))
+    return replace(image, kv=KvImage.from_sorted_items(kvs))
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> list[Effect]:
@@ -171,20 +183,31 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> list[Effect]:
     for mid in old_m:
         if mid not in new_m:
             effects.append(Effect("member", mid.encode(), delete=True))
+    old_l, new_l = old.leases.leases, new.leases.leases
+    for lease_id, lease in new_l.items():
+        if old_l.get(lease_id) != lease:
+            effects.append(Effect("lease", lease_key(lease_id), lease.to_record()))
+    for lease_id in old_l:
+        if lease_id not in new_l:
+            effects.append(Effect("lease", lease_key(lease_id), delete=True))
     return effects
 
 
 # ---------------------------------------------------------------------- kv ops
 def put(
-    kv: KvDelta, req: rpc_pb2.PutRequest, rev: int, effects: list[Effect]
+    kv: KvDelta,
+    req: rpc_pb2.PutRequest,
+    rev: int,
+    effects: list[Effect],
+    leases: LeaseDelta | None = None,
 ) -> rpc_pb2.PutResponse:
     prev = kv.get(req.key)
     if (req.ignore_value or req.ignore_lease) and prev is None:
         raise Rejected("INVALID_ARGUMENT", "etcdserver: key not found")
     value = prev.value if (req.ignore_value and prev is not None) else req.value
     lease = prev.lease if (req.ignore_lease and prev is not None) else req.lease
-    if lease and not req.ignore_lease:
-        raise Rejected("NOT_FOUND", "etcdserver: requested lease not found")
+    if lease and not req.ignore_lease and (leases is None or leases.get(lease) is None):
+        raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
     new = KeyValue(
         key=req.key,
         value=value,
@@ -215,7 +238,11 @@ def delete_range(
 
 
 def txn(
-    kv: KvDelta, req: rpc_pb2.TxnRequest, rev: int, effects: list[Effect]
+    kv: KvDelta,
+    req: rpc_pb2.TxnRequest,
+    rev: int,
+    effects: list[Effect],
+    leases: LeaseDelta | None = None,
 ) -> rpc_pb2.TxnResponse:
     succeeded = all(kvops.evaluate_compare(kv, c) for c in req.compare)
     resp = rpc_pb2.TxnResponse(succeeded=succeeded)
@@ -227,7 +254,7 @@ def txn(
             r.header.revision = rev
             out.response_range.CopyFrom(r)
         elif which == "request_put":
-            p = put(kv, op.request_put, rev, effects)
+            p = put(kv, op.request_put, rev, effects, leases)
             p.header.revision = rev
             out.response_put.CopyFrom(p)
         elif which == "request_delete_range":
@@ -235,12 +262,85 @@ def txn(
             d.header.revision = rev
             out.response_delete_range.CopyFrom(d)
         elif which == "request_txn":
-            t = txn(kv, op.request_txn, rev, effects)
+            t = txn(kv, op.request_txn, rev, effects, leases)
             t.header.revision = rev
             out.response_txn.CopyFrom(t)
         else:
             raise Rejected("INVALID_ARGUMENT", "etcdserver: txn op has no request")
     return resp
+
+
+# -------------------------------------------------------------------- leases
+LEASE_NOT_FOUND = "etcdserver: requested lease not found"
+#: etcd's MaxLeaseTTL
+MAX_LEASE_TTL_S = 9_000_000_000
+
+
+def apply_lease(
+    delta: MetadataDelta,
+    op: records_pb2.LeaseOperation,
+    e: Entry,
+    rev: int,
+    effects: list[Effect],
+) -> Any:
+    """One ``lease`` entry. Time comes from the entry (``timestamp_ms``), never a clock."""
+    which = op.WhichOneof("op")
+    leases = delta.leases
+    if which == "grant":
+        g = op.grant
+        if g.id <= 0:
+            raise Rejected(
+                "INVALID_ARGUMENT", f"metaledger: lease ID must be positive (ID: {g.id})"
+            )
+        if g.ttl_s <= 0:
+            raise Rejected("INVALID_ARGUMENT", f"etcdserver: TTL must be positive (TTL: {g.ttl_s})")
+        if g.ttl_s > MAX_LEASE_TTL_S:
+            raise Rejected("OUT_OF_RANGE", "etcdserver: too large lease TTL")
+        if leases.get(g.id) is not None:
+            raise Rejected("FAILED_PRECONDITION", "etcdserver: lease already exists")
+        lease = Lease(g.id, g.ttl_s, granted_offset=rev, last_refresh_ms=e.timestamp_ms)
+        leases.put(lease)
+        effects.append(Effect("lease", lease_key(lease.id), lease.to_record()))
+        return lease
+    if which == "revoke":
+        if leases.get(op.revoke.id) is None:
+            raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
+        return _drop_lease(delta, op.revoke.id, effects)
+    if which == "refresh":
+        refreshed = []
+        for cp in op.refresh.checkpoints:
+            old = leases.get(cp.id)
+            at = min(cp.refreshed_ms, e.timestamp_ms)
+            # a lease already past its deadline is not revived: its expiry is on the way
+            if old is None or at <= old.last_refresh_ms or at > old.deadline_ms:
+                continue
+            new = replace(old, last_refresh_ms=at)
+            leases.put(new)
+            effects.append(Effect("lease", lease_key(new.id), new.to_record()))
+            refreshed.append(new.id)
+        return refreshed
+    if which == "expire":
+        expired = []
+        for lease_id in op.expire.ids:
+            current = leases.get(lease_id)
+            # re-checked with the entry's time: a refresh applied since wins
+            if current is None or e.timestamp_ms < current.deadline_ms:
+                continue
+            _drop_lease(delta, lease_id, effects)
+            expired.append(lease_id)
+        return expired
+    raise Rejected("INVALID_ARGUMENT", "lease entry carries no operation")
+
+
+def _drop_lease(delta: MetadataDelta, lease_id: int, effects: list[Effect]) -> list[bytes]:
+    """Delete a lease and every key attached to it (as delete effects)."""
+    keys = sorted(delta.kv.keys_of_lease(lease_id))
+    for key in keys:
+        delta.kv.delete(key)
+        effects.append(Effect("kv", key, delete=True))
+    delta.leases.delete(lease_id)
+    effects.append(Effect("lease", lease_key(lease_id), delete=True))
+    return keys
 
 
 def read_only_txn(view: kvops.KvView, req: rpc_pb2.TxnRequest, rev: int) -> rpc_pb2.TxnResponse:

@@ -100,3 +100,61 @@ class Effect(_message.Message):
     term: int
     timestamp_ms: int
     def __init__(self, type: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ..., term: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class LeaseRecord(_message.Message):
+    __slots__ = ("id", "ttl_s", "granted_offset", "last_refresh_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_REFRESH_MS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    ttl_s: int
+    granted_offset: int
+    last_refresh_ms: int
+    def __init__(self, id: _Optional[int] = ..., ttl_s: _Optional[int] = ..., granted_offset: _Optional[int] = ..., last_refresh_ms: _Optional[int] = ...) -> None: ...
+
+class LeaseOperation(_message.Message):
+    __slots__ = ("grant", "revoke", "refresh", "expire")
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_FIELD_NUMBER: _ClassVar[int]
+    REFRESH_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_FIELD_NUMBER: _ClassVar[int]
+    grant: LeaseGrant
+    revoke: LeaseRevoke
+    refresh: LeaseRefresh
+    expire: LeaseExpire
+    def __init__(self, grant: _Optional[_Union[LeaseGrant, _Mapping]] = ..., revoke: _Optional[_Union[LeaseRevoke, _Mapping]] = ..., refresh: _Optional[_Union[LeaseRefresh, _Mapping]] = ..., expire: _Optional[_Union[LeaseExpire, _Mapping]] = ...) -> None: ...
+
+class LeaseGrant(_message.Message):
+    __slots__ = ("id", "ttl_s")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    ttl_s: int
+    def __init__(self, id: _Optional[int] = ..., ttl_s: _Optional[int] = ...) -> None: ...
+
+class LeaseRevoke(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class LeaseCheckpoint(_message.Message):
+    __slots__ = ("id", "refreshed_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REFRESHED_MS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    refreshed_ms: int
+    def __init__(self, id: _Optional[int] = ..., refreshed_ms: _Optional[int] = ...) -> None: ...
+
+class LeaseRefresh(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[LeaseCheckpoint]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[LeaseCheckpoint, _Mapping]]] = ...) -> None: ...
+
+class LeaseExpire(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...

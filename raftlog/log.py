@@ -123,9 +123,13 @@ class Applied:
 
 @dataclass(frozen=True)
 class ApplyFailure:
-    """The state machine raised on an item; every node raised the same (apply is deterministic)."""
+    """The state machine raised on an item; every node raised the same (apply is deterministic).
+
+    ``code`` is the raised error's ``code`` attribute when it has one (the state machine's
+    own status name, e.g. ``NOT_FOUND``), else ""."""
 
     message: str
+    code: str = ""
 
 
 @dataclass(frozen=True)
@@ -537,7 +541,7 @@ class ReplicatedLog:
                     )
                 except Exception as exc:
                     log.warning("offset %d rejected by the state machine: %s", offset, exc)
-                    effects, result = (), ApplyFailure(str(exc))
+                    effects, result = (), ApplyFailure(str(exc), str(getattr(exc, "code", "")))
                 if offset > seg_last and effects:
                     ts = entries[0].timestamp_ms
                     for sub, eff in enumerate(effects):
