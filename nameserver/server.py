@@ -22,7 +22,7 @@ from nameserver.services import (
     MaintenanceService,
     NodeContext,
 )
-from nameserver.snapshotting import StoreSink, restore
+from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.state import MetadataStateMachine
 from protos.etcdserverpb import rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc
@@ -65,10 +65,7 @@ class Node:
                 fsync_interval_ms=config.fsync_interval_ms,
             ),
         )
-        # The last offset's records may be incomplete (a crash between sub-records):
-        # drop them; replay of the Raft log re-derives them.
-        if segments.last_offset > 0:
-            segments.truncate_after(segments.last_offset - 1)
+        drop_incomplete_last_offset(segments)
         engine = PySyncObjEngine(
             PySyncObjConfig(
                 node_id=config.node_id,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nameserver.image import MetadataDelta, MetadataImage, Provenance
 from nameserver.state import image_from_records
+from protos import records_pb2
 from raftlog import SegmentLog
 from raftlog.entry import Effect
 from raftlog.log import Captured
@@ -180,6 +181,27 @@ def restore(
     return image, engine_base
 
 
+def drop_incomplete_last_offset(segments: SegmentLog) -> None:
+    """A crash between the records of one offset leaves it incomplete (each record says how
+    many its offset has): drop that offset; replay of the Raft log re-derives it."""
+    last = segments.last_offset
+    if last <= 0:
+        return
+    records = [r for r in segments.read_from(last) if r.offset == last]
+    if not records:
+        return
+    declared = records_pb2.Effect.FromString(records[-1].payload).count
+    if declared and len(records) == declared:
+        return
+    log.warning(
+        "change log: offset %d has %d of %s records; dropping it to re-derive it",
+        last,
+        len(records),
+        declared or "an unknown number of",
+    )
+    segments.truncate_after(last - 1)
+
+
 def replay_segments(
     image: MetadataImage, segments: SegmentLog, upto: int | None = None
 ) -> MetadataImage:
@@ -222,13 +244,15 @@ def _repair_dump(
             f"{dump_file}: corrupt, and no older snapshot to rebuild offset {header.last_offset} from"
         )
     image = replay_segments(base, segments, upto=header.last_offset)
-    if (
-        image.provenance.last_offset < header.last_offset
-        and segments.last_offset < header.last_offset
-    ):
-        raise SnapshotError(
-            f"{dump_file}: corrupt, and the change log ends at {segments.last_offset} "
-            f"before its offset {header.last_offset}"
+    if segments.last_offset < header.last_offset:
+        # offsets with no effects (read barriers, no-op txns) leave no records; effects
+        # newer than the last fsync could be missing only after a power loss
+        log.warning(
+            "%s: the change log ends at %d, before the snapshot's offset %d: rebuilding "
+            "from what it holds (the offsets after it changed nothing, or were lost with power)",
+            dump_file,
+            segments.last_offset,
+            header.last_offset,
         )
     from nameserver.state import CapturedImage
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos.etcdserverpb import rpc_pb2 as protos_dot_etcdserverpb_dot_rpc__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/records.proto\x12\x12metaledger.records\x1a\x1dprotos/etcdserverpb/rpc.proto\"\x85\x01\n\x05\x45ntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0b\n\x03key\x18\x04 \x01(\x0c\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x12\x11\n\tclient_id\x18\x07 \x01(\t\x12\x0b\n\x03seq\x18\x08 \x01(\x04\"8\n\nEntryBatch\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.metaledger.records.Entry\"<\n\x08RaftItem\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.metaledger.records.EntryBatch\"v\n\x0bKvOperation\x12\'\n\x03put\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.PutRequestH\x00\x12\x38\n\x0c\x64\x65lete_range\x18\x02 \x01(\x0b\x32 .etcdserverpb.DeleteRangeRequestH\x00\x42\x04\n\x02op\"5\n\x0cTxnOperation\x12%\n\x03txn\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.TxnRequest\"T\n\x0cMemberRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08peer_url\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x03 \x03(\t\x12\x11\n\tmember_id\x18\x04 \x01(\x04\"\x06\n\x04Noop\"u\n\x08KvRecord\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x17\n\x0f\x63reate_revision\x18\x03 \x01(\x03\x12\x14\n\x0cmod_revision\x18\x04 \x01(\x03\x12\x0f\n\x07version\x18\x05 \x01(\x03\x12\r\n\x05lease\x18\x06 \x01(\x03\"f\n\x06\x45\x66\x66\x65\x63t\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\x12\x0c\n\x04term\x18\x05 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\"Y\n\x0bLeaseRecord\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05ttl_s\x18\x02 \x01(\x03\x12\x16\n\x0egranted_offset\x18\x03 \x01(\x03\x12\x17\n\x0flast_refresh_ms\x18\x04 \x01(\x03\"\xe2\x01\n\x0eLeaseOperation\x12/\n\x05grant\x18\x01 \x01(\x0b\x32\x1e.metaledger.records.LeaseGrantH\x00\x12\x31\n\x06revoke\x18\x02 \x01(\x0b\x32\x1f.metaledger.records.LeaseRevokeH\x00\x12\x33\n\x07refresh\x18\x03 \x01(\x0b\x32 .metaledger.records.LeaseRefreshH\x00\x12\x31\n\x06\x65xpire\x18\x04 \x01(\x0b\x32\x1f.metaledger.records.LeaseExpireH\x00\x42\x04\n\x02op\"\'\n\nLeaseGrant\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05ttl_s\x18\x02 \x01(\x03\"\x19\n\x0bLeaseRevoke\x12\n\n\x02id\x18\x01 \x01(\x03\"3\n\x0fLeaseCheckpoint\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0crefreshed_ms\x18\x02 \x01(\x03\"H\n\x0cLeaseRefresh\x12\x38\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32#.metaledger.records.LeaseCheckpoint\"\x1a\n\x0bLeaseExpire\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/records.proto\x12\x12metaledger.records\x1a\x1dprotos/etcdserverpb/rpc.proto\"\x85\x01\n\x05\x45ntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0b\n\x03key\x18\x04 \x01(\x0c\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x12\x11\n\tclient_id\x18\x07 \x01(\t\x12\x0b\n\x03seq\x18\x08 \x01(\x04\"8\n\nEntryBatch\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.metaledger.records.Entry\"<\n\x08RaftItem\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.metaledger.records.EntryBatch\"v\n\x0bKvOperation\x12\'\n\x03put\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.PutRequestH\x00\x12\x38\n\x0c\x64\x65lete_range\x18\x02 \x01(\x0b\x32 .etcdserverpb.DeleteRangeRequestH\x00\x42\x04\n\x02op\"5\n\x0cTxnOperation\x12%\n\x03txn\x18\x01 \x01(\x0b\x32\x18.etcdserverpb.TxnRequest\"T\n\x0cMemberRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08peer_url\x18\x02 \x01(\t\x12\x13\n\x0b\x63lient_urls\x18\x03 \x03(\t\x12\x11\n\tmember_id\x18\x04 \x01(\x04\"\x06\n\x04Noop\"u\n\x08KvRecord\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x17\n\x0f\x63reate_revision\x18\x03 \x01(\x03\x12\x14\n\x0cmod_revision\x18\x04 \x01(\x03\x12\x0f\n\x07version\x18\x05 \x01(\x03\x12\r\n\x05lease\x18\x06 \x01(\x03\"u\n\x06\x45\x66\x66\x65\x63t\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\x12\x0c\n\x04term\x18\x05 \x01(\x03\x12\x14\n\x0ctimestamp_ms\x18\x06 \x01(\x03\x12\r\n\x05\x63ount\x18\x07 \x01(\r\"Y\n\x0bLeaseRecord\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05ttl_s\x18\x02 \x01(\x03\x12\x16\n\x0egranted_offset\x18\x03 \x01(\x03\x12\x17\n\x0flast_refresh_ms\x18\x04 \x01(\x03\"\xe2\x01\n\x0eLeaseOperation\x12/\n\x05grant\x18\x01 \x01(\x0b\x32\x1e.metaledger.records.LeaseGrantH\x00\x12\x31\n\x06revoke\x18\x02 \x01(\x0b\x32\x1f.metaledger.records.LeaseRevokeH\x00\x12\x33\n\x07refresh\x18\x03 \x01(\x0b\x32 .metaledger.records.LeaseRefreshH\x00\x12\x31\n\x06\x65xpire\x18\x04 \x01(\x0b\x32\x1f.metaledger.records.LeaseExpireH\x00\x42\x04\n\x02op\"\'\n\nLeaseGrant\x12\n\n\x02id\x18\x01 \x01(\x03\x12\r\n\x05ttl_s\x18\x02 \x01(\x03\"\x19\n\x0bLeaseRevoke\x12\n\n\x02id\x18\x01 \x01(\x03\"3\n\x0fLeaseCheckpoint\x12\n\n\x02id\x18\x01 \x01(\x03\x12\x14\n\x0crefreshed_ms\x18\x02 \x01(\x03\"H\n\x0cLeaseRefresh\x12\x38\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32#.metaledger.records.LeaseCheckpoint\"\x1a\n\x0bLeaseExpire\x12\x0b\n\x03ids\x18\x01 \x03(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,19 +49,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KVRECORD']._serialized_start=600
   _globals['_KVRECORD']._serialized_end=717
   _globals['_EFFECT']._serialized_start=719
-  _globals['_EFFECT']._serialized_end=821
-  _globals['_LEASERECORD']._serialized_start=823
-  _globals['_LEASERECORD']._serialized_end=912
-  _globals['_LEASEOPERATION']._serialized_start=915
-  _globals['_LEASEOPERATION']._serialized_end=1141
-  _globals['_LEASEGRANT']._serialized_start=1143
-  _globals['_LEASEGRANT']._serialized_end=1182
-  _globals['_LEASEREVOKE']._serialized_start=1184
-  _globals['_LEASEREVOKE']._serialized_end=1209
-  _globals['_LEASECHECKPOINT']._serialized_start=1211
-  _globals['_LEASECHECKPOINT']._serialized_end=1262
-  _globals['_LEASEREFRESH']._serialized_start=1264
-  _globals['_LEASEREFRESH']._serialized_end=1336
-  _globals['_LEASEEXPIRE']._serialized_start=1338
-  _globals['_LEASEEXPIRE']._serialized_end=1364
+  _globals['_EFFECT']._serialized_end=836
+  _globals['_LEASERECORD']._serialized_start=838
+  _globals['_LEASERECORD']._serialized_end=927
+  _globals['_LEASEOPERATION']._serialized_start=930
+  _globals['_LEASEOPERATION']._serialized_end=1156
+  _globals['_LEASEGRANT']._serialized_start=1158
+  _globals['_LEASEGRANT']._serialized_end=1197
+  _globals['_LEASEREVOKE']._serialized_start=1199
+  _globals['_LEASEREVOKE']._serialized_end=1224
+  _globals['_LEASECHECKPOINT']._serialized_start=1226
+  _globals['_LEASECHECKPOINT']._serialized_end=1277
+  _globals['_LEASEREFRESH']._serialized_start=1279
+  _globals['_LEASEREFRESH']._serialized_end=1351
+  _globals['_LEASEEXPIRE']._serialized_start=1353
+  _globals['_LEASEEXPIRE']._serialized_end=1379
 # @@protoc_insertion_point(module_scope)

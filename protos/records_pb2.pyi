@@ -86,20 +86,22 @@ class KvRecord(_message.Message):
     def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., version: _Optional[int] = ..., lease: _Optional[int] = ...) -> None: ...
 
 class Effect(_message.Message):
-    __slots__ = ("type", "key", "value", "delete", "term", "timestamp_ms")
+    __slots__ = ("type", "key", "value", "delete", "term", "timestamp_ms", "count")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     DELETE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     type: str
     key: bytes
     value: bytes
     delete: bool
     term: int
     timestamp_ms: int
-    def __init__(self, type: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ..., term: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+    count: int
+    def __init__(self, type: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ..., term: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class LeaseRecord(_message.Message):
     __slots__ = ("id", "ttl_s", "granted_offset", "last_refresh_ms")

@@ -45,7 +45,9 @@ class Effect:
     value: bytes = b""
     delete: bool = False
 
-    def encode(self, term: int = 0, timestamp_ms: int = 0) -> bytes:
+    def encode(self, term: int = 0, timestamp_ms: int = 0, count: int = 0) -> bytes:
+        """``count``: how many records the offset has, so that a reader can tell a complete
+        last offset from one cut short by a crash between its records."""
         msg = records_pb2.Effect(
             type=self.type,
             key=self.key,
@@ -53,6 +55,7 @@ class Effect:
             delete=self.delete,
             term=term,
             timestamp_ms=timestamp_ms,
+            count=count,
         )
         data: bytes = msg.SerializeToString()
         return data

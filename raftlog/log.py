@@ -438,7 +438,7 @@ class ReplicatedLog:
             effects = self._sm.load(last_offset, last_term, records)
             if last_offset > self._segments.last_offset:
                 for sub, eff in enumerate(effects):
-                    self._segments.append(last_offset, sub, eff.encode(last_term, 0))
+                    self._segments.append(last_offset, sub, eff.encode(last_term, 0, len(effects)))
             self._sm.publish()
             self._apply_offset = last_offset
             log.info(
@@ -545,7 +545,7 @@ class ReplicatedLog:
                 if offset > seg_last and effects:
                     ts = entries[0].timestamp_ms
                     for sub, eff in enumerate(effects):
-                        self._segments.append(offset, sub, eff.encode(term, ts))
+                        self._segments.append(offset, sub, eff.encode(term, ts, len(effects)))
                 results.append((key, Applied(offset, result)))
         self._sm.publish()
         self._apply_offset = last
