@@ -67,7 +67,10 @@ class ServerConfig:
     fsync_policy: str = "batch"
     fsync_interval_ms: int = 5
     snapshot_every_items: int = 20_000  # consensus items between snapshots (0 = never)
+    snapshot_every_bytes: int = 64 * 1024 * 1024  # ... or this many bytes of items (0 = no)
     snapshot_keep: int = 2
+    segment_retention_s: float = 0.0  # covered segments are deleted once this old ...
+    segment_archive_dir: str = ""  # ... or moved here (for metaledger compact)
     max_value_bytes: int = MAX_VALUE_BYTES
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_txn_ops: int = MAX_TXN_OPS
@@ -110,6 +113,10 @@ class ServerConfig:
             raise ConfigError("max_request_bytes", "must be >= max_value_bytes > 0")
         if self.snapshot_every_items < 0:
             raise ConfigError("snapshot_every_items", "must be >= 0 (0 = never)")
+        if self.snapshot_every_bytes < 0:
+            raise ConfigError("snapshot_every_bytes", "must be >= 0 (0 = no byte trigger)")
+        if self.segment_retention_s < 0:
+            raise ConfigError("segment_retention_s", "must be >= 0")
         if self.snapshot_keep < 1:
             raise ConfigError("snapshot_keep", "must be >= 1")
         if self.max_txn_ops <= 0:

@@ -86,7 +86,11 @@ class Node:
         self.log = ReplicatedLog(engine, self.state, segments, config.node_id)
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(
-                StoreSink(store, engine.dump_file, cluster_hex, segments), engine_base
+                StoreSink(store, engine.dump_file, cluster_hex, segments),
+                engine_base,
+                every_bytes=config.snapshot_every_bytes,
+                segment_retention_s=config.segment_retention_s,
+                segment_archive_dir=config.segment_archive_dir or None,
             )
         self.store = store
         self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)

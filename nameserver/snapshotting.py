@@ -64,8 +64,10 @@ class StoreSink:
         )
         info = self.store.save(meta, captured.records)
         assert info.path is not None
-        link_dump(info.path, self.dump_file)
         return str(info.path)
+
+    def publish(self, path: str) -> None:
+        link_dump(path, self.dump_file)
 
     def retention_offset(self) -> int:
         """Segments wholly below this offset are covered by every kept snapshot."""

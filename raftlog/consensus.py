@@ -38,6 +38,9 @@ class EngineSnapshots(Protocol):
     def load(self, path: str) -> bytes:
         """A snapshot file to install (received, or present at start); return its engine meta."""
 
+    def engine_meta(self, path: str) -> bytes:
+        """The engine meta stored in a snapshot file (its header only)."""
+
 
 @dataclass(frozen=True)
 class EngineStatus:
@@ -70,6 +73,9 @@ class ConsensusEngine(Protocol):
 
     def term(self) -> int:
         """The current term (cheap; called on every response)."""
+
+    def force_snapshot(self) -> None:
+        """Take a snapshot soon, whatever the engine's own trigger says (engine thread)."""
 
     def uncommitted(self) -> list[bytes]:
         """Payloads in this node's log after the last item handed to the sink, in order
@@ -118,6 +124,9 @@ class InMemoryEngine:
 
     def term(self) -> int:
         return 1
+
+    def force_snapshot(self) -> None:
+        return None
 
     def uncommitted(self) -> list[bytes]:
         return []

@@ -99,6 +99,9 @@ class SnapshotSink(Protocol):
     def write(self, captured: Captured, raft_index: int, engine_meta: bytes) -> str:
         """Write a snapshot of ``captured``; return its path. Runs on the snapshot thread."""
 
+    def publish(self, path: str) -> None:
+        """Make ``path`` the engine's snapshot (what its log is compacted behind)."""
+
     def read(self, path: str) -> tuple[int, int, bytes, Iterable[Record]]:
         """(last_offset, last_term, engine_meta, records) of a verified snapshot file."""
 
@@ -162,6 +165,8 @@ class ReplicatedLog:
         self._pending: list[tuple[bytes, tuple[str, int]]] = []
         self._pending_bytes = 0
         self._in_flight = False
+        self._item_seq = 0
+        self._in_flight_timeout_s = 5.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self.items_proposed = 0  # group-commit statistics of this node's proposals
         self.requests_proposed = 0
@@ -175,6 +180,11 @@ class ReplicatedLog:
         self._snapshot_thread: threading.Thread | None = None
         self.last_snapshot_path = ""
         self._retain_before = 0
+        self._installed_offset = 0  # the last snapshot installed from the leader
+        self._snapshot_every_bytes = 0
+        self._bytes_since_snapshot = 0
+        self._segment_retention_s = 0.0
+        self._segment_archive_dir: str | None = None
         self.snapshot_durations_s: list[float] = []
         self._wait = Wait()
         self._apply_offset = state_machine.last_offset
@@ -287,8 +297,13 @@ class ReplicatedLog:
         self._pending_bytes -= size
         keys = [key for _, key in batch]
         self._in_flight = True
+        self._item_seq += 1
+        item_seq = self._item_seq
         loop = self._loop
         assert loop is not None
+        # PySyncObj can drop a forwarded item's callback (e.g. when a snapshot from the
+        # leader replaces the log under it): never let one lost callback stop group commit
+        loop.call_later(self._in_flight_timeout_s, self._in_flight_expired, item_seq)
 
         def on_proposed(offset: int | None, err: ProposeError | None) -> None:
             # engine thread
@@ -306,6 +321,14 @@ class ReplicatedLog:
         self._in_flight = False
         if self._pending:
             self._send_item()
+
+    def _in_flight_expired(self, item_seq: int) -> None:
+        if self._in_flight and self._item_seq == item_seq:
+            log.warning(
+                "a proposed item got no answer in %.0fs; sending the next",
+                self._in_flight_timeout_s,
+            )
+            self._on_item_done()
 
     def _expire(self, key: tuple[str, int], fut: asyncio.Future[Any], timeout_s: float) -> None:
         self._wait.cancel(key)
@@ -365,14 +388,28 @@ class ReplicatedLog:
             self._barrier_inflight = False
 
     # ---------------------------------------------------------------- snapshots
-    def enable_snapshots(self, sink: SnapshotSink, engine_base_offset: int) -> None:
+    def enable_snapshots(
+        self,
+        sink: SnapshotSink,
+        engine_base_offset: int,
+        every_bytes: int = 0,
+        segment_retention_s: float = 0.0,
+        segment_archive_dir: str | None = None,
+    ) -> None:
         """Let the engine take and install snapshots through ``sink``.
 
         ``engine_base_offset`` is the last offset inside the engine's current snapshot
-        (0 if it has none): the engine replays its log from there.
+        (0 if it has none): the engine replays its log from there. ``every_bytes`` > 0 also
+        asks for a snapshot once that many bytes of items were committed since the last
+        one (the engine's own trigger counts items). Segments wholly covered by every kept
+        snapshot are deleted once ``segment_retention_s`` old, or moved to
+        ``segment_archive_dir``.
         """
         self._snapshot_sink = sink
         self._enqueued_offset = engine_base_offset
+        self._snapshot_every_bytes = every_bytes
+        self._segment_retention_s = segment_retention_s
+        self._segment_archive_dir = segment_archive_dir
 
     # EngineSnapshots, for the consensus engine
     def take(self, raft_index: int, engine_meta: bytes) -> None:
@@ -388,9 +425,14 @@ class ReplicatedLog:
     def load(self, path: str) -> bytes:
         return self.snapshot_load(path)
 
+    def engine_meta(self, path: str) -> bytes:
+        assert self._snapshot_sink is not None
+        return self._snapshot_sink.header(path)[1]
+
     def snapshot_take(self, raft_index: int, engine_meta: bytes) -> None:
         """Engine thread: snapshot the state as of the last item handed over (cheap)."""
         self._snapshot_state = "writing"
+        self._bytes_since_snapshot = 0
         self._queue.put(_Marker("take", raft_index, engine_meta, self._enqueued_offset))
 
     def snapshot_state(self) -> str:
@@ -405,6 +447,7 @@ class ReplicatedLog:
         kept = sink.adopt(path)
         last_offset, engine_meta = sink.header(kept)  # the apply thread reads the rest
         self._enqueued_offset = last_offset
+        self._installed_offset = max(self._installed_offset, last_offset)
         self._queue.put(_Marker("load", 0, b"", last_offset, kept))
         return engine_meta
 
@@ -454,7 +497,15 @@ class ReplicatedLog:
     ) -> None:
         started = time.monotonic()
         try:
-            self.last_snapshot_path = sink.write(captured, raft_index, engine_meta)
+            path = sink.write(captured, raft_index, engine_meta)
+            if self._installed_offset >= captured.last_offset:
+                # a newer snapshot from the leader replaced the engine's log meanwhile:
+                # compacting behind ours now would cut that log; keep the file, skip the rest
+                log.info("snapshot at offset %d superseded by the leader's", captured.last_offset)
+                self._snapshot_state = "failed"
+                return
+            sink.publish(path)
+            self.last_snapshot_path = path
         except Exception:
             log.exception("snapshot at offset %d failed", captured.last_offset)
             self._snapshot_state = "failed"
@@ -477,6 +528,14 @@ class ReplicatedLog:
         first = self._enqueued_offset + 1
         self._enqueued_offset += item_count(data)
         self._queue.put((first, term, data))
+        if self._snapshot_every_bytes:
+            self._bytes_since_snapshot += len(data)
+            if (
+                self._bytes_since_snapshot >= self._snapshot_every_bytes
+                and self._snapshot_state == "idle"
+            ):
+                self._bytes_since_snapshot = 0
+                self._engine.force_snapshot()
 
     def _run_apply(self) -> None:
         try:
@@ -552,7 +611,9 @@ class ReplicatedLog:
         self._wait.trigger_many(results)
         if self._retain_before:
             before, self._retain_before = self._retain_before, 0
-            removed = self._segments.delete_before(before)
+            removed = self._segments.delete_before(
+                before, self._segment_retention_s, self._segment_archive_dir
+            )
             if removed:
                 log.info("deleted %d change-log segments below offset %d", removed, before)
         if self._offset_waiters:

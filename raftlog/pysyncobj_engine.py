@@ -40,6 +40,7 @@ from pysyncobj import (
 )
 from pysyncobj import pickle as pso_pickle
 from pysyncobj import tcp_connection as _tcp_connection
+from pysyncobj.journal import createJournal
 from pysyncobj.syncobj import _COMMAND_TYPE
 
 from raftlog.consensus import CommitSink, EngineSnapshots, EngineStatus, ProposeCallback
@@ -206,6 +207,40 @@ class _AppendConsumer(SyncObjConsumer):  # type: ignore[misc]
         return None
 
 
+def _reconcile_journal(journal_file: str, dump_file: str, snapshots: EngineSnapshots) -> None:
+    """Compact PySyncObj's journal behind its dump if a crash came between the two.
+
+    PySyncObj links a new snapshot, then (next tick) deletes the journal entries it covers.
+    A crash in between leaves a journal that does not start with the dump's two entries,
+    and PySyncObj's loader then *clears* the journal, dropping committed entries after the
+    snapshot. Doing the deletion here first keeps them.
+    """
+    if not (os.path.exists(dump_file) and os.path.exists(journal_file)):
+        return
+    try:
+        last_entry, prev_entry = pso_pickle.loads(snapshots.engine_meta(dump_file))[:2]
+    except Exception:
+        log.warning("cannot read the engine meta of %s; journal left as is", dump_file)
+        return
+    journal = createJournal(journal_file)
+    try:
+        if len(journal) >= 2 and journal[0] == prev_entry and journal[1] == last_entry:
+            return
+        for i in range(len(journal) - 1):
+            if journal[i] == prev_entry and journal[i + 1] == last_entry:
+                log.warning(
+                    "journal %s was not compacted behind %s (a crash between the two): "
+                    "dropping its first %d entries",
+                    journal_file,
+                    dump_file,
+                    i,
+                )
+                journal.deleteEntriesTo(i)
+                return
+    finally:
+        journal._destroy()
+
+
 def _error_for(reason: int, leader_hint: str) -> ProposeError:
     if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER, FAIL_REASON.LEADER_CHANGED):
         return NotLeaderError(f"no stable leader (reason {reason})", leader_hint)
@@ -283,6 +318,8 @@ class PySyncObjEngine:
             connectionRetryTime=1.0,
             **cfg.extra,
         )
+        if snapshots is not None and cfg.snapshot_every_items > 0:
+            _reconcile_journal(os.path.join(cfg.journal_dir, "journal"), self.dump_file, snapshots)
         others = [addr for nid, addr in cfg.peers.items() if nid != cfg.node_id]
         self._sync = _CoalescingSyncObj(
             cfg.self_address, others, conf=conf, consumers=[self._consumer]
@@ -395,6 +432,11 @@ class PySyncObjEngine:
                 )
 
         so.transferLeadership(address, callback=done)
+
+    def force_snapshot(self) -> None:
+        so = self._sync
+        if so is not None:
+            so.forceLogCompaction()
 
     def uncommitted(self) -> list[bytes]:
         so = self._sync

@@ -71,6 +71,7 @@ import os
 import re
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -457,18 +458,30 @@ class SegmentLog:
             finally:
                 self._cond.notify_all()
 
-    def delete_before(self, offset: int) -> int:
-        """Delete whole segments whose records all have ``record.offset < offset``.
+    def delete_before(
+        self, offset: int, min_age_s: float = 0.0, archive_dir: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Delete whole segments whose records all have ``record.offset < offset`` and whose
+        file was last written at least ``min_age_s`` ago; with ``archive_dir`` they are moved
+        there instead (for an offline compaction job).
 
-        The active (last) segment is always kept. Returns how many segments were deleted.
+        The active (last) segment is always kept. Returns how many segments were removed.
         Raises ValueError if closed, OSError.
         """
         with self._lock:
             self._check_usable()
             deleted = 0
+            now = time.time()
             while len(self._segments) > 1 and self._segments[0].last[0] < offset:
-                segment = self._segments.pop(0)
-                segment.path.unlink()
+                segment = self._segments[0]
+                if min_age_s > 0 and now - segment.path.stat().st_mtime < min_age_s:
+                    break
+                self._segments.pop(0)
+                if archive_dir is not None:
+                    os.makedirs(archive_dir, exist_ok=True)
+                    os.replace(segment.path, os.path.join(archive_dir, segment.path.name))
+                else:
+                    segment.path.unlink()
                 segment.index_path.unlink(missing_ok=True)
                 deleted += 1
             if deleted:

@@ -37,6 +37,9 @@ _OPTIONAL_FIELDS = {
     "initial_cluster_token": "cluster_token",
     "snapshot_every_items": "snapshot_every_items",
     "snapshot_keep": "snapshot_keep",
+    "snapshot_every_bytes": "snapshot_every_bytes",
+    "segment_retention_s": "segment_retention_s",
+    "segment_archive_dir": "segment_archive_dir",
 }
 
 
@@ -128,6 +131,23 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="take a snapshot (and compact the Raft log) every N consensus items (default 20000; 0 = never)",
     )
     p.add_argument("--snapshot-keep", type=int, metavar="N", help="snapshots kept (default 2)")
+    p.add_argument(
+        "--snapshot-every-bytes",
+        type=int,
+        metavar="B",
+        help="also snapshot after B bytes of consensus items (default 64 MiB; 0 = no)",
+    )
+    p.add_argument(
+        "--segment-retention-s",
+        type=float,
+        metavar="S",
+        help="keep change-log segments covered by every kept snapshot S seconds (default 0)",
+    )
+    p.add_argument(
+        "--segment-archive-dir",
+        metavar="DIR",
+        help="move covered change-log segments here instead of deleting them (for compact)",
+    )
     p.add_argument(
         "--initial-cluster-token",
         metavar="TOKEN",

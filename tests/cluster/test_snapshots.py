@@ -232,7 +232,10 @@ def assert_all_equal(cluster: SnapshotCluster, timeout: float = 60.0) -> KV:
 
 def assert_acked_readable(image: KV, acked: dict[bytes, int], value_size: int = 32) -> None:
     missing = sorted(k for k in acked if k not in image)
-    assert not missing, f"{len(missing)} acknowledged writes lost, e.g. {missing[:5]}"
+    assert not missing, (
+        f"{len(missing)} acknowledged writes lost, e.g. (key, acknowledged revision) "
+        f"{[(k, acked[k]) for k in missing[:5]]}; the image has {len(image)} keys"
+    )
     wrong = sorted(
         k for k, rev in acked.items() if image[k][0] != value_of(k, value_size) or image[k][2] < rev
     )
@@ -252,7 +255,7 @@ def inspect_snapshot(path: Path) -> dict[str, Any]:
     )
     if has_cli:
         out = subprocess.run(
-            [*cli, str(path), "--output", "json"],
+            [*cli, str(path), "--verify", "--output", "json"],
             capture_output=True,
             text=True,
             env=env,

@@ -536,3 +536,21 @@ def test_zero_filled_tail_after_power_loss_is_repaired_not_corruption(tmp_path: 
         assert reopened.last_offset == 6
     finally:
         reopened.close()
+
+
+def test_delete_before_keeps_young_segments_and_can_archive(tmp_path: Path) -> None:
+    log = SegmentLog.open(
+        tmp_path / "log", SegmentConfig(segment_max_bytes=200, fsync_policy="never")
+    )
+    try:
+        for offset in range(1, 40):
+            log.append(offset, 0, b"x" * 50)
+        before = [info.path.name for info in log.segments()]
+        assert len(before) > 3
+        assert log.delete_before(30, min_age_s=3600) == 0  # every segment is too young
+        archived = log.delete_before(30, archive_dir=tmp_path / "archive")
+        assert archived > 0
+        assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == before[:archived]
+        assert next(r.offset for r in log.read_from(0)) > 1
+    finally:
+        log.close()
