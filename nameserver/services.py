@@ -119,36 +119,46 @@ class NodeContext:
             )
         return out
 
-    async def transfer_leadership(self, address: str | None) -> str:
-        """Hand leadership to ``address`` (None: the most caught-up follower) and wait until
-        another node leads; returns the new leader's address. Retries while the target
-        catches up, until the propose timeout."""
+    async def engine_call(
+        self, start: Callable[[Callable[[int | None, Exception | None], None]], None]
+    ) -> None:
+        """Run an engine operation that answers through a callback on the engine thread
+        (membership change, leadership transfer) and wait for it; a refusal (ProposeError:
+        a change in progress, a target still catching up) is retried every 0.1 s until the
+        propose timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
-        me = self.config.listen_peer
         while True:
             done: asyncio.Future[None] = loop.create_future()
 
             def callback(_: int | None, err: Exception | None, fut: Any = done) -> None:
                 loop.call_soon_threadsafe(_settle_future, fut, err)
 
-            self.engine.transfer_leadership(address, callback)
+            start(callback)
             try:
                 await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
-                while loop.time() < deadline:
-                    leader = self.engine.leader_address()
-                    if leader and leader != me and (address is None or leader == address):
-                        return leader
-                    await asyncio.sleep(0.05)
+                return
             except ProposeError:
                 if loop.time() >= deadline:
                     raise
                 await asyncio.sleep(0.1)
-                continue
-            raise Rejected(
-                "DEADLINE_EXCEEDED",
-                f"metaledger: leadership did not move to {address or 'a follower'} in time",
-            )
+
+    async def transfer_leadership(self, address: str | None) -> str:
+        """Hand leadership to ``address`` (None: the most caught-up follower) and wait until
+        another node leads; returns the new leader's address."""
+        await self.engine_call(lambda cb: self.engine.transfer_leadership(address, cb))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        me = self.config.listen_peer
+        while loop.time() < deadline:
+            leader = self.engine.leader_address()
+            if leader and leader != me and (address is None or leader == address):
+                return leader
+            await asyncio.sleep(0.05)
+        raise Rejected(
+            "DEADLINE_EXCEEDED",
+            f"metaledger: leadership did not move to {address or 'a follower'} in time",
+        )
 
     def leader_member_id(self) -> int:
         leader = self.engine.status().leader_id
@@ -464,27 +474,12 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         ]
 
     async def _change(self, add: bool, address: str) -> None:
-        """One membership change; a refusal (a change in progress, a new leader that has not
-        committed its first entry) is retried until the propose timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.node.timeout_s
-        while True:
-            done: asyncio.Future[None] = loop.create_future()
-
-            def callback(_: int | None, err: Exception | None, fut: Any = done) -> None:
-                loop.call_soon_threadsafe(_settle_future, fut, err)
-
-            if add:
-                self.node.engine.add_member(address, callback)
-            else:
-                self.node.engine.remove_member(address, callback)
-            try:
-                await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
-                return
-            except ProposeError:
-                if loop.time() >= deadline:
-                    raise
-                await asyncio.sleep(0.1)
+        """One membership change (retried while refused, see NodeContext.engine_call)."""
+        engine = self.node.engine
+        if add:
+            await self.node.engine_call(lambda cb: engine.add_member(address, cb))
+        else:
+            await self.node.engine_call(lambda cb: engine.remove_member(address, cb))
 
     @rpc
     async def MemberList(
