@@ -295,6 +295,17 @@ def start_metaledger(cluster: Cluster, workdir: Path) -> None:
     cluster.leader = _wait_for("metaledger leader", leader, STARTUP_S, cluster.procs)
 
 
+def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluster:
+    """A 3-member cluster of ``system`` (etcd or metaledger) with its data under ``workdir``."""
+    cluster = Cluster(system)
+    print(f"== {system}: starting 3 members", file=sys.stderr, flush=True)
+    if system == "etcd":
+        start_etcd(cluster, args.etcd, args.etcdctl, workdir)
+    else:
+        start_metaledger(cluster, workdir)
+    return cluster
+
+
 # --------------------------------------------------------------------------- rows
 
 
@@ -476,12 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     try:
         for system in systems:
-            cluster = Cluster(system)
-            print(f"== {system}: starting 3 members", file=sys.stderr, flush=True)
-            if system == "etcd":
-                start_etcd(cluster, args.etcd, args.etcdctl, workdir)
-            else:
-                start_metaledger(cluster, workdir)
+            cluster = start_system(system, args, workdir)
             report["systems"][system] = {
                 "version": cluster.version,
                 "endpoints": cluster.endpoints,
