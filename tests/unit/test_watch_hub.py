@@ -118,7 +118,7 @@ def drain(stream: WatchStream) -> list[rpc_pb2.WatchResponse]:
     return out
 
 
-def create(stream: WatchStream, key: bytes, range_end: bytes = b"", **kw: object) -> None:
+def create(stream: WatchStream, key: bytes, range_end: bytes = b"", **kw: Any) -> None:
     stream.handle(
         rpc_pb2.WatchRequest(
             create_request=rpc_pb2.WatchCreateRequest(key=key, range_end=range_end, **kw)
@@ -219,7 +219,7 @@ def test_replay_then_live_has_no_gap_and_no_duplicate(setup: Setup) -> None:
     history, feed, hub = setup
     for i in range(5):
         feed.group(hub, ("put", b"r/%d" % i, b"%d" % i))
-    history.gate = threading.Event()  # hold the replay until live groups arrived
+    gate = history.gate = threading.Event()  # hold the replay until live groups arrived
 
     async def main() -> None:
         s = WatchStream(hub, 3600)
@@ -228,7 +228,7 @@ def test_replay_then_live_has_no_gap_and_no_duplicate(setup: Setup) -> None:
         feed.group(hub, ("put", b"r/5", b"5"), ("put", b"r/6", b"6"))  # live, during replay
         await asyncio.sleep(0)
         assert drain(s) == []  # held back: the replay goes first
-        history.gate.set()
+        gate.set()
         for _ in range(200):
             await asyncio.sleep(0.01)
             if (
