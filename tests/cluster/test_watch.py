@@ -90,8 +90,10 @@ def test_watchers_follow_a_prefix_through_a_leader_kill(cluster: Cluster) -> Non
             wait_until(
                 lambda col=col: col.error is None and (col.revisions() or [0])[-1] >= last,
                 60,
-                lambda col=col: f"watcher stuck: error {col.error!r}, "
-                f"last {(col.revisions() or [0])[-1]} < {last}",
+                lambda col=col: (
+                    f"watcher stuck: error {col.error!r}, "
+                    f"last {(col.revisions() or [0])[-1]} < {last}"
+                ),
             )
     finally:
         for col in collectors:

@@ -9,6 +9,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -197,3 +198,52 @@ def test_compacted_revision_gives_etcds_compacted_error(
     )
     assert result.returncode != 0
     assert "required revision has been compacted" in result.stderr, result.stderr
+
+
+def test_metaledger_watch_cli_prints_like_etcdctl(module_cluster: Cluster) -> None:
+    c = module_cluster
+    first = json.loads(etcdctl(c, "put", "wcli/a", "1", "-w", "json").stdout)["header"]["revision"]
+    etcdctl(c, "put", "wcli/a", "2", node=1)
+    etcdctl(c, "del", "wcli/a", node=2)
+    cmd = [sys.executable, "-m", "nameserver.cli", "--endpoints", ",".join(c.endpoints)]
+    cwd = Path(__file__).resolve().parents[2]
+    table = subprocess.run(
+        [*cmd, "watch", "wcli/", "--prefix", "--rev", str(first), "--prev-kv", "--max-events", "3"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+    )
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines() == [
+        "PUT",
+        "wcli/a",
+        "1",
+        "PUT",
+        "wcli/a",
+        "1",
+        "wcli/a",
+        "2",
+        "DELETE",
+        "wcli/a",
+        "2",
+        "wcli/a",
+        "",
+    ]
+    js = subprocess.run(
+        [*cmd, "-w", "json", "watch", "wcli/a", "--rev", str(first), "--max-events", "2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+    )
+    assert js.returncode == 0, js.stderr
+    docs = [json.loads(line) for line in js.stdout.splitlines()]
+    assert [(d["type"], d["revision"], d["kv"]["value"]) for d in docs] == [
+        ("PUT", first, "1"),
+        ("PUT", first + 1, "2"),
+    ]
+    bad = subprocess.run(
+        [*cmd, "watch", "b", "a"], capture_output=True, text=True, timeout=30, cwd=cwd
+    )
+    assert bad.returncode == 6 and "mvcc: watcher range is empty" in bad.stderr, bad.stderr
