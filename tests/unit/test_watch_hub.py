@@ -7,24 +7,28 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nameserver.image import KeyValue
+from nameserver.image import KeyValue, MetadataImage
 from nameserver.state import MetadataStateMachine
 from nameserver.watch import (
     ERR_COMPACTED,
     ERR_DUPLICATE_ID,
     ERR_EMPTY_RANGE,
+    FLOOR_FILE,
     Compacted,
+    SegmentHistory,
     WatchHub,
     WatchStream,
     normalize_range,
 )
 from protos import records_pb2
 from protos.etcdserverpb import kv_pb2, rpc_pb2
-from raftlog import Change, Effect, Entry
+from raftlog import Change, Effect, Entry, SegmentConfig, SegmentLog
+from snapshots import FileSnapshotStore, SnapshotMeta
 
 PUT, DELETE = kv_pb2.Event.PUT, kv_pb2.Event.DELETE
 
@@ -384,3 +388,98 @@ def test_large_batches_split_at_revisions_or_fragment(setup: Setup) -> None:
         assert all(r.ByteSize() <= 200 + 64 for r in frag)
 
     run(main)
+
+
+# --------------------------------------------------------------------------- SegmentHistory
+def _kv_effect(key: bytes, value: bytes, offset: int, version: int) -> Effect:
+    return Effect(
+        "kv", key, KeyValue(key, value, offset - version + 1, offset, version).to_record()
+    )
+
+
+def test_segment_history_floor_replay_and_snapshot_base(tmp_path: Path) -> None:
+    segments = SegmentLog.open(
+        tmp_path / "log", SegmentConfig(segment_max_bytes=200, fsync_policy="never")
+    )
+    store = FileSnapshotStore(tmp_path / "snap", keep=2)
+    floor_path = str(tmp_path / FLOOR_FILE)
+    history = SegmentHistory(segments, store, floor_path)
+    try:
+        for offset in range(1, 21):
+            eff = _kv_effect(b"k", b"v%d" % offset, offset, offset)
+            segments.append(offset, 0, eff.encode(1, 1, 1))
+        assert history.floor(20) == 1  # never snapshotted: the whole history is there
+        assert [o for o, _ in history.changes(18, 19)] == [18, 19]
+
+        at10 = KeyValue(b"k", b"v10", 1, 10, 10)
+        store.save(
+            SnapshotMeta(cluster_id="c", last_offset=10, last_term=1),
+            [("kv", b"k", at10.to_record()), ("kv", b"other", at10.to_record())],
+        )
+        assert history.base(12, "kv", b"k", None) == (10, {b"k": at10})
+        assert history.base(10, "kv", b"k", None) == (0, {})  # no snapshot below 10
+        removed = segments.delete_before(11)
+        assert removed > 0
+        floor = history.floor(20)
+        assert 1 < floor <= 11 and floor == segments.first_offset
+        with pytest.raises(Compacted) as info:
+            list(history.changes(floor - 1, 20))
+        assert info.value.floor == floor
+
+        # a snapshot installed from the leader at 15: the floor moves above it, for good
+        hub = WatchHub(
+            history,
+            MetadataImage.empty,
+            20,
+            lambda rev: rpc_pb2.ResponseHeader(revision=rev),
+            1 << 20,
+            floor_path,
+        )
+        hub.on_installed(15)
+        assert history.floor(20) == 16
+        assert SegmentHistory(segments, store, floor_path).floor(20) == 16
+    finally:
+        segments.close()
+
+
+def test_replayed_prev_kv_comes_from_the_segments_and_the_snapshot_below(
+    tmp_path: Path,
+) -> None:
+    segments = SegmentLog.open(
+        tmp_path / "log", SegmentConfig(segment_max_bytes=200, fsync_policy="never")
+    )
+    store = FileSnapshotStore(tmp_path / "snap", keep=2)
+    history = SegmentHistory(segments, store, str(tmp_path / FLOOR_FILE))
+    try:
+        j = KeyValue(b"j", b"old", 1, 1, 1)
+        segments.append(1, 0, Effect("kv", b"j", j.to_record()).encode(1, 1, 1))
+        for offset in range(2, 11):
+            eff = _kv_effect(b"k", b"v%d" % offset, offset, offset - 1)
+            segments.append(offset, 0, eff.encode(1, 1, 1))
+        segments.append(11, 0, Effect("kv", b"j", delete=True).encode(1, 1, 1))
+        store.save(
+            SnapshotMeta(cluster_id="c", last_offset=5, last_term=1),
+            [("kv", b"j", j.to_record()), ("kv", b"k", KeyValue(b"k", b"v5", 2, 5, 4).to_record())],
+        )
+        assert segments.delete_before(6) > 0  # j's put is gone from the segments
+        feed = Feed(FakeHistory())
+        hub = make_hub(history, feed)  # type: ignore[arg-type]
+        hub.delivered = 11
+
+        async def main() -> None:
+            s = WatchStream(hub, 3600)
+            create(s, b"k", start_revision=8, prev_kv=True)
+            create(s, b"j", start_revision=11, prev_kv=True)
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                if len(s.watchers) == 2 and all(w.backlog is None for w in s.watchers.values()):
+                    break
+            rs = drain(s)
+            got = [(e.kv.value, e.prev_kv.value) for r in rs if r.watch_id == 0 for e in r.events]
+            assert got == [(b"v8", b"v7"), (b"v9", b"v8"), (b"v10", b"v9")]
+            (delete,) = [e for r in rs if r.watch_id == 1 for e in r.events]
+            assert delete.type == DELETE and delete.prev_kv.value == b"old"  # from the snapshot
+
+        run(main)
+    finally:
+        segments.close()
