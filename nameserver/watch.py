@@ -95,7 +95,7 @@ def normalize_range(key: bytes, range_end: bytes) -> tuple[bytes, bytes | None]:
 
 # --------------------------------------------------------------------------- events
 @dataclass(slots=True)
-class WatchEvent:
+class HubEvent:
     """One change to deliver: built once, shared by every watcher it matches."""
 
     revision: int
@@ -117,13 +117,13 @@ class WatchEvent:
         return self._plain
 
 
-def kv_event(revision: int, effect: Effect, prev: KeyValue | None) -> WatchEvent:
+def kv_event(revision: int, effect: Effect, prev: KeyValue | None) -> HubEvent:
     """The etcd event of a ``kv`` effect: PUT with the stored key-value, DELETE with only the
     key and ``mod_revision`` = the deleting revision (what etcd sends)."""
     if effect.delete:
         kv = kv_pb2.KeyValue(key=effect.key, mod_revision=revision)
-        return WatchEvent(revision, kv_pb2.Event.DELETE, kv, prev)
-    return WatchEvent(
+        return HubEvent(revision, kv_pb2.Event.DELETE, kv, prev)
+    return HubEvent(
         revision, kv_pb2.Event.PUT, kvops.to_pb(KeyValue.from_record(effect.value)), prev
     )
 
@@ -154,13 +154,13 @@ class Watcher:
     #: the first revision this watcher is still owed; anything below is dropped
     next_rev: int = 0
     #: events held back while a replay runs (None once live)
-    backlog: list[WatchEvent] | None = None
+    backlog: list[HubEvent] | None = None
     #: events sent since the last progress tick (etcd notifies only idle watchers)
     active: bool = False
     canceled: bool = False
     replay: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    def wants(self, event: WatchEvent) -> bool:
+    def wants(self, event: HubEvent) -> bool:
         if event.revision < self.next_rev:
             return False
         if event.type == kv_pb2.Event.PUT:
@@ -366,7 +366,7 @@ class WatchHub:
             return
         base = cast(CapturedImage, before).image.kv
         latest: dict[bytes, KeyValue | None] = {}
-        out: dict[Watcher, list[WatchEvent]] = {}
+        out: dict[Watcher, list[HubEvent]] = {}
         kv_index = self._index.get("kv")
         for change in changes:
             for effect in change.effects:
@@ -466,7 +466,7 @@ class WatchHub:
         if backlog:
             self._send_events(w, backlog, self.delivered)
 
-    def _read_history(self, w: Watcher, start: int, upto: int) -> list[WatchEvent]:
+    def _read_history(self, w: Watcher, start: int, upto: int) -> list[HubEvent]:
         """Worker thread: the watcher's events in ``[start, upto]`` from the segments, with
         prev_kv from the records before them (and the newest snapshot below ``start``)."""
         state: dict[bytes, KeyValue | None] = {}
@@ -476,7 +476,7 @@ class WatchHub:
             state.update(base)
             scan_from = max(x + 1, self.history.floor(upto)) if x else self.history.floor(upto)
             scan_from = min(scan_from, start)
-        out: list[WatchEvent] = []
+        out: list[HubEvent] = []
         for offset, effect in self.history.changes(scan_from, upto):
             if effect.type != w.type or not in_range(effect.key, w.key, w.end):
                 continue
@@ -527,7 +527,7 @@ class WatchHub:
         w.next_rev = revision + 1
         w.active = True
 
-    def _send_events(self, w: Watcher, events: list[WatchEvent], header_revision: int) -> None:
+    def _send_events(self, w: Watcher, events: list[HubEvent], header_revision: int) -> None:
         """One response per batch, split when it would exceed ``max_response_bytes``: at
         revision boundaries, or anywhere with ``fragment`` flags when the watcher allows it
         (etcd's fragmentation, reassembled by its clients)."""
@@ -700,7 +700,8 @@ class WatchService(rpc_pb2_grpc.WatchServicer):  # type: ignore[misc]
             try:
                 async for request in request_iterator:
                     stream.handle(request)
-            except Exception:  # the client went away mid-message, or sent garbage
+            except Exception:  # the client went away mid-message, or a bug: end the stream
+                log.warning("watch stream ended on an error", exc_info=True)
                 stream.out.put_nowait(None)
             # a half-closed stream stays open (etcd does the same): events keep coming
 
