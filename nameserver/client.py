@@ -55,12 +55,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar, get_args
 
 import grpc
 
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
+
+if TYPE_CHECKING:
+    from nameserver.watch_client import Watch
 
 __all__ = [
     "Aborted",
@@ -892,6 +895,35 @@ class Client:
                 if os.path.exists(part):
                     os.unlink(part)
         raise Unavailable(f"no endpoint could send a snapshot: {failures}")
+
+    # -- Watch
+
+    def watch(
+        self,
+        key: Bytesish,
+        prefix: bool = False,
+        range_end: Bytesish | None = None,
+        start_revision: int = 0,
+        prev_kv: bool = False,
+        filters: Iterable[str] = (),
+        snapshot_if_compacted: bool = False,
+        progress_notify: bool = False,
+    ) -> Watch:
+        """Watch a key or range: an iterator of events that resumes on another endpoint from
+        the last revision + 1 when its node fails (:mod:`nameserver.watch_client`)."""
+        from nameserver.watch_client import Watch
+
+        return Watch(
+            self,
+            key,
+            prefix=prefix,
+            range_end=range_end,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            filters=filters,
+            snapshot_if_compacted=snapshot_if_compacted,
+            progress_notify=progress_notify,
+        )
 
     # -- plumbing
 

@@ -75,6 +75,9 @@ class ServerConfig:
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_txn_ops: int = MAX_TXN_OPS
     use_uvloop: bool = True
+    #: progress_notify watchers that got no events for this long get an empty response
+    #: with the current revision (etcd's fixed interval is 10 minutes)
+    watch_progress_notify_interval_ms: int = 600_000
 
     @property
     def client_url(self) -> str:
@@ -121,3 +124,5 @@ class ServerConfig:
             raise ConfigError("snapshot_keep", "must be >= 1")
         if self.max_txn_ops <= 0:
             raise ConfigError("max_txn_ops", "must be > 0")
+        if self.watch_progress_notify_interval_ms <= 0:
+            raise ConfigError("watch_progress_notify_interval_ms", "must be > 0")

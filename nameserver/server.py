@@ -24,6 +24,7 @@ from nameserver.services import (
 )
 from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.state import MetadataStateMachine
+from nameserver.watch import FLOOR_FILE, SegmentHistory, WatchHub, WatchService
 from protos.etcdserverpb import rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc
 from raftlog import (
@@ -94,6 +95,16 @@ class Node:
             )
         self.store = store
         self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)
+        floor_path = os.path.join(config.data_dir, FLOOR_FILE)
+        self.watch_hub = WatchHub(
+            SegmentHistory(segments, store, floor_path),
+            lambda: self.state.image,
+            self.state.last_offset,
+            self.ctx.header,
+            config.max_request_bytes,
+            floor_path,
+        )
+        self.log.set_observer(self.watch_hub)
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )
@@ -107,6 +118,7 @@ class Node:
         return None
 
     async def start(self) -> None:
+        self.watch_hub.attach(asyncio.get_running_loop())
         self.log.start()
         server = grpc.aio.server(
             options=[
@@ -120,6 +132,10 @@ class Node:
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), server)
         rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), server)
+        rpc_pb2_grpc.add_WatchServicer_to_server(
+            WatchService(self.watch_hub, self.config.watch_progress_notify_interval_ms / 1000),
+            server,
+        )
         if server.add_insecure_port(self.config.listen_client) == 0:
             raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
         await server.start()

@@ -17,13 +17,23 @@ from raftlog.errors import (
     RaftLogError,
     UnknownOutcomeError,
 )
-from raftlog.log import Applied, ApplyFailure, Offsets, ReplicatedLog, StateMachine
+from raftlog.log import (
+    Applied,
+    ApplyFailure,
+    ApplyObserver,
+    Change,
+    Offsets,
+    ReplicatedLog,
+    StateMachine,
+)
 from raftlog.pysyncobj_engine import PySyncObjConfig, PySyncObjEngine
 from raftlog.segments import SegmentConfig, SegmentCorruptionError, SegmentLog
 
 __all__ = [
     "Applied",
     "ApplyFailure",
+    "ApplyObserver",
+    "Change",
     "CommitSink",
     "ConfigError",
     "ConsensusEngine",

@@ -93,6 +93,30 @@ class Captured(Protocol):
         """Every record of the captured state (may be called more than once)."""
 
 
+class ApplyObserver(Protocol):
+    """Told, on the apply thread, what each apply group changed (the watch hub). Both calls
+    come after the new image is published and the effects are in the change-log segments;
+    they must be cheap (hand the work to another thread or loop) and must not raise."""
+
+    def on_applied(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
+        """One apply group: ``before`` is the state published before it, ``last_offset`` the
+        group's last offset (the new apply offset), ``changes`` its offsets with effects."""
+
+    def on_installed(self, offset: int) -> None:
+        """A snapshot from the leader replaced the state at ``offset``: the changes between
+        the previous apply offset and ``offset`` are not known one by one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The effects of one applied offset, as the observer sees them."""
+
+    offset: int
+    term: int
+    timestamp_ms: int
+    effects: Sequence[Effect]
+
+
 class SnapshotSink(Protocol):
     """Where snapshots go (the nameserver wires a :class:`snapshots.FileSnapshotStore`)."""
 
@@ -176,6 +200,7 @@ class ReplicatedLog:
             queue.SimpleQueue()
         )
         self._snapshot_sink: SnapshotSink | None = None
+        self._observer: ApplyObserver | None = None
         self._snapshot_state = "idle"  # idle | writing | done | failed (read by the engine)
         self._snapshot_thread: threading.Thread | None = None
         self.last_snapshot_path = ""
@@ -243,6 +268,10 @@ class ReplicatedLog:
     @property
     def segments(self) -> SegmentLog:
         return self._segments
+
+    def set_observer(self, observer: ApplyObserver | None) -> None:
+        """Tell ``observer`` about every apply group from now on (set it before ``start``)."""
+        self._observer = observer
 
     # ---------------------------------------------------------------- propose
     async def propose(
@@ -484,6 +513,8 @@ class ReplicatedLog:
                     self._segments.append(last_offset, sub, eff.encode(last_term, 0, len(effects)))
             self._sm.publish()
             self._apply_offset = last_offset
+            if self._observer is not None:
+                self._observer.on_installed(last_offset)
             log.info(
                 "installed the leader's snapshot at offset %d (%d changed records)",
                 last_offset,
@@ -572,6 +603,10 @@ class ReplicatedLog:
         results: list[tuple[tuple[str, int], Applied]] = []
         seg_last = self._segments.last_offset
         last = self._apply_offset
+        observer = self._observer
+        # the observer needs each change's previous value: the state before the group
+        published = self._sm.capture() if observer is not None else None
+        changes: list[Change] = []
         for first, term, data in group:
             try:
                 requests = decode_item(data, first, term)
@@ -601,13 +636,18 @@ class ReplicatedLog:
                 except Exception as exc:
                     log.warning("offset %d rejected by the state machine: %s", offset, exc)
                     effects, result = (), ApplyFailure(str(exc), str(getattr(exc, "code", "")))
-                if offset > seg_last and effects:
+                if effects:
                     ts = entries[0].timestamp_ms
-                    for sub, eff in enumerate(effects):
-                        self._segments.append(offset, sub, eff.encode(term, ts, len(effects)))
+                    if offset > seg_last:
+                        for sub, eff in enumerate(effects):
+                            self._segments.append(offset, sub, eff.encode(term, ts, len(effects)))
+                    if observer is not None:
+                        changes.append(Change(offset, term, ts, effects))
                 results.append((key, Applied(offset, result)))
         self._sm.publish()
         self._apply_offset = last
+        if observer is not None and published is not None:
+            observer.on_applied(published, last, changes)
         self._wait.trigger_many(results)
         if self._retain_before:
             before, self._retain_before = self._retain_before, 0

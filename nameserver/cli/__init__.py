@@ -1,7 +1,7 @@
 """The ``metaledger`` command line.
 
 One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
-``txn``, ``member``, ``leader``, ``snapshot``, ``compact``, ``bench``), each with a
+``txn``, ``watch``, ``member``, ``leader``, ``snapshot``, ``compact``, ``bench``), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode``. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
@@ -26,6 +26,7 @@ from nameserver.cli import (
     snapshot,
     status,
     txn,
+    watch,
 )
 from nameserver.cli._common import add_common_options, common_parent
 from nameserver.cli.exitcodes import ExitCode, for_error
@@ -33,7 +34,7 @@ from nameserver.client import ClientError
 
 __all__ = ["ExitCode", "build_parser", "main"]
 
-_GROUPS = (serve, cluster, status, kv, txn, member, leader, snapshot, compact, bench)
+_GROUPS = (serve, cluster, status, kv, txn, watch, member, leader, snapshot, compact, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

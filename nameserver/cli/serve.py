@@ -40,6 +40,8 @@ _OPTIONAL_FIELDS = {
     "snapshot_every_bytes": "snapshot_every_bytes",
     "segment_retention_s": "segment_retention_s",
     "segment_archive_dir": "segment_archive_dir",
+    "segment_max_bytes": "segment_max_bytes",
+    "watch_progress_notify_interval_ms": "watch_progress_notify_interval_ms",
 }
 
 
@@ -147,6 +149,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--segment-archive-dir",
         metavar="DIR",
         help="move covered change-log segments here instead of deleting them (for compact)",
+    )
+    p.add_argument(
+        "--segment-max-bytes",
+        type=int,
+        metavar="B",
+        help="roll change-log segments at B bytes (default 64 MiB)",
+    )
+    p.add_argument(
+        "--watch-progress-notify-interval-ms",
+        type=int,
+        metavar="MS",
+        help="progress notifications to idle progress_notify watchers every MS (default 600000)",
     )
     p.add_argument(
         "--initial-cluster-token",

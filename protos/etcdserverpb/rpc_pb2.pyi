@@ -291,7 +291,7 @@ class WatchRequest(_message.Message):
     def __init__(self, create_request: _Optional[_Union[WatchCreateRequest, _Mapping]] = ..., cancel_request: _Optional[_Union[WatchCancelRequest, _Mapping]] = ..., progress_request: _Optional[_Union[WatchProgressRequest, _Mapping]] = ...) -> None: ...
 
 class WatchCreateRequest(_message.Message):
-    __slots__ = ("key", "range_end", "start_revision", "progress_notify", "filters", "prev_kv", "watch_id", "fragment")
+    __slots__ = ("key", "range_end", "start_revision", "progress_notify", "filters", "prev_kv", "watch_id", "fragment", "snapshot_if_compacted")
     class FilterType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         NOPUT: _ClassVar[WatchCreateRequest.FilterType]
@@ -306,6 +306,7 @@ class WatchCreateRequest(_message.Message):
     PREV_KV_FIELD_NUMBER: _ClassVar[int]
     WATCH_ID_FIELD_NUMBER: _ClassVar[int]
     FRAGMENT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_IF_COMPACTED_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     range_end: bytes
     start_revision: int
@@ -314,7 +315,8 @@ class WatchCreateRequest(_message.Message):
     prev_kv: bool
     watch_id: int
     fragment: bool
-    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., filters: _Optional[_Iterable[_Union[WatchCreateRequest.FilterType, str]]] = ..., prev_kv: _Optional[bool] = ..., watch_id: _Optional[int] = ..., fragment: _Optional[bool] = ...) -> None: ...
+    snapshot_if_compacted: bool
+    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., filters: _Optional[_Iterable[_Union[WatchCreateRequest.FilterType, str]]] = ..., prev_kv: _Optional[bool] = ..., watch_id: _Optional[int] = ..., fragment: _Optional[bool] = ..., snapshot_if_compacted: _Optional[bool] = ...) -> None: ...
 
 class WatchCancelRequest(_message.Message):
     __slots__ = ("watch_id",)
@@ -327,7 +329,7 @@ class WatchProgressRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WatchResponse(_message.Message):
-    __slots__ = ("header", "watch_id", "created", "canceled", "compact_revision", "cancel_reason", "fragment", "events")
+    __slots__ = ("header", "watch_id", "created", "canceled", "compact_revision", "cancel_reason", "fragment", "events", "snapshot_revision")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     WATCH_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
@@ -336,6 +338,7 @@ class WatchResponse(_message.Message):
     CANCEL_REASON_FIELD_NUMBER: _ClassVar[int]
     FRAGMENT_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_REVISION_FIELD_NUMBER: _ClassVar[int]
     header: ResponseHeader
     watch_id: int
     created: bool
@@ -344,7 +347,8 @@ class WatchResponse(_message.Message):
     cancel_reason: str
     fragment: bool
     events: _containers.RepeatedCompositeFieldContainer[_kv_pb2.Event]
-    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., watch_id: _Optional[int] = ..., created: _Optional[bool] = ..., canceled: _Optional[bool] = ..., compact_revision: _Optional[int] = ..., cancel_reason: _Optional[str] = ..., fragment: _Optional[bool] = ..., events: _Optional[_Iterable[_Union[_kv_pb2.Event, _Mapping]]] = ...) -> None: ...
+    snapshot_revision: int
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., watch_id: _Optional[int] = ..., created: _Optional[bool] = ..., canceled: _Optional[bool] = ..., compact_revision: _Optional[int] = ..., cancel_reason: _Optional[str] = ..., fragment: _Optional[bool] = ..., events: _Optional[_Iterable[_Union[_kv_pb2.Event, _Mapping]]] = ..., snapshot_revision: _Optional[int] = ...) -> None: ...
 
 class LeaseGrantRequest(_message.Message):
     __slots__ = ("TTL", "ID")
