@@ -14,6 +14,7 @@ import grpc
 from nameserver.config import ServerConfig
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
+from nameserver.offsets_service import OffsetsService, QuotasService
 from nameserver.services import (
     AdminService,
     ClusterService,
@@ -25,7 +26,7 @@ from nameserver.services import (
 from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.state import MetadataStateMachine
 from protos.etcdserverpb import rpc_pb2_grpc
-from protos.metaledger.v1 import admin_pb2_grpc
+from protos.metaledger.v1 import admin_pb2_grpc, offsets_pb2_grpc, quotas_pb2_grpc
 from raftlog import (
     Entry,
     PySyncObjConfig,
@@ -120,6 +121,10 @@ class Node:
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), server)
         rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), server)
+        offsets_pb2_grpc.add_OffsetsServicer_to_server(
+            OffsetsService(self.ctx, self.leases), server
+        )
+        quotas_pb2_grpc.add_QuotasServicer_to_server(QuotasService(self.ctx), server)
         if server.add_insecure_port(self.config.listen_client) == 0:
             raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
         await server.start()
