@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from nameserver.client import (
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import offsets_pb2, offsets_pb2_grpc
 from tests.harness import Cluster, wait_until
+from tests.integration.test_etcdctl import etcdctl
 
 pytestmark = pytest.mark.integration
 
@@ -240,12 +240,9 @@ def test_quota_exceeded_names_the_type_and_applies_nothing(
             got = c.stub(node).Range(rpc_pb2.RangeRequest(key=b"quota/", range_end=b"quota0"))
             assert got.count == 0, node
         client.put("quota/a", "1")  # one more key fits
-        if shutil.which("etcdctl"):
-            from tests.integration.test_etcdctl import etcdctl
-
-            res = etcdctl(c, "put", "quota/c", "3", node=2, check=False)
-            assert res.returncode != 0
-            assert "quota exceeded for record type kv" in res.stderr, res.stderr
+        res = etcdctl(c, "put", "quota/c", "3", node=2, check=False)  # the real etcdctl
+        assert res.returncode != 0
+        assert "quota exceeded for record type kv" in res.stderr, res.stderr
         out = cli(c, "put", "quota/d", "4", node=1)
         assert out.returncode != 0 and "quota exceeded for record type kv" in out.stderr
         client.delete("quota/a")  # deletes are always allowed
