@@ -63,6 +63,7 @@ from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 
 if TYPE_CHECKING:
+    from nameserver.offsets_client import CommittedOffset, OffsetList, OffsetWrite, QuotaUsage
     from nameserver.watch_client import Watch
 
 __all__ = [
@@ -924,6 +925,73 @@ class Client:
             snapshot_if_compacted=snapshot_if_compacted,
             progress_notify=progress_notify,
         )
+
+    # -- replicator offsets and quotas (nameserver.offsets_client)
+
+    def offsets_commit(
+        self,
+        job: str,
+        partition: str,
+        offset: Bytesish,
+        *,
+        lease_id: int,
+        fencing_token: int,
+        position: int = 0,
+        expected_version: int = 0,
+        epoch: int = 0,
+        keepalive: bool = False,
+    ) -> OffsetWrite:
+        """Offsets.Commit: a compare-and-set of (job, partition), fenced by the lease and
+        token; ``keepalive`` also keeps the lease alive (``ttl`` of the answer)."""
+        from nameserver import offsets_client
+
+        return offsets_client.commit(
+            self,
+            job,
+            partition,
+            offset,
+            lease_id=lease_id,
+            fencing_token=fencing_token,
+            position=position,
+            expected_version=expected_version,
+            epoch=epoch,
+            keepalive=keepalive,
+        )
+
+    def offsets_fetch(self, job: str, partition: str) -> CommittedOffset:
+        from nameserver import offsets_client
+
+        return offsets_client.fetch(self, job, partition)
+
+    def offsets_list(self, job: str, prefix: bool = False) -> OffsetList:
+        from nameserver import offsets_client
+
+        return offsets_client.list_offsets(self, job, prefix)
+
+    def offsets_reset(
+        self,
+        job: str,
+        partition: str,
+        offset: Bytesish,
+        *,
+        position: int = 0,
+        expected_version: int = 0,
+    ) -> OffsetWrite:
+        from nameserver import offsets_client
+
+        return offsets_client.reset(
+            self, job, partition, offset, position=position, expected_version=expected_version
+        )
+
+    def quota_set(self, record_type: str, max_keys: int = 0, max_bytes: int = 0) -> int:
+        from nameserver import offsets_client
+
+        return offsets_client.quota_set(self, record_type, max_keys, max_bytes)
+
+    def quota_list(self) -> list[QuotaUsage]:
+        from nameserver import offsets_client
+
+        return offsets_client.quota_list(self)
 
     # -- plumbing
 

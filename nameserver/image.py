@@ -9,6 +9,8 @@ Record types (the ``type`` of change-log effects):
 * ``kv``     -- etcd key-value pairs, value = ``records.KvRecord``
 * ``member`` -- cluster members and their client URLs, value = ``records.MemberRecord``
 * ``lease``  -- leases, key = the lease id as 8 bytes big-endian, value = ``records.LeaseRecord``
+* ``offset`` -- replicator offsets, key = job, NUL, partition, value = ``records.OffsetRecord``
+* ``quota``  -- quota per record type, key = the type's name, value = ``records.QuotaRecord``
 
 The keys attached to a lease are not part of the lease record: they are an index
 of the kv sub-image (``KvImage.by_lease``), derived from ``KeyValue.lease`` and kept
@@ -18,15 +20,16 @@ rebuild it from the kv records alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Generic, TypeVar
 
 from nameserver._sortedmap import PersistentSortedMap
 from protos import records_pb2
 
 #: Record types this image knows; an effect of any other type is an error.
-RECORD_TYPES = ("kv", "member", "lease")
+RECORD_TYPES = ("kv", "member", "lease", "offset", "quota")
 
 
 class UnknownRecordType(ValueError):
@@ -130,11 +133,18 @@ class Provenance:
 _NO_KEYS: frozenset[bytes] = frozenset()
 
 
+def kv_size(kv: KeyValue | None) -> int:
+    """What a key counts against the kv byte quota: its key and value."""
+    return 0 if kv is None else len(kv.key) + len(kv.value)
+
+
 @dataclass(frozen=True, slots=True)
 class KvImage:
     data: PersistentSortedMap[KeyValue] = field(default_factory=PersistentSortedMap.empty)
     #: lease id -> the keys attached to it (derived from ``KeyValue.lease``)
     by_lease: Mapping[int, frozenset[bytes]] = field(default_factory=lambda: MappingProxyType({}))
+    #: sum of key + value lengths (kept incrementally by :class:`KvDelta`, for quotas)
+    value_bytes: int = 0
 
     @staticmethod
     def from_sorted_items(items: list[tuple[bytes, KeyValue]]) -> KvImage:
@@ -145,6 +155,7 @@ class KvImage:
         return KvImage(
             PersistentSortedMap.from_sorted_items(items),
             MappingProxyType({k: frozenset(v) for k, v in index.items()}),
+            sum(kv_size(kv) for _, kv in items),
         )
 
     def keys_of_lease(self, lease_id: int) -> frozenset[bytes]:
@@ -177,12 +188,237 @@ class LeasesImage:
         return len(self.leases)
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class MapDelta(Generic[K, V]):
+    """Pending changes of one keyed sub-image over its base (``base_get``), with an undo log
+    like :class:`KvDelta` and running key and byte totals (``size`` of a value) for quotas."""
+
+    def __init__(
+        self, base_get: Callable[[K], V | None], size: Callable[[V], int] = lambda _: 0
+    ) -> None:
+        self._base_get = base_get
+        self._size = size
+        self.changes: dict[K, V | None] = {}  # None = gone
+        self._undo: list[tuple[K, object]] | None = None
+        self.key_delta = 0
+        self.byte_delta = 0
+
+    def begin(self) -> None:
+        self._undo = []
+
+    def commit(self) -> None:
+        self._undo = None
+
+    def rollback(self) -> None:
+        undo, self._undo = self._undo or [], None
+        for key, old in reversed(undo):
+            current = self.get(key)
+            if old is _MISSING:
+                self.changes.pop(key, None)
+            else:
+                self.changes[key] = old  # type: ignore[assignment]
+            self._account(current, self.get(key))
+
+    def _account(self, old: V | None, new: V | None) -> None:
+        self.key_delta += (new is not None) - (old is not None)
+        self.byte_delta += (self._size(new) if new is not None else 0) - (
+            self._size(old) if old is not None else 0
+        )
+
+    def _change(self, key: K, new: V | None) -> None:
+        self._account(self.get(key), new)
+        if self._undo is not None:
+            self._undo.append((key, self.changes.get(key, _MISSING)))
+        self.changes[key] = new
+
+    def delete(self, key: K) -> None:
+        self._change(key, None)
+
+    def get(self, key: K) -> V | None:
+        if key in self.changes:
+            return self.changes[key]
+        return self._base_get(key)
+
+    def merged(self, base: Mapping[K, V]) -> Mapping[K, V]:
+        """``base`` with the changes applied (a new read-only mapping)."""
+        out = dict(base)
+        for key, value in self.changes.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = value
+        return MappingProxyType(out)
+
+
+# ------------------------------------------------------------- replicator offsets
+def offset_key(job: str, partition: str) -> bytes:
+    """The change-log key of a replicator offset: job, a NUL byte, partition (a job name
+    holds no NUL, so a job's offsets are the key range ``job + NUL`` onwards)."""
+    return job.encode() + b"\x00" + partition.encode()
+
+
+def job_range(job: str, prefix: bool) -> tuple[bytes, bytes]:
+    """The [start, end) key range of one job's offsets, or of every job starting with ``job``
+    (``b"\x00"`` as end: no upper bound, etcd's convention)."""
+    if not prefix:
+        return job.encode() + b"\x00", job.encode() + b"\x01"
+    start = job.encode()
+    end = bytearray(start)
+    while end and end[-1] == 0xFF:
+        end.pop()
+    if not end:
+        return start, b"\x00"
+    end[-1] += 1
+    return start, bytes(end)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """The committed offset of one (job, partition) and what fenced it (records.OffsetRecord)."""
+
+    job: str
+    partition: str
+    offset: bytes
+    position: int
+    version: int
+    epoch: int
+    lease_id: int
+    fencing_token: int
+    create_revision: int
+    mod_revision: int
+    reset_revision: int = 0
+
+    @property
+    def key(self) -> bytes:
+        return offset_key(self.job, self.partition)
+
+    def size(self) -> int:
+        """What it counts against the offset byte quota: its key and offset bytes."""
+        return len(self.key) + len(self.offset)
+
+    def to_record(self) -> bytes:
+        data: bytes = records_pb2.OffsetRecord(
+            job=self.job,
+            partition=self.partition,
+            offset=self.offset,
+            position=self.position,
+            version=self.version,
+            epoch=self.epoch,
+            lease_id=self.lease_id,
+            fencing_token=self.fencing_token,
+            create_revision=self.create_revision,
+            mod_revision=self.mod_revision,
+            reset_revision=self.reset_revision,
+        ).SerializeToString()
+        return data
+
+    @staticmethod
+    def from_record(data: bytes) -> CommittedOffset:
+        r = records_pb2.OffsetRecord.FromString(data)
+        return CommittedOffset(
+            r.job,
+            r.partition,
+            r.offset,
+            r.position,
+            r.version,
+            r.epoch,
+            r.lease_id,
+            r.fencing_token,
+            r.create_revision,
+            r.mod_revision,
+            r.reset_revision,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsImage:
+    data: PersistentSortedMap[CommittedOffset] = field(default_factory=PersistentSortedMap.empty)
+    value_bytes: int = 0
+
+    def get(self, key: bytes) -> CommittedOffset | None:
+        return self.data.get(key)
+
+    def of_job(self, job: str, prefix: bool = False) -> Iterator[CommittedOffset]:
+        start, end = job_range(job, prefix)
+        for _, committed in self.data.range(start, end):
+            yield committed
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+class OffsetDelta(MapDelta[bytes, CommittedOffset]):
+    def __init__(self, base: OffsetsImage) -> None:
+        super().__init__(base.get, CommittedOffset.size)
+        self.base = base
+
+    def put(self, committed: CommittedOffset) -> None:
+        self._change(committed.key, committed)
+
+    def build(self) -> OffsetsImage:
+        if not self.changes:
+            return self.base
+        puts = {k: v for k, v in self.changes.items() if v is not None}
+        deletes = [k for k, v in self.changes.items() if v is None]
+        return OffsetsImage(
+            self.base.data.update(puts, deletes), self.base.value_bytes + self.byte_delta
+        )
+
+
+# ------------------------------------------------------------------------ quotas
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Limits of one record type; 0 = unlimited."""
+
+    record_type: str
+    max_keys: int = 0
+    max_bytes: int = 0
+
+    def to_record(self) -> bytes:
+        data: bytes = records_pb2.QuotaRecord(
+            record_type=self.record_type, max_keys=self.max_keys, max_bytes=self.max_bytes
+        ).SerializeToString()
+        return data
+
+    @staticmethod
+    def from_record(data: bytes) -> Quota:
+        r = records_pb2.QuotaRecord.FromString(data)
+        return Quota(r.record_type, r.max_keys, r.max_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotasImage:
+    quotas: Mapping[str, Quota] = field(default_factory=lambda: MappingProxyType({}))
+
+    def get(self, record_type: str) -> Quota | None:
+        return self.quotas.get(record_type)
+
+
+class QuotaDelta(MapDelta[str, Quota]):
+    def __init__(self, base: QuotasImage) -> None:
+        super().__init__(base.get)
+        self.base = base
+
+    def put(self, quota: Quota) -> None:
+        self._change(quota.record_type, quota)
+
+    def build(self) -> QuotasImage:
+        if not self.changes:
+            return self.base
+        return QuotasImage(self.merged(self.base.quotas))
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     provenance: Provenance = Provenance()
     kv: KvImage = KvImage()
     members: MembersImage = MembersImage()
     leases: LeasesImage = LeasesImage()
+    offsets: OffsetsImage = OffsetsImage()
+    quotas: QuotasImage = QuotasImage()
 
     @property
     def revision(self) -> int:
@@ -202,6 +438,9 @@ class KvDelta:
         #: lease id -> its attached keys as this delta will publish them (copied on first touch)
         self.lease_keys: dict[int, set[bytes]] = {}
         self._undo: list[tuple[bytes, object]] | None = None
+        #: keys and bytes this delta adds to the base (negative: removes), for quotas
+        self.key_delta = 0
+        self.byte_delta = 0
 
     def begin(self) -> None:
         """Start recording an undo log, so one entry's changes can be rolled back."""
@@ -219,6 +458,7 @@ class KvDelta:
             else:
                 self.changes[key] = old  # type: ignore[assignment]
             self._reindex(key, current, self.get(key))
+            self._account(current, self.get(key))
 
     def _remember(self, key: bytes) -> None:
         if self._undo is not None:
@@ -240,6 +480,18 @@ class KvDelta:
             self._keys_of(old_lease).discard(key)
         if new_lease:
             self._keys_of(new_lease).add(key)
+
+    def _account(self, old: KeyValue | None, new: KeyValue | None) -> None:
+        self.key_delta += (new is not None) - (old is not None)
+        self.byte_delta += kv_size(new) - kv_size(old)
+
+    @property
+    def key_count(self) -> int:
+        return len(self.base) + self.key_delta
+
+    @property
+    def byte_count(self) -> int:
+        return self.base.value_bytes + self.byte_delta
 
     def keys_of_lease(self, lease_id: int) -> frozenset[bytes]:
         if lease_id in self.lease_keys:
@@ -268,12 +520,16 @@ class KvDelta:
         return [merged[k] for k in sorted(merged) if merged[k] is not None]  # type: ignore[misc]
 
     def put(self, kv: KeyValue) -> None:
-        self._reindex(kv.key, self.get(kv.key), kv)
+        old = self.get(kv.key)
+        self._reindex(kv.key, old, kv)
+        self._account(old, kv)
         self._remember(kv.key)
         self.changes[kv.key] = kv
 
     def delete(self, key: bytes) -> None:
-        self._reindex(key, self.get(key), None)
+        old = self.get(key)
+        self._reindex(key, old, None)
+        self._account(old, None)
         self._remember(key)
         self.changes[key] = None
 
@@ -291,58 +547,25 @@ class KvDelta:
                 else:
                     merged.pop(lease_id, None)
             by_lease = MappingProxyType(merged)
-        return KvImage(self.base.data.update(puts, deletes), by_lease)
+        return KvImage(
+            self.base.data.update(puts, deletes), by_lease, self.base.value_bytes + self.byte_delta
+        )
 
 
-class LeaseDelta:
-    """Pending lease changes over a base image, with an undo log like :class:`KvDelta`."""
+class LeaseDelta(MapDelta[int, Lease]):
+    """Pending lease changes over a base image."""
 
     def __init__(self, base: LeasesImage) -> None:
+        super().__init__(base.get)
         self.base = base
-        self.changes: dict[int, Lease | None] = {}  # None = gone
-        self._undo: list[tuple[int, object]] | None = None
-
-    def begin(self) -> None:
-        self._undo = []
-
-    def commit(self) -> None:
-        self._undo = None
-
-    def rollback(self) -> None:
-        undo, self._undo = self._undo or [], None
-        for lease_id, old in reversed(undo):
-            if old is _MISSING:
-                self.changes.pop(lease_id, None)
-            else:
-                self.changes[lease_id] = old  # type: ignore[assignment]
-
-    def _remember(self, lease_id: int) -> None:
-        if self._undo is not None:
-            self._undo.append((lease_id, self.changes.get(lease_id, _MISSING)))
-
-    def get(self, lease_id: int) -> Lease | None:
-        if lease_id in self.changes:
-            return self.changes[lease_id]
-        return self.base.get(lease_id)
 
     def put(self, lease: Lease) -> None:
-        self._remember(lease.id)
-        self.changes[lease.id] = lease
-
-    def delete(self, lease_id: int) -> None:
-        self._remember(lease_id)
-        self.changes[lease_id] = None
+        self._change(lease.id, lease)
 
     def build(self) -> LeasesImage:
         if not self.changes:
             return self.base
-        merged = dict(self.base.leases)
-        for lease_id, lease in self.changes.items():
-            if lease is None:
-                merged.pop(lease_id, None)
-            else:
-                merged[lease_id] = lease
-        return LeasesImage(MappingProxyType(merged))
+        return LeasesImage(self.merged(self.base.leases))
 
 
 class MetadataDelta:
@@ -353,7 +576,25 @@ class MetadataDelta:
         self.kv = KvDelta(image.kv)
         self._members: dict[str, Member | None] = {}
         self.leases = LeaseDelta(image.leases)
+        self.offsets = OffsetDelta(image.offsets)
+        self.quotas = QuotaDelta(image.quotas)
         self.provenance = image.provenance
+
+    def _undoable(self) -> tuple[KvDelta | MapDelta[int, Lease] | OffsetDelta | QuotaDelta, ...]:
+        return (self.kv, self.leases, self.offsets, self.quotas)
+
+    def begin(self) -> None:
+        """Start one request: its changes can be rolled back whole (all-or-nothing)."""
+        for d in self._undoable():
+            d.begin()
+
+    def commit(self) -> None:
+        for d in self._undoable():
+            d.commit()
+
+    def rollback(self) -> None:
+        for d in self._undoable():
+            d.rollback()
 
     def member(self, member_id: str) -> Member | None:
         if member_id in self._members:
@@ -384,6 +625,16 @@ class MetadataDelta:
                 self.leases.delete(int.from_bytes(key, "big", signed=True))
             else:
                 self.leases.put(Lease.from_record(value))
+        elif type_ == "offset":
+            if delete:
+                self.offsets.delete(key)
+            else:
+                self.offsets.put(CommittedOffset.from_record(value))
+        elif type_ == "quota":
+            if delete:
+                self.quotas.delete(key.decode())
+            else:
+                self.quotas.put(Quota.from_record(value))
         else:
             raise UnknownRecordType(f"unknown record type {type_!r}")
 
@@ -402,4 +653,6 @@ class MetadataDelta:
             kv=self.kv.build(),
             members=members,
             leases=self.leases.build(),
+            offsets=self.offsets.build(),
+            quotas=self.quotas.build(),
         )

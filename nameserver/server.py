@@ -14,6 +14,7 @@ import grpc
 from nameserver.config import ServerConfig
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
+from nameserver.offsets_service import OffsetsService, QuotasService
 from nameserver.services import (
     AdminService,
     ClusterService,
@@ -26,7 +27,7 @@ from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, rest
 from nameserver.state import MetadataStateMachine
 from nameserver.watch import FLOOR_FILE, SegmentHistory, WatchHub, WatchService
 from protos.etcdserverpb import rpc_pb2_grpc
-from protos.metaledger.v1 import admin_pb2_grpc
+from protos.metaledger.v1 import admin_pb2_grpc, offsets_pb2_grpc, quotas_pb2_grpc
 from raftlog import (
     Entry,
     PySyncObjConfig,
@@ -136,6 +137,10 @@ class Node:
             WatchService(self.watch_hub, self.config.watch_progress_notify_interval_ms / 1000),
             server,
         )
+        offsets_pb2_grpc.add_OffsetsServicer_to_server(
+            OffsetsService(self.ctx, self.leases), server
+        )
+        quotas_pb2_grpc.add_QuotasServicer_to_server(QuotasService(self.ctx), server)
         if server.add_insecure_port(self.config.listen_client) == 0:
             raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
         await server.start()

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from nameserver import consistency
 from nameserver import kv as kvops
 from nameserver.config import ServerConfig
 from nameserver.errors import InvalidRequest, to_status
@@ -235,7 +236,7 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
     @rpc
     async def Range(self, request: rpc_pb2.RangeRequest, context: Any) -> rpc_pb2.RangeResponse:
         _require_key(request.key, "range")
-        image = await self.node.read_image(request.serializable)
+        image, _ = await consistency.read_image(self.node, "kv", request.serializable)
         self.node.check_revision(request.revision, image.revision)
         resp = kvops.do_range(image.kv, request)
         resp.header.CopyFrom(self.node.header(image.revision))
@@ -439,7 +440,7 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
     ) -> rpc_pb2.LeaseTimeToLiveResponse:
         """Remaining TTL (-1 for an unknown lease, like etcd), granted TTL and, if asked,
         the attached keys."""
-        image = await self.node.read_image(False)
+        image, _ = await consistency.read_image(self.node, "lease")
         resp = rpc_pb2.LeaseTimeToLiveResponse(
             header=self.node.header(image.revision), ID=request.ID, TTL=-1
         )
@@ -455,7 +456,7 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
     async def LeaseLeases(
         self, request: rpc_pb2.LeaseLeasesRequest, context: Any
     ) -> rpc_pb2.LeaseLeasesResponse:
-        image = await self.node.read_image(False)
+        image, _ = await consistency.read_image(self.node, "lease")
         resp = rpc_pb2.LeaseLeasesResponse(header=self.node.header(image.revision))
         resp.leases.extend(rpc_pb2.LeaseStatus(ID=i) for i in sorted(image.leases.leases))
         return resp

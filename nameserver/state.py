@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from nameserver import kv as kvops
+from nameserver import quotas
 from nameserver.image import (
     KeyValue,
     KvDelta,
@@ -27,6 +28,7 @@ from nameserver.image import (
     lease_key,
 )
 from nameserver.kv import Rejected
+from nameserver.offsets import apply_offset
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Effect, Entry
@@ -53,16 +55,15 @@ class MetadataStateMachine:
             delta = self._delta = MetadataDelta(self._image)
         delta.provenance = Provenance(offset, term)
         effects: list[Effect] = []
-        delta.kv.begin()
-        delta.leases.begin()
+        delta.begin()
         try:
+            before = quotas.usage(delta)
             results = [self._apply_entry(delta, offset, e, effects) for e in entries]
+            quotas.check(delta, before)
         except Exception:
-            delta.kv.rollback()
-            delta.leases.rollback()
+            delta.rollback()
             raise
-        delta.kv.commit()
-        delta.leases.commit()
+        delta.commit()
         return effects, results[0] if len(results) == 1 else results
 
     def publish(self) -> None:
@@ -101,6 +102,12 @@ class MetadataStateMachine:
             return apply_lease(
                 delta, records_pb2.LeaseOperation.FromString(e.value), e, rev, effects
             )
+        if e.type == "offset":
+            return apply_offset(
+                delta, records_pb2.OffsetOperation.FromString(e.value), rev, effects
+            )
+        if e.type == "quota":
+            return quotas.apply_quota(delta, records_pb2.QuotaRecord.FromString(e.value), effects)
         if e.type == "member":
             if not e.value:  # a removed member
                 mid = e.key.decode()
@@ -147,6 +154,10 @@ def image_records(image: MetadataImage) -> Iterator[tuple[str, bytes, bytes]]:
         yield "member", mid.encode(), member.to_record()
     for lease_id, lease in sorted(image.leases.leases.items()):
         yield "lease", lease_key(lease_id), lease.to_record()
+    for key, committed in image.offsets.data.items():
+        yield "offset", key, committed.to_record()
+    for record_type, quota in sorted(image.quotas.quotas.items()):
+        yield "quota", record_type.encode(), quota.to_record()
 
 
 def image_from_records(
@@ -190,6 +201,16 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> list[Effect]:
     for lease_id in old_l:
         if lease_id not in new_l:
             effects.append(Effect("lease", lease_key(lease_id), delete=True))
+    old_o, new_o = old.offsets.data, new.offsets.data
+    for key, committed in new_o.items():
+        if old_o.get(key) != committed:
+            effects.append(Effect("offset", key, committed.to_record()))
+    effects.extend(Effect("offset", key, delete=True) for key in old_o.keys() if key not in new_o)
+    old_q, new_q = old.quotas.quotas, new.quotas.quotas
+    for record_type, quota in new_q.items():
+        if old_q.get(record_type) != quota:
+            effects.append(Effect("quota", record_type.encode(), quota.to_record()))
+    effects.extend(Effect("quota", t.encode(), delete=True) for t in old_q if t not in new_q)
     return effects
 
 

@@ -160,3 +160,81 @@ class LeaseExpire(_message.Message):
     IDS_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class OffsetRecord(_message.Message):
+    __slots__ = ("job", "partition", "offset", "position", "version", "epoch", "lease_id", "fencing_token", "create_revision", "mod_revision", "reset_revision")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CREATE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
+    RESET_REVISION_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    partition: str
+    offset: bytes
+    position: int
+    version: int
+    epoch: int
+    lease_id: int
+    fencing_token: int
+    create_revision: int
+    mod_revision: int
+    reset_revision: int
+    def __init__(self, job: _Optional[str] = ..., partition: _Optional[str] = ..., offset: _Optional[bytes] = ..., position: _Optional[int] = ..., version: _Optional[int] = ..., epoch: _Optional[int] = ..., lease_id: _Optional[int] = ..., fencing_token: _Optional[int] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., reset_revision: _Optional[int] = ...) -> None: ...
+
+class OffsetOperation(_message.Message):
+    __slots__ = ("commit", "reset")
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    commit: OffsetCommit
+    reset: OffsetReset
+    def __init__(self, commit: _Optional[_Union[OffsetCommit, _Mapping]] = ..., reset: _Optional[_Union[OffsetReset, _Mapping]] = ...) -> None: ...
+
+class OffsetCommit(_message.Message):
+    __slots__ = ("job", "partition", "offset", "position", "lease_id", "fencing_token", "expected_version", "epoch")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    partition: str
+    offset: bytes
+    position: int
+    lease_id: int
+    fencing_token: int
+    expected_version: int
+    epoch: int
+    def __init__(self, job: _Optional[str] = ..., partition: _Optional[str] = ..., offset: _Optional[bytes] = ..., position: _Optional[int] = ..., lease_id: _Optional[int] = ..., fencing_token: _Optional[int] = ..., expected_version: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class OffsetReset(_message.Message):
+    __slots__ = ("job", "partition", "offset", "position", "expected_version")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    partition: str
+    offset: bytes
+    position: int
+    expected_version: int
+    def __init__(self, job: _Optional[str] = ..., partition: _Optional[str] = ..., offset: _Optional[bytes] = ..., position: _Optional[int] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class QuotaRecord(_message.Message):
+    __slots__ = ("record_type", "max_keys", "max_bytes")
+    RECORD_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MAX_KEYS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    record_type: str
+    max_keys: int
+    max_bytes: int
+    def __init__(self, record_type: _Optional[str] = ..., max_keys: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...

@@ -1,7 +1,8 @@
 """The ``metaledger`` command line.
 
 One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
-``txn``, ``watch``, ``member``, ``leader``, ``snapshot``, ``compact``, ``bench``), each with a
+``txn``, ``watch``, ``member``, ``leader``, ``snapshot``, ``compact``, ``bench``, ``offsets``
+for offsets and quotas), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode``. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
@@ -22,6 +23,7 @@ from nameserver.cli import (
     kv,
     leader,
     member,
+    offsets,
     serve,
     snapshot,
     status,
@@ -34,7 +36,20 @@ from nameserver.client import ClientError
 
 __all__ = ["ExitCode", "build_parser", "main"]
 
-_GROUPS = (serve, cluster, status, kv, txn, watch, member, leader, snapshot, compact, bench)
+_GROUPS = (
+    serve,
+    cluster,
+    status,
+    kv,
+    txn,
+    watch,
+    member,
+    leader,
+    snapshot,
+    compact,
+    bench,
+    offsets,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,180 @@
+"""gRPC services ``metaledger.v1.Offsets`` (replicator offsets) and ``metaledger.v1.Quotas``.
+
+The rules live in the state machine (:mod:`nameserver.offsets`, :mod:`nameserver.quotas`),
+which imports nothing from gRPC; here requests are checked early (the same checks apply
+runs, so a bad request never reaches the log), proposed, and answered. Reads follow the
+consistency table (:mod:`nameserver.consistency`): offsets and quotas are always read
+linearizably, whatever ``serializable`` asks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nameserver import consistency, offsets, quotas
+from nameserver.image import CommittedOffset, MetadataDelta, MetadataImage, offset_key
+from nameserver.kv import Rejected
+from nameserver.leases import LeaseKeeper
+from nameserver.services import NodeContext, rpc
+from protos import records_pb2
+from protos.metaledger.v1 import offsets_pb2, offsets_pb2_grpc, quotas_pb2, quotas_pb2_grpc
+from raftlog import Applied, Entry
+
+
+def to_pb(c: CommittedOffset) -> offsets_pb2.Offset:
+    return offsets_pb2.Offset(
+        job=c.job,
+        partition=c.partition,
+        offset=c.offset,
+        position=c.position,
+        version=c.version,
+        epoch=c.epoch,
+        lease_id=c.lease_id,
+        fencing_token=c.fencing_token,
+        create_revision=c.create_revision,
+        mod_revision=c.mod_revision,
+        reset_revision=c.reset_revision,
+    )
+
+
+class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
+    def __init__(self, node: NodeContext, keeper: LeaseKeeper) -> None:
+        self.node = node
+        self.keeper = keeper
+
+    async def _propose(
+        self, op: records_pb2.OffsetOperation, key: bytes, context: Any
+    ) -> tuple[Applied, CommittedOffset]:
+        applied = await self.node.propose(
+            Entry(type="offset", key=key, value=op.SerializeToString()), context
+        )
+        result = applied.result
+        if not isinstance(result, CommittedOffset):  # a de-duplicated retry: no result kept
+            result = self.node.state.image.offsets.get(key)
+            if result is None:  # reset or removed since: nothing to report but the revision
+                raise Rejected(
+                    "ALREADY_EXISTS",
+                    f"metaledger: this request was already applied at revision {applied.offset}",
+                )
+        return applied, result
+
+    @rpc
+    async def Commit(
+        self, request: offsets_pb2.CommitRequest, context: Any
+    ) -> offsets_pb2.CommitResponse:
+        c = records_pb2.OffsetCommit(
+            job=request.job,
+            partition=request.partition,
+            offset=request.offset,
+            position=request.position,
+            lease_id=request.lease_id,
+            fencing_token=request.fencing_token,
+            expected_version=request.expected_version,
+            epoch=request.epoch,
+        )
+        offsets.check_commit(c)
+        key = offset_key(c.job, c.partition)
+        applied, result = await self._propose(records_pb2.OffsetOperation(commit=c), key, context)
+        resp = offsets_pb2.CommitResponse(
+            revision=applied.offset, version=result.version, epoch=result.epoch
+        )
+        if request.keepalive:
+            # the commit just proved the lease alive at `applied.offset`: count it as a keepalive
+            lease = self.node.state.image.leases.get(request.lease_id)
+            resp.ttl = self.keeper.keep_alive(lease) if lease is not None else 0
+        return resp
+
+    @rpc
+    async def Reset(
+        self, request: offsets_pb2.ResetRequest, context: Any
+    ) -> offsets_pb2.ResetResponse:
+        r = records_pb2.OffsetReset(
+            job=request.job,
+            partition=request.partition,
+            offset=request.offset,
+            position=request.position,
+            expected_version=request.expected_version,
+        )
+        offsets.check_reset(r)
+        key = offset_key(r.job, r.partition)
+        applied, result = await self._propose(records_pb2.OffsetOperation(reset=r), key, context)
+        return offsets_pb2.ResetResponse(
+            revision=applied.offset, version=result.version, epoch=result.epoch
+        )
+
+    @rpc
+    async def Fetch(
+        self, request: offsets_pb2.FetchRequest, context: Any
+    ) -> offsets_pb2.FetchResponse:
+        offsets.check_name("job", request.job)
+        offsets.check_name("partition", request.partition)
+        image, mode = await consistency.read_image(self.node, "offset", request.serializable)
+        found = image.offsets.get(offset_key(request.job, request.partition))
+        if found is None:
+            raise Rejected(
+                "NOT_FOUND",
+                "metaledger: no offset committed for "
+                + offsets.where(request.job, request.partition),
+            )
+        return offsets_pb2.FetchResponse(
+            offset=to_pb(found), revision=image.revision, consistency=mode
+        )
+
+    @rpc
+    async def List(
+        self, request: offsets_pb2.ListRequest, context: Any
+    ) -> offsets_pb2.ListResponse:
+        offsets.check_job(request.job, prefix=request.prefix)
+        image, mode = await consistency.read_image(self.node, "offset", request.serializable)
+        resp = offsets_pb2.ListResponse(revision=image.revision, consistency=mode)
+        resp.offsets.extend(to_pb(c) for c in image.offsets.of_job(request.job, request.prefix))
+        return resp
+
+
+def quota_usage(image: MetadataImage) -> list[quotas_pb2.QuotaUsage]:
+    """Limits and usage of every quota type in ``image``."""
+    delta = MetadataDelta(image)  # reads only: the usage counters of an untouched delta
+    used = quotas.usage(delta)
+    out = []
+    for record_type in quotas.QUOTA_TYPES:
+        limit = quotas.limit_of(delta, record_type)
+        keys, size = used[record_type]
+        out.append(
+            quotas_pb2.QuotaUsage(
+                record_type=record_type,
+                max_keys=limit.max_keys,
+                max_bytes=limit.max_bytes,
+                keys=keys,
+                bytes=size,
+            )
+        )
+    return out
+
+
+class QuotasService(quotas_pb2_grpc.QuotasServicer):  # type: ignore[misc]
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+
+    @rpc
+    async def Set(
+        self, request: quotas_pb2.SetQuotaRequest, context: Any
+    ) -> quotas_pb2.SetQuotaResponse:
+        q = records_pb2.QuotaRecord(
+            record_type=request.record_type,
+            max_keys=request.max_keys,
+            max_bytes=request.max_bytes,
+        )
+        quotas.validate(q)
+        applied = await self.node.propose(
+            Entry(type="quota", key=q.record_type.encode(), value=q.SerializeToString()), context
+        )
+        return quotas_pb2.SetQuotaResponse(revision=applied.offset)
+
+    @rpc
+    async def List(
+        self, request: quotas_pb2.ListQuotasRequest, context: Any
+    ) -> quotas_pb2.ListQuotasResponse:
+        image, _ = await consistency.read_image(self.node, "quota")
+        resp = quotas_pb2.ListQuotasResponse(revision=image.revision)
+        resp.quotas.extend(quota_usage(image))
+        return resp
