@@ -16,6 +16,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 echo "== pip install -e .[dev]"
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v -e '^WARNING: Location' -e 'Running pip as' || true
+if [ ! -d tests/js/node_modules ]; then
+  echo "== npm ci (tests/js: ali-ons, a real RocketMQ client)"
+  npm ci --prefix tests/js --no-audit --no-fund --silent
+fi
 echo "== generated protobuf code matches protos/"
 bash scripts/gen_protos.sh --check
 echo "== ruff"
