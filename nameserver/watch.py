@@ -137,6 +137,10 @@ class WatchSink(Protocol):
     def send(self, response: rpc_pb2.WatchResponse) -> None:
         """Queue a response for the client (never blocks)."""
 
+    def send_events(self, w: Watcher, events: list[HubEvent], header_revision: int) -> None:
+        """Queue events for ``w`` (never blocks). A sink may merge them into events of ``w``
+        it has queued but not yet sent (see :class:`WatchStream`)."""
+
 
 @dataclass(eq=False)
 class Watcher:
@@ -528,12 +532,16 @@ class WatchHub:
         w.active = True
 
     def _send_events(self, w: Watcher, events: list[HubEvent], header_revision: int) -> None:
-        """One response per batch, split when it would exceed ``max_response_bytes``: at
-        revision boundaries, or anywhere with ``fragment`` flags when the watcher allows it
-        (etcd's fragmentation, reassembled by its clients)."""
-        if not events:
-            return
-        w.active = True
+        if events:
+            w.active = True
+            w.sink.send_events(w, events, header_revision)
+
+    def responses(
+        self, w: Watcher, events: list[HubEvent], header_revision: int
+    ) -> Iterator[rpc_pb2.WatchResponse]:
+        """The responses carrying ``events`` to ``w``: one, split when it would exceed
+        ``max_response_bytes``: at revision boundaries, or anywhere with ``fragment`` flags
+        when the watcher allows it (etcd's fragmentation, reassembled by its clients)."""
         header = self.header(header_revision)
         limit = self.max_response_bytes
         batch: list[kv_pb2.Event] = []
@@ -544,19 +552,17 @@ class WatchHub:
             n = msg.ByteSize() + 8
             if batch and size + n > limit:
                 if w.fragment and ev.revision == last_rev:
-                    w.sink.send(
-                        rpc_pb2.WatchResponse(
-                            header=header, watch_id=w.id, events=batch, fragment=True
-                        )
+                    yield rpc_pb2.WatchResponse(
+                        header=header, watch_id=w.id, events=batch, fragment=True
                     )
                     batch, size = [], RESPONSE_OVERHEAD_BYTES
                 elif ev.revision != last_rev:
-                    w.sink.send(rpc_pb2.WatchResponse(header=header, watch_id=w.id, events=batch))
+                    yield rpc_pb2.WatchResponse(header=header, watch_id=w.id, events=batch)
                     batch, size = [], RESPONSE_OVERHEAD_BYTES
             batch.append(msg)
             size += n
             last_rev = ev.revision
-        w.sink.send(rpc_pb2.WatchResponse(header=header, watch_id=w.id, events=batch))
+        yield rpc_pb2.WatchResponse(header=header, watch_id=w.id, events=batch)
 
 
 def _chunks(events: list[kv_pb2.Event], limit: int) -> Iterator[list[kv_pb2.Event]]:
@@ -574,21 +580,64 @@ def _chunks(events: list[kv_pb2.Event], limit: int) -> Iterator[list[kv_pb2.Even
 
 
 # --------------------------------------------------------------------------- stream
+#: At most this many events are merged into one queued, unsent batch of a watcher.
+MAX_MERGED_EVENTS = 1000
+
+
+@dataclass(eq=False, slots=True)
+class PendingEvents:
+    """Events of one watcher queued on a stream, turned into responses only when the stream
+    writes them: until then, later events of the same watcher join them (see
+    :meth:`WatchStream.send_events`)."""
+
+    watcher: Watcher
+    events: list[HubEvent]
+    header_revision: int
+
+
 class WatchStream:
-    """One client's Watch stream: its watch ids, its outgoing queue, its progress ticks."""
+    """One client's Watch stream: its watch ids, its outgoing queue, its progress ticks.
+
+    **Merging under load.** A watcher's events wait in the queue as one :class:`PendingEvents`
+    until the stream writes them; events that arrive meanwhile join it instead of queueing
+    another response. An idle stream still sends every apply group at once; a stream that
+    cannot keep up (many watchers, a slow client) sends fewer, larger responses, as etcd
+    does for watchers that fell behind, instead of one gRPC message per watcher per write."""
 
     def __init__(self, hub: WatchHub, progress_interval_s: float) -> None:
         self.hub = hub
         self.progress_interval_s = progress_interval_s
-        self.out: asyncio.Queue[rpc_pb2.WatchResponse | None] = asyncio.Queue()
+        self.out: asyncio.Queue[rpc_pb2.WatchResponse | PendingEvents | None] = asyncio.Queue()
         self.watchers: dict[int, Watcher] = {}
+        self._open: dict[int, PendingEvents] = {}  # watch id -> its queued, unsent events
         self._next_id = 0
         self._progress_wanted = False
 
     def send(self, response: rpc_pb2.WatchResponse) -> None:
+        self._open.pop(response.watch_id, None)  # later events must follow this response
         self.out.put_nowait(response)
         if response.canceled:
             self.watchers.pop(response.watch_id, None)
+
+    def send_events(self, w: Watcher, events: list[HubEvent], header_revision: int) -> None:
+        pending = self._open.get(w.id)
+        if pending is not None and len(pending.events) < MAX_MERGED_EVENTS:
+            pending.events.extend(events)
+            pending.header_revision = header_revision
+            return
+        pending = self._open[w.id] = PendingEvents(w, list(events), header_revision)
+        self.out.put_nowait(pending)
+
+    def expand(
+        self, item: rpc_pb2.WatchResponse | PendingEvents
+    ) -> Iterator[rpc_pb2.WatchResponse]:
+        """The responses of a queue item (called when the stream writes it)."""
+        if isinstance(item, PendingEvents):
+            if self._open.get(item.watcher.id) is item:
+                del self._open[item.watcher.id]
+            yield from self.hub.responses(item.watcher, item.events, item.header_revision)
+        else:
+            yield item
 
     def handle(self, request: rpc_pb2.WatchRequest) -> None:
         which = request.WhichOneof("request_union")
@@ -709,10 +758,11 @@ class WatchService(rpc_pb2_grpc.WatchServicer):  # type: ignore[misc]
         ticker = loop.create_task(stream.tick())
         try:
             while True:
-                response = await stream.out.get()
-                if response is None:
+                item = await stream.out.get()
+                if item is None:
                     return
-                yield response
+                for response in stream.expand(item):
+                    yield response
         finally:
             reader.cancel()
             ticker.cancel()

@@ -20,7 +20,9 @@ from nameserver.watch import (
     ERR_EMPTY_RANGE,
     FLOOR_FILE,
     Compacted,
+    HubEvent,
     SegmentHistory,
+    Watcher,
     WatchHub,
     WatchStream,
     normalize_range,
@@ -84,11 +86,15 @@ class Feed:
 
 
 class Sink:
-    def __init__(self) -> None:
+    def __init__(self, hub: WatchHub) -> None:
+        self.hub = hub
         self.responses: list[rpc_pb2.WatchResponse] = []
 
     def send(self, response: rpc_pb2.WatchResponse) -> None:
         self.responses.append(response)
+
+    def send_events(self, w: Watcher, events: list[HubEvent], header_revision: int) -> None:
+        self.responses.extend(self.hub.responses(w, events, header_revision))
 
 
 def make_hub(history: FakeHistory, feed: Feed, max_bytes: int = 1 << 20) -> WatchHub:
@@ -118,7 +124,7 @@ def drain(stream: WatchStream) -> list[rpc_pb2.WatchResponse]:
     while not stream.out.empty():
         r = stream.out.get_nowait()
         assert r is not None
-        out.append(r)
+        out.extend(stream.expand(r))
     return out
 
 
@@ -167,8 +173,9 @@ def test_matching_exact_prefix_and_from_key_one_response_per_group(setup: Setup)
         created = drain(s)
         assert [(r.watch_id, r.created) for r in created] == [(i, True) for i in range(4)]
         feed.group(hub, ("put", b"k", b"1"), ("put", b"p/a", b"2"), ("put", b"p/z", b"3"))
+        responses = drain(s)  # the stream writes between the two groups
         feed.group(hub, ("put", b"kk", b"4"), ("put", b"q", b"5"), ("del", b"k", b""))
-        responses = drain(s)
+        responses += drain(s)
         by_id: dict[int, list[rpc_pb2.WatchResponse]] = {}
         for r in responses:
             by_id.setdefault(r.watch_id, []).append(r)
@@ -184,6 +191,38 @@ def test_matching_exact_prefix_and_from_key_one_response_per_group(setup: Setup)
         assert delete.kv.mod_revision == 6 and delete.kv.value == b"" and delete.kv.version == 0
         assert by_id[0][1].header.revision == 6
         assert len(hub._index["kv"]) == 3  # four watchers, three distinct ranges
+
+    run(main)
+
+
+def test_events_queued_but_not_yet_written_are_merged(setup: Setup) -> None:
+    """A stream that falls behind sends one response per watcher with everything that
+    accumulated (header revision: the newest), not one per apply group; a non-event response
+    for the watcher ends the merging so that order is kept."""
+    _history, feed, hub = setup
+
+    async def main() -> None:
+        s = WatchStream(hub, 3600)
+        create(s, b"p/", b"p0")
+        create(s, b"k")
+        drain(s)
+        for i in range(5):
+            feed.group(hub, ("put", b"p/%d" % i, b"v"))
+        feed.group(hub, ("put", b"k", b"v"))
+        assert s.out.qsize() == 2  # one pending batch per watcher
+        rs = drain(s)
+        assert [(r.watch_id, len(r.events), r.header.revision) for r in rs] == [
+            (0, 5, 5),
+            (1, 1, 6),
+        ]
+        feed.group(hub, ("put", b"p/a", b"v"))
+        s.handle(rpc_pb2.WatchRequest(cancel_request=rpc_pb2.WatchCancelRequest(watch_id=0)))
+        feed.group(hub, ("put", b"p/b", b"v"))  # canceled: not delivered
+        rs = drain(s)
+        assert [(r.watch_id, len(r.events), r.canceled) for r in rs] == [
+            (0, 1, False),
+            (0, 0, True),
+        ]
 
     run(main)
 
