@@ -12,6 +12,7 @@ from contextlib import suppress
 import grpc
 
 from nameserver.config import ServerConfig
+from nameserver.election import ElectionService, LockService
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
 from nameserver.services import (
@@ -24,7 +25,7 @@ from nameserver.services import (
 )
 from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.state import MetadataStateMachine
-from protos.etcdserverpb import rpc_pb2_grpc
+from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc
 from raftlog import (
     Entry,
@@ -120,6 +121,8 @@ class Node:
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), server)
         rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), server)
+        v3lock_pb2_grpc.add_LockServicer_to_server(LockService(self.ctx), server)
+        v3election_pb2_grpc.add_ElectionServicer_to_server(ElectionService(self.ctx), server)
         if server.add_insecure_port(self.config.listen_client) == 0:
             raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
         await server.start()
