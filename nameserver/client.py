@@ -915,11 +915,14 @@ class Client:
         return coordination.lease_keep_alive_once(self, lease_id)
 
     def keep_alive(
-        self, lease_id: int, on_lost: Callable[[str], None] | None = None
+        self,
+        lease_id: int,
+        on_lost: Callable[[str], None] | None = None,
+        on_renew: Callable[[int], None] | None = None,
     ) -> coordination.KeepAlive:
         """A background keeper for the lease (``with client.keep_alive(id) as k:`` or
         ``.start()``/``.stop()``); ``k.lost`` is set when the lease is gone."""
-        return coordination.KeepAlive(self, lease_id, on_lost)
+        return coordination.KeepAlive(self, lease_id, on_lost, on_renew)
 
     def lock(
         self,

@@ -84,6 +84,8 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseTimeToLive",
+    "acquire",
+    "release",
 ]
 
 log = logging.getLogger(__name__)
@@ -229,18 +231,20 @@ class KeepAlive:
 
     ``start()`` renews once in the caller's thread, so an unknown or expired lease raises
     NotFound there; afterwards problems are reported through ``lost``, ``error`` and
-    ``on_lost(error)`` (called on the keeper's thread)."""
+    ``on_lost(error)``; ``on_renew(ttl_s)`` follows every renewal (both on the keeper's thread)."""
 
     def __init__(
         self,
         client: Client,
         lease_id: int,
         on_lost: Callable[[str], None] | None = None,
+        on_renew: Callable[[int], None] | None = None,
     ) -> None:
         _check_lease_id(lease_id)
         self.client = client
         self.lease_id = lease_id
         self.on_lost = on_lost
+        self.on_renew = on_renew
         self.lost = threading.Event()
         self.error: str | None = None
         self.ttl_s = 0
@@ -258,7 +262,7 @@ class KeepAlive:
     def start(self) -> KeepAlive:
         self._sent_at = time.monotonic()
         self.ttl_s = lease_keep_alive_once(self.client, self.lease_id)
-        self.renewals = 1
+        self._renewed()
         self._thread.start()
         return self
 
@@ -272,6 +276,14 @@ class KeepAlive:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    def _renewed(self) -> None:
+        self.renewals += 1
+        if self.on_renew is not None:
+            try:
+                self.on_renew(self.ttl_s)
+            except Exception:
+                log.exception("on_renew callback of lease %x failed", self.lease_id)
 
     def _lose(self, why: str) -> None:
         self.error = why
@@ -342,7 +354,7 @@ class KeepAlive:
                     self._lose("the lease expired or was revoked (keep-alive answered TTL 0)")
                     return
                 self._sent_at, self.ttl_s = sent, int(answer.TTL)
-                self.renewals += 1
+                self._renewed()
                 self._stop.wait(self.ttl_s / 3)
         finally:
             requests.put(None)

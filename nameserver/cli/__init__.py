@@ -1,7 +1,8 @@
 """The ``metaledger`` command line.
 
 One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
-``txn``, ``member``, ``leader``, ``snapshot``, ``compact``, ``bench``), each with a
+``txn``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``, ``compact``,
+``bench``), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode``. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
@@ -21,6 +22,8 @@ from nameserver.cli import (
     compact,
     kv,
     leader,
+    lease,
+    lock,
     member,
     serve,
     snapshot,
@@ -33,7 +36,7 @@ from nameserver.client import ClientError
 
 __all__ = ["ExitCode", "build_parser", "main"]
 
-_GROUPS = (serve, cluster, status, kv, txn, member, leader, snapshot, compact, bench)
+_GROUPS = (serve, cluster, status, kv, txn, member, leader, lease, lock, snapshot, compact, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
