@@ -59,10 +59,39 @@ def _fail(message: str, code: ExitCode = ExitCode.ERROR) -> int:
     return code
 
 
+def _add_lock_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ttl", type=positive_int, default=10, metavar="S", help="lease TTL (default 10)"
+    )
+    parser.add_argument(
+        "--wait-timeout",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="give up if the lock is not acquired within S seconds (default: wait)",
+    )
+
+
+def _lock_command(args: argparse.Namespace) -> list[str]:
+    """The command after NAME. argparse hands everything after NAME over (REMAINDER), so
+    options given there (``lock NAME --ttl 5 -- cmd``) are parsed here."""
+    rest = list(args.command)
+    if "--" in rest:
+        cut = rest.index("--")
+        options, command = rest[:cut], rest[cut + 1 :]
+    elif rest and rest[0].startswith("-"):
+        options, command = rest, []
+    else:
+        options, command = [], rest
+    if options:
+        parser = argparse.ArgumentParser(prog="metaledger lock NAME", parents=[args.common])
+        _add_lock_options(parser)
+        parser.parse_args(options, namespace=args)
+    return command
+
+
 def run_lock(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _lock_command(args)
     lost = threading.Event()
     children: list[subprocess.Popen[bytes]] = []
 
@@ -139,19 +168,10 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="hold a named lock (while a command runs, or until Ctrl-C)",
         usage="metaledger lock NAME [--ttl S] [-- COMMAND [ARG...]]",
     )
+    _add_lock_options(lock)
     lock.add_argument("name", metavar="NAME", help="lock name")
-    lock.add_argument(
-        "--ttl", type=positive_int, default=10, metavar="S", help="lease TTL (default 10)"
-    )
-    lock.add_argument(
-        "--wait-timeout",
-        type=positive_float,
-        default=None,
-        metavar="S",
-        help="give up if the lock is not acquired within S seconds (default: wait)",
-    )
     lock.add_argument("command", nargs=argparse.REMAINDER, help="command to run holding the lock")
-    lock.set_defaults(run=run_lock)
+    lock.set_defaults(run=run_lock, common=common)
 
     elect = sub.add_parser(
         "elect", parents=[common], help="campaign in a leader election, or observe it"
