@@ -124,52 +124,41 @@ class Coordinator:
 
     async def create_if_absent(
         self, key: bytes, value: bytes, lease: int
-    ) -> tuple[int, KeyValue | None, int]:
-        """etcd's first step: put ``key`` with ``lease`` unless it exists. Returns the
-        txn's revision, the key as it was if it existed (else None) and its create revision."""
-        req = rpc_pb2.TxnRequest(
-            compare=[
-                rpc_pb2.Compare(
-                    key=key,
-                    target=rpc_pb2.Compare.CREATE,
-                    result=rpc_pb2.Compare.EQUAL,
-                    create_revision=0,
-                )
-            ],
-            success=[
-                rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=key, value=value, lease=lease))
-            ],
-            failure=[rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=key))],
+    ) -> tuple[int, bytes | None, int]:
+        """etcd's first step: put ``key`` with ``lease`` unless it exists. Returns the txn's
+        revision, the key's value if it existed (else None) and the key's create revision."""
+        put = rpc_pb2.PutRequest(key=key, value=value, lease=lease)
+        get = rpc_pb2.RangeRequest(key=key)
+        resp, revision = await self.guarded(
+            key,
+            0,
+            rpc_pb2.RequestOp(request_put=put),
+            rpc_pb2.RequestOp(request_range=get),
         )
-        resp, revision = await self.txn(req)
         if resp.succeeded:
             return revision, None, revision
         found = resp.responses[0].response_range.kvs[0]
-        existing = KeyValue(
-            found.key,
-            found.value,
-            found.create_revision,
-            found.mod_revision,
-            found.version,
-            found.lease,
-        )
-        return revision, existing, found.create_revision
+        return revision, found.value, found.create_revision
 
-    async def guarded(self, key: bytes, create_rev: int, op: rpc_pb2.RequestOp) -> tuple[bool, int]:
-        """Run ``op`` only if ``key`` still has create revision ``create_rev`` (ownership)."""
-        req = rpc_pb2.TxnRequest(
-            compare=[
-                rpc_pb2.Compare(
-                    key=key,
-                    target=rpc_pb2.Compare.CREATE,
-                    result=rpc_pb2.Compare.EQUAL,
-                    create_revision=create_rev,
-                )
-            ],
-            success=[op],
+    async def guarded(
+        self,
+        key: bytes,
+        create_rev: int,
+        op: rpc_pb2.RequestOp,
+        otherwise: rpc_pb2.RequestOp | None = None,
+    ) -> tuple[rpc_pb2.TxnResponse, int]:
+        """Run ``op`` only if ``key`` has create revision ``create_rev`` (0: does not exist;
+        else: ownership), ``otherwise`` if not."""
+        cmp = rpc_pb2.Compare(
+            key=key,
+            target=rpc_pb2.Compare.CREATE,
+            result=rpc_pb2.Compare.EQUAL,
+            create_revision=create_rev,
         )
-        resp, revision = await self.txn(req)
-        return resp.succeeded, revision
+        req = rpc_pb2.TxnRequest(
+            compare=[cmp], success=[op], failure=[otherwise] if otherwise is not None else []
+        )
+        return await self.txn(req)
 
     async def next_image(self, seen_offset: int) -> tuple[int, MetadataImage]:
         """Wait until this node applied something after ``seen_offset``; return the new apply
@@ -278,7 +267,7 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
             key, request.value, request.lease
         )
         try:
-            if existing is not None and existing.value != request.value:
+            if existing is not None and existing != request.value:
                 await self._proclaim(key, my_rev, request.value)
             try:
                 await self.coord.wait_deletes(request.name, key, my_rev)
@@ -296,8 +285,8 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
 
     async def _proclaim(self, key: bytes, rev: int, value: bytes) -> int:
         put = rpc_pb2.PutRequest(key=key, value=value, ignore_lease=True)
-        ok, revision = await self.coord.guarded(key, rev, rpc_pb2.RequestOp(request_put=put))
-        if not ok:
+        resp, revision = await self.coord.guarded(key, rev, rpc_pb2.RequestOp(request_put=put))
+        if not resp.succeeded:
             raise Rejected("FAILED_PRECONDITION", NOT_LEADER)
         return revision
 
@@ -315,10 +304,10 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
     ) -> v3election_pb2.ResignResponse:
         leader = _leader_key(request)
         delete = rpc_pb2.DeleteRangeRequest(key=leader.key)
-        ok, revision = await self.coord.guarded(
+        resp, revision = await self.coord.guarded(
             leader.key, leader.rev, rpc_pb2.RequestOp(request_delete_range=delete)
         )
-        if not ok:
+        if not resp.succeeded:
             raise Rejected("FAILED_PRECONDITION", NOT_LEADER)
         return v3election_pb2.ResignResponse(header=self.node.header(revision))
 
