@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from nameserver.cli._common import make_client, positive_int, printer
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.lock import wait_for_stop
+from nameserver.cli.lock import stop_signals
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
@@ -64,8 +64,8 @@ def run_keep_alive(args: argparse.Namespace) -> int:
             return ExitCode.OK
         lost = threading.Event()
         keeper = client.keep_alive(args.id, on_lost=lambda _: lost.set(), on_renew=renewed)
-        with keeper:
-            wait_for_stop(lost)
+        with stop_signals(lost), keeper:
+            lost.wait()
         if not keeper.lost.is_set():
             return ExitCode.OK
     out.report(

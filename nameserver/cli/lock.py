@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from nameserver.cli._common import make_client, positive_float, positive_int, printer
@@ -37,8 +38,11 @@ LOCK_TOKEN_ENV = "METALEDGER_LOCK_TOKEN"
 LOCK_LEASE_ENV = "METALEDGER_LOCK_LEASE"
 
 
-def wait_for_stop(wake: threading.Event) -> bool:
-    """Block until SIGINT/SIGTERM (returns True) or until ``wake`` is set elsewhere (False)."""
+@contextlib.contextmanager
+def stop_signals(wake: threading.Event) -> Iterator[list[int]]:
+    """While inside, SIGINT and SIGTERM set ``wake`` and are recorded in the yielded list
+    (installed before anything is printed, so a signal sent as soon as the output appears is
+    not missed)."""
     signalled: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
@@ -47,11 +51,10 @@ def wait_for_stop(wake: threading.Event) -> bool:
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        wake.wait()
+        yield signalled
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-    return bool(signalled)
 
 
 def _fail(message: str, code: ExitCode = ExitCode.ERROR) -> int:
@@ -124,9 +127,11 @@ def run_lock(args: argparse.Namespace) -> int:
                 return _fail(f"lock lost while {command[0]!r} ran: {held.keeper.error}")
             return status if status >= 0 else 128 - status
         doc = {"key": key, "token": held.token, "lease": f"{held.lease_id:x}"}
-        printer(args).report(doc, f"{key}\nfencing token {held.token}")
-        sys.stdout.flush()
-        if not wait_for_stop(lost):
+        with stop_signals(lost) as signalled:
+            printer(args).report(doc, f"{key}\nfencing token {held.token}")
+            sys.stdout.flush()
+            lost.wait()
+        if not signalled:
             return _fail(f"lock lost: {held.keeper.error}")
     return ExitCode.OK
 
@@ -151,9 +156,11 @@ def run_elect(args: argparse.Namespace) -> int:
         lost = threading.Event()
         leader = election.campaign(args.proposal, ttl_s=args.ttl, on_lost=lambda _: lost.set())
         doc = {"key": display(leader.key), "value": args.proposal, "rev": leader.rev}
-        out.report(doc, f"{display(leader.key)}\n{args.proposal}")
-        sys.stdout.flush()
-        if wait_for_stop(lost):
+        with stop_signals(lost) as signalled:
+            out.report(doc, f"{display(leader.key)}\n{args.proposal}")
+            sys.stdout.flush()
+            lost.wait()
+        if signalled:
             election.resign()
             return ExitCode.OK
         with contextlib.suppress(ClientError):
