@@ -49,11 +49,13 @@ Errors (every gRPC status has its class; ``code`` and ``retriable`` are class at
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar, get_args
 
@@ -993,6 +995,48 @@ class Client:
 
         return offsets_client.quota_list(self)
 
+    # -- leases, locks and elections (the recipes live in nameserver.coordination)
+
+    def lease_grant(self, ttl_s: int, lease_id: int = 0) -> coordination.Lease:
+        """LeaseGrant (``lease_id`` 0: the server picks one); the result's ``fencing_token``
+        is the grant's revision."""
+        return coordination.lease_grant(self, ttl_s, lease_id)
+
+    def lease_revoke(self, lease_id: int) -> int:
+        return coordination.lease_revoke(self, lease_id)
+
+    def lease_time_to_live(self, lease_id: int, keys: bool = False) -> coordination.LeaseTimeToLive:
+        return coordination.lease_time_to_live(self, lease_id, keys)
+
+    def lease_leases(self) -> list[int]:
+        return coordination.lease_leases(self)
+
+    def lease_keep_alive_once(self, lease_id: int) -> int:
+        return coordination.lease_keep_alive_once(self, lease_id)
+
+    def keep_alive(
+        self,
+        lease_id: int,
+        on_lost: Callable[[str], None] | None = None,
+        on_renew: Callable[[int], None] | None = None,
+    ) -> coordination.KeepAlive:
+        """A background keeper for the lease (``with client.keep_alive(id) as k:`` or
+        ``.start()``/``.stop()``); ``k.lost`` is set when the lease is gone."""
+        return coordination.KeepAlive(self, lease_id, on_lost, on_renew)
+
+    def lock(
+        self,
+        name: Bytesish,
+        ttl_s: int = 10,
+        timeout_s: float | None = None,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> AbstractContextManager[coordination.HeldLock]:
+        """``with client.lock(name) as held:`` hold the lock (``held.token`` fences writes)."""
+        return coordination.lock(self, name, ttl_s, timeout_s, on_lost)
+
+    def election(self, name: Bytesish) -> coordination.Election:
+        return coordination.Election(self, name)
+
     # -- plumbing
 
     def _call_once(
@@ -1085,8 +1129,9 @@ class Client:
         *,
         write: bool,
         avoid: frozenset[str] = frozenset(),
+        timeout_s: float | None = None,
     ) -> T:
-        return self._call_at(method, request, write=write, avoid=avoid)[0]
+        return self._call_at(method, request, write=write, avoid=avoid, timeout_s=timeout_s)[0]
 
     def _call_at(
         self,
@@ -1095,14 +1140,18 @@ class Client:
         *,
         write: bool,
         avoid: frozenset[str] = frozenset(),
+        timeout_s: float | None = None,
     ) -> tuple[T, str]:
         """Send one request, failing over between endpoints on UNAVAILABLE until the deadline.
 
-        Endpoints in ``avoid`` are skipped (it must leave at least one). Returns the response
-        and the endpoint that gave it.
+        Endpoints in ``avoid`` are skipped (it must leave at least one). ``timeout_s``
+        replaces the client's deadline for this request (``math.inf``: none, for requests
+        that block until something happens, like Lock). Returns the response and the
+        endpoint that gave it.
         """
         metadata = self._write_metadata() if write else None
-        deadline = time.monotonic() + self.timeout_s
+        budget_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget_s
         backoff = self._BACKOFF_FIRST_S
         failures: dict[str, str] = {}
         n = len(self.endpoints)
@@ -1118,7 +1167,9 @@ class Client:
                     break
                 try:
                     response = method(self._stubs_for(endpoint))(
-                        request, timeout=remaining, metadata=metadata
+                        request,
+                        timeout=None if math.isinf(remaining) else remaining,
+                        metadata=metadata,
                     )
                     return response, endpoint
                 except grpc.RpcError as err:
@@ -1134,5 +1185,10 @@ class Client:
             backoff = min(backoff * 2, self._BACKOFF_MAX_S)
         tried = "; ".join(f"{ep}: {msg}" for ep, msg in failures.items())
         if failures:
-            raise Unavailable(f"no endpoint answered within {self.timeout_s:g}s ({tried})")
-        raise DeadlineExceeded(f"no answer within {self.timeout_s:g}s")
+            raise Unavailable(f"no endpoint answered within {budget_s:g}s ({tried})")
+        raise DeadlineExceeded(f"no answer within {budget_s:g}s")
+
+
+# Last: the recipes module imports this one's errors and results, and Client's methods only
+# reach it at call time, so either module may be imported first.
+from nameserver import coordination  # noqa: E402

@@ -12,6 +12,7 @@ from contextlib import suppress
 import grpc
 
 from nameserver.config import ServerConfig
+from nameserver.election import ElectionService, LockService
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
 from nameserver.offsets_service import OffsetsService, QuotasService
@@ -26,7 +27,7 @@ from nameserver.services import (
 from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.state import MetadataStateMachine
 from nameserver.watch import FLOOR_FILE, SegmentHistory, WatchHub, WatchService
-from protos.etcdserverpb import rpc_pb2_grpc
+from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc, offsets_pb2_grpc, quotas_pb2_grpc
 from raftlog import (
     Entry,
@@ -141,6 +142,8 @@ class Node:
             OffsetsService(self.ctx, self.leases), server
         )
         quotas_pb2_grpc.add_QuotasServicer_to_server(QuotasService(self.ctx), server)
+        v3lock_pb2_grpc.add_LockServicer_to_server(LockService(self.ctx), server)
+        v3election_pb2_grpc.add_ElectionServicer_to_server(ElectionService(self.ctx), server)
         if server.add_insecure_port(self.config.listen_client) == 0:
             raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
         await server.start()

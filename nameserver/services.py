@@ -182,9 +182,13 @@ class NodeContext:
             await self.log.wait_applied(index, self.timeout_s)
         return self.state.image
 
-    async def propose(self, entry: Entry, context: grpc.aio.ServicerContext) -> Applied:
+    async def propose(self, entry: Entry, context: grpc.aio.ServicerContext | None) -> Applied:
+        """Propose ``entry`` and wait until it is applied here. The client's de-duplication
+        identity comes from ``context``'s metadata; None proposes without one (a handler that
+        proposes several entries for one request must not reuse the request's)."""
         client_id, seq = None, None
-        for k, v in context.invocation_metadata() or ():
+        metadata = context.invocation_metadata() if context is not None else None
+        for k, v in metadata or ():
             if k == "x-ml-client-id":
                 client_id = str(v)
             elif k == "x-ml-seq":

@@ -1,8 +1,8 @@
 """The ``metaledger`` command line.
 
 One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
-``txn``, ``watch``, ``member``, ``leader``, ``snapshot``, ``compact``, ``bench``, ``offsets``
-for offsets and quotas), each with a
+``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
+``compact``, ``bench``, ``offsets`` for offsets and quotas), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode``. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
@@ -22,6 +22,8 @@ from nameserver.cli import (
     compact,
     kv,
     leader,
+    lease,
+    lock,
     member,
     offsets,
     serve,
@@ -45,6 +47,8 @@ _GROUPS = (
     watch,
     member,
     leader,
+    lease,
+    lock,
     snapshot,
     compact,
     bench,
