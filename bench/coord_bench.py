@@ -216,6 +216,8 @@ async def _receiver(args: argparse.Namespace) -> None:
     channels = [grpc.aio.insecure_channel(e, options=CHANNEL_OPTIONS) for e in endpoints]
     lat: list[float] = []
     counts = {"events": 0, "responses": 0}
+    canceled: list[str] = []
+    got: list[int] = [0] * args.streams
     ready = 0
     streams = args.streams
     per_stream = [args.watches // streams + (k < args.watches % streams) for k in range(streams)]
@@ -247,6 +249,9 @@ async def _receiver(args: argparse.Namespace) -> None:
         try:
             async for raw in call:
                 resp = parse(raw)
+                if resp.canceled:
+                    canceled.append(f"{resp.watch_id}: {resp.cancel_reason}")
+                    continue
                 if resp.created:
                     mine += 1
                     if mine == per_stream[k]:
@@ -257,6 +262,7 @@ async def _receiver(args: argparse.Namespace) -> None:
                 now = time.time()
                 counts["responses"] += 1
                 last_event[0] = now
+                got[k] += len(resp.events)
                 for ev in resp.events:
                     counts["events"] += 1
                     lat.append(now - int(ev.kv.value[:20]) / 1e9)
@@ -281,6 +287,8 @@ async def _receiver(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 **counts,
+                "canceled": canceled[:5],
+                "per_stream": got,
                 "p50_ms": percentile_ms(lat, 0.5),
                 "p99_ms": percentile_ms(lat, 0.99),
                 "max_ms": lat[-1] * 1000 if lat else None,
@@ -292,12 +300,26 @@ async def _receiver(args: argparse.Namespace) -> None:
         await ch.close()
 
 
-async def _writer(endpoint: str, rate: float, duration: float) -> int:
+async def _writer(endpoint: str, rate: float, duration: float) -> tuple[int, list[str]]:
+    """Put at ``rate``/s for ``duration`` s; returns (acknowledged puts, a few errors)."""
     async with grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as ch:
         stub = rpc_pb2_grpc.KVStub(ch)
         n = 0
+        acked = 0
+        errors: list[str] = []
         start = time.monotonic()
         inflight: set[asyncio.Future[Any]] = set()
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            nonlocal acked
+            inflight.discard(fut)
+            if fut.exception() is None:
+                acked += 1
+            elif len(errors) < 5:
+                exc = fut.exception()
+                code = exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else ""
+                errors.append(f"{time.monotonic() - start:.1f}s: {code or repr(exc)}")
+
         while True:
             due = start + n / rate
             now = time.monotonic()
@@ -307,13 +329,15 @@ async def _writer(endpoint: str, rate: float, duration: float) -> int:
                 await asyncio.sleep(due - now)
             value = str(time.time_ns()).encode().rjust(20, b"0")
             key = PREFIX + b"k%06d" % (n % 1000)
-            fut = asyncio.ensure_future(stub.Put(rpc_pb2.PutRequest(key=key, value=value)))
+            fut = asyncio.ensure_future(
+                stub.Put(rpc_pb2.PutRequest(key=key, value=value), timeout=30)
+            )
             inflight.add(fut)
-            fut.add_done_callback(inflight.discard)
+            fut.add_done_callback(done)
             n += 1
         if inflight:
-            await asyncio.wait(inflight, timeout=30)
-        return n
+            await asyncio.wait(inflight, timeout=60)
+        return acked, errors
 
 
 def watch_scenario(
@@ -341,6 +365,8 @@ def watch_scenario(
                 str(p),
                 "--until",
                 str(until),
+                "--idle",
+                str(args.drain),
             ]
             recv.append(
                 subprocess.Popen(
@@ -351,15 +377,20 @@ def watch_scenario(
             line = r.stdout.readline() if r.stdout else ""
             if line.strip() != "ready":
                 raise RuntimeError(f"watch receiver {r.pid} not ready: {line!r}")
-        meter = CpuMeter(leader_pid(cluster))
-        meter.start()
-        written = asyncio.run(_writer(cluster.leader, rate, args.duration))
-        write_cpu = meter.stop()
-        print(f"   wrote {written} keys", file=sys.stderr, flush=True)
+        leader = CpuMeter(leader_pid(cluster))
+        servers = [CpuMeter(pid) for pid in cluster.server_pids]
+        for m in (leader, *servers):
+            m.start()
+        written, errors = asyncio.run(_writer(cluster.leader, rate, args.duration))
+        print(f"   wrote {written} keys; errors: {errors}", file=sys.stderr, flush=True)
         outs = []
         for r in recv:
             out, _ = r.communicate(timeout=until - time.time() + 30)
             outs.append(json.loads(out.strip().splitlines()[-1]))
+            if outs[-1]["canceled"]:
+                print(f"   watchers canceled: {outs[-1]['canceled']}", file=sys.stderr)
+        leader_cpu = leader.stop()  # until every receiver is done (the drain included)
+        servers_cpu_s = sum(m.stop()["cpu_s"] for m in servers)
         events = sum(o["events"] for o in outs)
         expected = written * watchers
         return {
@@ -374,7 +405,11 @@ def watch_scenario(
             "p99_ms": max((o["p99_ms"] or 0) for o in outs),
             "max_ms": max((o["max_ms"] or 0) for o in outs),
             "responses": sum(o["responses"] for o in outs),
-            "leader_cpu_during_writes": write_cpu,
+            "leader_cpu": leader_cpu,
+            "leader_cpu_us_per_event": round(leader_cpu["cpu_s"] / events * 1e6, 2)
+            if events
+            else None,
+            "servers_cpu_us_per_event": round(servers_cpu_s / events * 1e6, 2) if events else None,
         }
     finally:
         for r in recv:
@@ -411,7 +446,7 @@ def table(report: dict[str, Any]) -> str:
         lines += [
             "| watch | watchers | writes | delivered (fraction) | events/s of writing time "
             "| p50/p99 ms "
-            "| leader cores (writes) |",
+            "| server CPU µs per delivered event: leader / all 3 |",
             "|---|---|---|---|---|---|---|",
         ]
         for system, r in res.items():
@@ -424,7 +459,7 @@ def table(report: dict[str, Any]) -> str:
                     f"| {system} | {x['watchers']} | {x['rate']:.0f}/s: {x['written']} "
                     f"| {x['delivered']} ({x['delivered_fraction']}) "
                     f"| {x['delivered_per_s']:.0f} | {x['p50_ms']:.1f} / {x['p99_ms']:.1f} "
-                    f"| {x['leader_cpu_during_writes']['cores']} |"
+                    f"| {x['leader_cpu_us_per_event']} / {x['servers_cpu_us_per_event']} |"
                 )
     return "\n".join(lines)
 
@@ -470,10 +505,17 @@ def build_parser() -> argparse.ArgumentParser:
         default="1000x1000,1000x100,100x100",
         help="WATCHERSxRATE: watchers on the prefix and puts/s of the writer; one row each",
     )
-    p.add_argument("--drain", type=float, default=15.0)
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=10.0,
+        help="a receiver stops once no event came for this long (the writer finished and "
+        "everything was delivered)",
+    )
     p.add_argument("--etcd", default=os.environ.get("ETCD", "/usr/bin/etcd"))
     p.add_argument("--etcdctl", default=os.environ.get("ETCDCTL", "etcdctl"))
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--keep-data", action="store_true", help="keep the data dirs and logs")
     # receiver child
     p.add_argument("--child-receiver", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--endpoints", help=argparse.SUPPRESS)
@@ -530,7 +572,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if cluster is not None:
             cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.keep_data:
+            print(f"coord_bench: data and logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     path = write_report(report, args.out_dir)
     print(table(report))
     print(f"results: {path}", file=sys.stderr)

@@ -26,7 +26,13 @@ from nameserver.services import (
 )
 from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.state import MetadataStateMachine
-from nameserver.watch import FLOOR_FILE, SegmentHistory, WatchHub, WatchService
+from nameserver.watch import (
+    FLOOR_FILE,
+    SegmentHistory,
+    WatchHub,
+    WatchService,
+    add_watch_service,
+)
 from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc, offsets_pb2_grpc, quotas_pb2_grpc
 from raftlog import (
@@ -44,6 +50,10 @@ log = logging.getLogger("metaledger")
 GRPC_MAX_MESSAGE_BYTES = (
     16 * 1024 * 1024
 )  # above max_request_bytes, so we answer with our own error
+
+
+#: Calls that may wait for the server to take them (gRPC's default, 1,000, cancels the rest).
+GRPC_MAX_PENDING_CALLS = 20_000
 
 
 def uint64_id(text: str) -> int:
@@ -127,6 +137,13 @@ class Node:
                 ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
+                # gRPC's C core cancels (status CANCELLED, nothing logged) every call that
+                # arrives while 1,000 calls already wait for the asyncio server to pick them
+                # up: a busy event loop (a burst of writes, a large watch fan-out) turned
+                # into silently cancelled writes. Queue them instead, as etcd does; a
+                # request still waiting at its deadline times out on its own.
+                ("grpc.server.max_pending_requests", GRPC_MAX_PENDING_CALLS),
+                ("grpc.server.max_pending_requests_hard_limit", 2 * GRPC_MAX_PENDING_CALLS),
             ]
         )
         rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), server)
@@ -134,7 +151,7 @@ class Node:
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), server)
         rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), server)
-        rpc_pb2_grpc.add_WatchServicer_to_server(
+        add_watch_service(
             WatchService(self.watch_hub, self.config.watch_progress_notify_interval_ms / 1000),
             server,
         )

@@ -35,6 +35,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+import grpc
+
 from nameserver import kv as kvops
 from nameserver.image import KeyValue, MetadataImage
 from nameserver.state import CapturedImage
@@ -94,26 +96,49 @@ def normalize_range(key: bytes, range_end: bytes) -> tuple[bytes, bytes | None]:
 
 
 # --------------------------------------------------------------------------- events
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field_bytes(tag: int, data: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2): tag, length, data."""
+    return _varint(tag << 3 | 2) + _varint(len(data)) + data
+
+
+#: WatchResponse field numbers (protos/etcdserverpb/rpc.proto)
+_HEADER, _WATCH_ID, _FRAGMENT, _EVENTS = 1, 2, 7, 11
+_FRAGMENT_TRUE = _varint(_FRAGMENT << 3) + b"\x01"
+
+
 @dataclass(slots=True)
 class HubEvent:
-    """One change to deliver: built once, shared by every watcher it matches."""
+    """One change to deliver: built once, shared by every watcher it matches. Its encoding
+    as a ``WatchResponse.events`` field is cached too, so a response to each of many watchers
+    is a concatenation of bytes, not a copy of protobuf messages (see
+    :meth:`WatchHub.responses`)."""
 
     revision: int
     type: kv_pb2.Event.EventType  # PUT / DELETE
     kv: kv_pb2.KeyValue
     prev: KeyValue | None
-    _plain: kv_pb2.Event | None = None
-    _with_prev: kv_pb2.Event | None = None
+    _plain: bytes = b""
+    _with_prev: bytes = b""
 
-    def message(self, prev_kv: bool) -> kv_pb2.Event:
+    def field(self, prev_kv: bool) -> bytes:
+        """The event as an encoded ``events`` field of a WatchResponse."""
         if prev_kv and self.prev is not None:
-            if self._with_prev is None:
-                self._with_prev = kv_pb2.Event(
-                    type=self.type, kv=self.kv, prev_kv=kvops.to_pb(self.prev)
-                )
+            if not self._with_prev:
+                event = kv_pb2.Event(type=self.type, kv=self.kv, prev_kv=kvops.to_pb(self.prev))
+                self._with_prev = _field_bytes(_EVENTS, event.SerializeToString())
             return self._with_prev
-        if self._plain is None:
-            self._plain = kv_pb2.Event(type=self.type, kv=self.kv)
+        if not self._plain:
+            event = kv_pb2.Event(type=self.type, kv=self.kv)
+            self._plain = _field_bytes(_EVENTS, event.SerializeToString())
         return self._plain
 
 
@@ -538,31 +563,34 @@ class WatchHub:
 
     def responses(
         self, w: Watcher, events: list[HubEvent], header_revision: int
-    ) -> Iterator[rpc_pb2.WatchResponse]:
-        """The responses carrying ``events`` to ``w``: one, split when it would exceed
-        ``max_response_bytes``: at revision boundaries, or anywhere with ``fragment`` flags
-        when the watcher allows it (etcd's fragmentation, reassembled by its clients)."""
-        header = self.header(header_revision)
+    ) -> Iterator[bytes]:
+        """The encoded WatchResponses carrying ``events`` to ``w``: one, split when it would
+        exceed ``max_response_bytes``: at revision boundaries, or anywhere with ``fragment``
+        flags when the watcher allows it (etcd's fragmentation, reassembled by its clients).
+
+        Built from bytes (the stream's serializer passes bytes through): header and watch id,
+        then each event's cached field, which is what the protobuf encoder would write."""
+        head = _field_bytes(_HEADER, self.header(header_revision).SerializeToString())
+        if w.id:
+            head += _varint(_WATCH_ID << 3) + _varint(w.id)
         limit = self.max_response_bytes
-        batch: list[kv_pb2.Event] = []
-        size = RESPONSE_OVERHEAD_BYTES
+        batch: list[bytes] = [head]
+        size = len(head)
         last_rev = 0
         for ev in events:
-            msg = ev.message(w.prev_kv)
-            n = msg.ByteSize() + 8
-            if batch and size + n > limit:
+            data = ev.field(w.prev_kv)
+            if len(batch) > 1 and size + len(data) > limit:
                 if w.fragment and ev.revision == last_rev:
-                    yield rpc_pb2.WatchResponse(
-                        header=header, watch_id=w.id, events=batch, fragment=True
-                    )
-                    batch, size = [], RESPONSE_OVERHEAD_BYTES
+                    batch.append(_FRAGMENT_TRUE)
+                    yield b"".join(batch)
+                    batch, size = [head], len(head)
                 elif ev.revision != last_rev:
-                    yield rpc_pb2.WatchResponse(header=header, watch_id=w.id, events=batch)
-                    batch, size = [], RESPONSE_OVERHEAD_BYTES
-            batch.append(msg)
-            size += n
+                    yield b"".join(batch)
+                    batch, size = [head], len(head)
+            batch.append(data)
+            size += len(data)
             last_rev = ev.revision
-        yield rpc_pb2.WatchResponse(header=header, watch_id=w.id, events=batch)
+        yield b"".join(batch)
 
 
 def _chunks(events: list[kv_pb2.Event], limit: int) -> Iterator[list[kv_pb2.Event]]:
@@ -630,7 +658,7 @@ class WatchStream:
 
     def expand(
         self, item: rpc_pb2.WatchResponse | PendingEvents
-    ) -> Iterator[rpc_pb2.WatchResponse]:
+    ) -> Iterator[rpc_pb2.WatchResponse | bytes]:
         """The responses of a queue item (called when the stream writes it)."""
         if isinstance(item, PendingEvents):
             if self._open.get(item.watcher.id) is item:
@@ -734,6 +762,26 @@ class WatchStream:
         self.watchers.clear()
 
 
+def _serialize(response: rpc_pb2.WatchResponse | bytes) -> bytes:
+    if isinstance(response, bytes):
+        return response  # already encoded (event responses, WatchHub.responses)
+    data: bytes = response.SerializeToString()
+    return data
+
+
+def add_watch_service(service: WatchService, server: Any) -> None:
+    """Register ``service`` as ``etcdserverpb.Watch`` with a serializer that passes
+    pre-encoded responses through (the generated ``add_WatchServicer_to_server`` would not)."""
+    handler = grpc.stream_stream_rpc_method_handler(
+        service.Watch,
+        request_deserializer=rpc_pb2.WatchRequest.FromString,
+        response_serializer=_serialize,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("etcdserverpb.Watch", {"Watch": handler}),)
+    )
+
+
 class WatchService(rpc_pb2_grpc.WatchServicer):  # type: ignore[misc]
     def __init__(self, hub: WatchHub, progress_interval_s: float) -> None:
         self.hub = hub
@@ -741,7 +789,7 @@ class WatchService(rpc_pb2_grpc.WatchServicer):  # type: ignore[misc]
 
     async def Watch(
         self, request_iterator: AsyncIterator[rpc_pb2.WatchRequest], context: Any
-    ) -> AsyncIterator[rpc_pb2.WatchResponse]:
+    ) -> AsyncIterator[rpc_pb2.WatchResponse | bytes]:
         stream = WatchStream(self.hub, self.progress_interval_s)
         loop = asyncio.get_running_loop()
 

@@ -8,6 +8,7 @@ Bad requests go through a follower (which would forward a write) and the leader 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -288,3 +289,34 @@ def test_txn_compare_with_empty_key_is_refused(module_cluster: Cluster) -> None:
         assert info.value.code() == INVALID, info.value.details()
         assert "key is not provided" in info.value.details()
     assert b"limits/cmp0" not in c.range_all(c.leader(), b"limits/cmp0")
+
+
+def test_a_burst_of_concurrent_writes_is_queued_not_cancelled(module_cluster: Cluster) -> None:
+    """3,000 puts at once on one connection: gRPC's default would cancel every call beyond
+    the 1,000 waiting for the server to take them (silently, status CANCELLED); all must be
+    applied and acknowledged."""
+    c = module_cluster
+    n = 3000
+
+    async def burst() -> list[Any]:
+        async with grpc.aio.insecure_channel(c.endpoints[c.leader()]) as channel:
+            put = channel.unary_unary(
+                "/etcdserverpb.KV/Put",
+                request_serializer=pb.PutRequest.SerializeToString,
+                response_deserializer=pb.PutResponse.FromString,
+            )
+            return await asyncio.gather(
+                *(
+                    put(pb.PutRequest(key=b"burst/%05d" % i, value=b"v"), timeout=60)
+                    for i in range(n)
+                ),
+                return_exceptions=True,
+            )
+
+    results = asyncio.run(burst())
+    failed = [r for r in results if isinstance(r, BaseException)]
+    assert not failed, f"{len(failed)} of {n} puts failed, e.g. {failed[0]!r}"
+    revisions = sorted(r.header.revision for r in results)
+    assert len(set(revisions)) == n  # each its own revision
+    got = c.stub(0).Range(pb.RangeRequest(key=b"burst/", range_end=b"burst0", count_only=True))
+    assert got.count == n

@@ -94,7 +94,10 @@ class Sink:
         self.responses.append(response)
 
     def send_events(self, w: Watcher, events: list[HubEvent], header_revision: int) -> None:
-        self.responses.extend(self.hub.responses(w, events, header_revision))
+        self.responses.extend(
+            rpc_pb2.WatchResponse.FromString(r)
+            for r in self.hub.responses(w, events, header_revision)
+        )
 
 
 def make_hub(history: FakeHistory, feed: Feed, max_bytes: int = 1 << 20) -> WatchHub:
@@ -124,7 +127,10 @@ def drain(stream: WatchStream) -> list[rpc_pb2.WatchResponse]:
     while not stream.out.empty():
         r = stream.out.get_nowait()
         assert r is not None
-        out.extend(stream.expand(r))
+        out.extend(
+            x if isinstance(x, rpc_pb2.WatchResponse) else rpc_pb2.WatchResponse.FromString(x)
+            for x in stream.expand(r)
+        )
     return out
 
 
