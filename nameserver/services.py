@@ -343,8 +343,8 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
 async def require_lease(node: NodeContext, lease_id: int) -> None:
     """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
 
-    Apply checks again (the lease may go in between), but an apply-time rejection
-    reaches the client as INVALID_ARGUMENT: ``raftlog.ApplyFailure`` keeps no code."""
+    Apply checks again (the lease may go in between); its rejection keeps its code
+    (``raftlog.ApplyFailure.code``), so the client gets NOT_FOUND either way."""
     if node.state.image.leases.get(lease_id) is not None:
         return
     image = await node.read_image(False)
