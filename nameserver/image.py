@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from nameserver._sortedmap import PersistentSortedMap
 from protos import records_pb2
@@ -431,6 +431,27 @@ class QuorumPolicy:
     enable_auto_in_sync_replicas: bool = False
     ha_max_gap_not_in_sync: int = 256 * 1024
 
+    def to_pb(self) -> records_pb2.ReplicaGroupPolicy:
+        return records_pb2.ReplicaGroupPolicy(
+            total_replicas=self.total_replicas,
+            in_sync_replicas=self.in_sync_replicas,
+            min_in_sync_replicas=self.min_in_sync_replicas,
+            enable_auto_in_sync_replicas=self.enable_auto_in_sync_replicas,
+            ha_max_gap_not_in_sync=self.ha_max_gap_not_in_sync,
+        )
+
+    @staticmethod
+    def from_pb(p: Any) -> QuorumPolicy:
+        """From ``records.ReplicaGroupPolicy`` or ``metaledger.v1.ReplicaGroupPolicy`` (the
+        same fields)."""
+        return QuorumPolicy(
+            p.total_replicas,
+            p.in_sync_replicas,
+            p.min_in_sync_replicas,
+            p.enable_auto_in_sync_replicas,
+            p.ha_max_gap_not_in_sync,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaGroup:
@@ -466,7 +487,6 @@ class ReplicaGroup:
         return len(self.broker_name.encode()) + len(self.to_record())
 
     def to_record(self) -> bytes:
-        p = self.policy
         data: bytes = records_pb2.ReplicaGroupRecord(
             broker_name=self.broker_name,
             cluster_name=self.cluster_name,
@@ -484,13 +504,7 @@ class ReplicaGroup:
             master_epoch=self.master_epoch,
             sync_state_set=list(self.sync_state_set),
             sync_state_set_epoch=self.sync_state_set_epoch,
-            policy=records_pb2.ReplicaGroupPolicy(
-                total_replicas=p.total_replicas,
-                in_sync_replicas=p.in_sync_replicas,
-                min_in_sync_replicas=p.min_in_sync_replicas,
-                enable_auto_in_sync_replicas=p.enable_auto_in_sync_replicas,
-                ha_max_gap_not_in_sync=p.ha_max_gap_not_in_sync,
-            ),
+            policy=self.policy.to_pb(),
             next_broker_id=self.next_broker_id,
             create_revision=self.create_revision,
             mod_revision=self.mod_revision,
@@ -501,7 +515,6 @@ class ReplicaGroup:
     @staticmethod
     def from_record(data: bytes) -> ReplicaGroup:
         r = records_pb2.ReplicaGroupRecord.FromString(data)
-        p = r.policy
         return ReplicaGroup(
             r.broker_name,
             r.cluster_name,
@@ -514,13 +527,7 @@ class ReplicaGroup:
             r.master_epoch,
             tuple(r.sync_state_set),
             r.sync_state_set_epoch,
-            QuorumPolicy(
-                p.total_replicas,
-                p.in_sync_replicas,
-                p.min_in_sync_replicas,
-                p.enable_auto_in_sync_replicas,
-                p.ha_max_gap_not_in_sync,
-            ),
+            QuorumPolicy.from_pb(r.policy),
             r.next_broker_id,
             r.create_revision,
             r.mod_revision,

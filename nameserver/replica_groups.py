@@ -251,13 +251,10 @@ def check_elect(e: records_pb2.ElectMaster) -> None:
 
 def policy_of(p: records_pb2.ReplicaGroupPolicy) -> QuorumPolicy:
     """The policy a request asks for (``ha_max_gap_not_in_sync`` 0: RocketMQ's 256 KiB)."""
-    return QuorumPolicy(
-        p.total_replicas,
-        p.in_sync_replicas,
-        p.min_in_sync_replicas,
-        p.enable_auto_in_sync_replicas,
-        p.ha_max_gap_not_in_sync or QuorumPolicy().ha_max_gap_not_in_sync,
-    )
+    policy = QuorumPolicy.from_pb(p)
+    if policy.ha_max_gap_not_in_sync:
+        return policy
+    return replace(policy, ha_max_gap_not_in_sync=QuorumPolicy().ha_max_gap_not_in_sync)
 
 
 def check_policy(s: records_pb2.SetReplicaGroupPolicy) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nameserver.image import QuorumPolicy
 from protos.metaledger.v1 import replica_groups_pb2 as pb
 from protos.metaledger.v1 import replica_groups_pb2_grpc as pb_grpc
 
@@ -31,13 +32,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class GroupPolicy:
-    total_replicas: int = 1
-    in_sync_replicas: int = 1
-    min_in_sync_replicas: int = 1
-    enable_auto_in_sync_replicas: bool = False
-    ha_max_gap_not_in_sync: int = 256 * 1024
+#: totalReplicas, inSyncReplicas, minInSyncReplicas, enableAutoInSyncReplicas, haMaxGapNotInSync
+GroupPolicy = QuorumPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +64,7 @@ class ReplicaGroupInfo:
     master_epoch: int
     sync_state_set: list[int]
     sync_state_set_epoch: int
-    policy: GroupPolicy
+    policy: QuorumPolicy
     create_revision: int
     mod_revision: int
     version: int
@@ -81,7 +77,6 @@ class ReplicaGroupInfo:
     def from_proto(
         cls, g: pb.ReplicaGroup, revision: int = 0, need: pb.NeedAckNums | None = None
     ) -> ReplicaGroupInfo:
-        p = g.policy
         return cls(
             g.broker_name,
             g.cluster_name,
@@ -94,13 +89,7 @@ class ReplicaGroupInfo:
             g.master_epoch,
             list(g.sync_state_set),
             g.sync_state_set_epoch,
-            GroupPolicy(
-                p.total_replicas,
-                p.in_sync_replicas,
-                p.min_in_sync_replicas,
-                p.enable_auto_in_sync_replicas,
-                p.ha_max_gap_not_in_sync,
-            ),
+            QuorumPolicy.from_pb(g.policy),
             g.create_revision,
             g.mod_revision,
             g.version,
@@ -223,13 +212,7 @@ def set_policy(
     req = pb.SetPolicyRequest(
         broker_name=broker_name,
         cluster_name=cluster_name,
-        policy=pb.ReplicaGroupPolicy(
-            total_replicas=policy.total_replicas,
-            in_sync_replicas=policy.in_sync_replicas,
-            min_in_sync_replicas=policy.min_in_sync_replicas,
-            enable_auto_in_sync_replicas=policy.enable_auto_in_sync_replicas,
-            ha_max_gap_not_in_sync=policy.ha_max_gap_not_in_sync,
-        ),
+        policy=pb.ReplicaGroupPolicy.FromString(policy.to_pb().SerializeToString()),
     )
     r = client._call(_stub("SetPolicy"), req, write=True)
     return ReplicaGroupWrite(r.revision, ReplicaGroupInfo.from_proto(r.group, r.revision))

@@ -32,7 +32,6 @@ FORWARDED_METADATA = "x-ml-forwarded"
 
 
 def group_to_pb(g: ReplicaGroup) -> pb.ReplicaGroup:
-    p = g.policy
     return pb.ReplicaGroup(
         broker_name=g.broker_name,
         cluster_name=g.cluster_name,
@@ -51,13 +50,8 @@ def group_to_pb(g: ReplicaGroup) -> pb.ReplicaGroup:
         master_epoch=g.master_epoch,
         sync_state_set=list(g.sync_state_set),
         sync_state_set_epoch=g.sync_state_set_epoch,
-        policy=pb.ReplicaGroupPolicy(
-            total_replicas=p.total_replicas,
-            in_sync_replicas=p.in_sync_replicas,
-            min_in_sync_replicas=p.min_in_sync_replicas,
-            enable_auto_in_sync_replicas=p.enable_auto_in_sync_replicas,
-            ha_max_gap_not_in_sync=p.ha_max_gap_not_in_sync,
-        ),
+        # the two ReplicaGroupPolicy messages have the same fields and numbers
+        policy=pb.ReplicaGroupPolicy.FromString(g.policy.to_pb().SerializeToString()),
         create_revision=g.create_revision,
         mod_revision=g.mod_revision,
         version=g.version,
@@ -284,17 +278,10 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
 
     @rpc
     async def SetPolicy(self, request: pb.SetPolicyRequest, context: Any) -> pb.SetPolicyResponse:
-        p = request.policy
         s = records_pb2.SetReplicaGroupPolicy(
             broker_name=request.broker_name,
             cluster_name=request.cluster_name,
-            policy=records_pb2.ReplicaGroupPolicy(
-                total_replicas=p.total_replicas,
-                in_sync_replicas=p.in_sync_replicas,
-                min_in_sync_replicas=p.min_in_sync_replicas,
-                enable_auto_in_sync_replicas=p.enable_auto_in_sync_replicas,
-                ha_max_gap_not_in_sync=p.ha_max_gap_not_in_sync,
-            ),
+            policy=records_pb2.ReplicaGroupPolicy.FromString(request.policy.SerializeToString()),
         )
         replica_groups.check_policy(s)
         applied, result = await self._propose(
