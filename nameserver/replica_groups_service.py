@@ -29,6 +29,7 @@ from protos.metaledger.v1 import replica_groups_pb2_grpc as pb_grpc
 from raftlog import Applied, Entry
 
 FORWARDED_METADATA = "x-ml-forwarded"
+DEDUP_METADATA = ("x-ml-client-id", "x-ml-seq")
 
 
 def group_to_pb(g: ReplicaGroup) -> pb.ReplicaGroup:
@@ -123,9 +124,14 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
         if channel is None:
             channel = self._channels[endpoint] = grpc.aio.insecure_channel(endpoint)
         stub = pb_grpc.ReplicaGroupsStub(channel)
+        # the client's de-duplication identity goes along, so a retried election is still
+        # applied once
+        passed = tuple((k, v) for k, v in metadata or () if k in DEDUP_METADATA)
         try:
             return await getattr(stub, method)(
-                request, timeout=self.node.timeout_s, metadata=((FORWARDED_METADATA, "1"),)
+                request,
+                timeout=self.node.timeout_s,
+                metadata=((FORWARDED_METADATA, "1"), *passed),
             )
         except grpc.aio.AioRpcError as err:
             raise Rejected(err.code().name, err.details() or "") from None
