@@ -66,6 +66,12 @@ from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 
 if TYPE_CHECKING:
     from nameserver.offsets_client import CommittedOffset, OffsetList, OffsetWrite, QuotaUsage
+    from nameserver.replica_groups_client import (
+        GroupPolicy,
+        ReplicaGroupInfo,
+        ReplicaGroupWrite,
+        ReplicaHeartbeat,
+    )
     from nameserver.watch_client import Watch
 
 __all__ = [
@@ -911,9 +917,12 @@ class Client:
         filters: Iterable[str] = (),
         snapshot_if_compacted: bool = False,
         progress_notify: bool = False,
+        record_type: str = "",
     ) -> Watch:
         """Watch a key or range: an iterator of events that resumes on another endpoint from
-        the last revision + 1 when its node fails (:mod:`nameserver.watch_client`)."""
+        the last revision + 1 when its node fails (:mod:`nameserver.watch_client`).
+        ``record_type`` watches records of another type than kv (e.g. ``replica_group``:
+        key = broker name, value = ``records.ReplicaGroupRecord`` bytes)."""
         from nameserver.watch_client import Watch
 
         return Watch(
@@ -926,6 +935,7 @@ class Client:
             filters=filters,
             snapshot_if_compacted=snapshot_if_compacted,
             progress_notify=progress_notify,
+            record_type=record_type,
         )
 
     # -- replicator offsets and quotas (nameserver.offsets_client)
@@ -994,6 +1004,76 @@ class Client:
         from nameserver import offsets_client
 
         return offsets_client.quota_list(self)
+
+    # -- replica groups (nameserver.replica_groups_client)
+
+    def replica_register(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        address: str,
+        broker_id: int = 0,
+        heartbeat_timeout_ms: int = 0,
+    ) -> ReplicaGroupWrite:
+        """ReplicaGroups.Register: assigns (``broker_id`` 0) or keeps a broker id."""
+        from nameserver import replica_groups_client
+
+        return replica_groups_client.register(
+            self, cluster_name, broker_name, address, broker_id, heartbeat_timeout_ms
+        )
+
+    def replica_heartbeat(
+        self, broker_name: str, broker_id: int, max_offset: int = 0, epoch: int = 0
+    ) -> ReplicaHeartbeat:
+        from nameserver import replica_groups_client
+
+        return replica_groups_client.heartbeat(self, broker_name, broker_id, max_offset, epoch)
+
+    def replica_alter_isr(
+        self,
+        broker_name: str,
+        *,
+        master_id: int,
+        master_epoch: int,
+        sync_state_set_epoch: int,
+        sync_state_set: Sequence[int],
+    ) -> ReplicaGroupWrite:
+        """ReplicaGroups.AlterSyncStateSet: a compare-and-set fenced by both epochs."""
+        from nameserver import replica_groups_client
+
+        return replica_groups_client.alter_isr(
+            self,
+            broker_name,
+            master_id=master_id,
+            master_epoch=master_epoch,
+            sync_state_set_epoch=sync_state_set_epoch,
+            sync_state_set=sync_state_set,
+        )
+
+    def replica_elect(
+        self, broker_name: str, broker_id: int = 0, unclean: bool = False
+    ) -> ReplicaGroupWrite:
+        from nameserver import replica_groups_client
+
+        return replica_groups_client.elect(self, broker_name, broker_id, unclean)
+
+    def replica_group(self, broker_name: str) -> ReplicaGroupInfo:
+        """ReplicaGroups.GetGroup: the member group and its need_ack_nums."""
+        from nameserver import replica_groups_client
+
+        return replica_groups_client.get_group(self, broker_name)
+
+    def replica_groups(self, cluster_name: str = "") -> list[ReplicaGroupInfo]:
+        from nameserver import replica_groups_client
+
+        return replica_groups_client.list_groups(self, cluster_name)
+
+    def replica_set_policy(
+        self, broker_name: str, policy: GroupPolicy, cluster_name: str = ""
+    ) -> ReplicaGroupWrite:
+        from nameserver import replica_groups_client
+
+        return replica_groups_client.set_policy(self, broker_name, policy, cluster_name)
 
     # -- leases, locks and elections (the recipes live in nameserver.coordination)
 

@@ -8,6 +8,7 @@ member         as requested    etcd's MemberList ``linearizable`` flag
 lease          linearizable    a holder must never see a lease that the leader let expire
 offset         linearizable    a standby resumes from the newest checkpoint, never an older one
 quota          linearizable    limits and usage are read to decide what may still be written
+replica_group  linearizable    masters, epochs and the in-sync set fence brokers' writes
 lock/election  linearizable    ownership keys (etcd v3lock / v3election) decide who may act
 routing        eventual        any node's image; the answer carries the node's apply offset
 =============  ==============  ==============================================================
@@ -35,6 +36,7 @@ READ_CONSISTENCY: dict[str, str] = {
     "lease": LINEARIZABLE,
     "offset": LINEARIZABLE,
     "quota": LINEARIZABLE,
+    "replica_group": LINEARIZABLE,
     "lock": LINEARIZABLE,
     "election": LINEARIZABLE,
     "routing": EVENTUAL,

@@ -13,7 +13,8 @@ request that shrinks a type (a delete, a smaller value) always passes, even over
 lowered below the current usage.
 
 Bytes are the key and value lengths of kv records, and the key and offset bytes of
-replicator offsets; leases count keys only.
+replicator offsets, the broker name and encoded record of replica groups; leases count
+keys only.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from protos import records_pb2
 from raftlog import Effect
 
 #: Record types that have a quota.
-QUOTA_TYPES = ("kv", "lease", "offset")
+QUOTA_TYPES = ("kv", "lease", "offset", "replica_group")
 #: Limits of types that have no quota record: none (0 = unlimited).
 DEFAULT_QUOTAS: dict[str, Quota] = {t: Quota(t) for t in QUOTA_TYPES}
 
@@ -40,6 +41,10 @@ def usage(delta: MetadataDelta) -> Usage:
         "offset": (
             len(img.offsets) + delta.offsets.key_delta,
             img.offsets.value_bytes + delta.offsets.byte_delta,
+        ),
+        "replica_group": (
+            len(img.replica_groups) + delta.replica_groups.key_delta,
+            img.replica_groups.value_bytes + delta.replica_groups.byte_delta,
         ),
     }
 

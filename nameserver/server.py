@@ -16,6 +16,8 @@ from nameserver.election import ElectionService, LockService
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
 from nameserver.offsets_service import OffsetsService, QuotasService
+from nameserver.replica_groups_service import ReplicaGroupsService
+from nameserver.replica_liveness import ReplicaLiveness
 from nameserver.services import (
     AdminService,
     ClusterService,
@@ -34,7 +36,12 @@ from nameserver.watch import (
     add_watch_service,
 )
 from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
-from protos.metaledger.v1 import admin_pb2_grpc, offsets_pb2_grpc, quotas_pb2_grpc
+from protos.metaledger.v1 import (
+    admin_pb2_grpc,
+    offsets_pb2_grpc,
+    quotas_pb2_grpc,
+    replica_groups_pb2_grpc,
+)
 from raftlog import (
     Entry,
     PySyncObjConfig,
@@ -120,6 +127,8 @@ class Node:
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )
+        self.replica_liveness = ReplicaLiveness(self.log, self.state, self.ctx.timeout_s)
+        self.replica_groups = ReplicaGroupsService(self.ctx, self.replica_liveness)
         self.server: grpc.aio.Server | None = None
         self._announce_task: asyncio.Task[None] | None = None
 
@@ -159,6 +168,7 @@ class Node:
             OffsetsService(self.ctx, self.leases), server
         )
         quotas_pb2_grpc.add_QuotasServicer_to_server(QuotasService(self.ctx), server)
+        replica_groups_pb2_grpc.add_ReplicaGroupsServicer_to_server(self.replica_groups, server)
         v3lock_pb2_grpc.add_LockServicer_to_server(LockService(self.ctx), server)
         v3election_pb2_grpc.add_ElectionServicer_to_server(ElectionService(self.ctx), server)
         if server.add_insecure_port(self.config.listen_client) == 0:
@@ -167,6 +177,7 @@ class Node:
         self.server = server
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
         self.leases.start()
+        self.replica_liveness.start()
         log.info(
             "node %s serving: client %s, peer %s, data %s",
             self.config.node_id,
@@ -201,8 +212,10 @@ class Node:
         if self._announce_task is not None:
             self._announce_task.cancel()
         await self.leases.stop()
+        await self.replica_liveness.stop()
         if self.server is not None:
             await self.server.stop(grace=1.0)
+        await self.replica_groups.close()
         self.log.stop()
 
 

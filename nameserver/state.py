@@ -29,6 +29,7 @@ from nameserver.image import (
 )
 from nameserver.kv import Rejected
 from nameserver.offsets import apply_offset
+from nameserver.replica_groups import apply_replica_group
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Effect, Entry
@@ -106,6 +107,10 @@ class MetadataStateMachine:
             return apply_offset(
                 delta, records_pb2.OffsetOperation.FromString(e.value), rev, effects
             )
+        if e.type == "replica_group":
+            return apply_replica_group(
+                delta, records_pb2.ReplicaGroupOperation.FromString(e.value), rev, effects
+            )
         if e.type == "quota":
             return quotas.apply_quota(delta, records_pb2.QuotaRecord.FromString(e.value), effects)
         if e.type == "member":
@@ -158,6 +163,8 @@ def image_records(image: MetadataImage) -> Iterator[tuple[str, bytes, bytes]]:
         yield "offset", key, committed.to_record()
     for record_type, quota in sorted(image.quotas.quotas.items()):
         yield "quota", record_type.encode(), quota.to_record()
+    for name, group in sorted(image.replica_groups.groups.items()):
+        yield "replica_group", name.encode(), group.to_record()
 
 
 def image_from_records(
@@ -211,6 +218,13 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> list[Effect]:
         if old_q.get(record_type) != quota:
             effects.append(Effect("quota", record_type.encode(), quota.to_record()))
     effects.extend(Effect("quota", t.encode(), delete=True) for t in old_q if t not in new_q)
+    old_g, new_g = old.replica_groups.groups, new.replica_groups.groups
+    for name, group in new_g.items():
+        if old_g.get(name) != group:
+            effects.append(Effect("replica_group", name.encode(), group.to_record()))
+    effects.extend(
+        Effect("replica_group", n.encode(), delete=True) for n in old_g if n not in new_g
+    )
     return effects
 
 

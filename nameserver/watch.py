@@ -21,8 +21,12 @@ Data flow::
   skips the changes it covers, and that floor is kept in ``<data-dir>/watch_floor`` across
   restarts). A start below it gets etcd's compacted response, or with the metaledger extension
   ``snapshot_if_compacted`` the current state of the range and then live changes.
-* Only ``kv`` effects are etcd events; the hub indexes watchers per record type so other types
-  can be watched later through an event builder per type.
+* **Any record type** (metaledger extension ``WatchCreateRequest.record_type``, "" = kv): the
+  hub indexes watchers per record type. ``kv`` effects are etcd events; an effect of any other
+  type is an event whose ``kv.key`` is the record key, ``kv.value`` the record (the effect's
+  value, a ``records.proto`` message) and ``kv.mod_revision`` the offset of the change
+  (:func:`record_event`); replay from the segments and ``snapshot_if_compacted`` honour the
+  type. ``prev_kv`` is kv-only (refused at create for other types).
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from typing import Any, Protocol, cast
 import grpc
 
 from nameserver import kv as kvops
-from nameserver.image import KeyValue, MetadataImage
-from nameserver.state import CapturedImage
+from nameserver.image import RECORD_TYPES, KeyValue, MetadataImage
+from nameserver.state import CapturedImage, image_records
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
 from raftlog import Change, Effect, SegmentLog
 from raftlog.log import Captured
@@ -151,6 +155,22 @@ def kv_event(revision: int, effect: Effect, prev: KeyValue | None) -> HubEvent:
     return HubEvent(
         revision, kv_pb2.Event.PUT, kvops.to_pb(KeyValue.from_record(effect.value)), prev
     )
+
+
+def record_event(revision: int, effect: Effect) -> HubEvent:
+    """The event of an effect of a record type other than ``kv``: the record key and bytes,
+    ``mod_revision`` = the offset of the change; a DELETE carries the key only."""
+    if effect.delete:
+        kv = kv_pb2.KeyValue(key=effect.key, mod_revision=revision)
+        return HubEvent(revision, kv_pb2.Event.DELETE, kv, None)
+    kv = kv_pb2.KeyValue(key=effect.key, value=effect.value, mod_revision=revision)
+    return HubEvent(revision, kv_pb2.Event.PUT, kv, None)
+
+
+def event_of(revision: int, effect: Effect, prev: KeyValue | None) -> HubEvent:
+    if effect.type == "kv":
+        return kv_event(revision, effect, prev)
+    return record_event(revision, effect)
 
 
 def _after(effect: Effect) -> KeyValue | None:
@@ -400,7 +420,8 @@ class WatchHub:
         for change in changes:
             for effect in change.effects:
                 if effect.type != "kv":
-                    continue  # other record types have no event builder yet
+                    self._match_record(change.offset, effect, out)
+                    continue
                 key = effect.key
                 groups = list(kv_index.match(key)) if kv_index is not None else []
                 if groups:
@@ -416,6 +437,22 @@ class WatchHub:
                 w.backlog.extend(events)
             else:
                 self._send_events(w, events, last_offset)
+
+    def _match_record(
+        self, offset: int, effect: Effect, out: dict[Watcher, list[HubEvent]]
+    ) -> None:
+        """Queue the event of a non-kv effect for the watchers of its type and key."""
+        index = self._index.get(effect.type)
+        if index is None:
+            return
+        groups = list(index.match(effect.key))
+        if not groups:
+            return
+        event = record_event(offset, effect)
+        for g in groups:
+            for w in g.watchers:
+                if w.wants(event):
+                    out.setdefault(w, []).append(event)
 
     def _installed(self, offset: int) -> None:
         """A leader's snapshot skipped the changes up to ``offset``: every watcher still owed
@@ -510,7 +547,7 @@ class WatchHub:
             if effect.type != w.type or not in_range(effect.key, w.key, w.end):
                 continue
             if offset >= start:
-                event = kv_event(offset, effect, state.get(effect.key))
+                event = event_of(offset, effect, state.get(effect.key))
                 if w.wants(event):
                     out.append(event)
             if w.prev_kv:
@@ -536,10 +573,20 @@ class WatchHub:
         """metaledger's extension: the range's current state, then live changes after it."""
         image = self._image()
         revision = image.revision
-        events = [
-            kv_pb2.Event(type=kv_pb2.Event.PUT, kv=kvops.to_pb(kv))
-            for kv in kvops.select(image.kv, w.key, w.end if w.end is not None else b"")
-        ]
+        if w.type == "kv":
+            events = [
+                kv_pb2.Event(type=kv_pb2.Event.PUT, kv=kvops.to_pb(kv))
+                for kv in kvops.select(image.kv, w.key, w.end if w.end is not None else b"")
+            ]
+        else:
+            events = [
+                kv_pb2.Event(
+                    type=kv_pb2.Event.PUT,
+                    kv=kv_pb2.KeyValue(key=k, value=v, mod_revision=revision),
+                )
+                for t, k, v in image_records(image)
+                if t == w.type and in_range(k, w.key, w.end)
+            ]
         header = self.header(revision)
         chunks = list(_chunks(events, self.max_response_bytes))
         for i, chunk in enumerate(chunks):
@@ -704,6 +751,14 @@ class WatchStream:
             key, end = normalize_range(req.key, req.range_end)
         except ValueError as exc:
             error = str(exc)
+        record_type = req.record_type or "kv"
+        if not error and record_type not in RECORD_TYPES:
+            error = (
+                f"metaledger: unknown record_type {req.record_type!r} "
+                f"(one of: {', '.join(RECORD_TYPES)})"
+            )
+        if not error and record_type != "kv" and req.prev_kv:
+            error = f"metaledger: prev_kv is only supported for record_type kv, not {record_type}"
         if not error and req.start_revision < 0:
             error = f"metaledger: start_revision must be >= 0 (got {req.start_revision})"
         watch_id = req.watch_id
@@ -735,6 +790,7 @@ class WatchStream:
             sink=self,
             key=key,
             end=end,
+            type=record_type,
             prev_kv=req.prev_kv,
             fragment=req.fragment,
             progress_notify=req.progress_notify,

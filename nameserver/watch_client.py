@@ -104,6 +104,7 @@ class Watch:
         snapshot_if_compacted: bool = False,
         progress_notify: bool = False,
         reconnect_timeout_s: float = 30.0,
+        record_type: str = "",
     ) -> None:
         k, end = _key_range(key, range_end, prefix)
         if start_revision < 0:
@@ -122,6 +123,7 @@ class Watch:
             filters=codes,
             snapshot_if_compacted=snapshot_if_compacted,
             progress_notify=progress_notify,
+            record_type=record_type,
         )
         self._start = start_revision
         self.reconnect_timeout_s = reconnect_timeout_s

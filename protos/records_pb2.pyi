@@ -238,3 +238,145 @@ class QuotaRecord(_message.Message):
     max_keys: int
     max_bytes: int
     def __init__(self, record_type: _Optional[str] = ..., max_keys: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReplicaRecord(_message.Message):
+    __slots__ = ("broker_id", "address", "heartbeat_timeout_ms", "registered_revision")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    address: str
+    heartbeat_timeout_ms: int
+    registered_revision: int
+    def __init__(self, broker_id: _Optional[int] = ..., address: _Optional[str] = ..., heartbeat_timeout_ms: _Optional[int] = ..., registered_revision: _Optional[int] = ...) -> None: ...
+
+class ReplicaGroupPolicy(_message.Message):
+    __slots__ = ("total_replicas", "in_sync_replicas", "min_in_sync_replicas", "enable_auto_in_sync_replicas", "ha_max_gap_not_in_sync")
+    TOTAL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MIN_IN_SYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_AUTO_IN_SYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    HA_MAX_GAP_NOT_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    total_replicas: int
+    in_sync_replicas: int
+    min_in_sync_replicas: int
+    enable_auto_in_sync_replicas: bool
+    ha_max_gap_not_in_sync: int
+    def __init__(self, total_replicas: _Optional[int] = ..., in_sync_replicas: _Optional[int] = ..., min_in_sync_replicas: _Optional[int] = ..., enable_auto_in_sync_replicas: _Optional[bool] = ..., ha_max_gap_not_in_sync: _Optional[int] = ...) -> None: ...
+
+class ReplicaGroupRecord(_message.Message):
+    __slots__ = ("broker_name", "cluster_name", "replicas", "alive", "master_id", "master_epoch", "sync_state_set", "sync_state_set_epoch", "policy", "next_broker_id", "create_revision", "mod_revision", "version")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    cluster_name: str
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaRecord]
+    alive: _containers.RepeatedScalarFieldContainer[int]
+    master_id: int
+    master_epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    sync_state_set_epoch: int
+    policy: ReplicaGroupPolicy
+    next_broker_id: int
+    create_revision: int
+    mod_revision: int
+    version: int
+    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaRecord, _Mapping]]] = ..., alive: _Optional[_Iterable[int]] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ..., sync_state_set_epoch: _Optional[int] = ..., policy: _Optional[_Union[ReplicaGroupPolicy, _Mapping]] = ..., next_broker_id: _Optional[int] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ReplicaState(_message.Message):
+    __slots__ = ("broker_id", "max_offset", "epoch")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    max_offset: int
+    epoch: int
+    def __init__(self, broker_id: _Optional[int] = ..., max_offset: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ReplicaGroupOperation(_message.Message):
+    __slots__ = ("register", "liveness", "alter_sync_state_set", "elect_master", "set_policy")
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    LIVENESS_FIELD_NUMBER: _ClassVar[int]
+    ALTER_SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    ELECT_MASTER_FIELD_NUMBER: _ClassVar[int]
+    SET_POLICY_FIELD_NUMBER: _ClassVar[int]
+    register: ReplicaRegister
+    liveness: ReplicaLiveness
+    alter_sync_state_set: AlterSyncStateSet
+    elect_master: ElectMaster
+    set_policy: SetReplicaGroupPolicy
+    def __init__(self, register: _Optional[_Union[ReplicaRegister, _Mapping]] = ..., liveness: _Optional[_Union[ReplicaLiveness, _Mapping]] = ..., alter_sync_state_set: _Optional[_Union[AlterSyncStateSet, _Mapping]] = ..., elect_master: _Optional[_Union[ElectMaster, _Mapping]] = ..., set_policy: _Optional[_Union[SetReplicaGroupPolicy, _Mapping]] = ...) -> None: ...
+
+class ReplicaRegister(_message.Message):
+    __slots__ = ("cluster_name", "broker_name", "address", "broker_id", "heartbeat_timeout_ms")
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    cluster_name: str
+    broker_name: str
+    address: str
+    broker_id: int
+    heartbeat_timeout_ms: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., address: _Optional[str] = ..., broker_id: _Optional[int] = ..., heartbeat_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ReplicaLiveness(_message.Message):
+    __slots__ = ("broker_name", "alive", "dead", "states")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    alive: _containers.RepeatedScalarFieldContainer[int]
+    dead: _containers.RepeatedScalarFieldContainer[int]
+    states: _containers.RepeatedCompositeFieldContainer[ReplicaState]
+    def __init__(self, broker_name: _Optional[str] = ..., alive: _Optional[_Iterable[int]] = ..., dead: _Optional[_Iterable[int]] = ..., states: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ...) -> None: ...
+
+class AlterSyncStateSet(_message.Message):
+    __slots__ = ("broker_name", "master_id", "master_epoch", "sync_state_set_epoch", "sync_state_set")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATE_SET_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    master_id: int
+    master_epoch: int
+    sync_state_set_epoch: int
+    sync_state_set: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_name: _Optional[str] = ..., master_id: _Optional[int] = ..., master_epoch: _Optional[int] = ..., sync_state_set_epoch: _Optional[int] = ..., sync_state_set: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ElectMaster(_message.Message):
+    __slots__ = ("broker_name", "broker_id", "unclean", "states")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    UNCLEAN_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    broker_id: int
+    unclean: bool
+    states: _containers.RepeatedCompositeFieldContainer[ReplicaState]
+    def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., unclean: _Optional[bool] = ..., states: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ...) -> None: ...
+
+class SetReplicaGroupPolicy(_message.Message):
+    __slots__ = ("broker_name", "cluster_name", "policy")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    cluster_name: str
+    policy: ReplicaGroupPolicy
+    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., policy: _Optional[_Union[ReplicaGroupPolicy, _Mapping]] = ...) -> None: ...

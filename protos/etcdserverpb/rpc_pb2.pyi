@@ -291,7 +291,7 @@ class WatchRequest(_message.Message):
     def __init__(self, create_request: _Optional[_Union[WatchCreateRequest, _Mapping]] = ..., cancel_request: _Optional[_Union[WatchCancelRequest, _Mapping]] = ..., progress_request: _Optional[_Union[WatchProgressRequest, _Mapping]] = ...) -> None: ...
 
 class WatchCreateRequest(_message.Message):
-    __slots__ = ("key", "range_end", "start_revision", "progress_notify", "filters", "prev_kv", "watch_id", "fragment", "snapshot_if_compacted")
+    __slots__ = ("key", "range_end", "start_revision", "progress_notify", "filters", "prev_kv", "watch_id", "fragment", "snapshot_if_compacted", "record_type")
     class FilterType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         NOPUT: _ClassVar[WatchCreateRequest.FilterType]
@@ -307,6 +307,7 @@ class WatchCreateRequest(_message.Message):
     WATCH_ID_FIELD_NUMBER: _ClassVar[int]
     FRAGMENT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_IF_COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    RECORD_TYPE_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     range_end: bytes
     start_revision: int
@@ -316,7 +317,8 @@ class WatchCreateRequest(_message.Message):
     watch_id: int
     fragment: bool
     snapshot_if_compacted: bool
-    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., filters: _Optional[_Iterable[_Union[WatchCreateRequest.FilterType, str]]] = ..., prev_kv: _Optional[bool] = ..., watch_id: _Optional[int] = ..., fragment: _Optional[bool] = ..., snapshot_if_compacted: _Optional[bool] = ...) -> None: ...
+    record_type: str
+    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., filters: _Optional[_Iterable[_Union[WatchCreateRequest.FilterType, str]]] = ..., prev_kv: _Optional[bool] = ..., watch_id: _Optional[int] = ..., fragment: _Optional[bool] = ..., snapshot_if_compacted: _Optional[bool] = ..., record_type: _Optional[str] = ...) -> None: ...
 
 class WatchCancelRequest(_message.Message):
     __slots__ = ("watch_id",)

@@ -528,3 +528,109 @@ def test_replayed_prev_kv_comes_from_the_segments_and_the_snapshot_below(
         run(main)
     finally:
         segments.close()
+
+
+# ------------------------------------------------------------------ other record types
+def apply_entries(feed: Feed, hub: WatchHub, *entries: Entry) -> None:
+    """One apply group of arbitrary entries (one offset each), as the apply thread would."""
+    before = feed.sm.capture()
+    changes = []
+    for entry in entries:
+        feed.offset += 1
+        effects, _ = feed.sm.apply(feed.offset, 1, [entry])
+        feed.history.records.extend((feed.offset, e) for e in effects)
+        changes.append(Change(feed.offset, 1, 1, effects))
+    feed.sm.publish()
+    hub._deliver(before, feed.offset, changes)
+
+
+def register_entry(broker: str, address: str) -> Entry:
+    op = records_pb2.ReplicaGroupOperation(
+        register=records_pb2.ReplicaRegister(cluster_name="c", broker_name=broker, address=address)
+    )
+    return Entry(type="replica_group", key=broker.encode(), value=op.SerializeToString())
+
+
+def quota_entry(max_keys: int) -> Entry:
+    q = records_pb2.QuotaRecord(record_type="kv", max_keys=max_keys)
+    return Entry(type="quota", key=b"kv", value=q.SerializeToString())
+
+
+def kv_put(key: bytes) -> Entry:
+    op = records_pb2.KvOperation(put=rpc_pb2.PutRequest(key=key, value=b"v"))
+    return Entry(type="kv", key=key, value=op.SerializeToString())
+
+
+def group_of(value: bytes) -> tuple[str, list[int]]:
+    rec = records_pb2.ReplicaGroupRecord.FromString(value)
+    return rec.broker_name, [r.broker_id for r in rec.replicas]
+
+
+def test_any_record_type_is_watchable_live_and_replayed(setup: Setup) -> None:
+    """record_type = 1001: events of that type only, key = record key, value = the record,
+    mod_revision = the offset; replay from the history honours the type; DELETEs too."""
+    _history, feed, hub = setup
+
+    async def main() -> None:
+        s = WatchStream(hub, 3600)
+        create(s, b"b", b"c", record_type="replica_group")  # id 0: groups b...
+        create(s, b"b1")  # id 1: the kv key b1
+        create(s, b"kv", record_type="quota")  # id 2: the kv quota record
+        drain(s)
+        apply_entries(
+            feed, hub, register_entry("b1", "h:1"), kv_put(b"b1"), register_entry("x", "h:9")
+        )
+        apply_entries(feed, hub, register_entry("b1", "h:2"), quota_entry(10), quota_entry(0))
+        by_id: dict[int, list[kv_pb2.Event]] = {}
+        for r in drain(s):
+            by_id.setdefault(r.watch_id, []).extend(r.events)
+        groups = [(e.type, e.kv.key, e.kv.mod_revision, group_of(e.kv.value)) for e in by_id[0]]
+        assert groups == [
+            (PUT, b"b1", 1, ("b1", [1])),
+            (PUT, b"b1", 4, ("b1", [1, 2])),
+        ]
+        assert [(e.kv.key, e.kv.mod_revision) for e in by_id[1]] == [(b"b1", 2)]
+        quota = [(e.type, e.kv.key, e.kv.mod_revision) for e in by_id[2]]
+        assert quota == [(PUT, b"kv", 5), (DELETE, b"kv", 6)]
+        assert records_pb2.QuotaRecord.FromString(by_id[2][0].kv.value).max_keys == 10
+        assert by_id[2][1].kv.value == b""
+
+        create(s, b"\x00", b"\x00", start_revision=2, record_type="replica_group")  # all
+        await asyncio.sleep(0.2)
+        replayed = [(e.kv.key, e.kv.mod_revision) for r in drain(s) for e in r.events]
+        assert replayed == [(b"x", 3), (b"b1", 4)]
+
+    run(main)
+
+
+def test_record_type_errors_and_snapshot_of_another_type(setup: Setup) -> None:
+    history, feed, hub = setup
+    apply_entries(feed, hub, register_entry("a", "h:1"), register_entry("b", "h:2"))
+    apply_entries(feed, hub, kv_put(b"a"))
+    history.floor_value = 3
+
+    async def main() -> None:
+        s = WatchStream(hub, 3600)
+        create(s, b"a", record_type="nope")
+        create(s, b"a", record_type="replica_group", prev_kv=True)
+        unknown, prev = drain(s)
+        assert unknown.canceled and "unknown record_type 'nope'" in unknown.cancel_reason
+        assert "replica_group" in unknown.cancel_reason
+        assert prev.canceled and "prev_kv is only supported for record_type kv" in (
+            prev.cancel_reason
+        )
+        assert hub.watchers == 0
+        create(
+            s,
+            b"\x00",
+            b"\x00",
+            start_revision=1,
+            snapshot_if_compacted=True,
+            record_type="replica_group",
+        )
+        responses = drain(s)[1:]
+        assert all(r.snapshot_revision == 3 for r in responses)
+        state = {e.kv.key: group_of(e.kv.value) for r in responses for e in r.events}
+        assert state == {b"a": ("a", [1]), b"b": ("b", [1])}
+
+    run(main)
