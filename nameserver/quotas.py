@@ -13,7 +13,8 @@ request that shrinks a type (a delete, a smaller value) always passes, even over
 lowered below the current usage.
 
 Bytes are the key and value lengths of kv records, and the key and offset bytes of
-replicator offsets; leases count keys only.
+replicator offsets; leases count keys only. Route records (``broker``, ``topic``,
+``kvconfig``) count their keys and the bytes of their names, addresses and values.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from protos import records_pb2
 from raftlog import Effect
 
 #: Record types that have a quota.
-QUOTA_TYPES = ("kv", "lease", "offset")
+QUOTA_TYPES = ("kv", "lease", "offset", "broker", "topic", "kvconfig")
 #: Limits of types that have no quota record: none (0 = unlimited).
 DEFAULT_QUOTAS: dict[str, Quota] = {t: Quota(t) for t in QUOTA_TYPES}
 
@@ -41,6 +42,9 @@ def usage(delta: MetadataDelta) -> Usage:
             len(img.offsets) + delta.offsets.key_delta,
             img.offsets.value_bytes + delta.offsets.byte_delta,
         ),
+        "broker": (delta.brokers.count, delta.brokers.byte_count),
+        "topic": (delta.topics.count, delta.topics.byte_count),
+        "kvconfig": (delta.kvconfig.count, delta.kvconfig.byte_count),
     }
 
 
