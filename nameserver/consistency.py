@@ -10,6 +10,8 @@ offset         linearizable    a standby resumes from the newest checkpoint, nev
 quota          linearizable    limits and usage are read to decide what may still be written
 lock/election  linearizable    ownership keys (etcd v3lock / v3election) decide who may act
 routing        eventual        any node's image; the answer carries the node's apply offset
+broker/topic   eventual        RocketMQ route data (RIP-18): as ``routing``; clients re-read
+kvconfig       eventual        routes every 30 s, and every node converges on one log
 =============  ==============  ==============================================================
 
 A linearizable read confirms the read index through the leader (batched: concurrent reads
@@ -38,6 +40,9 @@ READ_CONSISTENCY: dict[str, str] = {
     "lock": LINEARIZABLE,
     "election": LINEARIZABLE,
     "routing": EVENTUAL,
+    "broker": EVENTUAL,
+    "topic": EVENTUAL,
+    "kvconfig": EVENTUAL,
 }
 
 
