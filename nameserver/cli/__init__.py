@@ -2,7 +2,8 @@
 
 One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
 ``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
-``compact``, ``bench``, ``offsets`` for offsets and quotas), each with a
+``compact``, ``bench``, ``offsets`` for offsets and quotas, ``route`` for route and
+kvconfig), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode``. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
@@ -26,6 +27,7 @@ from nameserver.cli import (
     lock,
     member,
     offsets,
+    route,
     serve,
     snapshot,
     status,
@@ -53,6 +55,7 @@ _GROUPS = (
     compact,
     bench,
     offsets,
+    route,
 )
 
 
