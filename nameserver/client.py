@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         ReplicaGroupWrite,
         ReplicaHeartbeat,
     )
+    from nameserver.routing_client import ClusterInfo, QueueData, Route, TopicList
     from nameserver.watch_client import Watch
 
 __all__ = [
@@ -1074,6 +1075,65 @@ class Client:
         from nameserver import replica_groups_client
 
         return replica_groups_client.set_policy(self, broker_name, policy, cluster_name)
+
+    # -- RocketMQ route data (nameserver.routing_client; reads are eventual)
+
+    def route_get(self, topic: str) -> Route:
+        from nameserver import routing_client
+
+        return routing_client.get_route(self, topic)
+
+    def route_cluster_info(self) -> ClusterInfo:
+        from nameserver import routing_client
+
+        return routing_client.cluster_info(self)
+
+    def route_topics(self, cluster: str = "", system: bool = False) -> TopicList:
+        from nameserver import routing_client
+
+        return routing_client.list_topics(self, cluster, system)
+
+    def route_topic_create(self, topic: str, queues: list[QueueData]) -> int:
+        from nameserver import routing_client
+
+        return routing_client.create_topic(self, topic, queues)
+
+    def route_topic_delete(self, topic: str, cluster: str = "") -> tuple[int, int]:
+        from nameserver import routing_client
+
+        return routing_client.delete_topic(self, topic, cluster)
+
+    def broker_unregister(
+        self, cluster: str, broker_name: str, addr: str = "", broker_id: int = 0
+    ) -> tuple[int, int]:
+        from nameserver import routing_client
+
+        return routing_client.unregister_broker(self, cluster, broker_name, addr, broker_id)
+
+    def broker_heartbeat(self, broker_name: str, broker_id: int, addr: str) -> bool:
+        from nameserver import routing_client
+
+        return routing_client.heartbeat(self, broker_name, broker_id, addr)
+
+    def kvconfig_put(self, namespace: str, key: str, value: str) -> int:
+        from nameserver import routing_client
+
+        return routing_client.kv_put(self, namespace, key, value)
+
+    def kvconfig_get(self, namespace: str, key: str) -> str:
+        from nameserver import routing_client
+
+        return routing_client.kv_get(self, namespace, key)
+
+    def kvconfig_delete(self, namespace: str, key: str) -> bool:
+        from nameserver import routing_client
+
+        return routing_client.kv_delete(self, namespace, key)
+
+    def kvconfig_list(self, namespace: str) -> dict[str, str]:
+        from nameserver import routing_client
+
+        return routing_client.kv_list(self, namespace)
 
     # -- leases, locks and elections (the recipes live in nameserver.coordination)
 

@@ -53,7 +53,7 @@ class ServerConfig:
     data_dir: str
     listen_client: str = "127.0.0.1:9877"  # gRPC client API (etcd v3 + metaledger.v1)
     listen_peer: str = "127.0.0.1:9878"  # Raft peers
-    listen_remoting: str = "127.0.0.1:9876"  # RocketMQ remoting (a later issue)
+    listen_remoting: str = "127.0.0.1:9876"  # RocketMQ remoting (the nameserver's route front)
     listen_metrics: str = "127.0.0.1:9879"  # metrics HTTP (a later issue)
     initial_cluster: dict[str, str] = field(default_factory=dict)  # id -> peer host:port
     cluster_password: str | None = None
@@ -93,6 +93,7 @@ class ServerConfig:
         if not self.data_dir:
             raise ConfigError("data_dir", "must not be empty (--data-dir)")
         _split_hostport("listen_client", self.listen_client)
+        _split_hostport("listen_remoting", self.listen_remoting)
         peer_host, _ = _split_hostport("listen_peer", self.listen_peer)
         peers = self.peers
         if self.node_id not in peers:

@@ -11,6 +11,8 @@ quota          linearizable    limits and usage are read to decide what may stil
 replica_group  linearizable    masters, epochs and the in-sync set fence brokers' writes
 lock/election  linearizable    ownership keys (etcd v3lock / v3election) decide who may act
 routing        eventual        any node's image; the answer carries the node's apply offset
+broker/topic   eventual        RocketMQ route data (RIP-18): as ``routing``; clients re-read
+kvconfig       eventual        routes every 30 s, and every node converges on one log
 =============  ==============  ==============================================================
 
 A linearizable read confirms the read index through the leader (batched: concurrent reads
@@ -40,6 +42,9 @@ READ_CONSISTENCY: dict[str, str] = {
     "lock": LINEARIZABLE,
     "election": LINEARIZABLE,
     "routing": EVENTUAL,
+    "broker": EVENTUAL,
+    "topic": EVENTUAL,
+    "kvconfig": EVENTUAL,
 }
 
 

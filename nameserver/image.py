@@ -12,6 +12,9 @@ Record types (the ``type`` of change-log effects):
 * ``offset`` -- replicator offsets, key = job, NUL, partition, value = ``records.OffsetRecord``
 * ``quota``  -- quota per record type, key = the type's name, value = ``records.QuotaRecord``
 * ``replica_group`` -- replica groups, key = the broker name, value = ``records.ReplicaGroupRecord``
+* ``broker``, ``topic``, ``kvconfig`` -- RocketMQ route data (brokers, queue data per topic
+  and broker name, KV config items); keys and values in :mod:`nameserver.routing_image`.
+  Clusters are derived from the broker records, not stored.
 
 The keys attached to a lease are not part of the lease record: they are an index
 of the kv sub-image (``KvImage.by_lease``), derived from ``KeyValue.lease`` and kept
@@ -27,10 +30,21 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from nameserver._sortedmap import PersistentSortedMap
+from nameserver.routing_image import Broker, KvConfig, TopicQueue
 from protos import records_pb2
 
 #: Record types this image knows; an effect of any other type is an error.
-RECORD_TYPES = ("kv", "member", "lease", "offset", "quota", "replica_group")
+RECORD_TYPES = (
+    "kv",
+    "member",
+    "lease",
+    "offset",
+    "quota",
+    "replica_group",
+    "broker",
+    "topic",
+    "kvconfig",
+)
 
 
 class UnknownRecordType(ValueError):
@@ -369,6 +383,81 @@ class OffsetDelta(MapDelta[bytes, CommittedOffset]):
         )
 
 
+# ------------------------------------------------------------ sorted record maps
+@dataclass(frozen=True, slots=True)
+class RecordsImage(Generic[V]):
+    """A sub-image of records keyed by bytes in order (route data), with its byte total."""
+
+    data: PersistentSortedMap[V] = field(default_factory=PersistentSortedMap.empty)
+    value_bytes: int = 0
+
+    def get(self, key: bytes) -> V | None:
+        return self.data.get(key)
+
+    def range(self, start: bytes, end: bytes) -> Iterator[V]:
+        for _, value in self.data.range(start, end):
+            yield value
+
+    def values(self) -> Iterator[V]:
+        return self.data.values()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+class RecordsDelta(MapDelta[bytes, V]):
+    """Pending changes of a :class:`RecordsImage`; ``key_of`` names a value's key."""
+
+    def __init__(
+        self, base: RecordsImage[V], key_of: Callable[[V], bytes], size: Callable[[V], int]
+    ) -> None:
+        super().__init__(base.get, size)
+        self.base = base
+        self._key_of = key_of
+
+    def put(self, value: V) -> None:
+        self._change(self._key_of(value), value)
+
+    def range(self, start: bytes, end: bytes) -> list[V]:
+        """Values with keys in [start, end) as the delta would publish them."""
+        merged: dict[bytes, V | None] = dict(self.base.data.range(start, end))
+        for k, v in self.changes.items():
+            if start <= k < end:
+                merged[k] = v
+        return [v for _, v in sorted(merged.items()) if v is not None]
+
+    def values(self) -> list[V]:
+        """Every value as the delta would publish it (a scan: for rare operations)."""
+        if not self.changes:
+            return list(self.base.values())
+        merged: dict[bytes, V | None] = dict(self.base.data.items())
+        merged.update(self.changes)
+        return [v for _, v in sorted(merged.items()) if v is not None]
+
+    @property
+    def count(self) -> int:
+        return len(self.base) + self.key_delta
+
+    @property
+    def byte_count(self) -> int:
+        return self.base.value_bytes + self.byte_delta
+
+    def build(self) -> RecordsImage[V]:
+        if not self.changes:
+            return self.base
+        puts = {k: v for k, v in self.changes.items() if v is not None}
+        deletes = [k for k, v in self.changes.items() if v is None]
+        return RecordsImage(self.base.data.update(puts, deletes), self.byte_count)
+
+
+def records_image(items: list[tuple[bytes, V]], size: Callable[[V], int]) -> RecordsImage[V]:
+    """A sub-image from unsorted (key, value) pairs (snapshot load)."""
+    items.sort(key=lambda item: item[0])
+    return RecordsImage(
+        PersistentSortedMap.from_sorted_items(items), sum(size(v) for _, v in items)
+    )
+
+
 # ------------------------------------------------------------------------ quotas
 @dataclass(frozen=True, slots=True)
 class Quota:
@@ -572,6 +661,9 @@ class MetadataImage:
     offsets: OffsetsImage = OffsetsImage()
     quotas: QuotasImage = QuotasImage()
     replica_groups: ReplicaGroupsImage = ReplicaGroupsImage()
+    brokers: RecordsImage[Broker] = RecordsImage()
+    topics: RecordsImage[TopicQueue] = RecordsImage()
+    kvconfig: RecordsImage[KvConfig] = RecordsImage()
 
     @property
     def revision(self) -> int:
@@ -721,6 +813,26 @@ class LeaseDelta(MapDelta[int, Lease]):
         return LeasesImage(self.merged(self.base.leases))
 
 
+def _broker_key(b: Broker) -> bytes:
+    return b.key
+
+
+def _topic_key(q: TopicQueue) -> bytes:
+    return q.key
+
+
+def _kvconfig_key(c: KvConfig) -> bytes:
+    return c.record_key
+
+
+#: Route record types: (attribute of the image and delta, decoder of a record value).
+ROUTING_TYPES: Mapping[str, tuple[str, Callable[[bytes], Any]]] = {
+    "broker": ("brokers", Broker.from_record),
+    "topic": ("topics", TopicQueue.from_record),
+    "kvconfig": ("kvconfig", KvConfig.from_record),
+}
+
+
 class MetadataDelta:
     """Changes on top of one image; :meth:`build` makes the next image."""
 
@@ -732,12 +844,25 @@ class MetadataDelta:
         self.offsets = OffsetDelta(image.offsets)
         self.quotas = QuotaDelta(image.quotas)
         self.replica_groups = ReplicaGroupDelta(image.replica_groups)
+        self.brokers = RecordsDelta(image.brokers, _broker_key, Broker.size)
+        self.topics = RecordsDelta(image.topics, _topic_key, TopicQueue.size)
+        self.kvconfig = RecordsDelta(image.kvconfig, _kvconfig_key, KvConfig.size)
         self.provenance = image.provenance
 
     def _undoable(
         self,
-    ) -> tuple[KvDelta | MapDelta[int, Lease] | OffsetDelta | QuotaDelta | ReplicaGroupDelta, ...]:
-        return (self.kv, self.leases, self.offsets, self.quotas, self.replica_groups)
+    ) -> tuple[KvDelta | MapDelta[Any, Any] | OffsetDelta | QuotaDelta | ReplicaGroupDelta, ...]:
+        return (
+            self.kv,
+            self.leases,
+            self.offsets,
+            self.quotas,
+            self.replica_groups,
+            *self.routing_deltas(),
+        )
+
+    def routing_deltas(self) -> tuple[RecordsDelta[Any], ...]:
+        return (self.brokers, self.topics, self.kvconfig)
 
     def begin(self) -> None:
         """Start one request: its changes can be rolled back whole (all-or-nothing)."""
@@ -796,6 +921,12 @@ class MetadataDelta:
                 self.replica_groups.delete(key.decode())
             else:
                 self.replica_groups.put(ReplicaGroup.from_record(value))
+        elif type_ in ROUTING_TYPES:
+            records = getattr(self, ROUTING_TYPES[type_][0])
+            if delete:
+                records.delete(key)
+            else:
+                records.put(ROUTING_TYPES[type_][1](value))
         else:
             raise UnknownRecordType(f"unknown record type {type_!r}")
 
@@ -817,4 +948,7 @@ class MetadataDelta:
             offsets=self.offsets.build(),
             quotas=self.quotas.build(),
             replica_groups=self.replica_groups.build(),
+            brokers=self.brokers.build(),
+            topics=self.topics.build(),
+            kvconfig=self.kvconfig.build(),
         )

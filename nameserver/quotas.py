@@ -14,7 +14,8 @@ lowered below the current usage.
 
 Bytes are the key and value lengths of kv records, and the key and offset bytes of
 replicator offsets, the broker name and encoded record of replica groups; leases count
-keys only.
+keys only. Route records (``broker``, ``topic``, ``kvconfig``) count their keys and the
+bytes of their names, addresses and values.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from protos import records_pb2
 from raftlog import Effect
 
 #: Record types that have a quota.
-QUOTA_TYPES = ("kv", "lease", "offset", "replica_group")
+QUOTA_TYPES = ("kv", "lease", "offset", "replica_group", "broker", "topic", "kvconfig")
 #: Limits of types that have no quota record: none (0 = unlimited).
 DEFAULT_QUOTAS: dict[str, Quota] = {t: Quota(t) for t in QUOTA_TYPES}
 
@@ -46,6 +47,9 @@ def usage(delta: MetadataDelta) -> Usage:
             len(img.replica_groups) + delta.replica_groups.key_delta,
             img.replica_groups.value_bytes + delta.replica_groups.byte_delta,
         ),
+        "broker": (delta.brokers.count, delta.brokers.byte_count),
+        "topic": (delta.topics.count, delta.topics.byte_count),
+        "kvconfig": (delta.kvconfig.count, delta.kvconfig.byte_count),
     }
 
 

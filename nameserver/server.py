@@ -11,13 +11,17 @@ from contextlib import suppress
 
 import grpc
 
+from nameserver.broker_liveness import BrokerKeeper
 from nameserver.config import ServerConfig
 from nameserver.election import ElectionService, LockService
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
 from nameserver.offsets_service import OffsetsService, QuotasService
+from nameserver.remoting.server import RemotingServer
 from nameserver.replica_groups_service import ReplicaGroupsService
 from nameserver.replica_liveness import ReplicaLiveness
+from nameserver.routing_remoting import NameserverRemoting
+from nameserver.routing_service import RoutingNode, RoutingService
 from nameserver.services import (
     AdminService,
     ClusterService,
@@ -41,6 +45,7 @@ from protos.metaledger.v1 import (
     offsets_pb2_grpc,
     quotas_pb2_grpc,
     replica_groups_pb2_grpc,
+    routing_pb2_grpc,
 )
 from raftlog import (
     Entry,
@@ -129,6 +134,11 @@ class Node:
         )
         self.replica_liveness = ReplicaLiveness(self.log, self.state, self.ctx.timeout_s)
         self.replica_groups = ReplicaGroupsService(self.ctx, self.replica_liveness)
+        self.brokers = BrokerKeeper(
+            self.log, self.state, self.ctx.timeout_s, self.leader_client_address
+        )
+        self.routes = RoutingNode(self.ctx, self.brokers)
+        self.remoting = RemotingServer(NameserverRemoting(self.routes))
         self.server: grpc.aio.Server | None = None
         self._announce_task: asyncio.Task[None] | None = None
 
@@ -136,6 +146,16 @@ class Node:
         for member in self.state.image.members.members.values():
             if member.peer_url.removeprefix("http://") == address:
                 return member.id
+        return None
+
+    def leader_client_address(self) -> str | None:
+        """The leader's gRPC address from its member record (None: unknown, or this node)."""
+        status = self.log.engine_status()
+        if not status.leader_id or status.role == "leader":
+            return None
+        for m in self.state.image.members.members.values():
+            if status.leader_id in (m.id, m.peer_url.removeprefix("http://")) and m.client_urls:
+                return m.client_urls[0].removeprefix("http://")
         return None
 
     async def start(self) -> None:
@@ -171,6 +191,7 @@ class Node:
         replica_groups_pb2_grpc.add_ReplicaGroupsServicer_to_server(self.replica_groups, server)
         v3lock_pb2_grpc.add_LockServicer_to_server(LockService(self.ctx), server)
         v3election_pb2_grpc.add_ElectionServicer_to_server(ElectionService(self.ctx), server)
+        routing_pb2_grpc.add_RoutingServicer_to_server(RoutingService(self.routes), server)
         if server.add_insecure_port(self.config.listen_client) == 0:
             raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
         await server.start()
@@ -178,11 +199,15 @@ class Node:
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
         self.leases.start()
         self.replica_liveness.start()
+        host, _, port = self.config.listen_remoting.rpartition(":")
+        await self.remoting.start(host.strip("[]"), int(port))
+        self.brokers.start()
         log.info(
-            "node %s serving: client %s, peer %s, data %s",
+            "node %s serving: client %s, peer %s, remoting %s, data %s",
             self.config.node_id,
             self.config.listen_client,
             self.config.listen_peer,
+            self.config.listen_remoting,
             self.config.data_dir,
         )
 
@@ -213,6 +238,8 @@ class Node:
             self._announce_task.cancel()
         await self.leases.stop()
         await self.replica_liveness.stop()
+        await self.brokers.stop()
+        await self.remoting.close()
         if self.server is not None:
             await self.server.stop(grace=1.0)
         await self.replica_groups.close()

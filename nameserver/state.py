@@ -16,6 +16,7 @@ from typing import Any
 from nameserver import kv as kvops
 from nameserver import quotas
 from nameserver.image import (
+    ROUTING_TYPES,
     KeyValue,
     KvDelta,
     KvImage,
@@ -26,10 +27,13 @@ from nameserver.image import (
     MetadataImage,
     Provenance,
     lease_key,
+    records_image,
 )
 from nameserver.kv import Rejected
 from nameserver.offsets import apply_offset
 from nameserver.replica_groups import apply_replica_group
+from nameserver.routing import ROUTING_ENTRY_TYPES, apply_routing
+from nameserver.routing_image import Broker, KvConfig, TopicQueue
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Effect, Entry
@@ -113,6 +117,9 @@ class MetadataStateMachine:
             )
         if e.type == "quota":
             return quotas.apply_quota(delta, records_pb2.QuotaRecord.FromString(e.value), effects)
+        if e.type in ROUTING_ENTRY_TYPES:
+            route_op = records_pb2.RoutingOperation.FromString(e.value)
+            return apply_routing(delta, route_op, e.type, e.timestamp_ms, rev, effects)
         if e.type == "member":
             if not e.value:  # a removed member
                 mid = e.key.decode()
@@ -165,6 +172,9 @@ def image_records(image: MetadataImage) -> Iterator[tuple[str, bytes, bytes]]:
         yield "quota", record_type.encode(), quota.to_record()
     for name, group in sorted(image.replica_groups.groups.items()):
         yield "replica_group", name.encode(), group.to_record()
+    for type_, (attr, _) in ROUTING_TYPES.items():
+        for key, value in getattr(image, attr).data.items():
+            yield type_, key, value.to_record()
 
 
 def image_from_records(
@@ -173,15 +183,24 @@ def image_from_records(
     """Rebuild an image from snapshot records (record-level replay: no state-machine rules)."""
     delta = MetadataDelta(MetadataImage.empty())
     kvs: list[tuple[bytes, KeyValue]] = []
+    routes: dict[str, list[tuple[bytes, Any]]] = {t: [] for t in ROUTING_TYPES}
     for type_, key, value in records:
         if type_ == "kv":
             kvs.append((key, KeyValue.from_record(value)))
+        elif type_ in routes:
+            routes[type_].append((key, ROUTING_TYPES[type_][1](value)))
         else:
             delta.replay(type_, key, value, False)
     delta.provenance = Provenance(last_offset, last_term)
     image = delta.build()
     kvs.sort(key=lambda item: item[0])
-    return replace(image, kv=KvImage.from_sorted_items(kvs))
+    return replace(
+        image,
+        kv=KvImage.from_sorted_items(kvs),
+        brokers=records_image(routes["broker"], Broker.size),
+        topics=records_image(routes["topic"], TopicQueue.size),
+        kvconfig=records_image(routes["kvconfig"], KvConfig.size),
+    )
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> list[Effect]:
@@ -225,6 +244,12 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> list[Effect]:
     effects.extend(
         Effect("replica_group", n.encode(), delete=True) for n in old_g if n not in new_g
     )
+    for type_, (attr, _) in ROUTING_TYPES.items():
+        old_r, new_r = getattr(old, attr).data, getattr(new, attr).data
+        for key, value in new_r.items():
+            if old_r.get(key) != value:
+                effects.append(Effect(type_, key, value.to_record()))
+        effects.extend(Effect(type_, key, delete=True) for key in old_r.keys() if key not in new_r)
     return effects
 
 

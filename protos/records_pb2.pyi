@@ -380,3 +380,187 @@ class SetReplicaGroupPolicy(_message.Message):
     cluster_name: str
     policy: ReplicaGroupPolicy
     def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., policy: _Optional[_Union[ReplicaGroupPolicy, _Mapping]] = ...) -> None: ...
+
+class DataVersionRecord(_message.Message):
+    __slots__ = ("counter", "state_version", "timestamp")
+    COUNTER_FIELD_NUMBER: _ClassVar[int]
+    STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    counter: int
+    state_version: int
+    timestamp: int
+    def __init__(self, counter: _Optional[int] = ..., state_version: _Optional[int] = ..., timestamp: _Optional[int] = ...) -> None: ...
+
+class BrokerRecord(_message.Message):
+    __slots__ = ("cluster", "broker_name", "broker_id", "addr", "ha_addr", "zone", "data_version", "heartbeat_timeout_ms", "enable_acting_master", "registered_offset", "registered_ms")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_ACTING_MASTER_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    ha_addr: str
+    zone: str
+    data_version: DataVersionRecord
+    heartbeat_timeout_ms: int
+    enable_acting_master: bool
+    registered_offset: int
+    registered_ms: int
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., addr: _Optional[str] = ..., ha_addr: _Optional[str] = ..., zone: _Optional[str] = ..., data_version: _Optional[_Union[DataVersionRecord, _Mapping]] = ..., heartbeat_timeout_ms: _Optional[int] = ..., enable_acting_master: _Optional[bool] = ..., registered_offset: _Optional[int] = ..., registered_ms: _Optional[int] = ...) -> None: ...
+
+class TopicQueueRecord(_message.Message):
+    __slots__ = ("topic", "broker_name", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+    order: bool
+    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ..., order: _Optional[bool] = ...) -> None: ...
+
+class KvConfigRecord(_message.Message):
+    __slots__ = ("namespace", "key", "value")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: str
+    value: str
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class TopicConfigRecord(_message.Message):
+    __slots__ = ("topic", "read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+    order: bool
+    def __init__(self, topic: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., topic_sys_flag: _Optional[int] = ..., order: _Optional[bool] = ...) -> None: ...
+
+class RegisterBrokerOp(_message.Message):
+    __slots__ = ("cluster", "broker_name", "broker_id", "addr", "ha_addr", "zone", "data_version", "heartbeat_timeout_ms", "enable_acting_master", "topics")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    HA_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_ACTING_MASTER_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    ha_addr: str
+    zone: str
+    data_version: DataVersionRecord
+    heartbeat_timeout_ms: int
+    enable_acting_master: bool
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfigRecord]
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., addr: _Optional[str] = ..., ha_addr: _Optional[str] = ..., zone: _Optional[str] = ..., data_version: _Optional[_Union[DataVersionRecord, _Mapping]] = ..., heartbeat_timeout_ms: _Optional[int] = ..., enable_acting_master: _Optional[bool] = ..., topics: _Optional[_Iterable[_Union[TopicConfigRecord, _Mapping]]] = ...) -> None: ...
+
+class UnregisterBrokerOp(_message.Message):
+    __slots__ = ("cluster", "broker_name", "broker_id", "addr")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    def __init__(self, cluster: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., addr: _Optional[str] = ...) -> None: ...
+
+class ExpiredBroker(_message.Message):
+    __slots__ = ("broker_name", "broker_id", "registered_offset")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    broker_id: int
+    registered_offset: int
+    def __init__(self, broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., registered_offset: _Optional[int] = ...) -> None: ...
+
+class ExpireBrokersOp(_message.Message):
+    __slots__ = ("brokers",)
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    brokers: _containers.RepeatedCompositeFieldContainer[ExpiredBroker]
+    def __init__(self, brokers: _Optional[_Iterable[_Union[ExpiredBroker, _Mapping]]] = ...) -> None: ...
+
+class WritePermOp(_message.Message):
+    __slots__ = ("broker_name", "wipe")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    WIPE_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    wipe: bool
+    def __init__(self, broker_name: _Optional[str] = ..., wipe: _Optional[bool] = ...) -> None: ...
+
+class CreateTopicOp(_message.Message):
+    __slots__ = ("topic", "queues")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queues: _containers.RepeatedCompositeFieldContainer[TopicQueueRecord]
+    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[TopicQueueRecord, _Mapping]]] = ...) -> None: ...
+
+class DeleteTopicOp(_message.Message):
+    __slots__ = ("topic", "cluster")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    cluster: str
+    def __init__(self, topic: _Optional[str] = ..., cluster: _Optional[str] = ...) -> None: ...
+
+class DeleteKvConfigOp(_message.Message):
+    __slots__ = ("namespace", "key")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: str
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class RoutingOperation(_message.Message):
+    __slots__ = ("register_broker", "unregister_broker", "expire_brokers", "write_perm", "create_topic", "delete_topic", "put_kv_config", "delete_kv_config")
+    REGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
+    UNREGISTER_BROKER_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_BROKERS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_PERM_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DELETE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PUT_KV_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DELETE_KV_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    register_broker: RegisterBrokerOp
+    unregister_broker: UnregisterBrokerOp
+    expire_brokers: ExpireBrokersOp
+    write_perm: WritePermOp
+    create_topic: CreateTopicOp
+    delete_topic: DeleteTopicOp
+    put_kv_config: KvConfigRecord
+    delete_kv_config: DeleteKvConfigOp
+    def __init__(self, register_broker: _Optional[_Union[RegisterBrokerOp, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerOp, _Mapping]] = ..., expire_brokers: _Optional[_Union[ExpireBrokersOp, _Mapping]] = ..., write_perm: _Optional[_Union[WritePermOp, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopicOp, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopicOp, _Mapping]] = ..., put_kv_config: _Optional[_Union[KvConfigRecord, _Mapping]] = ..., delete_kv_config: _Optional[_Union[DeleteKvConfigOp, _Mapping]] = ...) -> None: ...

@@ -2,7 +2,8 @@
 
 One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
 ``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
-``compact``, ``bench``, ``offsets`` for offsets and quotas, ``replica_group``), each with a
+``compact``, ``bench``, ``offsets`` for offsets and quotas, ``replica_group``, ``route`` for
+route and kvconfig), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode``. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
@@ -27,6 +28,7 @@ from nameserver.cli import (
     member,
     offsets,
     replica_group,
+    route,
     serve,
     snapshot,
     status,
@@ -55,6 +57,7 @@ _GROUPS = (
     bench,
     offsets,
     replica_group,
+    route,
 )
 
 

@@ -202,7 +202,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     quota = sub.add_parser("quota", parents=[common], help="quotas per record type")
     qcmds = quota.add_subparsers(dest="quota_command", required=True, metavar="COMMAND")
     qs = qcmds.add_parser("set", parents=[common], help="set a record type's limits")
-    qs.add_argument("record_type", metavar="TYPE", help="kv | lease | offset | replica_group")
+    qs.add_argument(
+        "record_type",
+        metavar="TYPE",
+        help="kv | lease | offset | replica_group | broker | topic | kvconfig",
+    )
     qs.add_argument("--max-keys", type=non_negative_int, default=0, metavar="N", help="0: none")
     qs.add_argument("--max-bytes", type=non_negative_int, default=0, metavar="N", help="0: none")
     qs.set_defaults(run=run_quota_set)
