@@ -54,7 +54,7 @@ class ServerConfig:
     listen_client: str = "127.0.0.1:9877"  # gRPC client API (etcd v3 + metaledger.v1)
     listen_peer: str = "127.0.0.1:9878"  # Raft peers
     listen_remoting: str = "127.0.0.1:9876"  # RocketMQ remoting (the nameserver's route front)
-    listen_metrics: str = "127.0.0.1:9879"  # metrics HTTP (a later issue)
+    listen_metrics: str = "127.0.0.1:9879"  # metrics HTTP: GET /metrics (Prometheus text)
     initial_cluster: dict[str, str] = field(default_factory=dict)  # id -> peer host:port
     cluster_password: str | None = None
     cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
@@ -94,6 +94,7 @@ class ServerConfig:
             raise ConfigError("data_dir", "must not be empty (--data-dir)")
         _split_hostport("listen_client", self.listen_client)
         _split_hostport("listen_remoting", self.listen_remoting)
+        _split_hostport("listen_metrics", self.listen_metrics)
         peer_host, _ = _split_hostport("listen_peer", self.listen_peer)
         peers = self.peers
         if self.node_id not in peers:

@@ -16,6 +16,7 @@ from nameserver.config import ServerConfig
 from nameserver.election import ElectionService, LockService
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
+from nameserver.metrics import Metric, MetricsServer
 from nameserver.offsets_service import OffsetsService, QuotasService
 from nameserver.remoting.server import RemotingServer
 from nameserver.replica_groups_service import ReplicaGroupsService
@@ -139,6 +140,7 @@ class Node:
         )
         self.routes = RoutingNode(self.ctx, self.brokers)
         self.remoting = RemotingServer(NameserverRemoting(self.routes))
+        self.metrics = MetricsServer(self._metrics)
         self.server: grpc.aio.Server | None = None
         self._announce_task: asyncio.Task[None] | None = None
 
@@ -202,14 +204,72 @@ class Node:
         host, _, port = self.config.listen_remoting.rpartition(":")
         await self.remoting.start(host.strip("[]"), int(port))
         self.brokers.start()
+        host, _, port = self.config.listen_metrics.rpartition(":")
+        await self.metrics.start(host.strip("[]"), int(port))
         log.info(
-            "node %s serving: client %s, peer %s, remoting %s, data %s",
+            "node %s serving: client %s, peer %s, remoting %s, metrics %s, data %s",
             self.config.node_id,
             self.config.listen_client,
             self.config.listen_peer,
             self.config.listen_remoting,
+            self.config.listen_metrics,
             self.config.data_dir,
         )
+
+    def _metrics(self) -> list[Metric]:
+        """What ``GET /metrics`` shows (cheap reads of in-memory state only)."""
+        st = self.log.engine_status()
+        off = self.log.offsets()
+        image = self.state.image
+        node = {"node": self.config.node_id}
+
+        def gauge(name: str, help_text: str, value: float) -> Metric:
+            return (f"metaledger_{name}", help_text, "gauge", [(node, value)])
+
+        def counter(name: str, help_text: str, value: float) -> Metric:
+            return (f"metaledger_{name}", help_text, "counter", [(node, value)])
+
+        return [
+            gauge(
+                "end_offset", "Last offset in this node's log, committed or not.", off.end_offset
+            ),
+            gauge(
+                "commit_offset", "Last offset known replicated to a majority.", off.commit_offset
+            ),
+            gauge(
+                "apply_offset",
+                "Last offset built into this node's image (what eventual route reads see).",
+                off.apply_offset,
+            ),
+            gauge(
+                "applied_lag", "commit_offset - apply_offset.", off.commit_offset - off.apply_offset
+            ),
+            gauge("flushed_offset", "Last change-log offset written to disk.", off.flushed_offset),
+            gauge("term", "Raft term.", st.term),
+            (
+                "metaledger_role",
+                "1 for this node's role.",
+                "gauge",
+                [({**node, "role": st.role}, 1)],
+            ),
+            gauge("has_quorum", "1 if this node sees a quorum.", 1 if st.has_quorum else 0),
+            counter(
+                "items_proposed_total", "Consensus items proposed here.", self.log.items_proposed
+            ),
+            counter(
+                "requests_proposed_total",
+                "Requests proposed here (several share one item: group commit).",
+                self.log.requests_proposed,
+            ),
+            gauge("watchers", "Watchers registered on this node.", self.watch_hub.watchers),
+            counter(
+                "route_reads_total",
+                "Route reads served from this node's image (remoting and gRPC).",
+                self.routes.route_reads,
+            ),
+            gauge("kv_keys", "Keys in the kv record type.", len(image.kv)),
+            gauge("leases", "Live leases.", len(image.leases)),
+        ]
 
     async def _announce(self) -> None:
         """Write this node's member record (client URLs) into the log once a leader exists."""
@@ -240,6 +300,7 @@ class Node:
         await self.replica_liveness.stop()
         await self.brokers.stop()
         await self.remoting.close()
+        await self.metrics.close()
         if self.server is not None:
             await self.server.stop(grace=1.0)
         await self.replica_groups.close()

@@ -1,0 +1,90 @@
+"""The metrics endpoint (DESIGN.md §6: metrics HTTP, ``--listen-metrics``): Prometheus text.
+
+``GET /metrics`` answers the node's offsets, role, term, group-commit counters, watchers
+and route reads in the Prometheus text exposition format (version 0.0.4); anything else
+is a 404. It is a few lines of asyncio (one request per connection, then close) rather
+than a dependency: the values are all in memory, and a scrape must never wait on the
+replicated log. Route reads are eventual by design (RIP-18), so the apply offset here is
+what tells how far behind the serving node's routes may be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+#: A metric: (name, help, type, [(labels, value)]).
+Metric = tuple[str, str, str, list[tuple[dict[str, str], float]]]
+
+MAX_REQUEST_HEAD_BYTES = 8192
+READ_TIMEOUT_S = 5.0
+
+
+def render(metrics: Iterable[Metric]) -> str:
+    """The Prometheus text format of ``metrics``."""
+    out: list[str] = []
+    for name, help_text, kind, samples in metrics:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+            shown = repr(float(value)) if not float(value).is_integer() else str(int(value))
+            out.append(f"{name}{{{label_text}}} {shown}" if label_text else f"{name} {shown}")
+    return "\n".join(out) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class MetricsServer:
+    """Serves ``collect()`` at ``GET /metrics``."""
+
+    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        self._collect = collect
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._handle, host, port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+            if len(head) > MAX_REQUEST_HEAD_BYTES:
+                raise ValueError("request head too large")
+            parts = head.split(b"\r\n", 1)[0].split()
+            if len(parts) == 3 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
+                body = render(self._collect()).encode()
+                status = b"200 OK"
+                ctype = b"text/plain; version=0.0.4; charset=utf-8"
+            else:
+                body, status, ctype = (
+                    b"not found: try GET /metrics\n",
+                    b"404 Not Found",
+                    b"text/plain",
+                )
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype
+                + b"\r\nContent-Length: " + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n" + body
+            )  # fmt: skip
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
+            pass  # a broken or slow request: just close
+        except Exception:  # a bug in a collector must not take the endpoint down
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
