@@ -32,13 +32,12 @@ Clocks of the nodes are assumed to agree to well under the timeout (as for lease
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import grpc
 
+from nameserver.duties import PeriodicDuties, now_ms
 from nameserver.routing import routing_entry
 from nameserver.routing_image import Broker, broker_key
 from nameserver.state import MetadataStateMachine
@@ -56,11 +55,7 @@ EXPIRE_INTERVAL_S = 0.5
 MAX_BROKERS_PER_ENTRY = 1000
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class BrokerKeeper:
+class BrokerKeeper(PeriodicDuties):
     """Notes heartbeats; on followers forwards them, on the leader expires brokers."""
 
     def __init__(
@@ -71,17 +66,13 @@ class BrokerKeeper:
         leader_client_address: Callable[[], str | None],
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
-        self.log = rlog
+        super().__init__(rlog, clock_ms)
         self.state = state
         self.timeout_s = propose_timeout_s
         self.leader_client_address = leader_client_address
-        self.clock_ms = clock_ms
         self._seen: dict[bytes, int] = {}  # broker key -> latest heartbeat known here
         self._unsent: dict[bytes, tuple[str, int, str, int]] = {}  # to forward to the leader
-        self._leader_since_ms: int | None = None
-        self._leader_term = -1
         self._channel: tuple[str, grpc.aio.Channel] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self.forwarded_calls = 0
         """Forwarding RPCs sent (a metric and a test hook)."""
 
@@ -105,32 +96,13 @@ class BrokerKeeper:
 
     # ------------------------------------------------------------------ tasks
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._every(FORWARD_INTERVAL_S, self.forward)),
-            loop.create_task(self._every(EXPIRE_INTERVAL_S, self.expire)),
-        ]
+        self.run_every((FORWARD_INTERVAL_S, self.forward), (EXPIRE_INTERVAL_S, self.expire))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
+        await self.stop_jobs()
         if self._channel is not None:
             await self._channel[1].close()
             self._channel = None
-
-    async def _every(self, interval_s: float, job: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await job()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # no leader, timeout, leader gone: retry later
-                log.debug("broker liveness %s: %s", getattr(job, "__name__", job), exc)
 
     def _stub(self, address: str) -> routing_pb2_grpc.RoutingStub:
         if self._channel is None or self._channel[0] != address:
@@ -172,13 +144,8 @@ class BrokerKeeper:
 
     async def expire(self) -> None:
         """On the leader: propose the expiry of brokers whose timeout passed."""
-        status = self.log.engine_status()
-        if status.role != "leader":
-            self._leader_since_ms = None
+        if self.lead() is None:
             return
-        if self._leader_since_ms is None or status.term != self._leader_term:
-            self._leader_since_ms = self.clock_ms()
-            self._leader_term = status.term
         brokers = self.state.image.brokers
         self._seen = {k: t for k, t in self._seen.items() if brokers.get(k) is not None}
         due = self.due_for_expiry(self.clock_ms())

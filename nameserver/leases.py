@@ -28,13 +28,11 @@ TTL/3.)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
+from nameserver.duties import PeriodicDuties, now_ms
 from nameserver.image import Lease
 from nameserver.state import MetadataStateMachine
 from protos import records_pb2
@@ -50,16 +48,12 @@ EXPIRE_INTERVAL_S = 0.2
 MAX_LEASES_PER_ENTRY = 1000
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def lease_entry(op: records_pb2.LeaseOperation, lease_id: int = 0) -> Entry:
     key = lease_id.to_bytes(8, "big", signed=True) if lease_id else b""
     return Entry(type="lease", key=key, value=op.SerializeToString())
 
 
-class LeaseKeeper:
+class LeaseKeeper(PeriodicDuties):
     """Batches keepalives into checkpoints and, while leader, proposes expiries."""
 
     def __init__(
@@ -70,16 +64,12 @@ class LeaseKeeper:
         propose_timeout_s: float,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
-        self.log = rlog
+        super().__init__(rlog, clock_ms)
         self.state = state
         self.grace_ms = election_timeout_ms
         self.timeout_s = propose_timeout_s
-        self.clock_ms = clock_ms
         self._unsent: dict[int, int] = {}  # lease id -> latest keepalive not yet proposed
         self._seen: dict[int, int] = {}  # lease id -> latest keepalive received here
-        self._leader_since_ms: int | None = None
-        self._leader_term = -1
-        self._tasks: list[asyncio.Task[None]] = []
 
     # -------------------------------------------------------------- keepalive
     def refreshed_ms(self, lease: Lease) -> int:
@@ -107,29 +97,10 @@ class LeaseKeeper:
 
     # ------------------------------------------------------------------ tasks
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._every(CHECKPOINT_INTERVAL_S, self.checkpoint)),
-            loop.create_task(self._every(EXPIRE_INTERVAL_S, self.expire)),
-        ]
+        self.run_every((CHECKPOINT_INTERVAL_S, self.checkpoint), (EXPIRE_INTERVAL_S, self.expire))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-
-    async def _every(self, interval_s: float, job: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await job()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # consensus refused (no leader, timeout): retry later
-                log.debug("lease %s: %s", getattr(job, "__name__", job), exc)
+        await self.stop_jobs()
 
     async def checkpoint(self) -> None:
         """Propose the keepalives received since the last checkpoint as one entry."""
@@ -164,13 +135,8 @@ class LeaseKeeper:
 
     async def expire(self) -> None:
         """On the leader: propose the expiry of the leases whose deadline passed."""
-        status = self.log.engine_status()
-        if status.role != "leader":
-            self._leader_since_ms = None
+        if self.lead() is None:
             return
-        if self._leader_since_ms is None or status.term != self._leader_term:
-            self._leader_since_ms = self.clock_ms()
-            self._leader_term = status.term
         due = self.due_for_expiry(self.clock_ms())
         if not due:
             return

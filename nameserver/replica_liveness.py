@@ -23,13 +23,11 @@ at its next heartbeat (heartbeat well within the timeout, as RocketMQ brokers do
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nameserver.duties import PeriodicDuties, now_ms
 from nameserver.state import MetadataStateMachine
 from protos import records_pb2
 from raftlog import Entry, ReplicatedLog
@@ -38,10 +36,6 @@ log = logging.getLogger(__name__)
 
 #: How often the leader looks for replicas whose heartbeat timeout passed.
 SCAN_INTERVAL_S = 0.2
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(slots=True)
@@ -59,7 +53,7 @@ def liveness_entry(op: records_pb2.ReplicaLiveness) -> Entry:
     )
 
 
-class ReplicaLiveness:
+class ReplicaLiveness(PeriodicDuties):
     """Heartbeats of replicas as this node (the leader) received them, and the expiry scan."""
 
     def __init__(
@@ -69,14 +63,10 @@ class ReplicaLiveness:
         propose_timeout_s: float,
         clock_ms: Callable[[], int] = now_ms,
     ) -> None:
-        self.log = rlog
+        super().__init__(rlog, clock_ms)
         self.state = state
         self.timeout_s = propose_timeout_s
-        self.clock_ms = clock_ms
         self._seen: dict[tuple[str, int], Seen] = {}
-        self._leader_since_ms: int | None = None
-        self._leader_term = -1
-        self._task: asyncio.Task[None] | None = None
 
     # -------------------------------------------------------------- heartbeats
     def heartbeat(self, broker_name: str, broker_id: int, max_offset: int, epoch: int) -> None:
@@ -123,34 +113,15 @@ class ReplicaLiveness:
         return out
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self.run_every((SCAN_INTERVAL_S, self.scan))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(SCAN_INTERVAL_S)
-            try:
-                await self.scan()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # consensus refused (no leader, timeout): retry later
-                log.debug("replica liveness scan: %s", exc)
+        await self.stop_jobs()
 
     async def scan(self) -> None:
         """On the leader: propose the replicas whose heartbeat timeout passed as dead."""
-        status = self.log.engine_status()
-        if status.role != "leader":
-            self._leader_since_ms = None
+        if self.lead() is None:
             return
-        if self._leader_since_ms is None or status.term != self._leader_term:
-            self._leader_since_ms = self.clock_ms()
-            self._leader_term = status.term
         due = self.due(self.clock_ms())
         if not due:
             return
