@@ -12,6 +12,7 @@ Files under ``<data-dir>``::
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -23,14 +24,14 @@ from nameserver.state import image_from_records
 from protos import records_pb2
 from raftlog import SegmentLog
 from raftlog.entry import Effect
-from raftlog.log import Captured
+from raftlog.log import Captured, gc_paused
 from snapshots import (
     FileSnapshotStore,
     SnapshotError,
     SnapshotMeta,
     inspect,
     open_snapshot,
-    read_snapshot,
+    read_snapshot_columns,
     verify_snapshot,
 )
 
@@ -75,9 +76,9 @@ class StoreSink:
         return min(i.last_offset for i in kept) + 1 if kept else 0
 
     def read(self, path: str) -> tuple[int, int, bytes, Iterable[tuple[str, bytes, bytes]]]:
-        snap = read_snapshot(path)  # verifies everything before anything is used
+        snap = read_snapshot_columns(path)  # verifies everything before anything is used
         info = snap.info
-        return info.last_offset, info.last_term, info.engine_meta, snap.records
+        return info.last_offset, info.last_term, info.engine_meta, snap
 
     def header(self, path: str) -> tuple[int, bytes]:
         info = inspect(path)
@@ -161,13 +162,17 @@ def restore(
     for info in store.list():  # newest first; one read verifies and loads
         assert info.path is not None
         try:
-            snap = read_snapshot(info.path)
+            with gc_paused():
+                snap = read_snapshot_columns(info.path)
+                image = image_from_records(snap, snap.info.last_offset, snap.info.last_term)
+                del snap
         except SnapshotError as exc:
             log.warning("refusing snapshot %s: %s; falling back to an older one", info.path, exc)
             continue
         latest = info.path
-        image = image_from_records(snap.records, snap.info.last_offset, snap.info.last_term)
-        del snap
+        # The restored image is long-lived and immutable: keep the cyclic collector from
+        # scanning its millions of objects in every full collection from now on.
+        gc.freeze()
         log.info("restored snapshot %s at offset %d", latest, image.provenance.last_offset)
         break
     engine_base = read_base_offset(dump_file)

@@ -46,9 +46,11 @@ ValueError or TypeError; the file system raises OSError.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
+import mmap
 import os
 import struct
 import tempfile
@@ -65,6 +67,7 @@ from google.protobuf.message import DecodeError
 from protos.records_pb2 import Effect
 from protos.snapshot_pb2 import SnapshotFooter, SnapshotHeader, TypeDigest
 from snapshots._recordstream import (
+    MAX_BODY_BYTES,
     Record,
     RecordReader,
     RecordStreamError,
@@ -79,6 +82,7 @@ __all__ = [
     "RecordDigest",
     "RecordSource",
     "Snapshot",
+    "SnapshotColumns",
     "SnapshotCorruptError",
     "SnapshotError",
     "SnapshotInfo",
@@ -90,6 +94,7 @@ __all__ = [
     "inspect",
     "open_snapshot",
     "read_snapshot",
+    "read_snapshot_columns",
     "record_hash",
     "verify_snapshot",
     "write_snapshot",
@@ -116,6 +121,28 @@ _READ_BUFFER_BYTES = 256 * 1024
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 _crc32c: Callable[[bytes | bytearray | memoryview, int], int] = _crc32c_module.crc32c
+#: A frame's length and CRC, then its body's offset and sub-index (_recordstream's layout).
+_FRAME_HEAD = struct.Struct("<IIQI")
+
+
+class _Anomaly(Exception):
+    """SnapshotReader's fast pass met something only the careful pass may judge."""
+
+
+@contextlib.contextmanager
+def _mapped(file: BinaryIO) -> Iterator[bytes | mmap.mmap]:
+    """The whole of `file` as one buffer: a read-only memory map of a real file (no copy),
+    else its bytes."""
+    try:
+        fd = file.fileno()
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        fd = -1
+    if fd < 0:
+        file.seek(0)
+        yield file.read()
+        return
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as buf:
+        yield buf
 
 
 # --------------------------------------------------------------------------- errors
@@ -379,6 +406,32 @@ class Snapshot:
     def to_dict(self) -> dict[tuple[str, bytes], bytes]:
         """The image as ``{(type, key): value}`` (e.g. a base for :func:`replay`)."""
         return {(t, k): v for t, k, v in self.records}
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotColumns:
+    """A whole snapshot read into memory by type (:func:`read_snapshot_columns`), verified.
+
+    ``columns[type]`` is ``(keys, values)``, two parallel lists in file order. Restore
+    builds each sub-image from its columns in bulk instead of one record tuple at a time.
+    Iterating yields the ``(type, key, value)`` records, type by type.
+    """
+
+    info: SnapshotInfo
+    columns: Mapping[str, tuple[list[bytes], list[bytes]]]
+
+    def __iter__(self) -> Iterator[SnapshotRecord]:
+        return self.without("")  # no record has an empty type
+
+    def __len__(self) -> int:
+        return sum(len(keys) for keys, _ in self.columns.values())
+
+    def without(self, type_: str) -> Iterator[SnapshotRecord]:
+        """The records of every type but `type_` (whose columns the caller takes whole)."""
+        for t, (keys, values) in self.columns.items():
+            if t != type_:
+                for key, value in zip(keys, values, strict=True):
+                    yield t, key, value
 
 
 # --------------------------------------------------------------------------- writing
@@ -660,6 +713,100 @@ class SnapshotReader:
                 None,
             )
 
+    def read_columns(self, check_hashes: bool = True) -> SnapshotColumns:
+        """The whole snapshot by type, after verifying all of it (same checks and errors as
+        :meth:`iter_records`, at about half its cost).
+
+        Why it is cheaper: the frames are parsed from one memory map (or one read) instead
+        of two reads each, and the frames' own CRCs are not computed, because the footer
+        checksum, computed in one call over every byte before the footer, already covers
+        them. Any anomaly on the way (a frame out of place, an undecodable record, a
+        checksum that does not match) sends the reader back over the file the careful
+        way, frame by frame, which raises the same error, naming the same frame, that
+        :meth:`iter_records` would; so a damaged file costs two passes and a good one one.
+        """
+        with _mapped(self._file) as buf:
+            try:
+                columns, actual, footer_at = self._scan(buf, check_hashes)
+                self._reader.seek(footer_at)
+                self._verify_end(self.info.record_count)
+            except (_Anomaly, SnapshotCorruptError):
+                for _ in self.iter_records(check_hashes):
+                    pass
+                raise self._corrupt("failed a check only the fast pass makes", None) from None
+        if check_hashes and actual != self._expected:
+            raise self._corrupt(
+                f"records have counts {actual.counts} hashes {actual.hashes}, the header says "
+                f"counts {self._expected.counts} hashes {self._expected.hashes}",
+                None,
+            )
+        return SnapshotColumns(self.info, columns)
+
+    def _scan(
+        self, buf: bytes | mmap.mmap, check_hashes: bool
+    ) -> tuple[dict[str, tuple[list[bytes], list[bytes]]], RecordDigest, int]:
+        """The records of `buf` by type, their digest (empty unless `check_hashes`) and the
+        position of the footer frame. Raises _Anomaly where :meth:`iter_records` might
+        raise; checks no frame CRC (see :meth:`read_columns`)."""
+        offset = self.info.last_offset
+        end = len(buf)
+        pos = self._records_start
+        columns: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        sums: dict[str, int] = {}
+        effect = Effect()
+        parse = effect.ParseFromString
+        head = _FRAME_HEAD.unpack_from
+        pack_len = _pack_len
+        from_bytes = int.from_bytes
+        current = ""
+        keys_append = values_append = None
+        copy = None
+        total = 0
+        for sub in range(1, self.info.record_count + 1):
+            if pos + _FRAME_HEAD.size > end:
+                raise _Anomaly
+            length, _crc, frame_offset, frame_sub = head(buf, pos)
+            body_end = pos + 8 + length
+            if (
+                body_end > end
+                or length > MAX_BODY_BYTES
+                or frame_offset != offset
+                or frame_sub != sub
+                or length < 12
+            ):
+                raise _Anomaly
+            try:
+                parse(buf[pos + _FRAME_HEAD.size : body_end])
+            except DecodeError:
+                raise _Anomaly from None
+            type_ = effect.type
+            if effect.delete or not type_:
+                raise _Anomaly
+            key = effect.key
+            value = effect.value
+            if type_ != current:  # records come grouped by type: this is rare
+                if current:
+                    sums[current] += total
+                keys, values = columns.setdefault(type_, ([], []))
+                keys_append, values_append = keys.append, values.append
+                sums.setdefault(type_, 0)
+                copy = _type_hasher(type_).copy
+                current, total = type_, 0
+            keys_append(key)  # type: ignore[misc]
+            values_append(value)  # type: ignore[misc]
+            if check_hashes:
+                h = copy()  # type: ignore[misc]
+                h.update(b"".join((pack_len(len(key)), key, pack_len(len(value)), value)))
+                total += from_bytes(h.digest(), "little")
+            pos = body_end
+        digest = RecordDigest()
+        if current:
+            sums[current] += total
+        if check_hashes:
+            digest._counts = {t: len(keys) for t, (keys, _) in columns.items()}
+            digest._sums = sums
+        return columns, digest, pos
+
     def _verify_end(self, total: int) -> None:
         frame = self._next("footer")
         if frame.offset != self.info.last_offset or frame.sub != total + 1:
@@ -776,6 +923,15 @@ def read_snapshot(path: str | os.PathLike[str], check_hashes: bool = True) -> Sn
     with open_snapshot(path) as reader:
         records = list(reader.iter_records(check_hashes))
         return Snapshot(reader.info, records)
+
+
+def read_snapshot_columns(
+    path: str | os.PathLike[str], check_hashes: bool = True
+) -> SnapshotColumns:
+    """Read and verify a whole snapshot into memory by type (:meth:`SnapshotReader.
+    read_columns`: the fast way to restore an image). Raises SnapshotCorruptError, OSError."""
+    with open_snapshot(path) as reader:
+        return reader.read_columns(check_hashes)
 
 
 def verify_snapshot(path: str | os.PathLike[str]) -> SnapshotInfo:
