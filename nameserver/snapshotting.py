@@ -19,14 +19,16 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from nameserver._forked import ChildFailedError, can_fork, run_in_child
 from nameserver.image import MetadataDelta, MetadataImage, Provenance
-from nameserver.state import image_from_records
+from nameserver.state import CapturedImage, image_from_records, image_records
 from protos import records_pb2
 from raftlog import SegmentLog
 from raftlog.entry import Effect
 from raftlog.log import Captured, gc_paused
 from snapshots import (
     FileSnapshotStore,
+    RecordSource,
     SnapshotError,
     SnapshotMeta,
     inspect,
@@ -48,14 +50,22 @@ class StoreSink:
         cluster_id: str,
         segments: SegmentLog,
         archive_dir: str | None = None,
+        in_child: bool = False,
     ) -> None:
+        """`in_child`: write each snapshot from a forked child process (see
+        :mod:`nameserver._forked`), where the platform can fork."""
         self.store = store
         self.dump_file = dump_file
         self.cluster_id = cluster_id
         self.segments = segments
         self.archive_dir = archive_dir
+        self.in_child = in_child and can_fork()
 
     def write(self, captured: Captured, raft_index: int, engine_meta: bytes) -> str:
+        """Write the snapshot; its path. In a child process, when configured: then a child
+        that fails or dies raises ChildFailedError after its temp file is removed, and the
+        kept snapshots are as they were (the caller reports the snapshot failed; the engine
+        asks again later)."""
         meta = SnapshotMeta(
             cluster_id=self.cluster_id,
             last_offset=captured.last_offset,
@@ -63,7 +73,23 @@ class StoreSink:
             raft_index=raft_index,
             engine_meta=engine_meta,
         )
-        info = self.store.save(meta, captured.records)
+        if not self.in_child:
+            return self._save(meta, captured.records)
+        records = captured.records
+        if isinstance(captured, CapturedImage):
+            # nothing in the child competes for its GIL: no pauses between records
+            image = captured.image
+            records = lambda: image_records(image)  # noqa: E731
+        try:
+            return run_in_child(
+                lambda: self._save(meta, records), f"snapshot at offset {meta.last_offset}"
+            )
+        except ChildFailedError:
+            self.store.remove_temp_files()
+            raise
+
+    def _save(self, meta: SnapshotMeta, records: RecordSource) -> str:
+        info = self.store.save(meta, records)
         assert info.path is not None
         return str(info.path)
 
@@ -261,8 +287,6 @@ def _repair_dump(
             segments.last_offset,
             header.last_offset,
         )
-    from nameserver.state import CapturedImage
-
     captured = CapturedImage(image)
     meta = SnapshotMeta(
         cluster_id=cluster_id,

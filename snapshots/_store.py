@@ -107,6 +107,11 @@ class FileSnapshotStore:
         self.directory = Path(directory)
         self.keep = _check_keep(keep)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.remove_temp_files()
+
+    def remove_temp_files(self) -> None:
+        """Remove the temp files of interrupted writes (a crash, a killed writer process).
+        Only the store's one owner may call it: a write in progress would lose its file."""
         for entry in self.directory.iterdir():
             if _TEMP.match(entry.name):
                 log.warning("removing %s, left by an interrupted snapshot write", entry)

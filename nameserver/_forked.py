@@ -1,0 +1,116 @@
+"""Run one function in a forked child process and get its string result (BGSAVE-style).
+
+Why: a snapshot of a 1M-key image takes seconds of pure-Python encoding. On a thread it
+holds the GIL half of that time, and the apply, consensus and gRPC threads wait for it
+(commit stalls of 70-150 ms, issue 3). A forked child gets a copy-on-write view of the
+immutable image as of the fork, encodes and writes the file on its own interpreter, and
+exits; the parent's thread only waits in ``read``/``waitpid``, which release the GIL.
+
+What the child may do: compute and touch files. It must not log, use gRPC, or take any
+lock another thread of the parent may have held at the fork (only the forking thread
+exists in the child). It leaves through ``os._exit`` whatever happens, so no ``atexit``
+handler, ``finally`` of another frame or buffered stream of the parent runs twice.
+It dies with the thread that forked it (``PR_SET_PDEATHSIG``, Linux), so killing a node
+never leaves a writer behind.
+
+Errors::
+
+    ChildFailedError     the child raised (its message), exited non-zero or was killed
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import signal
+from collections.abc import Callable
+
+__all__ = ["ChildFailedError", "can_fork", "run_in_child"]
+
+_PR_SET_PDEATHSIG = 1
+try:  # loaded here, not in the child: dlopen takes a lock another thread may hold at fork
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - no C library to load
+    _LIBC = None
+_OK = b"ok:"
+_CHILD_NICENESS = 10
+_MAX_MESSAGE_BYTES = 4096
+
+
+class ChildFailedError(Exception):
+    """The child did not return a result: `reason` says why (its exception, exit status or
+    signal)."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"{what} in a child process failed: {reason}")
+        self.reason = reason
+
+
+def can_fork() -> bool:
+    return hasattr(os, "fork")
+
+
+def run_in_child(fn: Callable[[], str], what: str) -> str:
+    """``fn()`` computed in a forked child; blocks the calling thread (not the GIL) until
+    the child exits. Raises ChildFailedError if `fn` raised in the child (its type and
+    message), or the child died (e.g. killed), OSError if the fork itself fails."""
+    read_fd, write_fd = os.pipe()
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        os.close(read_fd)
+        _child(fn, write_fd, parent)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        message = pipe.read()  # until the child exits (EOF)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and message.startswith(_OK):
+        return message[len(_OK) :].decode()
+    if os.WIFSIGNALED(status):
+        reason = f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+    else:
+        text = message.decode(errors="replace") or "no message"
+        reason = f"exit status {os.waitstatus_to_exitcode(status)}: {text}"
+    raise ChildFailedError(what, reason)
+
+
+def _child(fn: Callable[[], str], write_fd: int, parent: int) -> None:  # pragma: no cover
+    status = 1
+    try:
+        # The parent's handlers would run here (and write to its event loop's wakeup fd).
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        _die_with_parent(parent)
+        # Background work: on a busy machine the node's own threads (the commit path) go
+        # first; the snapshot takes what CPU is left.
+        os.nice(_CHILD_NICENESS)
+        # A collection would touch every object of the inherited heap (copying it page
+        # by page) to free nothing: this process lives for one function call.
+        gc.disable()
+        result = _OK + fn().encode()
+        status = 0
+    except BaseException as exc:
+        result = f"{type(exc).__name__}: {exc}".encode(errors="replace")[:_MAX_MESSAGE_BYTES]
+    try:
+        view = memoryview(result)
+        while view:
+            view = view[os.write(write_fd, view) :]
+    finally:
+        os._exit(status)
+
+
+def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child
+    try:
+        assert _LIBC is not None
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (AssertionError, AttributeError):  # not Linux: the child finishes its file, exits
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)

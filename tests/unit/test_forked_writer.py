@@ -1,0 +1,109 @@
+"""Snapshots written from a forked child (nameserver._forked, StoreSink(in_child=True)):
+results and failures come back to the parent, a dead child leaves the kept snapshots as
+they were and nothing half-written, and the next attempt succeeds."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from nameserver._forked import ChildFailedError, run_in_child
+from nameserver.image import KeyValue, KvImage, MetadataImage, Provenance
+from nameserver.snapshotting import StoreSink
+from nameserver.state import CapturedImage, image_records
+from raftlog import SegmentConfig, SegmentLog
+from snapshots import FileSnapshotStore, read_snapshot
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def test_the_result_comes_from_another_process() -> None:
+    assert int(run_in_child(lambda: str(os.getpid()), "pid")) != os.getpid()
+
+
+def test_an_exception_in_the_child_is_reported_with_its_message() -> None:
+    def fail() -> str:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(ChildFailedError, match=r"OSError: .*No space left") as e:
+        run_in_child(fail, "writing")
+    assert str(e.value).startswith("writing in a child process failed")
+
+
+def test_a_killed_child_is_reported() -> None:
+    def die() -> str:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return "unreachable"
+
+    with pytest.raises(ChildFailedError, match="killed by signal SIGKILL"):
+        run_in_child(die, "writing")
+
+
+def test_the_child_runs_below_the_parents_priority() -> None:
+    assert int(run_in_child(lambda: str(os.nice(0)), "nice")) > os.nice(0)
+
+
+def image_of(n: int, offset: int) -> MetadataImage:
+    items = [(b"k%05d" % i, KeyValue(b"k%05d" % i, b"v" * 50, i + 1, offset, 1)) for i in range(n)]
+    return replace(
+        MetadataImage.empty(), kv=KvImage.from_sorted_items(items), provenance=Provenance(offset, 2)
+    )
+
+
+@dataclass
+class DyingCapture:
+    """A capture whose records kill the (child) process part-way through writing the file
+    (the second pass over them; the first computes the content hashes)."""
+
+    image: MetadataImage
+    last_offset: int
+    last_term: int
+    die_after: int
+    image_dir: str
+    passes: int = 0
+
+    def records(self) -> Iterator[tuple[str, bytes, bytes]]:
+        self.passes += 1
+        for i, record in enumerate(image_records(self.image)):
+            if self.passes == 2 and i == self.die_after:
+                temp_files = list(Path(self.image_dir).glob(".*.tmp"))
+                assert temp_files and temp_files[0].stat().st_size > 0
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield record
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Iterator[StoreSink]:
+    segments = SegmentLog.open(tmp_path / "log", SegmentConfig(fsync_policy="never"))
+    store = FileSnapshotStore(tmp_path / "snap", keep=2)
+    yield StoreSink(store, str(tmp_path / "dump.snap"), "c1", segments, in_child=True)
+    segments.close()
+
+
+def test_a_snapshot_written_in_a_child(sink: StoreSink) -> None:
+    image = image_of(5000, 10)
+    path = sink.write(CapturedImage(image), 7, b"meta")
+    snap = read_snapshot(path)
+    assert snap.records == list(image_records(image))
+    assert (snap.info.last_offset, snap.info.raft_index, snap.info.engine_meta) == (10, 7, b"meta")
+
+
+def test_a_dead_child_keeps_the_previous_snapshot_and_the_next_try_succeeds(
+    sink: StoreSink,
+) -> None:
+    first = sink.write(CapturedImage(image_of(100, 10)), 1, b"")
+    newer = image_of(30000, 20)  # several 1 MiB chunks: the temp file has data when it dies
+    with pytest.raises(ChildFailedError, match="killed by signal SIGKILL"):
+        sink.write(DyingCapture(newer, 20, 2, 25000, str(sink.store.directory)), 2, b"")
+    files = sorted(p.name for p in sink.store.directory.iterdir())
+    assert files == [Path(first).name]  # no temp file, nothing at the new offset
+    assert sink.store.latest() == Path(first)
+    assert read_snapshot(first).info.last_offset == 10
+    again = sink.write(CapturedImage(newer), 2, b"")  # the engine asks again later
+    assert read_snapshot(again).records == list(image_records(newer))
+    assert sink.store.latest() == Path(again)
