@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from nameserver._forked import ChildFailedError, can_fork, run_in_child
@@ -202,6 +203,7 @@ def restore(
         log.info("restored snapshot %s at offset %d", latest, image.provenance.last_offset)
         break
     engine_base = read_base_offset(dump_file)
+    repaired = False
     if os.path.exists(dump_file):
         try:
             if latest is not None and os.path.samefile(latest, dump_file):
@@ -210,7 +212,13 @@ def restore(
                 engine_base = verify_snapshot(dump_file).last_offset
         except SnapshotError as exc:
             engine_base = _repair_dump(exc, image, segments, dump_file, cluster_id, store)
+            repaired = True
     image = replay_segments(image, segments)
+    if repaired and image.provenance.last_offset < engine_base:
+        # the rebuilt dump holds this very image at engine_base (the offsets in between
+        # changed nothing): say so, or the engine's load of the dump would look like a
+        # snapshot from the leader
+        image = replace(image, provenance=Provenance(engine_base, image.provenance.last_term))
     return image, engine_base
 
 
