@@ -75,7 +75,7 @@ class StoreSink:
             engine_meta=engine_meta,
         )
         if not self.in_child:
-            return self._save(meta, captured.records)
+            return self._save(meta, captured.records, one_pass=False)
         records = captured.records
         if isinstance(captured, CapturedImage):
             # nothing in the child competes for its GIL: no pauses between records
@@ -83,14 +83,17 @@ class StoreSink:
             records = lambda: image_records(image)  # noqa: E731
         try:
             return run_in_child(
-                lambda: self._save(meta, records), f"snapshot at offset {meta.last_offset}"
+                # the child's memory is its own: it holds the encoded file once rather than
+                # encoding and hashing every record twice
+                lambda: self._save(meta, records, one_pass=True),
+                f"snapshot at offset {meta.last_offset}",
             )
         except ChildFailedError:
             self.store.remove_temp_files()
             raise
 
-    def _save(self, meta: SnapshotMeta, records: RecordSource) -> str:
-        info = self.store.save(meta, records)
+    def _save(self, meta: SnapshotMeta, records: RecordSource, *, one_pass: bool) -> str:
+        info = self.store.save(meta, records, one_pass=one_pass)
         assert info.path is not None
         return str(info.path)
 

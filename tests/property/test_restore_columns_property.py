@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
@@ -37,6 +38,7 @@ from snapshots import (
     etcd_trailer,
     read_snapshot,
     read_snapshot_columns,
+    write_snapshot,
 )
 from tests.property.test_snapshot_property import SETTINGS, Rec, record_sets
 
@@ -192,3 +194,17 @@ def read_info() -> SnapshotInfo:
         path = Path(d) / "s.snap"
         path.write_bytes(encode_snapshot(META, [])[0])
         return read_snapshot(path).info
+
+
+@SETTINGS
+@given(records=record_sets)
+def test_one_pass_writes_the_bytes_of_two_passes(records: list[Rec]) -> None:
+    """The forked writer's one pass (frames held in memory) writes the same file, and
+    takes a one-shot iterator, which two passes refuse."""
+    two = encode_snapshot(META, records)
+    one = encode_snapshot(META, iter(records), one_pass=True)
+    assert one == two
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "s.snap"
+        info = write_snapshot(path, META, lambda: iter(records), one_pass=True)
+        assert path.read_bytes() == two[0] and info == replace(two[1], path=path)
