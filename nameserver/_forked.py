@@ -24,9 +24,11 @@ import ctypes
 import gc
 import os
 import signal
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["ChildFailedError", "can_fork", "run_in_child"]
+__all__ = ["ChildFailedError", "ChildResult", "can_fork", "run_in_child"]
 
 _PR_SET_PDEATHSIG = 1
 try:  # loaded here, not in the child: dlopen takes a lock another thread may hold at fork
@@ -51,12 +53,25 @@ def can_fork() -> bool:
     return hasattr(os, "fork")
 
 
-def run_in_child(fn: Callable[[], str], what: str) -> str:
+@dataclass(frozen=True, slots=True)
+class ChildResult:
+    """What :func:`run_in_child` returns: `fn`'s result, and what the child cost: the
+    fork call in the parent (the only time the parent's threads wait for it: the kernel
+    copies the page tables) and the child's CPU seconds."""
+
+    value: str
+    pid: int
+    fork_ms: float
+    cpu_s: float
+
+
+def run_in_child(fn: Callable[[], str], what: str) -> ChildResult:
     """``fn()`` computed in a forked child; blocks the calling thread (not the GIL) until
     the child exits. Raises ChildFailedError if `fn` raised in the child (its type and
     message), or the child died (e.g. killed), OSError if the fork itself fails."""
     read_fd, write_fd = os.pipe()
     parent = os.getpid()
+    started = time.perf_counter()
     try:
         pid = os.fork()
     except BaseException:
@@ -66,12 +81,14 @@ def run_in_child(fn: Callable[[], str], what: str) -> str:
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
         os.close(read_fd)
         _child(fn, write_fd, parent)
+    fork_ms = (time.perf_counter() - started) * 1000
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         message = pipe.read()  # until the child exits (EOF)
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and message.startswith(_OK):
-        return message[len(_OK) :].decode()
+        cpu_s = usage.ru_utime + usage.ru_stime
+        return ChildResult(message[len(_OK) :].decode(), pid, fork_ms, cpu_s)
     if os.WIFSIGNALED(status):
         reason = f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
     else:
