@@ -105,9 +105,7 @@ def _child(fn: Callable[[], str], write_fd: int, parent: int) -> None:  # pragma
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent(parent)
-        # Background work: on a busy machine the node's own threads (the commit path) go
-        # first; the snapshot takes what CPU is left.
-        os.nice(_CHILD_NICENESS)
+        _lower_priority()
         # A collection would touch every object of the inherited heap (copying it page
         # by page) to free nothing: this process lives for one function call.
         gc.disable()
@@ -121,6 +119,25 @@ def _child(fn: Callable[[], str], write_fd: int, parent: int) -> None:  # pragma
             view = view[os.write(write_fd, view) :]
     finally:
         os._exit(status)
+
+
+def _lower_priority() -> None:  # pragma: no cover - runs in the child
+    """Background work: on a busy machine the node's own threads (the commit path) go
+    first; the child takes what CPU is left.
+
+    With the kernel's session autogroups (Linux, on by default on desktops and many VMs)
+    CPU time is shared fairly between sessions first and nice only orders the tasks of one
+    session: a child in its parent's session would spend the node's share, and the node's
+    threads would wake up behind other sessions. So the child starts a session of its own
+    and lowers that session's weight, and lowers its own nice for kernels without
+    autogroups."""
+    try:
+        os.setsid()
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(_CHILD_NICENESS))
+    except OSError:
+        pass
+    os.nice(_CHILD_NICENESS)
 
 
 def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child
