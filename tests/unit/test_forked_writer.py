@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -119,3 +120,14 @@ def test_a_dead_child_keeps_the_previous_snapshot_and_the_next_try_succeeds(
     again = sink.write(CapturedImage(newer), 2, b"")  # the engine asks again later
     assert read_snapshot(again).records == list(image_records(newer))
     assert sink.store.latest() == Path(again)
+
+
+def test_a_child_forked_from_another_thread_works() -> None:
+    """The node forks from its snapshot-writer thread, never the main one."""
+    results: list[str] = []
+    writer = threading.Thread(
+        target=lambda: results.append(run_in_child(lambda: "written", "writing").value)
+    )
+    writer.start()
+    writer.join(30)
+    assert results == ["written"]
