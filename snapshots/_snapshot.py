@@ -847,9 +847,10 @@ class SnapshotReader:
         head = _FRAME_HEAD.unpack_from
         pack_len = _pack_len
         from_bytes = int.from_bytes
-        current = ""
-        keys_append = values_append = None
-        copy = None
+        current = ""  # the type of the records being read (no record has an empty type)
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        hasher: Any = None
         total = 0
         for sub in range(1, self.info.record_count + 1):
             if pos + _FRAME_HEAD.size > end:
@@ -877,14 +878,13 @@ class SnapshotReader:
                 if current:
                     sums[current] += total
                 keys, values = columns.setdefault(type_, ([], []))
-                keys_append, values_append = keys.append, values.append
                 sums.setdefault(type_, 0)
-                copy = _type_hasher(type_).copy
+                hasher = _type_hasher(type_)
                 current, total = type_, 0
-            keys_append(key)  # type: ignore[misc]
-            values_append(value)  # type: ignore[misc]
+            keys.append(key)
+            values.append(value)
             if check_hashes:
-                h = copy()  # type: ignore[misc]
+                h = hasher.copy()
                 h.update(b"".join((pack_len(len(key)), key, pack_len(len(value)), value)))
                 total += from_bytes(h.digest(), "little")
             pos = body_end
@@ -892,7 +892,7 @@ class SnapshotReader:
         if current:
             sums[current] += total
         if check_hashes:
-            digest._counts = {t: len(keys) for t, (keys, _) in columns.items()}
+            digest._counts = {t: len(ks) for t, (ks, _) in columns.items()}
             digest._sums = sums
         return columns, digest, pos
 
