@@ -16,6 +16,8 @@ never leaves a writer behind.
 Errors::
 
     ChildFailedError     the child raised (its message), exited non-zero or was killed
+    ForkError            no child could be started (os.fork or os.pipe failed, e.g. ENOMEM
+                         under strict overcommit); also an OSError
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ChildFailedError", "ChildResult", "can_fork", "run_in_child"]
+__all__ = ["ChildFailedError", "ChildResult", "ForkError", "can_fork", "run_in_child"]
 
 _PR_SET_PDEATHSIG = 1
 try:  # loaded here, not in the child: dlopen takes a lock another thread may hold at fork
@@ -47,6 +49,10 @@ class ChildFailedError(Exception):
     def __init__(self, what: str, reason: str) -> None:
         super().__init__(f"{what} in a child process failed: {reason}")
         self.reason = reason
+
+
+class ForkError(OSError):
+    """No child could be started; nothing ran."""
 
 
 def can_fork() -> bool:
@@ -68,16 +74,19 @@ class ChildResult:
 def run_in_child(fn: Callable[[], str], what: str) -> ChildResult:
     """``fn()`` computed in a forked child; blocks the calling thread (not the GIL) until
     the child exits. Raises ChildFailedError if `fn` raised in the child (its type and
-    message), or the child died (e.g. killed), OSError if the fork itself fails."""
-    read_fd, write_fd = os.pipe()
+    message), or the child died (e.g. killed), ForkError if no child could be started."""
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError as exc:
+        raise ForkError(exc.errno, f"{what}: no pipe to a child: {exc.strerror}") from exc
     parent = os.getpid()
     started = time.perf_counter()
     try:
         pid = os.fork()
-    except BaseException:
+    except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)
-        raise
+        raise ForkError(exc.errno, f"{what}: fork failed: {exc.strerror}") from exc
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
         os.close(read_fd)
         _child(fn, write_fd, parent)

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from nameserver._forked import ChildFailedError, can_fork, run_in_child
+from nameserver._forked import ChildFailedError, ForkError, can_fork, run_in_child
 from nameserver.image import MetadataDelta, MetadataImage, Provenance
 from nameserver.state import CapturedImage, image_from_records, image_records
 from protos import records_pb2
@@ -66,7 +66,7 @@ class StoreSink:
         """Write the snapshot; its path. In a child process, when configured: then a child
         that fails or dies raises ChildFailedError after its temp file is removed, and the
         kept snapshots are as they were (the caller reports the snapshot failed; the engine
-        asks again later)."""
+        asks again later); when no child can be forked, it is written on this thread."""
         meta = SnapshotMeta(
             cluster_id=self.cluster_id,
             last_offset=captured.last_offset,
@@ -99,6 +99,11 @@ class StoreSink:
         except ChildFailedError:
             self.store.remove_temp_files()
             raise
+        except ForkError as exc:
+            # e.g. no memory for the child's page tables: this snapshot on a thread instead
+            # (commits stall while it encodes, but the log still gets compacted)
+            log.warning("%s; writing it on a thread of this process", exc)
+            return self._save(meta, captured.records, one_pass=False)
         log.info(
             "snapshot at offset %d: written by child %d (fork %.1f ms, %.2f s CPU)",
             meta.last_offset,

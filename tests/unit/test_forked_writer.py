@@ -4,6 +4,7 @@ they were and nothing half-written, and the next attempt succeeds."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import signal
@@ -11,10 +12,11 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
-from nameserver._forked import ChildFailedError, run_in_child
+from nameserver._forked import ChildFailedError, ForkError, run_in_child
 from nameserver.image import KeyValue, KvImage, MetadataImage, Provenance
 from nameserver.snapshotting import StoreSink
 from nameserver.state import CapturedImage, image_records
@@ -131,3 +133,14 @@ def test_a_child_forked_from_another_thread_works() -> None:
     writer.start()
     writer.join(30)
     assert results == ["written"]
+
+
+def test_no_fork_is_a_fork_error_and_the_sink_writes_on_its_thread(sink: StoreSink) -> None:
+    image = image_of(300, 12)
+    no_memory = OSError(errno.ENOMEM, "Cannot allocate memory")
+    with mock.patch("nameserver._forked.os.fork", side_effect=no_memory):
+        with pytest.raises(ForkError, match="fork failed: Cannot allocate memory"):
+            run_in_child(lambda: "never", "writing")
+        path = sink.write(CapturedImage(image), 3, b"")
+    assert read_snapshot(path).records == list(image_records(image))
+    assert not list(sink.store.directory.glob(".*.tmp"))
