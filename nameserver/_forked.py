@@ -108,6 +108,9 @@ def run_in_child(fn: Callable[[], str], what: str) -> ChildResult:
 
 def _child(fn: Callable[[], str], write_fd: int, parent: int) -> None:  # pragma: no cover
     status = 1
+    # A collection would touch every object of the inherited heap (copying it page by
+    # page) to free nothing: this process lives for one function call.
+    gc.disable()
     try:
         # The parent's handlers would run here (and write to its event loop's wakeup fd).
         signal.set_wakeup_fd(-1)
@@ -115,9 +118,6 @@ def _child(fn: Callable[[], str], write_fd: int, parent: int) -> None:  # pragma
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent(parent)
         _lower_priority()
-        # A collection would touch every object of the inherited heap (copying it page
-        # by page) to free nothing: this process lives for one function call.
-        gc.disable()
         result = _OK + fn().encode()
         status = 0
     except BaseException as exc:
