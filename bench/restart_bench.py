@@ -363,7 +363,19 @@ def stall_stats(probe: Probe, windows: list[dict[str, Any]]) -> dict[str, Any]:
 
     during = sorted((e - s) * 1000 for s, e in probe.samples if overlaps((s, e)))
     outside = sorted((e - s) * 1000 for s, e in probe.samples if not overlaps((s, e)))
+    slowest = sorted(probe.samples, key=lambda se: se[0] - se[1])[:5]
     return {
+        "puts_over_50ms_during_snapshot": sum(1 for ms in during if ms > 50),
+        "puts_over_50ms_no_snapshot": sum(1 for ms in outside if ms > 50),
+        # when they started (wall clock, to match with the node logs) and how long they took
+        "slowest_puts": [
+            {
+                "start": dt.datetime.fromtimestamp(s).strftime("%H:%M:%S.%f")[:-3],
+                "ms": round((e - s) * 1000, 1),
+                "during_snapshot": overlaps((s, e)),
+            }
+            for s, e in slowest
+        ],
         "probe_puts": len(probe.samples),
         "probe_errors": probe.errors,
         "puts_during_snapshot": len(during),
@@ -462,6 +474,10 @@ def table(report: dict[str, Any]) -> str:
         ("probe put p50 / p99 / max, during a snapshot",
          f"{stall['p50_ms_during_snapshot']} / {stall['p99_ms_during_snapshot']} / "
          f"{stall['max_ms_during_snapshot']} ms ({stall['puts_during_snapshot']} puts)"),
+        ("probe puts over 50 ms: during / no snapshot",
+         f"{stall['puts_over_50ms_during_snapshot']} / {stall['puts_over_50ms_no_snapshot']}"),
+        ("slowest probe puts (start, ms)",
+         ", ".join(f"{p['start']} {p['ms']}" for p in stall["slowest_puts"])),
         (f"stop ({restart['stop_signal']})", f"{restart['stop_s']:.2f} s"),
         ("restart → linearizable Range on every node", f"{restart['restart_to_serving_s']:.2f} s"),
     ]  # fmt: skip

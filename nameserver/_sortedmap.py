@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, Final, Generic, TypeAlias, TypeVar, overload
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "DEFAULT_FANOUT", "PersistentSortedMap"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "DEFAULT_FANOUT", "PersistentSortedMap", "is_strictly_increasing"]
 
 V = TypeVar("V")
 D = TypeVar("D")
@@ -73,6 +73,11 @@ _FROM_START: Final = b"\x00"
 _Node: TypeAlias = tuple[tuple[bytes, ...], tuple[Any, ...]]
 
 _MISSING: Final[Any] = object()
+
+
+def is_strictly_increasing(keys: Sequence[bytes]) -> bool:
+    """True if every key is less than the next (at C speed: no Python loop per key)."""
+    return all(map(operator.lt, keys, islice(keys, 1, None)))
 
 
 def _check_key(key: object) -> bytes:
@@ -238,17 +243,30 @@ class PersistentSortedMap(Generic[V]):
         :class:`ValueError` if the keys are not strictly increasing (this
         includes duplicates) and :class:`TypeError` if a key is not ``bytes``.
         """
-        chunk_size, fanout = cls._sizes(chunk_size, fanout)
         pairs = items if isinstance(items, list) else list(items)
-        ks: list[bytes] = [k for k, _ in pairs]
-        vs: list[V] = [v for _, v in pairs]
-        for k in ks:
+        return cls.from_columns([k for k, _ in pairs], [v for _, v in pairs], chunk_size, fanout)
+
+    @classmethod
+    def from_columns(
+        cls,
+        keys: list[bytes],
+        values: list[V],
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        fanout: int | None = None,
+    ) -> PersistentSortedMap[V]:
+        """:meth:`from_sorted_items` from two parallel lists (keys strictly increasing), which
+        it neither copies nor keeps: restoring a snapshot builds a big map this way without
+        a million ``(key, value)`` tuples. Raises ValueError, TypeError like it."""
+        chunk_size, fanout = cls._sizes(chunk_size, fanout)
+        if len(keys) != len(values):
+            raise ValueError(f"from_columns: {len(keys)} keys but {len(values)} values")
+        for k in keys:
             if not isinstance(k, bytes):
                 _check_key(k)
-        if not all(map(operator.lt, ks, islice(ks, 1, None))):
+        if not is_strictly_increasing(keys):
             raise ValueError("from_sorted_items: keys must be strictly increasing")
-        root, height = cls._build(_split(ks, vs, chunk_size), 0, fanout)
-        return cls(root, height, len(ks), chunk_size, fanout)
+        root, height = cls._build(_split(keys, values, chunk_size), 0, fanout)
+        return cls(root, height, len(keys), chunk_size, fanout)
 
     @staticmethod
     def _build(nodes: list[_Node], height: int, fanout: int) -> tuple[_Node | None, int]:

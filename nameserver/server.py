@@ -112,7 +112,13 @@ class Node:
         self.log = ReplicatedLog(engine, self.state, segments, config.node_id)
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(
-                StoreSink(store, engine.dump_file, cluster_hex, segments),
+                StoreSink(
+                    store,
+                    engine.dump_file,
+                    cluster_hex,
+                    segments,
+                    in_child=config.snapshot_writer == "process",
+                ),
                 engine_base,
                 every_bytes=config.snapshot_every_bytes,
                 segment_retention_s=config.segment_retention_s,

@@ -37,6 +37,7 @@ from nameserver.routing_image import Broker, KvConfig, TopicQueue
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Effect, Entry
+from snapshots import SnapshotColumns
 
 
 class MetadataStateMachine:
@@ -180,7 +181,14 @@ def image_records(image: MetadataImage) -> Iterator[tuple[str, bytes, bytes]]:
 def image_from_records(
     records: Iterable[tuple[str, bytes, bytes]], last_offset: int, last_term: int
 ) -> MetadataImage:
-    """Rebuild an image from snapshot records (record-level replay: no state-machine rules)."""
+    """Rebuild an image from snapshot records (record-level replay: no state-machine rules).
+
+    Given a :class:`snapshots.SnapshotColumns` (restore), the kv records are taken as
+    columns and built in bulk (:meth:`KvImage.from_records`)."""
+    kv_columns = None
+    if isinstance(records, SnapshotColumns):
+        kv_columns = records.columns.get("kv")
+        records = records.without("kv")
     delta = MetadataDelta(MetadataImage.empty())
     kvs: list[tuple[bytes, KeyValue]] = []
     routes: dict[str, list[tuple[bytes, Any]]] = {t: [] for t in ROUTING_TYPES}
@@ -196,7 +204,9 @@ def image_from_records(
     kvs.sort(key=lambda item: item[0])
     return replace(
         image,
-        kv=KvImage.from_sorted_items(kvs),
+        kv=KvImage.from_sorted_items(kvs)
+        if kv_columns is None
+        else KvImage.from_records(*kv_columns),
         brokers=records_image(routes["broker"], Broker.size),
         topics=records_image(routes["topic"], TopicQueue.size),
         kvconfig=records_image(routes["kvconfig"], KvConfig.size),

@@ -467,26 +467,30 @@ class SegmentLog:
 
         The active (last) segment is always kept. Returns how many segments were removed.
         Raises ValueError if closed, OSError.
+
+        Only choosing the segments holds the log's lock: the files are removed after, so
+        appends (the commit path) never wait for the file system to free 64 MB segments
+        and sync the directory. A reader that opened a removed segment before keeps it.
         """
         with self._lock:
             self._check_usable()
-            deleted = 0
+            gone: list[_Segment] = []
             now = time.time()
             while len(self._segments) > 1 and self._segments[0].last[0] < offset:
                 segment = self._segments[0]
                 if min_age_s > 0 and now - segment.path.stat().st_mtime < min_age_s:
                     break
-                self._segments.pop(0)
-                if archive_dir is not None:
-                    os.makedirs(archive_dir, exist_ok=True)
-                    os.replace(segment.path, os.path.join(archive_dir, segment.path.name))
-                else:
-                    segment.path.unlink()
-                segment.index_path.unlink(missing_ok=True)
-                deleted += 1
-            if deleted:
-                _fsync_dir(self._dir)
-            return deleted
+                gone.append(self._segments.pop(0))
+        for segment in gone:
+            if archive_dir is not None:
+                os.makedirs(archive_dir, exist_ok=True)
+                os.replace(segment.path, os.path.join(archive_dir, segment.path.name))
+            else:
+                segment.path.unlink()
+            segment.index_path.unlink(missing_ok=True)
+        if gone:
+            _fsync_dir(self._dir)
+        return len(gone)
 
     # ------------------------------------------------------------------ internals
     def _check_usable(self) -> None:

@@ -46,9 +46,11 @@ ValueError or TypeError; the file system raises OSError.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
+import mmap
 import os
 import struct
 import tempfile
@@ -65,6 +67,7 @@ from google.protobuf.message import DecodeError
 from protos.records_pb2 import Effect
 from protos.snapshot_pb2 import SnapshotFooter, SnapshotHeader, TypeDigest
 from snapshots._recordstream import (
+    MAX_BODY_BYTES,
     Record,
     RecordReader,
     RecordStreamError,
@@ -79,6 +82,7 @@ __all__ = [
     "RecordDigest",
     "RecordSource",
     "Snapshot",
+    "SnapshotColumns",
     "SnapshotCorruptError",
     "SnapshotError",
     "SnapshotInfo",
@@ -90,6 +94,7 @@ __all__ = [
     "inspect",
     "open_snapshot",
     "read_snapshot",
+    "read_snapshot_columns",
     "record_hash",
     "verify_snapshot",
     "write_snapshot",
@@ -113,9 +118,32 @@ _pack_len = _LEN.pack
 _MAX_RECORDS = 2**32 - 2
 _CHUNK_BYTES = 1 << 20  # writes, checksum updates and progress calls happen per chunk
 _READ_BUFFER_BYTES = 256 * 1024
+_SYNC_EVERY_BYTES = 8 * 1024 * 1024  # see _SyncingWriter
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 _crc32c: Callable[[bytes | bytearray | memoryview, int], int] = _crc32c_module.crc32c
+#: A frame's length and CRC, then its body's offset and sub-index (_recordstream's layout).
+_FRAME_HEAD = struct.Struct("<IIQI")
+
+
+class _Anomaly(Exception):
+    """SnapshotReader's fast pass met something only the careful pass may judge."""
+
+
+@contextlib.contextmanager
+def _mapped(file: BinaryIO) -> Iterator[bytes | mmap.mmap]:
+    """The whole of `file` as one buffer: a read-only memory map of a real file (no copy),
+    else its bytes."""
+    try:
+        fd = file.fileno()
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        fd = -1
+    if fd < 0:
+        file.seek(0)
+        yield file.read()
+        return
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as buf:
+        yield buf
 
 
 # --------------------------------------------------------------------------- errors
@@ -381,6 +409,32 @@ class Snapshot:
         return {(t, k): v for t, k, v in self.records}
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotColumns:
+    """A whole snapshot read into memory by type (:func:`read_snapshot_columns`), verified.
+
+    ``columns[type]`` is ``(keys, values)``, two parallel lists in file order. Restore
+    builds each sub-image from its columns in bulk instead of one record tuple at a time.
+    Iterating yields the ``(type, key, value)`` records, type by type.
+    """
+
+    info: SnapshotInfo
+    columns: Mapping[str, tuple[list[bytes], list[bytes]]]
+
+    def __iter__(self) -> Iterator[SnapshotRecord]:
+        return self.without("")  # no record has an empty type
+
+    def __len__(self) -> int:
+        return sum(len(keys) for keys, _ in self.columns.values())
+
+    def without(self, type_: str) -> Iterator[SnapshotRecord]:
+        """The records of every type but `type_` (whose columns the caller takes whole)."""
+        for t, (keys, values) in self.columns.items():
+            if t != type_:
+                for key, value in zip(keys, values, strict=True):
+                    yield t, key, value
+
+
 # --------------------------------------------------------------------------- writing
 
 
@@ -389,6 +443,8 @@ def write_snapshot(
     meta: SnapshotMeta,
     records: RecordSource,
     progress: Callable[[int], None] | None = None,
+    *,
+    one_pass: bool = False,
 ) -> SnapshotInfo:
     """Write a snapshot atomically: temp file in the same directory, fsync, rename, fsync dir.
 
@@ -399,6 +455,11 @@ def write_snapshot(
     so `records` must be re-iterable: a collection (list, tuple, dict view, ...) or a
     callable returning a fresh iterable each call; a one-shot iterator raises TypeError
     before anything is written. The second pass is checked against the first.
+
+    ``one_pass=True`` (when `meta` has no counts and hashes) reads the records once and
+    holds their encoded frames in memory, about the size of the file, until the header can
+    be written: about a third less CPU than two passes (each record is encoded and hashed
+    once), for a writer that can spare the memory (a forked child).
 
     `progress` is called with the number of records written so far, after each ~1 MiB
     chunk and at the end.
@@ -411,12 +472,12 @@ def write_snapshot(
     """
     target = Path(path)
     meta.validate()
-    expected, source = _plan(str(target), meta, records)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
     try:
         with open(fd, "wb") as f:
-            size, header = _encode(f.write, str(target), meta, expected, source, progress)
+            write = _SyncingWriter(f).write
+            size, header = _plan_and_encode(write, str(target), meta, records, progress, one_pass)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -431,14 +492,30 @@ def encode_snapshot(
     meta: SnapshotMeta,
     records: RecordSource,
     progress: Callable[[int], None] | None = None,
+    *,
+    one_pass: bool = False,
 ) -> tuple[bytes, SnapshotInfo]:
     """The bytes of a snapshot file and its info (path None); same contract as
     :func:`write_snapshot`, without the file system. For in-memory stores and tests."""
     meta.validate()
-    expected, source = _plan(None, meta, records)
     buf = io.BytesIO()
-    size, header = _encode(buf.write, None, meta, expected, source, progress)
+    size, header = _plan_and_encode(buf.write, None, meta, records, progress, one_pass)
     return buf.getvalue(), _info(None, size, header)
+
+
+def _plan_and_encode(
+    write: Callable[[bytes], object],
+    path: str | None,
+    meta: SnapshotMeta,
+    records: RecordSource,
+    progress: Callable[[int], None] | None,
+    one_pass: bool,
+) -> tuple[int, SnapshotHeader]:
+    if one_pass and meta.counts is None:
+        source = records() if callable(records) else records
+        return _encode_one_pass(write, path, meta, source, progress)
+    expected, source = _plan(path, meta, records)
+    return _encode(write, path, meta, expected, source, progress)
 
 
 def _plan(
@@ -473,6 +550,64 @@ def _encode(
     progress: Callable[[int], None] | None,
 ) -> tuple[int, SnapshotHeader]:
     """Write the whole stream through `write`; returns (bytes written, header)."""
+    actual = RecordDigest()
+    chunks = _record_chunks(meta.last_offset, records, actual)
+    return _assemble(write, path, meta, expected, chunks, actual, progress)
+
+
+def _encode_one_pass(
+    write: Callable[[bytes], object],
+    path: str | None,
+    meta: SnapshotMeta,
+    records: Iterable[SnapshotRecord],
+    progress: Callable[[int], None] | None,
+) -> tuple[int, SnapshotHeader]:
+    """:func:`_encode` reading the records once: their frames are held in memory (about
+    the size of the file) until the header, which carries their hashes, is written."""
+    digest = RecordDigest()
+    chunks = list(_record_chunks(meta.last_offset, records, digest))
+    return _assemble(write, path, meta, digest, iter(chunks), digest, progress)
+
+
+def _record_chunks(
+    offset: int, records: Iterable[SnapshotRecord], digest: RecordDigest
+) -> Iterator[tuple[bytes, int]]:
+    """The frames of `records` (sub-index 1, 2, ...) joined into chunks of about 1 MiB,
+    each with the number of records so far; adds every record to `digest`."""
+    chunk: list[bytes] = []
+    append = chunk.append
+    add = digest.add
+    pending = 0
+    sub = 0
+    for type_, key, value in records:
+        if not type_:
+            raise ValueError(f"record {sub + 1} has an empty type")
+        sub += 1
+        frame = encode_record(
+            offset, sub, Effect(type=type_, key=key, value=value).SerializeToString()
+        )
+        add(type_, key, value)
+        append(frame)
+        pending += len(frame)
+        if pending >= _CHUNK_BYTES:
+            yield b"".join(chunk), sub
+            chunk.clear()
+            pending = 0
+    yield b"".join(chunk), sub
+
+
+def _assemble(
+    write: Callable[[bytes], object],
+    path: str | None,
+    meta: SnapshotMeta,
+    expected: RecordDigest,
+    chunks: Iterator[tuple[bytes, int]],
+    actual: RecordDigest,
+    progress: Callable[[int], None] | None,
+) -> tuple[int, SnapshotHeader]:
+    """Stream header, header frame (counts and hashes of `expected`), the record chunks,
+    footer; raises SnapshotMismatchError if the records (`actual`, complete once `chunks`
+    is exhausted) are not what `expected` says."""
     offset = meta.last_offset
     counts = expected.counts
     hashes = expected.hashes
@@ -491,39 +626,24 @@ def _encode(
         types=[TypeDigest(type=t, count=c, hash=hashes[t]) for t, c in counts.items()],
         engine_meta=meta.engine_meta,
     )
-    chunk = [
-        encode_header(StreamKind.SNAPSHOT, offset),
-        encode_record(offset, 0, header.SerializeToString()),
-    ]
-    pending = len(chunk[0]) + len(chunk[1])
+    data = encode_header(StreamKind.SNAPSHOT, offset) + encode_record(
+        offset, 0, header.SerializeToString()
+    )
     crc = 0
     size = 0
     sub = 0
-    actual = RecordDigest()
-    add = actual.add
-    append = chunk.append
-    for type_, key, value in records:
-        if not type_:
-            raise ValueError(f"record {sub + 1} has an empty type")
-        sub += 1
-        frame = encode_record(
-            offset, sub, Effect(type=type_, key=key, value=value).SerializeToString()
-        )
-        add(type_, key, value)
-        append(frame)
-        pending += len(frame)
-        if pending >= _CHUNK_BYTES:
-            data = b"".join(chunk)
-            crc = _crc32c(data, crc)
-            write(data)
-            size += len(data)
-            chunk.clear()
-            pending = 0
-            if progress is not None:
-                progress(sub)
+    for chunk, sub in chunks:
+        data += chunk
+        if len(data) < _CHUNK_BYTES:
+            continue  # the last (small) chunk goes out with the footer
+        crc = _crc32c(data, crc)
+        write(data)
+        size += len(data)
+        data = b""
+        if progress is not None:
+            progress(sub)
     if actual != expected:
         raise SnapshotMismatchError(path, expected, actual)
-    data = b"".join(chunk)
     crc = _crc32c(data, crc)
     footer = encode_record(
         offset, sub + 1, SnapshotFooter(record_count=sub, checksum_crc32c=crc).SerializeToString()
@@ -533,6 +653,28 @@ def _encode(
     if progress is not None:
         progress(sub)
     return size, header
+
+
+class _SyncingWriter:
+    """Writes to a file and syncs it every _SYNC_EVERY_BYTES.
+
+    Why: on ext4 (data=ordered) an fsync commits the journal, and a commit must first
+    flush the data of every file in it. One fsync of a whole 170 MB snapshot at the end
+    held the journal for hundreds of ms, and the node's change-log fdatasyncs (the commit
+    path) waited behind it. Synced in steps, a step holds it for milliseconds.
+    """
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._unsynced = 0
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._unsynced += len(data)
+        if self._unsynced >= _SYNC_EVERY_BYTES:
+            self._file.flush()
+            os.fdatasync(self._file.fileno())
+            self._unsynced = 0
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -660,6 +802,100 @@ class SnapshotReader:
                 None,
             )
 
+    def read_columns(self, check_hashes: bool = True) -> SnapshotColumns:
+        """The whole snapshot by type, after verifying all of it (same checks and errors as
+        :meth:`iter_records`, at about half its cost).
+
+        Why it is cheaper: the frames are parsed from one memory map (or one read) instead
+        of two reads each, and the frames' own CRCs are not computed, because the footer
+        checksum, computed in one call over every byte before the footer, already covers
+        them. Any anomaly on the way (a frame out of place, an undecodable record, a
+        checksum that does not match) sends the reader back over the file the careful
+        way, frame by frame, which raises the same error, naming the same frame, that
+        :meth:`iter_records` would; so a damaged file costs two passes and a good one one.
+        """
+        with _mapped(self._file) as buf:
+            try:
+                columns, actual, footer_at = self._scan(buf, check_hashes)
+                self._reader.seek(footer_at)
+                self._verify_end(self.info.record_count)
+            except (_Anomaly, SnapshotCorruptError):
+                for _ in self.iter_records(check_hashes):
+                    pass
+                raise self._corrupt("failed a check only the fast pass makes", None) from None
+        if check_hashes and actual != self._expected:
+            raise self._corrupt(
+                f"records have counts {actual.counts} hashes {actual.hashes}, the header says "
+                f"counts {self._expected.counts} hashes {self._expected.hashes}",
+                None,
+            )
+        return SnapshotColumns(self.info, columns)
+
+    def _scan(
+        self, buf: bytes | mmap.mmap, check_hashes: bool
+    ) -> tuple[dict[str, tuple[list[bytes], list[bytes]]], RecordDigest, int]:
+        """The records of `buf` by type, their digest (empty unless `check_hashes`) and the
+        position of the footer frame. Raises _Anomaly where :meth:`iter_records` might
+        raise; checks no frame CRC (see :meth:`read_columns`)."""
+        offset = self.info.last_offset
+        end = len(buf)
+        pos = self._records_start
+        columns: dict[str, tuple[list[bytes], list[bytes]]] = {}
+        sums: dict[str, int] = {}
+        effect = Effect()
+        parse = effect.ParseFromString
+        head = _FRAME_HEAD.unpack_from
+        pack_len = _pack_len
+        from_bytes = int.from_bytes
+        current = ""  # the type of the records being read (no record has an empty type)
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        hasher: Any = None
+        total = 0
+        for sub in range(1, self.info.record_count + 1):
+            if pos + _FRAME_HEAD.size > end:
+                raise _Anomaly
+            length, _crc, frame_offset, frame_sub = head(buf, pos)
+            body_end = pos + 8 + length
+            if (
+                body_end > end
+                or length > MAX_BODY_BYTES
+                or frame_offset != offset
+                or frame_sub != sub
+                or length < 12
+            ):
+                raise _Anomaly
+            try:
+                parse(buf[pos + _FRAME_HEAD.size : body_end])
+            except DecodeError:
+                raise _Anomaly from None
+            type_ = effect.type
+            if effect.delete or not type_:
+                raise _Anomaly
+            key = effect.key
+            value = effect.value
+            if type_ != current:  # records come grouped by type: this is rare
+                if current:
+                    sums[current] += total
+                keys, values = columns.setdefault(type_, ([], []))
+                sums.setdefault(type_, 0)
+                hasher = _type_hasher(type_)
+                current, total = type_, 0
+            keys.append(key)
+            values.append(value)
+            if check_hashes:
+                h = hasher.copy()
+                h.update(b"".join((pack_len(len(key)), key, pack_len(len(value)), value)))
+                total += from_bytes(h.digest(), "little")
+            pos = body_end
+        digest = RecordDigest()
+        if current:
+            sums[current] += total
+        if check_hashes:
+            digest._counts = {t: len(ks) for t, (ks, _) in columns.items()}
+            digest._sums = sums
+        return columns, digest, pos
+
     def _verify_end(self, total: int) -> None:
         frame = self._next("footer")
         if frame.offset != self.info.last_offset or frame.sub != total + 1:
@@ -776,6 +1012,15 @@ def read_snapshot(path: str | os.PathLike[str], check_hashes: bool = True) -> Sn
     with open_snapshot(path) as reader:
         records = list(reader.iter_records(check_hashes))
         return Snapshot(reader.info, records)
+
+
+def read_snapshot_columns(
+    path: str | os.PathLike[str], check_hashes: bool = True
+) -> SnapshotColumns:
+    """Read and verify a whole snapshot into memory by type (:meth:`SnapshotReader.
+    read_columns`: the fast way to restore an image). Raises SnapshotCorruptError, OSError."""
+    with open_snapshot(path) as reader:
+        return reader.read_columns(check_hashes)
 
 
 def verify_snapshot(path: str | os.PathLike[str]) -> SnapshotInfo:

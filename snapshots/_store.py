@@ -54,10 +54,16 @@ class SnapshotStore(Protocol):
     """Keeps snapshots, newest by last offset first."""
 
     def save(
-        self, meta: SnapshotMeta, records: RecordSource, progress: Progress = None
+        self,
+        meta: SnapshotMeta,
+        records: RecordSource,
+        progress: Progress = None,
+        *,
+        one_pass: bool = False,
     ) -> SnapshotInfo:
-        """Write a snapshot atomically (see write_snapshot for `records` and `progress`),
-        then keep only the newest snapshots. On any error nothing new is visible."""
+        """Write a snapshot atomically (see write_snapshot for `records`, `progress` and
+        `one_pass`), then keep only the newest snapshots. On any error nothing new is
+        visible."""
         ...
 
     def list(self) -> builtins.list[SnapshotInfo]:
@@ -107,6 +113,11 @@ class FileSnapshotStore:
         self.directory = Path(directory)
         self.keep = _check_keep(keep)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.remove_temp_files()
+
+    def remove_temp_files(self) -> None:
+        """Remove the temp files of interrupted writes (a crash, a killed writer process).
+        Only the store's one owner may call it: a write in progress would lose its file."""
         for entry in self.directory.iterdir():
             if _TEMP.match(entry.name):
                 log.warning("removing %s, left by an interrupted snapshot write", entry)
@@ -121,9 +132,16 @@ class FileSnapshotStore:
         return self.directory / snapshot_name(last_offset)
 
     def save(
-        self, meta: SnapshotMeta, records: RecordSource, progress: Progress = None
+        self,
+        meta: SnapshotMeta,
+        records: RecordSource,
+        progress: Progress = None,
+        *,
+        one_pass: bool = False,
     ) -> SnapshotInfo:
-        info = write_snapshot(self.path_of(meta.last_offset), meta, records, progress)
+        info = write_snapshot(
+            self.path_of(meta.last_offset), meta, records, progress, one_pass=one_pass
+        )
         for offset in self._offsets()[self.keep :]:
             self.path_of(offset).unlink(missing_ok=True)
         return info
@@ -182,10 +200,15 @@ class InMemorySnapshotStore:
         self._files: dict[int, bytes] = {}
 
     def save(
-        self, meta: SnapshotMeta, records: RecordSource, progress: Progress = None
+        self,
+        meta: SnapshotMeta,
+        records: RecordSource,
+        progress: Progress = None,
+        *,
+        one_pass: bool = False,
     ) -> SnapshotInfo:
         meta.validate()
-        data, info = encode_snapshot(meta, records, progress)
+        data, info = encode_snapshot(meta, records, progress, one_pass=one_pass)
         self._files[meta.last_offset] = data
         for offset in sorted(self._files, reverse=True)[self.keep :]:
             del self._files[offset]

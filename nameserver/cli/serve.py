@@ -37,6 +37,7 @@ _OPTIONAL_FIELDS = {
     "initial_cluster_token": "cluster_token",
     "snapshot_every_items": "snapshot_every_items",
     "snapshot_keep": "snapshot_keep",
+    "snapshot_writer": "snapshot_writer",
     "snapshot_every_bytes": "snapshot_every_bytes",
     "segment_retention_s": "segment_retention_s",
     "segment_archive_dir": "segment_archive_dir",
@@ -133,6 +134,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="take a snapshot (and compact the Raft log) every N consensus items (default 20000; 0 = never)",
     )
     p.add_argument("--snapshot-keep", type=int, metavar="N", help="snapshots kept (default 2)")
+    p.add_argument(
+        "--snapshot-writer",
+        choices=("process", "thread"),
+        help="write snapshots from a forked child process (default: no commit stalls) or a thread",
+    )
     p.add_argument(
         "--snapshot-every-bytes",
         type=int,
