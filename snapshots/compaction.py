@@ -33,22 +33,27 @@ drop ``WARNING: Using incubator modules``), the pandas-3 FutureWarning filtered,
 serial GC by default (``fast_jvm``: the JVM only moves pickled bytes here, so the default
 JIT bought nothing: 1e7 took 84 CPU-s with C1, 102 with the full JIT).
 
-Numbers (``bench/compact_scaling.py``, bench/results/compact_scaling-2026-11-22T06-35-17.md
-and -06-46-48.md; 2 cores, load average 5-7 from other work throughout, so wall times are
-inflated and noisy and CPU-seconds of the process tree are the steadier figure; upto = 0.9 N,
-10 % distinct keys, 10 % deletes, 64 MiB segments, no base)::
+Numbers (``bench/compact_scaling.py``; 2 shared cores; upto = 0.9 N, 10 % deletes, 64 MiB
+segments, no base). Earlier runs (-06-35-17.md, -06-46-48.md, load average 5-7)::
 
     N      local (compact_local)       spark local[1]           spark local[2]
     1e5    0.5 s,   31 MB               8.1 s, 531 MB            8.4 s, 604 MB
     1e6    5.5 s,   70 MB, 5 CPU-s      13.8 s, 630 MB, 12 CPU-s 18.8 s, 696 MB, 14 CPU-s
     1e7    65-99 s, 491 MB, 56-60 CPU-s 117-120 s, 965 MB, 86-88  51-96 s, 1.4 GB, 84-88
 
-The session costs 4-9 s and Spark ~1.5x the CPU of the single fold, so on two cores the
-single-process fold wins up to ~1e6 entries and it is a wash at 1e7; Spark's case is more
-cores/machines and memory: its memory is bounded per segment file (the pre-fold dict) and
-per key partition (P grows with the input), the single fold's by the keyspace, ~0.5 KB per
-live key measured (505-541 B at 1e6/1e7 with 20 B keys and 16-64 B values), i.e. about 4e7
-live keys (~4e8 entries at 10 % distinct) in this box's 23 GB (estimate).
+After the bounded pre-fold and the upb arena fix, at a quiet moment (-10-08-59.md, load1
+1.1-1.4): 1e6 local[1] 12.2 s / local[2] 10.8 s (1.13x: two segment files of 64 and 30 MiB,
+and stage 1 is one task per file); 1e7 73.1 s / 47.2 s (1.55x wall, 1.67x for the job
+between the 4.4 s session and the 3.3 s write, which the driver does alone), 715 MB / 989 MB.
+
+Memory (-10-11-39.md): the fold holds ~500-540 B per live key, whatever the log length;
+Spark's tree is bounded by the JVM heap plus `worker_memory` per Python worker. 1e7 entries
+with 50 % distinct keys (3.76 M live): fold 1906 MB; under a 1024 MB budget the fold
+(RLIMIT_AS) raised MemoryError after 16 s, and local[2] with driver_memory 512m and
+worker_memory 64m (140 partitions, pre-fold 65,536 keys) finished in 66 s at 956 MB peak RSS
+(912 MB PSS), hashes equal to the unbounded fold. Without the bound local[2] peaked at
+1273 MB. On this 23.5 GB box the fold stops fitting at about 4.5e7 live keys (~4.5e8
+entries at 10 % distinct), an extrapolation.
 
 Parquet copy of sealed segments: NOT implemented. Measured (bench ``--parquet``): pyarrow
 converting a 64 MiB segment costs the server 2.2-4.2 s of CPU per seal (32-37 s per 1e7
