@@ -45,6 +45,8 @@ After the bounded pre-fold and the upb arena fix, at a quiet moment (-10-08-59.m
 1.1-1.4): 1e6 local[1] 12.2 s / local[2] 10.8 s (1.13x: two segment files of 64 and 30 MiB,
 and stage 1 is one task per file); 1e7 73.1 s / 47.2 s (1.55x wall, 1.67x for the job
 between the 4.4 s session and the 3.3 s write, which the driver does alone), 715 MB / 989 MB.
+Both cost 78 CPU-s: local[1] already used 1.07 cores (JVM shuffle/GC threads beside the
+Python worker) and local[2] kept both cores ~90 % busy in the job: CPU-bound, no straggler.
 
 Memory (-10-11-39.md): the fold holds ~500-540 B per live key, whatever the log length;
 Spark's tree is bounded by the JVM heap plus `worker_memory` per Python worker. 1e7 entries
