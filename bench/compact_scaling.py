@@ -2,6 +2,7 @@
 
     python -m bench.compact_scaling [--sizes 1e5,1e6,1e7] [--engines local,spark1,spark2]
                                     [--parquet] [--data-dir DIR] [--timeout-s 900]
+                                    [--distinct 0.1] [--memory-budget-mb MB]
 
 For each size N a synthetic change log is written with the raw record-stream writer into
 ``<data-dir>/n<N>/seg`` (64 MiB segments, like the server's default): entry i has one effect
@@ -25,6 +26,21 @@ pages) and, every 0.5 s, the sum of PSS. Engines:
                     writes the survivors. Needs pyarrow on PYTHONPATH (``--pyarrow-path``),
                     which is not a project dependency.
 
+The memory line (``--memory-budget-mb B``) adds two rows per size with the same budget:
+
+    local@B         the fold with its address space limited to B MB (RLIMIT_AS, which for
+                    this process is its RSS + ~30 MB of mappings); it either completes or
+                    reports ``MemoryError`` (its own status, not a crash). When the failed
+                    allocation is protobuf's (upb allocates each Effect's arena with
+                    malloc and does not survive NULL) the child dies of SIGSEGV instead,
+                    reported as ``killed by SIGSEGV``: seen in 1 of 8 runs at a 60 MB
+                    budget, none at 1 GB, where the dict's resizes are the large requests
+    spark2@B        Spark local[2] with a 512 MiB JVM heap (Spark's floor for local mode),
+                    Python workers bounded by ``--budget-worker-memory`` (the job's
+                    ``worker_memory``: spill and smaller folds) and C1 JIT; the process
+                    tree's peak RSS and PSS are compared with B (RLIMIT_AS cannot bound a
+                    JVM, which reserves gigabytes of address space it never touches)
+
 Writes ``bench/results/compact_scaling-<date>.json`` and ``.md`` and, when matplotlib is
 installed (``pip install -e .[bench]``), a ``.png`` of time and memory against N.
 """
@@ -35,6 +51,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,6 +64,8 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SEGMENT_BYTES = 64 * 1024 * 1024
 ENGINES = ("local", "spark1", "spark2")
 CLUSTER = "bench"
+#: The child's exit status when the fold ran out of its memory budget (MemoryError).
+EXIT_MEMORY = 3
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -55,7 +74,11 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def generate(
-    directory: Path, n: int, seed: int = 7, segment_bytes: int = SEGMENT_BYTES
+    directory: Path,
+    n: int,
+    seed: int = 7,
+    segment_bytes: int = SEGMENT_BYTES,
+    distinct: float = 0.1,
 ) -> dict[str, Any]:
     """Write the synthetic change log of `n` entries (see the module docstring)."""
     from protos.records_pb2 import Effect
@@ -63,7 +86,7 @@ def generate(
 
     directory.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    keys = max(1, n // 10)
+    keys = max(1, int(n * distinct))
     term_every = max(1, n // 50)
     files = 0
     total = 0
@@ -106,17 +129,18 @@ def generate(
     if out is not None:
         out.write(b"".join(chunk))
         out.close()
-    return {"entries": n, "files": files, "bytes": total}
+    return {"entries": n, "files": files, "bytes": total, "distinct": distinct}
 
 
-def dataset(root: Path, n: int) -> tuple[Path, dict[str, Any]]:
+def dataset(root: Path, n: int, distinct: float = 0.1) -> tuple[Path, dict[str, Any]]:
     """The segments of size `n` under `root`, generated once (kept while `root` is)."""
-    seg = root / f"n{n}" / "seg"
-    marker = root / f"n{n}" / "dataset.json"
+    name = f"n{n}" if distinct == 0.1 else f"n{n}-d{distinct:g}"
+    seg = root / name / "seg"
+    marker = root / name / "dataset.json"
     if marker.exists():
         return seg, json.loads(marker.read_text())
     t0 = time.monotonic()
-    info = generate(seg, n)
+    info = generate(seg, n, distinct=distinct)
     info["generate_s"] = round(time.monotonic() - t0, 2)
     marker.write_text(json.dumps(info))
     return seg, info
@@ -227,7 +251,12 @@ def run_child(
     sampler = TreeSampler(proc.pid)
     try:
         out, err = proc.communicate(timeout=timeout_s)
-        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+        status = {0: "ok", EXIT_MEMORY: "MemoryError"}.get(
+            proc.returncode,
+            f"killed by {signal.Signals(-proc.returncode).name}"
+            if proc.returncode < 0
+            else f"exit {proc.returncode}",
+        )
     except subprocess.TimeoutExpired:
         for pid in reversed(_tree(proc.pid)):
             try:
@@ -246,7 +275,7 @@ def run_child(
         "peak_pss_mb": round(sampler.peak_pss / 2**20),
         "peak_rss_parts_mb": {k: round(v / 2**20) for k, v in sampler.peak_parts.items()},
     }
-    if status == "ok":
+    if status in ("ok", "MemoryError"):
         result.update(json.loads(out.strip().splitlines()[-1]))
     else:
         result["stderr_tail"] = err.strip().splitlines()[-5:]
@@ -256,39 +285,69 @@ def run_child(
 # --------------------------------------------------------------------------- child side
 
 
-def child(args: argparse.Namespace) -> None:
-    """One compaction in this (fresh) process; prints one JSON line."""
+def child(args: argparse.Namespace) -> int:
+    """One compaction in this (fresh) process; prints one JSON line. ``ENGINE@MB`` runs it
+    under a memory budget (see the module docstring)."""
+    import resource
+
     from snapshots import SnapshotMeta, compact_local
 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    engine, _, jit = args.child.partition("-")
+    name, _, budget = args.child.partition("@")
+    engine, _, jit = name.partition("-")
     full_jit = args.full_jit or jit == "full"
-    if engine == "local":
-        info = compact_local(
-            args.segments, None, args.upto, args.out, SnapshotMeta(CLUSTER, args.upto, 0)
-        )
-    elif engine.startswith("spark"):
-        from snapshots.compaction import compact_spark
+    spark_memory: dict[str, str | None] = {}
+    if budget and engine == "local":
+        limit = int(budget) * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    elif budget:
+        spark_memory = {
+            "driver_memory": args.budget_driver_memory,
+            "worker_memory": args.budget_worker_memory,
+        }
+    try:
+        if engine == "local":
+            info = compact_local(
+                args.segments, None, args.upto, args.out, SnapshotMeta(CLUSTER, args.upto, 0)
+            )
+        elif engine.startswith("spark"):
+            from snapshots.compaction import compact_spark
 
-        cores = int(engine[len("spark") :])
-        info = compact_spark(
-            args.segments,
-            args.upto,
-            args.out,
-            SnapshotMeta(CLUSTER, args.upto, 0),
-            master=f"local[{cores}]",
-            progress=False,
-            fast_jvm=not full_jit,
-            timings=timings,
+            cores = int(engine[len("spark") :])
+            info = compact_spark(
+                args.segments,
+                args.upto,
+                args.out,
+                SnapshotMeta(CLUSTER, args.upto, 0),
+                master=f"local[{cores}]",
+                progress=False,
+                fast_jvm=not full_jit,
+                timings=timings,
+                **spark_memory,
+            )
+        elif engine == "parquet":
+            print(json.dumps(convert_to_parquet(Path(args.segments), Path(args.out))))
+            return 0
+        elif engine == "parquet2":
+            info = compact_parquet(args.segments, args.upto, args.out, timings, full_jit=full_jit)
+        else:
+            raise SystemExit(f"unknown child {args.child}")
+    except MemoryError:
+        # The fold's state is released with the frames the error unwound, so there is
+        # memory again to say so; the partial snapshot was never renamed into place.
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        print(
+            json.dumps(
+                {
+                    "job_s": round(time.monotonic() - t0, 2),
+                    "error": "MemoryError",
+                    "budget_mb": int(budget) if budget else None,
+                    "maxrss_mb": round(usage.ru_maxrss / 1024),
+                }
+            )
         )
-    elif engine == "parquet":
-        print(json.dumps(convert_to_parquet(Path(args.segments), Path(args.out))))
-        return
-    elif engine == "parquet2":
-        info = compact_parquet(args.segments, args.upto, args.out, timings, full_jit=full_jit)
-    else:
-        raise SystemExit(f"unknown child {args.child}")
+        return EXIT_MEMORY
     doc = {
         "job_s": round(time.monotonic() - t0, 2),
         "records": info.record_count,
@@ -296,8 +355,11 @@ def child(args: argparse.Namespace) -> None:
         "hashes": dict(info.hashes),
         "snapshot_bytes": info.size_bytes,
     }
+    if budget:
+        doc["budget_mb"] = int(budget)
     doc.update({k: round(v, 2) if isinstance(v, float) else v for k, v in timings.items()})
     print(json.dumps(doc))
+    return 0
 
 
 def convert_to_parquet(seg_dir: Path, out_dir: Path) -> dict[str, Any]:
@@ -396,11 +458,12 @@ def report(doc: dict[str, Any]) -> str:
         "",
         f"Host: {doc['host']['cpus']} CPUs, {doc['host']['mem_gb']} GB RAM, load1 before "
         f"{doc['host']['load1_before']}; Python {doc['host']['python']}. "
-        "upto = 0.9 N, no base snapshot, 10 % distinct keys, 10 % deletes, 64 MiB segments.",
+        f"upto = 0.9 N, no base snapshot, {doc.get('distinct', 0.1):.0%} distinct keys, "
+        "10 % deletes, 64 MiB segments.",
         "",
-        "| N | engine | status | wall s | session / fold / write s | CPU s | peak RSS MB "
-        "(java/python) | peak PSS MB | live keys |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| N | engine | load1 | status | wall s | session / fold / write s | CPU s | "
+        "peak RSS MB (java/python) | peak PSS MB | live keys |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in doc["runs"]:
         parts = run.get("peak_rss_parts_mb", {})
@@ -410,7 +473,8 @@ def report(doc: dict[str, Any]) -> str:
             else "-"
         )
         lines.append(
-            f"| {_fmt_n(run['n'])} | {run['engine']} | {run['status']} | {run['wall_s']:.1f} | {split} | "
+            f"| {_fmt_n(run['n'])} | {run['engine']} | {run.get('load1', '-')} | {run['status']} "
+            f"| {run['wall_s']:.1f} | {split} | "
             f"{run['cpu_s']:.0f} | {run['peak_rss_mb']} ({parts.get('java', 0)}/{parts.get('python', 0)}) | "
             f"{run['peak_pss_mb']} | {run.get('records', '-')} |"
         )
@@ -431,6 +495,28 @@ def report(doc: dict[str, Any]) -> str:
         lines += ["", "Single-process fold, memory per live key (peak RSS above a 1e5 run):", ""]
         for n, b in doc["bytes_per_live_key"].items():
             lines.append(f"* N={_fmt_n(int(n))}: {b:.0f} B per live key")
+    budget = doc.get("memory_budget_mb")
+    if budget:
+        lines += ["", f"Memory budget {budget} MB (same for both engines):", ""]
+        for run in doc["runs"]:
+            if not run["engine"].endswith(f"@{budget}"):
+                continue
+            if run["engine"].startswith("local"):
+                verdict = (
+                    f"MemoryError after {run.get('job_s', run['wall_s'])} s (RLIMIT_AS "
+                    f"{budget} MB; peak RSS {run['peak_rss_mb']} MB)"
+                    if run["status"] == "MemoryError"
+                    else f"{run['status']}, peak RSS {run['peak_rss_mb']} MB"
+                )
+            else:
+                inside = "within" if run["peak_rss_mb"] <= budget else "OVER"
+                verdict = (
+                    f"{run['status']}, peak RSS {run['peak_rss_mb']} MB / PSS "
+                    f"{run['peak_pss_mb']} MB of the process tree: {inside} the budget, "
+                    f"{run.get('partitions', '?')} partitions, pre-fold "
+                    f"{run.get('prefold_keys', '?')} keys"
+                )
+            lines.append(f"* N={_fmt_n(run['n'])} {run['engine']}: {verdict}")
     lines += ["", "Hashes equal across engines: " + ("yes" if doc["hashes_equal"] else "**NO**")]
     if doc.get("plot"):
         lines += ["", f"![scaling]({doc['plot']})"]
@@ -471,6 +557,23 @@ def plot(doc: dict[str, Any], path: Path) -> str | None:
     return path.name
 
 
+def _positive_int(text: str) -> int:
+    # imported here: nameserver.cli pulls in grpc, which would inflate the measured
+    # children (only the parent process parses these flags)
+    from nameserver.cli._common import positive_int
+
+    return positive_int(text)
+
+
+def _fraction(text: str) -> float:
+    from nameserver.cli._common import positive_float
+
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -490,6 +593,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", help="keep generated data here (default: a temp dir)")
     p.add_argument("--timeout-s", type=float, default=900, help="limit per run (default 900)")
     p.add_argument("--full-jit", action="store_true", help="Spark with the default JIT and GC")
+    p.add_argument(
+        "--distinct",
+        type=_fraction,
+        default=0.1,
+        help="distinct keys as a fraction of N (default 0.1)",
+    )
+    p.add_argument(
+        "--memory-budget-mb",
+        type=_positive_int,
+        help="also run local@MB (the fold under RLIMIT_AS) and spark2@MB (bounded Spark)",
+    )
+    p.add_argument(
+        "--budget-driver-memory",
+        default="512m",
+        help="JVM heap of spark2@MB (default 512m, Spark's floor)",
+    )
+    p.add_argument(
+        "--budget-worker-memory",
+        default="64m",
+        help="Python worker bound of spark2@MB (default 64m)",
+    )
     p.add_argument("--out-dir", default=str(RESULTS_DIR))
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--segments", help=argparse.SUPPRESS)
@@ -497,10 +621,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        child(args)
-        return 0
+        return child(args)
     sizes = [int(float(s)) for s in args.sizes.split(",") if s]
     engines = [e for e in args.engines.split(",") if e]
+    if args.memory_budget_mb:
+        engines += [f"local@{args.memory_budget_mb}", f"spark2@{args.memory_budget_mb}"]
     tmp = None
     if args.data_dir:
         root = Path(args.data_dir)
@@ -525,9 +650,15 @@ def main(argv: list[str] | None = None) -> int:
         "datasets": {},
     }
     extra = ["--full-jit"] if args.full_jit else []
+    extra += [
+        f"--budget-driver-memory={args.budget_driver_memory}",
+        f"--budget-worker-memory={args.budget_worker_memory}",
+    ]
+    doc["distinct"] = args.distinct
+    doc["memory_budget_mb"] = args.memory_budget_mb
     try:
         for n in sizes:
-            seg, info = dataset(root, n)
+            seg, info = dataset(root, n, args.distinct)
             doc["datasets"][str(n)] = info
             print(
                 f"N={_fmt_n(n)}: {info['files']} segments, {info['bytes'] / 2**20:.0f} MiB",
@@ -564,8 +695,9 @@ def main(argv: list[str] | None = None) -> int:
                     str(out),
                     *extra,
                 ]
+                load1 = round(os.getloadavg()[0], 2)
                 result = run_child(argv_, args.timeout_s, env)
-                result.update(n=n, engine=engine)
+                result.update(n=n, engine=engine, load1=load1)
                 doc["runs"].append(result)
                 out.unlink(missing_ok=True)
                 print(

@@ -33,22 +33,29 @@ drop ``WARNING: Using incubator modules``), the pandas-3 FutureWarning filtered,
 serial GC by default (``fast_jvm``: the JVM only moves pickled bytes here, so the default
 JIT bought nothing: 1e7 took 84 CPU-s with C1, 102 with the full JIT).
 
-Numbers (``bench/compact_scaling.py``, bench/results/compact_scaling-2026-11-22T06-35-17.md
-and -06-46-48.md; 2 cores, load average 5-7 from other work throughout, so wall times are
-inflated and noisy and CPU-seconds of the process tree are the steadier figure; upto = 0.9 N,
-10 % distinct keys, 10 % deletes, 64 MiB segments, no base)::
+Numbers (``bench/compact_scaling.py``; 2 shared cores; upto = 0.9 N, 10 % deletes, 64 MiB
+segments, no base). Earlier runs (-06-35-17.md, -06-46-48.md, load average 5-7)::
 
     N      local (compact_local)       spark local[1]           spark local[2]
     1e5    0.5 s,   31 MB               8.1 s, 531 MB            8.4 s, 604 MB
     1e6    5.5 s,   70 MB, 5 CPU-s      13.8 s, 630 MB, 12 CPU-s 18.8 s, 696 MB, 14 CPU-s
     1e7    65-99 s, 491 MB, 56-60 CPU-s 117-120 s, 965 MB, 86-88  51-96 s, 1.4 GB, 84-88
 
-The session costs 4-9 s and Spark ~1.5x the CPU of the single fold, so on two cores the
-single-process fold wins up to ~1e6 entries and it is a wash at 1e7; Spark's case is more
-cores/machines and memory: its memory is bounded per segment file (the pre-fold dict) and
-per key partition (P grows with the input), the single fold's by the keyspace, ~0.5 KB per
-live key measured (505-541 B at 1e6/1e7 with 20 B keys and 16-64 B values), i.e. about 4e7
-live keys (~4e8 entries at 10 % distinct) in this box's 23 GB (estimate).
+After the bounded pre-fold and the upb arena fix, at a quiet moment (-10-08-59.md, load1
+1.1-1.4): 1e6 local[1] 12.2 s / local[2] 10.8 s (1.13x: two segment files of 64 and 30 MiB,
+and stage 1 is one task per file); 1e7 73.1 s / 47.2 s (1.55x wall, 1.67x for the job
+between the 4.4 s session and the 3.3 s write, which the driver does alone), 715 MB / 989 MB.
+Both cost 78 CPU-s: local[1] already used 1.07 cores (JVM shuffle/GC threads beside the
+Python worker) and local[2] kept both cores ~90 % busy in the job: CPU-bound, no straggler.
+
+Memory (-10-11-39.md): the fold holds ~500-540 B per live key, whatever the log length;
+Spark's tree is bounded by the JVM heap plus `worker_memory` per Python worker. 1e7 entries
+with 50 % distinct keys (3.76 M live): fold 1906 MB; under a 1024 MB budget the fold
+(RLIMIT_AS) raised MemoryError after 16 s, and local[2] with driver_memory 512m and
+worker_memory 64m (140 partitions, pre-fold 65,536 keys) finished in 66 s at 956 MB peak RSS
+(912 MB PSS), hashes equal to the unbounded fold. Without the bound local[2] peaked at
+1273 MB. On this 23.5 GB box the fold stops fitting at about 4.5e7 live keys (~4.5e8
+entries at 10 % distinct), an extrapolation.
 
 Parquet copy of sealed segments: NOT implemented. Measured (bench ``--parquet``): pyarrow
 converting a 64 MiB segment costs the server 2.2-4.2 s of CPU per seal (32-37 s per 1e7
@@ -86,7 +93,7 @@ from google.protobuf.message import DecodeError
 
 from protos.records_pb2 import Effect
 from snapshots._recordstream import RecordReader, RecordStreamError, StreamKind
-from snapshots._replay import _SEGMENT_NAME, ChangeLogError, ChangeRecord, replay
+from snapshots._replay import _SEGMENT_NAME, ChangeLogError, ChangeRecord, _replay_into
 from snapshots._snapshot import (
     RecordDigest,
     SnapshotError,
@@ -111,6 +118,7 @@ __all__ = [
     "last_term_upto",
     "list_segments",
     "make_spark_session",
+    "parse_memory_size",
 ]
 
 DEFAULT_MASTER: Final = "local[*]"
@@ -118,6 +126,16 @@ _READ_BUFFER_BYTES = 256 * 1024
 #: Input bytes per shuffle partition (sets P when not given): bounds a partition's replay
 #: dict on a worker and what toLocalIterator holds on the driver at once.
 _BYTES_PER_PARTITION = 128 * 1024 * 1024
+#: Memory of one folded key in a Python dict (the single-process fold measured 505-541 B
+#: per live key with 20 B keys and 16-64 B values; the pre-fold's entries are alike).
+_FOLD_BYTES_PER_KEY = 512
+#: Pre-fold size without a worker memory bound: a whole 64 MiB segment's keys (~0.7 M).
+_PREFOLD_KEYS_UNBOUNDED = 2**62
+#: Records parsed into one reused Effect before a fresh one: reuse saves an allocation per
+#: record, but upb's arena keeps every parse's fields until the message is freed (~100 B
+#: per record measured: 200 MB after 2 M parses), so a whole segment would pin ~70 MB.
+_EFFECT_REUSE = 1024
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 _FAST_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 _LOG4J_TEMPLATE = """\
@@ -168,6 +186,18 @@ class _Task(NamedTuple):
 
 
 # --------------------------------------------------------------------------- driver helpers
+
+
+def parse_memory_size(text: str) -> int:
+    """Bytes in a JVM-style size (``512m``, ``2g``, ``300k``, ``1048576``; ``mb``/``gb``
+    spellings too), as Spark's memory settings take it. Raises ValueError naming the text."""
+    m = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", text.lower())
+    if m is None or int(m.group(1)) <= 0:
+        raise ValueError(
+            f"memory size {text!r}: expected a positive number with an optional unit "
+            "k, m, g or t (e.g. 512m)"
+        )
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
 
 
 def list_segments(
@@ -250,6 +280,7 @@ def _read_segment(
             last = (-1, -1)
             effect = Effect()
             parse = effect.ParseFromString
+            parsed = 0
             for record in reader:
                 position = (record.offset, record.sub)
                 if position <= last:
@@ -262,6 +293,10 @@ def _read_segment(
                 stats.last = position
                 if record.offset <= after:
                     continue
+                parsed += 1
+                if parsed % _EFFECT_REUSE == 0:
+                    effect = Effect()
+                    parse = effect.ParseFromString
                 try:
                     parse(record.payload)
                 except DecodeError as e:
@@ -287,7 +322,7 @@ def _read_base(task: _Task) -> Iterator[tuple[StateKey, Version]]:
 
 
 def _stage1(
-    stats_acc: Accumulator[dict[int, tuple[Any, ...]]],
+    stats_acc: Accumulator[dict[int, tuple[Any, ...]]], prefold_keys: int
 ) -> Callable[[Iterable[_Task]], Iterator[tuple[StateKey, Version]]]:
     def run(tasks: Iterable[_Task]) -> Iterator[tuple[StateKey, Version]]:
         for task in tasks:
@@ -296,10 +331,16 @@ def _stage1(
                 continue
             stats = _FileStats()
             # Pre-fold: positions strictly increase within a file (checked), so the last
-            # record of a key in the file is its newest; tombstones stay (replay drops them)
+            # record of a key in the file is its newest; tombstones stay (replay drops them).
+            # At `prefold_keys` the dict is emitted and restarted: a key may then leave the
+            # file more than once, which stage 2 resolves by position like any two files,
+            # and the worker's memory stays bounded whatever the segment size.
             newest: dict[StateKey, Version] = {}
             for key, version in _read_segment(task, stats):
                 newest[key] = version
+                if len(newest) >= prefold_keys:
+                    yield from newest.items()
+                    newest = {}
             stats_acc.add({task.number: (stats.first, stats.last, stats.last_term, stats.records)})
             yield from newest.items()
 
@@ -313,19 +354,24 @@ def _partition_of(key: StateKey) -> int:
 
 def _apply(after: int) -> Callable[[Iterable[tuple[StateKey, Version]]], Iterator[SnapshotRecord]]:
     """Stage 2: one key partition's records (each file's newest per key, and the base's)
-    through :func:`snapshots.replay`: greatest (offset, sub) wins across files, a winning
-    delete drops the key, the base underneath."""
+    through the record-level replay of :mod:`snapshots._replay`: greatest (offset, sub) wins
+    across files, a winning delete drops the key, the base underneath. Streamed: memory is
+    the partition's keys, not its records."""
 
     def run(items: Iterable[tuple[StateKey, Version]]) -> Iterator[SnapshotRecord]:
-        base: dict[StateKey, bytes] = {}
-        changes = []
-        for (type_, key), (offset, sub, value) in items:
-            if sub < 0:  # a base record (position (base offset, -1))
-                base[type_, key] = value  # type: ignore[assignment]  # base values are bytes
-            else:
-                record = ChangeRecord(offset, sub, type_, key, value or b"", value is None)
-                changes.append((offset, sub, record))
-        state = replay(changes, base, after_offset=after)
+        # Base records fill `state` while the changes stream past; the replay applies its
+        # winners only after its input is exhausted, so they land on the complete base.
+        state: dict[StateKey, bytes] = {}
+
+        def changes() -> Iterator[tuple[int, int, ChangeRecord]]:
+            for (type_, key), (offset, sub, value) in items:
+                if sub < 0:  # a base record (position (base offset, -1))
+                    state[type_, key] = value  # type: ignore[assignment]  # base: bytes
+                else:
+                    record = ChangeRecord(offset, sub, type_, key, value or b"", value is None)
+                    yield offset, sub, record
+
+        _replay_into(state, changes(), after)
         for (type_, key), value in state.items():
             yield type_, key, value
 
@@ -617,6 +663,8 @@ def compact_spark(
     log_level: str = "ERROR",
     fast_jvm: bool = True,
     driver_memory: str | None = None,
+    executor_memory: str | None = None,
+    worker_memory: str | None = None,
     conf: Mapping[str, str] | None = None,
     timings: dict[str, float] | None = None,
 ) -> SnapshotInfo:
@@ -636,6 +684,15 @@ def compact_spark(
     max(default parallelism, input bytes / 128 MiB)). `progress`: a bar on stderr (True),
     on a given stream, or nothing (False). `timings`, when given, receives the phases'
     wall times in seconds (session, fold, write).
+
+    Memory: `driver_memory` is the JVM heap of the driver (and, on ``local[N]``, of the
+    executor too: Spark refuses less than ~450 MiB); `executor_memory` the executors' heap
+    on a cluster. `worker_memory` (e.g. ``128m``) bounds each Python worker: it is Spark's
+    ``spark.python.worker.memory`` (the shuffle write's buckets spill at half of it), caps
+    the per-file pre-fold at half of it in keys, and raises the partition count so that a
+    partition's stage-2 fold (its keys) fits the other half; without it a worker holds up
+    to a whole segment's keys. The driver's Python holds one partition of survivors at a
+    time while writing.
 
     Raises ValueError for misuse, SnapshotCorruptError for a bad base header,
     ChangeLogError when the files are out of order across each other, CompactionError
@@ -667,6 +724,17 @@ def compact_spark(
                 f"base snapshot {base_snapshot} is at offset {base_info.last_offset}, past {upto}"
             )
         after = base_info.last_offset
+    worker_bytes = parse_memory_size(worker_memory) if worker_memory else None
+    prefold_keys = (
+        max(1024, worker_bytes // 2 // _FOLD_BYTES_PER_KEY)
+        if worker_bytes
+        else _PREFOLD_KEYS_UNBOUNDED
+    )
+    # Input bytes per stage-2 partition: a segment record is ~100 B and a folded key ~5x
+    # that, so w/10 of input keeps the partition's fold under w/2 even if no key repeats.
+    partition_bytes = min(_BYTES_PER_PARTITION, worker_bytes // 10) if worker_bytes else None
+    if worker_memory:
+        conf = {**(conf or {}), "spark.python.worker.memory": worker_memory}
     segments = list_segments(segments_dir, upto, after)
     tasks = [
         _Task(i, str(Path(seg.path).resolve()), seg.first_offset, after, upto)
@@ -693,6 +761,7 @@ def compact_spark(
             log_level=log_level,
             fast_jvm=fast_jvm,
             driver_memory=driver_memory,
+            executor_memory=executor_memory,
             conf=conf,
         )
     from pyspark import StorageLevel
@@ -705,12 +774,13 @@ def compact_spark(
     try:
         sc.setJobGroup(group, f"compact {segments_dir} up to {upto}")
         n_parts = partitions or max(
-            sc.defaultParallelism, math.ceil(input_bytes / _BYTES_PER_PARTITION)
+            sc.defaultParallelism,
+            math.ceil(input_bytes / (partition_bytes or _BYTES_PER_PARTITION)),
         )
         stats_acc = sc.accumulator({}, _make_stats_param())
         survivors = (
             sc.parallelize(tasks, max(1, len(tasks)))
-            .mapPartitions(_stage1(stats_acc))
+            .mapPartitions(_stage1(stats_acc, prefold_keys))
             .partitionBy(n_parts, _partition_of)
             .mapPartitions(_apply(after))
             .persist(StorageLevel.MEMORY_AND_DISK)  # hashed, then written: computed once
@@ -766,6 +836,7 @@ def compact_spark(
             partitions=n_parts,
             input_bytes=input_bytes,
             tasks=len(tasks),
+            prefold_keys=min(prefold_keys, 2**31),
         )
     return info
 

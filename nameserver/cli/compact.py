@@ -36,6 +36,17 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _memory_size(text: str) -> str:
+    """A Spark memory size (``512m``, ``2g``), checked here rather than by the JVM."""
+    from snapshots.compaction import parse_memory_size
+
+    try:
+        parse_memory_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def run_compact(args: argparse.Namespace) -> int:
     from snapshots import SnapshotError, SnapshotMeta, compact_local, inspect
     from snapshots.compaction import compact_spark, last_term_upto
@@ -64,6 +75,8 @@ def run_compact(args: argparse.Namespace) -> int:
                 log_level="WARN" if args.verbose else "ERROR",
                 fast_jvm=not args.full_jit,
                 driver_memory=args.driver_memory,
+                executor_memory=args.executor_memory,
+                worker_memory=args.worker_memory,
                 timings=timings,
             )
         else:
@@ -134,7 +147,25 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--engine", choices=ENGINES, default="spark")
     p.add_argument("--partitions", type=int, help="Spark shuffle partitions (default: by size)")
-    p.add_argument("--driver-memory", metavar="SIZE", help="Spark driver heap, e.g. 2g")
+    p.add_argument(
+        "--driver-memory",
+        type=_memory_size,
+        metavar="SIZE",
+        help="Spark driver heap, e.g. 2g (on local[N] also the executor's; at least 512m)",
+    )
+    p.add_argument(
+        "--executor-memory",
+        type=_memory_size,
+        metavar="SIZE",
+        help="Spark executor heap on a cluster master, e.g. 4g",
+    )
+    p.add_argument(
+        "--worker-memory",
+        type=_memory_size,
+        metavar="SIZE",
+        help="bound each Spark Python worker, e.g. 128m (spills and smaller folds; "
+        "default: a whole segment's keys)",
+    )
     p.add_argument(
         "--full-jit",
         action="store_true",

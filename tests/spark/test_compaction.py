@@ -151,6 +151,35 @@ def test_spark_equals_local_fold_and_model(spark: SparkSession, tmp_path: Path, 
     assert read_snapshot(tmp_path / "s.snap").to_dict() == log.model(upto, after=at, base=base)
 
 
+def test_worker_memory_bounds_prefold_and_partitions(spark: SparkSession, tmp_path: Path) -> None:
+    """A worker bound small enough that every file's pre-fold is emitted in several rounds
+    (the same key leaves a file more than once) and stage 2 gets more partitions: the
+    result still equals the model."""
+    log = make_log(tmp_path / "seg", 4, entries=12000, files=3, keys=4000)
+    offsets = sorted({r[0] for r in log.records})
+    at, upto = offsets[len(offsets) // 4], offsets[-1]
+    base = write_base(log, tmp_path / "base.snap", at)
+    timings: dict[str, float] = {}
+    result = compact_spark(
+        log.directory,
+        upto,
+        tmp_path / "s.snap",
+        SnapshotMeta(CLUSTER, upto, 2),
+        tmp_path / "base.snap",
+        spark=spark,
+        progress=False,
+        worker_memory="1m",
+        timings=timings,
+    )
+    expected = digest_of(log.model(upto, after=at, base=base))
+    assert summary(result) == (expected.counts, expected.hashes)
+    assert timings["prefold_keys"] == 1024  # half of 1 MiB at 512 B a key
+    # > 1024 distinct keys per file, so each pre-fold flushed at least once
+    per_file = len({(r[2], r[3]) for r in log.records}) // 3
+    assert per_file > 1024
+    assert timings["partitions"] >= timings["input_bytes"] / (2**20 / 10)
+
+
 def test_without_base_and_derived_meta(spark: SparkSession, tmp_path: Path) -> None:
     """Cluster id given as a string: last_term is the term of the last record <= upto."""
     log = make_log(tmp_path / "seg", 3, entries=1500, files=3)
