@@ -60,9 +60,11 @@ from nameserver.routing_service import (
     TOPIC_NOT_EXIST_FAQ,
     RoutingNode,
     kv_not_found,
+    register_op,
     topic_not_exist,
 )
 from protos import records_pb2
+from protos.metaledger.v1 import routing_pb2
 
 log = logging.getLogger(__name__)
 
@@ -185,33 +187,35 @@ class NameserverRemoting(HandlerTable):
                 "set compressedRegister=false on the broker"
             )
         body = RegisterBrokerBody.decode(request.body) if request.body else RegisterBrokerBody()
-        op = records_pb2.RegisterBrokerOp(
+        # the same operation a gRPC RegisterBroker makes (one place builds it)
+        req = routing_pb2.RegisterBrokerRequest(
             cluster=h.cluster_name,
             broker_name=h.broker_name,
             broker_id=h.broker_id,
             addr=h.broker_addr,
             ha_addr=h.ha_server_addr,
             zone=h.zone_name or "",
-            data_version=records_pb2.DataVersionRecord(
+            data_version=routing_pb2.DataVersion(
                 counter=body.data_version.counter,
                 state_version=body.data_version.state_version,
                 timestamp=body.data_version.timestamp,
             ),
             heartbeat_timeout_ms=h.heartbeat_timeout_millis or 0,
+            topics=[
+                routing_pb2.TopicConfig(
+                    topic=t.topic_name,
+                    read_queue_nums=t.read_queue_nums,
+                    write_queue_nums=t.write_queue_nums,
+                    perm=t.perm,
+                    topic_sys_flag=t.topic_sys_flag,
+                    order=t.order,
+                )
+                for t in body.topics
+            ],
         )
         if h.enable_acting_master is not None:
-            op.enable_acting_master = h.enable_acting_master
-        op.topics.extend(
-            records_pb2.TopicConfigRecord(
-                topic=t.topic_name,
-                read_queue_nums=t.read_queue_nums,
-                write_queue_nums=t.write_queue_nums,
-                perm=t.perm,
-                topic_sys_flag=t.topic_sys_flag,
-                order=t.order,
-            )
-            for t in body.topics
-        )
+            req.enable_acting_master = h.enable_acting_master
+        op = register_op(req)
         _, r = await self.routes.register(op)
         image = self.routes.node.state.image
         order = routing.kv_list(image, routing.ORDER_TOPIC_CONFIG)

@@ -807,10 +807,14 @@ class WatchStream:
         asked for it and got no events since the previous tick."""
         while True:
             await asyncio.sleep(self.progress_interval_s)
-            for w in list(self.watchers.values()):
-                if w.progress_notify and not w.active:
-                    self.hub.progress(w)
-                w.active = False
+            self.notify_progress()
+
+    def notify_progress(self) -> None:
+        """One progress tick: idle watchers that asked get an empty response."""
+        for w in list(self.watchers.values()):
+            if w.progress_notify and not w.active:
+                self.hub.progress(w)
+            w.active = False
 
     def close(self) -> None:
         for w in self.watchers.values():

@@ -23,7 +23,12 @@ from nameserver.remoting.codes import RequestCode, ResponseCode
 from nameserver.remoting.headers import GetRouteInfoHeader
 from nameserver.remoting.server import HandlerTable, Peer, RemotingServer
 from tests.harness import Cluster, wait_until
-from tests.integration.test_remoting_clients import JS_DIR, LoopThread, needs_ali_ons
+from tests.integration.test_remoting_clients import (
+    JS_DIR,
+    LoopThread,
+    needs_ali_ons,
+    rocketmq_client,
+)
 from tests.remoting_client import call, register_request
 
 pytestmark = [pytest.mark.integration]
@@ -146,7 +151,7 @@ def test_ali_ons_producer_sends_where_metaledger_routes(
 def test_rocketmq_cpp_producer_fetches_the_route_from_metaledger(
     routed: tuple[Cluster, StandInBroker], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4")
+    client = rocketmq_client()
     from rocketmq.exceptions import ProducerSendSyncFailed
 
     c, broker = routed

@@ -134,6 +134,15 @@ def drain(stream: WatchStream) -> list[rpc_pb2.WatchResponse]:
     return out
 
 
+async def replayed(s: WatchStream, timeout: float = 10.0) -> None:
+    """Wait until no watcher of ``s`` is still replaying history (replays run in a thread)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while any(w.backlog is not None or w.replay is not None for w in s.watchers.values()):
+        assert loop.time() < deadline, "a replay did not finish"
+        await asyncio.sleep(0.01)
+
+
 def create(stream: WatchStream, key: bytes, range_end: bytes = b"", **kw: Any) -> None:
     stream.handle(
         rpc_pb2.WatchRequest(
@@ -308,7 +317,7 @@ def test_compacted_start_gets_etcds_response(setup: Setup) -> None:
         assert compacted.cancel_reason == ERR_COMPACTED
         assert hub.watchers == 0 and s.watchers == {}
         create(s, b"c", start_revision=4)  # at the floor: replayed
-        await asyncio.sleep(0.2)
+        await replayed(s)
         assert [ev[2] for ev in events(s)] == [b"3", b"4"]
 
     run(main)
@@ -390,15 +399,13 @@ def test_progress_notify_only_to_idle_watchers(setup: Setup) -> None:
     _history, feed, hub = setup
 
     async def main() -> None:
-        s = WatchStream(hub, 0.05)
+        s = WatchStream(hub, 3600)
         create(s, b"busy", progress_notify=True)
         create(s, b"idle", progress_notify=True)
         create(s, b"quiet")  # did not ask
         drain(s)
-        ticker = asyncio.get_running_loop().create_task(s.tick())
         feed.group(hub, ("put", b"busy", b"1"))
-        await asyncio.sleep(0.075)  # one tick
-        ticker.cancel()
+        s.notify_progress()  # one tick
         rs = drain(s)
         progress = [r.watch_id for r in rs if not r.events]
         assert progress == [1]
@@ -596,9 +603,9 @@ def test_any_record_type_is_watchable_live_and_replayed(setup: Setup) -> None:
         assert by_id[2][1].kv.value == b""
 
         create(s, b"\x00", b"\x00", start_revision=2, record_type="replica_group")  # all
-        await asyncio.sleep(0.2)
-        replayed = [(e.kv.key, e.kv.mod_revision) for r in drain(s) for e in r.events]
-        assert replayed == [(b"x", 3), (b"b1", 4)]
+        await replayed(s)
+        got = [(e.kv.key, e.kv.mod_revision) for r in drain(s) for e in r.events]
+        assert got == [(b"x", 3), (b"b1", 4)]
 
     run(main)
 
