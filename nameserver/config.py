@@ -66,6 +66,9 @@ class ServerConfig:
     cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
     advertise_client: str = ""  # defaults to listen_client
     propose_timeout_ms: int = 5000
+    #: under load, a consensus item gathers requests this long before it is proposed
+    #: (group commit; 0 = propose as soon as the previous item is done)
+    batch_window_ms: float = 2.0
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
     leader_step_down_ms: int = 2000
@@ -117,6 +120,8 @@ class ServerConfig:
                 f"the Raft port {self.listen_peer} is not loopback; PySyncObj unpickles what "
                 "arrives there, so --cluster-password is required",
             )
+        if not 0 <= self.batch_window_ms <= 1000:
+            raise ConfigError("batch_window_ms", "must be between 0 and 1000")
         if self.propose_timeout_ms <= 0:
             raise ConfigError("propose_timeout_ms", "must be > 0")
         if self.fsync_policy not in ("batch", "always", "never"):

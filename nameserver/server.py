@@ -109,7 +109,13 @@ class Node:
         image, engine_base = restore(store, segments, engine.dump_file, cluster_hex)
         self.state = MetadataStateMachine(image)
         engine.set_name_resolver(self._member_name)
-        self.log = ReplicatedLog(engine, self.state, segments, config.node_id)
+        self.log = ReplicatedLog(
+            engine,
+            self.state,
+            segments,
+            config.node_id,
+            batch_window_s=config.batch_window_ms / 1000,
+        )
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(
                 StoreSink(

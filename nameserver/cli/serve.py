@@ -43,6 +43,7 @@ _OPTIONAL_FIELDS = {
     "segment_archive_dir": "segment_archive_dir",
     "segment_max_bytes": "segment_max_bytes",
     "watch_progress_notify_interval_ms": "watch_progress_notify_interval_ms",
+    "batch_window_ms": "batch_window_ms",
 }
 
 
@@ -167,6 +168,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         type=int,
         metavar="MS",
         help="progress notifications to idle progress_notify watchers every MS (default 600000)",
+    )
+    p.add_argument(
+        "--batch-window-ms",
+        type=float,
+        metavar="MS",
+        help="under load, gather requests MS into one consensus item (default 2; 0 = no wait)",
     )
     p.add_argument(
         "--initial-cluster-token",

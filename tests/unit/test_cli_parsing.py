@@ -313,6 +313,7 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         "--initial-cluster=n0=10.0.0.1:2380,n1=10.0.0.2:2380",
         "--advertise-client=10.0.0.2:2379",
         "--fsync-policy=always",
+        "--batch-window-ms=0.5",
         "--log-level=debug",
     )
     config = serve.build_config(args)
@@ -320,7 +321,7 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.initial_cluster == {"n0": "10.0.0.1:2380", "n1": "10.0.0.2:2380"}
     assert config.cluster_password == "s3cret"
     assert config.advertise_client == "10.0.0.2:2379" and config.fsync_policy == "always"
-    assert args.log_level == "DEBUG"
+    assert args.log_level == "DEBUG" and config.batch_window_ms == 0.5
     config.validate()
 
 
@@ -337,6 +338,10 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             ["serve", "--id", "n0", "--data-dir", "/d", "--fsync-policy", "sometimes"],
             "fsync_policy",
+        ),
+        (
+            ["serve", "--id", "n0", "--data-dir", "/d", "--batch-window-ms", "-1"],
+            "batch_window_ms",
         ),
     ],
 )

@@ -168,3 +168,68 @@ def test_replay_skips_offsets_already_in_the_segments(tmp_path: Path) -> None:
         assert offsets == [1, 2, 3, 4]
     finally:
         rlog2.stop()
+
+
+class HeldEngine(InMemoryEngine):
+    """Holds every proposal until the test releases it (an item in flight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[tuple[bytes, Any]] = []
+
+    def propose(self, data: bytes, callback: Any) -> None:
+        self.held.append((data, callback))
+
+    def release(self) -> int:
+        held, self.held = self.held, []
+        for data, callback in held:
+            super().propose(data, callback)
+        return len(held)
+
+
+def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
+    from raftlog.entry import item_count
+
+    engine = HeldEngine()
+    segments = SegmentLog.open(tmp_path / "log", SegmentConfig(fsync_policy="never"))
+    rlog = ReplicatedLog(engine, DictMachine(), segments, "n0", batch_window_s=1.0)
+    rlog.start()
+
+    async def until(cond: Any) -> None:
+        async with asyncio.timeout(5):
+            while not cond():
+                await asyncio.sleep(0.005)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def put(key: bytes) -> asyncio.Task[Applied]:
+            return loop.create_task(rlog.propose([Entry("set", key, b"v")], 5.0))
+
+        a = put(b"a")  # a lone writer goes at once
+        await until(lambda: len(engine.held) == 1)
+        b, c = put(b"b"), put(b"c")  # wait behind a's item
+        await asyncio.sleep(0)
+        assert len(engine.held) == 1
+        engine.release()
+        await a
+        # under load: the next item gathers for the window instead of leaving at once
+        d = put(b"d")
+        await asyncio.sleep(0.05)  # well inside the 1 s window
+        assert engine.held == []
+        await until(lambda: len(engine.held) == 1)
+        assert item_count(engine.held[0][0]) == 3  # b, c and d in one item
+        engine.release()
+        await asyncio.gather(b, c, d)
+        # the load is gone: after the last item drained, a lone write goes at once
+        await until(lambda: not rlog._in_flight)
+        e = put(b"e")
+        await until(lambda: len(engine.held) == 1)
+        assert item_count(engine.held[0][0]) == 1
+        engine.release()
+        await e
+
+    try:
+        asyncio.run(main())
+    finally:
+        rlog.stop()
