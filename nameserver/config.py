@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 
 from raftlog import ConfigError
+from raftlog.consensus import is_loopback
 
 #: etcd's limits, and ours (issue: bad input gets INVALID_ARGUMENT naming the limit).
 MAX_VALUE_BYTES = 1536 * 1024  # 1.5 MiB
@@ -20,15 +20,6 @@ def _split_hostport(field_name: str, value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(field_name, f"{value!r} is not host:port")
     return host.strip("[]"), int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_initial_cluster(value: str) -> dict[str, str]:
@@ -66,9 +57,14 @@ class ServerConfig:
     cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
     advertise_client: str = ""  # defaults to listen_client
     propose_timeout_ms: int = 5000
+    #: the consensus engine: "native" (raftlog.native_engine: fsynced log, own transport)
+    #: or "pysyncobj" (PySyncObj 0.3.17; its journal is never fsynced)
+    consensus: str = "pysyncobj"
     #: under load, a consensus item gathers requests this long before it is proposed
     #: (group commit; 0 = propose as soon as the previous item is done)
     batch_window_ms: float = 2.0
+    #: consensus items proposed and not yet committed at once (pipelining)
+    items_in_flight: int = 4
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
     leader_step_down_ms: int = 2000
@@ -120,6 +116,10 @@ class ServerConfig:
                 f"the Raft port {self.listen_peer} is not loopback; PySyncObj unpickles what "
                 "arrives there, so --cluster-password is required",
             )
+        if self.consensus not in ("native", "pysyncobj"):
+            raise ConfigError("consensus", f"{self.consensus!r}: must be native or pysyncobj")
+        if not 1 <= self.items_in_flight <= 64:
+            raise ConfigError("items_in_flight", "must be between 1 and 64")
         if not 0 <= self.batch_window_ms <= 1000:
             raise ConfigError("batch_window_ms", "must be between 0 and 1000")
         if self.propose_timeout_ms <= 0:

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 from contextlib import suppress
+from typing import Any
 
 import grpc
 
@@ -50,6 +51,9 @@ from protos.metaledger.v1 import (
 )
 from raftlog import (
     Entry,
+    MemberEngine,
+    NativeConfig,
+    NativeEngine,
     PySyncObjConfig,
     PySyncObjEngine,
     ReplicatedLog,
@@ -92,18 +96,21 @@ class Node:
             ),
         )
         drop_incomplete_last_offset(segments)
-        engine = PySyncObjEngine(
-            PySyncObjConfig(
-                node_id=config.node_id,
-                peers=peers,
-                journal_dir=os.path.join(config.data_dir, "raft"),
-                password=config.cluster_password,
-                election_timeout_min_ms=config.election_timeout_min_ms,
-                election_timeout_max_ms=config.election_timeout_max_ms,
-                leader_step_down_ms=config.leader_step_down_ms,
-                snapshot_every_items=config.snapshot_every_items,
-            )
-        )
+        common: dict[str, Any] = {
+            "node_id": config.node_id,
+            "peers": peers,
+            "journal_dir": os.path.join(config.data_dir, "raft"),
+            "password": config.cluster_password,
+            "election_timeout_min_ms": config.election_timeout_min_ms,
+            "election_timeout_max_ms": config.election_timeout_max_ms,
+            "leader_step_down_ms": config.leader_step_down_ms,
+            "snapshot_every_items": config.snapshot_every_items,
+        }
+        engine: MemberEngine
+        if config.consensus == "native":
+            engine = NativeEngine(NativeConfig(**common))
+        else:
+            engine = PySyncObjEngine(PySyncObjConfig(**common))
         store = FileSnapshotStore(os.path.join(config.data_dir, "snap"), keep=config.snapshot_keep)
         cluster_hex = f"{self.cluster_id:016x}"
         image, engine_base = restore(store, segments, engine.dump_file, cluster_hex)
@@ -115,6 +122,7 @@ class Node:
             segments,
             config.node_id,
             batch_window_s=config.batch_window_ms / 1000,
+            max_in_flight=config.items_in_flight,
         )
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(

@@ -37,7 +37,7 @@ from nameserver.state import (
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
-from raftlog import Applied, ApplyFailure, Entry, ProposeError, PySyncObjEngine, ReplicatedLog
+from raftlog import Applied, ApplyFailure, Entry, MemberEngine, ProposeError, ReplicatedLog
 from snapshots import SnapshotMeta, etcd_trailer, write_snapshot
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class NodeContext:
         rlog: ReplicatedLog,
         state: MetadataStateMachine,
         cluster_id: int,
-        engine: PySyncObjEngine,
+        engine: MemberEngine,
     ) -> None:
         self.config = config
         self.log = rlog

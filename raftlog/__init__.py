@@ -26,6 +26,7 @@ from raftlog.log import (
     ReplicatedLog,
     StateMachine,
 )
+from raftlog.native_engine import NativeConfig, NativeEngine
 from raftlog.pysyncobj_engine import PySyncObjConfig, PySyncObjEngine
 from raftlog.segments import SegmentConfig, SegmentCorruptionError, SegmentLog
 
@@ -41,6 +42,9 @@ __all__ = [
     "EngineStatus",
     "Entry",
     "InMemoryEngine",
+    "MemberEngine",
+    "NativeConfig",
+    "NativeEngine",
     "NotLeaderError",
     "Offsets",
     "ProposalDroppedError",
@@ -59,3 +63,6 @@ __all__ = [
     "decode_batch",
     "encode_batch",
 ]
+
+#: The engines a server runs on: both offer membership, leadership transfer and names.
+MemberEngine = NativeEngine | PySyncObjEngine

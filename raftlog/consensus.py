@@ -9,12 +9,14 @@ is a single-node stand-in for unit tests.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
-from raftlog.errors import ProposeError
+from raftlog.errors import ConfigError, ProposeError
 
 #: Receives every committed item in log order: (offset, term, data). Runs on the
 #: engine's thread; must only enqueue, and must not raise.
@@ -40,6 +42,73 @@ class EngineSnapshots(Protocol):
 
     def engine_meta(self, path: str) -> bytes:
         """The engine meta stored in a snapshot file (its header only)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def claim_journal_dir(journal_dir: str, foreign: str, what: str, engine: str) -> None:
+    """Create ``journal_dir``; refuse it when it holds ``foreign`` (another engine's log):
+    the two engines' logs are not interchangeable."""
+    os.makedirs(journal_dir, exist_ok=True)
+    if os.path.exists(os.path.join(journal_dir, foreign)):
+        raise ConfigError(
+            "consensus",
+            f"{journal_dir} holds {what}: this data dir was written by the {engine} engine "
+            f"(start it with --consensus {engine})",
+        )
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What every engine needs: who this node is, its peers' Raft ports, where its log
+    lives, the cluster password and the election timing."""
+
+    #: why a non-loopback Raft port needs a password (each engine says it its way)
+    password_reason: ClassVar[str] = "a cluster password is required"
+
+    node_id: str
+    peers: dict[str, str]  # node id -> "host:port" of its Raft port, including this node
+    journal_dir: str
+    password: str | None = None
+    election_timeout_min_ms: int = 1000
+    election_timeout_max_ms: int = 2000
+    leader_step_down_ms: int = 2000
+    snapshot_every_items: int = 0  # 0 = never: the engine's log is then never compacted
+
+    @property
+    def self_address(self) -> str:
+        return self.peers[self.node_id]
+
+    def validate(self) -> None:
+        if not self.node_id:
+            raise ConfigError("node_id", "must not be empty")
+        if self.node_id not in self.peers:
+            raise ConfigError("peers", f"must include this node {self.node_id!r}")
+        for nid, addr in self.peers.items():
+            host, sep, port = addr.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError("peers", f"{nid}={addr!r} is not host:port")
+        if len(set(self.peers.values())) != len(self.peers):
+            raise ConfigError("peers", "two members share one address")
+        host = self.self_address.rpartition(":")[0]
+        if not self.password and not is_loopback(host):
+            raise ConfigError(
+                "password",
+                f"the Raft port {self.self_address} is not loopback: {self.password_reason}",
+            )
+        if not 0 < self.election_timeout_min_ms < self.election_timeout_max_ms:
+            raise ConfigError(
+                "election_timeout_min_ms", "must be > 0 and < election_timeout_max_ms"
+            )
+        if self.leader_step_down_ms <= 0:
+            raise ConfigError("leader_step_down_ms", "must be > 0")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@
     │   ├── QueueFullError           the consensus engine's queue is full (retriable)
     │   └── UnknownOutcomeError      the deadline passed; the entry may still be applied later
     ├── ConfigError                  a configuration field is invalid (names the field)
-    └── SegmentCorruptionError       (raftlog.segments) a change-log record in the middle is corrupt
+    ├── SegmentCorruptionError       (raftlog.segments) a change-log record in the middle is corrupt
+    └── WalCorruptError              (raftlog.raft_wal) a native Raft log record before the tail is corrupt
 
 A state machine that rejects an operation is not an error of this package: the rejection
 is the apply result, delivered to the proposer like any other result.

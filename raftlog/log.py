@@ -202,6 +202,7 @@ class ReplicatedLog:
         max_item_requests: int = 512,
         max_item_bytes: int = 4 * 1024 * 1024,
         batch_window_s: float = 0.002,
+        max_in_flight: int = 1,
     ) -> None:
         self._engine = engine
         self._sm = state_machine
@@ -211,12 +212,14 @@ class ReplicatedLog:
         self._max_item_requests = max_item_requests
         self._max_item_bytes = max_item_bytes
         self._batch_window_s = batch_window_s
+        self._max_in_flight = max(1, max_in_flight)
+        self._window_elapsed = False  # a window closed while max_in_flight items were out
         self._last_item_requests = 0  # requests in the item last sent (load detector)
         self._window_timer: asyncio.TimerHandle | None = None
         # group commit (touched on the proposers' loop only)
         self._pending: list[tuple[bytes, tuple[str, int]]] = []
         self._pending_bytes = 0
-        self._in_flight = False
+        self._outstanding: set[int] = set()  # items proposed and not yet answered
         self._item_seq = 0
         self._in_flight_timeout_s = 5.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -325,8 +328,12 @@ class ReplicatedLog:
         loop = self._loop = asyncio.get_running_loop()
         self._pending.append((data, key))
         self._pending_bytes += len(data)
-        if not self._in_flight and self._window_timer is None:
-            self._send_item()
+        if self._window_timer is None:
+            if not self._outstanding:
+                self._send_item()
+            elif len(self._outstanding) < self._max_in_flight and self._batch_window_s > 0:
+                # pipelining: while items are out, the next one gathers for a window
+                self._open_window()
         timer = loop.call_later(timeout_s, self._expire, key, fut, timeout_s)
         try:
             result: Applied = await fut
@@ -353,9 +360,10 @@ class ReplicatedLog:
         self._pending_bytes -= size
         keys = [key for _, key in batch]
         self._last_item_requests = take
-        self._in_flight = True
+        self._window_elapsed = False
         self._item_seq += 1
         item_seq = self._item_seq
+        self._outstanding.add(item_seq)
         loop = self._loop
         assert loop is not None
         # PySyncObj can drop a forwarded item's callback (e.g. when a snapshot from the
@@ -368,18 +376,28 @@ class ReplicatedLog:
                 for key in keys:
                     self._wait.fail(key, err)
             try:
-                loop.call_soon_threadsafe(self._on_item_done)
+                loop.call_soon_threadsafe(self._on_item_done, item_seq)
             except RuntimeError:  # loop closed
                 pass
 
         self._engine.propose(encode_item([data for data, _ in batch]), on_proposed)
 
-    def _on_item_done(self) -> None:
-        self._in_flight = False
-        if not self._pending or self._window_timer is not None:
+    def _on_item_done(self, item_seq: int) -> None:
+        if item_seq not in self._outstanding:
+            return
+        self._outstanding.discard(item_seq)
+        self._maybe_send()
+
+    def _maybe_send(self) -> None:
+        if (
+            not self._pending
+            or self._window_timer is not None
+            or len(self._outstanding) >= self._max_in_flight
+        ):
             return
         if (
-            self._batch_window_s > 0
+            not self._window_elapsed
+            and self._batch_window_s > 0
             and (self._last_item_requests > 1 or len(self._pending) > 1)
             and len(self._pending) < self._max_item_requests
         ):
@@ -387,23 +405,30 @@ class ReplicatedLog:
             # the next item gather for a short window. Fewer, fuller items cost less per
             # request everywhere (consensus messages, fsyncs, apply groups); a lone writer
             # never waits.
-            assert self._loop is not None
-            self._window_timer = self._loop.call_later(self._batch_window_s, self._window_closed)
+            self._open_window()
             return
         self._send_item()
 
+    def _open_window(self) -> None:
+        assert self._loop is not None
+        self._window_timer = self._loop.call_later(self._batch_window_s, self._window_closed)
+
     def _window_closed(self) -> None:
         self._window_timer = None
-        if self._pending and not self._in_flight:
+        if not self._pending:
+            return
+        if len(self._outstanding) < self._max_in_flight:
             self._send_item()
+        else:
+            self._window_elapsed = True  # the next answered item sends at once
 
     def _in_flight_expired(self, item_seq: int) -> None:
-        if self._in_flight and self._item_seq == item_seq:
+        if item_seq in self._outstanding:
             log.warning(
                 "a proposed item got no answer in %.0fs; sending the next",
                 self._in_flight_timeout_s,
             )
-            self._on_item_done()
+            self._on_item_done(item_seq)
 
     def _expire(self, key: tuple[str, int], fut: asyncio.Future[Any], timeout_s: float) -> None:
         self._wait.cancel(key)

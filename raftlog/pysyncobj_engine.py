@@ -22,13 +22,12 @@ Mitigations from ``research/pysyncobj.md``, all applied here:
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pysyncobj import (
     FAIL_REASON,
@@ -43,9 +42,15 @@ from pysyncobj import tcp_connection as _tcp_connection
 from pysyncobj.journal import createJournal
 from pysyncobj.syncobj import _COMMAND_TYPE
 
-from raftlog.consensus import CommitSink, EngineSnapshots, EngineStatus, ProposeCallback
+from raftlog.consensus import (
+    CommitSink,
+    EngineConfig,
+    EngineSnapshots,
+    EngineStatus,
+    ProposeCallback,
+    claim_journal_dir,
+)
 from raftlog.errors import (
-    ConfigError,
     NotLeaderError,
     ProposalDroppedError,
     ProposeError,
@@ -77,58 +82,16 @@ _LEADER = 2
 _NEVER = 10**12
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(frozen=True)
-class PySyncObjConfig:
-    node_id: str
-    peers: dict[str, str]  # node id -> "host:port" of its Raft port, including this node
-    journal_dir: str
-    password: str | None = None
-    election_timeout_min_ms: int = 1000
-    election_timeout_max_ms: int = 2000
-    leader_step_down_ms: int = 2000
+class PySyncObjConfig(EngineConfig):
+    password_reason: ClassVar[str] = (
+        "PySyncObj unpickles whatever arrives there, so a cluster password is required"
+    )
+
     connection_timeout_ms: int = 3500
     tick_period_ms: int = 20
-    snapshot_every_items: int = 0  # 0 = never: PySyncObj's log is then never compacted
     snapshot_min_interval_s: int = 10**9
     extra: dict[str, Any] = field(default_factory=dict)  # raw SyncObjConf overrides (tests)
-
-    @property
-    def self_address(self) -> str:
-        return self.peers[self.node_id]
-
-    def validate(self) -> None:
-        if not self.node_id:
-            raise ConfigError("node_id", "must not be empty")
-        if self.node_id not in self.peers:
-            raise ConfigError("peers", f"must include this node {self.node_id!r}")
-        for nid, addr in self.peers.items():
-            host, sep, port = addr.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ConfigError("peers", f"{nid}={addr!r} is not host:port")
-        if len(set(self.peers.values())) != len(self.peers):
-            raise ConfigError("peers", "two members share one address")
-        host = self.self_address.rpartition(":")[0]
-        if not self.password and not _is_loopback(host):
-            raise ConfigError(
-                "password",
-                f"the Raft port {self.self_address} is not loopback: PySyncObj unpickles "
-                "whatever arrives there, so a cluster password is required",
-            )
-        if not 0 < self.election_timeout_min_ms < self.election_timeout_max_ms:
-            raise ConfigError(
-                "election_timeout_min_ms", "must be > 0 and < election_timeout_max_ms"
-            )
-        if self.leader_step_down_ms <= 0:
-            raise ConfigError("leader_step_down_ms", "must be > 0")
 
 
 class _CoalescingSyncObj(SyncObj):  # type: ignore[misc]
@@ -269,7 +232,7 @@ class PySyncObjEngine:
 
     def start(self, sink: CommitSink, snapshots: EngineSnapshots | None = None) -> None:
         cfg = self._config
-        os.makedirs(cfg.journal_dir, exist_ok=True)
+        claim_journal_dir(cfg.journal_dir, "wal", "a native Raft log", "native")
         self._consumer.sink = sink
         hooks: dict[str, Any] = {
             "logCompactionMinEntries": 2**62,

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 PASSWORD_ENV = "METALEDGER_CLUSTER_PASSWORD"
 #: Set by ``cluster up``: the node stops when that process goes away (Linux).
 PARENT_PID_ENV = "METALEDGER_PARENT_PID"
+#: Default of ``--consensus`` (so ``cluster up`` and test clusters can pick the engine).
+CONSENSUS_ENV = "METALEDGER_CONSENSUS"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 #: flag dest → ServerConfig field, for the flags that default to the dataclass's own default.
@@ -44,6 +46,8 @@ _OPTIONAL_FIELDS = {
     "segment_max_bytes": "segment_max_bytes",
     "watch_progress_notify_interval_ms": "watch_progress_notify_interval_ms",
     "batch_window_ms": "batch_window_ms",
+    "consensus": "consensus",
+    "items_in_flight": "items_in_flight",
 }
 
 
@@ -56,6 +60,8 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         value = getattr(args, dest)
         if value is not None:
             kwargs[name] = value
+    if args.consensus is None and os.environ.get(CONSENSUS_ENV):
+        kwargs["consensus"] = os.environ[CONSENSUS_ENV]
     if args.initial_cluster:
         kwargs["initial_cluster"] = parse_initial_cluster(args.initial_cluster)
     password = args.cluster_password or os.environ.get(PASSWORD_ENV)
@@ -168,6 +174,16 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         type=int,
         metavar="MS",
         help="progress notifications to idle progress_notify watchers every MS (default 600000)",
+    )
+    p.add_argument(
+        "--consensus",
+        help=f"consensus engine: native (fsynced Raft log) or pysyncobj (default; env {CONSENSUS_ENV})",
+    )
+    p.add_argument(
+        "--items-in-flight",
+        type=int,
+        metavar="N",
+        help="consensus items proposed before the first is committed (default 4)",
     )
     p.add_argument(
         "--batch-window-ms",

@@ -170,6 +170,12 @@ def test_replay_skips_offsets_already_in_the_segments(tmp_path: Path) -> None:
         rlog2.stop()
 
 
+async def until(cond: Any) -> None:
+    async with asyncio.timeout(5):
+        while not cond():
+            await asyncio.sleep(0.005)
+
+
 class HeldEngine(InMemoryEngine):
     """Holds every proposal until the test releases it (an item in flight)."""
 
@@ -195,11 +201,6 @@ def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
     rlog = ReplicatedLog(engine, DictMachine(), segments, "n0", batch_window_s=1.0)
     rlog.start()
 
-    async def until(cond: Any) -> None:
-        async with asyncio.timeout(5):
-            while not cond():
-                await asyncio.sleep(0.005)
-
     async def main() -> None:
         loop = asyncio.get_running_loop()
 
@@ -222,12 +223,49 @@ def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
         engine.release()
         await asyncio.gather(b, c, d)
         # the load is gone: after the last item drained, a lone write goes at once
-        await until(lambda: not rlog._in_flight)
+        await until(lambda: not rlog._outstanding)
         e = put(b"e")
         await until(lambda: len(engine.held) == 1)
         assert item_count(engine.held[0][0]) == 1
         engine.release()
         await e
+
+    try:
+        asyncio.run(main())
+    finally:
+        rlog.stop()
+
+
+def test_pipelined_items_leave_a_window_apart_up_to_max_in_flight(tmp_path: Path) -> None:
+    from raftlog.entry import item_count
+
+    engine = HeldEngine()
+    segments = SegmentLog.open(tmp_path / "log", SegmentConfig(fsync_policy="never"))
+    rlog = ReplicatedLog(
+        engine, DictMachine(), segments, "n0", batch_window_s=0.05, max_in_flight=2
+    )
+    rlog.start()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def put(key: bytes) -> asyncio.Task[Applied]:
+            return loop.create_task(rlog.propose([Entry("set", key, b"v")], 5.0))
+
+        a = put(b"a")
+        await until(lambda: len(engine.held) == 1)
+        b, c = put(b"b"), put(b"c")  # a is out: these gather for one window, then go
+        await until(lambda: len(engine.held) == 2)
+        assert item_count(engine.held[1][0]) == 2
+        d = put(b"d")  # two items out: d waits for an answer (then one more window)
+        await until(lambda: len(rlog._pending) == 1)
+        await asyncio.sleep(0.1)  # two windows' time: still nothing new goes out
+        assert len(engine.held) == 2
+        engine.release()
+        await until(lambda: len(engine.held) == 1)
+        assert item_count(engine.held[0][0]) == 1
+        engine.release()
+        await asyncio.gather(a, b, c, d)
 
     try:
         asyncio.run(main())

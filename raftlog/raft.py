@@ -1,0 +1,785 @@
+"""A Raft core without I/O: the native consensus engine's protocol logic.
+
+The shape is etcd-io/raft's (STYLE.md 4): the driver (:mod:`raftlog.native_engine`) feeds
+messages, ticks and proposals in; the core changes its state and leaves behind what the
+driver must do next, in this order:
+
+1. send :attr:`RaftCore.outbox` (a leader's appends go out before its own fsync: the
+   followers write while the leader writes);
+2. persist the entries from :attr:`RaftCore.unstable_from` and the hard state (term, vote)
+   when :attr:`RaftCore.hard_dirty`, then fdatasync, then call :meth:`RaftCore.persisted`;
+3. send :attr:`RaftCore.after_persist` (acks and votes: never promise what is not on disk);
+4. hand the committed entries (:meth:`RaftCore.committed_entries`) to the state machine.
+
+Paper sections (Ongaro's dissertation, "Consensus: bridging theory and practice"):
+elections §3.4 with pre-vote and leader stickiness §9.6 (a node that has heard from a
+leader within the minimum election timeout ignores other candidates, so a node being
+added or just removed cannot depose a healthy leader); log replication §3.5 with the
+conflict hint of §5.3 (simplified: the follower's last index); commitment only of the
+leader's own term §3.6.2 (a new leader appends a no-op); single-server membership changes
+§4.1 (a configuration applies as soon as it is in the log, one at a time, and only after
+the leader's no-op committed §4.1 "bug in single-server changes"); leadership transfer
+§3.10 (TimeoutNow); check quorum §6.2 (a leader that has not heard from a majority for
+``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file).
+
+Members are named by their peer address ("host:port"), as PySyncObj names them, so the two
+engines are interchangeable behind :class:`raftlog.consensus.ConsensusEngine`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+#: Entry kinds: only NORMAL entries reach the state machine.
+KIND_NORMAL = 0
+KIND_NOOP = 1  # a new leader's first entry (commits the previous terms' entries, §3.6.2)
+KIND_CONFIG = 2  # data: JSON list of the voters' addresses after this change
+
+#: The leader sends at most this many bytes of entries in one append message ...
+MAX_APPEND_BYTES = 1024 * 1024
+#: ... and lets at most this many entries be in flight to one follower (flow control).
+MAX_INFLIGHT_ENTRIES = 512
+#: A commit index alone is not sent to a follower that got a message less than this ago.
+COMMIT_LAZY_S = 0.005
+
+
+class Role(enum.IntEnum):
+    FOLLOWER = 0
+    PRE_CANDIDATE = 1
+    CANDIDATE = 2
+    LEADER = 3
+
+
+ROLE_NAMES = {
+    Role.FOLLOWER: "follower",
+    Role.PRE_CANDIDATE: "candidate",
+    Role.CANDIDATE: "candidate",
+    Role.LEADER: "leader",
+}
+
+
+class MsgType(enum.IntEnum):
+    APPEND = 1
+    APPEND_RESP = 2
+    VOTE = 3
+    VOTE_RESP = 4
+    PRE_VOTE = 5
+    PRE_VOTE_RESP = 6
+    SNAPSHOT = 7
+    SNAPSHOT_RESP = 8
+    TIMEOUT_NOW = 9
+    PROPOSE = 10
+    PROPOSE_RESP = 11
+
+
+class NotLeader(Exception):
+    """A proposal reached a node that is not (or no longer, or not yet able to act as) leader."""
+
+
+class ChangeRefused(Exception):
+    """A membership change the current configuration cannot take now."""
+
+
+@dataclass(slots=True)
+class LogEntry:
+    index: int
+    term: int
+    kind: int
+    data: bytes
+
+
+@dataclass(slots=True)
+class Message:
+    """One peer message. Field use by type:
+
+    * APPEND: ``index``/``log_term`` = the entry before ``entries``; ``commit``.
+    * APPEND_RESP: ``index`` = the follower's last index matching the leader; ``reject``
+      with ``hint`` = where the leader should retry from (the follower's last index).
+    * VOTE / PRE_VOTE: ``index``/``log_term`` = the candidate's last entry; ``flag`` = a
+      transfer (voters ignore leader stickiness). *_RESP: ``reject``.
+    * SNAPSHOT: ``index``/``log_term`` = the snapshot's last entry; ``offset`` + ``data`` one
+      chunk of the file; ``flag`` = the last chunk. SNAPSHOT_RESP: ``index``; ``reject``.
+    * PROPOSE: ``offset`` = request id, ``kind``, ``data``. PROPOSE_RESP: ``offset``,
+      ``index``/``log_term`` where it landed, or ``reject`` with ``hint`` (1 not leader,
+      2 change refused) and the reason in ``data``.
+    """
+
+    type: int
+    term: int
+    index: int = 0
+    log_term: int = 0
+    commit: int = 0
+    hint: int = 0
+    offset: int = 0
+    reject: bool = False
+    flag: bool = False
+    kind: int = 0
+    data: bytes = b""
+    entries: list[LogEntry] = field(default_factory=list)
+    src: str = ""  # set by the receiving driver from the connection's handshake
+
+
+# ---------------------------------------------------------------------- wire codec
+_HEAD = struct.Struct("<BBQQQQQQI")  # type, flags, term, index, log_term, commit, hint, offset, n
+_ENTRY = struct.Struct("<QQBI")  # index, term, kind, len(data)
+_FLAG_REJECT = 1
+_FLAG_FLAG = 2
+
+
+def encode_message(m: Message) -> bytes:
+    """The message as bytes (the driver frames them with a length)."""
+    flags = (_FLAG_REJECT if m.reject else 0) | (_FLAG_FLAG if m.flag else 0) | (m.kind << 4)
+    parts = [
+        _HEAD.pack(
+            m.type, flags, m.term, m.index, m.log_term, m.commit, m.hint, m.offset, len(m.entries)
+        )
+    ]
+    pack = _ENTRY.pack
+    for e in m.entries:
+        parts.append(pack(e.index, e.term, e.kind, len(e.data)))
+        parts.append(e.data)
+    parts.append(m.data)
+    return b"".join(parts)
+
+
+def decode_message(buf: bytes | memoryview) -> Message:
+    """Raises ValueError on a malformed message."""
+    try:
+        mtype, flags, term, index, log_term, commit, hint, offset, n = _HEAD.unpack_from(buf, 0)
+        pos = _HEAD.size
+        entries = []
+        unpack = _ENTRY.unpack_from
+        size = _ENTRY.size
+        for _ in range(n):
+            eindex, eterm, kind, length = unpack(buf, pos)
+            pos += size
+            if pos + length > len(buf):
+                raise ValueError("entry runs past the message")
+            entries.append(LogEntry(eindex, eterm, kind, bytes(buf[pos : pos + length])))
+            pos += length
+    except struct.error as exc:
+        raise ValueError(f"malformed raft message: {exc}") from None
+    return Message(
+        type=mtype,
+        term=term,
+        index=index,
+        log_term=log_term,
+        commit=commit,
+        hint=hint,
+        offset=offset,
+        reject=bool(flags & _FLAG_REJECT),
+        flag=bool(flags & _FLAG_FLAG),
+        kind=flags >> 4,
+        data=bytes(buf[pos:]),
+        entries=entries,
+    )
+
+
+def encode_voters(voters: Iterable[str]) -> bytes:
+    return json.dumps(sorted(voters)).encode()
+
+
+def decode_voters(data: bytes) -> tuple[str, ...]:
+    value = json.loads(data)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"not a list of member addresses: {data!r}")
+    return tuple(sorted(value))
+
+
+# ---------------------------------------------------------------------- the core
+@dataclass(slots=True)
+class Progress:
+    """What the leader knows of one follower (§3.5)."""
+
+    next: int
+    match: int = 0
+    last_ack: float = 0.0  # when it last answered this leader (check quorum)
+    last_sent: float = 0.0  # when this leader last sent it anything (heartbeats)
+    sent_commit: int = 0
+    snapshot_until: float = 0.0  # a snapshot is being sent until then (no appends meanwhile)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    election_min_s: float = 1.0
+    election_max_s: float = 2.0
+    heartbeat_s: float = 0.1
+    step_down_s: float = 2.0
+    snapshot_send_s: float = 120.0  # give up on a snapshot transfer after this long
+
+
+class RaftCore:
+    """Raft's state and rules for one member. Single-threaded: the driver serializes calls."""
+
+    def __init__(
+        self,
+        me: str,
+        voters: Sequence[str],
+        *,
+        term: int = 0,
+        vote: str = "",
+        entries: Sequence[LogEntry] = (),
+        snap_index: int = 0,
+        snap_term: int = 0,
+        commit: int = 0,
+        timing: Timing | None = None,
+        now: float = 0.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.me = me
+        self.timing = timing or Timing()
+        self.rng = rng or random.Random()
+        self.term = term
+        self.vote = vote
+        self.snap_index = snap_index
+        self.snap_term = snap_term
+        self.log: list[LogEntry] = [e for e in entries if e.index > snap_index]
+        for i, e in enumerate(self.log):
+            if e.index != snap_index + 1 + i:
+                raise ValueError(f"log not contiguous at entry {e.index} (after {snap_index})")
+        self.snap_voters: tuple[str, ...] = tuple(sorted(voters))
+        self.voters: tuple[str, ...] = self.snap_voters
+        self.config_index = 0  # index of the newest config entry in the log (0: none)
+        self._recompute_config()
+        self.commit = min(max(commit, snap_index), self.last_index)
+        self.delivered = snap_index  # the last index handed to the state machine
+        self.role = Role.FOLLOWER
+        self.leader = ""
+        self.last_heard_leader = -1e18
+        self.election_deadline = now + self._election_timeout()
+        self.votes: set[str] = set()
+        self.progress: dict[str, Progress] = {}
+        self.term_start = 0  # index of this leader's no-op
+        self.transfer_to = ""
+        self.transfer_sent = False
+        self.transfer_deadline = 0.0
+        self.durable = self.last_index  # what is on this node's disk
+        # outputs, drained by the driver
+        self.outbox: list[tuple[str, Message]] = []
+        self.after_persist: list[tuple[str, Message]] = []
+        self.unstable_from: int | None = None
+        self.truncated = False  # unstable_from cuts into entries already on disk
+        self.hard_dirty = False
+        self.need_snapshot: set[str] = set()
+        self.replicate_pending = False
+        self.commit_lagging = False  # a follower was not told the newest commit index yet
+        self.events: list[str] = []  # "leader", "follower", "transfer-sent", ... (for the driver)
+
+    # ------------------------------------------------------------------ log view
+    @property
+    def last_index(self) -> int:
+        return self.snap_index + len(self.log)
+
+    @property
+    def last_term(self) -> int:
+        return self.log[-1].term if self.log else self.snap_term
+
+    def term_at(self, index: int) -> int | None:
+        if index == self.snap_index:
+            return self.snap_term
+        if index < self.snap_index or index > self.last_index:
+            return None
+        return self.log[index - self.snap_index - 1].term
+
+    def entry(self, index: int) -> LogEntry:
+        return self.log[index - self.snap_index - 1]
+
+    def entries_after(self, index: int, max_bytes: int, max_count: int) -> list[LogEntry]:
+        start = index - self.snap_index  # position of entry index+1
+        out: list[LogEntry] = []
+        size = 0
+        for e in self.log[start : start + max_count]:
+            if out and size + len(e.data) > max_bytes:
+                break
+            out.append(e)
+            size += len(e.data)
+        return out
+
+    def config_at(self, index: int) -> tuple[str, ...]:
+        """The voters as of ``index`` (the newest config entry at or before it)."""
+        for e in reversed(self.log[: max(0, index - self.snap_index)]):
+            if e.kind == KIND_CONFIG:
+                return decode_voters(e.data)
+        return self.snap_voters
+
+    def _recompute_config(self) -> None:
+        for e in reversed(self.log):
+            if e.kind == KIND_CONFIG:
+                self.voters = decode_voters(e.data)
+                self.config_index = e.index
+                return
+        self.voters = self.snap_voters
+        self.config_index = 0
+
+    @property
+    def peers(self) -> list[str]:
+        return [v for v in self.voters if v != self.me]
+
+    def quorum(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    # ------------------------------------------------------------------ helpers
+    def _election_timeout(self) -> float:
+        t = self.timing
+        return self.rng.uniform(t.election_min_s, t.election_max_s)
+
+    def _send(self, to: str, m: Message, after_persist: bool = False) -> None:
+        (self.after_persist if after_persist else self.outbox).append((to, m))
+
+    def _set_term(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = ""
+            self.hard_dirty = True
+
+    def _append(self, entries: Sequence[LogEntry]) -> None:
+        if not entries:
+            return
+        first = entries[0].index
+        if self.unstable_from is None or first < self.unstable_from:
+            self.unstable_from = first
+        self.log.extend(entries)
+        if any(e.kind == KIND_CONFIG for e in entries):
+            self._recompute_config()
+            self._config_changed()
+
+    def _truncate_from(self, index: int) -> None:
+        """Drop entries at and after ``index`` (a conflicting suffix, §3.5)."""
+        if index <= self.commit:
+            raise AssertionError(f"truncating committed entry {index} (commit {self.commit})")
+        had_config = any(e.kind == KIND_CONFIG for e in self.log[index - self.snap_index - 1 :])
+        del self.log[index - self.snap_index - 1 :]
+        if index <= self.durable:
+            self.truncated = True
+            self.durable = index - 1
+        if self.unstable_from is None or index < self.unstable_from:
+            self.unstable_from = index
+        if had_config:
+            self._recompute_config()
+            self._config_changed()
+
+    def _config_changed(self) -> None:
+        if self.role == Role.LEADER:
+            for peer in self.peers:
+                if peer not in self.progress:
+                    self.progress[peer] = Progress(next=self.last_index + 1)
+            for peer in list(self.progress):
+                if peer not in self.voters:
+                    del self.progress[peer]
+        self.events.append("config")
+
+    # ------------------------------------------------------------------ roles
+    def become_follower(self, term: int, leader: str, now: float) -> None:
+        was_leader = self.role == Role.LEADER
+        self._set_term(term)
+        self.role = Role.FOLLOWER
+        if leader != self.leader:
+            self.leader = leader
+            self.events.append("leader-changed")
+        if leader:
+            self.last_heard_leader = now
+        self.election_deadline = now + self._election_timeout()
+        self.progress = {}
+        self.transfer_to = ""
+        if was_leader:
+            self.events.append("stepped-down")
+
+    def _campaign(self, now: float, pre: bool, force: bool = False) -> None:
+        if self.me not in self.voters:
+            return
+        self.election_deadline = now + self._election_timeout()
+        self.votes = {self.me}
+        if self.leader:
+            self.leader = ""
+            self.events.append("leader-changed")
+        if pre:
+            self.role = Role.PRE_CANDIDATE
+            mtype, term = MsgType.PRE_VOTE, self.term + 1
+        else:
+            self.role = Role.CANDIDATE
+            self._set_term(self.term + 1)
+            self.vote = self.me
+            self.hard_dirty = True
+            mtype, term = MsgType.VOTE, self.term
+        if len(self.votes) >= self.quorum():
+            self._won(now, pre)
+            return
+        for peer in self.peers:
+            m = Message(mtype, term, index=self.last_index, log_term=self.last_term, flag=force)
+            self._send(peer, m, after_persist=not pre)  # a vote for oneself is on disk first
+
+    def _won(self, now: float, pre: bool) -> None:
+        if pre:
+            self._campaign(now, pre=False)
+        else:
+            self._become_leader(now)
+
+    def _become_leader(self, now: float) -> None:
+        self.role = Role.LEADER
+        self.leader = self.me
+        self.events.append("leader-changed")
+        self.events.append("leader")
+        self.transfer_to = ""
+        self.progress = {
+            p: Progress(next=self.last_index + 1, last_ack=now, last_sent=-1e18) for p in self.peers
+        }
+        noop = LogEntry(self.last_index + 1, self.term, KIND_NOOP, b"")
+        self.term_start = noop.index
+        self._append([noop])
+        self.replicate_pending = True
+
+    # ------------------------------------------------------------------ inputs
+    def tick(self, now: float) -> None:
+        t = self.timing
+        if self.role == Role.LEADER:
+            # check quorum (§6.2): step down when a majority has been silent too long
+            heard = 1 if self.me in self.voters else 0
+            for pr in self.progress.values():
+                if now - pr.last_ack < t.step_down_s:
+                    heard += 1
+            if heard < self.quorum():
+                self.become_follower(self.term, "", now)
+                return
+            lagging, self.commit_lagging = self.commit_lagging, False
+            for peer, pr in self.progress.items():
+                if now - pr.last_sent >= t.heartbeat_s:
+                    self._send_append(peer, now, heartbeat=True)
+                elif lagging and pr.sent_commit < self.commit:
+                    self._send_append(peer, now)
+            if self.transfer_to and now > self.transfer_deadline:
+                self.transfer_to = ""
+                self.events.append("transfer-failed")
+            if self.me not in self.voters and self.commit >= self.config_index:
+                # removed, and the change is committed: hand over by going quiet (§4.2.2)
+                self.become_follower(self.term, "", now)
+            return
+        if now >= self.election_deadline and self.me in self.voters:
+            self._campaign(now, pre=True)
+
+    def propose(self, data: bytes, kind: int = KIND_NORMAL) -> tuple[int, int]:
+        """Append an entry; (index, term). Raises NotLeader."""
+        if self.role != Role.LEADER or self.transfer_to:
+            raise NotLeader(self.leader)
+        e = LogEntry(self.last_index + 1, self.term, kind, data)
+        self._append([e])
+        self.replicate_pending = True
+        return e.index, e.term
+
+    def propose_change(self, op: str, address: str) -> tuple[int, int]:
+        """A single-server membership change (§4.1): ``op`` is "add" or "remove"."""
+        if self.role != Role.LEADER:
+            raise NotLeader(self.leader)
+        if self.commit < self.term_start:
+            raise ChangeRefused("this leader's first entry is not committed yet")
+        if self.config_index > self.commit:
+            raise ChangeRefused("another membership change is in progress")
+        voters = set(self.voters)
+        if op == "add":
+            if address in voters:
+                raise ChangeRefused(f"{address} is already a member")
+            voters.add(address)
+        elif op == "remove":
+            if address not in voters:
+                raise ChangeRefused(f"{address} is not a member")
+            if len(voters) == 1:
+                raise ChangeRefused("cannot remove the last member")
+            voters.discard(address)
+        else:
+            raise ChangeRefused(f"unknown membership change {op!r}")
+        return self.propose(encode_voters(voters), KIND_CONFIG)
+
+    def transfer(self, target: str | None, now: float) -> str:
+        """Start handing leadership to ``target`` (None: the most caught-up follower);
+        returns the target. Raises NotLeader / ChangeRefused."""
+        if self.role != Role.LEADER:
+            raise NotLeader(self.leader)
+        if target is None:
+            if not self.progress:
+                raise ChangeRefused("no other member to hand leadership to")
+            target = max(self.progress, key=lambda p: self.progress[p].match)
+        if target == self.me:
+            raise ChangeRefused("already the leader")
+        if target not in self.progress:
+            raise ChangeRefused(f"{target} is not a voting member")
+        self.transfer_to = target
+        self.transfer_sent = False
+        self.transfer_deadline = now + self.timing.election_max_s
+        self._maybe_send_timeout_now(now)
+        if self.transfer_to:
+            self._send_append(target, now)
+        return target
+
+    def _maybe_send_timeout_now(self, now: float) -> None:
+        target = self.transfer_to
+        pr = self.progress.get(target)
+        if pr is not None and pr.match == self.last_index and not self.transfer_sent:
+            self.transfer_sent = True
+            self._send(target, Message(MsgType.TIMEOUT_NOW, self.term))
+            self.events.append("transfer-sent")
+            # the target campaigns now; this leader keeps refusing proposals until it
+            # hears the new term (transfer_to stays set until the deadline or step-down)
+
+    def step(self, m: Message, now: float) -> None:
+        """Handle one message from peer ``m.src``."""
+        if m.type in (MsgType.PROPOSE, MsgType.PROPOSE_RESP):
+            return  # the driver handles forwarding
+        if m.type == MsgType.PRE_VOTE:
+            self._on_vote_request(m, now, pre=True)
+            return
+        if m.type == MsgType.VOTE:
+            self._on_vote_request(m, now, pre=False)
+            return
+        if m.type == MsgType.PRE_VOTE_RESP:
+            if m.term > self.term and m.reject:
+                self.become_follower(m.term, "", now)
+            elif self.role == Role.PRE_CANDIDATE and not m.reject and m.term == self.term + 1:
+                self._tally(m.src, now, pre=True)
+            return
+        if m.term > self.term:
+            leader = m.src if m.type in (MsgType.APPEND, MsgType.SNAPSHOT) else ""
+            self.become_follower(m.term, leader, now)
+        elif m.term < self.term:
+            if m.type in (MsgType.APPEND, MsgType.SNAPSHOT):
+                # a deposed leader: tell it the new term
+                self._send(m.src, Message(MsgType.APPEND_RESP, self.term, reject=True))
+            return
+        if m.type == MsgType.APPEND:
+            self._on_append(m, now)
+        elif m.type == MsgType.APPEND_RESP:
+            self._on_append_resp(m, now)
+        elif m.type == MsgType.VOTE_RESP:
+            if self.role == Role.CANDIDATE and not m.reject:
+                self._tally(m.src, now, pre=False)
+        elif m.type == MsgType.SNAPSHOT_RESP:
+            self._on_snapshot_resp(m, now)
+        elif m.type == MsgType.SNAPSHOT:
+            # a chunk of the leader's snapshot (the driver writes it): the leader is alive
+            if self.role != Role.FOLLOWER or self.leader != m.src:
+                self.become_follower(self.term, m.src, now)
+            self.last_heard_leader = now
+            self.election_deadline = now + self._election_timeout()
+        elif m.type == MsgType.TIMEOUT_NOW:
+            if self.role != Role.LEADER:
+                self._campaign(now, pre=False, force=True)
+
+    def _tally(self, voter: str, now: float, pre: bool) -> None:
+        if voter in self.voters:
+            self.votes.add(voter)
+        if len(self.votes) >= self.quorum():
+            self._won(now, pre)
+
+    def _on_vote_request(self, m: Message, now: float, pre: bool) -> None:
+        resp_type = MsgType.PRE_VOTE_RESP if pre else MsgType.VOTE_RESP
+        # leader stickiness (§9.6): a member that heard from a leader recently ignores
+        # candidates, unless the leader itself asked for the election (transfer)
+        in_lease = (
+            self.leader != ""
+            and now - self.last_heard_leader < self.timing.election_min_s
+            and not m.flag
+        ) or (self.role == Role.LEADER and not m.flag)
+        if in_lease:
+            self._send(m.src, Message(resp_type, self.term, reject=True))
+            return
+        up_to_date = (m.log_term, m.index) >= (self.last_term, self.last_index)
+        if pre:
+            grant = m.term > self.term and up_to_date
+            self._send(m.src, Message(resp_type, m.term if grant else self.term, reject=not grant))
+            return
+        if m.term > self.term:
+            self.become_follower(m.term, "", now)
+        if m.term < self.term:
+            self._send(m.src, Message(resp_type, self.term, reject=True))
+            return
+        grant = self.vote in ("", m.src) and up_to_date
+        if grant:
+            self.vote = m.src
+            self.hard_dirty = True
+            self.election_deadline = now + self._election_timeout()
+        self._send(m.src, Message(resp_type, self.term, reject=not grant), after_persist=grant)
+
+    def _on_append(self, m: Message, now: float) -> None:
+        if self.role != Role.FOLLOWER or self.leader != m.src:
+            self.become_follower(self.term, m.src, now)
+        self.last_heard_leader = now
+        self.election_deadline = now + self._election_timeout()
+        prev, prev_term, entries = m.index, m.log_term, m.entries
+        if prev < self.snap_index:
+            # the start is inside this node's snapshot: those entries are committed here
+            skip = self.snap_index - prev
+            if skip > len(entries):
+                self._ack(m.src, self.snap_index, after_persist=False)
+                return
+            entries = entries[skip:]
+            prev, prev_term = self.snap_index, self.snap_term
+        if self.term_at(prev) != prev_term:
+            hint = min(prev - 1, self.last_index)
+            if prev <= self.last_index:
+                # skip back over the whole conflicting term at once
+                bad = self.term_at(prev)
+                while hint > self.commit and hint > self.snap_index and self.term_at(hint) == bad:
+                    hint -= 1
+            resp = Message(MsgType.APPEND_RESP, self.term, reject=True, hint=hint)
+            self._send(m.src, resp)
+            return
+        new: list[LogEntry] = []
+        for i, e in enumerate(entries):
+            if e.index <= self.last_index:
+                if self.term_at(e.index) == e.term:
+                    continue
+                self._truncate_from(e.index)
+            new = entries[i:]
+            break
+        self._append(new)
+        match = prev + len(entries)
+        if m.commit > self.commit:
+            self.commit = max(self.commit, min(m.commit, match))
+        self._ack(m.src, match, after_persist=True)
+
+    def _ack(self, leader: str, match: int, after_persist: bool) -> None:
+        self._send(leader, Message(MsgType.APPEND_RESP, self.term, index=match), after_persist)
+
+    def _on_append_resp(self, m: Message, now: float) -> None:
+        if self.role != Role.LEADER:
+            return
+        pr = self.progress.get(m.src)
+        if pr is None:
+            return
+        pr.last_ack = now
+        if m.reject:
+            # retry from the follower's hint; never below what it already matched
+            pr.next = max(pr.match + 1, min(m.hint + 1, pr.next - 1))
+            self._send_append(m.src, now)
+            return
+        if m.index > pr.match:
+            pr.match = m.index
+            self._maybe_commit()
+        if pr.next <= pr.match:
+            pr.next = pr.match + 1
+        if self.transfer_to == m.src:
+            self._maybe_send_timeout_now(now)
+        if pr.next <= self.last_index or pr.sent_commit < self.commit:
+            self._send_append(m.src, now)
+
+    def _on_snapshot_resp(self, m: Message, now: float) -> None:
+        pr = self.progress.get(m.src)
+        if self.role != Role.LEADER or pr is None:
+            return
+        pr.last_ack = now
+        pr.snapshot_until = 0.0
+        if not m.reject:
+            pr.match = max(pr.match, m.index)
+            pr.next = pr.match + 1
+            self._maybe_commit()
+        self._send_append(m.src, now)
+
+    def _maybe_commit(self) -> None:
+        matches = sorted(
+            (self.durable if v == self.me else self.progress[v].match if v in self.progress else 0)
+            for v in self.voters
+        )
+        index = matches[len(matches) - self.quorum()]
+        if index > self.commit and self.term_at(index) == self.term:  # §3.6.2
+            self.commit = index
+            self.replicate_pending = True  # followers learn the new commit index
+
+    # ------------------------------------------------------------------ leader output
+    def replicate(self, now: float) -> None:
+        """Send every follower what it lacks (new entries, or a newer commit index)."""
+        self.replicate_pending = False
+        if self.role != Role.LEADER:
+            return
+        for peer in self.progress:
+            self._send_append(peer, now)
+
+    def _send_append(self, peer: str, now: float, heartbeat: bool = False) -> None:
+        pr = self.progress[peer]
+        if pr.snapshot_until > now:
+            return
+        prev = pr.next - 1
+        if prev < self.snap_index:
+            pr.snapshot_until = now + self.timing.snapshot_send_s
+            self.need_snapshot.add(peer)
+            return
+        room = MAX_INFLIGHT_ENTRIES - (prev - pr.match)
+        entries = self.entries_after(prev, MAX_APPEND_BYTES, room) if room > 0 else []
+        if not entries and not heartbeat:
+            if pr.sent_commit >= self.commit:
+                return
+            if now - pr.last_sent < COMMIT_LAZY_S:
+                # under load: the next append (a batching window away) carries the commit
+                # index; tick() sends it if none comes (one message per item, not two)
+                self.commit_lagging = True
+                return
+        prev_term = self.term_at(prev)
+        assert prev_term is not None
+        m = Message(MsgType.APPEND, self.term, index=prev, log_term=prev_term, commit=self.commit)
+        m.entries = entries
+        pr.next = prev + len(entries) + 1
+        pr.sent_commit = self.commit
+        pr.last_sent = now
+        self._send(peer, m)
+
+    def snapshot_sent(self, peer: str, ok: bool, now: float) -> None:
+        """The driver finished (or gave up) streaming a snapshot to ``peer``."""
+        pr = self.progress.get(peer)
+        if pr is not None and not ok:
+            pr.snapshot_until = 0.0
+
+    # ------------------------------------------------------------------ driver callbacks
+    def persisted(self, index: int) -> None:
+        """Everything up to ``index`` and the hard state are on disk."""
+        self.unstable_from = None
+        self.truncated = False
+        self.hard_dirty = False
+        self.durable = index
+        if self.role == Role.LEADER:
+            self._maybe_commit()
+
+    def committed_entries(self) -> list[LogEntry]:
+        """Committed entries not yet handed to the state machine (marks them handed)."""
+        if self.commit <= self.delivered:
+            return []
+        start = self.delivered - self.snap_index
+        out = self.log[start : self.commit - self.snap_index]
+        self.delivered = self.commit
+        return out
+
+    def compact(self, index: int) -> None:
+        """A snapshot now holds everything up to ``index`` (delivered): drop those entries."""
+        if index <= self.snap_index:
+            return
+        if index > self.delivered:
+            raise ValueError(f"compacting past the delivered index ({index} > {self.delivered})")
+        self.snap_voters = self.config_at(index)
+        term = self.term_at(index)
+        assert term is not None
+        self.snap_term = term
+        del self.log[: index - self.snap_index]
+        self.snap_index = index
+
+    def restore(self, index: int, term: int, voters: Sequence[str]) -> bool:
+        """Install a snapshot from the leader (§5.3); False if it is not newer than what is
+        committed here."""
+        if index <= self.commit:
+            return False
+        if self.term_at(index) == term:
+            del self.log[: index - self.snap_index]  # keep the entries after it
+        else:
+            self.log = []
+        self.snap_index, self.snap_term = index, term
+        self.snap_voters = tuple(sorted(voters))
+        self._recompute_config()
+        self.commit = self.delivered = index
+        self.durable = self.last_index  # the driver rewrites its log file at once
+        self.unstable_from = None
+        self.truncated = False
+        self.events.append("config")
+        return True
+
+    def status_role(self) -> str:
+        return ROLE_NAMES[self.role]
