@@ -59,7 +59,7 @@ class ServerConfig:
     propose_timeout_ms: int = 5000
     #: the consensus engine: "native" (raftlog.native_engine: fsynced log, own transport)
     #: or "pysyncobj" (PySyncObj 0.3.17; its journal is never fsynced)
-    consensus: str = "pysyncobj"
+    consensus: str = "native"
     #: under load, a consensus item gathers requests this long before it is proposed
     #: (group commit; 0 = propose as soon as the previous item is done)
     batch_window_ms: float = 2.0

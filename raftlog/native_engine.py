@@ -714,18 +714,21 @@ class NativeEngine:
     # ------------------------------------------------------------------ transport
     def _on_message(self, m: Message) -> None:
         core = self.core
-        if m.type == MsgType.PROPOSE:
-            self._on_propose(m)
-        elif m.type == MsgType.PROPOSE_RESP:
-            self._on_propose_resp(m)
-        else:
-            core.step(m, time.monotonic())
-            if m.type == MsgType.SNAPSHOT:
-                try:
-                    self._on_snapshot_chunk(m)
-                except Exception:
-                    log.exception("installing the leader's snapshot failed")
-                    self._incoming = None
+        try:
+            if m.type == MsgType.PROPOSE:
+                self._on_propose(m)
+            elif m.type == MsgType.PROPOSE_RESP:
+                self._on_propose_resp(m)
+            else:
+                core.step(m, time.monotonic())
+                if m.type == MsgType.SNAPSHOT:
+                    try:
+                        self._on_snapshot_chunk(m)
+                    except Exception:
+                        log.exception("installing the leader's snapshot failed")
+                        self._incoming = None
+        except Exception:  # a bug: keep it visible, keep the connection
+            log.exception("handling a %s message from %s failed", MsgType(m.type).name, m.src)
         self._kick()
 
     async def _on_inbound(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

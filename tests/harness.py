@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -72,16 +73,35 @@ sys.exit(run(ServerConfig(**a)))
 
 
 # --------------------------------------------------------------------------- helpers
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports on 127.0.0.1 that were free a moment ago.
 
-    All sockets are held open until every port is picked, so the ports are distinct.
+    They are picked at random *outside* the kernel's ephemeral range: a port from inside
+    it (what binding port 0 gives) can be taken, before the server binds it, as the local
+    end of any outgoing connection on the machine, and nodes dialling their peers make
+    many. All sockets are held open until every port is picked, so the ports are distinct.
     """
+    low, high = _ephemeral_range()
+    lo, hi = (10_000, low) if low - 10_000 >= 5_000 else (high + 1, 65_535)
+    rng = random.Random()
     socks: list[socket.socket] = []
     try:
-        for _ in range(n):
+        while len(socks) < n:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", rng.randrange(lo, hi)))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:

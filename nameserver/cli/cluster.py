@@ -82,8 +82,13 @@ def initial_cluster(nodes: list[NodeLayout]) -> str:
 
 
 def serve_argv(
-    node: NodeLayout, nodes: list[NodeLayout], data_dir: Path, log_level: str = "INFO"
+    node: NodeLayout,
+    nodes: list[NodeLayout],
+    data_dir: Path,
+    log_level: str = "INFO",
+    consensus: str | None = None,
 ) -> list[str]:
+    engine = ["--consensus", consensus] if consensus else []
     return [
         sys.executable,
         "-m",
@@ -105,6 +110,7 @@ def serve_argv(
         initial_cluster(nodes),
         "--log-level",
         log_level,
+        *engine,
     ]
 
 
@@ -131,7 +137,13 @@ class _Running:
     reported: bool = False
 
 
-def _start(node: NodeLayout, nodes: list[NodeLayout], data_dir: Path, log_level: str) -> _Running:
+def _start(
+    node: NodeLayout,
+    nodes: list[NodeLayout],
+    data_dir: Path,
+    log_level: str,
+    consensus: str | None = None,
+) -> _Running:
     env = dict(os.environ)
     env[PARENT_PID_ENV] = str(os.getpid())
     env["PYTHONUNBUFFERED"] = "1"
@@ -139,7 +151,7 @@ def _start(node: NodeLayout, nodes: list[NodeLayout], data_dir: Path, log_level:
     log_path = data_dir / f"{node.id}.log"
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
-            serve_argv(node, nodes, data_dir, log_level),
+            serve_argv(node, nodes, data_dir, log_level, consensus),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -254,7 +266,7 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     running: list[_Running] = []
     try:
         for node in nodes:
-            running.append(_start(node, nodes, data_dir, args.log_level))
+            running.append(_start(node, nodes, data_dir, args.log_level, args.consensus))
         statuses, why = _wait_until_up(running, stop, args.startup_timeout)
         if stop.is_set():
             return ExitCode.OK
@@ -303,4 +315,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="give up if no leader is agreed on by then (default 60)",
     )
     up.add_argument("--log-level", type=str.upper, default="INFO", help="the nodes' log level")
+    up.add_argument(
+        "--consensus",
+        choices=("native", "pysyncobj"),
+        help="the nodes' consensus engine (default: serve's, i.e. native)",
+    )
     up.set_defaults(run=run_cluster_up)

@@ -177,7 +177,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--consensus",
-        help=f"consensus engine: native (fsynced Raft log) or pysyncobj (default; env {CONSENSUS_ENV})",
+        help=f"consensus engine: native (default; fsynced Raft log) or pysyncobj (env {CONSENSUS_ENV})",
     )
     p.add_argument(
         "--items-in-flight",

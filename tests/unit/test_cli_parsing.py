@@ -394,6 +394,15 @@ def test_cluster_layout_is_the_design_contract() -> None:
         cluster_cmd.layout(3, 65530)
 
 
+def test_cluster_up_passes_the_consensus_engine_on(tmp_path: Any) -> None:
+    nodes = cluster_cmd.layout(3, 12370)
+    argv = cluster_cmd.serve_argv(nodes[0], nodes, tmp_path, consensus="pysyncobj")
+    assert serve.build_config(parse(*argv[3:])).consensus == "pysyncobj"
+    assert parse("cluster", "up", "--data-dir", "d", "--consensus", "native").consensus == "native"
+    with pytest.raises(SystemExit):
+        parse("cluster", "up", "--data-dir", "d", "--consensus", "raft")
+
+
 def test_cluster_up_starts_valid_serve_commands(tmp_path: Any) -> None:
     nodes = cluster_cmd.layout(3, 12370)
     argv = cluster_cmd.serve_argv(nodes[2], nodes, tmp_path)
