@@ -51,6 +51,7 @@ from raftlog.errors import (
     NotLeaderError,
     ProposalDroppedError,
     ProposeError,
+    RaftLogError,
     UnknownOutcomeError,
 )
 from raftlog.raft import (
@@ -164,19 +165,25 @@ class NativeEngine:
             heartbeat_s=cfg.heartbeat_ms / 1000,
             step_down_s=cfg.leader_step_down_ms / 1000,
         )
-        self._core = RaftCore(
-            self._me,
-            voters,
-            term=state.term,
-            vote=state.vote,
-            entries=state.entries,
-            snap_index=snap_index,
-            snap_term=snap_term,
-            commit=state.commit,
-            timing=t,
-            now=time.monotonic(),
-            rng=random.Random(),
-        )
+        try:
+            self._core = RaftCore(
+                self._me,
+                voters,
+                term=state.term,
+                vote=state.vote,
+                entries=state.entries,
+                snap_index=snap_index,
+                snap_term=snap_term,
+                commit=state.commit,
+                timing=t,
+                now=time.monotonic(),
+                rng=random.Random(),
+            )
+        except ValueError as exc:
+            raise RaftLogError(
+                f"{cfg.journal_dir}: the Raft log does not continue the snapshot "
+                f"{self.dump_file} (index {snap_index}): {exc}"
+            ) from None
         self._thread = threading.Thread(target=self._run, name="raft", daemon=True)
         self._thread.start()
         self._started.wait(30)

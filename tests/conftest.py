@@ -25,17 +25,24 @@ def _failed(item: pytest.Item) -> bool:
     )
 
 
-@pytest.fixture
-def cluster(tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A ready 3-node cluster of real server processes; always stopped afterwards, with the
-    tails of the node logs printed when the test failed."""
-    c = Cluster(tmp_path / "cluster", n=3)
+def ready_cluster(root: Any) -> Cluster:
+    """A 3-node cluster of real server processes, ready (a leader, members announced);
+    stopped again, log tails printed, if it does not get there."""
+    c = Cluster(root, n=3)
     try:
         c.wait_ready(30)
         c.wait_announced(30)
     except BaseException:
         c.close(failed=True)
         raise
+    return c
+
+
+@pytest.fixture
+def cluster(tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A ready 3-node cluster of real server processes; always stopped afterwards, with the
+    tails of the node logs printed when the test failed."""
+    c = ready_cluster(tmp_path / "cluster")
     try:
         yield c
     finally:
@@ -48,13 +55,7 @@ def module_cluster(
 ) -> Iterator[Cluster]:
     """One ready 3-node cluster shared by a module's tests (for tests that only read and
     write keys of their own). Log tails are printed if any test of the module failed."""
-    c = Cluster(tmp_path_factory.mktemp("cluster"), n=3)
-    try:
-        c.wait_ready(30)
-        c.wait_announced(30)
-    except BaseException:
-        c.close(failed=True)
-        raise
+    c = ready_cluster(tmp_path_factory.mktemp("cluster"))
     failures_before = request.session.testsfailed
     try:
         yield c

@@ -17,6 +17,7 @@ import pytest
 from nameserver.cli.serve import CONSENSUS_ENV
 from nameserver.config import ServerConfig
 from tests.cluster import test_cluster as scenarios
+from tests.conftest import ready_cluster
 from tests.harness import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -29,13 +30,7 @@ def other_cluster(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
     monkeypatch.setenv(CONSENSUS_ENV, OTHER)  # the harness passes its environment on
-    c = Cluster(tmp_path / "cluster", n=3)
-    try:
-        c.wait_ready(30)
-        c.wait_announced(30)
-    except BaseException:
-        c.close(failed=True)
-        raise
+    c = ready_cluster(tmp_path / "cluster")
     failed = request.session.testsfailed
     try:
         yield c
