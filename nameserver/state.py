@@ -63,9 +63,17 @@ class MetadataStateMachine:
         effects: list[Effect] = []
         delta.begin()
         try:
-            before = quotas.usage(delta)
+            # Usage is only worth counting when a limit can apply: a quota is set, or this
+            # request sets one (a request with no quota in force can exceed nothing). The
+            # answer is the same on every node: quotas are records of the log.
+            before = (
+                quotas.usage(delta)
+                if delta.quotas.any() or any(e.type == "quota" for e in entries)
+                else None
+            )
             results = [self._apply_entry(delta, offset, e, effects) for e in entries]
-            quotas.check(delta, before)
+            if before is not None:
+                quotas.check(delta, before)
         except Exception:
             delta.rollback()
             raise
@@ -286,7 +294,7 @@ def put(
         version=prev.version + 1 if prev else 1,
         lease=lease,
     )
-    kv.put(new)
+    kv.put_over(prev, new)
     effects.append(Effect("kv", new.key, new.to_record()))
     resp = rpc_pb2.PutResponse()
     if req.prev_kv and prev is not None:
@@ -430,6 +438,9 @@ class _ReadOnlyDelta:
         return list(self._view.range(key, range_end))
 
     def put(self, kv: KeyValue) -> None:  # pragma: no cover - read-only by construction
+        raise Rejected("INTERNAL", "write in a read-only txn")
+
+    def put_over(self, old: KeyValue | None, kv: KeyValue) -> None:  # pragma: no cover
         raise Rejected("INTERNAL", "write in a read-only txn")
 
     def delete(self, key: bytes) -> None:  # pragma: no cover

@@ -667,6 +667,9 @@ class ReplicatedLog:
         # the observer needs each change's previous value: the state before the group
         published = self._sm.capture() if observer is not None else None
         changes: list[Change] = []
+        # the group's change-log records, appended at once before the image is published
+        records: list[tuple[int, int, bytes]] = []
+        apply = self._sm.apply
         for first, term, data in group:
             try:
                 requests = decode_item(data, first, term)
@@ -690,20 +693,23 @@ class ReplicatedLog:
                     results.append((key, Applied(earlier, None, duplicate=True)))
                     continue
                 try:
-                    effects, result = (
-                        self._sm.apply(offset, term, entries) if entries else ((), None)
-                    )
+                    effects, result = apply(offset, term, entries) if entries else ((), None)
                 except Exception as exc:
                     log.warning("offset %d rejected by the state machine: %s", offset, exc)
                     effects, result = (), ApplyFailure(str(exc), str(getattr(exc, "code", "")))
                 if effects:
                     ts = entries[0].timestamp_ms
                     if offset > seg_last:
-                        for sub, eff in enumerate(effects):
-                            self._segments.append(offset, sub, eff.encode(term, ts, len(effects)))
+                        n = len(effects)
+                        records.extend(
+                            (offset, sub, eff.encode(term, ts, n))
+                            for sub, eff in enumerate(effects)
+                        )
                     if observer is not None:
                         changes.append(Change(offset, term, ts, effects))
                 results.append((key, Applied(offset, result)))
+        if records:
+            self._segments.append_many(records)
         self._sm.publish()
         self._apply_offset = last
         if observer is not None and published is not None:
