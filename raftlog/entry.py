@@ -68,17 +68,32 @@ class Effect:
 
 def encode_batch(entries: Sequence[Entry]) -> bytes:
     """Encode the entries of one request for proposal (offset and term are left 0)."""
+    return _encode(entries, None)
+
+
+def encode_request(entries: Sequence[Entry], client_id: str, seq: int, timestamp_ms: int) -> bytes:
+    """:func:`encode_batch` of ``entries`` stamped with the proposer's identity and clock,
+    without copying each entry first (``dataclasses.replace`` cost the leader more than
+    the encoding itself)."""
+    return _encode(entries, (client_id, seq, timestamp_ms))
+
+
+def _encode(entries: Sequence[Entry], stamp: tuple[str, int, int] | None) -> bytes:
     if not entries:
         raise ValueError("entries: a batch needs at least one entry")
     batch = records_pb2.EntryBatch()
+    add = batch.entries.add
     for e in entries:
-        batch.entries.add(
+        client_id, seq, timestamp_ms = (
+            stamp if stamp is not None else (e.client_id, e.seq, e.timestamp_ms)
+        )
+        add(
             type=e.type,
             key=e.key,
             value=e.value,
-            timestamp_ms=e.timestamp_ms,
-            client_id=e.client_id,
-            seq=e.seq,
+            timestamp_ms=timestamp_ms,
+            client_id=client_id,
+            seq=seq,
         )
     data: bytes = batch.SerializeToString()
     return data
@@ -132,6 +147,13 @@ def encode_item(requests: Sequence[bytes]) -> bytes:
     for r in requests:
         parts += (b"\x0a", _varint(len(r)), r)
     return b"".join(parts)
+
+
+def length_delimited(field_number: int, data: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2): a message holding only the
+    already-encoded sub-message ``data`` in field ``field_number``, byte for byte what
+    protobuf would produce, without copying and re-encoding the sub-message."""
+    return b"".join((_varint(field_number << 3 | 2), _varint(len(data)), data))
 
 
 def item_count(data: bytes) -> int:

@@ -37,11 +37,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raftlog.consensus import ConsensusEngine, EngineStatus
-from raftlog.entry import Effect, Entry, decode_item, encode_batch, encode_item, item_count
+from raftlog.deadlines import DeadlineSweep
+from raftlog.entry import Effect, Entry, decode_item, encode_item, encode_request, item_count
 from raftlog.errors import ProposeError, UnknownOutcomeError
 from raftlog.segments import SegmentLog
 from raftlog.wait import Wait
@@ -239,6 +240,7 @@ class ReplicatedLog:
         self._segment_archive_dir: str | None = None
         self.snapshot_durations_s: list[float] = []
         self._wait = Wait()
+        self._deadlines = DeadlineSweep(self._expire)
         self._apply_offset = state_machine.last_offset
         self._enqueued_offset = self._apply_offset
         self._sessions: OrderedDict[str, OrderedDict[int, int]] = OrderedDict()
@@ -316,10 +318,7 @@ class ReplicatedLog:
         """
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
-        now_ms = int(time.time() * 1000)
-        data = encode_batch(
-            [replace(e, client_id=cid, seq=s, timestamp_ms=now_ms) for e in entries]
-        )
+        data = encode_request(entries, cid, s, int(time.time() * 1000))
         key = (cid, s)
         fut = self._wait.register(key)
         loop = self._loop = asyncio.get_running_loop()
@@ -327,14 +326,12 @@ class ReplicatedLog:
         self._pending_bytes += len(data)
         if not self._in_flight and self._window_timer is None:
             self._send_item()
-        timer = loop.call_later(timeout_s, self._expire, key, fut, timeout_s)
+        self._deadlines.add(loop, timeout_s, key, fut)  # one sweep, not a timer per request
         try:
             result: Applied = await fut
         except BaseException:
             self._wait.cancel(key)  # e.g. the caller went away: forget the waiter
             raise
-        finally:
-            timer.cancel()
         return result
 
     def _send_item(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,10 @@ import pytest
 from nameserver.kv import Rejected
 from nameserver.state import MetadataStateMachine, image_from_records, image_records
 from nameserver.watch import HubEvent, Watcher, WatchHub
+from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Change, Entry, SegmentConfig, SegmentLog, encode_batch
-from raftlog.entry import decode_item, encode_item
+from raftlog.entry import decode_item, encode_item, encode_request, length_delimited
 from tests.unit.test_offsets import Driver, grant, put, quota
 from tests.unit.test_watch_hub import FakeHistory
 
@@ -177,3 +179,32 @@ def test_decode_item_builds_entries_equal_to_the_dataclass_constructor() -> None
     decoded = decode_item(encode_item([encode_batch(r) for r in reqs]), 10, 3)
     assert decoded == [[e.at(10 + i, 3) for e in r] for i, r in enumerate(reqs)]
     assert decoded[1][1].timestamp_ms == 9 and hash(decoded[0][0]) == hash(reqs[0][0].at(10, 3))
+
+
+# ------------------------------------------------------------------ leader encoding
+@pytest.mark.parametrize("value_size", [0, 1, 100, 200, 20_000, 3_000_000])
+def test_framing_an_encoded_request_equals_encoding_the_wrapping_operation(
+    value_size: int,
+) -> None:
+    put_req = rpc_pb2.PutRequest(key=b"k", value=b"v" * value_size, prev_kv=True, lease=7)
+    delete_req = rpc_pb2.DeleteRangeRequest(key=b"a" * (value_size // 100 + 1), range_end=b"z")
+    txn_req = rpc_pb2.TxnRequest(success=[rpc_pb2.RequestOp(request_put=put_req)])
+    assert length_delimited(
+        records_pb2.KvOperation.PUT_FIELD_NUMBER, put_req.SerializeToString()
+    ) == (records_pb2.KvOperation(put=put_req).SerializeToString())
+    assert length_delimited(
+        records_pb2.KvOperation.DELETE_RANGE_FIELD_NUMBER, delete_req.SerializeToString()
+    ) == (records_pb2.KvOperation(delete_range=delete_req).SerializeToString())
+    assert length_delimited(
+        records_pb2.TxnOperation.TXN_FIELD_NUMBER, txn_req.SerializeToString()
+    ) == (records_pb2.TxnOperation(txn=txn_req).SerializeToString())
+
+
+def test_encode_request_stamps_every_entry_like_replace_then_encode_batch() -> None:
+    entries = [Entry("kv", b"k", b"v", client_id="x", seq=1), Entry("noop"), Entry("lease")]
+    stamped = [
+        replace(e, client_id="c/1", seq=2**40, timestamp_ms=1_763_800_000_123) for e in entries
+    ]
+    assert encode_request(entries, "c/1", 2**40, 1_763_800_000_123) == encode_batch(stamped)
+    with pytest.raises(ValueError, match="entries"):
+        encode_request([], "c", 1, 1)
