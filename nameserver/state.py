@@ -68,7 +68,7 @@ class MetadataStateMachine:
             # answer is the same on every node: quotas are records of the log.
             before = (
                 quotas.usage(delta)
-                if delta.quotas.any() or any(e.type == "quota" for e in entries)
+                if delta.has_quotas() or any(e.type == "quota" for e in entries)
                 else None
             )
             results = [self._apply_entry(delta, offset, e, effects) for e in entries]
