@@ -123,7 +123,16 @@ def decode_batch(data: bytes, offset: int, term: int) -> list[Entry]:
 _COUNT = struct.Struct("<I")
 
 
+#: Varints of 0..127: one byte each, prebuilt (tags and most lengths of the hot path).
+_SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
+
+
 def _varint(n: int) -> bytes:
+    """A non-negative int as a protobuf varint."""
+    if n < 0x80:
+        return _SMALL_VARINTS[n]
+    if n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
     out = bytearray()
     while True:
         byte = n & 0x7F

@@ -18,7 +18,7 @@ from nameserver.watch import HubEvent, Watcher, WatchHub
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Change, Entry, SegmentConfig, SegmentLog, encode_batch
-from raftlog.entry import decode_item, encode_item, encode_request, length_delimited
+from raftlog.entry import _varint, decode_item, encode_item, encode_request, length_delimited
 from tests.unit.test_offsets import Driver, grant, put, quota
 from tests.unit.test_watch_hub import FakeHistory
 
@@ -208,3 +208,11 @@ def test_encode_request_stamps_every_entry_like_replace_then_encode_batch() -> N
     assert encode_request(entries, "c/1", 2**40, 1_763_800_000_123) == encode_batch(stamped)
     with pytest.raises(ValueError, match="entries"):
         encode_request([], "c", 1, 1)
+
+
+@pytest.mark.parametrize(
+    "n", [1, 127, 128, 255, 300, 16_383, 16_384, 2_097_151, 2_097_152, 2**35, 2**64 - 1]
+)
+def test_varint_is_protobufs(n: int) -> None:
+    # field 8 (seq, uint64) of records.Entry: tag 0x40, then the varint (0 is not encoded)
+    assert records_pb2.Entry(seq=n).SerializeToString() == b"\x40" + _varint(n)
