@@ -44,6 +44,7 @@ class MetadataStateMachine:
     def __init__(self, image: MetadataImage | None = None) -> None:
         self._image = image or MetadataImage.empty()
         self._delta: MetadataDelta | None = None
+        self._applied = (0, 0)  # (offset, term) of the last request applied into the delta
 
     @property
     def image(self) -> MetadataImage:
@@ -59,18 +60,14 @@ class MetadataStateMachine:
         delta = self._delta
         if delta is None:
             delta = self._delta = MetadataDelta(self._image)
-        delta.provenance = Provenance(offset, term)
+        self._applied = (offset, term)  # the delta's provenance, made once at publish
         effects: list[Effect] = []
         delta.begin()
         try:
             # Usage is only worth counting when a limit can apply: a quota is set, or this
             # request sets one (a request with no quota in force can exceed nothing). The
             # answer is the same on every node: quotas are records of the log.
-            before = (
-                quotas.usage(delta)
-                if delta.has_quotas() or any(e.type == "quota" for e in entries)
-                else None
-            )
+            before = quotas.usage(delta) if _quota_applies(delta, entries) else None
             results = [self._apply_entry(delta, offset, e, effects) for e in entries]
             if before is not None:
                 quotas.check(delta, before)
@@ -82,6 +79,7 @@ class MetadataStateMachine:
 
     def publish(self) -> None:
         if self._delta is not None:
+            self._delta.provenance = Provenance(*self._applied)
             self._image = self._delta.build()
             self._delta = None
 
@@ -142,6 +140,15 @@ class MetadataStateMachine:
                 effects.append(Effect("member", m.id.encode(), m.to_record()))
             return None
         raise Rejected("INVALID_ARGUMENT", f"unknown entry type {e.type!r}")
+
+
+def _quota_applies(delta: MetadataDelta, entries: Sequence[Entry]) -> bool:
+    if delta.has_quotas():
+        return True
+    for e in entries:
+        if e.type == "quota":
+            return True
+    return False
 
 
 #: The snapshot thread pauses SNAPSHOT_YIELD_S after every SNAPSHOT_YIELD_EVERY records.
