@@ -507,7 +507,8 @@ class PersistentSortedMap(Generic[V]):
         chunks and their paths; all other nodes are shared.
         """
         put_map: dict[bytes, V] = {}
-        for k, v in puts.items() if isinstance(puts, Mapping) else puts:
+        # a dict first: isinstance against the Mapping ABC is slow (the apply path's case)
+        for k, v in puts.items() if type(puts) is dict or isinstance(puts, Mapping) else puts:
             put_map[_check_key(k)] = v
         del_set: set[bytes] = set()
         for k in deletes:

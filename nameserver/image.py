@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -934,8 +933,17 @@ ROUTING_TYPES: Mapping[str, tuple[str, Callable[[bytes], Any]]] = {
 }
 
 
-#: a sub-delta of MetadataDelta
-D = TypeVar("D", bound=KvDelta | MapDelta[Any, Any])
+#: How MetadataDelta makes each sub-delta from its image.
+_SUB_DELTAS: dict[str, Callable[[MetadataImage], KvDelta | MapDelta[Any, Any]]] = {
+    "kv": lambda image: KvDelta(image.kv),
+    "leases": lambda image: LeaseDelta(image.leases),
+    "offsets": lambda image: OffsetDelta(image.offsets),
+    "quotas": lambda image: QuotaDelta(image.quotas),
+    "replica_groups": lambda image: ReplicaGroupDelta(image.replica_groups),
+    "brokers": lambda image: RecordsDelta(image.brokers, _broker_key, Broker.size),
+    "topics": lambda image: RecordsDelta(image.topics, _topic_key, TopicQueue.size),
+    "kvconfig": lambda image: RecordsDelta(image.kvconfig, _kvconfig_key, KvConfig.size),
+}
 
 
 class MetadataDelta:
@@ -945,47 +953,32 @@ class MetadataDelta:
     and building all nine per group was a third of the apply cost of a one-put group.
     """
 
+    # made on first use by __getattr__ (then plain instance attributes)
+    kv: KvDelta
+    leases: LeaseDelta
+    offsets: OffsetDelta
+    quotas: QuotaDelta
+    replica_groups: ReplicaGroupDelta
+    brokers: RecordsDelta[Broker]
+    topics: RecordsDelta[TopicQueue]
+    kvconfig: RecordsDelta[KvConfig]
+
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
         self._members: dict[str, Member | None] = {}
         self.provenance = image.provenance
         self._journal = Journal()
 
-    def _joined(self, delta: D) -> D:
+    def __getattr__(self, name: str) -> Any:
+        # only called for a missing attribute: a sub-delta not made yet (no lock, no
+        # descriptor on later reads, unlike functools.cached_property)
+        make = _SUB_DELTAS.get(name)
+        if make is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        delta = make(self.image)
         delta._journal = self._journal
+        self.__dict__[name] = delta
         return delta
-
-    @cached_property
-    def kv(self) -> KvDelta:
-        return self._joined(KvDelta(self.image.kv))
-
-    @cached_property
-    def leases(self) -> LeaseDelta:
-        return self._joined(LeaseDelta(self.image.leases))
-
-    @cached_property
-    def offsets(self) -> OffsetDelta:
-        return self._joined(OffsetDelta(self.image.offsets))
-
-    @cached_property
-    def quotas(self) -> QuotaDelta:
-        return self._joined(QuotaDelta(self.image.quotas))
-
-    @cached_property
-    def replica_groups(self) -> ReplicaGroupDelta:
-        return self._joined(ReplicaGroupDelta(self.image.replica_groups))
-
-    @cached_property
-    def brokers(self) -> RecordsDelta[Broker]:
-        return self._joined(RecordsDelta(self.image.brokers, _broker_key, Broker.size))
-
-    @cached_property
-    def topics(self) -> RecordsDelta[TopicQueue]:
-        return self._joined(RecordsDelta(self.image.topics, _topic_key, TopicQueue.size))
-
-    @cached_property
-    def kvconfig(self) -> RecordsDelta[KvConfig]:
-        return self._joined(RecordsDelta(self.image.kvconfig, _kvconfig_key, KvConfig.size))
 
     def has_quotas(self) -> bool:
         """Whether any type has a quota as this delta would publish it (without making the

@@ -103,7 +103,8 @@ class MetadataStateMachine:
             op = records_pb2.KvOperation.FromString(e.value)
             which = op.WhichOneof("op")
             if which == "put":
-                return put(delta.kv, op.put, rev, effects, delta.leases)
+                # the lease sub-delta only when the put names a lease (else it is not read)
+                return put(delta.kv, op.put, rev, effects, delta.leases if op.put.lease else None)
             if which == "delete_range":
                 return delete_range(delta.kv, op.delete_range, effects)
             raise Rejected("INVALID_ARGUMENT", "kv entry carries no operation")
