@@ -9,7 +9,9 @@ wakes every ``every_s`` to expire the overdue ones. A deadline therefore fires u
 Requests with the same timeout arrive in deadline order (the loop's clock does not go
 back), so each distinct timeout gets its own FIFO queue and the sweep only looks at the
 fronts. A request answered before its deadline stays queued until then and is skipped
-(its future is done): no bookkeeping on the answer path.
+(its future is done): no bookkeeping on the answer path. The queue holds the future
+weakly, so an answered request's result is freed when its caller is done with it, not
+``timeout_s`` later.
 
 Everything runs on the event loop of the proposer (the sweep follows the loop of the
 latest ``add``; queued deadlines of a loop that went away are dropped with it).
@@ -18,6 +20,7 @@ latest ``add``; queued deadlines of a loop that went away are dropped with it).
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -35,12 +38,18 @@ class DeadlineSweep:
     def __init__(self, on_expire: Expire, every_s: float = SWEEP_EVERY_S) -> None:
         self._on_expire = on_expire
         self._every_s = every_s
-        self._queues: dict[float, deque[tuple[float, Hashable, asyncio.Future[Any]]]] = {}
+        self._queues: dict[
+            float, deque[tuple[float, Hashable, weakref.ref[asyncio.Future[Any]]]]
+        ] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def add(
-        self, loop: asyncio.AbstractEventLoop, timeout_s: float, key: Hashable, fut: Any
+        self,
+        loop: asyncio.AbstractEventLoop,
+        timeout_s: float,
+        key: Hashable,
+        fut: asyncio.Future[Any],
     ) -> None:
         if loop is not self._loop:  # a new loop (tests run several): start afresh on it
             self._loop, self._timer = loop, None
@@ -48,7 +57,7 @@ class DeadlineSweep:
         queue = self._queues.get(timeout_s)
         if queue is None:
             queue = self._queues[timeout_s] = deque()
-        queue.append((loop.time() + timeout_s, key, fut))
+        queue.append((loop.time() + timeout_s, key, weakref.ref(fut)))
         if self._timer is None:
             self._timer = loop.call_later(self._every_s, self._sweep)
 
@@ -62,8 +71,9 @@ class DeadlineSweep:
         now = loop.time()
         for timeout_s, queue in list(self._queues.items()):
             while queue and queue[0][0] <= now:
-                _, key, fut = queue.popleft()
-                if not fut.done():
+                _, key, ref = queue.popleft()
+                fut = ref()
+                if fut is not None and not fut.done():
                     self._on_expire(key, fut, timeout_s)
             if not queue:
                 del self._queues[timeout_s]

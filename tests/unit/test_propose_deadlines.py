@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -68,5 +70,21 @@ def test_the_sweep_expires_only_pending_futures_in_deadline_order_then_stops() -
         assert len(sweep) == 0
         await asyncio.sleep(0.03)
         assert sweep._timer is None  # nothing pending: no timer left running
+
+    asyncio.run(main())
+
+
+def test_an_answered_future_is_not_kept_alive_until_its_deadline() -> None:
+    sweep = DeadlineSweep(lambda key, fut, timeout_s: None, every_s=10)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        sweep.add(loop, 60, "k", fut)
+        fut.set_result(bytearray(1 << 20))  # a big answer
+        ref = weakref.ref(fut)
+        del fut
+        gc.collect()
+        assert ref() is None and len(sweep) == 1  # freed; its deadline entry is skipped later
 
     asyncio.run(main())
