@@ -134,15 +134,17 @@ def _apply(
     a: int,
     b: int,
     put_map: dict[bytes, V],
-) -> tuple[list[bytes], list[V]] | None:
+) -> tuple[Sequence[bytes], list[V]] | None:
     """Apply the sorted operations ``op_keys[a:b]`` to one chunk.
 
     A key in ``put_map`` is put, any other key deleted. Returns the new keys and
     values, or ``None`` if the chunk is unchanged (only absent keys deleted).
     """
     if b - a <= _SMALL_BATCH:
+        # The keys are copied only when one is inserted or deleted: a chunk whose puts all
+        # overwrite keeps (shares) its key tuple, the common case of a busy key space.
         kl: list[bytes] | None = None
-        vl: list[V] = []
+        vl: list[V] | None = None
         j = 0
         for idx in range(a, b):
             k = op_keys[idx]
@@ -150,20 +152,26 @@ def _apply(
             j = bisect_left(cur, k, j)
             found = j < len(cur) and cur[j] == k
             if k in put_map:
-                if kl is None:
-                    kl, vl = list(ks), list(vs)
+                if vl is None:
+                    vl = list(vs)
                 if found:
                     vl[j] = put_map[k]
                 else:
+                    if kl is None:
+                        kl = list(ks)
                     kl.insert(j, k)
                     vl.insert(j, put_map[k])
                 j += 1
             elif found:
                 if kl is None:
-                    kl, vl = list(ks), list(vs)
+                    kl = list(ks)
+                if vl is None:
+                    vl = list(vs)
                 del kl[j]
                 del vl[j]
-        return None if kl is None else (kl, vl)
+        if vl is None:
+            return None
+        return (ks if kl is None else kl), vl
 
     d = dict(zip(ks, vs, strict=True))
     touched = False
@@ -499,7 +507,8 @@ class PersistentSortedMap(Generic[V]):
         chunks and their paths; all other nodes are shared.
         """
         put_map: dict[bytes, V] = {}
-        for k, v in puts.items() if isinstance(puts, Mapping) else puts:
+        # a dict first: isinstance against the Mapping ABC is slow (the apply path's case)
+        for k, v in puts.items() if type(puts) is dict or isinstance(puts, Mapping) else puts:
             put_map[_check_key(k)] = v
         del_set: set[bytes] = set()
         for k in deletes:

@@ -7,7 +7,7 @@ see the txn's own earlier writes, as in etcd.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from nameserver.image import KeyValue
@@ -39,8 +39,14 @@ def normalize_end(key: bytes, range_end: bytes) -> bytes | None:
     return range_end
 
 
-def to_pb(kv: KeyValue, keys_only: bool = False) -> kv_pb2.KeyValue:
-    return kv_pb2.KeyValue(
+def to_pb(
+    kv: KeyValue,
+    keys_only: bool = False,
+    new: Callable[..., kv_pb2.KeyValue] = kv_pb2.KeyValue,
+) -> kv_pb2.KeyValue:
+    """``kv`` as etcd's KeyValue, made by ``new`` (a repeated field's ``add`` builds it in
+    its place in a response)."""
+    return new(
         key=kv.key,
         value=b"" if keys_only else kv.value,
         create_revision=kv.create_revision,
@@ -93,7 +99,9 @@ def do_range(view: KvView, req: rpc_pb2.RangeRequest) -> rpc_pb2.RangeResponse:
     if req.limit > 0 and len(kvs) > req.limit:
         kvs = kvs[: req.limit]
         resp.more = True
-    resp.kvs.extend(to_pb(kv, req.keys_only) for kv in kvs)
+    add, keys_only = resp.kvs.add, req.keys_only
+    for kv in kvs:
+        to_pb(kv, keys_only, add)  # built in place, not built apart and copied in
     return resp
 
 

@@ -38,6 +38,7 @@ from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 from raftlog import Applied, ApplyFailure, Entry, MemberEngine, ProposeError, ReplicatedLog
+from raftlog.entry import length_delimited
 from snapshots import SnapshotMeta, etcd_trailer, write_snapshot
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,14 @@ class NodeContext:
             raft_term=self.log.term(),
         )
 
+    def fill_header(self, header: rpc_pb2.ResponseHeader, revision: int) -> None:
+        """Stamp a response's own ``header`` in place: a fifth of the cost of building a
+        :meth:`header` and copying it in (the KV handlers' hot path)."""
+        header.cluster_id = self.cluster_id
+        header.member_id = self.member_id
+        header.revision = revision
+        header.raft_term = self.log.term()
+
     async def read_image(self, serializable: bool) -> MetadataImage:
         if not serializable:
             index = await self.log.read_barrier(self.timeout_s)
@@ -206,7 +215,10 @@ class NodeContext:
         return applied
 
     def check_size(self, request: Any) -> None:
-        size = request.ByteSize()
+        self.check_encoded_size(request.ByteSize())
+
+    def check_encoded_size(self, size: int) -> None:
+        """:meth:`check_size` of a request already encoded into ``size`` bytes."""
         if size > self.config.max_request_bytes:
             raise InvalidRequest(
                 f"etcdserver: request is too large: {size} bytes > limit "
@@ -228,6 +240,12 @@ class NodeContext:
         )
 
 
+#: Field numbers of records.KvOperation.put / .delete_range and records.TxnOperation.txn.
+_KV_PUT = records_pb2.KvOperation.PUT_FIELD_NUMBER
+_KV_DELETE_RANGE = records_pb2.KvOperation.DELETE_RANGE_FIELD_NUMBER
+_TXN_TXN = records_pb2.TxnOperation.TXN_FIELD_NUMBER
+
+
 def _require_key(key: bytes, what: str) -> None:
     if not key:
         raise InvalidRequest(f"etcdserver: key is not provided ({what}: key must not be empty)")
@@ -243,24 +261,28 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         image, _ = await consistency.read_image(self.node, "kv", request.serializable)
         self.node.check_revision(request.revision, image.revision)
         resp = kvops.do_range(image.kv, request)
-        resp.header.CopyFrom(self.node.header(image.revision))
+        self.node.fill_header(resp.header, image.revision)
         return resp
 
+    # The write handlers encode the request once: its bytes give its size, and framed as
+    # field 1 (put) or 2 (delete_range) they are the KvOperation (TxnOperation: field 1 txn)
+    # that KvOperation(put=request) would copy the request into and encode again. The
+    # result the apply thread built for this request is its response (the state machine
+    # makes a new one per request and hands it to this waiter only): no copy either.
     @rpc
     async def Put(self, request: rpc_pb2.PutRequest, context: Any) -> rpc_pb2.PutResponse:
         _require_key(request.key, "put")
         self._check_value(request.value)
-        self.node.check_size(request)
+        body = request.SerializeToString()
+        self.node.check_encoded_size(len(body))
         if request.lease and not request.ignore_lease:
             await require_lease(self.node, request.lease)
-        op = records_pb2.KvOperation(put=request)
         applied = await self.node.propose(
-            Entry(type="kv", key=request.key, value=op.SerializeToString()), context
+            Entry("kv", request.key, length_delimited(_KV_PUT, body)), context
         )
-        resp = rpc_pb2.PutResponse()
-        if isinstance(applied.result, rpc_pb2.PutResponse):
-            resp.CopyFrom(applied.result)
-        resp.header.CopyFrom(self.node.header(applied.offset))
+        result = applied.result
+        resp = result if isinstance(result, rpc_pb2.PutResponse) else rpc_pb2.PutResponse()
+        self.node.fill_header(resp.header, applied.offset)
         return resp
 
     @rpc
@@ -268,20 +290,24 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         self, request: rpc_pb2.DeleteRangeRequest, context: Any
     ) -> rpc_pb2.DeleteRangeResponse:
         _require_key(request.key, "delete")
-        self.node.check_size(request)
-        op = records_pb2.KvOperation(delete_range=request)
+        body = request.SerializeToString()
+        self.node.check_encoded_size(len(body))
         applied = await self.node.propose(
-            Entry(type="kv", key=request.key, value=op.SerializeToString()), context
+            Entry("kv", request.key, length_delimited(_KV_DELETE_RANGE, body)), context
         )
-        resp = rpc_pb2.DeleteRangeResponse()
-        if isinstance(applied.result, rpc_pb2.DeleteRangeResponse):
-            resp.CopyFrom(applied.result)
-        resp.header.CopyFrom(self.node.header(applied.offset))
+        result = applied.result
+        resp = (
+            result
+            if isinstance(result, rpc_pb2.DeleteRangeResponse)
+            else rpc_pb2.DeleteRangeResponse()
+        )
+        self.node.fill_header(resp.header, applied.offset)
         return resp
 
     @rpc
     async def Txn(self, request: rpc_pb2.TxnRequest, context: Any) -> rpc_pb2.TxnResponse:
-        self.node.check_size(request)
+        body = request.SerializeToString()
+        self.node.check_encoded_size(len(body))
         kvops.validate_txn(request, self.node.config.max_txn_ops)
         self._check_txn_values(request)
         if not kvops.txn_has_writes(request):
@@ -292,22 +318,24 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             ) and bool(len(request.success) + len(request.failure))
             image = await self.node.read_image(serializable)
             resp = read_only_txn(image.kv, request, image.revision)
-            resp.header.CopyFrom(self.node.header(image.revision))
+            self.node.fill_header(resp.header, image.revision)
             return resp
         if not request.compare:  # the success branch is taken: its leases must exist
             for lease_id in _put_leases(request.success):
                 await require_lease(self.node, lease_id)
-        op = records_pb2.TxnOperation(txn=request)
-        applied = await self.node.propose(Entry(type="txn", value=op.SerializeToString()), context)
+        applied = await self.node.propose(
+            Entry("txn", value=length_delimited(_TXN_TXN, body)), context
+        )
         if applied.duplicate:
             raise Rejected(
                 "ALREADY_EXISTS",
                 f"metaledger: this txn was already applied at revision {applied.offset}; "
                 "its result is not kept",
             )
-        resp = rpc_pb2.TxnResponse()
-        resp.CopyFrom(applied.result)
-        resp.header.CopyFrom(self.node.header(applied.offset))
+        resp = applied.result
+        if not isinstance(resp, rpc_pb2.TxnResponse):
+            raise Rejected("INTERNAL", f"metaledger: txn applied with no response ({resp!r})")
+        self.node.fill_header(resp.header, applied.offset)
         return resp
 
     @rpc

@@ -44,6 +44,7 @@ class MetadataStateMachine:
     def __init__(self, image: MetadataImage | None = None) -> None:
         self._image = image or MetadataImage.empty()
         self._delta: MetadataDelta | None = None
+        self._applied = (0, 0)  # (offset, term) of the last request applied into the delta
 
     @property
     def image(self) -> MetadataImage:
@@ -59,13 +60,17 @@ class MetadataStateMachine:
         delta = self._delta
         if delta is None:
             delta = self._delta = MetadataDelta(self._image)
-        delta.provenance = Provenance(offset, term)
+        self._applied = (offset, term)  # the delta's provenance, made once at publish
         effects: list[Effect] = []
         delta.begin()
         try:
-            before = quotas.usage(delta)
+            # Usage is only worth counting when a limit can apply: a quota is set, or this
+            # request sets one (a request with no quota in force can exceed nothing). The
+            # answer is the same on every node: quotas are records of the log.
+            before = quotas.usage(delta) if _quota_applies(delta, entries) else None
             results = [self._apply_entry(delta, offset, e, effects) for e in entries]
-            quotas.check(delta, before)
+            if before is not None:
+                quotas.check(delta, before)
         except Exception:
             delta.rollback()
             raise
@@ -74,6 +79,7 @@ class MetadataStateMachine:
 
     def publish(self) -> None:
         if self._delta is not None:
+            self._delta.provenance = Provenance(*self._applied)
             self._image = self._delta.build()
             self._delta = None
 
@@ -97,7 +103,8 @@ class MetadataStateMachine:
             op = records_pb2.KvOperation.FromString(e.value)
             which = op.WhichOneof("op")
             if which == "put":
-                return put(delta.kv, op.put, rev, effects, delta.leases)
+                # the lease sub-delta only when the put names a lease (else it is not read)
+                return put(delta.kv, op.put, rev, effects, delta.leases if op.put.lease else None)
             if which == "delete_range":
                 return delete_range(delta.kv, op.delete_range, effects)
             raise Rejected("INVALID_ARGUMENT", "kv entry carries no operation")
@@ -134,6 +141,15 @@ class MetadataStateMachine:
                 effects.append(Effect("member", m.id.encode(), m.to_record()))
             return None
         raise Rejected("INVALID_ARGUMENT", f"unknown entry type {e.type!r}")
+
+
+def _quota_applies(delta: MetadataDelta, entries: Sequence[Entry]) -> bool:
+    if delta.has_quotas():
+        return True
+    for e in entries:
+        if e.type == "quota":
+            return True
+    return False
 
 
 #: The snapshot thread pauses SNAPSHOT_YIELD_S after every SNAPSHOT_YIELD_EVERY records.
@@ -286,7 +302,7 @@ def put(
         version=prev.version + 1 if prev else 1,
         lease=lease,
     )
-    kv.put(new)
+    kv.put_over(prev, new)
     effects.append(Effect("kv", new.key, new.to_record()))
     resp = rpc_pb2.PutResponse()
     if req.prev_kv and prev is not None:
@@ -430,6 +446,9 @@ class _ReadOnlyDelta:
         return list(self._view.range(key, range_end))
 
     def put(self, kv: KeyValue) -> None:  # pragma: no cover - read-only by construction
+        raise Rejected("INTERNAL", "write in a read-only txn")
+
+    def put_over(self, old: KeyValue | None, kv: KeyValue) -> None:  # pragma: no cover
         raise Rejected("INTERNAL", "write in a read-only txn")
 
     def delete(self, key: bytes) -> None:  # pragma: no cover

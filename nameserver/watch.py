@@ -375,7 +375,9 @@ class WatchHub:
     ) -> None:
         self.history = history
         self._image = image
-        self.delivered = delivered  # last offset whose changes went to the watchers
+        self._delivered = delivered  # last offset whose changes went to the watchers
+        #: the last offset of a group the apply thread did not hand over (nobody watched)
+        self._unwatched = 0
         self.header = header
         self.max_response_bytes = max_response_bytes
         self._floor_path = floor_path
@@ -386,11 +388,30 @@ class WatchHub:
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
+    @property
+    def delivered(self) -> int:
+        """The last offset whose changes went to the watchers (or that nobody watched)."""
+        return max(self._delivered, self._unwatched)
+
+    @delivered.setter
+    def delivered(self, offset: int) -> None:
+        self._delivered = offset
+
     # ------------------------------------------------------------ apply thread
     def on_applied(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
         loop = self._loop
         if loop is None:
             return
+        if not self.watchers:
+            # Nobody watches: do not wake the event loop for every apply group (a write to
+            # its self-pipe, then a callback; most of the observer's cost). The order keeps
+            # watchers gap-free: ``start`` counts its watcher before it reads ``delivered``,
+            # and this publishes the offset before it looks again, so either the new
+            # watcher starts after this group (which is in the segments already), or this
+            # sees the watcher and hands the group over as usual.
+            self._unwatched = last_offset
+            if not self.watchers:
+                return
         with contextlib.suppress(RuntimeError):  # the loop closed: the node is stopping
             loop.call_soon_threadsafe(self._deliver, before, last_offset, changes)
 
@@ -469,10 +490,10 @@ class WatchHub:
 
     def start(self, w: Watcher, start_revision: int) -> None:
         """Register ``w`` (its created response already sent) from ``start_revision``."""
+        self.watchers += 1  # first: see on_applied
         delivered = self.delivered
         w.next_rev = start_revision or delivered + 1
         self._index.setdefault(w.type, _TypeIndex()).add(w)
-        self.watchers += 1
         if w.next_rev > delivered:
             return  # from now (or a future revision: etcd waits for it)
         floor = self.history.floor(delivered)

@@ -37,11 +37,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raftlog.consensus import ConsensusEngine, EngineStatus
-from raftlog.entry import Effect, Entry, decode_item, encode_batch, encode_item, item_count
+from raftlog.deadlines import DeadlineSweep
+from raftlog.entry import Effect, Entry, decode_item, encode_item, encode_request, item_count
 from raftlog.errors import ProposeError, UnknownOutcomeError
 from raftlog.segments import SegmentLog
 from raftlog.wait import Wait
@@ -242,6 +243,7 @@ class ReplicatedLog:
         self._segment_archive_dir: str | None = None
         self.snapshot_durations_s: list[float] = []
         self._wait = Wait()
+        self._deadlines = DeadlineSweep(self._expire)
         self._apply_offset = state_machine.last_offset
         self._enqueued_offset = self._apply_offset
         self._sessions: OrderedDict[str, OrderedDict[int, int]] = OrderedDict()
@@ -319,10 +321,7 @@ class ReplicatedLog:
         """
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
-        now_ms = int(time.time() * 1000)
-        data = encode_batch(
-            [replace(e, client_id=cid, seq=s, timestamp_ms=now_ms) for e in entries]
-        )
+        data = encode_request(entries, cid, s, int(time.time() * 1000))
         key = (cid, s)
         fut = self._wait.register(key)
         loop = self._loop = asyncio.get_running_loop()
@@ -334,14 +333,12 @@ class ReplicatedLog:
             elif len(self._outstanding) < self._max_in_flight and self._batch_window_s > 0:
                 # pipelining: while items are out, the next one gathers for a window
                 self._open_window()
-        timer = loop.call_later(timeout_s, self._expire, key, fut, timeout_s)
+        self._deadlines.add(loop, timeout_s, key, fut)  # one sweep, not a timer per request
         try:
             result: Applied = await fut
         except BaseException:
             self._wait.cancel(key)  # e.g. the caller went away: forget the waiter
             raise
-        finally:
-            timer.cancel()
         return result
 
     def _send_item(self) -> None:
@@ -692,6 +689,9 @@ class ReplicatedLog:
         # the observer needs each change's previous value: the state before the group
         published = self._sm.capture() if observer is not None else None
         changes: list[Change] = []
+        # the group's change-log records, appended at once before the image is published
+        records: list[tuple[int, int, bytes]] = []
+        apply = self._sm.apply
         for first, term, data in group:
             try:
                 requests = decode_item(data, first, term)
@@ -715,20 +715,23 @@ class ReplicatedLog:
                     results.append((key, Applied(earlier, None, duplicate=True)))
                     continue
                 try:
-                    effects, result = (
-                        self._sm.apply(offset, term, entries) if entries else ((), None)
-                    )
+                    effects, result = apply(offset, term, entries) if entries else ((), None)
                 except Exception as exc:
                     log.warning("offset %d rejected by the state machine: %s", offset, exc)
                     effects, result = (), ApplyFailure(str(exc), str(getattr(exc, "code", "")))
                 if effects:
                     ts = entries[0].timestamp_ms
                     if offset > seg_last:
-                        for sub, eff in enumerate(effects):
-                            self._segments.append(offset, sub, eff.encode(term, ts, len(effects)))
+                        n = len(effects)
+                        records.extend(
+                            (offset, sub, eff.encode(term, ts, n))
+                            for sub, eff in enumerate(effects)
+                        )
                     if observer is not None:
                         changes.append(Change(offset, term, ts, effects))
                 results.append((key, Applied(offset, result)))
+        if records:
+            self._segments.append_many(records)
         self._sm.publish()
         self._apply_offset = last
         if observer is not None and published is not None:

@@ -72,7 +72,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -281,40 +281,68 @@ class SegmentLog:
         or sub is out of range, if the record is too big, or if the log is closed; OSError
         if writing (or, under "always", fdatasync) fails, after which the log is unusable.
         """
-        frame = encode_record(offset, sub, payload)
-        key = (offset, sub)
+        self.append_many(((offset, sub, payload),))
+
+    def append_many(self, records: Iterable[tuple[int, int, bytes]]) -> None:
+        """Append ``(offset, sub, payload)`` records in order, as :meth:`append` each would,
+        under one lock (the apply thread appends a whole apply group at once). Under
+        "always", one fdatasync covers them all before this returns.
+
+        Raises as :meth:`append`; the records before a refused one are written.
+        """
+        frames = [(o, sub, encode_record(o, sub, payload)) for o, sub, payload in records]
+        if not frames:
+            return
+        config = self._config
+        max_bytes, index_every = config.segment_max_bytes, config.index_every_bytes
         with self._lock:
             self._check_usable()
-            if self._last is not None and key <= self._last:
-                raise ValueError(f"record {key} does not follow the last record {self._last}")
+            wrote = False
             try:
                 segment = self._segments[-1] if self._segments else None
-                if segment is None or (
-                    segment.size + len(frame) > self._config.segment_max_bytes
-                    and segment.first_offset != offset
-                ):
-                    segment = self._roll(offset)
-                assert self._file is not None and self._index_file is not None
-                position = segment.size
-                self._file.write(frame)
-                segment.size += len(frame)
-                segment.last = key
-                self._last = key
-                if _index_due(segment.index, self._config.index_every_bytes, position):
-                    segment.index.append((offset, position))
-                    self._index_file.write(_INDEX_ENTRY.pack(offset, position))
-                if self._config.fsync_policy == "always":
-                    self._file.flush()
-                    _fdatasync(self._file.fileno())
-                    self._flushed = offset
-                    self._cond.notify_all()
-                elif not self._dirty:
-                    self._dirty = True
-                    self._cond.notify_all()
+                last = self._last
+                for offset, sub, frame in frames:
+                    key = (offset, sub)
+                    if last is not None and key <= last:
+                        raise ValueError(f"record {key} does not follow the last record {last}")
+                    if segment is None or (
+                        segment.size + len(frame) > max_bytes and segment.first_offset != offset
+                    ):
+                        segment = self._roll(offset)
+                    assert self._file is not None and self._index_file is not None
+                    position = segment.size
+                    self._file.write(frame)
+                    wrote = True
+                    segment.size += len(frame)
+                    segment.last = key
+                    self._last = last = key
+                    if _index_due(segment.index, index_every, position):
+                        segment.index.append((offset, position))
+                        self._index_file.write(_INDEX_ENTRY.pack(offset, position))
             except OSError as exc:
                 self._failure = exc
                 self._cond.notify_all()
                 raise
+            finally:
+                if wrote and self._failure is None:
+                    self._written()
+
+    def _written(self) -> None:
+        """After appends (lock held): sync now ("always") or wake the flusher."""
+        try:
+            if self._config.fsync_policy == "always":
+                assert self._file is not None
+                self._file.flush()
+                _fdatasync(self._file.fileno())
+                self._flushed = self.last_offset
+                self._cond.notify_all()
+            elif not self._dirty:
+                self._dirty = True
+                self._cond.notify_all()
+        except OSError as exc:
+            self._failure = exc
+            self._cond.notify_all()
+            raise
 
     def flush(self) -> None:
         """Hand buffered data to the OS (no fdatasync). Raises ValueError if closed, OSError."""
