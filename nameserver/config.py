@@ -70,7 +70,9 @@ class ServerConfig:
     leader_step_down_ms: int = 2000
     segment_max_bytes: int = 64 * 1024 * 1024
     fsync_policy: str = "batch"
-    fsync_interval_ms: int = 5
+    #: change-log segments are derived (re-applied from the Raft log after a crash), so
+    #: their group-commit fsync need not be frequent: one per 20 ms costs a quarter of 5
+    fsync_interval_ms: int = 20
     snapshot_every_items: int = 20_000  # consensus items between snapshots (0 = never)
     snapshot_every_bytes: int = 64 * 1024 * 1024  # ... or this many bytes of items (0 = no)
     snapshot_keep: int = 2
