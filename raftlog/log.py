@@ -253,7 +253,8 @@ class ReplicatedLog:
         self._offset_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._offset_lock = threading.Lock()
         # read barriers (one loop)
-        self._barrier_waiting: list[asyncio.Future[int]] = []
+        self._barrier_next: asyncio.Future[int] | None = None  # the next barrier's readers
+        self._barrier_task: asyncio.Task[None] | None = None
         self._barrier_inflight = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -457,30 +458,34 @@ class ReplicatedLog:
         that includes every write acknowledged before the call.
 
         Concurrent callers share one barrier entry (a ``noop`` through the log, which
-        followers forward to the leader): a caller that arrives while a barrier is in
-        flight waits for the next one, which starts after it arrived.
+        followers forward to the leader) and one future: a caller that arrives while a
+        barrier is in flight waits for the next one, which starts after it arrived. The
+        barrier's proposal carries the deadline (``timeout_s``), so no caller needs a
+        timer of its own.
         """
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._barrier_waiting.append(fut)
+        loop = asyncio.get_running_loop()
+        fut = self._barrier_next
+        if fut is None:
+            fut = self._barrier_next = loop.create_future()
+            fut.add_done_callback(_retrieve)
         if not self._barrier_inflight:
-            asyncio.get_running_loop().create_task(self._run_barriers(timeout_s))
             self._barrier_inflight = True
-        return await asyncio.wait_for(fut, timeout_s)
+            # kept: the loop holds tasks weakly
+            self._barrier_task = loop.create_task(self._run_barriers(timeout_s))
+        return await asyncio.shield(fut)  # a caller that goes away leaves the others be
 
     async def _run_barriers(self, timeout_s: float) -> None:
         try:
-            while self._barrier_waiting:
-                waiting, self._barrier_waiting = self._barrier_waiting, []
+            while self._barrier_next is not None:
+                fut, self._barrier_next = self._barrier_next, None
                 try:
                     applied = await self.propose([Entry(type="noop")], timeout_s)
                 except Exception as exc:
-                    for f in waiting:
-                        if not f.done():
-                            f.set_exception(exc)
+                    if not fut.done():
+                        fut.set_exception(exc)
                     continue
-                for f in waiting:
-                    if not f.done():
-                        f.set_result(applied.offset)
+                if not fut.done():
+                    fut.set_result(applied.offset)
         finally:
             self._barrier_inflight = False
 
@@ -783,6 +788,12 @@ class _Marker:
     engine_meta: bytes
     offset: int  # take: the offset the state must be at; load: the snapshot's last offset
     path: str = ""
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a shared future's exception seen (its readers may all have gone away)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:
