@@ -62,9 +62,9 @@ class ServerConfig:
     consensus: str = "native"
     #: under load, a consensus item gathers requests this long before it is proposed
     #: (group commit; 0 = propose as soon as the previous item is done)
-    batch_window_ms: float = 2.0
+    batch_window_ms: float = 4.0
     #: consensus items proposed and not yet committed at once (pipelining)
-    items_in_flight: int = 4
+    items_in_flight: int = 2
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
     leader_step_down_ms: int = 2000

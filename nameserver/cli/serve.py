@@ -183,13 +183,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--items-in-flight",
         type=int,
         metavar="N",
-        help="consensus items proposed before the first is committed (default 4)",
+        help="consensus items proposed before the first is committed (default 2)",
     )
     p.add_argument(
         "--batch-window-ms",
         type=float,
         metavar="MS",
-        help="under load, gather requests MS into one consensus item (default 2; 0 = no wait)",
+        help="under load, gather requests MS into one consensus item (default 4; 0 = no wait)",
     )
     p.add_argument(
         "--initial-cluster-token",
