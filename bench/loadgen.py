@@ -16,6 +16,11 @@ warmup + duration; only requests that complete inside the measured window count.
 ``client_cpu_us_per_op`` is this process's CPU time (all threads, gRPC's included) over the
 window divided by the operations; ``machine_cpu_pct`` is the whole machine's busy time in
 percent of one core (Linux ``/proc/stat``), so callers can tell how busy the box was.
+``tcp_in_segs_per_op`` / ``tcp_out_segs_per_op`` are the machine's TCP segments received / sent
+over the window (``/proc/net/snmp``) per operation: on loopback every segment is counted once
+in each, so either is the client's and the servers' segments in both directions together (and
+the members' peer traffic, and anything else the machine sends). They show whether a server
+coalesces responses (etcd: ~1 segment per op) or sends one per call and stream (~2).
 """
 
 from __future__ import annotations
@@ -105,6 +110,25 @@ def _machine_busy_jiffies() -> tuple[int, int] | None:
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already inside user/nice
     return total - idle, total
+
+
+def parse_snmp_tcp(text: str) -> dict[str, int]:
+    """The ``Tcp:`` counters of a ``/proc/net/snmp`` text (a header line, then a value line)."""
+    lines = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")]
+    if len(lines) < 2:
+        return {}
+    names, values = lines[0][1:], lines[1][1:]
+    return {n: int(v) for n, v in zip(names, values, strict=True)}
+
+
+def _tcp_segments() -> tuple[int, int] | None:
+    """(InSegs, OutSegs) of the machine's network namespace, or None off Linux."""
+    try:
+        with open("/proc/net/snmp") as f:
+            tcp = parse_snmp_tcp(f.read())
+        return tcp["InSegs"], tcp["OutSegs"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _process_cpu_s(pids: Sequence[int]) -> list[float | None]:
@@ -245,10 +269,10 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
 
         await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
         cpu0, wall0, machine0 = time.process_time(), time.perf_counter(), _machine_busy_jiffies()
-        servers0 = _process_cpu_s(spec.server_pids)
+        servers0, segs0 = _process_cpu_s(spec.server_pids), _tcp_segments()
         await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
         cpu1, wall1, machine1 = time.process_time(), time.perf_counter(), _machine_busy_jiffies()
-        servers1 = _process_cpu_s(spec.server_pids)
+        servers1, segs1 = _process_cpu_s(spec.server_pids), _tcp_segments()
 
         _, pending = await asyncio.wait(tasks, timeout=spec.request_timeout_s + 1.0)
         for t in pending:
@@ -281,6 +305,11 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
     def per_op_us(pct: float) -> float:
         return round(pct / 100 * window_s / ops * 1e6, 1) if ops else 0.0
 
+    def segs_per_op(i: int) -> float | None:
+        if segs0 is None or segs1 is None or not ops:
+            return None
+        return round((segs1[i] - segs0[i]) / sampled_s * window_s / ops, 2)
+
     return {
         "op": spec.op,
         "clients": spec.clients,
@@ -310,6 +339,8 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
             if machine_pct is not None and spec.server_pids
             else None
         ),
+        "tcp_in_segs_per_op": segs_per_op(0),  # machine-wide, see the module docstring
+        "tcp_out_segs_per_op": segs_per_op(1),
         "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         "python": sys.version.split()[0],
         "grpc": grpc.__version__,
@@ -340,6 +371,8 @@ def format_result(r: dict[str, Any]) -> str:
     server = ""
     if r.get("server_cpu_us_per_op") is not None:
         server = f"  server CPU {r['server_cpu_us_per_op']:.0f} µs/op"
+    if r.get("tcp_in_segs_per_op") is not None:
+        server += f"  TCP segs/op {r['tcp_in_segs_per_op']:.2f}"
     return (
         f"{r['op']:<7} clients {r['clients']:>3}  {r['ops_per_s']:>9.1f} ops/s  "
         f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  errors {r['errors']}{errors}{cas}  "
