@@ -17,8 +17,9 @@ gRPC server whose handlers return canned answers) in grpc.aio-on-uvloop mode, as
 serves, or grpc's thread-pool mode (``--noop-workers``). "metaledger / noop" says how much of
 what a Python gRPC server can do at all metaledger's replicated path keeps; "noop / etcd"
 is the most any Python gRPC server reaches here. Every row also records the machine's TCP
-segments per operation (``/proc/net/snmp``, see ``bench.loadgen``): etcd coalesces the
-responses of many streams into one write, a Python server sends about one segment per call.
+segments per operation, per direction on the load generator's connections and machine-wide
+(see ``bench.loadgen``): etcd coalesces the responses of many streams into one write, a Python
+server sends about one segment per call.
 
 Environment: COMPARE_ROWS, COMPARE_DURATION, COMPARE_WARMUP, ETCD, ETCDCTL override the defaults.
 """
@@ -459,8 +460,8 @@ def table(report: dict[str, Any]) -> str:
 def detail_table(report: dict[str, Any]) -> str:
     """Latency, CPU, TCP segments, errors and noise of every system on every row."""
     head = (
-        "| row | system | ops/s | p50 / p99 ms | client / server µs/op | TCP segs/op in / out "
-        "| errors | foreign CPU % |"
+        "| row | system | ops/s | p50 / p99 ms | client / server µs/op "
+        "| TCP segs/op client→server / server→client / machine | errors | foreign CPU % |"
     )
     lines = [head, "|" + "---|" * 8]
     for row in report["rows"]:
@@ -475,8 +476,9 @@ def detail_table(report: dict[str, Any]) -> str:
                 f"| {row['row']} | {system} | {_fmt(r.get('ops_per_s'))} "
                 f"| {r['p50_ms']:.2f} / {r['p99_ms']:.2f} "
                 f"| {_fmt(r.get('client_cpu_us_per_op'))} / {_fmt(r.get('server_cpu_us_per_op'))} "
-                f"| {_fmt(r.get('tcp_in_segs_per_op'), '.2f')} / "
-                f"{_fmt(r.get('tcp_out_segs_per_op'), '.2f')} "
+                f"| {_fmt(r.get('tcp_client_to_server_segs_per_op'), '.2f')} / "
+                f"{_fmt(r.get('tcp_server_to_client_segs_per_op'), '.2f')} / "
+                f"{_fmt(r.get('tcp_in_segs_per_op'), '.2f')} "
                 f"| {_fmt(r.get('errors'), 'd')} | {_fmt(r.get('foreign_cpu_pct'))} |"
             )
     return "\n".join(lines)
@@ -505,9 +507,11 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         f"target: {report['target']}.",
         "Ratio a / b = a's ops/s ÷ b's. `grpc-*-noop` = `bench.noop_kv`, a gRPC server whose "
         "handlers return canned answers: the ceiling of a Python gRPC server on this machine. "
-        "CPU per op: client process / sum of the servers. TCP segments per op: the machine's "
-        "InSegs / OutSegs (`/proc/net/snmp`) over the window ÷ ops; on loopback each counts "
-        "every segment, both directions and the members' peer traffic included. Foreign CPU: "
+        "CPU per op: client process / sum of the servers. TCP segments per op: client→server and "
+        "server→client over the load generator's own connections (`TCP_INFO`), then the "
+        "machine's InSegs (`/proc/net/snmp`; on loopback every segment once, both directions, "
+        "the members' peer traffic and other processes' included) over the window ÷ ops. "
+        "Foreign CPU: "
         "the machine's busy time not spent by the client or the servers, in % of one core "
         "(high values mean a shared, noisy machine).",
         "",

@@ -346,8 +346,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"gaps): {_fmt(load.get('ops_per_s'))} ops/s, p50 {_fmt(load.get('p50_ms'), '.2f')} ms, "
         f"p99 {_fmt(load.get('p99_ms'), '.2f')} ms, errors {_fmt(load.get('errors'), 'd')}, "
         f"client CPU {_fmt(load.get('client_cpu_us_per_op'))} µs/op, "
-        f"TCP segments/op {_fmt(load.get('tcp_in_segs_per_op'), '.2f')} (machine-wide, peer "
-        f"traffic included), foreign CPU {_fmt(load.get('foreign_cpu_pct'))}% of a core (the "
+        "TCP segments/op client→server "
+        f"{_fmt(load.get('tcp_client_to_server_segs_per_op'), '.2f')}, server→client "
+        f"{_fmt(load.get('tcp_server_to_client_segs_per_op'), '.2f')}, machine-wide "
+        f"{_fmt(load.get('tcp_in_segs_per_op'), '.2f')} (peer traffic included), foreign CPU {_fmt(load.get('foreign_cpu_pct'))}% of a core (the "
         "machine's busy time not spent by the client or the servers).",
         "",
         f"## CPU per thread ({report['cpu_window']['seconds']:.1f} s window, "
@@ -426,16 +428,24 @@ def pyspy_names(pid: int, pyspy: str | None) -> dict[str, str]:
 
 
 def wait_for_load(rate: _Rate, load: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Until the leader's revision moves (or, for reads, the loadgen has had time to start)."""
+    """Until the load's writes reach the leader: 100 puts, or a read load's whole key space.
+
+    A read load first writes its keys (Txns of 64 puts, one revision each); its reads start
+    after the last of them.
+    """
+    from bench.loadgen import _POPULATE_BATCH, LoadSpec
+
+    key_space = LoadSpec().key_space
+    needed = 100 if rate.op in ("put", "txn") else -(-key_space // _POPULATE_BATCH)
     deadline = time.monotonic() + timeout_s
     start = leader_revision(rate.endpoint)
     while time.monotonic() < deadline:
         if load.poll() is not None:
             raise RuntimeError(f"loadgen exited early with code {load.returncode}")
-        if rate.op != "put" or leader_revision(rate.endpoint) > start + 100:
+        if leader_revision(rate.endpoint) >= start + needed:
             return
         time.sleep(0.2)
-    raise RuntimeError(f"no puts reached the leader within {timeout_s:g}s")
+    raise RuntimeError(f"the load's writes did not reach the leader within {timeout_s:g}s")
 
 
 def profile(args: argparse.Namespace, cluster: Cluster, workdir: Path) -> dict[str, Any]:

@@ -3,6 +3,8 @@ the canned noop answers and the compare_etcd report. Nothing here starts a serve
 
 from __future__ import annotations
 
+import socket
+import struct
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from bench.leader_profile import (
     parse_frame,
     parse_raw,
 )
-from bench.loadgen import parse_snmp_tcp
+from bench.loadgen import parse_snmp_tcp, tcp_info_segments
 from protos.etcdserverpb import rpc_pb2
 
 # --------------------------------------------------------------------------- /proc/net/snmp
@@ -43,6 +45,27 @@ def test_snmp_tcp_counters_by_name() -> None:
     assert tcp["InSegs"] == 43982865 and tcp["OutSegs"] == 43938360
     assert tcp["MaxConn"] == -1
     assert parse_snmp_tcp("Ip: a\nIp: 1\n") == {}
+
+
+def test_tcp_info_segment_counters() -> None:
+    info = bytes(136) + struct.pack("=II", 7, 9) + bytes(88)  # a 4.2+ kernel's tcp_info
+    assert tcp_info_segments(info) == (7, 9)
+    assert tcp_info_segments(bytes(104)) is None  # an old kernel's shorter struct
+
+
+def test_tcp_info_of_a_real_connection_counts_both_directions() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        peer, _ = server.accept()
+        with client, peer:
+            before = tcp_info_segments(client.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256))
+            client.sendall(b"ping")
+            assert peer.recv(4) == b"ping"
+            peer.sendall(b"pong")
+            assert client.recv(4) == b"pong"
+            after = tcp_info_segments(client.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256))
+    assert before is not None and after is not None
+    assert after[0] - before[0] >= 1 and after[1] - before[1] >= 1
 
 
 # --------------------------------------------------------------------------- py-spy
@@ -290,8 +313,10 @@ def _row(ops: float) -> dict[str, Any]:
         "p99_ms": 2.0,
         "client_cpu_us_per_op": 100.0,
         "server_cpu_us_per_op": 200.0,
-        "tcp_in_segs_per_op": 2.1,
-        "tcp_out_segs_per_op": 2.1,
+        "tcp_in_segs_per_op": 4.1,
+        "tcp_out_segs_per_op": 4.1,
+        "tcp_client_to_server_segs_per_op": 1.0,
+        "tcp_server_to_client_segs_per_op": 0.4,
         "errors": 0,
         "foreign_cpu_pct": 3.0,
     }
@@ -325,7 +350,9 @@ def test_compare_tables_show_every_system_and_ratio() -> None:
     )
     assert lines[2] == "| put:64 | 8000 | 2000 | - | 0.25 | - | - |"
     detail = compare_etcd.detail_table(report)
-    assert "| put:64 | etcd | 8000 | 1.00 / 2.00 | 100 / 200 | 2.10 / 2.10 | 0 | 3 |" in detail
+    assert (
+        "| put:64 | etcd | 8000 | 1.00 / 2.00 | 100 / 200 | 1.00 / 0.40 / 4.10 | 0 | 3 |" in detail
+    )
     assert "| put:64 | grpc-sync-noop | failed: timed out after 70s |" in detail
 
 
