@@ -372,6 +372,34 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
 # --------------------------------------------------------------------------- rows
 
 
+def machine_busy_pct(seconds: float) -> float | None:
+    """The machine's busy time over the next ``seconds``, in % of one core (None off Linux)."""
+    from bench.loadgen import _machine_busy_jiffies
+
+    a = _machine_busy_jiffies()
+    time.sleep(seconds)
+    b = _machine_busy_jiffies()
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return (b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1) * 100
+
+
+def wait_quiet(below_pct: float, max_wait_s: float, sample_s: float = 2.0) -> dict[str, float]:
+    """Wait (bounded) until the machine is busy less than ``below_pct`` of a core.
+
+    The machine is shared: a row run while others' tests take a core compares nothing. The
+    row runs anyway after ``max_wait_s``; what the machine was doing is recorded with it.
+    """
+    started = time.monotonic()
+    busy = machine_busy_pct(sample_s)
+    while busy is not None and busy >= below_pct and time.monotonic() - started < max_wait_s:
+        busy = machine_busy_pct(sample_s)
+    return {
+        "quiet_wait_s": round(time.monotonic() - started, 1),
+        "busy_before_pct": round(busy, 1) if busy is not None else -1.0,
+    }
+
+
 def run_row(
     row: Row, cluster: Cluster, args: argparse.Namespace, budget_s: float
 ) -> dict[str, Any]:
@@ -461,7 +489,8 @@ def detail_table(report: dict[str, Any]) -> str:
     """Latency, CPU, TCP segments, errors and noise of every system on every row."""
     head = (
         "| row | system | ops/s | p50 / p99 ms | client / server µs/op "
-        "| TCP segs/op client→server / server→client / machine | errors | foreign CPU % |"
+        "| TCP segs/op client→server / server→client / machine | errors "
+        "| foreign CPU % (machine busy % before the row) |"
     )
     lines = [head, "|" + "---|" * 8]
     for row in report["rows"]:
@@ -479,7 +508,9 @@ def detail_table(report: dict[str, Any]) -> str:
                 f"| {_fmt(r.get('tcp_client_to_server_segs_per_op'), '.2f')} / "
                 f"{_fmt(r.get('tcp_server_to_client_segs_per_op'), '.2f')} / "
                 f"{_fmt(r.get('tcp_in_segs_per_op'), '.2f')} "
-                f"| {_fmt(r.get('errors'), 'd')} | {_fmt(r.get('foreign_cpu_pct'))} |"
+                f"| {_fmt(r.get('errors'), 'd')} | {_fmt(r.get('foreign_cpu_pct'))}"
+                + (f" ({r['busy_before_pct']:.0f})" if "busy_before_pct" in r else "")
+                + " |"
             )
     return "\n".join(lines)
 
@@ -549,6 +580,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated, in run order, from: {', '.join(SYSTEMS)}",
     )
     p.add_argument(
+        "--quiet-below",
+        type=float,
+        default=0.0,
+        metavar="PCT",
+        help="before each row wait until the machine is busy less than PCT%% of a core "
+        "(2 s samples; 0: do not wait)",
+    )
+    p.add_argument(
+        "--quiet-wait", type=float, default=120.0, metavar="S", help="wait at most S per row"
+    )
+    p.add_argument(
         "--noop-workers", type=int, default=4, help="grpc-sync-noop's thread pool (default 4)"
     )
     p.add_argument("--etcd", default=os.environ.get("ETCD", "/usr/bin/etcd"))
@@ -571,6 +613,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.quiet_below < 0 or args.quiet_wait < 0:
+        print("compare_etcd: --quiet-below and --quiet-wait must be >= 0", file=sys.stderr)
+        return 2
     if args.noop_workers < 1:
         print(
             f"compare_etcd: --noop-workers must be >= 1, not {args.noop_workers}", file=sys.stderr
@@ -579,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "etcd" in systems and not (shutil.which(args.etcd) and shutil.which(args.etcdctl)):
         print(f"compare_etcd: need {args.etcd} and {args.etcdctl}", file=sys.stderr)
         return 2
-    per_row = args.warmup + args.duration + ROW_OVERHEAD_S
+    per_row = args.warmup + args.duration + ROW_OVERHEAD_S + args.quiet_wait
     max_total = args.max_total or len(systems) * (
         2 * STARTUP_S + STOP_GRACE_S * 2 + len(args.rows) * per_row
     )
@@ -621,7 +666,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"== {system}: leader {cluster.leader}", file=sys.stderr, flush=True)
             for row, entry in zip(args.rows, report["rows"], strict=True):
                 budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
-                result = run_row(row, cluster, args, budget)
+                quiet = {}
+                if args.quiet_below > 0:
+                    quiet = wait_quiet(args.quiet_below, args.quiet_wait)
+                    budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
+                result = {**run_row(row, cluster, args, budget), **quiet}
                 entry[system] = result
                 shown = (
                     result.get("failed")

@@ -360,3 +360,9 @@ def test_compare_tables_show_every_system_and_ratio() -> None:
 def test_compare_rejects_unknown_systems(systems: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert compare_etcd.main(["--systems", systems]) == 2
     assert "grpc-aio-noop" in capsys.readouterr().err  # names the choices
+
+
+def test_wait_quiet_is_bounded() -> None:
+    assert compare_etcd.wait_quiet(1e9, 60.0, sample_s=0.05)["quiet_wait_s"] < 1.0  # quiet now
+    never = compare_etcd.wait_quiet(-1.0, 0.2, sample_s=0.05)  # never quiet: gives up
+    assert 0.2 <= never["quiet_wait_s"] < 2.0 and never["busy_before_pct"] >= 0
