@@ -450,7 +450,10 @@ def machine() -> dict[str, Any]:
 
 
 def _fmt(value: Any, spec: str = ".0f") -> str:
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-"
+    text = format(value, spec)
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text  # not "-0"
 
 
 def ratios(entry: dict[str, Any]) -> dict[str, float | None]:

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -53,6 +53,7 @@ from bench.compare_etcd import (
     Cluster,
     _env_with_root,
     _flags,
+    _fmt,
     machine,
     start_metaledger,
 )
@@ -285,10 +286,6 @@ def per_put(cpu_s: float, puts: int) -> float | None:
 # --------------------------------------------------------------------------- report
 
 
-def _fmt(value: Any, spec: str = ".0f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def threads_markdown(process: dict[str, Any]) -> str:
     lines = ["| thread | n | CPU % of a core | µs per put |", "|---|---|---|---|"]
     idle = 0
@@ -518,7 +515,10 @@ def profile(args: argparse.Namespace, cluster: Cluster, workdir: Path) -> dict[s
                     "seconds": args.spy_seconds,
                     "wall_s": spy_wall,
                     "puts": spy_puts,
-                    "rollup": rollup(parse_raw(raw.read_text())),
+                    "rollup": rollup(
+                        replace(s, thread=s.thread.replace(f"{workdir}/", ""))
+                        for s in parse_raw(raw.read_text())
+                    ),
                 }
         if load.poll() is not None:
             raise RuntimeError("the load ended before the profile did (raise --duration margin)")
