@@ -318,7 +318,7 @@ def spy_markdown(spy: dict[str, Any]) -> str:
     ]
     for category, n in roll["by_category"].items():
         leaves = "; ".join(
-            f"{leaf} {c / total * 100:.0f}%" for leaf, c in roll["top_leaves"].get(category, [])
+            f"`{leaf}` {c / total * 100:.0f}%" for leaf, c in roll["top_leaves"].get(category, [])
         )
         lines.append(f"| {category} | {n / total * 100:.1f}% | {us(n)} | {leaves} |")
     lines += ["", "| thread (samples holding the GIL) | share | µs per put |", "|---|---|---|"]
