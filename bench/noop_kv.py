@@ -13,8 +13,8 @@ Why it exists: issue 2 asks metaledger for >= 0.5x etcd's writes; the gap to etc
 meaningful next to the ceiling, the throughput a Python gRPC server reaches when its handlers
 cost nothing. ``--mode aio`` is the server metaledger runs (grpc.aio on uvloop, the same
 server options); ``--mode sync`` is grpc's thread-pool server, which measured cheaper per
-call on this machine (grpc.aio's per-RPC task and completion-queue hand-off are the
-difference). Handlers build the response from the request only, so neither mode waits on
+call on this machine (grpc.aio adds an asyncio task per RPC and a hand-off from its
+completion-queue poller thread to the event loop). Handlers build the response from the request only, so neither mode waits on
 anything but gRPC itself.
 """
 
