@@ -1,15 +1,25 @@
 """etcd 3.4 and metaledger side by side, 3 members each on loopback, same load generator.
 
     python -m bench.compare_etcd [--rows put:1,put:16,...] [--duration 10] [--warmup 1]
+        [--systems etcd,metaledger,grpc-aio-noop,grpc-sync-noop]
     bench/compare_etcd.sh ...   (the same, with a shell trap around it)
 
-For each system in turn (never both at once): start a 3-member cluster on free loopback ports
+For each system in turn (never two at once): start a 3-member cluster on free loopback ports
 with temporary data dirs (etcd from ``/usr/bin/etcd``; metaledger with ``metaledger cluster
 up``), find its leader (``etcdctl endpoint status``; Admin.Status), run every row with
 ``bench.loadgen`` in its own process against the leader (or all members with ``--target all``),
 then stop the cluster by PID (SIGTERM, then SIGKILL after 10 s). The results go to
 ``bench/results/compare_etcd-<date>.json`` and ``.md`` with the machine's description. The
 whole run is bounded (``--max-total``, SIGALRM) and stops everything it started on any exit.
+
+The two ``*-noop`` systems are the ceiling, not competitors: one ``bench.noop_kv`` process (a
+gRPC server whose handlers return canned answers) in grpc.aio-on-uvloop mode, as metaledger
+serves, or grpc's thread-pool mode (``--noop-workers``). "metaledger / noop" says how much of
+what a Python gRPC server can do at all metaledger's replicated path keeps; "noop / etcd"
+is the most any Python gRPC server reaches here. Every row also records the machine's TCP
+segments per operation, per direction on the load generator's connections and machine-wide
+(see ``bench.loadgen``): etcd coalesces the responses of many streams into one write, a Python
+server sends about one segment per call.
 
 Environment: COMPARE_ROWS, COMPARE_DURATION, COMPARE_WARMUP, ETCD, ETCDCTL override the defaults.
 """
@@ -39,6 +49,16 @@ from nameserver.cli.cluster import busy_ports, layout
 from nameserver.client import Client, NodeStatus
 
 DEFAULT_ROWS = "put:1,put:16,put:64,get:64,get-ser:64,txn:16"
+SYSTEMS = ("etcd", "metaledger", "grpc-aio-noop", "grpc-sync-noop")
+NOOP_MODES = {"grpc-aio-noop": "aio", "grpc-sync-noop": "sync"}
+#: Columns of the ratio table: (numerator, denominator), shown when both systems ran.
+RATIOS = (
+    ("metaledger", "etcd"),
+    ("metaledger", "grpc-aio-noop"),
+    ("metaledger", "grpc-sync-noop"),
+    ("grpc-aio-noop", "etcd"),
+    ("grpc-sync-noop", "etcd"),
+)
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_S = 60.0
 STOP_GRACE_S = 10.0
@@ -295,9 +315,52 @@ def start_metaledger(cluster: Cluster, workdir: Path) -> None:
     cluster.leader = _wait_for("metaledger leader", leader, STARTUP_S, cluster.procs)
 
 
+# --------------------------------------------------------------------------- noop (the ceiling)
+
+
+def start_noop(cluster: Cluster, mode: str, workers: int, workdir: Path) -> None:
+    """One ``bench.noop_kv`` process; it is its own leader (Maintenance.Status says so)."""
+    import grpc
+
+    from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+    (port,) = free_ports(1)
+    endpoint = f"127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "bench.noop_kv", "--port", str(port), "--mode", mode]
+    if mode == "sync":
+        cmd += ["--workers", str(workers)]
+    with open(workdir / f"noop-{mode}.log", "wb") as log:
+        cluster.procs.append(
+            subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env=_env_with_root(),
+            )
+        )
+    cluster.server_pids = [cluster.procs[0].pid]
+    cluster.endpoints = [endpoint]
+    cluster.version = f"bench.noop_kv --mode {mode}" + (f" --workers {workers}" * (mode == "sync"))
+
+    def leader() -> str:
+        with grpc.insecure_channel(endpoint) as channel:
+            status = rpc_pb2_grpc.MaintenanceStub(channel).Status(
+                rpc_pb2.StatusRequest(), timeout=1.0
+            )
+        return endpoint if status.leader == status.header.member_id else ""
+
+    cluster.leader = _wait_for(f"noop_kv {mode}", leader, STARTUP_S, cluster.procs)
+
+
 def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluster:
-    """A 3-member cluster of ``system`` (etcd or metaledger) with its data under ``workdir``."""
+    """A running ``system`` (one of SYSTEMS) with its data under ``workdir``."""
     cluster = Cluster(system)
+    if system in NOOP_MODES:
+        print(f"== {system}: starting 1 member (the ceiling)", file=sys.stderr, flush=True)
+        start_noop(cluster, NOOP_MODES[system], args.noop_workers, workdir)
+        return cluster
     print(f"== {system}: starting 3 members", file=sys.stderr, flush=True)
     if system == "etcd":
         start_etcd(cluster, args.etcd, args.etcdctl, workdir)
@@ -307,6 +370,34 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
 
 
 # --------------------------------------------------------------------------- rows
+
+
+def machine_busy_pct(seconds: float) -> float | None:
+    """The machine's busy time over the next ``seconds``, in % of one core (None off Linux)."""
+    from bench.loadgen import _machine_busy_jiffies
+
+    a = _machine_busy_jiffies()
+    time.sleep(seconds)
+    b = _machine_busy_jiffies()
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return (b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1) * 100
+
+
+def wait_quiet(below_pct: float, max_wait_s: float, sample_s: float = 2.0) -> dict[str, float]:
+    """Wait (bounded) until the machine is busy less than ``below_pct`` of a core.
+
+    The machine is shared: a row run while others' tests take a core compares nothing. The
+    row runs anyway after ``max_wait_s``; what the machine was doing is recorded with it.
+    """
+    started = time.monotonic()
+    busy = machine_busy_pct(sample_s)
+    while busy is not None and busy >= below_pct and time.monotonic() - started < max_wait_s:
+        busy = machine_busy_pct(sample_s)
+    return {
+        "quiet_wait_s": round(time.monotonic() - started, 1),
+        "busy_before_pct": round(busy, 1) if busy is not None else -1.0,
+    }
 
 
 def run_row(
@@ -359,32 +450,71 @@ def machine() -> dict[str, Any]:
 
 
 def _fmt(value: Any, spec: str = ".0f") -> str:
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-"
+    text = format(value, spec)
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text  # not "-0"
+
+
+def ratios(entry: dict[str, Any]) -> dict[str, float | None]:
+    """``"a / b"`` -> a's ops/s over b's for every RATIOS pair whose two systems ran the row."""
+    out: dict[str, float | None] = {}
+    for num, den in RATIOS:
+        if num in entry and den in entry:
+            a, b = entry[num].get("ops_per_s"), entry[den].get("ops_per_s")
+            out[f"{num} / {den}"] = round(a / b, 3) if a is not None and b else None
+    return out
+
+
+def _systems_in(report: dict[str, Any]) -> list[str]:
+    return [s for s in SYSTEMS if any(s in row for row in report["rows"])]
 
 
 def table(report: dict[str, Any]) -> str:
-    head = (
-        "| row | etcd ops/s | metaledger ops/s | ratio | etcd p50/p99 ms | metaledger p50/p99 ms "
-        "| etcd client/server µs/op | metaledger client/server µs/op | errors e/m | foreign CPU % e/m |"
-    )
-    lines = [head, "|" + "---|" * 10]
+    """Throughput of every system and the ratios, one line per row."""
+    systems = _systems_in(report)
+    names = [
+        name
+        for name in (f"{a} / {b}" for a, b in RATIOS)
+        if any(name in row.get("ratios", {}) for row in report["rows"])
+    ]
+    head = ["row", *(f"{s} ops/s" for s in systems), *names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in report["rows"]:
-        e, m = row.get("etcd", {}), row.get("metaledger", {})
+        cells = [row["row"]]
+        cells += [_fmt(row.get(s, {}).get("ops_per_s")) for s in systems]
+        cells += [_fmt(row.get("ratios", {}).get(n), ".2f") for n in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
-        def lat(r: dict[str, Any]) -> str:
-            return (
-                f"{r['p50_ms']:.2f} / {r['p99_ms']:.2f}" if "p50_ms" in r else r.get("failed", "-")
+
+def detail_table(report: dict[str, Any]) -> str:
+    """Latency, CPU, TCP segments, errors and noise of every system on every row."""
+    head = (
+        "| row | system | ops/s | p50 / p99 ms | client / server µs/op "
+        "| TCP segs/op client→server / server→client / machine | errors "
+        "| foreign CPU % (machine busy % before the row) |"
+    )
+    lines = [head, "|" + "---|" * 8]
+    for row in report["rows"]:
+        for system in _systems_in(report):
+            r = row.get(system)
+            if r is None:
+                continue
+            if "failed" in r:
+                lines.append(f"| {row['row']} | {system} | failed: {r['failed']} |||||||")
+                continue
+            lines.append(
+                f"| {row['row']} | {system} | {_fmt(r.get('ops_per_s'))} "
+                f"| {r['p50_ms']:.2f} / {r['p99_ms']:.2f} "
+                f"| {_fmt(r.get('client_cpu_us_per_op'))} / {_fmt(r.get('server_cpu_us_per_op'))} "
+                f"| {_fmt(r.get('tcp_client_to_server_segs_per_op'), '.2f')} / "
+                f"{_fmt(r.get('tcp_server_to_client_segs_per_op'), '.2f')} / "
+                f"{_fmt(r.get('tcp_in_segs_per_op'), '.2f')} "
+                f"| {_fmt(r.get('errors'), 'd')} | {_fmt(r.get('foreign_cpu_pct'))}"
+                + (f" ({r['busy_before_pct']:.0f})" if "busy_before_pct" in r else "")
+                + " |"
             )
-
-        def cpu(r: dict[str, Any]) -> str:
-            return f"{_fmt(r.get('client_cpu_us_per_op'))} / {_fmt(r.get('server_cpu_us_per_op'))}"
-
-        lines.append(
-            f"| {row['row']} | {_fmt(e.get('ops_per_s'))} | {_fmt(m.get('ops_per_s'))} "
-            f"| {_fmt(row.get('ratio'), '.2f')} | {lat(e)} | {lat(m)} | {cpu(e)} | {cpu(m)} "
-            f"| {_fmt(e.get('errors'), 'd')} / {_fmt(m.get('errors'), 'd')} "
-            f"| {_fmt(e.get('foreign_cpu_pct'))} / {_fmt(m.get('foreign_cpu_pct'))} |"
-        )
     return "\n".join(lines)
 
 
@@ -394,19 +524,34 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
     json_path.write_text(json.dumps(report, indent=2) + "\n")
     m = report["machine"]
+    load = report.get("load_avg_start")
     md = [
         f"# etcd vs metaledger — {report['date']}",
         "",
-        f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, kernel {m['kernel']}, Python {m['python']}.",
+        f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, kernel {m['kernel']}, Python {m['python']}"
+        + (
+            f"; load average at the start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}."
+            if load
+            else "."
+        ),
         f"etcd: {report['systems'].get('etcd', {}).get('version', '-')}; "
-        f"3 members each on 127.0.0.1; load: `bench.loadgen` (grpc.aio, one request in flight "
-        f"per client), {report['warmup_s']:g} s warm-up, {report['duration_s']:g} s measured, "
-        f"{report['value_size']} B values, target: {report['target']}.",
-        "Ratio = metaledger ops/s ÷ etcd ops/s. CPU per op: client process / sum of the 3 servers. "
-        "Foreign CPU: the machine's busy time not spent by the client or the servers, in % of one "
-        "core (high values mean a shared, noisy machine).",
+        f"3 members each on 127.0.0.1 (the noop systems: 1 process); load: `bench.loadgen` "
+        f"(grpc.aio, one request in flight per client), {report['warmup_s']:g} s warm-up, "
+        f"{report['duration_s']:g} s measured, {report['value_size']} B values, "
+        f"target: {report['target']}.",
+        "Ratio a / b = a's ops/s ÷ b's. `grpc-*-noop` = `bench.noop_kv`, a gRPC server whose "
+        "handlers return canned answers: the ceiling of a Python gRPC server on this machine. "
+        "CPU per op: client process / sum of the servers. TCP segments per op: client→server and "
+        "server→client over the load generator's own connections (`TCP_INFO`), then the "
+        "machine's InSegs (`/proc/net/snmp`; on loopback every segment once, both directions, "
+        "the members' peer traffic and other processes' included) over the window ÷ ops. "
+        "Foreign CPU: "
+        "the machine's busy time not spent by the client or the servers, in % of one core "
+        "(high values mean a shared, noisy machine).",
         "",
         table(report),
+        "",
+        detail_table(report),
         "",
     ]
     md_path.write_text("\n".join(md))
@@ -432,7 +577,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--value-size", type=int, default=256)
     p.add_argument("--key-space", type=int, default=10_000)
     p.add_argument("--target", choices=("leader", "all"), default="leader")
-    p.add_argument("--systems", default="etcd,metaledger", help="run only some: etcd, metaledger")
+    p.add_argument(
+        "--systems",
+        default="etcd,metaledger",
+        help=f"comma-separated, in run order, from: {', '.join(SYSTEMS)}",
+    )
+    p.add_argument(
+        "--quiet-below",
+        type=float,
+        default=0.0,
+        metavar="PCT",
+        help="before each row wait until the machine is busy less than PCT%% of a core "
+        "(2 s samples; 0: do not wait)",
+    )
+    p.add_argument(
+        "--quiet-wait", type=float, default=120.0, metavar="S", help="wait at most S per row"
+    )
+    p.add_argument(
+        "--noop-workers", type=int, default=4, help="grpc-sync-noop's thread pool (default 4)"
+    )
     p.add_argument("--etcd", default=os.environ.get("ETCD", "/usr/bin/etcd"))
     p.add_argument("--etcdctl", default=os.environ.get("ETCDCTL", "etcdctl"))
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
@@ -446,16 +609,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(args.rows, str):
         args.rows = parse_rows(args.rows)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    if not systems or set(systems) - {"etcd", "metaledger"}:
+    if not systems or set(systems) - set(SYSTEMS) or len(set(systems)) != len(systems):
         print(
-            f"compare_etcd: --systems must name etcd and/or metaledger, not {args.systems!r}",
+            f"compare_etcd: --systems must name some of {', '.join(SYSTEMS)} once each, "
+            f"not {args.systems!r}",
             file=sys.stderr,
+        )
+        return 2
+    if args.quiet_below < 0 or args.quiet_wait < 0:
+        print("compare_etcd: --quiet-below and --quiet-wait must be >= 0", file=sys.stderr)
+        return 2
+    if args.noop_workers < 1:
+        print(
+            f"compare_etcd: --noop-workers must be >= 1, not {args.noop_workers}", file=sys.stderr
         )
         return 2
     if "etcd" in systems and not (shutil.which(args.etcd) and shutil.which(args.etcdctl)):
         print(f"compare_etcd: need {args.etcd} and {args.etcdctl}", file=sys.stderr)
         return 2
-    per_row = args.warmup + args.duration + ROW_OVERHEAD_S
+    per_row = args.warmup + args.duration + ROW_OVERHEAD_S + args.quiet_wait
     max_total = args.max_total or len(systems) * (
         2 * STARTUP_S + STOP_GRACE_S * 2 + len(args.rows) * per_row
     )
@@ -473,6 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {
         "date": dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
         "machine": machine(),
+        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
         "rows_spec": [r.name for r in args.rows],
         "duration_s": args.duration,
         "warmup_s": args.warmup,
@@ -496,7 +669,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"== {system}: leader {cluster.leader}", file=sys.stderr, flush=True)
             for row, entry in zip(args.rows, report["rows"], strict=True):
                 budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
-                result = run_row(row, cluster, args, budget)
+                quiet = {}
+                if args.quiet_below > 0:
+                    quiet = wait_quiet(args.quiet_below, args.quiet_wait)
+                    budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
+                result = {**run_row(row, cluster, args, budget), **quiet}
                 entry[system] = result
                 shown = (
                     result.get("failed")
@@ -523,11 +700,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"compare_etcd: data and logs kept in {workdir}", file=sys.stderr)
 
     for entry in report["rows"]:
-        e, m = entry.get("etcd", {}).get("ops_per_s"), entry.get("metaledger", {}).get("ops_per_s")
-        entry["ratio"] = round(m / e, 3) if e and m is not None else None
+        entry["ratios"] = ratios(entry)
+        entry["ratio"] = entry["ratios"].get("metaledger / etcd")  # the name earlier reports used
     if any(system in entry for entry in report["rows"] for system in systems):
         json_path, md_path = write_report(report, args.out_dir)
-        print(table(report))
+        print(table(report) + "\n\n" + detail_table(report))
         print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
     return status
 

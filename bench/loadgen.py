@@ -16,6 +16,14 @@ warmup + duration; only requests that complete inside the measured window count.
 ``client_cpu_us_per_op`` is this process's CPU time (all threads, gRPC's included) over the
 window divided by the operations; ``machine_cpu_pct`` is the whole machine's busy time in
 percent of one core (Linux ``/proc/stat``), so callers can tell how busy the box was.
+``tcp_in_segs_per_op`` / ``tcp_out_segs_per_op`` are the machine's TCP segments received / sent
+over the window (``/proc/net/snmp``) per operation: on loopback every segment is counted once
+in each, so either is the client's and the servers' segments in both directions together (and
+the members' peer traffic, and anything else the machine sends). ``tcp_client_to_server_segs_
+per_op`` / ``tcp_server_to_client_segs_per_op`` count only this process's connections to the
+endpoints (the kernel's per-socket ``TCP_INFO``), one number per direction. They show whether
+a server coalesces the responses of many calls into one write (etcd: well under one segment per
+op from the server) or sends one per call (a Python gRPC server: about one each way).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import json
 import math
 import os
 import random
+import socket
+import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -105,6 +115,71 @@ def _machine_busy_jiffies() -> tuple[int, int] | None:
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already inside user/nice
     return total - idle, total
+
+
+def parse_snmp_tcp(text: str) -> dict[str, int]:
+    """The ``Tcp:`` counters of a ``/proc/net/snmp`` text (a header line, then a value line)."""
+    lines = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")]
+    if len(lines) < 2:
+        return {}
+    names, values = lines[0][1:], lines[1][1:]
+    return {n: int(v) for n, v in zip(names, values, strict=True)}
+
+
+def _tcp_segments() -> tuple[int, int] | None:
+    """(InSegs, OutSegs) of the machine's network namespace, or None off Linux."""
+    try:
+        with open("/proc/net/snmp") as f:
+            tcp = parse_snmp_tcp(f.read())
+        return tcp["InSegs"], tcp["OutSegs"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+#: ``struct tcp_info`` (linux/tcp.h): tcpi_segs_out and tcpi_segs_in follow 136 bytes of older
+#: fields; kernels before 4.2 return a shorter struct.
+_TCP_INFO_SEGS = struct.Struct("=II")
+_TCP_INFO_SEGS_OFFSET = 136
+
+
+def tcp_info_segments(info: bytes) -> tuple[int, int] | None:
+    """(segments sent, segments received) from a ``TCP_INFO`` socket option value."""
+    if len(info) < _TCP_INFO_SEGS_OFFSET + _TCP_INFO_SEGS.size:
+        return None
+    out, in_ = _TCP_INFO_SEGS.unpack_from(info, _TCP_INFO_SEGS_OFFSET)
+    return out, in_
+
+
+def _connection_segments(ports: set[int]) -> tuple[int, int] | None:
+    """(sent, received) segments summed over this process's TCP connections to ``ports``.
+
+    gRPC owns the sockets; a dup of each descriptor reads the same kernel socket's counters.
+    """
+    if not hasattr(socket, "TCP_INFO"):
+        return None
+    sent = received = found = 0
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in fds:
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue
+        try:
+            if sock.type != socket.SOCK_STREAM or sock.getpeername()[1] not in ports:
+                continue
+            segs = tcp_info_segments(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256))
+        except (OSError, IndexError, TypeError):
+            continue
+        finally:
+            sock.close()
+        if segs is not None:
+            sent, received, found = sent + segs[0], received + segs[1], found + 1
+    return (sent, received) if found else None
 
 
 def _process_cpu_s(pids: Sequence[int]) -> list[float | None]:
@@ -245,10 +320,13 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
 
         await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
         cpu0, wall0, machine0 = time.process_time(), time.perf_counter(), _machine_busy_jiffies()
-        servers0 = _process_cpu_s(spec.server_pids)
+        servers0, segs0 = _process_cpu_s(spec.server_pids), _tcp_segments()
+        ports = {int(ep.rsplit(":", 1)[1]) for ep in spec.endpoints}
+        conn0 = _connection_segments(ports)
         await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
         cpu1, wall1, machine1 = time.process_time(), time.perf_counter(), _machine_busy_jiffies()
-        servers1 = _process_cpu_s(spec.server_pids)
+        servers1, segs1 = _process_cpu_s(spec.server_pids), _tcp_segments()
+        conn1 = _connection_segments(ports)
 
         _, pending = await asyncio.wait(tasks, timeout=spec.request_timeout_s + 1.0)
         for t in pending:
@@ -281,6 +359,11 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
     def per_op_us(pct: float) -> float:
         return round(pct / 100 * window_s / ops * 1e6, 1) if ops else 0.0
 
+    def segs_per_op(a: tuple[int, int] | None, b: tuple[int, int] | None, i: int) -> float | None:
+        if a is None or b is None or not ops:
+            return None
+        return round((b[i] - a[i]) / sampled_s * window_s / ops, 2)
+
     return {
         "op": spec.op,
         "clients": spec.clients,
@@ -310,6 +393,10 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
             if machine_pct is not None and spec.server_pids
             else None
         ),
+        "tcp_in_segs_per_op": segs_per_op(segs0, segs1, 0),  # machine-wide: see the docstring
+        "tcp_out_segs_per_op": segs_per_op(segs0, segs1, 1),
+        "tcp_client_to_server_segs_per_op": segs_per_op(conn0, conn1, 0),  # our connections
+        "tcp_server_to_client_segs_per_op": segs_per_op(conn0, conn1, 1),
         "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
         "python": sys.version.split()[0],
         "grpc": grpc.__version__,
@@ -340,6 +427,11 @@ def format_result(r: dict[str, Any]) -> str:
     server = ""
     if r.get("server_cpu_us_per_op") is not None:
         server = f"  server CPU {r['server_cpu_us_per_op']:.0f} µs/op"
+    if r.get("tcp_client_to_server_segs_per_op") is not None:
+        server += (
+            f"  TCP segs/op {r['tcp_client_to_server_segs_per_op']:.2f} out"
+            f" / {r['tcp_server_to_client_segs_per_op']:.2f} in"
+        )
     return (
         f"{r['op']:<7} clients {r['clients']:>3}  {r['ops_per_s']:>9.1f} ops/s  "
         f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  errors {r['errors']}{errors}{cas}  "
