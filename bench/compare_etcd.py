@@ -49,11 +49,16 @@ from nameserver.cli.cluster import busy_ports, layout
 from nameserver.client import Client, NodeStatus
 
 DEFAULT_ROWS = "put:1,put:16,put:64,get:64,get-ser:64,txn:16"
-SYSTEMS = ("etcd", "metaledger", "grpc-aio-noop", "grpc-sync-noop")
+SYSTEMS = ("etcd", "metaledger", "metaledger-pysyncobj", "grpc-aio-noop", "grpc-sync-noop")
+#: metaledger systems and the consensus engine their nodes run (DESIGN §3: a native engine
+#: must beat PySyncObj side by side)
+ENGINES = {"metaledger": "native", "metaledger-pysyncobj": "pysyncobj"}
 NOOP_MODES = {"grpc-aio-noop": "aio", "grpc-sync-noop": "sync"}
 #: Columns of the ratio table: (numerator, denominator), shown when both systems ran.
 RATIOS = (
     ("metaledger", "etcd"),
+    ("metaledger-pysyncobj", "etcd"),
+    ("metaledger", "metaledger-pysyncobj"),
     ("metaledger", "grpc-aio-noop"),
     ("metaledger", "grpc-sync-noop"),
     ("grpc-aio-noop", "etcd"),
@@ -270,8 +275,8 @@ def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None
 # --------------------------------------------------------------------------- metaledger
 
 
-def start_metaledger(cluster: Cluster, workdir: Path) -> None:
-    data = workdir / "metaledger"
+def start_metaledger(cluster: Cluster, workdir: Path, engine: str = "native") -> None:
+    data = workdir / f"metaledger-{engine}"
     data.mkdir(parents=True)
     base = free_base_port(3)
     nodes = layout(3, base)
@@ -280,8 +285,9 @@ def start_metaledger(cluster: Cluster, workdir: Path) -> None:
         "--data-dir": str(data),
         "--base-port": str(base),
         "--log-level": "WARNING",
+        "--consensus": engine,
     }
-    with open(workdir / "metaledger-cluster-up.log", "wb") as log:
+    with open(workdir / f"metaledger-{engine}-cluster-up.log", "wb") as log:
         cluster.procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "nameserver.cli", "cluster", "up", *_flags(flags)],
@@ -293,7 +299,7 @@ def start_metaledger(cluster: Cluster, workdir: Path) -> None:
             )
         )
     cluster.endpoints = [n.client_endpoint for n in nodes]
-    cluster.version = "metaledger (this tree)"
+    cluster.version = f"metaledger (this tree, {engine} engine)"
 
     def node_pids() -> list[int]:
         files = [data / f"{n.id}.pid" for n in nodes]
@@ -365,7 +371,7 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
     if system == "etcd":
         start_etcd(cluster, args.etcd, args.etcdctl, workdir)
     else:
-        start_metaledger(cluster, workdir)
+        start_metaledger(cluster, workdir, ENGINES[system])
     return cluster
 
 
