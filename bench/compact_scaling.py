@@ -62,6 +62,7 @@ from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SEGMENT_BYTES = 64 * 1024 * 1024
+INDEX_EVERY_BYTES = 4096
 ENGINES = ("local", "spark1", "spark2")
 CLUSTER = "bench"
 #: The child's exit status when the fold ran out of its memory budget (MemoryError).
@@ -80,9 +81,17 @@ def generate(
     segment_bytes: int = SEGMENT_BYTES,
     distinct: float = 0.1,
 ) -> dict[str, Any]:
-    """Write the synthetic change log of `n` entries (see the module docstring)."""
+    """Write the synthetic change log of `n` entries (see the module docstring), with the
+    sparse offset index the server writes beside each segment (an entry for the first frame
+    at least INDEX_EVERY_BYTES after the previous one; raftlog.segments' default)."""
+    import struct
+
     from protos.records_pb2 import Effect
-    from snapshots import StreamKind, encode_header, encode_record
+    from snapshots import HEADER_BYTES, StreamKind, encode_header, encode_record
+
+    index_entry = struct.Struct("<QQ")
+    index: list[bytes] = []
+    indexed_at = HEADER_BYTES
 
     directory.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -115,11 +124,16 @@ def generate(
                 out.write(b"".join(chunk))
                 chunk.clear()
                 out.close()
+                Path(out.name).with_suffix(".idx").write_bytes(b"".join(index))
             out = open(directory / f"{offset:020d}.seg", "wb")
             header = encode_header(StreamKind.CHANGE_LOG_SEGMENT, offset)
             out.write(header)
             size = len(header)
+            index, indexed_at = [], HEADER_BYTES
             files += 1
+        if size - indexed_at >= INDEX_EVERY_BYTES:
+            index.append(index_entry.pack(offset, size))
+            indexed_at = size
         chunk.append(frame)
         size += len(frame)
         total += len(frame)
@@ -129,6 +143,7 @@ def generate(
     if out is not None:
         out.write(b"".join(chunk))
         out.close()
+        Path(out.name).with_suffix(".idx").write_bytes(b"".join(index))
     return {"entries": n, "files": files, "bytes": total, "distinct": distinct}
 
 
@@ -293,6 +308,7 @@ def child(args: argparse.Namespace) -> int:
     from snapshots import SnapshotMeta, compact_local
 
     timings: dict[str, float] = {}
+    stages: list[dict[str, Any]] = []
     t0 = time.monotonic()
     name, _, budget = args.child.partition("@")
     engine, _, jit = name.partition("-")
@@ -315,6 +331,7 @@ def child(args: argparse.Namespace) -> int:
             from snapshots.compaction import compact_spark
 
             cores = int(engine[len("spark") :])
+            events = tempfile.mkdtemp(prefix="bench-events-")
             info = compact_spark(
                 args.segments,
                 args.upto,
@@ -324,8 +341,11 @@ def child(args: argparse.Namespace) -> int:
                 progress=False,
                 fast_jvm=not full_jit,
                 timings=timings,
+                split_bytes=args.split_bytes,
+                conf=_event_log_conf(events),
                 **spark_memory,
             )
+            stages = stage_summary(Path(events))
         elif engine == "parquet":
             print(json.dumps(convert_to_parquet(Path(args.segments), Path(args.out))))
             return 0
@@ -358,8 +378,80 @@ def child(args: argparse.Namespace) -> int:
     if budget:
         doc["budget_mb"] = int(budget)
     doc.update({k: round(v, 2) if isinstance(v, float) else v for k, v in timings.items()})
+    if stages:
+        doc["stages"] = stages
     print(json.dumps(doc))
     return 0
+
+
+def _event_log_conf(directory: str) -> dict[str, str]:
+    """Spark's event log (uncompressed JSON lines) into `directory`: where the job's time
+    goes, per stage, from Spark's own task metrics. A few dozen tasks: no measurable cost."""
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": f"file://{directory}",
+        "spark.eventLog.compress": "false",
+    }
+
+
+def stage_summary(directory: Path) -> list[dict[str, Any]]:
+    """Per stage of the event log under `directory`: tasks, wall time (submitted ->
+    completed), the sum and max of task run times (Python worker time included: the JVM task
+    waits on it), JVM CPU and GC, shuffle write time, and the time from the application's
+    start to the stage's submission. The write's per-partition toLocalIterator jobs are
+    merged into one row. Removes `directory`."""
+    import shutil
+
+    events = []
+    for path in sorted(directory.rglob("events_*")) or sorted(directory.glob("*")):
+        if path.is_file():
+            with open(path) as f:
+                events += [json.loads(line) for line in f if line.strip()]
+    shutil.rmtree(directory, ignore_errors=True)
+    app_start = next(
+        (e["Timestamp"] for e in events if e["Event"] == "SparkListenerApplicationStart"), 0
+    )
+    stages: dict[int, dict[str, Any]] = {}
+    for e in events:
+        kind = e["Event"]
+        if kind == "SparkListenerStageCompleted":
+            info = e["Stage Info"]
+            name = info["Stage Name"].split(" at ")[0]
+            stages[info["Stage ID"]] = {
+                "name": name,
+                "tasks": info["Number of Tasks"],
+                "submitted_ms": info["Submission Time"] - app_start,
+                "wall_ms": info["Completion Time"] - info["Submission Time"],
+                "task_ms": 0,
+                "max_task_ms": 0,
+                "jvm_cpu_ms": 0,
+                "gc_ms": 0,
+                "shuffle_write_ms": 0,
+            }
+    for e in events:
+        if e["Event"] != "SparkListenerTaskEnd" or e["Stage ID"] not in stages:
+            continue
+        st, m = stages[e["Stage ID"]], e.get("Task Metrics") or {}
+        run = m.get("Executor Run Time", 0)
+        st["task_ms"] += run
+        st["max_task_ms"] = max(st["max_task_ms"], run)
+        st["jvm_cpu_ms"] += m.get("Executor CPU Time", 0) // 1_000_000
+        st["gc_ms"] += m.get("JVM GC Time", 0)
+        st["shuffle_write_ms"] += (m.get("Shuffle Write Metrics") or {}).get(
+            "Shuffle Write Time", 0
+        ) // 1_000_000
+    out: list[dict[str, Any]] = []
+    for _, st in sorted(stages.items()):
+        if out and st["name"] == out[-1]["name"] == "toLocalIterator":
+            last = out[-1]
+            end = max(last["submitted_ms"] + last["wall_ms"], st["submitted_ms"] + st["wall_ms"])
+            for k in ("tasks", "task_ms", "jvm_cpu_ms", "gc_ms", "shuffle_write_ms"):
+                last[k] += st[k]
+            last["max_task_ms"] = max(last["max_task_ms"], st["max_task_ms"])
+            last["wall_ms"] = end - last["submitted_ms"]
+            continue
+        out.append(dict(st))
+    return out
 
 
 def convert_to_parquet(seg_dir: Path, out_dir: Path) -> dict[str, Any]:
@@ -565,6 +657,13 @@ def _positive_int(text: str) -> int:
     return positive_int(text)
 
 
+def _split_bytes(text: str) -> int:
+    # not _positive_int: children parse this flag too, and must not import grpc
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes")
+    return int(text)
+
+
 def _fraction(text: str) -> float:
     from nameserver.cli._common import positive_float
 
@@ -619,6 +718,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--segments", help=argparse.SUPPRESS)
     p.add_argument("--upto", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--split-bytes",
+        type=_split_bytes,
+        help="Spark read-task size in bytes (default: the job's own choice)",
+    )
     args = p.parse_args(argv)
     if args.child:
         return child(args)
@@ -654,6 +758,8 @@ def main(argv: list[str] | None = None) -> int:
         f"--budget-driver-memory={args.budget_driver_memory}",
         f"--budget-worker-memory={args.budget_worker_memory}",
     ]
+    if args.split_bytes:
+        extra.append(f"--split-bytes={args.split_bytes}")
     doc["distinct"] = args.distinct
     doc["memory_budget_mb"] = args.memory_budget_mb
     try:
