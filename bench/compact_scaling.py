@@ -540,6 +540,16 @@ def compact_parquet(
 # --------------------------------------------------------------------------- report
 
 
+def default_split(seg: Path, upto: int, cores: int = 2) -> int:
+    """The read-task size compact_spark picks on local[`cores`] for this input. Every Spark
+    engine gets the local[2] one, so local[1] and local[2] run the same plan (the same
+    tasks, the same pre-fold, the same shuffle) and differ only in cores."""
+    from snapshots.compaction import _MIN_SPLIT_BYTES, _READ_TASKS_PER_CORE, list_segments
+
+    total = sum(s.size_bytes for s in list_segments(seg, upto))
+    return max(_MIN_SPLIT_BYTES, total // (_READ_TASKS_PER_CORE * cores))
+
+
 def _fmt_n(n: int) -> str:
     return f"1e{len(str(n)) - 1}" if str(n).strip("0") == "1" else str(n)
 
@@ -553,28 +563,53 @@ def report(doc: dict[str, Any]) -> str:
         f"upto = 0.9 N, no base snapshot, {doc.get('distinct', 0.1):.0%} distinct keys, "
         "10 % deletes, 64 MiB segments.",
         "",
-        "| N | engine | load1 | status | wall s | session / fold / write s | CPU s | "
+        "Per entry: wall (the whole run: a fresh JVM and Spark context included) and job (the "
+        "time after the Spark context is up: read, fold, shuffle, hash and write, what a "
+        "long-running Spark cluster would pay per job); the ratio is to the single-process "
+        "fold's wall time per entry. CPU s: the whole process tree (driver, JVM, workers).",
+        "",
+        "| N | engine | load1 | status | wall s | session / fold / write s | job s | "
+        "us/entry wall / job | x fold wall / job | CPU s | cores busy | "
         "peak RSS MB (java/python) | peak PSS MB | live keys |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    fold = {
+        r["n"]: r["wall_s"] for r in doc["runs"] if r["engine"] == "local" and r["status"] == "ok"
+    }
     for run in doc["runs"]:
         parts = run.get("peak_rss_parts_mb", {})
+        n = run["n"]
+        job = run.get("fold_s", 0) + run.get("write_s", 0) if "fold_s" in run else run["wall_s"]
+        per = f"{run['wall_s'] / n * 1e6:.2f} / {job / n * 1e6:.2f}"
+        ratio = (
+            f"{run['wall_s'] / fold[n]:.2f} / {job / fold[n]:.2f}"
+            if n in fold and run["status"] == "ok"
+            else "-"
+        )
         split = (
             f"{run.get('session_s', 0):.1f} / {run.get('fold_s', 0):.1f} / {run.get('write_s', 0):.1f}"
             if "fold_s" in run
             else "-"
         )
         lines.append(
-            f"| {_fmt_n(run['n'])} | {run['engine']} | {run.get('load1', '-')} | {run['status']} "
-            f"| {run['wall_s']:.1f} | {split} | "
-            f"{run['cpu_s']:.0f} | {run['peak_rss_mb']} ({parts.get('java', 0)}/{parts.get('python', 0)}) | "
+            f"| {_fmt_n(n)} | {run['engine']} | {run.get('load1', '-')} | {run['status']} "
+            f"| {run['wall_s']:.1f} | {split} | {job:.1f} | {per} | {ratio} | "
+            f"{run['cpu_s']:.0f} | {run['cpu_s'] / max(run['wall_s'], 1e-9):.2f} | "
+            f"{run['peak_rss_mb']} ({parts.get('java', 0)}/{parts.get('python', 0)}) | "
             f"{run['peak_pss_mb']} | {run.get('records', '-')} |"
         )
+    lines += scaling_lines(doc)
+    lines += stage_lines(doc)
     lines += ["", "Data sets:", ""]
     for n, info in doc["datasets"].items():
         lines.append(
             f"* N={_fmt_n(int(n))}: {info['files']} segment files, {info['bytes'] / 2**20:.0f} MiB, "
             f"generated in {info.get('generate_s', '?')} s"
+            + (
+                f"; Spark read tasks of {info['split_bytes'] / 2**20:.1f} MiB"
+                if "split_bytes" in info
+                else ""
+            )
             + (
                 f"; Parquet copy {info['parquet']['parquet_bytes'] / 2**20:.0f} MiB, "
                 f"conversion {info['parquet']['convert_s']} s in all, "
@@ -615,6 +650,67 @@ def report(doc: dict[str, Any]) -> str:
     elif doc.get("plot_note"):
         lines += ["", doc["plot_note"]]
     return "\n".join(lines) + "\n"
+
+
+def scaling_lines(doc: dict[str, Any]) -> list[str]:
+    """local[1] -> local[2] per size: speedup of the wall time and of the job time, and the
+    CPU seconds of each (local[1] is not one core: the JVM's own threads run beside the
+    Python worker, so 'cores busy' says what each run really used)."""
+    ok = {(r["n"], r["engine"]): r for r in doc["runs"] if r["status"] == "ok"}
+    rows = []
+    for n in sorted({r["n"] for r in doc["runs"]}):
+        one, two = ok.get((n, "spark1")), ok.get((n, "spark2"))
+        if one is None or two is None or "fold_s" not in one:
+            continue
+        job1, job2 = (r["fold_s"] + r["write_s"] for r in (one, two))
+        rows.append(
+            f"| {_fmt_n(n)} | {one['wall_s']:.1f} -> {two['wall_s']:.1f} "
+            f"({one['wall_s'] / two['wall_s']:.2f}x) | {job1:.1f} -> {job2:.1f} "
+            f"({job1 / job2:.2f}x) | {one['fold_s']:.1f} -> {two['fold_s']:.1f} "
+            f"({one['fold_s'] / two['fold_s']:.2f}x) | {one['cpu_s']:.0f} / {two['cpu_s']:.0f} | "
+            f"{one['cpu_s'] / one['wall_s']:.2f} / {two['cpu_s'] / two['wall_s']:.2f} | "
+            f"{one.get('tasks', '?')} read tasks, {one.get('partitions', '?')} / "
+            f"{two.get('partitions', '?')} partitions |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "local[1] -> local[2] (the same read tasks for both: see split_bytes below):",
+        "",
+        "| N | wall s | job s | fold s (Spark stages only) | CPU s 1 / 2 | cores busy 1 / 2 "
+        "| plan |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+def stage_lines(doc: dict[str, Any]) -> list[str]:
+    """Where each Spark run's job time went, from Spark's event log."""
+    rows = []
+    for run in doc["runs"]:
+        for st in run.get("stages", ()):
+            rows.append(
+                f"| {_fmt_n(run['n'])} | {run['engine']} | {st['name']} | {st['tasks']} | "
+                f"{st['submitted_ms'] / 1000:.1f} | {st['wall_ms'] / 1000:.1f} | "
+                f"{st['task_ms'] / 1000:.1f} | {st['max_task_ms'] / 1000:.1f} | "
+                f"{st['jvm_cpu_ms'] / 1000:.1f} | {st['gc_ms'] / 1000:.1f} | "
+                f"{st['shuffle_write_ms'] / 1000:.1f} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "Spark stages (event log): partitionBy = read + pre-fold + shuffle write; collect = "
+        "shuffle read + fold + hash; toLocalIterator = the survivors to the driver while it "
+        "writes. Submitted: seconds after the context started. Task s: sum of task run times "
+        "(the Python worker's time included); JVM CPU: the task threads' own CPU.",
+        "",
+        "| N | engine | stage | tasks | submitted s | wall s | task s | max task s | "
+        "JVM CPU s | GC s | shuffle write s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def plot(doc: dict[str, Any], path: Path) -> str | None:
@@ -758,8 +854,6 @@ def main(argv: list[str] | None = None) -> int:
         f"--budget-driver-memory={args.budget_driver_memory}",
         f"--budget-worker-memory={args.budget_worker_memory}",
     ]
-    if args.split_bytes:
-        extra.append(f"--split-bytes={args.split_bytes}")
     doc["distinct"] = args.distinct
     doc["memory_budget_mb"] = args.memory_budget_mb
     try:
@@ -771,6 +865,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             upto = int(0.9 * n)
+            split = args.split_bytes or default_split(seg, upto)
+            info["split_bytes"] = split
             runs = list(engines)
             if args.parquet:
                 conv = run_child(
@@ -801,6 +897,8 @@ def main(argv: list[str] | None = None) -> int:
                     str(out),
                     *extra,
                 ]
+                if engine.startswith("spark"):
+                    argv_.append(f"--split-bytes={split}")
                 load1 = round(os.getloadavg()[0], 2)
                 result = run_child(argv_, args.timeout_s, env)
                 result.update(n=n, engine=engine, load1=load1)
