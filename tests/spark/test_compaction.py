@@ -270,6 +270,53 @@ def test_progress_bar_goes_to_the_given_stream(spark: SparkSession, tmp_path: Pa
     assert "[" + "#" * 28 + "]" in text
 
 
+def test_class_archive_recorded_used_and_damage_survived(tmp_path: Path) -> None:
+    """Each compaction here starts its own JVM (a fresh process): the first records the
+    driver JVM's class-data-sharing archive (moved into place only after the JVM exited),
+    the second starts from it, and a damaged archive (which crashes a JVM) is dropped and
+    the job runs without it, leaving no crash report in the caller's directory."""
+    log = make_log(tmp_path / "seg", 11, entries=800, files=2)
+    upto = max(r[0] for r in log.records)
+    cache = tmp_path / "cache"
+    script = (
+        "import json, sys\n"
+        "from snapshots.compaction import compact_spark\n"
+        "t = {}\n"
+        "info = compact_spark(sys.argv[1], int(sys.argv[2]), sys.argv[3], 'c', master='local[1]',"
+        " progress=False, timings=t, class_archive_dir=sys.argv[4])\n"
+        "print(json.dumps({'hashes': dict(info.hashes), 'session_s': t['session_s']}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def run(name: str) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(log.directory), str(upto), name, str(cache)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    expected = digest_of(log.model(upto)).hashes
+    first = run("a.snap")
+    archives = list(cache.iterdir())
+    assert [a.suffix for a in archives] == [".jsa"] and archives[0].stat().st_size > 10**6
+    second = run("b.snap")
+    assert first["hashes"] == second["hashes"] == expected
+    assert list(cache.iterdir()) == archives  # used, not recorded again
+    # damaged as a new file (truncating it in place would SIGBUS a JVM still mapping it,
+    # e.g. the last run's, which exits after its Python process)
+    damaged = tmp_path / "damaged.jsa"
+    damaged.write_bytes(archives[0].read_bytes()[: archives[0].stat().st_size // 3])
+    os.replace(damaged, archives[0])
+    assert run("c.snap")["hashes"] == expected
+    assert not any(cache.iterdir())  # dropped; the next run records a new one
+    assert not list(tmp_path.glob("hs_err*"))
+
+
 # ------------------------------------------------------------------ (b) standalone cluster
 
 
