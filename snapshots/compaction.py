@@ -2,28 +2,39 @@
 offset -> a new snapshot, with the same per-type counts and content hashes as the snapshot
 the server writes at that offset (and as :func:`snapshots.compact_local`).
 
-Plan of :func:`compact_spark` (classic PySpark RDDs; no pandas/pyarrow needed)::
+Plan of :func:`compact_spark` (classic PySpark RDDs on a bare SparkContext; no pandas,
+pyarrow or SparkSession needed)::
 
-    driver       lists the segment FILE NAMES (and sizes) only; reads the base's header
-    stage 1      one task per segment file (+ one for the base snapshot): the worker opens the
-                 file itself from the shared path, checks framing/CRC/header/order like
-                 read_segments, decodes the effects in (after, upto] and keeps each key's
-                 last record in the file (positions strictly increase within a file, so that
-                 is its newest; tombstones kept): ((type, key), (offset, sub, value | None));
-                 base records are ((type, key), (base offset, -1, value))
-    shuffle      partitionBy crc32(type, key) -> P partitions (the log is partitionable by
-                 key because it holds effects, not operations)
-    stage 2      per partition: every file's records go through snapshots.replay() on the
-                 partition's base records (greatest (offset, sub) wins across files, a
-                 winning delete drops the key); a RecordDigest per partition, merged on the
-                 driver
-    write        toLocalIterator() streams the survivors partition by partition into
-                 write_snapshot(), whose meta already carries the merged counts and hashes:
-                 one pass, verified against them as it writes (hashes are order-independent)
+    driver       lists the segment FILE NAMES (and sizes) only; reads the base's header;
+                 plans the read tasks (plan_tasks): files larger than split_bytes (default
+                 input / (2 x cores), at least 4 MiB) are cut into byte ranges at points of
+                 their sparse offset index (<first-offset>.idx), each cut checked by reading
+                 the one frame there; ranges the index shows outside (after, upto] are left out
+    stage 1      one task per range (+ one for the base snapshot), longest first: the worker
+                 opens the file itself from the shared path, checks header/CRC/order like
+                 read_segments (iter_frames: the block-wise frame parser), decodes the
+                 effects in (after, upto] and keeps each key's last record in its range
+                 (positions strictly increase within a file, so that is its newest;
+                 tombstones kept): ((type, key), (offset, sub, value | None)); base records
+                 are ((type, key), (base offset, -1, value))
+    shuffle      partitionBy crc32(type, key) -> P partitions, P >= 2 x cores (the log is
+                 partitionable by key because it holds effects, not operations)
+    stage 2      per partition: the replay rule of snapshots._replay on the versions
+                 (greatest (offset, sub) wins across ranges, a winning delete drops the key,
+                 the base underneath at (base offset, -1)); a RecordDigest per partition,
+                 merged on the driver
+    write        toLocalIterator() streams the survivors partition by partition (the next
+                 one prefetched) into write_snapshot(), whose meta already carries the
+                 merged counts and hashes: one pass, verified against them as it writes
+                 (hashes are order-independent)
 
 Only the survivors pass through the driver (they must: the snapshot is one file); the log
-itself never does. Per-file stats (first/last position, term) come back in an accumulator so
-the driver can check the files are in log order across each other, as read_segments does.
+itself never does. Per-task stats (first/last position, term, records read and shuffled)
+come back in an accumulator so the driver can check the ranges are in log order across each
+other, as read_segments does. Splitting trades pre-fold for parallelism: a smaller range
+folds fewer repeats of a key, so more records cross the shuffle (1e6 entries: 189 k with 2
+whole files, 393 k with 5 ranges); hence 2 ranges per core, not more, and none when there
+are already that many files.
 
 Spark settings (research/spark-and-deps.md §2-3): loopback bind (SPARK_LOCAL_IP, driver host
 and bind address) for local and loopback masters, UI off, workers run ``sys.executable``,
@@ -31,22 +42,32 @@ and bind address) for local and loopback masters, UI off, workers run ``sys.exec
 request) and, unless verbose, the JVM's stdout/stderr sent to a log file (the only way to
 drop ``WARNING: Using incubator modules``), the pandas-3 FutureWarning filtered, C1 JIT +
 serial GC by default (``fast_jvm``: the JVM only moves pickled bytes here, so the default
-JIT bought nothing: 1e7 took 84 CPU-s with C1, 102 with the full JIT).
+JIT bought nothing: 1e7 took 84 CPU-s with C1, 102 with the full JIT). The start: a bare
+SparkContext (no SparkSession), and the driver JVM's class-data-sharing archive (recorded
+once, in the user cache, by the first run's JVM as it exits; make_spark_context): to a
+ready context 4.0-7.1 s / 4.7-5.4 CPU-s with a SparkSession, 2.4-3.3 s / 2.8-3.0 CPU-s
+with a bare context, 1.2-1.3 s / 1.5-1.6 CPU-s with the archive (load1 ~3); the recording
+run costs ~10 s more once.
 
 Numbers (``bench/compact_scaling.py``; 2 shared cores; upto = 0.9 N, 10 % deletes, 64 MiB
-segments, no base). Earlier runs (-06-35-17.md, -06-46-48.md, load average 5-7)::
+segments, no base; -11-38-31.md, load1 1.2-1.4, 2.5 when 1e7 local[2] started). Wall =
+the whole run in a fresh process; job = after the context is up (what a long-running
+Spark cluster pays per job); x = per entry against the fold's wall time::
 
-    N      local (compact_local)       spark local[1]           spark local[2]
-    1e5    0.5 s,   31 MB               8.1 s, 531 MB            8.4 s, 604 MB
-    1e6    5.5 s,   70 MB, 5 CPU-s      13.8 s, 630 MB, 12 CPU-s 18.8 s, 696 MB, 14 CPU-s
-    1e7    65-99 s, 491 MB, 56-60 CPU-s 117-120 s, 965 MB, 86-88  51-96 s, 1.4 GB, 84-88
+    N     fold (compact_local)  local[1]: wall / job, CPU   local[2]: wall / job, CPU
+    1e5   0.5 s,   30 MB        4.6 / 1.9 s, 4 CPU-s         4.8 / 2.0 s (9.2x / 3.9x), 5
+    1e6   4.7 s,   76 MB        8.1 / 5.8 s, 8               7.0 / 4.5 s (1.47x / 0.95x), 9
+    1e7   54.8 s, 491 MB        52.9 / 50.2 s, 53            31.9 / 29.4 s (0.58x / 0.54x), 53
 
-After the bounded pre-fold and the upb arena fix, at a quiet moment (-10-08-59.md, load1
-1.1-1.4): 1e6 local[1] 12.2 s / local[2] 10.8 s (1.13x: two segment files of 64 and 30 MiB,
-and stage 1 is one task per file); 1e7 73.1 s / 47.2 s (1.55x wall, 1.67x for the job
-between the 4.4 s session and the 3.3 s write, which the driver does alone), 715 MB / 989 MB.
-Both cost 78 CPU-s: local[1] already used 1.07 cores (JVM shuffle/GC threads beside the
-Python worker) and local[2] kept both cores ~90 % busy in the job: CPU-bound, no straggler.
+local[1] -> local[2] on the same plan (14 read tasks at 1e7): 1.66x wall, 1.70x job, 1.69x
+for the Spark stages; both 53 CPU-s, local[1] using 1.01 cores (the JVM's own threads cost
+little now that it carries fewer records), local[2] 1.67. What is left: each stage-1 task
+runs ~14 % longer beside another (33.4 -> 38.1 task-s: the JVM's shuffle and GC threads and
+the driver share the two cores), and the serial parts (1.9 s start, 2.1 s of write in the
+driver). At 1e6 (5 read tasks, 3.2 s of stage 1) 1.30x job; at 1e5 the job is 2 s of mostly
+fixed cost and does not scale. Before (-10-08-59.md): 1e7 local[2] 47.2 s / 78 CPU-s, one
+task per file, 1.55x; the CPU went down with the block-wise frame parser, the stage-2 fold
+on versions, the GC paused in the folds, and the context without SQL.
 
 Memory (-10-11-39.md): the fold holds ~500-540 B per live key, whatever the log length;
 Spark's tree is bounded by the JVM heap plus `worker_memory` per Python worker. 1e7 entries
@@ -62,9 +83,9 @@ converting a 64 MiB segment costs the server 2.2-4.2 s of CPU per seal (32-37 s 
 entries) and pulls pyarrow (~170 MB) into the server; compacting from Parquet (JVM
 groupBy/max_by with the full JIT, Python only hashing and writing the survivors) then took
 82 s wall / 85 CPU-s / 1.7 GB at 1e7 against 51-96 s / 84-88 CPU-s / 1.4 GB for the binary
-path, and was slower at 1e5 and 1e6 (14.0 s and 21.9 s). Parsing segments in Python is
-real work here (~2.5 us per record, plus ~1.8 us for the per-file pre-fold: about half the
-job's CPU at 1e7), but the JVM read + groupBy that replaces it cost as much on this box, and
+path of then (31.9 s / 53 CPU-s now), and was slower at 1e5 and 1e6 (14.0 s and 21.9 s).
+Parsing segments in Python is real work here (~1-1.5 us per record with iter_frames, plus
+the pre-fold), but the JVM read + groupBy that replaces it cost as much on this box, and
 the rest (hashing, pickling the survivors, the session) is shared by both paths. Revisit only
 if a profile on a many-core cluster says otherwise; the binary-segment path stays either way.
 """
@@ -1078,7 +1099,10 @@ def compact_spark(
         try:
             with _gc_paused():
                 info = write_snapshot(
-                    out_path, out_meta, survivors.toLocalIterator(), progress=bar.advance
+                    out_path,
+                    out_meta,
+                    survivors.toLocalIterator(prefetchPartitions=True),
+                    progress=bar.advance,
                 )
         except SnapshotError:
             raise
