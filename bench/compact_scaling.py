@@ -692,7 +692,8 @@ def scaling_lines(doc: dict[str, Any]) -> list[str]:
             f"({one['fold_s'] / two['fold_s']:.2f}x) | {one['cpu_s']:.0f} / {two['cpu_s']:.0f} | "
             f"{one['cpu_s'] / one['wall_s']:.2f} / {two['cpu_s'] / two['wall_s']:.2f} | "
             f"{one.get('tasks', '?')} read tasks, {one.get('partitions', '?')} / "
-            f"{two.get('partitions', '?')} partitions |"
+            f"{two.get('partitions', '?')} partitions, {one.get('records_read', 0):,} records "
+            f"read, {one.get('records_shuffled', 0):,} shuffled |"
         )
     if not rows:
         return []
