@@ -50,7 +50,9 @@ with a bare context, 1.2-1.3 s / 1.5-1.6 CPU-s with the archive (load1 ~3); the 
 run costs ~10 s more once.
 
 Numbers (``bench/compact_scaling.py``; 2 shared cores; upto = 0.9 N, 10 % deletes, 64 MiB
-segments, no base; -11-38-31.md, load1 1.2-1.4, 2.5 when 1e7 local[2] started). Wall =
+segments, no base; -11-38-31.md, load1 1.2-1.4, 2.5 when 1e7 local[2] started; the second
+run, -11-58-30.md, gave 1e6 local[2] 6.4 / 3.9 s, 1e7 local[1] 48.8 / 45.9 s and local[2]
+30.5 / 28.7 s, 52 CPU-s: 1.60x wall and job, 1.67x for the stages). Wall =
 the whole run in a fresh process; job = after the context is up (what a long-running
 Spark cluster pays per job); x = per entry against the fold's wall time::
 
