@@ -62,6 +62,7 @@ from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SEGMENT_BYTES = 64 * 1024 * 1024
+INDEX_EVERY_BYTES = 4096
 ENGINES = ("local", "spark1", "spark2")
 CLUSTER = "bench"
 #: The child's exit status when the fold ran out of its memory budget (MemoryError).
@@ -80,9 +81,17 @@ def generate(
     segment_bytes: int = SEGMENT_BYTES,
     distinct: float = 0.1,
 ) -> dict[str, Any]:
-    """Write the synthetic change log of `n` entries (see the module docstring)."""
+    """Write the synthetic change log of `n` entries (see the module docstring), with the
+    sparse offset index the server writes beside each segment (an entry for the first frame
+    at least INDEX_EVERY_BYTES after the previous one; raftlog.segments' default)."""
+    import struct
+
     from protos.records_pb2 import Effect
-    from snapshots import StreamKind, encode_header, encode_record
+    from snapshots import HEADER_BYTES, StreamKind, encode_header, encode_record
+
+    index_entry = struct.Struct("<QQ")
+    index: list[bytes] = []
+    indexed_at = HEADER_BYTES
 
     directory.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -115,11 +124,16 @@ def generate(
                 out.write(b"".join(chunk))
                 chunk.clear()
                 out.close()
+                Path(out.name).with_suffix(".idx").write_bytes(b"".join(index))
             out = open(directory / f"{offset:020d}.seg", "wb")
             header = encode_header(StreamKind.CHANGE_LOG_SEGMENT, offset)
             out.write(header)
             size = len(header)
+            index, indexed_at = [], HEADER_BYTES
             files += 1
+        if size - indexed_at >= INDEX_EVERY_BYTES:
+            index.append(index_entry.pack(offset, size))
+            indexed_at = size
         chunk.append(frame)
         size += len(frame)
         total += len(frame)
@@ -129,6 +143,7 @@ def generate(
     if out is not None:
         out.write(b"".join(chunk))
         out.close()
+        Path(out.name).with_suffix(".idx").write_bytes(b"".join(index))
     return {"entries": n, "files": files, "bytes": total, "distinct": distinct}
 
 
@@ -293,6 +308,7 @@ def child(args: argparse.Namespace) -> int:
     from snapshots import SnapshotMeta, compact_local
 
     timings: dict[str, float] = {}
+    stages: list[dict[str, Any]] = []
     t0 = time.monotonic()
     name, _, budget = args.child.partition("@")
     engine, _, jit = name.partition("-")
@@ -315,6 +331,7 @@ def child(args: argparse.Namespace) -> int:
             from snapshots.compaction import compact_spark
 
             cores = int(engine[len("spark") :])
+            events = tempfile.mkdtemp(prefix="bench-events-")
             info = compact_spark(
                 args.segments,
                 args.upto,
@@ -324,8 +341,11 @@ def child(args: argparse.Namespace) -> int:
                 progress=False,
                 fast_jvm=not full_jit,
                 timings=timings,
+                split_bytes=args.split_bytes,
+                conf=_event_log_conf(events),
                 **spark_memory,
             )
+            stages = stage_summary(Path(events))
         elif engine == "parquet":
             print(json.dumps(convert_to_parquet(Path(args.segments), Path(args.out))))
             return 0
@@ -358,8 +378,80 @@ def child(args: argparse.Namespace) -> int:
     if budget:
         doc["budget_mb"] = int(budget)
     doc.update({k: round(v, 2) if isinstance(v, float) else v for k, v in timings.items()})
+    if stages:
+        doc["stages"] = stages
     print(json.dumps(doc))
     return 0
+
+
+def _event_log_conf(directory: str) -> dict[str, str]:
+    """Spark's event log (uncompressed JSON lines) into `directory`: where the job's time
+    goes, per stage, from Spark's own task metrics. A few dozen tasks: no measurable cost."""
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": f"file://{directory}",
+        "spark.eventLog.compress": "false",
+    }
+
+
+def stage_summary(directory: Path) -> list[dict[str, Any]]:
+    """Per stage of the event log under `directory`: tasks, wall time (submitted ->
+    completed), the sum and max of task run times (Python worker time included: the JVM task
+    waits on it), JVM CPU and GC, shuffle write time, and the time from the application's
+    start to the stage's submission. The write's per-partition toLocalIterator jobs are
+    merged into one row. Removes `directory`."""
+    import shutil
+
+    events = []
+    for path in sorted(directory.rglob("events_*")) or sorted(directory.glob("*")):
+        if path.is_file():
+            with open(path) as f:
+                events += [json.loads(line) for line in f if line.strip()]
+    shutil.rmtree(directory, ignore_errors=True)
+    app_start = next(
+        (e["Timestamp"] for e in events if e["Event"] == "SparkListenerApplicationStart"), 0
+    )
+    stages: dict[int, dict[str, Any]] = {}
+    for e in events:
+        kind = e["Event"]
+        if kind == "SparkListenerStageCompleted":
+            info = e["Stage Info"]
+            name = info["Stage Name"].split(" at ")[0]
+            stages[info["Stage ID"]] = {
+                "name": name,
+                "tasks": info["Number of Tasks"],
+                "submitted_ms": info["Submission Time"] - app_start,
+                "wall_ms": info["Completion Time"] - info["Submission Time"],
+                "task_ms": 0,
+                "max_task_ms": 0,
+                "jvm_cpu_ms": 0,
+                "gc_ms": 0,
+                "shuffle_write_ms": 0,
+            }
+    for e in events:
+        if e["Event"] != "SparkListenerTaskEnd" or e["Stage ID"] not in stages:
+            continue
+        st, m = stages[e["Stage ID"]], e.get("Task Metrics") or {}
+        run = m.get("Executor Run Time", 0)
+        st["task_ms"] += run
+        st["max_task_ms"] = max(st["max_task_ms"], run)
+        st["jvm_cpu_ms"] += m.get("Executor CPU Time", 0) // 1_000_000
+        st["gc_ms"] += m.get("JVM GC Time", 0)
+        st["shuffle_write_ms"] += (m.get("Shuffle Write Metrics") or {}).get(
+            "Shuffle Write Time", 0
+        ) // 1_000_000
+    out: list[dict[str, Any]] = []
+    for _, st in sorted(stages.items()):
+        if out and st["name"] == out[-1]["name"] == "toLocalIterator":
+            last = out[-1]
+            end = max(last["submitted_ms"] + last["wall_ms"], st["submitted_ms"] + st["wall_ms"])
+            for k in ("tasks", "task_ms", "jvm_cpu_ms", "gc_ms", "shuffle_write_ms"):
+                last[k] += st[k]
+            last["max_task_ms"] = max(last["max_task_ms"], st["max_task_ms"])
+            last["wall_ms"] = end - last["submitted_ms"]
+            continue
+        out.append(dict(st))
+    return out
 
 
 def convert_to_parquet(seg_dir: Path, out_dir: Path) -> dict[str, Any]:
@@ -448,6 +540,37 @@ def compact_parquet(
 # --------------------------------------------------------------------------- report
 
 
+def warm_up(root: Path, timeout_s: float, env: dict[str, str] | None) -> str:
+    """One small Spark compaction before the measured runs, so the driver JVM's class
+    archive (compact_spark's default, in the user cache) exists: the runs then measure the
+    steady state that every compaction after the first gets. Says whether it was there."""
+    from snapshots.compaction import default_class_archive_dir
+
+    cache = default_class_archive_dir()
+    before = set(cache.glob("*.jsa")) if cache.is_dir() else set()
+    seg, _ = dataset(root, 1000)
+    run_child(
+        ["spark2", "--segments", str(seg), "--upto", "900", "--out", str(root / "warm.snap")],
+        timeout_s,
+        env,
+    )
+    (root / "warm.snap").unlink(missing_ok=True)
+    after = set(cache.glob("*.jsa")) if cache.is_dir() else set()
+    if after - before:
+        return f"recorded by the warm-up run in {cache}"
+    return f"present in {cache}" if after else "none (not recorded: see compact_spark)"
+
+
+def default_split(seg: Path, upto: int, cores: int = 2) -> int:
+    """The read-task size compact_spark picks on local[`cores`] for this input. Every Spark
+    engine gets the local[2] one, so local[1] and local[2] run the same plan (the same
+    tasks, the same pre-fold, the same shuffle) and differ only in cores."""
+    from snapshots.compaction import _MIN_SPLIT_BYTES, _READ_TASKS_PER_CORE, list_segments
+
+    total = sum(s.size_bytes for s in list_segments(seg, upto))
+    return max(_MIN_SPLIT_BYTES, total // (_READ_TASKS_PER_CORE * cores))
+
+
 def _fmt_n(n: int) -> str:
     return f"1e{len(str(n)) - 1}" if str(n).strip("0") == "1" else str(n)
 
@@ -459,30 +582,56 @@ def report(doc: dict[str, Any]) -> str:
         f"Host: {doc['host']['cpus']} CPUs, {doc['host']['mem_gb']} GB RAM, load1 before "
         f"{doc['host']['load1_before']}; Python {doc['host']['python']}. "
         f"upto = 0.9 N, no base snapshot, {doc.get('distinct', 0.1):.0%} distinct keys, "
-        "10 % deletes, 64 MiB segments.",
+        "10 % deletes, 64 MiB segments. Spark: a bare SparkContext, C1 JIT + serial GC, "
+        f"driver JVM class archive {doc.get('class_archive', '-')}.",
         "",
-        "| N | engine | load1 | status | wall s | session / fold / write s | CPU s | "
+        "Per entry: wall (the whole run: a fresh JVM and Spark context included) and job (the "
+        "time after the Spark context is up: read, fold, shuffle, hash and write, what a "
+        "long-running Spark cluster would pay per job); the ratio is to the single-process "
+        "fold's wall time per entry. CPU s: the whole process tree (driver, JVM, workers).",
+        "",
+        "| N | engine | load1 | status | wall s | session / fold / write s | job s | "
+        "us/entry wall / job | x fold wall / job | CPU s | cores busy | "
         "peak RSS MB (java/python) | peak PSS MB | live keys |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    fold = {
+        r["n"]: r["wall_s"] for r in doc["runs"] if r["engine"] == "local" and r["status"] == "ok"
+    }
     for run in doc["runs"]:
         parts = run.get("peak_rss_parts_mb", {})
+        n = run["n"]
+        job = run.get("fold_s", 0) + run.get("write_s", 0) if "fold_s" in run else run["wall_s"]
+        per = f"{run['wall_s'] / n * 1e6:.2f} / {job / n * 1e6:.2f}"
+        ratio = (
+            f"{run['wall_s'] / fold[n]:.2f} / {job / fold[n]:.2f}"
+            if n in fold and run["status"] == "ok"
+            else "-"
+        )
         split = (
             f"{run.get('session_s', 0):.1f} / {run.get('fold_s', 0):.1f} / {run.get('write_s', 0):.1f}"
             if "fold_s" in run
             else "-"
         )
         lines.append(
-            f"| {_fmt_n(run['n'])} | {run['engine']} | {run.get('load1', '-')} | {run['status']} "
-            f"| {run['wall_s']:.1f} | {split} | "
-            f"{run['cpu_s']:.0f} | {run['peak_rss_mb']} ({parts.get('java', 0)}/{parts.get('python', 0)}) | "
+            f"| {_fmt_n(n)} | {run['engine']} | {run.get('load1', '-')} | {run['status']} "
+            f"| {run['wall_s']:.1f} | {split} | {job:.1f} | {per} | {ratio} | "
+            f"{run['cpu_s']:.0f} | {run['cpu_s'] / max(run['wall_s'], 1e-9):.2f} | "
+            f"{run['peak_rss_mb']} ({parts.get('java', 0)}/{parts.get('python', 0)}) | "
             f"{run['peak_pss_mb']} | {run.get('records', '-')} |"
         )
+    lines += scaling_lines(doc)
+    lines += stage_lines(doc)
     lines += ["", "Data sets:", ""]
     for n, info in doc["datasets"].items():
         lines.append(
             f"* N={_fmt_n(int(n))}: {info['files']} segment files, {info['bytes'] / 2**20:.0f} MiB, "
             f"generated in {info.get('generate_s', '?')} s"
+            + (
+                f"; Spark read tasks of {info['split_bytes'] / 2**20:.1f} MiB"
+                if "split_bytes" in info
+                else ""
+            )
             + (
                 f"; Parquet copy {info['parquet']['parquet_bytes'] / 2**20:.0f} MiB, "
                 f"conversion {info['parquet']['convert_s']} s in all, "
@@ -525,6 +674,68 @@ def report(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def scaling_lines(doc: dict[str, Any]) -> list[str]:
+    """local[1] -> local[2] per size: speedup of the wall time and of the job time, and the
+    CPU seconds of each (local[1] is not one core: the JVM's own threads run beside the
+    Python worker, so 'cores busy' says what each run really used)."""
+    ok = {(r["n"], r["engine"]): r for r in doc["runs"] if r["status"] == "ok"}
+    rows = []
+    for n in sorted({r["n"] for r in doc["runs"]}):
+        one, two = ok.get((n, "spark1")), ok.get((n, "spark2"))
+        if one is None or two is None or "fold_s" not in one:
+            continue
+        job1, job2 = (r["fold_s"] + r["write_s"] for r in (one, two))
+        rows.append(
+            f"| {_fmt_n(n)} | {one['wall_s']:.1f} -> {two['wall_s']:.1f} "
+            f"({one['wall_s'] / two['wall_s']:.2f}x) | {job1:.1f} -> {job2:.1f} "
+            f"({job1 / job2:.2f}x) | {one['fold_s']:.1f} -> {two['fold_s']:.1f} "
+            f"({one['fold_s'] / two['fold_s']:.2f}x) | {one['cpu_s']:.0f} / {two['cpu_s']:.0f} | "
+            f"{one['cpu_s'] / one['wall_s']:.2f} / {two['cpu_s'] / two['wall_s']:.2f} | "
+            f"{one.get('tasks', '?')} read tasks, {one.get('partitions', '?')} / "
+            f"{two.get('partitions', '?')} partitions, {one.get('records_read', 0):,} records "
+            f"read, {one.get('records_shuffled', 0):,} shuffled |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "local[1] -> local[2] (the same read tasks for both: see split_bytes below):",
+        "",
+        "| N | wall s | job s | fold s (Spark stages only) | CPU s 1 / 2 | cores busy 1 / 2 "
+        "| plan |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+def stage_lines(doc: dict[str, Any]) -> list[str]:
+    """Where each Spark run's job time went, from Spark's event log."""
+    rows = []
+    for run in doc["runs"]:
+        for st in run.get("stages", ()):
+            rows.append(
+                f"| {_fmt_n(run['n'])} | {run['engine']} | {st['name']} | {st['tasks']} | "
+                f"{st['submitted_ms'] / 1000:.1f} | {st['wall_ms'] / 1000:.1f} | "
+                f"{st['task_ms'] / 1000:.1f} | {st['max_task_ms'] / 1000:.1f} | "
+                f"{st['jvm_cpu_ms'] / 1000:.1f} | {st['gc_ms'] / 1000:.1f} | "
+                f"{st['shuffle_write_ms'] / 1000:.1f} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "Spark stages (event log): partitionBy = read + pre-fold + shuffle write; collect = "
+        "shuffle read + fold + hash; toLocalIterator = the survivors to the driver while it "
+        "writes. Submitted: seconds after the context started. Task s: sum of task run times "
+        "(the Python worker's time included); JVM CPU: the task threads' own CPU.",
+        "",
+        "| N | engine | stage | tasks | submitted s | wall s | task s | max task s | "
+        "JVM CPU s | GC s | shuffle write s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def plot(doc: dict[str, Any], path: Path) -> str | None:
     try:
         import matplotlib
@@ -563,6 +774,13 @@ def _positive_int(text: str) -> int:
     from nameserver.cli._common import positive_int
 
     return positive_int(text)
+
+
+def _split_bytes(text: str) -> int:
+    # not _positive_int: children parse this flag too, and must not import grpc
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes")
+    return int(text)
 
 
 def _fraction(text: str) -> float:
@@ -619,6 +837,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--segments", help=argparse.SUPPRESS)
     p.add_argument("--upto", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--split-bytes",
+        type=_split_bytes,
+        help="Spark read-task size in bytes (default: the job's own choice)",
+    )
     args = p.parse_args(argv)
     if args.child:
         return child(args)
@@ -656,6 +879,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     doc["distinct"] = args.distinct
     doc["memory_budget_mb"] = args.memory_budget_mb
+    if any(e.startswith("spark") for e in engines):
+        doc["class_archive"] = warm_up(root, args.timeout_s, env)
+        print(f"Spark class archive: {doc['class_archive']}", flush=True)
     try:
         for n in sizes:
             seg, info = dataset(root, n, args.distinct)
@@ -665,6 +891,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             upto = int(0.9 * n)
+            split = args.split_bytes or default_split(seg, upto)
+            info["split_bytes"] = split
             runs = list(engines)
             if args.parquet:
                 conv = run_child(
@@ -695,6 +923,8 @@ def main(argv: list[str] | None = None) -> int:
                     str(out),
                     *extra,
                 ]
+                if engine.startswith("spark"):
+                    argv_.append(f"--split-bytes={split}")
                 load1 = round(os.getloadavg()[0], 2)
                 result = run_child(argv_, args.timeout_s, env)
                 result.update(n=n, engine=engine, load1=load1)

@@ -38,12 +38,14 @@ Writers (:func:`encode_header`, :func:`encode_record`) are pure functions return
 
 from __future__ import annotations
 
+import bisect
 import enum
 import io
+import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import crc32c as _crc32c_module
 
@@ -51,10 +53,12 @@ __all__ = [
     "FORMAT_VERSION",
     "FRAME_OVERHEAD_BYTES",
     "HEADER_BYTES",
+    "INDEX_ENTRY_BYTES",
     "MAGIC",
     "MAX_BODY_BYTES",
     "BadHeaderError",
     "CorruptRecordError",
+    "FrameRange",
     "Record",
     "RecordReader",
     "RecordStreamError",
@@ -64,6 +68,9 @@ __all__ = [
     "decode_header",
     "encode_header",
     "encode_record",
+    "iter_frames",
+    "read_index",
+    "split_ranges",
 ]
 
 MAGIC = b"MLRS"
@@ -77,6 +84,9 @@ _HEADER = struct.Struct("<4sHHQ16s")  # 32 bytes, then the u32 CRC
 _CRC = struct.Struct("<I")
 _FRAME = struct.Struct("<II")  # length, crc32c(body)
 _BODY_PREFIX = struct.Struct("<QI")  # offset, sub-index
+_INDEX_ENTRY = struct.Struct("<QQ")  # offset, frame position (a segment's sparse index)
+#: Size of one sparse-index entry (``<first-offset>.idx`` next to a change-log segment).
+INDEX_ENTRY_BYTES = _INDEX_ENTRY.size
 #: Bytes a frame adds around its payload (frame header + body prefix).
 FRAME_OVERHEAD_BYTES = _FRAME.size + _BODY_PREFIX.size
 _U64_MAX = 2**64 - 1
@@ -306,3 +316,141 @@ class RecordReader:
             parts.append(more)
             got += len(more)
         return b"".join(parts)
+
+
+def iter_frames(
+    f: BinaryIO,
+    start: int,
+    end: int,
+    path: str | None = None,
+    block_bytes: int = 1024 * 1024,
+) -> Iterator[tuple[int, int, bytes, int]]:
+    """``(offset, sub, payload, position)`` of each frame in bytes ``[start, end)`` of `f`,
+    with exactly :class:`RecordReader`'s checks and errors (TornTailError, CorruptRecordError
+    at the same positions; the module docstring), for bulk readers such as the compaction
+    job: the file is read in blocks of `block_bytes` and each frame parsed in place, with no
+    Record object and two read() calls per frame (~1 against ~2.5 us a frame). `start` must
+    be a frame boundary; `f`'s position is the reader's from the call on.
+    """
+    unpack_frame = _FRAME.unpack_from
+    unpack_prefix = _BODY_PREFIX.unpack_from
+    crc32c = _crc32c
+    prefix = _BODY_PREFIX.size
+    f.seek(start)
+    buf = b""
+    view = memoryview(buf)
+    i = 0  # where `pos` is in buf
+    pos = start
+    while pos < end:
+        remaining = end - pos
+        if remaining < _FRAME.size:
+            raise TornTailError(pos, path)
+        if len(buf) - i < _FRAME.size:
+            buf, view, i = _refill(f, buf, i, _FRAME.size, block_bytes, pos, end)
+            if len(buf) < _FRAME.size:  # the source is shorter than `end` said
+                raise TornTailError(pos, path)
+        length, crc = unpack_frame(buf, i)
+        if _FRAME.size + length > remaining:
+            raise TornTailError(pos, path)
+        if length > MAX_BODY_BYTES:
+            raise CorruptRecordError(path, pos, f"length {length} exceeds {MAX_BODY_BYTES}")
+        size = _FRAME.size + length
+        if len(buf) - i < size:
+            buf, view, i = _refill(f, buf, i, size, block_bytes, pos, end)
+            if len(buf) < size:
+                raise TornTailError(pos, path)
+        body = i + _FRAME.size
+        if crc32c(view[body : i + size], 0) != crc:
+            raise CorruptRecordError(path, pos)
+        if length < prefix:
+            raise CorruptRecordError(path, pos, f"body of {length} bytes is too short")
+        offset, sub = unpack_prefix(buf, body)
+        yield offset, sub, buf[body + prefix : i + size], pos
+        i += size
+        pos += size
+
+
+def _refill(
+    f: BinaryIO, buf: bytes, i: int, need: int, block_bytes: int, pos: int, end: int
+) -> tuple[bytes, memoryview, int]:
+    """The unread rest of `buf` (from `i`, at file position `pos`) plus the next block, at
+    least `need` bytes in all unless the data (up to `end`) runs out first."""
+    rest = buf[i:]
+    want = min(max(block_bytes, need - len(rest)), end - pos - len(rest))
+    parts = [rest]
+    got = 0
+    while got < want and (more := f.read(want - got)):
+        parts.append(more)
+        got += len(more)
+    buf = b"".join(parts)
+    return buf, memoryview(buf), 0
+
+
+# --------------------------------------------------------------------------- ranges
+
+
+class FrameRange(NamedTuple):
+    """Frames in bytes ``[start, end)`` of a stream, cut at frame boundaries; `first_offset`
+    is the offset of the frame at `start` as the index says (None at the header's end)."""
+
+    start: int
+    end: int
+    first_offset: int | None
+
+
+def read_index(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
+    """The (offset, frame position) entries of a segment's sparse index file (16-byte
+    entries, ``<QQ``, no header), or [] when there is no such file.
+
+    The index is a cache written without fsync (raftlog.segments), so it is read as a hint:
+    it ends at the first entry that does not move forward in both offset and position
+    (offsets may repeat: one entry's effects share it) or lies inside the header, and a
+    trailing partial entry is ignored. A caller still checks each position it uses.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    entries: list[tuple[int, int]] = []
+    last_offset, last_position = -1, HEADER_BYTES - 1
+    for offset, position in _INDEX_ENTRY.iter_unpack(data[: len(data) // 16 * 16]):
+        if offset < last_offset or position <= last_position:
+            break
+        entries.append((offset, position))
+        last_offset, last_position = offset, position
+    return entries
+
+
+def split_ranges(
+    index: Sequence[tuple[int, int]], end: int, pieces: int, start: int = HEADER_BYTES
+) -> list[FrameRange]:
+    """Split the frames in ``[start, end)`` into at most `pieces` contiguous ranges, cut only
+    at index positions (frame boundaries), each cut the index point nearest to an even
+    share of the bytes. Fewer ranges when the index has too few points (none: one range).
+    Every frame is in exactly one range; a reader over each range with ``start``/``end``
+    reads them all once.
+    """
+    if pieces < 1:
+        raise ValueError(f"pieces must be at least 1, not {pieces}")
+    inside = [e for e in index if start < e[1] < end]
+    positions = [p for _, p in inside]
+    cuts: list[tuple[int, int]] = []
+    for i in range(1, pieces):
+        if not positions:
+            break
+        target = start + (end - start) * i / pieces
+        k = bisect.bisect_left(positions, target)
+        near = min(
+            (j for j in (k - 1, k) if 0 <= j < len(positions)),
+            key=lambda j: abs(positions[j] - target),
+        )
+        if not cuts or inside[near][1] > cuts[-1][1]:
+            cuts.append(inside[near])
+    ranges = []
+    first: int | None = None
+    for offset, position in cuts:
+        ranges.append(FrameRange(start, position, first))
+        start, first = position, offset
+    ranges.append(FrameRange(start, end, first))
+    return ranges

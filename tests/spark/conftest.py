@@ -15,6 +15,23 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _class_archive_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Jobs that start their own JVM (the CLI, subprocesses) keep the JVM class archive in a
+    temp dir, not in the user's ~/.cache."""
+    import os
+
+    old = os.environ.get("METALEDGER_SPARK_CACHE")
+    os.environ["METALEDGER_SPARK_CACHE"] = str(tmp_path_factory.mktemp("spark-cache"))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("METALEDGER_SPARK_CACHE", None)
+        else:
+            os.environ["METALEDGER_SPARK_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     try:

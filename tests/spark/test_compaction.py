@@ -36,7 +36,13 @@ from snapshots import (
     read_snapshot,
     write_snapshot,
 )
-from snapshots.compaction import CompactionError, compact_spark, last_term_upto, list_segments
+from snapshots.compaction import (
+    CompactionError,
+    compact_spark,
+    last_term_upto,
+    list_segments,
+    plan_tasks,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -180,6 +186,88 @@ def test_worker_memory_bounds_prefold_and_partitions(spark: SparkSession, tmp_pa
     assert timings["partitions"] >= timings["input_bytes"] / (2**20 / 10)
 
 
+@pytest.mark.parametrize("split_bytes", [700, 3000])
+def test_split_ranges_equal_the_fold_with_a_base(
+    spark: SparkSession, tmp_path: Path, split_bytes: int
+) -> None:
+    """Segments indexed as the server indexes them (raftlog.segments rebuilds a missing
+    index on open, here every 256 bytes) and read in byte ranges much smaller than a file:
+    the same snapshot as the single-process fold, with and without a base, and ranges the
+    index shows at or below the base are not read at all."""
+    from raftlog.segments import SegmentConfig, SegmentLog
+
+    log = make_log(tmp_path / "seg", 21, entries=3000, files=3)
+    config = SegmentConfig(index_every_bytes=256, fsync_policy="never")
+    SegmentLog.open(log.directory, config).close()
+    assert len(list(log.directory.glob("*.idx"))) == 3
+    offsets = sorted({r[0] for r in log.records})
+    at, upto = offsets[len(offsets) // 2], offsets[-10]
+    base = write_base(log, tmp_path / "base.snap", at)
+    for base_path, after in ((None, -1), (tmp_path / "base.snap", at)):
+        meta = SnapshotMeta(CLUSTER, upto, 4)
+        out = tmp_path / f"s{after}.snap"
+        local = compact_local(log.directory, base_path, upto, tmp_path / "l.snap", meta)
+        timings: dict[str, float] = {}
+        result = compact_spark(
+            log.directory,
+            upto,
+            out,
+            meta,
+            base_path,
+            spark=spark,
+            progress=False,
+            split_bytes=split_bytes,
+            timings=timings,
+        )
+        assert summary(result) == summary(local)
+        model = log.model(upto, after=after, base=base if after >= 0 else None)
+        assert read_snapshot(out).to_dict() == model
+        files = len(list_segments(log.directory, upto, after))
+        assert timings["tasks"] > 2 * files  # many ranges per file
+        window = sum(1 for r in log.records if after < r[0] <= upto)
+        assert timings["records_read"] == window  # every record in the window read once
+        segs = list_segments(log.directory, upto, after)
+        planned = plan_tasks(segs, after, upto, split_bytes)
+        assert timings["tasks"] == len(planned) + (after >= 0)  # + the base's task
+        if after >= 0:  # the ranges the index shows below the base are left out
+            assert len(planned) < len(plan_tasks(segs, -1, upto, split_bytes))
+
+
+def test_records_out_of_order_across_ranges_of_one_file(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Order within a file is checked by each range's task up to its end and across the
+    cuts by the driver: a file whose records go back in offset right at an index point
+    is refused when split there, as when it is read whole."""
+    d = tmp_path / "seg"
+    d.mkdir()
+    data = bytearray(encode_header(StreamKind.CHANGE_LOG_SEGMENT, 1))
+    index = []
+    for i, offset in enumerate([*range(1, 41), *range(30, 40)]):
+        if i in (20, 40):
+            index.append((offset, len(data)))
+        payload = Effect(type="kv", key=b"k%d" % offset, value=b"v").SerializeToString()
+        data += encode_record(offset, 0, payload)
+    (d / f"{1:020d}.seg").write_bytes(bytes(data))
+    (d / f"{1:020d}.idx").write_bytes(
+        b"".join(o.to_bytes(8, "little") + p.to_bytes(8, "little") for o, p in index)
+    )
+    assert len(plan_tasks(list_segments(d, 100), -1, 100, 100)) == 3  # cut at both points
+    for split in (0, 100):
+        out = tmp_path / f"{split}.snap"
+        with pytest.raises((ChangeLogError, CompactionError), match=r"\(30, 0\) after \(40, 0\)"):
+            compact_spark(
+                d,
+                100,
+                out,
+                CLUSTER,
+                spark=spark,
+                progress=False,
+                split_bytes=split,
+            )
+        assert not out.exists()
+
+
 def test_without_base_and_derived_meta(spark: SparkSession, tmp_path: Path) -> None:
     """Cluster id given as a string: last_term is the term of the last record <= upto."""
     log = make_log(tmp_path / "seg", 3, entries=1500, files=3)
@@ -268,6 +356,53 @@ def test_progress_bar_goes_to_the_given_stream(spark: SparkSession, tmp_path: Pa
     text = stream.getvalue()
     assert "read + fold + hash" in text and "write snapshot" in text
     assert "[" + "#" * 28 + "]" in text
+
+
+def test_class_archive_recorded_used_and_damage_survived(tmp_path: Path) -> None:
+    """Each compaction here starts its own JVM (a fresh process): the first records the
+    driver JVM's class-data-sharing archive (moved into place only after the JVM exited),
+    the second starts from it, and a damaged archive (which crashes a JVM) is dropped and
+    the job runs without it, leaving no crash report in the caller's directory."""
+    log = make_log(tmp_path / "seg", 11, entries=800, files=2)
+    upto = max(r[0] for r in log.records)
+    cache = tmp_path / "cache"
+    script = (
+        "import json, sys\n"
+        "from snapshots.compaction import compact_spark\n"
+        "t = {}\n"
+        "info = compact_spark(sys.argv[1], int(sys.argv[2]), sys.argv[3], 'c', master='local[1]',"
+        " progress=False, timings=t, class_archive_dir=sys.argv[4])\n"
+        "print(json.dumps({'hashes': dict(info.hashes), 'session_s': t['session_s']}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+    def run(name: str) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(log.directory), str(upto), name, str(cache)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    expected = digest_of(log.model(upto)).hashes
+    first = run("a.snap")
+    archives = list(cache.iterdir())
+    assert [a.suffix for a in archives] == [".jsa"] and archives[0].stat().st_size > 10**6
+    second = run("b.snap")
+    assert first["hashes"] == second["hashes"] == expected
+    assert list(cache.iterdir()) == archives  # used, not recorded again
+    # damaged as a new file (truncating it in place would SIGBUS a JVM still mapping it,
+    # e.g. the last run's, which exits after its Python process)
+    damaged = tmp_path / "damaged.jsa"
+    damaged.write_bytes(archives[0].read_bytes()[: archives[0].stat().st_size // 3])
+    os.replace(damaged, archives[0])
+    assert run("c.snap")["hashes"] == expected
+    assert not any(cache.iterdir())  # dropped; the next run records a new one
+    assert not list(tmp_path.glob("hs_err*"))
 
 
 # ------------------------------------------------------------------ (b) standalone cluster
