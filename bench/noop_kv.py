@@ -137,11 +137,33 @@ class CannedKV:
 
 
 class AioKV(rpc_pb2_grpc.KVServicer):
-    def __init__(self, canned: CannedKV) -> None:
+    """``answer_every_s`` > 0: a Put waits for the next tick of that period and is answered
+    with everything else that arrived since, the way a replicated log answers a commit
+    group (here without any work in between)."""
+
+    def __init__(self, canned: CannedKV, answer_every_s: float = 0.0) -> None:
         self.canned = canned
+        self.answer_every_s = answer_every_s
+        self._group: list[asyncio.Future[None]] = []
+        self._ticker: asyncio.Task[None] | None = None
 
     async def Put(self, request: Any, context: Any) -> Any:
+        if self.answer_every_s > 0:
+            loop = asyncio.get_running_loop()
+            if self._ticker is None:
+                self._ticker = loop.create_task(self._tick())
+            fut = loop.create_future()
+            self._group.append(fut)
+            await fut
         return self.canned.put(request)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.answer_every_s)
+            group, self._group = self._group, []
+            for fut in group:
+                if not fut.done():
+                    fut.set_result(None)
 
     async def Range(self, request: Any, context: Any) -> Any:
         return self.canned.range(request)
@@ -166,9 +188,9 @@ class AioCluster(rpc_pb2_grpc.ClusterServicer):
         return self.canned.member_list()
 
 
-async def serve_aio(address: str, canned: CannedKV) -> None:
+async def serve_aio(address: str, canned: CannedKV, answer_every_s: float = 0.0) -> None:
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    rpc_pb2_grpc.add_KVServicer_to_server(AioKV(canned), server)
+    rpc_pb2_grpc.add_KVServicer_to_server(AioKV(canned, answer_every_s), server)
     rpc_pb2_grpc.add_MaintenanceServicer_to_server(AioMaintenance(canned), server)
     rpc_pb2_grpc.add_ClusterServicer_to_server(AioCluster(canned), server)
     server.add_insecure_port(address)
@@ -249,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=4, help="thread pool size (sync mode)")
     p.add_argument("--value-size", type=int, default=256, metavar="B", help="Range's value")
     p.add_argument("--no-uvloop", action="store_true", help="aio mode: asyncio's default loop")
+    p.add_argument(
+        "--answer-every-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="aio mode: answer Puts in groups every MS (like commit groups; 0 = at once)",
+    )
     return p
 
 
@@ -261,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--workers must be >= 1, not {args.workers}")
     if args.value_size < 0:
         p.error(f"--value-size must be >= 0, not {args.value_size}")
+    if args.answer_every_ms < 0:
+        p.error(f"--answer-every-ms must be >= 0, not {args.answer_every_ms}")
     address = f"{args.host}:{args.port}"
     canned = CannedKV(args.value_size, client_url=f"http://{address}")
     if args.mode == "sync":
@@ -272,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve_aio(address, canned))
+        runner.run(serve_aio(address, canned, args.answer_every_ms / 1000))
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import logging
 import os
@@ -334,11 +335,27 @@ async def _serve(config: ServerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await node.start()
+    _tune_gc()
     try:
         await stop.wait()
     finally:
         log.info("node %s stopping", config.node_id)
         await node.stop()
+
+
+#: Allocations between young-generation collections (CPython's default is 700). A request
+#: allocates ~100 objects that live for its ~10-40 ms: at 700 most of them were still alive
+#: at each collection, got scanned and promoted, and the collector took ~6% of the gRPC
+#: loop's time at 64 clients. At 50,000 most die first.
+GC_THRESHOLD = (50_000, 20, 100)
+
+
+def _tune_gc() -> None:
+    """After start-up: move what exists (the restored image above all) out of the
+    collector's generations, and collect young objects less often."""
+    gc.collect(1)
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 def run(config: ServerConfig) -> int:
