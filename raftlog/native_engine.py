@@ -348,14 +348,18 @@ class NativeEngine:
     def _propose(self, data: bytes, kind: int, callback: ProposeCallback) -> None:
         core = self.core
         if core.role == Role.LEADER:
-            self._propose_here(data, kind, callback)
+            self._propose_local(data, kind, callback)
         elif core.leader:
             self._forward(data, kind, callback)
         else:
             wait = self._config.wait_leader_ms / 1000
             self._queued.append((data, kind, callback, time.monotonic() + wait))
 
-    def _propose_here(self, data: bytes, kind: int, callback: ProposeCallback) -> None:
+    def _propose_here(
+        self, data: bytes, kind: int, callback: ProposeCallback | None
+    ) -> tuple[int, int]:
+        """Append on this leader; (index, term), or raises ProposeError. With ``callback``,
+        it is answered when the entry commits (or is replaced)."""
         core = self.core
         try:
             if kind == KIND_CONFIG:
@@ -364,13 +368,19 @@ class NativeEngine:
             else:
                 index, term = core.propose(data, kind)
         except NotLeader:
-            callback(None, NotLeaderError("no stable leader", self._name(core.leader)))
-            return
+            raise NotLeaderError("no stable leader", self._name(core.leader)) from None
         except ChangeRefused as exc:
-            callback(None, ProposeError(f"membership change refused: {exc}"))
-            return
-        self._waiting[index] = (term, callback)
+            raise ProposeError(f"membership change refused: {exc}") from None
+        if callback is not None:
+            self._waiting[index] = (term, callback)
         self._kick()
+        return index, term
+
+    def _propose_local(self, data: bytes, kind: int, callback: ProposeCallback) -> None:
+        try:
+            self._propose_here(data, kind, callback)
+        except ProposeError as err:
+            callback(None, err)
 
     def _forward(self, data: bytes, kind: int, callback: ProposeCallback) -> None:
         rid = next(self._rids)
@@ -379,32 +389,25 @@ class NativeEngine:
         self._send(self.core.leader, m)
 
     def _on_propose(self, m: Message) -> None:
-        """Leader: a follower forwards a proposal."""
+        """Leader: a follower forwards a proposal; the follower waits for the commit."""
         core = self.core
-
-        def answer(index: int | None, err: ProposeError | None) -> None:
-            # only a refusal is answered through here; success is answered below
-            if err is not None:
-                code = _REJECT_NOT_LEADER if isinstance(err, NotLeaderError) else _REJECT_REFUSED
-                resp = Message(
-                    MsgType.PROPOSE_RESP,
-                    core.term,
-                    offset=m.offset,
-                    reject=True,
-                    hint=code,
-                    data=str(err).encode(),
-                )
-                self._send(m.src, resp)
-
-        before = core.last_index
-        self._propose_here(m.data, m.kind, answer)
-        if core.last_index > before:
-            index = core.last_index
-            self._waiting.pop(index, None)  # the follower waits for it, not this node
+        try:
+            index, term = self._propose_here(m.data, m.kind, None)
+        except ProposeError as err:
+            code = _REJECT_NOT_LEADER if isinstance(err, NotLeaderError) else _REJECT_REFUSED
             resp = Message(
-                MsgType.PROPOSE_RESP, core.term, offset=m.offset, index=index, log_term=core.term
+                MsgType.PROPOSE_RESP,
+                core.term,
+                offset=m.offset,
+                reject=True,
+                hint=code,
+                data=str(err).encode(),
             )
-            self._send(m.src, resp)
+        else:
+            resp = Message(
+                MsgType.PROPOSE_RESP, core.term, offset=m.offset, index=index, log_term=term
+            )
+        self._send(m.src, resp)
 
     def _on_propose_resp(self, m: Message) -> None:
         entry = self._forwards.pop(m.offset, None)
@@ -543,7 +546,7 @@ class NativeEngine:
         if core.role == Role.LEADER and self._queued:
             queued, self._queued = self._queued, []
             for data, kind, callback, _ in queued:
-                self._propose_here(data, kind, callback)
+                self._propose_local(data, kind, callback)
 
     def _tick(self) -> None:
         if self._stopping:

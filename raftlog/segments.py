@@ -69,7 +69,6 @@ import io
 import logging
 import os
 import re
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -81,6 +80,7 @@ from typing import BinaryIO, Literal, NamedTuple
 from raftlog.errors import ConfigError, RaftLogError
 from snapshots import (
     HEADER_BYTES,
+    INDEX_ENTRY,
     Record,
     RecordReader,
     RecordStreamError,
@@ -96,7 +96,6 @@ log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["batch", "always", "never"]
 _FSYNC_POLICIES = ("batch", "always", "never")
-_INDEX_ENTRY = struct.Struct("<QQ")
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.seg$")
 _INDEX_NAME = re.compile(r"^\d{20}\.idx$")
 _READ_BUFFER_BYTES = 128 * 1024
@@ -318,7 +317,7 @@ class SegmentLog:
                     self._last = last = key
                     if _index_due(segment.index, index_every, position):
                         segment.index.append((offset, position))
-                        self._index_file.write(_INDEX_ENTRY.pack(offset, position))
+                        self._index_file.write(INDEX_ENTRY.pack(offset, position))
             except OSError as exc:
                 self._failure = exc
                 self._cond.notify_all()
@@ -712,7 +711,7 @@ def _zeros_to_end(f: BinaryIO, position: int, file_size: int) -> bool:
 
 def _write_index_if_stale(segment: _Segment) -> None:
     """Rewrite the segment's index file unless it already holds exactly `segment.index`."""
-    expected = b"".join(_INDEX_ENTRY.pack(o, p) for o, p in segment.index)
+    expected = b"".join(INDEX_ENTRY.pack(o, p) for o, p in segment.index)
     try:
         current = segment.index_path.read_bytes()
     except FileNotFoundError:
@@ -745,4 +744,4 @@ def _cut_segment(segment: _Segment, offset: int) -> None:
     segment.size = cut
     segment.last = last
     segment.index = [e for e in segment.index if e[1] < cut]
-    segment.index_path.write_bytes(b"".join(_INDEX_ENTRY.pack(o, p) for o, p in segment.index))
+    segment.index_path.write_bytes(b"".join(INDEX_ENTRY.pack(o, p) for o, p in segment.index))

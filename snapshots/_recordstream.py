@@ -53,6 +53,7 @@ __all__ = [
     "FORMAT_VERSION",
     "FRAME_OVERHEAD_BYTES",
     "HEADER_BYTES",
+    "INDEX_ENTRY",
     "INDEX_ENTRY_BYTES",
     "MAGIC",
     "MAX_BODY_BYTES",
@@ -84,9 +85,9 @@ _HEADER = struct.Struct("<4sHHQ16s")  # 32 bytes, then the u32 CRC
 _CRC = struct.Struct("<I")
 _FRAME = struct.Struct("<II")  # length, crc32c(body)
 _BODY_PREFIX = struct.Struct("<QI")  # offset, sub-index
-_INDEX_ENTRY = struct.Struct("<QQ")  # offset, frame position (a segment's sparse index)
+INDEX_ENTRY = struct.Struct("<QQ")  # offset, frame position (a segment's sparse index)
 #: Size of one sparse-index entry (``<first-offset>.idx`` next to a change-log segment).
-INDEX_ENTRY_BYTES = _INDEX_ENTRY.size
+INDEX_ENTRY_BYTES = INDEX_ENTRY.size
 #: Bytes a frame adds around its payload (frame header + body prefix).
 FRAME_OVERHEAD_BYTES = _FRAME.size + _BODY_PREFIX.size
 _U64_MAX = 2**64 - 1
@@ -414,7 +415,7 @@ def read_index(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
         return []
     entries: list[tuple[int, int]] = []
     last_offset, last_position = -1, HEADER_BYTES - 1
-    for offset, position in _INDEX_ENTRY.iter_unpack(data[: len(data) // 16 * 16]):
+    for offset, position in INDEX_ENTRY.iter_unpack(data[: len(data) // 16 * 16]):
         if offset < last_offset or position <= last_position:
             break
         entries.append((offset, position))
