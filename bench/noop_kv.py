@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import itertools
 import signal
 import sys
@@ -33,8 +34,24 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from nameserver.server import GRPC_MAX_MESSAGE_BYTES, GRPC_MAX_PENDING_CALLS
+from nameserver.server import GRPC_MAX_MESSAGE_BYTES, GRPC_MAX_PENDING_CALLS, MethodTable
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
+
+#: every gRPC service module metaledger's server registers
+SERVICE_MODULES = tuple(
+    importlib.import_module(f"protos.{name}_pb2_grpc")
+    for name in (
+        "etcdserverpb.rpc",
+        "etcdserverpb.v3election",
+        "etcdserverpb.v3lock",
+        "metaledger.v1.admin",
+        "metaledger.v1.offsets",
+        "metaledger.v1.quotas",
+        "metaledger.v1.replica_groups",
+        "metaledger.v1.routing",
+    )
+)
+_CANNED = ("KVServicer", "MaintenanceServicer", "ClusterServicer")
 
 MEMBER_ID = 0x6E6F6F70  # "noop"
 CLUSTER_ID = 0x6B76  # "kv"
@@ -188,11 +205,27 @@ class AioCluster(rpc_pb2_grpc.ClusterServicer):
         return self.canned.member_list()
 
 
-async def serve_aio(address: str, canned: CannedKV, answer_every_s: float = 0.0) -> None:
+async def serve_aio(
+    address: str, canned: CannedKV, answer_every_s: float = 0.0, methods: str = "registered"
+) -> None:
+    """``methods``: how the handlers reach grpc.aio. "registered": as the generated code
+    registers them (KV, Maintenance, Cluster); "all-registered": every service metaledger
+    serves, registered the same way (the others unimplemented); "table": all of them behind
+    metaledger's one generic handler (:class:`nameserver.server.MethodTable`)."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    rpc_pb2_grpc.add_KVServicer_to_server(AioKV(canned, answer_every_s), server)
-    rpc_pb2_grpc.add_MaintenanceServicer_to_server(AioMaintenance(canned), server)
-    rpc_pb2_grpc.add_ClusterServicer_to_server(AioCluster(canned), server)
+    target: Any = MethodTable() if methods == "table" else server
+    rpc_pb2_grpc.add_KVServicer_to_server(AioKV(canned, answer_every_s), target)
+    rpc_pb2_grpc.add_MaintenanceServicer_to_server(AioMaintenance(canned), target)
+    rpc_pb2_grpc.add_ClusterServicer_to_server(AioCluster(canned), target)
+    if methods != "registered":
+        for module in SERVICE_MODULES:
+            for name in dir(module):
+                if name.startswith("add_") and name.endswith("Servicer_to_server"):
+                    servicer = getattr(module, name[len("add_") : -len("_to_server")])
+                    if servicer.__name__ not in _CANNED:
+                        getattr(module, name)(servicer(), target)
+    if isinstance(target, MethodTable):
+        server.add_generic_rpc_handlers((target,))
     server.add_insecure_port(address)
     await server.start()
     stop = asyncio.Event()
@@ -278,6 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="aio mode: answer Puts in groups every MS (like commit groups; 0 = at once)",
     )
+    p.add_argument(
+        "--methods",
+        choices=("registered", "all-registered", "table"),
+        default="registered",
+        help="aio mode: KV, Maintenance and Cluster registered as generated code does; or "
+        "every service metaledger serves registered that way; or all of them behind "
+        "metaledger's one generic handler (what the server does)",
+    )
     return p
 
 
@@ -303,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve_aio(address, canned, args.answer_every_ms / 1000))
+        runner.run(serve_aio(address, canned, args.answer_every_ms / 1000, args.methods))
     return 0
 
 

@@ -4,7 +4,7 @@ read barriers, offsets and replay into the change-log segments."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,20 +186,28 @@ class HeldEngine(InMemoryEngine):
     def propose(self, data: bytes, callback: Any) -> None:
         self.held.append((data, callback))
 
-    def release(self) -> int:
-        held, self.held = self.held, []
+    def release(self, count: int | None = None) -> int:
+        """Let the first ``count`` held items (all by default) commit."""
+        n = len(self.held) if count is None else count
+        held, self.held = self.held[:n], self.held[n:]
         for data, callback in held:
             super().propose(data, callback)
         return len(held)
 
 
-def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
-    from raftlog.entry import item_count
-
+def held_log(tmp_path: Path, **options: Any) -> tuple[ReplicatedLog, HeldEngine]:
     engine = HeldEngine()
     segments = SegmentLog.open(tmp_path / "log", SegmentConfig(fsync_policy="never"))
-    rlog = ReplicatedLog(engine, DictMachine(), segments, "n0", batch_window_s=1.0)
+    rlog = ReplicatedLog(engine, DictMachine(), segments, "n0", **options)
     rlog.start()
+    return rlog, engine
+
+
+Put = Callable[[bytes], "asyncio.Task[Applied]"]
+
+
+def drive(rlog: ReplicatedLog, scenario: Callable[[Put], Awaitable[None]]) -> None:
+    """Run ``scenario(put)`` on a fresh loop, then stop the log."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -207,6 +215,20 @@ def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
         def put(key: bytes) -> asyncio.Task[Applied]:
             return loop.create_task(rlog.propose([Entry("set", key, b"v")], 5.0))
 
+        await scenario(put)
+
+    try:
+        asyncio.run(main())
+    finally:
+        rlog.stop()
+
+
+def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
+    from raftlog.entry import item_count
+
+    rlog, engine = held_log(tmp_path, batch_window_s=1.0)
+
+    async def scenario(put: Put) -> None:
         a = put(b"a")  # a lone writer goes at once
         await until(lambda: len(engine.held) == 1)
         b, c = put(b"b"), put(b"c")  # wait behind a's item
@@ -230,28 +252,15 @@ def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
         engine.release()
         await e
 
-    try:
-        asyncio.run(main())
-    finally:
-        rlog.stop()
+    drive(rlog, scenario)
 
 
 def test_pipelined_items_leave_a_window_apart_up_to_max_in_flight(tmp_path: Path) -> None:
     from raftlog.entry import item_count
 
-    engine = HeldEngine()
-    segments = SegmentLog.open(tmp_path / "log", SegmentConfig(fsync_policy="never"))
-    rlog = ReplicatedLog(
-        engine, DictMachine(), segments, "n0", batch_window_s=0.05, max_in_flight=2
-    )
-    rlog.start()
+    rlog, engine = held_log(tmp_path, batch_window_s=0.05, max_in_flight=2)
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-
-        def put(key: bytes) -> asyncio.Task[Applied]:
-            return loop.create_task(rlog.propose([Entry("set", key, b"v")], 5.0))
-
+    async def scenario(put: Put) -> None:
         a = put(b"a")
         await until(lambda: len(engine.held) == 1)
         b, c = put(b"b"), put(b"c")  # a is out: these gather for one window, then go
@@ -266,7 +275,32 @@ def test_pipelined_items_leave_a_window_apart_up_to_max_in_flight(tmp_path: Path
         engine.release()
         await asyncio.gather(a, b, c, d)
 
-    try:
-        asyncio.run(main())
-    finally:
-        rlog.stop()
+    drive(rlog, scenario)
+
+
+def test_a_busy_proposer_keeps_one_item_in_flight(tmp_path: Path) -> None:
+    from raftlog.entry import item_count
+
+    rlog, engine = held_log(tmp_path, batch_window_s=0.05, max_in_flight=2, busy_item_requests=2)
+
+    async def scenario(put: Put) -> None:
+        a = put(b"a")
+        await until(lambda: len(engine.held) == 1)
+        b, c = put(b"b"), put(b"c")  # one item out, not busy: b and c pipeline behind a
+        await until(lambda: len(engine.held) == 2)
+        assert item_count(engine.held[1][0]) == 2  # a full item: the proposer is busy now
+        engine.release(1)
+        await a
+        await until(lambda: len(rlog._outstanding) == 1)
+        d = put(b"d")  # one slot is free, but a busy proposer waits for the item out
+        await until(lambda: len(rlog._pending) == 1)
+        assert rlog._window_timer is None and len(engine.held) == 1
+        engine.release()
+        await asyncio.gather(b, c)
+        await until(lambda: len(engine.held) == 1)  # d leaves after b+c committed
+        assert item_count(engine.held[0][0]) == 1
+        assert rlog._in_flight_limit() == 2  # a one-request item: pipelining again
+        engine.release()
+        await d
+
+    drive(rlog, scenario)
