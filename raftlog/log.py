@@ -54,8 +54,10 @@ DEDUP_WINDOW = 4096
 #: How many clients are remembered (least recently applied are forgotten first).
 DEDUP_CLIENTS = 10_000
 #: An item with this many requests means the proposer is busy: it then keeps one item in
-#: flight, not ``max_in_flight`` (measured: 64 clients on a 2-core machine, +10-12% puts/s
-#: and ~50 µs less server CPU per put; 16 clients keep pipelining).
+#: flight, not ``max_in_flight``, so items fill up. On a 2-core machine one item in flight
+#: always meant ~22 requests per item instead of ~13 and ~55 µs less server CPU per put at
+#: 64 clients, but 22% fewer puts/s at 16 clients (README, Performance); with this rule 16
+#: clients keep pipelining.
 BUSY_ITEM_REQUESTS = 10
 
 
