@@ -34,7 +34,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from nameserver.server import GRPC_MAX_MESSAGE_BYTES, GRPC_MAX_PENDING_CALLS, MethodTable
+from nameserver.server import GRPC_SERVER_OPTIONS as SERVER_OPTIONS
+from nameserver.server import MethodTable
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
 
 #: every gRPC service module metaledger's server registers
@@ -56,15 +57,6 @@ _CANNED = ("KVServicer", "MaintenanceServicer", "ClusterServicer")
 MEMBER_ID = 0x6E6F6F70  # "noop"
 CLUSTER_ID = 0x6B76  # "kv"
 VERSION = "noop-kv (bench/noop_kv.py)"
-# The same options metaledger's server sets, so the stick measures the server configuration
-# metaledger actually runs, not a faster default.
-SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
-    ("grpc.server.max_pending_requests", GRPC_MAX_PENDING_CALLS),
-    ("grpc.server.max_pending_requests_hard_limit", 2 * GRPC_MAX_PENDING_CALLS),
-]
 
 
 class CannedKV:

@@ -73,6 +73,20 @@ GRPC_MAX_MESSAGE_BYTES = (
 
 #: Calls that may wait for the server to take them (gRPC's default, 1,000, cancels the rest).
 GRPC_MAX_PENDING_CALLS = 20_000
+#: The client gRPC server's options (the noop measuring stick in ``bench/noop_kv.py`` uses
+#: them too, so it measures the configuration the server runs).
+GRPC_SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+    # gRPC's C core cancels (status CANCELLED, nothing logged) every call that arrives
+    # while 1,000 calls already wait for the asyncio server to pick them up: a busy event
+    # loop (a burst of writes, a large watch fan-out) turned into silently cancelled writes.
+    # Queue them instead, as etcd does; a request still waiting at its deadline times out
+    # on its own.
+    ("grpc.server.max_pending_requests", GRPC_MAX_PENDING_CALLS),
+    ("grpc.server.max_pending_requests_hard_limit", 2 * GRPC_MAX_PENDING_CALLS),
+]
 
 
 def uint64_id(text: str) -> int:
@@ -185,20 +199,7 @@ class Node:
     async def start(self) -> None:
         self.watch_hub.attach(asyncio.get_running_loop())
         self.log.start()
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", GRPC_MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-                # gRPC's C core cancels (status CANCELLED, nothing logged) every call that
-                # arrives while 1,000 calls already wait for the asyncio server to pick them
-                # up: a busy event loop (a burst of writes, a large watch fan-out) turned
-                # into silently cancelled writes. Queue them instead, as etcd does; a
-                # request still waiting at its deadline times out on its own.
-                ("grpc.server.max_pending_requests", GRPC_MAX_PENDING_CALLS),
-                ("grpc.server.max_pending_requests_hard_limit", 2 * GRPC_MAX_PENDING_CALLS),
-            ]
-        )
+        server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         table = MethodTable()
         rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), table)
         rpc_pb2_grpc.add_LeaseServicer_to_server(LeaseService(self.ctx, self.leases), table)
