@@ -123,8 +123,9 @@ class Node:
             "snapshot_every_items": config.snapshot_every_items,
         }
         engine: MemberEngine
+        shared = config.consensus == "native" and config.consensus_loop == "shared"
         if config.consensus == "native":
-            engine = NativeEngine(NativeConfig(**common))
+            engine = NativeEngine(NativeConfig(**common, shared_loop=shared))
         else:
             engine = PySyncObjEngine(PySyncObjConfig(**common))
         store = FileSnapshotStore(os.path.join(config.data_dir, "snap"), keep=config.snapshot_keep)
@@ -139,6 +140,7 @@ class Node:
             config.node_id,
             batch_window_s=config.batch_window_ms / 1000,
             max_in_flight=config.items_in_flight,
+            apply_on_loop=shared,
         )
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(

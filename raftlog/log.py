@@ -59,6 +59,17 @@ DEDUP_CLIENTS = 10_000
 #: 64 clients, but 22% fewer puts/s at 16 clients (README, Performance); with this rule 16
 #: clients keep pipelining.
 BUSY_ITEM_REQUESTS = 10
+#: Under load a consensus item gathers requests for this long per request waiting at once
+#: (the most seen over the last one or two ``PEAK_PERIOD_S``), from ``WINDOW_FLOOR_S`` up
+#: to the server's ``batch_window_ms``: the floor at 16 clients, ~6 ms at 64. Measured on
+#: 2 cores (README, Performance): fixed windows were best at 2-3 ms for 16 clients and at
+#: 6 ms for 64; how many requests wait at once tells the two apart, item sizes did not.
+WINDOW_PER_REQUEST_S = 0.00011
+PEAK_PERIOD_S = 0.2
+#: Never shorter: a short window makes small items, whose CPU per request then keeps the
+#: load from filling them (windows sized by the last item's size stayed short that way,
+#: at a third of the throughput).
+WINDOW_FLOOR_S = 0.003
 
 
 @contextlib.contextmanager
@@ -211,7 +222,14 @@ class ReplicatedLog:
         batch_window_s: float = 0.002,
         max_in_flight: int = 1,
         busy_item_requests: int = BUSY_ITEM_REQUESTS,
+        apply_on_loop: bool = False,
+        window_per_request_s: float = WINDOW_PER_REQUEST_S,
     ) -> None:
+        """``apply_on_loop``: when the engine reports commits on the event loop this log
+        was started on (:class:`~raftlog.native_engine.NativeEngine` with ``shared_loop``),
+        apply them right there instead of handing them to the apply thread, which then
+        only takes what must not block the loop (installing a snapshot) and what queues
+        behind it."""
         self._engine = engine
         self._sm = state_machine
         self._segments = segments
@@ -225,6 +243,12 @@ class ReplicatedLog:
         self._window_elapsed = False  # a window closed while max_in_flight items were out
         self._last_item_requests = 0  # requests in the item last sent (load detector)
         self._window_timer: asyncio.TimerHandle | None = None
+        self._window_per_request_s = window_per_request_s
+        # the most requests waiting at once in this period and the one before: how many
+        # clients keep requests coming (a long window only helps when there are many)
+        self._waiting_peak = 0
+        self._waiting_peak_before = 0
+        self._peak_period_ends = 0.0
         # group commit (touched on the proposers' loop only)
         self._pending: list[tuple[bytes, tuple[str, int]]] = []
         self._pending_bytes = 0
@@ -257,6 +281,12 @@ class ReplicatedLog:
         self._sessions: OrderedDict[str, OrderedDict[int, int]] = OrderedDict()
         self._apply_thread: threading.Thread | None = None
         self._apply_error: BaseException | None = None
+        self._apply_on_loop = apply_on_loop
+        self._loop_thread: int | None = None  # the thread of the loop start() ran on
+        # items and markers handed to the apply thread and not yet done with; while there
+        # are any, later ones queue behind them (order), else the loop applies inline
+        self._backlog = 0
+        self._backlog_lock = threading.Lock()
         # apply-offset waiters, touched on their loops only
         self._offset_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._offset_lock = threading.Lock()
@@ -267,6 +297,10 @@ class ReplicatedLog:
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
+        if self._apply_on_loop:
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop()
+                self._loop_thread = threading.get_ident()
         self._apply_thread = threading.Thread(target=self._run_apply, name="apply", daemon=True)
         self._apply_thread.start()
         self._engine.start(self._on_commit, self if self._snapshot_sink is not None else None)
@@ -334,6 +368,9 @@ class ReplicatedLog:
         key = (cid, s)
         fut = self._wait.register(key)
         loop = self._loop = asyncio.get_running_loop()
+        waiting = len(self._wait)
+        if waiting > self._waiting_peak:
+            self._waiting_peak = waiting
         self._pending.append((data, key))
         self._pending_bytes += len(data)
         if self._window_timer is None:
@@ -381,6 +418,9 @@ class ReplicatedLog:
             if err is not None:
                 for key in keys:
                     self._wait.fail(key, err)
+            if asyncio._get_running_loop() is loop:  # an engine on our own loop
+                loop.call_soon(self._on_item_done, item_seq)
+                return
             try:
                 loop.call_soon_threadsafe(self._on_item_done, item_seq)
             except RuntimeError:  # loop closed
@@ -424,8 +464,22 @@ class ReplicatedLog:
         return self._max_in_flight
 
     def _open_window(self) -> None:
-        assert self._loop is not None
-        self._window_timer = self._loop.call_later(self._batch_window_s, self._window_closed)
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        if now >= self._peak_period_ends:
+            self._waiting_peak_before, self._waiting_peak = self._waiting_peak, len(self._wait)
+            self._peak_period_ends = now + PEAK_PERIOD_S
+        self._window_timer = loop.call_later(self._window_s(), self._window_closed)
+
+    def _window_s(self) -> float:
+        """How long the next item gathers: in proportion to the load (the requests the last
+        item carried, or those waiting now), up to ``batch_window_s``. Busier means longer:
+        fuller items cost less CPU per request on every node; lighter load means shorter,
+        for latency (the rule is measured in the README's Performance section)."""
+        load = max(self._waiting_peak, self._waiting_peak_before)
+        floor = min(self._batch_window_s, WINDOW_FLOOR_S)
+        return min(self._batch_window_s, max(floor, self._window_per_request_s * load))
 
     def _window_closed(self) -> None:
         self._window_timer = None
@@ -551,7 +605,11 @@ class ReplicatedLog:
         """Engine thread: snapshot the state as of the last item handed over (cheap)."""
         self._snapshot_state = "writing"
         self._bytes_since_snapshot = 0
-        self._queue.put(_Marker("take", raft_index, engine_meta, self._enqueued_offset))
+        marker = _Marker("take", raft_index, engine_meta, self._enqueued_offset)
+        if self._apply_here():
+            self._on_marker(marker)  # a capture and a thread start: cheap
+        else:
+            self._enqueue(marker)
 
     def snapshot_state(self) -> str:
         return self._snapshot_state
@@ -566,7 +624,8 @@ class ReplicatedLog:
         last_offset, engine_meta = sink.header(kept)  # the apply thread reads the rest
         self._enqueued_offset = last_offset
         self._installed_offset = max(self._installed_offset, last_offset)
-        self._queue.put(_Marker("load", 0, b"", last_offset, kept))
+        # always the apply thread: reading a big snapshot must not stall the event loop
+        self._enqueue(_Marker("load", 0, b"", last_offset, kept))
         return engine_meta
 
     def _on_marker(self, marker: _Marker) -> None:
@@ -661,7 +720,10 @@ class ReplicatedLog:
         # Consensus thread: number the item's requests and enqueue; nothing more.
         first = self._enqueued_offset + 1
         self._enqueued_offset += item_count(data)
-        self._queue.put((first, term, data))
+        if self._apply_here():
+            self._apply_inline((first, term, data))
+        else:
+            self._enqueue((first, term, data))
         if self._snapshot_every_bytes:
             self._bytes_since_snapshot += len(data)
             if (
@@ -671,6 +733,32 @@ class ReplicatedLog:
                 self._bytes_since_snapshot = 0
                 self._engine.force_snapshot()
 
+    def _apply_here(self) -> bool:
+        """Apply on the calling thread: it runs the log's loop, nothing waits in the apply
+        thread's queue, and the apply path has not died."""
+        return (
+            self._loop_thread is not None
+            and self._backlog == 0
+            and self._apply_error is None
+            and threading.get_ident() == self._loop_thread
+        )
+
+    def _apply_inline(self, item: tuple[int, int, bytes]) -> None:
+        try:
+            self._apply_group([item])
+        except BaseException as exc:  # a bug: stop applying, as a dead apply thread would
+            self._apply_error = exc
+            log.exception("apply failed at offset %d; this node applies nothing more", item[0])
+
+    def _enqueue(self, item: tuple[int, int, bytes] | _Marker) -> None:
+        with self._backlog_lock:
+            self._backlog += 1
+        self._queue.put(item)
+
+    def _done(self, count: int) -> None:
+        with self._backlog_lock:
+            self._backlog -= count
+
     def _run_apply(self) -> None:
         try:
             while True:
@@ -679,6 +767,7 @@ class ReplicatedLog:
                     return
                 if isinstance(item, _Marker):
                     self._on_marker(item)
+                    self._done(1)
                     continue
                 group = [item]
                 pending_marker: _Marker | None = None
@@ -697,6 +786,8 @@ class ReplicatedLog:
                 self._apply_group(group)
                 if pending_marker is not None:
                     self._on_marker(pending_marker)
+                # only now may the loop apply inline again: everything before is applied
+                self._done(len(group) + (pending_marker is not None))
         except BaseException as exc:  # pragma: no cover - a bug; keep it visible
             self._apply_error = exc
             log.exception("apply thread died")
@@ -788,9 +879,14 @@ class ReplicatedLog:
             if not ready:
                 return
             self._offset_waiters = [(o, f) for o, f in self._offset_waiters if o > applied]
+        running = asyncio._get_running_loop()
         for _, fut in ready:
+            loop = fut.get_loop()
+            if loop is running:
+                _set_done(fut)
+                continue
             try:
-                fut.get_loop().call_soon_threadsafe(_set_done, fut)
+                loop.call_soon_threadsafe(_set_done, fut)
             except RuntimeError:
                 pass
 

@@ -4,11 +4,13 @@ What it does differently from the PySyncObj engine, and why (``research/python-c
 
 * **Durable**: every group of entries is fdatasynced before a follower acknowledges it or
   the leader counts itself (:mod:`raftlog.raft_wal`); PySyncObj never syncs its journal.
-* **Cheap per item**: one thread runs an asyncio loop (uvloop when installed) that owns the
-  core; it turns everything that arrived in one loop pass into one flush: append messages
-  to the followers first, then one write + fdatasync, then acknowledgements, then the
-  committed entries to the apply thread. Peer messages are struct-packed frames over one
-  long-lived TCP connection per direction, never pickled.
+* **Cheap per item**: one asyncio loop owns the core: the server's own gRPC loop
+  (``shared_loop``, the server's default: no thread hand-off per item; the log applies
+  the committed entries right there) or a thread and uvloop of the engine's own. Whatever
+  arrived in one loop pass becomes one flush: append messages to the followers first,
+  then one write + fdatasync, then acknowledgements, then the committed entries to the
+  sink. Peer messages are struct-packed frames over one long-lived TCP connection per
+  direction, never pickled.
 * **Authenticated peers**: a connection starts with a challenge (16 random bytes) that the
   dialer answers with HMAC-SHA256(cluster password, challenge + its address). Nothing on
   the wire is unpickled, so the password is about who may join, not code execution; the
@@ -90,12 +92,24 @@ class NativeConfig(EngineConfig):
     snapshot_margin_items: int = 1000
     #: a proposal made while no leader is known waits this long for one
     wait_leader_ms: int = 5000
+    #: run on the event loop that calls :meth:`NativeEngine.start` (the server's gRPC loop)
+    #: instead of a thread and loop of its own: no hand-off between threads (and no GIL
+    #: ping-pong) per consensus item, at the price of the log's fdatasync running on that
+    #: loop. Without a running loop at start the engine takes its own thread anyway.
+    shared_loop: bool = False
 
 
 def _mac(password: str | None, nonce: bytes, address: str) -> bytes:
     if not password:
         return bytes(32)
     return hmac.new(password.encode(), nonce + address.encode(), hashlib.sha256).digest()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _Peer:
@@ -140,6 +154,8 @@ class NativeEngine:
         self._stopping = False
         self._started = threading.Event()
         self._start_error: BaseException | None = None
+        self._loop_thread: int | None = None  # shared mode: the thread running our loop
+        self._serve_task: asyncio.Task[None] | None = None
 
     @property
     def dump_file(self) -> str:
@@ -184,11 +200,37 @@ class NativeEngine:
                 f"{cfg.journal_dir}: the Raft log does not continue the snapshot "
                 f"{self.dump_file} (index {snap_index}): {exc}"
             ) from None
+        running = _running_loop() if cfg.shared_loop else None
+        if running is not None:
+            try:
+                self._start_on(running)
+            except BaseException:
+                wal.close()
+                raise
+            return
         self._thread = threading.Thread(target=self._run, name="raft", daemon=True)
         self._thread.start()
         self._started.wait(30)
         if self._start_error is not None:
             raise self._start_error
+
+    def _start_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Shared mode: listen now (so a taken port fails ``start``), serve on ``loop``."""
+        host, _, port = self._me.rpartition(":")
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, int(port)), family=family)
+        sock.setblocking(False)
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+        async def serve() -> None:
+            self._server = await asyncio.start_server(self._on_inbound, sock=sock)
+
+        self._serve_task = loop.create_task(serve())
+        loop.call_soon(self._deliver)  # what the log says was committed before a restart
+        loop.call_soon(self._tick)
+        self._started.set()
 
     def _run(self) -> None:
         try:
@@ -221,7 +263,24 @@ class NativeEngine:
 
     def stop(self) -> None:
         loop, thread = self._loop, self._thread
-        if loop is None or thread is None or self._stopping:
+        if loop is None or self._stopping:
+            return
+        if thread is None:  # shared mode
+            self._stopping = True
+            if self._loop_thread == threading.get_ident() or not loop.is_running():
+                self._stop_shared()
+            else:  # from another thread: close on the loop, then the log
+                done = threading.Event()
+
+                def stop_there() -> None:
+                    self._stop_shared()
+                    done.set()
+
+                loop.call_soon_threadsafe(stop_there)
+                done.wait(10)
+            if self._wal is not None:
+                self._wal.close()
+            self._sink = None
             return
         self._stopping = True
         with contextlib.suppress(RuntimeError):
@@ -230,6 +289,21 @@ class NativeEngine:
         if self._wal is not None:
             self._wal.close()
         self._sink = None
+
+    def _stop_shared(self) -> None:
+        """Close what is ours at once; the cancelled tasks finish on the loop's next turns."""
+        if self._serve_task is not None:
+            self._serve_task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for peer in self._peers.values():
+            for task in (peer.task, peer.snapshot_task):
+                if task is not None:
+                    task.cancel()
+            if peer.writer is not None:
+                peer.writer.close()
+        for w in list(self._inbound):
+            w.close()
 
     async def _shutdown(self) -> None:
         if self._server is not None:
@@ -251,6 +325,9 @@ class NativeEngine:
         loop = self._loop
         if loop is None or self._stopping:
             return False
+        if self._loop_thread == threading.get_ident():
+            loop.call_soon(fn, *args)  # shared mode, from the loop itself: no wake-up write
+            return True
         try:
             loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:
@@ -341,6 +418,8 @@ class NativeEngine:
         return self._core
 
     def _kick(self) -> None:
+        if self._stopping:
+            return
         if not self._flush_scheduled and not self._in_flush and self._loop is not None:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -453,6 +532,8 @@ class NativeEngine:
     # ------------------------------------------------------------------ the flush
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._stopping:
+            return  # shared mode: a flush scheduled before stop() closed the log
         self._in_flush = True
         core = self.core
         now = time.monotonic()

@@ -43,7 +43,11 @@ class Wait:
                 fut = self._waiters.pop(key, None)
                 if fut is not None:
                     by_loop[fut.get_loop()].append((fut, value))
+        running = asyncio._get_running_loop()  # applied on a waiters' loop: settle now
         for loop, items in by_loop.items():
+            if loop is running:
+                _settle(items)
+                continue
             try:
                 loop.call_soon_threadsafe(_settle, items)
             except RuntimeError:  # loop closed: nobody is waiting any more

@@ -48,6 +48,7 @@ _OPTIONAL_FIELDS = {
     "batch_window_ms": "batch_window_ms",
     "consensus": "consensus",
     "items_in_flight": "items_in_flight",
+    "consensus_loop": "consensus_loop",
 }
 
 
@@ -180,6 +181,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help=f"consensus engine: native (default; fsynced Raft log) or pysyncobj (env {CONSENSUS_ENV})",
     )
     p.add_argument(
+        "--consensus-loop",
+        choices=("shared", "thread"),
+        help="native engine on the gRPC event loop (shared, default) or its own thread",
+    )
+    p.add_argument(
         "--items-in-flight",
         type=int,
         metavar="N",
@@ -189,7 +195,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--batch-window-ms",
         type=float,
         metavar="MS",
-        help="under load, gather requests MS into one consensus item (default 4; 0 = no wait)",
+        help="under load, gather requests up to MS into one consensus item (default 6; "
+        "the window grows with the requests waiting, from 3 ms; 0 = no wait)",
     )
     p.add_argument(
         "--initial-cluster-token",

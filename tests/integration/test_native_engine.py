@@ -9,9 +9,13 @@ refuses a data dir written by the other engine.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,3 +202,84 @@ def test_each_engine_refuses_the_other_engines_data_dir(tmp_path: Path) -> None:
     pso = PySyncObjEngine(PySyncObjConfig("n0", peers, str(native_dir)))
     with pytest.raises(ConfigError, match=r"consensus.*native"):
         pso.start(lambda i, t, d: None)
+
+
+class LoopNode(Node):
+    """A node whose engine runs on an event loop it shares (``shared_loop``), the way the
+    server runs it on its gRPC loop: the loop has a thread of its own here."""
+
+    def __init__(self, cfg: NativeConfig) -> None:
+        super().__init__(dataclasses.replace(cfg, shared_loop=True))
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="server-loop")
+        self.thread.start()
+        self.sink_threads: set[int] = set()
+
+    def sink(self, index: int, term: int, data: bytes) -> None:
+        self.sink_threads.add(threading.get_ident())
+        super().sink(index, term, data)
+
+    def on_loop(self, fn: Any) -> Any:
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
+
+    def start(self) -> None:
+        self.on_loop(lambda: self.engine.start(self.sink))
+
+    def restart(self) -> None:
+        self.on_loop(self.engine.stop)
+        self.items = []
+        self.engine = NativeEngine(self.cfg)
+        self.start()
+
+    def close(self) -> None:
+        self.on_loop(self.engine.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def test_engines_on_shared_loops_replicate_replay_and_stop(tmp_path: Path) -> None:
+    """``shared_loop``: no thread of the engine's own; commits reach the sink on the loop
+    that started it; forwarding, restart replay and stop work as with a thread."""
+    raft_threads_before = {t for t in threading.enumerate() if t.name == "raft"}
+    ns = [LoopNode(n.cfg) for n in make_nodes(tmp_path, ["s3cret"] * 3)]
+    try:
+        for n in ns:
+            n.start()
+        assert {t for t in threading.enumerate() if t.name == "raft"} == raft_threads_before
+        leader = leader_of(ns)
+        followers = [n for n in ns if n is not leader]
+        for i in range(20):
+            propose([leader, *followers][i % 3], b"s%d" % i)  # from another thread: safe
+        wait_until(lambda: all(len(n.items) == 20 for n in ns), 10, "items did not reach all")
+        assert ns[0].items == ns[1].items == ns[2].items
+        for n in ns:
+            assert n.sink_threads == {n.thread.ident}
+        victim = followers[0]
+        victim.restart()
+        wait_until(lambda: len(victim.items) == 20, 10, "the restarted node did not replay")
+        propose(victim, b"after")
+        wait_until(lambda: all(n.data()[-1:] == [b"after"] for n in ns), 10, "not replicated")
+    finally:
+        for n in ns:
+            n.close()
+
+
+def test_a_shared_loop_engine_fails_start_on_a_taken_port(tmp_path: Path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    cfg = NativeConfig("n0", {"n0": f"127.0.0.1:{port}"}, str(tmp_path / "n0"), shared_loop=True)
+    node = LoopNode(cfg)
+    try:
+        with pytest.raises(OSError):
+            node.start()
+    finally:
+        holder.close()
+        node.loop.call_soon_threadsafe(node.loop.stop)
+        node.thread.join(10)
+        node.loop.close()

@@ -4,6 +4,7 @@ read barriers, offsets and replay into the change-log segments."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -226,7 +227,7 @@ def drive(rlog: ReplicatedLog, scenario: Callable[[Put], Awaitable[None]]) -> No
 def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
     from raftlog.entry import item_count
 
-    rlog, engine = held_log(tmp_path, batch_window_s=1.0)
+    rlog, engine = held_log(tmp_path, batch_window_s=1.0, window_per_request_s=1.0)
 
     async def scenario(put: Put) -> None:
         a = put(b"a")  # a lone writer goes at once
@@ -302,5 +303,115 @@ def test_a_busy_proposer_keeps_one_item_in_flight(tmp_path: Path) -> None:
         assert rlog._in_flight_limit() == 2  # a one-request item: pipelining again
         engine.release()
         await d
+
+    drive(rlog, scenario)
+
+
+class ThreadNotingMachine(DictMachine):
+    """DictMachine that notes which thread applied each key and can install a 'snapshot'
+    (``load``), which blocks until the test opens ``gate``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.applied_on: dict[bytes, int] = {}
+        self.order: list[bytes] = []
+        self.gate = threading.Event()
+        self.loading = threading.Event()
+
+    def apply(self, offset: int, term: int, entries: Sequence[Entry]) -> tuple[list[Effect], Any]:
+        for e in entries:
+            self.applied_on[e.key] = threading.get_ident()
+            self.order.append(e.key)
+        return super().apply(offset, term, entries)
+
+    def load(self, last_offset: int, last_term: int, records: Any) -> list[Effect]:
+        self.loading.set()
+        assert self.gate.wait(5)
+        self.order.append(b"<snapshot>")
+        self._last = last_offset
+        return []
+
+    def capture(self) -> Any:
+        return None
+
+
+class GatedSink:
+    """The parts of a SnapshotSink that installing a snapshot from the leader uses."""
+
+    def __init__(self, last_offset: int) -> None:
+        self.last_offset = last_offset
+
+    def adopt(self, path: str) -> str:
+        return path
+
+    def header(self, path: str) -> tuple[int, bytes]:
+        return self.last_offset, b"{}"
+
+    def read(self, path: str) -> tuple[int, int, bytes, list[Any]]:
+        return self.last_offset, 1, b"{}", []
+
+
+def test_apply_on_loop_applies_inline_and_queues_behind_an_install(tmp_path: Path) -> None:
+    """With ``apply_on_loop``, commits reported on the log's loop are applied right there;
+    while a snapshot install runs on the apply thread, later commits queue behind it (in
+    order) and the loop applies inline again once that backlog is done."""
+    sm = ThreadNotingMachine()
+    engine = InMemoryEngine()
+    segments = SegmentLog.open(tmp_path / "log", SegmentConfig(fsync_policy="never"))
+    rlog = ReplicatedLog(engine, sm, segments, "n0", apply_on_loop=True)
+    rlog.enable_snapshots(GatedSink(last_offset=10), 0)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        rlog.start()  # on the loop: commits arriving on this thread are applied here
+        here = threading.get_ident()
+        await rlog.propose([Entry("set", b"a", b"1")], 5.0)
+        assert sm.applied_on[b"a"] == here
+
+        # a snapshot arrives from the leader (engine thread == this loop): the install
+        # goes to the apply thread, and what commits meanwhile queues behind it
+        rlog.snapshot_load("snap")
+        await asyncio.to_thread(sm.loading.wait, 5)
+        b = asyncio.ensure_future(rlog.propose([Entry("set", b"b", b"2")], 5.0))
+        await until(lambda: rlog._backlog == 2)  # the install and b's item
+        assert b"b" not in sm.applied_on and not b.done()
+        sm.gate.set()
+        applied_b = await b
+        assert sm.applied_on[b"b"] != here  # the apply thread took it, after the install
+        assert applied_b.offset == 11  # numbered after the snapshot's last offset
+        await until(lambda: rlog._backlog == 0)
+
+        await rlog.propose([Entry("set", b"c", b"3")], 5.0)
+        assert sm.applied_on[b"c"] == here  # backlog done: inline again
+        assert sm.order == [b"a", b"<snapshot>", b"b", b"c"]
+        assert rlog.apply_offset == 12
+
+    try:
+        asyncio.run(main())
+    finally:
+        rlog.stop()
+
+
+def test_busier_proposers_gather_longer(tmp_path: Path) -> None:
+    """The batch window grows with the most requests waiting at once: the floor for a
+    few clients, up to ``batch_window_s`` for many."""
+    from raftlog.log import WINDOW_FLOOR_S, WINDOW_PER_REQUEST_S
+
+    rlog, engine = held_log(tmp_path, batch_window_s=0.006)
+
+    async def scenario(put: Put) -> None:
+        first = put(b"a")
+        await until(lambda: len(engine.held) == 1)
+        assert rlog._window_s() == WINDOW_FLOOR_S  # one request waiting: the floor
+        few = [put(b"k%d" % i) for i in range(int(WINDOW_FLOOR_S / WINDOW_PER_REQUEST_S) + 10)]
+        await until(lambda: len(rlog._pending) == len(few))
+        expected = min(0.006, WINDOW_PER_REQUEST_S * (len(few) + 1))
+        assert rlog._window_s() == pytest.approx(expected)
+        many = [put(b"m%d" % i) for i in range(100)]
+        await until(lambda: len(rlog._pending) == len(few) + len(many))
+        assert rlog._window_s() == 0.006  # capped
+        while engine.held or rlog._pending:
+            engine.release()
+            await asyncio.sleep(0.001)
+        await asyncio.gather(first, *few, *many)
 
     drive(rlog, scenario)
