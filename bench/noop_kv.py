@@ -31,6 +31,10 @@ from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
+# isort: off
+import nameserver  # noqa: F401  (before grpc: gRPC core's environment, as the server has it)
+
+# isort: on
 import grpc
 import grpc.aio
 

@@ -8,3 +8,7 @@ import os as _os
 # off unless the environment asks for them. Set before any module of this package imports
 # grpc (gRPC core reads it once, when it starts).
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+# gRPC core's alternative completion-queue pollset: 5-8% less server CPU per call here
+# (README, Performance: the noop server and a 3-node cluster at 64 clients, interleaved).
+_os.environ.setdefault("GRPC_EXPERIMENTS", "pollset_alternative")
