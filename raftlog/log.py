@@ -283,6 +283,11 @@ class ReplicatedLog:
         self._apply_error: BaseException | None = None
         self._apply_on_loop = apply_on_loop
         self._loop_thread: int | None = None  # the thread of the loop start() ran on
+        self._apply_loop: asyncio.AbstractEventLoop | None = None
+        # committed on the loop, applied by the next callback as one group (a follower
+        # catching up gets hundreds of items in one engine pass: one publish, not hundreds)
+        self._inline: list[tuple[int, int, bytes]] = []
+        self._inline_scheduled = False
         # items and markers handed to the apply thread and not yet done with; while there
         # are any, later ones queue behind them (order), else the loop applies inline
         self._backlog = 0
@@ -299,7 +304,7 @@ class ReplicatedLog:
     def start(self) -> None:
         if self._apply_on_loop:
             with contextlib.suppress(RuntimeError):
-                asyncio.get_running_loop()
+                self._apply_loop = asyncio.get_running_loop()
                 self._loop_thread = threading.get_ident()
         self._apply_thread = threading.Thread(target=self._run_apply, name="apply", daemon=True)
         self._apply_thread.start()
@@ -607,6 +612,7 @@ class ReplicatedLog:
         self._bytes_since_snapshot = 0
         marker = _Marker("take", raft_index, engine_meta, self._enqueued_offset)
         if self._apply_here():
+            self._apply_inline()  # what committed before the marker, first
             self._on_marker(marker)  # a capture and a thread start: cheap
         else:
             self._enqueue(marker)
@@ -625,6 +631,8 @@ class ReplicatedLog:
         self._enqueued_offset = last_offset
         self._installed_offset = max(self._installed_offset, last_offset)
         # always the apply thread: reading a big snapshot must not stall the event loop
+        if self._inline:
+            self._apply_inline()  # the items committed before it go first
         self._enqueue(_Marker("load", 0, b"", last_offset, kept))
         return engine_meta
 
@@ -721,7 +729,11 @@ class ReplicatedLog:
         first = self._enqueued_offset + 1
         self._enqueued_offset += item_count(data)
         if self._apply_here():
-            self._apply_inline((first, term, data))
+            self._inline.append((first, term, data))
+            if not self._inline_scheduled:
+                assert self._apply_loop is not None
+                self._inline_scheduled = True
+                self._apply_loop.call_soon(self._apply_inline)
         else:
             self._enqueue((first, term, data))
         if self._snapshot_every_bytes:
@@ -743,12 +755,20 @@ class ReplicatedLog:
             and threading.get_ident() == self._loop_thread
         )
 
-    def _apply_inline(self, item: tuple[int, int, bytes]) -> None:
-        try:
-            self._apply_group([item])
-        except BaseException as exc:  # a bug: stop applying, as a dead apply thread would
-            self._apply_error = exc
-            log.exception("apply failed at offset %d; this node applies nothing more", item[0])
+    def _apply_inline(self) -> None:
+        """Apply what committed on the loop so far, in groups of ``apply_batch_max``."""
+        self._inline_scheduled = False
+        while self._inline and self._apply_error is None:
+            group = self._inline[: self._apply_batch_max]
+            del self._inline[: len(group)]
+            try:
+                self._apply_group(group)
+            except BaseException as exc:  # a bug: stop applying, as a dead apply thread would
+                self._apply_error = exc
+                self._inline.clear()
+                log.exception(
+                    "apply failed at offsets %d..; this node applies nothing more", group[0][0]
+                )
 
     def _enqueue(self, item: tuple[int, int, bytes] | _Marker) -> None:
         with self._backlog_lock:

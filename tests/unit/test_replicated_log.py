@@ -317,6 +317,11 @@ class ThreadNotingMachine(DictMachine):
         self.order: list[bytes] = []
         self.gate = threading.Event()
         self.loading = threading.Event()
+        self.publishes = 0
+
+    def publish(self) -> None:
+        self.publishes += 1
+        super().publish()
 
     def apply(self, offset: int, term: int, entries: Sequence[Entry]) -> tuple[list[Effect], Any]:
         for e in entries:
@@ -415,3 +420,31 @@ def test_busier_proposers_gather_longer(tmp_path: Path) -> None:
         await asyncio.gather(first, *few, *many)
 
     drive(rlog, scenario)
+
+
+def test_items_committed_in_one_engine_pass_are_applied_as_one_group(tmp_path: Path) -> None:
+    """A follower catching up gets many items in one pass of its engine: on the loop they
+    are applied by one callback after it, published once."""
+    from raftlog.entry import encode_item, encode_request
+
+    sm = ThreadNotingMachine()
+    engine = InMemoryEngine()
+    segments = SegmentLog.open(tmp_path / "log", SegmentConfig(fsync_policy="never"))
+    rlog = ReplicatedLog(engine, sm, segments, "n0", apply_on_loop=True)
+
+    async def main() -> None:
+        rlog.start()
+        items = [
+            encode_item([encode_request([Entry("set", b"k%d" % i, b"v")], "c", i + 1, 0)])
+            for i in range(5)
+        ]
+        for index, data in enumerate(items, 1):
+            rlog._on_commit(index, 1, data)  # what the engine does in one pass
+        assert sm.order == []  # not yet: after the pass
+        await until(lambda: rlog.apply_offset == 5)
+        assert sm.order == [b"k%d" % i for i in range(5)] and sm.publishes == 1
+
+    try:
+        asyncio.run(main())
+    finally:
+        rlog.stop()
