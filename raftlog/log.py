@@ -478,10 +478,11 @@ class ReplicatedLog:
         self._window_timer = loop.call_later(self._window_s(), self._window_closed)
 
     def _window_s(self) -> float:
-        """How long the next item gathers: in proportion to the load (the requests the last
-        item carried, or those waiting now), up to ``batch_window_s``. Busier means longer:
-        fuller items cost less CPU per request on every node; lighter load means shorter,
-        for latency (the rule is measured in the README's Performance section)."""
+        """How long the next item gathers: in proportion to the most requests waiting at
+        once lately (``WINDOW_PER_REQUEST_S``), from ``WINDOW_FLOOR_S`` up to
+        ``batch_window_s``. More clients means longer: fuller items cost less CPU per
+        request on every node; fewer means shorter, for latency (the rule is measured in
+        the README's Performance section)."""
         load = max(self._waiting_peak, self._waiting_peak_before)
         floor = min(self._batch_window_s, WINDOW_FLOOR_S)
         return min(self._batch_window_s, max(floor, self._window_per_request_s * load))
@@ -725,7 +726,8 @@ class ReplicatedLog:
 
     # ---------------------------------------------------------------- apply
     def _on_commit(self, index: int, term: int, data: bytes) -> None:
-        # Consensus thread: number the item's requests and enqueue; nothing more.
+        # Engine thread: number the item's requests and hand them to apply: the apply
+        # thread, or (engine on our loop, nothing queued) a callback right after this pass.
         first = self._enqueued_offset + 1
         self._enqueued_offset += item_count(data)
         if self._apply_here():

@@ -297,7 +297,15 @@ def test_serve_defaults_come_from_server_config() -> None:
     assert (config.listen_client, config.listen_peer) == ("127.0.0.1:9877", "127.0.0.1:9878")
     assert (config.listen_remoting, config.listen_metrics) == ("127.0.0.1:9876", "127.0.0.1:9879")
     assert config.cluster_password is None
+    assert config.consensus_loop == "shared"
     config.validate()
+
+
+def test_a_consensus_loop_other_than_shared_or_thread_is_refused_naming_the_field() -> None:
+    from nameserver.config import ConfigError, ServerConfig
+
+    with pytest.raises(ConfigError, match=r"^consensus_loop: 'both': must be shared or thread"):
+        ServerConfig(node_id="n0", data_dir="/d", consensus_loop="both").validate()
 
 
 def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -314,9 +322,11 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         "--advertise-client=10.0.0.2:2379",
         "--fsync-policy=always",
         "--batch-window-ms=0.5",
+        "--consensus-loop=thread",
         "--log-level=debug",
     )
     config = serve.build_config(args)
+    assert config.consensus_loop == "thread"
     assert config.node_id == "n1" and config.data_dir == "/d/n1"
     assert config.initial_cluster == {"n0": "10.0.0.1:2380", "n1": "10.0.0.2:2380"}
     assert config.cluster_password == "s3cret"
