@@ -8,7 +8,9 @@ For each system in turn (never two at once): start a 3-member cluster on free lo
 with temporary data dirs (etcd from ``/usr/bin/etcd``; metaledger with ``metaledger cluster
 up``), find its leader (``etcdctl endpoint status``; Admin.Status), run every row with
 ``bench.loadgen`` in its own process against the leader (or all members with ``--target all``),
-then stop the cluster by PID (SIGTERM, then SIGKILL after 10 s). The results go to
+then stop the cluster by PID (SIGTERM, then SIGKILL after 10 s). With ``--interleave`` every
+system is started first and each row runs on each system in turn while the others idle, so
+that a ratio comes from adjacent runs, not runs minutes apart on a drifting machine. The results go to
 ``bench/results/compare_etcd-<date>.json`` and ``.md`` with the machine's description. The
 whole run is bounded (``--max-total``, SIGALRM) and stops everything it started on any exit.
 
@@ -544,7 +546,12 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         f"3 members each on 127.0.0.1 (the noop systems: 1 process); load: `bench.loadgen` "
         f"(grpc.aio, one request in flight per client), {report['warmup_s']:g} s warm-up, "
         f"{report['duration_s']:g} s measured, {report['value_size']} B values, "
-        f"target: {report['target']}.",
+        f"target: {report['target']}"
+        + (
+            "; interleaved: all systems up at once, each row run on each system in turn."
+            if report.get("interleaved")
+            else "; one system at a time."
+        ),
         "Ratio a / b = a's ops/s ÷ b's. `grpc-*-noop` = `bench.noop_kv`, a gRPC server whose "
         "handlers return canned answers: the ceiling of a Python gRPC server on this machine. "
         "CPU per op: client process / sum of the servers. TCP segments per op: client→server and "
@@ -607,6 +614,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--max-total", type=float, help="seconds for everything (default: computed)")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="start every system first, then run each row on each system in turn (the "
+        "systems idle while another is measured): a ratio from runs minutes apart is at "
+        "the mercy of a shared machine's drift, one from adjacent runs less so",
+    )
     return p
 
 
@@ -661,33 +675,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         "systems": {},
         "rows": [{"row": r.name} for r in args.rows],
     }
+    report["interleaved"] = args.interleave
     workdir = Path(tempfile.mkdtemp(prefix="compare_etcd-"))
-    cluster: Cluster | None = None
+    running: list[Cluster] = []
     status = 0
+
+    def start(system: str) -> Cluster:
+        cluster = start_system(system, args, workdir)
+        running.append(cluster)
+        report["systems"][system] = {
+            "version": cluster.version,
+            "endpoints": cluster.endpoints,
+            "leader": cluster.leader,
+        }
+        print(f"== {system}: leader {cluster.leader}", file=sys.stderr, flush=True)
+        return cluster
+
+    def measure(row: Row, entry: dict[str, Any], system: str, cluster: Cluster) -> None:
+        budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
+        quiet = {}
+        if args.quiet_below > 0:
+            quiet = wait_quiet(args.quiet_below, args.quiet_wait)
+            budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
+        result = {**run_row(row, cluster, args, budget), **quiet}
+        entry[system] = result
+        shown = result.get("failed") or (
+            f"{result['ops_per_s']:.0f} ops/s, p99 {result['p99_ms']:.1f} ms"
+        )
+        label = f"{row.name} {system}" if args.interleave else row.name
+        print(f"   {label:<12} {shown}", file=sys.stderr, flush=True)
+
     try:
-        for system in systems:
-            cluster = start_system(system, args, workdir)
-            report["systems"][system] = {
-                "version": cluster.version,
-                "endpoints": cluster.endpoints,
-                "leader": cluster.leader,
-            }
-            print(f"== {system}: leader {cluster.leader}", file=sys.stderr, flush=True)
+        if args.interleave:
+            clusters = {system: start(system) for system in systems}
             for row, entry in zip(args.rows, report["rows"], strict=True):
-                budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
-                quiet = {}
-                if args.quiet_below > 0:
-                    quiet = wait_quiet(args.quiet_below, args.quiet_wait)
-                    budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
-                result = {**run_row(row, cluster, args, budget), **quiet}
-                entry[system] = result
-                shown = (
-                    result.get("failed")
-                    or f"{result['ops_per_s']:.0f} ops/s, p99 {result['p99_ms']:.1f} ms"
-                )
-                print(f"   {row.name:<12} {shown}", file=sys.stderr, flush=True)
-            cluster.stop()
-            cluster = None
+                for system in systems:
+                    measure(row, entry, system, clusters[system])
+        else:
+            for system in systems:
+                cluster = start(system)
+                for row, entry in zip(args.rows, report["rows"], strict=True):
+                    measure(row, entry, system, cluster)
+                cluster.stop()
+                running.remove(cluster)
     except KeyboardInterrupt:
         print("compare_etcd: interrupted; stopping what it started", file=sys.stderr)
         status = 130
@@ -698,7 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.setitimer(signal.ITIMER_REAL, 0)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)  # let the cleanup finish
-        if cluster is not None:
+        for cluster in running:
             cluster.stop()
         if not args.keep_data:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -366,3 +366,43 @@ def test_wait_quiet_is_bounded() -> None:
     assert compare_etcd.wait_quiet(1e9, 60.0, sample_s=0.05)["quiet_wait_s"] < 1.0  # quiet now
     never = compare_etcd.wait_quiet(-1.0, 0.2, sample_s=0.05)  # never quiet: gives up
     assert 0.2 <= never["quiet_wait_s"] < 2.0 and never["busy_before_pct"] >= 0
+
+
+def test_interleave_starts_every_system_then_alternates_them_row_by_row(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    calls: list[str] = []
+
+    class FakeCluster:
+        def __init__(self, system: str) -> None:
+            self.system, self.version, self.endpoints, self.leader = system, "v", ["e"], "e"
+
+        def stop(self) -> None:
+            calls.append(f"stop {self.system}")
+
+    def fake_start(system: str, args: Any, workdir: Any) -> FakeCluster:
+        calls.append(f"start {system}")
+        return FakeCluster(system)
+
+    def fake_row(row: Any, cluster: Any, args: Any, budget: float) -> dict[str, Any]:
+        calls.append(f"{row.name} {cluster.system}")
+        return _row(1000)
+
+    monkeypatch.setattr(compare_etcd, "start_system", fake_start)
+    monkeypatch.setattr(compare_etcd, "run_row", fake_row)
+    monkeypatch.setattr(compare_etcd.shutil, "which", lambda name: f"/usr/bin/{name}")
+    argv = ["--systems", "etcd,metaledger", "--rows", "put:64,put:64", "--quiet-below", "0"]
+    assert compare_etcd.main([*argv, "--interleave", "--out-dir", str(tmp_path)]) == 0
+    rows = ["put:64 etcd", "put:64 metaledger"] * 2
+    assert calls == ["start etcd", "start metaledger", *rows, "stop etcd", "stop metaledger"]
+    (report,) = tmp_path.glob("*.md")
+    assert "interleaved: all systems up at once" in report.read_text()
+    report.unlink()
+    calls.clear()
+    assert compare_etcd.main([*argv, "--out-dir", str(tmp_path)]) == 0
+    one_by_one = [
+        [f"start {s}", f"put:64 {s}", f"put:64 {s}", f"stop {s}"] for s in ("etcd", "metaledger")
+    ]
+    assert calls == one_by_one[0] + one_by_one[1]
+    (report,) = tmp_path.glob("*.md")
+    assert "one system at a time" in report.read_text()
