@@ -45,7 +45,7 @@ from raftlog.deadlines import DeadlineSweep
 from raftlog.entry import Effect, Entry, decode_item, encode_item, encode_request, item_count
 from raftlog.errors import ProposeError, UnknownOutcomeError
 from raftlog.segments import SegmentLog
-from raftlog.wait import Wait
+from raftlog.wait import Wait, run_on
 
 log = logging.getLogger(__name__)
 
@@ -424,6 +424,8 @@ class ReplicatedLog:
                 for key in keys:
                     self._wait.fail(key, err)
             if asyncio._get_running_loop() is loop:  # an engine on our own loop
+                # later, not now (run_on): the next item must not be proposed from
+                # inside the engine's own pass
                 loop.call_soon(self._on_item_done, item_seq)
                 return
             try:
@@ -901,16 +903,8 @@ class ReplicatedLog:
             if not ready:
                 return
             self._offset_waiters = [(o, f) for o, f in self._offset_waiters if o > applied]
-        running = asyncio._get_running_loop()
         for _, fut in ready:
-            loop = fut.get_loop()
-            if loop is running:
-                _set_done(fut)
-                continue
-            try:
-                loop.call_soon_threadsafe(_set_done, fut)
-            except RuntimeError:
-                pass
+            run_on(fut.get_loop(), _set_done, fut)
 
 
 @dataclass(frozen=True)

@@ -294,18 +294,10 @@ class NativeEngine:
         """Close what is ours at once; the cancelled tasks finish on the loop's next turns."""
         if self._serve_task is not None:
             self._serve_task.cancel()
-        if self._server is not None:
-            self._server.close()
-        for peer in self._peers.values():
-            for task in (peer.task, peer.snapshot_task):
-                if task is not None:
-                    task.cancel()
-            if peer.writer is not None:
-                peer.writer.close()
-        for w in list(self._inbound):
-            w.close()
+        self._close()
 
-    async def _shutdown(self) -> None:
+    def _close(self) -> list[asyncio.Task[None]]:
+        """Close the listener and every connection, cancel the peer tasks; return them."""
         if self._server is not None:
             self._server.close()
         tasks = []
@@ -318,7 +310,10 @@ class NativeEngine:
                 peer.writer.close()
         for w in list(self._inbound):
             w.close()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        return tasks
+
+    async def _shutdown(self) -> None:
+        await asyncio.gather(*self._close(), return_exceptions=True)
 
     # ------------------------------------------------------------------ public API
     def _call(self, fn: Callable[..., None], *args: Any) -> bool:

@@ -1,9 +1,9 @@
 """Propose-and-wait: a small registry of waiting proposers, keyed by request id.
 
 Like etcd's ``pkg/wait``: the proposer registers its (client_id, seq) before it
-proposes, the apply thread triggers it with the result once the entry is applied
-here. Waiters live on an asyncio loop; the apply thread resolves a whole apply
-group with one ``call_soon_threadsafe`` per loop.
+proposes, apply triggers it with the result once the entry is applied here. Waiters live
+on an asyncio loop; apply resolves a whole apply group with one call per loop
+(direct when it runs on that loop, ``call_soon_threadsafe`` from the apply thread).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 
@@ -43,28 +43,31 @@ class Wait:
                 fut = self._waiters.pop(key, None)
                 if fut is not None:
                     by_loop[fut.get_loop()].append((fut, value))
-        running = asyncio._get_running_loop()  # applied on a waiters' loop: settle now
         for loop, items in by_loop.items():
-            if loop is running:
-                _settle(items)
-                continue
-            try:
-                loop.call_soon_threadsafe(_settle, items)
-            except RuntimeError:  # loop closed: nobody is waiting any more
-                pass
+            run_on(loop, _settle, items)
 
     def fail(self, key: Hashable, error: BaseException) -> None:
         with self._lock:
             fut = self._waiters.pop(key, None)
         if fut is not None:
-            try:
-                fut.get_loop().call_soon_threadsafe(_settle, [(fut, error)])
-            except RuntimeError:
-                pass
+            run_on(fut.get_loop(), _settle, [(fut, error)])
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._waiters)
+
+
+def run_on(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
+    """``fn(*args)`` on ``loop``: at once when called on it (the engine and apply share the
+    proposers' loop), else handed over with ``call_soon_threadsafe``; nothing if the loop is
+    closed (nobody waits any more)."""
+    if asyncio._get_running_loop() is loop:
+        fn(*args)
+        return
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
 
 
 def _settle(items: list[tuple[asyncio.Future[Any], Any]]) -> None:

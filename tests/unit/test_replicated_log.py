@@ -375,7 +375,7 @@ def test_apply_on_loop_applies_inline_and_queues_behind_an_install(tmp_path: Pat
         # a snapshot arrives from the leader (engine thread == this loop): the install
         # goes to the apply thread, and what commits meanwhile queues behind it
         rlog.snapshot_load("snap")
-        await asyncio.to_thread(sm.loading.wait, 5)
+        assert await asyncio.to_thread(sm.loading.wait, 5)
         b = asyncio.ensure_future(rlog.propose([Entry("set", b"b", b"2")], 5.0))
         await until(lambda: rlog._backlog == 2)  # the install and b's item
         assert b"b" not in sm.applied_on and not b.done()
@@ -414,10 +414,11 @@ def test_busier_proposers_gather_longer(tmp_path: Path) -> None:
         many = [put(b"m%d" % i) for i in range(100)]
         await until(lambda: len(rlog._pending) == len(few) + len(many))
         assert rlog._window_s() == 0.006  # capped
-        while engine.held or rlog._pending:
-            engine.release()
-            await asyncio.sleep(0.001)
-        await asyncio.gather(first, *few, *many)
+        async with asyncio.timeout(5):
+            while engine.held or rlog._pending:
+                engine.release()
+                await asyncio.sleep(0.001)
+            await asyncio.gather(first, *few, *many)
 
     drive(rlog, scenario)
 
