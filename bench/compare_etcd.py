@@ -325,6 +325,9 @@ def start_metaledger(cluster: Cluster, workdir: Path, engine: str = "native") ->
 
 # --------------------------------------------------------------------------- noop (the ceiling)
 
+#: how the aio noop serves: as metaledger's server does (nameserver.grpc_accept)
+NOOP_AIO_ARGS = ("--methods", "table", "--acceptors", "8")
+
 
 def start_noop(cluster: Cluster, mode: str, workers: int, workdir: Path) -> None:
     """One ``bench.noop_kv`` process; it is its own leader (Maintenance.Status says so)."""
@@ -335,8 +338,9 @@ def start_noop(cluster: Cluster, mode: str, workers: int, workdir: Path) -> None
     (port,) = free_ports(1)
     endpoint = f"127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "bench.noop_kv", "--port", str(port), "--mode", mode]
-    if mode == "sync":
-        cmd += ["--workers", str(workers)]
+    # aio: the server's own accept path (one generic table, extra accepts for hot methods)
+    extra = ["--workers", str(workers)] if mode == "sync" else list(NOOP_AIO_ARGS)
+    cmd += extra
     with open(workdir / f"noop-{mode}.log", "wb") as log:
         cluster.procs.append(
             subprocess.Popen(
@@ -350,7 +354,7 @@ def start_noop(cluster: Cluster, mode: str, workers: int, workdir: Path) -> None
         )
     cluster.server_pids = [cluster.procs[0].pid]
     cluster.endpoints = [endpoint]
-    cluster.version = f"bench.noop_kv --mode {mode}" + (f" --workers {workers}" * (mode == "sync"))
+    cluster.version = " ".join(["bench.noop_kv --mode", mode, *extra])
 
     def leader() -> str:
         with grpc.insecure_channel(endpoint) as channel:

@@ -38,6 +38,7 @@ import nameserver  # noqa: F401  (before grpc: gRPC core's environment, as the s
 import grpc
 import grpc.aio
 
+from nameserver.grpc_accept import HOT_METHODS, Acceptors
 from nameserver.server import GRPC_SERVER_OPTIONS as SERVER_OPTIONS
 from nameserver.server import MethodTable
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
@@ -202,12 +203,18 @@ class AioCluster(rpc_pb2_grpc.ClusterServicer):
 
 
 async def serve_aio(
-    address: str, canned: CannedKV, answer_every_s: float = 0.0, methods: str = "registered"
+    address: str,
+    canned: CannedKV,
+    answer_every_s: float = 0.0,
+    methods: str = "registered",
+    acceptors: int = 0,
 ) -> None:
     """``methods``: how the handlers reach grpc.aio. "registered": as the generated code
     registers them (KV, Maintenance, Cluster); "all-registered": every service metaledger
     serves, registered the same way (the others unimplemented); "table": all of them behind
-    metaledger's one generic handler (:class:`nameserver.server.MethodTable`)."""
+    metaledger's one generic handler (:class:`nameserver.server.MethodTable`), with
+    ``acceptors`` extra pending accepts per hot method as the server keeps
+    (:mod:`nameserver.grpc_accept`)."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     target: Any = MethodTable() if methods == "table" else server
     rpc_pb2_grpc.add_KVServicer_to_server(AioKV(canned, answer_every_s), target)
@@ -220,10 +227,15 @@ async def serve_aio(
                     servicer = getattr(module, name[len("add_") : -len("_to_server")])
                     if servicer.__name__ not in _CANNED:
                         getattr(module, name)(servicer(), target)
+    extra = None
     if isinstance(target, MethodTable):
         server.add_generic_rpc_handlers((target,))
+        extra = Acceptors(server, target.methods(HOT_METHODS), (target,), acceptors)
+        extra.register()
     server.add_insecure_port(address)
     await server.start()
+    if extra is not None:
+        extra.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -231,6 +243,8 @@ async def serve_aio(
     print(f"noop_kv: aio server on {address}", file=sys.stderr, flush=True)
     await stop.wait()
     await server.stop(0)
+    if extra is not None:
+        await extra.stop()
 
 
 # --------------------------------------------------------------------------- sync grpc.server
@@ -315,6 +329,14 @@ def build_parser() -> argparse.ArgumentParser:
         "every service metaledger serves registered that way; or all of them behind "
         "metaledger's one generic handler (what the server does)",
     )
+    p.add_argument(
+        "--acceptors",
+        type=int,
+        default=0,
+        metavar="N",
+        help="aio mode, --methods table: pending accepts per hot method besides grpc.aio's "
+        "own loop, as the server keeps (its default: 8)",
+    )
     return p
 
 
@@ -327,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--workers must be >= 1, not {args.workers}")
     if args.value_size < 0:
         p.error(f"--value-size must be >= 0, not {args.value_size}")
+    if args.acceptors < 0 or (args.acceptors and args.methods != "table"):
+        p.error(f"--acceptors must be >= 0, and only with --methods table, not {args.acceptors}")
     if args.answer_every_ms < 0:
         p.error(f"--answer-every-ms must be >= 0, not {args.answer_every_ms}")
     address = f"{args.host}:{args.port}"
@@ -340,7 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve_aio(address, canned, args.answer_every_ms / 1000, args.methods))
+        runner.run(
+            serve_aio(address, canned, args.answer_every_ms / 1000, args.methods, args.acceptors)
+        )
     return 0
 
 

@@ -70,6 +70,9 @@ class ServerConfig:
     batch_window_ms: float = 6.0
     #: consensus items proposed and not yet committed at once (pipelining)
     items_in_flight: int = 2
+    #: pending gRPC accepts per hot unary method (etcd KV, lease grant/revoke), beside
+    #: grpc.aio's one accept loop (nameserver.grpc_accept); 0 = as gRPC ships it
+    grpc_acceptors: int = 8
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
     leader_step_down_ms: int = 2000
@@ -131,6 +134,8 @@ class ServerConfig:
             )
         if not 1 <= self.items_in_flight <= 64:
             raise ConfigError("items_in_flight", "must be between 1 and 64")
+        if not 0 <= self.grpc_acceptors <= 64:
+            raise ConfigError("grpc_acceptors", "must be between 0 and 64")
         if not 0 <= self.batch_window_ms <= 1000:
             raise ConfigError("batch_window_ms", "must be between 0 and 1000")
         if self.propose_timeout_ms <= 0:

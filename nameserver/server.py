@@ -17,6 +17,7 @@ import grpc
 from nameserver.broker_liveness import BrokerKeeper
 from nameserver.config import ServerConfig
 from nameserver.election import ElectionService, LockService
+from nameserver.grpc_accept import HOT_METHODS, Acceptors
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
 from nameserver.metrics import Metric, MetricsServer
@@ -180,6 +181,7 @@ class Node:
         self.remoting = RemotingServer(NameserverRemoting(self.routes))
         self.metrics = MetricsServer(self._metrics)
         self.server: grpc.aio.Server | None = None
+        self.acceptors: Acceptors | None = None
         self._announce_task: asyncio.Task[None] | None = None
 
     def _member_name(self, address: str) -> str | None:
@@ -219,10 +221,15 @@ class Node:
         v3election_pb2_grpc.add_ElectionServicer_to_server(ElectionService(self.ctx), table)
         routing_pb2_grpc.add_RoutingServicer_to_server(RoutingService(self.routes), table)
         server.add_generic_rpc_handlers((table,))
+        acceptors = Acceptors(
+            server, table.methods(HOT_METHODS), (table,), self.config.grpc_acceptors
+        )
+        acceptors.register()
         if server.add_insecure_port(self.config.listen_client) == 0:
             raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
         await server.start()
-        self.server = server
+        self.server, self.acceptors = server, acceptors
+        acceptors.start()
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
         self.leases.start()
         self.replica_liveness.start()
@@ -328,6 +335,8 @@ class Node:
         await self.metrics.close()
         if self.server is not None:
             await self.server.stop(grace=1.0)
+        if self.acceptors is not None:
+            await self.acceptors.stop()
         await self.replica_groups.close()
         self.log.stop()
 
@@ -340,7 +349,9 @@ class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
     one pending "next call" request per registered method and waits on all of them with
     ``asyncio.wait`` for every call it accepts: with our ~70 methods that cost ~30 µs of the
     event loop per call, serialised in front of the next accept. As generic methods there is
-    one pending request (``bench/results/grpc-methods-*.md``).
+    one pending request (``bench/results/grpc-methods-*.md``). The few hot unary methods are
+    registered after all, by :class:`nameserver.grpc_accept.Acceptors`, with accepts of
+    their own.
     """
 
     def __init__(self) -> None:
@@ -352,6 +363,10 @@ class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
     ) -> None:
         for name, handler in handlers.items():
             self._methods[f"/{service}/{name}"] = handler
+
+    def methods(self, paths: Sequence[str]) -> dict[str, grpc.RpcMethodHandler]:
+        """The handlers of those of ``paths`` this table has (``/service/method``)."""
+        return {path: self._methods[path] for path in paths if path in self._methods}
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         # the generated code passes the same methods here too; services registered only

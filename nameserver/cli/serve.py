@@ -49,6 +49,7 @@ _OPTIONAL_FIELDS = {
     "consensus": "consensus",
     "items_in_flight": "items_in_flight",
     "consensus_loop": "consensus_loop",
+    "grpc_acceptors": "grpc_acceptors",
 }
 
 
@@ -184,6 +185,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--consensus-loop",
         choices=("shared", "thread"),
         help="native engine on the gRPC event loop (shared, default) or its own thread",
+    )
+    p.add_argument(
+        "--grpc-acceptors",
+        type=int,
+        metavar="N",
+        help="pending gRPC accepts per hot KV/lease method besides grpc.aio's own one "
+        "(default 8; 0 = one accept loop, as gRPC ships it)",
     )
     p.add_argument(
         "--items-in-flight",

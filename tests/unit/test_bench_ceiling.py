@@ -294,7 +294,14 @@ def test_canned_answers_are_well_formed_and_revisions_move() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--port", "0"], ["--port", "1", "--workers", "0"], ["--port", "1", "--mode", "x"]]
+    "argv",
+    [
+        ["--port", "0"],
+        ["--port", "1", "--workers", "0"],
+        ["--port", "1", "--mode", "x"],
+        ["--port", "1", "--acceptors", "-1", "--methods", "table"],
+        ["--port", "1", "--acceptors", "4"],  # the extra accepts need the one table
+    ],
 )
 def test_noop_kv_rejects_bad_flags(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

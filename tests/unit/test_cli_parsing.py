@@ -298,6 +298,7 @@ def test_serve_defaults_come_from_server_config() -> None:
     assert (config.listen_remoting, config.listen_metrics) == ("127.0.0.1:9876", "127.0.0.1:9879")
     assert config.cluster_password is None
     assert config.consensus_loop == "shared"
+    assert config.grpc_acceptors == 8
     config.validate()
 
 
@@ -306,6 +307,15 @@ def test_a_consensus_loop_other_than_shared_or_thread_is_refused_naming_the_fiel
 
     with pytest.raises(ConfigError, match=r"^consensus_loop: 'both': must be shared or thread"):
         ServerConfig(node_id="n0", data_dir="/d", consensus_loop="both").validate()
+
+
+def test_grpc_acceptors_parse_and_a_negative_count_is_refused_naming_the_field() -> None:
+    from nameserver.config import ConfigError, ServerConfig
+
+    args = parse("serve", "--id", "n0", "--data-dir", "/d", "--grpc-acceptors", "0")
+    assert serve.build_config(args).grpc_acceptors == 0
+    with pytest.raises(ConfigError, match=r"^grpc_acceptors: must be between 0 and 64"):
+        ServerConfig(node_id="n0", data_dir="/d", grpc_acceptors=-1).validate()
 
 
 def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
