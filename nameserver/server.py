@@ -293,6 +293,11 @@ class Node:
                 "Requests proposed here (several share one item: group commit).",
                 self.log.requests_proposed,
             ),
+            counter(
+                "grpc_extra_accepts_total",
+                "Calls of the hot gRPC methods taken by the extra accepts (--grpc-acceptors).",
+                self.acceptors.accepted if self.acceptors is not None else 0,
+            ),
             gauge("watchers", "Watchers registered on this node.", self.watch_hub.watchers),
             counter(
                 "route_reads_total",
