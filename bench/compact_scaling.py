@@ -2,7 +2,7 @@
 
     python -m bench.compact_scaling [--sizes 1e5,1e6,1e7] [--engines local,spark1,spark2]
                                     [--parquet] [--data-dir DIR] [--timeout-s 900]
-                                    [--distinct 0.1] [--memory-budget-mb MB]
+                                    [--distinct 0.1] [--memory-budget-mb MB] [--warm-jobs 1]
 
 For each size N a synthetic change log is written with the raw record-stream writer into
 ``<data-dir>/n<N>/seg`` (64 MiB segments, like the server's default): entry i has one effect
@@ -14,7 +14,10 @@ each in a fresh child process, and all must produce the same counts and hashes.
 Measured per run: wall time of the child (Spark: session start included, and split into
 session / fold / write), CPU seconds and peak memory of the whole process tree (driver, JVM,
 Python workers), sampled every 0.1 s: the sum of RSS (an upper bound: forked workers share
-pages) and, every 0.5 s, the sum of PSS. Engines:
+pages) and, every 0.5 s, the sum of PSS. A Spark child then runs the same job again
+``--warm-jobs`` times (default 1) on the context it started, reported as "warm job": what a
+job costs a long-running cluster, whose JVM, context and Python workers are already up (wall
+and CPU stop at the first job). Engines:
 
     local           snapshots.compact_local (one process, a dict of the live keys)
     spark1/spark2   snapshots.compaction.compact_spark on local[1] / local[2] (C1 JIT and
@@ -48,6 +51,7 @@ installed (``pip install -e .[bench]``), a ``.png`` of time and memory against N
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -57,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +208,10 @@ def _read_int_field(path: str, field: bytes) -> int:
 class TreeSampler:
     """Peak RSS/PSS sums and CPU time of a process and its descendants."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, mark: Path | None = None) -> None:
         self.pid = pid
+        self.mark = mark  # when this file appears: note the time and the CPU so far
+        self.marked: tuple[float, float] | None = None
         self.peak_rss = 0
         self.peak_pss = 0
         self.peak_parts: dict[str, int] = {}
@@ -235,6 +242,8 @@ class TreeSampler:
                 parts[kind] = parts.get(kind, 0) + r
             if rss > self.peak_rss:
                 self.peak_rss, self.peak_parts = rss, parts
+            if self.mark is not None and self.marked is None and self.mark.exists():
+                self.marked = (time.monotonic(), self.cpu_s)
             if i % 5 == 0:
                 pss = sum(_read_int_field(f"/proc/{p}/smaps_rollup", b"Pss:") for p in pids)
                 self.peak_pss = max(self.peak_pss, pss)
@@ -253,17 +262,22 @@ class TreeSampler:
 def run_child(
     argv: list[str], timeout_s: float, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """Run ``python -m bench.compact_scaling --child ...`` and measure its process tree."""
+    """Run ``python -m bench.compact_scaling --child ...`` and measure its process tree.
+
+    A Spark child with warm jobs touches its mark file when the first job is done: the
+    wall time and CPU are then the first job's (plus the context's stop), as without warm
+    jobs; peak memory is over the whole run."""
     t0 = time.monotonic()
+    mark = Path(tempfile.mkdtemp(prefix="bench-mark-")) / "first-job-done"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.compact_scaling", "--child", *argv],
+        [sys.executable, "-m", "bench.compact_scaling", "--child", *argv, f"--mark-file={mark}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
         start_new_session=True,
     )
-    sampler = TreeSampler(proc.pid)
+    sampler = TreeSampler(proc.pid, mark)
     try:
         out, err = proc.communicate(timeout=timeout_s)
         status = {0: "ok", EXIT_MEMORY: "MemoryError"}.get(
@@ -294,6 +308,12 @@ def run_child(
         result.update(json.loads(out.strip().splitlines()[-1]))
     else:
         result["stderr_tail"] = err.strip().splitlines()[-5:]
+    if sampler.marked is not None and "stop_s" in result:
+        result["total_wall_s"] = result["wall_s"]
+        result["wall_s"] = round(sampler.marked[0] - t0 + result["stop_s"], 2)
+        result["cpu_s"] = round(sampler.marked[1], 1)
+    mark.unlink(missing_ok=True)
+    mark.parent.rmdir()
     return result
 
 
@@ -332,20 +352,33 @@ def child(args: argparse.Namespace) -> int:
 
             cores = int(engine[len("spark") :])
             events = tempfile.mkdtemp(prefix="bench-events-")
-            info = compact_spark(
+            job = functools.partial(
+                compact_spark,
                 args.segments,
                 args.upto,
                 args.out,
                 SnapshotMeta(CLUSTER, args.upto, 0),
-                master=f"local[{cores}]",
                 progress=False,
-                fast_jvm=not full_jit,
-                timings=timings,
                 split_bytes=args.split_bytes,
-                conf=_event_log_conf(events),
-                **spark_memory,
+                worker_memory=spark_memory.get("worker_memory"),
             )
+            conf = _event_log_conf(events)
+            if spark_memory.get("worker_memory"):  # what compact_spark sets on its own context
+                conf["spark.python.worker.memory"] = str(spark_memory["worker_memory"])
+            options = dict(
+                master=f"local[{cores}]",
+                fast_jvm=not full_jit,
+                conf=conf,
+                driver_memory=spark_memory.get("driver_memory"),
+            )
+            if args.warm_jobs:
+                info = _spark_jobs(job, options, timings, args.warm_jobs, args.mark_file)
+            else:
+                info = job(timings=timings, **options)
+            # the first job's stages (a warm job starts again at partitionBy)
             stages = stage_summary(Path(events))
+            firsts = [i for i, st in enumerate(stages) if st["name"] == "partitionBy"]
+            stages = stages[: firsts[1]] if len(firsts) > 1 else stages
         elif engine == "parquet":
             print(json.dumps(convert_to_parquet(Path(args.segments), Path(args.out))))
             return 0
@@ -382,6 +415,58 @@ def child(args: argparse.Namespace) -> int:
         doc["stages"] = stages
     print(json.dumps(doc))
     return 0
+
+
+def _spark_jobs(
+    job: Callable[..., Any],
+    options: dict[str, Any],
+    timings: dict[str, Any],
+    warm: int,
+    mark: str | None,
+) -> Any:
+    """The compaction on a Spark context of this process's own (as ``compact_spark`` makes
+    it), then ``warm`` more times on the same context: what a job costs once the context
+    and its Python workers are up, as on a long-running cluster. ``timings`` gets the first
+    job's phases (its session: the context's start), ``warm_job_s`` (each warm job's wall
+    time) and ``stop_s`` (the context's stop). ``mark`` is touched when the first job is
+    done (see :func:`run_child`)."""
+    import shutil
+
+    from snapshots.compaction import (
+        default_class_archive_dir,
+        finish_class_archive,
+        make_spark_context,
+    )
+
+    work = tempfile.mkdtemp(prefix="bench-spark-")
+    t0 = time.monotonic()
+    sc = make_spark_context(
+        options["master"],
+        work_dir=work,
+        fast_jvm=options["fast_jvm"],
+        driver_memory=options["driver_memory"],
+        conf=options["conf"],
+        class_archive_dir=default_class_archive_dir(),
+    )
+    started = time.monotonic() - t0
+    try:
+        info = job(spark=sc, timings=timings)
+        timings["session_s"] = started + timings["session_s"]
+        if mark:
+            Path(mark).touch()
+        warm_s = []
+        for _ in range(warm):
+            t = time.monotonic()
+            job(spark=sc)
+            warm_s.append(round(time.monotonic() - t, 2))
+        timings["warm_job_s"] = warm_s
+    finally:
+        t = time.monotonic()
+        sc.stop()
+        finish_class_archive()
+        timings["stop_s"] = time.monotonic() - t
+        shutil.rmtree(work, ignore_errors=True)
+    return info
 
 
 def _event_log_conf(directory: str) -> dict[str, str]:
@@ -585,15 +670,18 @@ def report(doc: dict[str, Any]) -> str:
         "10 % deletes, 64 MiB segments. Spark: a bare SparkContext, C1 JIT + serial GC, "
         f"driver JVM class archive {doc.get('class_archive', '-')}.",
         "",
-        "Per entry: wall (the whole run: a fresh JVM and Spark context included) and job (the "
-        "time after the Spark context is up: read, fold, shuffle, hash and write, what a "
-        "long-running Spark cluster would pay per job); the ratio is to the single-process "
-        "fold's wall time per entry. CPU s: the whole process tree (driver, JVM, workers).",
+        "Per entry: wall (the whole run: a fresh JVM and Spark context included), job (the "
+        "first job after the Spark context is up: read, fold, shuffle, hash and write, with "
+        "the Python workers' start) and warm job (the best of the same job run again on that "
+        "context: what a long-running Spark cluster pays per job); the ratio is to the "
+        "single-process fold's wall time per entry. Wall and CPU s stop at the first job "
+        "(and the context's stop); CPU s: the whole process tree (driver, JVM, workers); "
+        "peak memory: the whole run, warm jobs included.",
         "",
         "| N | engine | load1 | status | wall s | session / fold / write s | job s | "
-        "us/entry wall / job | x fold wall / job | CPU s | cores busy | "
-        "peak RSS MB (java/python) | peak PSS MB | live keys |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "warm job s | us/entry wall / job / warm | x fold wall / job / warm | CPU s | "
+        "cores busy | peak RSS MB (java/python) | peak PSS MB | live keys |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     fold = {
         r["n"]: r["wall_s"] for r in doc["runs"] if r["engine"] == "local" and r["status"] == "ok"
@@ -602,11 +690,15 @@ def report(doc: dict[str, Any]) -> str:
         parts = run.get("peak_rss_parts_mb", {})
         n = run["n"]
         job = run.get("fold_s", 0) + run.get("write_s", 0) if "fold_s" in run else run["wall_s"]
-        per = f"{run['wall_s'] / n * 1e6:.2f} / {job / n * 1e6:.2f}"
+        warm = min(run["warm_job_s"]) if run.get("warm_job_s") else job
+        per = f"{run['wall_s'] / n * 1e6:.2f} / {job / n * 1e6:.2f} / {warm / n * 1e6:.2f}"
         ratio = (
-            f"{run['wall_s'] / fold[n]:.2f} / {job / fold[n]:.2f}"
+            f"{run['wall_s'] / fold[n]:.2f} / {job / fold[n]:.2f} / {warm / fold[n]:.2f}"
             if n in fold and run["status"] == "ok"
             else "-"
+        )
+        warm_cell = (
+            ", ".join(f"{w:.1f}" for w in run["warm_job_s"]) if run.get("warm_job_s") else "-"
         )
         split = (
             f"{run.get('session_s', 0):.1f} / {run.get('fold_s', 0):.1f} / {run.get('write_s', 0):.1f}"
@@ -615,7 +707,7 @@ def report(doc: dict[str, Any]) -> str:
         )
         lines.append(
             f"| {_fmt_n(n)} | {run['engine']} | {run.get('load1', '-')} | {run['status']} "
-            f"| {run['wall_s']:.1f} | {split} | {job:.1f} | {per} | {ratio} | "
+            f"| {run['wall_s']:.1f} | {split} | {job:.1f} | {warm_cell} | {per} | {ratio} | "
             f"{run['cpu_s']:.0f} | {run['cpu_s'] / max(run['wall_s'], 1e-9):.2f} | "
             f"{run['peak_rss_mb']} ({parts.get('java', 0)}/{parts.get('python', 0)}) | "
             f"{run['peak_pss_mb']} | {run.get('records', '-')} |"
@@ -685,10 +777,12 @@ def scaling_lines(doc: dict[str, Any]) -> list[str]:
         if one is None or two is None or "fold_s" not in one:
             continue
         job1, job2 = (r["fold_s"] + r["write_s"] for r in (one, two))
+        warm1, warm2 = (min(r.get("warm_job_s") or [float("nan")]) for r in (one, two))
         rows.append(
             f"| {_fmt_n(n)} | {one['wall_s']:.1f} -> {two['wall_s']:.1f} "
             f"({one['wall_s'] / two['wall_s']:.2f}x) | {job1:.1f} -> {job2:.1f} "
-            f"({job1 / job2:.2f}x) | {one['fold_s']:.1f} -> {two['fold_s']:.1f} "
+            f"({job1 / job2:.2f}x) | {warm1:.1f} -> {warm2:.1f} ({warm1 / warm2:.2f}x) | "
+            f"{one['fold_s']:.1f} -> {two['fold_s']:.1f} "
             f"({one['fold_s'] / two['fold_s']:.2f}x) | {one['cpu_s']:.0f} / {two['cpu_s']:.0f} | "
             f"{one['cpu_s'] / one['wall_s']:.2f} / {two['cpu_s'] / two['wall_s']:.2f} | "
             f"{one.get('tasks', '?')} read tasks, {one.get('partitions', '?')} / "
@@ -701,9 +795,9 @@ def scaling_lines(doc: dict[str, Any]) -> list[str]:
         "",
         "local[1] -> local[2] (the same read tasks for both: see split_bytes below):",
         "",
-        "| N | wall s | job s | fold s (Spark stages only) | CPU s 1 / 2 | cores busy 1 / 2 "
-        "| plan |",
-        "|---|---|---|---|---|---|---|",
+        "| N | wall s | job s | warm job s | fold s (Spark stages only) | CPU s 1 / 2 "
+        "| cores busy 1 / 2 | plan |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
     ]
 
@@ -783,6 +877,13 @@ def _split_bytes(text: str) -> int:
     return int(text)
 
 
+def _count(text: str) -> int:
+    # children parse this flag too (see _split_bytes)
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
 def _fraction(text: str) -> float:
     from nameserver.cli._common import positive_float
 
@@ -834,9 +935,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out-dir", default=str(RESULTS_DIR))
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--mark-file", help=argparse.SUPPRESS)
     p.add_argument("--segments", help=argparse.SUPPRESS)
     p.add_argument("--upto", type=int, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--warm-jobs",
+        type=_count,
+        default=1,
+        metavar="K",
+        help="Spark: run the job K more times on the same context and report the best "
+        "(a long-running cluster's cost per job: context and Python workers up; default 1)",
+    )
     p.add_argument(
         "--split-bytes",
         type=_split_bytes,
@@ -924,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
                     *extra,
                 ]
                 if engine.startswith("spark"):
-                    argv_.append(f"--split-bytes={split}")
+                    argv_ += [f"--split-bytes={split}", f"--warm-jobs={args.warm_jobs}"]
                 load1 = round(os.getloadavg()[0], 2)
                 result = run_child(argv_, args.timeout_s, env)
                 result.update(n=n, engine=engine, load1=load1)

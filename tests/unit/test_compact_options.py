@@ -68,6 +68,8 @@ def test_compact_cli_bad_memory_is_a_usage_error(
         ["--distinct", "x"],
         ["--memory-budget-mb", "0"],
         ["--memory-budget-mb", "1.5"],
+        ["--warm-jobs", "-1"],
+        ["--warm-jobs", "two"],
     ],
 )
 def test_bench_rejects_bad_flags(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,3 +90,29 @@ def test_generate_distinct_fraction(tmp_path: Path) -> None:
     few = compact_scaling.generate(tmp_path / "f", 4000)
     assert len({r.key for r in read_segments(tmp_path / "f", 10**9)}) <= 400
     assert few["distinct"] == 0.1
+
+
+def test_report_shows_warm_jobs_per_entry_and_from_one_core_to_two() -> None:
+    def spark(engine: str, wall: float, fold: float, warm: list[float]) -> dict[str, object]:
+        return {
+            "n": 1_000_000, "engine": engine, "status": "ok", "wall_s": wall, "cpu_s": 8.0,
+            "peak_rss_mb": 600, "peak_pss_mb": 550, "session_s": 1.3, "fold_s": fold,
+            "write_s": 0.4, "warm_job_s": warm, "records": 90_000,
+        }  # fmt: skip
+
+    doc = {
+        "date": "d", "host": {"cpus": 2, "mem_gb": 1, "load1_before": 0, "python": "3"},
+        "datasets": {}, "hashes_equal": True,
+        "runs": [
+            {"n": 1_000_000, "engine": "local", "status": "ok", "wall_s": 4.0, "cpu_s": 4.0,
+             "peak_rss_mb": 70, "peak_pss_mb": 60, "records": 90_000},
+            spark("spark1", 7.4, 4.7, [4.4, 4.2]),
+            spark("spark2", 6.0, 3.6, [2.8]),
+        ],
+    }  # fmt: skip
+    text = compact_scaling.report(doc)
+    # warm job: the best of the re-runs; ratios to the fold's 4.0 s (4 us per entry)
+    assert "| 1e6 | spark1 | - | ok | 7.4 | 1.3 / 4.7 / 0.4 | 5.1 | 4.4, 4.2 |" in text
+    assert "| 7.40 / 5.10 / 4.20 | 1.85 / 1.28 / 1.05 |" in text
+    assert "| 2.8 | 6.00 / 4.00 / 2.80 | 1.50 / 1.00 / 0.70 |" in text
+    assert "| 4.2 -> 2.8 (1.50x) |" in text  # the scaling table's warm column
