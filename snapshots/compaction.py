@@ -154,6 +154,8 @@ __all__ = [
     "make_spark_context",
     "make_spark_session",
     "parse_memory_size",
+    "plan_tasks",
+    "shuffle_partitions",
 ]
 
 DEFAULT_MASTER: Final = "local[*]"
@@ -162,7 +164,9 @@ _READ_BUFFER_BYTES = 256 * 1024
 #: than _MIN_SPLIT_BYTES, so the last wave is short whatever the number of files.
 _READ_TASKS_PER_CORE = 2
 _MIN_SPLIT_BYTES = 4 * 1024 * 1024
-#: Stage 2 (shuffle partitions) gets at least this many tasks per core.
+#: Stage 2 (shuffle partitions) gets at least this many tasks per core, and a multiple of
+#: the cores: 7 partitions on 2 cores ran 4 waves, the last on one core (1e7 entries:
+#: stage 2 1.47x faster on local[2] than on local[1], the read stage 1.60x).
 _REDUCE_TASKS_PER_CORE = 2
 #: Input bytes per shuffle partition (sets P when not given): bounds a partition's replay
 #: dict on a worker and what toLocalIterator holds on the driver at once.
@@ -298,6 +302,18 @@ def plan_tasks(
             path = str(Path(seg.path).resolve())
             tasks.append(_Task(len(tasks), path, seg.first_offset, after, upto, r.start, r.end))
     return tasks
+
+
+def shuffle_partitions(input_bytes: int, cores: int, partition_bytes: int | None = None) -> int:
+    """Stage 2's partitions: at least ``_REDUCE_TASKS_PER_CORE`` per core and one per
+    ``partition_bytes`` of input (default ``_BYTES_PER_PARTITION``), rounded up to a
+    multiple of ``cores`` so that no wave runs on fewer cores than the others."""
+    cores = max(1, cores)
+    wanted = max(
+        _REDUCE_TASKS_PER_CORE * cores,
+        math.ceil(input_bytes / (partition_bytes or _BYTES_PER_PARTITION)),
+    )
+    return cores * math.ceil(wanted / cores)
 
 
 def _checked_cuts(path: str, ranges: list[FrameRange]) -> list[FrameRange]:
@@ -965,7 +981,8 @@ def compact_spark(
     `master`, `log_level`, `fast_jvm`, `driver_memory` and `conf` are then ignored); else a
     context is made with :func:`make_spark_context` and stopped at the end. `segments_dir`
     (and the base) must be readable at the same path on every executor. `partitions`:
-    shuffle partitions (default max(2 x default parallelism, input bytes / 128 MiB)).
+    shuffle partitions (default max(2 x default parallelism, input bytes / 128 MiB), rounded up
+    to a multiple of the default parallelism).
     `split_bytes`: the size of a read task (default max(4 MiB, input bytes / (2 x default
     parallelism))): segment files larger than that are split at their index points
     (:func:`plan_tasks`); 0 keeps whole files. `class_archive`: when this call starts the
@@ -1062,10 +1079,7 @@ def compact_spark(
     try:
         sc.setJobGroup(group, f"compact {segments_dir} up to {upto}")
         cores = sc.defaultParallelism
-        n_parts = partitions or max(
-            _REDUCE_TASKS_PER_CORE * cores,
-            math.ceil(input_bytes / (partition_bytes or _BYTES_PER_PARTITION)),
-        )
+        n_parts = partitions or shuffle_partitions(input_bytes, cores, partition_bytes)
         if split_bytes is None:
             split_bytes = max(_MIN_SPLIT_BYTES, input_bytes // (_READ_TASKS_PER_CORE * cores))
         tasks = plan_tasks(segments, after, upto, split_bytes or None)

@@ -10,7 +10,7 @@ import pytest
 from bench import compact_scaling
 from nameserver import cli
 from nameserver.cli.exitcodes import ExitCode
-from snapshots.compaction import parse_memory_size
+from snapshots.compaction import parse_memory_size, shuffle_partitions
 
 
 @pytest.mark.parametrize(
@@ -116,3 +116,13 @@ def test_report_shows_warm_jobs_per_entry_and_from_one_core_to_two() -> None:
     assert "| 7.40 / 5.10 / 4.20 | 1.85 / 1.28 / 1.05 |" in text
     assert "| 2.8 | 6.00 / 4.00 / 2.80 | 1.50 / 1.00 / 0.70 |" in text
     assert "| 4.2 -> 2.8 (1.50x) |" in text  # the scaling table's warm column
+
+
+def test_shuffle_partitions_are_a_multiple_of_the_cores() -> None:
+    mib = 2**20
+    assert shuffle_partitions(10 * mib, 2) == 4  # at least 2 per core
+    assert shuffle_partitions(844 * mib, 2) == 8  # 7 by size, then a whole wave
+    assert shuffle_partitions(844 * mib, 1) == 7
+    assert shuffle_partitions(844 * mib, 3) == 9
+    assert shuffle_partitions(100 * mib, 2, partition_bytes=10 * mib) == 10
+    assert shuffle_partitions(0, 0) == 2  # no cores reported: one
