@@ -650,10 +650,9 @@ def default_split(seg: Path, upto: int, cores: int = 2) -> int:
     """The read-task size compact_spark picks on local[`cores`] for this input. Every Spark
     engine gets the local[2] one, so local[1] and local[2] run the same plan (the same
     tasks, the same pre-fold, the same shuffle) and differ only in cores."""
-    from snapshots.compaction import _MIN_SPLIT_BYTES, _READ_TASKS_PER_CORE, list_segments
+    from snapshots.compaction import list_segments, read_split_bytes
 
-    total = sum(s.size_bytes for s in list_segments(seg, upto))
-    return max(_MIN_SPLIT_BYTES, total // (_READ_TASKS_PER_CORE * cores))
+    return read_split_bytes(list_segments(seg, upto), -1, upto, cores)
 
 
 def _fmt_n(n: int) -> str:

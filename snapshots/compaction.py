@@ -155,6 +155,7 @@ __all__ = [
     "make_spark_session",
     "parse_memory_size",
     "plan_tasks",
+    "read_split_bytes",
     "shuffle_partitions",
 ]
 
@@ -302,6 +303,48 @@ def plan_tasks(
             path = str(Path(seg.path).resolve())
             tasks.append(_Task(len(tasks), path, seg.first_offset, after, upto, r.start, r.end))
     return tasks
+
+
+def read_split_bytes(
+    segments: list[SegmentFile],
+    after: int,
+    upto: int,
+    cores: int,
+    input_bytes: int | None = None,
+    extra_tasks: int = 0,
+) -> int:
+    """Stage 1's read-task size on ``cores``: about ``_READ_TASKS_PER_CORE`` tasks per core
+    of ``input_bytes`` (default: the segments' bytes), never under ``_MIN_SPLIT_BYTES``;
+    and where a size down to a quarter of that gives it, a multiple of ``cores`` tasks with
+    ``extra_tasks`` (a base snapshot's) counted: 5 tasks on 2 cores ran a last wave on one
+    core. The candidates are the sizes at which a file gains a piece, largest first; a
+    few are planned with :func:`plan_tasks` (index reads only) to confirm."""
+    cores = max(1, cores)
+    total = input_bytes if input_bytes is not None else sum(s.size_bytes for s in segments)
+    base = max(_MIN_SPLIT_BYTES, total // (_READ_TASKS_PER_CORE * cores))
+    if cores == 1 or not segments:
+        return base
+    if (len(plan_tasks(segments, after, upto, base)) + extra_tasks) % cores == 0:
+        return base
+    floor = max(_MIN_SPLIT_BYTES, base // 4)
+    bodies = [seg.size_bytes - HEADER_BYTES for seg in segments]
+    candidates = set()
+    for body in bodies:
+        for k in range(1, body // floor + 1):
+            size = (body - 1) // k  # the largest size that cuts this file into k + 1 pieces
+            if floor <= size < base:
+                candidates.add(size)
+    planned = 0
+    for split in sorted(candidates, reverse=True):
+        pieces = sum(-(-body // split) if body + HEADER_BYTES > split else 1 for body in bodies)
+        if (pieces + extra_tasks) % cores:
+            continue
+        if (len(plan_tasks(segments, after, upto, split)) + extra_tasks) % cores == 0:
+            return split
+        planned += 1
+        if planned == 8:
+            break
+    return base
 
 
 def shuffle_partitions(input_bytes: int, cores: int, partition_bytes: int | None = None) -> int:
@@ -984,7 +1027,8 @@ def compact_spark(
     shuffle partitions (default max(2 x default parallelism, input bytes / 128 MiB), rounded up
     to a multiple of the default parallelism).
     `split_bytes`: the size of a read task (default max(4 MiB, input bytes / (2 x default
-    parallelism))): segment files larger than that are split at their index points
+    parallelism)), a little less where that makes the task count a multiple of the default
+    parallelism: :func:`read_split_bytes`): segment files larger than that are split at their index points
     (:func:`plan_tasks`); 0 keeps whole files. `class_archive`: when this call starts the
     JVM, use (or, the first time, record) a class-data-sharing archive of the driver JVM in
     `class_archive_dir` (default ``$METALEDGER_SPARK_CACHE`` or ``~/.cache/metaledger``):
@@ -1081,7 +1125,9 @@ def compact_spark(
         cores = sc.defaultParallelism
         n_parts = partitions or shuffle_partitions(input_bytes, cores, partition_bytes)
         if split_bytes is None:
-            split_bytes = max(_MIN_SPLIT_BYTES, input_bytes // (_READ_TASKS_PER_CORE * cores))
+            split_bytes = read_split_bytes(
+                segments, after, upto, cores, input_bytes, 1 if base_snapshot is not None else 0
+            )
         tasks = plan_tasks(segments, after, upto, split_bytes or None)
         # Longest first, so the last wave is short: Spark starts partitions in order.
         ordered = sorted(tasks, key=lambda t: t.start - (t.end or 0))

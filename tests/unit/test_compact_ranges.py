@@ -37,6 +37,7 @@ from snapshots.compaction import (
     _Task,
     list_segments,
     plan_tasks,
+    read_split_bytes,
 )
 
 Position = tuple[int, int]
@@ -124,6 +125,35 @@ def test_planned_tasks_read_exactly_the_window(
     # a range is left out only when the index shows it is outside the window
     for task in tasks:
         assert task.end is not None and task.start < task.end
+
+
+@pytest.mark.parametrize("cores", [2, 3, 4])
+def test_read_tasks_come_in_whole_waves(
+    log: tuple[Path, list[Position]], cores: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snapshots import compaction
+
+    directory, _ = log
+    monkeypatch.setattr(compaction, "_MIN_SPLIT_BYTES", 64)  # these segments are ~4 KiB
+    fixed = 0
+    for files in (3, 5, 17):
+        segs = list_segments(directory, 10**9)[:files]
+        total = sum(s.size_bytes for s in segs)
+        for scale in range(1, 13):  # smaller inputs per task: more tasks per file
+            size = total // scale
+            base = size // (compaction._READ_TASKS_PER_CORE * cores)
+            split = read_split_bytes(segs, -1, 10**9, cores, input_bytes=size)
+            tasks = plan_tasks(segs, -1, 10**9, split)
+            if split != base:  # moved off the plain size only to fill the last wave
+                assert len(tasks) % cores == 0 and base // 4 <= split < base
+                assert len(plan_tasks(segs, -1, 10**9, base)) % cores
+                fixed += 1
+            assert read_tasks(tasks) == read_tasks(plan_tasks(segs, -1, 10**9, None))
+    assert fixed  # some plain plans had a short last wave, and were evened out
+    segs = list_segments(directory, 10**9)
+    split = read_split_bytes(segs, -1, 10**9, cores, input_bytes=20_000, extra_tasks=1)
+    assert (len(plan_tasks(segs, -1, 10**9, split)) + 1) % cores == 0
+    assert read_split_bytes(segs, -1, 10**9, 1, input_bytes=20_000) == 10_000
 
 
 def test_file_without_an_index_stays_whole(tmp_path: Path) -> None:
