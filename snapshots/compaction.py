@@ -1024,12 +1024,12 @@ def compact_spark(
     `master`, `log_level`, `fast_jvm`, `driver_memory` and `conf` are then ignored); else a
     context is made with :func:`make_spark_context` and stopped at the end. `segments_dir`
     (and the base) must be readable at the same path on every executor. `partitions`:
-    shuffle partitions (default max(2 x default parallelism, input bytes / 128 MiB), rounded up
-    to a multiple of the default parallelism).
+    shuffle partitions (default max(2 x default parallelism, input bytes / 128 MiB), rounded
+    up to a multiple of the default parallelism).
     `split_bytes`: the size of a read task (default max(4 MiB, input bytes / (2 x default
     parallelism)), a little less where that makes the task count a multiple of the default
-    parallelism: :func:`read_split_bytes`): segment files larger than that are split at their index points
-    (:func:`plan_tasks`); 0 keeps whole files. `class_archive`: when this call starts the
+    parallelism: :func:`read_split_bytes`): segment files larger than that are split at
+    their index points (:func:`plan_tasks`); 0 keeps whole files. `class_archive`: when this call starts the
     JVM, use (or, the first time, record) a class-data-sharing archive of the driver JVM in
     `class_archive_dir` (default ``$METALEDGER_SPARK_CACHE`` or ``~/.cache/metaledger``):
     ~1.5 CPU-s less at every later start; the recording run pays the JVM's dump at exit. `progress`: a bar on stderr (True),
