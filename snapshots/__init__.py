@@ -61,6 +61,7 @@ from snapshots._snapshot import (
     SnapshotMismatchError,
     SnapshotReader,
     SnapshotRecord,
+    encode_frames,
     encode_snapshot,
     etcd_trailer,
     inspect,
@@ -70,6 +71,7 @@ from snapshots._snapshot import (
     record_hash,
     verify_snapshot,
     write_snapshot,
+    write_snapshot_frames,
 )
 from snapshots._store import (
     FileSnapshotStore,
@@ -114,6 +116,7 @@ __all__ = [
     "TornTailError",
     "compact_local",
     "decode_header",
+    "encode_frames",
     "encode_header",
     "encode_record",
     "encode_snapshot",
@@ -128,4 +131,5 @@ __all__ = [
     "snapshot_name",
     "verify_snapshot",
     "write_snapshot",
+    "write_snapshot_frames",
 ]

@@ -90,6 +90,7 @@ __all__ = [
     "SnapshotMismatchError",
     "SnapshotReader",
     "SnapshotRecord",
+    "encode_frames",
     "encode_snapshot",
     "inspect",
     "open_snapshot",
@@ -98,6 +99,7 @@ __all__ = [
     "record_hash",
     "verify_snapshot",
     "write_snapshot",
+    "write_snapshot_frames",
 ]
 
 #: Version of the snapshot layout above (the record-stream framing has its own).
@@ -470,14 +472,70 @@ def write_snapshot(
     at `path` that was not there before. A crash (kill, power loss) may leave a temp file
     named ``.<name>.*.tmp`` behind, never a partial file at `path`.
     """
+    return _write_file(
+        path,
+        meta,
+        lambda write, target: _plan_and_encode(write, target, meta, records, progress, one_pass),
+    )
+
+
+def write_snapshot_frames(
+    path: str | os.PathLike[str],
+    meta: SnapshotMeta,
+    frames: Iterable[tuple[bytes, int]],
+    actual: RecordDigest,
+    progress: Callable[[int], None] | None = None,
+) -> SnapshotInfo:
+    """:func:`write_snapshot` of records whose frames were encoded elsewhere by
+    :func:`encode_frames` (e.g. on Spark's executors, in parallel), so that writing is
+    only copying.
+
+    `meta` must carry the counts and hashes (the header's). `frames` yields chunks of
+    frames with the number of records up to the chunk's end, numbered 1, 2, ... across
+    all chunks in order; `actual` must hold, once `frames` is exhausted, the digest of
+    what the chunks hold (the encoders' own), and the write fails with
+    SnapshotMismatchError when it is not the meta's. Same failure contract as
+    :func:`write_snapshot`.
+    """
+    if meta.counts is None or meta.hashes is None:
+        raise ValueError("meta: frames encoded elsewhere need the counts and hashes up front")
+    expected = RecordDigest.from_summary(meta.counts, meta.hashes)
+    return _write_file(
+        path,
+        meta,
+        lambda write, target: _assemble(
+            write, target, meta, expected, iter(frames), actual, progress
+        ),
+    )
+
+
+def encode_frames(
+    offset: int,
+    records: Iterable[SnapshotRecord],
+    digest: RecordDigest,
+    first_sub: int = 1,
+) -> Iterator[tuple[bytes, int]]:
+    """The frames of a snapshot at `offset` holding `records`, numbered from `first_sub`,
+    in chunks of about 1 MiB with the number of records up to each chunk's end; adds every
+    record to `digest`. For :func:`write_snapshot_frames`; a part starting at record n + 1
+    of the whole numbers from n + 1."""
+    return _record_chunks(offset, records, digest, first_sub)
+
+
+def _write_file(
+    path: str | os.PathLike[str],
+    meta: SnapshotMeta,
+    produce: Callable[[Callable[[bytes], object], str], tuple[int, SnapshotHeader]],
+) -> SnapshotInfo:
+    """Temp file in the same directory, ``produce(write, path)``, fsync, rename, fsync dir;
+    nothing left at `path` on error."""
     target = Path(path)
     meta.validate()
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     tmp = Path(tmp_name)
     try:
         with open(fd, "wb") as f:
-            write = _SyncingWriter(f).write
-            size, header = _plan_and_encode(write, str(target), meta, records, progress, one_pass)
+            size, header = produce(_SyncingWriter(f).write, str(target))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -570,15 +628,16 @@ def _encode_one_pass(
 
 
 def _record_chunks(
-    offset: int, records: Iterable[SnapshotRecord], digest: RecordDigest
+    offset: int, records: Iterable[SnapshotRecord], digest: RecordDigest, first_sub: int = 1
 ) -> Iterator[tuple[bytes, int]]:
-    """The frames of `records` (sub-index 1, 2, ...) joined into chunks of about 1 MiB,
-    each with the number of records so far; adds every record to `digest`."""
+    """The frames of `records` (sub-index `first_sub`, `first_sub` + 1, ...) joined into
+    chunks of about 1 MiB, each with the sub-index of its last record; adds every record to
+    `digest`."""
     chunk: list[bytes] = []
     append = chunk.append
     add = digest.add
     pending = 0
-    sub = 0
+    sub = first_sub - 1
     for type_, key, value in records:
         if not type_:
             raise ValueError(f"record {sub + 1} has an empty type")
