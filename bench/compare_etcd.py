@@ -696,11 +696,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cluster
 
     def measure(row: Row, entry: dict[str, Any], system: str, cluster: Cluster) -> None:
+        quiet = wait_quiet(args.quiet_below, args.quiet_wait) if args.quiet_below > 0 else {}
         budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
-        quiet = {}
-        if args.quiet_below > 0:
-            quiet = wait_quiet(args.quiet_below, args.quiet_wait)
-            budget = max_total - (time.monotonic() - started) - STOP_GRACE_S
         result = {**run_row(row, cluster, args, budget), **quiet}
         entry[system] = result
         shown = result.get("failed") or (

@@ -45,7 +45,7 @@ from raftlog.deadlines import DeadlineSweep
 from raftlog.entry import Effect, Entry, decode_item, encode_item, encode_request, item_count
 from raftlog.errors import ProposeError, UnknownOutcomeError
 from raftlog.segments import SegmentLog
-from raftlog.wait import Wait, run_on
+from raftlog.wait import Wait, run_on, running_loop
 
 log = logging.getLogger(__name__)
 
@@ -305,8 +305,8 @@ class ReplicatedLog:
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
         if self._apply_on_loop:
-            with contextlib.suppress(RuntimeError):
-                self._apply_loop = asyncio.get_running_loop()
+            self._apply_loop = running_loop()
+            if self._apply_loop is not None:
                 self._loop_thread = threading.get_ident()
         self._apply_thread = threading.Thread(target=self._run_apply, name="apply", daemon=True)
         self._apply_thread.start()
@@ -425,7 +425,7 @@ class ReplicatedLog:
             if err is not None:
                 for key in keys:
                     self._wait.fail(key, err)
-            if asyncio._get_running_loop() is loop:  # an engine on our own loop
+            if running_loop() is loop:  # an engine on our own loop
                 # later, not now (run_on): the next item must not be proposed from
                 # inside the engine's own pass
                 loop.call_soon(self._on_item_done, item_seq)

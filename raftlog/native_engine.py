@@ -70,6 +70,7 @@ from raftlog.raft import (
     encode_message,
 )
 from raftlog.raft_wal import RaftWal
+from raftlog.wait import running_loop
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +104,6 @@ def _mac(password: str | None, nonce: bytes, address: str) -> bytes:
     if not password:
         return bytes(32)
     return hmac.new(password.encode(), nonce + address.encode(), hashlib.sha256).digest()
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 class _Peer:
@@ -200,7 +194,7 @@ class NativeEngine:
                 f"{cfg.journal_dir}: the Raft log does not continue the snapshot "
                 f"{self.dump_file} (index {snap_index}): {exc}"
             ) from None
-        running = _running_loop() if cfg.shared_loop else None
+        running = running_loop() if cfg.shared_loop else None
         if running is not None:
             try:
                 self._start_on(running)

@@ -57,11 +57,16 @@ class Wait:
             return len(self._waiters)
 
 
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None (never raises)."""
+    return asyncio._get_running_loop()
+
+
 def run_on(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
     """``fn(*args)`` on ``loop``: at once when called on it (the engine and apply share the
     proposers' loop), else handed over with ``call_soon_threadsafe``; nothing if the loop is
     closed (nobody waits any more)."""
-    if asyncio._get_running_loop() is loop:
+    if running_loop() is loop:
         fn(*args)
         return
     try:

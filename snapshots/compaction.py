@@ -34,9 +34,9 @@ pyarrow or SparkSession needed)::
                  ~28 at 1e7 entries on local[2])
 
 Only the survivors' frames pass through the driver (they must: the snapshot is one file);
-the log itself never does. Per-task stats (first/last position, term, records read and shuffled)
-come back in an accumulator so the driver can check the ranges are in log order across each
-other, as read_segments does. Splitting trades pre-fold for parallelism: a smaller range
+the log itself never does. Per-task stats (first/last position, term, records read and
+shuffled) come back in an accumulator so the driver can check the ranges are in log order
+across each other, as read_segments does. Splitting trades pre-fold for parallelism: a smaller range
 folds fewer repeats of a key, so more records cross the shuffle (1e6 entries: 189 k with 2
 whole files, 393 k with 5 ranges); hence 2 ranges per core, not more, and none when there
 are already that many files.
