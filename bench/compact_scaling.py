@@ -14,14 +14,16 @@ each in a fresh child process, and all must produce the same counts and hashes.
 Measured per run: wall time of the child (Spark: session start included, and split into
 session / fold / write), CPU seconds and peak memory of the whole process tree (driver, JVM,
 Python workers), sampled every 0.1 s: the sum of RSS (an upper bound: forked workers share
-pages) and, every 0.5 s, the sum of PSS. A Spark child then runs the same job again
-``--warm-jobs`` times (default 1) on the context it started, reported as "warm job": what a
-job costs a long-running cluster, whose JVM, context and Python workers are already up (wall
-and CPU stop at the first job). Engines:
+pages) and the sum of PSS (every 2 s and while the RSS rises; a JVM's smaps are dear). A Spark
+child then runs the same job again ``--warm-jobs`` times (default 1) on the context it
+started, reported as "warm job": what a job costs a long-running cluster, whose JVM, context
+and Python workers are already up (wall and CPU stop at the first job). Engines:
 
     local           snapshots.compact_local (one process, a dict of the live keys)
     spark1/spark2   snapshots.compaction.compact_spark on local[1] / local[2] (C1 JIT and
-                    serial GC, the job's default); ``spark2-full``: default JIT and GC
+                    serial GC, the job's default); ``spark2-full``: default JIT and GC;
+                    ``spark1-cpu1``: local[1] with the child's whole process tree (JVM and
+                    Python workers) confined to one CPU (sched_setaffinity), i.e. one core
     (--parquet)     parquet2-full: the alternative of a Parquet copy of each sealed segment:
                     pyarrow converts every segment (timed separately: the server's extra
                     cost per seal), then Spark local[2] folds in the JVM (DataFrame max_by,
@@ -68,12 +70,19 @@ from typing import Any
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SEGMENT_BYTES = 64 * 1024 * 1024
 INDEX_EVERY_BYTES = 4096
-ENGINES = ("local", "spark1", "spark2")
+ENGINES = ("local", "spark1", "spark1-cpu1", "spark2")
 CLUSTER = "bench"
 #: The child's exit status when the fold ran out of its memory budget (MemoryError).
 EXIT_MEMORY = 3
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TICK = os.sysconf("SC_CLK_TCK")
+#: PSS every 2 s, and while the RSS sets new peaks every tick, or every 0.5 s when the
+#: read is dear: summing a JVM's smaps_rollup costs ~12 ms of CPU (and takes the JVM's
+#: memory-map lock), which at every 0.5 s throughout took ~2.5 % of a core from the run
+#: measured; a Python process's costs ~0.1 ms.
+_PSS_EVERY_TICKS = 20
+_PSS_RISING_TICKS = 5
+_PSS_CHEAP_S = 0.002
 
 
 # --------------------------------------------------------------------------- data
@@ -184,13 +193,41 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
+def _kids(pid: int) -> list[int] | None:
+    """`pid`'s children from /proc/PID/task/*/children (no scan of all of /proc), or None
+    where the kernel does not offer that file."""
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                kids.extend(int(k) for k in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return kids
+
+
 def _tree(root: int) -> list[int]:
-    tree = _children()
+    """`root` and its descendants. The sampler runs this every tick beside the run it
+    measures, so it asks each process for its children (a JVM's threads included) rather
+    than reading every process's stat (~1 ms a tick on this box)."""
+    tree: dict[int, list[int]] | None = None
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
         out.append(pid)
-        todo.extend(tree.get(pid, ()))
+        kids = _kids(pid) if tree is None else None
+        if kids is None:
+            tree = tree if tree is not None else _children()
+            kids = tree.get(pid, [])
+        todo.extend(kids)
     return out
 
 
@@ -222,6 +259,8 @@ class TreeSampler:
 
     def _run(self) -> None:
         i = 0
+        last_pss = -_PSS_EVERY_TICKS
+        pss_cost = 0.0
         while not self._stop.is_set():
             pids = _tree(self.pid)
             rss = 0
@@ -240,13 +279,18 @@ class TreeSampler:
                 rss += r
                 kind = "java" if comm == "java" else "python"
                 parts[kind] = parts.get(kind, 0) + r
-            if rss > self.peak_rss:
+            rising = rss > self.peak_rss
+            if rising:
                 self.peak_rss, self.peak_parts = rss, parts
             if self.mark is not None and self.marked is None and self.mark.exists():
                 self.marked = (time.monotonic(), self.cpu_s)
-            if i % 5 == 0:
+            wait = _PSS_RISING_TICKS if pss_cost > _PSS_CHEAP_S else 1
+            if i - last_pss >= _PSS_EVERY_TICKS or (rising and i - last_pss >= wait):
+                t = time.perf_counter()
                 pss = sum(_read_int_field(f"/proc/{p}/smaps_rollup", b"Pss:") for p in pids)
+                pss_cost = time.perf_counter() - t
                 self.peak_pss = max(self.peak_pss, pss)
+                last_pss = i
             i += 1
             self._stop.wait(0.1)
 
@@ -331,8 +375,11 @@ def child(args: argparse.Namespace) -> int:
     stages: list[dict[str, Any]] = []
     t0 = time.monotonic()
     name, _, budget = args.child.partition("@")
-    engine, _, jit = name.partition("-")
-    full_jit = args.full_jit or jit == "full"
+    engine, *flags = name.split("-")
+    full_jit = args.full_jit or "full" in flags
+    if "cpu1" in flags:
+        # one CPU for the whole tree: the JVM and the Python workers inherit the affinity
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     spark_memory: dict[str, str | None] = {}
     if budget and engine == "local":
         limit = int(budget) * 2**20
@@ -359,7 +406,7 @@ def child(args: argparse.Namespace) -> int:
                 args.out,
                 SnapshotMeta(CLUSTER, args.upto, 0),
                 progress=False,
-                split_bytes=args.split_bytes,
+                read_tasks=args.read_tasks,
                 worker_memory=spark_memory.get("worker_memory"),
             )
             conf = _event_log_conf(events)
@@ -479,11 +526,16 @@ def _event_log_conf(directory: str) -> dict[str, str]:
     }
 
 
+#: Stages of one phase run as several jobs: the write's waves (runJob; toLocalIterator in
+#: results before 2026-11-22T20).
+_MERGED_STAGES = ("runJob", "toLocalIterator")
+
+
 def stage_summary(directory: Path) -> list[dict[str, Any]]:
     """Per stage of the event log under `directory`: tasks, wall time (submitted ->
     completed), the sum and max of task run times (Python worker time included: the JVM task
     waits on it), JVM CPU and GC, shuffle write time, and the time from the application's
-    start to the stage's submission. The write's per-partition toLocalIterator jobs are
+    start to the stage's submission. The write's jobs (one per wave of partitions) are
     merged into one row. Removes `directory`."""
     import shutil
 
@@ -527,7 +579,7 @@ def stage_summary(directory: Path) -> list[dict[str, Any]]:
         ) // 1_000_000
     out: list[dict[str, Any]] = []
     for _, st in sorted(stages.items()):
-        if out and st["name"] == out[-1]["name"] == "toLocalIterator":
+        if out and st["name"] == out[-1]["name"] and st["name"] in _MERGED_STAGES:
             last = out[-1]
             end = max(last["submitted_ms"] + last["wall_ms"], st["submitted_ms"] + st["wall_ms"])
             for k in ("tasks", "task_ms", "jvm_cpu_ms", "gc_ms", "shuffle_write_ms"):
@@ -646,13 +698,14 @@ def warm_up(root: Path, timeout_s: float, env: dict[str, str] | None) -> str:
     return f"present in {cache}" if after else "none (not recorded: see compact_spark)"
 
 
-def default_split(seg: Path, upto: int, cores: int = 2) -> int:
-    """The read-task size compact_spark picks on local[`cores`] for this input. Every Spark
-    engine gets the local[2] one, so local[1] and local[2] run the same plan (the same
-    tasks, the same pre-fold, the same shuffle) and differ only in cores."""
-    from snapshots.compaction import list_segments, read_split_bytes
+def default_read_tasks(seg: Path, upto: int, cores: int = 2) -> tuple[int, int]:
+    """The number of read tasks compact_spark picks on local[`cores`] for this input, and
+    the window's bytes. Every Spark engine gets the local[2] plan, so local[1] and local[2]
+    run the same tasks (the same pre-fold, the same shuffle) and differ only in cores."""
+    from snapshots.compaction import list_segments, read_task_count, window_bytes
 
-    return read_split_bytes(list_segments(seg, upto), -1, upto, cores)
+    window = window_bytes(list_segments(seg, upto), -1, upto)
+    return read_task_count(window, cores), window
 
 
 def _fmt_n(n: int) -> str:
@@ -719,8 +772,9 @@ def report(doc: dict[str, Any]) -> str:
             f"* N={_fmt_n(int(n))}: {info['files']} segment files, {info['bytes'] / 2**20:.0f} MiB, "
             f"generated in {info.get('generate_s', '?')} s"
             + (
-                f"; Spark read tasks of {info['split_bytes'] / 2**20:.1f} MiB"
-                if "split_bytes" in info
+                f"; Spark: {info['read_tasks']} read tasks of "
+                f"{info['window_bytes'] / info['read_tasks'] / 2**20:.1f} MiB"
+                if "read_tasks" in info
                 else ""
             )
             + (
@@ -766,37 +820,43 @@ def report(doc: dict[str, Any]) -> str:
 
 
 def scaling_lines(doc: dict[str, Any]) -> list[str]:
-    """local[1] -> local[2] per size: speedup of the wall time and of the job time, and the
-    CPU seconds of each (local[1] is not one core: the JVM's own threads run beside the
-    Python worker, so 'cores busy' says what each run really used)."""
+    """1 core -> 2 per size: speedup of the wall time, the job time and the warm job, and
+    the CPU seconds of each. Two baselines: local[1] (one task slot, but the JVM's own
+    threads and the driver run on the second core beside it: 'cores busy' says what it
+    really used) and local[1] confined to one CPU (``spark1-cpu1``: what one core gives)."""
     ok = {(r["n"], r["engine"]): r for r in doc["runs"] if r["status"] == "ok"}
     rows = []
     for n in sorted({r["n"] for r in doc["runs"]}):
-        one, two = ok.get((n, "spark1")), ok.get((n, "spark2"))
-        if one is None or two is None or "fold_s" not in one:
-            continue
-        job1, job2 = (r["fold_s"] + r["write_s"] for r in (one, two))
-        warm1, warm2 = (min(r.get("warm_job_s") or [float("nan")]) for r in (one, two))
-        rows.append(
-            f"| {_fmt_n(n)} | {one['wall_s']:.1f} -> {two['wall_s']:.1f} "
-            f"({one['wall_s'] / two['wall_s']:.2f}x) | {job1:.1f} -> {job2:.1f} "
-            f"({job1 / job2:.2f}x) | {warm1:.1f} -> {warm2:.1f} ({warm1 / warm2:.2f}x) | "
-            f"{one['fold_s']:.1f} -> {two['fold_s']:.1f} "
-            f"({one['fold_s'] / two['fold_s']:.2f}x) | {one['cpu_s']:.0f} / {two['cpu_s']:.0f} | "
-            f"{one['cpu_s'] / one['wall_s']:.2f} / {two['cpu_s'] / two['wall_s']:.2f} | "
-            f"{one.get('tasks', '?')} read tasks, {one.get('partitions', '?')} / "
-            f"{two.get('partitions', '?')} partitions, {one.get('records_read', 0):,} records "
-            f"read, {one.get('records_shuffled', 0):,} shuffled |"
-        )
+        two = ok.get((n, "spark2"))
+        for base in ("spark1", "spark1-cpu1"):
+            one = ok.get((n, base))
+            if one is None or two is None or "fold_s" not in one:
+                continue
+            job1, job2 = (r["fold_s"] + r["write_s"] for r in (one, two))
+            warm1, warm2 = (min(r.get("warm_job_s") or [float("nan")]) for r in (one, two))
+            rows.append(
+                f"| {_fmt_n(n)} | {base} | {one['wall_s']:.1f} -> {two['wall_s']:.1f} "
+                f"({one['wall_s'] / two['wall_s']:.2f}x) | {job1:.1f} -> {job2:.1f} "
+                f"({job1 / job2:.2f}x) | {warm1:.1f} -> {warm2:.1f} ({warm1 / warm2:.2f}x) | "
+                f"{one['fold_s']:.1f} -> {two['fold_s']:.1f} "
+                f"({one['fold_s'] / two['fold_s']:.2f}x) | "
+                f"{one['cpu_s']:.0f} / {two['cpu_s']:.0f} | "
+                f"{one['cpu_s'] / one['wall_s']:.2f} / {two['cpu_s'] / two['wall_s']:.2f} | "
+                f"{one.get('tasks', '?')} read tasks, {one.get('partitions', '?')} / "
+                f"{two.get('partitions', '?')} partitions, {one.get('records_read', 0):,} "
+                f"records read, {one.get('records_shuffled', 0):,} shuffled |"
+            )
     if not rows:
         return []
     return [
         "",
-        "local[1] -> local[2] (the same read tasks for both: see split_bytes below):",
+        "1 core -> 2 (local[2]; the same read tasks for all: see the data sets below). From "
+        "spark1: local[1] on this 2-CPU box, its JVM threads running on the other CPU; from "
+        "spark1-cpu1: local[1] with the whole process tree confined to one CPU:",
         "",
-        "| N | wall s | job s | warm job s | fold s (Spark stages only) | CPU s 1 / 2 "
+        "| N | from | wall s | job s | warm job s | fold s (Spark stages only) | CPU s 1 / 2 "
         "| cores busy 1 / 2 | plan |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
     ]
 
@@ -818,8 +878,8 @@ def stage_lines(doc: dict[str, Any]) -> list[str]:
     return [
         "",
         "Spark stages (event log): partitionBy = read + pre-fold + shuffle write; collect = "
-        "shuffle read + fold + hash; toLocalIterator = the survivors to the driver while it "
-        "writes. Submitted: seconds after the context started. Task s: sum of task run times "
+        "shuffle read + fold + hash; runJob = the survivors encoded as frames, a wave of "
+        "partitions at a time, to the driver while it writes. Submitted: seconds after the context started. Task s: sum of task run times "
         "(the Python worker's time included); JVM CPU: the task threads' own CPU.",
         "",
         "| N | engine | stage | tasks | submitted s | wall s | task s | max task s | "
@@ -869,15 +929,15 @@ def _positive_int(text: str) -> int:
     return positive_int(text)
 
 
-def _split_bytes(text: str) -> int:
+def _task_count(text: str) -> int:
     # not _positive_int: children parse this flag too, and must not import grpc
     if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of tasks")
     return int(text)
 
 
 def _count(text: str) -> int:
-    # children parse this flag too (see _split_bytes)
+    # children parse this flag too (see _task_count)
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
     return int(text)
@@ -947,9 +1007,9 @@ def main(argv: list[str] | None = None) -> int:
         "(a long-running cluster's cost per job: context and Python workers up; default 1)",
     )
     p.add_argument(
-        "--split-bytes",
-        type=_split_bytes,
-        help="Spark read-task size in bytes (default: the job's own choice)",
+        "--read-tasks",
+        type=_task_count,
+        help="Spark read tasks (default: what the job picks on local[2], for every engine)",
     )
     args = p.parse_args(argv)
     if args.child:
@@ -1000,8 +1060,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             upto = int(0.9 * n)
-            split = args.split_bytes or default_split(seg, upto)
-            info["split_bytes"] = split
+            tasks, window = default_read_tasks(seg, upto)
+            tasks = args.read_tasks or tasks
+            info.update(read_tasks=tasks, window_bytes=window)
             runs = list(engines)
             if args.parquet:
                 conv = run_child(
@@ -1033,7 +1094,7 @@ def main(argv: list[str] | None = None) -> int:
                     *extra,
                 ]
                 if engine.startswith("spark"):
-                    argv_ += [f"--split-bytes={split}", f"--warm-jobs={args.warm_jobs}"]
+                    argv_ += [f"--read-tasks={tasks}", f"--warm-jobs={args.warm_jobs}"]
                 load1 = round(os.getloadavg()[0], 2)
                 result = run_child(argv_, args.timeout_s, env)
                 result.update(n=n, engine=engine, load1=load1)

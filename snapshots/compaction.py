@@ -6,17 +6,19 @@ Plan of :func:`compact_spark` (classic PySpark RDDs on a bare SparkContext; no p
 pyarrow or SparkSession needed)::
 
     driver       lists the segment FILE NAMES (and sizes) only; reads the base's header;
-                 plans the read tasks (plan_tasks): files larger than split_bytes (default
-                 input / (2 x cores), at least 4 MiB) are cut into byte ranges at points of
-                 their sparse offset index (<first-offset>.idx), each cut checked by reading
-                 the one frame there; ranges the index shows outside (after, upto] are left out
-    stage 1      one task per range (+ one for the base snapshot), longest first: the worker
-                 opens the file itself from the shared path, checks header/CRC/order like
+                 plans the read tasks (plan_reads): the window's bytes (by each file's
+                 sparse offset index, <first-offset>.idx: from the last point at or below
+                 `after` to the first past `upto`) cut into T even shares at index points,
+                 within or across files, each cut checked by reading the one frame there;
+                 T = 2 per core by default, 4-256 MiB each, a multiple of the cores
+    stage 1      one task per share (+ one for the base snapshot): the worker opens each of
+                 its ranges itself from the shared path, checks header/CRC/order like
                  read_segments (iter_frames: the block-wise frame parser), decodes the
-                 effects in (after, upto] and keeps each key's last record in its range
-                 (positions strictly increase within a file, so that is its newest;
-                 tombstones kept): ((type, key), (offset, sub, value | None)); base records
-                 are ((type, key), (base offset, -1, value))
+                 effects in (after, upto] and keeps each key's last record in its share
+                 (its ranges are in log order and positions strictly increase within a
+                 file, so that is its newest; tombstones kept, at most ~1 M keys at a time):
+                 ((type, key), (offset, sub, value | None)); base records are
+                 ((type, key), (base offset, -1, value))
     shuffle      partitionBy crc32(type, key) -> P partitions, P >= 2 x cores (the log is
                  partitionable by key because it holds effects, not operations)
     stage 2      per partition: the replay rule of snapshots._replay on the versions
@@ -26,8 +28,9 @@ pyarrow or SparkSession needed)::
     stage 3      per partition: the survivors encoded as snapshot frames (encode_frames),
                  numbered from the partition's first record by the stage-2 digests'
                  counts, in ~1 MiB chunks, then the digest of what they hold
-    write        toLocalIterator() streams the chunks partition by partition (the next one
-                 prefetched) into write_snapshot_frames(), whose meta already carries the
+    write        the chunks come to the driver a wave of partitions at a time (one job a
+                 wave, every core encoding; the next wave computed while this one is
+                 written) into write_snapshot_frames(), whose meta already carries the
                  merged counts and hashes: the driver only copies, and checks the encoders'
                  digests against the meta's (hashes are order-independent). The driver
                  encoding every record itself was the job's longest serial part (2-3 s of
@@ -36,10 +39,11 @@ pyarrow or SparkSession needed)::
 Only the survivors' frames pass through the driver (they must: the snapshot is one file);
 the log itself never does. Per-task stats (first/last position, term, records read and
 shuffled) come back in an accumulator so the driver can check the ranges are in log order
-across each other, as read_segments does. Splitting trades pre-fold for parallelism: a smaller range
-folds fewer repeats of a key, so more records cross the shuffle (1e6 entries: 189 k with 2
-whole files, 393 k with 5 ranges); hence 2 ranges per core, not more, and none when there
-are already that many files.
+across each other, as read_segments does. A task's size trades pre-fold for parallelism: a
+smaller task folds fewer repeats of a key, so more records cross the shuffle (1e7 entries:
+3.6 M with 4 tasks, 5.4 M with 8, 6.6 M with 14); hence 2 tasks per core, not more, cut
+across files rather than one per file (14 tasks of whole 64 MiB files, the last short, ran
+7 waves on one core and 6 and a bit on the other).
 
 Spark settings (research/spark-and-deps.md §2-3): loopback bind (SPARK_LOCAL_IP, driver host
 and bind address) for local and loopback masters, UI off, workers run ``sys.executable``,
@@ -54,27 +58,27 @@ ready context 4.0-7.1 s / 4.7-5.4 CPU-s with a SparkSession, 2.4-3.3 s / 2.8-3.0
 with a bare context, 1.2-1.3 s / 1.5-1.6 CPU-s with the archive (load1 ~3); the recording
 run costs ~10 s more once.
 
-Numbers (``bench/compact_scaling.py``; 2 shared cores; upto = 0.9 N, 10 % deletes, 64 MiB
-segments, no base; -11-38-31.md, load1 1.2-1.4, 2.5 when 1e7 local[2] started; the second
-run, -11-58-30.md, gave 1e6 local[2] 6.4 / 3.9 s, 1e7 local[1] 48.8 / 45.9 s and local[2]
-30.5 / 28.7 s, 52 CPU-s: 1.60x wall and job, 1.67x for the stages). Wall =
-the whole run in a fresh process; job = after the context is up (what a long-running
-Spark cluster pays per job); x = per entry against the fold's wall time::
+Numbers (``bench/compact_scaling.py --sizes 1e5,1e6,1e7 --warm-jobs 3``; 2 shared cores;
+upto = 0.9 N, 10 % deletes, 64 MiB segments, no base; -20-38-43.md). Wall = the whole run in
+a fresh process; job = the first job once the context is up; warm = the same job again on
+that context (what a long-running Spark cluster pays per job); x = per entry against the
+fold's wall time; cpu1 = local[1] with its whole process tree confined to one CPU::
 
-    N     fold (compact_local)  local[1]: wall / job, CPU   local[2]: wall / job, CPU
-    1e5   0.5 s,   30 MB        4.6 / 1.9 s, 4 CPU-s         4.8 / 2.0 s (9.2x / 3.9x), 5
-    1e6   4.7 s,   76 MB        8.1 / 5.8 s, 8               7.0 / 4.5 s (1.47x / 0.95x), 9
-    1e7   54.8 s, 491 MB        52.9 / 50.2 s, 53            31.9 / 29.4 s (0.58x / 0.54x), 53
+    N     fold     local[1] warm   cpu1 warm   local[2]: wall / job / warm      1 CPU -> 2, warm
+    1e5   0.5 s    0.6 s           0.8 s       4.3 / 1.9 / 0.6 s (9.0x / 1.15x)  no gain (fixed cost)
+    1e6   4.6 s    4.1 s           4.5 s       6.3 / 3.9 / 2.4 s (1.36x / 0.51x) 1.88x (1.73x from local[1])
+    1e7   49.9 s   40.8 s          43.2 s      27.2 / 24.8 / 22.7 s (0.55x / 0.45x) 1.91x (1.80x)
 
-local[1] -> local[2] on the same plan (14 read tasks at 1e7): 1.66x wall, 1.70x job, 1.69x
-for the Spark stages; both 53 CPU-s, local[1] using 1.01 cores (the JVM's own threads cost
-little now that it carries fewer records), local[2] 1.67. What is left: each stage-1 task
-runs ~14 % longer beside another (33.4 -> 38.1 task-s: the JVM's shuffle and GC threads and
-the driver share the two cores), and the serial parts (1.9 s start, 2.1 s of write in the
-driver). At 1e6 (5 read tasks, 3.2 s of stage 1) 1.30x job; at 1e5 the job is 2 s of mostly
-fixed cost and does not scale. Before (-10-08-59.md): 1e7 local[2] 47.2 s / 78 CPU-s, one
-task per file, 1.55x; the CPU went down with the block-wise frame parser, the stage-2 fold
-on versions, the GC paused in the folds, and the context without SQL.
+At 1e7 the first job scales 1.84x from one CPU (1.69x from local[1], which keeps 1.03 cores
+busy: the JVM's threads and the driver beside its task), the whole run 1.78x (1.62x). The
+same read work in two bare processes runs 2.02x as fast as in one (bench/compact_ceiling.py);
+what Spark loses: each stage-1 task ~8 % longer in a worker than bare and ~15 % longer again
+beside another (32.1 -> 37.0 task-s: the JVM's threads moving the shuffle share the two
+CPUs), the JVM start (1.3 s) and the write (2.0 s). At 1e5 the job is ~0.6 s of mostly fixed
+cost. History: one task per file, 1e7 local[2] 47.2 s / 78 CPU-s (-10-08-59.md); with the
+block-wise frame parser, the stage-2 fold on versions, the GC paused in the folds and no SQL
+31.9 s / 53 CPU-s (-11-38-31.md); with frames encoded on the executors 29.5 s (-19-16-38.md);
+with even read shares across files 27.2 s / 49 CPU-s.
 
 Memory (-10-11-39.md): the fold holds ~500-540 B per live key, whatever the log length;
 Spark's tree is bounded by the JVM heap plus `worker_memory` per Python worker. 1e7 entries
@@ -99,12 +103,15 @@ if a profile on a many-core cluster says otherwise; the binary-segment path stay
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import functools
 import gc
+import itertools
 import math
 import os
+import queue
 import re
 import shutil
 import sys
@@ -160,9 +167,11 @@ __all__ = [
     "make_spark_context",
     "make_spark_session",
     "parse_memory_size",
+    "plan_reads",
     "plan_tasks",
-    "read_split_bytes",
+    "read_task_count",
     "shuffle_partitions",
+    "window_bytes",
 ]
 
 DEFAULT_MASTER: Final = "local[*]"
@@ -171,6 +180,9 @@ _READ_BUFFER_BYTES = 256 * 1024
 #: than _MIN_SPLIT_BYTES, so the last wave is short whatever the number of files.
 _READ_TASKS_PER_CORE = 2
 _MIN_SPLIT_BYTES = 4 * 1024 * 1024
+#: ... and never larger than this, so a task's retry and its share of the progress bar
+#: stay small on a long log.
+_MAX_SPLIT_BYTES = 256 * 1024 * 1024
 #: Stage 2 (shuffle partitions) gets at least this many tasks per core, and a multiple of
 #: the cores: 7 partitions on 2 cores ran 4 waves, the last on one core (1e7 entries:
 #: stage 2 1.47x faster on local[2] than on local[1], the read stage 1.60x).
@@ -178,11 +190,15 @@ _REDUCE_TASKS_PER_CORE = 2
 #: Input bytes per shuffle partition (sets P when not given): bounds a partition's replay
 #: dict on a worker and what toLocalIterator holds on the driver at once.
 _BYTES_PER_PARTITION = 128 * 1024 * 1024
+#: Partitions encoded at once for the write (a wave; the driver holds up to three), at
+#: most this many whatever the cores, so the driver's memory does not grow with the cluster.
+_WRITE_WAVE_MAX = 8
 #: Memory of one folded key in a Python dict (the single-process fold measured 505-541 B
 #: per live key with 20 B keys and 16-64 B values; the pre-fold's entries are alike).
 _FOLD_BYTES_PER_KEY = 512
-#: Pre-fold size without a worker memory bound: a whole 64 MiB segment's keys (~0.7 M).
-_PREFOLD_KEYS_UNBOUNDED = 2**62
+#: Pre-fold size without a worker memory bound: ~1 M keys, ~0.5 GB of dict (a read task of
+#: up to _MAX_SPLIT_BYTES can hold several times that many distinct keys).
+_PREFOLD_KEYS_DEFAULT = 2**20
 #: Records parsed into one reused Effect before a fresh one: reuse saves an allocation per
 #: record, but upb's arena keeps every parse's fields until the message is freed (~100 B
 #: per record measured: 200 MB after 2 M parses), so a whole segment would pin ~70 MB.
@@ -300,57 +316,141 @@ def plan_tasks(
             pieces = math.ceil((seg.size_bytes - HEADER_BYTES) / split_bytes)
             index = read_index(Path(seg.path).with_suffix(".idx"))
             ranges = _checked_cuts(seg.path, split_ranges(index, seg.size_bytes, pieces))
-        for i, r in enumerate(ranges):
-            if r.first_offset is not None and r.first_offset > upto:
-                break
-            following = ranges[i + 1].first_offset if i + 1 < len(ranges) else None
-            if following is not None and following <= after:
-                continue
+        for r in _in_window(ranges, after, upto):
             path = str(Path(seg.path).resolve())
             tasks.append(_Task(len(tasks), path, seg.first_offset, after, upto, r.start, r.end))
     return tasks
 
 
-def read_split_bytes(
-    segments: list[SegmentFile],
-    after: int,
-    upto: int,
-    cores: int,
-    input_bytes: int | None = None,
-    extra_tasks: int = 0,
-) -> int:
-    """Stage 1's read-task size on ``cores``: about ``_READ_TASKS_PER_CORE`` tasks per core
-    of ``input_bytes`` (default: the segments' bytes), never under ``_MIN_SPLIT_BYTES``;
-    and where a size down to a quarter of that gives it, a multiple of ``cores`` tasks with
-    ``extra_tasks`` (a base snapshot's) counted: 5 tasks on 2 cores ran a last wave on one
-    core. The candidates are the sizes at which a file gains a piece, largest first; a
-    few are planned with :func:`plan_tasks` (index reads only) to confirm."""
-    cores = max(1, cores)
-    total = input_bytes if input_bytes is not None else sum(s.size_bytes for s in segments)
-    base = max(_MIN_SPLIT_BYTES, total // (_READ_TASKS_PER_CORE * cores))
-    if cores == 1 or not segments:
-        return base
-    if (len(plan_tasks(segments, after, upto, base)) + extra_tasks) % cores == 0:
-        return base
-    floor = max(_MIN_SPLIT_BYTES, base // 4)
-    bodies = [seg.size_bytes - HEADER_BYTES for seg in segments]
-    candidates = set()
-    for body in bodies:
-        for k in range(1, body // floor + 1):
-            size = (body - 1) // k  # the largest size that cuts this file into k + 1 pieces
-            if floor <= size < base:
-                candidates.add(size)
-    planned = 0
-    for split in sorted(candidates, reverse=True):
-        pieces = sum(-(-body // split) if body + HEADER_BYTES > split else 1 for body in bodies)
-        if (pieces + extra_tasks) % cores:
+def _in_window(ranges: list[FrameRange], after: int, upto: int) -> Iterator[FrameRange]:
+    """The ranges of one file (in order) that can hold records in ``(after, upto]`` by the
+    index: not one whose first offset is past `upto`, nor one followed by a range starting
+    at or below `after` (every record in it is older)."""
+    for i, r in enumerate(ranges):
+        if r.first_offset is not None and r.first_offset > upto:
+            return
+        following = ranges[i + 1].first_offset if i + 1 < len(ranges) else None
+        if following is not None and following <= after:
             continue
-        if (len(plan_tasks(segments, after, upto, split)) + extra_tasks) % cores == 0:
-            return split
-        planned += 1
-        if planned == 8:
-            break
-    return base
+        yield r
+
+
+def read_task_count(window_bytes: int, cores: int, split_bytes: int | None = None) -> int:
+    """How many read tasks stage 1 gets for `window_bytes` of segments on `cores`: one per
+    `split_bytes` (default: ``_READ_TASKS_PER_CORE`` per core, each between
+    ``_MIN_SPLIT_BYTES`` and ``_MAX_SPLIT_BYTES``), rounded up to a multiple of the cores so
+    that the last wave is as full as the others (5 tasks on 2 cores ran their last wave on
+    one core)."""
+    cores = max(1, cores)
+    if split_bytes is None:
+        per_task = -(-window_bytes // (_READ_TASKS_PER_CORE * cores))
+        split_bytes = min(_MAX_SPLIT_BYTES, max(_MIN_SPLIT_BYTES, per_task))
+    wanted = max(1, -(-window_bytes // max(1, split_bytes)))
+    return cores * -(-wanted // cores)
+
+
+class _Span(NamedTuple):
+    """The bytes of a segment file that can hold records of the window, by its index."""
+
+    segment: SegmentFile
+    points: list[tuple[int, int]]
+    start: int
+    end: int
+
+
+def _window_spans(segments: list[SegmentFile], after: int, upto: int) -> list[_Span]:
+    """Each file's bytes from its last index point at or below `after` (the records before
+    it are older) to its first point past `upto` (the records from it on are newer): what a
+    read task of it reads. Without an index, the whole file."""
+    spans = []
+    for seg in segments:
+        index = [
+            e
+            for e in read_index(Path(seg.path).with_suffix(".idx"))
+            if HEADER_BYTES < e[1] < seg.size_bytes
+        ]
+        start, end = HEADER_BYTES, seg.size_bytes
+        for offset, position in index:
+            if offset <= after:
+                start = position
+            elif offset > upto:
+                end = position
+                break
+        spans.append(_Span(seg, index, start, end))
+    return spans
+
+
+def window_bytes(segments: list[SegmentFile], after: int, upto: int) -> int:
+    """The bytes of `segments` that stage 1 reads for the window ``(after, upto]``, by the
+    files' indexes (index reads only)."""
+    return sum(span.end - span.start for span in _window_spans(segments, after, upto))
+
+
+def plan_reads(segments: list[SegmentFile], after: int, upto: int, tasks: int) -> list[list[_Task]]:
+    """Stage 1's read tasks: `tasks` runs of consecutive byte ranges of the window's
+    segments, each about 1/`tasks` of the window's bytes (:func:`window_bytes`), cut at
+    index points wherever they fall, within a file or across files. A task that spans files
+    pre-folds them together (a later file's record of a key replaces the earlier one, as in
+    replay), and equal tasks fill the cores evenly: 13 whole 64 MiB files and a short
+    fourteenth ran 7 waves on one core and 6 and a bit on the other.
+
+    The ranges are numbered in log order across all tasks (the driver checks their order
+    from those numbers). Cuts are checked as in :func:`plan_tasks` (a cut whose frame does
+    not match the index is merged away), so a stale index costs balance, never a record;
+    fewer tasks come back when the index has too few points (no index: whole files).
+    """
+    if tasks < 1:
+        raise ValueError(f"tasks must be at least 1, not {tasks}")
+    spans = _window_spans(segments, after, upto)
+    total = sum(span.end - span.start for span in spans)
+    targets = [total * i / tasks for i in range(1, tasks)]
+    # the group boundaries, as positions in the window's bytes laid end to end: each target
+    # moved to the nearest place a task can start (a file's window edge or index point)
+    bounds: set[float] = set()
+    cuts: list[list[int]] = [[] for _ in spans]
+    base = 0
+    for i, span in enumerate(spans):
+        width = span.end - span.start
+        inside = [p for _, p in span.points if span.start < p < span.end]
+        for target in targets:
+            if not base <= target <= base + width:
+                continue
+            here = span.start + (target - base)
+            best = min((span.start, span.end, *inside), key=lambda p: abs(p - here))
+            if best == span.end and i + 1 < len(spans):
+                bounds.add(base + width)
+            elif best != span.start and best != span.end:
+                cuts[i].append(best)
+                bounds.add(base + best - span.start)
+            elif best == span.start and base > 0:
+                bounds.add(base)
+        base += width
+    ordered_bounds = sorted(bounds)
+    groups: list[list[_Task]] = []
+    group_of_last = -1
+    number = 0
+    base = 0
+    for i, span in enumerate(spans):
+        seg = span.segment
+        points = sorted({span.start, span.end, *cuts[i]} - {HEADER_BYTES, seg.size_bytes})
+        by_position = {p: o for o, p in span.points}
+        edges = [HEADER_BYTES, *points, seg.size_bytes]
+        ranges = [
+            FrameRange(a, b, by_position.get(a) if a != HEADER_BYTES else None)
+            for a, b in itertools.pairwise(edges)
+        ]
+        ranges = _checked_cuts(seg.path, ranges)
+        path = str(Path(seg.path).resolve())
+        for r in _in_window(ranges, after, upto):
+            at = base + max(0, r.start - span.start)
+            group = bisect.bisect_right(ordered_bounds, at)
+            if group != group_of_last or not groups:
+                groups.append([])
+                group_of_last = group
+            groups[-1].append(_Task(number, path, seg.first_offset, after, upto, r.start, r.end))
+            number += 1
+        base += span.end - span.start
+    return groups
 
 
 def shuffle_partitions(input_bytes: int, cores: int, partition_bytes: int | None = None) -> int:
@@ -520,38 +620,41 @@ def _gc_paused_gen(
 
 def _stage1(
     stats_acc: Accumulator[dict[int, tuple[Any, ...]]], prefold_keys: int
-) -> Callable[[Iterable[_Task]], Iterator[tuple[StateKey, Version]]]:
-    def run(tasks: Iterable[_Task]) -> Iterator[tuple[StateKey, Version]]:
-        for task in tasks:
-            if task.number < 0:
-                yield from _read_base(task)
-                continue
-            stats = _FileStats()
-            # Pre-fold: positions strictly increase within a file (checked), so the last
-            # record of a key in the file is its newest; tombstones stay (replay drops them).
-            # At `prefold_keys` the dict is emitted and restarted: a key may then leave the
-            # file more than once, which stage 2 resolves by position like any two files,
-            # and the worker's memory stays bounded whatever the segment size.
+) -> Callable[[Iterable[list[_Task]]], Iterator[tuple[StateKey, Version]]]:
+    def run(groups: Iterable[list[_Task]]) -> Iterator[tuple[StateKey, Version]]:
+        for group in groups:
+            # Pre-fold: positions strictly increase within a file (checked) and the ranges
+            # of a task are in log order (checked by the driver), so the last record of a
+            # key the task reads is its newest; tombstones stay (replay drops them). At
+            # `prefold_keys` the dict is emitted and restarted: a key may then leave the
+            # task more than once, which stage 2 resolves by position like any two tasks,
+            # and the worker's memory stays bounded whatever the task's size.
             newest: dict[StateKey, Version] = {}
             emitted = 0
-            for key, version in _read_segment(task, stats):
-                newest[key] = version
-                if len(newest) >= prefold_keys:
-                    emitted += len(newest)
-                    yield from newest.items()
-                    newest = {}
+            found: dict[int, tuple[Any, ...]] = {}
+            for task in group:
+                if task.number < 0:
+                    yield from _read_base(task)
+                    continue
+                stats = _FileStats()
+                for key, version in _read_segment(task, stats):
+                    newest[key] = version
+                    if len(newest) >= prefold_keys:
+                        emitted += len(newest)
+                        yield from newest.items()
+                        newest = {}
+                found[task.number] = (
+                    stats.first,
+                    stats.last,
+                    stats.last_term,
+                    stats.records,
+                    0,
+                )
             emitted += len(newest)
-            stats_acc.add(
-                {
-                    task.number: (
-                        stats.first,
-                        stats.last,
-                        stats.last_term,
-                        stats.records,
-                        emitted,
-                    )
-                }
-            )
+            if found:
+                last = max(found)
+                found[last] = (*found[last][:4], emitted)
+                stats_acc.add(found)
             yield from newest.items()
 
     return _gc_paused_gen(run)
@@ -614,6 +717,52 @@ def _encode_partitions(
         yield digest
 
     return encode
+
+
+def _identity(items: Iterable[Any]) -> Iterable[Any]:
+    return items
+
+
+def _in_waves(sc: SparkContext, rdd: RDD[Any], wave: int, group: str) -> Iterator[Any]:
+    """The items of `rdd`'s partitions in partition order, computed `wave` partitions at a
+    time by one job each (every core busy), the next wave's job running in a thread (in
+    job group `group`, for the progress bar) while the caller consumes this one's: the
+    driver holds at most three waves. toLocalIterator runs one partition at a time
+    (prefetching one): the executors' encoding used ~1.5 of 2 cores, and would use ~1.5 of
+    any number. A job's error is raised here; closing the generator early waits for the
+    running wave."""
+    n = rdd.getNumPartitions()
+    done: queue.Queue[tuple[list[Any] | None, BaseException | None]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            sc.setJobGroup(group, "compaction: write")
+            for lo in range(0, n, max(1, wave)):
+                if stop.is_set():
+                    return
+                done.put((sc.runJob(rdd, _identity, range(lo, min(n, lo + wave))), None))
+        except BaseException as e:  # handed to the consumer, raised there
+            done.put((None, e))
+            return
+        done.put((None, None))
+
+    thread = threading.Thread(target=run, name="compaction-write-waves", daemon=True)
+    thread.start()
+    try:
+        while True:
+            items, error = done.get()
+            if error is not None:
+                raise error
+            if items is None:
+                return
+            yield from items
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a put, let the running wave end
+            with contextlib.suppress(queue.Empty):
+                done.get(timeout=0.1)
+        thread.join()
 
 
 def _make_stats_param() -> Any:
@@ -1031,6 +1180,7 @@ def compact_spark(
     conf: Mapping[str, str] | None = None,
     timings: dict[str, float] | None = None,
     split_bytes: int | None = None,
+    read_tasks: int | None = None,
     class_archive: bool = True,
     class_archive_dir: str | os.PathLike[str] | None = None,
 ) -> SnapshotInfo:
@@ -1049,13 +1199,15 @@ def compact_spark(
     (and the base) must be readable at the same path on every executor. `partitions`:
     shuffle partitions (default max(2 x default parallelism, input bytes / 128 MiB), rounded
     up to a multiple of the default parallelism).
-    `split_bytes`: the size of a read task (default max(4 MiB, input bytes / (2 x default
-    parallelism)), a little less where that makes the task count a multiple of the default
-    parallelism: :func:`read_split_bytes`): segment files larger than that are split at
-    their index points (:func:`plan_tasks`); 0 keeps whole files. `class_archive`: when this call starts the
-    JVM, use (or, the first time, record) a class-data-sharing archive of the driver JVM in
-    `class_archive_dir` (default ``$METALEDGER_SPARK_CACHE`` or ``~/.cache/metaledger``):
-    ~1.5 CPU-s less at every later start; the recording run pays the JVM's dump at exit. `progress`: a bar on stderr (True),
+    `read_tasks`: how many read tasks (default :func:`read_task_count`: about `split_bytes`
+    of the window each, default 2 per core between 4 and 256 MiB, rounded up to a multiple
+    of the default parallelism), each an even share of the window's bytes cut at index
+    points, within or across files (:func:`plan_reads`); `split_bytes` 0 instead gives one
+    task per whole file. `class_archive`: when this call starts the JVM, use (or, the first
+    time, record) a class-data-sharing archive of the driver JVM in `class_archive_dir`
+    (default ``$METALEDGER_SPARK_CACHE`` or ``~/.cache/metaledger``): ~1.5 CPU-s less at
+    every later start; the recording run pays the JVM's dump at exit. `progress`: a bar on
+    stderr (True),
     on a given stream, or nothing (False). `timings`, when given, receives the phases'
     wall times in seconds (session, fold, write).
 
@@ -1102,7 +1254,7 @@ def compact_spark(
     prefold_keys = (
         max(1024, worker_bytes // 2 // _FOLD_BYTES_PER_KEY)
         if worker_bytes
-        else _PREFOLD_KEYS_UNBOUNDED
+        else _PREFOLD_KEYS_DEFAULT
     )
     # Input bytes per stage-2 partition: a segment record is ~100 B and a folded key ~5x
     # that, so w/10 of input keeps the partition's fold under w/2 even if no key repeats.
@@ -1147,15 +1299,21 @@ def compact_spark(
         sc.setJobGroup(group, f"compact {segments_dir} up to {upto}")
         cores = sc.defaultParallelism
         n_parts = partitions or shuffle_partitions(input_bytes, cores, partition_bytes)
-        if split_bytes is None:
-            split_bytes = read_split_bytes(
-                segments, after, upto, cores, input_bytes, 1 if base_snapshot is not None else 0
-            )
-        tasks = plan_tasks(segments, after, upto, split_bytes or None)
+        if read_tasks is not None and split_bytes is not None:
+            raise ValueError("give read_tasks or split_bytes, not both")
+        if split_bytes == 0:
+            groups = [[task] for task in plan_tasks(segments, after, upto)]
+        else:
+            if read_tasks is None:
+                window = window_bytes(segments, after, upto)
+                read_tasks = read_task_count(window, cores, split_bytes)
+            groups = plan_reads(segments, after, upto, read_tasks) if segments else []
+        tasks = [task for group in groups for task in group]
         # Longest first, so the last wave is short: Spark starts partitions in order.
-        ordered = sorted(tasks, key=lambda t: t.start - (t.end or 0))
+        ordered = sorted(groups, key=lambda g: sum(t.start - (t.end or 0) for t in g))
         if base_snapshot is not None and base_info is not None:
-            ordered.insert(0, _Task(-1, str(Path(base_snapshot).resolve()), after, after, upto))
+            base_task = _Task(-1, str(Path(base_snapshot).resolve()), after, after, upto)
+            ordered.insert(0, [base_task])
         stats_acc = sc.accumulator({}, _make_stats_param())
         survivors = (
             sc.parallelize(ordered, max(1, len(ordered)))
@@ -1191,7 +1349,7 @@ def compact_spark(
         written = RecordDigest()
 
         def chunks() -> Iterator[tuple[bytes, int]]:
-            for item in frames.toLocalIterator(prefetchPartitions=True):
+            for item in _in_waves(sc, frames, min(cores, _WRITE_WAVE_MAX), group):
                 if isinstance(item, RecordDigest):
                     written.merge(item)
                 else:
@@ -1233,7 +1391,7 @@ def compact_spark(
             partitions=n_parts,
             input_bytes=input_bytes,
             tasks=len(ordered),
-            split_bytes=split_bytes,
+            ranges=len(tasks),
             records_read=sum(v[3] for v in stats.values()),
             records_shuffled=sum(v[4] for v in stats.values()),
             prefold_keys=min(prefold_keys, 2**31),

@@ -41,7 +41,10 @@ from snapshots.compaction import (
     compact_spark,
     last_term_upto,
     list_segments,
+    plan_reads,
     plan_tasks,
+    read_task_count,
+    window_bytes,
 )
 
 if TYPE_CHECKING:
@@ -150,9 +153,11 @@ def test_spark_equals_local_fold_and_model(spark: SparkSession, tmp_path: Path, 
     )
     assert summary(result) == summary(local) == (expected.counts, expected.hashes)
     assert result.last_offset == upto and result.last_term == 9
-    # a task for the base and one per segment file that can hold records in (at, upto]
-    assert timings["tasks"] == 1 + len(list_segments(log.directory, upto, at))
-    assert timings["tasks"] < 1 + len(os.listdir(log.directory))  # some files never opened
+    # every segment file that can hold records in (at, upto] read whole (no index here),
+    # in as many read tasks as the cores (a tiny window), plus a task for the base
+    assert timings["ranges"] == len(list_segments(log.directory, upto, at))
+    assert timings["ranges"] < len(os.listdir(log.directory))  # some files never opened
+    assert timings["tasks"] == 1 + spark.sparkContext.defaultParallelism
     # the written file verifies and holds exactly the model's records
     assert read_snapshot(tmp_path / "s.snap").to_dict() == log.model(upto, after=at, base=base)
 
@@ -223,14 +228,17 @@ def test_split_ranges_equal_the_fold_with_a_base(
         model = log.model(upto, after=after, base=base if after >= 0 else None)
         assert read_snapshot(out).to_dict() == model
         files = len(list_segments(log.directory, upto, after))
-        assert timings["tasks"] > 2 * files  # many ranges per file
+        assert timings["ranges"] > 2 * files  # many ranges per file
         window = sum(1 for r in log.records if after < r[0] <= upto)
         assert timings["records_read"] == window  # every record in the window read once
         segs = list_segments(log.directory, upto, after)
-        planned = plan_tasks(segs, after, upto, split_bytes)
+        cores = spark.sparkContext.defaultParallelism
+        tasks = read_task_count(window_bytes(segs, after, upto), cores, split_bytes)
+        planned = plan_reads(segs, after, upto, tasks)
         assert timings["tasks"] == len(planned) + (after >= 0)  # + the base's task
+        assert timings["ranges"] == sum(map(len, planned))
         if after >= 0:  # the ranges the index shows below the base are left out
-            assert len(planned) < len(plan_tasks(segs, -1, upto, split_bytes))
+            assert window_bytes(segs, after, upto) < window_bytes(segs, -1, upto)
 
 
 def test_records_out_of_order_across_ranges_of_one_file(

@@ -36,8 +36,10 @@ from snapshots.compaction import (
     _read_segment,
     _Task,
     list_segments,
+    plan_reads,
     plan_tasks,
-    read_split_bytes,
+    read_task_count,
+    window_bytes,
 )
 
 Position = tuple[int, int]
@@ -127,33 +129,50 @@ def test_planned_tasks_read_exactly_the_window(
         assert task.end is not None and task.start < task.end
 
 
-@pytest.mark.parametrize("cores", [2, 3, 4])
-def test_read_tasks_come_in_whole_waves(
-    log: tuple[Path, list[Position]], cores: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("tasks", [1, 2, 3, 4, 7, 16, 50])
+@pytest.mark.parametrize(("after", "upto"), [(-1, 10**9), (-1, 333), (100, 450), (599, 600)])
+def test_balanced_read_tasks_read_exactly_the_window(
+    log: tuple[Path, list[Position]], tasks: int, after: int, upto: int
 ) -> None:
+    """plan_reads: every record of the window read once, in log order, by ranges numbered
+    in that order; each task a run of consecutive ranges, across files where a task's
+    share falls so; and the tasks' bytes even, within an index step (256 B) of the share."""
+    directory, written = log
+    segs = list_segments(directory, upto, after)
+    groups = plan_reads(segs, after, upto, tasks)
+    flat = [t for g in groups for t in g]
+    assert [t.number for t in flat] == list(range(len(flat)))
+    assert read_tasks(flat) == [p for p in written if after < p[0] <= upto]
+    assert all(groups) and len(groups) <= tasks
+    window = window_bytes(segs, after, upto)
+    read = sum(t.end - t.start for t in flat if t.end is not None)
+    assert window == read  # the planned window is what the tasks read
+    share = window / tasks
+    if share > 4 * 256:  # many index points per share: as many tasks as asked, even
+        assert len(groups) == tasks
+        for g in groups:
+            assert abs(sum(t.end - t.start for t in g) - share) <= 2 * 256
+    if tasks > 1 and window > 3 * 4096:
+        assert any(len({t.path for t in g}) > 1 for g in groups) or tasks > 3 * len(segs)
+
+
+def test_read_task_count_fills_whole_waves(monkeypatch: pytest.MonkeyPatch) -> None:
     from snapshots import compaction
 
-    directory, _ = log
-    monkeypatch.setattr(compaction, "_MIN_SPLIT_BYTES", 64)  # these segments are ~4 KiB
-    fixed = 0
-    for files in (3, 5, 17):
-        segs = list_segments(directory, 10**9)[:files]
-        total = sum(s.size_bytes for s in segs)
-        for scale in range(1, 13):  # smaller inputs per task: more tasks per file
-            size = total // scale
-            base = size // (compaction._READ_TASKS_PER_CORE * cores)
-            split = read_split_bytes(segs, -1, 10**9, cores, input_bytes=size)
-            tasks = plan_tasks(segs, -1, 10**9, split)
-            if split != base:  # moved off the plain size only to fill the last wave
-                assert len(tasks) % cores == 0 and base // 4 <= split < base
-                assert len(plan_tasks(segs, -1, 10**9, base)) % cores
-                fixed += 1
-            assert read_tasks(tasks) == read_tasks(plan_tasks(segs, -1, 10**9, None))
-    assert fixed  # some plain plans had a short last wave, and were evened out
-    segs = list_segments(directory, 10**9)
-    split = read_split_bytes(segs, -1, 10**9, cores, input_bytes=20_000, extra_tasks=1)
-    assert (len(plan_tasks(segs, -1, 10**9, split)) + 1) % cores == 0
-    assert read_split_bytes(segs, -1, 10**9, 1, input_bytes=20_000) == 10_000
+    mib = 2**20
+    assert read_task_count(100 * mib, 2) == 4  # two a core
+    assert read_task_count(100 * mib, 1) == 2
+    assert read_task_count(100 * mib, 3) == 6
+    assert read_task_count(1 * mib, 2) == 2  # no task under 4 MiB, but every core busy
+    assert read_task_count(10_000 * mib, 2) == 40  # none over 256 MiB
+    assert read_task_count(100 * mib, 2, split_bytes=30 * mib) == 4  # 4 of 25 MiB
+    assert read_task_count(100 * mib, 3, split_bytes=30 * mib) == 6
+    assert read_task_count(0, 2) == 2
+    for cores in (1, 2, 3, 4, 8):
+        for size in (1, mib, 999 * mib, 12_345 * mib):
+            n = read_task_count(size, cores)
+            assert n % cores == 0 and n >= cores
+            assert size / n <= compaction._MAX_SPLIT_BYTES
 
 
 def test_file_without_an_index_stays_whole(tmp_path: Path) -> None:
@@ -165,6 +184,10 @@ def test_file_without_an_index_stays_whole(tmp_path: Path) -> None:
     assert len(tasks) == len(segs)
     assert all(t.start == HEADER_BYTES for t in tasks)
     assert read_tasks(tasks) == written
+    groups = plan_reads(segs, -1, 10**9, 3)  # even shares snap to the files' edges
+    assert [t for g in groups for t in g] == tasks and 1 < len(groups) <= 3
+    with pytest.raises(ValueError, match="tasks"):
+        plan_reads(segs, -1, 10**9, 0)
     assert read_index(tmp_path / "nothing.idx") == []
     assert split_ranges([], 5000, 8) == [FrameRange(HEADER_BYTES, 5000, None)]
 
@@ -182,6 +205,10 @@ def test_stale_index_costs_cuts_not_records(tmp_path: Path) -> None:
     first = [t for t in plan_tasks(segs, -1, 10**9, 1) if t.path == str(seg.resolve())]
     assert len(first) == 1  # every cut failed its check
     assert read_tasks(plan_tasks(segs, -1, 10**9, 1)) == written
+    for tasks in (2, 5, 40):  # balanced tasks: fewer cuts in that file, every record still
+        groups = plan_reads(segs, -1, 10**9, tasks)
+        assert read_tasks([t for g in groups for t in g]) == written
+        assert len([t for g in groups for t in g if t.path == str(seg.resolve())]) == 1
 
 
 def test_read_index_stops_at_garbage(tmp_path: Path) -> None:
