@@ -350,33 +350,41 @@ def read_task_count(window_bytes: int, cores: int, split_bytes: int | None = Non
 
 
 class _Span(NamedTuple):
-    """The bytes of a segment file that can hold records of the window, by its index."""
+    """The bytes of a segment file that can hold records of the window, by its index
+    (`points`: the index inside the file, None where it was not needed)."""
 
     segment: SegmentFile
-    points: list[tuple[int, int]]
+    points: list[tuple[int, int]] | None
     start: int
     end: int
+
+
+def _index_points(seg: SegmentFile) -> list[tuple[int, int]]:
+    index = read_index(Path(seg.path).with_suffix(".idx"))
+    return [e for e in index if HEADER_BYTES < e[1] < seg.size_bytes]
 
 
 def _window_spans(segments: list[SegmentFile], after: int, upto: int) -> list[_Span]:
     """Each file's bytes from its last index point at or below `after` (the records before
     it are older) to its first point past `upto` (the records from it on are newer): what a
-    read task of it reads. Without an index, the whole file."""
+    read task of it reads. Without an index, the whole file. Only the files at the window's
+    edges have their index read (a file after the first at or below `after` and before the
+    next starting at or below `upto` is read whole), so a long log costs a few index reads."""
     spans = []
-    for seg in segments:
-        index = [
-            e
-            for e in read_index(Path(seg.path).with_suffix(".idx"))
-            if HEADER_BYTES < e[1] < seg.size_bytes
-        ]
+    for i, seg in enumerate(segments):
+        following = segments[i + 1].first_offset if i + 1 < len(segments) else None
         start, end = HEADER_BYTES, seg.size_bytes
-        for offset, position in index:
+        if seg.first_offset > after and following is not None and following <= upto:
+            spans.append(_Span(seg, None, start, end))
+            continue
+        points = _index_points(seg)
+        for offset, position in points:
             if offset <= after:
                 start = position
             elif offset > upto:
                 end = position
                 break
-        spans.append(_Span(seg, index, start, end))
+        spans.append(_Span(seg, points, start, end))
     return spans
 
 
@@ -411,10 +419,11 @@ def plan_reads(segments: list[SegmentFile], after: int, upto: int, tasks: int) -
     base = 0
     for i, span in enumerate(spans):
         width = span.end - span.start
-        inside = [p for _, p in span.points if span.start < p < span.end]
-        for target in targets:
-            if not base <= target <= base + width:
-                continue
+        mine = [t for t in targets if base <= t <= base + width]
+        if mine and span.points is None:
+            span = spans[i] = span._replace(points=_index_points(span.segment))
+        inside = [p for _, p in span.points or () if span.start < p < span.end]
+        for target in mine:
             here = span.start + (target - base)
             best = min((span.start, span.end, *inside), key=lambda p: abs(p - here))
             if best == span.end and i + 1 < len(spans):
@@ -433,7 +442,7 @@ def plan_reads(segments: list[SegmentFile], after: int, upto: int, tasks: int) -
     for i, span in enumerate(spans):
         seg = span.segment
         points = sorted({span.start, span.end, *cuts[i]} - {HEADER_BYTES, seg.size_bytes})
-        by_position = {p: o for o, p in span.points}
+        by_position = {p: o for o, p in span.points or ()}
         edges = [HEADER_BYTES, *points, seg.size_bytes]
         ranges = [
             FrameRange(a, b, by_position.get(a) if a != HEADER_BYTES else None)

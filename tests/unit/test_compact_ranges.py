@@ -156,6 +156,32 @@ def test_balanced_read_tasks_read_exactly_the_window(
         assert any(len({t.path for t in g}) > 1 for g in groups) or tasks > 3 * len(segs)
 
 
+def test_plan_reads_opens_few_indexes(
+    log: tuple[Path, list[Position]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the files at the window's edges and those a cut falls in have their index read:
+    a long log costs a few small reads on the driver, not one per file."""
+    from snapshots import compaction
+
+    directory, written = log
+    opened: list[str] = []
+
+    def counting(path: Path) -> list[tuple[int, int]]:
+        opened.append(Path(path).name)
+        return read_index(path)
+
+    monkeypatch.setattr(compaction, "read_index", counting)
+    segs = list_segments(directory, 10**9)
+    assert len(segs) > 6
+    groups = plan_reads(segs, -1, 10**9, 2)
+    assert len(opened) <= 2  # the last file (for `upto`) and the one the midpoint falls in
+    assert read_tasks([t for g in groups for t in g]) == written
+    opened.clear()
+    window = window_bytes(list_segments(directory, 450, 100), 100, 450)
+    assert 1 <= len(opened) <= 2  # the files holding offsets 100 and 450
+    assert window < window_bytes(segs, -1, 10**9)
+
+
 def test_read_task_count_fills_whole_waves(monkeypatch: pytest.MonkeyPatch) -> None:
     from snapshots import compaction
 
