@@ -39,7 +39,8 @@ The memory line (``--memory-budget-mb B``) adds two rows per size with the same 
                     allocation is protobuf's (upb allocates each Effect's arena with
                     malloc and does not survive NULL) the child dies of SIGSEGV instead,
                     reported as ``killed by SIGSEGV``: seen in 1 of 8 runs at a 60 MB
-                    budget, none at 1 GB, where the dict's resizes are the large requests
+                    budget and once at 1 GB (-21-01-58.md), where the dict's resizes are
+                    the large requests; either way the fold did not fit the budget
     spark2@B        Spark local[2] with a 512 MiB JVM heap (Spark's floor for local mode),
                     Python workers bounded by ``--budget-worker-memory`` (the job's
                     ``worker_memory``: spill and smaller folds) and C1 JIT; the process

@@ -335,17 +335,17 @@ def _in_window(ranges: list[FrameRange], after: int, upto: int) -> Iterator[Fram
         yield r
 
 
-def read_task_count(window_bytes: int, cores: int, split_bytes: int | None = None) -> int:
-    """How many read tasks stage 1 gets for `window_bytes` of segments on `cores`: one per
+def read_task_count(window: int, cores: int, split_bytes: int | None = None) -> int:
+    """How many read tasks stage 1 gets for `window` bytes of segments on `cores`: one per
     `split_bytes` (default: ``_READ_TASKS_PER_CORE`` per core, each between
     ``_MIN_SPLIT_BYTES`` and ``_MAX_SPLIT_BYTES``), rounded up to a multiple of the cores so
     that the last wave is as full as the others (5 tasks on 2 cores ran their last wave on
     one core)."""
     cores = max(1, cores)
     if split_bytes is None:
-        per_task = -(-window_bytes // (_READ_TASKS_PER_CORE * cores))
+        per_task = -(-window // (_READ_TASKS_PER_CORE * cores))
         split_bytes = min(_MAX_SPLIT_BYTES, max(_MIN_SPLIT_BYTES, per_task))
-    wanted = max(1, -(-window_bytes // max(1, split_bytes)))
+    wanted = max(1, -(-window // max(1, split_bytes)))
     return cores * -(-wanted // cores)
 
 
