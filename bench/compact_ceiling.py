@@ -17,6 +17,7 @@ Writes ``bench/results/compact_ceiling-<date>.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import pickle
@@ -81,27 +82,28 @@ def main(argv: list[str] | None = None) -> int:
     from snapshots.compaction import list_segments, plan_reads
 
     n = int(float(args.size))
-    tmp = None if args.data_dir else tempfile.TemporaryDirectory(prefix="compact-ceiling-")
-    root = Path(args.data_dir or tmp.name)  # type: ignore[union-attr]
-    seg, _ = dataset(root, n)
-    upto = int(0.9 * n)
-    groups = plan_reads(list_segments(seg, upto), -1, upto, args.tasks)
-    alone: list[float] = []
-    together: list[float] = []
-    rows = []
-    for r in range(args.rounds):
-        one = _run(groups[:1])
-        two = _run(groups[:2])
-        alone += [w for w, *_ in one]
-        together += [w for w, *_ in two]
-        rows.append({"round": r + 1, "alone": one, "together": two})
-        print(
-            f"round {r + 1}: alone {one[0][0]:.2f} s; together "
-            + " / ".join(f"{w:.2f} s" for w, *_ in two),
-            flush=True,
-        )
-    if tmp is not None:
-        tmp.cleanup()
+    with contextlib.ExitStack() as stack:
+        if args.data_dir:
+            root = Path(args.data_dir)
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ceiling-")))
+        seg, _ = dataset(root, n)
+        upto = int(0.9 * n)
+        groups = plan_reads(list_segments(seg, upto), -1, upto, args.tasks)
+        alone: list[float] = []
+        together: list[float] = []
+        rows: list[dict[str, Any]] = []
+        for r in range(args.rounds):
+            one = _run(groups[:1])
+            two = _run(groups[:2])
+            alone += [w for w, *_ in one]
+            together += [w for w, *_ in two]
+            rows.append({"round": r + 1, "alone": one, "together": two})
+            print(
+                f"round {r + 1}: alone {one[0][0]:.2f} s; together "
+                + " / ".join(f"{w:.2f} s" for w, *_ in two),
+                flush=True,
+            )
     ratio = statistics.mean(together) / statistics.mean(alone)
     date = time.strftime("%Y-%m-%dT%H-%M-%S")
     doc = {
