@@ -391,7 +391,11 @@ def _window_spans(segments: list[SegmentFile], after: int, upto: int) -> list[_S
 def window_bytes(segments: list[SegmentFile], after: int, upto: int) -> int:
     """The bytes of `segments` that stage 1 reads for the window ``(after, upto]``, by the
     files' indexes (index reads only)."""
-    return sum(span.end - span.start for span in _window_spans(segments, after, upto))
+    return _span_bytes(_window_spans(segments, after, upto))
+
+
+def _span_bytes(spans: list[_Span]) -> int:
+    return sum(span.end - span.start for span in spans)
 
 
 def plan_reads(segments: list[SegmentFile], after: int, upto: int, tasks: int) -> list[list[_Task]]:
@@ -407,10 +411,14 @@ def plan_reads(segments: list[SegmentFile], after: int, upto: int, tasks: int) -
     not match the index is merged away), so a stale index costs balance, never a record;
     fewer tasks come back when the index has too few points (no index: whole files).
     """
+    return _plan_spans(_window_spans(segments, after, upto), after, upto, tasks)
+
+
+def _plan_spans(spans: list[_Span], after: int, upto: int, tasks: int) -> list[list[_Task]]:
+    """:func:`plan_reads` over spans already found (:func:`_window_spans`)."""
     if tasks < 1:
         raise ValueError(f"tasks must be at least 1, not {tasks}")
-    spans = _window_spans(segments, after, upto)
-    total = sum(span.end - span.start for span in spans)
+    total = _span_bytes(spans)
     targets = [total * i / tasks for i in range(1, tasks)]
     # the group boundaries, as positions in the window's bytes laid end to end: each target
     # moved to the nearest place a task can start (a file's window edge or index point)
@@ -1313,10 +1321,10 @@ def compact_spark(
         if split_bytes == 0:
             groups = [[task] for task in plan_tasks(segments, after, upto)]
         else:
+            spans = _window_spans(segments, after, upto)  # the edge files' indexes, once
             if read_tasks is None:
-                window = window_bytes(segments, after, upto)
-                read_tasks = read_task_count(window, cores, split_bytes)
-            groups = plan_reads(segments, after, upto, read_tasks) if segments else []
+                read_tasks = read_task_count(_span_bytes(spans), cores, split_bytes)
+            groups = _plan_spans(spans, after, upto, read_tasks) if spans else []
         tasks = [task for group in groups for task in group]
         # Longest first, so the last wave is short: Spark starts partitions in order.
         ordered = sorted(groups, key=lambda g: sum(t.start - (t.end or 0) for t in g))
