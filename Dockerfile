@@ -13,4 +13,6 @@ RUN pip install --no-cache-dir .
 EXPOSE 9876 9877 9878 9879
 VOLUME ["/data"]
 ENTRYPOINT ["metaledger"]
+# serve refuses to start without a Raft peer password (loopback included):
+# docker run -e METALEDGER_CLUSTER_PASSWORD="$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')" metaledger
 CMD ["serve", "--id", "n0", "--data-dir", "/data", "--listen-client", "0.0.0.0:9877", "--listen-peer", "127.0.0.1:9878"]

@@ -55,6 +55,7 @@ import grpc.aio
 
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
+from raftlog.peer_auth import create_password_file
 
 ROOT = Path(__file__).resolve().parents[1]
 STOP_GRACE_S = 10.0
@@ -138,6 +139,8 @@ class Nodes:
         node = self.nodes[i]
         node.data_dir.mkdir(parents=True, exist_ok=True)
         cluster = ",".join(f"{n.id}={n.peer}" for n in self.nodes)
+        password_file = self.root / "cluster-password"
+        create_password_file(password_file)  # the Raft port always authenticates
         cmd = [
             sys.executable, "-m", "nameserver.cli", "serve",
             "--id", node.id,
@@ -147,6 +150,7 @@ class Nodes:
             "--listen-remoting", node.remoting,
             "--listen-metrics", node.metrics,
             "--initial-cluster", cluster,
+            "--cluster-password-file", str(password_file),
             *self.serve_args,
         ]  # fmt: skip
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raftlog import ConfigError
-from raftlog.consensus import is_loopback
 
 #: etcd's limits, and ours (issue: bad input gets INVALID_ARGUMENT naming the limit).
 MAX_VALUE_BYTES = 1536 * 1024  # 1.5 MiB
 MAX_REQUEST_BYTES = 2 * 1024 * 1024  # 2 MiB
 MAX_TXN_OPS = 128
+#: The largest response built: gRPC's send limit (nameserver.server.GRPC_MAX_MESSAGE_BYTES,
+#: 16 MiB) less 64 KiB for what the estimate leaves out. A read that would pass it is
+#: refused (RESOURCE_EXHAUSTED) before the response is built.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024 - 64 * 1024
 
 
 def _split_hostport(field_name: str, value: str) -> tuple[str, int]:
@@ -64,6 +67,9 @@ class ServerConfig:
     #: right there (no thread hand-off per consensus item; the Raft log's fdatasync runs
     #: on that loop), or "thread" = a thread and loop of its own plus an apply thread
     consensus_loop: str = "shared"
+    #: etcd's --force-new-cluster (native engine): start as the only member, from this
+    #: member's data, after the cluster lost its quorum for good
+    force_new_cluster: bool = False
     #: under load, a consensus item gathers requests before it is proposed (group commit)
     #: for 0.11 ms per request waiting at once, at least 3 ms, at most this
     #: (raftlog.log.WINDOW_PER_REQUEST_S; 0 = propose as soon as the previous item is done).
@@ -92,10 +98,24 @@ class ServerConfig:
     max_value_bytes: int = MAX_VALUE_BYTES
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_txn_ops: int = MAX_TXN_OPS
+    max_response_bytes: int = MAX_RESPONSE_BYTES
     use_uvloop: bool = True
     #: progress_notify watchers that got no events for this long get an empty response
     #: with the current revision (etcd's fixed interval is 10 minutes)
     watch_progress_notify_interval_ms: int = 600_000
+    #: remoting connections with no traffic this long are closed (RocketMQ's nameserver: 120 s)
+    remoting_idle_timeout_ms: int = 120_000
+    #: a remoting frame must arrive whole this long after its first byte
+    remoting_frame_timeout_ms: int = 30_000
+    #: remoting connections open at once; more are closed on accept (fits 1,024 descriptors)
+    remoting_max_connections: int = 512
+    #: the native engine's Raft peer port: a connection must authenticate within this,
+    #: send a frame (members send keepalives) at least this often, complete a frame
+    #: within this; at most this many inbound connections at once (more: closed on accept)
+    peer_handshake_timeout_ms: int = 5000
+    peer_idle_timeout_ms: int = 30_000
+    peer_frame_timeout_ms: int = 30_000
+    peer_max_connections: int = 64
 
     @property
     def client_url(self) -> str:
@@ -113,7 +133,7 @@ class ServerConfig:
         _split_hostport("listen_client", self.listen_client)
         _split_hostport("listen_remoting", self.listen_remoting)
         _split_hostport("listen_metrics", self.listen_metrics)
-        peer_host, _ = _split_hostport("listen_peer", self.listen_peer)
+        _split_hostport("listen_peer", self.listen_peer)
         peers = self.peers
         if self.node_id not in peers:
             raise ConfigError("initial_cluster", f"does not list this node {self.node_id!r}")
@@ -122,14 +142,10 @@ class ServerConfig:
                 "initial_cluster",
                 f"lists {self.node_id}={peers[self.node_id]} but --listen-peer is {self.listen_peer}",
             )
-        if not self.cluster_password and not is_loopback(peer_host):
-            raise ConfigError(
-                "cluster_password",
-                f"the Raft port {self.listen_peer} is not loopback; PySyncObj unpickles what "
-                "arrives there, so --cluster-password is required",
-            )
         if self.consensus not in ("native", "pysyncobj"):
             raise ConfigError("consensus", f"{self.consensus!r}: must be native or pysyncobj")
+        if self.force_new_cluster and self.consensus != "native":
+            raise ConfigError("force_new_cluster", "needs the native consensus engine")
         if self.consensus_loop not in ("shared", "thread"):
             raise ConfigError(
                 "consensus_loop", f"{self.consensus_loop!r}: must be shared or thread"
@@ -161,5 +177,31 @@ class ServerConfig:
             )
         if self.max_txn_ops <= 0:
             raise ConfigError("max_txn_ops", "must be > 0")
+        if not 0 < self.max_response_bytes <= MAX_RESPONSE_BYTES:
+            raise ConfigError(
+                "max_response_bytes",
+                f"must be > 0 and at most {MAX_RESPONSE_BYTES} (gRPC's send limit less 64 KiB)",
+            )
         if self.watch_progress_notify_interval_ms <= 0:
             raise ConfigError("watch_progress_notify_interval_ms", "must be > 0")
+        for name in ("remoting_idle_timeout_ms", "remoting_frame_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, "must be > 0")
+        if self.remoting_max_connections < 1:
+            raise ConfigError("remoting_max_connections", "must be >= 1")
+        for name in (
+            "peer_handshake_timeout_ms",
+            "peer_idle_timeout_ms",
+            "peer_frame_timeout_ms",
+            "peer_max_connections",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, "must be > 0")
+        # last, so a test of any other field needs no password
+        if not self.cluster_password:
+            raise ConfigError(
+                "cluster_password",
+                "required: the Raft peer port always authenticates, loopback included; give "
+                "--cluster-password-file PATH (a file holding it) or set "
+                "METALEDGER_CLUSTER_PASSWORD (`metaledger cluster up` makes one per cluster)",
+            )

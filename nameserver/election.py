@@ -44,10 +44,10 @@ from typing import Any
 import grpc
 
 from nameserver import kv as kvops
-from nameserver.errors import InvalidRequest, to_status
+from nameserver.errors import InvalidRequest
 from nameserver.image import KeyValue, MetadataImage
 from nameserver.kv import Rejected
-from nameserver.services import NodeContext, require_lease, rpc
+from nameserver.services import NodeContext, abort_stream, require_lease, rpc
 from protos import records_pb2
 from protos.etcdserverpb import (
     rpc_pb2,
@@ -261,6 +261,7 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
     ) -> v3election_pb2.CampaignResponse:
         _require_name(request.name, "campaign")
         _require_lease_id(request.lease, "a campaign")
+        self.node.check_value(request.value)
         await require_lease(self.node, request.lease)
         key = owner_key(request.name, request.lease)
         revision, existing, my_rev = await self.coord.create_if_absent(
@@ -295,6 +296,7 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
         self, request: v3election_pb2.ProclaimRequest, context: Any
     ) -> v3election_pb2.ProclaimResponse:
         leader = _leader_key(request)
+        self.node.check_value(request.value)
         revision = await self._proclaim(leader.key, leader.rev, request.value)
         return v3election_pb2.ProclaimResponse(header=self.node.header(revision))
 
@@ -334,8 +336,7 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
             image = await self.node.read_image(False)
             seen = self.node.log.apply_offset
         except Exception as exc:
-            code, message = to_status(exc)
-            await context.abort(code, message)
+            await abort_stream(context, "Observe", exc)
             return
         last: tuple[bytes, int] | None = None
         while True:

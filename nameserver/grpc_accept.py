@@ -33,6 +33,8 @@ from typing import Any
 
 import grpc
 
+from nameserver.grpc_guard import guard_handler
+
 log = logging.getLogger(__name__)
 
 #: The unary methods clients call most: etcd's KV and lease grants and revokes.
@@ -107,7 +109,9 @@ class Acceptors:
             if handler.request_streaming or handler.response_streaming:
                 raise ValueError(f"methods: {path} streams; only unary methods are accepted here")
         self._server = server
-        self._methods = dict(methods)
+        # guarded (idempotent: the method table's are already): an undecodable request is
+        # INVALID_ARGUMENT whichever accept takes it, never UNKNOWN with a logged traceback
+        self._methods = {path: guard_handler(h, path) for path, h in methods.items()}
         self._generic = list(generic)
         self.per_method = per_method
         self.reason = unsupported() if per_method > 0 and methods else None

@@ -7,7 +7,9 @@ see the txn's own earlier writes, as in etcd.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from nameserver.image import KeyValue
@@ -24,6 +26,54 @@ class Rejected(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def invalid(message: str) -> Rejected:
+    return Rejected("INVALID_ARGUMENT", message)
+
+
+#: Txns nested in txns, at most this deep (the outermost is level 1). protobuf decodes at
+#: most 100 nested messages, and an entry wraps the txn in one more: a txn 49 deep passed
+#: the gRPC decoder and then failed to decode at apply, on every node. This limit is
+#: checked before proposing, so nothing that cannot apply reaches the log.
+MAX_TXN_DEPTH = 16
+
+#: What a KeyValue costs in a response beyond its key and value: tags, lengths, four
+#: varint revisions of up to 10 bytes each (an upper bound: estimates err on the safe side).
+KV_OVERHEAD_BYTES = 56
+
+
+class ResponseTooLarge(Rejected):
+    """A response that would pass ``max_response_bytes``, refused before it is built.
+
+    etcd has no such limit of its own: grpc-go refuses to send the message afterwards
+    (RESOURCE_EXHAUSTED "trying to send message larger than max"), after building it. The
+    code is the same; the message says which limit and what to do."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        super().__init__(
+            "RESOURCE_EXHAUSTED",
+            f"etcdserver: {what} response is too large: over max_response_bytes={limit} "
+            "(narrow the range, or set limit, keys_only or count_only)",
+        )
+
+
+class ResponseBudget:
+    """The bytes a response may still take, spent while it is built (``max_response_bytes``).
+
+    One budget serves every range of a txn, so 128 ranges share one limit."""
+
+    __slots__ = ("left", "limit", "what")
+
+    def __init__(self, limit: int, what: str = "range") -> None:
+        self.limit = limit
+        self.left = limit
+        self.what = what
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise ResponseTooLarge(self.limit, self.what)
 
 
 class KvView(Protocol):
@@ -73,36 +123,143 @@ _SORT_KEYS = {
     RangeRequest.MOD: lambda kv: kv.mod_revision,
     RangeRequest.VALUE: lambda kv: kv.value,
 }
+_SORT_ORDERS = frozenset(RangeRequest.SortOrder.values())
 
 
-def do_range(view: KvView, req: rpc_pb2.RangeRequest) -> rpc_pb2.RangeResponse:
-    """Evaluate a Range (everything but the header and the revision check)."""
-    kvs = select(view, req.key, req.range_end)
-    if req.min_mod_revision:
-        kvs = [kv for kv in kvs if kv.mod_revision >= req.min_mod_revision]
-    if req.max_mod_revision:
-        kvs = [kv for kv in kvs if kv.mod_revision <= req.max_mod_revision]
-    if req.min_create_revision:
-        kvs = [kv for kv in kvs if kv.create_revision >= req.min_create_revision]
-    if req.max_create_revision:
-        kvs = [kv for kv in kvs if kv.create_revision <= req.max_create_revision]
-    resp = rpc_pb2.RangeResponse(count=len(kvs))
+def _enum_names(enum: object) -> str:
+    return ", ".join(enum.keys())  # type: ignore[attr-defined]
+
+
+def validate_range(req: rpc_pb2.RangeRequest, where: str = "range") -> None:
+    """etcd's checks of a Range before it runs: a key, known sort options (proto3 enums
+    take any number; etcd answers "invalid sort option")."""
+    if not req.key:
+        raise invalid(f"etcdserver: key is not provided ({where}: key must not be empty)")
+    if req.sort_order not in _SORT_ORDERS:
+        raise invalid(
+            f"etcdserver: invalid sort option ({where}.sort_order: {req.sort_order} is not "
+            f"one of {_enum_names(RangeRequest.SortOrder)})"
+        )
+    if req.sort_target not in _SORT_KEYS:
+        raise invalid(
+            f"etcdserver: invalid sort option ({where}.sort_target: {req.sort_target} is not "
+            f"one of {_enum_names(RangeRequest.SortTarget)})"
+        )
+
+
+def _matching(view: KvView, req: rpc_pb2.RangeRequest) -> Iterable[KeyValue]:
+    """The keys a Range selects, with its revision filters, lazily where the view is."""
+    kvs: Iterable[KeyValue] = select_lazy(view, req.key, req.range_end)
+    lo_mod, hi_mod = req.min_mod_revision, req.max_mod_revision
+    lo_create, hi_create = req.min_create_revision, req.max_create_revision
+    if lo_mod or hi_mod or lo_create or hi_create:
+        kvs = (
+            kv
+            for kv in kvs
+            if (not lo_mod or kv.mod_revision >= lo_mod)
+            and (not hi_mod or kv.mod_revision <= hi_mod)
+            and (not lo_create or kv.create_revision >= lo_create)
+            and (not hi_create or kv.create_revision <= hi_create)
+        )
+    return kvs
+
+
+def select_lazy(view: KvView, key: bytes, range_end: bytes) -> Iterable[KeyValue]:
+    """:func:`select` without building a list where the view iterates."""
+    end = normalize_end(key, range_end)
+    if end is None:
+        kv = view.get(key)
+        return (kv,) if kv is not None else ()
+    if end != b"\x00" and end <= key:
+        return ()
+    return view.range(key, end)
+
+
+def do_range(
+    view: KvView,
+    req: rpc_pb2.RangeRequest,
+    budget: ResponseBudget | None = None,
+    into: rpc_pb2.RangeResponse | None = None,
+) -> rpc_pb2.RangeResponse:
+    """Evaluate a Range (everything but the header and the revision check), into a new
+    response or ``into`` (a txn's: built in its place, not built apart and copied in).
+
+    With a ``budget``, each key is paid for before its KeyValue is built, and the range
+    raises :class:`ResponseTooLarge` at the first that does not fit: memory stays within
+    the budget whatever the range covers (keys past ``limit`` are only counted). Apply
+    passes none: the state machine must not depend on a node's configuration."""
+    kvs = _matching(view, req)
+    resp = rpc_pb2.RangeResponse() if into is None else into
     if req.count_only:
+        resp.count = sum(1 for _ in kvs)
         return resp
-    order = req.sort_order
-    if order == RangeRequest.NONE and req.sort_target != RangeRequest.KEY:
+    order, target = req.sort_order, req.sort_target
+    if order == RangeRequest.NONE and target != RangeRequest.KEY:
         order = RangeRequest.ASCEND  # etcd: a sort target without an order means ascending
     if order != RangeRequest.NONE and not (
-        order == RangeRequest.ASCEND and req.sort_target == RangeRequest.KEY
+        order == RangeRequest.ASCEND and target == RangeRequest.KEY
     ):
-        kvs.sort(key=_SORT_KEYS[req.sort_target], reverse=order == RangeRequest.DESCEND)
-    if req.limit > 0 and len(kvs) > req.limit:
-        kvs = kvs[: req.limit]
-        resp.more = True
+        if target not in _SORT_KEYS:  # validate_range refuses it before; apply may not raise
+            target = RangeRequest.KEY
+        kvs = sorted(kvs, key=_SORT_KEYS[target], reverse=order == RangeRequest.DESCEND)
+    limit = req.limit if req.limit > 0 else -1
     add, keys_only = resp.kvs.add, req.keys_only
+    count = 0
     for kv in kvs:
+        count += 1
+        if count == limit + 1:
+            resp.more = True
+        if limit >= 0 and count > limit:
+            continue  # only counted
+        if budget is not None:
+            budget.spend(len(kv.key) + (0 if keys_only else len(kv.value)) + KV_OVERHEAD_BYTES)
         to_pb(kv, keys_only, add)  # built in place, not built apart and copied in
+    resp.count = count
     return resp
+
+
+def _range_cost(view: KvView, r: rpc_pb2.RangeRequest) -> Iterator[int]:
+    """What each KeyValue a Range returns costs in its response, without building any
+    (an upper bound where a sort picks the ``limit`` keys: the costliest ``limit``)."""
+    if r.count_only:
+        return
+    keys_only = r.keys_only
+    costs = (
+        len(kv.key) + (0 if keys_only else len(kv.value)) + KV_OVERHEAD_BYTES
+        for kv in _matching(view, r)
+    )
+    if r.limit <= 0:
+        yield from costs
+    elif r.sort_order == RangeRequest.NONE and r.sort_target == RangeRequest.KEY:
+        yield from itertools.islice(costs, r.limit)
+    else:
+        yield from heapq.nlargest(r.limit, costs)
+
+
+def estimate_txn_reads(view: KvView, txn: rpc_pb2.TxnRequest, budget: ResponseBudget) -> None:
+    """Check before proposing that what a write txn reads back fits ``budget``: its ranges
+    (and deletes' prev_kv) against ``view``, the costlier branch, nested txns included.
+
+    An estimate: the txn's own writes, and writes between now and its apply, are not seen.
+    The state machine builds a txn's response at apply on every node and must not depend
+    on a node's configuration, so this is where the limit is applied to write txns."""
+    costs = []
+    for branch in (txn.success, txn.failure):
+        trial = ResponseBudget(budget.limit, budget.what)
+        trial.left = budget.left
+        for op in branch:
+            which = op.WhichOneof("request")
+            if which == "request_range":
+                for cost in _range_cost(view, op.request_range):
+                    trial.spend(cost)
+            elif which == "request_delete_range" and op.request_delete_range.prev_kv:
+                d = op.request_delete_range
+                for kv in select_lazy(view, d.key, d.range_end):
+                    trial.spend(len(kv.key) + len(kv.value) + KV_OVERHEAD_BYTES)
+            elif which == "request_txn":
+                estimate_txn_reads(view, op.request_txn, trial)
+        costs.append(budget.left - trial.left)
+    budget.spend(max(costs))
 
 
 def _cmp(a: int | bytes, b: int | bytes) -> int:
@@ -142,22 +299,64 @@ def evaluate_compare(view: KvView, c: rpc_pb2.Compare) -> bool:
     return all(compare_one(kv, c) for kv in kvs)
 
 
-def validate_txn(txn: rpc_pb2.TxnRequest, max_ops: int) -> None:
-    """etcd's checks, done before proposing: op counts and no key written twice."""
-    n = len(txn.success) + len(txn.failure)
-    if len(txn.compare) > max_ops or len(txn.success) > max_ops or len(txn.failure) > max_ops:
-        raise Rejected(
-            "INVALID_ARGUMENT",
-            f"etcdserver: too many operations in txn request "
-            f"(limit max_txn_ops={max_ops}, got {len(txn.compare)} compares, "
-            f"{len(txn.success)} success and {len(txn.failure)} failure ops)",
+_COMPARE_TARGETS = frozenset(Compare.CompareTarget.values())
+_COMPARE_RESULTS = frozenset(Compare.CompareResult.values())
+
+
+def validate_txn(txn: rpc_pb2.TxnRequest, max_ops: int, max_depth: int = MAX_TXN_DEPTH) -> None:
+    """etcd's checks, done before proposing, so that what is proposed applies: op counts
+    (etcd's rule: a nested txn gets what its parent's ``max_txn_ops`` leaves), nesting
+    depth, no more operations in all levels than a flat txn may have, known enum values,
+    keys given, no key written twice."""
+    _validate_txn(txn, max_ops, max_ops, 1, max_depth, [0], "txn")
+
+
+def _too_many(max_ops: int, detail: str) -> Rejected:
+    return invalid(
+        f"etcdserver: too many operations in txn request (limit max_txn_ops={max_ops}: {detail})"
+    )
+
+
+def _validate_txn(
+    txn: rpc_pb2.TxnRequest,
+    max_ops: int,
+    budget: int,
+    depth: int,
+    max_depth: int,
+    total: list[int],
+    where: str,
+) -> None:
+    if depth > max_depth:
+        raise invalid(
+            f"etcdserver: txn nested too deeply (a request_txn at level {depth}: the limit "
+            f"is {max_depth} levels)"
         )
-    del n
-    for c in txn.compare:
+    ncmp, nsucc, nfail = len(txn.compare), len(txn.success), len(txn.failure)
+    opc = max(ncmp, nsucc, nfail)
+    if opc > budget:
+        raise _too_many(
+            max_ops,
+            f"{where} has {ncmp} compares, {nsucc} success and {nfail} failure ops"
+            + (f"; {budget} left to it by the enclosing txns" if depth > 1 else ""),
+        )
+    total[0] += ncmp + nsucc + nfail
+    if total[0] > 3 * max_ops:
+        raise _too_many(max_ops, f"more than {3 * max_ops} compares and ops in all nesting levels")
+    for i, c in enumerate(txn.compare):
         if not c.key:
-            raise Rejected("INVALID_ARGUMENT", "etcdserver: key is not provided (txn compare)")
-    for branch in (txn.success, txn.failure):
-        _check_branch(branch, max_ops)
+            raise invalid(f"etcdserver: key is not provided ({where}.compare[{i}])")
+        if c.target not in _COMPARE_TARGETS:
+            raise invalid(
+                f"{where}.compare[{i}].target: {c.target} is not one of "
+                f"{_enum_names(Compare.CompareTarget)}"
+            )
+        if c.result not in _COMPARE_RESULTS:
+            raise invalid(
+                f"{where}.compare[{i}].result: {c.result} is not one of "
+                f"{_enum_names(Compare.CompareResult)}"
+            )
+    for name, branch in (("success", txn.success), ("failure", txn.failure)):
+        _check_branch(branch, max_ops, budget - opc, depth, max_depth, total, f"{where}.{name}")
 
 
 def _written_keys(op: rpc_pb2.RequestOp) -> list[tuple[bytes, bytes]]:
@@ -174,28 +373,43 @@ def _written_keys(op: rpc_pb2.RequestOp) -> list[tuple[bytes, bytes]]:
     return []
 
 
-def _check_branch(ops: Iterable[rpc_pb2.RequestOp], max_ops: int) -> None:
+def _check_branch(
+    ops: Iterable[rpc_pb2.RequestOp],
+    max_ops: int,
+    budget: int,
+    depth: int,
+    max_depth: int,
+    total: list[int],
+    where: str,
+) -> None:
     puts: set[bytes] = set()
     dels: list[tuple[bytes, bytes]] = []
-    for op in ops:
+    for i, op in enumerate(ops):
         which = op.WhichOneof("request")
         if which is None:
-            raise Rejected("INVALID_ARGUMENT", "etcdserver: txn op has no request")
+            raise invalid(f"etcdserver: txn op has no request ({where}[{i}])")
         if which == "request_put":
             if not op.request_put.key:
-                raise Rejected("INVALID_ARGUMENT", "etcdserver: key is not provided (txn put)")
+                raise invalid(f"etcdserver: key is not provided (txn put, {where}[{i}])")
             if op.request_put.key in puts:
-                raise Rejected("INVALID_ARGUMENT", "etcdserver: duplicate key given in txn request")
+                raise invalid("etcdserver: duplicate key given in txn request")
             puts.add(op.request_put.key)
         elif which == "request_delete_range":
             if not op.request_delete_range.key:
-                raise Rejected("INVALID_ARGUMENT", "etcdserver: key is not provided (txn delete)")
+                raise invalid(f"etcdserver: key is not provided (txn delete, {where}[{i}])")
             dels.append((op.request_delete_range.key, op.request_delete_range.range_end))
         elif which == "request_range":
-            if not op.request_range.key:
-                raise Rejected("INVALID_ARGUMENT", "etcdserver: key is not provided (txn range)")
+            validate_range(op.request_range, f"txn range, {where}[{i}]")
         elif which == "request_txn":
-            validate_txn(op.request_txn, max_ops)
+            _validate_txn(
+                op.request_txn,
+                max_ops,
+                budget,
+                depth + 1,
+                max_depth,
+                total,
+                f"{where}[{i}].request_txn",
+            )
             for k, _ in _written_keys(op):
                 if k in puts:
                     raise Rejected(

@@ -2,7 +2,11 @@
 
 ``GET /metrics`` answers the node's offsets, role, term, group-commit counters, watchers
 and route reads in the Prometheus text exposition format (version 0.0.4); anything else
-is a 404. It is a few lines of asyncio (one request per connection, then close) rather
+is a 404.
+
+``GET /health`` answers as etcd's does: 200 ``{"health":"true"}`` while the node is OK,
+503 ``{"health":"false","reason":"..."}`` while it is degraded (a full disk, I/O errors;
+:mod:`raftlog.health`), so a load balancer or an orchestrator can tell. It is a few lines of asyncio (one request per connection, then close) rather
 than a dependency: the values are all in memory, and a scrape must never wait on the
 replicated log. Route reads are eventual by design (RIP-18), so the apply offset here is
 what tells how far behind the serving node's routes may be.
@@ -12,13 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Iterable
+
+from raftlog.health import Health, State
 
 log = logging.getLogger(__name__)
 
 #: A metric: (name, help, type, [(labels, value)]).
 Metric = tuple[str, str, str, list[tuple[dict[str, str], float]]]
+#: What ``GET /health`` reports: "" when healthy, else why not.
+HealthCheck = Callable[[], str]
 
 MAX_REQUEST_HEAD_BYTES = 8192
 READ_TIMEOUT_S = 5.0
@@ -37,15 +46,49 @@ def render(metrics: Iterable[Metric]) -> str:
     return "\n".join(out) + "\n"
 
 
+def health_metrics(health: Health, labels: dict[str, str]) -> list[Metric]:
+    """``metaledger_degraded{cause}`` (0/1 per cause) and ``metaledger_alarm_nospace``."""
+    states = {f.state for f in health.faults()}
+    return [
+        (
+            "metaledger_degraded",
+            "1 while a transient fault on a durable path lasts, by cause (nospace, io_error).",
+            "gauge",
+            [
+                ({**labels, "cause": state.name.lower()}, 1 if state in states else 0)
+                for state in (State.NOSPACE, State.IO_ERROR)
+            ],
+        ),
+        (
+            "metaledger_alarm_nospace",
+            "1 while this node's disk is full and it refuses writes (etcd's NOSPACE alarm).",
+            "gauge",
+            [(labels, 1 if health.refuses_writes else 0)],
+        ),
+    ]
+
+
+def health_body(reason: str) -> tuple[bytes, bytes]:
+    """(body, status line) of ``GET /health``: etcd's ``{"health":"true"}`` when
+    ``reason`` is empty, else 503 with the reason."""
+    if not reason:
+        return b'{"health":"true","reason":""}\n', b"200 OK"
+    body = json.dumps({"health": "false", "reason": reason}, separators=(",", ":"))
+    return body.encode() + b"\n", b"503 Service Unavailable"
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class MetricsServer:
-    """Serves ``collect()`` at ``GET /metrics``."""
+    """Serves ``collect()`` at ``GET /metrics`` and ``health()`` at ``GET /health``."""
 
-    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+    def __init__(
+        self, collect: Callable[[], Iterable[Metric]], health: HealthCheck | None = None
+    ) -> None:
         self._collect = collect
+        self._health = health
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -64,13 +107,17 @@ class MetricsServer:
             if len(head) > MAX_REQUEST_HEAD_BYTES:
                 raise ValueError("request head too large")
             parts = head.split(b"\r\n", 1)[0].split()
-            if len(parts) == 3 and parts[0] == b"GET" and parts[1].split(b"?")[0] == b"/metrics":
+            path = parts[1].split(b"?")[0] if len(parts) == 3 and parts[0] == b"GET" else b""
+            if path == b"/metrics":
                 body = render(self._collect()).encode()
                 status = b"200 OK"
                 ctype = b"text/plain; version=0.0.4; charset=utf-8"
+            elif path == b"/health":
+                body, status = health_body(self._health() if self._health is not None else "")
+                ctype = b"application/json"
             else:
                 body, status, ctype = (
-                    b"not found: try GET /metrics\n",
+                    b"not found: try GET /metrics or GET /health\n",
                     b"404 Not Found",
                     b"text/plain",
                 )

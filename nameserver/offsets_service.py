@@ -127,7 +127,12 @@ class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
         offsets.check_job(request.job, prefix=request.prefix)
         image, mode = await consistency.read_image(self.node, "offset", request.serializable)
         resp = offsets_pb2.ListResponse(revision=image.revision, consistency=mode)
-        resp.offsets.extend(to_pb(c) for c in image.offsets.of_job(request.job, request.prefix))
+        budget = self.node.response_budget("offsets list")
+        add = resp.offsets.append
+        for c in image.offsets.of_job(request.job, request.prefix):
+            offset = to_pb(c)
+            budget.spend(offset.ByteSize() + 4)  # RESOURCE_EXHAUSTED before passing it
+            add(offset)
         return resp
 
 

@@ -272,15 +272,14 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
     ) -> pb.ListGroupsResponse:
         image, mode = await consistency.read_image(self.node, "replica_group")
         groups = sorted(image.replica_groups.groups.items())
-        return pb.ListGroupsResponse(
-            groups=[
-                group_to_pb(g)
-                for _, g in groups
-                if not request.cluster_name or g.cluster_name == request.cluster_name
-            ],
-            revision=image.revision,
-            consistency=mode,
-        )
+        resp = pb.ListGroupsResponse(revision=image.revision, consistency=mode)
+        budget = self.node.response_budget("replica group list")
+        for _, g in groups:
+            if not request.cluster_name or g.cluster_name == request.cluster_name:
+                group = group_to_pb(g)
+                budget.spend(group.ByteSize() + 4)  # RESOURCE_EXHAUSTED before passing it
+                resp.groups.append(group)
+        return resp
 
     @rpc
     async def SetPolicy(self, request: pb.SetPolicyRequest, context: Any) -> pb.SetPolicyResponse:

@@ -32,6 +32,7 @@ topic has queue data and at least one of its broker names has a broker
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -83,6 +84,50 @@ def check_register(op: records_pb2.RegisterBrokerOp) -> None:
     for t in op.topics:
         check_name("topic", t.topic)
         check_queue(f"topic {t.topic!r}", t.read_queue_nums, t.write_queue_nums, t.perm)
+
+
+#: RocketMQ's ``TopicValidator``: a topic name is at most 127 characters of ``%|a-zA-Z0-9_-``.
+TOPIC_MAX_LENGTH = 127
+_TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+#: A CreateTopic names at most this many broker names, each with at most this many read and
+#: write queues (RocketMQ sets no limit; clients build one queue object per queue, and no
+#: deployment runs anywhere near this many).
+MAX_TOPIC_BROKERS = 1024
+MAX_QUEUE_NUMS = 1024
+
+
+def check_topic_name(field: str, topic: str) -> None:
+    """A topic name as RocketMQ's TopicValidator accepts it, checked on requests that create
+    topics (apply keeps :func:`check_create_topic`'s older rule: entries already in a log
+    must apply as they did)."""
+    if not topic:
+        raise invalid(f"{field} must not be empty")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise invalid(
+            f"{field} is too long: {len(topic)} characters > limit {TOPIC_MAX_LENGTH} "
+            "(RocketMQ's topic name limit)"
+        )
+    if not _TOPIC_NAME.fullmatch(topic):
+        raise invalid(f"{field} {topic!r} may contain only the characters %|a-zA-Z0-9_-")
+
+
+def check_create_topic_request(topic: str, queue_count: int) -> None:
+    """What a CreateTopic request must pass before anything is built from it: its size is
+    then bounded, so a rejected request costs no memory in proportion to what it claims."""
+    check_topic_name("topic", topic)
+    if queue_count > MAX_TOPIC_BROKERS:
+        raise invalid(f"queues names {queue_count} brokers > limit {MAX_TOPIC_BROKERS} per topic")
+
+
+def check_queue_nums(op: records_pb2.CreateTopicOp) -> None:
+    """The request-side bound on queue counts (on top of :func:`check_create_topic`)."""
+    for i, q in enumerate(op.queues):
+        for name in ("read_queue_nums", "write_queue_nums"):
+            value = getattr(q, name)
+            if value > MAX_QUEUE_NUMS:
+                raise invalid(
+                    f"queues[{i}].{name} is {value} > limit {MAX_QUEUE_NUMS} queues per broker"
+                )
 
 
 def check_create_topic(op: records_pb2.CreateTopicOp) -> None:

@@ -27,14 +27,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import grpc
+
 from nameserver import routing
 from nameserver.errors import to_status
 from nameserver.image import MetadataImage
+from nameserver.kv import Rejected
+from nameserver.offsets import check_name
 from nameserver.remoting.codec import (
     BadRequest,
     RemotingCommand,
     dumps_fastjson,
-    loads_lenient,
     wants_standard_json,
 )
 from nameserver.remoting.codes import RequestCode, ResponseCode
@@ -49,12 +52,14 @@ from nameserver.remoting.headers import (
     GetTopicsByClusterHeader,
     KvConfigKeyHeader,
     PutKvConfigHeader,
+    QueueData,
     RegisterBrokerBody,
     RegisterBrokerHeader,
     RegisterTopicHeader,
     java_crc32,
 )
-from nameserver.remoting.server import Handler, HandlerTable, Peer
+from nameserver.remoting.headers import DataVersion as DataVersionBody
+from nameserver.remoting.server import Handler, HandlerTable, Peer, internal_error_remark
 from nameserver.routing_image import DataVersion, broker_key, kvconfig_key
 from nameserver.routing_service import (
     TOPIC_NOT_EXIST_FAQ,
@@ -81,7 +86,9 @@ def _json(obj: object) -> bytes:
 
 def _guarded(fn: Answer) -> Answer:
     """A handler whose write or rule failures answer SYSTEM_ERROR with the reason (a
-    missing field stays the codec's BadRequest, answered by the server)."""
+    missing field stays the codec's BadRequest, answered by the server). An error that is
+    no request's fault (a bug) answers a generic remark and logs one ERROR line: Python's
+    exception text never reaches a client."""
 
     @functools.wraps(fn)
     async def wrapper(self: NameserverRemoting, request: RemotingCommand) -> RemotingCommand | None:
@@ -90,8 +97,13 @@ def _guarded(fn: Answer) -> Answer:
         except BadRequest:
             raise
         except Exception as exc:
-            _, message = to_status(exc)
-            log.info("remoting: code %d failed: %s", request.code, message)
+            code, message = to_status(exc)
+            if code == grpc.StatusCode.INTERNAL and not isinstance(exc, Rejected):
+                log.error("remoting: code %d failed: %s: %s", request.code, type(exc).__name__, exc)
+                log.debug("remoting: code %d failed", request.code, exc_info=True)
+                message = internal_error_remark(request.code)
+            else:
+                log.info("remoting: code %d failed: %s", request.code, message)
             return request.response(ResponseCode.SYSTEM_ERROR, message)
 
     return wrapper
@@ -228,6 +240,7 @@ class NameserverRemoting(HandlerTable):
 
     async def unregister_broker(self, request: RemotingCommand) -> RemotingCommand:
         h = BrokerIdentityHeader.from_command(request)
+        check_name("broker_name", h.broker_name)
         op = records_pb2.UnregisterBrokerOp(
             cluster=h.cluster_name,
             broker_name=h.broker_name,
@@ -239,15 +252,8 @@ class NameserverRemoting(HandlerTable):
 
     async def query_data_version(self, request: RemotingCommand) -> RemotingCommand:
         h = BrokerIdentityHeader.from_command(request)
-        try:
-            dv = loads_lenient(request.body) if request.body else {}
-            asked = DataVersion(
-                int(dv.get("counter", 0)),
-                int(dv.get("stateVersion", 0)),
-                int(dv.get("timestamp", 0)),
-            )
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise BadRequest(f"QUERY_DATA_VERSION body is not a DataVersion: {exc}") from None
+        dv = DataVersionBody.decode(request.body, "QUERY_DATA_VERSION")
+        asked = DataVersion(dv.counter, dv.state_version, dv.timestamp)
         image = await self._image("data version")
         b = image.brokers.get(broker_key(h.broker_name, h.broker_id))
         known = b is not None and b.addr == h.broker_addr
@@ -281,6 +287,7 @@ class NameserverRemoting(HandlerTable):
 
     async def wipe_write_perm(self, request: RemotingCommand) -> RemotingCommand:
         h = BrokerNameHeader.from_command(request)
+        check_name("broker_name", h.broker_name)
         count = await self._propose(
             write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=True)
         )
@@ -288,6 +295,7 @@ class NameserverRemoting(HandlerTable):
 
     async def add_write_perm(self, request: RemotingCommand) -> RemotingCommand:
         h = BrokerNameHeader.from_command(request)
+        check_name("broker_name", h.broker_name)
         count = await self._propose(
             write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=False)
         )
@@ -326,36 +334,29 @@ class NameserverRemoting(HandlerTable):
 
     async def delete_topic(self, request: RemotingCommand) -> RemotingCommand:
         h = DeleteTopicHeader.from_command(request)
+        check_name("topic", h.topic)
         op = records_pb2.DeleteTopicOp(topic=h.topic, cluster=h.cluster_name or "")
         await self._propose(delete_topic=op)
         return _ok(request)
 
     async def register_topic(self, request: RemotingCommand) -> RemotingCommand:
         h = RegisterTopicHeader.from_command(request)
-        try:
-            data = loads_lenient(request.body) if request.body else None
-        except ValueError as exc:
-            raise BadRequest(
-                f"REGISTER_TOPIC_IN_NAMESRV body is not TopicRouteData: {exc}"
-            ) from None
-        queues = data.get("queueDatas") if isinstance(data, dict) else None
-        if not isinstance(queues, list) or not queues:
-            raise BadRequest("REGISTER_TOPIC_IN_NAMESRV body: queueDatas must be a non-empty list")
+        # The name first: each queue record repeats it (RocketMQ's topic name rules).
+        routing.check_topic_name("topic", h.topic)
+        queues = QueueData.decode_list(
+            request.body, "REGISTER_TOPIC_IN_NAMESRV", routing.MAX_TOPIC_BROKERS
+        )
         op = records_pb2.CreateTopicOp(topic=h.topic)
         for q in queues:
-            if not isinstance(q, dict):
-                raise BadRequest(f"REGISTER_TOPIC_IN_NAMESRV body: bad queueData {q!r}")
-            try:
-                op.queues.add(
-                    topic=h.topic,
-                    broker_name=str(q.get("brokerName", "")),
-                    read_queue_nums=int(q.get("readQueueNums", 0)),
-                    write_queue_nums=int(q.get("writeQueueNums", 0)),
-                    perm=int(q.get("perm", 6)),
-                    topic_sys_flag=int(q.get("topicSysFlag", 0)),
-                )
-            except (TypeError, ValueError) as exc:
-                raise BadRequest(f"REGISTER_TOPIC_IN_NAMESRV body: bad queueData: {exc}") from None
+            op.queues.add(
+                topic=h.topic,
+                broker_name=q.broker_name,
+                read_queue_nums=q.read_queue_nums,
+                write_queue_nums=q.write_queue_nums,
+                perm=q.perm,
+                topic_sys_flag=q.topic_sys_flag,
+            )
         routing.check_create_topic(op)
+        routing.check_queue_nums(op)
         await self._propose(create_topic=op)
         return _ok(request)

@@ -38,6 +38,8 @@ TOPIC_NOT_EXIST_FAQ = (
 
 
 def topic_not_exist(topic: str) -> str:
+    if len(topic) > 256:  # no such topic can exist (127 characters at most): quote its head
+        topic = f"{topic[:128]}… ({len(topic)} characters)"
     return f"No topic route info in name server for the topic: {topic}"
 
 
@@ -58,7 +60,11 @@ class RoutingNode:
         return image
 
     async def propose(self, op: records_pb2.RoutingOperation, context: Any = None) -> Applied:
-        return await self.node.propose(routing.routing_entry(op), context)
+        """Propose ``op``; one larger than ``max_request_bytes`` (a registration of a great
+        many topics) is refused before it reaches the log."""
+        entry = routing.routing_entry(op)
+        self.node.check_encoded_size(len(entry.value))
+        return await self.node.propose(entry, context)
 
     async def register(
         self, op: records_pb2.RegisterBrokerOp, context: Any = None
@@ -269,6 +275,8 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
     async def CreateTopic(
         self, request: routing_pb2.CreateTopicRequest, context: Any
     ) -> routing_pb2.CreateTopicResponse:
+        # Checked before the operation is built: each queue record repeats the topic name.
+        routing.check_create_topic_request(request.topic, len(request.queues))
         op = records_pb2.CreateTopicOp(topic=request.topic)
         op.queues.extend(
             records_pb2.TopicQueueRecord(
@@ -283,6 +291,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
             for q in request.queues
         )
         routing.check_create_topic(op)
+        routing.check_queue_nums(op)
         applied = await self.routes.propose(records_pb2.RoutingOperation(create_topic=op), context)
         return routing_pb2.CreateTopicResponse(revision=applied.offset)
 

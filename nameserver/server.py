@@ -14,13 +14,15 @@ from typing import Any
 
 import grpc
 
+from nameserver import accept_errors
 from nameserver.broker_liveness import BrokerKeeper
 from nameserver.config import ServerConfig
 from nameserver.election import ElectionService, LockService
 from nameserver.grpc_accept import HOT_METHODS, Acceptors
+from nameserver.grpc_guard import guard_handler
 from nameserver.image import Member
 from nameserver.leases import LeaseKeeper
-from nameserver.metrics import Metric, MetricsServer
+from nameserver.metrics import Metric, MetricsServer, health_metrics
 from nameserver.offsets_service import OffsetsService, QuotasService
 from nameserver.remoting.server import RemotingServer
 from nameserver.replica_groups_service import ReplicaGroupsService
@@ -126,7 +128,17 @@ class Node:
         engine: MemberEngine
         shared = config.consensus == "native" and config.consensus_loop == "shared"
         if config.consensus == "native":
-            engine = NativeEngine(NativeConfig(**common, shared_loop=shared))
+            engine = NativeEngine(
+                NativeConfig(
+                    **common,
+                    shared_loop=shared,
+                    force_new_cluster=config.force_new_cluster,
+                    peer_handshake_timeout_ms=config.peer_handshake_timeout_ms,
+                    peer_idle_timeout_ms=config.peer_idle_timeout_ms,
+                    peer_frame_timeout_ms=config.peer_frame_timeout_ms,
+                    peer_max_connections=config.peer_max_connections,
+                )
+            )
         else:
             engine = PySyncObjEngine(PySyncObjConfig(**common))
         store = FileSnapshotStore(os.path.join(config.data_dir, "snap"), keep=config.snapshot_keep)
@@ -178,8 +190,13 @@ class Node:
             self.log, self.state, self.ctx.timeout_s, self.leader_client_address
         )
         self.routes = RoutingNode(self.ctx, self.brokers)
-        self.remoting = RemotingServer(NameserverRemoting(self.routes))
-        self.metrics = MetricsServer(self._metrics)
+        self.remoting = RemotingServer(
+            NameserverRemoting(self.routes),
+            idle_timeout_s=self.config.remoting_idle_timeout_ms / 1000,
+            frame_timeout_s=self.config.remoting_frame_timeout_ms / 1000,
+            max_connections=self.config.remoting_max_connections,
+        )
+        self.metrics = MetricsServer(self._metrics, self.log.health.reason)
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
         self._announce_task: asyncio.Task[None] | None = None
@@ -204,7 +221,7 @@ class Node:
         self.watch_hub.attach(asyncio.get_running_loop())
         self.log.start()
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
-        table = MethodTable()
+        table = MethodTable(self.config.max_request_bytes)
         rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), table)
         rpc_pb2_grpc.add_LeaseServicer_to_server(LeaseService(self.ctx, self.leases), table)
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), table)
@@ -304,6 +321,26 @@ class Node:
                 "Route reads served from this node's image (remoting and gRPC).",
                 self.routes.route_reads,
             ),
+            gauge(
+                "remoting_connections",
+                "Open remoting connections.",
+                self.remoting.connection_count,
+            ),
+            (
+                "metaledger_remoting_connections_closed_total",
+                "Remoting connections the node closed, by reason.",
+                "counter",
+                [
+                    ({**node, "reason": reason}, value)
+                    for reason, value in (
+                        ("idle", self.remoting.idle_closed),
+                        ("frame_timeout", self.remoting.frame_timeouts),
+                        ("over_limit", self.remoting.refused),
+                        ("protocol_error", self.remoting.protocol_errors),
+                    )
+                ],
+            ),
+            *health_metrics(self.log.health, node),
             gauge("kv_keys", "Keys in the kv record type.", len(image.kv)),
             gauge("leases", "Live leases.", len(image.leases)),
         ]
@@ -356,18 +393,22 @@ class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
     event loop per call, serialised in front of the next accept. As generic methods there is
     one pending request (``bench/results/grpc-methods-*.md``). The few hot unary methods are
     registered after all, by :class:`nameserver.grpc_accept.Acceptors`, with accepts of
-    their own.
+    their own. Every handler is served guarded (:func:`nameserver.grpc_guard.guard_handler`):
+    an undecodable request is INVALID_ARGUMENT, an unimplemented method UNIMPLEMENTED, and
+    neither is logged as a server error.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_request_bytes: int | None = None) -> None:
         self._methods: dict[str, grpc.RpcMethodHandler] = {}
         self._generic: list[grpc.GenericRpcHandler] = []
+        self._max_request_bytes = max_request_bytes  # any request larger is refused
 
     def add_registered_method_handlers(
         self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
     ) -> None:
         for name, handler in handlers.items():
-            self._methods[f"/{service}/{name}"] = handler
+            path = f"/{service}/{name}"
+            self._methods[path] = guard_handler(handler, path, self._max_request_bytes)
 
     def methods(self, paths: Sequence[str]) -> dict[str, grpc.RpcMethodHandler]:
         """The handlers of those of ``paths`` this table has (``/service/method``)."""
@@ -385,16 +426,28 @@ class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
         for generic in self._generic:
             handler = generic.service(details)
             if handler is not None:
+                # guarded once (nameserver.grpc_guard), then found in the dict
+                handler = guard_handler(handler, details.method, self._max_request_bytes)
+                self._methods[details.method] = handler
                 return handler
         return None
 
 
-async def _serve(config: ServerConfig) -> None:
+async def _serve(config: ServerConfig) -> str:
+    """Run until a signal, or until the node cannot go on: then its reason."""
     node = Node(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    fatal: list[str] = []
+
+    def on_fatal(reason: str) -> None:  # any thread
+        fatal.append(reason)
+        with suppress(RuntimeError):  # the loop is closing anyway
+            loop.call_soon_threadsafe(stop.set)
+
+    node.log.set_on_fatal(on_fatal)
     await node.start()
     _tune_gc()
     try:
@@ -402,6 +455,7 @@ async def _serve(config: ServerConfig) -> None:
     finally:
         log.info("node %s stopping", config.node_id)
         await node.stop()
+    return fatal[0] if fatal else ""
 
 
 #: Allocations between young-generation collections (CPython's default is 700). A request
@@ -419,9 +473,15 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
+#: The exit status of a node that stopped because it could not go on (a bug or damage on
+#: the apply path): non-zero, so a supervisor restarts it or a human looks.
+FATAL_EXIT_CODE = 70  # EX_SOFTWARE
+
+
 def run(config: ServerConfig) -> int:
     """Run one node until SIGINT/SIGTERM. Returns the process exit code."""
     config.validate()
+    accept_errors.install()  # descriptors run out: a line now and then, not a flood
     if config.use_uvloop:
         try:
             import uvloop
@@ -429,5 +489,8 @@ def run(config: ServerConfig) -> int:
             uvloop.install()
         except ImportError:  # pragma: no cover
             pass
-    asyncio.run(_serve(config))
+    reason = asyncio.run(_serve(config))
+    if reason:
+        log.critical("node %s stopped: %s", config.node_id, reason)
+        return FATAL_EXIT_CODE
     return 0

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nameserver import consistency
+from nameserver import consistency, image_hash
 from nameserver import kv as kvops
 from nameserver.config import ServerConfig
 from nameserver.errors import InvalidRequest, to_status
@@ -37,7 +37,15 @@ from nameserver.state import (
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
-from raftlog import Applied, ApplyFailure, Entry, MemberEngine, ProposeError, ReplicatedLog
+from raftlog import (
+    Applied,
+    ApplyFailure,
+    Entry,
+    MemberEngine,
+    ProposeError,
+    ReplicatedLog,
+    UnsafeReconfigurationError,
+)
 from raftlog.entry import length_delimited
 from snapshots import SnapshotMeta, etcd_trailer, write_snapshot
 
@@ -80,6 +88,17 @@ def rpc(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             raise  # unreachable: abort raises
 
     return wrapper
+
+
+async def abort_stream(context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+    """End a streaming handler on ``exc`` with its status (what :func:`rpc` does for unary
+    handlers); only a server fault (INTERNAL) is logged above DEBUG."""
+    code, message = to_status(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        log.error("%s failed", method, exc_info=exc)
+    else:
+        log.debug("%s: %s", method, message)
+    await context.abort(code, message)
 
 
 class NodeContext:
@@ -140,6 +159,8 @@ class NodeContext:
             try:
                 await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
                 return
+            except UnsafeReconfigurationError:
+                raise  # waiting does not start members
             except ProposeError:
                 if loop.time() >= deadline:
                     raise
@@ -217,6 +238,18 @@ class NodeContext:
     def check_size(self, request: Any) -> None:
         self.check_encoded_size(request.ByteSize())
 
+    def check_value(self, value: bytes) -> None:
+        """A value put under a key (KV, lock, election) is at most ``max_value_bytes``."""
+        limit = self.config.max_value_bytes
+        if len(value) > limit:
+            raise InvalidRequest(
+                f"etcdserver: value is too large: {len(value)} bytes > limit max_value_bytes={limit}"
+            )
+
+    def response_budget(self, what: str) -> kvops.ResponseBudget:
+        """A fresh ``max_response_bytes`` budget for one response (of ``what``)."""
+        return kvops.ResponseBudget(self.config.max_response_bytes, what)
+
     def check_encoded_size(self, size: int) -> None:
         """:meth:`check_size` of a request already encoded into ``size`` bytes."""
         if size > self.config.max_request_bytes:
@@ -257,10 +290,10 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
 
     @rpc
     async def Range(self, request: rpc_pb2.RangeRequest, context: Any) -> rpc_pb2.RangeResponse:
-        _require_key(request.key, "range")
+        kvops.validate_range(request)
         image, _ = await consistency.read_image(self.node, "kv", request.serializable)
         self.node.check_revision(request.revision, image.revision)
-        resp = kvops.do_range(image.kv, request)
+        resp = kvops.do_range(image.kv, request, self.node.response_budget("range"))
         self.node.fill_header(resp.header, image.revision)
         return resp
 
@@ -292,6 +325,12 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         _require_key(request.key, "delete")
         body = request.SerializeToString()
         self.node.check_encoded_size(len(body))
+        if request.prev_kv:  # the deleted keys come back: they must fit a response
+            budget = self.node.response_budget("delete_range")
+            op = rpc_pb2.RequestOp(request_delete_range=request)
+            kvops.estimate_txn_reads(
+                self.node.state.image.kv, rpc_pb2.TxnRequest(success=[op]), budget
+            )
         applied = await self.node.propose(
             Entry("kv", request.key, length_delimited(_KV_DELETE_RANGE, body)), context
         )
@@ -317,9 +356,15 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
                 if op.WhichOneof("request") == "request_range"
             ) and bool(len(request.success) + len(request.failure))
             image = await self.node.read_image(serializable)
-            resp = read_only_txn(image.kv, request, image.revision)
+            budget = self.node.response_budget("txn")
+            resp = read_only_txn(image.kv, request, image.revision, budget)
             self.node.fill_header(resp.header, image.revision)
             return resp
+        # what it reads back is built at apply on every node, with no limit there: checked
+        # here, against this node's image, before anything is proposed
+        kvops.estimate_txn_reads(
+            self.node.state.image.kv, request, self.node.response_budget("txn")
+        )
         if not request.compare:  # the success branch is taken: its leases must exist
             for lease_id in _put_leases(request.success):
                 await require_lease(self.node, lease_id)
@@ -353,11 +398,7 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         return rpc_pb2.CompactionResponse(header=self.node.header(image.revision))
 
     def _check_value(self, value: bytes) -> None:
-        limit = self.node.config.max_value_bytes
-        if len(value) > limit:
-            raise InvalidRequest(
-                f"etcdserver: value is too large: {len(value)} bytes > limit max_value_bytes={limit}"
-            )
+        self.node.check_value(value)
 
     def _check_txn_values(self, txn: rpc_pb2.TxnRequest) -> None:
         for op in (*txn.success, *txn.failure):
@@ -462,9 +503,10 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
                 yield rpc_pb2.LeaseKeepAliveResponse(
                     header=self.node.header(image.revision), ID=request.ID, TTL=ttl
                 )
-        except Exception as exc:
-            code, message = to_status(exc)
-            await context.abort(code, message)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # an undecodable request among them, no leader, ...
+            await abort_stream(context, "LeaseKeepAlive", exc)
 
     @rpc
     async def LeaseTimeToLive(
@@ -481,7 +523,10 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
             resp.TTL = self.keeper.remaining_ttl_s(lease)
             resp.grantedTTL = lease.ttl_s
             if request.keys:
-                resp.keys.extend(sorted(image.kv.keys_of_lease(lease.id)))
+                keys = image.kv.keys_of_lease(lease.id)
+                budget = self.node.response_budget("lease time-to-live")
+                budget.spend(sum(len(k) + 4 for k in keys))
+                resp.keys.extend(sorted(keys))
         return resp
 
     @rpc
@@ -490,6 +535,7 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
     ) -> rpc_pb2.LeaseLeasesResponse:
         image, _ = await consistency.read_image(self.node, "lease")
         resp = rpc_pb2.LeaseLeasesResponse(header=self.node.header(image.revision))
+        self.node.response_budget("lease list").spend(16 * len(image.leases.leases))
         resp.leases.extend(rpc_pb2.LeaseStatus(ID=i) for i in sorted(image.leases.leases))
         return resp
 
@@ -555,6 +601,11 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
             raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.ID:x})")
         name, _, address, _ = target[0]
         engine = self.node.engine
+        me = self.node.config.peers.get(self.node.config.node_id)
+        if address == me and not engine.is_leader():
+            # the member being removed stops hearing the log once the change is in it, so
+            # it could not wait for the change (and the member record) to apply here
+            return await self._forward_remove_to_leader(request, image, name or address)
         if address == engine.leader_address():
             # PySyncObj's leader cannot remove itself: it hands leadership over first.
             if engine.is_leader():
@@ -572,6 +623,25 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         resp = rpc_pb2.MemberRemoveResponse(header=self.node.header(image.revision))
         resp.members.extend(self._list(image))
         return resp
+
+    @rpc
+    async def MemberUpdate(
+        self, request: rpc_pb2.MemberUpdateRequest, context: Any
+    ) -> rpc_pb2.MemberUpdateResponse:
+        raise Rejected(
+            "UNIMPLEMENTED",
+            "metaledger: MemberUpdate is not supported: a member's peer URL is its identity "
+            "here; remove the member and add it again with the new URL",
+        )
+
+    @rpc
+    async def MemberPromote(
+        self, request: rpc_pb2.MemberPromoteRequest, context: Any
+    ) -> rpc_pb2.MemberPromoteResponse:
+        raise Rejected(
+            "UNIMPLEMENTED",
+            "metaledger has no learners (every member votes): MemberPromote is not supported",
+        )
 
     async def _forward_remove_to_leader(
         self, request: rpc_pb2.MemberRemoveRequest, image: MetadataImage, name: str
@@ -651,8 +721,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
             )
             await asyncio.to_thread(write_snapshot, tmp, meta, captured.records)
         except Exception as exc:
-            code, message = to_status(exc)
-            await context.abort(code, message)
+            await abort_stream(context, "Snapshot", exc)
             return
         try:
             content = os.path.getsize(tmp)
@@ -690,9 +759,49 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
         return rpc_pb2.MoveLeaderResponse(header=self.node.header(image.revision))
 
     @rpc
+    async def HashKV(self, request: rpc_pb2.HashKVRequest, context: Any) -> rpc_pb2.HashKVResponse:
+        """A content hash of this node's key-value image (:mod:`nameserver.image_hash`);
+        the header's revision is the image's apply offset. Only the latest image is kept:
+        ``revision`` must be 0 or the current revision, which is also the compaction
+        revision (no older revision can be read)."""
+        image = self.node.state.image
+        if 0 < request.revision < image.revision:  # etcd's answer below its compaction
+            raise Rejected(
+                "OUT_OF_RANGE",
+                f"etcdserver: mvcc: required revision has been compacted (revision "
+                f"{request.revision} < compact_revision {image.revision}: only the latest "
+                "state is kept)",
+            )
+        self.node.check_revision(request.revision, image.revision)
+        digest = await asyncio.to_thread(image_hash.kv_hash, image)
+        return rpc_pb2.HashKVResponse(
+            header=self.node.header(image.revision), hash=digest, compact_revision=image.revision
+        )
+
+    @rpc
+    async def Hash(self, request: rpc_pb2.HashRequest, context: Any) -> rpc_pb2.HashResponse:
+        """A content hash of this node's whole image, every record type (etcd: the backend)."""
+        image = self.node.state.image
+        digest = await asyncio.to_thread(image_hash.image_hash, image)
+        return rpc_pb2.HashResponse(header=self.node.header(image.revision), hash=digest)
+
+    @rpc
+    async def Defragment(
+        self, request: rpc_pb2.DefragmentRequest, context: Any
+    ) -> rpc_pb2.DefragmentResponse:
+        """Nothing to do: the image lives in memory and the logs are append-only segments
+        deleted whole (etcd defragments its bolt file)."""
+        return rpc_pb2.DefragmentResponse(header=self.node.header(self.node.state.image.revision))
+
+    @rpc
     async def Alarm(self, request: rpc_pb2.AlarmRequest, context: Any) -> rpc_pb2.AlarmResponse:
-        # metaledger raises no alarms (no NOSPACE quota yet): report none.
-        return rpc_pb2.AlarmResponse(header=self.node.header(self.node.state.image.revision))
+        # This node's NOSPACE alarm (raftlog.health): raised and cleared by the node itself
+        # as its disk fills and frees, so every action (list, disarm, arm) reports it.
+        alarms = [rpc_pb2.AlarmMember(memberID=self.node.member_id, alarm=rpc_pb2.NOSPACE)]
+        return rpc_pb2.AlarmResponse(
+            header=self.node.header(self.node.state.image.revision),
+            alarms=alarms if self.node.log.health.refuses_writes else [],
+        )
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]

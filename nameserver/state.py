@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from nameserver import kv as kvops
 from nameserver import quotas
 from nameserver.image import (
@@ -71,6 +73,13 @@ class MetadataStateMachine:
             results = [self._apply_entry(delta, offset, e, effects) for e in entries]
             if before is not None:
                 quotas.check(delta, before)
+        except DecodeError as exc:
+            # e.g. a Txn nested past protobuf's depth limit: the same on every node, a
+            # rejection of this request (not a failure of apply)
+            delta.rollback()
+            raise Rejected(
+                "INVALID_ARGUMENT", f"etcdserver: request cannot be decoded: {exc}"
+            ) from None
         except Exception:
             delta.rollback()
             raise
@@ -329,6 +338,7 @@ def txn(
     rev: int,
     effects: list[Effect],
     leases: LeaseDelta | None = None,
+    budget: kvops.ResponseBudget | None = None,  # reads only; apply passes none
 ) -> rpc_pb2.TxnResponse:
     succeeded = all(kvops.evaluate_compare(kv, c) for c in req.compare)
     resp = rpc_pb2.TxnResponse(succeeded=succeeded)
@@ -336,9 +346,8 @@ def txn(
         which = op.WhichOneof("request")
         out = resp.responses.add()
         if which == "request_range":
-            r = kvops.do_range(kv, op.request_range)
+            r = kvops.do_range(kv, op.request_range, budget, out.response_range)
             r.header.revision = rev
-            out.response_range.CopyFrom(r)
         elif which == "request_put":
             p = put(kv, op.request_put, rev, effects, leases)
             p.header.revision = rev
@@ -348,7 +357,7 @@ def txn(
             d.header.revision = rev
             out.response_delete_range.CopyFrom(d)
         elif which == "request_txn":
-            t = txn(kv, op.request_txn, rev, effects, leases)
+            t = txn(kv, op.request_txn, rev, effects, leases, budget)
             t.header.revision = rev
             out.response_txn.CopyFrom(t)
         else:
@@ -429,10 +438,16 @@ def _drop_lease(delta: MetadataDelta, lease_id: int, effects: list[Effect]) -> l
     return keys
 
 
-def read_only_txn(view: kvops.KvView, req: rpc_pb2.TxnRequest, rev: int) -> rpc_pb2.TxnResponse:
-    """A txn with no writes, evaluated against one image (no log entry needed)."""
+def read_only_txn(
+    view: kvops.KvView,
+    req: rpc_pb2.TxnRequest,
+    rev: int,
+    budget: kvops.ResponseBudget | None = None,
+) -> rpc_pb2.TxnResponse:
+    """A txn with no writes, evaluated against one image (no log entry needed); its
+    ranges stop at ``budget`` (``max_response_bytes``) before building more."""
     effects: list[Effect] = []
-    return txn(_ReadOnlyDelta(view), req, rev, effects)  # type: ignore[arg-type]
+    return txn(_ReadOnlyDelta(view), req, rev, effects, None, budget)  # type: ignore[arg-type]
 
 
 class _ReadOnlyDelta:
@@ -442,8 +457,8 @@ class _ReadOnlyDelta:
     def get(self, key: bytes) -> KeyValue | None:
         return self._view.get(key)
 
-    def range(self, key: bytes, range_end: bytes | None) -> list[KeyValue]:
-        return list(self._view.range(key, range_end))
+    def range(self, key: bytes, range_end: bytes | None) -> Iterable[KeyValue]:
+        return self._view.range(key, range_end)  # lazily: a budget may stop it early
 
     def put(self, kv: KeyValue) -> None:  # pragma: no cover - read-only by construction
         raise Rejected("INTERNAL", "write in a read-only txn")

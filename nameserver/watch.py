@@ -42,6 +42,7 @@ from typing import Any, Protocol, cast
 import grpc
 
 from nameserver import kv as kvops
+from nameserver.errors import UndecodableRequest
 from nameserver.image import RECORD_TYPES, KeyValue, MetadataImage
 from nameserver.state import CapturedImage, image_records
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
@@ -782,6 +783,9 @@ class WatchStream:
             error = f"metaledger: prev_kv is only supported for record_type kv, not {record_type}"
         if not error and req.start_revision < 0:
             error = f"metaledger: start_revision must be >= 0 (got {req.start_revision})"
+        if not error and not set(req.filters) <= {NOPUT, NODELETE}:
+            bad = sorted(set(req.filters) - {NOPUT, NODELETE})
+            error = f"metaledger: filters: {bad} not among NOPUT ({NOPUT}), NODELETE ({NODELETE})"
         watch_id = req.watch_id
         if not error:
             if watch_id == 0:
@@ -878,6 +882,9 @@ class WatchService(rpc_pb2_grpc.WatchServicer):  # type: ignore[misc]
             try:
                 async for request in request_iterator:
                     stream.handle(request)
+            except UndecodableRequest as exc:  # the client's mistake: answered by the guard
+                log.debug("watch stream ended: %s", exc)
+                stream.out.put_nowait(None)
             except Exception:  # the client went away mid-message, or a bug: end the stream
                 log.warning("watch stream ended on an error", exc_info=True)
                 stream.out.put_nowait(None)

@@ -10,12 +10,14 @@ from raftlog.consensus import (
 from raftlog.entry import Effect, Entry, decode_batch, encode_batch
 from raftlog.errors import (
     ConfigError,
+    NoSpaceError,
     NotLeaderError,
     ProposalDroppedError,
     ProposeError,
     QueueFullError,
     RaftLogError,
     UnknownOutcomeError,
+    UnsafeReconfigurationError,
 )
 from raftlog.log import (
     Applied,
@@ -45,6 +47,7 @@ __all__ = [
     "MemberEngine",
     "NativeConfig",
     "NativeEngine",
+    "NoSpaceError",
     "NotLeaderError",
     "Offsets",
     "ProposalDroppedError",
@@ -60,6 +63,7 @@ __all__ = [
     "SegmentLog",
     "StateMachine",
     "UnknownOutcomeError",
+    "UnsafeReconfigurationError",
     "decode_batch",
     "encode_batch",
 ]

@@ -5,9 +5,12 @@
     │   ├── NotLeaderError           no leader known, or the leader changed under the proposal (retriable)
     │   ├── ProposalDroppedError     the entry was replaced by another leader's entry (retriable)
     │   ├── QueueFullError           the consensus engine's queue is full (retriable)
+    │   ├── NoSpaceError             this node's disk is full (NOSPACE): writes are refused until space returns
+    │   ├── UnsafeReconfigurationError  a membership change would leave fewer started members than a quorum
     │   └── UnknownOutcomeError      the deadline passed; the entry may still be applied later
     ├── ConfigError                  a configuration field is invalid (names the field)
     ├── SegmentCorruptionError       (raftlog.segments) a change-log record in the middle is corrupt
+    ├── PeerAuthError                (raftlog.peer_auth) a Raft peer handshake failed (bad password, bad format)
     └── WalCorruptError              (raftlog.raft_wal) a native Raft log record before the tail is corrupt
 
 A state machine that rejects an operation is not an error of this package: the rejection
@@ -41,6 +44,17 @@ class ProposalDroppedError(ProposeError):
 
 class QueueFullError(ProposeError):
     retriable = True
+
+
+class NoSpaceError(ProposeError):
+    """A durable write on this node met ENOSPC: new writes are refused until space returns
+    (the node leaves the state by itself; reads keep working)."""
+
+
+class UnsafeReconfigurationError(ProposeError):
+    """The strict reconfiguration check (etcd's ``--strict-reconfig-check``) refused a
+    membership change: after it, fewer members would run than a quorum needs. Not retried:
+    start the new member first, or remove members that are down first."""
 
 
 class UnknownOutcomeError(ProposeError):

@@ -18,6 +18,15 @@ own no-ops carry none). Group commit: a proposer sends at once when nothing of
 its own is in flight, and otherwise gathers everything that arrives meanwhile
 into the next item (at most ``max_item_requests`` requests or ``max_item_bytes``).
 
+Faults (issue 14): an OSError while appending the change log (ENOSPC, EIO...) is
+transient: the apply group, already applied to the pending state, waits with its records
+and results until the append succeeds (retried with backoff on the apply thread; an inline
+group is handed to it), reported to :attr:`ReplicatedLog.health`. While the node is out
+of space, proposals other than read barriers are refused with :class:`NoSpaceError`. Any
+other exception on the apply path is a bug or damage: it is logged once, with its
+traceback, and ``on_fatal(reason)`` is called (the server exits non-zero); this node
+applies nothing more meanwhile.
+
 Three offsets per node: ``end_offset`` (last request in this node's log,
 committed or not), ``commit_offset`` (known replicated to a majority),
 ``apply_offset`` (built into the image). ``apply <= commit <= end`` holds at
@@ -36,14 +45,15 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from raftlog.consensus import ConsensusEngine, EngineStatus
 from raftlog.deadlines import DeadlineSweep
 from raftlog.entry import Effect, Entry, decode_item, encode_item, encode_request, item_count
-from raftlog.errors import ProposeError, UnknownOutcomeError
+from raftlog.errors import NoSpaceError, ProposeError, UnknownOutcomeError
+from raftlog.health import Backoff, Health
 from raftlog.segments import SegmentLog
 from raftlog.wait import Wait, run_on, running_loop
 
@@ -72,6 +82,9 @@ PEAK_PERIOD_S = 0.2
 #: load from filling them (windows sized by the last item's size stayed short that way,
 #: at a third of the throughput).
 WINDOW_FLOOR_S = 0.003
+#: After a snapshot failed for lack of space (or any I/O error), the next is not tried
+#: before this (the engine asks again on every commit).
+SNAPSHOT_RETRY_S = 10.0
 
 
 @contextlib.contextmanager
@@ -226,12 +239,28 @@ class ReplicatedLog:
         busy_item_requests: int = BUSY_ITEM_REQUESTS,
         apply_on_loop: bool = False,
         window_per_request_s: float = WINDOW_PER_REQUEST_S,
+        health: Health | None = None,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         """``apply_on_loop``: when the engine reports commits on the event loop this log
         was started on (:class:`~raftlog.native_engine.NativeEngine` with ``shared_loop``),
         apply them right there instead of handing them to the apply thread, which then
         only takes what must not block the loop (installing a snapshot) and what queues
-        behind it."""
+        behind it.
+
+        ``health``: where transient I/O faults are reported (default: the engine's own
+        ``health`` when it has one, else a new one); the segments report there too.
+        ``on_fatal(reason)``: called once, from any thread, when this node cannot go on
+        (a bug or damage on the apply path); the server exits non-zero. Without it the
+        node only stops applying."""
+        if health is None:
+            engine_health = getattr(engine, "health", None)
+            health = engine_health if isinstance(engine_health, Health) else Health()
+        self.health = health
+        segments.health = health
+        self._on_fatal = on_fatal
+        self._stopping = threading.Event()
+        self._snapshot_retry_at = 0.0
         self._engine = engine
         self._sm = state_machine
         self._segments = segments
@@ -262,7 +291,7 @@ class ReplicatedLog:
         self.requests_proposed = 0
         self._client_id = f"{node_id}/{uuid.uuid4().hex[:12]}"
         self._seq = itertools.count(1)
-        self._queue: queue.SimpleQueue[tuple[int, int, bytes] | _Marker | None] = (
+        self._queue: queue.SimpleQueue[tuple[int, int, bytes] | _Marker | _Group | None] = (
             queue.SimpleQueue()
         )
         self._snapshot_sink: SnapshotSink | None = None
@@ -312,8 +341,13 @@ class ReplicatedLog:
         self._apply_thread.start()
         self._engine.start(self._on_commit, self if self._snapshot_sink is not None else None)
 
+    def set_on_fatal(self, on_fatal: Callable[[str], None] | None) -> None:
+        """See ``on_fatal`` in the constructor."""
+        self._on_fatal = on_fatal
+
     def stop(self) -> None:
         self._engine.stop()
+        self._stopping.set()  # an apply group waiting for the disk gives up
         self._queue.put(None)
         if self._apply_thread is not None:
             self._apply_thread.join(timeout=10)
@@ -369,6 +403,9 @@ class ReplicatedLog:
         (``retriable`` says whether to try again) and :class:`UnknownOutcomeError`
         when ``timeout_s`` passed: the request may still be applied later.
         """
+        if self.health.refuses_writes and any(e.type != "noop" for e in entries):
+            # read barriers (noop) still go through: reads keep their guarantees
+            raise NoSpaceError(f"database space exceeded: {self.health.reason()}")
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
         data = encode_request(entries, cid, s, int(time.time() * 1000))
@@ -613,11 +650,15 @@ class ReplicatedLog:
 
     def snapshot_take(self, raft_index: int, engine_meta: bytes) -> None:
         """Engine thread: snapshot the state as of the last item handed over (cheap)."""
+        if time.monotonic() < self._snapshot_retry_at:
+            self._snapshot_state = "failed"  # the last one failed (I/O): not yet again
+            return
         self._snapshot_state = "writing"
         self._bytes_since_snapshot = 0
         marker = _Marker("take", raft_index, engine_meta, self._enqueued_offset)
         if self._apply_here():
             self._apply_inline()  # what committed before the marker, first
+        if self._apply_here():  # (still: an inline group may have stalled on the disk)
             self._on_marker(marker)  # a capture and a thread start: cheap
         else:
             self._enqueue(marker)
@@ -671,8 +712,14 @@ class ReplicatedLog:
                 last_offset, last_term, _meta, records = sink.read(marker.path)
                 effects = self._sm.load(last_offset, last_term, records)
             if last_offset > self._segments.last_offset:
-                for sub, eff in enumerate(effects):
-                    self._segments.append(last_offset, sub, eff.encode(last_term, 0, len(effects)))
+                n = len(effects)
+                self._append_changes(
+                    [
+                        (last_offset, sub, eff.encode(last_term, 0, n))
+                        for sub, eff in enumerate(effects)
+                    ],
+                    may_block=True,
+                )
             self._sm.publish()
             self._apply_offset = last_offset
             if self._observer is not None:
@@ -699,10 +746,26 @@ class ReplicatedLog:
                 return
             sink.publish(path)
             self.last_snapshot_path = path
-        except Exception:
-            log.exception("snapshot at offset %d failed", captured.last_offset)
+        except OSError as exc:  # ENOSPC, EIO...: the node goes on; tried again later
+            self.health.fault("snapshot", exc)
+            self._snapshot_retry_at = time.monotonic() + SNAPSHOT_RETRY_S
             self._snapshot_state = "failed"
             return
+        except Exception as exc:
+            # e.g. a child writer that failed (its error comes back as text): one line
+            # each time, its traceback only the first time
+            first = self._snapshot_retry_at == 0.0
+            self._snapshot_retry_at = time.monotonic() + SNAPSHOT_RETRY_S
+            log.warning(
+                "snapshot at offset %d failed: %s; trying again in %.0fs at the earliest",
+                captured.last_offset,
+                exc,
+                SNAPSHOT_RETRY_S,
+                exc_info=exc if first else None,
+            )
+            self._snapshot_state = "failed"
+            return
+        self.health.clear("snapshot")
         elapsed = time.monotonic() - started
         self.snapshot_durations_s.append(elapsed)
         log.info(
@@ -768,15 +831,20 @@ class ReplicatedLog:
             group = self._inline[: self._apply_batch_max]
             del self._inline[: len(group)]
             try:
-                self._apply_group(group)
-            except BaseException as exc:  # a bug: stop applying, as a dead apply thread would
-                self._apply_error = exc
+                self._apply_group(group, may_block=False)
+            except _Stalled as stalled:
+                # the change log cannot take the group now: the apply thread retries it
+                # (the loop must not sleep), and everything after queues behind it
+                self._enqueue(stalled.group)
+                rest, self._inline = self._inline, []
+                for item in rest:
+                    self._enqueue(item)
+                return
+            except BaseException as exc:  # a bug or damage: this node cannot go on
                 self._inline.clear()
-                log.exception(
-                    "apply failed at offsets %d..; this node applies nothing more", group[0][0]
-                )
+                self._fatal(exc, group[0][0])
 
-    def _enqueue(self, item: tuple[int, int, bytes] | _Marker) -> None:
+    def _enqueue(self, item: tuple[int, int, bytes] | _Marker | _Group) -> None:
         with self._backlog_lock:
             self._backlog += 1
         self._queue.put(item)
@@ -786,17 +854,23 @@ class ReplicatedLog:
             self._backlog -= count
 
     def _run_apply(self) -> None:
+        first = 0
         try:
             while True:
                 item = self._queue.get()
-                if item is None:
-                    return
+                if item is None or self._apply_error is not None:
+                    return  # stopping, or this node cannot go on (on_fatal was called)
                 if isinstance(item, _Marker):
                     self._on_marker(item)
                     self._done(1)
                     continue
+                if isinstance(item, _Group):  # stalled on the loop: retried here
+                    self._finish_group(item, may_block=True)
+                    self._done(1)
+                    continue
+                first = item[0]
                 group = [item]
-                pending_marker: _Marker | None = None
+                pending_marker: _Marker | _Group | None = None
                 while len(group) < self._apply_batch_max:
                     try:
                         nxt = self._queue.get_nowait()
@@ -805,21 +879,39 @@ class ReplicatedLog:
                     if nxt is None:
                         self._apply_group(group)
                         return
-                    if isinstance(nxt, _Marker):
+                    if isinstance(nxt, (_Marker, _Group)):
                         pending_marker = nxt
                         break
                     group.append(nxt)
                 self._apply_group(group)
-                if pending_marker is not None:
+                if isinstance(pending_marker, _Group):
+                    self._finish_group(pending_marker, may_block=True)
+                elif pending_marker is not None:
                     self._on_marker(pending_marker)
                 # only now may the loop apply inline again: everything before is applied
                 self._done(len(group) + (pending_marker is not None))
-        except BaseException as exc:  # pragma: no cover - a bug; keep it visible
-            self._apply_error = exc
-            log.exception("apply thread died")
-            raise
+        except _Stopped:
+            return
+        except BaseException as exc:  # a bug or damage: this node cannot go on
+            self._fatal(exc, first)
 
-    def _apply_group(self, group: list[tuple[int, int, bytes]]) -> None:
+    def _fatal(self, exc: BaseException, first: int) -> None:
+        """Log once, with the traceback, and tell the owner (the server exits non-zero)."""
+        if self._apply_error is not None:
+            return
+        self._apply_error = exc
+        reason = f"apply failed at offsets {first}..: {type(exc).__name__}: {exc}"
+        log.critical("%s; this node cannot go on", reason, exc_info=exc)
+        if self._on_fatal is not None:
+            self._on_fatal(reason)
+
+    def _apply_group(self, group: list[tuple[int, int, bytes]], may_block: bool = True) -> None:
+        """Apply a group; ``may_block``: wait out change-log faults here (the apply thread),
+        else raise :class:`_Stalled` with the group's outcome (the loop)."""
+        self._finish_group(self._compute_group(group), may_block)
+
+    def _compute_group(self, group: list[tuple[int, int, bytes]]) -> _Group:
+        """Apply a group into the state machine's pending state (no I/O)."""
         results: list[tuple[tuple[str, int], Applied]] = []
         seg_last = self._segments.last_offset
         last = self._apply_offset
@@ -855,7 +947,10 @@ class ReplicatedLog:
                 try:
                     effects, result = apply(offset, term, entries) if entries else ((), None)
                 except Exception as exc:
-                    log.warning("offset %d rejected by the state machine: %s", offset, exc)
+                    # a refusal with a status code is the request's own (a client's mistake,
+                    # answered to it): not worth a line per node
+                    level = logging.DEBUG if getattr(exc, "code", None) else logging.WARNING
+                    log.log(level, "offset %d rejected by the state machine: %s", offset, exc)
                     effects, result = (), ApplyFailure(str(exc), str(getattr(exc, "code", "")))
                 if effects:
                     ts = entries[0].timestamp_ms
@@ -868,15 +963,38 @@ class ReplicatedLog:
                     if observer is not None:
                         changes.append(Change(offset, term, ts, effects))
                 results.append((key, Applied(offset, result)))
-        if records:
-            self._segments.append_many(records)
+        return _Group(records, results, last, changes, published)
+
+    def _finish_group(self, done: _Group, may_block: bool) -> None:
+        """Append the group's records to the change log, then publish and answer."""
+        if done.records and not self._append_changes(done.records, may_block):
+            raise _Stalled(done)
         self._sm.publish()
-        self._apply_offset = last
-        if observer is not None and published is not None:
-            observer.on_applied(published, last, changes)
-        self._wait.trigger_many(results)
+        self._apply_offset = done.last
+        if self._observer is not None and done.published is not None:
+            self._observer.on_applied(done.published, done.last, done.changes)
+        self._wait.trigger_many(done.results)
         if self._offset_waiters:
             self._release_offset_waiters()
+
+    def _append_changes(self, records: list[tuple[int, int, bytes]], may_block: bool) -> bool:
+        """Append to the change log; an OSError is reported and, with ``may_block``,
+        retried with backoff until it succeeds (a failed append leaves the segments as
+        they were). False: it failed and may not block."""
+        backoff: Backoff | None = None
+        while True:
+            try:
+                self._segments.append_many(records)
+            except OSError as exc:
+                self.health.fault("change-log", exc)
+                if not may_block:
+                    return False
+                backoff = backoff or Backoff()
+                if self._stopping.wait(backoff.failed(time.monotonic())):
+                    raise _Stopped from None
+                continue
+            self.health.clear("change-log")
+            return True
 
     def _first_application(self, key: tuple[str, int], offset: int) -> int | None:
         """Remember (client_id, seq); return the first offset if it was applied before."""
@@ -907,6 +1025,29 @@ class ReplicatedLog:
             self._offset_waiters = [(o, f) for o, f in self._offset_waiters if o > applied]
         for _, fut in ready:
             run_on(fut.get_loop(), _set_done, fut)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """An apply group applied to the pending state, not yet in the change log."""
+
+    records: list[tuple[int, int, bytes]]
+    results: list[tuple[tuple[str, int], Applied]]
+    last: int
+    changes: list[Change]
+    published: Captured | None
+
+
+class _Stalled(Exception):
+    """The change log refused a group on the loop: the apply thread takes it over."""
+
+    def __init__(self, group: _Group) -> None:
+        super().__init__("the change log cannot take the group now")
+        self.group = group
+
+
+class _Stopped(Exception):
+    """The log stops while an apply group waits for the disk."""
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,13 @@ What it does differently from the PySyncObj engine, and why (``research/python-c
   then one write + fdatasync, then acknowledgements, then the committed entries to the
   sink. Peer messages are struct-packed frames over one long-lived TCP connection per
   direction, never pickled.
-* **Authenticated peers**: a connection starts with a challenge (16 random bytes) that the
-  dialer answers with HMAC-SHA256(cluster password, challenge + its address). Nothing on
-  the wire is unpickled, so the password is about who may join, not code execution; the
-  frames are not encrypted: run the Raft port on a private network (README).
+* **Authenticated peers**: a connection starts with a mutual challenge-response on
+  HMAC-SHA256 of the cluster password (:mod:`raftlog.peer_auth`; there is no mode without
+  a password). Nothing on the wire is unpickled, so the password is about who may join,
+  not code execution; the frames are not encrypted: run the Raft port on a private
+  network (README). Inbound connections are bounded (:mod:`raftlog.peer_conns`): a cap,
+  and deadlines for the handshake, between frames and within a frame; the dialer sends
+  a keepalive (an empty frame) when idle.
 
 Members are named by peer address; snapshots use the same hooks, dump file and engine-meta
 slot as the PySyncObj engine (:class:`raftlog.consensus.EngineSnapshots`), so the server's
@@ -26,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import itertools
 import json
 import logging
@@ -37,7 +38,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,12 +51,17 @@ from raftlog.consensus import (
     claim_journal_dir,
 )
 from raftlog.errors import (
+    ConfigError,
     NotLeaderError,
     ProposalDroppedError,
     ProposeError,
     RaftLogError,
     UnknownOutcomeError,
+    UnsafeReconfigurationError,
 )
+from raftlog.health import Backoff, Health
+from raftlog.peer_auth import PeerAuthError, PeerKey, accept, dial
+from raftlog.peer_conns import FRAME, IDLE, InboundConnections, RateLimitedLog
 from raftlog.raft import (
     KIND_CONFIG,
     KIND_NORMAL,
@@ -66,10 +72,12 @@ from raftlog.raft import (
     RaftCore,
     Role,
     Timing,
+    UnsafeChange,
     decode_message,
     encode_message,
+    standalone_config,
 )
-from raftlog.raft_wal import RaftWal
+from raftlog.raft_wal import RaftWal, WalState
 from raftlog.wait import running_loop
 
 log = logging.getLogger(__name__)
@@ -77,9 +85,12 @@ log = logging.getLogger(__name__)
 _LEN = struct.Struct("<I")
 _MAX_FRAME = 64 * 1024 * 1024
 _CHUNK = 1024 * 1024
-_NONCE = 16
+_KEEPALIVE = _LEN.pack(0)  # an empty frame: keeps an idle authenticated connection open
 _REJECT_NOT_LEADER = 1
 _REJECT_REFUSED = 2
+_REJECT_UNSAFE = 3  # the strict reconfiguration check refused a membership change
+#: acks and votes held while the WAL cannot sync (the oldest beyond are dropped)
+_MAX_HELD_ACKS = 4096
 
 
 @dataclass(frozen=True)
@@ -98,12 +109,66 @@ class NativeConfig(EngineConfig):
     #: ping-pong) per consensus item, at the price of the log's fdatasync running on that
     #: loop. Without a running loop at start the engine takes its own thread anyway.
     shared_loop: bool = False
+    #: etcd's ``--force-new-cluster``: at start, make this member the only voter (keeping
+    #: its log, snapshot and applied data); others join again with member add
+    force_new_cluster: bool = False
+    #: an inbound peer connection that has not authenticated by then is closed
+    peer_handshake_timeout_ms: int = 5000
+    #: an authenticated inbound connection with no frame for this long is closed (members
+    #: send heartbeats every heartbeat_ms, and a keepalive every quarter of this)
+    peer_idle_timeout_ms: int = 30_000
+    #: a frame that started must complete within this (a 1 MiB snapshot chunk included)
+    peer_frame_timeout_ms: int = 30_000
+    #: inbound peer connections at once (handshakes included); more are closed at once
+    peer_max_connections: int = 64
+
+    def validate(self) -> None:
+        if not self.password:
+            raise ConfigError(
+                "password",
+                "the Raft peer port always authenticates: a cluster password is required "
+                "(loopback included)",
+            )
+        super().validate()
+        for name in (
+            "peer_handshake_timeout_ms",
+            "peer_idle_timeout_ms",
+            "peer_frame_timeout_ms",
+            "peer_max_connections",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, f"must be > 0, not {getattr(self, name)}")
+        if self.peer_idle_timeout_ms <= 2 * self.heartbeat_ms:
+            raise ConfigError(
+                "peer_idle_timeout_ms",
+                f"must be more than twice heartbeat_ms ({self.heartbeat_ms}), "
+                "or live connections are closed",
+            )
 
 
-def _mac(password: str | None, nonce: bytes, address: str) -> bytes:
-    if not password:
-        return bytes(32)
-    return hmac.new(password.encode(), nonce + address.encode(), hashlib.sha256).digest()
+def _peername(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+
+
+class _Keepalive:
+    """Writes an empty frame on an outbound peer connection every ``every_s`` (so the
+    listener's idle timeout never closes a live connection that has nothing to say)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, writer: asyncio.StreamWriter, every_s: float
+    ) -> None:
+        self._loop, self._writer, self._every_s = loop, writer, every_s
+        self._handle = loop.call_later(every_s, self._beat)
+
+    def _beat(self) -> None:
+        if self._writer.is_closing():
+            return
+        self._writer.write(_KEEPALIVE)
+        self._handle = self._loop.call_later(self._every_s, self._beat)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class _Peer:
@@ -134,11 +199,24 @@ class NativeEngine:
         self._peers: dict[str, _Peer] = {}
         self._outbuf: dict[str, list[bytes]] = {}  # frames per peer, written once per flush
         self._inbound: set[asyncio.StreamWriter] = set()
-        self._refused: dict[str, float] = {}  # address -> when its bad password was logged
+        self._key = PeerKey(config.password or "")  # validate() refused an empty one
+        self._inbound_conns = InboundConnections(
+            config.peer_max_connections,
+            config.peer_handshake_timeout_ms / 1000,
+            config.peer_idle_timeout_ms / 1000,
+            config.peer_frame_timeout_ms / 1000,
+        )
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._sweep_due = 0.0  # when the sweeper was meant to run (its lateness: a stall)
+        self._dial_warn = RateLimitedLog(60.0)  # our dials that the other end refused
         self._flush_scheduled = False
         self._in_flush = False
+        #: transient WAL faults (ENOSPC, EIO...): reported here, retried by _flush
+        self.health = Health()
+        self._wal_backoff = Backoff()
         self._waiting: dict[int, tuple[int, ProposeCallback]] = {}
         self._forwards: dict[int, tuple[ProposeCallback, float]] = {}
+        self._forwarding: dict[str, list[int]] = {}  # forwards queued per leader, this flush
         self._queued: list[tuple[bytes, int, ProposeCallback, float]] = []
         self._rids = itertools.count(1)
         self._transfer_cb: ProposeCallback | None = None
@@ -169,6 +247,8 @@ class NativeEngine:
         if self._snapshots is not None and os.path.exists(self.dump_file):
             meta = json.loads(self._snapshots.load(self.dump_file))
             snap_index, snap_term, voters = meta["index"], meta["term"], tuple(meta["voters"])
+        if cfg.force_new_cluster:
+            self._force_new_cluster(wal, state, snap_index, snap_term, voters)
         t = Timing(
             election_min_s=cfg.election_timeout_min_ms / 1000,
             election_max_s=cfg.election_timeout_max_ms / 1000,
@@ -207,6 +287,33 @@ class NativeEngine:
         self._started.wait(30)
         if self._start_error is not None:
             raise self._start_error
+
+    def _force_new_cluster(
+        self,
+        wal: RaftWal,
+        state: WalState,
+        snap_index: int,
+        snap_term: int,
+        voters: tuple[str, ...],
+    ) -> None:
+        """Rewrite the log so that this member is the only voter (``state`` is updated)."""
+        forced = standalone_config(
+            self._me, voters, state.entries, snap_index, snap_term, state.term
+        )
+        if forced is None:
+            log.warning("--force-new-cluster: already the only member; nothing to change")
+            return
+        kept = [e for e in state.entries if e.index > snap_index]
+        wal.rewrite(state.term, state.vote, state.commit, [*kept, forced])
+        state.entries = [*kept, forced]
+        log.warning(
+            "--force-new-cluster: this member is now the only voter (configuration entry %d; "
+            "%d log entries after the snapshot at %d kept). Add the others back with member "
+            "add, each from an empty data dir; restart without the flag",
+            forced.index,
+            len(kept),
+            snap_index,
+        )
 
     def _start_on(self, loop: asyncio.AbstractEventLoop) -> None:
         """Shared mode: listen now (so a taken port fails ``start``), serve on ``loop``."""
@@ -432,11 +539,13 @@ class NativeEngine:
         try:
             if kind == KIND_CONFIG:
                 op, _, address = data.decode().partition(" ")
-                index, term = core.propose_change(op, address)
+                index, term = core.propose_change(op, address, time.monotonic())
             else:
                 index, term = core.propose(data, kind)
         except NotLeader:
             raise NotLeaderError("no stable leader", self._name(core.leader)) from None
+        except UnsafeChange as exc:
+            raise UnsafeReconfigurationError(str(exc)) from None
         except ChangeRefused as exc:
             raise ProposeError(f"membership change refused: {exc}") from None
         if callback is not None:
@@ -455,6 +564,7 @@ class NativeEngine:
         self._forwards[rid] = (callback, time.monotonic() + self._config.wait_leader_ms / 1000)
         m = Message(MsgType.PROPOSE, self.core.term, offset=rid, kind=kind, data=data)
         self._send(self.core.leader, m)
+        self._forwarding.setdefault(self.core.leader, []).append(rid)
 
     def _on_propose(self, m: Message) -> None:
         """Leader: a follower forwards a proposal; the follower waits for the commit."""
@@ -463,6 +573,8 @@ class NativeEngine:
             index, term = self._propose_here(m.data, m.kind, None)
         except ProposeError as err:
             code = _REJECT_NOT_LEADER if isinstance(err, NotLeaderError) else _REJECT_REFUSED
+            if isinstance(err, UnsafeReconfigurationError):
+                code = _REJECT_UNSAFE
             resp = Message(
                 MsgType.PROPOSE_RESP,
                 core.term,
@@ -486,6 +598,8 @@ class NativeEngine:
             reason = m.data.decode(errors="replace")
             if m.hint == _REJECT_NOT_LEADER:
                 callback(None, NotLeaderError(reason, self._name(self.core.leader)))
+            elif m.hint == _REJECT_UNSAFE:
+                callback(None, UnsafeReconfigurationError(reason))
             else:
                 callback(None, ProposeError(reason))
             return
@@ -531,21 +645,14 @@ class NativeEngine:
                 core.replicate(now)
             self._drain(core.outbox)
             self._write_out()  # appends leave before this node's own fsync (in parallel)
-            if core.unstable_from is not None or core.hard_dirty:
-                assert self._wal is not None
-                start = core.unstable_from
-                entries = core.log[start - core.snap_index - 1 :] if start is not None else []
-                self._wal.append(
-                    entries,
-                    truncate_from=start if core.truncated else None,
-                    hard=(core.term, core.vote) if core.hard_dirty else None,
-                    commit=core.commit,
-                )
-                self._wal.sync()
-                core.persisted(core.last_index)
+            if self._sync_wal(core, now):
                 if core.replicate_pending:
                     core.replicate(now)
-            self._drain(core.after_persist)
+                self._drain(core.after_persist)
+            elif len(core.after_persist) > _MAX_HELD_ACKS:
+                # degraded: acks and votes wait for the disk; the oldest are as good as
+                # lost messages (the leader resends, the candidate retries)
+                del core.after_persist[:-_MAX_HELD_ACKS]
             self._drain(core.outbox)
             self._deliver()
             self._events()
@@ -557,6 +664,50 @@ class NativeEngine:
         finally:
             self._in_flush = False
         self._write_out()
+
+    def _sync_wal(self, core: RaftCore, now: float) -> bool:
+        """Persist what the core holds unstable (one write + fdatasync); False while the
+        WAL cannot: nothing is then reported persisted (a leader does not count itself for
+        the new entries) and no ack that promises it leaves.
+
+        A failed sync (ENOSPC, EIO...) leaves the file as before the batch and keeps the
+        batch pending in :class:`RaftWal`: the node is degraded (:attr:`health`) and the
+        flushes the tick drives retry it with backoff (0.1 s doubling to 1 s); the first
+        that succeeds clears the fault, then the core's unstable entries are written
+        again on top (a record of an index already in the file replaces it on load).
+        """
+        wal = self._wal
+        assert wal is not None
+        backoff = self._wal_backoff
+        if backoff.failing:
+            if not backoff.due(now):
+                return False
+            try:
+                wal.sync()  # the batch that failed is still pending: write it first
+            except OSError as exc:
+                self.health.fault("raft-log", exc)
+                backoff.failed(now)
+                return False
+            backoff.reset()
+            self.health.clear("raft-log")
+        if core.unstable_from is None and not core.hard_dirty:
+            return True
+        start = core.unstable_from
+        entries = core.log[start - core.snap_index - 1 :] if start is not None else []
+        wal.append(
+            entries,
+            truncate_from=start if core.truncated else None,
+            hard=(core.term, core.vote) if core.hard_dirty else None,
+            commit=core.commit,
+        )
+        try:
+            wal.sync()
+        except OSError as exc:
+            self.health.fault("raft-log", exc)
+            backoff.failed(now)
+            return False
+        core.persisted(core.last_index)
+        return True
 
     def _drain(self, box: list[tuple[str, Message]]) -> None:
         if not box:
@@ -680,7 +831,11 @@ class NativeEngine:
             keep_from = max(core.snap_index, index - self._margin())
             core.compact(keep_from)
             assert self._wal is not None
-            self._wal.rewrite(core.term, core.vote, core.commit, core.log)
+            try:
+                self._wal.rewrite(core.term, core.vote, core.commit, core.log)
+            except OSError as exc:  # the old file stays the log (a superset): next time
+                log.warning("raft log not compacted behind the snapshot at %d: %s", index, exc)
+                return
             log.info("raft log compacted behind the snapshot at index %d", index)
         elif state == "failed":
             self._snap_pending = None
@@ -812,37 +967,75 @@ class NativeEngine:
         self._kick()
 
     async def _on_inbound(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conns = self._inbound_conns
+        slot = conns.open(writer.transport.abort, _peername(writer))
+        if slot is None:  # peer_max_connections reached (warned, rate-limited)
+            writer.transport.abort()
+            return
         self._inbound.add(writer)
+        self._ensure_sweeper()
+        address = "?"
         try:
-            nonce = os.urandom(_NONCE)
-            writer.write(nonce)
-            head = await reader.readexactly(2)
-            alen = int.from_bytes(head, "little")
-            address = (await reader.readexactly(alen)).decode()
-            mac = await reader.readexactly(32)
-            if not hmac.compare_digest(mac, _mac(self._config.password, nonce, address)):
-                now = time.monotonic()
-                if now - self._refused.get(address, -1e9) > 60:  # once a minute per address
-                    self._refused[address] = now
-                    log.warning(
-                        "refused a Raft connection claiming to be %s: bad password", address
+            try:
+                address = await accept(reader, writer, self._key)
+            except PeerAuthError as exc:
+                if exc.address:
+                    conns.warn.warning(
+                        "bad-password",
+                        "refused a Raft connection claiming to be %s: bad password",
+                        exc.address,
+                    )
+                else:
+                    conns.warn.warning(
+                        "bad-handshake",
+                        "refused a Raft connection from %s: %s",
+                        _peername(writer),
+                        exc,
                     )
                 return
+            clock, idle_s, frame_s = conns.clock, conns.idle_s, conns.frame_s
+            slot.waiting_for = IDLE
+            slot.deadline = clock() + idle_s
             while True:
                 n = _LEN.unpack(await reader.readexactly(4))[0]
                 if n > _MAX_FRAME:
                     log.warning("%s sent a %d-byte frame; closing", address, n)
                     return
-                m = decode_message(await reader.readexactly(n))
-                m.src = address
-                self._on_message(m)
+                if n:  # 0: a keepalive
+                    slot.waiting_for = FRAME
+                    slot.deadline = clock() + frame_s
+                    m = decode_message(await reader.readexactly(n))
+                    m.src = address
+                    self._on_message(m)
+                    slot.waiting_for = IDLE
+                slot.deadline = clock() + idle_s
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         except ValueError as exc:
-            log.warning("bad message on a Raft connection: %s", exc)
+            log.warning("bad message from %s on a Raft connection: %s", address, exc)
         finally:
+            conns.close(slot)
             self._inbound.discard(writer)
             writer.close()
+
+    def _ensure_sweeper(self) -> None:
+        """While inbound connections are open, close those past their deadline."""
+        if self._sweeper is None and self._loop is not None and not self._stopping:
+            conns = self._inbound_conns
+            interval = conns.sweep_interval_s
+            self._sweep_due = conns.clock() + interval
+            self._sweeper = self._loop.call_later(interval, self._sweep_inbound)
+
+    def _sweep_inbound(self) -> None:
+        self._sweeper = None
+        if self._stopping:
+            return
+        conns = self._inbound_conns
+        # late (this process was stopped, or its loop blocked): that time is not the
+        # peers' silence, their frames wait unread in the socket buffers
+        conns.sweep(late_s=max(0.0, conns.clock() - self._sweep_due))
+        if len(self._inbound_conns):
+            self._ensure_sweeper()
 
     def _peer(self, address: str) -> _Peer:
         peer = self._peers.get(address)
@@ -856,6 +1049,9 @@ class NativeEngine:
     async def _connect(self, peer: _Peer) -> None:
         host, _, port = peer.address.rpartition(":")
         delay = 0.05
+        handshake_s = self._config.peer_handshake_timeout_ms / 1000
+        keepalive_s = self._config.peer_idle_timeout_ms / 4000
+        loop = asyncio.get_running_loop()
         while not self._stopping:
             try:
                 reader, writer = await asyncio.wait_for(
@@ -866,17 +1062,31 @@ class NativeEngine:
                 delay = min(1.0, delay * 2)
                 continue
             try:
-                nonce = await asyncio.wait_for(reader.readexactly(_NONCE), 2.0)
-                me = self._me.encode()
-                mac = _mac(self._config.password, nonce, self._me)
-                writer.write(len(me).to_bytes(2, "little") + me + mac)
+                await asyncio.wait_for(dial(reader, writer, self._key, self._me), handshake_s)
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 peer.writer = writer
                 delay = 0.05
-                await reader.read()  # the peer never writes after the nonce: wait for EOF
-            except (OSError, TimeoutError, asyncio.IncompleteReadError):
+                beat = _Keepalive(loop, writer, keepalive_s)
+                try:
+                    await reader.read(1)  # the listener never writes after its proof: EOF
+                finally:
+                    beat.cancel()
+            except PeerAuthError as exc:
+                self._dial_warn.warning(
+                    peer.address, "the Raft port of %s failed the handshake: %s", peer.address, exc
+                )
+                delay = 1.0
+            except asyncio.IncompleteReadError:
+                self._dial_warn.warning(
+                    peer.address,
+                    "%s closed the Raft connection during the handshake (a different cluster "
+                    "password, or its peer_max_connections reached?)",
+                    peer.address,
+                )
+                delay = 1.0
+            except (OSError, TimeoutError):
                 pass
             finally:
                 peer.writer = None
@@ -902,14 +1112,27 @@ class NativeEngine:
         else:
             frames += (_LEN.pack(len(payload)), payload)
 
+    def _fail_forwards(self, leader: str, rids: Iterable[int]) -> None:
+        """Proposals forwarded to ``leader`` while this node has no connection to it (it
+        is reconnecting: the leader was just elected, restarted or thawed) are lost with
+        the frame: answer them now with "not leader" (the client retries) rather than at
+        the forward deadline, past the client's own."""
+        for rid in rids:
+            entry = self._forwards.pop(rid, None)
+            if entry is not None:
+                name = self._name(leader)
+                entry[0](None, NotLeaderError(f"no connection to the leader {name} yet", name))
+
     def _write_out(self) -> None:
         if not self._outbuf:
             return
         out, self._outbuf = self._outbuf, {}
+        forwarded, self._forwarding = self._forwarding, {}
         for to, frames in out.items():
             writer = self._peer(to).writer
-            if writer is None:
-                continue  # not connected: Raft retries (heartbeats, resends)
+            if writer is None:  # not connected: Raft retries (heartbeats, resends)
+                self._fail_forwards(to, forwarded.get(to, ()))
+                continue
             writer.write(b"".join(frames))
             transport = writer.transport
             if transport.get_write_buffer_size() > _MAX_FRAME:

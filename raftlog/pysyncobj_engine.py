@@ -8,9 +8,10 @@ Mitigations from ``research/pysyncobj.md``, all applied here:
 * The journal is a file, so a process crash loses nothing. PySyncObj never
   fsyncs it: a simultaneous power loss on a majority may lose the newest
   entries (README says so).
-* The Raft port unpickles what arrives: a password (Fernet) is required unless
-  the port is bound to loopback; :class:`PySyncObjConfig.validate` refuses
-  otherwise.
+* The Raft port unpickles what arrives: a password (Fernet: PySyncObj decrypts
+  and authenticates every message before it unpickles it) is required on every
+  address, loopback included (any local process could reach a loopback port);
+  :class:`PySyncObjConfig.validate` refuses otherwise.
 * ``appendEntriesUseBatch=False``: a lone write commits in well under a
   millisecond instead of waiting for the 100 ms heartbeat; under load, items
   queued in one tick still travel in one append message.
@@ -51,6 +52,7 @@ from raftlog.consensus import (
     claim_journal_dir,
 )
 from raftlog.errors import (
+    ConfigError,
     NotLeaderError,
     ProposalDroppedError,
     ProposeError,
@@ -92,6 +94,14 @@ class PySyncObjConfig(EngineConfig):
     tick_period_ms: int = 20
     snapshot_min_interval_s: int = 10**9
     extra: dict[str, Any] = field(default_factory=dict)  # raw SyncObjConf overrides (tests)
+
+    def validate(self) -> None:
+        if not self.password:
+            raise ConfigError(
+                "password",
+                f"required on every address, loopback included: {self.password_reason}",
+            )
+        super().validate()
 
 
 class _CoalescingSyncObj(SyncObj):  # type: ignore[misc]
@@ -266,7 +276,7 @@ class PySyncObjEngine:
                 "logCompactionSplit": False,
             }
         conf = SyncObjConf(
-            password=cfg.password or None,
+            password=cfg.password,  # never empty: validate() refused that
             journalFile=os.path.join(cfg.journal_dir, "journal"),
             appendEntriesUseBatch=False,
             raftMinTimeout=cfg.election_timeout_min_ms / 1000,

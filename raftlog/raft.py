@@ -22,6 +22,12 @@ the leader's no-op committed §4.1 "bug in single-server changes"); leadership t
 §3.10 (TimeoutNow); check quorum §6.2 (a leader that has not heard from a majority for
 ``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file).
 
+Beyond the paper, as etcd does it: a follower whose log is shorter than what it had
+acknowledged (its data dir was wiped, or it was restored from an old copy) is caught up
+from the leader's log or snapshot, whatever its old match was; and a membership change is
+refused when it would leave fewer *started* members (heard from within an election
+timeout) than a quorum of the new configuration (etcd's ``--strict-reconfig-check``).
+
 Members are named by their peer address ("host:port"), as PySyncObj names them, so the two
 engines are interchangeable behind :class:`raftlog.consensus.ConsensusEngine`.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import random
 import struct
 from collections.abc import Iterable, Sequence
@@ -46,6 +53,8 @@ MAX_APPEND_BYTES = 1024 * 1024
 MAX_INFLIGHT_ENTRIES = 512
 #: A commit index alone is not sent to a follower that got a message less than this ago.
 COMMIT_LAZY_S = 0.005
+
+log = logging.getLogger(__name__)
 
 
 class Role(enum.IntEnum):
@@ -85,6 +94,11 @@ class ChangeRefused(Exception):
     """A membership change the current configuration cannot take now."""
 
 
+class UnsafeChange(ChangeRefused):
+    """A membership change that would leave fewer started members than a quorum (strict
+    reconfiguration check): trying again does not help until more members run."""
+
+
 @dataclass(slots=True)
 class LogEntry:
     index: int
@@ -99,7 +113,9 @@ class Message:
 
     * APPEND: ``index``/``log_term`` = the entry before ``entries``; ``commit``.
     * APPEND_RESP: ``index`` = the follower's last index matching the leader; ``reject``
-      with ``hint`` = where the leader should retry from (the follower's last index).
+      with ``hint`` = where the leader should retry from (the follower's last index), and
+      with ``flag`` set, ``index`` = the follower's last index (so the leader sees a
+      follower that lost entries it had acknowledged).
     * VOTE / PRE_VOTE: ``index``/``log_term`` = the candidate's last entry; ``flag`` = a
       transfer (voters ignore leader stickiness). *_RESP: ``reject``.
     * SNAPSHOT: ``index``/``log_term`` = the snapshot's last entry; ``offset`` + ``data`` one
@@ -191,6 +207,33 @@ def decode_voters(data: bytes) -> tuple[str, ...]:
     return tuple(sorted(value))
 
 
+def standalone_config(
+    me: str,
+    voters: Sequence[str],
+    entries: Sequence[LogEntry],
+    snap_index: int,
+    snap_term: int,
+    term: int,
+) -> LogEntry | None:
+    """``serve --force-new-cluster`` (etcd's disaster recovery): the configuration entry
+    that, appended to this member's log, leaves it the only voter; None if it already is.
+
+    ``voters`` are the snapshot's; ``entries`` the log as loaded (entries inside the snapshot
+    are ignored). Nothing is dropped: every entry this member holds, committed or not, stays
+    and commits once it leads alone (its commit index on disk is only a hint, and entries
+    past it may have been acknowledged to clients)."""
+    log_ = [e for e in entries if e.index > snap_index]
+    current = tuple(sorted(voters))
+    for e in reversed(log_):
+        if e.kind == KIND_CONFIG:
+            current = decode_voters(e.data)
+            break
+    if current == (me,):
+        return None
+    last_index, last_term = (log_[-1].index, log_[-1].term) if log_ else (snap_index, snap_term)
+    return LogEntry(last_index + 1, max(term, last_term), KIND_CONFIG, encode_voters([me]))
+
+
 # ---------------------------------------------------------------------- the core
 @dataclass(slots=True)
 class Progress:
@@ -198,7 +241,8 @@ class Progress:
 
     next: int
     match: int = 0
-    last_ack: float = 0.0  # when it last answered this leader (check quorum)
+    last_ack: float = 0.0  # when it last answered this leader, or joined (check quorum)
+    heard: float = -1e18  # when it last answered this leader (strict reconfiguration check)
     last_sent: float = 0.0  # when this leader last sent it anything (heartbeats)
     sent_commit: int = 0
     snapshot_until: float = 0.0  # a snapshot is being sent until then (no appends meanwhile)
@@ -230,8 +274,12 @@ class RaftCore:
         timing: Timing | None = None,
         now: float = 0.0,
         rng: random.Random | None = None,
+        strict_reconfig: bool = True,
     ) -> None:
         self.me = me
+        self.strict_reconfig = strict_reconfig
+        self.clock = now  # the newest time a tick or message brought (strict reconfig check)
+        self.commit_gap_warned = False  # told the log a leader's commit is past this log
         self.timing = timing or Timing()
         self.rng = rng or random.Random()
         self.term = term
@@ -367,11 +415,21 @@ class RaftCore:
         if self.role == Role.LEADER:
             for peer in self.peers:
                 if peer not in self.progress:
-                    self.progress[peer] = Progress(next=self.last_index + 1)
-            for peer in list(self.progress):
-                if peer not in self.voters:
-                    del self.progress[peer]
+                    # a check-quorum grace for the new member, as a new leader gives all
+                    self.progress[peer] = Progress(next=self.last_index + 1, last_ack=self.clock)
+            # a removed member keeps getting the log until it knows the change committed
+            # (_forget_removed), but counts for nothing from now on
         self.events.append("config")
+
+    def _forget_removed(self, now: float) -> None:
+        """Stop replicating to members the configuration no longer has, once they were sent
+        the commit of the change that removed them (so a removed member learns of its
+        removal, and answers whoever waits for it there), or once they are silent."""
+        for peer in [p for p in self.progress if p not in self.voters]:
+            pr = self.progress[peer]
+            told = self.config_index <= min(self.commit, pr.match, pr.sent_commit)
+            if told or now - pr.last_ack >= self.timing.step_down_s:
+                del self.progress[peer]
 
     # ------------------------------------------------------------------ roles
     def become_follower(self, term: int, leader: str, now: float) -> None:
@@ -435,16 +493,18 @@ class RaftCore:
 
     # ------------------------------------------------------------------ inputs
     def tick(self, now: float) -> None:
+        self.clock = now
         t = self.timing
         if self.role == Role.LEADER:
             # check quorum (§6.2): step down when a majority has been silent too long
             heard = 1 if self.me in self.voters else 0
-            for pr in self.progress.values():
-                if now - pr.last_ack < t.step_down_s:
+            for peer, pr in self.progress.items():
+                if now - pr.last_ack < t.step_down_s and peer in self.voters:
                     heard += 1
             if heard < self.quorum():
                 self.become_follower(self.term, "", now)
                 return
+            self._forget_removed(now)
             lagging, self.commit_lagging = self.commit_lagging, False
             for peer, pr in self.progress.items():
                 if now - pr.last_sent >= t.heartbeat_s:
@@ -470,8 +530,9 @@ class RaftCore:
         self.replicate_pending = True
         return e.index, e.term
 
-    def propose_change(self, op: str, address: str) -> tuple[int, int]:
-        """A single-server membership change (§4.1): ``op`` is "add" or "remove"."""
+    def propose_change(self, op: str, address: str, now: float | None = None) -> tuple[int, int]:
+        """A single-server membership change (§4.1): ``op`` is "add" or "remove". Raises
+        NotLeader, ChangeRefused (UnsafeChange: the strict reconfiguration check)."""
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
         if self.commit < self.term_start:
@@ -491,7 +552,35 @@ class RaftCore:
             voters.discard(address)
         else:
             raise ChangeRefused(f"unknown membership change {op!r}")
+        if now is not None:
+            self.clock = now
+        if self.strict_reconfig:
+            self._check_started(op, voters, self.clock)
         return self.propose(encode_voters(voters), KIND_CONFIG)
+
+    def started_members(self, now: float) -> set[str]:
+        """The voters this leader heard from within an election timeout, itself included."""
+        window = self.timing.election_max_s
+        started = {self.me} if self.me in self.voters else set()
+        for peer, pr in self.progress.items():
+            if peer in self.voters and now - pr.heard < window:
+                started.add(peer)
+        return started
+
+    def _check_started(self, op: str, new_voters: set[str], now: float) -> None:
+        """etcd's ``--strict-reconfig-check``: after the change, the members that run must
+        still make a quorum of the new configuration, or the cluster loses its leader (a
+        member added but never started, a running member removed)."""
+        started = self.started_members(now) & new_voters
+        quorum = len(new_voters) // 2 + 1
+        if op == "add" and self.voters == (self.me,):
+            return  # growing a one-member cluster (after --force-new-cluster), as etcd allows
+        if len(started) < quorum:
+            raise UnsafeChange(
+                "re-configuration failed due to not enough started members "
+                f"({len(started)} of the {len(new_voters)} members after the change have "
+                f"answered within an election timeout; a quorum is {quorum})"
+            )
 
     def transfer(self, target: str | None, now: float) -> str:
         """Start handing leadership to ``target`` (None: the most caught-up follower);
@@ -499,12 +588,13 @@ class RaftCore:
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
         if target is None:
-            if not self.progress:
+            voting = [p for p in self.progress if p in self.voters]
+            if not voting:
                 raise ChangeRefused("no other member to hand leadership to")
-            target = max(self.progress, key=lambda p: self.progress[p].match)
+            target = max(voting, key=lambda p: self.progress[p].match)
         if target == self.me:
             raise ChangeRefused("already the leader")
-        if target not in self.progress:
+        if target not in self.progress or target not in self.voters:
             raise ChangeRefused(f"{target} is not a voting member")
         self.transfer_to = target
         self.transfer_sent = False
@@ -526,6 +616,7 @@ class RaftCore:
 
     def step(self, m: Message, now: float) -> None:
         """Handle one message from peer ``m.src``."""
+        self.clock = now
         if m.type in (MsgType.PROPOSE, MsgType.PROPOSE_RESP):
             return  # the driver handles forwarding
         if m.type == MsgType.PRE_VOTE:
@@ -623,9 +714,19 @@ class RaftCore:
                 bad = self.term_at(prev)
                 while hint > self.commit and hint > self.snap_index and self.term_at(hint) == bad:
                     hint -= 1
-            resp = Message(MsgType.APPEND_RESP, self.term, reject=True, hint=hint)
+            if m.commit > self.last_index:
+                self._warn_commit_gap(m)
+            resp = Message(
+                MsgType.APPEND_RESP,
+                self.term,
+                reject=True,
+                hint=hint,
+                flag=True,  # index carries this log's end
+                index=self.last_index,
+            )
             self._send(m.src, resp)
             return
+        self.commit_gap_warned = False
         new: list[LogEntry] = []
         for i, e in enumerate(entries):
             if e.index <= self.last_index:
@@ -637,8 +738,25 @@ class RaftCore:
         self._append(new)
         match = prev + len(entries)
         if m.commit > self.commit:
+            # never past what this log holds and matches the leader (§3.5)
             self.commit = max(self.commit, min(m.commit, match))
         self._ack(m.src, match, after_persist=True)
+
+    def _warn_commit_gap(self, m: Message) -> None:
+        """A leader's commit index lies past this log's end and its entry does not match:
+        this node is behind, or lost entries it had acknowledged. Say so once (the leader
+        resends its log or a snapshot), not on every heartbeat."""
+        if self.commit_gap_warned:
+            return
+        self.commit_gap_warned = True
+        log.warning(
+            "this node's log ends at index %d, behind what the leader %s has committed "
+            "(%d): catching up from the leader's log or a snapshot (a new member, one that "
+            "was down, or one that lost its data)",
+            self.last_index,
+            m.src,
+            m.commit,
+        )
 
     def _ack(self, leader: str, match: int, after_persist: bool) -> None:
         self._send(leader, Message(MsgType.APPEND_RESP, self.term, index=match), after_persist)
@@ -649,10 +767,13 @@ class RaftCore:
         pr = self.progress.get(m.src)
         if pr is None:
             return
-        pr.last_ack = now
+        pr.last_ack = pr.heard = now
         if m.reject:
-            # retry from the follower's hint; never below what it already matched
-            pr.next = max(pr.match + 1, min(m.hint + 1, pr.next - 1))
+            if m.flag and m.index < pr.match:
+                self._lost_log(m.src, pr, m.index, m.hint)
+            else:
+                # retry from the follower's hint; never below what it already matched
+                pr.next = max(pr.match + 1, min(m.hint + 1, pr.next - 1))
             self._send_append(m.src, now)
             return
         if m.index > pr.match:
@@ -665,11 +786,31 @@ class RaftCore:
         if pr.next <= self.last_index or pr.sent_commit < self.commit:
             self._send_append(m.src, now)
 
+    def _lost_log(self, peer: str, pr: Progress, last: int, hint: int) -> None:
+        """``peer``'s log ends below what it had acknowledged: it lost its data (a wiped
+        data dir restarted with the same command, a restore from an old copy). Start over
+        from where it says it is: from the log, or a snapshot when the log no longer holds
+        those entries (``_send_append`` asks the driver for one).
+
+        Its match drops to no more than the commit index: what it holds past that is not
+        known to match this log, and must not count towards committing anything."""
+        source = "the log" if hint >= self.snap_index else "a snapshot"
+        log.warning(
+            "member %s lost its log (its last index %d < matched %d); catching it up from %s",
+            peer,
+            last,
+            pr.match,
+            source,
+        )
+        pr.match = min(hint, self.commit)
+        pr.next = hint + 1
+        pr.snapshot_until = 0.0
+
     def _on_snapshot_resp(self, m: Message, now: float) -> None:
         pr = self.progress.get(m.src)
         if self.role != Role.LEADER or pr is None:
             return
-        pr.last_ack = now
+        pr.last_ack = pr.heard = now
         pr.snapshot_until = 0.0
         if not m.reject:
             pr.match = max(pr.match, m.index)

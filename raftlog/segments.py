@@ -21,20 +21,23 @@ from the scan and rewritten when missing or different.
 Open and repair. ``open`` reads every frame of every segment (streaming; CRC32C is hardware
 accelerated) and checks headers, CRCs and record order:
 
-- a torn tail (the data ends inside a frame) in the *last* segment is cut off: the file is
-  truncated at the end of the last whole frame, with a WARNING; a last segment left with no
-  records (e.g. a crash right after rolling) is removed. The lost records were never
-  acknowledged as durable and are re-derived from the Raft log.
-- anything else is a :class:`SegmentCorruptionError` naming the file and byte position: a
-  complete frame with a bad CRC anywhere, *including the very last frame of the log* (a
-  torn write cannot produce a complete frame, so this is damage, not a crash), a torn tail
-  in any segment but the last, a bad header, records out of order.
+- a **torn tail** of the *last* segment is cut off: a bad frame (cut short, a length past
+  the end of the file, a CRC mismatch) after which no valid frame starts anywhere in the
+  file, zeros to the end included, as for the Raft WAL (``snapshots._tail``). The file is
+  truncated at the bad frame, with a WARNING; a last segment left with no records (a crash
+  right after rolling, a header cut short or all zeros) is removed. The lost records are
+  re-derived from the Raft log (a synced last frame gone bad cannot be told from a torn
+  write, and is cut off like one, as the WAL does).
+- anything else is a :class:`SegmentCorruptionError` naming the file and byte position and
+  how to recover: a bad frame of the last segment with a valid frame after it (a byte
+  changed in synced data, a flipped length field included), any bad frame of an older
+  segment, a bad header (but a zeroed one of the last segment), records out of order.
 
-Two kinds of damage the format cannot see (the property tests pin both down): a bit flip
-in a length field that makes its frame run past the end of the file looks exactly like a
-torn tail and is repaired as one (see ``snapshots._recordstream``); an older segment cut
-exactly at a frame boundary is a valid, shorter segment (offsets may skip, since an entry
-with no effects writes no record).
+One kind of damage the format cannot see (the property tests pin it down): an older
+segment cut exactly at a frame boundary is a valid, shorter segment (offsets may skip,
+since an entry with no effects writes no record). And as for the WAL, a power cut that
+wrote an unsynced write's pages out of order (a zeroed page with a whole frame of it
+after) is reported as corruption, the safe side.
 
 Durability (``fsync_policy``):
 
@@ -43,9 +46,9 @@ Durability (``fsync_policy``):
   active segment when there is unsynced data, at most once every ``fsync_interval_ms``.
   Use :meth:`SegmentLog.wait_flushed` or :attr:`SegmentLog.flushed_offset` to learn what
   is durable.
-- ``never``: nothing is fdatasynced per append; data reaches the OS when the write buffer
-  fills or on :meth:`~SegmentLog.flush`, and becomes durable on :meth:`~SegmentLog.sync`
-  and :meth:`~SegmentLog.close`.
+- ``never``: nothing is fdatasynced per append; data reaches the OS as each append
+  returns (no user-space buffer) and becomes durable on :meth:`~SegmentLog.sync` and
+  :meth:`~SegmentLog.close`.
 
 Under every policy, rolling fdatasyncs the finished segment and the directory (once per
 segment), so :attr:`~SegmentLog.flushed_offset` only ever waits on the active segment.
@@ -53,8 +56,17 @@ segment), so :attr:`~SegmentLog.flushed_offset` only ever waits on the active se
 Threads: one appender thread calls ``append``; ``read_from``, ``segments``, the offsets
 and ``wait_flushed`` may be called from any thread. ``truncate_after`` and
 ``delete_before`` must not run while a ``read_from`` iterator is reading the segments they
-change. A failed write or fdatasync leaves the log unusable: every later call raises
-OSError (after a failed fsync the page cache can no longer be trusted).
+change.
+
+Transient errors (ENOSPC, EIO, EMFILE... issue 14): a call of :meth:`SegmentLog.append_many`
+is written with one write per file (no user-space buffer) and is all or nothing: when a
+write, a roll or (under "always") the fdatasync fails, the segment and its index are cut
+back to their last good length, segments the call started are removed, and the OSError is
+raised with the log usable: the caller retries the same records. The background flusher
+keeps the data dirty when an fdatasync fails and retries it with backoff, reporting the
+fault to :attr:`SegmentLog.health` (``change-log-sync``) and clearing it when a retry
+succeeds. Only a roll-back that itself fails leaves the log unusable: every later call
+then raises :class:`ChangeLogBrokenError` (not an OSError: the node must stop).
 
 Errors: :class:`SegmentCorruptionError` (a :class:`~raftlog.errors.RaftLogError`) for bad
 data; :class:`~raftlog.errors.ConfigError` (a ValueError) from
@@ -75,9 +87,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from raftlog.errors import ConfigError, RaftLogError
+from raftlog.health import Backoff, Health
 from snapshots import (
     HEADER_BYTES,
     INDEX_ENTRY,
@@ -88,9 +101,17 @@ from snapshots import (
     TornTailError,
     encode_header,
     encode_record,
+    tail_verdict,
 )
 
-__all__ = ["FsyncPolicy", "SegmentConfig", "SegmentCorruptionError", "SegmentInfo", "SegmentLog"]
+__all__ = [
+    "ChangeLogBrokenError",
+    "FsyncPolicy",
+    "SegmentConfig",
+    "SegmentCorruptionError",
+    "SegmentInfo",
+    "SegmentLog",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +127,23 @@ _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 class SegmentCorruptionError(RaftLogError):
     """A change-log segment holds damaged data that is not a torn tail."""
 
+    recovery = (
+        "this member cannot start from its change log: stop it, wipe its data directory and "
+        'let it rejoin from the other members (README, "Recovering a member")'
+    )
+
     def __init__(self, path: str | os.PathLike[str], position: int, reason: str) -> None:
-        super().__init__(f"{path}: corrupt change-log segment at byte {position}: {reason}")
+        super().__init__(
+            f"{path}: corrupt change-log segment at byte {position}: {reason}; {self.recovery}"
+        )
         self.path = os.fspath(path)
         self.position = position
         self.reason = reason
+
+
+class ChangeLogBrokenError(RaftLogError):
+    """A failed write could not be rolled back: the change log's files no longer match what
+    it believes; the node must stop (its log is re-derived from Raft on restart)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,13 +216,17 @@ class SegmentLog:
         self._segments = segments
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._file: io.BufferedWriter | None = None
-        self._index_file: io.BufferedWriter | None = None
+        # unbuffered: each append_many is one write per file, so a failed one is cut back
+        self._file: io.FileIO | None = None
+        self._index_file: io.FileIO | None = None
         self._last: tuple[int, int] | None = segments[-1].last if segments else None
         self._flushed = self.last_offset  # open fdatasynced every segment
         self._dirty = False  # appended since the last fdatasync
         self._generation = 0  # bumped by truncate_after: a sync in flight must not count
-        self._failure: OSError | None = None
+        self._failure: OSError | None = None  # truncate_after failed: the log is unusable
+        self._broken: str = ""  # a roll-back failed (ChangeLogBrokenError)
+        #: where transient faults are reported (the node's shared one, set by its owner)
+        self.health = Health()
         self._closing = False
         self._closed = False
         self._open_active()
@@ -287,7 +324,9 @@ class SegmentLog:
         under one lock (the apply thread appends a whole apply group at once). Under
         "always", one fdatasync covers them all before this returns.
 
-        Raises as :meth:`append`; the records before a refused one are written.
+        Raises ValueError as :meth:`append` (the records before a refused one are
+        written). An OSError leaves the log as it was before the call (see the module
+        docstring): retry the same records.
         """
         frames = [(o, sub, encode_record(o, sub, payload)) for o, sub, payload in records]
         if not frames:
@@ -296,55 +335,114 @@ class SegmentLog:
         max_bytes, index_every = config.segment_max_bytes, config.index_every_bytes
         with self._lock:
             self._check_usable()
-            wrote = False
+            mark = self._mark()
+            data: list[bytes] = []
+            index_data: list[bytes] = []
+            refused: ValueError | None = None
             try:
+                if self._file is None and self._segments:
+                    self._open_active()  # closed by a roll-back (or EMFILE before)
                 segment = self._segments[-1] if self._segments else None
                 last = self._last
                 for offset, sub, frame in frames:
                     key = (offset, sub)
                     if last is not None and key <= last:
-                        raise ValueError(f"record {key} does not follow the last record {last}")
+                        refused = ValueError(f"record {key} does not follow the last record {last}")
+                        break
                     if segment is None or (
                         segment.size + len(frame) > max_bytes and segment.first_offset != offset
                     ):
+                        self._write_out(data, index_data)
                         segment = self._roll(offset)
-                    assert self._file is not None and self._index_file is not None
                     position = segment.size
-                    self._file.write(frame)
-                    wrote = True
+                    data.append(frame)
                     segment.size += len(frame)
                     segment.last = key
                     self._last = last = key
                     if _index_due(segment.index, index_every, position):
                         segment.index.append((offset, position))
-                        self._index_file.write(INDEX_ENTRY.pack(offset, position))
-            except OSError as exc:
-                self._failure = exc
-                self._cond.notify_all()
-                raise
-            finally:
-                if wrote and self._failure is None:
+                        index_data.append(INDEX_ENTRY.pack(offset, position))
+                self._write_out(data, index_data)
+                if self._last != mark.last:
                     self._written()
+            except OSError:
+                self._roll_back(mark)
+                raise
+            if refused is not None:
+                raise refused
+
+    def _write_out(self, data: list[bytes], index_data: list[bytes]) -> None:
+        """Write the frames (and index entries) gathered for the active segment (lock held)."""
+        if data:
+            assert self._file is not None
+            _write_all(self._file, b"".join(data))
+            data.clear()
+        if index_data:
+            assert self._index_file is not None
+            _write_all(self._index_file, b"".join(index_data))
+            index_data.clear()
+
+    def _mark(self) -> _Mark:
+        segment = self._segments[-1] if self._segments else None
+        return _Mark(
+            len(self._segments),
+            segment.size if segment is not None else 0,
+            segment.last if segment is not None else (0, 0),
+            len(segment.index) if segment is not None else 0,
+            self._last,
+        )
+
+    def _roll_back(self, mark: _Mark) -> None:
+        """Undo a failed append_many (lock held): remove the segments it started, cut the
+        one that was active back to its length before, restore the offsets."""
+        try:
+            rolled = len(self._segments) > mark.segments
+            if rolled:
+                self._close_files()
+            while len(self._segments) > mark.segments:
+                segment = self._segments.pop()
+                segment.path.unlink(missing_ok=True)
+                segment.index_path.unlink(missing_ok=True)
+            if self._segments:
+                segment = self._segments[-1]
+                index = segment.index[: mark.index_len]
+                if len(index) != len(segment.index):
+                    segment.index = index  # replaced, never shrunk: readers hold the old one
+                segment.size, segment.last = mark.size, mark.segment_last
+                if self._file is not None and self._index_file is not None:
+                    os.ftruncate(self._file.fileno(), mark.size)
+                    os.ftruncate(self._index_file.fileno(), mark.index_len * INDEX_ENTRY.size)
+                else:
+                    os.truncate(segment.path, mark.size)
+                    os.truncate(segment.index_path, mark.index_len * INDEX_ENTRY.size)
+        except OSError as exc:
+            self._close_files()
+            self._broken = f"a failed write could not be rolled back: {exc}"
+            self._cond.notify_all()
+            raise ChangeLogBrokenError(f"{self._dir}: {self._broken}") from exc
+        finally:
+            self._last = mark.last
+        last = mark.last[0] if mark.last is not None else 0
+        if self._flushed > last:
+            self._flushed = last  # a roll synced records of the call that are now gone
+        if self._flushed < last:
+            self._dirty = True  # what was unsynced before the call still is
+        self._cond.notify_all()
 
     def _written(self) -> None:
         """After appends (lock held): sync now ("always") or wake the flusher."""
-        try:
-            if self._config.fsync_policy == "always":
-                assert self._file is not None
-                self._file.flush()
-                _fdatasync(self._file.fileno())
-                self._flushed = self.last_offset
-                self._cond.notify_all()
-            elif not self._dirty:
-                self._dirty = True
-                self._cond.notify_all()
-        except OSError as exc:
-            self._failure = exc
+        if self._config.fsync_policy == "always":
+            assert self._file is not None
+            _fdatasync(self._file.fileno())
+            self._flushed = self.last_offset
             self._cond.notify_all()
-            raise
+        elif not self._dirty:
+            self._dirty = True
+            self._cond.notify_all()
 
     def flush(self) -> None:
-        """Hand buffered data to the OS (no fdatasync). Raises ValueError if closed, OSError."""
+        """Hand buffered data to the OS (no fdatasync; appends are unbuffered, so this only
+        checks the log is open). Raises ValueError if closed."""
         with self._lock:
             self._check_usable()
             self._flush_to_os()
@@ -368,11 +466,18 @@ class SegmentLog:
         """
         with self._cond:
             self._cond.wait_for(
-                lambda: self._flushed >= offset or self._failure is not None or self._closed,
+                lambda: (
+                    self._flushed >= offset
+                    or self._failure is not None
+                    or bool(self._broken)
+                    or self._closed
+                ),
                 timeout_s,
             )
             if self._flushed >= offset:
                 return True
+            if self._broken:
+                raise ChangeLogBrokenError(f"{self._dir}: {self._broken}")
             if self._failure is not None:
                 raise OSError(f"{self._dir}: change log failed: {self._failure}")
             return False
@@ -392,7 +497,7 @@ class SegmentLog:
             self._flusher.join()
         with self._cond:
             try:
-                if self._failure is None:
+                if self._failure is None and not self._broken:
                     self._finish_active()
             finally:
                 self._close_files()
@@ -523,14 +628,21 @@ class SegmentLog:
     def _check_usable(self) -> None:
         if self._closed or self._closing:
             raise ValueError(f"{self._dir}: change log is closed")
+        if self._broken:
+            raise ChangeLogBrokenError(f"{self._dir}: {self._broken}")
         if self._failure is not None:
             raise OSError(f"{self._dir}: change log failed: {self._failure}")
 
     def _open_active(self) -> None:
         if self._segments:
             segment = self._segments[-1]
-            self._file = open(segment.path, "ab")  # closed in _close_files
-            self._index_file = open(segment.index_path, "ab")
+            self._file = open(segment.path, "ab", buffering=0)  # closed in _close_files
+            try:
+                self._index_file = open(segment.index_path, "ab", buffering=0)
+            except OSError:
+                self._file.close()
+                self._file = None
+                raise
 
     def _close_files(self) -> None:
         for f in (self._file, self._index_file):
@@ -554,14 +666,21 @@ class SegmentLog:
         self._close_files()
 
     def _roll(self, first_offset: int) -> _Segment:
-        """Finish the active segment and start one named `first_offset` (lock held)."""
+        """Finish the active segment and start one named `first_offset` (lock held).
+
+        An OSError leaves no file of the new segment behind (the caller rolls back)."""
         self._finish_active()
         path = self._dir / f"{first_offset:020d}.seg"
         segment = _Segment(first_offset, path, HEADER_BYTES, (first_offset, 0))
-        with open(path, "xb") as f:
-            f.write(encode_header(StreamKind.CHANGE_LOG_SEGMENT, first_offset))
-        segment.index_path.write_bytes(b"")
-        _fsync_dir(self._dir)
+        try:
+            with open(path, "xb") as f:
+                f.write(encode_header(StreamKind.CHANGE_LOG_SEGMENT, first_offset))
+            segment.index_path.write_bytes(b"")
+            _fsync_dir(self._dir)
+        except OSError:
+            path.unlink(missing_ok=True)
+            segment.index_path.unlink(missing_ok=True)
+            raise
         self._segments.append(segment)
         self._open_active()
         return segment
@@ -573,22 +692,15 @@ class SegmentLog:
                 self._check_usable()
             if self._file is None or not self._dirty or self._failure is not None:
                 return
-            try:
-                self._flush_to_os()
-                fd = os.dup(self._file.fileno())  # stays valid if the segment rolls meanwhile
-            except OSError as exc:
-                self._failure = exc
-                self._cond.notify_all()
-                raise
+            fd = os.dup(self._file.fileno())  # stays valid if the segment rolls meanwhile
             target = self.last_offset
             generation = self._generation
             self._dirty = False
         try:
             _fdatasync(fd)
-        except OSError as exc:
+        except OSError:
             with self._lock:
-                self._failure = exc
-                self._cond.notify_all()
+                self._dirty = True  # still unsynced: the next sync retries it
             raise
         finally:
             os.close(fd)
@@ -599,21 +711,45 @@ class SegmentLog:
 
     def _run_flusher(self) -> None:
         interval_s = self._config.fsync_interval_ms / 1000
+        backoff = Backoff()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._dirty or self._closing)
-                if self._closing or self._failure is not None:
+                if self._closing or self._failure is not None or self._broken:
                     return
             try:
                 self._sync_active(check=False)
-            except OSError:
-                log.exception(
-                    "%s: background fdatasync failed; the change log is unusable", self._dir
-                )
-                return
+            except OSError as exc:
+                # transient (ENOSPC, EIO...): stay dirty, report, retry with backoff
+                self.health.fault("change-log-sync", exc)
+                delay_s = backoff.failed(time.monotonic())
+            else:
+                if backoff.failing:
+                    backoff.reset()
+                    self.health.clear("change-log-sync")
+                delay_s = interval_s
             with self._cond:
-                if self._cond.wait_for(lambda: self._closing, interval_s):
+                if self._cond.wait_for(lambda: self._closing, delay_s):
                     return
+
+
+class _Mark(NamedTuple):
+    """The log's shape before an append_many, to roll back to."""
+
+    segments: int  # how many segments there were
+    size: int  # the active segment's size
+    segment_last: tuple[int, int]  # the active segment's last key
+    index_len: int  # its index entries
+    last: tuple[int, int] | None  # the log's last key
+
+
+def _write_all(f: io.FileIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        if n is None:  # pragma: no cover - only non-blocking files
+            raise BlockingIOError("write would block")
+        view = view[n:]
 
 
 def _check_header(reader: RecordReader, path: Path, first_offset: int) -> None:
@@ -637,7 +773,7 @@ def _scan_segment(
     """Verify one segment; repair a torn tail if `is_last`. None if it was removed."""
     segment = _Segment(first_offset, path, HEADER_BYTES, (first_offset, 0))
     records = 0
-    torn: TornTailError | None = None
+    torn: RecordStreamError | None = None
     with open(path, "rb", buffering=_READ_BUFFER_BYTES) as f:
         file_size = os.fstat(f.fileno()).st_size
         reader = RecordReader(f, path=str(path), start=0)
@@ -658,20 +794,18 @@ def _scan_segment(
                     segment.index.append((record.offset, record.position))
                 segment.last = key
                 records += 1
-        except TornTailError as exc:
-            torn = exc
         except RecordStreamError as exc:
-            # After a power loss a file's tail can come back zero-filled: that is an
-            # unfinished write (a torn tail), not corruption of written data.
-            if not (is_last and _zeros_to_end(f, exc.position, file_size)):
-                raise SegmentCorruptionError(path, exc.position, exc.reason) from exc
-            torn = TornTailError(exc.position, str(path))
-        if torn is not None and not is_last:
-            raise SegmentCorruptionError(
-                path,
-                torn.position,
-                "the data ends inside a frame, but this is not the last segment",
-            )
+            if not is_last:
+                reason = exc.reason
+                if isinstance(exc, TornTailError):
+                    reason = "the data ends inside a frame, but this is not the last segment"
+                raise SegmentCorruptionError(path, exc.position, reason) from exc
+            # a torn tail only if no valid frame follows (snapshots._tail); this search
+            # runs only here, after a bad frame
+            follows = segment.last if records else (first_offset, -1)
+            torn = tail_verdict(f, exc, end=file_size, follows=follows)
+            if not torn.repairable:
+                raise SegmentCorruptionError(path, torn.position, torn.reason) from exc
         if records == 0:
             if not is_last:
                 raise SegmentCorruptionError(path, HEADER_BYTES, "segment has no records")
@@ -685,9 +819,10 @@ def _scan_segment(
     segment.size = reader.position
     if torn is not None:
         log.warning(
-            "%s: torn tail at byte %d: truncating %d bytes after the last whole record %s",
+            "%s: torn tail at byte %d (%s): truncating %d bytes after the last whole record %s",
             path,
             torn.position,
+            torn.reason,
             file_size - torn.position,
             segment.last,
         )
@@ -695,18 +830,6 @@ def _scan_segment(
             f.truncate(segment.size)
             _fdatasync(f.fileno())
     return segment
-
-
-def _zeros_to_end(f: BinaryIO, position: int, file_size: int) -> bool:
-    """True if every byte from `position` to the end of the file is zero."""
-    f.seek(position)
-    remaining = file_size - position
-    while remaining > 0:
-        chunk = f.read(min(remaining, 1 << 20))
-        if not chunk or chunk.count(0) != len(chunk):
-            return False
-        remaining -= len(chunk)
-    return True
 
 
 def _write_index_if_stale(segment: _Segment) -> None:

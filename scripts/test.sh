@@ -30,7 +30,7 @@ mypy
 echo "== import layering (DESIGN.md §2)"
 lint-imports
 echo "== docker-compose.yml"
-docker-compose -f docker-compose.yml config -q
+METALEDGER_CLUSTER_PASSWORD=validate-only docker-compose -f docker-compose.yml config -q
 echo "== pytest (everything but Spark)"
 python3 -m pytest -m "not spark" "$@"
 echo "== pytest (Spark: its own run, one JVM for the session)"

@@ -2,16 +2,18 @@
 
 This package imports no other metaledger package (but the generated ``protos``).
 
-Modules: ``_recordstream`` (framing, CRC32C), ``_snapshot`` (snapshot files, content
-hashes), ``_store`` (snapshot stores), ``_replay`` (record-level replay, segment reading,
-single-process compaction).
+Modules: ``_recordstream`` (framing, CRC32C), ``_tail`` (torn tail or corruption, for
+streams appended in place), ``_snapshot`` (snapshot files, content hashes), ``_store``
+(snapshot stores), ``_replay`` (record-level replay, segment reading, single-process
+compaction).
 
 Errors::
 
     RecordStreamError              framing of any record stream; `path`, `position`
     ├── BadHeaderError             the stream header is wrong
     ├── CorruptRecordError         a complete frame is wrong
-    └── TornTailError              the data ends inside a frame (`repairable`)
+    └── TornTailError              the data ends inside a frame; from tail_verdict, a torn
+                                   tail (`repairable`)
 
     SnapshotError                  root of the snapshot and replay errors
     ├── SnapshotCorruptError       a snapshot file fails verification (any framing error
@@ -79,6 +81,7 @@ from snapshots._store import (
     SnapshotStore,
     snapshot_name,
 )
+from snapshots._tail import find_valid_frame, tail_verdict
 
 __all__ = [
     "FORMAT_VERSION",
@@ -121,6 +124,7 @@ __all__ = [
     "encode_record",
     "encode_snapshot",
     "etcd_trailer",
+    "find_valid_frame",
     "inspect",
     "open_snapshot",
     "read_segments",
@@ -129,6 +133,7 @@ __all__ = [
     "record_hash",
     "replay",
     "snapshot_name",
+    "tail_verdict",
     "verify_snapshot",
     "write_snapshot",
     "write_snapshot_frames",

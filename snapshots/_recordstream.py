@@ -19,18 +19,25 @@ Errors::
 
     RecordStreamError            base; `path` and `position` say where
     ├── BadHeaderError           the header is complete but wrong (magic, CRC, version, kind)
-    ├── CorruptRecordError       a complete frame is wrong (CRC mismatch, bad length): never repairable
-    └── TornTailError            the data ends inside a frame (or inside the header): a write
-                                 cut short by a crash; `repairable`: truncate at `position`
+    ├── CorruptRecordError       a complete frame is wrong (CRC mismatch, bad length), or
+    │                            (from tail_verdict) a bad frame with a valid frame after it
+    └── TornTailError            the data ends inside a frame (or inside the header);
+                                 `repairable`: truncating at `position` repairs it, once
+                                 tail_verdict has found no valid frame after it
 
-How a reader tells a torn tail from corruption: a frame is *torn* exactly when it would
-extend past the end of the data (a partial length/CRC prefix, or a body shorter than its
-length field says). A frame that is complete, whatever its position in the file (the very
-last frame included), and whose CRC does not match, is *corrupt*. A torn write never
-produces a complete frame with a wrong CRC, so treating that case as damage is the only
-choice that never silently drops data that was once whole. The converse is the format's
-blind spot: a bit flip in a length field that makes its frame run past the end of the data
-looks exactly like a torn tail, and a reader reports it as one.
+A reader reports the first bad frame and says only what it sees: TornTailError when the
+frame would extend past the end of the data (a partial length/CRC prefix, or a length
+field larger than what is left), CorruptRecordError when the frame is complete and fails
+its checks. Neither is a verdict on its own: a bit flip in a length field also makes a
+frame run past the end, and a power cut that wrote a frame's header but not its data page
+leaves a complete frame with a wrong CRC.
+
+Torn tail or corruption (issue 14). A stream written whole and renamed into place (a
+snapshot) has no torn tail: every error is corruption. For a stream appended in place (a
+change-log segment), ``snapshots._tail.tail_verdict`` decides with the rule of the Raft
+WAL: the bad frame is a torn tail only when no valid frame starts anywhere after it (zeros
+to the end included), otherwise it is corruption. That search runs only once a reader has
+found a bad frame.
 
 Writers (:func:`encode_header`, :func:`encode_record`) are pure functions returning bytes.
 :class:`RecordReader` reads a binary file object (or bytes) sequentially; it never writes.
@@ -104,7 +111,8 @@ class StreamKind(enum.IntEnum):
 class RecordStreamError(Exception):
     """Root of this module's errors: `reason` says what, `path` and `position` say where."""
 
-    #: True when the damage is a cut-short write that truncating at `position` repairs.
+    #: True for a cut-short write that truncating at `position` repairs: a TornTailError
+    #: once ``tail_verdict`` found nothing valid after it (a reader cannot know that).
     repairable: bool = False
     _what = "bad record stream"
 
@@ -134,13 +142,22 @@ class CorruptRecordError(RecordStreamError):
 
 
 class TornTailError(RecordStreamError):
-    """The data ends inside the frame (or header) starting at `position`."""
+    """The data ends inside the frame (or header) starting at `position`.
+
+    From ``tail_verdict``: the bad frame at `position` (cut short, or complete and failing
+    its checks) with no valid frame after it, a torn tail to cut at `position`.
+    """
 
     repairable = True
     _what = "torn tail"
 
-    def __init__(self, position: int, path: str | None = None) -> None:
-        super().__init__("the data ends inside this frame", path, position)
+    def __init__(
+        self,
+        position: int,
+        path: str | None = None,
+        reason: str = "the data ends inside this frame",
+    ) -> None:
+        super().__init__(reason, path, position)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ Nodes are started with ``python -m nameserver.cli serve`` when the CLI package h
 ``__main__`` module, else through :func:`nameserver.server.run` directly with the same
 configuration (``METALEDGER_TEST_LAUNCHER=cli|python`` forces one). Each node gets its own
 client, peer, remoting and metrics ports from :func:`free_ports`, so nothing collides with
-DESIGN.md §6 defaults or with another test run.
+DESIGN.md §6 defaults or with another test run. Each cluster gets its own Raft password in
+``<root>/cluster-password`` (:attr:`Cluster.password`), as ``cluster up`` makes one; nodes
+get the file's path (``--cluster-password-file``).
 
 Nothing here sleeps blindly: every wait polls a condition until a deadline
 (:func:`wait_until`) and says what it was waiting for when the deadline passes.
@@ -40,6 +42,7 @@ import grpc
 
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
+from raftlog.peer_auth import create_password_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_ENV = "METALEDGER_TEST_LAUNCHER"
@@ -62,7 +65,9 @@ _PYTHON_LAUNCHER = """\
 import json, logging, sys
 from nameserver.config import ServerConfig, parse_initial_cluster
 from nameserver.server import run
+from raftlog.peer_auth import read_password_file
 a = json.loads(sys.argv[1])
+a["cluster_password"] = read_password_file(a.pop("cluster_password_file"))
 logging.basicConfig(
     level=logging.INFO,
     format="%(asctime)s %(levelname)s [%(name)s] " + a["node_id"] + ": %(message)s",
@@ -182,6 +187,10 @@ class Cluster:
     def __init__(self, root: str | os.PathLike[str], n: int = 3, start: bool = True) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        #: the Raft peer ports' password, made for this cluster (as ``cluster up`` does);
+        #: nodes get the file's path, never the password on their command line
+        self.password_file = self.root / "cluster-password"
+        self.password = create_password_file(self.password_file)
         ports = free_ports(4 * n)
         self.nodes = [
             NodeSpec(
@@ -286,6 +295,8 @@ class Cluster:
                 f"127.0.0.1:{s.metrics_port}",
                 "--initial-cluster",
                 initial_cluster,
+                "--cluster-password-file",
+                str(self.password_file),
             ]
         args = {
             "node_id": s.id,
@@ -295,6 +306,7 @@ class Cluster:
             "listen_remoting": f"127.0.0.1:{s.remoting_port}",
             "listen_metrics": f"127.0.0.1:{s.metrics_port}",
             "initial_cluster": initial_cluster,
+            "cluster_password_file": str(self.password_file),
         }
         return [sys.executable, "-c", _PYTHON_LAUNCHER, json.dumps(args)]
 

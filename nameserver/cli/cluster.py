@@ -5,6 +5,11 @@ remoting ``B+10i+2`` and metrics ``B+10i+3`` (DESIGN §6; scripts rely on it), d
 ``DIR/n{i}``, output in ``DIR/n{i}.log`` and its pid in ``DIR/n{i}.pid`` while it runs. On
 SIGINT/SIGTERM every node gets SIGTERM, then SIGKILL after a grace period. The nodes also
 stop if this process dies (Linux ``PR_SET_PDEATHSIG``, see ``serve``).
+
+The Raft peer ports authenticate with a password made for this cluster on its first start:
+``DIR/cluster-password`` (mode 0600, a random token; kept and reused by later starts).
+Every node gets its path (``--cluster-password-file``), never the password itself on a
+command line that ``ps`` shows.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ PORT_STRIDE = 10
 STOP_GRACE_S = 10.0
 _POLL_S = 0.25
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: the cluster's Raft password, in its data dir (mode 0600)
+PASSWORD_FILE = "cluster-password"
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ def serve_argv(
     consensus: str | None = None,
 ) -> list[str]:
     engine = ["--consensus", consensus] if consensus else []
+    password_file = data_dir / PASSWORD_FILE
     return [
         sys.executable,
         "-m",
@@ -108,6 +116,8 @@ def serve_argv(
         f"{HOST}:{node.metrics_port}",
         "--initial-cluster",
         initial_cluster(nodes),
+        "--cluster-password-file",
+        str(password_file),
         "--log-level",
         log_level,
         *engine,
@@ -254,8 +264,16 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     if busy:
         print(f"metaledger: ports in use: {', '.join(busy)}", file=sys.stderr)
         return ExitCode.ERROR
+    from raftlog import ConfigError  # here: raftlog is not cheap to import for every command
+    from raftlog.peer_auth import create_password_file
+
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        create_password_file(data_dir / PASSWORD_FILE)  # or reuse the one it holds
+    except ConfigError as exc:
+        print(f"metaledger: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
 
     stop = threading.Event()
 

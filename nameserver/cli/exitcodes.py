@@ -18,6 +18,7 @@ class ExitCode(IntEnum):
     TXN_FAILED = 5  # txn ran its failure branch (only with --exit-code-on-failure)
     INVALID = 6  # the server (or the txn parser) refused the input
     TIMEOUT = 7  # the request's deadline passed; a write may still be applied
+    FATAL = 70  # the node cannot go on (a bug or damage on the apply path; EX_SOFTWARE)
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -82,8 +82,9 @@ def add_report(new: Member, name: str, flags: list[str]) -> tuple[dict[str, Any]
         [
             f"Member {member_id_text(new.member_id)} added to the cluster",
             "",
-            "Start the new node (with an empty --data-dir and a --listen-client of its own) with:",
-            "metaledger serve " + " ".join(flags),
+            "Start the new node (with an empty --data-dir and a --listen-client of its own, and"
+            " the members' cluster password) with:",
+            "metaledger serve " + " ".join(flags) + " --cluster-password-file PATH",
         ]
     )
     return doc, text

@@ -3,6 +3,11 @@
 Flags map one to one onto :class:`nameserver.config.ServerConfig` fields; a flag not given
 keeps the dataclass default (ports per DESIGN §6: client 9877, peer 9878, remoting 9876,
 metrics 9879). A :class:`raftlog.ConfigError` exits with USAGE and names the field.
+
+The Raft peer port always authenticates: the cluster password comes from
+``--cluster-password-file PATH`` (what ``cluster up`` passes), ``--cluster-password`` or
+the ``METALEDGER_CLUSTER_PASSWORD`` environment variable, in that order; without one the
+node refuses to start.
 """
 
 from __future__ import annotations
@@ -50,6 +55,14 @@ _OPTIONAL_FIELDS = {
     "items_in_flight": "items_in_flight",
     "consensus_loop": "consensus_loop",
     "grpc_acceptors": "grpc_acceptors",
+    "max_response_bytes": "max_response_bytes",
+    "remoting_idle_timeout_ms": "remoting_idle_timeout_ms",
+    "remoting_frame_timeout_ms": "remoting_frame_timeout_ms",
+    "remoting_max_connections": "remoting_max_connections",
+    "peer_handshake_timeout_ms": "peer_handshake_timeout_ms",
+    "peer_idle_timeout_ms": "peer_idle_timeout_ms",
+    "peer_frame_timeout_ms": "peer_frame_timeout_ms",
+    "peer_max_connections": "peer_max_connections",
 }
 
 
@@ -66,7 +79,15 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         kwargs["consensus"] = os.environ[CONSENSUS_ENV]
     if args.initial_cluster:
         kwargs["initial_cluster"] = parse_initial_cluster(args.initial_cluster)
-    password = args.cluster_password or os.environ.get(PASSWORD_ENV)
+    if args.force_new_cluster:
+        kwargs["force_new_cluster"] = True
+    password = args.cluster_password
+    if password is None and args.cluster_password_file:
+        from raftlog.peer_auth import read_password_file
+
+        password = read_password_file(args.cluster_password_file)
+    if password is None:
+        password = os.environ.get(PASSWORD_ENV)
     if password:
         kwargs["cluster_password"] = password
     return ServerConfig(**kwargs)
@@ -130,9 +151,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="ID=HOST:PEERPORT,...",
         help="every member's peer address (default: this node alone)",
     )
-    p.add_argument(
+    secret = p.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--cluster-password-file",
+        metavar="PATH",
+        help="a file holding the Raft peer port's password (required, loopback included: "
+        f"this, --cluster-password or env {PASSWORD_ENV}; `cluster up` makes one per cluster)",
+    )
+    secret.add_argument(
         "--cluster-password",
-        help=f"Raft port password, required unless the peer port is loopback (env {PASSWORD_ENV})",
+        metavar="PASSWORD",
+        help="the Raft peer port's password on the command line (visible to `ps`: prefer "
+        "--cluster-password-file)",
     )
     p.add_argument("--advertise-client", metavar="HOST:PORT", help="client URL to advertise")
     p.add_argument("--fsync-policy", help="batch (default), always or never")
@@ -187,6 +217,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="native engine on the gRPC event loop (shared, default) or its own thread",
     )
     p.add_argument(
+        "--force-new-cluster",
+        action="store_true",
+        help="disaster recovery (as etcd's): start as the only member from this member's "
+        "data, after the cluster lost its quorum for good; add the others back with "
+        "`member add` from empty data dirs, and restart without this flag",
+    )
+    p.add_argument(
         "--grpc-acceptors",
         type=int,
         metavar="N",
@@ -194,10 +231,62 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "(default 8; 0 = one accept loop, as gRPC ships it)",
     )
     p.add_argument(
+        "--max-response-bytes",
+        type=int,
+        metavar="B",
+        help="largest gRPC response built; a read past it gets RESOURCE_EXHAUSTED before "
+        "it is built (default and maximum 16 MiB - 64 KiB, gRPC's send limit less slack)",
+    )
+    p.add_argument(
         "--items-in-flight",
         type=int,
         metavar="N",
         help="consensus items proposed before the first is committed (default 2)",
+    )
+    p.add_argument(
+        "--remoting-idle-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="close remoting connections idle this long (default 120000, as RocketMQ)",
+    )
+    p.add_argument(
+        "--remoting-frame-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="close a remoting connection whose frame is not whole MS after its first byte "
+        "(default 30000)",
+    )
+    p.add_argument(
+        "--remoting-max-connections",
+        type=int,
+        metavar="N",
+        help="remoting connections open at once; more are closed on accept (default 512)",
+    )
+    p.add_argument(
+        "--peer-handshake-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="close a Raft peer connection not authenticated MS after accept (default 5000)",
+    )
+    p.add_argument(
+        "--peer-idle-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="close a Raft peer connection with no frame for MS; members send a keepalive "
+        "every quarter of it (default 30000)",
+    )
+    p.add_argument(
+        "--peer-frame-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="close a Raft peer connection whose frame is not whole MS after it began "
+        "(default 30000)",
+    )
+    p.add_argument(
+        "--peer-max-connections",
+        type=int,
+        metavar="N",
+        help="inbound Raft peer connections at once; more are closed on accept (default 64)",
     )
     p.add_argument(
         "--batch-window-ms",

@@ -61,6 +61,8 @@ _LANGUAGES: Final = (
 )
 
 _INT32: Final = struct.Struct(">i")
+#: An integer ext field: decimal ASCII digits, at most 20 (a Java long has 19).
+_DECIMAL: Final = re.compile(r"[-+]?[0-9]{1,20}", re.ASCII)
 _BINARY_FIXED: Final = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 
 
@@ -174,10 +176,10 @@ class RemotingCommand:
 
 
 def parse_int_field(name: str, value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise BadRequest(f"the custom field <{name}> must be an integer, got {value!r}") from None
+    text = value.strip()
+    if not _DECIMAL.fullmatch(text):
+        raise BadRequest(f"the custom field <{name}> must be an integer, got {_brief(value)}")
+    return int(text)
 
 
 def parse_bool_field(name: str, value: str) -> bool:
@@ -188,7 +190,9 @@ def parse_bool_field(name: str, value: str) -> bool:
         return True
     if lowered in ("false", "0"):
         return False
-    raise BadRequest(f"the custom field <{name}> must be a boolean (true/false/1/0), got {value!r}")
+    raise BadRequest(
+        f"the custom field <{name}> must be a boolean (true/false/1/0), got {_brief(value)}"
+    )
 
 
 def ext_strings(fields: Mapping[str, object]) -> dict[str, str]:
@@ -346,6 +350,10 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         raise MalformedFrame(f"JSON header is not UTF-8: {exc}") from None
     except json.JSONDecodeError as exc:
         raise MalformedFrame(f"JSON header does not parse: {exc}") from None
+    except RecursionError:
+        raise MalformedFrame("JSON header is nested too deeply") from None
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise MalformedFrame("JSON header holds a number with too many digits") from None
     if not isinstance(obj, dict):
         raise MalformedFrame(f"JSON header must be an object, got {type(obj).__name__}")
     if obj.get("code") is None:
@@ -354,10 +362,10 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     if isinstance(language, int) and not isinstance(language, bool):
         language = _language_name(language)
     elif not isinstance(language, str):
-        raise MalformedFrame(f"JSON header field language must be a string, got {language!r}")
+        raise MalformedFrame(f"JSON header field language must be a string, got {_brief(language)}")
     remark = obj.get("remark")
     if remark is not None and not isinstance(remark, str):
-        remark = _java_string(remark)
+        remark = _nested_string(remark, "remark")
     return RemotingCommand(
         code=_header_int(obj, "code"),
         language=language,
@@ -376,15 +384,17 @@ def _header_int(obj: dict[str, Any], name: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise MalformedFrame(f"JSON header field {name} must be an integer, got {value!r}")
+        raise MalformedFrame(f"JSON header field {name} must be an integer, got {_brief(value)}")
     try:
         number = int(value)
     except ValueError:
         raise MalformedFrame(
-            f"JSON header field {name} must be an integer, got {value!r}"
+            f"JSON header field {name} must be an integer, got {_brief(value)}"
         ) from None
     if not -(2**31) <= number < 2**31:
-        raise MalformedFrame(f"JSON header field {name} is out of the int32 range: {number}")
+        raise MalformedFrame(
+            f"JSON header field {name} is out of the int32 range: {_brief(number)}"
+        )
     return number
 
 
@@ -394,8 +404,30 @@ def _ext_fields(value: object) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise MalformedFrame(f"JSON header field extFields must be an object, got {value!r}")
-    return ext_strings(value)
+        raise MalformedFrame(f"JSON header field extFields must be an object, got {_brief(value)}")
+    try:
+        return ext_strings(value)
+    except (RecursionError, ValueError):
+        raise MalformedFrame(
+            "JSON header field extFields has a value too deep or too long"
+        ) from None
+
+
+def _nested_string(value: object, name: str) -> str:
+    try:
+        return _java_string(value)
+    except (RecursionError, ValueError):
+        raise MalformedFrame(f"JSON header field {name} is too deep or too long") from None
+
+
+def _brief(value: object) -> str:
+    """A repr short enough for a log line (containers are only named: no recursion)."""
+    if isinstance(value, dict | list):
+        return f"a JSON {'object' if isinstance(value, dict) else 'list'}"
+    text = (
+        repr(value) if not isinstance(value, int) or value.bit_length() < 200 else "a long number"
+    )
+    return text if len(text) <= 64 else text[:60] + "..."
 
 
 def _language_name(code: int) -> str:

@@ -21,9 +21,22 @@ from nameserver.remoting.codec import (
     BadRequest,
     RemotingCommand,
     dumps_fastjson,
-    loads_lenient,
 )
 from nameserver.remoting.codes import PERM_READ, PERM_WRITE, RequestCode
+from nameserver.remoting.jsonfields import (
+    JAVA_LONG_MAX,
+    JAVA_LONG_MIN,
+    boolean,
+    integer,
+    json_list,
+    json_object,
+    loads_body,
+    optional_object,
+    scalar,
+    show,
+    text,
+    utf8,
+)
 
 
 def ext(name: str, default: Any = dataclasses.MISSING) -> Any:
@@ -50,11 +63,14 @@ class Header:
                     raise BadRequest(f"the custom field <{name}> is null")
                 continue
             if kind is int:
-                values[f.name] = command.ext_int(name)
+                number = command.ext_int(name)
+                if not JAVA_LONG_MIN <= number <= JAVA_LONG_MAX:
+                    raise BadRequest(f"the custom field <{name}> is out of the range of a long")
+                values[f.name] = number
             elif kind is bool:
                 values[f.name] = command.ext_bool(name)
             else:
-                values[f.name] = command.ext_str(name)
+                values[f.name] = utf8(command.ext_str(name), f"the custom field <{name}>")
         return cls(**values)
 
     def to_ext_fields(self) -> dict[str, object]:
@@ -230,6 +246,20 @@ class DataVersion:
     state_version: int = 0
     timestamp: int = 0
 
+    @classmethod
+    def decode(cls, body: bytes, what: str) -> DataVersion:
+        """A DataVersion body (QUERY_DATA_VERSION); an empty body is the zero version."""
+        obj = json_object(loads_body(body, what) if body else {}, f"{what} body")
+        return cls.from_json(obj, f"{what} body")
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], where: str) -> DataVersion:
+        return cls(
+            counter=integer(obj, "counter", 0, where, long=True),
+            state_version=integer(obj, "stateVersion", 0, where, long=True),
+            timestamp=integer(obj, "timestamp", 0, where, long=True),
+        )
+
     def to_json(self) -> dict[str, int]:
         return {
             "counter": self.counter,
@@ -250,6 +280,27 @@ class TopicConfig:
     topic_sys_flag: int = 0
     order: bool = False
     attributes: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, name: str, t: Mapping[str, Any], where: str) -> TopicConfig:
+        """One entry of a ``topicConfigTable`` (keyed by ``name``)."""
+        at = f"{where}: topic config {show(name)}"
+        attributes = optional_object(t.get("attributes"), f"{at}: attributes")
+        return cls(
+            topic_name=text(t.get("topicName", name), f"{at}: topicName"),
+            read_queue_nums=integer(t, "readQueueNums", 16, at),
+            write_queue_nums=integer(t, "writeQueueNums", 16, at),
+            perm=integer(t, "perm", PERM_READ | PERM_WRITE, at),
+            topic_filter_type=text(
+                t.get("topicFilterType", "SINGLE_TAG"), f"{at}: topicFilterType"
+            ),
+            topic_sys_flag=integer(t, "topicSysFlag", 0, at),
+            order=boolean(t, "order", False, at),
+            attributes={
+                utf8(k, f"{at}: attributes key"): scalar(v, f"{at}: attributes.{show(k)}")
+                for k, v in attributes.items()
+            },
+        )
 
     def to_json(self) -> dict[str, object]:
         # fastjson writes bean properties in alphabetical order.
@@ -289,61 +340,69 @@ class RegisterBrokerBody:
     def decode(cls, body: bytes) -> RegisterBrokerBody:
         """The uncompressed JSON form; a body of a broker older than V3_0_11 is a bare
         TopicConfigSerializeWrapper and is accepted too. (The deflated form of
-        ``compressedRegister=true`` brokers is not decoded yet: issue 5.)"""
-        try:
-            obj = loads_lenient(body)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise BadRequest(f"REGISTER_BROKER body is not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise BadRequest("REGISTER_BROKER body must be a JSON object")
-        wrapper = obj.get("topicConfigSerializeWrapper", obj)
-        if not isinstance(wrapper, dict):
-            raise BadRequest("REGISTER_BROKER body: topicConfigSerializeWrapper must be an object")
-        dv = _obj(wrapper.get("dataVersion") or {}, "dataVersion")
-        table = _obj(wrapper.get("topicConfigTable") or {}, "topicConfigTable")
-        topics = []
-        for name, raw in table.items():
-            t = _obj(raw, f"topicConfigTable.{name}")
-            topics.append(
-                TopicConfig(
-                    topic_name=str(t.get("topicName", name)),
-                    read_queue_nums=_int(t, "readQueueNums", 16),
-                    write_queue_nums=_int(t, "writeQueueNums", 16),
-                    perm=_int(t, "perm", PERM_READ | PERM_WRITE),
-                    topic_filter_type=str(t.get("topicFilterType", "SINGLE_TAG")),
-                    topic_sys_flag=_int(t, "topicSysFlag", 0),
-                    order=bool(t.get("order", False)),
-                    attributes={str(k): str(v) for k, v in (t.get("attributes") or {}).items()},
-                )
+        ``compressedRegister=true`` brokers is not decoded yet: issue 5.) Every field is
+        checked for its type, and a bad one is named in the :class:`BadRequest`."""
+        where = "REGISTER_BROKER body"
+        obj = json_object(loads_body(body, "REGISTER_BROKER"), where)
+        wrapper = json_object(
+            obj.get("topicConfigSerializeWrapper", obj), f"{where}: topicConfigSerializeWrapper"
+        )
+        dv = optional_object(wrapper.get("dataVersion"), f"{where}: dataVersion")
+        table = optional_object(wrapper.get("topicConfigTable"), f"{where}: topicConfigTable")
+        topics = [
+            TopicConfig.from_json(
+                name, json_object(raw, f"{where}: topic config {show(name)}"), where
             )
-        filters = obj.get("filterServerList") or []
+            for name, raw in table.items()
+        ]
+        filters = json_list(obj.get("filterServerList"), f"{where}: filterServerList")
         return cls(
             topics=tuple(topics),
-            data_version=DataVersion(
-                counter=_int(dv, "counter", 0),
-                state_version=_int(dv, "stateVersion", 0),
-                timestamp=_int(dv, "timestamp", 0),
+            data_version=DataVersion.from_json(dv, f"{where}: dataVersion"),
+            filter_servers=tuple(
+                text(f, f"{where}: filterServerList[{i}]") for i, f in enumerate(filters)
             ),
-            filter_servers=tuple(str(f) for f in filters),
         )
 
 
-def _obj(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise BadRequest(f"REGISTER_BROKER body: {where} must be an object, got {value!r}")
-    return value
+# --- REGISTER_TOPIC_IN_NAMESRV body --------------------------------------------------
 
 
-def _int(obj: Mapping[str, Any], name: str, default: int) -> int:
-    value = obj.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise BadRequest(f"REGISTER_BROKER body: {name} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except ValueError:
-        raise BadRequest(
-            f"REGISTER_BROKER body: {name} must be an integer, got {value!r}"
-        ) from None
+@dataclass(frozen=True)
+class QueueData:
+    """One ``queueDatas`` entry of a TopicRouteData body (``QueueData.java``)."""
+
+    broker_name: str
+    read_queue_nums: int = 0
+    write_queue_nums: int = 0
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+
+    @classmethod
+    def decode_list(cls, body: bytes, what: str, max_entries: int) -> list[QueueData]:
+        """The ``queueDatas`` of a TopicRouteData body: a non-empty list of at most
+        ``max_entries`` objects (counted before any is decoded)."""
+        where = f"{what} body"
+        obj = json_object(loads_body(body, what) if body else None, where)
+        raw = json_list(obj.get("queueDatas"), f"{where}: queueDatas")
+        if not raw:
+            raise BadRequest(f"{where}: queueDatas must be a non-empty list")
+        if len(raw) > max_entries:
+            raise BadRequest(f"{where}: queueDatas has {len(raw)} entries > limit {max_entries}")
+        out = []
+        for i, item in enumerate(raw):
+            at = f"{where}: queueDatas[{i}]"
+            q = json_object(item, at)
+            out.append(
+                cls(
+                    broker_name=text(q.get("brokerName", ""), f"{at}.brokerName"),
+                    read_queue_nums=integer(q, "readQueueNums", 0, at),
+                    write_queue_nums=integer(q, "writeQueueNums", 0, at),
+                    perm=integer(q, "perm", PERM_READ | PERM_WRITE, at),
+                    topic_sys_flag=integer(q, "topicSysFlag", 0, at),
+                )
+            )
+        return out
 
 
 def java_crc32(data: bytes) -> int:

@@ -194,12 +194,12 @@ def test_each_engine_refuses_the_other_engines_data_dir(tmp_path: Path) -> None:
     pso_dir = tmp_path / "pso"
     pso_dir.mkdir()
     (pso_dir / "journal").write_bytes(b"")
-    native = NativeEngine(NativeConfig("n0", peers, str(pso_dir)))
+    native = NativeEngine(NativeConfig("n0", peers, str(pso_dir), password="pw"))
     with pytest.raises(ConfigError, match=r"consensus.*pysyncobj"):
         native.start(lambda i, t, d: None)
     native_dir = tmp_path / "native"
     (native_dir / "wal").mkdir(parents=True)
-    pso = PySyncObjEngine(PySyncObjConfig("n0", peers, str(native_dir)))
+    pso = PySyncObjEngine(PySyncObjConfig("n0", peers, str(native_dir), password="pw"))
     with pytest.raises(ConfigError, match=r"consensus.*native"):
         pso.start(lambda i, t, d: None)
 
@@ -273,7 +273,9 @@ def test_a_shared_loop_engine_fails_start_on_a_taken_port(tmp_path: Path) -> Non
     holder.bind(("127.0.0.1", 0))
     holder.listen()
     port = holder.getsockname()[1]
-    cfg = NativeConfig("n0", {"n0": f"127.0.0.1:{port}"}, str(tmp_path / "n0"), shared_loop=True)
+    cfg = NativeConfig(
+        "n0", {"n0": f"127.0.0.1:{port}"}, str(tmp_path / "n0"), password="pw", shared_loop=True
+    )
     node = LoopNode(cfg)
     try:
         with pytest.raises(OSError):

@@ -191,6 +191,7 @@ def test_member_add_prints_id_and_serve_flags(
     assert out[-1] == (
         "metaledger serve --id n2 --listen-peer 127.0.0.1:7031 --initial-cluster "
         "n0=127.0.0.1:7001,n1=127.0.0.1:7011,abc=127.0.0.1:7021,n2=127.0.0.1:7031"
+        " --cluster-password-file PATH"
     )
     assert ("member_add", "http://127.0.0.1:7031") in client.calls
 

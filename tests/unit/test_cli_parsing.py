@@ -26,6 +26,8 @@ from nameserver.client import (
     TxnResult,
     Unavailable,
 )
+from nameserver.config import ConfigError
+from raftlog.peer_auth import create_password_file
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -299,7 +301,8 @@ def test_serve_defaults_come_from_server_config() -> None:
     assert config.cluster_password is None
     assert config.consensus_loop == "shared"
     assert config.grpc_acceptors == 8
-    config.validate()
+    with pytest.raises(ConfigError, match=r"^cluster_password: required.*--cluster-password-file"):
+        config.validate()  # the peer port always authenticates, loopback included
 
 
 def test_a_consensus_loop_other_than_shared_or_thread_is_refused_naming_the_field() -> None:
@@ -355,6 +358,19 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
             ["serve", "--id", "n0", "--data-dir", "/d", "--listen-peer", "10.1.1.1:1"],
             "cluster_password",
         ),
+        (["serve", "--id", "n0", "--data-dir", "/d"], "cluster_password"),
+        (
+            ["serve", "--id", "n0", "--data-dir", "/d", "--peer-max-connections", "0"],
+            "peer_max_connections",
+        ),
+        (
+            ["serve", "--id", "n0", "--data-dir", "/d", "--peer-idle-timeout-ms", "-1"],
+            "peer_idle_timeout_ms",
+        ),
+        (
+            ["serve", "--id", "n0", "--data-dir", "/d", "--cluster-password-file", "/no/such"],
+            "cluster_password_file",
+        ),
         (
             ["serve", "--id", "n0", "--data-dir", "/d", "--fsync-policy", "sometimes"],
             "fsync_policy",
@@ -385,8 +401,28 @@ def test_serve_runs_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
         return 0
 
     monkeypatch.setattr("nameserver.server.run", fake_run)
+    monkeypatch.setenv("METALEDGER_CLUSTER_PASSWORD", "s3cret")
     assert cli.main(["serve", "--id", "n0", "--data-dir", "/d"]) == ExitCode.OK
     assert [c.node_id for c in seen] == ["n0"]
+
+
+def test_serve_takes_the_cluster_password_from_a_file_flag_or_env(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "pw"
+    path.write_text("from-file\n")
+    base = ["serve", "--id", "n0", "--data-dir", "/d"]
+    monkeypatch.setenv("METALEDGER_CLUSTER_PASSWORD", "from-env")
+    assert serve.build_config(parse(*base)).cluster_password == "from-env"
+    config = serve.build_config(parse(*base, "--cluster-password-file", str(path)))
+    assert config.cluster_password == "from-file"  # a flag beats the environment
+    assert serve.build_config(parse(*base, "--cluster-password", "x")).cluster_password == "x"
+    with pytest.raises(SystemExit):  # one or the other
+        parse(*base, "--cluster-password", "x", "--cluster-password-file", str(path))
+    capsys.readouterr()
+    path.write_text(" \n")
+    with pytest.raises(ConfigError, match=r"^cluster_password_file: .* is empty"):
+        serve.build_config(parse(*base, "--cluster-password-file", str(path)))
 
 
 # --------------------------------------------------------------------------- cluster up
@@ -415,6 +451,7 @@ def test_cluster_layout_is_the_design_contract() -> None:
 
 
 def test_cluster_up_passes_the_consensus_engine_on(tmp_path: Any) -> None:
+    create_password_file(tmp_path / cluster_cmd.PASSWORD_FILE)
     nodes = cluster_cmd.layout(3, 12370)
     argv = cluster_cmd.serve_argv(nodes[0], nodes, tmp_path, consensus="pysyncobj")
     assert serve.build_config(parse(*argv[3:])).consensus == "pysyncobj"
@@ -424,6 +461,7 @@ def test_cluster_up_passes_the_consensus_engine_on(tmp_path: Any) -> None:
 
 
 def test_cluster_up_starts_valid_serve_commands(tmp_path: Any) -> None:
+    password = create_password_file(tmp_path / cluster_cmd.PASSWORD_FILE)
     nodes = cluster_cmd.layout(3, 12370)
     argv = cluster_cmd.serve_argv(nodes[2], nodes, tmp_path)
     assert argv[1:4] == ["-m", "nameserver.cli", "serve"]
@@ -436,3 +474,6 @@ def test_cluster_up_starts_valid_serve_commands(tmp_path: Any) -> None:
         "n1": "127.0.0.1:12381",
         "n2": "127.0.0.1:12391",
     }
+    # the password reaches the node through its file, never on the command line
+    assert config.cluster_password == password and password not in " ".join(argv)
+    assert argv[argv.index("--cluster-password-file") + 1] == str(tmp_path / "cluster-password")

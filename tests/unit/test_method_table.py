@@ -79,6 +79,15 @@ def test_a_server_behind_the_table_answers_and_refuses_unknown_methods() -> None
                 with pytest.raises(grpc.aio.AioRpcError) as err:
                     await unknown(b"", timeout=5)
                 assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+                # undecodable payloads, registered and generic methods alike (grpc_guard)
+                for path, message in (
+                    ("/etcdserverpb.KV/Put", "etcdserverpb.PutRequest"),
+                    ("/test.Generic/Echo", "etcdserverpb.RangeRequest"),
+                ):
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await channel.unary_unary(path)(b"\x0f", timeout=5)
+                    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                    assert err.value.details().startswith(f"request: cannot decode {message}")
         finally:
             await server.stop(None)
 

@@ -1,4 +1,5 @@
-"""The record-stream format: header, frames, and how a reader tells torn tails from damage."""
+"""The record-stream format: header, frames, what a reader reports at a bad frame, and the
+verdict on it for a stream appended in place (torn tail or corruption, issue 14)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from snapshots import (
     decode_header,
     encode_header,
     encode_record,
+    find_valid_frame,
+    tail_verdict,
 )
 
 RECORDS = [(1, 0, b"alpha"), (1, 1, b""), (2, 0, b"x" * 300), (7, 3, bytes(range(256)))]
@@ -204,7 +207,9 @@ def test_flipped_bit_is_corruption_naming_file_and_position(which: int, byte: in
     )
 
 
-def test_complete_last_frame_with_bad_crc_is_corruption_not_torn() -> None:
+def test_complete_last_frame_with_bad_crc_is_reported_as_such() -> None:
+    """The reader reports what it sees; the verdict (torn tail: nothing follows) is
+    tail_verdict's, below."""
     data = bytearray(stream())
     data[-1] ^= 0x80
     with pytest.raises(CorruptRecordError) as info:
@@ -225,3 +230,122 @@ def test_file_shorter_than_the_declared_end_is_a_torn_tail() -> None:
     reader.read_header()
     with pytest.raises(TornTailError):
         list(reader)
+
+
+# ---------------------------------------------------------------- torn tail or corruption
+
+
+def verdict(data: bytes, follows: tuple[int, int] | None = None) -> RecordStreamError:
+    """tail_verdict on the first error a reader reports in `data`, as a segment scan does."""
+    reader = RecordReader(data, path="seg")
+    try:
+        reader.read_header()
+        list(reader)
+    except RecordStreamError as e:
+        return tail_verdict(data, e, follows=follows)
+    raise AssertionError("no bad frame")
+
+
+def test_every_cut_inside_the_last_frame_is_a_torn_tail_verdict() -> None:
+    data = stream()
+    last = frame_positions()[-1]
+    for cut in range(last + 1, len(data)):
+        result = verdict(data[:cut])
+        assert isinstance(result, TornTailError) and result.repairable
+        assert (result.position, result.path) == (last, "seg")
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+@pytest.mark.parametrize(("byte", "bit"), [(3, 7), (2, 0), (1, 4), (0, 0), (5, 2), (19, 1)])
+def test_a_bad_frame_before_a_valid_one_is_corruption(which: int, byte: int, bit: int) -> None:
+    """A flipped length (past the end, past MAX_BODY_BYTES, or within the data), CRC or
+    body in any frame but the last: the next frame is valid, so this is not a torn tail."""
+    positions = frame_positions()
+    data = bytearray(stream())
+    data[positions[which] + byte] ^= 1 << bit
+    result = verdict(bytes(data))
+    assert isinstance(result, CorruptRecordError) and not result.repairable
+    assert result.position == positions[which]
+    assert result.reason.endswith(f"a valid frame follows at byte {positions[which + 1]}")
+    assert str(result).startswith(f"seg: corrupt record at byte {positions[which]}: ")
+
+
+def test_a_length_past_the_end_is_named_in_the_corruption() -> None:
+    positions = frame_positions()
+    data = bytearray(stream())
+    data[positions[1] + 3] ^= 0x01  # + 16 MiB
+    result = verdict(bytes(data))
+    assert result.reason == (
+        f"length {2**24 + 12} runs past the end of the data, "
+        f"and a valid frame follows at byte {positions[2]}"
+    )
+
+
+@pytest.mark.parametrize(("byte", "bit"), [(3, 7), (2, 0), (0, 0), (4, 1), (9, 3), (30, 5)])
+def test_any_bad_last_frame_is_a_torn_tail(byte: int, bit: int) -> None:
+    data = bytearray(stream())
+    last = frame_positions()[-1]
+    data[last + byte] ^= 1 << bit
+    result = verdict(bytes(data))
+    assert isinstance(result, TornTailError) and result.position == last
+    assert result.reason.endswith("; no valid frame follows")
+
+
+def test_zeros_to_the_end_are_a_torn_tail_and_zeros_before_a_frame_are_not() -> None:
+    positions = frame_positions()
+    data = stream()
+    assert isinstance(verdict(data + bytes(100_000)), TornTailError)
+    holed = data[: positions[1]] + bytes(positions[3] - positions[1]) + data[positions[3] :]
+    result = verdict(holed)
+    assert isinstance(result, CorruptRecordError)
+    assert (result.position, result.reason) == (
+        positions[1],
+        f"body of 0 bytes is too short, and a valid frame follows at byte {positions[3]}",
+    )
+
+
+def test_a_valid_frame_must_follow_the_last_good_key() -> None:
+    data = stream()
+    old = encode_record(1, 0, b"alpha")  # a copy of the first record
+    torn = data + struct.pack("<II", 99, 0) + b"\x05" * 7 + old
+    assert isinstance(verdict(torn), CorruptRecordError)  # no key given: any frame counts
+    assert isinstance(verdict(torn, follows=(7, 3)), TornTailError)
+    newer = torn + encode_record(7, 4, b"later")
+    assert isinstance(verdict(newer, follows=(7, 3)), CorruptRecordError)
+
+
+def test_header_verdicts() -> None:
+    data = stream()
+    zeroed = bytes(HEADER_BYTES) + data[HEADER_BYTES:]
+    result = verdict(zeroed)
+    assert isinstance(result, BadHeaderError) and result.position == 0
+    assert result.reason.endswith(f"a valid frame follows at byte {HEADER_BYTES}")
+    assert isinstance(verdict(bytes(HEADER_BYTES + 500)), TornTailError)
+    assert isinstance(verdict(data[:20]), TornTailError)  # a header cut short
+    garbage = b"\x01" + bytes(HEADER_BYTES + 500)  # not zeros: not a torn header
+    result = verdict(garbage)
+    assert isinstance(result, BadHeaderError) and "magic" in result.reason
+
+
+def test_find_valid_frame_on_bytes_and_files_and_within_end() -> None:
+    positions = frame_positions()
+    data = stream()
+    for source in (data, io.BytesIO(data)):
+        assert find_valid_frame(source, positions[0]) == positions[1]
+        assert find_valid_frame(source, positions[1] - 1) == positions[1]
+        assert find_valid_frame(source, positions[-1]) is None
+        assert find_valid_frame(source, positions[1], end=positions[3]) == positions[2]
+        assert find_valid_frame(source, positions[1], end=positions[3] - 1) is None
+        assert find_valid_frame(source, 0, follows=(2, 0)) == positions[3]
+
+
+def test_find_valid_frame_in_a_long_tail() -> None:
+    """Past 16 MiB a length's high byte may be non-zero: those positions are looked at
+    too; zero runs are skipped whole."""
+    frame = encode_record(9, 0, b"found")
+    tail = bytes(16 << 20) + b"\x01\x02\x03\x04" * (1 << 16) + bytes(1 << 20)
+    data = b"\xff" + tail + frame
+    assert find_valid_frame(data, 0) == 1 + len(tail)
+    assert find_valid_frame(data + bytes(5), 0, follows=(9, 0)) is None
+    big = encode_record(10, 0, bytes(17 << 20))  # a valid length with a high byte of 1
+    assert find_valid_frame(b"\xff" * 7 + big, 0) == 7

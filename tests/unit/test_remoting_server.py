@@ -2,14 +2,19 @@
 
 What RocketMQ's NettyRemotingAbstract does, checked from the client side: unknown codes,
 oneway requests, echoed opaques, handler errors, and a broken connection that leaves
-the others serving.
+the others serving. Then the bounds of issue 14: idle and frame timeouts, the connection
+cap, and headers Python cannot decode (deep JSON, 4,300-digit numbers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
 
 from nameserver.remoting.codec import FrameDecoder, RemotingCommand, encode
 from nameserver.remoting.codes import RequestCode, ResponseCode
@@ -51,10 +56,12 @@ class Client:
 
 
 def run(
-    table: HandlerTable, scenario: Callable[[RemotingServer], Awaitable[None]]
+    table: HandlerTable,
+    scenario: Callable[[RemotingServer], Awaitable[None]],
+    **options: Any,
 ) -> RemotingServer:
     async def main() -> RemotingServer:
-        server = RemotingServer(table)
+        server = RemotingServer(table, **options)
         await server.start("127.0.0.1", 0)
         try:
             await asyncio.wait_for(scenario(server), TIMEOUT_S * 3)
@@ -140,7 +147,12 @@ def test_handler_errors_answer_system_error_and_keep_the_connection() -> None:
         assert (reply.code, reply.remark) == (1, "the custom field <topic> is null")
         await c.send(RemotingCommand.request(105, {"topic": "boom"}, opaque=2))
         reply = await c.receive()
-        assert (reply.code, reply.remark, reply.opaque) == (1, "RuntimeError: kaputt", 2)
+        # a bug answers a generic remark: Python's exception text stays in the server log
+        assert (reply.code, reply.remark, reply.opaque) == (
+            1,
+            "metaledger: internal error serving request code 105; see the server log",
+            2,
+        )
         await c.send(RemotingCommand.request(105, {"topic": "ok"}, opaque=3))
         assert (await c.receive()).body == b"ok"
         c.close()
@@ -215,3 +227,163 @@ def test_responses_from_the_peer_are_dropped() -> None:
 
     run(route_table(seen), scenario)
     assert [r.ext_fields["topic"] for r in seen] == ["real"]
+
+
+# --- bounds (issue 14) ---------------------------------------------------------------
+
+
+def frame_with_header(header: bytes) -> bytes:
+    return struct.pack(">ii", 4 + len(header), len(header)) + header
+
+
+def test_idle_connections_are_closed_after_the_idle_timeout() -> None:
+    async def scenario(server: RemotingServer) -> None:
+        start = time.monotonic()
+        idle = await Client.connect(server.address)
+        busy = await Client.connect(server.address)
+        # a connection that keeps asking outlives several idle timeouts
+        for i in range(8):
+            await busy.send(RemotingCommand.request(105, {"topic": f"t{i}"}, opaque=i))
+            assert (await busy.receive()).body == f"t{i}".encode()
+            await asyncio.sleep(0.1)
+        assert await idle.closed_by_server()
+        assert 0.3 <= time.monotonic() - start
+        assert server.idle_closed == 1 and server.connection_count == 1
+        busy.close()
+        idle.close()
+
+    run(route_table([]), scenario, idle_timeout_s=0.3)
+
+
+def test_a_slow_answer_is_not_idleness() -> None:
+    async def scenario(server: RemotingServer) -> None:
+        c = await Client.connect(server.address)
+        await c.send(RemotingCommand.request(105, {"topic": "slow"}, opaque=1))
+        reply = await c.receive()  # the handler takes 0.3 s, the idle timeout is 0.1 s
+        assert (reply.opaque, reply.body) == (1, b"slow")
+        assert await c.closed_by_server()
+        c.close()
+
+    server = run(route_table([]), scenario, idle_timeout_s=0.1)
+    assert server.idle_closed == 1
+
+
+def test_a_partial_frame_is_closed_after_the_frame_timeout() -> None:
+    async def scenario(server: RemotingServer) -> None:
+        stalled = await Client.connect(server.address)
+        # announces a frame of 16 MiB (the limit) and sends a few bytes of it
+        await stalled.send(raw=struct.pack(">i", 16 * 1024 * 1024 - 4) + b"\x00\x00\x00\x02{}")
+        good = await Client.connect(server.address)
+        await good.send(RemotingCommand.request(105, {"topic": "ok"}, opaque=1))
+        assert (await good.receive()).body == b"ok"
+        started = time.monotonic()
+        assert await stalled.closed_by_server()
+        assert time.monotonic() - started < 5
+        assert (server.frame_timeouts, server.idle_closed) == (1, 0)
+        # a frame that trickles in within the timeout is fine
+        frame = encode(RemotingCommand.request(105, {"topic": "trickle"}, opaque=2))
+        for i in range(0, len(frame), 16):
+            await good.send(raw=frame[i : i + 16])
+            await asyncio.sleep(0.01)
+        assert (await good.receive()).body == b"trickle"
+        good.close()
+        stalled.close()
+
+    run(route_table([]), scenario, frame_timeout_s=0.5, idle_timeout_s=30)
+
+
+def test_connections_over_the_cap_are_closed_at_once() -> None:
+    async def scenario(server: RemotingServer) -> None:
+        first = await Client.connect(server.address)
+        second = await Client.connect(server.address)
+        for c in (first, second):
+            await c.send(RemotingCommand.request(105, {"topic": "in"}, opaque=1))
+            assert (await c.receive()).body == b"in"
+        third = await Client.connect(server.address)
+        assert await third.closed_by_server()
+        assert server.refused == 1 and server.connection_count == 2
+        first.close()
+        deadline = time.monotonic() + TIMEOUT_S
+        while server.connection_count > 1:
+            assert time.monotonic() < deadline, "the closed connection was never dropped"
+            await asyncio.sleep(0.01)
+        fourth = await Client.connect(server.address)
+        await fourth.send(RemotingCommand.request(105, {"topic": "back"}, opaque=2))
+        assert (await fourth.receive()).body == b"back"
+        for c in (second, third, fourth):
+            c.close()
+
+    run(route_table([]), scenario, max_connections=2)
+
+
+def test_headers_python_cannot_decode_close_that_connection_only() -> None:
+    deep = b'{"code":105,"extFields":{"topic":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    long_number = b'{"code":105,"opaque":' + b"9" * 5000 + b"}"
+    long_ext = b'{"code":105,"extFields":{"topic":' + b"7" * 5000 + b"}}"
+    deep_remark = b'{"code":105,"remark":' + b"[" * 3000 + b"]" * 3000 + b"}"
+
+    async def scenario(server: RemotingServer) -> None:
+        good = await Client.connect(server.address)
+        for i, header in enumerate((deep, long_number, long_ext, deep_remark)):
+            bad = await Client.connect(server.address)
+            await bad.send(raw=frame_with_header(header))
+            assert await bad.closed_by_server()
+            bad.close()
+            await good.send(RemotingCommand.request(105, {"topic": f"still{i}"}, opaque=i))
+            assert (await good.receive()).body == f"still{i}".encode()
+        assert server.protocol_errors == 4
+        good.close()
+
+    run(route_table([]), scenario)
+
+
+def test_bad_ext_field_numbers_name_the_field() -> None:
+    table = HandlerTable()
+
+    @table.register(105)
+    async def numbers(request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        return request.response(0, None, {"n": request.ext_int("n")})
+
+    async def scenario(server: RemotingServer) -> None:
+        c = await Client.connect(server.address)
+        for opaque, value in enumerate(("9" * 5000, "1_000", "x", "١٢")):
+            await c.send(RemotingCommand.request(105, {"n": value}, opaque=opaque))
+            reply = await c.receive()
+            assert reply.code == 1 and reply.remark is not None
+            assert reply.remark.startswith("the custom field <n> must be an integer, got ")
+            assert len(reply.remark) < 200
+        await c.send(RemotingCommand.request(105, {"n": " 42 "}, opaque=9))
+        assert (await c.receive()).ext_fields == {"n": "42"}
+        c.close()
+
+    run(table, scenario)
+
+
+def test_remoting_bounds_are_serve_flags_validated_by_name() -> None:
+    from nameserver import cli
+    from nameserver.cli import serve
+    from nameserver.config import ConfigError, ServerConfig
+
+    flags = ["--remoting-idle-timeout-ms", "2000", "--remoting-frame-timeout-ms", "500"]
+    flags += ["--remoting-max-connections", "64"]
+    args = cli.build_parser().parse_args(["serve", "--id", "n0", "--data-dir", "/d", *flags])
+    config = serve.build_config(args)
+    assert (
+        config.remoting_idle_timeout_ms,
+        config.remoting_frame_timeout_ms,
+        config.remoting_max_connections,
+    ) == (2000, 500, 64)
+    defaults = ServerConfig(node_id="n0", data_dir="/d")
+    assert (
+        defaults.remoting_idle_timeout_ms,
+        defaults.remoting_frame_timeout_ms,
+        defaults.remoting_max_connections,
+    ) == (120_000, 30_000, 512)
+    for field, value, message in [
+        ("remoting_idle_timeout_ms", 0, "must be > 0"),
+        ("remoting_frame_timeout_ms", -1, "must be > 0"),
+        ("remoting_max_connections", 0, "must be >= 1"),
+    ]:
+        bad = ServerConfig(node_id="n0", data_dir="/d", cluster_password="pw", **{field: value})
+        with pytest.raises(ConfigError, match=f"^{field}: {message}"):
+            bad.validate()

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from nameserver.broker_liveness import BrokerKeeper
+from nameserver.config import MAX_REQUEST_BYTES
+from nameserver.errors import InvalidRequest
 from nameserver.image import MetadataImage
 from nameserver.kv import Rejected
 from nameserver.remoting.codec import BadRequest, RemotingCommand, loads_lenient
@@ -50,6 +52,10 @@ class FakeNode:
     async def read_image(self, serializable: bool) -> MetadataImage:
         assert serializable, "route reads are eventual: no read barrier"
         return self.state.image
+
+    def check_encoded_size(self, size: int) -> None:
+        if size > MAX_REQUEST_BYTES:
+            raise InvalidRequest(f"etcdserver: request is too large: {size} bytes")
 
     async def propose(self, entry: Entry, context: Any) -> Applied:
         self.offset += 1
@@ -259,7 +265,9 @@ def test_322_query_data_version(front: Front) -> None:
     assert b is not None and front.keeper.last_seen_ms(b) == front.node.clock
     handler = front.table.lookup(322)
     assert handler is not None
-    with pytest.raises(BadRequest, match="QUERY_DATA_VERSION body is not a DataVersion"):
+    with pytest.raises(
+        BadRequest, match="QUERY_DATA_VERSION body must be a JSON object, got a list"
+    ):
         asyncio.run(handler(ident.request(b"[1]", code=322), PEER))
 
 
@@ -300,3 +308,166 @@ def test_write_failure_is_system_error_with_the_reason(front: Front) -> None:
     front.node.propose = refuse  # type: ignore[method-assign]
     r = front(PutKvConfigHeader(namespace="ns", key="k", value="v").request())
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "etcdserver: no leader")
+
+
+# --- bad input names the field; nothing is built before the request is checked (issue 14)
+
+
+def queue_datas(*entries: object) -> bytes:
+    return json.dumps({"queueDatas": list(entries)}).encode()
+
+
+QA = {"brokerName": "broker-a", "perm": 6, "readQueueNums": 2, "writeQueueNums": 2}
+
+
+def answer(front: Front, request: RemotingCommand) -> RemotingCommand | None:
+    """The handler's own answer (a BadRequest it raises is left to the caller)."""
+    handler = front.table.lookup(request.code)
+    assert handler is not None
+
+    async def call() -> RemotingCommand | None:
+        return await handler(request, PEER)
+
+    return asyncio.run(call())
+
+
+def system_error(front: Front, request: RemotingCommand) -> str:
+    """The remark of a request answered SYSTEM_ERROR (as the server answers BadRequest)."""
+    try:
+        reply = answer(front, request)
+    except BadRequest as exc:
+        return str(exc)
+    assert reply is not None and reply.code == ResponseCode.SYSTEM_ERROR, reply
+    assert reply.remark is not None
+    return reply.remark
+
+
+@pytest.mark.parametrize(
+    ("topic", "body", "names"),
+    [
+        (
+            "T" * 155_000,
+            queue_datas(*[QA] * 3000),
+            "topic is too long: 155000 characters > limit 127",
+        ),
+        ("T" * 128, queue_datas(QA), "topic is too long: 128 characters > limit 127"),
+        ("a.b", queue_datas(QA), "topic 'a.b' may contain only the characters %|a-zA-Z0-9_-"),
+        ("T", queue_datas(*[QA] * 1025), "queueDatas has 1025 entries > limit 1024"),
+        ("T", queue_datas({**QA, "readQueueNums": 1025}), "queues[0].read_queue_nums is 1025"),
+        ("T", queue_datas({**QA, "writeQueueNums": 2**31}), "writeQueueNums is out of the range"),
+        ("T", queue_datas([1]), "queueDatas[0] must be a JSON object, got a list"),
+        (
+            "T",
+            queue_datas({**QA, "perm": "six"}),
+            "queueDatas[0]: perm must be an integer, got 'six'",
+        ),
+        ("T", queue_datas({**QA, "brokerName": 7}), "queueDatas[0].brokerName must be a string"),
+        ("T", b'{"queueDatas":{}}', "queueDatas must be a JSON list, got an object"),
+        ("T", b"[]", "body must be a JSON object, got a list"),
+        ("T", b"", "body must be a JSON object, got null"),
+        ("T", b"[" * 50_000, "body is not JSON: it is nested too deeply"),
+        ("T", b'{"queueDatas":' + b"1" * 5000 + b"}", "a number in it has too many digits"),
+        ("T", b"\xff", "body is not JSON: it is not UTF-8 (bad byte at offset 0)"),
+    ],
+    ids=lambda v: str(v)[:20],
+)
+def test_217_register_topic_bad_input(front: Front, topic: str, body: bytes, names: str) -> None:
+    before = front.node.offset
+    remark = system_error(front, RegisterTopicHeader(topic=topic).request(body))
+    assert names in remark
+    assert len(remark) < 300
+    assert front.node.offset == before  # nothing was proposed
+
+
+def test_217_topic_names_rocketmq_accepts(front: Front) -> None:
+    for topic in ("%RETRY%group-1", "a|b", "T" * 127, "rmq_sys_X"):
+        reply = front(RegisterTopicHeader(topic=topic).request(queue_datas(QA)))
+        assert reply.code == 0, reply.remark
+
+
+@pytest.mark.parametrize(
+    ("table", "names"),
+    [
+        (
+            {"T": {"attributes": []}},
+            "topic config 'T': attributes must be a JSON object, got a list",
+        ),
+        ({"T": []}, "topic config 'T' must be a JSON object, got a list"),
+        ({"T": {"readQueueNums": [1]}}, "topic config 'T': readQueueNums must be an integer"),
+        (
+            {"T": {"topicName": {"a": 1}}},
+            "topic config 'T': topicName must be a string, got an object",
+        ),
+        ({"T": {"order": "maybe"}}, "topic config 'T': order must be true or false, got 'maybe'"),
+        ({"T": {"attributes": {"k": {"x": 1}}}}, "attributes.'k' must be a string, got an object"),
+    ],
+)
+def test_103_register_body_fields_are_named(
+    front: Front, table: dict[str, Any], names: str
+) -> None:
+    body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": table}}).encode()
+    request = register_request("broker-b", "127.0.0.3:1", ["X", "Y"]).replace(body=body)
+    request = request.replace(ext_fields={**request.ext_fields, "bodyCrc32": "0"})
+    assert names in system_error(front, request)
+
+
+def test_103_filter_servers_and_data_version_are_typed(front: Front) -> None:
+    def body(obj: object) -> RemotingCommand:
+        req = register_request("broker-b", "127.0.0.3:1", ["X", "Y"])
+        return req.replace(
+            body=json.dumps(obj).encode(), ext_fields={**req.ext_fields, "bodyCrc32": "0"}
+        )
+
+    assert "filterServerList must be a JSON list, got 5" in system_error(
+        front, body({"filterServerList": 5})
+    )
+    assert "dataVersion: counter is out of the range of a Java long" in system_error(
+        front, body({"topicConfigSerializeWrapper": {"dataVersion": {"counter": 2**64}}})
+    )
+
+
+def test_header_numbers_and_text_are_checked(front: Front) -> None:
+    ident = BrokerIdentityHeader(
+        broker_name="broker-a", broker_addr=A, cluster_name="DefaultCluster", broker_id=0
+    ).request(code=104)
+    huge = ident.replace(ext_fields={**ident.ext_fields, "brokerId": str(2**64)})
+    assert system_error(front, huge) == "the custom field <brokerId> is out of the range of a long"
+    surrogate = ident.replace(ext_fields={**ident.ext_fields, "brokerName": "a\ud800"})
+    assert system_error(front, surrogate) == (
+        "the custom field <brokerName> is not valid UTF-8 text (a lone surrogate)"
+    )
+
+
+def test_322_body_fields_are_named(front: Front) -> None:
+    ident = BrokerIdentityHeader(
+        broker_name="broker-a", broker_addr=A, cluster_name="DefaultCluster", broker_id=0
+    )
+    remark = system_error(front, ident.request(b'{"counter":"many"}', code=322))
+    assert remark == "QUERY_DATA_VERSION body: counter must be an integer, got 'many'"
+
+
+def test_a_bug_answers_a_generic_remark_and_logs_one_error(
+    front: Front, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(what: str) -> MetadataImage:
+        raise AttributeError("'list' object has no attribute 'items'")
+
+    front.routes.read = broken  # type: ignore[method-assign]
+    with caplog.at_level("INFO"):
+        r = front(GetRouteInfoHeader(topic="T1").request())
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "metaledger: internal error serving request code 105; see the server log",
+    )
+    errors = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(errors) == 1 and "AttributeError" in errors[0].getMessage()
+    assert errors[0].exc_info is None  # one line, no traceback at ERROR
+
+
+def test_103_a_registration_over_max_request_bytes_never_reaches_the_log(front: Front) -> None:
+    before = front.node.offset
+    topics = [f"Topic{i:06d}-{'x' * 40}" for i in range(60_000)]
+    r = front.register("broker-big", "127.0.0.9:1", topics)
+    assert r.code == ResponseCode.SYSTEM_ERROR and r.remark is not None
+    assert r.remark.startswith("etcdserver: request is too large: ")
+    assert front.node.offset == before

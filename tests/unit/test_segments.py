@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -311,13 +312,18 @@ def test_flipped_bit_in_the_middle_names_file_and_position(tmp_path: Path) -> No
     last = sorted(tmp_path.glob("*.seg"))[-1]
     reader = RecordReader(last.read_bytes())
     reader.read_header()
-    middle = list(reader)[1].position
+    middle, after = (r.position for r in list(reader)[1:3])
     flip(last, middle + 14)
     with pytest.raises(SegmentCorruptionError) as info:
         SegmentLog.open(tmp_path, SMALL)
     err = info.value
     assert (err.path, err.position) == (str(last), middle)
-    assert str(err) == f"{last}: corrupt change-log segment at byte {middle}: CRC mismatch"
+    assert str(err) == (
+        f"{last}: corrupt change-log segment at byte {middle}: CRC mismatch, and a valid "
+        f"frame follows at byte {after}; this member cannot start from its change log: stop "
+        "it, wipe its data directory and let it rejoin from the other members "
+        '(README, "Recovering a member")'
+    )
     assert isinstance(err, RaftLogError)
 
 
@@ -340,14 +346,20 @@ def test_torn_older_segment_is_an_error(tmp_path: Path) -> None:
     assert info.value.position == size - FRAME_OVERHEAD_BYTES - 40
 
 
-def test_complete_last_frame_with_bad_crc_is_an_error(tmp_path: Path) -> None:
+def test_complete_last_frame_with_bad_crc_is_a_torn_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A power cut that wrote the last frame's header but not its data page (issue 14):
+    nothing valid follows, so it was never synced; refusing to start would be wrong."""
     records = make_records(40)
     written(tmp_path, records)
     last = sorted(tmp_path.glob("*.seg"))[-1]
+    position = frame_position_unchecked(last, -1)
     flip(last, last.stat().st_size - 1)
-    with pytest.raises(SegmentCorruptionError) as info:
-        SegmentLog.open(tmp_path, SMALL)
-    assert info.value.position == frame_position_unchecked(last, -1)
+    with caplog.at_level(logging.WARNING), SegmentLog.open(tmp_path, SMALL) as log:
+        assert read(log) == records[:-1]
+    assert f"torn tail at byte {position} (CRC mismatch; no valid frame follows)" in caplog.text
+    assert last.stat().st_size == position
 
 
 def frame_position_unchecked(path: Path, index: int) -> int:
@@ -384,6 +396,156 @@ def test_records_out_of_order_across_segments_is_an_error(tmp_path: Path) -> Non
     )
     with pytest.raises(SegmentCorruptionError, match=r"\(3, 0\) does not follow \(5, 0\)"):
         SegmentLog.open(tmp_path / "a", SMALL)
+
+
+# ---------------------------------------------------------------- torn tail or corruption
+# Issue 14: a bad frame of the last segment is a torn tail only when no valid frame
+# starts after it (snapshots._tail); otherwise opening stops, naming file and byte.
+
+ONE_SEGMENT = replace(SMALL, segment_max_bytes=1 << 20)
+
+
+def five_records(tmp_path: Path) -> tuple[Path, list[Rec], list[int]]:
+    """Five synced records in one segment: (path, records, frame positions)."""
+    records = [(offset, 0, b"payload-%d" % offset * 4) for offset in range(1, 6)]
+    written(tmp_path, records, replace(ONE_SEGMENT, fsync_policy="always"))
+    [path] = sorted(tmp_path.glob("*.seg"))
+    positions = [frame_position(path, offset, 0) for offset in range(1, 6)]
+    return path, records, positions
+
+
+@pytest.mark.parametrize(
+    ("byte", "bit"),
+    [(2, 4), (3, 7), (1, 0), (0, 0), (0, 5)],  # lengths 48: +1 MiB, past MAX, +256, +1, -32
+)
+def test_flipped_length_in_a_middle_frame_of_the_last_segment_is_corruption(
+    tmp_path: Path, byte: int, bit: int
+) -> None:
+    """The reported case: a length that runs past the end of the file (or a shorter one)
+    in frame 2 of 5 used to be cut as a torn tail, silently dropping records 2 to 5."""
+    path, _, positions = five_records(tmp_path)
+    before = path.read_bytes()
+    data = bytearray(before)
+    data[positions[1] + byte] ^= 1 << bit
+    path.write_bytes(bytes(data))
+    with pytest.raises(SegmentCorruptionError) as info:
+        SegmentLog.open(tmp_path, ONE_SEGMENT)
+    err = info.value
+    assert (err.path, err.position) == (str(path), positions[1])
+    assert f"a valid frame follows at byte {positions[2]}" in err.reason
+    assert '"Recovering a member"' in str(err)
+    assert path.read_bytes() == bytes(data)  # nothing was cut
+
+
+def test_length_past_the_end_in_the_last_frame_is_a_torn_tail(tmp_path: Path) -> None:
+    """Indistinguishable from a write cut short, and nothing valid follows: cut off."""
+    path, records, positions = five_records(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[positions[-1] + 2] ^= 0x10
+    path.write_bytes(bytes(data))
+    with SegmentLog.open(tmp_path, ONE_SEGMENT) as log:
+        assert read(log) == records[:-1]
+    assert path.stat().st_size == positions[-1]
+
+
+def test_zeroed_page_with_a_valid_frame_after_it_is_corruption(tmp_path: Path) -> None:
+    path, _, positions = five_records(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[positions[1] : positions[2] + 10] = bytes(positions[2] + 10 - positions[1])
+    path.write_bytes(bytes(data))
+    with pytest.raises(SegmentCorruptionError) as info:
+        SegmentLog.open(tmp_path, ONE_SEGMENT)
+    assert info.value.position == positions[1]
+    assert f"a valid frame follows at byte {positions[3]}" in info.value.reason
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b"\x00" * 5000,  # space the file system extended but never filled
+        struct.pack("<II", 60, 12345) + b"\x07" * 30,  # a frame cut short
+        struct.pack("<II", 20, 12345) + bytes(20) + bytes(3000),  # its data page never written
+        struct.pack("<II", 0xFFFF, 0) + os.urandom(700),  # a length past the end, then junk
+    ],
+)
+def test_a_bad_frame_with_nothing_valid_after_it_is_a_torn_tail(
+    tmp_path: Path, tail: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, records, _ = five_records(tmp_path)
+    size = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(tail)
+    with caplog.at_level(logging.WARNING), SegmentLog.open(tmp_path, ONE_SEGMENT) as log:
+        assert read(log) == records
+        log.append(6, 0, b"re-derived")
+    assert f"torn tail at byte {size}" in caplog.text
+    with SegmentLog.open(tmp_path, ONE_SEGMENT) as log:
+        assert read(log) == [*records, (6, 0, b"re-derived")]
+
+
+def test_an_old_frame_after_a_torn_write_is_not_a_valid_frame(tmp_path: Path) -> None:
+    """A whole frame after the bad one counts only if its key follows the last good key
+    (records only go up): a copy of an older frame is junk of the torn write."""
+    path, records, positions = five_records(tmp_path)
+    data = path.read_bytes()
+    old = data[positions[0] : positions[1]]
+    with open(path, "ab") as f:
+        f.write(struct.pack("<II", 500, 1) + b"\x01" * 8 + old)
+    with SegmentLog.open(tmp_path, ONE_SEGMENT) as log:
+        assert read(log) == records
+
+
+def test_zeroed_header_of_the_last_segment(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """All zeros (the first write of a new segment never reached the disk) is a torn tail
+    unless frames follow; a header with other damage is always corruption."""
+    records = make_records(40)
+    written(tmp_path, records)
+    segments = sorted(tmp_path.glob("*.seg"))
+    last = segments[-1]
+    data = last.read_bytes()
+    last.write_bytes(bytes(HEADER_BYTES) + data[HEADER_BYTES:])
+    with pytest.raises(SegmentCorruptionError, match="a valid frame follows") as info:
+        SegmentLog.open(tmp_path, SMALL)
+    assert (info.value.path, info.value.position) == (str(last), 0)
+    last.write_bytes(b"\x01" + bytes(HEADER_BYTES + 100))  # not zeros: not a torn header
+    with pytest.raises(SegmentCorruptionError, match="magic"):
+        SegmentLog.open(tmp_path, SMALL)
+    last.write_bytes(bytes(4096))
+    with caplog.at_level(logging.WARNING), SegmentLog.open(tmp_path, SMALL) as log:
+        assert not last.exists()
+        assert read(log) == [r for r in records if r[0] < int(last.stem)]
+    assert "removing the last segment" in caplog.text
+
+
+def test_bad_frames_of_an_older_segment_are_corruption_whatever_follows(
+    tmp_path: Path,
+) -> None:
+    written(tmp_path, make_records(40))
+    first = sorted(tmp_path.glob("*.seg"))[0]
+    data = first.read_bytes()
+    last_frame = frame_position_unchecked(first, -1)
+    first.write_bytes(data[:last_frame] + bytes(len(data) - last_frame))
+    with pytest.raises(SegmentCorruptionError) as info:
+        SegmentLog.open(tmp_path, SMALL)
+    assert (info.value.path, info.value.position) == (str(first), last_frame)
+
+
+def test_a_clean_open_never_searches_for_valid_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search costs a pass over the tail; it runs only after a bad frame."""
+    import raftlog.segments
+
+    def searched(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tail_verdict called on a clean scan")
+
+    records = make_records(40)
+    written(tmp_path, records)
+    monkeypatch.setattr(raftlog.segments, "tail_verdict", searched)
+    with SegmentLog.open(tmp_path, SMALL) as log:
+        assert read(log) == records
 
 
 # ---------------------------------------------------------------- truncate, delete
@@ -501,23 +663,30 @@ def test_roll_syncs_the_finished_segment(tmp_path: Path) -> None:
         assert log.flushed_offset >= second  # synced when the segment after it started
 
 
-def test_failed_fdatasync_makes_the_log_unusable(
+def test_failed_fdatasync_rolls_back_and_the_log_stays_usable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 14: a failed fdatasync under "always" is transient: the call leaves nothing
+    behind, and the same record appends once the disk works again."""
     import raftlog.segments
+
+    real = raftlog.segments._fdatasync
 
     def broken(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
     log = SegmentLog.open(tmp_path, replace(SMALL, fsync_policy="always"))
+    log.append(1, 0, b"w")
     monkeypatch.setattr(raftlog.segments, "_fdatasync", broken)
     with pytest.raises(OSError, match="Input/output"):
-        log.append(1, 0, b"x")
-    with pytest.raises(OSError, match="failed"):
-        log.append(2, 0, b"y")
-    with pytest.raises(OSError, match="failed"):
-        log.close()
+        log.append(2, 0, b"x")
+    assert log.last_offset == 1
+    monkeypatch.setattr(raftlog.segments, "_fdatasync", real)
+    log.append(2, 0, b"x")
     log.close()
+    reopened = SegmentLog.open(tmp_path, SMALL)
+    assert [(r.offset, r.payload) for r in reopened.read_from(0)] == [(1, b"w"), (2, b"x")]
+    reopened.close()
 
 
 def test_zero_filled_tail_after_power_loss_is_repaired_not_corruption(tmp_path: Path) -> None:

@@ -1,0 +1,110 @@
+"""raftlog.NativeEngine when its Raft log cannot sync (issue 14): ENOSPC/EIO from the WAL's
+fdatasync put the engine in a degraded state it leaves by itself. Nothing is reported
+persisted meanwhile: a leader does not count itself, so a single node commits nothing; a
+follower acks nothing, so the others commit without it. Once the disk works, the retry
+persists the batch, commits resume, and a restart replays every committed item once.
+
+Real engines with real sockets and logs; only ``raft_wal._fdatasync`` is replaced, failing
+for one node's files while a flag is set."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import raftlog.raft_wal
+from raftlog.health import State
+from tests.harness import wait_until
+from tests.integration.test_native_engine import Node, leader_of, make_nodes, propose
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+class _FailingSync:
+    """fdatasync that fails with ``code`` for files under ``directory`` while set."""
+
+    def __init__(self, directory: Path, code: int) -> None:
+        self.directory = str(directory)
+        self.code = code
+        self.failing = threading.Event()
+        self.failures = 0
+        self.real = raftlog.raft_wal._fdatasync
+
+    def __call__(self, fd: int) -> None:
+        if self.failing.is_set() and os.readlink(f"/proc/self/fd/{fd}").startswith(self.directory):
+            self.failures += 1
+            raise OSError(self.code, os.strerror(self.code))
+        self.real(fd)
+
+
+@pytest.fixture
+def stop_all() -> Iterator[list[Node]]:
+    started: list[Node] = []
+    yield started
+    for n in started:
+        n.engine.stop()
+
+
+def propose_async(node: Node, data: bytes) -> tuple[threading.Event, list[object]]:
+    done = threading.Event()
+    out: list[object] = []
+
+    def cb(index: int | None, err: Exception | None) -> None:
+        out.append(err if err is not None else index)
+        done.set()
+
+    node.engine.propose(data, cb)
+    return done, out
+
+
+def test_a_single_node_commits_nothing_while_its_wal_cannot_sync_then_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_all: list[Node]
+) -> None:
+    (node,) = make_nodes(tmp_path, ["s3cret"])
+    sync = _FailingSync(tmp_path / "n0", errno.ENOSPC)
+    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    stop_all.append(node)
+    node.start()
+    leader_of([node])
+    propose(node, b"before")
+    sync.failing.set()
+    done, out = propose_async(node, b"during")
+    wait_until(lambda: node.engine.health.state == State.NOSPACE, 10, "NOSPACE reported")
+    wait_until(lambda: sync.failures >= 4, 10, "the sync is retried with backoff")
+    assert not done.is_set() and node.data() == [b"before"]  # not counted: not on disk
+    sync.failing.clear()
+    assert done.wait(10), "the item commits once the disk works"
+    assert isinstance(out[0], int)
+    wait_until(lambda: node.engine.health.state == State.OK, 10, "the fault clears")
+    propose(node, b"after")
+    assert node.data() == [b"before", b"during", b"after"]
+    node.restart()
+    wait_until(lambda: len(node.data()) >= 3, 15, "the restarted node replays its log")
+    assert node.data() == [b"before", b"during", b"after"]
+
+
+def test_a_follower_that_cannot_sync_does_not_stop_the_others_and_catches_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_all: list[Node]
+) -> None:
+    nodes = make_nodes(tmp_path, ["s3cret"] * 3)
+    stop_all.extend(nodes)
+    for n in nodes:
+        n.start()
+    leader = leader_of(nodes)
+    follower = next(n for n in nodes if n is not leader)
+    sync = _FailingSync(Path(follower.cfg.journal_dir), errno.EIO)
+    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    sync.failing.set()
+    sent = [b"item-%d" % i for i in range(5)]
+    for data in sent:
+        propose(leader, data)  # the leader and the other follower are a majority
+    wait_until(lambda: follower.engine.health.state == State.IO_ERROR, 10, "EIO reported")
+    sync.failing.clear()
+    wait_until(lambda: follower.data() == sent, 15, "the follower catches up")
+    wait_until(lambda: follower.engine.health.state == State.OK, 10, "the fault clears")
+    assert all(n.data() == sent for n in nodes)
