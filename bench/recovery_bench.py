@@ -94,10 +94,10 @@ def wipe_phase(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         victim = next(i for i, n in enumerate(nodes.nodes) if n.id != leader_id)
         node = nodes.nodes[victim]
         assert node.proc is not None
+        target = max(s.apply_offset for s in statuses(nodes, timeout=2.0))
         os.killpg(node.proc.pid, signal.SIGKILL)
         node.proc.wait(30)
         shutil.rmtree(node.data_dir)
-        target = max(s.apply_offset for s in statuses(nodes, timeout=2.0) if s.id != node.id)
         t = time.monotonic()
         nodes.start(victim)
         last_print = 0.0
@@ -151,6 +151,7 @@ def nospace_phase(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     nodes = Nodes.make(workdir / "nospace", ["--log-level", "INFO"], n=1)
     try:
         (disk / "n0").mkdir()
+        nodes.root.mkdir(parents=True, exist_ok=True)
         os.symlink(disk / "n0", nodes.nodes[0].data_dir)
         nodes.start(0)
         wait_for("a leader", lambda: leader_agreed(nodes), 60, nodes)
