@@ -89,7 +89,8 @@ _KEEPALIVE = _LEN.pack(0)  # an empty frame: keeps an idle authenticated connect
 _REJECT_NOT_LEADER = 1
 _REJECT_REFUSED = 2
 _REJECT_UNSAFE = 3  # the strict reconfiguration check refused a membership change
-#: acks and votes held while the WAL cannot sync (the oldest beyond are dropped)
+#: acks of new entries and votes held while the WAL cannot sync (the oldest beyond are
+#: dropped); heartbeats are answered meanwhile, with the last index on disk
 _MAX_HELD_ACKS = 4096
 
 
@@ -650,8 +651,10 @@ class NativeEngine:
                     core.replicate(now)
                 self._drain(core.after_persist)
             elif len(core.after_persist) > _MAX_HELD_ACKS:
-                # degraded: acks and votes wait for the disk; the oldest are as good as
-                # lost messages (the leader resends, the candidate retries)
+                # degraded: acks of new entries and votes wait for the disk (heartbeats
+                # are answered at once with what is on disk: the leader keeps its quorum);
+                # the oldest are as good as lost messages (the leader resends, the
+                # candidate retries)
                 del core.after_persist[:-_MAX_HELD_ACKS]
             self._drain(core.outbox)
             self._deliver()
@@ -668,7 +671,8 @@ class NativeEngine:
     def _sync_wal(self, core: RaftCore, now: float) -> bool:
         """Persist what the core holds unstable (one write + fdatasync); False while the
         WAL cannot: nothing is then reported persisted (a leader does not count itself for
-        the new entries) and no ack that promises it leaves.
+        the new entries) and no ack that promises it leaves (the core answers heartbeats
+        at once, with its last index on disk, so the leader keeps its quorum).
 
         A failed sync (ENOSPC, EIO...) leaves the file as before the batch and keeps the
         batch pending in :class:`RaftWal`: the node is degraded (:attr:`health`) and the

@@ -8,7 +8,11 @@ driver must do next, in this order:
    followers write while the leader writes);
 2. persist the entries from :attr:`RaftCore.unstable_from` and the hard state (term, vote)
    when :attr:`RaftCore.hard_dirty`, then fdatasync, then call :meth:`RaftCore.persisted`;
-3. send :attr:`RaftCore.after_persist` (acks and votes: never promise what is not on disk);
+3. send :attr:`RaftCore.after_persist` (acks of new entries and votes: never promise what
+   is not on disk). An append that brings nothing new (a heartbeat, a resend) is answered
+   in the outbox at once, with the last index both on disk and matching the leader
+   (:attr:`RaftCore.durable`): a follower whose disk cannot take a write (ENOSPC) keeps
+   its leader's quorum (§6.2), and still never acknowledges what it does not hold;
 4. hand the committed entries (:meth:`RaftCore.committed_entries`) to the state machine.
 
 Paper sections (Ongaro's dissertation, "Consensus: bridging theory and practice"):
@@ -402,6 +406,13 @@ class RaftCore:
             raise AssertionError(f"truncating committed entry {index} (commit {self.commit})")
         had_config = any(e.kind == KIND_CONFIG for e in self.log[index - self.snap_index - 1 :])
         del self.log[index - self.snap_index - 1 :]
+        # acks still waiting for the disk that promise dropped entries are never sent (the
+        # leader that sent those entries is deposed, or resends)
+        self.after_persist = [
+            (to, m)
+            for to, m in self.after_persist
+            if m.type != MsgType.APPEND_RESP or m.reject or m.index < index
+        ]
         if index <= self.durable:
             self.truncated = True
             self.durable = index - 1
@@ -740,7 +751,14 @@ class RaftCore:
         if m.commit > self.commit:
             # never past what this log holds and matches the leader (§3.5)
             self.commit = max(self.commit, min(m.commit, match))
-        self._ack(m.src, match, after_persist=True)
+        if new:
+            # the ack promises the new entries: it leaves once they are on disk
+            self._ack(m.src, match, after_persist=True)
+        else:
+            # a heartbeat, or entries this log already holds: answer at once, promising
+            # only what is on disk (while the disk cannot take a write, the leader still
+            # hears from this follower and keeps its quorum, §6.2)
+            self._ack(m.src, min(match, self.durable), after_persist=False)
 
     def _warn_commit_gap(self, m: Message) -> None:
         """A leader's commit index lies past this log's end and its entry does not match:

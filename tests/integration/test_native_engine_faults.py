@@ -1,7 +1,8 @@
 """raftlog.NativeEngine when its Raft log cannot sync (issue 14): ENOSPC/EIO from the WAL's
 fdatasync put the engine in a degraded state it leaves by itself. Nothing is reported
 persisted meanwhile: a leader does not count itself, so a single node commits nothing; a
-follower acks nothing, so the others commit without it. Once the disk works, the retry
+follower acks no new entry, so the others commit without it, but it answers heartbeats
+with its last index on disk, so a leader whose followers all cannot sync keeps leading. Once the disk works, the retry
 persists the batch, commits resume, and a restart replays every committed item once.
 
 Real engines with real sockets and logs; only ``raft_wal._fdatasync`` is replaced, failing
@@ -12,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,10 +28,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
 class _FailingSync:
-    """fdatasync that fails with ``code`` for files under ``directory`` while set."""
+    """fdatasync that fails with ``code`` for files under ``directory`` (or any of several)
+    while set."""
 
-    def __init__(self, directory: Path, code: int) -> None:
-        self.directory = str(directory)
+    def __init__(self, directory: Path | tuple[Path, ...], code: int) -> None:
+        dirs = directory if isinstance(directory, tuple) else (directory,)
+        self.directory = tuple(str(d) for d in dirs)
         self.code = code
         self.failing = threading.Event()
         self.failures = 0
@@ -108,3 +112,33 @@ def test_a_follower_that_cannot_sync_does_not_stop_the_others_and_catches_up(
     wait_until(lambda: follower.data() == sent, 15, "the follower catches up")
     wait_until(lambda: follower.engine.health.state == State.OK, 10, "the fault clears")
     assert all(n.data() == sent for n in nodes)
+
+
+def test_a_leader_whose_followers_cannot_sync_keeps_leading_and_commits_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_all: list[Node]
+) -> None:
+    nodes = make_nodes(tmp_path, ["s3cret"] * 3)
+    stop_all.extend(nodes)
+    for n in nodes:
+        n.start()
+    leader = leader_of(nodes)
+    propose(leader, b"before")
+    term = leader.engine.term()
+    followers = tuple(Path(n.cfg.journal_dir) for n in nodes if n is not leader)
+    sync = _FailingSync(followers, errno.ENOSPC)
+    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    sync.failing.set()
+    done, out = propose_async(leader, b"during")
+    wait_until(
+        lambda: all(n.engine.health.state == State.NOSPACE for n in nodes if n is not leader),
+        10,
+        "NOSPACE on both followers",
+    )
+    time.sleep(3 * leader.cfg.leader_step_down_ms / 1000)  # check quorum would have fired
+    assert leader.engine.is_leader() and all(n.engine.term() == term for n in nodes)
+    assert not done.is_set()  # a majority has not persisted it
+    sync.failing.clear()
+    assert done.wait(10), "the item commits once the followers' disks work"
+    assert isinstance(out[0], int)
+    assert leader.engine.is_leader() and leader.engine.term() == term
+    wait_until(lambda: all(n.data() == [b"before", b"during"] for n in nodes), 10, "all apply")

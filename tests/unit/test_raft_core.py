@@ -56,6 +56,8 @@ class Sim:
         self.cut: set[frozenset[str]] = set()  # pairs that cannot talk
         self.drop_rate = 0.0
         self.leaders_by_term: dict[int, str] = {}
+        self.full: set[str] = set()  # disks that take no write (ENOSPC): nothing persists
+        self.acks_checked = 0
         for n in names:
             self.add(n)
 
@@ -92,6 +94,10 @@ class Sim:
         if c.replicate_pending:
             c.replicate(self.now)
         self._out(name, c.outbox)
+        if name in self.full:
+            # the driver's degraded state: nothing is persisted, acks and votes wait
+            self._deliver(name)
+            return
         if c.unstable_from is not None or c.hard_dirty or c.truncated:
             d = self.disks[name]
             d.term, d.vote = c.term, c.vote
@@ -102,6 +108,10 @@ class Sim:
                 c.replicate(self.now)
         self._out(name, c.after_persist)
         self._out(name, c.outbox)
+        self._deliver(name)
+
+    def _deliver(self, name: str) -> None:
+        c = self.cores[name]
         for e in c.committed_entries():
             if e.kind == KIND_NORMAL:
                 self.applied[name].append((e.index, e.term, e.data))
@@ -113,8 +123,21 @@ class Sim:
     def _out(self, src: str, box: list[tuple[str, Message]]) -> None:
         for to, m in box:
             m.src = src
+            if m.type == MsgType.APPEND_RESP and not m.reject:
+                self._check_ack(src, m.index)
             self.net.append((to, m))
         box.clear()
+
+    def _check_ack(self, name: str, index: int) -> None:
+        """An ack never promises what is not on the sender's disk: entries up to
+        ``index`` are persisted, the same as the sender holds them."""
+        d, c = self.disks[name], self.cores[name]
+        self.acks_checked += 1
+        if index <= d.snap_index:
+            return
+        on_disk = {e.index: e.term for e in d.entries if e.index > d.snap_index}
+        assert index in on_disk, f"{name} acknowledged {index}, not on its disk"
+        assert on_disk[index] == c.term_at(index), f"{name} acknowledged {index}, not on disk"
 
     def step(self, dt: float = 0.01) -> None:
         """Deliver what is in flight (in a shuffled order per destination-free view), then
@@ -337,9 +360,81 @@ def test_snapshot_compaction_and_catch_up_from_the_snapshot_5() -> None:
     assert follower.last_index == core.last_index and follower.snap_index == index
 
 
+def test_followers_that_cannot_persist_keep_the_leader_and_ack_only_their_disk_6_2() -> None:
+    """Followers whose disks are full answer heartbeats at once with their last index on
+    disk: the leader keeps its quorum (§6.2: no step-down, no new term) and commits nothing
+    new until a majority persisted it; when space returns, it commits."""
+    sim = Sim(["a", "b", "c"])
+    leader = elect(sim)
+    index, _ = sim.propose(b"before")
+    sim.run_until(lambda: all(c.commit >= index for c in sim.cores.values()))
+    term = sim.cores[leader].term
+    followers = [n for n in sim.cores if n != leader]
+    sim.full.update(followers)
+    checked = sim.acks_checked
+    late, _ = sim.propose(b"while full")
+    sim.run(3 * TIMING.step_down_s)
+    core = sim.cores[leader]
+    assert sim.leader() == leader and core.term == term
+    assert all(c.term == term for c in sim.cores.values())
+    assert core.commit < late  # only the leader holds it on disk
+    assert sim.acks_checked > checked + 20  # heartbeats were answered (and checked)
+    assert all(core.progress[f].match == index for f in followers)
+    sim.full.clear()
+    sim.run_until(lambda: all(c.commit >= late for c in sim.cores.values()))
+    assert sim.leader() == leader and core.term == term
+    assert [d for _, _, d in sim.applied[followers[0]]] == [b"before", b"while full"]
+
+
+def test_a_leader_that_cannot_persist_keeps_its_followers_and_commits_through_them() -> None:
+    sim = Sim(["a", "b", "c"])
+    leader = elect(sim)
+    term = sim.cores[leader].term
+    sim.full.add(leader)
+    index, _ = sim.propose(b"x")
+    sim.run(3 * TIMING.step_down_s)
+    assert sim.leader() == leader and sim.cores[leader].term == term
+    # a majority of followers persisted it: committed, though not on the leader's disk
+    assert all(c.commit >= index for c in sim.cores.values())
+    sim.full.clear()
+    sim.run(0.5)
+    assert sim.cores[leader].durable >= index
+
+
+def test_an_ack_held_for_the_disk_is_dropped_when_its_entries_are_replaced_3_5() -> None:
+    """An ack waiting for the disk that promises entries a newer leader's log replaces is
+    never sent: the deposed leader must not count entries this node no longer holds."""
+    core = RaftCore("b", ["a", "b", "c"], timing=TIMING)
+    core.step(
+        Message(
+            MsgType.APPEND,
+            1,
+            entries=[LogEntry(1, 1, KIND_NORMAL, b"x"), LogEntry(2, 1, KIND_NORMAL, b"y")],
+            src="a",
+        ),
+        0.0,
+    )
+    assert [m.index for _, m in core.after_persist] == [2]
+    # before the disk took them, leader c of term 2 replaces entry 2
+    core.step(
+        Message(
+            MsgType.APPEND,
+            2,
+            index=1,
+            log_term=1,
+            entries=[LogEntry(2, 2, KIND_NORMAL, b"z")],
+            src="c",
+        ),
+        0.1,
+    )
+    assert [(to, m.term, m.index) for to, m in core.after_persist] == [("c", 2, 2)]
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), drop=st.sampled_from([0.0, 0.05, 0.2]))
-def test_safety_under_partitions_drops_and_crashes_3_6_3(seed: int, drop: float) -> None:
+def test_safety_under_partitions_drops_crashes_and_full_disks_3_6_3(seed: int, drop: float) -> None:
+    """Besides §3.6.3's safety properties, the simulation checks every ack it carries
+    (:meth:`Sim._check_ack`): none promises an entry that is not on the sender's disk."""
     names = ["a", "b", "c", "d", "e"]
     sim = Sim(names, seed=seed)
     sim.drop_rate = drop
@@ -363,6 +458,11 @@ def test_safety_under_partitions_drops_and_crashes_3_6_3(seed: int, drop: float)
             sim.isolate(leader)  # it keeps accepting proposals that will be overwritten
         elif action < 0.65:
             sim.heal()
+        elif action < 0.8:
+            if len(sim.full) < 2:
+                sim.full.add(rng.choice(names))  # a disk fills up ...
+            else:
+                sim.full.discard(rng.choice(sorted(sim.full)))  # ... or gets space back
         leader = sim.leader()
         if leader is not None:
             try:
@@ -374,9 +474,15 @@ def test_safety_under_partitions_drops_and_crashes_3_6_3(seed: int, drop: float)
         sim.run(rng.choice([0.05, 0.3, 1.0]))
     sim.heal()
     sim.drop_rate = 0.0
+    sim.full.clear()
     for n in sorted(sim.down):
         sim.restart(n)
     sim.run(6.0)
+    leader = sim.leader()
+    assert leader is not None
+    index, term = sim.cores[leader].propose(b"final")
+    accepted.append((index, term, b"final"))
+    sim.run(2.0)
     # State machine safety: every node applied the same sequence (a prefix of the longest)
     longest = max(sim.applied.values(), key=len)
     assert longest, "nothing was ever committed"
