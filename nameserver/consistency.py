@@ -16,7 +16,8 @@ kvconfig       eventual        routes every 30 s, and every node converges on on
 =============  ==============  ==============================================================
 
 A linearizable read confirms the read index through the leader (batched: concurrent reads
-share one barrier) and waits until this node applied it. A serializable (or eventual) read
+share one heartbeat round, Raft's ReadIndex, or one barrier entry with PySyncObj) and
+waits until this node applied it. A serializable (or eventual) read
 takes this node's image as it is; every answer carries the revision (apply offset) of the
 image that served it, so a client can tell how fresh it was.
 """

@@ -219,6 +219,11 @@ class NativeEngine:
         self._forwards: dict[int, tuple[ProposeCallback, float]] = {}
         self._forwarding: dict[str, list[int]] = {}  # forwards queued per leader, this flush
         self._queued: list[tuple[bytes, int, ProposeCallback, float]] = []
+        # linearizable reads (ReadIndex, §6.4): asked of the core (read id -> callback,
+        # deadline), waiting for a leader, and answered but not yet delivered up to
+        self._reads: dict[int, tuple[ProposeCallback, float]] = {}
+        self._reads_queued: list[tuple[ProposeCallback, float]] = []
+        self._reads_ready: list[tuple[int, ProposeCallback, float]] = []
         self._rids = itertools.count(1)
         self._transfer_cb: ProposeCallback | None = None
         self._snap_pending: int | None = None
@@ -453,6 +458,16 @@ class NativeEngine:
     def force_snapshot(self) -> None:
         self._call(self._force_snapshot)
 
+    def read_index(self, callback: ProposeCallback) -> None:
+        """A linearizable read index (ReadIndex, §6.4): ``callback(index, None)`` on the
+        engine's thread once the leader confirmed ``index`` and this node has handed every
+        entry up to it to the sink (so the sink's numbering at that moment covers every
+        write acknowledged before the call); ``callback(None, err)`` with NotLeaderError
+        (no leader, or it changed) or UnknownOutcomeError (no answer within
+        ``wait_leader_ms``). Writes nothing to the log: works while the disks are full."""
+        if not self._call(self._read_index, callback, None):
+            callback(None, ProposeError("engine not started"))
+
     def status(self) -> EngineStatus:
         core, cfg = self._core, self._config
         if core is None:
@@ -629,6 +644,40 @@ class NativeEngine:
         self._transfer_cb = callback
         self._kick()
 
+    def _read_index(self, callback: ProposeCallback, deadline: float | None) -> None:
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + self._config.wait_leader_ms / 1000
+        rid = next(self._rids)
+        try:
+            self.core.read_index(rid)
+        except NotLeader:
+            self._reads_queued.append((callback, deadline))  # until a leader is known
+            return
+        self._reads[rid] = (callback, deadline)
+        self._kick()
+
+    def _answer_reads(self) -> None:
+        """Hand out the read indexes the core answered, once delivered up to them."""
+        core = self.core
+        if core.read_states:
+            states, core.read_states = core.read_states, []
+            for rid, index in states:
+                entry = self._reads.pop(rid, None)
+                if entry is None:
+                    continue
+                if index == 0:
+                    leader = self._name(core.leader)
+                    entry[0](None, NotLeaderError("the leader changed under the read", leader))
+                else:
+                    self._reads_ready.append((index, *entry))
+        if self._reads_ready:
+            ready = [r for r in self._reads_ready if r[0] <= core.delivered]
+            if ready:
+                self._reads_ready = [r for r in self._reads_ready if r[0] > core.delivered]
+                for index, callback, _ in ready:
+                    callback(index, None)
+
     def _force_snapshot(self) -> None:
         self._snap_forced = True
         self._maybe_snapshot()
@@ -644,11 +693,15 @@ class NativeEngine:
         try:
             if core.replicate_pending:
                 core.replicate(now)
+            if core.read_pending:
+                core.start_reads(now)
             self._drain(core.outbox)
             self._write_out()  # appends leave before this node's own fsync (in parallel)
             if self._sync_wal(core, now):
                 if core.replicate_pending:
                     core.replicate(now)
+                if core.read_pending:
+                    core.start_reads(now)
                 self._drain(core.after_persist)
             elif len(core.after_persist) > _MAX_HELD_ACKS:
                 # degraded: acks of new entries and votes wait for the disk (heartbeats
@@ -659,6 +712,11 @@ class NativeEngine:
             self._drain(core.outbox)
             self._deliver()
             self._events()
+            if core.read_pending:  # reads queued for a leader, asked again by _events
+                core.start_reads(now)
+            self._drain(core.outbox)
+            if core.read_states or self._reads_ready:
+                self._answer_reads()
             for peer in list(core.need_snapshot):
                 core.need_snapshot.discard(peer)
                 self._start_snapshot_send(peer)
@@ -753,10 +811,18 @@ class NativeEngine:
                 forwards, self._forwards = self._forwards, {}
                 for callback, _ in forwards.values():
                     callback(None, NotLeaderError("the leader changed", self._name(core.leader)))
+                # reads asked of the old leader may never be answered (the core refuses
+                # its own when it steps down): they ask again
+                reads, self._reads = self._reads, {}
+                for callback, _ in reads.values():
+                    callback(None, NotLeaderError("the leader changed", self._name(core.leader)))
                 if core.leader:
                     queued, self._queued = self._queued, []
                     for data, kind, callback, _ in queued:
                         self._propose(data, kind, callback)
+                    waiting, self._reads_queued = self._reads_queued, []
+                    for callback, deadline in waiting:
+                        self._read_index(callback, deadline)
                 if core.role == Role.LEADER:
                     log.info("leader of term %d (%d members)", core.term, len(core.voters))
             elif ev == "transfer-sent" and self._transfer_cb is not None:
@@ -805,6 +871,20 @@ class NativeEngine:
                 if deadline <= now:
                     del self._forwards[rid]
                     callback(None, UnknownOutcomeError("the leader did not answer in time"))
+        if self._reads or self._reads_queued or self._reads_ready:
+            self._expire_reads(now)
+
+    def _expire_reads(self, now: float) -> None:
+        for rid, (callback, deadline) in list(self._reads.items()):
+            if deadline <= now:
+                del self._reads[rid]
+                callback(None, UnknownOutcomeError("the read index was not confirmed in time"))
+        for callback, _ in [r for r in self._reads_queued if r[1] <= now]:
+            callback(None, NotLeaderError("no leader elected in time"))
+        self._reads_queued = [r for r in self._reads_queued if r[1] > now]
+        for _, callback, _ in [r for r in self._reads_ready if r[2] <= now]:
+            callback(None, UnknownOutcomeError("this node did not catch up with the read index"))
+        self._reads_ready = [r for r in self._reads_ready if r[2] > now]
 
     # ------------------------------------------------------------------ snapshots
     def _maybe_snapshot(self) -> None:

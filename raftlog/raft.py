@@ -24,7 +24,12 @@ leader's own term §3.6.2 (a new leader appends a no-op); single-server membersh
 §4.1 (a configuration applies as soon as it is in the log, one at a time, and only after
 the leader's no-op committed §4.1 "bug in single-server changes"); leadership transfer
 §3.10 (TimeoutNow); check quorum §6.2 (a leader that has not heard from a majority for
-``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file).
+``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file);
+linearizable reads by ReadIndex §6.4 (:meth:`RaftCore.read_index`: the leader, once it
+committed an entry of its term, takes its commit index and confirms that it still leads
+with one heartbeat round a majority answers; every read waiting at the round's start
+shares it; a follower asks the leader). No log entry is written for a read, so reads
+keep working while disks are full.
 
 Beyond the paper, as etcd does it: a follower whose log is shorter than what it had
 acknowledged (its data dir was wiped, or it was restored from an old copy) is caught up
@@ -88,6 +93,8 @@ class MsgType(enum.IntEnum):
     TIMEOUT_NOW = 9
     PROPOSE = 10
     PROPOSE_RESP = 11
+    READ_INDEX = 12
+    READ_INDEX_RESP = 13
 
 
 class NotLeader(Exception):
@@ -115,7 +122,8 @@ class LogEntry:
 class Message:
     """One peer message. Field use by type:
 
-    * APPEND: ``index``/``log_term`` = the entry before ``entries``; ``commit``.
+    * APPEND: ``index``/``log_term`` = the entry before ``entries``; ``commit``; ``offset``
+      = the leader's newest read round (§6.4), which the follower echoes in APPEND_RESP.
     * APPEND_RESP: ``index`` = the follower's last index matching the leader; ``reject``
       with ``hint`` = where the leader should retry from (the follower's last index), and
       with ``flag`` set, ``index`` = the follower's last index (so the leader sees a
@@ -127,6 +135,8 @@ class Message:
     * PROPOSE: ``offset`` = request id, ``kind``, ``data``. PROPOSE_RESP: ``offset``,
       ``index``/``log_term`` where it landed, or ``reject`` with ``hint`` (1 not leader,
       2 change refused) and the reason in ``data``.
+    * READ_INDEX: ``offset`` = the asker's read id. READ_INDEX_RESP: ``offset``, ``index`` =
+      the read index, or ``reject`` (not the leader, or it stepped down meanwhile).
     """
 
     type: int
@@ -252,6 +262,16 @@ class Progress:
     snapshot_until: float = 0.0  # a snapshot is being sent until then (no appends meanwhile)
 
 
+@dataclass(slots=True)
+class _ReadRound:
+    """One heartbeat round of a leader confirming its read index (§6.4)."""
+
+    seq: int
+    index: int  # the leader's commit index when the round started
+    readers: list[tuple[str, int]]  # (asker: "" for this node, read id)
+    acks: set[str]
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     election_min_s: float = 1.0
@@ -321,6 +341,12 @@ class RaftCore:
         self.replicate_pending = False
         self.commit_lagging = False  # a follower was not told the newest commit index yet
         self.events: list[str] = []  # "leader", "follower", "transfer-sent", ... (for the driver)
+        # ReadIndex (§6.4): answered reads (read id, read index; 0: refused, ask again)
+        self.read_states: list[tuple[int, int]] = []
+        self.read_pending = False  # reads wait for a round: the driver calls start_reads
+        self.read_seq = 0  # this node's newest read round (sent in every append)
+        self._read_next: list[tuple[str, int]] = []  # (asker, read id) for the next round
+        self._read_rounds: list[_ReadRound] = []  # rounds in flight, oldest first
 
     # ------------------------------------------------------------------ log view
     @property
@@ -457,6 +483,7 @@ class RaftCore:
         self.transfer_to = ""
         if was_leader:
             self.events.append("stepped-down")
+            self._refuse_reads()
 
     def _campaign(self, now: float, pre: bool, force: bool = False) -> None:
         if self.me not in self.voters:
@@ -630,6 +657,17 @@ class RaftCore:
         self.clock = now
         if m.type in (MsgType.PROPOSE, MsgType.PROPOSE_RESP):
             return  # the driver handles forwarding
+        if m.type == MsgType.READ_INDEX:
+            if self.role == Role.LEADER:
+                self._read_next.append((m.src, m.offset))
+                self.read_pending = True
+            else:
+                resp = Message(MsgType.READ_INDEX_RESP, self.term, offset=m.offset, reject=True)
+                self._send(m.src, resp)
+            return
+        if m.type == MsgType.READ_INDEX_RESP:
+            self.read_states.append((m.offset, 0 if m.reject else m.index))
+            return
         if m.type == MsgType.PRE_VOTE:
             self._on_vote_request(m, now, pre=True)
             return
@@ -714,7 +752,7 @@ class RaftCore:
             # the start is inside this node's snapshot: those entries are committed here
             skip = self.snap_index - prev
             if skip > len(entries):
-                self._ack(m.src, self.snap_index, after_persist=False)
+                self._ack(m.src, self.snap_index, after_persist=False, read_seq=m.offset)
                 return
             entries = entries[skip:]
             prev, prev_term = self.snap_index, self.snap_term
@@ -734,6 +772,7 @@ class RaftCore:
                 hint=hint,
                 flag=True,  # index carries this log's end
                 index=self.last_index,
+                offset=m.offset,
             )
             self._send(m.src, resp)
             return
@@ -753,12 +792,12 @@ class RaftCore:
             self.commit = max(self.commit, min(m.commit, match))
         if new:
             # the ack promises the new entries: it leaves once they are on disk
-            self._ack(m.src, match, after_persist=True)
+            self._ack(m.src, match, after_persist=True, read_seq=m.offset)
         else:
             # a heartbeat, or entries this log already holds: answer at once, promising
             # only what is on disk (while the disk cannot take a write, the leader still
             # hears from this follower and keeps its quorum, §6.2)
-            self._ack(m.src, min(match, self.durable), after_persist=False)
+            self._ack(m.src, min(match, self.durable), after_persist=False, read_seq=m.offset)
 
     def _warn_commit_gap(self, m: Message) -> None:
         """A leader's commit index lies past this log's end and its entry does not match:
@@ -776,8 +815,9 @@ class RaftCore:
             m.commit,
         )
 
-    def _ack(self, leader: str, match: int, after_persist: bool) -> None:
-        self._send(leader, Message(MsgType.APPEND_RESP, self.term, index=match), after_persist)
+    def _ack(self, leader: str, match: int, after_persist: bool, read_seq: int = 0) -> None:
+        m = Message(MsgType.APPEND_RESP, self.term, index=match, offset=read_seq)
+        self._send(leader, m, after_persist)
 
     def _on_append_resp(self, m: Message, now: float) -> None:
         if self.role != Role.LEADER:
@@ -786,6 +826,8 @@ class RaftCore:
         if pr is None:
             return
         pr.last_ack = pr.heard = now
+        if self._read_rounds and m.offset:
+            self._read_acked(m.src, m.offset)
         if m.reject:
             if m.flag and m.index < pr.match:
                 self._lost_log(m.src, pr, m.index, m.hint)
@@ -855,7 +897,11 @@ class RaftCore:
         for peer in self.progress:
             self._send_append(peer, now)
 
-    def _send_append(self, peer: str, now: float, heartbeat: bool = False) -> None:
+    def _send_append(
+        self, peer: str, now: float, heartbeat: bool = False, probe: bool = False
+    ) -> None:
+        """``probe``: a heartbeat without entries (a read round's: the follower answers
+        it at once, even while its disk cannot take the entries)."""
         pr = self.progress[peer]
         if pr.snapshot_until > now:
             return
@@ -865,7 +911,7 @@ class RaftCore:
             self.need_snapshot.add(peer)
             return
         room = MAX_INFLIGHT_ENTRIES - (prev - pr.match)
-        entries = self.entries_after(prev, MAX_APPEND_BYTES, room) if room > 0 else []
+        entries = self.entries_after(prev, MAX_APPEND_BYTES, room) if room > 0 and not probe else []
         if not entries and not heartbeat:
             if pr.sent_commit >= self.commit:
                 return
@@ -876,7 +922,14 @@ class RaftCore:
                 return
         prev_term = self.term_at(prev)
         assert prev_term is not None
-        m = Message(MsgType.APPEND, self.term, index=prev, log_term=prev_term, commit=self.commit)
+        m = Message(
+            MsgType.APPEND,
+            self.term,
+            index=prev,
+            log_term=prev_term,
+            commit=self.commit,
+            offset=self.read_seq,
+        )
         m.entries = entries
         pr.next = prev + len(entries) + 1
         pr.sent_commit = self.commit
@@ -888,6 +941,76 @@ class RaftCore:
         pr = self.progress.get(peer)
         if pr is not None and not ok:
             pr.snapshot_until = 0.0
+
+    # ------------------------------------------------------------------ reads (§6.4)
+    def read_index(self, read_id: int) -> None:
+        """Ask for a linearizable read index; the answer lands in :attr:`read_states` as
+        ``(read_id, index)`` (index 0: refused, this node lost or never had the leader).
+        A leader queues the read for its next heartbeat round (:meth:`start_reads`); a
+        follower asks its leader. Raises NotLeader when no leader is known."""
+        if self.role == Role.LEADER:
+            self._read_next.append(("", read_id))
+            self.read_pending = True
+        elif self.leader:
+            self._send(self.leader, Message(MsgType.READ_INDEX, self.term, offset=read_id))
+        else:
+            raise NotLeader("")
+
+    def start_reads(self, now: float) -> None:
+        """Start a heartbeat round for the reads waiting, if one can start now: this
+        leader committed an entry of its own term (its no-op, §6.4 step 1: before that its
+        commit index may be behind the previous leader's), and the last round is answered
+        (reads that arrive meanwhile share the next one)."""
+        self.read_pending = False
+        if self.role != Role.LEADER or not self._read_next:
+            return
+        if self.commit < self.term_start or self._read_rounds:
+            self.read_pending = True  # the commit, or the answer, brings the round
+            return
+        self.read_seq += 1
+        rnd = _ReadRound(self.read_seq, self.commit, self._read_next, set())
+        self._read_next = []
+        self._read_rounds.append(rnd)
+        if self.me in self.voters:
+            rnd.acks.add(self.me)
+        if not self._read_done():
+            for peer in self.progress:
+                self._send_append(peer, now, heartbeat=True, probe=True)
+
+    def _read_acked(self, peer: str, seq: int) -> None:
+        if peer not in self.voters:
+            return
+        for rnd in self._read_rounds:
+            if rnd.seq <= seq:  # answered a message sent after the round started
+                rnd.acks.add(peer)
+        if self._read_done() and self._read_next:
+            self.read_pending = True
+
+    def _read_done(self) -> bool:
+        """Answer the rounds a majority confirmed (oldest first: an ack counts for every
+        round started before it). True if none is left in flight."""
+        quorum = self.quorum()
+        while self._read_rounds and len(self._read_rounds[0].acks) >= quorum:
+            rnd = self._read_rounds.pop(0)
+            for asker, read_id in rnd.readers:
+                if asker:
+                    m = Message(MsgType.READ_INDEX_RESP, self.term, offset=read_id, index=rnd.index)
+                    self._send(asker, m)
+                else:
+                    self.read_states.append((read_id, rnd.index))
+        return not self._read_rounds
+
+    def _refuse_reads(self) -> None:
+        """No longer the leader: every read waiting here is refused (asked again)."""
+        readers = [r for rnd in self._read_rounds for r in rnd.readers] + self._read_next
+        self._read_rounds, self._read_next = [], []
+        self.read_pending = False
+        for asker, read_id in readers:
+            if asker:
+                m = Message(MsgType.READ_INDEX_RESP, self.term, offset=read_id, reject=True)
+                self._send(asker, m)
+            else:
+                self.read_states.append((read_id, 0))
 
     # ------------------------------------------------------------------ driver callbacks
     def persisted(self, index: int) -> None:

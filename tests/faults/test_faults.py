@@ -12,8 +12,10 @@ import shutil
 import signal
 import socket
 import struct
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.faults.inject import (
@@ -115,6 +117,70 @@ def test_full_disk_loses_nothing_and_heals_without_a_restart(tmp_path: Path) -> 
                 cluster.start(i)
             cluster.wait_ready(60)
             assert_acknowledged_everywhere(cluster, writer.acked, [0, 1, 2])
+            failed = False
+        finally:
+            cluster.close(failed=failed)
+
+
+def test_full_raft_logs_keep_the_leader_and_linearizable_reads_through_every_node(
+    tmp_path: Path,
+) -> None:
+    """Three nodes with their Raft logs on one small tmpfs filled until writes are refused:
+    while no node can persist a Raft entry, the leader stays (followers answer its
+    heartbeats with what is on disk, §6.2) and linearizable reads through every node
+    (ReadIndex §6.4: nothing written) answer with every acknowledged put; writes are
+    refused meanwhile and commit again once space is freed.
+
+    Only the Raft logs fill: a node whose change log is full cannot apply what committed
+    (its image waits for the change log), and a linearizable read there must wait too."""
+    disk = tmp_path / "disk"
+    with tmpfs(disk, size_mb=30):
+        cluster = Cluster(tmp_path / "c", n=3, start=False)
+        failed = True
+        try:
+            for i in range(cluster.n):
+                (disk / f"n{i}").mkdir()
+                cluster.data_dir(i).mkdir(parents=True)
+                os.symlink(disk / f"n{i}", cluster.data_dir(i) / "raft")
+                cluster.start(i)
+            cluster.wait_ready(30)
+            filler = fill(disk, leave_bytes=4 * 1024 * 1024)
+            with Writer(cluster, b"full/", value_bytes=8192) as writer:
+                wait_until(
+                    lambda: writer.errors["RESOURCE_EXHAUSTED"] >= 5,
+                    120,
+                    lambda: f"no write was refused for space ({dict(writer.errors)})",
+                )
+            assert writer.acked, "nothing was acknowledged before the disk filled"
+            leader = cluster.leader()
+            term = cluster.status(leader).term
+            deadline = time.monotonic() + 3 * 2.0  # past check quorum's step-down, twice
+            rounds = 0
+            while rounds < 2 or time.monotonic() < deadline:
+                for i in range(cluster.n):
+                    image = cluster.range_all(i, prefix=b"full/", timeout=10)  # linearizable
+                    missing = [k for k, v in writer.acked.items() if image.get(k, (None,))[0] != v]
+                    assert not missing, (
+                        f"a linearizable read through {cluster.nodes[i].id} misses "
+                        f"{len(missing)} acknowledged puts\n{cluster.log_tail(i)}"
+                    )
+                rounds += 1
+                time.sleep(0.5)
+            with pytest.raises(grpc.RpcError) as refused:
+                cluster.put(leader, b"full/more", b"v" * 8192, timeout=10)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert cluster.leader() == leader and cluster.status(leader).term == term
+            filler.unlink()
+
+            def put_after() -> bool:  # refused until the retried WAL sync clears the fault
+                try:
+                    cluster.put(leader, b"full/after", b"v", timeout=5)
+                except grpc.RpcError:
+                    return False
+                return True
+
+            wait_until(put_after, 60, "no put committed after space was freed")
+            assert cluster.leader() == leader
             failed = False
         finally:
             cluster.close(failed=failed)

@@ -142,3 +142,44 @@ def test_a_leader_whose_followers_cannot_sync_keeps_leading_and_commits_after(
     assert isinstance(out[0], int)
     assert leader.engine.is_leader() and leader.engine.term() == term
     wait_until(lambda: all(n.data() == [b"before", b"during"] for n in nodes), 10, "all apply")
+
+
+def read_index(node: Node) -> object:
+    done = threading.Event()
+    out: list[object] = []
+
+    def cb(index: int | None, err: Exception | None) -> None:
+        out.append(err if err is not None else index)
+        done.set()
+
+    node.engine.read_index(cb)
+    assert done.wait(10), "no answer to a read index"
+    return out[0]
+
+
+def test_read_index_through_every_node_while_no_follower_can_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_all: list[Node]
+) -> None:
+    """ReadIndex (§6.4) writes nothing: while both followers' WALs fail, the leader and the
+    followers (which ask the leader) still get a read index covering every committed item,
+    answered once they delivered that far."""
+    nodes = make_nodes(tmp_path, ["s3cret"] * 3)
+    stop_all.extend(nodes)
+    for n in nodes:
+        n.start()
+    leader = leader_of(nodes)
+    committed = propose(leader, b"before")
+    followers = tuple(Path(n.cfg.journal_dir) for n in nodes if n is not leader)
+    sync = _FailingSync(followers, errno.ENOSPC)
+    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    sync.failing.set()
+    propose_async(leader, b"during")  # cannot commit: only the leader holds it on disk
+    wait_until(lambda: sync.failures >= 2, 10, "the followers' syncs fail")
+    for _ in range(3):
+        for n in nodes:
+            index = read_index(n)
+            assert isinstance(index, int) and index >= committed, (n.cfg.node_id, index)
+            assert n.data() == [b"before"]
+        time.sleep(0.5)
+    assert leader.engine.is_leader()
+    sync.failing.clear()

@@ -93,6 +93,8 @@ class Sim:
         c = self.cores[name]
         if c.replicate_pending:
             c.replicate(self.now)
+        if c.read_pending:
+            c.start_reads(self.now)
         self._out(name, c.outbox)
         if name in self.full:
             # the driver's degraded state: nothing is persisted, acks and votes wait
@@ -106,6 +108,8 @@ class Sim:
             c.persisted(c.last_index)
             if c.replicate_pending:
                 c.replicate(self.now)
+            if c.read_pending:
+                c.start_reads(self.now)
         self._out(name, c.after_persist)
         self._out(name, c.outbox)
         self._deliver(name)
