@@ -438,13 +438,39 @@ def test_an_ack_held_for_the_disk_is_dropped_when_its_entries_are_replaced_3_5()
 @given(seed=st.integers(0, 10_000), drop=st.sampled_from([0.0, 0.05, 0.2]))
 def test_safety_under_partitions_drops_crashes_and_full_disks_3_6_3(seed: int, drop: float) -> None:
     """Besides §3.6.3's safety properties, the simulation checks every ack it carries
-    (:meth:`Sim._check_ack`): none promises an entry that is not on the sender's disk."""
+    (:meth:`Sim._check_ack`): none promises an entry that is not on the sender's disk; and
+    every read index answered (§6.4, asked of a random node each round) covers everything
+    any node knew committed when the read was asked (no stale read, deposed leaders
+    included)."""
     names = ["a", "b", "c", "d", "e"]
     sim = Sim(names, seed=seed)
     sim.drop_rate = drop
     rng = random.Random(seed)
     accepted: list[tuple[int, int, bytes]] = []
+    floors: dict[int, int] = {}  # read id -> the highest commit index known when asked
+    answered: list[int] = []
+
+    def check_reads() -> None:
+        for core in sim.cores.values():
+            states, core.read_states = core.read_states, []
+            for read_id, index in states:
+                if index:
+                    assert index >= floors[read_id], (read_id, index, floors[read_id])
+                    answered.append(read_id)
+
+    def ask(name: str, read_id: int) -> None:
+        floors[read_id] = max(c.commit for c in sim.cores.values())
+        try:
+            sim.cores[name].read_index(read_id)
+        except NotLeader:
+            return
+        sim.flush(name)
+
     for round_ in range(40):
+        check_reads()
+        live = [n for n in names if n not in sim.down]
+        if live:
+            ask(rng.choice(live), round_ + 1)
         action = rng.random()
         leader = sim.leader()
         if action < 0.1 and len(sim.down) < 2:
@@ -487,6 +513,11 @@ def test_safety_under_partitions_drops_crashes_and_full_disks_3_6_3(seed: int, d
     index, term = sim.cores[leader].propose(b"final")
     accepted.append((index, term, b"final"))
     sim.run(2.0)
+    check_reads()
+    ask(leader, 1000)
+    sim.run(0.5)
+    check_reads()
+    assert 1000 in answered
     # State machine safety: every node applied the same sequence (a prefix of the longest)
     longest = max(sim.applied.values(), key=len)
     assert longest, "nothing was ever committed"
