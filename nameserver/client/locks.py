@@ -318,7 +318,7 @@ class LocksApi(Transport):
     def lock(
         self,
         name: Bytesish,
-        ttl_s: int = 10,
+        ttl_s: int = DEFAULT_TTL_S,
         timeout_s: float | None = None,
         on_lost: Callable[[str], None] | None = None,
     ) -> AbstractContextManager[HeldLock]:
