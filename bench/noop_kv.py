@@ -18,6 +18,7 @@ completion-queue poller thread to the event loop). Handlers build the response f
 anything but gRPC itself.
 """
 
+# ruff: noqa: E402  (gRPC core's environment is set before `import grpc`, below)
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,10 @@ from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
-# isort: off
-import nameserver  # noqa: F401  (before grpc: gRPC core's environment, as the server has it)
+from nameserver.grpc_env import apply_server_defaults
 
-# isort: on
+apply_server_defaults()  # before grpc: gRPC core's environment, as the server has it
+
 import grpc
 import grpc.aio
 

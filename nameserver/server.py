@@ -1,5 +1,6 @@
 """Server wiring: one metaledger node (`metaledger serve`)."""
 
+# ruff: noqa: E402  (gRPC core's environment is set before `import grpc`, below)
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +12,10 @@ import signal
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
+
+from nameserver.grpc_env import apply_server_defaults
+
+apply_server_defaults()  # before grpc is imported: gRPC reads these once, at start
 
 import grpc
 

@@ -10,12 +10,19 @@ and every exit status is an ``exitcodes.ExitCode``. Commands use the same
 plainly on stderr.
 """
 
+# ruff: noqa: E402  (gRPC core's environment is set before the commands import grpc, below)
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 from collections.abc import Sequence
+
+from nameserver.grpc_env import apply_server_defaults
+
+# The command line is a server's entry point (`serve`, and `cluster up` whose nodes run
+# `serve`): gRPC's environment is set before the first module that imports grpc.
+apply_server_defaults()
 
 from nameserver.cli import (
     bench,

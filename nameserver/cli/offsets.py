@@ -18,7 +18,7 @@ from nameserver.cli.printers import display, format_table
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
-    from nameserver.offsets_client import CommittedOffset, OffsetWrite
+    from nameserver.client.offsets import CommittedOffset, OffsetWrite
 
 
 def offset_json(o: CommittedOffset) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from nameserver.cli.printers import format_table
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
-    from nameserver.replica_groups_client import ReplicaGroupInfo
+    from nameserver.client.replica_groups import ReplicaGroupInfo
 
 
 def group_json(g: ReplicaGroupInfo) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def run_alter_isr(args: argparse.Namespace) -> int:
 
 
 def run_policy(args: argparse.Namespace) -> int:
-    from nameserver.replica_groups_client import GroupPolicy
+    from nameserver.client.replica_groups import GroupPolicy
 
     policy = GroupPolicy(
         args.total_replicas,

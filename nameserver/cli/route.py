@@ -14,7 +14,7 @@ from nameserver.cli._common import make_client, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.kv import non_negative_int
 from nameserver.cli.printers import format_table
-from nameserver.routing_client import QueueData
+from nameserver.client.routing import QueueData
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers

@@ -3,7 +3,7 @@
 Table output is etcdctl's: per event its type, then (with ``--prev-kv``) the previous key and
 value, then the key and value. JSON output is one object per line. Runs until Ctrl-C
 (exit INTERRUPTED) or ``--max-events`` events; when the watched node fails it resumes on
-another endpoint from the last revision + 1 (:mod:`nameserver.watch_client`).
+another endpoint from the last revision + 1 (:mod:`nameserver.client.watch`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from nameserver.cli._common import make_client, output
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.kv import non_negative_int
 from nameserver.cli.printers import display, kv_json
-from nameserver.watch_client import SNAPSHOT_END, WatchEvent
+from nameserver.client.watch import SNAPSHOT_END, WatchEvent
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from nameserver.client import Client, DeadlineExceeded, Op
-from nameserver.coordination import acquire
+from nameserver.client.locks import acquire
 from tests.harness import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client, ClientError
-from nameserver.watch_client import SNAPSHOT_END, Watch, WatchCompacted, WatchEvent
+from nameserver.client import Client, ClientError, WatchCompacted
+from nameserver.client.watch import SNAPSHOT_END, Watch, WatchEvent
 from tests.cluster.test_snapshots import SnapshotCluster
 from tests.harness import Cluster, wait_until
 

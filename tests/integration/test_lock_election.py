@@ -18,7 +18,7 @@ from nameserver.client import (
     NotFound,
     Op,
 )
-from nameserver.coordination import LeaderKey, acquire, release
+from nameserver.client.locks import LeaderKey, acquire, release
 from protos.etcdserverpb import v3election_pb2, v3election_pb2_grpc, v3lock_pb2, v3lock_pb2_grpc
 from tests.harness import Cluster, wait_until
 

@@ -1,4 +1,4 @@
-"""Watching from the client library: :meth:`nameserver.client.Client.watch` returns a
+"""The watch surface (etcd's Watch service): :meth:`nameserver.client.Client.watch` returns a
 :class:`Watch`, an iterator (and context manager) of :class:`WatchEvent`::
 
     with client.watch("config/", prefix=True, start_revision=rev + 1) as events:
@@ -25,41 +25,29 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
-from nameserver.client import (
-    Bytesish,
+from nameserver.client.errors import (
     Cancelled,
     ClientError,
     InvalidArgument,
-    KeyValue,
-    OutOfRange,
     Unavailable,
-    _key_range,
+    WatchCompacted,
     error_from_rpc,
 )
+from nameserver.client.kv import Bytesish, KeyValue, key_range
+from nameserver.client.transport import Transport
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
 
-if TYPE_CHECKING:
-    from nameserver.client import Client
-
-__all__ = ["SNAPSHOT_END", "Watch", "WatchCompacted", "WatchEvent"]
+__all__ = ["SNAPSHOT_END", "Watch", "WatchApi", "WatchEvent"]
 
 SNAPSHOT_END = "SNAPSHOT_END"
 _FILTERS = {
     "NOPUT": rpc_pb2.WatchCreateRequest.NOPUT,
     "NODELETE": rpc_pb2.WatchCreateRequest.NODELETE,
 }
-
-
-class WatchCompacted(OutOfRange):
-    """The start revision is below what the server keeps (etcd's compacted error)."""
-
-    def __init__(self, message: str, compact_revision: int, endpoint: str | None = None) -> None:
-        super().__init__(message, endpoint)
-        self.compact_revision = compact_revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +81,7 @@ class Watch:
 
     def __init__(
         self,
-        client: Client,
+        client: Transport,
         key: Bytesish,
         *,
         prefix: bool = False,
@@ -106,7 +94,7 @@ class Watch:
         reconnect_timeout_s: float = 30.0,
         record_type: str = "",
     ) -> None:
-        k, end = _key_range(key, range_end, prefix)
+        k, end = key_range(key, range_end, prefix)
         if start_revision < 0:
             raise InvalidArgument(f"start_revision must be >= 0 (got {start_revision})")
         try:
@@ -263,3 +251,36 @@ class Watch:
             self._responses.cancel()
             self._responses = None
         self._watch_id = None
+
+
+class WatchApi(Transport):
+    """``watch()``: one :class:`Watch` per call, sharing the client's channels."""
+
+    def watch(
+        self,
+        key: Bytesish,
+        prefix: bool = False,
+        range_end: Bytesish | None = None,
+        start_revision: int = 0,
+        prev_kv: bool = False,
+        filters: Iterable[str] = (),
+        snapshot_if_compacted: bool = False,
+        progress_notify: bool = False,
+        record_type: str = "",
+    ) -> Watch:
+        """Watch a key or range: an iterator of events that resumes on another endpoint from
+        the last revision + 1 when its node fails (see the module docstring).
+        ``record_type`` watches records of another type than kv (e.g. ``replica_group``:
+        key = broker name, value = ``records.ReplicaGroupRecord`` bytes)."""
+        return Watch(
+            self,
+            key,
+            prefix=prefix,
+            range_end=range_end,
+            start_revision=start_revision,
+            prev_kv=prev_kv,
+            filters=filters,
+            snapshot_if_compacted=snapshot_if_compacted,
+            progress_notify=progress_notify,
+            record_type=record_type,
+        )
