@@ -732,43 +732,44 @@ class NativeEngine:
         the new entries) and no ack that promises it leaves (the core answers heartbeats
         at once, with its last index on disk, so the leader keeps its quorum).
 
-        A failed sync (ENOSPC, EIO...) leaves the file as before the batch and keeps the
-        batch pending in :class:`RaftWal`: the node is degraded (:attr:`health`) and the
-        flushes the tick drives retry it with backoff (0.1 s doubling to 1 s); the first
-        that succeeds clears the fault, then the core's unstable entries are written
-        again on top (a record of an index already in the file replaces it on load).
+        A failed sync (ENOSPC, EIO...) leaves the file as before the batch: the node is
+        degraded (:attr:`health`) and the flushes the tick drives retry with backoff (0.1 s
+        doubling to 1 s). The core still
+        holds everything the failed batch had as unstable, so the batch is dropped from the
+        WAL and the retry appends the core's unstable state once (not the batch twice); the
+        first sync that succeeds clears the fault.
         """
         wal = self._wal
         assert wal is not None
         backoff = self._wal_backoff
-        if backoff.failing:
-            if not backoff.due(now):
-                return False
-            try:
-                wal.sync()  # the batch that failed is still pending: write it first
-            except OSError as exc:
-                self.health.fault("raft-log", exc)
-                backoff.failed(now)
-                return False
-            backoff.reset()
-            self.health.clear("raft-log")
-        if core.unstable_from is None and not core.hard_dirty:
+        failing = backoff.failing
+        if failing and not backoff.due(now):
+            return False
+        dirty = core.unstable_from is not None or core.hard_dirty
+        if not dirty and not failing:
             return True
-        start = core.unstable_from
-        entries = core.log[start - core.snap_index - 1 :] if start is not None else []
-        wal.append(
-            entries,
-            truncate_from=start if core.truncated else None,
-            hard=(core.term, core.vote) if core.hard_dirty else None,
-            commit=core.commit,
-        )
+        if dirty:
+            start = core.unstable_from
+            entries = core.log[start - core.snap_index - 1 :] if start is not None else []
+            wal.append(
+                entries,
+                truncate_from=start if core.truncated else None,
+                hard=(core.term, core.vote) if core.hard_dirty else None,
+                commit=core.commit,
+            )
         try:
-            wal.sync()
+            wal.sync()  # a failed batch's cut back is retried first (RaftWal.needs_repair)
         except OSError as exc:
+            # the core keeps all of it unstable and appends it again on the retry
+            wal.drop_pending()
             self.health.fault("raft-log", exc)
             backoff.failed(now)
             return False
-        core.persisted(core.last_index)
+        if failing:
+            backoff.reset()
+            self.health.clear("raft-log")
+        if dirty:
+            core.persisted(core.last_index)
         return True
 
     def _drain(self, box: list[tuple[str, Message]]) -> None:

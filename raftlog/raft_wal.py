@@ -195,6 +195,12 @@ class RaftWal:
         if commit is not None:
             pending.append(commit_record(commit))
 
+    def drop_pending(self) -> None:
+        """Forget the records buffered since the last successful :meth:`sync` (a failed
+        batch included), for a caller that keeps them itself and appends them again; a
+        failed batch's cut back is still retried by the next sync()."""
+        self._pending = []
+
     def sync(self) -> None:
         """Write what is buffered and fdatasync it (one sync for the whole group).
 

@@ -310,6 +310,30 @@ def test_a_failed_fdatasync_cuts_back_and_the_retry_writes_again(
     wal.close()
 
 
+def test_a_dropped_failed_batch_is_written_once_when_the_caller_appends_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine keeps unstable entries itself: after a failed sync it drops the WAL's copy
+    and appends them again, so the retry writes each record once, even when the cut back
+    had failed too."""
+    path = written(tmp_path, entries(1, 2))
+    acknowledged = path.read_bytes()
+    wal, _ = RaftWal.open(tmp_path)
+    wal._file = FailingFile(wal._file, 20)  # type: ignore[assignment]
+    wal.append(entries(3, 4))
+    with monkeypatch.context() as m:
+        m.setattr(raft_wal, "_ftruncate", fail(errno.EIO))
+        with pytest.raises(OSError, match="No space"):
+            wal.sync()
+    wal.drop_pending()
+    assert wal.needs_repair
+    wal._file.budget = 10**6  # type: ignore[attr-defined]
+    wal.append(entries(3, 4))
+    wal.sync()
+    assert path.read_bytes() == acknowledged + b"".join(map(entry_record, entries(3, 4)))
+    wal.close()
+
+
 def test_when_the_cut_back_fails_nothing_is_written_until_it_succeeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
