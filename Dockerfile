@@ -8,7 +8,6 @@ COPY snapshots snapshots
 COPY nameserver nameserver
 COPY broker broker
 COPY replicator replicator
-COPY bench bench
 RUN pip install --no-cache-dir .
 EXPOSE 9876 9877 9878 9879
 VOLUME ["/data"]

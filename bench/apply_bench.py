@@ -11,7 +11,7 @@ The entries are built exactly as ``KVService.Put`` builds them (a ``KvOperation`
 the ``PutRequest``), stamped as ``ReplicatedLog.propose`` stamps them, and framed as group
 commit frames them (``--requests-per-item`` requests per item, ``--items-per-group`` items
 per apply group). Keys are drawn from a ``--keys`` key space that is written once before the
-timed run, so puts overwrite as in ``bench.loadgen --op put``.
+timed run, so puts overwrite as in ``nameserver.loadgen --op put``.
 
 Prints the apply thread's CPU per put (``time.thread_time``; the segment flusher's and the
 event loop's threads are reported apart), best of ``--repeat`` runs; asserts nothing.

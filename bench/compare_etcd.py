@@ -7,7 +7,7 @@
 For each system in turn (never two at once): start a 3-member cluster on free loopback ports
 with temporary data dirs (etcd from ``/usr/bin/etcd``; metaledger with ``metaledger cluster
 up``), find its leader (``etcdctl endpoint status``; Admin.Status), run every row with
-``bench.loadgen`` in its own process against the leader (or all members with ``--target all``),
+``nameserver.loadgen`` in its own process against the leader (or all members with ``--target all``),
 then stop the cluster by PID (SIGTERM, then SIGKILL after 10 s). With ``--interleave`` every
 system is started first and each row runs on each system in turn while the others idle, so
 that a ratio comes from adjacent runs, not runs minutes apart on a drifting machine. The results go to
@@ -20,7 +20,7 @@ serves, or grpc's thread-pool mode (``--noop-workers``). "metaledger / noop" say
 what a Python gRPC server can do at all metaledger's replicated path keeps; "noop / etcd"
 is the most any Python gRPC server reaches here. Every row also records the machine's TCP
 segments per operation, per direction on the load generator's connections and machine-wide
-(see ``bench.loadgen``): etcd coalesces the responses of many streams into one write, a Python
+(see ``nameserver.loadgen``): etcd coalesces the responses of many streams into one write, a Python
 server sends about one segment per call.
 
 Environment: COMPARE_ROWS, COMPARE_DURATION, COMPARE_WARMUP, ETCD, ETCDCTL override the defaults.
@@ -83,7 +83,7 @@ class Row:
 
 
 def parse_rows(text: str) -> list[Row]:
-    from bench.loadgen import OPS
+    from nameserver.loadgen import OPS
 
     rows = []
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -386,11 +386,11 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
 
 def machine_busy_pct(seconds: float) -> float | None:
     """The machine's busy time over the next ``seconds``, in % of one core (None off Linux)."""
-    from bench.loadgen import _machine_busy_jiffies
+    from nameserver.loadgen.procstats import machine_busy_jiffies
 
-    a = _machine_busy_jiffies()
+    a = machine_busy_jiffies()
     time.sleep(seconds)
-    b = _machine_busy_jiffies()
+    b = machine_busy_jiffies()
     if a is None or b is None or b[1] <= a[1]:
         return None
     return (b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1) * 100
@@ -426,7 +426,7 @@ def run_row(
         "--endpoints": ",".join(targets),
         "--server-pids": ",".join(map(str, cluster.server_pids)),
     }
-    cmd = [sys.executable, "-m", "bench.loadgen", "--json", *_flags(flags)]
+    cmd = [sys.executable, "-m", "nameserver.loadgen", "--json", *_flags(flags)]
     timeout = min(args.warmup + args.duration + ROW_OVERHEAD_S, budget_s)
     try:
         out = subprocess.run(
@@ -547,7 +547,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
             else "."
         ),
         f"etcd: {report['systems'].get('etcd', {}).get('version', '-')}; "
-        f"3 members each on 127.0.0.1 (the noop systems: 1 process); load: `bench.loadgen` "
+        f"3 members each on 127.0.0.1 (the noop systems: 1 process); load: `nameserver.loadgen` "
         f"(grpc.aio, one request in flight per client), {report['warmup_s']:g} s warm-up, "
         f"{report['duration_s']:g} s measured, {report['value_size']} B values, "
         f"target: {report['target']}"

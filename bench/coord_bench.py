@@ -47,7 +47,7 @@ from bench.compare_etcd import (
     machine,
     start_system,
 )
-from bench.loadgen import _process_cpu_s
+from nameserver.loadgen.procstats import process_cpu_s
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
 PREFIX = b"bench/watch/"
@@ -73,11 +73,11 @@ class CpuMeter:
         self.c0 = 0.0
 
     def start(self) -> None:
-        self.t0, self.c0 = time.monotonic(), _process_cpu_s([self.pid])[0] or 0.0
+        self.t0, self.c0 = time.monotonic(), process_cpu_s([self.pid])[0] or 0.0
 
     def stop(self) -> dict[str, float]:
         wall = time.monotonic() - self.t0
-        cpu = (_process_cpu_s([self.pid])[0] or 0.0) - self.c0
+        cpu = (process_cpu_s([self.pid])[0] or 0.0) - self.c0
         return {"cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "cores": round(cpu / wall, 2)}
 
 

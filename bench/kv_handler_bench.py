@@ -5,7 +5,7 @@ and encoding, ``NodeContext.propose``, ``ReplicatedLog.propose`` (group commit, 
 deadline), the answer from the apply thread, the response and its header. Consensus is the
 in-memory engine (a proposal commits at once) and the apply thread is real, so the loop
 also pays for being woken with the results. ``--clients`` coroutines each keep one request
-in flight, as ``bench.loadgen`` does over gRPC.
+in flight, as ``nameserver.loadgen`` does over gRPC.
 
 Prints the event loop's CPU per request (``time.thread_time`` of the loop's thread); asserts
 nothing. Runs against whatever ``nameserver`` is on ``PYTHONPATH``, so the same file can

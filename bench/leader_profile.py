@@ -4,7 +4,7 @@
 
 Issue 2 asks, beside the etcd ratios, for "a profile of the leader under load". This starts a
 3-node cluster the way ``bench.compare_etcd`` does (``metaledger cluster up`` on free ports, a
-temporary data dir, every process stopped by PID), finds the leader, runs ``bench.loadgen``
+temporary data dir, every process stopped by PID), finds the leader, runs ``nameserver.loadgen``
 against it and, while the load runs:
 
 1. names every thread of the 3 server processes (``py-spy dump``: Python threads by their
@@ -335,7 +335,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, kernel {m['kernel']}, Python "
         f"{m['python']}; load average at the start {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f}.",
-        f"metaledger 3 nodes (`metaledger cluster up`, this tree); load: `bench.loadgen --op "
+        f"metaledger 3 nodes (`metaledger cluster up`, this tree); load: `nameserver.loadgen --op "
         f"{report['op']} --clients {report['clients']}` against the leader "
         f"({report['leader']}).",
         "",
@@ -430,10 +430,10 @@ def wait_for_load(rate: _Rate, load: subprocess.Popen[bytes], timeout_s: float) 
     A read load first writes its keys (Txns of 64 puts, one revision each); its reads start
     after the last of them.
     """
-    from bench.loadgen import _POPULATE_BATCH, LoadSpec
+    from nameserver.loadgen import POPULATE_BATCH, LoadSpec
 
     key_space = LoadSpec().key_space
-    needed = 100 if rate.op in ("put", "txn") else -(-key_space // _POPULATE_BATCH)
+    needed = 100 if rate.op in ("put", "txn") else -(-key_space // POPULATE_BATCH)
     deadline = time.monotonic() + timeout_s
     start = leader_revision(rate.endpoint)
     while time.monotonic() < deadline:
@@ -463,7 +463,7 @@ def profile(args: argparse.Namespace, cluster: Cluster, workdir: Path) -> dict[s
         "--server-pids": ",".join(map(str, pids)),
     }
     load = subprocess.Popen(
-        [sys.executable, "-m", "bench.loadgen", "--json", *_flags(flags)],
+        [sys.executable, "-m", "nameserver.loadgen", "--json", *_flags(flags)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,

@@ -6,7 +6,7 @@ It is NOT a key-value store. Put, Range and Txn return well-formed canned respon
 no Raft, no log, no state beyond a revision counter (each Put, and each Txn with a put in its
 success branch, takes the next revision, so callers that read ``header.revision`` see it move).
 Maintenance.Status and Cluster.MemberList describe a one-member cluster that is its own leader,
-enough for ``bench.loadgen`` (KV only) and ``bench.compare_etcd`` (which asks Status for the
+enough for ``nameserver.loadgen`` (KV only) and ``bench.compare_etcd`` (which asks Status for the
 leader) to drive it like etcd or metaledger. Everything else is UNIMPLEMENTED.
 
 Why it exists: issue 2 asks metaledger for >= 0.5x etcd's writes; the gap to etcd is only

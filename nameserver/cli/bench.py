@@ -1,4 +1,4 @@
-"""``metaledger bench OP``: the etcd-protocol load generator (``bench/loadgen.py``)."""
+"""``metaledger bench OP``: the etcd-protocol load generator (:mod:`nameserver.loadgen`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def run_bench(args: argparse.Namespace) -> int:
     import grpc.aio
 
-    from bench import loadgen
+    from nameserver import loadgen
 
     spec = loadgen.spec_from_args(args, args.op, endpoints(args))
     try:
@@ -37,13 +37,14 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    from bench import loadgen
+    from nameserver import loadgen
+    from nameserver.loadgen import load
 
     p = sub.add_parser(
         "bench",
         parents=[common],
         help="drive load over the etcd KV API (works against etcd too)",
-        description=loadgen.__doc__,
+        description=load.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("op", choices=loadgen.OPS)

@@ -24,7 +24,7 @@ from bench.leader_profile import (
     parse_frame,
     parse_raw,
 )
-from bench.loadgen import parse_snmp_tcp, tcp_info_segments
+from nameserver.loadgen.procstats import parse_snmp_tcp, tcp_info_segments
 from protos.etcdserverpb import rpc_pb2
 
 # --------------------------------------------------------------------------- /proc/net/snmp

@@ -284,7 +284,7 @@ def test_member_list_and_bench_arguments() -> None:
     args = parse("bench", "txn", "--clients", "16", "--duration", "3", "--warmup", "0.5")
     assert (args.op, args.clients, args.duration, args.warmup) == ("txn", 16, 3.0, 0.5)
     assert parse("bench", "get-ser").op == "get-ser"
-    from bench import loadgen
+    from nameserver import loadgen
 
     spec = loadgen.spec_from_args(args, args.op, ["a:1"])
     spec.validate()

@@ -10,8 +10,8 @@ warmup + duration; only requests that complete inside the measured window count.
     txn      compare-and-swap, one key per client: If(mod_revision(k) == last)
              Then Put(k) Else Range(k)  (research/etcd-baselines.md §1)
 
-    python -m bench.loadgen --endpoints 127.0.0.1:2379 --op put --clients 64 --duration 10
-    python -m bench.loadgen ... --json            # one JSON line (the dict run() returns)
+    python -m nameserver.loadgen --endpoints 127.0.0.1:2379 --op put --clients 64 --duration 10
+    python -m nameserver.loadgen ... --json       # one JSON line (the dict run() returns)
 
 ``client_cpu_us_per_op`` is this process's CPU time (all threads, gRPC's included) over the
 window divided by the operations; ``machine_cpu_pct`` is the whole machine's busy time in
@@ -32,12 +32,9 @@ import argparse
 import asyncio
 import collections
 import dataclasses
-import json
 import math
 import os
 import random
-import socket
-import struct
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,10 +44,11 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from nameserver.loadgen import procstats
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
 OPS = ("put", "get", "get-ser", "txn")
-_POPULATE_BATCH = 64  # puts per Txn when writing the key space for get (etcd allows 128)
+POPULATE_BATCH = 64  # puts per Txn when writing the key space for get (etcd allows 128)
 _POPULATE_CONCURRENCY = 8
 
 
@@ -103,97 +101,6 @@ class _Window:
 
     def __contains__(self, t: float) -> bool:
         return self.start <= t < self.end
-
-
-def _machine_busy_jiffies() -> tuple[int, int] | None:
-    """(busy, total) jiffies since boot from /proc/stat, or None off Linux."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields[:8])  # guest time is already inside user/nice
-    return total - idle, total
-
-
-def parse_snmp_tcp(text: str) -> dict[str, int]:
-    """The ``Tcp:`` counters of a ``/proc/net/snmp`` text (a header line, then a value line)."""
-    lines = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")]
-    if len(lines) < 2:
-        return {}
-    names, values = lines[0][1:], lines[1][1:]
-    return {n: int(v) for n, v in zip(names, values, strict=True)}
-
-
-def _tcp_segments() -> tuple[int, int] | None:
-    """(InSegs, OutSegs) of the machine's network namespace, or None off Linux."""
-    try:
-        with open("/proc/net/snmp") as f:
-            tcp = parse_snmp_tcp(f.read())
-        return tcp["InSegs"], tcp["OutSegs"]
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-#: ``struct tcp_info`` (linux/tcp.h): tcpi_segs_out and tcpi_segs_in follow 136 bytes of older
-#: fields; kernels before 4.2 return a shorter struct.
-_TCP_INFO_SEGS = struct.Struct("=II")
-_TCP_INFO_SEGS_OFFSET = 136
-
-
-def tcp_info_segments(info: bytes) -> tuple[int, int] | None:
-    """(segments sent, segments received) from a ``TCP_INFO`` socket option value."""
-    if len(info) < _TCP_INFO_SEGS_OFFSET + _TCP_INFO_SEGS.size:
-        return None
-    out, in_ = _TCP_INFO_SEGS.unpack_from(info, _TCP_INFO_SEGS_OFFSET)
-    return out, in_
-
-
-def _connection_segments(ports: set[int]) -> tuple[int, int] | None:
-    """(sent, received) segments summed over this process's TCP connections to ``ports``.
-
-    gRPC owns the sockets; a dup of each descriptor reads the same kernel socket's counters.
-    """
-    if not hasattr(socket, "TCP_INFO"):
-        return None
-    sent = received = found = 0
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return None
-    for name in fds:
-        try:
-            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-                continue
-            sock = socket.socket(fileno=os.dup(int(name)))
-        except (OSError, ValueError):
-            continue
-        try:
-            if sock.type != socket.SOCK_STREAM or sock.getpeername()[1] not in ports:
-                continue
-            segs = tcp_info_segments(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256))
-        except (OSError, IndexError, TypeError):
-            continue
-        finally:
-            sock.close()
-        if segs is not None:
-            sent, received, found = sent + segs[0], received + segs[1], found + 1
-    return (sent, received) if found else None
-
-
-def _process_cpu_s(pids: Sequence[int]) -> list[float | None]:
-    """utime + stime of each process from /proc/<pid>/stat (None if it is gone or not Linux)."""
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    out: list[float | None] = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            out.append((int(fields[11]) + int(fields[12])) / ticks)
-        except (OSError, ValueError, IndexError):
-            out.append(None)
-    return out
 
 
 RequestFn = Callable[[], Awaitable[None]]
@@ -249,8 +156,8 @@ def _request_fn(
 async def _populate(stubs: Sequence[Any], spec: LoadSpec, value: bytes) -> None:
     """Write every key of the key space (for get), in Txn batches."""
     batches = [
-        range(lo, min(lo + _POPULATE_BATCH, spec.key_space))
-        for lo in range(0, spec.key_space, _POPULATE_BATCH)
+        range(lo, min(lo + POPULATE_BATCH, spec.key_space))
+        for lo in range(0, spec.key_space, POPULATE_BATCH)
     ]
     queue = collections.deque(batches)
 
@@ -319,14 +226,22 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
         tasks = [asyncio.create_task(_client(r, window, stats)) for r in requests]
 
         await asyncio.sleep(max(0.0, window.start - time.perf_counter()))
-        cpu0, wall0, machine0 = time.process_time(), time.perf_counter(), _machine_busy_jiffies()
-        servers0, segs0 = _process_cpu_s(spec.server_pids), _tcp_segments()
+        cpu0, wall0, machine0 = (
+            time.process_time(),
+            time.perf_counter(),
+            procstats.machine_busy_jiffies(),
+        )
+        servers0, segs0 = procstats.process_cpu_s(spec.server_pids), procstats.tcp_segments()
         ports = {int(ep.rsplit(":", 1)[1]) for ep in spec.endpoints}
-        conn0 = _connection_segments(ports)
+        conn0 = procstats.connection_segments(ports)
         await asyncio.sleep(max(0.0, window.end - time.perf_counter()))
-        cpu1, wall1, machine1 = time.process_time(), time.perf_counter(), _machine_busy_jiffies()
-        servers1, segs1 = _process_cpu_s(spec.server_pids), _tcp_segments()
-        conn1 = _connection_segments(ports)
+        cpu1, wall1, machine1 = (
+            time.process_time(),
+            time.perf_counter(),
+            procstats.machine_busy_jiffies(),
+        )
+        servers1, segs1 = procstats.process_cpu_s(spec.server_pids), procstats.tcp_segments()
+        conn1 = procstats.connection_segments(ports)
 
         _, pending = await asyncio.wait(tasks, timeout=spec.request_timeout_s + 1.0)
         for t in pending:
@@ -493,29 +408,3 @@ def spec_from_args(args: argparse.Namespace, op: str, endpoints: Sequence[str]) 
         use_uvloop=not args.no_uvloop,
         server_pids=tuple(args.server_pids),
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__.split("\n")[0])
-    p.add_argument("--op", choices=OPS, default="put")
-    p.add_argument("--endpoints", default="127.0.0.1:2379", help="comma-separated host:port")
-    add_load_arguments(p)
-    p.add_argument("--json", action="store_true", help="print one JSON line")
-    args = p.parse_args(argv)
-    endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
-    try:
-        spec = spec_from_args(args, args.op, endpoints)
-        spec.validate()
-    except ValueError as exc:
-        p.error(str(exc))
-    try:
-        result = run(spec)
-    except grpc.aio.AioRpcError as err:  # while writing the keys before the run
-        print(f"loadgen: setup failed: {err.code().name}: {err.details()}", file=sys.stderr)
-        return 1
-    print(json.dumps(result) if args.json else format_result(result), flush=True)
-    return 0 if result["ops"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
