@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import multiprocessing as mp
 import pickle
 import statistics
@@ -29,7 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.compact_scaling import RESULTS_DIR, dataset
+from bench.compact_scaling import dataset
+from bench.report import RESULTS_DIR, timestamp, write_report
 
 _PARTITIONS = 8
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     ratio = statistics.mean(together) / statistics.mean(alone)
-    date = time.strftime("%Y-%m-%dT%H-%M-%S")
+    date = timestamp()
     doc = {
         "date": date,
         "n": n,
@@ -137,13 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Two at once take {ratio:.3f}x as long as one alone: two cores do this work "
         f"{2 / ratio:.2f}x as fast as one.",
     ]
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"compact_ceiling-{date}"
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    json_path, md_path = write_report("compact_ceiling", doc, "\n".join(lines), Path(args.out_dir))
     print("\n".join(lines))
-    print(f"wrote {stem}.json, .md")
+    print(f"wrote {json_path}, {md_path}")
     return 0
 
 

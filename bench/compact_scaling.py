@@ -68,7 +68,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+from bench.report import RESULTS_DIR, result_stem, timestamp, write_report
+
 SEGMENT_BYTES = 64 * 1024 * 1024
 INDEX_EVERY_BYTES = 4096
 ENGINES = ("local", "spark1", "spark1-cpu1", "spark2")
@@ -1030,7 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [args.pyarrow_path, env.get("PYTHONPATH")])
         )
-    date = time.strftime("%Y-%m-%dT%H-%M-%S")
+    date = timestamp()
     doc: dict[str, Any] = {
         "date": date,
         "host": {
@@ -1125,19 +1126,16 @@ def main(argv: list[str] | None = None) -> int:
             if n != floor["n"]
         }
     out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"compact_scaling-{date}"
-    png = plot(doc, stem.with_suffix(".png"))
+    png = plot(doc, result_stem("compact_scaling", date, out_dir).with_suffix(".png"))
     if png:
         doc["plot"] = png
     else:
         doc["plot_note"] = "No plot: matplotlib is not installed (pip install -e .[bench])."
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
     text = report(doc)
-    stem.with_suffix(".md").write_text(text)
+    json_path, md_path = write_report("compact_scaling", doc, text, out_dir)
     print()
     print(text)
-    print(f"wrote {stem}.json, .md" + (", .png" if png else f" ({doc['plot_note']})"))
+    print(f"wrote {json_path}, {md_path}" + (", .png" if png else f" ({doc['plot_note']})"))
     return 0 if doc["hashes_equal"] else 1
 
 

@@ -29,10 +29,8 @@ Environment: COMPARE_ROWS, COMPARE_DURATION, COMPARE_WARMUP, ETCD, ETCDCTL overr
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import random
 import shutil
 import signal
@@ -47,6 +45,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench.report import RESULTS_DIR, fmt, machine, timestamp, write_report
 from nameserver.cli.cluster import busy_ports, layout
 from nameserver.client import Client, NodeStatus
 
@@ -444,30 +443,6 @@ def run_row(
 # --------------------------------------------------------------------------- report
 
 
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), ""
-            )
-    except OSError:
-        pass
-    return {
-        "nproc": os.cpu_count(),
-        "cpu_model": model or platform.processor(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-    }
-
-
-def _fmt(value: Any, spec: str = ".0f") -> str:
-    if value is None:
-        return "-"
-    text = format(value, spec)
-    return text[1:] if text.startswith("-") and not text.strip("-0.") else text  # not "-0"
-
-
 def ratios(entry: dict[str, Any]) -> dict[str, float | None]:
     """``"a / b"`` -> a's ops/s over b's for every RATIOS pair whose two systems ran the row."""
     out: dict[str, float | None] = {}
@@ -494,8 +469,8 @@ def table(report: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in report["rows"]:
         cells = [row["row"]]
-        cells += [_fmt(row.get(s, {}).get("ops_per_s")) for s in systems]
-        cells += [_fmt(row.get("ratios", {}).get(n), ".2f") for n in names]
+        cells += [fmt(row.get(s, {}).get("ops_per_s")) for s in systems]
+        cells += [fmt(row.get("ratios", {}).get(n), ".2f") for n in names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -517,24 +492,20 @@ def detail_table(report: dict[str, Any]) -> str:
                 lines.append(f"| {row['row']} | {system} | failed: {r['failed']} |||||||")
                 continue
             lines.append(
-                f"| {row['row']} | {system} | {_fmt(r.get('ops_per_s'))} "
+                f"| {row['row']} | {system} | {fmt(r.get('ops_per_s'))} "
                 f"| {r['p50_ms']:.2f} / {r['p99_ms']:.2f} "
-                f"| {_fmt(r.get('client_cpu_us_per_op'))} / {_fmt(r.get('server_cpu_us_per_op'))} "
-                f"| {_fmt(r.get('tcp_client_to_server_segs_per_op'), '.2f')} / "
-                f"{_fmt(r.get('tcp_server_to_client_segs_per_op'), '.2f')} / "
-                f"{_fmt(r.get('tcp_in_segs_per_op'), '.2f')} "
-                f"| {_fmt(r.get('errors'), 'd')} | {_fmt(r.get('foreign_cpu_pct'))}"
+                f"| {fmt(r.get('client_cpu_us_per_op'))} / {fmt(r.get('server_cpu_us_per_op'))} "
+                f"| {fmt(r.get('tcp_client_to_server_segs_per_op'), '.2f')} / "
+                f"{fmt(r.get('tcp_server_to_client_segs_per_op'), '.2f')} / "
+                f"{fmt(r.get('tcp_in_segs_per_op'), '.2f')} "
+                f"| {fmt(r.get('errors'), 'd')} | {fmt(r.get('foreign_cpu_pct'))}"
                 + (f" ({r['busy_before_pct']:.0f})" if "busy_before_pct" in r else "")
                 + " |"
             )
     return "\n".join(lines)
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"compare_etcd-{report['date'].replace(':', '-')}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     load = report.get("load_avg_start")
     md = [
@@ -571,8 +542,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         detail_table(report),
         "",
     ]
-    md_path.write_text("\n".join(md))
-    return json_path, md_path
+    return "\n".join(md)
 
 
 # --------------------------------------------------------------------------- main
@@ -615,7 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--etcd", default=os.environ.get("ETCD", "/usr/bin/etcd"))
     p.add_argument("--etcdctl", default=os.environ.get("ETCDCTL", "etcdctl"))
-    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--max-total", type=float, help="seconds for everything (default: computed)")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
     p.add_argument(
@@ -667,7 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.setitimer(signal.ITIMER_REAL, max_total)
 
     report: dict[str, Any] = {
-        "date": dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
+        "date": timestamp(),
         "machine": machine(),
         "load_avg_start": [round(x, 2) for x in os.getloadavg()],
         "rows_spec": [r.name for r in args.rows],
@@ -740,7 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         entry["ratios"] = ratios(entry)
         entry["ratio"] = entry["ratios"].get("metaledger / etcd")  # the name earlier reports used
     if any(system in entry for entry in report["rows"] for system in systems):
-        json_path, md_path = write_report(report, args.out_dir)
+        json_path, md_path = write_report("compare_etcd", report, markdown(report), args.out_dir)
         print(table(report) + "\n\n" + detail_table(report))
         print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
     return status

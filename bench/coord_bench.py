@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import os
 import shutil
@@ -44,9 +43,9 @@ from bench.compare_etcd import (
     ROOT,
     Cluster,
     _env_with_root,
-    machine,
     start_system,
 )
+from bench.report import RESULTS_DIR, machine, timestamp, write_report
 from nameserver.loadgen.procstats import process_cpu_s
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
@@ -464,10 +463,7 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"coord-{report['date'].replace(':', '-')}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     a = report["args"]
     md = [
@@ -484,9 +480,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> Path:
         table(report),
         "",
     ]
-    path = stem.with_suffix(".md")
-    path.write_text("\n".join(md))
-    return path
+    return "\n".join(md)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -514,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--etcd", default=os.environ.get("ETCD", "/usr/bin/etcd"))
     p.add_argument("--etcdctl", default=os.environ.get("ETCDCTL", "etcdctl"))
-    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep-data", action="store_true", help="keep the data dirs and logs")
     # receiver child
     p.add_argument("--child-receiver", action="store_true", help=argparse.SUPPRESS)
@@ -537,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("coord_bench: --scenarios lease,watch; --systems etcd,metaledger", file=sys.stderr)
         return 2
     report: dict[str, Any] = {
-        "date": dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
+        "date": timestamp(),
         "machine": machine(),
         "args": {k: v for k, v in vars(args).items() if k not in {"out_dir"} and "child" not in k},
         "results": {},
@@ -576,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"coord_bench: data and logs kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    path = write_report(report, args.out_dir)
+    _, path = write_report("coord", report, markdown(report), args.out_dir)
     print(table(report))
     print(f"results: {path}", file=sys.stderr)
     return status

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime as dt
 import json
 import os
 import re
@@ -53,10 +52,9 @@ from bench.compare_etcd import (
     Cluster,
     _env_with_root,
     _flags,
-    _fmt,
-    machine,
     start_metaledger,
 )
+from bench.report import RESULTS_DIR, fmt, machine, timestamp, write_report
 
 # --------------------------------------------------------------------------- activities
 
@@ -294,12 +292,12 @@ def threads_markdown(process: dict[str, Any]) -> str:
             idle += r["threads"]  # listed in the JSON; in the table they are only noise
             continue
         lines.append(
-            f"| {r['thread']} | {r['threads']} | {r['cpu_pct']:.1f} | {_fmt(r['us_per_put'])} |"
+            f"| {r['thread']} | {r['threads']} | {r['cpu_pct']:.1f} | {fmt(r['us_per_put'])} |"
         )
     if idle:
         lines.append(f"| (idle threads) | {idle} | 0 | 0 |")
     lines.append(
-        f"| **total** | | **{process['cpu_pct']:.1f}** | **{_fmt(process['us_per_put'])}** |"
+        f"| **total** | | **{process['cpu_pct']:.1f}** | **{fmt(process['us_per_put'])}** |"
     )
     return "\n".join(lines)
 
@@ -310,7 +308,7 @@ def spy_markdown(spy: dict[str, Any]) -> str:
     per_sample_us = spy["us_per_sample_per_put"]
 
     def us(n: int) -> str:
-        return _fmt(n * per_sample_us if per_sample_us is not None else None)
+        return fmt(n * per_sample_us if per_sample_us is not None else None)
 
     lines = [
         "| activity (samples holding the GIL) | share | µs per put | top leaf frames |",
@@ -340,13 +338,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"({report['leader']}).",
         "",
         f"Load over its whole run ({load.get('duration_s', '-')} s, both windows and the "
-        f"gaps): {_fmt(load.get('ops_per_s'))} ops/s, p50 {_fmt(load.get('p50_ms'), '.2f')} ms, "
-        f"p99 {_fmt(load.get('p99_ms'), '.2f')} ms, errors {_fmt(load.get('errors'), 'd')}, "
-        f"client CPU {_fmt(load.get('client_cpu_us_per_op'))} µs/op, "
+        f"gaps): {fmt(load.get('ops_per_s'))} ops/s, p50 {fmt(load.get('p50_ms'), '.2f')} ms, "
+        f"p99 {fmt(load.get('p99_ms'), '.2f')} ms, errors {fmt(load.get('errors'), 'd')}, "
+        f"client CPU {fmt(load.get('client_cpu_us_per_op'))} µs/op, "
         "TCP segments/op client→server "
-        f"{_fmt(load.get('tcp_client_to_server_segs_per_op'), '.2f')}, server→client "
-        f"{_fmt(load.get('tcp_server_to_client_segs_per_op'), '.2f')}, machine-wide "
-        f"{_fmt(load.get('tcp_in_segs_per_op'), '.2f')} (peer traffic included), foreign CPU {_fmt(load.get('foreign_cpu_pct'))}% of a core (the "
+        f"{fmt(load.get('tcp_client_to_server_segs_per_op'), '.2f')}, server→client "
+        f"{fmt(load.get('tcp_server_to_client_segs_per_op'), '.2f')}, machine-wide "
+        f"{fmt(load.get('tcp_in_segs_per_op'), '.2f')} (peer traffic included), foreign CPU {fmt(load.get('foreign_cpu_pct'))}% of a core (the "
         "machine's busy time not spent by the client or the servers).",
         "",
         f"## CPU per thread ({report['cpu_window']['seconds']:.1f} s window, "
@@ -558,15 +556,6 @@ def _fill_rates(report: dict[str, Any]) -> None:
         spy["us_per_sample_per_put"] = 1e6 / spy["rate_hz"] / done if done else None
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"leader-profile-{report['date'].replace(':', '-')}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md_path.write_text(markdown(report))
-    return json_path, md_path
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench.leader_profile",
@@ -585,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let py-spy pause the leader for each sample (consistent stacks, slower leader)",
     )
-    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     return p
 
 
@@ -607,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     report: dict[str, Any] = {
-        "date": dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
+        "date": timestamp(),
         "machine": machine(),
         "load_avg_start": [round(x, 2) for x in os.getloadavg()],
         "op": args.op,
@@ -632,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)  # let the cleanup finish
         cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    json_path, md_path = write_report(report, args.out_dir)
+    json_path, md_path = write_report("leader-profile", report, markdown(report), args.out_dir)
     print(markdown(report))
     print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
     return 0

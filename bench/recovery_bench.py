@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
 import os
 import shutil
 import signal
@@ -40,20 +38,18 @@ from typing import Any
 
 import grpc
 
+from bench.report import RESULTS_DIR, machine, timestamp, write_report
 from bench.restart_bench import (
     Deadline,
     Nodes,
     key_of,
     leader_agreed,
     load_keys,
-    machine,
     statuses,
     wait_for,
 )
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _status(endpoint: str) -> admin_pb2.StatusResponse:
@@ -202,11 +198,7 @@ def nospace_phase(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return {"puts_before_full": acked, "refusal": detail, "leave_nospace_s": round(leave_s, 3)}
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"recovery-{report['date'].replace(':', '-')}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
         f"# Recovery after faults — {report['date']}",
@@ -232,8 +224,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
                 f"| leave NOSPACE | full after {nospace['puts_before_full']} 8 KiB puts; a put "
                 f"acknowledged **{nospace['leave_nospace_s']} s** after space returned |"
             )
-    md_path.write_text("\n".join(lines) + "\n")
-    return json_path, md_path
+    return "\n".join(lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -252,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tmpfs-mb", type=int, default=64)
     p.add_argument("--room-mb", type=int, default=4)
     p.add_argument("--max-total", type=float, default=2400.0, help="the whole run's budget (s)")
-    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     return p
 
 
@@ -271,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.alarm(max(1, int(args.max_total)))
     workdir = Path(tempfile.mkdtemp(prefix="recovery-bench-"))
     report: dict[str, Any] = {
-        "date": dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
+        "date": timestamp(),
         "machine": machine(),
         "argv": argv,
     }
@@ -286,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         signal.alarm(0)
         shutil.rmtree(workdir, ignore_errors=True)
-    json_path, md_path = write_report(report, args.out_dir)
+    json_path, md_path = write_report("recovery", report, markdown(report), args.out_dir)
     print(md_path.read_text())
     print(f"wrote {json_path} and {md_path}")
     return 0

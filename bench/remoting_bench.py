@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import os
 import random
@@ -37,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.report import timestamp, write_report  # noqa: E402
 from nameserver.remoting.codec import encode  # noqa: E402
 from nameserver.remoting.headers import GetRouteInfoHeader  # noqa: E402
 from tests.harness import Cluster, wait_until  # noqa: E402
@@ -229,7 +229,7 @@ def main() -> int:
 
     results: dict[str, Any] = {
         "params": vars(args),
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "date": timestamp(),
     }
     with tempfile.TemporaryDirectory() as d, Cluster(Path(d) / "cluster", n=3) as c:
         c.wait_ready(30)
@@ -266,9 +266,6 @@ def main() -> int:
     results["ceiling"] = run_ceiling(len(reply_frame), args)
     print("asyncio echo ceiling:", results["ceiling"], flush=True)
     results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    stamp = dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
-    out = ROOT / "bench" / "results" / f"remoting-{stamp}"
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     one, three, ceil, storm = (
         results["one_node"],
         results["three_nodes"],
@@ -294,9 +291,9 @@ def main() -> int:
         f"{storm['retries']} retries.",
         "",
     ]
-    out.with_suffix(".md").write_text("\n".join(md))
+    json_path, md_path = write_report("remoting", results, "\n".join(md))
     print("\n".join(md))
-    print(f"wrote {out}.json and .md")
+    print(f"wrote {json_path} and {md_path}")
     return 0
 
 

@@ -32,10 +32,8 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import math
 import os
-import platform
 import re
 import shutil
 import signal
@@ -53,6 +51,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from bench.report import RESULTS_DIR, machine, timestamp, write_report
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 from raftlog.peer_auth import create_password_file
@@ -450,18 +449,6 @@ def measure_restart(
 
 
 # --------------------------------------------------------------------------- report
-def machine() -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    return {
-        "nproc": os.cpu_count(),
-        "cpu_model": model or platform.processor(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-    }
-
-
 def table(report: dict[str, Any]) -> str:
     r = report
     load, stall, snap, restart = r["load"], r["stall"], r["snapshot"], r["restart"]
@@ -501,11 +488,7 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"restart-{report['date'].replace(':', '-')}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
+def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     md = [
         f"# Restart from snapshot — {report['date']}",
@@ -520,8 +503,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
         table(report),
         "",
     ]
-    md_path.write_text("\n".join(md))
-    return json_path, md_path
+    return "\n".join(md)
 
 
 # --------------------------------------------------------------------------- main
@@ -540,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe-max", type=float, default=300.0, help="seconds of probing at most")
     p.add_argument("--restart-timeout", type=float, default=300.0)
     p.add_argument("--max-total", type=float, default=1800.0, help="the whole run's budget (s)")
-    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
     return p
 
@@ -649,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     phases["total"] = time.monotonic() - started
     report = {
-        "date": dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S"),
+        "date": timestamp(),
         "machine": machine(),
         "keys": args.keys,
         "value_size": args.value_size,
@@ -660,7 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **result,
     }
     print(table(report))
-    json_path, md_path = write_report(report, args.out_dir)
+    json_path, md_path = write_report("restart", report, markdown(report), args.out_dir)
     print(f"wrote {json_path} and {md_path}")
     return 0
 
