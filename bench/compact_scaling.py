@@ -924,11 +924,15 @@ def plot(doc: dict[str, Any], path: Path) -> str | None:
 
 
 def _positive_int(text: str) -> int:
-    # imported here: nameserver.cli pulls in grpc, which would inflate the measured
-    # children (only the parent process parses these flags)
-    from nameserver.cli._common import positive_int
-
-    return positive_int(text)
+    # here, not nameserver.cli's: that package pulls in grpc, which would inflate the
+    # measured children
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
 
 
 def _task_count(text: str) -> int:
@@ -946,10 +950,11 @@ def _count(text: str) -> int:
 
 
 def _fraction(text: str) -> float:
-    from nameserver.cli._common import positive_float
-
-    value = positive_float(text)
-    if value > 1:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
     return value
 

@@ -154,11 +154,11 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def _flags(flags: dict[str, str]) -> list[str]:
+def flag_argv(flags: dict[str, str]) -> list[str]:
     return [item for pair in flags.items() for item in pair]
 
 
-def _env_with_root() -> dict[str, str]:
+def env_with_root() -> dict[str, str]:
     """This environment with the project root on PYTHONPATH (for ``python -m`` children)."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path}
@@ -235,7 +235,7 @@ def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None
         with open(workdir / "etcd" / f"{name}.log", "wb") as log:
             cluster.procs.append(
                 subprocess.Popen(
-                    [etcd, *_flags(flags)],
+                    [etcd, *flag_argv(flags)],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -291,12 +291,12 @@ def start_metaledger(cluster: Cluster, workdir: Path, engine: str = "native") ->
     with open(workdir / f"metaledger-{engine}-cluster-up.log", "wb") as log:
         cluster.procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "nameserver.cli", "cluster", "up", *_flags(flags)],
+                [sys.executable, "-m", "nameserver.cli", "cluster", "up", *flag_argv(flags)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
-                env=_env_with_root(),
+                env=env_with_root(),
             )
         )
     cluster.endpoints = [n.client_endpoint for n in nodes]
@@ -348,7 +348,7 @@ def start_noop(cluster: Cluster, mode: str, workers: int, workdir: Path) -> None
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
-                env=_env_with_root(),
+                env=env_with_root(),
             )
         )
     cluster.server_pids = [cluster.procs[0].pid]
@@ -425,11 +425,11 @@ def run_row(
         "--endpoints": ",".join(targets),
         "--server-pids": ",".join(map(str, cluster.server_pids)),
     }
-    cmd = [sys.executable, "-m", "nameserver.loadgen", "--json", *_flags(flags)]
+    cmd = [sys.executable, "-m", "nameserver.loadgen", "--json", *flag_argv(flags)]
     timeout = min(args.warmup + args.duration + ROW_OVERHEAD_S, budget_s)
     try:
         out = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=_env_with_root()
+            cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env_with_root()
         )
     except subprocess.TimeoutExpired:
         return {"op": row.op, "clients": row.clients, "failed": f"timed out after {timeout:g}s"}

@@ -42,7 +42,7 @@ import grpc
 from bench.compare_etcd import (
     ROOT,
     Cluster,
-    _env_with_root,
+    env_with_root,
     start_system,
 )
 from bench.report import RESULTS_DIR, machine, timestamp, write_report
@@ -369,7 +369,7 @@ def watch_scenario(
             ]
             recv.append(
                 subprocess.Popen(
-                    cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=_env_with_root()
+                    cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_root()
                 )
             )
         for r in recv:

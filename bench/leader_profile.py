@@ -50,8 +50,8 @@ from bench.compare_etcd import (
     ROOT,
     STOP_GRACE_S,
     Cluster,
-    _env_with_root,
-    _flags,
+    env_with_root,
+    flag_argv,
     start_metaledger,
 )
 from bench.report import RESULTS_DIR, fmt, machine, timestamp, write_report
@@ -461,11 +461,11 @@ def profile(args: argparse.Namespace, cluster: Cluster, workdir: Path) -> dict[s
         "--server-pids": ",".join(map(str, pids)),
     }
     load = subprocess.Popen(
-        [sys.executable, "-m", "nameserver.loadgen", "--json", *_flags(flags)],
+        [sys.executable, "-m", "nameserver.loadgen", "--json", *flag_argv(flags)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
-        env=_env_with_root(),
+        env=env_with_root(),
     )
     report: dict[str, Any] = {}
     try:
