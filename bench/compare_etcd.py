@@ -23,7 +23,9 @@ segments per operation, per direction on the load generator's connections and ma
 (see ``nameserver.loadgen``): etcd coalesces the responses of many streams into one write, a Python
 server sends about one segment per call.
 
-Environment: COMPARE_ROWS, COMPARE_DURATION, COMPARE_WARMUP, ETCD, ETCDCTL override the defaults.
+Environment: COMPARE_ROWS, COMPARE_DURATION, COMPARE_WARMUP, ETCD, ETCDCTL, COMPARE_BASELINE_TREE
+override the defaults. ``metaledger-baseline`` runs the servers of another checkout
+(``--baseline-tree``) beside this one, to measure a change side by side.
 """
 
 from __future__ import annotations
@@ -50,16 +52,31 @@ from nameserver.cli.cluster import busy_ports, layout
 from nameserver.client import Client, NodeStatus
 
 DEFAULT_ROWS = "put:1,put:16,put:64,get:64,get-ser:64,txn:16"
-SYSTEMS = ("etcd", "metaledger", "metaledger-pysyncobj", "grpc-aio-noop", "grpc-sync-noop")
+SYSTEMS = (
+    "etcd",
+    "metaledger",
+    "metaledger-pysyncobj",
+    "metaledger-baseline",
+    "grpc-aio-noop",
+    "grpc-sync-noop",
+)
 #: metaledger systems and the consensus engine their nodes run (DESIGN §3: a native engine
 #: must beat PySyncObj side by side)
-ENGINES = {"metaledger": "native", "metaledger-pysyncobj": "pysyncobj"}
+ENGINES = {
+    "metaledger": "native",
+    "metaledger-pysyncobj": "pysyncobj",
+    "metaledger-baseline": "native",
+}
+#: ``metaledger-baseline`` runs the servers of another checkout (``--baseline-tree``, e.g. a
+#: ``git worktree`` of the commit before a change) under the same load generator: a change's
+#: cost measured side by side, interleaved, instead of from two runs minutes apart.
 NOOP_MODES = {"grpc-aio-noop": "aio", "grpc-sync-noop": "sync"}
 #: Columns of the ratio table: (numerator, denominator), shown when both systems ran.
 RATIOS = (
     ("metaledger", "etcd"),
     ("metaledger-pysyncobj", "etcd"),
     ("metaledger", "metaledger-pysyncobj"),
+    ("metaledger", "metaledger-baseline"),
     ("metaledger", "grpc-aio-noop"),
     ("metaledger", "grpc-sync-noop"),
     ("grpc-aio-noop", "etcd"),
@@ -158,10 +175,26 @@ def flag_argv(flags: dict[str, str]) -> list[str]:
     return [item for pair in flags.items() for item in pair]
 
 
-def env_with_root() -> dict[str, str]:
-    """This environment with the project root on PYTHONPATH (for ``python -m`` children)."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+def env_with_root(root: Path = ROOT) -> dict[str, str]:
+    """This environment with ``root`` (default: this project) first on PYTHONPATH (for
+    ``python -m`` children)."""
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path}
+
+
+def _git_head(tree: Path) -> str:
+    """`` at <short commit>`` of the checkout at ``tree``, or nothing outside git."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f" at {out.stdout.strip()}"
 
 
 def free_ports(n: int) -> list[int]:
@@ -276,8 +309,12 @@ def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None
 # --------------------------------------------------------------------------- metaledger
 
 
-def start_metaledger(cluster: Cluster, workdir: Path, engine: str = "native") -> None:
-    data = workdir / f"metaledger-{engine}"
+def start_metaledger(
+    cluster: Cluster, workdir: Path, engine: str = "native", tree: Path | None = None
+) -> None:
+    """A 3-node ``cluster up`` of this tree, or of the checkout at ``tree``."""
+    root = tree or ROOT
+    data = workdir / (f"metaledger-{engine}" if tree is None else "metaledger-baseline")
     data.mkdir(parents=True)
     base = free_base_port(3)
     nodes = layout(3, base)
@@ -288,19 +325,23 @@ def start_metaledger(cluster: Cluster, workdir: Path, engine: str = "native") ->
         "--log-level": "WARNING",
         "--consensus": engine,
     }
-    with open(workdir / f"metaledger-{engine}-cluster-up.log", "wb") as log:
+    with open(data.with_name(data.name + "-cluster-up.log"), "wb") as log:
         cluster.procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "nameserver.cli", "cluster", "up", *flag_argv(flags)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env=env_with_root(),
+                cwd=root,
+                env=env_with_root(root),
             )
         )
     cluster.endpoints = [n.client_endpoint for n in nodes]
-    cluster.version = f"metaledger (this tree, {engine} engine)"
+    cluster.version = (
+        f"metaledger (this tree, {engine} engine)"
+        if tree is None
+        else f"metaledger (baseline tree {tree}{_git_head(tree)}, {engine} engine)"
+    )
 
     def node_pids() -> list[int]:
         files = [data / f"{n.id}.pid" for n in nodes]
@@ -376,7 +417,8 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
     if system == "etcd":
         start_etcd(cluster, args.etcd, args.etcdctl, workdir)
     else:
-        start_metaledger(cluster, workdir, ENGINES[system])
+        tree = args.baseline_tree if system == "metaledger-baseline" else None
+        start_metaledger(cluster, workdir, ENGINES[system], tree)
     return cluster
 
 
@@ -589,6 +631,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total", type=float, help="seconds for everything (default: computed)")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
     p.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=os.environ.get("COMPARE_BASELINE_TREE"),
+        help="checkout whose servers the metaledger-baseline system runs (e.g. "
+        "`git worktree add --detach /tmp/before HEAD~3`)",
+    )
+    p.add_argument(
         "--interleave",
         action="store_true",
         help="start every system first, then run each row on each system in turn (the "
@@ -616,6 +665,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.noop_workers < 1:
         print(
             f"compare_etcd: --noop-workers must be >= 1, not {args.noop_workers}", file=sys.stderr
+        )
+        return 2
+    if "metaledger-baseline" in systems and not (
+        args.baseline_tree and (Path(args.baseline_tree) / "nameserver").is_dir()
+    ):
+        print(
+            "compare_etcd: metaledger-baseline needs --baseline-tree: a checkout of metaledger",
+            file=sys.stderr,
         )
         return 2
     if "etcd" in systems and not (shutil.which(args.etcd) and shutil.which(args.etcdctl)):
