@@ -60,7 +60,7 @@ class ServerConfig:
     cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
     advertise_client: str = ""  # defaults to listen_client
     propose_timeout_ms: int = 5000
-    #: the consensus engine: "native" (raftlog.native_engine: fsynced log, own transport)
+    #: the consensus engine: "native" (raftlog.native.engine: fsynced log, own transport)
     #: or "pysyncobj" (PySyncObj 0.3.17; its journal is never fsynced)
     consensus: str = "native"
     #: where the native engine runs: "shared" = on the gRPC event loop, applying commits

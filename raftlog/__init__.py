@@ -28,7 +28,7 @@ from raftlog.log import (
     ReplicatedLog,
     StateMachine,
 )
-from raftlog.native_engine import NativeConfig, NativeEngine
+from raftlog.native import NativeConfig, NativeEngine
 from raftlog.pysyncobj_engine import PySyncObjConfig, PySyncObjEngine
 from raftlog.segments import SegmentConfig, SegmentCorruptionError, SegmentLog
 

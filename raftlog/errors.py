@@ -10,8 +10,8 @@
     │   └── UnknownOutcomeError      the deadline passed; the entry may still be applied later
     ├── ConfigError                  a configuration field is invalid (names the field)
     ├── SegmentCorruptionError       (raftlog.segments) a change-log record in the middle is corrupt
-    ├── PeerAuthError                (raftlog.peer_auth) a Raft peer handshake failed (bad password, bad format)
-    └── WalCorruptError              (raftlog.raft_wal) a native Raft log record before the tail is corrupt
+    ├── PeerAuthError                (raftlog.native.auth) a Raft peer handshake failed (bad password, bad format)
+    └── WalCorruptError              (raftlog.native.wal) a native Raft log record before the tail is corrupt
 
 A state machine that rejects an operation is not an error of this package: the rejection
 is the apply result, delivered to the proposer like any other result.

@@ -250,7 +250,7 @@ class ReplicatedLog:
         on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         """``apply_on_loop``: when the engine reports commits on the event loop this log
-        was started on (:class:`~raftlog.native_engine.NativeEngine` with ``shared_loop``),
+        was started on (:class:`~raftlog.native.engine.NativeEngine` with ``shared_loop``),
         apply them right there instead of handing them to the apply thread, which then
         only takes what must not block the loop (installing a snapshot) and what queues
         behind it.

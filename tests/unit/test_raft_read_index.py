@@ -1,4 +1,4 @@
-"""raftlog.raft: linearizable reads by ReadIndex (Ongaro's dissertation §6.4), on the
+"""raftlog.native.core: linearizable reads by ReadIndex (Ongaro's dissertation §6.4), on the
 simulated network of :mod:`tests.unit.test_raft_core`.
 
 The leader answers a read with its commit index only after it committed an entry of its
@@ -13,15 +13,8 @@ import random
 
 import pytest
 
-from raftlog.raft import (
-    KIND_NORMAL,
-    LogEntry,
-    Message,
-    MsgType,
-    NotLeader,
-    RaftCore,
-    Role,
-)
+from raftlog.native.core import RaftCore, Role
+from raftlog.native.messages import KIND_NORMAL, LogEntry, Message, MsgType, NotLeader
 from tests.unit.test_raft_core import TIMING, Sim, elect
 
 

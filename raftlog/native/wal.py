@@ -57,7 +57,7 @@ from pathlib import Path
 import crc32c
 
 from raftlog.errors import RaftLogError
-from raftlog.raft import LogEntry
+from raftlog.native.messages import LogEntry
 from raftlog.segments import _fsync_dir
 
 log = logging.getLogger(__name__)
