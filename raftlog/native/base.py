@@ -19,11 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from raftlog.consensus import (
-    CommitSink,
-    EngineSnapshots,
-    ProposeCallback,
-)
+from raftlog.consensus import CommitSink, EngineSnapshots, ProposeCallback
 from raftlog.health import Backoff, Health
 from raftlog.native.auth import PeerKey
 from raftlog.native.config import NativeConfig

@@ -45,19 +45,12 @@ from raftlog.consensus import (
     ProposeCallback,
     claim_journal_dir,
 )
-from raftlog.errors import (
-    ProposeError,
-    RaftLogError,
-)
+from raftlog.errors import ProposeError, RaftLogError
 from raftlog.native.base import EngineBase
 from raftlog.native.core import RaftCore, Role, Timing
 from raftlog.native.flush import Flush
 from raftlog.native.forwarding import Forwarding
-from raftlog.native.messages import (
-    KIND_CONFIG,
-    KIND_NORMAL,
-    standalone_config,
-)
+from raftlog.native.messages import KIND_CONFIG, KIND_NORMAL, standalone_config
 from raftlog.native.snapshot_stream import SnapshotStream
 from raftlog.native.transport import Transport
 from raftlog.native.wal import RaftWal, WalState

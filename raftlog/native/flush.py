@@ -12,19 +12,10 @@ from __future__ import annotations
 import logging
 import time
 
-from raftlog.errors import (
-    NotLeaderError,
-    ProposalDroppedError,
-    ProposeError,
-    UnknownOutcomeError,
-)
+from raftlog.errors import NotLeaderError, ProposalDroppedError, ProposeError, UnknownOutcomeError
 from raftlog.native.base import EngineBase
 from raftlog.native.core import RaftCore, Role
-from raftlog.native.messages import (
-    KIND_NORMAL,
-    Message,
-    MsgType,
-)
+from raftlog.native.messages import KIND_NORMAL, Message, MsgType
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ answered once this node delivered up to them.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 
@@ -32,8 +31,6 @@ from raftlog.native.messages import (
     NotLeader,
     UnsafeChange,
 )
-
-log = logging.getLogger(__name__)
 
 _REJECT_NOT_LEADER = 1
 _REJECT_REFUSED = 2

@@ -20,11 +20,7 @@ import time
 from raftlog.errors import UnknownOutcomeError
 from raftlog.native.base import LEN, EngineBase, Peer
 from raftlog.native.core import Role
-from raftlog.native.messages import (
-    Message,
-    MsgType,
-    encode_message,
-)
+from raftlog.native.messages import Message, MsgType, encode_message
 
 log = logging.getLogger(__name__)
 

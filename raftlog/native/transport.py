@@ -17,11 +17,7 @@ import socket
 from raftlog.native.auth import PeerAuthError, accept, dial
 from raftlog.native.base import LEN, EngineBase, Peer
 from raftlog.native.conns import FRAME, IDLE
-from raftlog.native.messages import (
-    Message,
-    decode_message,
-    encode_message,
-)
+from raftlog.native.messages import Message, decode_message, encode_message
 
 log = logging.getLogger(__name__)
 
