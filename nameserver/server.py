@@ -26,6 +26,7 @@ from nameserver.election import ElectionService, LockService
 from nameserver.grpc_accept import HOT_METHODS, Acceptors
 from nameserver.grpc_guard import guard_handler
 from nameserver.image import Member
+from nameserver.kv import Rejected
 from nameserver.leases import LeaseKeeper
 from nameserver.metrics import Metric, MetricsServer, health_metrics
 from nameserver.offsets_service import OffsetsService, QuotasService
@@ -159,6 +160,7 @@ class Node:
             batch_window_s=config.batch_window_ms / 1000,
             max_in_flight=config.items_in_flight,
             apply_on_loop=shared,
+            refusals=(Rejected,),
         )
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(

@@ -232,7 +232,8 @@ class NodeContext:
         if isinstance(applied.result, Rejected):
             raise applied.result
         if isinstance(applied.result, ApplyFailure):
-            raise Rejected(applied.result.code or "INVALID_ARGUMENT", applied.result.message)
+            error = applied.result.error  # a Rejected keeps its code
+            raise Rejected(str(getattr(error, "code", "")) or "INVALID_ARGUMENT", str(error))
         return applied
 
     def check_size(self, request: Any) -> None:
@@ -413,7 +414,7 @@ async def require_lease(node: NodeContext, lease_id: int) -> None:
     """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
 
     Apply checks again (the lease may go in between); its rejection keeps its code
-    (``raftlog.ApplyFailure.code``), so the client gets NOT_FOUND either way."""
+    (the Rejected in ``raftlog.ApplyFailure.error``), so the client gets NOT_FOUND either way."""
     if node.state.image.leases.get(lease_id) is not None:
         return
     image = await node.read_image(False)

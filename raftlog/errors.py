@@ -14,7 +14,8 @@
     └── WalCorruptError              (raftlog.native.wal) a native Raft log record before the tail is corrupt
 
 A state machine that rejects an operation is not an error of this package: the rejection
-is the apply result, delivered to the proposer like any other result.
+is the apply result (``ApplyFailure(error)``, the exception itself, untouched), delivered
+to the proposer like any other result.
 """
 
 from __future__ import annotations

@@ -192,11 +192,11 @@ class Apply(LogBase):
                 try:
                     effects, result = apply(offset, term, entries) if entries else ((), None)
                 except Exception as exc:
-                    # a refusal with a status code is the request's own (a client's mistake,
-                    # answered to it): not worth a line per node
-                    level = logging.DEBUG if getattr(exc, "code", None) else logging.WARNING
+                    # a refusal is the request's own (a client's mistake, answered to it):
+                    # not worth a line per node
+                    level = logging.DEBUG if isinstance(exc, self._refusals) else logging.WARNING
                     log.log(level, "offset %d rejected by the state machine: %s", offset, exc)
-                    effects, result = (), ApplyFailure(str(exc), str(getattr(exc, "code", "")))
+                    effects, result = (), ApplyFailure(exc)
                 if effects:
                     ts = entries[0].timestamp_ms
                     if offset > seg_last:

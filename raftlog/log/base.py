@@ -97,6 +97,7 @@ class LogBase:
         window_per_request_s: float = WINDOW_PER_REQUEST_S,
         health: Health | None = None,
         on_fatal: Callable[[str], None] | None = None,
+        refusals: tuple[type[Exception], ...] = (),
     ) -> None:
         """``apply_on_loop``: when the engine reports commits on the event loop this log
         was started on (:class:`~raftlog.native.engine.NativeEngine` with ``shared_loop``),
@@ -108,13 +109,18 @@ class LogBase:
         ``health`` when it has one, else a new one); the segments report there too.
         ``on_fatal(reason)``: called once, from any thread, when this node cannot go on
         (a bug or damage on the apply path); the server exits non-zero. Without it the
-        node only stops applying."""
+        node only stops applying.
+
+        ``refusals``: the exceptions the state machine raises for a request's own mistakes
+        (logged at DEBUG; any other exception from ``apply`` at WARNING). Either way the
+        request's result is an :class:`~raftlog.log.contracts.ApplyFailure` carrying it."""
         if health is None:
             engine_health = getattr(engine, "health", None)
             health = engine_health if isinstance(engine_health, Health) else Health()
         self.health = health
         segments.health = health
         self._on_fatal = on_fatal
+        self._refusals = refusals
         self._stopping = threading.Event()
         self._snapshot_retry_at = 0.0
         self._engine = engine

@@ -108,13 +108,11 @@ class Applied:
 
 @dataclass(frozen=True)
 class ApplyFailure:
-    """The state machine raised on an item; every node raised the same (apply is deterministic).
+    """The state machine raised ``error`` on a request; every node raised the same (apply is
+    deterministic). The log passes the exception through untouched: what it means to a
+    client is the caller's to say."""
 
-    ``code`` is the raised error's ``code`` attribute when it has one (the state machine's
-    own status name, e.g. ``NOT_FOUND``), else ""."""
-
-    message: str
-    code: str = ""
+    error: Exception
 
 
 @dataclass(frozen=True)

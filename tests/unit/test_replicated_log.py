@@ -120,7 +120,7 @@ def test_a_rejected_entry_is_a_no_op_with_a_failure_result(tmp_path: Path) -> No
 
     try:
         bad, good = asyncio.run(main())
-        assert isinstance(bad.result, ApplyFailure) and "boom" in bad.result.message
+        assert isinstance(bad.result, ApplyFailure) and "boom" in str(bad.result.error)
         assert good.offset == bad.offset + 1 and sm.data == {b"a": b"1"}
     finally:
         rlog.stop()
