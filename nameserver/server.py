@@ -61,6 +61,8 @@ from protos.metaledger.v1 import (
     routing_pb2_grpc,
 )
 from raftlog import (
+    ApplyObserver,
+    Change,
     Entry,
     MemberEngine,
     NativeConfig,
@@ -71,6 +73,7 @@ from raftlog import (
     SegmentConfig,
     SegmentLog,
 )
+from raftlog.log import Captured
 from snapshots import FileSnapshotStore
 
 log = logging.getLogger("metaledger")
@@ -101,6 +104,35 @@ GRPC_SERVER_OPTIONS = [
 def uint64_id(text: str) -> int:
     """A stable, positive 63-bit id for a name (cluster token, peer address)."""
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class MemberNames:
+    """Passes every apply group on to the watch hub and, when the member records changed,
+    tells the engine its members' names: the engine knows peer addresses (and its peers'
+    names at start), the names of members added since are in their member records."""
+
+    def __init__(
+        self, engine: MemberEngine, state: MetadataStateMachine, then: ApplyObserver
+    ) -> None:
+        self._engine, self._state, self._then = engine, state, then
+        self._named: object = None  # the members sub-image last named (shared while unchanged)
+        self.name_members()
+
+    def name_members(self) -> None:
+        members = self._state.image.members
+        if members is self._named:
+            return
+        self._named = members
+        for m in members.members.values():
+            self._engine.name_member(m.id, m.peer_url.removeprefix("http://"))
+
+    def on_applied(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
+        self._then.on_applied(before, last_offset, changes)
+        self.name_members()
+
+    def on_installed(self, offset: int) -> None:
+        self._then.on_installed(offset)
+        self.name_members()
 
 
 class Node:
@@ -151,7 +183,6 @@ class Node:
         cluster_hex = f"{self.cluster_id:016x}"
         image, engine_base = restore(store, segments, engine.dump_file, cluster_hex)
         self.state = MetadataStateMachine(image)
-        engine.set_name_resolver(self._member_name)
         self.log = ReplicatedLog(
             engine,
             self.state,
@@ -187,7 +218,7 @@ class Node:
             config.max_request_bytes,
             floor_path,
         )
-        self.log.set_observer(self.watch_hub)
+        self.log.set_observer(MemberNames(engine, self.state, self.watch_hub))
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )
@@ -207,12 +238,6 @@ class Node:
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
         self._announce_task: asyncio.Task[None] | None = None
-
-    def _member_name(self, address: str) -> str | None:
-        for member in self.state.image.members.members.values():
-            if member.peer_url.removeprefix("http://") == address:
-                return member.id
-        return None
 
     def leader_client_address(self) -> str | None:
         """The leader's gRPC address from its member record (None: unknown, or this node)."""

@@ -51,7 +51,6 @@ class EngineBase:
         self._config = config
         self._me = config.self_address
         self._by_address = {addr: nid for nid, addr in config.peers.items()}
-        self._resolver: Callable[[str], str | None] | None = None
         self._core: RaftCore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -128,10 +127,9 @@ class EngineBase:
         return True
 
     def _name(self, address: str) -> str:
-        name = self._by_address.get(address)
-        if name is None and self._resolver is not None:
-            name = self._resolver(address)
-        return name or address
+        """The member's name (its node id) when this engine knows it (its peers at start,
+        :meth:`name_member` since), else its address."""
+        return self._by_address.get(address, address)
 
     if TYPE_CHECKING:  # implemented by the parts (see the module docstring)
 

@@ -36,7 +36,6 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 from raftlog.consensus import (
     CommitSink,
@@ -294,9 +293,6 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
 
     def name_member(self, node_id: str, address: str) -> None:
         self._by_address = {**self._by_address, address: node_id}
-
-    def set_name_resolver(self, resolver: Callable[[str], str | None]) -> None:
-        self._resolver = resolver
 
     def leader_address(self) -> str:
         core = self._core
