@@ -63,8 +63,8 @@ from protos.metaledger.v1 import (
 from raftlog import (
     ApplyObserver,
     Change,
+    ConsensusEngine,
     Entry,
-    MemberEngine,
     NativeConfig,
     NativeEngine,
     PySyncObjConfig,
@@ -112,7 +112,7 @@ class MemberNames:
     names at start), the names of members added since are in their member records."""
 
     def __init__(
-        self, engine: MemberEngine, state: MetadataStateMachine, then: ApplyObserver
+        self, engine: ConsensusEngine, state: MetadataStateMachine, then: ApplyObserver
     ) -> None:
         self._engine, self._state, self._then = engine, state, then
         self._named: object = None  # the members sub-image last named (shared while unchanged)
@@ -163,7 +163,7 @@ class Node:
             "leader_step_down_ms": config.leader_step_down_ms,
             "snapshot_every_items": config.snapshot_every_items,
         }
-        engine: MemberEngine
+        engine: NativeEngine | PySyncObjEngine
         shared = config.consensus == "native" and config.consensus_loop == "shared"
         if config.consensus == "native":
             engine = NativeEngine(

@@ -40,8 +40,8 @@ from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 from raftlog import (
     Applied,
     ApplyFailure,
+    ConsensusEngine,
     Entry,
-    MemberEngine,
     ProposeError,
     ReplicatedLog,
     UnsafeReconfigurationError,
@@ -110,7 +110,7 @@ class NodeContext:
         rlog: ReplicatedLog,
         state: MetadataStateMachine,
         cluster_id: int,
-        engine: MemberEngine,
+        engine: ConsensusEngine,
     ) -> None:
         self.config = config
         self.log = rlog
@@ -126,7 +126,7 @@ class NodeContext:
         has no name)."""
         by_peer = {m.peer_url.removeprefix("http://"): m for m in image.members.members.values()}
         out = []
-        for address in self.engine.members():
+        for address in (m.address for m in self.engine.members()):
             rec = by_peer.get(address)
             if rec is not None:
                 self.engine.name_member(rec.id, address)
@@ -581,7 +581,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         if len(request.peerURLs) != 1:
             raise InvalidRequest("peerURLs: give exactly one peer URL (http://host:port)")
         address = _peer_address(request.peerURLs[0])
-        if address in self.node.engine.members():
+        if address in {m.address for m in self.node.engine.members()}:
             raise Rejected("FAILED_PRECONDITION", "etcdserver: Peer URLs already exists")
         await self._change(True, address)
         image = await self.node.read_image(False)

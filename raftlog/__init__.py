@@ -5,6 +5,7 @@ from raftlog.consensus import (
     ConsensusEngine,
     EngineStatus,
     InMemoryEngine,
+    Member,
     ProposeCallback,
 )
 from raftlog.entry import Effect, Entry, decode_batch, encode_batch
@@ -44,7 +45,7 @@ __all__ = [
     "EngineStatus",
     "Entry",
     "InMemoryEngine",
-    "MemberEngine",
+    "Member",
     "NativeConfig",
     "NativeEngine",
     "NoSpaceError",
@@ -67,6 +68,3 @@ __all__ = [
     "decode_batch",
     "encode_batch",
 ]
-
-#: The engines a server runs on: both offer membership, leadership transfer and names.
-MemberEngine = NativeEngine | PySyncObjEngine

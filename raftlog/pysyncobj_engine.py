@@ -47,6 +47,7 @@ from raftlog.consensus import (
     EngineConfig,
     EngineSnapshots,
     EngineStatus,
+    Member,
     ProposeCallback,
     claim_journal_dir,
 )
@@ -337,12 +338,16 @@ class PySyncObjEngine:
             end_offset=max(end, commit),
             commit_offset=commit,
             has_quorum=bool(so.hasQuorum),
-            members={self._name(a): a for a in self.members()},
+            members={self._name(a): a for a in self._addresses()},
         )
 
     # ------------------------------------------------------------ membership
-    def members(self) -> list[str]:
-        """Peer addresses of the current configuration (this node included)."""
+    def members(self) -> list[Member]:
+        """The current configuration (this node included), by peer address."""
+        names = self._by_address
+        return [Member(a, names.get(a, "")) for a in self._addresses()]
+
+    def _addresses(self) -> list[str]:
         so = self._sync
         if so is None:
             return sorted(self._config.peers.values())

@@ -41,6 +41,7 @@ from raftlog.consensus import (
     CommitSink,
     EngineSnapshots,
     EngineStatus,
+    Member,
     ProposeCallback,
     claim_journal_dir,
 )
@@ -277,9 +278,11 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
         core = self._core
         return core.term if core is not None else 0
 
-    def members(self) -> list[str]:
+    def members(self) -> list[Member]:
         core = self._core
-        return sorted(core.voters) if core is not None else sorted(self._config.peers.values())
+        voters = core.voters if core is not None else self._config.peers.values()
+        names = self._by_address
+        return [Member(a, names.get(a, "")) for a in sorted(voters)]
 
     def uncommitted(self) -> list[bytes]:
         core = self._core
