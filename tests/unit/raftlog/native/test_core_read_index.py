@@ -1,5 +1,5 @@
 """raftlog.native.core: linearizable reads by ReadIndex (Ongaro's dissertation §6.4), on the
-simulated network of :mod:`tests.unit.test_raft_core`.
+simulated network of :mod:`tests.unit.raftlog.native.test_core`.
 
 The leader answers a read with its commit index only after it committed an entry of its
 own term and a majority answered a heartbeat round started after the read arrived; every
@@ -15,7 +15,7 @@ import pytest
 
 from raftlog.native.core import RaftCore, Role
 from raftlog.native.messages import KIND_NORMAL, LogEntry, Message, MsgType, NotLeader
-from tests.unit.test_raft_core import TIMING, Sim, elect
+from tests.unit.raftlog.native.test_core import TIMING, Sim, elect
 
 
 def settled(sim: Sim) -> str:

@@ -1,5 +1,5 @@
 """raftlog.native.core: recovering members and guarding membership, on the simulated network of
-:mod:`tests.unit.test_raft_core` (no sockets, no disk, no clock).
+:mod:`tests.unit.raftlog.native.test_core` (no sockets, no disk, no clock).
 
 * A follower whose data was wiped restarts with an empty log while the leader remembers
   it matched far more. Raft assumes what was acknowledged stays on disk (§3.8); etcd-raft's
@@ -31,7 +31,7 @@ from raftlog.native.messages import (
     encode_voters,
     standalone_config,
 )
-from tests.unit.test_raft_core import TIMING, Disk, Sim, elect
+from tests.unit.raftlog.native.test_core import TIMING, Disk, Sim, elect
 
 
 def wipe(sim: Sim, name: str) -> None:

@@ -18,7 +18,7 @@ import raftlog.log.snapshot_duties
 import raftlog.segments
 from raftlog import Entry, InMemoryEngine, NoSpaceError, ReplicatedLog, SegmentConfig, SegmentLog
 from raftlog.health import State
-from tests.unit.test_replicated_log import DictMachine
+from tests.unit.raftlog.log.test_replicated_log import DictMachine
 
 
 class _Disk:
