@@ -31,7 +31,8 @@ from raftlog.log import (
 )
 from raftlog.native import NativeConfig, NativeEngine
 from raftlog.pysyncobj_engine import PySyncObjConfig, PySyncObjEngine
-from raftlog.segments import SegmentConfig, SegmentCorruptionError, SegmentLog
+from raftlog.segment_files import SegmentCorruptionError
+from raftlog.segments import SegmentConfig, SegmentLog
 
 __all__ = [
     "Applied",

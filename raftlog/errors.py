@@ -9,7 +9,7 @@
     │   ├── UnsafeReconfigurationError  a membership change would leave fewer started members than a quorum
     │   └── UnknownOutcomeError      the deadline passed; the entry may still be applied later
     ├── ConfigError                  a configuration field is invalid (names the field)
-    ├── SegmentCorruptionError       (raftlog.segments) a change-log record in the middle is corrupt
+    ├── SegmentCorruptionError       (raftlog.segment_files) a change-log record in the middle is corrupt
     ├── PeerAuthError                (raftlog.native.auth) a Raft peer handshake failed (bad password, bad format)
     └── WalCorruptError              (raftlog.native.wal) a native Raft log record before the tail is corrupt
 
