@@ -23,6 +23,12 @@ Members are named by peer address; snapshots use the same hooks, dump file and e
 slot as the PySyncObj engine (:class:`raftlog.consensus.EngineSnapshots`), so the server's
 snapshot store, restore and ``metaledger snapshot`` work unchanged. A follower that is
 behind the leader's compacted log gets the dump file streamed in 1 MiB chunks.
+
+This module holds the lifecycle (start, stop, the loop: shared or a thread of its own) and
+the public API; the engine's other jobs are mixins over :class:`raftlog.native.base.EngineBase`:
+the loop pass (:mod:`raftlog.native.flush`), forwarding (:mod:`raftlog.native.forwarding`),
+snapshots (:mod:`raftlog.native.snapshot_stream`) and the peer transport
+(:mod:`raftlog.native.transport`).
 """
 
 from __future__ import annotations
