@@ -54,7 +54,7 @@ import grpc.aio
 from bench.report import RESULTS_DIR, machine, timestamp, write_report
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
-from raftlog.peer_auth import create_password_file
+from raftlog.native.auth import create_password_file
 
 ROOT = Path(__file__).resolve().parents[1]
 STOP_GRACE_S = 10.0

@@ -60,7 +60,7 @@ class ServerConfig:
     cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
     advertise_client: str = ""  # defaults to listen_client
     propose_timeout_ms: int = 5000
-    #: the consensus engine: "native" (raftlog.native_engine: fsynced log, own transport)
+    #: the consensus engine: "native" (raftlog.native.engine: fsynced log, own transport)
     #: or "pysyncobj" (PySyncObj 0.3.17; its journal is never fsynced)
     consensus: str = "native"
     #: where the native engine runs: "shared" = on the gRPC event loop, applying commits
@@ -72,7 +72,7 @@ class ServerConfig:
     force_new_cluster: bool = False
     #: under load, a consensus item gathers requests before it is proposed (group commit)
     #: for 0.11 ms per request waiting at once, at least 3 ms, at most this
-    #: (raftlog.log.WINDOW_PER_REQUEST_S; 0 = propose as soon as the previous item is done).
+    #: (raftlog.log.base.WINDOW_PER_REQUEST_S; 0 = propose as soon as the previous item is done).
     #: 3 since the extra gRPC accepts (nameserver.grpc_accept): 3 ms then beat 6 ms at 64
     #: clients in every pair measured; longer windows are for slower request paths
     batch_window_ms: float = 3.0

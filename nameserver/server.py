@@ -26,6 +26,7 @@ from nameserver.election import ElectionService, LockService
 from nameserver.grpc_accept import HOT_METHODS, Acceptors
 from nameserver.grpc_guard import guard_handler
 from nameserver.image import Member
+from nameserver.kv import Rejected
 from nameserver.leases import LeaseKeeper
 from nameserver.metrics import Metric, MetricsServer, health_metrics
 from nameserver.offsets_service import OffsetsService, QuotasService
@@ -60,8 +61,10 @@ from protos.metaledger.v1 import (
     routing_pb2_grpc,
 )
 from raftlog import (
+    ApplyObserver,
+    Change,
+    ConsensusEngine,
     Entry,
-    MemberEngine,
     NativeConfig,
     NativeEngine,
     PySyncObjConfig,
@@ -70,6 +73,7 @@ from raftlog import (
     SegmentConfig,
     SegmentLog,
 )
+from raftlog.log import Captured
 from snapshots import FileSnapshotStore
 
 log = logging.getLogger("metaledger")
@@ -102,6 +106,35 @@ def uint64_id(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+class MemberNames:
+    """Passes every apply group on to the watch hub and, when the member records changed,
+    tells the engine its members' names: the engine knows peer addresses (and its peers'
+    names at start), the names of members added since are in their member records."""
+
+    def __init__(
+        self, engine: ConsensusEngine, state: MetadataStateMachine, then: ApplyObserver
+    ) -> None:
+        self._engine, self._state, self._then = engine, state, then
+        self._named: object = None  # the members sub-image last named (shared while unchanged)
+        self.name_members()
+
+    def name_members(self) -> None:
+        members = self._state.image.members
+        if members is self._named:
+            return
+        self._named = members
+        for m in members.members.values():
+            self._engine.name_member(m.id, m.peer_url.removeprefix("http://"))
+
+    def on_applied(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
+        self._then.on_applied(before, last_offset, changes)
+        self.name_members()
+
+    def on_installed(self, offset: int) -> None:
+        self._then.on_installed(offset)
+        self.name_members()
+
+
 class Node:
     """One metaledger node: the replicated log, the state machine and the gRPC server."""
 
@@ -130,7 +163,7 @@ class Node:
             "leader_step_down_ms": config.leader_step_down_ms,
             "snapshot_every_items": config.snapshot_every_items,
         }
-        engine: MemberEngine
+        engine: NativeEngine | PySyncObjEngine
         shared = config.consensus == "native" and config.consensus_loop == "shared"
         if config.consensus == "native":
             engine = NativeEngine(
@@ -150,7 +183,6 @@ class Node:
         cluster_hex = f"{self.cluster_id:016x}"
         image, engine_base = restore(store, segments, engine.dump_file, cluster_hex)
         self.state = MetadataStateMachine(image)
-        engine.set_name_resolver(self._member_name)
         self.log = ReplicatedLog(
             engine,
             self.state,
@@ -159,6 +191,7 @@ class Node:
             batch_window_s=config.batch_window_ms / 1000,
             max_in_flight=config.items_in_flight,
             apply_on_loop=shared,
+            refusals=(Rejected,),
         )
         if config.snapshot_every_items > 0:
             self.log.enable_snapshots(
@@ -185,7 +218,7 @@ class Node:
             config.max_request_bytes,
             floor_path,
         )
-        self.log.set_observer(self.watch_hub)
+        self.log.set_observer(MemberNames(engine, self.state, self.watch_hub))
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )
@@ -205,12 +238,6 @@ class Node:
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
         self._announce_task: asyncio.Task[None] | None = None
-
-    def _member_name(self, address: str) -> str | None:
-        for member in self.state.image.members.members.values():
-            if member.peer_url.removeprefix("http://") == address:
-                return member.id
-        return None
 
     def leader_client_address(self) -> str | None:
         """The leader's gRPC address from its member record (None: unknown, or this node)."""

@@ -40,8 +40,8 @@ from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 from raftlog import (
     Applied,
     ApplyFailure,
+    ConsensusEngine,
     Entry,
-    MemberEngine,
     ProposeError,
     ReplicatedLog,
     UnsafeReconfigurationError,
@@ -110,7 +110,7 @@ class NodeContext:
         rlog: ReplicatedLog,
         state: MetadataStateMachine,
         cluster_id: int,
-        engine: MemberEngine,
+        engine: ConsensusEngine,
     ) -> None:
         self.config = config
         self.log = rlog
@@ -126,7 +126,7 @@ class NodeContext:
         has no name)."""
         by_peer = {m.peer_url.removeprefix("http://"): m for m in image.members.members.values()}
         out = []
-        for address in self.engine.members():
+        for address in (m.address for m in self.engine.members()):
             rec = by_peer.get(address)
             if rec is not None:
                 self.engine.name_member(rec.id, address)
@@ -232,7 +232,8 @@ class NodeContext:
         if isinstance(applied.result, Rejected):
             raise applied.result
         if isinstance(applied.result, ApplyFailure):
-            raise Rejected(applied.result.code or "INVALID_ARGUMENT", applied.result.message)
+            error = applied.result.error  # a Rejected keeps its code
+            raise Rejected(str(getattr(error, "code", "")) or "INVALID_ARGUMENT", str(error))
         return applied
 
     def check_size(self, request: Any) -> None:
@@ -413,7 +414,7 @@ async def require_lease(node: NodeContext, lease_id: int) -> None:
     """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
 
     Apply checks again (the lease may go in between); its rejection keeps its code
-    (``raftlog.ApplyFailure.code``), so the client gets NOT_FOUND either way."""
+    (the Rejected in ``raftlog.ApplyFailure.error``), so the client gets NOT_FOUND either way."""
     if node.state.image.leases.get(lease_id) is not None:
         return
     image = await node.read_image(False)
@@ -580,7 +581,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         if len(request.peerURLs) != 1:
             raise InvalidRequest("peerURLs: give exactly one peer URL (http://host:port)")
         address = _peer_address(request.peerURLs[0])
-        if address in self.node.engine.members():
+        if address in {m.address for m in self.node.engine.members()}:
             raise Rejected("FAILED_PRECONDITION", "etcdserver: Peer URLs already exists")
         await self._change(True, address)
         image = await self.node.read_image(False)

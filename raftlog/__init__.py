@@ -5,6 +5,7 @@ from raftlog.consensus import (
     ConsensusEngine,
     EngineStatus,
     InMemoryEngine,
+    Member,
     ProposeCallback,
 )
 from raftlog.entry import Effect, Entry, decode_batch, encode_batch
@@ -28,9 +29,10 @@ from raftlog.log import (
     ReplicatedLog,
     StateMachine,
 )
-from raftlog.native_engine import NativeConfig, NativeEngine
+from raftlog.native import NativeConfig, NativeEngine
 from raftlog.pysyncobj_engine import PySyncObjConfig, PySyncObjEngine
-from raftlog.segments import SegmentConfig, SegmentCorruptionError, SegmentLog
+from raftlog.segment_files import SegmentCorruptionError
+from raftlog.segments import SegmentConfig, SegmentLog
 
 __all__ = [
     "Applied",
@@ -44,7 +46,7 @@ __all__ = [
     "EngineStatus",
     "Entry",
     "InMemoryEngine",
-    "MemberEngine",
+    "Member",
     "NativeConfig",
     "NativeEngine",
     "NoSpaceError",
@@ -67,6 +69,3 @@ __all__ = [
     "decode_batch",
     "encode_batch",
 ]
-
-#: The engines a server runs on: both offer membership, leadership transfer and names.
-MemberEngine = NativeEngine | PySyncObjEngine

@@ -3,8 +3,14 @@
 An engine orders opaque proposals (bytes) into a log and hands every committed
 item, in log order, to one sink. It never interprets the bytes and never runs
 state-machine code: the sink only enqueues (STYLE.md 4). PySyncObj is the
-first implementation (:mod:`raftlog.pysyncobj_engine`); :class:`InMemoryEngine`
-is a single-node stand-in for unit tests.
+first implementation (:mod:`raftlog.pysyncobj_engine`), the native engine
+(:mod:`raftlog.native`) the default; :class:`InMemoryEngine`, beside the interface, is a
+single-node stand-in for unit tests.
+
+Membership is part of the interface: members are named by their Raft peer address
+("host:port"); an engine knows its peers' names (node ids) from its configuration and
+learns others' through :meth:`ConsensusEngine.name_member` (the caller owns the names:
+the engine never asks it).
 """
 
 from __future__ import annotations
@@ -123,6 +129,15 @@ class EngineStatus:
     members: dict[str, str] = field(default_factory=dict)  # node id -> peer address
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One voting member: its Raft peer address, and its name (node id) when the engine
+    knows it (its peers at start, :meth:`ConsensusEngine.name_member` since), else ""."""
+
+    address: str
+    name: str = ""
+
+
 class ConsensusEngine(Protocol):
     """A Raft engine. All methods are thread-safe."""
 
@@ -153,15 +168,48 @@ class ConsensusEngine(Protocol):
     def stop(self) -> None:
         """Stop consensus and release ports and files. Idempotent."""
 
+    # ------------------------------------------------------------------ membership
+    def members(self) -> list[Member]:
+        """The voters of the current configuration (this node included), by address."""
+
+    def add_member(self, address: str, callback: ProposeCallback) -> None:
+        """Add a voting member (one change at a time; the new node must already run with
+        the existing members as its peers). Never raises; the outcome goes to ``callback``
+        (a ``ProposeError`` while another change is in progress, an
+        ``UnsafeReconfigurationError`` when too few members run)."""
+
+    def remove_member(self, address: str, callback: ProposeCallback) -> None:
+        """Remove a voting member; as :meth:`add_member`."""
+
+    def transfer_leadership(self, address: str | None, callback: ProposeCallback) -> None:
+        """Ask the leader to hand over to ``address`` (None: the most caught-up follower);
+        ``callback`` once it has (or refused)."""
+
+    def leader_address(self) -> str:
+        """The leader's peer address as this node knows it ("" if none)."""
+
+    def is_leader(self) -> bool:
+        """Whether this node leads now."""
+
+    def name_member(self, node_id: str, address: str) -> None:
+        """Learn a member's name (from wherever the caller keeps it), for status, leader
+        ids and :meth:`members`."""
+
 
 class InMemoryEngine:
-    """A single-node engine: every proposal commits at once. For unit tests only."""
+    """A single-node engine: every proposal commits at once. For unit tests only.
 
-    def __init__(self, node_id: str = "n0") -> None:
+    Membership changes take effect at once (no other member runs: a member added here is
+    only a name in the configuration, and this node stays the leader); one that would
+    leave no member, or hand leadership to nobody running, is refused."""
+
+    def __init__(self, node_id: str = "n0", address: str = "inmem") -> None:
         self._node_id = node_id
+        self._address = address
         self._lock = threading.Lock()
         self._log: list[tuple[int, bytes]] = []
         self._sink: CommitSink | None = None
+        self._members: dict[str, str] = {address: node_id}  # address -> name ("" unknown)
 
     def start(self, sink: CommitSink, snapshots: EngineSnapshots | None = None) -> None:
         self._sink = sink
@@ -188,7 +236,7 @@ class InMemoryEngine:
             end_offset=end,
             commit_offset=end,
             has_quorum=True,
-            members={self._node_id: "inmem"},
+            members={name or address: address for address, name in self._members.items()},
         )
 
     def term(self) -> int:
@@ -202,3 +250,46 @@ class InMemoryEngine:
 
     def stop(self) -> None:
         self._sink = None
+
+    def members(self) -> list[Member]:
+        with self._lock:
+            return [Member(a, n) for a, n in sorted(self._members.items())]
+
+    def add_member(self, address: str, callback: ProposeCallback) -> None:
+        self._change(address, callback, add=True)
+
+    def remove_member(self, address: str, callback: ProposeCallback) -> None:
+        self._change(address, callback, add=False)
+
+    def _change(self, address: str, callback: ProposeCallback, add: bool) -> None:
+        with self._lock:
+            refused = ""
+            if add == (address in self._members):
+                refused = "already a member" if add else "not a member"
+            elif not add and address == self._address:
+                refused = "it would leave no member"
+            elif add:
+                self._members[address] = ""
+            else:
+                del self._members[address]
+            if not refused:
+                index = len(self._log) + 1
+                self._log.append((index, b""))  # a configuration entry: not for the sink
+        if refused:
+            callback(None, ProposeError(f"membership change refused: {refused}"))
+        else:
+            callback(index, None)
+
+    def transfer_leadership(self, address: str | None, callback: ProposeCallback) -> None:
+        callback(None, ProposeError("leadership transfer refused: no other member runs"))
+
+    def leader_address(self) -> str:
+        return self._address
+
+    def is_leader(self) -> bool:
+        return True
+
+    def name_member(self, node_id: str, address: str) -> None:
+        with self._lock:
+            if address in self._members:
+                self._members[address] = node_id

@@ -9,12 +9,13 @@
     │   ├── UnsafeReconfigurationError  a membership change would leave fewer started members than a quorum
     │   └── UnknownOutcomeError      the deadline passed; the entry may still be applied later
     ├── ConfigError                  a configuration field is invalid (names the field)
-    ├── SegmentCorruptionError       (raftlog.segments) a change-log record in the middle is corrupt
-    ├── PeerAuthError                (raftlog.peer_auth) a Raft peer handshake failed (bad password, bad format)
-    └── WalCorruptError              (raftlog.raft_wal) a native Raft log record before the tail is corrupt
+    ├── SegmentCorruptionError       (raftlog.segment_files) a change-log record in the middle is corrupt
+    ├── PeerAuthError                (raftlog.native.auth) a Raft peer handshake failed (bad password, bad format)
+    └── WalCorruptError              (raftlog.native.wal) a native Raft log record before the tail is corrupt
 
 A state machine that rejects an operation is not an error of this package: the rejection
-is the apply result, delivered to the proposer like any other result.
+is the apply result (``ApplyFailure(error)``, the exception itself, untouched), delivered
+to the proposer like any other result.
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -48,6 +47,7 @@ from raftlog.consensus import (
     EngineConfig,
     EngineSnapshots,
     EngineStatus,
+    Member,
     ProposeCallback,
     claim_journal_dir,
 )
@@ -231,7 +231,6 @@ class PySyncObjEngine:
         config.validate()
         self._config = config
         self._by_address = {addr: nid for nid, addr in config.peers.items()}
-        self._resolver: Callable[[str], str | None] | None = None
         self._consumer = _AppendConsumer()
         self._sync: SyncObj | None = None
 
@@ -339,12 +338,16 @@ class PySyncObjEngine:
             end_offset=max(end, commit),
             commit_offset=commit,
             has_quorum=bool(so.hasQuorum),
-            members={self._name(a): a for a in self.members()},
+            members={self._name(a): a for a in self._addresses()},
         )
 
     # ------------------------------------------------------------ membership
-    def members(self) -> list[str]:
-        """Peer addresses of the current configuration (this node included)."""
+    def members(self) -> list[Member]:
+        """The current configuration (this node included), by peer address."""
+        names = self._by_address
+        return [Member(a, names.get(a, "")) for a in self._addresses()]
+
+    def _addresses(self) -> list[str]:
         so = self._sync
         if so is None:
             return sorted(self._config.peers.values())
@@ -445,15 +448,8 @@ class PySyncObjEngine:
         so = self._sync
         return so is not None and int(so._SyncObj__raftState) == _LEADER
 
-    def set_name_resolver(self, resolver: Callable[[str], str | None]) -> None:
-        """Name members the static peer list does not know (added later): address -> id."""
-        self._resolver = resolver
-
     def _name(self, address: str) -> str:
-        name = self._by_address.get(address)
-        if name is None and self._resolver is not None:
-            name = self._resolver(address)
-        return name or address
+        return self._by_address.get(address, address)
 
     def stop(self) -> None:
         so, self._sync = self._sync, None

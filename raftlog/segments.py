@@ -1,43 +1,12 @@
 """Change-log segment files (DESIGN.md §3): the effects of applied entries, on disk.
 
-Layout of a log directory::
+The files' layout, and how ``open`` verifies and repairs them (torn tails cut, damage a
+:class:`~raftlog.segment_files.SegmentCorruptionError`): :mod:`raftlog.segment_files`.
 
-    <dir>/<first-offset:020d>.seg   a record stream (snapshots format) of kind
-                                    CHANGE_LOG_SEGMENT; header base_offset and the offset
-                                    of the first record both equal the name
-    <dir>/<first-offset:020d>.idx   sparse index: 16-byte entries (u64 offset, u64 frame
-                                    position), little-endian, no header
-
-Records are keyed by ``(offset, sub)``, strictly increasing over the whole log (one
-entry's effects share its offset and count up the sub-index). A segment is rolled before a
-record that would take it past ``segment_max_bytes``, except that all records of a
-segment's first offset stay in that segment (its name must stay unique); a single
-oversized record gets a segment of its own.
-
-The index gets an entry for the first frame starting at least ``index_every_bytes`` after
-the previous entry (or after the header). It is a cache: never fsynced, rebuilt on open
-from the scan and rewritten when missing or different.
-
-Open and repair. ``open`` reads every frame of every segment (streaming; CRC32C is hardware
-accelerated) and checks headers, CRCs and record order:
-
-- a **torn tail** of the *last* segment is cut off: a bad frame (cut short, a length past
-  the end of the file, a CRC mismatch) after which no valid frame starts anywhere in the
-  file, zeros to the end included, as for the Raft WAL (``snapshots._tail``). The file is
-  truncated at the bad frame, with a WARNING; a last segment left with no records (a crash
-  right after rolling, a header cut short or all zeros) is removed. The lost records are
-  re-derived from the Raft log (a synced last frame gone bad cannot be told from a torn
-  write, and is cut off like one, as the WAL does).
-- anything else is a :class:`SegmentCorruptionError` naming the file and byte position and
-  how to recover: a bad frame of the last segment with a valid frame after it (a byte
-  changed in synced data, a flipped length field included), any bad frame of an older
-  segment, a bad header (but a zeroed one of the last segment), records out of order.
-
-One kind of damage the format cannot see (the property tests pin it down): an older
-segment cut exactly at a frame boundary is a valid, shorter segment (offsets may skip,
-since an entry with no effects writes no record). And as for the WAL, a power cut that
-wrote an unsynced write's pages out of order (a zeroed page with a whole frame of it
-after) is reported as corruption, the safe side.
+Longer than 500 lines on purpose: :class:`SegmentLog` is one object whose writer, readers,
+truncation, retention and background flusher all work under one lock on one active file
+and its roll-back mark; the file-level scanning and repair are in
+:mod:`raftlog.segment_files`.
 
 Durability (``fsync_policy``):
 
@@ -80,17 +49,27 @@ import bisect
 import io
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, NamedTuple
 
 from raftlog.errors import ConfigError, RaftLogError
 from raftlog.health import Backoff, Health
+from raftlog.segment_files import (
+    READ_BUFFER_BYTES,
+    Segment,
+    SegmentCorruptionError,
+    check_header,
+    cut_segment,
+    fdatasync,
+    fsync_dir,
+    index_due,
+    scan_directory,
+)
 from snapshots import (
     HEADER_BYTES,
     INDEX_ENTRY,
@@ -98,17 +77,14 @@ from snapshots import (
     RecordReader,
     RecordStreamError,
     StreamKind,
-    TornTailError,
     encode_header,
     encode_record,
-    tail_verdict,
 )
 
 __all__ = [
     "ChangeLogBrokenError",
     "FsyncPolicy",
     "SegmentConfig",
-    "SegmentCorruptionError",
     "SegmentInfo",
     "SegmentLog",
 ]
@@ -117,28 +93,6 @@ log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["batch", "always", "never"]
 _FSYNC_POLICIES = ("batch", "always", "never")
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.seg$")
-_INDEX_NAME = re.compile(r"^\d{20}\.idx$")
-_READ_BUFFER_BYTES = 128 * 1024
-
-_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
-
-
-class SegmentCorruptionError(RaftLogError):
-    """A change-log segment holds damaged data that is not a torn tail."""
-
-    recovery = (
-        "this member cannot start from its change log: stop it, wipe its data directory and "
-        'let it rejoin from the other members (README, "Recovering a member")'
-    )
-
-    def __init__(self, path: str | os.PathLike[str], position: int, reason: str) -> None:
-        super().__init__(
-            f"{path}: corrupt change-log segment at byte {position}: {reason}; {self.recovery}"
-        )
-        self.path = os.fspath(path)
-        self.position = position
-        self.reason = reason
 
 
 class ChangeLogBrokenError(RaftLogError):
@@ -178,38 +132,10 @@ class SegmentInfo(NamedTuple):
     size: int
 
 
-@dataclass(slots=True)
-class _Segment:
-    first_offset: int
-    path: Path
-    size: int
-    last: tuple[int, int]
-    #: (offset, position) entries; appended in place, replaced (never shrunk) on truncation,
-    #: so a reader holding the list and its length sees a stable prefix.
-    index: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def index_path(self) -> Path:
-        return self.path.with_suffix(".idx")
-
-
-def _index_due(index: list[tuple[int, int]], every_bytes: int, position: int) -> bool:
-    previous = index[-1][1] if index else HEADER_BYTES
-    return position - previous >= every_bytes
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class SegmentLog:
     """The change log of one node: ordered ``(offset, sub, payload)`` records in segments."""
 
-    def __init__(self, directory: Path, config: SegmentConfig, segments: list[_Segment]) -> None:
+    def __init__(self, directory: Path, config: SegmentConfig, segments: list[Segment]) -> None:
         """Internal: use :meth:`open`, which verifies and repairs the directory first."""
         self._dir = directory
         self._config = config
@@ -252,25 +178,7 @@ class SegmentLog:
         config.validate()
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        found = sorted(
-            (int(m[1]), path / name)
-            for name in os.listdir(path)
-            if (m := _SEGMENT_NAME.match(name)) is not None
-        )
-        segments: list[_Segment] = []
-        for i, (first_offset, seg_path) in enumerate(found):
-            previous = segments[-1].last if segments else None
-            is_last = i == len(found) - 1
-            segment = _scan_segment(seg_path, first_offset, config, previous, is_last)
-            if segment is not None:
-                segments.append(segment)
-        kept = {s.index_path.name for s in segments}
-        for name in os.listdir(path):
-            if _INDEX_NAME.match(name) and name not in kept:
-                (path / name).unlink()  # left behind by an interrupted delete
-        for segment in segments:
-            _write_index_if_stale(segment)
-        _fsync_dir(path)
+        segments = scan_directory(path, config.index_every_bytes)
         return cls(path, config, segments)
 
     # ------------------------------------------------------------------ offsets
@@ -359,7 +267,7 @@ class SegmentLog:
                     segment.size += len(frame)
                     segment.last = key
                     self._last = last = key
-                    if _index_due(segment.index, index_every, position):
+                    if index_due(segment.index, index_every, position):
                         segment.index.append((offset, position))
                         index_data.append(INDEX_ENTRY.pack(offset, position))
                 self._write_out(data, index_data)
@@ -433,7 +341,7 @@ class SegmentLog:
         """After appends (lock held): sync now ("always") or wake the flusher."""
         if self._config.fsync_policy == "always":
             assert self._file is not None
-            _fdatasync(self._file.fileno())
+            fdatasync(self._file.fileno())
             self._flushed = self.last_offset
             self._cond.notify_all()
         elif not self._dirty:
@@ -543,10 +451,10 @@ class SegmentLog:
         views: list[tuple[Path, int, int, list[tuple[int, int]], int]], offset: int
     ) -> Iterator[Record]:
         for path, first_offset, size, index, index_len in views:
-            with open(path, "rb", buffering=_READ_BUFFER_BYTES) as f:
+            with open(path, "rb", buffering=READ_BUFFER_BYTES) as f:
                 reader = RecordReader(f, path=str(path), end=size)
                 try:
-                    _check_header(reader, path, first_offset)
+                    check_header(reader, path, first_offset)
                     k = bisect.bisect_left(index, offset, 0, index_len, key=lambda e: e[0])
                     if k > 0:  # index[k - 1] is the last entry below `offset`
                         reader.seek(index[k - 1][1])
@@ -577,8 +485,8 @@ class SegmentLog:
                     segment.path.unlink()
                     segment.index_path.unlink(missing_ok=True)
                 if self._segments:
-                    _cut_segment(self._segments[-1], offset)
-                _fsync_dir(self._dir)
+                    cut_segment(self._segments[-1], offset)
+                fsync_dir(self._dir)
                 self._last = self._segments[-1].last if self._segments else None
                 self._flushed = self.last_offset
                 self._dirty = False
@@ -606,7 +514,7 @@ class SegmentLog:
         """
         with self._lock:
             self._check_usable()
-            gone: list[_Segment] = []
+            gone: list[Segment] = []
             now = time.time()
             while len(self._segments) > 1 and self._segments[0].last[0] < offset:
                 segment = self._segments[0]
@@ -621,7 +529,7 @@ class SegmentLog:
                 segment.path.unlink()
             segment.index_path.unlink(missing_ok=True)
         if gone:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         return len(gone)
 
     # ------------------------------------------------------------------ internals
@@ -659,24 +567,24 @@ class SegmentLog:
         """Flush, fdatasync and close the active segment (lock held)."""
         if self._file is not None:
             self._flush_to_os()
-            _fdatasync(self._file.fileno())
+            fdatasync(self._file.fileno())
             self._flushed = max(self._flushed, self.last_offset)
             self._dirty = False
             self._cond.notify_all()
         self._close_files()
 
-    def _roll(self, first_offset: int) -> _Segment:
+    def _roll(self, first_offset: int) -> Segment:
         """Finish the active segment and start one named `first_offset` (lock held).
 
         An OSError leaves no file of the new segment behind (the caller rolls back)."""
         self._finish_active()
         path = self._dir / f"{first_offset:020d}.seg"
-        segment = _Segment(first_offset, path, HEADER_BYTES, (first_offset, 0))
+        segment = Segment(first_offset, path, HEADER_BYTES, (first_offset, 0))
         try:
             with open(path, "xb") as f:
                 f.write(encode_header(StreamKind.CHANGE_LOG_SEGMENT, first_offset))
             segment.index_path.write_bytes(b"")
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         except OSError:
             path.unlink(missing_ok=True)
             segment.index_path.unlink(missing_ok=True)
@@ -697,7 +605,7 @@ class SegmentLog:
             generation = self._generation
             self._dirty = False
         try:
-            _fdatasync(fd)
+            fdatasync(fd)
         except OSError:
             with self._lock:
                 self._dirty = True  # still unsynced: the next sync retries it
@@ -750,121 +658,3 @@ def _write_all(f: io.FileIO, data: bytes) -> None:
         if n is None:  # pragma: no cover - only non-blocking files
             raise BlockingIOError("write would block")
         view = view[n:]
-
-
-def _check_header(reader: RecordReader, path: Path, first_offset: int) -> None:
-    """Read and check a segment header; raises RecordStreamError or SegmentCorruptionError."""
-    header = reader.read_header()
-    if header.kind != StreamKind.CHANGE_LOG_SEGMENT:
-        raise SegmentCorruptionError(path, 0, f"stream kind {header.kind.name}, not a segment")
-    if header.base_offset != first_offset:
-        raise SegmentCorruptionError(
-            path, 0, f"header base offset {header.base_offset} does not match the file name"
-        )
-
-
-def _scan_segment(
-    path: Path,
-    first_offset: int,
-    config: SegmentConfig,
-    previous: tuple[int, int] | None,
-    is_last: bool,
-) -> _Segment | None:
-    """Verify one segment; repair a torn tail if `is_last`. None if it was removed."""
-    segment = _Segment(first_offset, path, HEADER_BYTES, (first_offset, 0))
-    records = 0
-    torn: RecordStreamError | None = None
-    with open(path, "rb", buffering=_READ_BUFFER_BYTES) as f:
-        file_size = os.fstat(f.fileno()).st_size
-        reader = RecordReader(f, path=str(path), start=0)
-        try:
-            _check_header(reader, path, first_offset)
-            for record in reader:
-                key = (record.offset, record.sub)
-                if records == 0 and record.offset != first_offset:
-                    raise SegmentCorruptionError(
-                        path, record.position, f"first record has offset {record.offset}"
-                    )
-                after = segment.last if records else previous
-                if after is not None and key <= after:
-                    raise SegmentCorruptionError(
-                        path, record.position, f"record {key} does not follow {after}"
-                    )
-                if _index_due(segment.index, config.index_every_bytes, record.position):
-                    segment.index.append((record.offset, record.position))
-                segment.last = key
-                records += 1
-        except RecordStreamError as exc:
-            if not is_last:
-                reason = exc.reason
-                if isinstance(exc, TornTailError):
-                    reason = "the data ends inside a frame, but this is not the last segment"
-                raise SegmentCorruptionError(path, exc.position, reason) from exc
-            # a torn tail only if no valid frame follows (snapshots._tail); this search
-            # runs only here, after a bad frame
-            follows = segment.last if records else (first_offset, -1)
-            torn = tail_verdict(f, exc, end=file_size, follows=follows)
-            if not torn.repairable:
-                raise SegmentCorruptionError(path, torn.position, torn.reason) from exc
-        if records == 0:
-            if not is_last:
-                raise SegmentCorruptionError(path, HEADER_BYTES, "segment has no records")
-            log.warning(
-                "%s: removing the last segment: no whole record (%d bytes)", path, file_size
-            )
-            path.unlink()
-            segment.index_path.unlink(missing_ok=True)
-            return None
-        _fdatasync(f.fileno())
-    segment.size = reader.position
-    if torn is not None:
-        log.warning(
-            "%s: torn tail at byte %d (%s): truncating %d bytes after the last whole record %s",
-            path,
-            torn.position,
-            torn.reason,
-            file_size - torn.position,
-            segment.last,
-        )
-        with open(path, "r+b") as f:
-            f.truncate(segment.size)
-            _fdatasync(f.fileno())
-    return segment
-
-
-def _write_index_if_stale(segment: _Segment) -> None:
-    """Rewrite the segment's index file unless it already holds exactly `segment.index`."""
-    expected = b"".join(INDEX_ENTRY.pack(o, p) for o, p in segment.index)
-    try:
-        current = segment.index_path.read_bytes()
-    except FileNotFoundError:
-        current = None
-    if current != expected:
-        log.info("%s: rebuilt the index (%d entries)", segment.index_path, len(segment.index))
-        segment.index_path.write_bytes(expected)
-
-
-def _cut_segment(segment: _Segment, offset: int) -> None:
-    """Truncate `segment` after its last record at or below `offset` (which it must hold)."""
-    if segment.last[0] <= offset:
-        return
-    with open(segment.path, "r+b", buffering=_READ_BUFFER_BYTES) as f:
-        reader = RecordReader(f, path=str(segment.path), end=segment.size)
-        k = bisect.bisect_right(segment.index, offset, key=lambda e: e[0])
-        reader.seek(segment.index[k - 1][1] if k > 0 else HEADER_BYTES)
-        last = segment.last
-        cut = segment.size
-        try:
-            for record in reader:
-                if record.offset > offset:
-                    cut = record.position
-                    break
-                last = (record.offset, record.sub)
-        except RecordStreamError as exc:
-            raise SegmentCorruptionError(segment.path, exc.position, exc.reason) from exc
-        f.truncate(cut)
-        _fdatasync(f.fileno())
-    segment.size = cut
-    segment.last = last
-    segment.index = [e for e in segment.index if e[1] < cut]
-    segment.index_path.write_bytes(b"".join(INDEX_ENTRY.pack(o, p) for o, p in segment.index))

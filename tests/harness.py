@@ -42,7 +42,7 @@ import grpc
 
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
-from raftlog.peer_auth import create_password_file
+from raftlog.native.auth import create_password_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_ENV = "METALEDGER_TEST_LAUNCHER"
@@ -65,7 +65,7 @@ _PYTHON_LAUNCHER = """\
 import json, logging, sys
 from nameserver.config import ServerConfig, parse_initial_cluster
 from nameserver.server import run
-from raftlog.peer_auth import read_password_file
+from raftlog.native.auth import read_password_file
 a = json.loads(sys.argv[1])
 a["cluster_password"] = read_password_file(a.pop("cluster_password_file"))
 logging.basicConfig(

@@ -265,7 +265,7 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         print(f"metaledger: ports in use: {', '.join(busy)}", file=sys.stderr)
         return ExitCode.ERROR
     from raftlog import ConfigError  # here: raftlog is not cheap to import for every command
-    from raftlog.peer_auth import create_password_file
+    from raftlog.native.auth import create_password_file
 
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -83,7 +83,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         kwargs["force_new_cluster"] = True
     password = args.cluster_password
     if password is None and args.cluster_password_file:
-        from raftlog.peer_auth import read_password_file
+        from raftlog.native.auth import read_password_file
 
         password = read_password_file(args.cluster_password_file)
     if password is None:

@@ -5,7 +5,7 @@ end of the file; it used to be cut off as a torn tail, with every later synced r
 is corruption (a valid frame follows): the member exits non-zero naming the file, the
 byte and how to recover, and changes nothing; wiped and restarted with the same command,
 it catches up. The torn-tail side (nothing valid after the bad frame) is covered by
-tests/unit/test_segments.py and tests/property/test_segments_property.py.
+tests/unit/raftlog/test_segments.py and tests/property/test_segments_property.py.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from raftlog import NativeConfig, NativeEngine, NotLeaderError
-from raftlog.peer_auth import GREETING_BYTES, PROOF_BYTES, Dialer, PeerKey
-from raftlog.raft import Message, MsgType, encode_message
+from raftlog.native.auth import GREETING_BYTES, PROOF_BYTES, Dialer, PeerKey
+from raftlog.native.messages import Message, MsgType, encode_message
 from tests.harness import free_ports, wait_until
 from tests.integration.peer_wire import connect, recv_exactly
 

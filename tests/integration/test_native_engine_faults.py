@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import raftlog.raft_wal
+import raftlog.native.wal
 from raftlog.health import State
 from tests.harness import wait_until
 from tests.integration.test_native_engine import Node, leader_of, make_nodes, propose
@@ -37,7 +37,7 @@ class _FailingSync:
         self.code = code
         self.failing = threading.Event()
         self.failures = 0
-        self.real = raftlog.raft_wal._fdatasync
+        self.real = raftlog.native.wal._fdatasync
 
     def __call__(self, fd: int) -> None:
         if self.failing.is_set() and os.readlink(f"/proc/self/fd/{fd}").startswith(self.directory):
@@ -71,7 +71,7 @@ def test_a_single_node_commits_nothing_while_its_wal_cannot_sync_then_resumes(
 ) -> None:
     (node,) = make_nodes(tmp_path, ["s3cret"])
     sync = _FailingSync(tmp_path / "n0", errno.ENOSPC)
-    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    monkeypatch.setattr(raftlog.native.wal, "_fdatasync", sync)
     stop_all.append(node)
     node.start()
     leader_of([node])
@@ -102,7 +102,7 @@ def test_a_follower_that_cannot_sync_does_not_stop_the_others_and_catches_up(
     leader = leader_of(nodes)
     follower = next(n for n in nodes if n is not leader)
     sync = _FailingSync(Path(follower.cfg.journal_dir), errno.EIO)
-    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    monkeypatch.setattr(raftlog.native.wal, "_fdatasync", sync)
     sync.failing.set()
     sent = [b"item-%d" % i for i in range(5)]
     for data in sent:
@@ -126,7 +126,7 @@ def test_a_leader_whose_followers_cannot_sync_keeps_leading_and_commits_after(
     term = leader.engine.term()
     followers = tuple(Path(n.cfg.journal_dir) for n in nodes if n is not leader)
     sync = _FailingSync(followers, errno.ENOSPC)
-    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    monkeypatch.setattr(raftlog.native.wal, "_fdatasync", sync)
     sync.failing.set()
     done, out = propose_async(leader, b"during")
     wait_until(
@@ -171,7 +171,7 @@ def test_read_index_through_every_node_while_no_follower_can_sync(
     committed = propose(leader, b"before")
     followers = tuple(Path(n.cfg.journal_dir) for n in nodes if n is not leader)
     sync = _FailingSync(followers, errno.ENOSPC)
-    monkeypatch.setattr(raftlog.raft_wal, "_fdatasync", sync)
+    monkeypatch.setattr(raftlog.native.wal, "_fdatasync", sync)
     sync.failing.set()
     propose_async(leader, b"during")  # cannot commit: only the leader holds it on disk
     wait_until(lambda: sync.failures >= 2, 10, "the followers' syncs fail")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from raftlog import NativeConfig, NativeEngine
-from raftlog.peer_auth import GREETING_BYTES, MAGIC, PROOF_BYTES, Dialer, PeerKey
+from raftlog.native.auth import GREETING_BYTES, MAGIC, PROOF_BYTES, Dialer, PeerKey
 from tests.harness import free_ports, wait_until
 from tests.integration.peer_wire import connect, recv_exactly, wait_closed
 
@@ -123,7 +123,7 @@ def test_members_keep_their_quiet_connections_open_with_keepalives(
         for i in range(3)
     ]
     try:
-        with caplog.at_level(logging.WARNING, logger="raftlog.native_engine"):
+        with caplog.at_level(logging.WARNING, logger="raftlog.native"):
             for e in engines:
                 e.start(lambda i, t, d: None)
             wait_until(

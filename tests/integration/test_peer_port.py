@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from nameserver.cli import cluster as cluster_cmd
 from nameserver.cli.exitcodes import ExitCode
-from raftlog.peer_auth import (
+from raftlog.native.auth import (
     GREETING_BYTES,
     MAC_BYTES,
     MAGIC,
@@ -43,7 +43,7 @@ from raftlog.peer_auth import (
     Dialer,
     PeerKey,
 )
-from raftlog.raft import Message, MsgType, encode_message
+from raftlog.native.messages import Message, MsgType, encode_message
 from tests.harness import REPO_ROOT, Cluster, free_ports, wait_until
 from tests.integration.peer_wire import connect, recv_exactly, wait_closed
 

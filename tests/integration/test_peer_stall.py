@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from raftlog import NativeConfig, NativeEngine
-from raftlog.peer_auth import GREETING_BYTES, PROOF_BYTES, Dialer, PeerKey
+from raftlog.native.auth import GREETING_BYTES, PROOF_BYTES, Dialer, PeerKey
 from tests.harness import free_ports, wait_until
 from tests.integration.peer_wire import connect, recv_exactly, wait_closed
 
@@ -74,7 +74,7 @@ def test_a_peer_that_kept_sending_through_this_nodes_stall_stays_connected(
     node: StallingNode, caplog: pytest.LogCaptureFixture
 ) -> None:
     wait_until(node.engine.is_leader, 15, "the one-member engine did not lead")
-    with caplog.at_level(logging.WARNING, logger="raftlog.native_engine"):
+    with caplog.at_level(logging.WARNING, logger="raftlog.native"):
         with node.authenticated() as s:
             s.sendall(_KEEPALIVE)
             assert wait_closed(s, 0.2) is None

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftlog import raft_wal
-from raftlog.raft import KIND_CONFIG, KIND_NOOP, KIND_NORMAL, LogEntry
-from raftlog.raft_wal import (
+from raftlog.native import wal as raft_wal
+from raftlog.native.messages import KIND_CONFIG, KIND_NOOP, KIND_NORMAL, LogEntry
+from raftlog.native.wal import (
     RaftWal,
     WalCorruptError,
     commit_record,

@@ -27,7 +27,7 @@ from nameserver.client import (
     Unavailable,
 )
 from nameserver.config import ConfigError
-from raftlog.peer_auth import create_password_file
+from raftlog.native.auth import create_password_file
 
 
 def parse(*argv: str) -> argparse.Namespace:

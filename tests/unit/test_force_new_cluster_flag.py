@@ -1,5 +1,5 @@
 """``metaledger serve --force-new-cluster``: the flag reaches the engine's configuration,
-and only the native engine takes it (the engine side: tests/unit/test_raft_recovery.py and
+and only the native engine takes it (the engine side: tests/unit/raftlog/native/test_core_recovery.py and
 tests/cluster/test_membership_faults.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""raftlog.raft_wal: the native engine's fsynced Raft log (records, torn tails, corruption,
+"""raftlog.native.wal: the native engine's fsynced Raft log (records, torn tails, corruption,
 failed writes and rewrites)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from raftlog import raft_wal
-from raftlog.raft import KIND_NORMAL, LogEntry
-from raftlog.raft_wal import RaftWal, WalCorruptError, entry_record
+from raftlog.native import wal as raft_wal
+from raftlog.native.messages import KIND_NORMAL, LogEntry
+from raftlog.native.wal import RaftWal, WalCorruptError, entry_record
 
 
 def entries(first: int, last: int, term: int = 1) -> list[LogEntry]:

@@ -15,7 +15,7 @@ import pytest
 from raftlog import Entry, InMemoryEngine, ReplicatedLog, SegmentConfig, SegmentLog
 from raftlog.deadlines import DeadlineSweep
 from raftlog.errors import UnknownOutcomeError
-from tests.unit.test_replicated_log import DictMachine
+from tests.unit.raftlog.log.test_replicated_log import DictMachine
 
 
 class SilentEngine(InMemoryEngine):

@@ -120,7 +120,7 @@ def test_a_rejected_entry_is_a_no_op_with_a_failure_result(tmp_path: Path) -> No
 
     try:
         bad, good = asyncio.run(main())
-        assert isinstance(bad.result, ApplyFailure) and "boom" in bad.result.message
+        assert isinstance(bad.result, ApplyFailure) and "boom" in str(bad.result.error)
         assert good.offset == bad.offset + 1 and sm.data == {b"a": b"1"}
     finally:
         rlog.stop()
@@ -399,7 +399,7 @@ def test_apply_on_loop_applies_inline_and_queues_behind_an_install(tmp_path: Pat
 def test_busier_proposers_gather_longer(tmp_path: Path) -> None:
     """The batch window grows with the most requests waiting at once: the floor for a
     few clients, up to ``batch_window_s`` for many."""
-    from raftlog.log import WINDOW_FLOOR_S, WINDOW_PER_REQUEST_S
+    from raftlog.log.base import WINDOW_FLOOR_S, WINDOW_PER_REQUEST_S
 
     rlog, engine = held_log(tmp_path, batch_window_s=0.006)
 

@@ -1,4 +1,4 @@
-"""raftlog.raft: the Raft core on a simulated network (no sockets, no disk, no clock).
+"""raftlog.native.core: the Raft core on a simulated network (no sockets, no disk, no clock).
 
 Each test names the section of Ongaro's dissertation it covers. The simulation drives every
 core as the native engine's driver does (send the outbox, "persist", send what waited for
@@ -16,16 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftlog.raft import (
+from raftlog.native.core import RaftCore, Role, Timing
+from raftlog.native.messages import (
     KIND_NORMAL,
     ChangeRefused,
     LogEntry,
     Message,
     MsgType,
     NotLeader,
-    RaftCore,
-    Role,
-    Timing,
     decode_message,
     encode_message,
 )

@@ -13,6 +13,7 @@ from raftlog.log import gc_paused
 
 @pytest.fixture(autouse=True)
 def unfrozen() -> Iterator[None]:
+    gc.unfreeze()  # an earlier test may have installed a snapshot (which freezes)
     yield
     gc.unfreeze()
 

@@ -57,8 +57,8 @@ from pathlib import Path
 import crc32c
 
 from raftlog.errors import RaftLogError
-from raftlog.raft import LogEntry
-from raftlog.segments import _fsync_dir
+from raftlog.native.messages import LogEntry
+from raftlog.segment_files import fsync_dir as _fsync_dir
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""raftlog.raft: linearizable reads by ReadIndex (Ongaro's dissertation §6.4), on the
-simulated network of :mod:`tests.unit.test_raft_core`.
+"""raftlog.native.core: linearizable reads by ReadIndex (Ongaro's dissertation §6.4), on the
+simulated network of :mod:`tests.unit.raftlog.native.test_core`.
 
 The leader answers a read with its commit index only after it committed an entry of its
 own term and a majority answered a heartbeat round started after the read arrived; every
@@ -13,16 +13,9 @@ import random
 
 import pytest
 
-from raftlog.raft import (
-    KIND_NORMAL,
-    LogEntry,
-    Message,
-    MsgType,
-    NotLeader,
-    RaftCore,
-    Role,
-)
-from tests.unit.test_raft_core import TIMING, Sim, elect
+from raftlog.native.core import RaftCore, Role
+from raftlog.native.messages import KIND_NORMAL, LogEntry, Message, MsgType, NotLeader
+from tests.unit.raftlog.native.test_core import TIMING, Sim, elect
 
 
 def settled(sim: Sim) -> str:

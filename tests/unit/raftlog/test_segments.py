@@ -536,14 +536,14 @@ def test_a_clean_open_never_searches_for_valid_frames(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The search costs a pass over the tail; it runs only after a bad frame."""
-    import raftlog.segments
+    import raftlog.segment_files
 
     def searched(*args: object, **kwargs: object) -> None:
         raise AssertionError("tail_verdict called on a clean scan")
 
     records = make_records(40)
     written(tmp_path, records)
-    monkeypatch.setattr(raftlog.segments, "tail_verdict", searched)
+    monkeypatch.setattr(raftlog.segment_files, "tail_verdict", searched)
     with SegmentLog.open(tmp_path, SMALL) as log:
         assert read(log) == records
 
@@ -670,18 +670,18 @@ def test_failed_fdatasync_rolls_back_and_the_log_stays_usable(
     behind, and the same record appends once the disk works again."""
     import raftlog.segments
 
-    real = raftlog.segments._fdatasync
+    real = raftlog.segments.fdatasync
 
     def broken(fd: int) -> None:
         raise OSError(5, "Input/output error")
 
     log = SegmentLog.open(tmp_path, replace(SMALL, fsync_policy="always"))
     log.append(1, 0, b"w")
-    monkeypatch.setattr(raftlog.segments, "_fdatasync", broken)
+    monkeypatch.setattr(raftlog.segments, "fdatasync", broken)
     with pytest.raises(OSError, match="Input/output"):
         log.append(2, 0, b"x")
     assert log.last_offset == 1
-    monkeypatch.setattr(raftlog.segments, "_fdatasync", real)
+    monkeypatch.setattr(raftlog.segments, "fdatasync", real)
     log.append(2, 0, b"x")
     log.close()
     reopened = SegmentLog.open(tmp_path, SMALL)

@@ -1,5 +1,5 @@
-"""raftlog.raft: recovering members and guarding membership, on the simulated network of
-:mod:`tests.unit.test_raft_core` (no sockets, no disk, no clock).
+"""raftlog.native.core: recovering members and guarding membership, on the simulated network of
+:mod:`tests.unit.raftlog.native.test_core` (no sockets, no disk, no clock).
 
 * A follower whose data was wiped restarts with an empty log while the leader remembers
   it matched far more. Raft assumes what was acknowledged stays on disk (§3.8); etcd-raft's
@@ -18,21 +18,20 @@ import logging
 
 import pytest
 
-from raftlog.raft import (
+from raftlog.native.core import RaftCore, Role
+from raftlog.native.messages import (
     KIND_CONFIG,
     KIND_NORMAL,
     ChangeRefused,
     LogEntry,
     Message,
     MsgType,
-    RaftCore,
-    Role,
     UnsafeChange,
     decode_voters,
     encode_voters,
     standalone_config,
 )
-from tests.unit.test_raft_core import TIMING, Disk, Sim, elect
+from tests.unit.raftlog.native.test_core import TIMING, Disk, Sim, elect
 
 
 def wipe(sim: Sim, name: str) -> None:
@@ -63,7 +62,7 @@ def test_a_follower_that_lost_its_log_is_caught_up_from_the_log_3_5(
     core = sim.cores[leader]
     matched = core.progress[victim].match
     assert matched == core.last_index
-    caplog.set_level(logging.WARNING, logger="raftlog.raft")
+    caplog.set_level(logging.WARNING, logger="raftlog.native.core")
     wipe(sim, victim)
     assert sim.cores[victim].last_index == 0
     sim.run(1.0)  # heartbeats find it empty: the leader resends everything
@@ -93,7 +92,7 @@ def test_a_follower_that_lost_its_log_is_caught_up_from_a_snapshot_5_3(
     core.compact(core.delivered)  # a snapshot now holds everything applied
     index, term = core.snap_index, core.snap_term
     victim = next(n for n in sim.cores if n != leader)
-    caplog.set_level(logging.WARNING, logger="raftlog.raft")
+    caplog.set_level(logging.WARNING, logger="raftlog.native.core")
     wipe(sim, victim)
     sim.run_until(lambda: victim in core.need_snapshot)
     assert "catching it up from a snapshot" in lost_log_warnings(caplog)[0]
@@ -121,7 +120,7 @@ def test_a_stale_or_lagging_follower_is_not_called_lost_3_5(
     for i in range(5):
         sim.propose(b"x%d" % i)
     sim.run(0.3)
-    caplog.set_level(logging.WARNING, logger="raftlog.raft")
+    caplog.set_level(logging.WARNING, logger="raftlog.native.core")
     sim.crash(slow)
     for i in range(20):
         sim.propose(b"y%d" % i)
@@ -140,7 +139,7 @@ def test_a_follower_told_to_commit_past_its_log_clamps_and_says_so_once_3_5(
         Message(MsgType.APPEND, 1, index=0, log_term=0, commit=9, src="a"), 0.0
     )  # the leader thinks b has 9 entries; b has none: the heartbeat commits nothing
     follower.outbox.clear()
-    caplog.set_level(logging.WARNING, logger="raftlog.raft")
+    caplog.set_level(logging.WARNING, logger="raftlog.native.core")
     for t in range(5):  # heartbeats whose commit is past this log
         m = Message(MsgType.APPEND, 1, index=9, log_term=1, commit=9, src="a")
         follower.step(m, 0.1 * t)

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 
-log = logging.getLogger("raftlog.native_engine")
+log = logging.getLogger(__name__)
 
 #: why a slot is waiting, and what its deadline is for (used in the log lines)
 HANDSHAKE = "did not finish the handshake in time"

@@ -87,7 +87,7 @@ def test_a_failed_roll_leaves_no_segment_behind(
         raise OSError(errno.EMFILE, "Too many open files")
 
     with monkeypatch.context() as m:
-        m.setattr(raftlog.segments, "_fsync_dir", no_descriptors)
+        m.setattr(raftlog.segments, "fsync_dir", no_descriptors)
         with pytest.raises(OSError, match="Too many open files"):
             log.append_many(records(9, 8))
     assert sorted(p.name for p in tmp_path.iterdir()) == names
@@ -100,7 +100,7 @@ def test_background_fdatasync_failure_is_retried_and_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The flusher no longer dies: it reports NOSPACE, retries, and clears it."""
-    real = raftlog.segments._fdatasync
+    real = raftlog.segments.fdatasync
     failing = threading.Event()
     failing.set()
 
@@ -109,7 +109,7 @@ def test_background_fdatasync_failure_is_retried_and_reported(
             raise OSError(errno.ENOSPC, "No space left on device")
         real(fd)
 
-    monkeypatch.setattr(raftlog.segments, "_fdatasync", fdatasync)
+    monkeypatch.setattr(raftlog.segments, "fdatasync", fdatasync)
     health = Health()
     log = SegmentLog.open(tmp_path, SegmentConfig(fsync_policy="batch", fsync_interval_ms=1))
     log.health = health

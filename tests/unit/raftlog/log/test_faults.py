@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import raftlog.log
+import raftlog.log.snapshot_duties
 import raftlog.segments
 from raftlog import Entry, InMemoryEngine, NoSpaceError, ReplicatedLog, SegmentConfig, SegmentLog
 from raftlog.health import State
-from tests.unit.test_replicated_log import DictMachine
+from tests.unit.raftlog.log.test_replicated_log import DictMachine
 
 
 class _Disk:
@@ -199,7 +199,7 @@ def test_a_snapshot_without_space_fails_quietly_and_is_tried_again_later(
     rlog, _, fatal = make(tmp_path, apply_on_loop=False, sm=_CapturingMachine())
     sink = _FullSnapshotDisk()
     rlog.enable_snapshots(sink, 0)  # type: ignore[arg-type]
-    monkeypatch.setattr(raftlog.log, "SNAPSHOT_RETRY_S", 0.5)
+    monkeypatch.setattr(raftlog.log.snapshot_duties, "SNAPSHOT_RETRY_S", 0.5)
 
     async def main() -> None:
         rlog.start()

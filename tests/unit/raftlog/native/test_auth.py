@@ -1,4 +1,4 @@
-"""raftlog.peer_auth and raftlog.peer_conns, sans I/O: the peer handshake refuses every
+"""raftlog.native.auth and raftlog.native.conns, sans I/O: the peer handshake refuses every
 hello that does not prove the password (a zero MAC, an empty hello, another address, a
 replay against another nonce); each end proves itself; password files are 0600 and
 reused; the inbound connection table caps and times out connections; no engine config
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from nameserver.config import ServerConfig
 from raftlog import ConfigError, NativeConfig, PySyncObjConfig
-from raftlog.peer_auth import (
+from raftlog.native.auth import (
     GREETING_BYTES,
     MAC_BYTES,
     MAGIC,
@@ -29,7 +29,7 @@ from raftlog.peer_auth import (
     create_password_file,
     read_password_file,
 )
-from raftlog.peer_conns import HANDSHAKE, IDLE, InboundConnections, RateLimitedLog
+from raftlog.native.conns import HANDSHAKE, IDLE, InboundConnections, RateLimitedLog
 
 KEY = PeerKey("s3cret")
 ME = "127.0.0.1:7001"

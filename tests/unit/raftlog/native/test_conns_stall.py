@@ -1,11 +1,11 @@
-"""raftlog.peer_conns, sans I/O: a sweep that runs late (this process was stopped with
+"""raftlog.native.conns, sans I/O: a sweep that runs late (this process was stopped with
 SIGSTOP, or its event loop blocked) does not count the time it did not run against the
 peers, whose frames meanwhile wait unread in the socket buffers; a connection that was
 already past its deadline when the sweep was due is still closed."""
 
 from __future__ import annotations
 
-from raftlog.peer_conns import IDLE, InboundConnections
+from raftlog.native.conns import IDLE, InboundConnections
 
 
 class Clock:

@@ -1,0 +1,35 @@
+"""The replicated metadata log (DESIGN.md §3): consensus, group commit, apply, snapshots.
+
+:class:`ReplicatedLog` (:mod:`raftlog.log.replicated`) is the one object; its jobs live in
+:mod:`~raftlog.log.group_commit` (propose and wait), :mod:`~raftlog.log.apply` (the apply
+thread and inline apply) and :mod:`~raftlog.log.snapshot_duties`; what it drives and
+returns is in :mod:`~raftlog.log.contracts`.
+"""
+
+from raftlog.log.contracts import (
+    Applied,
+    ApplyFailure,
+    ApplyObserver,
+    Captured,
+    Change,
+    Offsets,
+    Record,
+    SnapshotSink,
+    StateMachine,
+)
+from raftlog.log.replicated import ReplicatedLog
+from raftlog.log.snapshot_duties import gc_paused
+
+__all__ = [
+    "Applied",
+    "ApplyFailure",
+    "ApplyObserver",
+    "Captured",
+    "Change",
+    "Offsets",
+    "Record",
+    "ReplicatedLog",
+    "SnapshotSink",
+    "StateMachine",
+    "gc_paused",
+]

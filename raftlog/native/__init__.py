@@ -1,0 +1,15 @@
+"""The native consensus engine (DESIGN.md §3): a sans-I/O Raft core, its WAL, the peer
+transport and the driver that runs them on one asyncio loop.
+
+:mod:`~raftlog.native.messages` and :mod:`~raftlog.native.core` hold the protocol (no
+I/O); :mod:`~raftlog.native.wal` the fdatasynced log; :mod:`~raftlog.native.auth`,
+:mod:`~raftlog.native.conns` and :mod:`~raftlog.native.transport` the peer connections;
+:mod:`~raftlog.native.engine` the engine itself, its jobs split over
+:mod:`~raftlog.native.flush`, :mod:`~raftlog.native.forwarding` and
+:mod:`~raftlog.native.snapshot_stream`.
+"""
+
+from raftlog.native.config import NativeConfig
+from raftlog.native.engine import NativeEngine
+
+__all__ = ["NativeConfig", "NativeEngine"]

@@ -1,0 +1,62 @@
+"""The native engine's configuration: :class:`NativeConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from raftlog.consensus import EngineConfig
+from raftlog.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class NativeConfig(EngineConfig):
+    password_reason: ClassVar[str] = "a cluster password is required so that only members join"
+
+    heartbeat_ms: int = 100
+    tick_ms: int = 20
+    #: entries kept in the log behind a snapshot, so that a follower a little behind
+    #: catches up from the log rather than by a whole snapshot transfer
+    snapshot_margin_items: int = 1000
+    #: a proposal made while no leader is known waits this long for one
+    wait_leader_ms: int = 5000
+    #: run on the event loop that calls :meth:`NativeEngine.start` (the server's gRPC loop)
+    #: instead of a thread and loop of its own: no hand-off between threads (and no GIL
+    #: ping-pong) per consensus item, at the price of the log's fdatasync running on that
+    #: loop. Without a running loop at start the engine takes its own thread anyway.
+    shared_loop: bool = False
+    #: etcd's ``--force-new-cluster``: at start, make this member the only voter (keeping
+    #: its log, snapshot and applied data); others join again with member add
+    force_new_cluster: bool = False
+    #: an inbound peer connection that has not authenticated by then is closed
+    peer_handshake_timeout_ms: int = 5000
+    #: an authenticated inbound connection with no frame for this long is closed (members
+    #: send heartbeats every heartbeat_ms, and a keepalive every quarter of this)
+    peer_idle_timeout_ms: int = 30_000
+    #: a frame that started must complete within this (a 1 MiB snapshot chunk included)
+    peer_frame_timeout_ms: int = 30_000
+    #: inbound peer connections at once (handshakes included); more are closed at once
+    peer_max_connections: int = 64
+
+    def validate(self) -> None:
+        if not self.password:
+            raise ConfigError(
+                "password",
+                "the Raft peer port always authenticates: a cluster password is required "
+                "(loopback included)",
+            )
+        super().validate()
+        for name in (
+            "peer_handshake_timeout_ms",
+            "peer_idle_timeout_ms",
+            "peer_frame_timeout_ms",
+            "peer_max_connections",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(name, f"must be > 0, not {getattr(self, name)}")
+        if self.peer_idle_timeout_ms <= 2 * self.heartbeat_ms:
+            raise ConfigError(
+                "peer_idle_timeout_ms",
+                f"must be more than twice heartbeat_ms ({self.heartbeat_ms}), "
+                "or live connections are closed",
+            )

@@ -1,0 +1,178 @@
+"""Snapshots in the native engine: taken on its trigger, the log compacted behind them,
+streamed to a follower that is behind the leader's compacted log.
+
+The engine asks the snapshot hooks (:class:`raftlog.consensus.EngineSnapshots`) for a
+snapshot every ``snapshot_every_items`` delivered entries (plus a margin kept in the log),
+and once it is written, rewrites the WAL without the entries it covers. A follower that
+needs entries the leader no longer holds gets the dump file in 1 MiB SNAPSHOT chunks on
+the leader's outbound connection; the follower writes them to a temp file, fsyncs,
+installs it and restores the core to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+
+from raftlog.errors import UnknownOutcomeError
+from raftlog.native.base import LEN, EngineBase, Peer
+from raftlog.native.core import Role
+from raftlog.native.messages import Message, MsgType, encode_message
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 1024 * 1024
+
+
+class SnapshotStream(EngineBase):
+    """Taking, compacting behind, sending and receiving snapshots."""
+
+    def _force_snapshot(self) -> None:
+        self._snap_forced = True
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        core, snapshots = self.core, self._snapshots
+        if snapshots is None or self._snap_pending is not None:
+            return
+        since = core.delivered - core.snap_index
+        every = self._config.snapshot_every_items
+        if since <= 0 or not (self._snap_forced or since >= every + self._margin()):
+            return
+        self._snap_forced = False
+        index = core.delivered
+        meta = {"index": index, "term": core.term_at(index), "voters": list(core.config_at(index))}
+        self._snap_pending = index
+        snapshots.take(index, json.dumps(meta).encode())
+
+    def _margin(self) -> int:
+        return min(self._config.snapshot_margin_items, self._config.snapshot_every_items)
+
+    def _poll_snapshot(self) -> None:
+        snapshots, index = self._snapshots, self._snap_pending
+        if snapshots is None or index is None:
+            return
+        state = snapshots.state()
+        if state == "done":
+            self._snap_pending = None
+            core = self.core
+            keep_from = max(core.snap_index, index - self._margin())
+            core.compact(keep_from)
+            assert self._wal is not None
+            try:
+                self._wal.rewrite(core.term, core.vote, core.commit, core.log)
+            except OSError as exc:  # the old file stays the log (a superset): next time
+                log.warning("raft log not compacted behind the snapshot at %d: %s", index, exc)
+                return
+            log.info("raft log compacted behind the snapshot at index %d", index)
+        elif state == "failed":
+            self._snap_pending = None
+
+    def _start_snapshot_send(self, address: str) -> None:
+        peer = self._peer(address)
+        if peer.snapshot_task is not None and not peer.snapshot_task.done():
+            return
+        assert self._loop is not None
+        peer.snapshot_task = self._loop.create_task(self._send_snapshot(peer))
+
+    async def _send_snapshot(self, peer: Peer) -> None:
+        core, snapshots = self.core, self._snapshots
+        ok = False
+        link = os.path.join(self._config.journal_dir, f"sending-{os.getpid()}-{id(peer)}.snap")
+        try:
+            if snapshots is None or not os.path.exists(self.dump_file):
+                log.error("%s needs a snapshot, but this node has none", peer.address)
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(link)
+            os.link(self.dump_file, link)  # a later snapshot may replace the dump meanwhile
+            meta = json.loads(snapshots.engine_meta(link))
+            size = os.path.getsize(link)
+            log.info(
+                "sending the snapshot at index %d (%.1f MB) to %s",
+                meta["index"],
+                size / 1e6,
+                peer.address,
+            )
+            started = time.monotonic()
+            reported = 0.0
+            with open(link, "rb") as f:
+                offset = 0
+                while True:
+                    chunk = f.read(_CHUNK)
+                    last = f.tell() >= size
+                    writer = peer.writer
+                    if writer is None or core.role != Role.LEADER:
+                        return
+                    m = Message(
+                        MsgType.SNAPSHOT,
+                        core.term,
+                        index=meta["index"],
+                        log_term=meta["term"],
+                        offset=offset,
+                        flag=last,
+                        data=chunk,
+                    )
+                    payload = encode_message(m)
+                    writer.write(LEN.pack(len(payload)) + payload)
+                    await writer.drain()
+                    offset += len(chunk)
+                    if size and offset / size - reported >= 0.25:
+                        reported = offset / size
+                        log.info("snapshot to %s: %.0f%%", peer.address, 100 * reported)
+                    if last:
+                        break
+            ok = True
+            log.info("snapshot sent to %s in %.1fs", peer.address, time.monotonic() - started)
+        except (OSError, ConnectionError, ValueError) as exc:
+            log.warning("sending the snapshot to %s failed: %s", peer.address, exc)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(link)
+            if not ok:
+                core.snapshot_sent(peer.address, False, time.monotonic())
+
+    def _on_snapshot_chunk(self, m: Message) -> None:
+        core, snapshots = self.core, self._snapshots
+        if m.term != core.term or core.role != Role.FOLLOWER:
+            return
+        tmp = self.dump_file + ".incoming"
+        incoming = self._incoming
+        if m.offset == 0:
+            if incoming is not None:
+                incoming[1].close()
+            if snapshots is None:
+                log.error("the leader sent a snapshot, but snapshots are off here")
+                self._send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, reject=True))
+                return
+            self._incoming = incoming = (m.src, open(tmp, "wb"), 0)
+            log.info("receiving the leader's snapshot at index %d", m.index)
+        if incoming is None or incoming[0] != m.src or incoming[2] != m.offset:
+            return  # a chunk of a transfer that was restarted or abandoned
+        f = incoming[1]
+        f.write(m.data)
+        self._incoming = (m.src, f, m.offset + len(m.data))
+        if not m.flag:
+            return
+        self._incoming = None
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        if m.index <= core.commit:
+            os.unlink(tmp)
+            self._send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, index=core.commit))
+            return
+        assert snapshots is not None
+        os.replace(tmp, self.dump_file)
+        meta = json.loads(snapshots.load(self.dump_file))
+        for index in [i for i in self._waiting if i <= meta["index"]]:
+            _, callback = self._waiting.pop(index)
+            callback(None, UnknownOutcomeError("the entry is inside the leader's snapshot"))
+        core.restore(meta["index"], meta["term"], meta["voters"])
+        assert self._wal is not None
+        self._wal.rewrite(core.term, core.vote, core.commit, core.log)
+        log.info("installed the leader's snapshot at index %d", meta["index"])
+        self._send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, index=meta["index"]))

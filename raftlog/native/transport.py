@@ -1,0 +1,235 @@
+"""The native engine's peer transport: one authenticated TCP connection per direction.
+
+Each member dials every other member and writes its messages to it as length-prefixed
+frames (:func:`raftlog.native.messages.encode_message`), all of one flush in one write;
+replies come back on the other member's own connection. A connection starts with the
+mutual handshake of :mod:`raftlog.native.auth`; inbound connections are bounded by
+:mod:`raftlog.native.conns` (a cap, and deadlines for the handshake, between frames and
+within a frame); the dialer sends a keepalive (an empty frame) when idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from raftlog.native.auth import PeerAuthError, accept, dial
+from raftlog.native.base import LEN, EngineBase, Peer
+from raftlog.native.conns import FRAME, IDLE
+from raftlog.native.messages import Message, decode_message, encode_message
+
+log = logging.getLogger(__name__)
+
+_MAX_FRAME = 64 * 1024 * 1024
+_KEEPALIVE = LEN.pack(0)  # an empty frame: keeps an idle authenticated connection open
+
+
+def _peername(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
+
+
+class _Keepalive:
+    """Writes an empty frame on an outbound peer connection every ``every_s`` (so the
+    listener's idle timeout never closes a live connection that has nothing to say)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, writer: asyncio.StreamWriter, every_s: float
+    ) -> None:
+        self._loop, self._writer, self._every_s = loop, writer, every_s
+        self._handle = loop.call_later(every_s, self._beat)
+
+    def _beat(self) -> None:
+        if self._writer.is_closing():
+            return
+        self._writer.write(_KEEPALIVE)
+        self._handle = self._loop.call_later(self._every_s, self._beat)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+class Transport(EngineBase):
+    """Listening, dialling, and the frames between members."""
+
+    async def _on_inbound(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conns = self._inbound_conns
+        slot = conns.open(writer.transport.abort, _peername(writer))
+        if slot is None:  # peer_max_connections reached (warned, rate-limited)
+            writer.transport.abort()
+            return
+        self._inbound.add(writer)
+        self._ensure_sweeper()
+        address = "?"
+        try:
+            try:
+                address = await accept(reader, writer, self._key)
+            except PeerAuthError as exc:
+                if exc.address:
+                    conns.warn.warning(
+                        "bad-password",
+                        "refused a Raft connection claiming to be %s: bad password",
+                        exc.address,
+                    )
+                else:
+                    conns.warn.warning(
+                        "bad-handshake",
+                        "refused a Raft connection from %s: %s",
+                        _peername(writer),
+                        exc,
+                    )
+                return
+            clock, idle_s, frame_s = conns.clock, conns.idle_s, conns.frame_s
+            slot.waiting_for = IDLE
+            slot.deadline = clock() + idle_s
+            while True:
+                n = LEN.unpack(await reader.readexactly(4))[0]
+                if n > _MAX_FRAME:
+                    log.warning("%s sent a %d-byte frame; closing", address, n)
+                    return
+                if n:  # 0: a keepalive
+                    slot.waiting_for = FRAME
+                    slot.deadline = clock() + frame_s
+                    m = decode_message(await reader.readexactly(n))
+                    m.src = address
+                    self._on_message(m)
+                    slot.waiting_for = IDLE
+                slot.deadline = clock() + idle_s
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        except ValueError as exc:
+            log.warning("bad message from %s on a Raft connection: %s", address, exc)
+        finally:
+            conns.close(slot)
+            self._inbound.discard(writer)
+            writer.close()
+
+    def _ensure_sweeper(self) -> None:
+        """While inbound connections are open, close those past their deadline."""
+        if self._sweeper is None and self._loop is not None and not self._stopping:
+            conns = self._inbound_conns
+            interval = conns.sweep_interval_s
+            self._sweep_due = conns.clock() + interval
+            self._sweeper = self._loop.call_later(interval, self._sweep_inbound)
+
+    def _sweep_inbound(self) -> None:
+        self._sweeper = None
+        if self._stopping:
+            return
+        conns = self._inbound_conns
+        # late (this process was stopped, or its loop blocked): that time is not the
+        # peers' silence, their frames wait unread in the socket buffers
+        conns.sweep(late_s=max(0.0, conns.clock() - self._sweep_due))
+        if len(self._inbound_conns):
+            self._ensure_sweeper()
+
+    def _peer(self, address: str) -> Peer:
+        peer = self._peers.get(address)
+        if peer is None:
+            peer = self._peers[address] = Peer(address)
+        if (peer.task is None or peer.task.done()) and not self._stopping:
+            assert self._loop is not None
+            peer.task = self._loop.create_task(self._connect(peer))
+        return peer
+
+    async def _connect(self, peer: Peer) -> None:
+        host, _, port = peer.address.rpartition(":")
+        delay = 0.05
+        handshake_s = self._config.peer_handshake_timeout_ms / 1000
+        keepalive_s = self._config.peer_idle_timeout_ms / 4000
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, int(port)), 2.0
+                )
+            except (OSError, TimeoutError):
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            try:
+                await asyncio.wait_for(dial(reader, writer, self._key, self._me), handshake_s)
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                peer.writer = writer
+                delay = 0.05
+                beat = _Keepalive(loop, writer, keepalive_s)
+                try:
+                    await reader.read(1)  # the listener never writes after its proof: EOF
+                finally:
+                    beat.cancel()
+            except PeerAuthError as exc:
+                self._dial_warn.warning(
+                    peer.address, "the Raft port of %s failed the handshake: %s", peer.address, exc
+                )
+                delay = 1.0
+            except asyncio.IncompleteReadError:
+                self._dial_warn.warning(
+                    peer.address,
+                    "%s closed the Raft connection during the handshake (a different cluster "
+                    "password, or its peer_max_connections reached?)",
+                    peer.address,
+                )
+                delay = 1.0
+            except (OSError, TimeoutError):
+                pass
+            finally:
+                peer.writer = None
+                writer.close()
+            if self._stopping or (
+                self._core is not None
+                and peer.address not in self._core.voters
+                and peer.address != self._core.leader
+            ):
+                return  # no longer a member: stop redialling
+            await asyncio.sleep(delay)
+
+    def _send(self, to: str, m: Message) -> None:
+        """Queue a message; the flush writes each peer's messages with one write (one
+        send(2) per peer per flush, not per message)."""
+        if to == self._me or not to:
+            return
+        payload = encode_message(m)
+        frames = self._outbuf.get(to)
+        if frames is None:
+            self._outbuf[to] = [LEN.pack(len(payload)), payload]
+            self._kick()
+        else:
+            frames += (LEN.pack(len(payload)), payload)
+
+    def _write_out(self) -> None:
+        if not self._outbuf:
+            return
+        out, self._outbuf = self._outbuf, {}
+        forwarded, self._forwarding = self._forwarding, {}
+        for to, frames in out.items():
+            writer = self._peer(to).writer
+            if writer is None:  # not connected: Raft retries (heartbeats, resends)
+                self._fail_forwards(to, forwarded.get(to, ()))
+                continue
+            writer.write(b"".join(frames))
+            transport = writer.transport
+            if transport.get_write_buffer_size() > _MAX_FRAME:
+                log.warning("%s does not read its Raft messages; reconnecting", to)
+                transport.abort()
+
+    def _close(self) -> list[asyncio.Task[None]]:
+        """Close the listener and every connection, cancel the peer tasks; return them."""
+        if self._server is not None:
+            self._server.close()
+        tasks = []
+        for peer in self._peers.values():
+            for task in (peer.task, peer.snapshot_task):
+                if task is not None:
+                    task.cancel()
+                    tasks.append(task)
+            if peer.writer is not None:
+                peer.writer.close()
+        for w in list(self._inbound):
+            w.close()
+        return tasks
+
+    async def _shutdown(self) -> None:
+        await asyncio.gather(*self._close(), return_exceptions=True)
