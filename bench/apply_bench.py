@@ -1,4 +1,4 @@
-"""Micro-benchmark of the apply path: ``ReplicatedLog._apply_group`` on etcd Put items.
+"""Micro-benchmark of the apply path: ``ReplicatedLog.apply_committed`` on etcd Put items.
 
 What one node's apply thread does per consensus item, without consensus or gRPC: decode the
 item, de-duplicate, ``MetadataStateMachine.apply`` each request, append the effects to real
@@ -158,7 +158,7 @@ class Bench:
 
     def feed(self, items: list[bytes], per_group: int) -> None:
         """Apply ``items`` as the apply thread would, ``per_group`` items per group."""
-        apply_group = self.rlog._apply_group
+        apply_group = self.rlog.apply_committed
         for g in range(0, len(items), per_group):
             group = []
             for data in items[g : g + per_group]:

@@ -150,6 +150,13 @@ class Apply(LogBase):
         if self._on_fatal is not None:
             self._on_fatal(reason)
 
+    def apply_committed(self, group: list[tuple[int, int, bytes]]) -> None:
+        """Apply ``group`` (``(first offset, term, item)`` triples, in log order) on the
+        calling thread, exactly as the apply thread applies a committed group. For tools that
+        drive the apply path without consensus (``bench/apply_bench.py``); a log whose engine
+        runs applies through its own threads and must not be fed this way."""
+        self._apply_group(group)
+
     def _apply_group(self, group: list[tuple[int, int, bytes]], may_block: bool = True) -> None:
         """Apply a group; ``may_block``: wait out change-log faults here (the apply thread),
         else raise :class:`Stalled` with the group's outcome (the loop)."""
