@@ -4,7 +4,7 @@ SnapshotCorruptError for a bad base, SnapshotMismatchError for a digest that dis
 
 from __future__ import annotations
 
-from snapshots._snapshot import SnapshotError
+from snapshots._format import SnapshotError
 
 __all__ = ["CompactionError"]
 

@@ -22,16 +22,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from snapshots._digest import RecordDigest
+from snapshots._format import SnapshotError, SnapshotInfo, SnapshotMeta, SnapshotRecord
+from snapshots._reader import inspect
 from snapshots._replay import ChangeLogError
-from snapshots._snapshot import (
-    RecordDigest,
-    SnapshotError,
-    SnapshotInfo,
-    SnapshotMeta,
-    SnapshotRecord,
-    inspect,
-    write_snapshot_frames,
-)
+from snapshots._writer import write_snapshot_frames
 from snapshots.compaction._errors import CompactionError
 from snapshots.compaction._plan import (
     BYTES_PER_PARTITION,

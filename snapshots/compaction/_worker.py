@@ -19,6 +19,9 @@ from typing import Any, Protocol, TypeAlias
 from google.protobuf.message import DecodeError
 
 from protos.records_pb2 import Effect
+from snapshots._digest import RecordDigest
+from snapshots._format import SnapshotRecord
+from snapshots._reader import open_snapshot
 from snapshots._recordstream import (
     HEADER_BYTES,
     RecordReader,
@@ -27,7 +30,7 @@ from snapshots._recordstream import (
     iter_frames,
 )
 from snapshots._replay import ChangeLogError
-from snapshots._snapshot import RecordDigest, SnapshotRecord, encode_frames, open_snapshot
+from snapshots._writer import encode_frames
 from snapshots.compaction._plan import ReadTask, list_segments
 
 __all__ = [
