@@ -6,10 +6,11 @@ the 1 -> 2 core scaling that ``bench/compact_scaling.py`` measures.
 The same data set as compact_scaling (generated there once, kept in ``--data-dir``), planned
 into ``--tasks`` read tasks as compact_spark plans them (``plan_reads``). Each measured task
 does stage 1's own work in a bare Python process: read and decode its ranges, pre-fold
-(``_stage1``), then what PySpark's partitionBy does with the output in the worker (a bucket
-per partition, pickled every 1000 records). One task alone, then two at once in two
-processes (two different tasks), ``--rounds`` times. If two at once take as long as one
-alone, the cores scale this work by 2x and what Spark loses beside it is Spark's own.
+(``snapshots.compaction.read_stage``), then what PySpark's partitionBy does with the output
+in the worker (a bucket per partition, pickled every 1000 records). One task alone, then
+two at once in two processes (two different tasks), ``--rounds`` times. If two at once take
+as long as one alone, the cores scale this work by 2x and what Spark loses beside it is
+Spark's own.
 
 Writes ``bench/results/compact_ceiling-<date>.json`` and ``.md``.
 """
@@ -40,13 +41,13 @@ class _NoAccumulator:
 
 
 def _task(group: list[Any], out: Any) -> None:
-    from snapshots.compaction import _partition_of, _stage1
+    from snapshots.compaction import partition_of, read_stage
 
     t0, c0 = time.perf_counter(), time.process_time()
     buckets: defaultdict[int, list[Any]] = defaultdict(list)
     records = pickled = 0
-    for key, version in _stage1(_NoAccumulator(), 2**20)([group]):  # type: ignore[arg-type]
-        buckets[_partition_of(key) % _PARTITIONS].append((key, version))
+    for key, version in read_stage(_NoAccumulator(), 2**20)([group]):
+        buckets[partition_of(key) % _PARTITIONS].append((key, version))
         records += 1
         if records % 1000 == 0:
             for split in list(buckets):

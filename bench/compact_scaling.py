@@ -598,7 +598,7 @@ def convert_to_parquet(seg_dir: Path, out_dir: Path) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from snapshots.compaction import _FileStats, _read_segment, _Task, list_segments
+    from snapshots.compaction import FileStats, ReadTask, list_segments, read_segment
 
     out_dir.mkdir(parents=True, exist_ok=True)
     times = []
@@ -607,8 +607,8 @@ def convert_to_parquet(seg_dir: Path, out_dir: Path) -> dict[str, Any]:
         cols: dict[str, list[Any]] = {
             c: [] for c in ("offset", "sub", "type", "key", "value", "delete")
         }
-        task = _Task(0, seg.path, seg.first_offset, -1, 2**63 - 1)
-        for (type_, key), (offset, sub, value) in _read_segment(task, _FileStats()):
+        task = ReadTask(0, seg.path, seg.first_offset, -1, 2**63 - 1)
+        for (type_, key), (offset, sub, value) in read_segment(task, FileStats()):
             cols["offset"].append(offset)
             cols["sub"].append(sub)
             cols["type"].append(type_)
@@ -646,7 +646,7 @@ def compact_parquet(
     from pyspark.sql import functions as F
 
     from snapshots import RecordDigest, SnapshotMeta, write_snapshot
-    from snapshots.compaction import _digest_partition, make_spark_session
+    from snapshots.compaction import digest_partition, make_spark_session
 
     t0 = time.monotonic()
     work = tempfile.mkdtemp(prefix="bench-parquet-")
@@ -664,7 +664,7 @@ def compact_parquet(
         survivors = winners.rdd.map(lambda r: (r[0], bytes(r[1]), bytes(r[2]))).persist(
             StorageLevel.MEMORY_AND_DISK
         )
-        digest = RecordDigest.combine(survivors.mapPartitions(_digest_partition).collect())
+        digest = RecordDigest.combine(survivors.mapPartitions(digest_partition).collect())
         t2 = time.monotonic()
         meta = SnapshotMeta(CLUSTER, upto, 0).with_digest(digest)
         info = write_snapshot(out, meta, survivors.toLocalIterator())

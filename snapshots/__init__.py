@@ -3,9 +3,11 @@
 This package imports no other metaledger package (but the generated ``protos``).
 
 Modules: ``_recordstream`` (framing, CRC32C), ``_tail`` (torn tail or corruption, for
-streams appended in place), ``_snapshot`` (snapshot files, content hashes), ``_store``
-(snapshot stores), ``_replay`` (record-level replay, segment reading, single-process
-compaction).
+streams appended in place), snapshot files in ``_format`` (the layout, errors, meta and
+info), ``_digest`` (content hashes), ``_writer`` and ``_reader`` (verification on read);
+``_store`` (snapshot stores), ``_replay`` (record-level replay, segment reading,
+single-process compaction); ``compaction/`` (offline compaction on Spark, its own public
+surface: ``snapshots.compaction``).
 
 Errors::
 
@@ -19,9 +21,31 @@ Errors::
     ├── SnapshotCorruptError       a snapshot file fails verification (any framing error
     │                              inside a snapshot is reported as this); `path`, `position`
     ├── SnapshotMismatchError      write: the records disagree with the meta's counts/hashes
-    └── ChangeLogError             replay: the change-log segments cannot be read as one log
+    ├── ChangeLogError             replay: the change-log segments cannot be read as one log
+    └── CompactionError            snapshots.compaction: the Spark job failed
 """
 
+from snapshots._digest import HASH_ALGORITHM, RecordDigest, record_hash
+from snapshots._format import (
+    SNAPSHOT_FORMAT_VERSION,
+    RecordSource,
+    Snapshot,
+    SnapshotColumns,
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotInfo,
+    SnapshotMeta,
+    SnapshotMismatchError,
+    SnapshotRecord,
+)
+from snapshots._reader import (
+    SnapshotReader,
+    inspect,
+    open_snapshot,
+    read_snapshot,
+    read_snapshot_columns,
+    verify_snapshot,
+)
 from snapshots._recordstream import (
     FORMAT_VERSION,
     FRAME_OVERHEAD_BYTES,
@@ -49,32 +73,6 @@ from snapshots._replay import (
     read_segments,
     replay,
 )
-from snapshots._snapshot import (
-    HASH_ALGORITHM,
-    SNAPSHOT_FORMAT_VERSION,
-    RecordDigest,
-    RecordSource,
-    Snapshot,
-    SnapshotColumns,
-    SnapshotCorruptError,
-    SnapshotError,
-    SnapshotInfo,
-    SnapshotMeta,
-    SnapshotMismatchError,
-    SnapshotReader,
-    SnapshotRecord,
-    encode_frames,
-    encode_snapshot,
-    etcd_trailer,
-    inspect,
-    open_snapshot,
-    read_snapshot,
-    read_snapshot_columns,
-    record_hash,
-    verify_snapshot,
-    write_snapshot,
-    write_snapshot_frames,
-)
 from snapshots._store import (
     FileSnapshotStore,
     InMemorySnapshotStore,
@@ -82,6 +80,13 @@ from snapshots._store import (
     snapshot_name,
 )
 from snapshots._tail import find_valid_frame, tail_verdict
+from snapshots._writer import (
+    encode_frames,
+    encode_snapshot,
+    etcd_trailer,
+    write_snapshot,
+    write_snapshot_frames,
+)
 
 __all__ = [
     "FORMAT_VERSION",

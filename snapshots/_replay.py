@@ -29,14 +29,10 @@ from typing import NamedTuple, Protocol
 from google.protobuf.message import DecodeError
 
 from protos.records_pb2 import Effect
+from snapshots._format import SnapshotError, SnapshotInfo, SnapshotMeta
+from snapshots._reader import open_snapshot
 from snapshots._recordstream import RecordReader, RecordStreamError, StreamKind
-from snapshots._snapshot import (
-    SnapshotError,
-    SnapshotInfo,
-    SnapshotMeta,
-    open_snapshot,
-    write_snapshot,
-)
+from snapshots._writer import write_snapshot
 
 __all__ = [
     "ChangeLogError",

@@ -24,16 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from snapshots._snapshot import (
-    RecordSource,
-    SnapshotCorruptError,
-    SnapshotInfo,
-    SnapshotMeta,
-    SnapshotReader,
-    encode_snapshot,
-    open_snapshot,
-    write_snapshot,
-)
+from snapshots._format import RecordSource, SnapshotCorruptError, SnapshotInfo, SnapshotMeta
+from snapshots._reader import SnapshotReader, open_snapshot
+from snapshots._writer import encode_snapshot, write_snapshot
 
 __all__ = ["FileSnapshotStore", "InMemorySnapshotStore", "SnapshotStore", "snapshot_name"]
 

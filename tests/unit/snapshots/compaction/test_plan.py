@@ -32,12 +32,12 @@ from snapshots._recordstream import (
     split_ranges,
 )
 from snapshots.compaction import (
-    _FileStats,
-    _read_segment,
-    _Task,
+    FileStats,
+    ReadTask,
     list_segments,
     plan_reads,
     plan_tasks,
+    read_segment,
     read_task_count,
     window_bytes,
 )
@@ -67,10 +67,10 @@ def read_range(path: Path, r: FrameRange) -> list[Position]:
         return [(rec.offset, rec.sub) for rec in reader]
 
 
-def read_tasks(tasks: list[_Task]) -> list[Position]:
+def read_tasks(tasks: list[ReadTask]) -> list[Position]:
     out = []
     for task in tasks:
-        for _, (offset, sub, _value) in _read_segment(task, _FileStats()):
+        for _, (offset, sub, _value) in read_segment(task, FileStats()):
             out.append((offset, sub))
     return out
 
@@ -161,7 +161,7 @@ def test_plan_reads_opens_few_indexes(
 ) -> None:
     """Only the files at the window's edges and those a cut falls in have their index read:
     a long log costs a few small reads on the driver, not one per file."""
-    from snapshots import compaction
+    from snapshots.compaction import _plan
 
     directory, written = log
     opened: list[str] = []
@@ -170,7 +170,7 @@ def test_plan_reads_opens_few_indexes(
         opened.append(Path(path).name)
         return read_index(path)
 
-    monkeypatch.setattr(compaction, "read_index", counting)
+    monkeypatch.setattr(_plan, "read_index", counting)
     segs = list_segments(directory, 10**9)
     assert len(segs) > 6
     groups = plan_reads(segs, -1, 10**9, 2)
@@ -183,7 +183,7 @@ def test_plan_reads_opens_few_indexes(
 
 
 def test_read_task_count_fills_whole_waves(monkeypatch: pytest.MonkeyPatch) -> None:
-    from snapshots import compaction
+    from snapshots.compaction import _plan
 
     mib = 2**20
     assert read_task_count(100 * mib, 2) == 4  # two a core
@@ -198,7 +198,7 @@ def test_read_task_count_fills_whole_waves(monkeypatch: pytest.MonkeyPatch) -> N
         for size in (1, mib, 999 * mib, 12_345 * mib):
             n = read_task_count(size, cores)
             assert n % cores == 0 and n >= cores
-            assert size / n <= compaction._MAX_SPLIT_BYTES
+            assert size / n <= _plan._MAX_SPLIT_BYTES
 
 
 def test_file_without_an_index_stays_whole(tmp_path: Path) -> None:

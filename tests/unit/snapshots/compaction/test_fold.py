@@ -1,4 +1,4 @@
-"""The compaction job's stage-2 fold (``snapshots.compaction._apply``) against the
+"""The compaction job's stage-2 fold (``snapshots.compaction.fold_versions``) against the
 record-level replay of ``snapshots._replay``: same state for any order of the versions,
 with or without base records underneath, and the same refusal of two different records
 at one position."""
@@ -10,7 +10,7 @@ import random
 import pytest
 
 from snapshots import ChangeLogError, ChangeRecord, replay
-from snapshots.compaction import _apply
+from snapshots.compaction import fold_versions
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -48,7 +48,7 @@ def test_fold_equals_replay_in_any_order(seed: int) -> None:
         if s >= 0
     ]
     expected = replay(changes, base, after_offset=after)
-    got = {(t, k): v for t, k, v in _apply(iter(items))}
+    got = {(t, k): v for t, k, v in fold_versions(iter(items))}
     assert got == expected and len(got) > 10
     assert any(v.startswith(b"base") for v in got.values()) == bool(base)
 
@@ -56,7 +56,7 @@ def test_fold_equals_replay_in_any_order(seed: int) -> None:
 def test_two_different_records_at_one_position_are_refused() -> None:
     items = [(("kv", b"a"), (7, 0, b"x")), (("kv", b"a"), (7, 0, b"y"))]
     with pytest.raises(ChangeLogError, match=r"two different records .* at \(7, 0\)"):
-        list(_apply(iter(items)))
+        list(fold_versions(iter(items)))
     delete_vs_put = [(("kv", b"a"), (7, 0, None)), (("kv", b"a"), (7, 0, b"y"))]
     with pytest.raises(ChangeLogError, match="two different records"):
-        list(_apply(iter(delete_vs_put)))
+        list(fold_versions(iter(delete_vs_put)))

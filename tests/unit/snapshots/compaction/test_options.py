@@ -12,7 +12,8 @@ import pytest
 from bench import compact_scaling
 from nameserver import cli
 from nameserver.cli.exitcodes import ExitCode
-from snapshots.compaction import _in_waves, parse_memory_size, shuffle_partitions
+from snapshots.compaction import parse_memory_size, shuffle_partitions
+from snapshots.compaction._job import in_waves
 
 
 @pytest.mark.parametrize(
@@ -157,11 +158,11 @@ class _FakeContext:
 def test_write_waves_keep_partition_order_and_run_a_wave_per_job() -> None:
     rdd = _FakeRDD([[p * 10 + i for i in range(p % 3)] for p in range(7)])
     sc = _FakeContext()
-    got = list(_in_waves(sc, rdd, 3, "g1"))  # type: ignore[arg-type]
+    got = list(in_waves(sc, rdd, 3, "g1"))  # type: ignore[arg-type]
     assert got == [x for part in rdd.parts for x in part]
     assert sc.jobs == [[0, 1, 2], [3, 4, 5], [6]]
     assert sc.groups == [("compaction-write-waves", "g1")]  # the jobs' thread, in the group
-    assert list(_in_waves(_FakeContext(), _FakeRDD([]), 2, "g")) == []  # type: ignore[arg-type]
+    assert list(in_waves(_FakeContext(), _FakeRDD([]), 2, "g")) == []  # type: ignore[arg-type]
 
 
 def test_write_waves_raise_a_jobs_error_and_stop_when_closed() -> None:
@@ -169,11 +170,11 @@ def test_write_waves_raise_a_jobs_error_and_stop_when_closed() -> None:
     sc = _FakeContext(fail_at=5)
     got = []
     with pytest.raises(RuntimeError, match="partition 5 failed"):
-        for x in _in_waves(sc, rdd, 2, "g"):  # type: ignore[arg-type]
+        for x in in_waves(sc, rdd, 2, "g"):  # type: ignore[arg-type]
             got.append(x)
     assert got == [0, 1, 2, 3]  # the waves before the failed one, then its error
     sc = _FakeContext()
-    waves = _in_waves(sc, rdd, 2, "g")  # type: ignore[arg-type]
+    waves = in_waves(sc, rdd, 2, "g")  # type: ignore[arg-type]
     assert next(waves) == 0
     waves.close()  # the writer failed: the thread stops after the wave it is running
     assert not any(t.name == "compaction-write-waves" for t in threading.enumerate())
