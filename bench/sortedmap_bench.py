@@ -1,4 +1,4 @@
-"""Micro-benchmark for :class:`nameserver._sortedmap.PersistentSortedMap`.
+"""Micro-benchmark for :class:`nameserver.state.sortedmap.PersistentSortedMap`.
 
 Builds a 1M-key map and times a bulk build, 10k single-key updates (each one
 producing a new version), 10k point gets and 1000-key range scans. Prints the
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from nameserver._sortedmap import DEFAULT_CHUNK_SIZE, PersistentSortedMap
+from nameserver.state.sortedmap import DEFAULT_CHUNK_SIZE, PersistentSortedMap
 
 T = TypeVar("T")
 
