@@ -3,7 +3,7 @@
 What one node's apply thread does per consensus item, without consensus or gRPC: decode the
 item, de-duplicate, ``MetadataStateMachine.apply`` each request, append the effects to real
 change-log segments (fsync policy ``batch``, as the server runs), publish the image, tell
-the observer (a live :class:`~nameserver.watch.WatchHub` on its own event-loop thread, with
+the observer (a live :class:`~nameserver.watch.hub.WatchHub` on its own event-loop thread, with
 ``--watchers`` watchers on keys outside the written range, or none at all) and answer the
 (absent) proposers.
 
@@ -36,9 +36,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from nameserver.image import KeyValue
-from nameserver.state import MetadataStateMachine
-from nameserver.watch import HubEvent, Watcher, WatchHub
+from nameserver.kv.records import KeyValue
+from nameserver.state.machine import MetadataStateMachine
+from nameserver.watch.events import HubEvent
+from nameserver.watch.hub import Watcher, WatchHub
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import (

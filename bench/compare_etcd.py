@@ -365,7 +365,7 @@ def start_metaledger(
 
 # --------------------------------------------------------------------------- noop (the ceiling)
 
-#: how the aio noop serves: as metaledger's server does (nameserver.grpc_accept)
+#: how the aio noop serves: as metaledger's server does (nameserver.grpc.accept)
 NOOP_AIO_ARGS = ("--methods", "table", "--acceptors", "8")
 
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from nameserver.config import ServerConfig
-from nameserver.services import KVService, NodeContext
-from nameserver.state import MetadataStateMachine
+from nameserver.grpc.context import NodeContext
+from nameserver.kv.service import KVService
+from nameserver.state.machine import MetadataStateMachine
 from protos.etcdserverpb import rpc_pb2
 from raftlog import InMemoryEngine, ReplicatedLog, SegmentConfig, SegmentLog
 

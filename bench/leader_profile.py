@@ -89,10 +89,10 @@ _LOG_SNAPSHOTS |= {"take", "state", "load", "engine_meta"}
 
 #: Library-like modules both handlers and apply call: a sample there belongs to its caller.
 _DEFER = re.compile(
-    r"^(nameserver/(kv|image|_sortedmap|errors|metrics|routing_image|server)\.py"
+    r"^(nameserver/(kv/semantics|\w+/records|state/(image|mapdelta|sortedmap)|errors|metrics|server)\.py"
     r"|nameserver/cli/|raftlog/(entry|errors|__init__)\.py|protos/|<frozen )"
 )
-_SERVICES = re.compile(r"^nameserver/(services|\w+_service)\.py$")
+_SERVICES = re.compile(r"^nameserver/(grpc/(context|admin)|\w+/service|leases/election)\.py$")
 _GRPC_LOOP_PATHS = re.compile(r"^(grpc/|asyncio/|uvloop/|concurrent/|selectors\.py)")
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
 _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?:: (?P<name>.*))?$")
@@ -101,7 +101,7 @@ _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?:: (?P<name>.*))
 @dataclass(frozen=True)
 class Frame:
     func: str  # qualified name as py-spy prints it, e.g. ReplicatedLog._apply_group
-    path: str  # as py-spy shortens it: nameserver/services.py, asyncio/runners.py
+    path: str  # as py-spy shortens it: nameserver/grpc/context.py, asyncio/runners.py
 
 
 def parse_frame(text: str) -> Frame:
@@ -121,9 +121,15 @@ def _frame_category(frame: Frame) -> str | None:
     path = frame.path
     if not path or _DEFER.match(path):
         return None
-    if path == "raftlog/segments.py":
+    if path in ("raftlog/segments.py", "raftlog/segment_files.py"):
         return SEGMENTS
-    if path == "raftlog/log.py":
+    if path == "raftlog/log/apply.py":
+        return APPLY
+    if path == "raftlog/log/snapshot_duties.py":
+        return SNAPSHOTS
+    if path == "raftlog/log/group_commit.py":
+        return PROPOSE
+    if path.startswith("raftlog/log/"):
         names = _methods(frame.func)
         if names & _LOG_SNAPSHOTS or any(n.startswith("snapshot_") for n in names):
             return SNAPSHOTS
@@ -132,13 +138,16 @@ def _frame_category(frame: Frame) -> str | None:
         return PROPOSE
     if path.startswith(("raftlog/", "pysyncobj/")):
         return ENGINE
-    if path.startswith("nameserver/watch"):
+    if path.startswith("nameserver/watch/"):
         return WATCH
-    if path in ("nameserver/snapshotting.py", "nameserver/_forked.py") or path.startswith(
-        "snapshots/"
-    ):
+    if path in (
+        "nameserver/state/snapshotting.py",
+        "nameserver/state/forked.py",
+    ) or path.startswith("snapshots/"):
         return SNAPSHOTS
-    if path == "nameserver/state.py":
+    if path == "nameserver/state/machine.py" or (
+        path.startswith("nameserver/") and path.endswith("/apply.py")
+    ):
         return APPLY
     if _SERVICES.match(path):
         return HANDLERS

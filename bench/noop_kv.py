@@ -32,16 +32,16 @@ from collections.abc import Sequence
 from concurrent import futures
 from typing import Any
 
-from nameserver.grpc_env import apply_server_defaults
+from nameserver.grpc.env import apply_server_defaults
 
 apply_server_defaults()  # before grpc: gRPC core's environment, as the server has it
 
 import grpc
 import grpc.aio
 
-from nameserver.grpc_accept import HOT_METHODS, Acceptors
+from nameserver.grpc.accept import HOT_METHODS, Acceptors
+from nameserver.grpc.methods import MethodTable
 from nameserver.server import GRPC_SERVER_OPTIONS as SERVER_OPTIONS
-from nameserver.server import MethodTable
 from protos.etcdserverpb import kv_pb2, rpc_pb2, rpc_pb2_grpc
 
 #: every gRPC service module metaledger's server registers
@@ -215,7 +215,7 @@ async def serve_aio(
     serves, registered the same way (the others unimplemented); "table": all of them behind
     metaledger's one generic handler (:class:`nameserver.server.MethodTable`), with
     ``acceptors`` extra pending accepts per hot method as the server keeps
-    (:mod:`nameserver.grpc_accept`)."""
+    (:mod:`nameserver.grpc.accept`)."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
     target: Any = MethodTable() if methods == "table" else server
     rpc_pb2_grpc.add_KVServicer_to_server(AioKV(canned, answer_every_s), target)

@@ -30,8 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-from nameserver.image import KeyValue, KvImage, MetadataImage, Provenance
-from nameserver.state import CapturedImage, image_from_records
+from nameserver.kv.records import KeyValue, KvImage
+from nameserver.state.image import MetadataImage, Provenance
+from nameserver.state.machine import CapturedImage, image_from_records
 from raftlog.log import gc_paused
 from snapshots import SnapshotMeta, read_snapshot, read_snapshot_columns, write_snapshot
 

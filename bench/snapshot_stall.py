@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from nameserver.image import KeyValue, KvImage, MetadataImage, Provenance
-from nameserver.snapshotting import StoreSink
-from nameserver.state import CapturedImage
+from nameserver.kv.records import KeyValue, KvImage
+from nameserver.state.image import MetadataImage, Provenance
+from nameserver.state.machine import CapturedImage
+from nameserver.state.snapshotting import StoreSink
 from raftlog import SegmentConfig, SegmentLog
 from snapshots import FileSnapshotStore, verify_snapshot
 

@@ -73,13 +73,13 @@ class ServerConfig:
     #: under load, a consensus item gathers requests before it is proposed (group commit)
     #: for 0.11 ms per request waiting at once, at least 3 ms, at most this
     #: (raftlog.log.base.WINDOW_PER_REQUEST_S; 0 = propose as soon as the previous item is done).
-    #: 3 since the extra gRPC accepts (nameserver.grpc_accept): 3 ms then beat 6 ms at 64
+    #: 3 since the extra gRPC accepts (nameserver.grpc.accept): 3 ms then beat 6 ms at 64
     #: clients in every pair measured; longer windows are for slower request paths
     batch_window_ms: float = 3.0
     #: consensus items proposed and not yet committed at once (pipelining)
     items_in_flight: int = 2
     #: pending gRPC accepts per hot unary method (etcd KV, lease grant/revoke), beside
-    #: grpc.aio's one accept loop (nameserver.grpc_accept); 0 = as gRPC ships it
+    #: grpc.aio's one accept loop (nameserver.grpc.accept); 0 = as gRPC ships it
     grpc_acceptors: int = 8
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000

@@ -9,49 +9,43 @@ import hashlib
 import logging
 import os
 import signal
-from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
-from nameserver.grpc_env import apply_server_defaults
+from nameserver.grpc.env import apply_server_defaults
 
 apply_server_defaults()  # before grpc is imported: gRPC reads these once, at start
 
 import grpc
 
 from nameserver import accept_errors
-from nameserver.broker_liveness import BrokerKeeper
+from nameserver.cluster.records import Member
+from nameserver.cluster.service import ClusterService
 from nameserver.config import ServerConfig
-from nameserver.election import ElectionService, LockService
-from nameserver.grpc_accept import HOT_METHODS, Acceptors
-from nameserver.grpc_guard import guard_handler
-from nameserver.image import Member
-from nameserver.kv import Rejected
-from nameserver.leases import LeaseKeeper
+from nameserver.errors import Rejected
+from nameserver.grpc.accept import HOT_METHODS, Acceptors
+from nameserver.grpc.admin import AdminService, MaintenanceService
+from nameserver.grpc.context import NodeContext
+from nameserver.grpc.methods import MethodTable
+from nameserver.kv.service import KVService
+from nameserver.leases.election import ElectionService, LockService
+from nameserver.leases.expiry import LeaseKeeper
+from nameserver.leases.service import LeaseService
 from nameserver.metrics import Metric, MetricsServer, health_metrics
-from nameserver.offsets_service import OffsetsService, QuotasService
+from nameserver.offsets.service import OffsetsService
+from nameserver.quotas.service import QuotasService
 from nameserver.remoting.server import RemotingServer
-from nameserver.replica_groups_service import ReplicaGroupsService
-from nameserver.replica_liveness import ReplicaLiveness
-from nameserver.routing_remoting import NameserverRemoting
-from nameserver.routing_service import RoutingNode, RoutingService
-from nameserver.services import (
-    AdminService,
-    ClusterService,
-    KVService,
-    LeaseService,
-    MaintenanceService,
-    NodeContext,
-)
-from nameserver.snapshotting import StoreSink, drop_incomplete_last_offset, restore
-from nameserver.state import MetadataStateMachine
-from nameserver.watch import (
-    FLOOR_FILE,
-    SegmentHistory,
-    WatchHub,
-    WatchService,
-    add_watch_service,
-)
+from nameserver.replica_groups.liveness import ReplicaLiveness
+from nameserver.replica_groups.service import ReplicaGroupsService
+from nameserver.routing.liveness import BrokerKeeper
+from nameserver.routing.remoting import NameserverRemoting
+from nameserver.routing.service import RoutingNode, RoutingService
+from nameserver.state.machine import MetadataStateMachine
+from nameserver.state.snapshotting import StoreSink, drop_incomplete_last_offset, restore
+from nameserver.watch.events import FLOOR_FILE
+from nameserver.watch.history import SegmentHistory
+from nameserver.watch.hub import WatchHub
+from nameserver.watch.service import WatchService, add_watch_service
 from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
 from protos.metaledger.v1 import (
     admin_pb2_grpc,
@@ -413,56 +407,6 @@ class Node:
             await self.acceptors.stop()
         await self.replica_groups.close()
         self.log.stop()
-
-
-class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
-    """Every service's methods in one generic handler, looked up by path in one dict.
-
-    The generated ``add_*Servicer_to_server(servicer, server)`` functions take this in place
-    of the server. They would also register each method with the server, and grpc.aio keeps
-    one pending "next call" request per registered method and waits on all of them with
-    ``asyncio.wait`` for every call it accepts: with our ~70 methods that cost ~30 µs of the
-    event loop per call, serialised in front of the next accept. As generic methods there is
-    one pending request (``bench/results/grpc-methods-*.md``). The few hot unary methods are
-    registered after all, by :class:`nameserver.grpc_accept.Acceptors`, with accepts of
-    their own. Every handler is served guarded (:func:`nameserver.grpc_guard.guard_handler`):
-    an undecodable request is INVALID_ARGUMENT, an unimplemented method UNIMPLEMENTED, and
-    neither is logged as a server error.
-    """
-
-    def __init__(self, max_request_bytes: int | None = None) -> None:
-        self._methods: dict[str, grpc.RpcMethodHandler] = {}
-        self._generic: list[grpc.GenericRpcHandler] = []
-        self._max_request_bytes = max_request_bytes  # any request larger is refused
-
-    def add_registered_method_handlers(
-        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
-    ) -> None:
-        for name, handler in handlers.items():
-            path = f"/{service}/{name}"
-            self._methods[path] = guard_handler(handler, path, self._max_request_bytes)
-
-    def methods(self, paths: Sequence[str]) -> dict[str, grpc.RpcMethodHandler]:
-        """The handlers of those of ``paths`` this table has (``/service/method``)."""
-        return {path: self._methods[path] for path in paths if path in self._methods}
-
-    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
-        # the generated code passes the same methods here too; services registered only
-        # this way (Watch, with its own serializer) are found through them
-        self._generic.extend(handlers)
-
-    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        handler = self._methods.get(details.method)
-        if handler is not None:
-            return handler
-        for generic in self._generic:
-            handler = generic.service(details)
-            if handler is not None:
-                # guarded once (nameserver.grpc_guard), then found in the dict
-                handler = guard_handler(handler, details.method, self._max_request_bytes)
-                self._methods[details.method] = handler
-                return handler
-        return None
 
 
 async def _serve(config: ServerConfig) -> str:

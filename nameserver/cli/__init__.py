@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from nameserver.grpc_env import apply_server_defaults
+from nameserver.grpc.env import apply_server_defaults
 
 # The command line is a server's entry point (`serve`, and `cluster up` whose nodes run
 # `serve`): gRPC's environment is set before the first module that imports grpc.

@@ -99,7 +99,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    from nameserver.snapshotting import seed_data_dir
+    from nameserver.state.snapshotting import seed_data_dir
     from snapshots import SnapshotError
 
     try:

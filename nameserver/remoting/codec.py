@@ -12,7 +12,7 @@ clients read the header length field without masking the serialize type off.
 
 Brokers and replicators share this module with the nameserver (DESIGN.md §2), so it
 imports nothing from metaledger and touches neither sockets nor asyncio
-(``tests/unit/test_remoting_codec.py`` checks that).
+(``tests/unit/nameserver/remoting/test_codec.py`` checks that).
 
 Errors::
 

@@ -1,7 +1,7 @@
 """Leases across a leader kill (issue 4; etcd #9888, #17132): a new leader neither hands
 every lease a fresh full TTL nor expires one early.
 
-The bound (nameserver/leases.py): after a leader change a lease lives at least its TTL
+The bound (nameserver/leases/expiry.py): after a leader change a lease lives at least its TTL
 after the last keepalive acknowledged to its holder, and at most one checkpoint interval
 plus one election timeout longer. etcd 3.4 instead restarts every lease's TTL on the new
 leader, so a lease whose holder died halfway through its TTL would live 1.5 TTLs.
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from nameserver.leases import CHECKPOINT_INTERVAL_S, EXPIRE_INTERVAL_S
+from nameserver.leases.expiry import CHECKPOINT_INTERVAL_S, EXPIRE_INTERVAL_S
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from tests.harness import Cluster, wait_until
 

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 #: Run before the node: publishing an image that holds the key "boom" raises (a bug).
 PLANT_BUG = """
-from nameserver.state import MetadataStateMachine
+from nameserver.state.machine import MetadataStateMachine
 _publish = MetadataStateMachine.publish
 def _buggy_publish(self):
     delta = self._delta

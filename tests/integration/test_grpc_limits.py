@@ -26,7 +26,7 @@ import grpc
 import pytest
 
 from nameserver.config import MAX_RESPONSE_BYTES
-from nameserver.kv import MAX_TXN_DEPTH
+from nameserver.kv.semantics import MAX_TXN_DEPTH
 from protos.etcdserverpb import rpc_pb2 as pb
 from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2, v3election_pb2_grpc, v3lock_pb2
 from protos.metaledger.v1 import offsets_pb2

@@ -66,7 +66,7 @@ def test_route_reads_are_counted(module_cluster: Cluster) -> None:
 
 
 def test_kv_calls_reach_the_extra_grpc_accepts(module_cluster: Cluster) -> None:
-    # the server really runs nameserver.grpc_accept (a grpcio without its private API would
+    # the server really runs nameserver.grpc.accept (a grpcio without its private API would
     # log a warning and leave this counter at 0)
     c = module_cluster
     key = f'metaledger_grpc_extra_accepts_total{{node="{c.nodes[2].id}"}}'

@@ -13,9 +13,15 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nameserver.image import MetadataImage, offset_key
-from nameserver.kv import Rejected
-from nameserver.state import MetadataStateMachine, diff_images, image_from_records, image_records
+from nameserver.errors import Rejected
+from nameserver.offsets.records import offset_key
+from nameserver.state.image import MetadataImage
+from nameserver.state.machine import (
+    MetadataStateMachine,
+    diff_images,
+    image_from_records,
+    image_records,
+)
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Entry

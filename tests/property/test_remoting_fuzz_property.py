@@ -30,8 +30,8 @@ from nameserver.remoting.codec import (
 from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.headers import HEADERS
 from nameserver.remoting.server import RemotingServer
-from tests.unit.test_remoting_server import Client
-from tests.unit.test_routing_remoting import Front, answer
+from tests.unit.nameserver.remoting.test_server import Client
+from tests.unit.nameserver.routing.test_remoting import Front, answer
 
 #: What Python's own exception texts look like; a remark must contain none of them. The
 #: fuzzed strings are drawn without spaces and colons, so an echoed value cannot match.

@@ -9,10 +9,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nameserver.image import MetadataDelta, MetadataImage
-from nameserver.kv import Rejected
-from nameserver.replica_groups import group_need_ack
-from nameserver.state import MetadataStateMachine, image_from_records, image_records
+from nameserver.errors import Rejected
+from nameserver.replica_groups.apply import group_need_ack
+from nameserver.state.image import MetadataDelta, MetadataImage
+from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
 from protos import records_pb2 as r
 from raftlog import Entry
 

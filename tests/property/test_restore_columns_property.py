@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nameserver._sortedmap import PersistentSortedMap
-from nameserver.image import KeyValue, KvImage
-from nameserver.state import image_from_records, image_records
+from nameserver.kv.records import KeyValue, KvImage
+from nameserver.state.machine import image_from_records, image_records
+from nameserver.state.sortedmap import PersistentSortedMap
 from protos.records_pb2 import Effect
 from protos.snapshot_pb2 import SnapshotFooter
 from snapshots import (

@@ -8,11 +8,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nameserver import routing
-from nameserver.image import MetadataDelta, MetadataImage
-from nameserver.kv import Rejected
-from nameserver.routing_image import prefix_range
-from nameserver.state import MetadataStateMachine, diff_images, image_from_records, image_records
+from nameserver.errors import Rejected
+from nameserver.routing import apply as routing
+from nameserver.routing.records import prefix_range
+from nameserver.state.image import MetadataDelta, MetadataImage
+from nameserver.state.machine import (
+    MetadataStateMachine,
+    diff_images,
+    image_from_records,
+    image_records,
+)
 from protos import records_pb2
 from raftlog import Entry
 

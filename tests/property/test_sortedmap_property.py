@@ -12,7 +12,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from nameserver._sortedmap import PersistentSortedMap
+from nameserver.state.sortedmap import PersistentSortedMap
 
 # A small alphabet so keys collide, share prefixes and hit the b"" / b"\x00" edges.
 keys = st.lists(st.sampled_from([b"\x00", b"\x01", b"a", b"b", b"\xff"]), max_size=3).map(b"".join)

@@ -82,7 +82,7 @@ TICK = (
 )
 APPLY_ROOT = (
     "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);"
-    "ReplicatedLog._run_apply (raftlog/log.py:640);ReplicatedLog._apply_group (raftlog/log.py:690)"
+    "ReplicatedLog._run_apply (raftlog/log/apply.py:140);ReplicatedLog._apply_group (raftlog/log/apply.py:160)"
 )
 
 
@@ -98,32 +98,32 @@ def stack(text: str) -> list[Frame]:
         (ROOT_FRAMES + ";wait (asyncio/tasks.py:428);_wait (asyncio/tasks.py:539)", GRPC_LOOP),
         # a Range handler's image lookup is the handler's (image/kv code defers to its caller)
         (
-            ROOT_FRAMES + ";rpc.<locals>.wrapper (nameserver/services.py:71);"
-            "KVService.Range (nameserver/services.py:245);do_range (nameserver/kv.py:74);"
-            "KvImage.get (nameserver/image.py:223);PersistentSortedMap.get "
-            "(nameserver/_sortedmap.py:336)",
+            ROOT_FRAMES + ";rpc.<locals>.wrapper (nameserver/grpc/context.py:71);"
+            "KVService.Range (nameserver/kv/service.py:245);do_range (nameserver/kv/semantics.py:74);"
+            "KvImage.get (nameserver/kv/records.py:223);PersistentSortedMap.get "
+            "(nameserver/state/sortedmap.py:336)",
             HANDLERS,
         ),
         (
-            ROOT_FRAMES + ";KVService.Put (nameserver/services.py:260);"
-            "NodeContext.propose (nameserver/services.py:120);"
-            "ReplicatedLog.propose (raftlog/log.py:320);encode_batch (raftlog/entry.py:80)",
+            ROOT_FRAMES + ";KVService.Put (nameserver/kv/service.py:260);"
+            "NodeContext.propose (nameserver/grpc/context.py:120);"
+            "ReplicatedLog.propose (raftlog/log/group_commit.py:120);encode_batch (raftlog/entry.py:80)",
             PROPOSE,
         ),
         (
-            TICK + ";ReplicatedLog._send_item.<locals>.on_proposed (raftlog/log.py:366)",
+            TICK + ";ReplicatedLog._send_item.<locals>.on_proposed (raftlog/log/group_commit.py:166)",
             PROPOSE,
         ),
         (TICK + ";dumps (pysyncobj/pickle.py:12)", ENGINE),
         (TICK + ";PySyncObjEngine._on_tick (raftlog/pysyncobj_engine.py:200)", ENGINE),
-        (TICK + ";ReplicatedLog._on_commit (raftlog/log.py:621);Queue.put (queue.py:150)", APPLY),
+        (TICK + ";ReplicatedLog._on_commit (raftlog/log/apply.py:121);Queue.put (queue.py:150)", APPLY),
         (
-            APPLY_ROOT + ";MetadataStateMachine.apply (nameserver/state.py:300);"
-            "apply_put (nameserver/kv.py:120);PersistentSortedMap.set (nameserver/_sortedmap.py:1)",
+            APPLY_ROOT + ";MetadataStateMachine.apply (nameserver/state/machine.py:300);"
+            "put (nameserver/kv/apply.py:120);PersistentSortedMap.set (nameserver/state/sortedmap.py:1)",
             APPLY,
         ),
         (APPLY_ROOT + ";SegmentLog.append (raftlog/segments.py:300)", SEGMENTS),
-        (APPLY_ROOT + ";WatchHub.on_applied (nameserver/watch.py:88)", WATCH),
+        (APPLY_ROOT + ";WatchHub.on_applied (nameserver/watch/hub.py:88)", WATCH),
         ("Thread._bootstrap (threading.py:1002);Condition.wait (threading.py:331)", OTHER),
     ],
 )
@@ -132,8 +132,8 @@ def test_classify_by_the_frame_nearest_the_leaf(frames: str, category: str) -> N
 
 
 def test_parse_frame_keeps_qualified_names_and_paths() -> None:
-    assert parse_frame("rpc.<locals>.wrapper (nameserver/services.py:71)") == Frame(
-        "rpc.<locals>.wrapper", "nameserver/services.py"
+    assert parse_frame("rpc.<locals>.wrapper (nameserver/grpc/context.py:71)") == Frame(
+        "rpc.<locals>.wrapper", "nameserver/grpc/context.py"
     )
     assert parse_frame("<module> (<frozen runpy>:198)") == Frame("<module>", "<frozen runpy>")
     assert parse_frame("garbage") == Frame("garbage", "")
@@ -141,7 +141,7 @@ def test_parse_frame_keeps_qualified_names_and_paths() -> None:
 
 RAW = f"""\
 thread (1300): MainThread;{ROOT_FRAMES} 30
-thread (1300): MainThread;{ROOT_FRAMES};KVService.Put (nameserver/services.py:260) 5
+thread (1300): MainThread;{ROOT_FRAMES};KVService.Put (nameserver/kv/service.py:260) 5
 thread (1330): Thread-1 (_autoTickThread);{TICK};dumps (pysyncobj/pickle.py:12) 10
 thread (1340): apply;{APPLY_ROOT};SegmentLog.append (raftlog/segments.py:300) 5
 not a sample line

@@ -1,0 +1,1 @@
+"""Cluster membership: member records and etcd's Cluster gRPC service."""

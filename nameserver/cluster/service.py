@@ -1,0 +1,149 @@
+"""etcd's Cluster service: member list, add, remove, update, promote."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from nameserver.errors import InvalidRequest, Rejected
+from nameserver.grpc.context import NodeContext, member_id_of, peer_address, rpc
+from nameserver.state.image import MetadataImage
+from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from raftlog import (
+    Entry,
+)
+
+
+class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+
+    def _list(self, image: MetadataImage) -> list[Any]:
+        return [
+            rpc_pb2.Member(
+                ID=mid, name=name, peerURLs=["http://" + address], clientURLs=list(client_urls)
+            )
+            for name, mid, address, client_urls in self.node.members(image)
+        ]
+
+    async def _change(self, add: bool, address: str) -> None:
+        """One membership change (retried while refused, see NodeContext.engine_call)."""
+        engine = self.node.engine
+        if add:
+            await self.node.engine_call(lambda cb: engine.add_member(address, cb))
+        else:
+            await self.node.engine_call(lambda cb: engine.remove_member(address, cb))
+
+    @rpc
+    async def MemberList(
+        self, request: rpc_pb2.MemberListRequest, context: Any
+    ) -> rpc_pb2.MemberListResponse:
+        image = await self.node.read_image(not getattr(request, "linearizable", False))
+        resp = rpc_pb2.MemberListResponse(header=self.node.header(image.revision))
+        resp.members.extend(self._list(image))
+        return resp
+
+    @rpc
+    async def MemberAdd(
+        self, request: rpc_pb2.MemberAddRequest, context: Any
+    ) -> rpc_pb2.MemberAddResponse:
+        if request.isLearner:
+            raise Rejected(
+                "UNIMPLEMENTED", "metaledger: learners (non-voting members) are not supported"
+            )
+        if len(request.peerURLs) != 1:
+            raise InvalidRequest("peerURLs: give exactly one peer URL (http://host:port)")
+        address = peer_address(request.peerURLs[0])
+        if address in {m.address for m in self.node.engine.members()}:
+            raise Rejected("FAILED_PRECONDITION", "etcdserver: Peer URLs already exists")
+        await self._change(True, address)
+        image = await self.node.read_image(False)
+        resp = rpc_pb2.MemberAddResponse(header=self.node.header(image.revision))
+        resp.member.CopyFrom(
+            rpc_pb2.Member(ID=member_id_of(address), peerURLs=list(request.peerURLs))
+        )
+        resp.members.extend(self._list(image))
+        return resp
+
+    @rpc
+    async def MemberRemove(
+        self, request: rpc_pb2.MemberRemoveRequest, context: Any
+    ) -> rpc_pb2.MemberRemoveResponse:
+        image = await self.node.read_image(False)
+        target = [m for m in self.node.members(image) if m[1] == request.ID]
+        if not target:
+            raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.ID:x})")
+        name, _, address, _ = target[0]
+        engine = self.node.engine
+        me = self.node.config.peers.get(self.node.config.node_id)
+        if address == me and not engine.is_leader():
+            # the member being removed stops hearing the log once the change is in it, so
+            # it could not wait for the change (and the member record) to apply here
+            return await self._forward_remove_to_leader(request, image, name or address)
+        if address == engine.leader_address():
+            # PySyncObj's leader cannot remove itself: it hands leadership over first.
+            if engine.is_leader():
+                # hand over, then let the new leader remove us: a removed node never sees
+                # the entry that removes it, so it could not wait for it here
+                await self.node.transfer_leadership(None)
+                image = await self.node.read_image(False)
+            return await self._forward_remove_to_leader(request, image, name or address)
+        await self._change(False, address)
+        if name:
+            await self.node.log.propose(
+                [Entry(type="member", key=name.encode())], self.node.timeout_s
+            )
+        image = await self.node.read_image(False)
+        resp = rpc_pb2.MemberRemoveResponse(header=self.node.header(image.revision))
+        resp.members.extend(self._list(image))
+        return resp
+
+    @rpc
+    async def MemberUpdate(
+        self, request: rpc_pb2.MemberUpdateRequest, context: Any
+    ) -> rpc_pb2.MemberUpdateResponse:
+        raise Rejected(
+            "UNIMPLEMENTED",
+            "metaledger: MemberUpdate is not supported: a member's peer URL is its identity "
+            "here; remove the member and add it again with the new URL",
+        )
+
+    @rpc
+    async def MemberPromote(
+        self, request: rpc_pb2.MemberPromoteRequest, context: Any
+    ) -> rpc_pb2.MemberPromoteResponse:
+        raise Rejected(
+            "UNIMPLEMENTED",
+            "metaledger has no learners (every member votes): MemberPromote is not supported",
+        )
+
+    async def _forward_remove_to_leader(
+        self, request: rpc_pb2.MemberRemoveRequest, image: MetadataImage, name: str
+    ) -> rpc_pb2.MemberRemoveResponse:
+        """Only the leader can hand its leadership over: forward the request to it."""
+        leader = self.node.engine.leader_address()
+        urls = [
+            url
+            for m in image.members.members.values()
+            if m.peer_url.removeprefix("http://") == leader
+            for url in m.client_urls
+        ]
+        if not urls:
+            raise Rejected(
+                "UNAVAILABLE",
+                f"metaledger: member {name} is the leader and its client URL is unknown here; "
+                "send MemberRemove to the leader",
+            )
+        target = urls[0].removeprefix("http://").removeprefix("https://")
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = rpc_pb2_grpc.ClusterStub(channel)
+            try:
+                resp: rpc_pb2.MemberRemoveResponse = await stub.MemberRemove(
+                    request, timeout=self.node.timeout_s * 2
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise Rejected(
+                    exc.code().name, exc.details() or "forwarded MemberRemove failed"
+                ) from None
+        return resp

@@ -1,0 +1,281 @@
+"""The request context every gRPC service shares: :class:`NodeContext` (propose and wait,
+read barriers, members), the :func:`rpc` decorator, member ids.
+
+Handlers (each domain's ``service.py``) validate, then either read the image (after a read
+barrier unless the request is serializable) or propose an entry and wait until it is
+applied here. Every error leaves through :func:`nameserver.grpc.status.to_status`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from nameserver.config import ServerConfig
+from nameserver.errors import InvalidRequest, Rejected
+from nameserver.grpc.status import to_status
+from nameserver.kv import semantics as kvops
+from nameserver.leases.apply import LEASE_NOT_FOUND
+from nameserver.state.image import MetadataImage
+from nameserver.state.machine import MetadataStateMachine
+from protos.etcdserverpb import rpc_pb2
+from raftlog import (
+    Applied,
+    ApplyFailure,
+    ConsensusEngine,
+    Entry,
+    ProposeError,
+    ReplicatedLog,
+    UnsafeReconfigurationError,
+)
+
+log = logging.getLogger(__name__)
+
+ETCD_VERSION = "3.4.0"  # the etcd API level we speak
+SNAPSHOT_CHUNK_BYTES = 1 << 20
+
+R = TypeVar("R")
+
+
+def member_id_of(peer_address: str) -> int:
+    """etcd member ids are uint64: ours is a stable hash of the member's peer address."""
+    text = "member:" + peer_address.removeprefix("http://").removeprefix("https://")
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def peer_address(url: str) -> str:
+    address = url.removeprefix("http://").removeprefix("https://").rstrip("/")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidRequest(f"peerURLs: {url!r} is not http://host:port")
+    return address
+
+
+def rpc(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Turn any error of a handler into its gRPC status (one place, STYLE.md 3)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await fn(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            code, message = to_status(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("%s failed", fn.__name__)
+            await context.abort(code, message)
+            raise  # unreachable: abort raises
+
+    return wrapper
+
+
+async def abort_stream(context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+    """End a streaming handler on ``exc`` with its status (what :func:`rpc` does for unary
+    handlers); only a server fault (INTERNAL) is logged above DEBUG."""
+    code, message = to_status(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        log.error("%s failed", method, exc_info=exc)
+    else:
+        log.debug("%s: %s", method, message)
+    await context.abort(code, message)
+
+
+class NodeContext:
+    """What the handlers share: config, the log, the state machine and identities."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        rlog: ReplicatedLog,
+        state: MetadataStateMachine,
+        cluster_id: int,
+        engine: ConsensusEngine,
+    ) -> None:
+        self.config = config
+        self.log = rlog
+        self.state = state
+        self.cluster_id = cluster_id
+        self.engine = engine
+        self.timeout_s = config.propose_timeout_ms / 1000
+        self.member_id = member_id_of(config.listen_peer)
+
+    def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
+        """(name, member id, peer address, client URLs) of the current configuration,
+        named from the member records in ``image`` (a member added but not yet started
+        has no name)."""
+        by_peer = {m.peer_url.removeprefix("http://"): m for m in image.members.members.values()}
+        out = []
+        for address in (m.address for m in self.engine.members()):
+            rec = by_peer.get(address)
+            if rec is not None:
+                self.engine.name_member(rec.id, address)
+            out.append(
+                (
+                    rec.id if rec else "",
+                    member_id_of(address),
+                    address,
+                    rec.client_urls if rec else (),
+                )
+            )
+        return out
+
+    async def engine_call(
+        self, start: Callable[[Callable[[int | None, Exception | None], None]], None]
+    ) -> None:
+        """Run an engine operation that answers through a callback on the engine thread
+        (membership change, leadership transfer) and wait for it; a refusal (ProposeError:
+        a change in progress, a target still catching up) is retried every 0.1 s until the
+        propose timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while True:
+            done: asyncio.Future[None] = loop.create_future()
+
+            def callback(_: int | None, err: Exception | None, fut: Any = done) -> None:
+                loop.call_soon_threadsafe(_settle_future, fut, err)
+
+            start(callback)
+            try:
+                await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
+                return
+            except UnsafeReconfigurationError:
+                raise  # waiting does not start members
+            except ProposeError:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def transfer_leadership(self, address: str | None) -> str:
+        """Hand leadership to ``address`` (None: the most caught-up follower) and wait until
+        another node leads; returns the new leader's address."""
+        await self.engine_call(lambda cb: self.engine.transfer_leadership(address, cb))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        me = self.config.listen_peer
+        while loop.time() < deadline:
+            leader = self.engine.leader_address()
+            if leader and leader != me and (address is None or leader == address):
+                return leader
+            await asyncio.sleep(0.05)
+        raise Rejected(
+            "DEADLINE_EXCEEDED",
+            f"metaledger: leadership did not move to {address or 'a follower'} in time",
+        )
+
+    def leader_member_id(self) -> int:
+        leader = self.engine.status().leader_id
+        for name, mid, address, _ in self.members(self.state.image):
+            if leader in (name, address):
+                return mid
+        return 0
+
+    def header(self, revision: int) -> rpc_pb2.ResponseHeader:
+        return rpc_pb2.ResponseHeader(
+            cluster_id=self.cluster_id,
+            member_id=self.member_id,
+            revision=revision,
+            raft_term=self.log.term(),
+        )
+
+    def fill_header(self, header: rpc_pb2.ResponseHeader, revision: int) -> None:
+        """Stamp a response's own ``header`` in place: a fifth of the cost of building a
+        :meth:`header` and copying it in (the KV handlers' hot path)."""
+        header.cluster_id = self.cluster_id
+        header.member_id = self.member_id
+        header.revision = revision
+        header.raft_term = self.log.term()
+
+    async def read_image(self, serializable: bool) -> MetadataImage:
+        if not serializable:
+            index = await self.log.read_barrier(self.timeout_s)
+            await self.log.wait_applied(index, self.timeout_s)
+        return self.state.image
+
+    async def propose(self, entry: Entry, context: grpc.aio.ServicerContext | None) -> Applied:
+        """Propose ``entry`` and wait until it is applied here. The client's de-duplication
+        identity comes from ``context``'s metadata; None proposes without one (a handler that
+        proposes several entries for one request must not reuse the request's)."""
+        client_id, seq = None, None
+        metadata = context.invocation_metadata() if context is not None else None
+        for k, v in metadata or ():
+            if k == "x-ml-client-id":
+                client_id = str(v)
+            elif k == "x-ml-seq":
+                try:
+                    seq = int(v)
+                except ValueError:
+                    raise InvalidRequest(f"x-ml-seq: {v!r} is not an integer") from None
+        if (client_id is None) != (seq is None):
+            raise InvalidRequest("x-ml-client-id and x-ml-seq must be given together")
+        applied = await self.log.propose([entry], self.timeout_s, client_id, seq)
+        if isinstance(applied.result, Rejected):
+            raise applied.result
+        if isinstance(applied.result, ApplyFailure):
+            error = applied.result.error  # a Rejected keeps its code
+            raise Rejected(str(getattr(error, "code", "")) or "INVALID_ARGUMENT", str(error))
+        return applied
+
+    def check_size(self, request: Any) -> None:
+        self.check_encoded_size(request.ByteSize())
+
+    def check_value(self, value: bytes) -> None:
+        """A value put under a key (KV, lock, election) is at most ``max_value_bytes``."""
+        limit = self.config.max_value_bytes
+        if len(value) > limit:
+            raise InvalidRequest(
+                f"etcdserver: value is too large: {len(value)} bytes > limit max_value_bytes={limit}"
+            )
+
+    def response_budget(self, what: str) -> kvops.ResponseBudget:
+        """A fresh ``max_response_bytes`` budget for one response (of ``what``)."""
+        return kvops.ResponseBudget(self.config.max_response_bytes, what)
+
+    def check_encoded_size(self, size: int) -> None:
+        """:meth:`check_size` of a request already encoded into ``size`` bytes."""
+        if size > self.config.max_request_bytes:
+            raise InvalidRequest(
+                f"etcdserver: request is too large: {size} bytes > limit "
+                f"max_request_bytes={self.config.max_request_bytes}"
+            )
+
+    def check_revision(self, revision: int, current: int) -> None:
+        if revision <= 0 or revision == current:
+            return
+        if revision > current:
+            raise Rejected(
+                "OUT_OF_RANGE",
+                f"etcdserver: mvcc: required revision is a future revision ({revision} > {current})",
+            )
+        raise Rejected(
+            "UNIMPLEMENTED",
+            f"metaledger: reading at a past revision ({revision}) is not supported; "
+            f"only the latest state (revision {current}) is kept",
+        )
+
+
+async def require_lease(node: NodeContext, lease_id: int) -> None:
+    """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
+
+    Apply checks again (the lease may go in between); its rejection keeps its code
+    (the Rejected in ``raftlog.ApplyFailure.error``), so the client gets NOT_FOUND either way."""
+    if node.state.image.leases.get(lease_id) is not None:
+        return
+    image = await node.read_image(False)
+    if image.leases.get(lease_id) is None:
+        raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
+
+
+def _settle_future(fut: asyncio.Future[None], err: Exception | None) -> None:
+    if fut.done():
+        return
+    if err is not None:
+        fut.set_exception(err)
+    else:
+        fut.set_result(None)

@@ -1,0 +1,125 @@
+"""The apply rules of ``kv`` and ``txn`` entries: etcd's Put, DeleteRange and Txn over a
+:class:`~nameserver.kv.records.KvDelta` (deterministic, no I/O), and a read-only Txn over
+one image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from nameserver.errors import Rejected
+from nameserver.kv import semantics as kvops
+from nameserver.kv.records import KeyValue, KvDelta
+from nameserver.leases.apply import LEASE_NOT_FOUND
+from nameserver.leases.records import LeaseDelta
+from protos.etcdserverpb import rpc_pb2
+from raftlog import Effect
+
+
+# ---------------------------------------------------------------------- kv ops
+def put(
+    kv: KvDelta,
+    req: rpc_pb2.PutRequest,
+    rev: int,
+    effects: list[Effect],
+    leases: LeaseDelta | None = None,
+) -> rpc_pb2.PutResponse:
+    prev = kv.get(req.key)
+    if (req.ignore_value or req.ignore_lease) and prev is None:
+        raise Rejected("INVALID_ARGUMENT", "etcdserver: key not found")
+    value = prev.value if (req.ignore_value and prev is not None) else req.value
+    lease = prev.lease if (req.ignore_lease and prev is not None) else req.lease
+    if lease and not req.ignore_lease and (leases is None or leases.get(lease) is None):
+        raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
+    new = KeyValue(
+        key=req.key,
+        value=value,
+        create_revision=prev.create_revision if prev else rev,
+        mod_revision=rev,
+        version=prev.version + 1 if prev else 1,
+        lease=lease,
+    )
+    kv.put_over(prev, new)
+    effects.append(Effect("kv", new.key, new.to_record()))
+    resp = rpc_pb2.PutResponse()
+    if req.prev_kv and prev is not None:
+        resp.prev_kv.CopyFrom(kvops.to_pb(prev))
+    return resp
+
+
+def delete_range(
+    kv: KvDelta, req: rpc_pb2.DeleteRangeRequest, effects: list[Effect]
+) -> rpc_pb2.DeleteRangeResponse:
+    victims = kvops.select(kv, req.key, req.range_end)
+    for old in victims:
+        kv.delete(old.key)
+        effects.append(Effect("kv", old.key, delete=True))
+    resp = rpc_pb2.DeleteRangeResponse(deleted=len(victims))
+    if req.prev_kv:
+        resp.prev_kvs.extend(kvops.to_pb(old) for old in victims)
+    return resp
+
+
+def txn(
+    kv: KvDelta,
+    req: rpc_pb2.TxnRequest,
+    rev: int,
+    effects: list[Effect],
+    leases: LeaseDelta | None = None,
+    budget: kvops.ResponseBudget | None = None,  # reads only; apply passes none
+) -> rpc_pb2.TxnResponse:
+    succeeded = all(kvops.evaluate_compare(kv, c) for c in req.compare)
+    resp = rpc_pb2.TxnResponse(succeeded=succeeded)
+    for op in req.success if succeeded else req.failure:
+        which = op.WhichOneof("request")
+        out = resp.responses.add()
+        if which == "request_range":
+            r = kvops.do_range(kv, op.request_range, budget, out.response_range)
+            r.header.revision = rev
+        elif which == "request_put":
+            p = put(kv, op.request_put, rev, effects, leases)
+            p.header.revision = rev
+            out.response_put.CopyFrom(p)
+        elif which == "request_delete_range":
+            d = delete_range(kv, op.request_delete_range, effects)
+            d.header.revision = rev
+            out.response_delete_range.CopyFrom(d)
+        elif which == "request_txn":
+            t = txn(kv, op.request_txn, rev, effects, leases, budget)
+            t.header.revision = rev
+            out.response_txn.CopyFrom(t)
+        else:
+            raise Rejected("INVALID_ARGUMENT", "etcdserver: txn op has no request")
+    return resp
+
+
+def read_only_txn(
+    view: kvops.KvView,
+    req: rpc_pb2.TxnRequest,
+    rev: int,
+    budget: kvops.ResponseBudget | None = None,
+) -> rpc_pb2.TxnResponse:
+    """A txn with no writes, evaluated against one image (no log entry needed); its
+    ranges stop at ``budget`` (``max_response_bytes``) before building more."""
+    effects: list[Effect] = []
+    return txn(_ReadOnlyDelta(view), req, rev, effects, None, budget)  # type: ignore[arg-type]
+
+
+class _ReadOnlyDelta:
+    def __init__(self, view: kvops.KvView) -> None:
+        self._view = view
+
+    def get(self, key: bytes) -> KeyValue | None:
+        return self._view.get(key)
+
+    def range(self, key: bytes, range_end: bytes | None) -> Iterable[KeyValue]:
+        return self._view.range(key, range_end)  # lazily: a budget may stop it early
+
+    def put(self, kv: KeyValue) -> None:  # pragma: no cover - read-only by construction
+        raise Rejected("INTERNAL", "write in a read-only txn")
+
+    def put_over(self, old: KeyValue | None, kv: KeyValue) -> None:  # pragma: no cover
+        raise Rejected("INTERNAL", "write in a read-only txn")
+
+    def delete(self, key: bytes) -> None:  # pragma: no cover
+        raise Rejected("INTERNAL", "write in a read-only txn")

@@ -1,0 +1,272 @@
+"""The etcd key-value records: :class:`KeyValue`, the kv sub-image and its delta.
+
+The keys attached to a lease are not part of the lease record: they are an index
+of the kv sub-image (``KvImage.by_lease``), derived from ``KeyValue.lease`` and kept
+by :class:`KvDelta` on every put and delete, so change-log replay and snapshots
+rebuild it from the kv records alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from nameserver.state.mapdelta import _MISSING, Journal
+from nameserver.state.sortedmap import PersistentSortedMap, is_strictly_increasing
+from protos import records_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: bytes
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    version: int
+    lease: int = 0
+
+    def to_record(self) -> bytes:
+        data: bytes = records_pb2.KvRecord(
+            key=self.key,
+            value=self.value,
+            create_revision=self.create_revision,
+            mod_revision=self.mod_revision,
+            version=self.version,
+            lease=self.lease,
+        ).SerializeToString()
+        return data
+
+    @staticmethod
+    def from_record(data: bytes) -> KeyValue:
+        r = records_pb2.KvRecord.FromString(data)
+        return KeyValue(r.key, r.value, r.create_revision, r.mod_revision, r.version, r.lease)
+
+
+_NO_KEYS: frozenset[bytes] = frozenset()
+
+
+def kv_size(kv: KeyValue | None) -> int:
+    """What a key counts against the kv byte quota: its key and value."""
+    return 0 if kv is None else len(kv.key) + len(kv.value)
+
+
+@dataclass(frozen=True, slots=True)
+class KvImage:
+    data: PersistentSortedMap[KeyValue] = field(default_factory=PersistentSortedMap.empty)
+    #: lease id -> the keys attached to it (derived from ``KeyValue.lease``)
+    by_lease: Mapping[int, frozenset[bytes]] = field(default_factory=lambda: MappingProxyType({}))
+    #: sum of key + value lengths (kept incrementally by :class:`KvDelta`, for quotas)
+    value_bytes: int = 0
+
+    @staticmethod
+    def from_sorted_items(items: list[tuple[bytes, KeyValue]]) -> KvImage:
+        index: dict[int, set[bytes]] = {}
+        for key, kv in items:
+            if kv.lease:
+                index.setdefault(kv.lease, set()).add(key)
+        return KvImage(
+            PersistentSortedMap.from_sorted_items(items),
+            MappingProxyType({k: frozenset(v) for k, v in index.items()}),
+            sum(kv_size(kv) for _, kv in items),
+        )
+
+    @staticmethod
+    def from_records(keys: list[bytes], records: list[bytes]) -> KvImage:
+        """The kv sub-image of a snapshot's ``kv`` columns (restore's hot loop: 1M keys).
+
+        Same result as :meth:`from_sorted_items` over ``KeyValue.from_record`` of each
+        record, sorted (a snapshot written by Spark may be in any order; ours is in key
+        order, checked at C speed). Raises ValueError for a key given twice.
+        """
+        if not is_strictly_increasing(keys):
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            keys = [keys[i] for i in order]
+            records = [records[i] for i in order]
+        parse = records_pb2.KvRecord.FromString
+        # A fresh KeyValue is filled through its slot descriptors: the frozen dataclass's
+        # __init__ (object.__setattr__ per field) costs twice as much, and nothing else
+        # can see the object before it is complete.
+        new = object.__new__
+        set_key, set_value = _KV_SLOTS[0].__set__, _KV_SLOTS[1].__set__
+        set_create, set_mod = _KV_SLOTS[2].__set__, _KV_SLOTS[3].__set__
+        set_version, set_lease = _KV_SLOTS[4].__set__, _KV_SLOTS[5].__set__
+        values: list[KeyValue] = []
+        append = values.append
+        index: dict[int, set[bytes]] = {}
+        size = 0
+        for key, data in zip(keys, records, strict=True):
+            r = parse(data)
+            kv = new(KeyValue)
+            set_key(kv, r.key)
+            set_value(kv, r.value)
+            set_create(kv, r.create_revision)
+            set_mod(kv, r.mod_revision)
+            set_version(kv, r.version)
+            set_lease(kv, r.lease)
+            size += len(kv.key) + len(kv.value)
+            if kv.lease:
+                index.setdefault(kv.lease, set()).add(key)
+            append(kv)
+        return KvImage(
+            PersistentSortedMap.from_columns(keys, values),
+            MappingProxyType({k: frozenset(v) for k, v in index.items()}),
+            size,
+        )
+
+    def keys_of_lease(self, lease_id: int) -> frozenset[bytes]:
+        return self.by_lease.get(lease_id, _NO_KEYS)
+
+    def get(self, key: bytes) -> KeyValue | None:
+        return self.data.get(key)
+
+    def range(self, key: bytes, range_end: bytes | None) -> Iterator[KeyValue]:
+        for _, kv in self.data.range(key, range_end):
+            yield kv
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+#: KeyValue's slot descriptors in field order (see KvImage.from_records).
+_KV_SLOTS = tuple(
+    getattr(KeyValue, name)
+    for name in ("key", "value", "create_revision", "mod_revision", "version", "lease")
+)
+
+
+class KvDelta:
+    """Pending kv changes over a base image; reads see the pending changes."""
+
+    def __init__(self, base: KvImage) -> None:
+        self.base = base
+        self.changes: dict[bytes, KeyValue | None] = {}  # None = deleted
+        #: lease id -> its attached keys as this delta will publish them (copied on first touch)
+        self.lease_keys: dict[int, set[bytes]] = {}
+        self._journal = Journal()  # MetadataDelta shares one among its sub-deltas
+        #: keys and bytes this delta adds to the base (negative: removes), for quotas
+        self.key_delta = 0
+        self.byte_delta = 0
+
+    def begin(self) -> None:
+        """Start recording an undo log, so one entry's changes can be rolled back."""
+        self._journal.begin()
+
+    def commit(self) -> None:
+        self._journal.commit()
+
+    def rollback(self) -> None:
+        self._journal.rollback()
+
+    def _revert(self, key: bytes, old: object) -> None:
+        current = self.get(key)
+        if old is _MISSING:
+            self.changes.pop(key, None)
+        else:
+            self.changes[key] = old  # type: ignore[assignment]
+        new = self.get(key)
+        self._reindex(key, current, new)
+        self._account(current, new)
+
+    def _remember(self, key: bytes) -> None:
+        undo = self._journal.entries
+        if undo is not None:
+            undo.append((self, key, self.changes.get(key, _MISSING)))
+
+    def _keys_of(self, lease_id: int) -> set[bytes]:
+        keys = self.lease_keys.get(lease_id)
+        if keys is None:
+            keys = self.lease_keys[lease_id] = set(self.base.keys_of_lease(lease_id))
+        return keys
+
+    def _reindex(self, key: bytes, old: KeyValue | None, new: KeyValue | None) -> None:
+        """Keep the lease -> keys index in step with a change of ``key``."""
+        old_lease = old.lease if old is not None else 0
+        new_lease = new.lease if new is not None else 0
+        if old_lease == new_lease:
+            return
+        if old_lease:
+            self._keys_of(old_lease).discard(key)
+        if new_lease:
+            self._keys_of(new_lease).add(key)
+
+    def _account(self, old: KeyValue | None, new: KeyValue | None) -> None:
+        self.key_delta += (new is not None) - (old is not None)
+        self.byte_delta += kv_size(new) - kv_size(old)
+
+    @property
+    def key_count(self) -> int:
+        return len(self.base) + self.key_delta
+
+    @property
+    def byte_count(self) -> int:
+        return self.base.value_bytes + self.byte_delta
+
+    def keys_of_lease(self, lease_id: int) -> frozenset[bytes]:
+        if lease_id in self.lease_keys:
+            return frozenset(self.lease_keys[lease_id])
+        return self.base.keys_of_lease(lease_id)
+
+    def get(self, key: bytes) -> KeyValue | None:
+        if key in self.changes:
+            return self.changes[key]
+        return self.base.get(key)
+
+    def range(self, key: bytes, range_end: bytes | None) -> list[KeyValue]:
+        """Keys in [key, range_end) (etcd semantics) as the delta would publish them."""
+        if not self.changes:
+            return list(self.base.range(key, range_end))
+        if range_end is None:
+            kv = self.get(key)
+            return [kv] if kv is not None else []
+        merged: dict[bytes, KeyValue | None] = {
+            k: v for k, v in self.base.data.range(key, range_end)
+        }
+        open_end = range_end == b"\x00"
+        for k, v in self.changes.items():
+            if k >= key and (open_end or k < range_end):
+                merged[k] = v
+        return [merged[k] for k in sorted(merged) if merged[k] is not None]  # type: ignore[misc]
+
+    def put(self, kv: KeyValue) -> None:
+        self.put_over(self.get(kv.key), kv)
+
+    def put_over(self, old: KeyValue | None, kv: KeyValue) -> None:
+        """:meth:`put` for a caller that has just read ``old = self.get(kv.key)`` (the
+        apply path's Put: one lookup instead of two)."""
+        key = kv.key
+        if (old is not None and old.lease) or kv.lease:
+            self._reindex(key, old, kv)
+        self.key_delta += old is None
+        self.byte_delta += (
+            len(key) + len(kv.value) - (0 if old is None else len(old.key) + len(old.value))
+        )
+        undo = self._journal.entries
+        if undo is not None:
+            undo.append((self, key, self.changes.get(key, _MISSING)))
+        self.changes[key] = kv
+
+    def delete(self, key: bytes) -> None:
+        old = self.get(key)
+        self._reindex(key, old, None)
+        self._account(old, None)
+        self._remember(key)
+        self.changes[key] = None
+
+    def build(self) -> KvImage:
+        if not self.changes:
+            return self.base
+        puts = {k: v for k, v in self.changes.items() if v is not None}
+        deletes = [k for k, v in self.changes.items() if v is None]
+        by_lease = self.base.by_lease
+        if self.lease_keys:
+            merged = dict(by_lease)
+            for lease_id, keys in self.lease_keys.items():
+                if keys:
+                    merged[lease_id] = frozenset(keys)
+                else:
+                    merged.pop(lease_id, None)
+            by_lease = MappingProxyType(merged)
+        return KvImage(
+            self.base.data.update(puts, deletes), by_lease, self.base.value_bytes + self.byte_delta
+        )

@@ -1,0 +1,166 @@
+"""etcd's KV service (Range, Put, DeleteRange, Txn, Compact): validate, then read the image
+or propose an entry and wait until it is applied here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nameserver.errors import InvalidRequest, Rejected
+from nameserver.grpc.context import NodeContext, require_lease, rpc
+from nameserver.kv import semantics as kvops
+from nameserver.kv.apply import read_only_txn
+from nameserver.state import consistency
+from protos import records_pb2
+from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from raftlog import (
+    Entry,
+)
+from raftlog.entry import length_delimited
+
+#: Field numbers of records.KvOperation.put / .delete_range and records.TxnOperation.txn.
+_KV_PUT = records_pb2.KvOperation.PUT_FIELD_NUMBER
+_KV_DELETE_RANGE = records_pb2.KvOperation.DELETE_RANGE_FIELD_NUMBER
+_TXN_TXN = records_pb2.TxnOperation.TXN_FIELD_NUMBER
+
+
+def _require_key(key: bytes, what: str) -> None:
+    if not key:
+        raise InvalidRequest(f"etcdserver: key is not provided ({what}: key must not be empty)")
+
+
+class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+
+    @rpc
+    async def Range(self, request: rpc_pb2.RangeRequest, context: Any) -> rpc_pb2.RangeResponse:
+        kvops.validate_range(request)
+        image, _ = await consistency.read_image(self.node, "kv", request.serializable)
+        self.node.check_revision(request.revision, image.revision)
+        resp = kvops.do_range(image.kv, request, self.node.response_budget("range"))
+        self.node.fill_header(resp.header, image.revision)
+        return resp
+
+    # The write handlers encode the request once: its bytes give its size, and framed as
+    # field 1 (put) or 2 (delete_range) they are the KvOperation (TxnOperation: field 1 txn)
+    # that KvOperation(put=request) would copy the request into and encode again. The
+    # result the apply thread built for this request is its response (the state machine
+    # makes a new one per request and hands it to this waiter only): no copy either.
+    @rpc
+    async def Put(self, request: rpc_pb2.PutRequest, context: Any) -> rpc_pb2.PutResponse:
+        _require_key(request.key, "put")
+        self._check_value(request.value)
+        body = request.SerializeToString()
+        self.node.check_encoded_size(len(body))
+        if request.lease and not request.ignore_lease:
+            await require_lease(self.node, request.lease)
+        applied = await self.node.propose(
+            Entry("kv", request.key, length_delimited(_KV_PUT, body)), context
+        )
+        result = applied.result
+        resp = result if isinstance(result, rpc_pb2.PutResponse) else rpc_pb2.PutResponse()
+        self.node.fill_header(resp.header, applied.offset)
+        return resp
+
+    @rpc
+    async def DeleteRange(
+        self, request: rpc_pb2.DeleteRangeRequest, context: Any
+    ) -> rpc_pb2.DeleteRangeResponse:
+        _require_key(request.key, "delete")
+        body = request.SerializeToString()
+        self.node.check_encoded_size(len(body))
+        if request.prev_kv:  # the deleted keys come back: they must fit a response
+            budget = self.node.response_budget("delete_range")
+            op = rpc_pb2.RequestOp(request_delete_range=request)
+            kvops.estimate_txn_reads(
+                self.node.state.image.kv, rpc_pb2.TxnRequest(success=[op]), budget
+            )
+        applied = await self.node.propose(
+            Entry("kv", request.key, length_delimited(_KV_DELETE_RANGE, body)), context
+        )
+        result = applied.result
+        resp = (
+            result
+            if isinstance(result, rpc_pb2.DeleteRangeResponse)
+            else rpc_pb2.DeleteRangeResponse()
+        )
+        self.node.fill_header(resp.header, applied.offset)
+        return resp
+
+    @rpc
+    async def Txn(self, request: rpc_pb2.TxnRequest, context: Any) -> rpc_pb2.TxnResponse:
+        body = request.SerializeToString()
+        self.node.check_encoded_size(len(body))
+        kvops.validate_txn(request, self.node.config.max_txn_ops)
+        self._check_txn_values(request)
+        if not kvops.txn_has_writes(request):
+            serializable = all(
+                op.request_range.serializable
+                for op in (*request.success, *request.failure)
+                if op.WhichOneof("request") == "request_range"
+            ) and bool(len(request.success) + len(request.failure))
+            image = await self.node.read_image(serializable)
+            budget = self.node.response_budget("txn")
+            resp = read_only_txn(image.kv, request, image.revision, budget)
+            self.node.fill_header(resp.header, image.revision)
+            return resp
+        # what it reads back is built at apply on every node, with no limit there: checked
+        # here, against this node's image, before anything is proposed
+        kvops.estimate_txn_reads(
+            self.node.state.image.kv, request, self.node.response_budget("txn")
+        )
+        if not request.compare:  # the success branch is taken: its leases must exist
+            for lease_id in _put_leases(request.success):
+                await require_lease(self.node, lease_id)
+        applied = await self.node.propose(
+            Entry("txn", value=length_delimited(_TXN_TXN, body)), context
+        )
+        if applied.duplicate:
+            raise Rejected(
+                "ALREADY_EXISTS",
+                f"metaledger: this txn was already applied at revision {applied.offset}; "
+                "its result is not kept",
+            )
+        resp = applied.result
+        if not isinstance(resp, rpc_pb2.TxnResponse):
+            raise Rejected("INTERNAL", f"metaledger: txn applied with no response ({resp!r})")
+        self.node.fill_header(resp.header, applied.offset)
+        return resp
+
+    @rpc
+    async def Compact(
+        self, request: rpc_pb2.CompactionRequest, context: Any
+    ) -> rpc_pb2.CompactionResponse:
+        image = self.node.state.image
+        if request.revision > image.revision:
+            raise Rejected(
+                "OUT_OF_RANGE",
+                f"etcdserver: mvcc: required revision is a future revision "
+                f"({request.revision} > {image.revision})",
+            )
+        # metaledger keeps no history of old revisions: there is nothing to compact.
+        return rpc_pb2.CompactionResponse(header=self.node.header(image.revision))
+
+    def _check_value(self, value: bytes) -> None:
+        self.node.check_value(value)
+
+    def _check_txn_values(self, txn: rpc_pb2.TxnRequest) -> None:
+        for op in (*txn.success, *txn.failure):
+            which = op.WhichOneof("request")
+            if which == "request_put":
+                self._check_value(op.request_put.value)
+            elif which == "request_txn":
+                self._check_txn_values(op.request_txn)
+
+
+def _put_leases(ops: Any) -> set[int]:
+    """The leases that the puts of an unconditional txn branch attach keys to."""
+    leases: set[int] = set()
+    for op in ops:
+        which = op.WhichOneof("request")
+        if which == "request_put" and op.request_put.lease and not op.request_put.ignore_lease:
+            leases.add(op.request_put.lease)
+        elif which == "request_txn" and not op.request_txn.compare:
+            leases |= _put_leases(op.request_txn.success)
+    return leases

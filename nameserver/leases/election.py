@@ -1,0 +1,349 @@
+"""etcd's lock and election services (``v3lockpb.Lock``, ``v3electionpb.Election``), server-side.
+
+They are etcd's client recipes (``clientv3/concurrency`` ``mutex.go`` and ``election.go``) run
+inside the server, so that a client needs one RPC and no Watch:
+
+* a contender's key is ``name + "/" + "%x" % lease``, created with the lease by a txn only if
+  absent (``create_revision == 0``), so asking again with the same lease finds the same key;
+* the holder (the leader) is the key with the lowest ``create_revision`` under ``name + "/"``;
+* a waiter waits until every key under the prefix created before its own is deleted (released,
+  resigned, or gone with its lease); meanwhile it sleeps on this node's apply progress
+  (``ReplicatedLog.wait_applied``) and re-checks the image, which is enough because every
+  deletion is an applied entry;
+* a Lock or Campaign that ends before it succeeds (the client's deadline or cancel, an error)
+  deletes its waiter key, so it never holds the lock later by surprise.
+
+**Fencing.** The ownership key's ``create_revision`` is the fencing token: it is unique, it only
+grows from one holder to the next, and a write guarded by ``Compare.create(key) == token`` in a
+txn fails once the holder lost the key (its lease expired, it unlocked or resigned), even if the
+same lease takes the lock again (a new key has a new create revision). LockResponse carries the
+key and, as in etcd, the header of the read that saw the lock acquired; clients read the key's
+create revision (the Python client does, and returns it as ``HeldLock.token``). An election's
+LeaderKey carries it as ``rev``; Proclaim and Resign are txns guarded by it, so a stale
+LeaderKey gets etcd's ``election: not leader`` (FAILED_PRECONDITION). Unlike etcd's recipe, a
+Resign with a stale LeaderKey fails too (etcd deletes nothing and reports success).
+
+Every read here is linearizable: the first through a read barrier, and later ones from this
+node's image after its own write or after a newer entry was applied here.
+
+Errors (as gRPC status, messages start with etcd's text):
+``"leader" field must be provided`` and an empty name or key (INVALID_ARGUMENT),
+a lock or campaign without a lease (INVALID_ARGUMENT: etcd would grant a 60 s lease that nobody
+keeps alive), an unknown lease (NOT_FOUND ``etcdserver: requested lease not found``),
+``election: no leader`` (NOT_FOUND), ``election: not leader`` and a lease that expired while
+waiting (FAILED_PRECONDITION ``mutex: session is expired`` / ``election: session is expired``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from nameserver.errors import InvalidRequest, Rejected
+from nameserver.grpc.context import NodeContext, abort_stream, require_lease, rpc
+from nameserver.kv import semantics as kvops
+from nameserver.kv.records import KeyValue
+from nameserver.state.image import MetadataImage
+from protos import records_pb2
+from protos.etcdserverpb import (
+    rpc_pb2,
+    v3election_pb2,
+    v3election_pb2_grpc,
+    v3lock_pb2,
+    v3lock_pb2_grpc,
+)
+from raftlog import Entry, UnknownOutcomeError
+
+log = logging.getLogger(__name__)
+
+NOT_LEADER = "election: not leader"
+NO_LEADER = "election: no leader"
+MISSING_LEADER_KEY = '"leader" field must be provided'
+#: How long one wait on apply progress lasts before it is simply renewed (no deadline given).
+WAIT_SLICE_S = 30.0
+
+
+def owner_key(name: bytes, lease: int) -> bytes:
+    """The contender key of ``lease`` in lock/election ``name`` (etcd: ``pfx + "/" + "%x"``)."""
+    return name + b"/" + b"%x" % lease
+
+
+def _prefix_range(name: bytes) -> tuple[bytes, bytes]:
+    """``[name/, name0)``: every key under ``name + "/"`` ("0" is the byte after "/")."""
+    return name + b"/", name + b"0"
+
+
+def first_created(image: MetadataImage, name: bytes, max_create_rev: int = 0) -> KeyValue | None:
+    """The key under ``name/`` created first (the holder), or, with ``max_create_rev``, the one
+    created last at or below it (the key a waiter waits for, etcd's ``waitDeletes``)."""
+    start, end = _prefix_range(name)
+    found: KeyValue | None = None
+    for kv in image.kv.range(start, end):
+        if max_create_rev:
+            if kv.create_revision <= max_create_rev and (
+                found is None or kv.create_revision > found.create_revision
+            ):
+                found = kv
+        elif found is None or kv.create_revision < found.create_revision:
+            found = kv
+    return found
+
+
+def _require_name(name: bytes, what: str) -> None:
+    if not name:
+        raise InvalidRequest(f"etcdserver: key is not provided ({what}: name must not be empty)")
+
+
+def _require_lease_id(lease: int, what: str) -> None:
+    if lease <= 0:
+        raise InvalidRequest(
+            f"lease: {what} needs the ID of a granted lease (lease: {lease}); grant one first"
+        )
+
+
+class Coordinator:
+    """The recipes' steps on one node: guarded txns through the log and waits on apply."""
+
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    async def txn(self, request: rpc_pb2.TxnRequest) -> tuple[rpc_pb2.TxnResponse, int]:
+        """Propose a txn (no client de-duplication identity: one RPC proposes several)."""
+        applied = await self.node.propose(
+            Entry(type="txn", value=records_pb2.TxnOperation(txn=request).SerializeToString()),
+            None,
+        )
+        resp = rpc_pb2.TxnResponse()
+        resp.CopyFrom(applied.result)
+        return resp, applied.offset
+
+    async def create_if_absent(
+        self, key: bytes, value: bytes, lease: int
+    ) -> tuple[int, bytes | None, int]:
+        """etcd's first step: put ``key`` with ``lease`` unless it exists. Returns the txn's
+        revision, the key's value if it existed (else None) and the key's create revision."""
+        put = rpc_pb2.PutRequest(key=key, value=value, lease=lease)
+        get = rpc_pb2.RangeRequest(key=key)
+        resp, revision = await self.guarded(
+            key,
+            0,
+            rpc_pb2.RequestOp(request_put=put),
+            rpc_pb2.RequestOp(request_range=get),
+        )
+        if resp.succeeded:
+            return revision, None, revision
+        found = resp.responses[0].response_range.kvs[0]
+        return revision, found.value, found.create_revision
+
+    async def guarded(
+        self,
+        key: bytes,
+        create_rev: int,
+        op: rpc_pb2.RequestOp,
+        otherwise: rpc_pb2.RequestOp | None = None,
+    ) -> tuple[rpc_pb2.TxnResponse, int]:
+        """Run ``op`` only if ``key`` has create revision ``create_rev`` (0: does not exist;
+        else: ownership), ``otherwise`` if not."""
+        cmp = rpc_pb2.Compare(
+            key=key,
+            target=rpc_pb2.Compare.CREATE,
+            result=rpc_pb2.Compare.EQUAL,
+            create_revision=create_rev,
+        )
+        req = rpc_pb2.TxnRequest(
+            compare=[cmp], success=[op], failure=[otherwise] if otherwise is not None else []
+        )
+        return await self.txn(req)
+
+    async def next_image(self, seen_offset: int) -> tuple[int, MetadataImage]:
+        """Wait until this node applied something after ``seen_offset``; return the new apply
+        offset and an image at least that new (the image is published before the offset moves,
+        so reading the offset first never misses a change)."""
+        try:
+            await self.node.log.wait_applied(seen_offset + 1, WAIT_SLICE_S)
+        except UnknownOutcomeError:
+            pass  # nothing applied for a while: look again (the RPC's deadline cancels us)
+        return self.node.log.apply_offset, self.node.state.image
+
+    async def wait_deletes(self, name: bytes, my_key: bytes, my_rev: int) -> MetadataImage:
+        """Wait until no key under ``name/`` created before ``my_rev`` is left; fail if
+        ``my_key`` itself vanished meanwhile (its lease expired)."""
+        seen = self.node.log.apply_offset
+        image = self.node.state.image  # already holds our own txn: linearizable from here
+        while True:
+            mine = image.kv.get(my_key)
+            if mine is None or mine.create_revision != my_rev:
+                raise Rejected(
+                    "FAILED_PRECONDITION",
+                    "mutex: session is expired (the key "
+                    f"{my_key.decode('utf-8', 'backslashreplace')} vanished with its lease)",
+                )
+            if first_created(image, name, my_rev - 1) is None:
+                return image
+            seen, image = await self.next_image(seen)
+
+    def cleanup(self, key: bytes, create_rev: int) -> None:
+        """Delete a waiter's key after its RPC ended without success, in a task of its own
+        (the handler itself is being cancelled); only the same incarnation of the key."""
+        op = rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(key=key))
+
+        async def run() -> None:
+            try:
+                await self.guarded(key, create_rev, op)
+            except Exception as exc:  # the lease will remove it at the latest
+                log.warning("could not delete abandoned waiter key %r: %s", key, exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+
+class LockService(v3lock_pb2_grpc.LockServicer):  # type: ignore[misc]
+    """``v3lockpb.Lock``: etcd's mutex recipe (see the module docstring)."""
+
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+        self.coord = Coordinator(node)
+
+    @rpc
+    async def Lock(self, request: v3lock_pb2.LockRequest, context: Any) -> v3lock_pb2.LockResponse:
+        _require_name(request.name, "lock")
+        _require_lease_id(request.lease, "a lock")
+        await require_lease(self.node, request.lease)
+        key = owner_key(request.name, request.lease)
+        revision, _, my_rev = await self.coord.create_if_absent(key, b"", request.lease)
+        try:
+            image = await self.coord.wait_deletes(request.name, key, my_rev)
+        except BaseException:
+            self.coord.cleanup(key, my_rev)
+            raise
+        return v3lock_pb2.LockResponse(
+            header=self.node.header(max(image.revision, revision)), key=key
+        )
+
+    @rpc
+    async def Unlock(
+        self, request: v3lock_pb2.UnlockRequest, context: Any
+    ) -> v3lock_pb2.UnlockResponse:
+        if not request.key:
+            raise InvalidRequest("etcdserver: key is not provided (unlock: key must not be empty)")
+        op = records_pb2.KvOperation(delete_range=rpc_pb2.DeleteRangeRequest(key=request.key))
+        applied = await self.node.propose(
+            Entry(type="kv", key=request.key, value=op.SerializeToString()), context
+        )
+        return v3lock_pb2.UnlockResponse(header=self.node.header(applied.offset))
+
+
+def _leader_key(request: Any) -> v3election_pb2.LeaderKey:
+    if not request.HasField("leader"):
+        raise InvalidRequest(MISSING_LEADER_KEY)
+    leader: v3election_pb2.LeaderKey = request.leader
+    if not leader.key or leader.rev <= 0:
+        raise InvalidRequest(f"{MISSING_LEADER_KEY} (leader.key and leader.rev are required)")
+    return leader
+
+
+class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[misc]
+    """``v3electionpb.Election``: etcd's election recipe (see the module docstring)."""
+
+    def __init__(self, node: NodeContext) -> None:
+        self.node = node
+        self.coord = Coordinator(node)
+
+    @rpc
+    async def Campaign(
+        self, request: v3election_pb2.CampaignRequest, context: Any
+    ) -> v3election_pb2.CampaignResponse:
+        _require_name(request.name, "campaign")
+        _require_lease_id(request.lease, "a campaign")
+        self.node.check_value(request.value)
+        await require_lease(self.node, request.lease)
+        key = owner_key(request.name, request.lease)
+        revision, existing, my_rev = await self.coord.create_if_absent(
+            key, request.value, request.lease
+        )
+        try:
+            if existing is not None and existing != request.value:
+                await self._proclaim(key, my_rev, request.value)
+            try:
+                await self.coord.wait_deletes(request.name, key, my_rev)
+            except Rejected as exc:
+                raise Rejected(exc.code, exc.message.replace("mutex:", "election:")) from None
+        except BaseException:
+            self.coord.cleanup(key, my_rev)
+            raise
+        return v3election_pb2.CampaignResponse(
+            header=self.node.header(revision),
+            leader=v3election_pb2.LeaderKey(
+                name=request.name, key=key, rev=my_rev, lease=request.lease
+            ),
+        )
+
+    async def _proclaim(self, key: bytes, rev: int, value: bytes) -> int:
+        put = rpc_pb2.PutRequest(key=key, value=value, ignore_lease=True)
+        resp, revision = await self.coord.guarded(key, rev, rpc_pb2.RequestOp(request_put=put))
+        if not resp.succeeded:
+            raise Rejected("FAILED_PRECONDITION", NOT_LEADER)
+        return revision
+
+    @rpc
+    async def Proclaim(
+        self, request: v3election_pb2.ProclaimRequest, context: Any
+    ) -> v3election_pb2.ProclaimResponse:
+        leader = _leader_key(request)
+        self.node.check_value(request.value)
+        revision = await self._proclaim(leader.key, leader.rev, request.value)
+        return v3election_pb2.ProclaimResponse(header=self.node.header(revision))
+
+    @rpc
+    async def Resign(
+        self, request: v3election_pb2.ResignRequest, context: Any
+    ) -> v3election_pb2.ResignResponse:
+        leader = _leader_key(request)
+        delete = rpc_pb2.DeleteRangeRequest(key=leader.key)
+        resp, revision = await self.coord.guarded(
+            leader.key, leader.rev, rpc_pb2.RequestOp(request_delete_range=delete)
+        )
+        if not resp.succeeded:
+            raise Rejected("FAILED_PRECONDITION", NOT_LEADER)
+        return v3election_pb2.ResignResponse(header=self.node.header(revision))
+
+    @rpc
+    async def Leader(
+        self, request: v3election_pb2.LeaderRequest, context: Any
+    ) -> v3election_pb2.LeaderResponse:
+        _require_name(request.name, "leader")
+        image = await self.node.read_image(False)
+        kv = first_created(image, request.name)
+        if kv is None:
+            raise Rejected("NOT_FOUND", NO_LEADER)
+        return v3election_pb2.LeaderResponse(
+            header=self.node.header(image.revision), kv=kvops.to_pb(kv)
+        )
+
+    async def Observe(
+        self, request: v3election_pb2.LeaderRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[v3election_pb2.LeaderResponse]:
+        """Stream the leader's key whenever it changes (a new leader, or a Proclaim); nothing
+        while there is no leader. Ends only when the client cancels."""
+        try:
+            _require_name(request.name, "observe")
+            image = await self.node.read_image(False)
+            seen = self.node.log.apply_offset
+        except Exception as exc:
+            await abort_stream(context, "Observe", exc)
+            return
+        last: tuple[bytes, int] | None = None
+        while True:
+            kv = first_created(image, request.name)
+            if kv is not None and (kv.key, kv.mod_revision) != last:
+                last = (kv.key, kv.mod_revision)
+                yield v3election_pb2.LeaderResponse(
+                    header=self.node.header(image.revision), kv=kvops.to_pb(kv)
+                )
+            seen, image = await self.coord.next_image(seen)

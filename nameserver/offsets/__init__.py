@@ -1,0 +1,1 @@
+"""Replicator offsets: records, apply rules, the metaledger.v1.Offsets gRPC service."""

@@ -1,0 +1,219 @@
+"""Replicator offsets: the apply rules of ``offset`` entries (DESIGN.md §5).
+
+A commit is a compare-and-set on (job, partition) that carries the worker's lease and
+fencing token. Every check runs here, inside apply, against the image as the entry finds
+it, so two racing commits cannot both win and every node decides alike. Like the rest of
+the state machine this module reads no clock and imports nothing from gRPC (the service
+is :mod:`nameserver.offsets.service`).
+
+Rules of a commit, in the order they are checked (the first that fails rejects it whole):
+
+1. the request is well formed (fields named in the message; INVALID_ARGUMENT);
+2. the lease exists: NOT_FOUND with etcd's "requested lease not found" (an expired lease
+   is gone once the leader's expiry entry is applied, within ``EXPIRE_INTERVAL_S`` of its
+   deadline);
+3. the fencing token belongs to the lease: it is the lease's grant revision
+   (``Lease.granted_offset``) or the create revision of a key attached to the lease (a
+   lock's ownership key), else FAILED_PRECONDITION;
+4. ``expected_version`` (if > 0) equals the stored version, ``epoch`` (if > 0) equals the
+   stored epoch (FAILED_PRECONDITION);
+5. the token is not older than the newest token that committed to this (job, partition):
+   tokens are log offsets, so a newer holder always has a higher one (FAILED_PRECONDITION,
+   "stale fencing token");
+6. after a reset, a token older than the reset must come with the new epoch: a stale
+   worker that never saw the reset cannot undo it (FAILED_PRECONDITION);
+7. ``position`` does not go down: offsets are opaque bytes (Redis replid+offset, RocketMQ
+   queue offsets), so the order is the int64 ``position`` the worker sends with them,
+   compared numerically; an equal position is accepted (an idempotent re-commit). Only a
+   reset moves it back (FAILED_PRECONDITION).
+
+A reset (an operator's act) needs no lease: it sets offset and position (backwards too),
+bumps the epoch, records its revision as ``reset_revision`` and keeps the token floor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nameserver.errors import Rejected
+from nameserver.offsets.records import CommittedOffset, offset_key
+from nameserver.state.image import MetadataDelta
+from protos import records_pb2
+from raftlog import Effect
+
+#: Longest job or partition name, in UTF-8 bytes.
+MAX_NAME_BYTES = 1024
+#: Largest offset value, in bytes.
+MAX_OFFSET_BYTES = 64 * 1024
+
+LEASE_NOT_FOUND = "etcdserver: requested lease not found"
+
+
+def invalid(message: str) -> Rejected:
+    return Rejected("INVALID_ARGUMENT", "metaledger: " + message)
+
+
+def check_name(field: str, value: str) -> None:
+    if not value:
+        raise invalid(f"{field} must not be empty")
+    if "\x00" in value:
+        raise invalid(f"{field} must not contain a NUL character")
+    size = len(value.encode())
+    if size > MAX_NAME_BYTES:
+        raise invalid(f"{field} is too long: {size} bytes > limit {MAX_NAME_BYTES}")
+
+
+def check_job(job: str, *, prefix: bool = False) -> None:
+    """A job name, or (``prefix``) the start of job names, which may be empty (all jobs)."""
+    if prefix and not job:
+        return
+    check_name("job", job)
+
+
+def check_non_negative(field: str, value: int) -> None:
+    if value < 0:
+        raise invalid(f"{field} must be >= 0 ({field}: {value})")
+
+
+def check_target(job: str, partition: str, offset: bytes, position: int, expected: int) -> None:
+    """The fields a commit and a reset share."""
+    check_name("job", job)
+    check_name("partition", partition)
+    if len(offset) > MAX_OFFSET_BYTES:
+        raise invalid(f"offset is too large: {len(offset)} bytes > limit {MAX_OFFSET_BYTES}")
+    check_non_negative("position", position)
+    check_non_negative("expected_version", expected)
+
+
+def check_commit(c: records_pb2.OffsetCommit) -> None:
+    check_target(c.job, c.partition, c.offset, c.position, c.expected_version)
+    if c.lease_id <= 0:
+        raise invalid(f"lease_id must be a granted lease's ID (lease_id: {c.lease_id})")
+    if c.fencing_token <= 0:
+        raise invalid(f"fencing_token must be > 0 (fencing_token: {c.fencing_token})")
+    check_non_negative("epoch", c.epoch)
+
+
+def check_reset(r: records_pb2.OffsetReset) -> None:
+    check_target(r.job, r.partition, r.offset, r.position, r.expected_version)
+
+
+def where(job: str, partition: str) -> str:
+    return f"(job {job!r}, partition {partition!r})"
+
+
+def token_is_of_lease(delta: MetadataDelta, lease_id: int, token: int) -> bool:
+    """A valid fencing token of a lease: its grant revision, or the create revision of a
+    key attached to it (etcd v3lock's lock token is its ownership key's create revision)."""
+    lease = delta.leases.get(lease_id)
+    if lease is None:
+        return False
+    if token == lease.granted_offset:
+        return True
+    for key in delta.kv.keys_of_lease(lease_id):
+        kv = delta.kv.get(key)
+        if kv is not None and kv.create_revision == token:
+            return True
+    return False
+
+
+def _check_versions(
+    existing: CommittedOffset | None, expected_version: int, epoch: int, at: str
+) -> None:
+    version = existing.version if existing else 0
+    if expected_version and expected_version != version:
+        raise Rejected(
+            "FAILED_PRECONDITION",
+            f"metaledger: expected_version {expected_version} but {at} is at version {version}",
+        )
+    current_epoch = existing.epoch if existing else 0
+    if epoch and epoch != current_epoch:
+        raise Rejected(
+            "FAILED_PRECONDITION",
+            f"metaledger: epoch {epoch} is not the current epoch {current_epoch} of {at}",
+        )
+
+
+def apply_offset(
+    delta: MetadataDelta, op: records_pb2.OffsetOperation, rev: int, effects: list[Effect]
+) -> CommittedOffset:
+    """One ``offset`` entry; returns the new committed offset."""
+    which = op.WhichOneof("op")
+    if which == "commit":
+        new = commit(delta, op.commit, rev)
+    elif which == "reset":
+        new = reset(delta, op.reset, rev)
+    else:
+        raise invalid("offset entry carries no operation")
+    delta.offsets.put(new)
+    effects.append(Effect("offset", new.key, new.to_record()))
+    return new
+
+
+def commit(delta: MetadataDelta, c: records_pb2.OffsetCommit, rev: int) -> CommittedOffset:
+    check_commit(c)
+    at = where(c.job, c.partition)
+    if delta.leases.get(c.lease_id) is None:
+        raise Rejected(
+            "NOT_FOUND",
+            f"{LEASE_NOT_FOUND} (lease_id {c.lease_id:x}: expired, revoked or never granted)",
+        )
+    if not token_is_of_lease(delta, c.lease_id, c.fencing_token):
+        raise Rejected(
+            "FAILED_PRECONDITION",
+            f"metaledger: fencing_token {c.fencing_token} is not a token of lease "
+            f"{c.lease_id:x} (its grant revision, or the create revision of a key attached "
+            "to it)",
+        )
+    existing = delta.offsets.get(offset_key(c.job, c.partition))
+    _check_versions(existing, c.expected_version, c.epoch, at)
+    if existing is None:
+        return CommittedOffset(
+            c.job, c.partition, c.offset, c.position, 1, 1, c.lease_id, c.fencing_token, rev, rev
+        )
+    if c.fencing_token < existing.fencing_token:
+        raise Rejected(
+            "FAILED_PRECONDITION",
+            f"metaledger: stale fencing_token {c.fencing_token}: {at} was committed with the "
+            f"newer fencing token {existing.fencing_token}",
+        )
+    if existing.reset_revision > c.fencing_token and c.epoch != existing.epoch:
+        raise Rejected(
+            "FAILED_PRECONDITION",
+            f"metaledger: {at} was reset at revision {existing.reset_revision} "
+            f"(epoch {existing.epoch}) after fencing_token {c.fencing_token} was issued: "
+            f"commit with epoch {existing.epoch} or a newer token",
+        )
+    if c.position < existing.position:
+        raise Rejected(
+            "FAILED_PRECONDITION",
+            f"metaledger: offset of {at} would move backwards: position {c.position} < "
+            f"committed position {existing.position} (only Reset moves it back)",
+        )
+    return replace(
+        existing,
+        offset=c.offset,
+        position=c.position,
+        version=existing.version + 1,
+        lease_id=c.lease_id,
+        fencing_token=c.fencing_token,
+        mod_revision=rev,
+    )
+
+
+def reset(delta: MetadataDelta, r: records_pb2.OffsetReset, rev: int) -> CommittedOffset:
+    check_reset(r)
+    existing = delta.offsets.get(offset_key(r.job, r.partition))
+    _check_versions(existing, r.expected_version, 0, where(r.job, r.partition))
+    if existing is None:
+        return CommittedOffset(r.job, r.partition, r.offset, r.position, 1, 1, 0, 0, rev, rev, rev)
+    return replace(
+        existing,
+        offset=r.offset,
+        position=r.position,
+        version=existing.version + 1,
+        epoch=existing.epoch + 1,
+        lease_id=0,
+        mod_revision=rev,
+        reset_revision=rev,
+    )

@@ -1,0 +1,1 @@
+"""Quotas per record type: records, apply rules (usage and checks), the metaledger.v1.Quotas gRPC service."""

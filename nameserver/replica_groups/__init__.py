@@ -1,0 +1,1 @@
+"""Replica groups: records, apply rules (the controller), the gRPC service, replica liveness (a leader duty)."""
