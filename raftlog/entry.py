@@ -127,7 +127,7 @@ _COUNT = struct.Struct("<I")
 _SMALL_VARINTS = tuple(bytes((i,)) for i in range(0x80))
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     """A non-negative int as a protobuf varint."""
     if n < 0x80:
         return _SMALL_VARINTS[n]
@@ -154,7 +154,7 @@ def encode_item(requests: Sequence[bytes]) -> bytes:
         raise ValueError("requests: an item needs at least one request")
     parts = [_COUNT.pack(len(requests))]
     for r in requests:
-        parts += (b"\x0a", _varint(len(r)), r)
+        parts += (b"\x0a", varint(len(r)), r)
     return b"".join(parts)
 
 
@@ -162,7 +162,7 @@ def length_delimited(field_number: int, data: bytes) -> bytes:
     """One length-delimited protobuf field (wire type 2): a message holding only the
     already-encoded sub-message ``data`` in field ``field_number``, byte for byte what
     protobuf would produce, without copying and re-encoding the sub-message."""
-    return b"".join((_varint(field_number << 3 | 2), _varint(len(data)), data))
+    return b"".join((varint(field_number << 3 | 2), varint(len(data)), data))
 
 
 def item_count(data: bytes) -> int:

@@ -11,6 +11,7 @@ from nameserver.kv import semantics as kvops
 from nameserver.kv.records import KeyValue
 from protos.etcdserverpb import kv_pb2, rpc_pb2
 from raftlog import Effect
+from raftlog.entry import length_delimited, varint
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +64,6 @@ def normalize_range(key: bytes, range_end: bytes) -> tuple[bytes, bytes | None]:
 
 
 # --------------------------------------------------------------------------- events
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def field_bytes(tag: int, data: bytes) -> bytes:
-    """One length-delimited protobuf field (wire type 2): tag, length, data."""
-    return varint(tag << 3 | 2) + varint(len(data)) + data
-
-
 #: WatchResponse field numbers (protos/etcdserverpb/rpc.proto)
 F_HEADER, F_WATCH_ID, F_FRAGMENT, F_EVENTS = 1, 2, 7, 11
 FRAGMENT_TRUE = varint(F_FRAGMENT << 3) + b"\x01"
@@ -101,11 +88,11 @@ class HubEvent:
         if prev_kv and self.prev is not None:
             if not self._with_prev:
                 event = kv_pb2.Event(type=self.type, kv=self.kv, prev_kv=kvops.to_pb(self.prev))
-                self._with_prev = field_bytes(F_EVENTS, event.SerializeToString())
+                self._with_prev = length_delimited(F_EVENTS, event.SerializeToString())
             return self._with_prev
         if not self._plain:
             event = kv_pb2.Event(type=self.type, kv=self.kv)
-            self._plain = field_bytes(F_EVENTS, event.SerializeToString())
+            self._plain = length_delimited(F_EVENTS, event.SerializeToString())
         return self._plain
 
 

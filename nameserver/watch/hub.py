@@ -51,16 +51,15 @@ from nameserver.watch.events import (
     Compacted,
     HubEvent,
     event_of,
-    field_bytes,
     in_range,
     kv_after,
     kv_event,
     record_event,
-    varint,
 )
 from nameserver.watch.history import History, SegmentHistory, write_floor
 from protos.etcdserverpb import kv_pb2, rpc_pb2
 from raftlog import Change, Effect
+from raftlog.entry import length_delimited, varint
 from raftlog.log import Captured
 
 log = logging.getLogger(__name__)
@@ -441,7 +440,7 @@ class WatchHub:
 
         Built from bytes (the stream's serializer passes bytes through): header and watch id,
         then each event's cached field, which is what the protobuf encoder would write."""
-        head = field_bytes(F_HEADER, self.header(header_revision).SerializeToString())
+        head = length_delimited(F_HEADER, self.header(header_revision).SerializeToString())
         if w.id:
             head += varint(F_WATCH_ID << 3) + varint(w.id)
         limit = self.max_response_bytes
