@@ -118,7 +118,7 @@ class MemberNames:
             return
         self._named = members
         for m in members.members.values():
-            self._engine.name_member(m.id, m.peer_url.removeprefix("http://"))
+            self._engine.name_member(m.id, m.peer_address)
 
     def on_applied(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
         self._then.on_applied(before, last_offset, changes)
@@ -238,10 +238,8 @@ class Node:
         status = self.log.engine_status()
         if not status.leader_id or status.role == "leader":
             return None
-        for m in self.state.image.members.members.values():
-            if status.leader_id in (m.id, m.peer_url.removeprefix("http://")) and m.client_urls:
-                return m.client_urls[0].removeprefix("http://")
-        return None
+        leader = self.state.image.members.find(status.leader_id)
+        return leader.client_address if leader is not None else None
 
     async def start(self) -> None:
         self.watch_hub.attach(asyncio.get_running_loop())

@@ -9,12 +9,27 @@ from types import MappingProxyType
 from protos import records_pb2
 
 
+def host_port(url: str) -> str:
+    """``host:port`` of a member URL (``http://host:port/``; a bare ``host:port`` as is)."""
+    return url.removeprefix("http://").removeprefix("https://").rstrip("/")
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     id: str
     member_id: int
     peer_url: str
     client_urls: tuple[str, ...]
+
+    @property
+    def peer_address(self) -> str:
+        """``host:port`` of the peer URL: how the consensus engine names this member."""
+        return host_port(self.peer_url)
+
+    @property
+    def client_address(self) -> str | None:
+        """``host:port`` of the first client URL (None: the member announced none yet)."""
+        return host_port(self.client_urls[0]) if self.client_urls else None
 
     def to_record(self) -> bytes:
         data: bytes = records_pb2.MemberRecord(
@@ -34,3 +49,13 @@ class Member:
 @dataclass(frozen=True, slots=True)
 class MembersImage:
     members: Mapping[str, Member] = field(default_factory=lambda: MappingProxyType({}))
+
+    def find(self, name_or_peer: str) -> Member | None:
+        """The member named ``name_or_peer``, or whose peer address it is (engines report a
+        leader by either): the one member lookup every service uses."""
+        if not name_or_peer:
+            return None
+        member = self.members.get(name_or_peer)
+        if member is not None:
+            return member
+        return next((m for m in self.members.values() if m.peer_address == name_or_peer), None)

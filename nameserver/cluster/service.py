@@ -122,20 +122,14 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         self, request: rpc_pb2.MemberRemoveRequest, image: MetadataImage, name: str
     ) -> rpc_pb2.MemberRemoveResponse:
         """Only the leader can hand its leadership over: forward the request to it."""
-        leader = self.node.engine.leader_address()
-        urls = [
-            url
-            for m in image.members.members.values()
-            if m.peer_url.removeprefix("http://") == leader
-            for url in m.client_urls
-        ]
-        if not urls:
+        leader = image.members.find(self.node.engine.leader_address())
+        target = leader.client_address if leader is not None else None
+        if target is None:
             raise Rejected(
                 "UNAVAILABLE",
                 f"metaledger: member {name} is the leader and its client URL is unknown here; "
                 "send MemberRemove to the leader",
             )
-        target = urls[0].removeprefix("http://").removeprefix("https://")
         async with grpc.aio.insecure_channel(target) as channel:
             stub = rpc_pb2_grpc.ClusterStub(channel)
             try:

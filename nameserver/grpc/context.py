@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from nameserver.cluster.records import host_port
 from nameserver.config import ServerConfig
 from nameserver.errors import InvalidRequest, Rejected
 from nameserver.grpc.status import to_status
@@ -45,12 +46,12 @@ R = TypeVar("R")
 
 def member_id_of(peer_address: str) -> int:
     """etcd member ids are uint64: ours is a stable hash of the member's peer address."""
-    text = "member:" + peer_address.removeprefix("http://").removeprefix("https://")
+    text = "member:" + host_port(peer_address)
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def peer_address(url: str) -> str:
-    address = url.removeprefix("http://").removeprefix("https://").rstrip("/")
+    address = host_port(url)
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise InvalidRequest(f"peerURLs: {url!r} is not http://host:port")
@@ -110,10 +111,9 @@ class NodeContext:
         """(name, member id, peer address, client URLs) of the current configuration,
         named from the member records in ``image`` (a member added but not yet started
         has no name)."""
-        by_peer = {m.peer_url.removeprefix("http://"): m for m in image.members.members.values()}
         out = []
         for address in (m.address for m in self.engine.members()):
-            rec = by_peer.get(address)
+            rec = image.members.find(address)
             if rec is not None:
                 self.engine.name_member(rec.id, address)
             out.append(
@@ -170,11 +170,8 @@ class NodeContext:
         )
 
     def leader_member_id(self) -> int:
-        leader = self.engine.status().leader_id
-        for name, mid, address, _ in self.members(self.state.image):
-            if leader in (name, address):
-                return mid
-        return 0
+        leader = self.state.image.members.find(self.engine.status().leader_id)
+        return leader.member_id if leader is not None else 0
 
     def header(self, revision: int) -> rpc_pb2.ResponseHeader:
         return rpc_pb2.ResponseHeader(

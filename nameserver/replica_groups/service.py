@@ -103,13 +103,8 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
         return applied, result
 
     def _leader_endpoint(self) -> str | None:
-        address = self.node.engine.leader_address()
-        if not address:
-            return None
-        for member in self.node.state.image.members.members.values():
-            if member.peer_url.removeprefix("http://") == address and member.client_urls:
-                return member.client_urls[0].removeprefix("http://").removeprefix("https://")
-        return None
+        leader = self.node.state.image.members.find(self.node.engine.leader_address())
+        return leader.client_address if leader is not None else None
 
     async def _forward(self, method: str, request: Any, context: Any) -> Any | None:
         """The leader's answer to ``request``, or None when this node leads (serve here)."""

@@ -187,7 +187,7 @@ def test_garbage_on_streaming_methods_gets_invalid_argument(node: Cluster) -> No
     _assert_serving_and_clean(node, since)
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -205,10 +205,10 @@ def wire_messages(draw: st.DrawFn, depth: int = 0) -> bytes:
         number = draw(st.integers(1, 20))
         if depth < 4 and draw(st.booleans()):
             body = draw(st.one_of(st.binary(max_size=24), wire_messages(depth + 1)))
-            out += _varint(number << 3 | 2) + _varint(len(body)) + body
+            out += varint(number << 3 | 2) + varint(len(body)) + body
         else:
             value = draw(st.integers(0, 2**64 - 1))
-            out += _varint(number << 3) + _varint(value)
+            out += varint(number << 3) + varint(value)
     return out
 
 

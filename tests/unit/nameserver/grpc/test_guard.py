@@ -189,7 +189,7 @@ def test_lenient_deserializer_names_the_message_and_depth() -> None:
     assert "nested deeper than protobuf's limit" in too_deep.message
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -199,7 +199,7 @@ def _varint(n: int) -> bytes:
 
 
 def _field(number: int, body: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(body)) + body
+    return varint(number << 3 | 2) + varint(len(body)) + body
 
 
 def test_decoded_requests_keep_no_unknown_fields() -> None:

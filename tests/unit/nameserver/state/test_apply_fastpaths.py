@@ -19,7 +19,7 @@ from nameserver.watch.hub import Watcher, WatchHub
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Change, Entry, SegmentConfig, SegmentLog, encode_batch
-from raftlog.entry import _varint, decode_item, encode_item, encode_request, length_delimited
+from raftlog.entry import varint, decode_item, encode_item, encode_request, length_delimited
 from tests.unit.nameserver.offsets.test_offsets import Driver, grant, put, quota
 from tests.unit.nameserver.watch.test_hub import FakeHistory
 
@@ -216,4 +216,4 @@ def test_encode_request_stamps_every_entry_like_replace_then_encode_batch() -> N
 )
 def test_varint_is_protobufs(n: int) -> None:
     # field 8 (seq, uint64) of records.Entry: tag 0x40, then the varint (0 is not encoded)
-    assert records_pb2.Entry(seq=n).SerializeToString() == b"\x40" + _varint(n)
+    assert records_pb2.Entry(seq=n).SerializeToString() == b"\x40" + varint(n)
