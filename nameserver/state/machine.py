@@ -67,8 +67,8 @@ class MetadataStateMachine:
                 if rule is None:
                     raise Rejected("INVALID_ARGUMENT", f"unknown entry type {e.type!r}")
                 results.append(rule(delta, e, offset, effects))
-            if before is not None:
-                guard.after(delta, before)  # type: ignore[union-attr]
+            if before is not None and guard is not None:
+                guard.after(delta, before)
         except DecodeError as exc:
             # e.g. a Txn nested past protobuf's depth limit: the same on every node, a
             # rejection of this request (not a failure of apply)
