@@ -26,7 +26,6 @@ import pstats
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -59,9 +58,7 @@ def snapshot_file(directory: Path, keys: int, value_size: int) -> Path:
         for k in (b"bench/%09d" % i,)
     ]
     last = 2 + keys // 128
-    image = replace(
-        MetadataImage.empty(), kv=KvImage.from_sorted_items(items), provenance=Provenance(last, 2)
-    )
+    image = MetadataImage(Provenance(last, 2), kv=KvImage.from_sorted_items(items))
     started = time.process_time()
     write_snapshot(path, SnapshotMeta("bench", last, 2), CapturedImage(image).records)
     print(

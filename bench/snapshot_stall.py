@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from nameserver.kv.records import KeyValue, KvImage
@@ -102,11 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i in range(args.keys)
         for k in (b"bench/%09d" % i,)
     ]
-    image = replace(
-        MetadataImage.empty(),
-        kv=KvImage.from_sorted_items(items),
-        provenance=Provenance(2 + args.keys // 128, 2),
-    )
+    image = MetadataImage(Provenance(2 + args.keys // 128, 2), kv=KvImage.from_sorted_items(items))
     del items
     print(f"load average {os.getloadavg()[0]:.2f} (other work on this machine skews wall times)")
     with tempfile.TemporaryDirectory(prefix="snapshot-stall-") as d:

@@ -1,4 +1,4 @@
-"""Cluster membership records: :class:`Member` and the members sub-image."""
+"""Cluster membership records: :class:`Member`, the members sub-image and its delta."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from nameserver.state.mapdelta import MapDelta
 from protos import records_pb2
 
 
@@ -59,3 +60,19 @@ class MembersImage:
         if member is not None:
             return member
         return next((m for m in self.members.values() if m.peer_address == name_or_peer), None)
+
+
+class MembersDelta(MapDelta[str, Member]):
+    """Pending member changes over a base image."""
+
+    def __init__(self, base: MembersImage) -> None:
+        super().__init__(base.members.get)
+        self.base = base
+
+    def put(self, member: Member) -> None:
+        self._change(member.id, member)
+
+    def build(self) -> MembersImage:
+        if not self.changes:
+            return self.base
+        return MembersImage(self.merged(self.base.members))

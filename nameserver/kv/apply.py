@@ -6,14 +6,38 @@ one image.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from nameserver.errors import Rejected
 from nameserver.kv import semantics as kvops
 from nameserver.kv.records import KeyValue, KvDelta
 from nameserver.leases.apply import LEASE_NOT_FOUND
 from nameserver.leases.records import LeaseDelta
+from nameserver.state.image import MetadataDelta
+from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
-from raftlog import Effect
+from raftlog import Effect, Entry
+
+
+# ------------------------------------------------------------------- entry rules
+def apply_kv_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]) -> Any:
+    """One ``kv`` entry: a Put or a DeleteRange."""
+    op = records_pb2.KvOperation.FromString(e.value)
+    which = op.WhichOneof("op")
+    if which == "put":
+        # the lease sub-delta only when the put names a lease (else it is not read)
+        return put(delta.kv, op.put, rev, effects, delta.leases if op.put.lease else None)
+    if which == "delete_range":
+        return delete_range(delta.kv, op.delete_range, effects)
+    raise Rejected("INVALID_ARGUMENT", "kv entry carries no operation")
+
+
+def apply_txn_entry(
+    delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]
+) -> rpc_pb2.TxnResponse:
+    """One ``txn`` entry."""
+    req = records_pb2.TxnOperation.FromString(e.value).txn
+    return txn(delta.kv, req, rev, effects, delta.leases)
 
 
 # ---------------------------------------------------------------------- kv ops

@@ -85,3 +85,8 @@ def _drop_lease(delta: MetadataDelta, lease_id: int, effects: list[Effect]) -> l
     delta.leases.delete(lease_id)
     effects.append(Effect("lease", lease_key(lease_id), delete=True))
     return keys
+
+
+def apply_lease_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]) -> Any:
+    """One ``lease`` entry (the registry's rule)."""
+    return apply_lease(delta, records_pb2.LeaseOperation.FromString(e.value), e, rev, effects)

@@ -39,7 +39,7 @@ from nameserver.errors import Rejected
 from nameserver.offsets.records import CommittedOffset, offset_key
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
-from raftlog import Effect
+from raftlog import Effect, Entry
 
 #: Longest job or partition name, in UTF-8 bytes.
 MAX_NAME_BYTES = 1024
@@ -132,6 +132,13 @@ def _check_versions(
             "FAILED_PRECONDITION",
             f"metaledger: epoch {epoch} is not the current epoch {current_epoch} of {at}",
         )
+
+
+def apply_offset_entry(
+    delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]
+) -> CommittedOffset:
+    """One ``offset`` entry (the registry's rule)."""
+    return apply_offset(delta, records_pb2.OffsetOperation.FromString(e.value), rev, effects)
 
 
 def apply_offset(

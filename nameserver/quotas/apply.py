@@ -1,12 +1,12 @@
 """Quotas per record type: keys and bytes, so one runaway type cannot fill the cluster.
 
 etcd has one global quota (its backend size). metaledger keeps one per record type
-(``QUOTA_TYPES``). The limits are records of the log (type ``quota``, set through
+(the kinds of :mod:`nameserver.kinds` that declare ``usage``). The limits are records of the log (type ``quota``, set through
 ``metaledger.v1.Quotas/Set``), so every node applies the same ones: apply stays
-deterministic. A type without a record has :data:`DEFAULT_QUOTAS`' limit (unlimited).
+deterministic. A type without a record has no limit.
 
-Usage is counted incrementally by the deltas (``key_delta``/``byte_delta``, see
-:mod:`nameserver.state.image`), never by scanning. A request is checked once after all its
+Usage is counted incrementally by the deltas (``key_delta``/``byte_delta``; each kind's
+``usage`` reads them), never by scanning. A request is checked once after all its
 entries applied: if it grew a type past its limit (keys or bytes), the whole request is
 rejected with RESOURCE_EXHAUSTED naming the type and the state machine rolls it back. A
 request that shrinks a type (a delete, a smaller value) always passes, even over a limit
@@ -20,48 +20,51 @@ bytes of their names, addresses and values.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nameserver.errors import Rejected
 from nameserver.quotas.records import Quota
 from nameserver.state.image import MetadataDelta
+from nameserver.state.registry import Registry
 from protos import records_pb2
-from raftlog import Effect
+from raftlog import Effect, Entry
 
-#: Record types that have a quota.
-QUOTA_TYPES = ("kv", "lease", "offset", "replica_group", "broker", "topic", "kvconfig")
-#: Limits of types that have no quota record: none (0 = unlimited).
-DEFAULT_QUOTAS: dict[str, Quota] = {t: Quota(t) for t in QUOTA_TYPES}
-
+#: Per record type with a quota: (keys, bytes).
 Usage = dict[str, tuple[int, int]]
+
+
+def quota_types(registry: Registry) -> tuple[str, ...]:
+    """The record types that have a quota: the kinds that declare ``usage``."""
+    return registry.quota_types
+
+
+def in_force(delta: MetadataDelta, entries: Sequence[Entry]) -> bool:
+    """Whether a limit can apply to this request: a quota is set (as the delta would
+    publish it, without making the quota sub-delta when nothing touched it), or the request
+    sets one. A request with no quota in force can exceed nothing."""
+    quotas = delta.made("quotas")
+    if bool(delta.image.quotas.quotas) if quotas is None else quotas.any():
+        return True
+    for e in entries:
+        if e.type == "quota":
+            return True
+    return False
 
 
 def usage(delta: MetadataDelta) -> Usage:
     """Keys and bytes of each quota type as the delta would publish them (O(1) per type)."""
-    img = delta.image
-    return {
-        "kv": (delta.kv.key_count, delta.kv.byte_count),
-        "lease": (len(img.leases) + delta.leases.key_delta, 0),
-        "offset": (
-            len(img.offsets) + delta.offsets.key_delta,
-            img.offsets.value_bytes + delta.offsets.byte_delta,
-        ),
-        "replica_group": (
-            len(img.replica_groups) + delta.replica_groups.key_delta,
-            img.replica_groups.value_bytes + delta.replica_groups.byte_delta,
-        ),
-        "broker": (delta.brokers.count, delta.brokers.byte_count),
-        "topic": (delta.topics.count, delta.topics.byte_count),
-        "kvconfig": (delta.kvconfig.count, delta.kvconfig.byte_count),
-    }
+    return {k.name: k.usage(delta.sub(k.field)) for k in delta.registry.quota_kinds}  # type: ignore[misc]
 
 
 def limit_of(delta: MetadataDelta, record_type: str) -> Quota:
-    return delta.quotas.get(record_type) or DEFAULT_QUOTAS[record_type]
+    """The limits of a type (a type without a quota record has none: 0 = unlimited)."""
+    return delta.quotas.get(record_type) or Quota(record_type)
 
 
 def check(delta: MetadataDelta, before: Usage) -> None:
     """Reject (RESOURCE_EXHAUSTED) if the request grew a type past its quota."""
     after = usage(delta)
-    for record_type in QUOTA_TYPES:
+    for record_type in delta.registry.quota_types:
         (keys0, bytes0), (keys, size) = before[record_type], after[record_type]
         if (keys, size) == (keys0, bytes0):
             continue
@@ -72,6 +75,17 @@ def check(delta: MetadataDelta, before: Usage) -> None:
             raise exceeded(record_type, size, "bytes", quota.max_bytes)
 
 
+class QuotaGuard:
+    """The quota kind's check around every request (:class:`~nameserver.state.registry.
+    RequestGuard`): usage is counted before and after only when a limit can apply."""
+
+    def before(self, delta: MetadataDelta, entries: Sequence[Entry]) -> Usage | None:
+        return usage(delta) if in_force(delta, entries) else None
+
+    def after(self, delta: MetadataDelta, before: Usage) -> None:
+        check(delta, before)
+
+
 def exceeded(record_type: str, value: int, unit: str, limit: int) -> Rejected:
     return Rejected(
         "RESOURCE_EXHAUSTED",
@@ -79,12 +93,12 @@ def exceeded(record_type: str, value: int, unit: str, limit: int) -> Rejected:
     )
 
 
-def validate(q: records_pb2.QuotaRecord) -> None:
-    if q.record_type not in QUOTA_TYPES:
+def validate(q: records_pb2.QuotaRecord, types: Sequence[str]) -> None:
+    """``types``: the record types that have a quota (:func:`quota_types`)."""
+    if q.record_type not in types:
         raise Rejected(
             "INVALID_ARGUMENT",
-            f"metaledger: record_type {q.record_type!r} has no quota "
-            f"(one of: {', '.join(QUOTA_TYPES)})",
+            f"metaledger: record_type {q.record_type!r} has no quota (one of: {', '.join(types)})",
         )
     for field, value in (("max_keys", q.max_keys), ("max_bytes", q.max_bytes)):
         if value < 0:
@@ -95,10 +109,10 @@ def validate(q: records_pb2.QuotaRecord) -> None:
 
 def apply_quota(delta: MetadataDelta, q: records_pb2.QuotaRecord, effects: list[Effect]) -> Quota:
     """One ``quota`` entry: set the limits of a type (both 0: back to the default)."""
-    validate(q)
+    validate(q, delta.registry.quota_types)
     quota = Quota(q.record_type, q.max_keys, q.max_bytes)
     key = q.record_type.encode()
-    if quota == DEFAULT_QUOTAS[q.record_type]:
+    if quota == Quota(q.record_type):
         if delta.quotas.get(q.record_type) is not None:
             delta.quotas.delete(q.record_type)
             effects.append(Effect("quota", key, delete=True))
@@ -106,3 +120,8 @@ def apply_quota(delta: MetadataDelta, q: records_pb2.QuotaRecord, effects: list[
         delta.quotas.put(quota)
         effects.append(Effect("quota", key, quota.to_record()))
     return quota
+
+
+def apply_quota_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]) -> Quota:
+    """One ``quota`` entry (the registry's rule)."""
+    return apply_quota(delta, records_pb2.QuotaRecord.FromString(e.value), effects)

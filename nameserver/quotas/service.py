@@ -18,7 +18,7 @@ def quota_usage(image: MetadataImage) -> list[quotas_pb2.QuotaUsage]:
     delta = MetadataDelta(image)  # reads only: the usage counters of an untouched delta
     used = quotas.usage(delta)
     out = []
-    for record_type in quotas.QUOTA_TYPES:
+    for record_type in quotas.quota_types(image.registry):
         limit = quotas.limit_of(delta, record_type)
         keys, size = used[record_type]
         out.append(
@@ -46,7 +46,7 @@ class QuotasService(quotas_pb2_grpc.QuotasServicer):  # type: ignore[misc]
             max_keys=request.max_keys,
             max_bytes=request.max_bytes,
         )
-        quotas.validate(q)
+        quotas.validate(q, quotas.quota_types(self.node.state.image.registry))
         applied = await self.node.propose(
             Entry(type="quota", key=q.record_type.encode(), value=q.SerializeToString()), context
         )

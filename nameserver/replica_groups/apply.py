@@ -53,7 +53,7 @@ from nameserver.errors import Rejected
 from nameserver.replica_groups.records import QuorumPolicy, Replica, ReplicaGroup
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
-from raftlog import Effect
+from raftlog import Effect, Entry
 
 #: A replica that registers without a timeout is not alive after this long without heartbeat.
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000
@@ -323,6 +323,14 @@ def _store(
     delta.replica_groups.put(new)
     effects.append(Effect("replica_group", new.broker_name.encode(), new.to_record()))
     return new
+
+
+def apply_replica_group_entry(
+    delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]
+) -> GroupResult | None:
+    """One ``replica_group`` entry (the registry's rule)."""
+    op = records_pb2.ReplicaGroupOperation.FromString(e.value)
+    return apply_replica_group(delta, op, rev, effects)
 
 
 def apply_replica_group(

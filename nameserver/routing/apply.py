@@ -157,6 +157,12 @@ class Registered:
     ha_server_addr: str = ""
 
 
+def apply_routing_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]) -> Any:
+    """One ``broker``, ``topic`` or ``kvconfig`` entry (the registry's rule)."""
+    op = records_pb2.RoutingOperation.FromString(e.value)
+    return apply_routing(delta, op, e.type, e.timestamp_ms, rev, effects)
+
+
 def apply_routing(
     delta: MetadataDelta,
     op: records_pb2.RoutingOperation,

@@ -20,9 +20,7 @@ the image can import it without a cycle. Names may not contain NUL (checked by t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from protos import records_pb2
 
@@ -232,11 +230,3 @@ def key_of_topic(q: TopicQueue) -> bytes:
 
 def key_of_kvconfig(c: KvConfig) -> bytes:
     return c.record_key
-
-
-#: Route record types: (attribute of the image and delta, decoder of a record value).
-ROUTING_TYPES: Mapping[str, tuple[str, Callable[[bytes], Any]]] = {
-    "broker": ("brokers", Broker.from_record),
-    "topic": ("topics", TopicQueue.from_record),
-    "kvconfig": ("kvconfig", KvConfig.from_record),
-}

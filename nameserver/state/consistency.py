@@ -1,4 +1,7 @@
-"""Consistency by record type (RIP-18, DESIGN.md §5): one table says how each type is read.
+"""Consistency by record type (RIP-18, DESIGN.md §5): how each type is read.
+
+Each record kind declares its level (``RecordKind.consistency``, the registry of
+:mod:`nameserver.kinds`); this table is what the server's kinds declare, and why:
 
 =============  ==============  ==============================================================
 record type    consistency     why
@@ -24,43 +27,37 @@ image that served it, so a client can tell how fresh it was.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from nameserver.state.image import MetadataImage
+from nameserver.state.registry import Registry, default_registry
+
+if TYPE_CHECKING:
+    from nameserver.state.image import MetadataImage
 
 LINEARIZABLE = "linearizable"
 SERIALIZABLE = "serializable"
 AS_REQUESTED = "as requested"
 EVENTUAL = "eventual"
 
-READ_CONSISTENCY: dict[str, str] = {
-    "kv": AS_REQUESTED,
-    "member": AS_REQUESTED,
-    "lease": LINEARIZABLE,
-    "offset": LINEARIZABLE,
-    "quota": LINEARIZABLE,
-    "replica_group": LINEARIZABLE,
-    "lock": LINEARIZABLE,
-    "election": LINEARIZABLE,
-    "routing": EVENTUAL,
-    "broker": EVENTUAL,
-    "topic": EVENTUAL,
-    "kvconfig": EVENTUAL,
-}
+
+def declared(record_type: str, registry: Registry | None = None) -> str:
+    """The consistency a record type (or read surface) declares in the registry (the
+    server's by default): its kind's ``consistency``, or :data:`nameserver.kinds.READS`.
+    Unknown types raise KeyError: a new record type declares its consistency in its kind."""
+    return (registry or default_registry()).consistency[record_type]
 
 
 class ReadsImages(Protocol):
     async def read_image(self, serializable: bool) -> MetadataImage: ...
 
 
-def read_mode(record_type: str, serializable: bool) -> str:
+def read_mode(record_type: str, serializable: bool, registry: Registry | None = None) -> str:
     """How a read of ``record_type`` is served when the client asked ``serializable``:
-    :data:`LINEARIZABLE` or :data:`SERIALIZABLE` (a local read). Unknown types raise
-    KeyError: a new record type must be added to the table."""
-    declared = READ_CONSISTENCY[record_type]
-    if declared == LINEARIZABLE:
+    :data:`LINEARIZABLE` or :data:`SERIALIZABLE` (a local read)."""
+    level = declared(record_type, registry)
+    if level == LINEARIZABLE:
         return LINEARIZABLE
-    if declared == EVENTUAL:
+    if level == EVENTUAL:
         return SERIALIZABLE
     return SERIALIZABLE if serializable else LINEARIZABLE
 

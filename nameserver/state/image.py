@@ -1,67 +1,48 @@
-"""The metadata image: immutable, one sub-image per record type (STYLE.md 7).
+"""The metadata image: immutable, one sub-image per record kind (STYLE.md 7).
 
 Readers take ``state.image`` (one reference, no lock) and see one consistent
 offset. The apply thread builds a :class:`MetadataDelta` on top of the current
 image and publishes ``delta.build()``, which shares every untouched sub-image.
 
-Record types (the ``type`` of change-log effects):
+Which sub-images there are is the registry's (:mod:`nameserver.state.registry`): an
+image has one attribute per :class:`~nameserver.state.registry.RecordKind` (its
+``field``), and ``nameserver/kinds.py`` lists the kinds. The server's kinds, by record
+type (the ``type`` of change-log effects), with their modules:
 
-* ``kv``     -- etcd key-value pairs, value = ``records.KvRecord``
-* ``member`` -- cluster members and their client URLs, value = ``records.MemberRecord``
-* ``lease``  -- leases, key = the lease id as 8 bytes big-endian, value = ``records.LeaseRecord``
-* ``offset`` -- replicator offsets, key = job, NUL, partition, value = ``records.OffsetRecord``
-* ``quota``  -- quota per record type, key = the type's name, value = ``records.QuotaRecord``
-* ``replica_group`` -- replica groups, key = the broker name, value = ``records.ReplicaGroupRecord``
+* ``kv``     -- etcd key-value pairs (:mod:`nameserver.kv.records`), value = ``records.KvRecord``
+* ``member`` -- cluster members and their client URLs (:mod:`nameserver.cluster.records`)
+* ``lease``  -- leases, key = the lease id as 8 bytes big-endian (:mod:`nameserver.leases.records`)
+* ``offset`` -- replicator offsets, key = job, NUL, partition (:mod:`nameserver.offsets.records`)
+* ``quota``  -- quota per record type, key = the type's name (:mod:`nameserver.quotas.records`)
+* ``replica_group`` -- replica groups, key = the broker name
+  (:mod:`nameserver.replica_groups.records`)
 * ``broker``, ``topic``, ``kvconfig`` -- RocketMQ route data (brokers, queue data per topic
   and broker name, KV config items); keys and values in :mod:`nameserver.routing.records`.
   Clusters are derived from the broker records, not stored.
 
 The keys attached to a lease are not part of the lease record: they are an index
 of the kv sub-image (``KvImage.by_lease``), derived from ``KeyValue.lease`` and kept
-by :class:`KvDelta` on every put and delete, so change-log replay and snapshots
-rebuild it from the kv records alone.
+by :class:`~nameserver.kv.records.KvDelta` on every put and delete, so change-log replay
+and snapshots rebuild it from the kv records alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nameserver.cluster.records import Member, MembersImage
-from nameserver.kv.records import KeyValue, KvDelta, KvImage
-from nameserver.leases.records import Lease, LeaseDelta, LeasesImage
-from nameserver.offsets.records import CommittedOffset, OffsetDelta, OffsetsImage
-from nameserver.quotas.records import Quota, QuotaDelta, QuotasImage
-from nameserver.replica_groups.records import ReplicaGroup, ReplicaGroupDelta, ReplicaGroupsImage
-from nameserver.routing.records import (
-    ROUTING_TYPES,
-    Broker,
-    KvConfig,
-    TopicQueue,
-    key_of_broker,
-    key_of_kvconfig,
-    key_of_topic,
-)
-from nameserver.state.mapdelta import Journal, MapDelta, RecordsDelta, RecordsImage
+from nameserver.state.mapdelta import Journal
+from nameserver.state.registry import Registry, default_registry
 
-#: Record types this image knows; an effect of any other type is an error.
-RECORD_TYPES = (
-    "kv",
-    "member",
-    "lease",
-    "offset",
-    "quota",
-    "replica_group",
-    "broker",
-    "topic",
-    "kvconfig",
-)
-
-
-class UnknownRecordType(ValueError):
-    pass
+if TYPE_CHECKING:
+    from nameserver.cluster.records import MembersDelta, MembersImage
+    from nameserver.kv.records import KvDelta, KvImage
+    from nameserver.leases.records import LeaseDelta, LeasesImage
+    from nameserver.offsets.records import OffsetDelta, OffsetsImage
+    from nameserver.quotas.records import QuotaDelta, QuotasImage
+    from nameserver.replica_groups.records import ReplicaGroupDelta, ReplicaGroupsImage
+    from nameserver.routing.records import Broker, KvConfig, TopicQueue
+    from nameserver.state.mapdelta import RecordsDelta, RecordsImage
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,50 +53,100 @@ class Provenance:
     last_term: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+_NO_PROVENANCE = Provenance()
+
+
 class MetadataImage:
-    provenance: Provenance = Provenance()
-    kv: KvImage = KvImage()  # noqa: RUF009 (frozen, immutable)
-    members: MembersImage = MembersImage()  # noqa: RUF009 (frozen, immutable)
-    leases: LeasesImage = LeasesImage()  # noqa: RUF009 (frozen, immutable)
-    offsets: OffsetsImage = OffsetsImage()  # noqa: RUF009 (frozen, immutable)
-    quotas: QuotasImage = QuotasImage()  # noqa: RUF009 (frozen, immutable)
-    replica_groups: ReplicaGroupsImage = ReplicaGroupsImage()  # noqa: RUF009 (frozen, immutable)
-    brokers: RecordsImage[Broker] = RecordsImage()  # noqa: RUF009 (frozen, immutable)
-    topics: RecordsImage[TopicQueue] = RecordsImage()  # noqa: RUF009 (frozen, immutable)
-    kvconfig: RecordsImage[KvConfig] = RecordsImage()  # noqa: RUF009 (frozen, immutable)
+    """One immutable image: ``provenance``, ``registry`` and one sub-image per kind.
+
+    The sub-images are plain instance attributes named by each kind's ``field`` (one dict
+    lookup to read, as a slot was); the annotations below only type the server's kinds
+    for mypy, a kind needs none (:meth:`sub` reads any). Never mutated once made.
+    """
+
+    provenance: Provenance
+    registry: Registry
+    # typed views of the server's kinds (nameserver/kinds.py); set from the registry
+    kv: KvImage
+    members: MembersImage
+    leases: LeasesImage
+    offsets: OffsetsImage
+    quotas: QuotasImage
+    replica_groups: ReplicaGroupsImage
+    brokers: RecordsImage[Broker]
+    topics: RecordsImage[TopicQueue]
+    kvconfig: RecordsImage[KvConfig]
+
+    def __init__(
+        self,
+        provenance: Provenance = _NO_PROVENANCE,
+        registry: Registry | None = None,
+        **subs: Any,
+    ) -> None:
+        """An image of ``registry``'s kinds (the server's by default): each empty unless
+        given by field name in ``subs``."""
+        registry = registry or default_registry()
+        attrs = self.__dict__
+        attrs.update(registry.empty_subs)
+        for name, sub in subs.items():
+            if name not in registry.by_field:
+                raise TypeError(f"MetadataImage has no sub-image {name!r}")
+            attrs[name] = sub
+        attrs["provenance"] = provenance
+        attrs["registry"] = registry
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"MetadataImage is immutable (setting {name!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MetadataImage):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MetadataImage({self.provenance}, {sorted(self.registry.by_field)})"
 
     @property
     def revision(self) -> int:
         return self.provenance.last_offset
 
+    def sub(self, field: str) -> Any:
+        """The sub-image of the kind whose field is ``field``."""
+        return self.__dict__[field]
+
+    def replace(self, provenance: Provenance | None = None, **subs: Any) -> MetadataImage:
+        """This image with other sub-images (by field) or provenance; shares the rest."""
+        new = object.__new__(MetadataImage)
+        attrs = new.__dict__
+        attrs.update(self.__dict__)
+        for name, sub in subs.items():
+            if name not in self.registry.by_field:
+                raise TypeError(f"MetadataImage has no sub-image {name!r}")
+            attrs[name] = sub
+        if provenance is not None:
+            attrs["provenance"] = provenance
+        return new
+
     @staticmethod
-    def empty() -> MetadataImage:
-        return MetadataImage()
-
-
-#: How MetadataDelta makes each sub-delta from its image.
-_SUB_DELTAS: dict[str, Callable[[MetadataImage], KvDelta | MapDelta[Any, Any]]] = {
-    "kv": lambda image: KvDelta(image.kv),
-    "leases": lambda image: LeaseDelta(image.leases),
-    "offsets": lambda image: OffsetDelta(image.offsets),
-    "quotas": lambda image: QuotaDelta(image.quotas),
-    "replica_groups": lambda image: ReplicaGroupDelta(image.replica_groups),
-    "brokers": lambda image: RecordsDelta(image.brokers, key_of_broker, Broker.size),
-    "topics": lambda image: RecordsDelta(image.topics, key_of_topic, TopicQueue.size),
-    "kvconfig": lambda image: RecordsDelta(image.kvconfig, key_of_kvconfig, KvConfig.size),
-}
+    def empty(registry: Registry | None = None) -> MetadataImage:
+        return MetadataImage(registry=registry)
 
 
 class MetadataDelta:
     """Changes on top of one image; :meth:`build` makes the next image.
 
-    Each sub-delta is made on first use (an apply group of puts touches only ``kv``): making
-    and building all nine per group was a third of the apply cost of a one-put group.
+    Each sub-delta is made on first use, by the kind's ``delta`` (an apply group of puts
+    touches only ``kv``): making and building all of them per group was a third of the
+    apply cost of a one-put group. All sub-deltas share one undo :class:`Journal`, so a
+    request's changes roll back whole.
     """
 
-    # made on first use by __getattr__ (then plain instance attributes)
+    # typed views of the server's kinds, made on first use by __getattr__ (then plain
+    # instance attributes); a kind needs none (:meth:`sub` makes any)
     kv: KvDelta
+    members: MembersDelta
     leases: LeaseDelta
     offsets: OffsetDelta
     quotas: QuotaDelta
@@ -126,30 +157,31 @@ class MetadataDelta:
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
-        self._members: dict[str, Member | None] = {}
+        self.registry = image.registry
         self.provenance = image.provenance
         self._journal = Journal()
+        self._made: list[str] = []  # fields whose sub-delta exists, in the order made
 
     def __getattr__(self, name: str) -> Any:
         # only called for a missing attribute: a sub-delta not made yet (no lock, no
         # descriptor on later reads, unlike functools.cached_property)
-        make = _SUB_DELTAS.get(name)
-        if make is None:
+        kind = self.registry.by_field.get(name) if name[0] != "_" else None
+        if kind is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        delta = make(self.image)
+        delta = kind.delta(self.image.__dict__[name])
         delta._journal = self._journal
         self.__dict__[name] = delta
+        self._made.append(name)
         return delta
 
-    def has_quotas(self) -> bool:
-        """Whether any type has a quota as this delta would publish it (without making the
-        quota sub-delta when nothing touched it)."""
-        if "quotas" not in self.__dict__:
-            return bool(self.image.quotas.quotas)
-        return self.quotas.any()
+    def sub(self, field: str) -> Any:
+        """The sub-delta of the kind whose field is ``field`` (made on first use)."""
+        return getattr(self, field)
 
-    def routing_deltas(self) -> tuple[RecordsDelta[Any], ...]:
-        return (self.brokers, self.topics, self.kvconfig)
+    def made(self, field: str) -> Any:
+        """The sub-delta of ``field`` if something made it already, else None (to read
+        without making one)."""
+        return self.__dict__.get(field)
 
     def begin(self) -> None:
         """Start one request: its changes can be rolled back whole (all-or-nothing)."""
@@ -161,81 +193,18 @@ class MetadataDelta:
     def rollback(self) -> None:
         self._journal.rollback()
 
-    def member(self, member_id: str) -> Member | None:
-        if member_id in self._members:
-            return self._members[member_id]
-        return self.image.members.members.get(member_id)
-
-    def put_member(self, member: Member) -> None:
-        self._members[member.id] = member
-
-    def remove_member(self, member_id: str) -> None:
-        self._members[member_id] = None
-
     def replay(self, type_: str, key: bytes, value: bytes, delete: bool) -> None:
         """Turn one change-log record into change (used by snapshots and replay)."""
-        if type_ == "kv":
-            if delete:
-                self.kv.delete(key)
-            else:
-                self.kv.put(KeyValue.from_record(value))
-        elif type_ == "member":
-            mid = key.decode()
-            if delete:
-                self._members[mid] = None
-            else:
-                self._members[mid] = Member.from_record(value)
-        elif type_ == "lease":
-            if delete:
-                self.leases.delete(int.from_bytes(key, "big", signed=True))
-            else:
-                self.leases.put(Lease.from_record(value))
-        elif type_ == "offset":
-            if delete:
-                self.offsets.delete(key)
-            else:
-                self.offsets.put(CommittedOffset.from_record(value))
-        elif type_ == "quota":
-            if delete:
-                self.quotas.delete(key.decode())
-            else:
-                self.quotas.put(Quota.from_record(value))
-        elif type_ == "replica_group":
-            if delete:
-                self.replica_groups.delete(key.decode())
-            else:
-                self.replica_groups.put(ReplicaGroup.from_record(value))
-        elif type_ in ROUTING_TYPES:
-            records = getattr(self, ROUTING_TYPES[type_][0])
-            if delete:
-                records.delete(key)
-            else:
-                records.put(ROUTING_TYPES[type_][1](value))
+        kind = self.registry.kind(type_)
+        records = getattr(self, kind.field)
+        if delete:
+            records.delete(kind.key_of(key))
         else:
-            raise UnknownRecordType(f"unknown record type {type_!r}")
+            records.put(kind.decode(value))
 
     def build(self) -> MetadataImage:
-        image, made = self.image, self.__dict__
-        members = image.members
-        if self._members:
-            merged = dict(members.members)
-            for k, v in self._members.items():
-                if v is None:
-                    merged.pop(k, None)
-                else:
-                    merged[k] = v
-            members = MembersImage(MappingProxyType(merged))
-        return MetadataImage(
-            provenance=self.provenance,
-            kv=self.kv.build() if "kv" in made else image.kv,
-            members=members,
-            leases=self.leases.build() if "leases" in made else image.leases,
-            offsets=self.offsets.build() if "offsets" in made else image.offsets,
-            quotas=self.quotas.build() if "quotas" in made else image.quotas,
-            replica_groups=(
-                self.replica_groups.build() if "replica_groups" in made else image.replica_groups
-            ),
-            brokers=self.brokers.build() if "brokers" in made else image.brokers,
-            topics=self.topics.build() if "topics" in made else image.topics,
-            kvconfig=self.kvconfig.build() if "kvconfig" in made else image.kvconfig,
-        )
+        image = self.image
+        if not self._made and self.provenance is image.provenance:
+            return image
+        made = self.__dict__
+        return image.replace(self.provenance, **{f: made[f].build() for f in self._made})

@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 
 from nameserver.state.forked import ChildFailedError, ForkError, can_fork, run_in_child
@@ -240,7 +239,7 @@ def restore(
         # the rebuilt dump holds this very image at engine_base (the offsets in between
         # changed nothing): say so, or the engine's load of the dump would look like a
         # snapshot from the leader
-        image = replace(image, provenance=Provenance(engine_base, image.provenance.last_term))
+        image = image.replace(Provenance(engine_base, image.provenance.last_term))
     return image, engine_base
 
 

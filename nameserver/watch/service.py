@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from nameserver.errors import UndecodableRequest
-from nameserver.state.image import RECORD_TYPES
+from nameserver.state.registry import default_registry
 from nameserver.watch.events import (
     ERR_DUPLICATE_ID,
     NO_WATCH_ID,
@@ -123,10 +123,11 @@ class WatchStream:
         except ValueError as exc:
             error = str(exc)
         record_type = req.record_type or "kv"
-        if not error and record_type not in RECORD_TYPES:
+        record_types = default_registry().record_types
+        if not error and record_type not in record_types:
             error = (
                 f"metaledger: unknown record_type {req.record_type!r} "
-                f"(one of: {', '.join(RECORD_TYPES)})"
+                f"(one of: {', '.join(record_types)})"
             )
         if not error and record_type != "kv" and req.prev_kv:
             error = f"metaledger: prev_kv is only supported for record_type kv, not {record_type}"

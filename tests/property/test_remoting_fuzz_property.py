@@ -238,7 +238,11 @@ def test_frame_decoding_gives_a_command_or_a_protocol_error(header: bytes, body:
             ),
             st.sampled_from(CODES),
             ext_fields().map(
-                lambda d: {k: v.encode("utf-8", "replace").decode() for k, v in d.items()}
+                # a client can only send what it can encode: keys and values as UTF-8
+                lambda d: {
+                    k.encode("utf-8", "replace").decode(): v.encode("utf-8", "replace").decode()
+                    for k, v in d.items()
+                }
             ),
             bodies(),
         ),

@@ -111,12 +111,16 @@ def stack(text: str) -> list[Frame]:
             PROPOSE,
         ),
         (
-            TICK + ";ReplicatedLog._send_item.<locals>.on_proposed (raftlog/log/group_commit.py:166)",
+            TICK
+            + ";ReplicatedLog._send_item.<locals>.on_proposed (raftlog/log/group_commit.py:166)",
             PROPOSE,
         ),
         (TICK + ";dumps (pysyncobj/pickle.py:12)", ENGINE),
         (TICK + ";PySyncObjEngine._on_tick (raftlog/pysyncobj_engine.py:200)", ENGINE),
-        (TICK + ";ReplicatedLog._on_commit (raftlog/log/apply.py:121);Queue.put (queue.py:150)", APPLY),
+        (
+            TICK + ";ReplicatedLog._on_commit (raftlog/log/apply.py:121);Queue.put (queue.py:150)",
+            APPLY,
+        ),
         (
             APPLY_ROOT + ";MetadataStateMachine.apply (nameserver/state/machine.py:300);"
             "put (nameserver/kv/apply.py:120);PersistentSortedMap.set (nameserver/state/sortedmap.py:1)",

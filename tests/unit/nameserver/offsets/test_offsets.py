@@ -9,7 +9,7 @@ import pytest
 
 from nameserver.errors import Rejected
 from nameserver.offsets.records import CommittedOffset, offset_key
-from nameserver.state.consistency import LINEARIZABLE, READ_CONSISTENCY, SERIALIZABLE, read_mode
+from nameserver.state.consistency import LINEARIZABLE, SERIALIZABLE, declared, read_mode
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import (
     MetadataStateMachine,
@@ -296,7 +296,7 @@ def test_offsets_and_quotas_round_trip_through_records() -> None:
 
 # ------------------------------------------------------------ consistency by type
 def test_consistency_table() -> None:
-    assert READ_CONSISTENCY["offset"] == READ_CONSISTENCY["lease"] == LINEARIZABLE
+    assert declared("offset") == declared("lease") == LINEARIZABLE
     assert read_mode("offset", serializable=True) == LINEARIZABLE
     assert read_mode("lease", serializable=True) == LINEARIZABLE
     assert read_mode("kv", serializable=True) == SERIALIZABLE

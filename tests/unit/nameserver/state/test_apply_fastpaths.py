@@ -19,7 +19,7 @@ from nameserver.watch.hub import Watcher, WatchHub
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Change, Entry, SegmentConfig, SegmentLog, encode_batch
-from raftlog.entry import varint, decode_item, encode_item, encode_request, length_delimited
+from raftlog.entry import decode_item, encode_item, encode_request, length_delimited, varint
 from tests.unit.nameserver.offsets.test_offsets import Driver, grant, put, quota
 from tests.unit.nameserver.watch.test_hub import FakeHistory
 

@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
@@ -67,9 +67,7 @@ def test_the_child_runs_below_the_parents_priority() -> None:
 
 def image_of(n: int, offset: int) -> MetadataImage:
     items = [(b"k%05d" % i, KeyValue(b"k%05d" % i, b"v" * 50, i + 1, offset, 1)) for i in range(n)]
-    return replace(
-        MetadataImage.empty(), kv=KvImage.from_sorted_items(items), provenance=Provenance(offset, 2)
-    )
+    return MetadataImage(Provenance(offset, 2), kv=KvImage.from_sorted_items(items))
 
 
 @dataclass

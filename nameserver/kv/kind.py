@@ -1,0 +1,29 @@
+"""The ``kv`` record kind: etcd key-value pairs, registered in :mod:`nameserver.kinds`."""
+
+from __future__ import annotations
+
+from nameserver.kv.apply import apply_kv_entry, apply_txn_entry
+from nameserver.kv.records import KeyValue, KvDelta, KvImage
+from nameserver.state.consistency import AS_REQUESTED
+from nameserver.state.registry import RecordKind
+
+
+def _from_items(items: list[tuple[bytes, KeyValue]]) -> KvImage:
+    items.sort(key=lambda item: item[0])
+    return KvImage.from_sorted_items(items)
+
+
+KV = RecordKind(
+    name="kv",
+    field="kv",
+    empty=KvImage(),
+    delta=KvDelta,
+    decode=KeyValue.from_record,
+    consistency=AS_REQUESTED,  # etcd's ``serializable`` flag picks a local read
+    items=lambda image: image.data.items(),
+    lookup=lambda image, key: image.get(key),
+    from_items=_from_items,
+    from_columns=KvImage.from_records,
+    usage=lambda delta: (delta.key_count, delta.byte_count),
+    rules={"kv": apply_kv_entry, "txn": apply_txn_entry},
+)
