@@ -10,6 +10,9 @@ A frame (``RemotingCommand.java`` ``encode``/``decode``, ``NettyDecoder.java``):
 Both header types are decoded; commands are always encoded as JSON, because the C++
 clients read the header length field without masking the serialize type off.
 
+Over 500 lines on purpose: this is the one protocol module brokers and replicators share,
+so framing, both header encodings and the command type stay in one import.
+
 Brokers and replicators share this module with the nameserver (DESIGN.md §2), so it
 imports nothing from metaledger and touches neither sockets nor asyncio
 (``tests/unit/nameserver/remoting/test_codec.py`` checks that).
