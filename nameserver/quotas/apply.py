@@ -20,7 +20,7 @@ bytes of their names, addresses and values.
 
 from __future__ import annotations
 
-from nameserver.errors import Rejected
+from nameserver.errors import InvalidArgument, ResourceExhausted
 from nameserver.quotas.records import Quota
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
@@ -72,25 +72,21 @@ def check(delta: MetadataDelta, before: Usage) -> None:
             raise exceeded(record_type, size, "bytes", quota.max_bytes)
 
 
-def exceeded(record_type: str, value: int, unit: str, limit: int) -> Rejected:
-    return Rejected(
-        "RESOURCE_EXHAUSTED",
+def exceeded(record_type: str, value: int, unit: str, limit: int) -> ResourceExhausted:
+    return ResourceExhausted(
         f"metaledger: quota exceeded for record type {record_type}: {value} {unit} > limit {limit}",
     )
 
 
 def validate(q: records_pb2.QuotaRecord) -> None:
     if q.record_type not in QUOTA_TYPES:
-        raise Rejected(
-            "INVALID_ARGUMENT",
+        raise InvalidArgument(
             f"metaledger: record_type {q.record_type!r} has no quota "
             f"(one of: {', '.join(QUOTA_TYPES)})",
         )
     for field, value in (("max_keys", q.max_keys), ("max_bytes", q.max_bytes)):
         if value < 0:
-            raise Rejected(
-                "INVALID_ARGUMENT", f"metaledger: {field} must be >= 0, 0 = unlimited ({value})"
-            )
+            raise InvalidArgument(f"metaledger: {field} must be >= 0, 0 = unlimited ({value})")
 
 
 def apply_quota(delta: MetadataDelta, q: records_pb2.QuotaRecord, effects: list[Effect]) -> Quota:

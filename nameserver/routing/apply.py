@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nameserver.errors import Rejected
+from nameserver.errors import FailedPrecondition, NotFound
 from nameserver.offsets.apply import check_name, check_non_negative, invalid
 from nameserver.remoting.codes import PERM_READ, PERM_WRITE
 from nameserver.routing.records import (
@@ -220,8 +220,7 @@ def register_broker(
     siblings = delta.brokers.range(*prefix_range(op.broker_name))
     for s in siblings:
         if s.cluster != op.cluster:
-            raise Rejected(
-                "FAILED_PRECONDITION",
+            raise FailedPrecondition(
                 f"metaledger: broker name {op.broker_name!r} belongs to cluster {s.cluster!r}, "
                 f"not {op.cluster!r}",
             )
@@ -229,15 +228,13 @@ def register_broker(
     old = delta.brokers.get(key)
     version = DataVersion.from_pb(op.data_version)
     if old is not None and old.data_version.state_version > version.state_version:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"register broker failed: stateVersion {version.state_version} of "
             f"{op.broker_name}[{op.broker_id}] is lower than the registered "
             f"{old.data_version.state_version}",
         )
     if old is None and len(op.topics) == 1:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"register broker failed: {op.broker_name}[{op.broker_id}] is not registered, "
             "so a single-topic registration cannot come first",
         )
@@ -351,9 +348,7 @@ def create_topic(
     out = []
     for r in op.queues:
         if not delta.brokers.range(*prefix_range(r.broker_name)):
-            raise Rejected(
-                "NOT_FOUND", f"metaledger: broker name {r.broker_name!r} is not registered"
-            )
+            raise NotFound(f"metaledger: broker name {r.broker_name!r} is not registered")
         q = replace(TopicQueue.from_pb(r), topic=op.topic)
         _put(delta.topics, q, q.key, "topic", effects)
         out.append(q)

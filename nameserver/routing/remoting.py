@@ -27,10 +27,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-
-from nameserver.errors import Rejected
-from nameserver.grpc.status import to_status
 from nameserver.offsets.apply import check_name
 from nameserver.remoting.codec import (
     BadRequest,
@@ -57,7 +53,8 @@ from nameserver.remoting.headers import (
     java_crc32,
 )
 from nameserver.remoting.headers import DataVersion as DataVersionBody
-from nameserver.remoting.server import Handler, HandlerTable, Peer, internal_error_remark
+from nameserver.remoting.server import Handler, HandlerTable, Peer
+from nameserver.remoting.status import rejection_of, to_remoting
 from nameserver.routing import apply as routing
 from nameserver.routing.records import DataVersion, broker_key, kvconfig_key
 from nameserver.routing.service import (
@@ -85,10 +82,11 @@ def _json(obj: object) -> bytes:
 
 
 def _guarded(fn: Answer) -> Answer:
-    """A handler whose write or rule failures answer SYSTEM_ERROR with the reason (a
-    missing field stays the codec's BadRequest, answered by the server). An error that is
-    no request's fault (a bug) answers a generic remark and logs one ERROR line: Python's
-    exception text never reaches a client."""
+    """A handler whose write or rule failures answer with their remoting code and reason
+    (:func:`nameserver.remoting.status.to_remoting`; a missing field stays the codec's
+    BadRequest, answered by the server). An error that is no request's fault (a bug)
+    answers a generic remark and logs one ERROR line: Python's exception text never
+    reaches a client."""
 
     @functools.wraps(fn)
     async def wrapper(self: NameserverRemoting, request: RemotingCommand) -> RemotingCommand | None:
@@ -97,14 +95,13 @@ def _guarded(fn: Answer) -> Answer:
         except BadRequest:
             raise
         except Exception as exc:
-            code, message = to_status(exc)
-            if code == grpc.StatusCode.INTERNAL and not isinstance(exc, Rejected):
+            code, remark = to_remoting(exc, request.code)
+            if rejection_of(exc) is None:
                 log.error("remoting: code %d failed: %s: %s", request.code, type(exc).__name__, exc)
                 log.debug("remoting: code %d failed", request.code, exc_info=True)
-                message = internal_error_remark(request.code)
-            else:
-                log.info("remoting: code %d failed: %s", request.code, message)
-            return request.response(ResponseCode.SYSTEM_ERROR, message)
+            elif code == ResponseCode.SYSTEM_ERROR:
+                log.info("remoting: code %d failed: %s", request.code, remark)
+            return request.response(code, remark)
 
     return wrapper
 

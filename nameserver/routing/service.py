@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from nameserver.errors import Rejected
+from nameserver.errors import Aborted, InvalidArgument, NotFound
 from nameserver.grpc.context import NodeContext, rpc
 from nameserver.offsets.apply import check_name
 from nameserver.routing import apply as routing
@@ -83,7 +83,7 @@ class RoutingNode:
         if not isinstance(result, routing.Registered):  # a de-duplicated retry
             result = _unchanged_registration(self.node.state.image, op)
             if result is None:
-                raise Rejected("ABORTED", "metaledger: registration superseded, register again")
+                raise Aborted("metaledger: registration superseded, register again")
         self.keeper.heartbeat(op.broker_name, op.broker_id, op.addr)
         return applied.offset, result
 
@@ -227,7 +227,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         check_name("topic", request.topic)
         image = await self.routes.read(f"topic {request.topic}")
         if routing.pick_route(image, request.topic) is None:
-            raise Rejected("NOT_FOUND", topic_not_exist(request.topic))
+            raise NotFound(topic_not_exist(request.topic))
         resp = routing_pb2.GetRouteResponse(topic=request.topic, apply_offset=image.revision)
         for q in routing.queues_of(image, request.topic):
             resp.queues.append(queue_pb(q))
@@ -262,7 +262,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         self, request: routing_pb2.ListTopicsRequest, context: Any
     ) -> routing_pb2.ListTopicsResponse:
         if request.system and request.cluster:
-            raise Rejected("INVALID_ARGUMENT", "metaledger: give cluster or system, not both")
+            raise InvalidArgument("metaledger: give cluster or system, not both")
         image = await self.routes.read("topic list")
         resp = routing_pb2.ListTopicsResponse(apply_offset=image.revision)
         if request.system:
@@ -325,7 +325,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         image = await self.routes.read("kv config")
         item = image.kvconfig.get(kvconfig_key(request.namespace, request.key))
         if item is None:
-            raise Rejected("NOT_FOUND", kv_not_found(request.namespace, request.key))
+            raise NotFound(kv_not_found(request.namespace, request.key))
         return routing_pb2.GetKvConfigResponse(value=item.value, apply_offset=image.revision)
 
     @rpc
@@ -349,7 +349,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         image = await self.routes.read("kv list")
         items = routing.kv_list(image, request.namespace)
         if not items:
-            raise Rejected("NOT_FOUND", f"No config item, Namespace: {request.namespace}")
+            raise NotFound(f"No config item, Namespace: {request.namespace}")
         return routing_pb2.ListKvConfigResponse(items=items, apply_offset=image.revision)
 
 

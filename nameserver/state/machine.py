@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from nameserver.cluster.records import Member
-from nameserver.errors import Rejected
+from nameserver.errors import InvalidArgument
 from nameserver.kv.apply import delete_range, put, txn
 from nameserver.kv.records import KeyValue, KvImage
 from nameserver.leases.apply import apply_lease
@@ -68,9 +68,7 @@ class MetadataStateMachine:
             # e.g. a Txn nested past protobuf's depth limit: the same on every node, a
             # rejection of this request (not a failure of apply)
             delta.rollback()
-            raise Rejected(
-                "INVALID_ARGUMENT", f"etcdserver: request cannot be decoded: {exc}"
-            ) from None
+            raise InvalidArgument(f"etcdserver: request cannot be decoded: {exc}") from None
         except Exception:
             delta.rollback()
             raise
@@ -107,7 +105,7 @@ class MetadataStateMachine:
                 return put(delta.kv, op.put, rev, effects, delta.leases if op.put.lease else None)
             if which == "delete_range":
                 return delete_range(delta.kv, op.delete_range, effects)
-            raise Rejected("INVALID_ARGUMENT", "kv entry carries no operation")
+            raise InvalidArgument("kv entry carries no operation")
         if e.type == "txn":
             req = records_pb2.TxnOperation.FromString(e.value).txn
             return txn(delta.kv, req, rev, effects, delta.leases)
@@ -140,7 +138,7 @@ class MetadataStateMachine:
                 delta.put_member(m)
                 effects.append(Effect("member", m.id.encode(), m.to_record()))
             return None
-        raise Rejected("INVALID_ARGUMENT", f"unknown entry type {e.type!r}")
+        raise InvalidArgument(f"unknown entry type {e.type!r}")
 
 
 def _quota_applies(delta: MetadataDelta, entries: Sequence[Entry]) -> bool:
