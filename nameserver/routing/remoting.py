@@ -56,14 +56,14 @@ from nameserver.remoting.headers import DataVersion as DataVersionBody
 from nameserver.remoting.server import Handler, HandlerTable, Peer
 from nameserver.remoting.status import rejection_of, to_remoting
 from nameserver.routing import apply as routing
-from nameserver.routing.records import DataVersion, broker_key, kvconfig_key
-from nameserver.routing.service import (
-    TOPIC_NOT_EXIST_FAQ,
+from nameserver.routing.ops import (
     RoutingNode,
     kv_not_found,
+    namespace_not_found,
+    no_route,
     register_op,
-    topic_not_exist,
 )
+from nameserver.routing.records import DataVersion, broker_key, kvconfig_key
 from nameserver.state.image import MetadataImage
 from protos import records_pb2
 from protos.metaledger.v1 import routing_pb2
@@ -165,7 +165,7 @@ class NameserverRemoting(HandlerTable):
         image = await self._image("kv config")
         item = image.kvconfig.get(kvconfig_key(h.namespace, h.key))
         if item is None:
-            return request.response(ResponseCode.QUERY_NOT_FOUND, kv_not_found(h.namespace, h.key))
+            raise kv_not_found(h.namespace, h.key)
         return _ok(request, value=item.value)
 
     async def delete_kv_config(self, request: RemotingCommand) -> RemotingCommand:
@@ -180,9 +180,7 @@ class NameserverRemoting(HandlerTable):
         image = await self._image("kv list")
         items = routing.kv_list(image, h.namespace)
         if not items:
-            return request.response(
-                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}"
-            )
+            raise namespace_not_found(h.namespace)
         return _ok(request, _json({"table": items}))
 
     # --------------------------------------------------------------- brokers
@@ -308,9 +306,7 @@ class NameserverRemoting(HandlerTable):
         image = await self._image(f"topic {h.topic}")
         route = routing.pick_route(image, h.topic)
         if route is None:
-            return request.response(
-                ResponseCode.TOPIC_NOT_EXIST, topic_not_exist(h.topic) + TOPIC_NOT_EXIST_FAQ
-            )
+            raise no_route(h.topic, faq=True)
         return _ok(request, dumps_fastjson(route, standard=wants_standard_json(request)))
 
     async def all_topics(self, request: RemotingCommand) -> RemotingCommand:

@@ -28,9 +28,9 @@ from nameserver.remoting.headers import (
 )
 from nameserver.remoting.server import Peer
 from nameserver.routing.liveness import BrokerKeeper
+from nameserver.routing.ops import RoutingNode
 from nameserver.routing.records import broker_key
 from nameserver.routing.remoting import NameserverRemoting
-from nameserver.routing.service import RoutingNode
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine
 from raftlog import Applied, Entry, NotLeaderError
