@@ -81,6 +81,41 @@ def _json(obj: object) -> bytes:
     return dumps_fastjson(obj, standard=False)
 
 
+def broker_data_json(group: routing.BrokerGroup) -> dict[str, Any]:
+    """RocketMQ's BrokerData (fastjson property order; integer keys)."""
+    out: dict[str, Any] = {
+        "brokerAddrs": group.addrs,
+        "brokerName": group.broker_name,
+        "cluster": group.cluster,
+        "enableActingMaster": group.enable_acting_master,
+    }
+    if group.zone:
+        out["zoneName"] = group.zone
+    return out
+
+
+def route_json(route: routing.Route) -> dict[str, Any]:
+    """RocketMQ's TopicRouteData of ``route``, as its clients read it (fastjson order)."""
+    body: dict[str, Any] = {
+        "brokerDatas": [broker_data_json(g) for g in route.groups],
+        "filterServerTable": {},
+    }
+    if route.order_topic_conf is not None:
+        body["orderTopicConf"] = route.order_topic_conf
+    body["queueDatas"] = [q.to_json() for q in route.queues]
+    return body
+
+
+def cluster_info_json(image: MetadataImage) -> dict[str, Any]:
+    """RocketMQ's ClusterInfo: brokerAddrTable and clusterAddrTable."""
+    return {
+        "brokerAddrTable": {
+            name: broker_data_json(g) for name, g in routing.broker_groups(image).items()
+        },
+        "clusterAddrTable": routing.clusters(image),
+    }
+
+
 def _guarded(fn: Answer) -> Answer:
     """A handler whose write or rule failures answer with their remoting code and reason
     (:func:`nameserver.remoting.status.to_remoting`; a missing field stays the codec's
@@ -298,7 +333,7 @@ class NameserverRemoting(HandlerTable):
 
     async def cluster_info(self, request: RemotingCommand) -> RemotingCommand:
         image = await self._image("cluster info")
-        return _ok(request, _json(routing.cluster_info(image)))
+        return _ok(request, _json(cluster_info_json(image)))
 
     # ---------------------------------------------------------------- topics
     async def get_route(self, request: RemotingCommand) -> RemotingCommand:
@@ -307,7 +342,8 @@ class NameserverRemoting(HandlerTable):
         route = routing.pick_route(image, h.topic)
         if route is None:
             raise no_route(h.topic, faq=True)
-        return _ok(request, dumps_fastjson(route, standard=wants_standard_json(request)))
+        body = route_json(route)
+        return _ok(request, dumps_fastjson(body, standard=wants_standard_json(request)))
 
     async def all_topics(self, request: RemotingCommand) -> RemotingCommand:
         image = await self._image("topic list")

@@ -110,24 +110,21 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
     ) -> routing_pb2.GetRouteResponse:
         check_name("topic", request.topic)
         image = await self.routes.read(f"topic {request.topic}")
-        if routing.pick_route(image, request.topic) is None:
+        route = routing.pick_route(image, request.topic)
+        if route is None:
             raise no_route(request.topic)
         resp = routing_pb2.GetRouteResponse(topic=request.topic, apply_offset=image.revision)
-        for q in routing.queues_of(image, request.topic):
-            resp.queues.append(queue_pb(q))
-            brokers = routing.brokers_of(image, q.broker_name)
-            if brokers:
-                group = resp.brokers.add(
-                    cluster=brokers[0].cluster,
-                    broker_name=q.broker_name,
-                    zone=next((b.zone for b in brokers if b.zone), ""),
-                    enable_acting_master=bool(brokers[0].enable_acting_master),
-                )
-                for b in brokers:
-                    group.addrs[b.broker_id] = b.addr
-        order = image.kvconfig.get(kvconfig_key(routing.ORDER_TOPIC_CONFIG, request.topic))
-        if order is not None:
-            resp.order_topic_conf = order.value
+        resp.queues.extend(queue_pb(q) for q in route.queues)
+        for g in route.groups:
+            group = resp.brokers.add(
+                cluster=g.cluster,
+                broker_name=g.broker_name,
+                zone=g.zone,
+                enable_acting_master=g.enable_acting_master,
+            )
+            group.addrs.update(g.addrs)
+        if route.order_topic_conf is not None:
+            resp.order_topic_conf = route.order_topic_conf
         return resp
 
     @rpc

@@ -74,7 +74,7 @@ class Front:
             lambda: None,
             clock_ms=lambda: self.node.clock,
         )
-        self.routes = RoutingNode(self.node, self.keeper)  # type: ignore[arg-type]
+        self.routes = RoutingNode(self.node, self.keeper)
         self.table = NameserverRemoting(self.routes)
 
     def __call__(self, request: RemotingCommand) -> RemotingCommand:
