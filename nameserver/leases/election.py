@@ -43,7 +43,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound, Rejected
+from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound
 from nameserver.grpc.context import NodeContext, abort_stream, require_lease, rpc
 from nameserver.kv import semantics as kvops
 from nameserver.kv.records import KeyValue
@@ -271,8 +271,8 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
                 await self._proclaim(key, my_rev, request.value)
             try:
                 await self.coord.wait_deletes(request.name, key, my_rev)
-            except Rejected as exc:
-                raise type(exc)(str(exc).replace("mutex:", "election:")) from None
+            except FailedPrecondition as exc:  # the session's expiry, in election's words
+                raise FailedPrecondition(str(exc).replace("mutex:", "election:")) from None
         except BaseException:
             self.coord.cleanup(key, my_rev)
             raise

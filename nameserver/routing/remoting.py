@@ -10,7 +10,10 @@ Answers follow RocketMQ's ``DefaultRequestProcessor`` / ``ClientRequestProcessor
   link, QUERY_NOT_FOUND 22 "No config item, ..."); a missing required ext field is
   SYSTEM_ERROR "the custom field <x> is null" (header decoding, :mod:`.headers`);
 - any failure to write (no leader, timeout, a rule of apply) is SYSTEM_ERROR with the
-  reason as remark: a broker retries its registration every 30 s, as against RocketMQ;
+  reason as remark: a broker retries its registration every 30 s, as against RocketMQ
+  (every error leaves through :func:`nameserver.remoting.status.to_remoting`);
+- the handlers call domain code (:mod:`.apply`, :mod:`.ops`), never the gRPC service, and
+  render RocketMQ's JSON here from domain values (:func:`route_json`);
 - route bodies are fastjson with unquoted integer keys for clients older than V4_9_4
   that did not ask for standard JSON; every other body is plain fastjson, as RocketMQ's.
 
