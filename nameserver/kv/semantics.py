@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from nameserver.errors import Rejected
+from nameserver.errors import InvalidArgument, ResourceExhausted
 from nameserver.kv.records import KeyValue
 from protos.etcdserverpb import kv_pb2, rpc_pb2
 
@@ -20,8 +20,8 @@ Compare = rpc_pb2.Compare
 RangeRequest = rpc_pb2.RangeRequest
 
 
-def invalid(message: str) -> Rejected:
-    return Rejected("INVALID_ARGUMENT", message)
+def invalid(message: str) -> InvalidArgument:
+    return InvalidArgument(message)
 
 
 #: Txns nested in txns, at most this deep (the outermost is level 1). protobuf decodes at
@@ -35,7 +35,7 @@ MAX_TXN_DEPTH = 16
 KV_OVERHEAD_BYTES = 56
 
 
-class ResponseTooLarge(Rejected):
+class ResponseTooLarge(ResourceExhausted):
     """A response that would pass ``max_response_bytes``, refused before it is built.
 
     etcd has no such limit of its own: grpc-go refuses to send the message afterwards
@@ -44,7 +44,6 @@ class ResponseTooLarge(Rejected):
 
     def __init__(self, limit: int, what: str) -> None:
         super().__init__(
-            "RESOURCE_EXHAUSTED",
             f"etcdserver: {what} response is too large: over max_response_bytes={limit} "
             "(narrow the range, or set limit, keys_only or count_only)",
         )
@@ -272,7 +271,7 @@ def compare_one(kv: KeyValue | None, c: rpc_pb2.Compare) -> bool:
     elif c.target == Compare.LEASE:
         r = _cmp(kv.lease if kv else 0, c.lease)
     else:
-        raise Rejected("INVALID_ARGUMENT", f"etcdserver: unknown compare target {c.target}")
+        raise InvalidArgument(f"etcdserver: unknown compare target {c.target}")
     if c.result == Compare.EQUAL:
         return r == 0
     if c.result == Compare.NOT_EQUAL:
@@ -281,7 +280,7 @@ def compare_one(kv: KeyValue | None, c: rpc_pb2.Compare) -> bool:
         return r > 0
     if c.result == Compare.LESS:
         return r < 0
-    raise Rejected("INVALID_ARGUMENT", f"etcdserver: unknown compare result {c.result}")
+    raise InvalidArgument(f"etcdserver: unknown compare result {c.result}")
 
 
 def evaluate_compare(view: KvView, c: rpc_pb2.Compare) -> bool:
@@ -303,7 +302,7 @@ def validate_txn(txn: rpc_pb2.TxnRequest, max_ops: int, max_depth: int = MAX_TXN
     _validate_txn(txn, max_ops, max_ops, 1, max_depth, [0], "txn")
 
 
-def _too_many(max_ops: int, detail: str) -> Rejected:
+def _too_many(max_ops: int, detail: str) -> InvalidArgument:
     return invalid(
         f"etcdserver: too many operations in txn request (limit max_txn_ops={max_ops}: {detail})"
     )
@@ -404,13 +403,11 @@ def _check_branch(
             )
             for k, _ in _written_keys(op):
                 if k in puts:
-                    raise Rejected(
-                        "INVALID_ARGUMENT", "etcdserver: duplicate key given in txn request"
-                    )
+                    raise InvalidArgument("etcdserver: duplicate key given in txn request")
     for k in puts:
         for start, end in dels:
             if (not end and k == start) or (end and start <= k and (end == b"\x00" or k < end)):
-                raise Rejected("INVALID_ARGUMENT", "etcdserver: duplicate key given in txn request")
+                raise InvalidArgument("etcdserver: duplicate key given in txn request")
 
 
 def txn_has_writes(txn: rpc_pb2.TxnRequest) -> bool:
