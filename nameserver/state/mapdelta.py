@@ -50,7 +50,8 @@ V = TypeVar("V")
 
 class MapDelta(Generic[K, V]):
     """Pending changes of one keyed sub-image over its base (``base_get``), with an undo log
-    like :class:`KvDelta` and running key and byte totals (``size`` of a value) for quotas."""
+    (the request's :class:`Journal`) and running key and byte totals (``size`` of a value)
+    for quotas. Every domain's sub-delta is one, the kv delta included."""
 
     def __init__(
         self, base_get: Callable[[K], V | None], size: Callable[[V], int] = lambda _: 0
@@ -77,19 +78,25 @@ class MapDelta(Generic[K, V]):
             self.changes.pop(key, None)
         else:
             self.changes[key] = old  # type: ignore[assignment]
-        self._account(current, self.get(key))
+        self._account(key, current, self.get(key))
 
-    def _account(self, old: V | None, new: V | None) -> None:
+    def _account(self, key: K, old: V | None, new: V | None) -> None:
+        """Keep the running totals in step with ``key`` going from ``old`` to ``new``
+        (a subclass that keeps an index of its values extends this)."""
         self.key_delta += (new is not None) - (old is not None)
         self.byte_delta += (self._size(new) if new is not None else 0) - (
             self._size(old) if old is not None else 0
         )
 
-    def _change(self, key: K, new: V | None) -> None:
-        self._account(self.get(key), new)
+    def _remember(self, key: K) -> None:
+        """Log ``key``'s pending change for :meth:`rollback` (inside a request only)."""
         undo = self._journal.entries
         if undo is not None:
             undo.append((self, key, self.changes.get(key, _MISSING)))
+
+    def _change(self, key: K, new: V | None) -> None:
+        self._account(key, self.get(key), new)
+        self._remember(key)
         self.changes[key] = new
 
     def delete(self, key: K) -> None:
