@@ -117,8 +117,12 @@ _SORT_KEYS = {
 _SORT_ORDERS = frozenset(RangeRequest.SortOrder.values())
 
 
-def _enum_names(enum: object) -> str:
-    return ", ".join(enum.keys())  # type: ignore[attr-defined]
+def _not_one_of(field: str, value: int, enum: object, etcd_error: str = "") -> InvalidArgument:
+    """The rejection of an enum field holding a number ``enum`` does not name (proto3 takes
+    any); ``etcd_error``, where etcd has one, goes first with the detail in brackets."""
+    names = ", ".join(enum.keys())  # type: ignore[attr-defined]
+    detail = f"{field}: {value} is not one of {names}"
+    return invalid(f"{etcd_error} ({detail})" if etcd_error else detail)
 
 
 def validate_range(req: rpc_pb2.RangeRequest, where: str = "range") -> None:
@@ -126,16 +130,13 @@ def validate_range(req: rpc_pb2.RangeRequest, where: str = "range") -> None:
     take any number; etcd answers "invalid sort option")."""
     if not req.key:
         raise invalid(f"etcdserver: key is not provided ({where}: key must not be empty)")
+    bad_sort = "etcdserver: invalid sort option"
     if req.sort_order not in _SORT_ORDERS:
-        raise invalid(
-            f"etcdserver: invalid sort option ({where}.sort_order: {req.sort_order} is not "
-            f"one of {_enum_names(RangeRequest.SortOrder)})"
-        )
+        order, enum = req.sort_order, RangeRequest.SortOrder
+        raise _not_one_of(f"{where}.sort_order", order, enum, bad_sort)
     if req.sort_target not in _SORT_KEYS:
-        raise invalid(
-            f"etcdserver: invalid sort option ({where}.sort_target: {req.sort_target} is not "
-            f"one of {_enum_names(RangeRequest.SortTarget)})"
-        )
+        target, targets = req.sort_target, RangeRequest.SortTarget
+        raise _not_one_of(f"{where}.sort_target", target, targets, bad_sort)
 
 
 def _matching(view: KvView, req: rpc_pb2.RangeRequest) -> Iterable[KeyValue]:
@@ -337,15 +338,9 @@ def _validate_txn(
         if not c.key:
             raise invalid(f"etcdserver: key is not provided ({where}.compare[{i}])")
         if c.target not in _COMPARE_TARGETS:
-            raise invalid(
-                f"{where}.compare[{i}].target: {c.target} is not one of "
-                f"{_enum_names(Compare.CompareTarget)}"
-            )
+            raise _not_one_of(f"{where}.compare[{i}].target", c.target, Compare.CompareTarget)
         if c.result not in _COMPARE_RESULTS:
-            raise invalid(
-                f"{where}.compare[{i}].result: {c.result} is not one of "
-                f"{_enum_names(Compare.CompareResult)}"
-            )
+            raise _not_one_of(f"{where}.compare[{i}].result", c.result, Compare.CompareResult)
     for name, branch in (("success", txn.success), ("failure", txn.failure)):
         _check_branch(branch, max_ops, budget - opc, depth, max_depth, total, f"{where}.{name}")
 
