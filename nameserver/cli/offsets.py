@@ -11,9 +11,9 @@ import argparse
 import base64
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import make_client, non_negative_int, printer
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.kv import lease_id, non_negative_int
+from nameserver.cli.kv import lease_id
 from nameserver.cli.printers import display, format_table
 
 if TYPE_CHECKING:

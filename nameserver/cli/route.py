@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import make_client, non_negative_int, printer
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.kv import non_negative_int
 from nameserver.cli.printers import format_table
 from nameserver.client.routing import QueueData
 
