@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
+from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import OUTPUTS, Printer, get_printer
 from nameserver.client import Client
 
@@ -97,3 +98,9 @@ def make_client(args: argparse.Namespace) -> Client:
 
 def printer(args: argparse.Namespace) -> Printer:
     return get_printer(output(args))
+
+
+def report_revision(args: argparse.Namespace, revision: int) -> int:
+    """Print a write's revision ("OK (revision N)", JSON ``{"revision": N}``); exit OK."""
+    printer(args).report({"revision": revision}, f"OK (revision {revision})")
+    return ExitCode.OK
