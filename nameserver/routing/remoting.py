@@ -319,20 +319,20 @@ class NameserverRemoting(HandlerTable):
         return _ok(request, _json({"brokerMemberGroup": group}))
 
     async def wipe_write_perm(self, request: RemotingCommand) -> RemotingCommand:
-        h = BrokerNameHeader.from_command(request)
-        check_name("broker_name", h.broker_name)
-        count = await self._propose(
-            write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=True)
-        )
-        return _ok(request, wipeTopicCount=int(count or 0))
+        return await self._write_perm(request, wipe=True)
 
     async def add_write_perm(self, request: RemotingCommand) -> RemotingCommand:
+        return await self._write_perm(request, wipe=False)
+
+    async def _write_perm(self, request: RemotingCommand, *, wipe: bool) -> RemotingCommand:
+        """WIPE_ (``wipe``) or ADD_WRITE_PERM_OF_BROKER: the topics it changed, counted."""
         h = BrokerNameHeader.from_command(request)
         check_name("broker_name", h.broker_name)
         count = await self._propose(
-            write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=False)
+            write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=wipe)
         )
-        return _ok(request, addTopicCount=int(count or 0))
+        counted = int(count or 0)
+        return _ok(request, wipeTopicCount=counted) if wipe else _ok(request, addTopicCount=counted)
 
     async def cluster_info(self, request: RemotingCommand) -> RemotingCommand:
         image = await self._image("cluster info")
