@@ -88,6 +88,14 @@ class RoutingNode:
         self.node.check_encoded_size(len(entry.value))
         return await self.node.propose(entry, context)
 
+    async def propose_count(
+        self, op: records_pb2.RoutingOperation, context: Any = None
+    ) -> tuple[int, int]:
+        """:meth:`propose` an operation whose result is a count (brokers removed, topics
+        deleted or changed): its revision and the count, 0 for a de-duplicated retry."""
+        applied = await self.propose(op, context)
+        return applied.offset, applied.result if isinstance(applied.result, int) else 0
+
     async def register(
         self, op: records_pb2.RegisterBrokerOp, context: Any = None
     ) -> tuple[int, routing.Registered]:

@@ -328,10 +328,8 @@ class NameserverRemoting(HandlerTable):
         """WIPE_ (``wipe``) or ADD_WRITE_PERM_OF_BROKER: the topics it changed, counted."""
         h = BrokerNameHeader.from_command(request)
         check_name("broker_name", h.broker_name)
-        count = await self._propose(
-            write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=wipe)
-        )
-        counted = int(count or 0)
+        op = records_pb2.WritePermOp(broker_name=h.broker_name, wipe=wipe)
+        _, counted = await self.routes.propose_count(records_pb2.RoutingOperation(write_perm=op))
         return _ok(request, wipeTopicCount=counted) if wipe else _ok(request, addTopicCount=counted)
 
     async def cluster_info(self, request: RemotingCommand) -> RemotingCommand:

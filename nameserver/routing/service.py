@@ -86,11 +86,10 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
             addr=request.addr,
         )
         check_name("broker_name", op.broker_name)
-        applied = await self.routes.propose(
+        revision, removed = await self.routes.propose_count(
             records_pb2.RoutingOperation(unregister_broker=op), context
         )
-        removed = applied.result if isinstance(applied.result, int) else 0
-        return routing_pb2.UnregisterBrokerResponse(revision=applied.offset, removed=removed)
+        return routing_pb2.UnregisterBrokerResponse(revision=revision, removed=removed)
 
     @rpc
     async def Heartbeat(
@@ -183,9 +182,10 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
     ) -> routing_pb2.DeleteTopicResponse:
         check_name("topic", request.topic)
         op = records_pb2.DeleteTopicOp(topic=request.topic, cluster=request.cluster)
-        applied = await self.routes.propose(records_pb2.RoutingOperation(delete_topic=op), context)
-        deleted = applied.result if isinstance(applied.result, int) else 0
-        return routing_pb2.DeleteTopicResponse(revision=applied.offset, deleted=deleted)
+        revision, deleted = await self.routes.propose_count(
+            records_pb2.RoutingOperation(delete_topic=op), context
+        )
+        return routing_pb2.DeleteTopicResponse(revision=revision, deleted=deleted)
 
     @rpc
     async def PutKvConfig(
