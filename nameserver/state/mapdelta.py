@@ -1,8 +1,9 @@
 """Generic map/delta machinery shared by every domain's sub-image (STYLE.md 7).
 
-:class:`Journal` is the undo log of one request; :class:`MapDelta` is pending changes over
-a base mapping, undoable through the journal; :class:`RecordsImage`/:class:`RecordsDelta`
-are a sorted map of records with a key and byte count (quotas).
+:class:`Journal` is the undo log of one request, :class:`Journaled` a delta's begin, commit
+and rollback over it; :class:`MapDelta` is pending changes over a base mapping, undoable
+through the journal; :class:`RecordsImage`/:class:`RecordsDelta` are a sorted map of
+records with a key and byte count (quotas).
 """
 
 from __future__ import annotations
@@ -44,11 +45,28 @@ class _Undoable(Protocol):
     def _revert(self, key: Any, old: object) -> None: ...
 
 
+class Journaled:
+    """A delta whose changes are undoable per request through its ``_journal`` (its own,
+    or the one :class:`~nameserver.state.image.MetadataDelta` shares among its sub-deltas)."""
+
+    _journal: Journal
+
+    def begin(self) -> None:
+        """Start one request: its changes can be rolled back whole (all-or-nothing)."""
+        self._journal.begin()
+
+    def commit(self) -> None:
+        self._journal.commit()
+
+    def rollback(self) -> None:
+        self._journal.rollback()
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-class MapDelta(Generic[K, V]):
+class MapDelta(Journaled, Generic[K, V]):
     """Pending changes of one keyed sub-image over its base (``base_get``), with an undo log
     (the request's :class:`Journal`) and running key and byte totals (``size`` of a value)
     for quotas. Every domain's sub-delta is one, the kv delta included."""
@@ -62,15 +80,6 @@ class MapDelta(Generic[K, V]):
         self._journal = Journal()  # MetadataDelta shares one among its sub-deltas
         self.key_delta = 0
         self.byte_delta = 0
-
-    def begin(self) -> None:
-        self._journal.begin()
-
-    def commit(self) -> None:
-        self._journal.commit()
-
-    def rollback(self) -> None:
-        self._journal.rollback()
 
     def _revert(self, key: K, old: object) -> None:
         current = self.get(key)
