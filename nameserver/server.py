@@ -38,8 +38,9 @@ from nameserver.remoting.server import RemotingServer
 from nameserver.replica_groups.liveness import ReplicaLiveness
 from nameserver.replica_groups.service import ReplicaGroupsService
 from nameserver.routing.liveness import BrokerKeeper
+from nameserver.routing.ops import RoutingNode
 from nameserver.routing.remoting import NameserverRemoting
-from nameserver.routing.service import RoutingNode, RoutingService
+from nameserver.routing.service import RoutingService
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.state.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.watch.events import FLOOR_FILE

@@ -61,6 +61,7 @@ from snapshots import (
     RecordStreamError,
     StreamKind,
     TornTailError,
+    fsync_dir,
     tail_verdict,
 )
 
@@ -108,14 +109,6 @@ class Segment:
 def index_due(index: list[tuple[int, int]], every_bytes: int, position: int) -> bool:
     previous = index[-1][1] if index else HEADER_BYTES
     return position - previous >= every_bytes
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def scan_directory(path: Path, index_every_bytes: int) -> list[Segment]:

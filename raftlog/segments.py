@@ -66,7 +66,6 @@ from raftlog.segment_files import (
     check_header,
     cut_segment,
     fdatasync,
-    fsync_dir,
     index_due,
     scan_directory,
 )
@@ -79,6 +78,7 @@ from snapshots import (
     StreamKind,
     encode_header,
     encode_record,
+    fsync_dir,
 )
 
 __all__ = [

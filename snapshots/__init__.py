@@ -84,6 +84,7 @@ from snapshots._writer import (
     encode_frames,
     encode_snapshot,
     etcd_trailer,
+    fsync_dir,
     write_snapshot,
     write_snapshot_frames,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "encode_snapshot",
     "etcd_trailer",
     "find_valid_frame",
+    "fsync_dir",
     "inspect",
     "open_snapshot",
     "read_segments",

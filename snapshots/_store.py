@@ -20,6 +20,7 @@ import io
 import logging
 import os
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -94,7 +95,43 @@ def _check_name(info: SnapshotInfo, offset: int) -> None:
         )
 
 
-class FileSnapshotStore:
+class _Listing(ABC):
+    """``list`` and ``latest`` of a store, over its :meth:`_newest_first` paths and
+    :meth:`open`: the same for both stores."""
+
+    @abstractmethod
+    def _newest_first(self) -> builtins.list[Path]:
+        """The paths of the stored snapshots, newest first."""
+
+    @abstractmethod
+    def open(self, path: Path) -> SnapshotReader: ...
+
+    def list(self) -> builtins.list[SnapshotInfo]:
+        result = []
+        for path in self._newest_first():
+            try:
+                with self.open(path) as reader:
+                    result.append(reader.info)
+            except SnapshotCorruptError as e:
+                log.warning("skipping snapshot: %s", e)
+            except FileNotFoundError:
+                pass  # deleted meanwhile
+        return result
+
+    def latest(self) -> Path | None:
+        for path in self._newest_first():
+            try:
+                with self.open(path) as reader:
+                    reader.verify()
+                return path
+            except SnapshotCorruptError as e:
+                log.warning("falling back to an older snapshot: %s", e)
+            except FileNotFoundError:
+                pass  # deleted meanwhile
+        return None
+
+
+class FileSnapshotStore(_Listing):
     """Snapshots as files ``<dir>/<last_offset:020d>.snap``, the newest `keep` kept.
 
     The directory is created if missing and has one owner: on construction this store
@@ -139,30 +176,8 @@ class FileSnapshotStore:
             self.path_of(offset).unlink(missing_ok=True)
         return info
 
-    def list(self) -> builtins.list[SnapshotInfo]:
-        result = []
-        for offset in self._offsets():
-            try:
-                with self.open(self.path_of(offset)) as reader:
-                    result.append(reader.info)
-            except SnapshotCorruptError as e:
-                log.warning("skipping snapshot: %s", e)
-            except FileNotFoundError:
-                pass  # deleted meanwhile
-        return result
-
-    def latest(self) -> Path | None:
-        for offset in self._offsets():
-            path = self.path_of(offset)
-            try:
-                with self.open(path) as reader:
-                    reader.verify()
-                return path
-            except SnapshotCorruptError as e:
-                log.warning("falling back to an older snapshot: %s", e)
-            except FileNotFoundError:
-                pass
-        return None
+    def _newest_first(self) -> builtins.list[Path]:
+        return [self.path_of(offset) for offset in self._offsets()]
 
     def open(self, path: Path) -> SnapshotReader:
         reader = open_snapshot(path)
@@ -182,7 +197,7 @@ class FileSnapshotStore:
         return len(doomed)
 
 
-class InMemorySnapshotStore:
+class InMemorySnapshotStore(_Listing):
     """The same snapshot bytes in a dict, for unit tests; paths are bare file names.
 
     :meth:`raw` and :meth:`put_raw` read and replace a snapshot's bytes (to damage one).
@@ -207,26 +222,8 @@ class InMemorySnapshotStore:
             del self._files[offset]
         return _with_path(info, Path(snapshot_name(meta.last_offset)))
 
-    def list(self) -> builtins.list[SnapshotInfo]:
-        result = []
-        for offset in sorted(self._files, reverse=True):
-            try:
-                with self.open(Path(snapshot_name(offset))) as reader:
-                    result.append(reader.info)
-            except SnapshotCorruptError as e:
-                log.warning("skipping snapshot: %s", e)
-        return result
-
-    def latest(self) -> Path | None:
-        for offset in sorted(self._files, reverse=True):
-            path = Path(snapshot_name(offset))
-            try:
-                with self.open(path) as reader:
-                    reader.verify()
-                return path
-            except SnapshotCorruptError as e:
-                log.warning("falling back to an older snapshot: %s", e)
-        return None
+    def _newest_first(self) -> builtins.list[Path]:
+        return [Path(snapshot_name(offset)) for offset in sorted(self._files, reverse=True)]
 
     def open(self, path: Path) -> SnapshotReader:
         offset = self._offset_of(path)

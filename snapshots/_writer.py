@@ -143,7 +143,7 @@ def _write_file(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     return info_from_header(target, size, header)
 
 
@@ -337,7 +337,9 @@ class _SyncingWriter:
             self._unsynced = 0
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or create in ``directory`` durable (fsync of the directory itself;
+    shared with raftlog's change-log segments and WAL)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

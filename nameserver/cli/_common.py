@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, TypeAlias
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
+from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import OUTPUTS, Printer, get_printer
 from nameserver.client import Client
 
 DEFAULT_ENDPOINTS = "127.0.0.1:9877"
 ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
 DEFAULT_TIMEOUT_S = 5.0
+
+N = TypeVar("N", int, float)
 
 if TYPE_CHECKING:
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -52,24 +56,27 @@ def common_parent() -> argparse.ArgumentParser:
     return parent
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
+def number_type(
+    parse: Callable[[str], N], not_a: str, ok: Callable[[N], bool], out_of_range: str
+) -> Callable[[str], N]:
+    """An argparse ``type``: ``parse(text)``, refused with ``"'text' " + not_a`` when it
+    raises ValueError and with ``"'text'" + out_of_range`` unless ``ok(value)``."""
+
+    def convert(text: str) -> N:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} {not_a}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}{out_of_range}")
+        return value
+
+    return convert
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
+positive_float = number_type(float, "is not a number", lambda v: v > 0, " must be > 0")
+positive_int = number_type(int, "is not an integer", lambda v: v > 0, " must be > 0")
+non_negative_int = number_type(int, "is not an integer", lambda v: v >= 0, " must be >= 0")
 
 
 def endpoints(args: argparse.Namespace) -> list[str]:
@@ -91,3 +98,9 @@ def make_client(args: argparse.Namespace) -> Client:
 
 def printer(args: argparse.Namespace) -> Printer:
     return get_printer(output(args))
+
+
+def report_revision(args: argparse.Namespace, revision: int) -> int:
+    """Print a write's revision ("OK (revision N)", JSON ``{"revision": N}``); exit OK."""
+    printer(args).report({"revision": revision}, f"OK (revision {revision})")
+    return ExitCode.OK

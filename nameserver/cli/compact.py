@@ -16,7 +16,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import printer
+from nameserver.cli._common import non_negative_int, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import format_table
 
@@ -24,16 +24,6 @@ if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
 
 ENGINES = ("spark", "local")
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
 
 
 def _memory_size(text: str) -> str:
@@ -134,7 +124,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--segments", required=True, metavar="DIR", help="change-log segment dir")
     p.add_argument("--base-snapshot", metavar="FILE", help="snapshot to start from")
-    p.add_argument("--upto", required=True, type=_non_negative_int, metavar="OFFSET")
+    p.add_argument("--upto", required=True, type=non_negative_int, metavar="OFFSET")
     p.add_argument("--out", required=True, metavar="FILE", help="snapshot to write")
     p.add_argument(
         "--master", default="local[*]", help="Spark master: local[*] (default), spark://..., yarn"
@@ -142,7 +132,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster-id", help="cluster id of the snapshot (default: the base's)")
     p.add_argument(
         "--last-term",
-        type=_non_negative_int,
+        type=non_negative_int,
         help="term at --upto (default: of the last record at or below it)",
     )
     p.add_argument("--engine", choices=ENGINES, default="spark")

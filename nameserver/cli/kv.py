@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import make_client, non_negative_int, number_type, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.client import Op
 
@@ -27,25 +27,10 @@ SORT_TARGETS = {
 SORT_ORDERS = ("ASCEND", "DESCEND")
 
 
-def lease_id(text: str) -> int:
-    """A lease ID in hex, as etcdctl prints and takes it (``0x`` optional)."""
-    try:
-        value = int(text, 16)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a hex lease ID") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
+#: A lease ID in hex, as etcdctl prints and takes it (``0x`` optional).
+lease_id = number_type(
+    lambda text: int(text, 16), "is not a hex lease ID", lambda v: v >= 0, " must be >= 0"
+)
 
 
 def add_put_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import argparse
 import threading
 from typing import TYPE_CHECKING
 
-from nameserver.cli._common import make_client, positive_int, printer
+from nameserver.cli._common import make_client, number_type, positive_int, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.lock import stop_signals
 
@@ -21,15 +21,13 @@ if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
 
 
-def lease_id(text: str) -> int:
-    """A lease id as etcdctl writes it: hexadecimal, without ``0x``."""
-    try:
-        value = int(text, 16)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a hexadecimal lease ID") from None
-    if value <= 0 or value >= 1 << 63:
-        raise argparse.ArgumentTypeError(f"{text!r}: a lease ID is > 0 and below 2^63")
-    return value
+#: A lease id as etcdctl writes it: hexadecimal, without ``0x``.
+lease_id = number_type(
+    lambda text: int(text, 16),
+    "is not a hexadecimal lease ID",
+    lambda v: 0 < v < 1 << 63,
+    ": a lease ID is > 0 and below 2^63",
+)
 
 
 def run_grant(args: argparse.Namespace) -> int:

@@ -11,9 +11,9 @@ import argparse
 import base64
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import make_client, non_negative_int, printer, report_revision
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.kv import lease_id, non_negative_int
+from nameserver.cli.kv import lease_id
 from nameserver.cli.printers import display, format_table
 
 if TYPE_CHECKING:
@@ -120,8 +120,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_quota_set(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         revision = client.quota_set(args.record_type, args.max_keys, args.max_bytes)
-    printer(args).report({"revision": revision}, f"OK (revision {revision})")
-    return ExitCode.OK
+    return report_revision(args, revision)
 
 
 def run_quota_list(args: argparse.Namespace) -> int:

@@ -12,9 +12,8 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import make_client, positive_int, printer
+from nameserver.cli._common import make_client, non_negative_int, positive_int, printer
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.kv import non_negative_int
 from nameserver.cli.printers import format_table
 
 if TYPE_CHECKING:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import make_client, non_negative_int, printer, report_revision
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.kv import non_negative_int
 from nameserver.cli.printers import format_table
 from nameserver.client.routing import QueueData
 
@@ -121,8 +120,7 @@ def run_topic_create(args: argparse.Namespace) -> int:
     ]
     with make_client(args) as client:
         revision = client.route_topic_create(args.topic, queues)
-    printer(args).report({"revision": revision}, f"OK (revision {revision})")
-    return ExitCode.OK
+    return report_revision(args, revision)
 
 
 def run_topic_delete(args: argparse.Namespace) -> int:
@@ -145,8 +143,7 @@ def run_kv_get(args: argparse.Namespace) -> int:
 def run_kv_put(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         revision = client.kvconfig_put(args.namespace, args.key, args.value)
-    printer(args).report({"revision": revision}, f"OK (revision {revision})")
-    return ExitCode.OK
+    return report_revision(args, revision)
 
 
 def run_kv_delete(args: argparse.Namespace) -> int:

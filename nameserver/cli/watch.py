@@ -13,9 +13,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from nameserver.cli._common import make_client, output
+from nameserver.cli._common import make_client, non_negative_int, output
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.kv import non_negative_int
 from nameserver.cli.printers import display, kv_json
 from nameserver.client.watch import SNAPSHOT_END, WatchEvent
 

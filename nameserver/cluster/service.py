@@ -6,7 +6,14 @@ from typing import Any
 
 import grpc
 
-from nameserver.errors import InvalidRequest, Rejected
+from nameserver.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    Unimplemented,
+    from_status,
+)
 from nameserver.grpc.context import NodeContext, member_id_of, peer_address, rpc
 from nameserver.state.image import MetadataImage
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
@@ -49,14 +56,12 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         self, request: rpc_pb2.MemberAddRequest, context: Any
     ) -> rpc_pb2.MemberAddResponse:
         if request.isLearner:
-            raise Rejected(
-                "UNIMPLEMENTED", "metaledger: learners (non-voting members) are not supported"
-            )
+            raise Unimplemented("metaledger: learners (non-voting members) are not supported")
         if len(request.peerURLs) != 1:
-            raise InvalidRequest("peerURLs: give exactly one peer URL (http://host:port)")
+            raise InvalidArgument("peerURLs: give exactly one peer URL (http://host:port)")
         address = peer_address(request.peerURLs[0])
         if address in {m.address for m in self.node.engine.members()}:
-            raise Rejected("FAILED_PRECONDITION", "etcdserver: Peer URLs already exists")
+            raise FailedPrecondition("etcdserver: Peer URLs already exists")
         await self._change(True, address)
         image = await self.node.read_image(False)
         resp = rpc_pb2.MemberAddResponse(header=self.node.header(image.revision))
@@ -73,7 +78,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         image = await self.node.read_image(False)
         target = [m for m in self.node.members(image) if m[1] == request.ID]
         if not target:
-            raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.ID:x})")
+            raise NotFound(f"etcdserver: member not found (ID {request.ID:x})")
         name, _, address, _ = target[0]
         engine = self.node.engine
         me = self.node.config.peers.get(self.node.config.node_id)
@@ -103,8 +108,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
     async def MemberUpdate(
         self, request: rpc_pb2.MemberUpdateRequest, context: Any
     ) -> rpc_pb2.MemberUpdateResponse:
-        raise Rejected(
-            "UNIMPLEMENTED",
+        raise Unimplemented(
             "metaledger: MemberUpdate is not supported: a member's peer URL is its identity "
             "here; remove the member and add it again with the new URL",
         )
@@ -113,8 +117,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
     async def MemberPromote(
         self, request: rpc_pb2.MemberPromoteRequest, context: Any
     ) -> rpc_pb2.MemberPromoteResponse:
-        raise Rejected(
-            "UNIMPLEMENTED",
+        raise Unimplemented(
             "metaledger has no learners (every member votes): MemberPromote is not supported",
         )
 
@@ -125,8 +128,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         leader = image.members.find(self.node.engine.leader_address())
         target = leader.client_address if leader is not None else None
         if target is None:
-            raise Rejected(
-                "UNAVAILABLE",
+            raise Unavailable(
                 f"metaledger: member {name} is the leader and its client URL is unknown here; "
                 "send MemberRemove to the leader",
             )
@@ -137,7 +139,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
                     request, timeout=self.node.timeout_s * 2
                 )
             except grpc.aio.AioRpcError as exc:
-                raise Rejected(
-                    exc.code().name, exc.details() or "forwarded MemberRemove failed"
+                raise from_status(
+                    exc.code(), exc.details() or "forwarded MemberRemove failed"
                 ) from None
         return resp

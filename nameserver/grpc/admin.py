@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.errors import Rejected
+from nameserver.errors import FailedPrecondition, NotFound, OutOfRange
 from nameserver.grpc.context import (
     ETCD_VERSION,
     SNAPSHOT_CHUNK_BYTES,
@@ -95,9 +95,9 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
         image = self.node.state.image
         target = [m for m in self.node.members(image) if m[1] == request.targetID]
         if request.targetID and not target:
-            raise Rejected("NOT_FOUND", f"etcdserver: member not found (ID {request.targetID:x})")
+            raise NotFound(f"etcdserver: member not found (ID {request.targetID:x})")
         if not self.node.engine.is_leader():
-            raise Rejected("FAILED_PRECONDITION", "etcdserver: not leader")
+            raise FailedPrecondition("etcdserver: not leader")
         if target and target[0][2] == self.node.config.listen_peer:
             return rpc_pb2.MoveLeaderResponse(header=self.node.header(image.revision))
         await self.node.transfer_leadership(target[0][2] if target else None)
@@ -111,8 +111,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
         revision (no older revision can be read)."""
         image = self.node.state.image
         if 0 < request.revision < image.revision:  # etcd's answer below its compaction
-            raise Rejected(
-                "OUT_OF_RANGE",
+            raise OutOfRange(
                 f"etcdserver: mvcc: required revision has been compacted (revision "
                 f"{request.revision} < compact_revision {image.revision}: only the latest "
                 "state is kept)",

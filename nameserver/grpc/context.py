@@ -19,7 +19,14 @@ import grpc
 
 from nameserver.cluster.records import host_port
 from nameserver.config import ServerConfig
-from nameserver.errors import InvalidRequest, Rejected
+from nameserver.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NameserverError,
+    NotFound,
+    OutOfRange,
+    Unimplemented,
+)
 from nameserver.grpc.status import to_status
 from nameserver.kv import semantics as kvops
 from nameserver.leases.apply import LEASE_NOT_FOUND
@@ -54,7 +61,7 @@ def peer_address(url: str) -> str:
     address = host_port(url)
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise InvalidRequest(f"peerURLs: {url!r} is not http://host:port")
+        raise InvalidArgument(f"peerURLs: {url!r} is not http://host:port")
     return address
 
 
@@ -164,8 +171,7 @@ class NodeContext:
             if leader and leader != me and (address is None or leader == address):
                 return leader
             await asyncio.sleep(0.05)
-        raise Rejected(
-            "DEADLINE_EXCEEDED",
+        raise DeadlineExceeded(
             f"metaledger: leadership did not move to {address or 'a follower'} in time",
         )
 
@@ -208,15 +214,17 @@ class NodeContext:
                 try:
                     seq = int(v)
                 except ValueError:
-                    raise InvalidRequest(f"x-ml-seq: {v!r} is not an integer") from None
+                    raise InvalidArgument(f"x-ml-seq: {v!r} is not an integer") from None
         if (client_id is None) != (seq is None):
-            raise InvalidRequest("x-ml-client-id and x-ml-seq must be given together")
+            raise InvalidArgument("x-ml-client-id and x-ml-seq must be given together")
         applied = await self.log.propose([entry], self.timeout_s, client_id, seq)
-        if isinstance(applied.result, Rejected):
-            raise applied.result
         if isinstance(applied.result, ApplyFailure):
-            error = applied.result.error  # a Rejected keeps its code
-            raise Rejected(str(getattr(error, "code", "")) or "INVALID_ARGUMENT", str(error))
+            error = applied.result.error  # the exception apply raised, untouched
+            if isinstance(error, NameserverError):
+                raise error
+            raise NameserverError(
+                f"metaledger: internal error: apply failed: {type(error).__name__}: {error}"
+            ) from error
         return applied
 
     def check_size(self, request: Any) -> None:
@@ -226,7 +234,7 @@ class NodeContext:
         """A value put under a key (KV, lock, election) is at most ``max_value_bytes``."""
         limit = self.config.max_value_bytes
         if len(value) > limit:
-            raise InvalidRequest(
+            raise InvalidArgument(
                 f"etcdserver: value is too large: {len(value)} bytes > limit max_value_bytes={limit}"
             )
 
@@ -237,7 +245,7 @@ class NodeContext:
     def check_encoded_size(self, size: int) -> None:
         """:meth:`check_size` of a request already encoded into ``size`` bytes."""
         if size > self.config.max_request_bytes:
-            raise InvalidRequest(
+            raise InvalidArgument(
                 f"etcdserver: request is too large: {size} bytes > limit "
                 f"max_request_bytes={self.config.max_request_bytes}"
             )
@@ -246,12 +254,10 @@ class NodeContext:
         if revision <= 0 or revision == current:
             return
         if revision > current:
-            raise Rejected(
-                "OUT_OF_RANGE",
+            raise OutOfRange(
                 f"etcdserver: mvcc: required revision is a future revision ({revision} > {current})",
             )
-        raise Rejected(
-            "UNIMPLEMENTED",
+        raise Unimplemented(
             f"metaledger: reading at a past revision ({revision}) is not supported; "
             f"only the latest state (revision {current}) is kept",
         )
@@ -261,12 +267,12 @@ async def require_lease(node: NodeContext, lease_id: int) -> None:
     """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
 
     Apply checks again (the lease may go in between); its rejection keeps its code
-    (the Rejected in ``raftlog.ApplyFailure.error``), so the client gets NOT_FOUND either way."""
+    (the NotFound in ``raftlog.ApplyFailure.error``), so the client gets NOT_FOUND either way."""
     if node.state.image.leases.get(lease_id) is not None:
         return
     image = await node.read_image(False)
     if image.leases.get(lease_id) is None:
-        raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
+        raise NotFound(LEASE_NOT_FOUND)
 
 
 def _settle_future(fut: asyncio.Future[None], err: Exception | None) -> None:

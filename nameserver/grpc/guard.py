@@ -14,7 +14,7 @@ raising ``NotImplementedError``, which grpc.aio logs at ERROR too.
   ``request: cannot decode <message>`` (or "request is too large", past the node's
   ``max_request_bytes``, not decoded at all; on a stream: at the first bad message, through
   :class:`nameserver.errors.UndecodableRequest`, which the handler may turn into its status
-  like any :class:`~nameserver.errors.InvalidRequest`);
+  like any :class:`~nameserver.errors.InvalidArgument`);
 - a ``NotImplementedError`` from a generated default answers UNIMPLEMENTED naming the
   method;
 - a decoded request keeps no unknown fields (nothing the server does not know reaches

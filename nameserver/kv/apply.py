@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from nameserver.errors import Rejected
+from nameserver.errors import InvalidArgument, NameserverError, NotFound
 from nameserver.kv import semantics as kvops
 from nameserver.kv.records import KeyValue, KvDelta
 from nameserver.leases.apply import LEASE_NOT_FOUND
@@ -29,7 +29,7 @@ def apply_kv_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effec
         return put(delta.kv, op.put, rev, effects, delta.leases if op.put.lease else None)
     if which == "delete_range":
         return delete_range(delta.kv, op.delete_range, effects)
-    raise Rejected("INVALID_ARGUMENT", "kv entry carries no operation")
+    raise InvalidArgument("kv entry carries no operation")
 
 
 def apply_txn_entry(
@@ -50,11 +50,11 @@ def put(
 ) -> rpc_pb2.PutResponse:
     prev = kv.get(req.key)
     if (req.ignore_value or req.ignore_lease) and prev is None:
-        raise Rejected("INVALID_ARGUMENT", "etcdserver: key not found")
+        raise InvalidArgument("etcdserver: key not found")
     value = prev.value if (req.ignore_value and prev is not None) else req.value
     lease = prev.lease if (req.ignore_lease and prev is not None) else req.lease
     if lease and not req.ignore_lease and (leases is None or leases.get(lease) is None):
-        raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
+        raise NotFound(LEASE_NOT_FOUND)
     new = KeyValue(
         key=req.key,
         value=value,
@@ -113,7 +113,7 @@ def txn(
             t.header.revision = rev
             out.response_txn.CopyFrom(t)
         else:
-            raise Rejected("INVALID_ARGUMENT", "etcdserver: txn op has no request")
+            raise InvalidArgument("etcdserver: txn op has no request")
     return resp
 
 
@@ -140,10 +140,10 @@ class _ReadOnlyDelta:
         return self._view.range(key, range_end)  # lazily: a budget may stop it early
 
     def put(self, kv: KeyValue) -> None:  # pragma: no cover - read-only by construction
-        raise Rejected("INTERNAL", "write in a read-only txn")
+        raise NameserverError("write in a read-only txn")
 
     def put_over(self, old: KeyValue | None, kv: KeyValue) -> None:  # pragma: no cover
-        raise Rejected("INTERNAL", "write in a read-only txn")
+        raise NameserverError("write in a read-only txn")
 
     def delete(self, key: bytes) -> None:  # pragma: no cover
-        raise Rejected("INTERNAL", "write in a read-only txn")
+        raise NameserverError("write in a read-only txn")

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from nameserver.state.mapdelta import _MISSING, Journal
+from nameserver.state.mapdelta import _MISSING, MapDelta
 from nameserver.state.sortedmap import PersistentSortedMap, is_strictly_increasing
 from protos import records_pb2
 
@@ -135,43 +135,19 @@ _KV_SLOTS = tuple(
 )
 
 
-class KvDelta:
-    """Pending kv changes over a base image; reads see the pending changes."""
+class KvDelta(MapDelta[bytes, KeyValue]):
+    """Pending kv changes over a base image; reads see the pending changes.
+
+    The undo log, rollback and key/byte totals are :class:`MapDelta`'s; this adds the
+    lease -> keys index (kept in :meth:`_account`) and a Put path of its own
+    (:meth:`put_over`, the apply path's hottest call: written out, no helper calls).
+    """
 
     def __init__(self, base: KvImage) -> None:
+        super().__init__(base.get, kv_size)
         self.base = base
-        self.changes: dict[bytes, KeyValue | None] = {}  # None = deleted
         #: lease id -> its attached keys as this delta will publish them (copied on first touch)
         self.lease_keys: dict[int, set[bytes]] = {}
-        self._journal = Journal()  # MetadataDelta shares one among its sub-deltas
-        #: keys and bytes this delta adds to the base (negative: removes), for quotas
-        self.key_delta = 0
-        self.byte_delta = 0
-
-    def begin(self) -> None:
-        """Start recording an undo log, so one entry's changes can be rolled back."""
-        self._journal.begin()
-
-    def commit(self) -> None:
-        self._journal.commit()
-
-    def rollback(self) -> None:
-        self._journal.rollback()
-
-    def _revert(self, key: bytes, old: object) -> None:
-        current = self.get(key)
-        if old is _MISSING:
-            self.changes.pop(key, None)
-        else:
-            self.changes[key] = old  # type: ignore[assignment]
-        new = self.get(key)
-        self._reindex(key, current, new)
-        self._account(current, new)
-
-    def _remember(self, key: bytes) -> None:
-        undo = self._journal.entries
-        if undo is not None:
-            undo.append((self, key, self.changes.get(key, _MISSING)))
 
     def _keys_of(self, lease_id: int) -> set[bytes]:
         keys = self.lease_keys.get(lease_id)
@@ -190,9 +166,9 @@ class KvDelta:
         if new_lease:
             self._keys_of(new_lease).add(key)
 
-    def _account(self, old: KeyValue | None, new: KeyValue | None) -> None:
-        self.key_delta += (new is not None) - (old is not None)
-        self.byte_delta += kv_size(new) - kv_size(old)
+    def _account(self, key: bytes, old: KeyValue | None, new: KeyValue | None) -> None:
+        self._reindex(key, old, new)
+        super()._account(key, old, new)
 
     @property
     def key_count(self) -> int:
@@ -206,11 +182,6 @@ class KvDelta:
         if lease_id in self.lease_keys:
             return frozenset(self.lease_keys[lease_id])
         return self.base.keys_of_lease(lease_id)
-
-    def get(self, key: bytes) -> KeyValue | None:
-        if key in self.changes:
-            return self.changes[key]
-        return self.base.get(key)
 
     def range(self, key: bytes, range_end: bytes | None) -> list[KeyValue]:
         """Keys in [key, range_end) (etcd semantics) as the delta would publish them."""
@@ -245,13 +216,6 @@ class KvDelta:
         if undo is not None:
             undo.append((self, key, self.changes.get(key, _MISSING)))
         self.changes[key] = kv
-
-    def delete(self, key: bytes) -> None:
-        old = self.get(key)
-        self._reindex(key, old, None)
-        self._account(old, None)
-        self._remember(key)
-        self.changes[key] = None
 
     def build(self) -> KvImage:
         if not self.changes:

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from nameserver.errors import Rejected
+from nameserver.errors import InvalidArgument, ResourceExhausted
 from nameserver.kv.records import KeyValue
 from protos.etcdserverpb import kv_pb2, rpc_pb2
 
@@ -20,8 +20,8 @@ Compare = rpc_pb2.Compare
 RangeRequest = rpc_pb2.RangeRequest
 
 
-def invalid(message: str) -> Rejected:
-    return Rejected("INVALID_ARGUMENT", message)
+def invalid(message: str) -> InvalidArgument:
+    return InvalidArgument(message)
 
 
 #: Txns nested in txns, at most this deep (the outermost is level 1). protobuf decodes at
@@ -35,7 +35,7 @@ MAX_TXN_DEPTH = 16
 KV_OVERHEAD_BYTES = 56
 
 
-class ResponseTooLarge(Rejected):
+class ResponseTooLarge(ResourceExhausted):
     """A response that would pass ``max_response_bytes``, refused before it is built.
 
     etcd has no such limit of its own: grpc-go refuses to send the message afterwards
@@ -44,7 +44,6 @@ class ResponseTooLarge(Rejected):
 
     def __init__(self, limit: int, what: str) -> None:
         super().__init__(
-            "RESOURCE_EXHAUSTED",
             f"etcdserver: {what} response is too large: over max_response_bytes={limit} "
             "(narrow the range, or set limit, keys_only or count_only)",
         )
@@ -118,8 +117,12 @@ _SORT_KEYS = {
 _SORT_ORDERS = frozenset(RangeRequest.SortOrder.values())
 
 
-def _enum_names(enum: object) -> str:
-    return ", ".join(enum.keys())  # type: ignore[attr-defined]
+def _not_one_of(field: str, value: int, enum: object, etcd_error: str = "") -> InvalidArgument:
+    """The rejection of an enum field holding a number ``enum`` does not name (proto3 takes
+    any); ``etcd_error``, where etcd has one, goes first with the detail in brackets."""
+    names = ", ".join(enum.keys())  # type: ignore[attr-defined]
+    detail = f"{field}: {value} is not one of {names}"
+    return invalid(f"{etcd_error} ({detail})" if etcd_error else detail)
 
 
 def validate_range(req: rpc_pb2.RangeRequest, where: str = "range") -> None:
@@ -127,16 +130,13 @@ def validate_range(req: rpc_pb2.RangeRequest, where: str = "range") -> None:
     take any number; etcd answers "invalid sort option")."""
     if not req.key:
         raise invalid(f"etcdserver: key is not provided ({where}: key must not be empty)")
+    bad_sort = "etcdserver: invalid sort option"
     if req.sort_order not in _SORT_ORDERS:
-        raise invalid(
-            f"etcdserver: invalid sort option ({where}.sort_order: {req.sort_order} is not "
-            f"one of {_enum_names(RangeRequest.SortOrder)})"
-        )
+        order, enum = req.sort_order, RangeRequest.SortOrder
+        raise _not_one_of(f"{where}.sort_order", order, enum, bad_sort)
     if req.sort_target not in _SORT_KEYS:
-        raise invalid(
-            f"etcdserver: invalid sort option ({where}.sort_target: {req.sort_target} is not "
-            f"one of {_enum_names(RangeRequest.SortTarget)})"
-        )
+        target, targets = req.sort_target, RangeRequest.SortTarget
+        raise _not_one_of(f"{where}.sort_target", target, targets, bad_sort)
 
 
 def _matching(view: KvView, req: rpc_pb2.RangeRequest) -> Iterable[KeyValue]:
@@ -272,7 +272,7 @@ def compare_one(kv: KeyValue | None, c: rpc_pb2.Compare) -> bool:
     elif c.target == Compare.LEASE:
         r = _cmp(kv.lease if kv else 0, c.lease)
     else:
-        raise Rejected("INVALID_ARGUMENT", f"etcdserver: unknown compare target {c.target}")
+        raise InvalidArgument(f"etcdserver: unknown compare target {c.target}")
     if c.result == Compare.EQUAL:
         return r == 0
     if c.result == Compare.NOT_EQUAL:
@@ -281,7 +281,7 @@ def compare_one(kv: KeyValue | None, c: rpc_pb2.Compare) -> bool:
         return r > 0
     if c.result == Compare.LESS:
         return r < 0
-    raise Rejected("INVALID_ARGUMENT", f"etcdserver: unknown compare result {c.result}")
+    raise InvalidArgument(f"etcdserver: unknown compare result {c.result}")
 
 
 def evaluate_compare(view: KvView, c: rpc_pb2.Compare) -> bool:
@@ -303,7 +303,7 @@ def validate_txn(txn: rpc_pb2.TxnRequest, max_ops: int, max_depth: int = MAX_TXN
     _validate_txn(txn, max_ops, max_ops, 1, max_depth, [0], "txn")
 
 
-def _too_many(max_ops: int, detail: str) -> Rejected:
+def _too_many(max_ops: int, detail: str) -> InvalidArgument:
     return invalid(
         f"etcdserver: too many operations in txn request (limit max_txn_ops={max_ops}: {detail})"
     )
@@ -338,15 +338,9 @@ def _validate_txn(
         if not c.key:
             raise invalid(f"etcdserver: key is not provided ({where}.compare[{i}])")
         if c.target not in _COMPARE_TARGETS:
-            raise invalid(
-                f"{where}.compare[{i}].target: {c.target} is not one of "
-                f"{_enum_names(Compare.CompareTarget)}"
-            )
+            raise _not_one_of(f"{where}.compare[{i}].target", c.target, Compare.CompareTarget)
         if c.result not in _COMPARE_RESULTS:
-            raise invalid(
-                f"{where}.compare[{i}].result: {c.result} is not one of "
-                f"{_enum_names(Compare.CompareResult)}"
-            )
+            raise _not_one_of(f"{where}.compare[{i}].result", c.result, Compare.CompareResult)
     for name, branch in (("success", txn.success), ("failure", txn.failure)):
         _check_branch(branch, max_ops, budget - opc, depth, max_depth, total, f"{where}.{name}")
 
@@ -404,13 +398,11 @@ def _check_branch(
             )
             for k, _ in _written_keys(op):
                 if k in puts:
-                    raise Rejected(
-                        "INVALID_ARGUMENT", "etcdserver: duplicate key given in txn request"
-                    )
+                    raise InvalidArgument("etcdserver: duplicate key given in txn request")
     for k in puts:
         for start, end in dels:
             if (not end and k == start) or (end and start <= k and (end == b"\x00" or k < end)):
-                raise Rejected("INVALID_ARGUMENT", "etcdserver: duplicate key given in txn request")
+                raise InvalidArgument("etcdserver: duplicate key given in txn request")
 
 
 def txn_has_writes(txn: rpc_pb2.TxnRequest) -> bool:

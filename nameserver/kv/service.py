@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nameserver.errors import InvalidRequest, Rejected
+from nameserver.errors import AlreadyExists, InvalidArgument, NameserverError, OutOfRange
 from nameserver.grpc.context import NodeContext, require_lease, rpc
 from nameserver.kv import semantics as kvops
 from nameserver.kv.apply import read_only_txn
@@ -26,7 +26,7 @@ _TXN_TXN = records_pb2.TxnOperation.TXN_FIELD_NUMBER
 
 def _require_key(key: bytes, what: str) -> None:
     if not key:
-        raise InvalidRequest(f"etcdserver: key is not provided ({what}: key must not be empty)")
+        raise InvalidArgument(f"etcdserver: key is not provided ({what}: key must not be empty)")
 
 
 class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
@@ -117,14 +117,13 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             Entry("txn", value=length_delimited(_TXN_TXN, body)), context
         )
         if applied.duplicate:
-            raise Rejected(
-                "ALREADY_EXISTS",
+            raise AlreadyExists(
                 f"metaledger: this txn was already applied at revision {applied.offset}; "
                 "its result is not kept",
             )
         resp = applied.result
         if not isinstance(resp, rpc_pb2.TxnResponse):
-            raise Rejected("INTERNAL", f"metaledger: txn applied with no response ({resp!r})")
+            raise NameserverError(f"metaledger: txn applied with no response ({resp!r})")
         self.node.fill_header(resp.header, applied.offset)
         return resp
 
@@ -134,8 +133,7 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
     ) -> rpc_pb2.CompactionResponse:
         image = self.node.state.image
         if request.revision > image.revision:
-            raise Rejected(
-                "OUT_OF_RANGE",
+            raise OutOfRange(
                 f"etcdserver: mvcc: required revision is a future revision "
                 f"({request.revision} > {image.revision})",
             )

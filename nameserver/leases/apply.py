@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from nameserver.errors import Rejected
+from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange
 from nameserver.leases.records import Lease, lease_key
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
@@ -33,22 +33,20 @@ def apply_lease(
     if which == "grant":
         g = op.grant
         if g.id <= 0:
-            raise Rejected(
-                "INVALID_ARGUMENT", f"metaledger: lease ID must be positive (ID: {g.id})"
-            )
+            raise InvalidArgument(f"metaledger: lease ID must be positive (ID: {g.id})")
         if g.ttl_s <= 0:
-            raise Rejected("INVALID_ARGUMENT", f"etcdserver: TTL must be positive (TTL: {g.ttl_s})")
+            raise InvalidArgument(f"etcdserver: TTL must be positive (TTL: {g.ttl_s})")
         if g.ttl_s > MAX_LEASE_TTL_S:
-            raise Rejected("OUT_OF_RANGE", "etcdserver: too large lease TTL")
+            raise OutOfRange("etcdserver: too large lease TTL")
         if leases.get(g.id) is not None:
-            raise Rejected("FAILED_PRECONDITION", "etcdserver: lease already exists")
+            raise FailedPrecondition("etcdserver: lease already exists")
         lease = Lease(g.id, g.ttl_s, granted_offset=rev, last_refresh_ms=e.timestamp_ms)
         leases.put(lease)
         effects.append(Effect("lease", lease_key(lease.id), lease.to_record()))
         return lease
     if which == "revoke":
         if leases.get(op.revoke.id) is None:
-            raise Rejected("NOT_FOUND", LEASE_NOT_FOUND)
+            raise NotFound(LEASE_NOT_FOUND)
         return _drop_lease(delta, op.revoke.id, effects)
     if which == "refresh":
         refreshed = []
@@ -73,7 +71,7 @@ def apply_lease(
             _drop_lease(delta, lease_id, effects)
             expired.append(lease_id)
         return expired
-    raise Rejected("INVALID_ARGUMENT", "lease entry carries no operation")
+    raise InvalidArgument("lease entry carries no operation")
 
 
 def _drop_lease(delta: MetadataDelta, lease_id: int, effects: list[Effect]) -> list[bytes]:

@@ -43,7 +43,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.errors import InvalidRequest, Rejected
+from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound
 from nameserver.grpc.context import NodeContext, abort_stream, require_lease, rpc
 from nameserver.kv import semantics as kvops
 from nameserver.kv.records import KeyValue
@@ -95,12 +95,12 @@ def first_created(image: MetadataImage, name: bytes, max_create_rev: int = 0) ->
 
 def _require_name(name: bytes, what: str) -> None:
     if not name:
-        raise InvalidRequest(f"etcdserver: key is not provided ({what}: name must not be empty)")
+        raise InvalidArgument(f"etcdserver: key is not provided ({what}: name must not be empty)")
 
 
 def _require_lease_id(lease: int, what: str) -> None:
     if lease <= 0:
-        raise InvalidRequest(
+        raise InvalidArgument(
             f"lease: {what} needs the ID of a granted lease (lease: {lease}); grant one first"
         )
 
@@ -178,8 +178,7 @@ class Coordinator:
         while True:
             mine = image.kv.get(my_key)
             if mine is None or mine.create_revision != my_rev:
-                raise Rejected(
-                    "FAILED_PRECONDITION",
+                raise FailedPrecondition(
                     "mutex: session is expired (the key "
                     f"{my_key.decode('utf-8', 'backslashreplace')} vanished with its lease)",
                 )
@@ -231,7 +230,7 @@ class LockService(v3lock_pb2_grpc.LockServicer):  # type: ignore[misc]
         self, request: v3lock_pb2.UnlockRequest, context: Any
     ) -> v3lock_pb2.UnlockResponse:
         if not request.key:
-            raise InvalidRequest("etcdserver: key is not provided (unlock: key must not be empty)")
+            raise InvalidArgument("etcdserver: key is not provided (unlock: key must not be empty)")
         op = records_pb2.KvOperation(delete_range=rpc_pb2.DeleteRangeRequest(key=request.key))
         applied = await self.node.propose(
             Entry(type="kv", key=request.key, value=op.SerializeToString()), context
@@ -241,10 +240,10 @@ class LockService(v3lock_pb2_grpc.LockServicer):  # type: ignore[misc]
 
 def _leader_key(request: Any) -> v3election_pb2.LeaderKey:
     if not request.HasField("leader"):
-        raise InvalidRequest(MISSING_LEADER_KEY)
+        raise InvalidArgument(MISSING_LEADER_KEY)
     leader: v3election_pb2.LeaderKey = request.leader
     if not leader.key or leader.rev <= 0:
-        raise InvalidRequest(f"{MISSING_LEADER_KEY} (leader.key and leader.rev are required)")
+        raise InvalidArgument(f"{MISSING_LEADER_KEY} (leader.key and leader.rev are required)")
     return leader
 
 
@@ -272,8 +271,8 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
                 await self._proclaim(key, my_rev, request.value)
             try:
                 await self.coord.wait_deletes(request.name, key, my_rev)
-            except Rejected as exc:
-                raise Rejected(exc.code, exc.message.replace("mutex:", "election:")) from None
+            except FailedPrecondition as exc:  # the session's expiry, in election's words
+                raise FailedPrecondition(str(exc).replace("mutex:", "election:")) from None
         except BaseException:
             self.coord.cleanup(key, my_rev)
             raise
@@ -288,7 +287,7 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
         put = rpc_pb2.PutRequest(key=key, value=value, ignore_lease=True)
         resp, revision = await self.coord.guarded(key, rev, rpc_pb2.RequestOp(request_put=put))
         if not resp.succeeded:
-            raise Rejected("FAILED_PRECONDITION", NOT_LEADER)
+            raise FailedPrecondition(NOT_LEADER)
         return revision
 
     @rpc
@@ -310,7 +309,7 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
             leader.key, leader.rev, rpc_pb2.RequestOp(request_delete_range=delete)
         )
         if not resp.succeeded:
-            raise Rejected("FAILED_PRECONDITION", NOT_LEADER)
+            raise FailedPrecondition(NOT_LEADER)
         return v3election_pb2.ResignResponse(header=self.node.header(revision))
 
     @rpc
@@ -321,7 +320,7 @@ class ElectionService(v3election_pb2_grpc.ElectionServicer):  # type: ignore[mis
         image = await self.node.read_image(False)
         kv = first_created(image, request.name)
         if kv is None:
-            raise Rejected("NOT_FOUND", NO_LEADER)
+            raise NotFound(NO_LEADER)
         return v3election_pb2.LeaderResponse(
             header=self.node.header(image.revision), kv=kvops.to_pb(kv)
         )

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.errors import InvalidRequest, Rejected
+from nameserver.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from nameserver.grpc.context import NodeContext, abort_stream, require_lease, rpc
 from nameserver.leases.apply import MAX_LEASE_TTL_S
 from nameserver.leases.expiry import LeaseKeeper, lease_entry
@@ -42,14 +42,14 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
         lease's fencing token (it never changes while the lease lives, and a later grant
         always has a higher one)."""
         if request.TTL <= 0:
-            raise InvalidRequest(f"etcdserver: TTL must be positive (TTL: {request.TTL})")
+            raise InvalidArgument(f"etcdserver: TTL must be positive (TTL: {request.TTL})")
         if request.TTL > MAX_LEASE_TTL_S:
-            raise Rejected("OUT_OF_RANGE", "etcdserver: too large lease TTL")
+            raise OutOfRange("etcdserver: too large lease TTL")
         if request.ID < 0:
-            raise InvalidRequest(f"ID: a lease ID must be positive (ID: {request.ID})")
+            raise InvalidArgument(f"ID: a lease ID must be positive (ID: {request.ID})")
         chosen = request.ID == 0
         if not chosen and (await self.node.read_image(False)).leases.get(request.ID) is not None:
-            raise Rejected("FAILED_PRECONDITION", "etcdserver: lease already exists")
+            raise FailedPrecondition("etcdserver: lease already exists")
         # a chosen id that collides (two grants in one ms drawing the same 22 random bits)
         # is rejected by apply like any duplicate; the client retries
         lease_id = new_lease_id() if chosen else request.ID

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nameserver.errors import Rejected
+from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound
 from nameserver.offsets.records import CommittedOffset, offset_key
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
@@ -49,8 +49,8 @@ MAX_OFFSET_BYTES = 64 * 1024
 LEASE_NOT_FOUND = "etcdserver: requested lease not found"
 
 
-def invalid(message: str) -> Rejected:
-    return Rejected("INVALID_ARGUMENT", "metaledger: " + message)
+def invalid(message: str) -> InvalidArgument:
+    return InvalidArgument("metaledger: " + message)
 
 
 def check_name(field: str, value: str) -> None:
@@ -122,14 +122,12 @@ def _check_versions(
 ) -> None:
     version = existing.version if existing else 0
     if expected_version and expected_version != version:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"metaledger: expected_version {expected_version} but {at} is at version {version}",
         )
     current_epoch = existing.epoch if existing else 0
     if epoch and epoch != current_epoch:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"metaledger: epoch {epoch} is not the current epoch {current_epoch} of {at}",
         )
 
@@ -161,13 +159,11 @@ def commit(delta: MetadataDelta, c: records_pb2.OffsetCommit, rev: int) -> Commi
     check_commit(c)
     at = where(c.job, c.partition)
     if delta.leases.get(c.lease_id) is None:
-        raise Rejected(
-            "NOT_FOUND",
+        raise NotFound(
             f"{LEASE_NOT_FOUND} (lease_id {c.lease_id:x}: expired, revoked or never granted)",
         )
     if not token_is_of_lease(delta, c.lease_id, c.fencing_token):
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"metaledger: fencing_token {c.fencing_token} is not a token of lease "
             f"{c.lease_id:x} (its grant revision, or the create revision of a key attached "
             "to it)",
@@ -179,21 +175,18 @@ def commit(delta: MetadataDelta, c: records_pb2.OffsetCommit, rev: int) -> Commi
             c.job, c.partition, c.offset, c.position, 1, 1, c.lease_id, c.fencing_token, rev, rev
         )
     if c.fencing_token < existing.fencing_token:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"metaledger: stale fencing_token {c.fencing_token}: {at} was committed with the "
             f"newer fencing token {existing.fencing_token}",
         )
     if existing.reset_revision > c.fencing_token and c.epoch != existing.epoch:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"metaledger: {at} was reset at revision {existing.reset_revision} "
             f"(epoch {existing.epoch}) after fencing_token {c.fencing_token} was issued: "
             f"commit with epoch {existing.epoch} or a newer token",
         )
     if c.position < existing.position:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"metaledger: offset of {at} would move backwards: position {c.position} < "
             f"committed position {existing.position} (only Reset moves it back)",
         )

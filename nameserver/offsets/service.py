@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nameserver.errors import Rejected
+from nameserver.errors import AlreadyExists, NotFound
 from nameserver.grpc.context import NodeContext, rpc
 from nameserver.leases.expiry import LeaseKeeper
 from nameserver.offsets import apply as offsets
@@ -53,8 +53,7 @@ class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
         if not isinstance(result, CommittedOffset):  # a de-duplicated retry: no result kept
             result = self.node.state.image.offsets.get(key)
             if result is None:  # reset or removed since: nothing to report but the revision
-                raise Rejected(
-                    "ALREADY_EXISTS",
+                raise AlreadyExists(
                     f"metaledger: this request was already applied at revision {applied.offset}",
                 )
         return applied, result
@@ -112,8 +111,7 @@ class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
         image, mode = await consistency.read_image(self.node, "offset", request.serializable)
         found = image.offsets.get(offset_key(request.job, request.partition))
         if found is None:
-            raise Rejected(
-                "NOT_FOUND",
+            raise NotFound(
                 "metaledger: no offset committed for "
                 + offsets.where(request.job, request.partition),
             )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nameserver.errors import Rejected
+from nameserver.errors import InvalidArgument, ResourceExhausted
 from nameserver.quotas.records import Quota
 from nameserver.state.image import MetadataDelta
 from nameserver.state.registry import Registry
@@ -86,9 +86,8 @@ class QuotaGuard:
         check(delta, before)
 
 
-def exceeded(record_type: str, value: int, unit: str, limit: int) -> Rejected:
-    return Rejected(
-        "RESOURCE_EXHAUSTED",
+def exceeded(record_type: str, value: int, unit: str, limit: int) -> ResourceExhausted:
+    return ResourceExhausted(
         f"metaledger: quota exceeded for record type {record_type}: {value} {unit} > limit {limit}",
     )
 
@@ -96,15 +95,12 @@ def exceeded(record_type: str, value: int, unit: str, limit: int) -> Rejected:
 def validate(q: records_pb2.QuotaRecord, types: Sequence[str]) -> None:
     """``types``: the record types that have a quota (:func:`quota_types`)."""
     if q.record_type not in types:
-        raise Rejected(
-            "INVALID_ARGUMENT",
+        raise InvalidArgument(
             f"metaledger: record_type {q.record_type!r} has no quota (one of: {', '.join(types)})",
         )
     for field, value in (("max_keys", q.max_keys), ("max_bytes", q.max_bytes)):
         if value < 0:
-            raise Rejected(
-                "INVALID_ARGUMENT", f"metaledger: {field} must be >= 0, 0 = unlimited ({value})"
-            )
+            raise InvalidArgument(f"metaledger: {field} must be >= 0, 0 = unlimited ({value})")
 
 
 def apply_quota(delta: MetadataDelta, q: records_pb2.QuotaRecord, effects: list[Effect]) -> Quota:

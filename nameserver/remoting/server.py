@@ -44,6 +44,7 @@ from nameserver.remoting.codec import (
     encode,
 )
 from nameserver.remoting.codes import ResponseCode
+from nameserver.remoting.status import internal_error_remark
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +110,6 @@ class HandlerTable:
     def connection_closed(self, peer: Peer) -> None:
         if self._on_close is not None:
             self._on_close(peer)
-
-
-def internal_error_remark(code: int) -> str:
-    """The remark of an answer that failed by no fault of the request (a bug)."""
-    return f"metaledger: internal error serving request code {code}; see the server log"
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:

@@ -39,7 +39,7 @@ Operations (``records.ReplicaGroupOperation``):
 * **set_policy** -- validated: ``1 <= min_in_sync_replicas <= in_sync_replicas <=
   total_replicas``, so :func:`need_ack_nums` is always within ``[1, total_replicas]``.
 
-Errors are :class:`~nameserver.errors.Rejected` with a gRPC status; where RocketMQ's controller
+Errors are :class:`~nameserver.errors.Rejected` subclasses (their gRPC status); where RocketMQ's controller
 has a response code for the case, the message carries its name and number in brackets
 (``metaledger: [CONTROLLER_FENCED_MASTER_EPOCH 2000] ...``), see :data:`CONTROLLER_CODES`.
 """
@@ -49,7 +49,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from nameserver.errors import Rejected
+from nameserver.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Rejected,
+    ResourceExhausted,
+)
 from nameserver.replica_groups.records import QuorumPolicy, Replica, ReplicaGroup
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
@@ -80,12 +86,12 @@ CONTROLLER_CODES: dict[str, int] = {
 }
 
 
-def controller_error(status: str, code: str, message: str) -> Rejected:
-    return Rejected(status, f"metaledger: [{code} {CONTROLLER_CODES[code]}] {message}")
+def controller_error(kind: type[Rejected], code: str, message: str) -> Rejected:
+    return kind(f"metaledger: [{code} {CONTROLLER_CODES[code]}] {message}")
 
 
-def invalid(message: str) -> Rejected:
-    return Rejected("INVALID_ARGUMENT", "metaledger: " + message)
+def invalid(message: str) -> InvalidArgument:
+    return InvalidArgument("metaledger: " + message)
 
 
 # ------------------------------------------------------------------ need_ack_nums
@@ -299,9 +305,7 @@ class GroupResult:
 def _require(delta: MetadataDelta, broker_name: str, code: str) -> ReplicaGroup:
     group = delta.replica_groups.get(broker_name)
     if group is None:
-        raise controller_error(
-            "NOT_FOUND", code, f"replica group {broker_name!r} is not registered"
-        )
+        raise controller_error(NotFound, code, f"replica group {broker_name!r} is not registered")
     return group
 
 
@@ -367,21 +371,20 @@ def register(
     existing = group.replica(broker_id)
     if existing is not None and existing.address != r.address:
         raise controller_error(
-            "FAILED_PRECONDITION",
+            FailedPrecondition,
             "CONTROLLER_BROKER_ID_INVALID",
             f"broker_id {broker_id} of {r.broker_name!r} is registered with address "
             f"{existing.address!r}, not {r.address!r}",
         )
     if by_address is not None and by_address.broker_id != broker_id:
         raise controller_error(
-            "FAILED_PRECONDITION",
+            FailedPrecondition,
             "CONTROLLER_BROKER_ID_INVALID",
             f"address {r.address!r} is registered in {r.broker_name!r} as broker_id "
             f"{by_address.broker_id}, not {broker_id}",
         )
     if existing is None and len(group.replicas) >= MAX_REPLICAS:
-        raise Rejected(
-            "RESOURCE_EXHAUSTED",
+        raise ResourceExhausted(
             f"metaledger: replica group {r.broker_name!r} already has {MAX_REPLICAS} replicas",
         )
     timeout = r.heartbeat_timeout_ms or DEFAULT_HEARTBEAT_TIMEOUT_MS
@@ -434,21 +437,21 @@ def alter_sync_state_set(
     name = repr(a.broker_name)
     if a.master_epoch != group.master_epoch:
         raise controller_error(
-            "FAILED_PRECONDITION",
+            FailedPrecondition,
             "CONTROLLER_FENCED_MASTER_EPOCH",
             f"master_epoch {a.master_epoch} is not the current master epoch "
             f"{group.master_epoch} of {name}",
         )
     if a.sync_state_set_epoch != group.sync_state_set_epoch:
         raise controller_error(
-            "FAILED_PRECONDITION",
+            FailedPrecondition,
             "CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH",
             f"sync_state_set_epoch {a.sync_state_set_epoch} is not the current in-sync set "
             f"epoch {group.sync_state_set_epoch} of {name}",
         )
     if a.master_id != group.master_id:
         raise controller_error(
-            "FAILED_PRECONDITION",
+            FailedPrecondition,
             "CONTROLLER_INVALID_MASTER",
             f"master_id {a.master_id} is not the master of {name} (master: "
             f"{group.master_id or 'none'})",
@@ -457,25 +460,25 @@ def alter_sync_state_set(
     for i in new_set:
         if group.replica(i) is None:
             raise controller_error(
-                "INVALID_ARGUMENT",
+                InvalidArgument,
                 "CONTROLLER_INVALID_REPLICAS",
                 f"sync_state_set: broker_id {i} is not a replica of {name}",
             )
         if i not in group.alive:
             raise controller_error(
-                "FAILED_PRECONDITION",
+                FailedPrecondition,
                 "CONTROLLER_BROKER_NOT_ALIVE",
                 f"sync_state_set: broker_id {i} of {name} is not alive",
             )
     if group.master_id not in new_set:
         raise controller_error(
-            "INVALID_ARGUMENT",
+            InvalidArgument,
             "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED",
             f"sync_state_set {list(new_set)} does not hold the master {group.master_id}",
         )
     if new_set == group.sync_state_set:
         raise controller_error(
-            "FAILED_PRECONDITION",
+            FailedPrecondition,
             "CONTROLLER_ALTER_SYNC_STATE_SET_FAILED",
             f"sync_state_set {list(new_set)} is already the in-sync set of {name}",
         )
@@ -493,7 +496,7 @@ def elect_master(
     name = repr(e.broker_name)
     if e.broker_id and group.replica(e.broker_id) is None:
         raise controller_error(
-            "NOT_FOUND",
+            NotFound,
             "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
             f"broker_id {e.broker_id} is not a replica of {name}",
         )
@@ -513,7 +516,7 @@ def elect_master(
             why = "no replica is alive"
         hint = "" if e.unclean or not group.alive else "; unclean=true allows replicas outside it"
         raise controller_error(
-            "FAILED_PRECONDITION",
+            FailedPrecondition,
             "CONTROLLER_ELECT_MASTER_FAILED",
             f"cannot elect a master of {name}: {why}{hint}",
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.errors import Rejected
+from nameserver.errors import AlreadyExists, NotFound, Unavailable, from_status
 from nameserver.grpc.context import NodeContext, rpc
 from nameserver.replica_groups import apply as replica_groups
 from nameserver.replica_groups.apply import GroupResult, controller_error
@@ -95,8 +95,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
         if not isinstance(result, GroupResult):  # a de-duplicated retry: no result kept
             group = self.node.state.image.replica_groups.get(broker_name)
             if group is None:
-                raise Rejected(
-                    "ALREADY_EXISTS",
+                raise AlreadyExists(
                     f"metaledger: this request was already applied at revision {applied.offset}",
                 )
             result = GroupResult(group)
@@ -112,10 +111,10 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
             return None
         metadata = context.invocation_metadata() if context is not None else None
         if any(k == FORWARDED_METADATA for k, _ in metadata or ()):
-            raise Rejected("UNAVAILABLE", "metaledger: not the leader (leadership moved)")
+            raise Unavailable("metaledger: not the leader (leadership moved)")
         endpoint = self._leader_endpoint()
         if endpoint is None:
-            raise Rejected("UNAVAILABLE", "etcdserver: no leader")
+            raise Unavailable("etcdserver: no leader")
         channel = self._channels.get(endpoint)
         if channel is None:
             channel = self._channels[endpoint] = grpc.aio.insecure_channel(endpoint)
@@ -130,14 +129,14 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
                 metadata=((FORWARDED_METADATA, "1"), *passed),
             )
         except grpc.aio.AioRpcError as err:
-            raise Rejected(err.code().name, err.details() or "") from None
+            raise from_status(err.code(), err.details() or "") from None
 
     async def _group(self, broker_name: str) -> tuple[ReplicaGroup, int]:
         image, _ = await consistency.read_image(self.node, "replica_group")
         group = image.replica_groups.get(broker_name)
         if group is None:
             raise controller_error(
-                "NOT_FOUND",
+                NotFound,
                 "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
                 f"replica group {broker_name!r} is not registered",
             )
@@ -185,7 +184,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
             group, revision = await self._group(name)
             if group.replica(broker_id) is None:
                 raise controller_error(
-                    "NOT_FOUND",
+                    NotFound,
                     "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
                     f"broker_id {broker_id} is not a replica of {name!r}: register it first",
                 )

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nameserver.errors import Rejected
+from nameserver.errors import FailedPrecondition, NotFound
 from nameserver.offsets.apply import check_name, check_non_negative, invalid
 from nameserver.remoting.codes import PERM_READ, PERM_WRITE
 from nameserver.routing.records import (
@@ -226,8 +226,7 @@ def register_broker(
     siblings = delta.brokers.range(*prefix_range(op.broker_name))
     for s in siblings:
         if s.cluster != op.cluster:
-            raise Rejected(
-                "FAILED_PRECONDITION",
+            raise FailedPrecondition(
                 f"metaledger: broker name {op.broker_name!r} belongs to cluster {s.cluster!r}, "
                 f"not {op.cluster!r}",
             )
@@ -235,15 +234,13 @@ def register_broker(
     old = delta.brokers.get(key)
     version = DataVersion.from_pb(op.data_version)
     if old is not None and old.data_version.state_version > version.state_version:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"register broker failed: stateVersion {version.state_version} of "
             f"{op.broker_name}[{op.broker_id}] is lower than the registered "
             f"{old.data_version.state_version}",
         )
     if old is None and len(op.topics) == 1:
-        raise Rejected(
-            "FAILED_PRECONDITION",
+        raise FailedPrecondition(
             f"register broker failed: {op.broker_name}[{op.broker_id}] is not registered, "
             "so a single-topic registration cannot come first",
         )
@@ -357,9 +354,7 @@ def create_topic(
     out = []
     for r in op.queues:
         if not delta.brokers.range(*prefix_range(r.broker_name)):
-            raise Rejected(
-                "NOT_FOUND", f"metaledger: broker name {r.broker_name!r} is not registered"
-            )
+            raise NotFound(f"metaledger: broker name {r.broker_name!r} is not registered")
         q = replace(TopicQueue.from_pb(r), topic=op.topic)
         _put(delta.topics, q, q.key, "topic", effects)
         out.append(q)
@@ -386,44 +381,66 @@ def brokers_of(image: MetadataImage, broker_name: str) -> list[Broker]:
     return list(image.brokers.range(*prefix_range(broker_name)))
 
 
-def broker_data(brokers: list[Broker]) -> dict[str, Any]:
-    """RocketMQ's BrokerData of one broker name (fastjson property order; integer keys)."""
-    first = brokers[0]
-    out: dict[str, Any] = {
-        "brokerAddrs": {b.broker_id: b.addr for b in sorted(brokers, key=lambda b: b.broker_id)},
-        "brokerName": first.broker_name,
-        "cluster": first.cluster,
-        "enableActingMaster": bool(first.enable_acting_master),
-    }
-    zone = next((b.zone for b in brokers if b.zone), "")
-    if zone:
-        out["zoneName"] = zone
-    return out
+@dataclass(frozen=True)
+class BrokerGroup:
+    """The brokers of one broker name (RocketMQ's BrokerData), in the image's order: the
+    first names the group's cluster and acting-master flag."""
+
+    brokers: tuple[Broker, ...]
+
+    @property
+    def broker_name(self) -> str:
+        return self.brokers[0].broker_name
+
+    @property
+    def cluster(self) -> str:
+        return self.brokers[0].cluster
+
+    @property
+    def enable_acting_master(self) -> bool:
+        return bool(self.brokers[0].enable_acting_master)
+
+    @property
+    def zone(self) -> str:
+        """The first zone a broker of the group names ("" when none does)."""
+        return next((b.zone for b in self.brokers if b.zone), "")
+
+    @property
+    def addrs(self) -> dict[int, str]:
+        """broker id -> address, by broker id."""
+        return {b.broker_id: b.addr for b in sorted(self.brokers, key=lambda b: b.broker_id)}
+
+
+@dataclass(frozen=True)
+class Route:
+    """The route of a topic (RocketMQ's TopicRouteData): its queue data, the broker group of
+    each broker name that has brokers, and its order config if one is set."""
+
+    topic: str
+    queues: tuple[TopicQueue, ...]
+    groups: tuple[BrokerGroup, ...]
+    order_topic_conf: str | None = None
 
 
 def queues_of(image: MetadataImage, topic: str) -> list[TopicQueue]:
     return list(image.topics.range(*prefix_range(topic)))
 
 
-def pick_route(image: MetadataImage, topic: str) -> dict[str, Any] | None:
-    """RocketMQ's TopicRouteData of ``topic``, or None (TOPIC_NOT_EXIST) unless it has both
-    queue data and broker data (``pickupTopicRouteData``)."""
+def pick_route(image: MetadataImage, topic: str) -> Route | None:
+    """The route of ``topic``, or None (TOPIC_NOT_EXIST) unless it has both queue data and
+    broker data (``pickupTopicRouteData``)."""
     queues = queues_of(image, topic)
     if not queues:
         return None
-    datas = []
+    groups = []
     for q in queues:
         brokers = brokers_of(image, q.broker_name)
         if brokers:
-            datas.append(broker_data(brokers))
-    if not datas:
+            groups.append(BrokerGroup(tuple(brokers)))
+    if not groups:
         return None
-    route: dict[str, Any] = {"brokerDatas": datas, "filterServerTable": {}}
     order = image.kvconfig.get(kvconfig_key(ORDER_TOPIC_CONFIG, topic))
-    if order is not None:
-        route["orderTopicConf"] = order.value
-    route["queueDatas"] = [q.to_json() for q in queues]
-    return route
+    return Route(topic, tuple(queues), tuple(groups), order.value if order is not None else None)
 
 
 def clusters(image: MetadataImage) -> dict[str, list[str]]:
@@ -434,15 +451,12 @@ def clusters(image: MetadataImage) -> dict[str, list[str]]:
     return {c: sorted(names) for c, names in sorted(out.items())}
 
 
-def cluster_info(image: MetadataImage) -> dict[str, Any]:
-    """RocketMQ's ClusterInfo: brokerAddrTable and clusterAddrTable."""
+def broker_groups(image: MetadataImage) -> dict[str, BrokerGroup]:
+    """broker name -> its group, over every broker of the image (RocketMQ's brokerAddrTable)."""
     by_name: dict[str, list[Broker]] = {}
     for b in image.brokers.values():
         by_name.setdefault(b.broker_name, []).append(b)
-    return {
-        "brokerAddrTable": {name: broker_data(bs) for name, bs in by_name.items()},
-        "clusterAddrTable": clusters(image),
-    }
+    return {name: BrokerGroup(tuple(bs)) for name, bs in by_name.items()}
 
 
 def _topic_of(key: bytes) -> str:

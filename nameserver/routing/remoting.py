@@ -10,7 +10,10 @@ Answers follow RocketMQ's ``DefaultRequestProcessor`` / ``ClientRequestProcessor
   link, QUERY_NOT_FOUND 22 "No config item, ..."); a missing required ext field is
   SYSTEM_ERROR "the custom field <x> is null" (header decoding, :mod:`.headers`);
 - any failure to write (no leader, timeout, a rule of apply) is SYSTEM_ERROR with the
-  reason as remark: a broker retries its registration every 30 s, as against RocketMQ;
+  reason as remark: a broker retries its registration every 30 s, as against RocketMQ
+  (every error leaves through :func:`nameserver.remoting.status.to_remoting`);
+- the handlers call domain code (:mod:`.apply`, :mod:`.ops`), never the gRPC service, and
+  render RocketMQ's JSON here from domain values (:func:`route_json`);
 - route bodies are fastjson with unquoted integer keys for clients older than V4_9_4
   that did not ask for standard JSON; every other body is plain fastjson, as RocketMQ's.
 
@@ -27,10 +30,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import grpc
-
-from nameserver.errors import Rejected
-from nameserver.grpc.status import to_status
 from nameserver.offsets.apply import check_name
 from nameserver.remoting.codec import (
     BadRequest,
@@ -57,16 +56,17 @@ from nameserver.remoting.headers import (
     java_crc32,
 )
 from nameserver.remoting.headers import DataVersion as DataVersionBody
-from nameserver.remoting.server import Handler, HandlerTable, Peer, internal_error_remark
+from nameserver.remoting.server import Handler, HandlerTable, Peer
+from nameserver.remoting.status import rejection_of, to_remoting
 from nameserver.routing import apply as routing
-from nameserver.routing.records import DataVersion, broker_key, kvconfig_key
-from nameserver.routing.service import (
-    TOPIC_NOT_EXIST_FAQ,
+from nameserver.routing.ops import (
     RoutingNode,
     kv_not_found,
+    namespace_not_found,
+    no_route,
     register_op,
-    topic_not_exist,
 )
+from nameserver.routing.records import DataVersion, broker_key, kvconfig_key
 from nameserver.state.image import MetadataImage
 from protos import records_pb2
 from protos.metaledger.v1 import routing_pb2
@@ -84,11 +84,47 @@ def _json(obj: object) -> bytes:
     return dumps_fastjson(obj, standard=False)
 
 
+def broker_data_json(group: routing.BrokerGroup) -> dict[str, Any]:
+    """RocketMQ's BrokerData (fastjson property order; integer keys)."""
+    out: dict[str, Any] = {
+        "brokerAddrs": group.addrs,
+        "brokerName": group.broker_name,
+        "cluster": group.cluster,
+        "enableActingMaster": group.enable_acting_master,
+    }
+    if group.zone:
+        out["zoneName"] = group.zone
+    return out
+
+
+def route_json(route: routing.Route) -> dict[str, Any]:
+    """RocketMQ's TopicRouteData of ``route``, as its clients read it (fastjson order)."""
+    body: dict[str, Any] = {
+        "brokerDatas": [broker_data_json(g) for g in route.groups],
+        "filterServerTable": {},
+    }
+    if route.order_topic_conf is not None:
+        body["orderTopicConf"] = route.order_topic_conf
+    body["queueDatas"] = [q.to_json() for q in route.queues]
+    return body
+
+
+def cluster_info_json(image: MetadataImage) -> dict[str, Any]:
+    """RocketMQ's ClusterInfo: brokerAddrTable and clusterAddrTable."""
+    return {
+        "brokerAddrTable": {
+            name: broker_data_json(g) for name, g in routing.broker_groups(image).items()
+        },
+        "clusterAddrTable": routing.clusters(image),
+    }
+
+
 def _guarded(fn: Answer) -> Answer:
-    """A handler whose write or rule failures answer SYSTEM_ERROR with the reason (a
-    missing field stays the codec's BadRequest, answered by the server). An error that is
-    no request's fault (a bug) answers a generic remark and logs one ERROR line: Python's
-    exception text never reaches a client."""
+    """A handler whose write or rule failures answer with their remoting code and reason
+    (:func:`nameserver.remoting.status.to_remoting`; a missing field stays the codec's
+    BadRequest, answered by the server). An error that is no request's fault (a bug)
+    answers a generic remark and logs one ERROR line: Python's exception text never
+    reaches a client."""
 
     @functools.wraps(fn)
     async def wrapper(self: NameserverRemoting, request: RemotingCommand) -> RemotingCommand | None:
@@ -97,14 +133,13 @@ def _guarded(fn: Answer) -> Answer:
         except BadRequest:
             raise
         except Exception as exc:
-            code, message = to_status(exc)
-            if code == grpc.StatusCode.INTERNAL and not isinstance(exc, Rejected):
+            code, remark = to_remoting(exc, request.code)
+            if rejection_of(exc) is None:
                 log.error("remoting: code %d failed: %s: %s", request.code, type(exc).__name__, exc)
                 log.debug("remoting: code %d failed", request.code, exc_info=True)
-                message = internal_error_remark(request.code)
-            else:
-                log.info("remoting: code %d failed: %s", request.code, message)
-            return request.response(ResponseCode.SYSTEM_ERROR, message)
+            elif code == ResponseCode.SYSTEM_ERROR:
+                log.info("remoting: code %d failed: %s", request.code, remark)
+            return request.response(code, remark)
 
     return wrapper
 
@@ -168,7 +203,7 @@ class NameserverRemoting(HandlerTable):
         image = await self._image("kv config")
         item = image.kvconfig.get(kvconfig_key(h.namespace, h.key))
         if item is None:
-            return request.response(ResponseCode.QUERY_NOT_FOUND, kv_not_found(h.namespace, h.key))
+            raise kv_not_found(h.namespace, h.key)
         return _ok(request, value=item.value)
 
     async def delete_kv_config(self, request: RemotingCommand) -> RemotingCommand:
@@ -183,9 +218,7 @@ class NameserverRemoting(HandlerTable):
         image = await self._image("kv list")
         items = routing.kv_list(image, h.namespace)
         if not items:
-            return request.response(
-                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}"
-            )
+            raise namespace_not_found(h.namespace)
         return _ok(request, _json({"table": items}))
 
     # --------------------------------------------------------------- brokers
@@ -286,24 +319,22 @@ class NameserverRemoting(HandlerTable):
         return _ok(request, _json({"brokerMemberGroup": group}))
 
     async def wipe_write_perm(self, request: RemotingCommand) -> RemotingCommand:
-        h = BrokerNameHeader.from_command(request)
-        check_name("broker_name", h.broker_name)
-        count = await self._propose(
-            write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=True)
-        )
-        return _ok(request, wipeTopicCount=int(count or 0))
+        return await self._write_perm(request, wipe=True)
 
     async def add_write_perm(self, request: RemotingCommand) -> RemotingCommand:
+        return await self._write_perm(request, wipe=False)
+
+    async def _write_perm(self, request: RemotingCommand, *, wipe: bool) -> RemotingCommand:
+        """WIPE_ (``wipe``) or ADD_WRITE_PERM_OF_BROKER: the topics it changed, counted."""
         h = BrokerNameHeader.from_command(request)
         check_name("broker_name", h.broker_name)
-        count = await self._propose(
-            write_perm=records_pb2.WritePermOp(broker_name=h.broker_name, wipe=False)
-        )
-        return _ok(request, addTopicCount=int(count or 0))
+        op = records_pb2.WritePermOp(broker_name=h.broker_name, wipe=wipe)
+        _, counted = await self.routes.propose_count(records_pb2.RoutingOperation(write_perm=op))
+        return _ok(request, wipeTopicCount=counted) if wipe else _ok(request, addTopicCount=counted)
 
     async def cluster_info(self, request: RemotingCommand) -> RemotingCommand:
         image = await self._image("cluster info")
-        return _ok(request, _json(routing.cluster_info(image)))
+        return _ok(request, _json(cluster_info_json(image)))
 
     # ---------------------------------------------------------------- topics
     async def get_route(self, request: RemotingCommand) -> RemotingCommand:
@@ -311,10 +342,9 @@ class NameserverRemoting(HandlerTable):
         image = await self._image(f"topic {h.topic}")
         route = routing.pick_route(image, h.topic)
         if route is None:
-            return request.response(
-                ResponseCode.TOPIC_NOT_EXIST, topic_not_exist(h.topic) + TOPIC_NOT_EXIST_FAQ
-            )
-        return _ok(request, dumps_fastjson(route, standard=wants_standard_json(request)))
+            raise no_route(h.topic, faq=True)
+        body = route_json(route)
+        return _ok(request, dumps_fastjson(body, standard=wants_standard_json(request)))
 
     async def all_topics(self, request: RemotingCommand) -> RemotingCommand:
         image = await self._image("topic list")

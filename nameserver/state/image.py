@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nameserver.state.mapdelta import Journal
+from nameserver.state.mapdelta import Journal, Journaled
 from nameserver.state.registry import Registry, default_registry
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class MetadataImage:
         return MetadataImage(registry=registry)
 
 
-class MetadataDelta:
+class MetadataDelta(Journaled):
     """Changes on top of one image; :meth:`build` makes the next image.
 
     Each sub-delta is made on first use, by the kind's ``delta`` (an apply group of puts
@@ -182,16 +182,6 @@ class MetadataDelta:
         """The sub-delta of ``field`` if something made it already, else None (to read
         without making one)."""
         return self.__dict__.get(field)
-
-    def begin(self) -> None:
-        """Start one request: its changes can be rolled back whole (all-or-nothing)."""
-        self._journal.begin()
-
-    def commit(self) -> None:
-        self._journal.commit()
-
-    def rollback(self) -> None:
-        self._journal.rollback()
 
     def replay(self, type_: str, key: bytes, value: bytes, delete: bool) -> None:
         """Turn one change-log record into change (used by snapshots and replay)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from nameserver.errors import Rejected
+from nameserver.errors import InvalidArgument
 from nameserver.state.image import MetadataDelta, MetadataImage, Provenance
 from nameserver.state.registry import Registry, default_registry
 from raftlog import Effect, Entry
@@ -65,7 +65,7 @@ class MetadataStateMachine:
             for e in entries:
                 rule = rules.get(e.type)
                 if rule is None:
-                    raise Rejected("INVALID_ARGUMENT", f"unknown entry type {e.type!r}")
+                    raise InvalidArgument(f"unknown entry type {e.type!r}")
                 results.append(rule(delta, e, offset, effects))
             if before is not None and guard is not None:
                 guard.after(delta, before)
@@ -73,9 +73,7 @@ class MetadataStateMachine:
             # e.g. a Txn nested past protobuf's depth limit: the same on every node, a
             # rejection of this request (not a failure of apply)
             delta.rollback()
-            raise Rejected(
-                "INVALID_ARGUMENT", f"etcdserver: request cannot be decoded: {exc}"
-            ) from None
+            raise InvalidArgument(f"etcdserver: request cannot be decoded: {exc}") from None
         except Exception:
             delta.rollback()
             raise

@@ -1,8 +1,9 @@
 """Generic map/delta machinery shared by every domain's sub-image (STYLE.md 7).
 
-:class:`Journal` is the undo log of one request; :class:`MapDelta` is pending changes over
-a base mapping, undoable through the journal; :class:`RecordsImage`/:class:`RecordsDelta`
-are a sorted map of records with a key and byte count (quotas).
+:class:`Journal` is the undo log of one request, :class:`Journaled` a delta's begin, commit
+and rollback over it; :class:`MapDelta` is pending changes over a base mapping, undoable
+through the journal; :class:`RecordsImage`/:class:`RecordsDelta` are a sorted map of
+records with a key and byte count (quotas).
 """
 
 from __future__ import annotations
@@ -44,13 +45,31 @@ class _Undoable(Protocol):
     def _revert(self, key: Any, old: object) -> None: ...
 
 
+class Journaled:
+    """A delta whose changes are undoable per request through its ``_journal`` (its own,
+    or the one :class:`~nameserver.state.image.MetadataDelta` shares among its sub-deltas)."""
+
+    _journal: Journal
+
+    def begin(self) -> None:
+        """Start one request: its changes can be rolled back whole (all-or-nothing)."""
+        self._journal.begin()
+
+    def commit(self) -> None:
+        self._journal.commit()
+
+    def rollback(self) -> None:
+        self._journal.rollback()
+
+
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-class MapDelta(Generic[K, V]):
+class MapDelta(Journaled, Generic[K, V]):
     """Pending changes of one keyed sub-image over its base (``base_get``), with an undo log
-    like :class:`KvDelta` and running key and byte totals (``size`` of a value) for quotas."""
+    (the request's :class:`Journal`) and running key and byte totals (``size`` of a value)
+    for quotas. Every domain's sub-delta is one, the kv delta included."""
 
     def __init__(
         self, base_get: Callable[[K], V | None], size: Callable[[V], int] = lambda _: 0
@@ -62,34 +81,31 @@ class MapDelta(Generic[K, V]):
         self.key_delta = 0
         self.byte_delta = 0
 
-    def begin(self) -> None:
-        self._journal.begin()
-
-    def commit(self) -> None:
-        self._journal.commit()
-
-    def rollback(self) -> None:
-        self._journal.rollback()
-
     def _revert(self, key: K, old: object) -> None:
         current = self.get(key)
         if old is _MISSING:
             self.changes.pop(key, None)
         else:
             self.changes[key] = old  # type: ignore[assignment]
-        self._account(current, self.get(key))
+        self._account(key, current, self.get(key))
 
-    def _account(self, old: V | None, new: V | None) -> None:
+    def _account(self, key: K, old: V | None, new: V | None) -> None:
+        """Keep the running totals in step with ``key`` going from ``old`` to ``new``
+        (a subclass that keeps an index of its values extends this)."""
         self.key_delta += (new is not None) - (old is not None)
         self.byte_delta += (self._size(new) if new is not None else 0) - (
             self._size(old) if old is not None else 0
         )
 
-    def _change(self, key: K, new: V | None) -> None:
-        self._account(self.get(key), new)
+    def _remember(self, key: K) -> None:
+        """Log ``key``'s pending change for :meth:`rollback` (inside a request only)."""
         undo = self._journal.entries
         if undo is not None:
             undo.append((self, key, self.changes.get(key, _MISSING)))
+
+    def _change(self, key: K, new: V | None) -> None:
+        self._account(key, self.get(key), new)
+        self._remember(key)
         self.changes[key] = new
 
     def delete(self, key: K) -> None:

@@ -58,7 +58,7 @@ import crc32c
 
 from raftlog.errors import RaftLogError
 from raftlog.native.messages import LogEntry
-from raftlog.segment_files import fsync_dir as _fsync_dir
+from snapshots import fsync_dir as _fsync_dir
 
 log = logging.getLogger(__name__)
 

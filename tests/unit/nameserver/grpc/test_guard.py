@@ -14,7 +14,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from nameserver.errors import InvalidRequest, UndecodableRequest
+from nameserver.errors import InvalidArgument, UndecodableRequest
 from nameserver.grpc.guard import Undecodable, guard_handler, lenient
 from nameserver.grpc.methods import MethodTable
 from nameserver.grpc.status import to_status
@@ -54,7 +54,7 @@ def _swallowing_stream() -> grpc.GenericRpcHandler:
         try:
             async for request in requests:
                 yield rpc_pb2.RangeResponse(count=len(request.key))
-        except InvalidRequest:
+        except InvalidArgument:
             return
 
     async def total(requests: Any, context: Any) -> Any:

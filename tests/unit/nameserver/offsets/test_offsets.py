@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from grpc import StatusCode
 
 from nameserver.errors import Rejected
 from nameserver.offsets.records import CommittedOffset, offset_key
@@ -117,16 +118,17 @@ def test_first_commit_creates_version_1_epoch_1() -> None:
 def test_unknown_or_revoked_lease_is_not_found() -> None:
     d, token = leased()
     err = d.rejected(commit(token, 99, 1))
-    assert err.code == "NOT_FOUND" and "requested lease not found" in err.message
-    assert "lease_id 63" in err.message
+    assert err.status == StatusCode.NOT_FOUND and "requested lease not found" in str(err)
+    assert "lease_id 63" in str(err)
     d.apply(revoke(7))
-    assert d.rejected(commit(token, 7, 1)).code == "NOT_FOUND"
+    assert d.rejected(commit(token, 7, 1)).status == StatusCode.NOT_FOUND
 
 
 def test_token_must_belong_to_the_lease() -> None:
     d, token = leased()
     err = d.rejected(commit(token + 1, 7, 1))
-    assert err.code == "FAILED_PRECONDITION" and "fencing_token 2 is not a token" in err.message
+    assert err.status == StatusCode.FAILED_PRECONDITION
+    assert "fencing_token 2 is not a token" in str(err)
     d.apply(put(b"lock/owner", b"w", lease=7))  # its create revision: a lock token of lease 7
     lock_token = d.offset
     assert d.apply(commit(lock_token, 7, 1)).fencing_token == lock_token
@@ -138,8 +140,8 @@ def test_stale_token_rejected_after_a_newer_holder_committed() -> None:
     d.apply(grant(8))  # offset 3: the newer holder's token
     d.apply(commit(3, 8, 20))
     err = d.rejected(commit(old, 7, 30))
-    assert err.code == "FAILED_PRECONDITION"
-    assert "stale fencing_token 1" in err.message and "newer fencing token 3" in err.message
+    assert err.status == StatusCode.FAILED_PRECONDITION
+    assert "stale fencing_token 1" in str(err) and "newer fencing token 3" in str(err)
     assert d.stored().position == 20
 
 
@@ -147,7 +149,8 @@ def test_backwards_rejected_unless_reset() -> None:
     d, token = leased()
     d.apply(commit(token, 7, 10))
     err = d.rejected(commit(token, 7, 9))
-    assert err.code == "FAILED_PRECONDITION" and "position 9 < committed position 10" in err.message
+    assert err.status == StatusCode.FAILED_PRECONDITION
+    assert "position 9 < committed position 10" in str(err)
     r = d.apply(reset(2))
     assert (r.position, r.epoch, r.version, r.reset_revision) == (2, 2, 2, 4)
     assert r.fencing_token == token and r.lease_id == 0
@@ -158,7 +161,7 @@ def test_a_stale_worker_cannot_undo_a_reset() -> None:
     d.apply(commit(token, 7, 10))
     d.apply(reset(2))
     err = d.rejected(commit(token, 7, 50))
-    assert "was reset at revision 3 (epoch 2)" in err.message and "epoch 2" in err.message
+    assert "was reset at revision 3 (epoch 2)" in str(err) and "epoch 2" in str(err)
     assert d.apply(commit(token, 7, 3, epoch=2)).position == 3  # it saw the reset
     d.apply(grant(9))  # a token newer than the reset
     assert d.apply(commit(d.offset, 9, 4)).position == 4
@@ -167,11 +170,11 @@ def test_a_stale_worker_cannot_undo_a_reset() -> None:
 def test_expected_version_and_epoch() -> None:
     d, token = leased()
     err = d.rejected(commit(token, 7, 1, expected_version=1))
-    assert "expected_version 1 but" in err.message and "version 0" in err.message
+    assert "expected_version 1 but" in str(err) and "version 0" in str(err)
     d.apply(commit(token, 7, 1))
     d.apply(commit(token, 7, 2, expected_version=1))
-    assert "epoch 5 is not the current epoch 1" in d.rejected(commit(token, 7, 3, epoch=5)).message
-    assert d.rejected(reset(0, expected_version=1)).code == "FAILED_PRECONDITION"
+    assert "epoch 5 is not the current epoch 1" in str(d.rejected(commit(token, 7, 3, epoch=5)))
+    assert d.rejected(reset(0, expected_version=1)).status == StatusCode.FAILED_PRECONDITION
 
 
 @pytest.mark.parametrize(
@@ -193,7 +196,7 @@ def test_expected_version_and_epoch() -> None:
 def test_bad_input_names_the_field(entry: Entry, names: str) -> None:
     d, _ = leased()
     err = d.rejected(entry)
-    assert err.code == "INVALID_ARGUMENT" and names in err.message
+    assert err.status == StatusCode.INVALID_ARGUMENT and names in str(err)
 
 
 def test_list_by_job_and_prefix() -> None:
@@ -220,13 +223,13 @@ def test_kv_quota_rejects_the_whole_request_and_allows_deletes() -> None:
     )
     txn = Entry(type="txn", value=records_pb2.TxnOperation(txn=op).SerializeToString())
     err = d.rejected(txn)
-    assert err.code == "RESOURCE_EXHAUSTED"
-    assert err.message == "metaledger: quota exceeded for record type kv: 3 keys > limit 2"
+    assert err.status == StatusCode.RESOURCE_EXHAUSTED
+    assert str(err) == "metaledger: quota exceeded for record type kv: 3 keys > limit 2"
     assert d.sm.image.kv.get(b"a").value == b"1"  # nothing partially applied
     d.apply(put(b"a", b"overwrite"))  # no new key: allowed
     d.apply(quota("kv", max_keys=1))  # a limit below usage: only growth is refused
     d.apply(delete(b"b"))
-    assert d.rejected(put(b"d", b"x")).code == "RESOURCE_EXHAUSTED"
+    assert d.rejected(put(b"d", b"x")).status == StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_byte_quota_counts_keys_and_values_incrementally() -> None:
@@ -235,7 +238,7 @@ def test_byte_quota_counts_keys_and_values_incrementally() -> None:
     assert d.sm.image.kv.value_bytes == 7
     d.apply(quota("kv", max_bytes=10))
     err = d.rejected(put(b"k2", b"12"))
-    assert err.message == "metaledger: quota exceeded for record type kv: 11 bytes > limit 10"
+    assert str(err) == "metaledger: quota exceeded for record type kv: 11 bytes > limit 10"
     d.apply(put(b"k1", b"1"))  # shrinks
     d.apply(put(b"k2", b"12"))
     assert d.sm.image.kv.value_bytes == 7
@@ -248,9 +251,9 @@ def test_offset_and_lease_quotas() -> None:
     d.apply(quota("offset", max_keys=1))
     d.apply(commit(token, 7, 1, partition="0"))
     err = d.rejected(commit(token, 7, 1, partition="1"))
-    assert "record type offset: 2 keys > limit 1" in err.message
+    assert "record type offset: 2 keys > limit 1" in str(err)
     d.apply(quota("lease", max_keys=1))
-    assert "record type lease: 2 keys > limit 1" in d.rejected(grant(8)).message
+    assert "record type lease: 2 keys > limit 1" in str(d.rejected(grant(8)))
 
 
 @pytest.mark.parametrize(
@@ -263,7 +266,7 @@ def test_offset_and_lease_quotas() -> None:
 )
 def test_bad_quota(entry: Entry, names: str) -> None:
     err = Driver().rejected(entry)
-    assert err.code == "INVALID_ARGUMENT" and names in err.message
+    assert err.status == StatusCode.INVALID_ARGUMENT and names in str(err)
 
 
 def test_quota_back_to_default_deletes_the_record() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nameserver.config import MAX_REQUEST_BYTES
-from nameserver.errors import InvalidRequest, Rejected
+from nameserver.errors import InvalidArgument, ResourceExhausted, Unavailable
 from nameserver.remoting.codec import BadRequest, RemotingCommand, loads_lenient
 from nameserver.remoting.codes import RequestCode, ResponseCode
 from nameserver.remoting.headers import (
@@ -28,12 +28,12 @@ from nameserver.remoting.headers import (
 )
 from nameserver.remoting.server import Peer
 from nameserver.routing.liveness import BrokerKeeper
+from nameserver.routing.ops import RoutingNode
 from nameserver.routing.records import broker_key
 from nameserver.routing.remoting import NameserverRemoting
-from nameserver.routing.service import RoutingNode
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine
-from raftlog import Applied, Entry
+from raftlog import Applied, Entry, NotLeaderError
 from tests.remoting_client import register_request, unregister_request
 
 PEER = Peer(1, "127.0.0.1:1")
@@ -54,7 +54,7 @@ class FakeNode:
 
     def check_encoded_size(self, size: int) -> None:
         if size > MAX_REQUEST_BYTES:
-            raise InvalidRequest(f"etcdserver: request is too large: {size} bytes")
+            raise InvalidArgument(f"etcdserver: request is too large: {size} bytes")
 
     async def propose(self, entry: Entry, context: Any) -> Applied:
         self.offset += 1
@@ -74,7 +74,7 @@ class Front:
             lambda: None,
             clock_ms=lambda: self.node.clock,
         )
-        self.routes = RoutingNode(self.node, self.keeper)  # type: ignore[arg-type]
+        self.routes = RoutingNode(self.node, self.keeper)
         self.table = NameserverRemoting(self.routes)
 
     def __call__(self, request: RemotingCommand) -> RemotingCommand:
@@ -302,11 +302,35 @@ def test_new_leader_grants_a_full_timeout(front: Front) -> None:
 
 def test_write_failure_is_system_error_with_the_reason(front: Front) -> None:
     async def refuse(entry: Entry, context: Any) -> Applied:
-        raise Rejected("UNAVAILABLE", "etcdserver: no leader")
+        raise Unavailable("etcdserver: no leader")
 
     front.node.propose = refuse  # type: ignore[method-assign]
     r = front(PutKvConfigHeader(namespace="ns", key="k", value="v").request())
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "etcdserver: no leader")
+
+
+def test_raftlog_not_leader_is_system_error_worded_as_on_grpc(front: Front) -> None:
+    async def refuse(entry: Entry, context: Any) -> Applied:
+        raise NotLeaderError("no leader", leader_hint="10.0.0.2:2380")
+
+    front.node.propose = refuse  # type: ignore[method-assign]
+    r = front(PutKvConfigHeader(namespace="ns", key="k", value="v").request())
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "etcdserver: no leader (last known leader: 10.0.0.2:2380)",
+    )
+
+
+def test_a_rejection_answers_its_remoting_code(front: Front) -> None:
+    async def refuse(entry: Entry, context: Any) -> Applied:
+        raise ResourceExhausted("metaledger: quota exceeded for record type kvconfig")
+
+    front.node.propose = refuse  # type: ignore[method-assign]
+    r = front(PutKvConfigHeader(namespace="ns", key="k", value="v").request())
+    assert (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "metaledger: quota exceeded for record type kvconfig",
+    )
 
 
 # --- bad input names the field; nothing is built before the request is checked (issue 14)

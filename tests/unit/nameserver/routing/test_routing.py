@@ -10,6 +10,7 @@ import pytest
 from nameserver.errors import Rejected
 from nameserver.routing import apply as routing
 from nameserver.routing.records import DataVersion, broker_key, topic_key
+from nameserver.routing.remoting import route_json
 from nameserver.state.image import MetadataDelta, MetadataImage
 from nameserver.state.machine import (
     MetadataStateMachine,
@@ -83,7 +84,7 @@ def test_register_master_creates_broker_queue_data_and_route() -> None:
     result = m.apply(register())
     assert isinstance(result, routing.Registered) and result.changed
     route = routing.pick_route(m.image, "T1")
-    assert route == {
+    assert route is not None and route_json(route) == {
         "brokerDatas": [
             {
                 "brokerAddrs": {0: "127.0.0.1:10911"},
@@ -147,7 +148,7 @@ def test_only_the_master_updates_queue_data_and_only_when_the_version_changed() 
     assert routing.all_topics(m.image) == ["T1", "T2", "T3"]
     route = routing.pick_route(m.image, "T3")
     assert route is not None
-    assert route["brokerDatas"][0]["brokerAddrs"] == {0: "127.0.0.1:10911", 1: "127.0.0.2:10911"}
+    assert route.groups[0].addrs == {0: "127.0.0.1:10911", 1: "127.0.0.2:10911"}
 
 
 def test_slave_registration_answers_master_addresses() -> None:
@@ -185,7 +186,7 @@ def test_unregister_last_broker_removes_queue_data_and_cluster() -> None:
     assert m.apply(op_entry(unregister_broker=unreg)) == 1
     # a slave remains: the route stays (readable from the slave)
     route = routing.pick_route(m.image, "T1")
-    assert route is not None and route["brokerDatas"][0]["brokerAddrs"] == {1: "127.0.0.2:10911"}
+    assert route is not None and route.groups[0].addrs == {1: "127.0.0.2:10911"}
     unreg.broker_id, unreg.addr = 1, "127.0.0.2:10911"
     assert m.apply(op_entry(unregister_broker=unreg)) == 1
     assert routing.pick_route(m.image, "T1") is None
@@ -262,7 +263,8 @@ def test_kv_config_and_order_topic_conf() -> None:
     m.apply(op_entry(put_kv_config=put))
     assert routing.kv_list(m.image, routing.ORDER_TOPIC_CONFIG) == {"T1": "broker-a:4"}
     route = routing.pick_route(m.image, "T1")
-    assert route is not None and route["orderTopicConf"] == "broker-a:4"
+    assert route is not None and route.order_topic_conf == "broker-a:4"
+    assert route_json(route)["orderTopicConf"] == "broker-a:4"
     delete = records_pb2.DeleteKvConfigOp(namespace=routing.ORDER_TOPIC_CONFIG, key="T1")
     assert m.apply(op_entry(delete_kv_config=delete)) is True
     assert m.apply(op_entry(delete_kv_config=delete)) is False

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grpc import StatusCode
 
 from nameserver.errors import Rejected
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
@@ -29,8 +30,8 @@ def test_a_quota_set_in_the_same_request_as_the_put_is_enforced() -> None:
     d = Driver()
     d.apply(put(b"a", b"1"), put(b"b", b"2"))  # no quota anywhere: not counted, all pass
     err = d.rejected(quota("kv", max_keys=2), put(b"c", b"3"))
-    assert err.code == "RESOURCE_EXHAUSTED"
-    assert "record type kv: 3 keys > limit 2" in err.message
+    assert err.status == StatusCode.RESOURCE_EXHAUSTED
+    assert "record type kv: 3 keys > limit 2" in str(err)
     image = d.sm.image
     assert image.kv.get(b"c") is None and image.quotas.get("kv") is None  # all-or-nothing
 
@@ -43,7 +44,7 @@ def test_quota_counting_resumes_exactly_after_a_quota_is_removed_and_set_again()
     d.apply(put(b"k", b"x" * 200))  # uncounted, yet the image's byte total stays exact
     assert d.sm.image.kv.value_bytes == 201
     d.apply(quota("kv", max_bytes=250))
-    assert "bytes > limit 250" in d.rejected(put(b"j", b"y" * 60)).message
+    assert "bytes > limit 250" in str(d.rejected(put(b"j", b"y" * 60)))
     d.apply(put(b"k", b"z" * 10))  # shrinking passes
     assert d.sm.image.kv.value_bytes == 11
 

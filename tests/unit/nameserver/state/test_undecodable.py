@@ -4,6 +4,7 @@ rejection of that request, the same on every node, never a failure of apply (iss
 from __future__ import annotations
 
 import pytest
+from grpc import StatusCode
 
 from nameserver.errors import Rejected
 from nameserver.state.machine import MetadataStateMachine
@@ -26,8 +27,8 @@ def test_a_txn_too_deep_to_decode_is_rejected_and_applies_nothing() -> None:
     value = records_pb2.TxnOperation(txn=nested_txn(50)).SerializeToString()
     with pytest.raises(Rejected) as info:
         sm.apply(1, 1, [Entry(type="txn", value=value)])
-    assert info.value.code == "INVALID_ARGUMENT"
-    assert "cannot be decoded" in info.value.message
+    assert info.value.status == StatusCode.INVALID_ARGUMENT
+    assert "cannot be decoded" in str(info.value)
     effects, _ = sm.apply(
         2,
         1,
