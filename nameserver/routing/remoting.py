@@ -59,6 +59,7 @@ from nameserver.remoting.headers import DataVersion as DataVersionBody
 from nameserver.remoting.server import Handler, HandlerTable, Peer
 from nameserver.remoting.status import rejection_of, to_remoting
 from nameserver.routing import apply as routing
+from nameserver.routing import queries
 from nameserver.routing.ops import (
     RoutingNode,
     kv_not_found,
@@ -84,7 +85,7 @@ def _json(obj: object) -> bytes:
     return dumps_fastjson(obj, standard=False)
 
 
-def broker_data_json(group: routing.BrokerGroup) -> dict[str, Any]:
+def broker_data_json(group: queries.BrokerGroup) -> dict[str, Any]:
     """RocketMQ's BrokerData (fastjson property order; integer keys)."""
     out: dict[str, Any] = {
         "brokerAddrs": group.addrs,
@@ -97,7 +98,7 @@ def broker_data_json(group: routing.BrokerGroup) -> dict[str, Any]:
     return out
 
 
-def route_json(route: routing.Route) -> dict[str, Any]:
+def route_json(route: queries.Route) -> dict[str, Any]:
     """RocketMQ's TopicRouteData of ``route``, as its clients read it (fastjson order)."""
     body: dict[str, Any] = {
         "brokerDatas": [broker_data_json(g) for g in route.groups],
@@ -113,9 +114,9 @@ def cluster_info_json(image: MetadataImage) -> dict[str, Any]:
     """RocketMQ's ClusterInfo: brokerAddrTable and clusterAddrTable."""
     return {
         "brokerAddrTable": {
-            name: broker_data_json(g) for name, g in routing.broker_groups(image).items()
+            name: broker_data_json(g) for name, g in queries.broker_groups(image).items()
         },
-        "clusterAddrTable": routing.clusters(image),
+        "clusterAddrTable": queries.clusters(image),
     }
 
 
@@ -216,7 +217,7 @@ class NameserverRemoting(HandlerTable):
     async def kv_list(self, request: RemotingCommand) -> RemotingCommand:
         h = GetKvListByNamespaceHeader.from_command(request)
         image = await self._image("kv list")
-        items = routing.kv_list(image, h.namespace)
+        items = queries.kv_list(image, h.namespace)
         if not items:
             raise namespace_not_found(h.namespace)
         return _ok(request, _json({"table": items}))
@@ -263,7 +264,7 @@ class NameserverRemoting(HandlerTable):
         op = register_op(req)
         _, r = await self.routes.register(op)
         image = self.routes.node.state.image
-        order = routing.kv_list(image, routing.ORDER_TOPIC_CONFIG)
+        order = queries.kv_list(image, routing.ORDER_TOPIC_CONFIG)
         return _ok(
             request,
             _json({"table": order}) if order else b"",
@@ -301,7 +302,7 @@ class NameserverRemoting(HandlerTable):
         ids = (
             [h.broker_id]
             if h.broker_id is not None
-            else [b.broker_id for b in routing.brokers_of(image, h.broker_name)]
+            else [b.broker_id for b in queries.brokers_of(image, h.broker_name)]
         )
         for broker_id in ids:
             self.routes.keeper.heartbeat(h.broker_name, broker_id, h.broker_addr)
@@ -310,7 +311,7 @@ class NameserverRemoting(HandlerTable):
     async def member_group(self, request: RemotingCommand) -> RemotingCommand:
         h = GetBrokerMemberGroupHeader.from_command(request)
         image = await self._image("member group")
-        brokers = [b for b in routing.brokers_of(image, h.broker_name)]
+        brokers = [b for b in queries.brokers_of(image, h.broker_name)]
         group = {
             "brokerAddrs": {b.broker_id: b.addr for b in brokers if b.cluster == h.cluster_name},
             "brokerName": h.broker_name,
@@ -340,7 +341,7 @@ class NameserverRemoting(HandlerTable):
     async def get_route(self, request: RemotingCommand) -> RemotingCommand:
         h = GetRouteInfoHeader.from_command(request)
         image = await self._image(f"topic {h.topic}")
-        route = routing.pick_route(image, h.topic)
+        route = queries.pick_route(image, h.topic)
         if route is None:
             raise no_route(h.topic, faq=True)
         body = route_json(route)
@@ -348,16 +349,16 @@ class NameserverRemoting(HandlerTable):
 
     async def all_topics(self, request: RemotingCommand) -> RemotingCommand:
         image = await self._image("topic list")
-        return _ok(request, _json({"topicList": routing.all_topics(image)}))
+        return _ok(request, _json({"topicList": queries.all_topics(image)}))
 
     async def topics_by_cluster(self, request: RemotingCommand) -> RemotingCommand:
         h = GetTopicsByClusterHeader.from_command(request)
         image = await self._image("topics of cluster")
-        return _ok(request, _json({"topicList": routing.all_topics(image, h.cluster)}))
+        return _ok(request, _json({"topicList": queries.all_topics(image, h.cluster)}))
 
     async def system_topics(self, request: RemotingCommand) -> RemotingCommand:
         image = await self._image("system topics")
-        topics, addr = routing.system_topics(image)
+        topics, addr = queries.system_topics(image)
         body: dict[str, object] = {"brokerAddr": addr} if addr else {}
         body["topicList"] = topics
         return _ok(request, _json(body))

@@ -15,6 +15,7 @@ from nameserver.errors import InvalidArgument
 from nameserver.grpc.context import rpc
 from nameserver.offsets.apply import check_name
 from nameserver.routing import apply as routing
+from nameserver.routing import queries
 from nameserver.routing.ops import (
     RoutingNode,
     kv_not_found,
@@ -109,7 +110,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
     ) -> routing_pb2.GetRouteResponse:
         check_name("topic", request.topic)
         image = await self.routes.read(f"topic {request.topic}")
-        route = routing.pick_route(image, request.topic)
+        route = queries.pick_route(image, request.topic)
         if route is None:
             raise no_route(request.topic)
         resp = routing_pb2.GetRouteResponse(topic=request.topic, apply_offset=image.revision)
@@ -132,7 +133,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
     ) -> routing_pb2.GetClusterInfoResponse:
         image = await self.routes.read("cluster info")
         resp = routing_pb2.GetClusterInfoResponse(apply_offset=image.revision)
-        for name, names in routing.clusters(image).items():
+        for name, names in queries.clusters(image).items():
             resp.clusters.add(name=name, broker_names=names)
         resp.brokers.extend(broker_pb(b) for b in image.brokers.values())
         return resp
@@ -146,9 +147,9 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         image = await self.routes.read("topic list")
         resp = routing_pb2.ListTopicsResponse(apply_offset=image.revision)
         if request.system:
-            topics, resp.broker_addr = routing.system_topics(image)
+            topics, resp.broker_addr = queries.system_topics(image)
         else:
-            topics = routing.all_topics(image, request.cluster)
+            topics = queries.all_topics(image, request.cluster)
         resp.topics.extend(topics)
         return resp
 
@@ -228,7 +229,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
     ) -> routing_pb2.ListKvConfigResponse:
         check_name("namespace", request.namespace)
         image = await self.routes.read("kv list")
-        items = routing.kv_list(image, request.namespace)
+        items = queries.kv_list(image, request.namespace)
         if not items:
             raise namespace_not_found(request.namespace)
         return routing_pb2.ListKvConfigResponse(items=items, apply_offset=image.revision)

@@ -9,6 +9,7 @@ import pytest
 
 from nameserver.errors import Rejected
 from nameserver.routing import apply as routing
+from nameserver.routing import queries
 from nameserver.routing.records import DataVersion, broker_key, topic_key
 from nameserver.routing.remoting import route_json
 from nameserver.state.image import MetadataDelta, MetadataImage
@@ -83,7 +84,7 @@ def test_register_master_creates_broker_queue_data_and_route() -> None:
     m = Machine()
     result = m.apply(register())
     assert isinstance(result, routing.Registered) and result.changed
-    route = routing.pick_route(m.image, "T1")
+    route = queries.pick_route(m.image, "T1")
     assert route is not None and route_json(route) == {
         "brokerDatas": [
             {
@@ -104,9 +105,9 @@ def test_register_master_creates_broker_queue_data_and_route() -> None:
             }
         ],
     }
-    assert routing.pick_route(m.image, "Missing") is None
-    assert routing.clusters(m.image) == {"DefaultCluster": ["broker-a"]}
-    assert routing.all_topics(m.image) == ["T1", "T2"]
+    assert queries.pick_route(m.image, "Missing") is None
+    assert queries.clusters(m.image) == {"DefaultCluster": ["broker-a"]}
+    assert queries.all_topics(m.image) == ["T1", "T2"]
 
 
 def test_unchanged_reregistration_leaves_no_effect() -> None:
@@ -124,7 +125,7 @@ def test_lower_state_version_is_rejected_and_changes_nothing() -> None:
     m.apply(register(state_version=3))
     with pytest.raises(Rejected, match="register broker failed: stateVersion 2"):
         m.apply(register(state_version=2, counter=9, topics=("T1", "T2", "T3")))
-    assert routing.all_topics(m.image) == ["T1", "T2"]
+    assert queries.all_topics(m.image) == ["T1", "T2"]
 
 
 def test_single_topic_registration_must_follow_a_full_one() -> None:
@@ -133,20 +134,20 @@ def test_single_topic_registration_must_follow_a_full_one() -> None:
         m.apply(register(topics=("T1",)))
     m.apply(register())
     m.apply(register(topics=("T9",), counter=2))  # now allowed
-    assert "T9" in routing.all_topics(m.image)
+    assert "T9" in queries.all_topics(m.image)
 
 
 def test_only_the_master_updates_queue_data_and_only_when_the_version_changed() -> None:
     m = Machine()
     m.apply(register())
     m.apply(register(broker_id=1, addr="127.0.0.2:10911", topics=("S1", "S2"), counter=5))
-    assert routing.all_topics(m.image) == ["T1", "T2"]
+    assert queries.all_topics(m.image) == ["T1", "T2"]
     # same data version, other topics: ignored (RocketMQ's isTopicConfigChanged)
     m.apply(register(topics=("T1", "T2", "T3")))
-    assert routing.all_topics(m.image) == ["T1", "T2"]
+    assert queries.all_topics(m.image) == ["T1", "T2"]
     m.apply(register(topics=("T1", "T2", "T3"), counter=2))
-    assert routing.all_topics(m.image) == ["T1", "T2", "T3"]
-    route = routing.pick_route(m.image, "T3")
+    assert queries.all_topics(m.image) == ["T1", "T2", "T3"]
+    route = queries.pick_route(m.image, "T3")
     assert route is not None
     assert route.groups[0].addrs == {0: "127.0.0.1:10911", 1: "127.0.0.2:10911"}
 
@@ -164,7 +165,7 @@ def test_same_address_under_a_new_id_replaces_the_old_id() -> None:
     m.apply(register(broker_id=1, addr="127.0.0.2:10911"))
     # the slave becomes master: same address, id 0
     m.apply(register(broker_id=0, addr="127.0.0.2:10911", counter=3))
-    assert [(b.broker_id, b.addr) for b in routing.brokers_of(m.image, "broker-a")] == [
+    assert [(b.broker_id, b.addr) for b in queries.brokers_of(m.image, "broker-a")] == [
         (0, "127.0.0.2:10911")
     ]
 
@@ -185,12 +186,12 @@ def test_unregister_last_broker_removes_queue_data_and_cluster() -> None:
     )
     assert m.apply(op_entry(unregister_broker=unreg)) == 1
     # a slave remains: the route stays (readable from the slave)
-    route = routing.pick_route(m.image, "T1")
+    route = queries.pick_route(m.image, "T1")
     assert route is not None and route.groups[0].addrs == {1: "127.0.0.2:10911"}
     unreg.broker_id, unreg.addr = 1, "127.0.0.2:10911"
     assert m.apply(op_entry(unregister_broker=unreg)) == 1
-    assert routing.pick_route(m.image, "T1") is None
-    assert len(m.image.topics) == 0 and routing.clusters(m.image) == {}
+    assert queries.pick_route(m.image, "T1") is None
+    assert len(m.image.topics) == 0 and queries.clusters(m.image) == {}
     # unregistering again is a no-op
     assert m.apply(op_entry(unregister_broker=unreg)) == 0
 
@@ -216,7 +217,7 @@ def test_expiry_needs_the_same_registration_and_a_passed_deadline() -> None:
     assert m.apply(
         op_entry(ts=4000, expire_brokers=records_pb2.ExpireBrokersOp(brokers=[fresh]))
     ) == ["broker-a[0]@127.0.0.1:10911"]
-    assert routing.pick_route(m.image, "T1") is None
+    assert queries.pick_route(m.image, "T1") is None
 
 
 def test_write_perm_wipe_and_add() -> None:
@@ -246,12 +247,12 @@ def test_create_and_delete_topic() -> None:
         m.apply(op_entry(create_topic=records_pb2.CreateTopicOp(topic="New", queues=[q])))
     with pytest.raises(Rejected, match="queues must name at least one broker"):
         m.apply(op_entry(create_topic=records_pb2.CreateTopicOp(topic="New")))
-    assert routing.all_topics(m.image, "C2") == ["New", "T1", "T2"]
+    assert queries.all_topics(m.image, "C2") == ["New", "T1", "T2"]
     # delete only on cluster C2's brokers
     assert m.apply(op_entry(delete_topic=records_pb2.DeleteTopicOp(topic="T1", cluster="C2"))) == 1
-    assert [q.broker_name for q in routing.queues_of(m.image, "T1")] == ["broker-a"]
+    assert [q.broker_name for q in queries.queues_of(m.image, "T1")] == ["broker-a"]
     assert m.apply(op_entry(delete_topic=records_pb2.DeleteTopicOp(topic="T1"))) == 1
-    assert routing.pick_route(m.image, "T1") is None
+    assert queries.pick_route(m.image, "T1") is None
 
 
 def test_kv_config_and_order_topic_conf() -> None:
@@ -261,8 +262,8 @@ def test_kv_config_and_order_topic_conf() -> None:
         namespace=routing.ORDER_TOPIC_CONFIG, key="T1", value="broker-a:4"
     )
     m.apply(op_entry(put_kv_config=put))
-    assert routing.kv_list(m.image, routing.ORDER_TOPIC_CONFIG) == {"T1": "broker-a:4"}
-    route = routing.pick_route(m.image, "T1")
+    assert queries.kv_list(m.image, routing.ORDER_TOPIC_CONFIG) == {"T1": "broker-a:4"}
+    route = queries.pick_route(m.image, "T1")
     assert route is not None and route.order_topic_conf == "broker-a:4"
     assert route_json(route)["orderTopicConf"] == "broker-a:4"
     delete = records_pb2.DeleteKvConfigOp(namespace=routing.ORDER_TOPIC_CONFIG, key="T1")
