@@ -35,32 +35,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound
+from nameserver.checks import check_name, check_non_negative, invalid
+from nameserver.errors import FailedPrecondition, NotFound
 from nameserver.offsets.records import CommittedOffset, offset_key
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
 from raftlog import Effect, Entry
 
-#: Longest job or partition name, in UTF-8 bytes.
-MAX_NAME_BYTES = 1024
 #: Largest offset value, in bytes.
 MAX_OFFSET_BYTES = 64 * 1024
 
 LEASE_NOT_FOUND = "etcdserver: requested lease not found"
-
-
-def invalid(message: str) -> InvalidArgument:
-    return InvalidArgument("metaledger: " + message)
-
-
-def check_name(field: str, value: str) -> None:
-    if not value:
-        raise invalid(f"{field} must not be empty")
-    if "\x00" in value:
-        raise invalid(f"{field} must not contain a NUL character")
-    size = len(value.encode())
-    if size > MAX_NAME_BYTES:
-        raise invalid(f"{field} is too long: {size} bytes > limit {MAX_NAME_BYTES}")
 
 
 def check_job(job: str, *, prefix: bool = False) -> None:
@@ -68,11 +53,6 @@ def check_job(job: str, *, prefix: bool = False) -> None:
     if prefix and not job:
         return
     check_name("job", job)
-
-
-def check_non_negative(field: str, value: int) -> None:
-    if value < 0:
-        raise invalid(f"{field} must be >= 0 ({field}: {value})")
 
 
 def check_target(job: str, partition: str, offset: bytes, position: int, expected: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nameserver.checks import check_name
 from nameserver.errors import AlreadyExists, NotFound
 from nameserver.grpc.context import NodeContext, rpc
 from nameserver.leases.expiry import LeaseKeeper
@@ -106,8 +107,8 @@ class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
     async def Fetch(
         self, request: offsets_pb2.FetchRequest, context: Any
     ) -> offsets_pb2.FetchResponse:
-        offsets.check_name("job", request.job)
-        offsets.check_name("partition", request.partition)
+        check_name("job", request.job)
+        check_name("partition", request.partition)
         image, mode = await consistency.read_image(self.node, "offset", request.serializable)
         found = image.offsets.get(offset_key(request.job, request.partition))
         if found is None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from nameserver.checks import check_name, check_non_negative, invalid
 from nameserver.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -63,7 +64,6 @@ from raftlog import Effect, Entry
 
 #: A replica that registers without a timeout is not alive after this long without heartbeat.
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 10_000
-MAX_NAME_BYTES = 1024
 MAX_ADDRESS_BYTES = 1024
 #: Broker ids are positive; a group holds at most this many replicas.
 MAX_REPLICAS = 64
@@ -88,10 +88,6 @@ CONTROLLER_CODES: dict[str, int] = {
 
 def controller_error(kind: type[Rejected], code: str, message: str) -> Rejected:
     return kind(f"metaledger: [{code} {CONTROLLER_CODES[code]}] {message}")
-
-
-def invalid(message: str) -> InvalidArgument:
-    return InvalidArgument("metaledger: " + message)
 
 
 # ------------------------------------------------------------------ need_ack_nums
@@ -209,28 +205,15 @@ def _reelect_if_masterless(
 
 
 # ------------------------------------------------------------------ validation
-def check_name(field: str, value: str) -> None:
-    if not value:
-        raise invalid(f"{field} must not be empty")
-    size = len(value.encode())
-    if size > MAX_NAME_BYTES:
-        raise invalid(f"{field} is too long: {size} bytes > limit {MAX_NAME_BYTES}")
-
-
 def check_broker_id(field: str, value: int, *, zero_ok: bool = False) -> None:
     if value < 0 or (value == 0 and not zero_ok):
         need = ">= 0" if zero_ok else ">= 1"
         raise invalid(f"{field} must be {need} ({field}: {value})")
 
 
-def check_non_negative(field: str, value: int) -> None:
-    if value < 0:
-        raise invalid(f"{field} must be >= 0 ({field}: {value})")
-
-
 def check_register(r: records_pb2.ReplicaRegister) -> None:
-    check_name("cluster_name", r.cluster_name)
-    check_name("broker_name", r.broker_name)
+    check_name("cluster_name", r.cluster_name, nul_ok=True)
+    check_name("broker_name", r.broker_name, nul_ok=True)
     if not r.address:
         raise invalid("address must not be empty (the broker's host:port)")
     host, sep, port = r.address.rpartition(":")
@@ -242,7 +225,7 @@ def check_register(r: records_pb2.ReplicaRegister) -> None:
 
 
 def check_alter(a: records_pb2.AlterSyncStateSet) -> None:
-    check_name("broker_name", a.broker_name)
+    check_name("broker_name", a.broker_name, nul_ok=True)
     check_broker_id("master_id", a.master_id)
     check_non_negative("master_epoch", a.master_epoch)
     check_non_negative("sync_state_set_epoch", a.sync_state_set_epoch)
@@ -255,7 +238,7 @@ def check_alter(a: records_pb2.AlterSyncStateSet) -> None:
 
 
 def check_elect(e: records_pb2.ElectMaster) -> None:
-    check_name("broker_name", e.broker_name)
+    check_name("broker_name", e.broker_name, nul_ok=True)
     check_broker_id("broker_id", e.broker_id, zero_ok=True)
 
 
@@ -268,9 +251,9 @@ def policy_of(p: records_pb2.ReplicaGroupPolicy) -> QuorumPolicy:
 
 
 def check_policy(s: records_pb2.SetReplicaGroupPolicy) -> None:
-    check_name("broker_name", s.broker_name)
+    check_name("broker_name", s.broker_name, nul_ok=True)
     if s.cluster_name:
-        check_name("cluster_name", s.cluster_name)
+        check_name("cluster_name", s.cluster_name, nul_ok=True)
     p = s.policy
     if p.total_replicas < 1:
         raise invalid(f"policy.total_replicas must be >= 1 ({p.total_replicas})")

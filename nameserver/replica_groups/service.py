@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from nameserver.checks import check_name, check_non_negative
 from nameserver.errors import AlreadyExists, NotFound, Unavailable, from_status
 from nameserver.grpc.context import NodeContext, rpc
 from nameserver.replica_groups import apply as replica_groups
@@ -170,10 +171,10 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
     async def Heartbeat(
         self, request: pb.ReplicaHeartbeatRequest, context: Any
     ) -> pb.ReplicaHeartbeatResponse:
-        replica_groups.check_name("broker_name", request.broker_name)
+        check_name("broker_name", request.broker_name, nul_ok=True)
         replica_groups.check_broker_id("broker_id", request.broker_id)
-        replica_groups.check_non_negative("max_offset", request.max_offset)
-        replica_groups.check_non_negative("epoch", request.epoch)
+        check_non_negative("max_offset", request.max_offset)
+        check_non_negative("epoch", request.epoch)
         forwarded = await self._forward("Heartbeat", request, context)
         if forwarded is not None:
             return forwarded  # type: ignore[no-any-return]
@@ -252,7 +253,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
 
     @rpc
     async def GetGroup(self, request: pb.GetGroupRequest, context: Any) -> pb.GetGroupResponse:
-        replica_groups.check_name("broker_name", request.broker_name)
+        check_name("broker_name", request.broker_name, nul_ok=True)
         group, revision = await self._group(request.broker_name)
         return pb.GetGroupResponse(
             group=group_to_pb(group),

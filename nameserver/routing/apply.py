@@ -38,8 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nameserver.checks import check_name, check_non_negative, invalid
 from nameserver.errors import FailedPrecondition, NotFound
-from nameserver.offsets.apply import check_name, check_non_negative, invalid
 from nameserver.remoting.codes import PERM_READ, PERM_WRITE
 from nameserver.routing.records import (
     DEFAULT_HEARTBEAT_TIMEOUT_MS,

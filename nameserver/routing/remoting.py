@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nameserver.offsets.apply import check_name
+from nameserver.checks import check_name
 from nameserver.remoting.codec import (
     BadRequest,
     RemotingCommand,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from nameserver.checks import check_name
 from nameserver.errors import InvalidArgument
 from nameserver.grpc.context import rpc
-from nameserver.offsets.apply import check_name
 from nameserver.routing import apply as routing
 from nameserver.routing import queries
 from nameserver.routing.ops import (
