@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what the tests need (Debian packages,
-# the project with its dev extras), runs the static checks, then every pytest layer.
+# The whole test suite, from a fresh machine: installs what the tests need, runs the static
+# checks, then every pytest layer. What it installs, each only when missing:
+#   apt-get (needs root): etcd-server, etcd-client (a real etcd and etcdctl to test against),
+#                         docker-compose (to validate docker-compose.yml);
+#   pip: this project with its dev extras (pip install -e '.[dev]');
+#   npm: tests/js's pinned RocketMQ client (npm ci; needs Node.js and npm).
+# The Spark tests need a Java runtime, which it does not install.
 # Usage: scripts/test.sh [extra pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
