@@ -15,7 +15,7 @@ requests pending for each. Each lives in a coroutine that hands the call it gets
 gRPC's own per-call code (``_handle_rpc`` under ``_schedule_rpc_coro``, exactly as the
 main loop does: status codes, cancellation and deadlines stay gRPC's) and asks for the
 next. The main loop goes on accepting everything else (streams, the other methods) and
-its share of the hot ones. Measured (README, Performance): puts at 64 clients +10-18 %,
+its share of the hot ones. Measured (bench/results/; docs/performance.md): puts at 64 clients +10-18 %,
 the leader's CPU per put -20-29 %. The server must not set ``maximum_concurrent_rpcs``:
 calls taken here are not counted against it.
 

@@ -13,7 +13,7 @@ it keeps its own gRPC settings.
   would then either stop and restart gRPC's threads around every fork or log that they skip
   it; the child never touches gRPC, so they are off.
 - ``GRPC_EXPERIMENTS=pollset_alternative``: gRPC core's alternative completion-queue pollset,
-  5-8% less server CPU per call here (README, Performance: the noop server and a 3-node
+  5-8% less server CPU per call here (bench/results/, docs/performance.md: the noop server and a 3-node
   cluster at 64 clients, interleaved).
 """
 

@@ -38,13 +38,13 @@ from raftlog.wait import Wait
 #: An item with this many requests means the proposer is busy: it then keeps one item in
 #: flight, not ``max_in_flight``, so items fill up. On a 2-core machine one item in flight
 #: always meant ~22 requests per item instead of ~13 and ~55 µs less server CPU per put at
-#: 64 clients, but 22% fewer puts/s at 16 clients (README, Performance); with this rule 16
+#: 64 clients, but 22% fewer puts/s at 16 clients (bench/results/; docs/performance.md); with this rule 16
 #: clients keep pipelining.
 BUSY_ITEM_REQUESTS = 10
 #: Under load a consensus item gathers requests for this long per request waiting at once
 #: (the most seen over the last one or two ``PEAK_PERIOD_S``), from ``WINDOW_FLOOR_S`` up
 #: to the server's ``batch_window_ms``: with a 6 ms cap, the floor at 16 clients and ~6 ms
-#: at 64. Measured on 2 cores (README, Performance): fixed windows were best at 2-3 ms for
+#: at 64. Measured on 2 cores (bench/results/; docs/performance.md): fixed windows were best at 2-3 ms for
 #: 16 clients and at 6 ms for 64; how many requests wait at once tells the two apart, item
 #: sizes did not. Since the server's extra gRPC accepts, 3 ms is best at 64 too, and the
 #: server's default cap is 3 (the rule is for longer caps).

@@ -32,7 +32,7 @@ PEAK_PERIOD_S = 0.2
 WINDOW_FLOOR_S = 0.003
 #: Linearizable reads confirm their read index by ReadIndex (a heartbeat round, nothing
 #: written) whenever the engine can, not only while the node is degraded; measured in
-#: the README's Performance section (get at 64 clients against the barrier entry).
+#: bench/results/ (docs/performance.md) (get at 64 clients against the barrier entry).
 READ_INDEX_ALWAYS = True
 
 
@@ -172,7 +172,7 @@ class GroupCommit(LogBase):
         once lately (``WINDOW_PER_REQUEST_S``), from ``WINDOW_FLOOR_S`` up to
         ``batch_window_s``. More clients means longer: fuller items cost less CPU per
         request on every node; fewer means shorter, for latency (the rule is measured in
-        the README's Performance section)."""
+        bench/results/ (docs/performance.md))."""
         load = max(self._waiting_peak, self._waiting_peak_before)
         floor = min(self._batch_window_s, WINDOW_FLOOR_S)
         return min(self._batch_window_s, max(floor, self._window_per_request_s * load))
