@@ -1,23 +1,6 @@
-"""``metaledger compact``: offline compaction of the change log into a snapshot.
-
-A base snapshot (optional) plus the change-log segments up to ``--upto`` become a new
-snapshot, last write wins per (type, key), deletes dropped. ``--engine spark`` (default) runs
-a PySpark job on ``--master`` (``local[*]``, ``spark://HOST:PORT``, ``yarn``; the segments
-must be readable at the same path on every executor); ``--engine local`` folds in this one
-process. Both write the same per-type counts and content hashes.
-
-``--segments`` is a node's change-log directory (``<data-dir>/log``), or the node's data dir
-itself: a directory with no segment files but a ``log/`` directory that has some is read
-from there (said on stderr).
-
-The new snapshot's cluster id comes from ``--cluster-id``, else the base snapshot, else the
-segments' data dir (the node's snapshots in ``<data-dir>/snap/`` or ``<data-dir>/raft/``);
-when more than one of these is known they must agree. Its last term is the term of the last
-record at or below ``--upto`` (the base's when there is none), unless ``--last-term`` says.
-
-The inputs are checked before anything runs, and nothing is written when one is wrong:
-``--upto`` past the log's last record (and the base's offset), a directory without segments,
-a base snapshot of another cluster or past ``--upto``, a cluster id that is not 16 hex digits.
+"""``metaledger compact``: offline compaction of the change log into a snapshot; the help
+text (:data:`DESCRIPTION`) says what it does and what it checks. The checks run before
+anything else (:func:`check_inputs`), so a wrong input never starts Spark nor writes a file.
 """
 
 from __future__ import annotations
@@ -42,6 +25,29 @@ ENGINES = ("spark", "local")
 _CLUSTER_ID = re.compile(r"^[0-9a-f]{16}$")
 _SNAPSHOT_NAME = re.compile(r"^\d{20}\.snap$")
 
+DESCRIPTION = """\
+Compact a node's change log (plus, optionally, a base snapshot) into a new snapshot, offline:
+the state at offset --upto, last write wins per key, deleted keys dropped. --engine spark
+(default) runs a PySpark job on --master (local[*], spark://HOST:PORT, yarn; the segments must
+be readable at the same path on every executor); --engine local folds in this one process.
+Both write the same per-type counts and content hashes.
+
+--segments is a node's change-log directory (<data-dir>/log), or the node's data dir itself:
+a directory with no segment files but a log/ directory that has some is read from there (said
+on stderr).
+
+The new snapshot's cluster id comes from --cluster-id, else the base snapshot, else the
+segments' data dir (the node's snapshots in <data-dir>/snap/ or <data-dir>/raft/dump.snap);
+when more than one of these is known they must agree. Its last term is the term of the last
+record at or below --upto (the base's when there is none), unless --last-term says.
+
+The inputs are checked before anything runs, and nothing is written when one is wrong:
+--upto past the log's last record (and the base's offset), a directory without segments, a
+base snapshot of another cluster or past --upto, a cluster id that is not 16 hex digits, no
+--base-snapshot for a log whose start the node keeps only in a snapshot (its older segments
+deleted, or the member seeded from a snapshot): the error names the snapshot to give.
+"""
+
 EPILOG = """\
 exit codes:
   0  the snapshot was written
@@ -61,7 +67,7 @@ def cluster_id_arg(text: str) -> str:
     value = text.strip().lower()
     if not _CLUSTER_ID.match(value):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a cluster id (16 hex digits, as `metaledger status` or "
+            f"{text!r} is not a cluster id (16 hex digits, as `metaledger status -w json` or "
             "`metaledger snapshot inspect` show it)"
         )
     return value
@@ -87,31 +93,39 @@ class Inputs(NamedTuple):
     cluster_id: str
 
 
-def data_dir_cluster_id(segments: Path) -> tuple[str, Path] | None:
-    """The cluster id recorded next to a node's change log, and the file it was read from:
-    when `segments` is a data dir's ``log/``, from the newest readable snapshot header in
-    ``<data-dir>/snap/``, else the engine's ``<data-dir>/raft/dump.snap``. None when there
-    is none (a node that has not written a snapshot yet, or a bare copy of segments)."""
+class NodeSnapshot(NamedTuple):
+    """A snapshot a node keeps next to its change log, by its header."""
+
+    path: Path
+    last_offset: int
+    cluster_id: str
+
+
+def node_snapshots(segments: Path) -> list[NodeSnapshot]:
+    """The snapshots kept next to a node's change log, newest first: when `segments` is a
+    data dir's ``log/``, those in ``<data-dir>/snap/`` and the engine's
+    ``<data-dir>/raft/dump.snap`` whose headers read. Empty for a node that has written
+    none yet, or a bare copy of segments."""
     from snapshots import SnapshotError, inspect
 
     segments = segments.resolve()
     if segments.name != "log":
-        return None
+        return []
     data = segments.parent
     snap_dir = data / "snap"
-    candidates = []
-    if snap_dir.is_dir():
-        names = sorted((n for n in _listdir(snap_dir) if _SNAPSHOT_NAME.match(n)), reverse=True)
-        candidates = [snap_dir / n for n in names]
-    candidates.append(data / "raft" / "dump.snap")
-    for path in candidates:
+    paths = [snap_dir / n for n in _listdir(snap_dir) if _SNAPSHOT_NAME.match(n)]
+    paths.append(data / "raft" / "dump.snap")
+    found = []
+    for path in paths:
         if not path.is_file():
             continue
         try:
-            return inspect(path).cluster_id, path
+            info = inspect(path)
         except (SnapshotError, OSError):
-            continue  # a damaged or vanishing snapshot: the next one may do
-    return None
+            continue  # a damaged or vanishing snapshot: another may do
+        found.append(NodeSnapshot(path, info.last_offset, info.cluster_id))
+    found.sort(key=lambda s: (s.last_offset, s.path.name != "dump.snap"), reverse=True)
+    return found
 
 
 def _listdir(path: Path) -> list[str]:
@@ -159,24 +173,51 @@ def check_inputs(args: argparse.Namespace) -> Inputs:
             f"--upto {args.upto} is past the end of the change log in {segments}: "
             f"its last record is at offset {last}"
         )
-    return Inputs(segments, end, base, _cluster_id(args, segments, base))
+    kept = node_snapshots(segments)
+    cluster_id = _cluster_id(args, segments, base, kept)
+    if base is None and end.first_offset is not None and end.first_offset > 1:
+        _check_log_start(args.upto, segments, end.first_offset, kept)
+    return Inputs(segments, end, base, cluster_id)
 
 
-def _cluster_id(args: argparse.Namespace, segments: Path, base: SnapshotInfo | None) -> str:
+def _check_log_start(upto: int, segments: Path, first: int, kept: list[NodeSnapshot]) -> None:
+    """Without a base snapshot, refuse a log whose start the node has moved into a snapshot
+    (segments deleted after a snapshot, or a member seeded from one): the records before
+    `first` would be missing from the result."""
+    covering = [s for s in kept if s.last_offset >= first - 1]
+    if not covering:
+        return  # nothing says records came before `first`
+    usable = [s for s in covering if s.last_offset <= upto]
+    if usable:
+        raise InputError(
+            f"the change log in {segments} starts at offset {first}; the state before it is "
+            f"in the node's snapshots: give --base-snapshot {usable[0].path}"
+        )
+    raise InputError(
+        f"--upto {upto} is before the start of the change log in {segments} (offset {first}), "
+        f"and the node's oldest snapshot is at offset {min(s.last_offset for s in covering)}"
+    )
+
+
+def _cluster_id(
+    args: argparse.Namespace,
+    segments: Path,
+    base: SnapshotInfo | None,
+    kept: list[NodeSnapshot],
+) -> str:
     """The one cluster id the flag, the base snapshot and the data dir agree on."""
     known: list[tuple[str, str]] = []
     if args.cluster_id is not None:
         known.append((args.cluster_id, "--cluster-id"))
     if base is not None:
         known.append((base.cluster_id, f"--base-snapshot {args.base_snapshot}"))
-    found = data_dir_cluster_id(segments)
-    if found is not None:
-        known.append((found[0], f"the segments (by {found[1]})"))
+    if kept:
+        known.append((kept[0].cluster_id, f"the segments (by {kept[0].path})"))
     if not known:
         raise InputError(
             f"no cluster id: {segments} is not in a node's data dir with a snapshot, and there "
-            "is no --base-snapshot; give --cluster-id (16 hex digits, as `metaledger status` "
-            "shows it)"
+            "is no --base-snapshot; give --cluster-id (16 hex digits, as `metaledger status -w "
+            "json` shows it)"
         )
     first, where = known[0]
     for other, other_where in known[1:]:
@@ -264,7 +305,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "compact",
         parents=[common],
         help="compact change-log segments (+ a base snapshot) into a snapshot, offline",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -298,7 +339,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         type=non_negative_int,
         help="term at --upto (default: of the last record at or below it)",
     )
-    p.add_argument("--engine", choices=ENGINES, default="spark")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="spark",
+        help="spark (default): a PySpark job; local: one process, no Spark",
+    )
     p.add_argument("--partitions", type=int, help="Spark shuffle partitions (default: by size)")
     p.add_argument(
         "--driver-memory",

@@ -35,10 +35,12 @@ _ALL = 2**63 - 1
 
 
 class LogEnd(NamedTuple):
-    """What :func:`log_end` found: `segments` files; `last_offset` None when none of them
-    holds a record (then `last_term` is 0)."""
+    """What :func:`log_end` found: `segments` files, the first named for `first_offset` (None
+    without segments: the offset of its first record, if it has any); `last_offset` None
+    when none of them holds a record (then `last_term` is 0)."""
 
     segments: int
+    first_offset: int | None
     last_offset: int | None
     last_term: int
 
@@ -48,11 +50,12 @@ def log_end(directory: str | os.PathLike[str]) -> LogEnd:
     Raises ChangeLogError (a wrong header, a damaged frame that is not the last file's torn
     tail, an undecodable effect), OSError (e.g. not a directory)."""
     segments = list_segments(directory, _ALL)
+    first = segments[0].first_offset if segments else None
     for i in range(len(segments) - 1, -1, -1):
         found = _last_record(segments[i], is_last=i == len(segments) - 1)
         if found is not None:
-            return LogEnd(len(segments), *found)
-    return LogEnd(len(segments), None, 0)
+            return LogEnd(len(segments), first, *found)
+    return LogEnd(len(segments), first, None, 0)
 
 
 def _last_record(seg: SegmentFile, *, is_last: bool) -> tuple[int, int] | None:

@@ -22,14 +22,18 @@ OTHER = "0badbeef0badbeef"
 
 
 def make_data_dir(
-    root: Path, last: int = 130, snapshot_at: int | None = None, segment_bytes: int = 2048
+    root: Path,
+    last: int = 130,
+    snapshot_at: int | None = None,
+    segment_bytes: int = 2048,
+    first: int = 1,
 ) -> Path:
-    """A node-like data dir: offsets 1..last in ``log/`` (term 1 up to 100, then 2), rolled
+    """A node-like data dir: offsets first..last in ``log/`` (term 1 up to 100, then 2), rolled
     into several small segments, and a snapshot of CLUSTER in ``snap/`` if asked."""
     data = root / "node"
     config = SegmentConfig(segment_max_bytes=segment_bytes, index_every_bytes=256)
     with SegmentLog.open(data / "log", config) as log:
-        for offset in range(1, last + 1):
+        for offset in range(first, last + 1):
             effect = Effect(type="kv", key=b"k%d" % (offset % 17), value=b"v%d" % offset, count=1)
             effect.term = 1 if offset <= 100 else 2
             log.append(offset, 0, effect.SerializeToString())
@@ -65,7 +69,8 @@ def test_log_end_reads_the_last_segments_tail(tmp_path: Path) -> None:
     data = make_data_dir(tmp_path)
     end = log_end(data / "log")
     assert end.segments > 2 and (end.last_offset, end.last_term) == (130, 2)
-    assert log_end(data) == (0, None, 0)  # the data dir itself holds no segment files
+    assert end.first_offset == 1
+    assert log_end(data) == (0, None, None, 0)  # the data dir itself holds no segment files
     # a torn tail of the last segment ends the log at the last whole record
     last_seg = sorted((data / "log").glob("*.seg"))[-1]
     with open(last_seg, "ab") as f:
@@ -215,7 +220,7 @@ def test_no_cluster_id_anywhere_is_an_error(
     assert error_line(capsys) == (
         f"metaledger: compact: no cluster id: {data / 'log'} is not in a node's data dir with "
         "a snapshot, and there is no --base-snapshot; give --cluster-id (16 hex digits, as "
-        "`metaledger status` shows it)"
+        "`metaledger status -w json` shows it)"
     )
     assert not out.exists()
 
@@ -236,3 +241,27 @@ def test_help_says_where_the_cluster_id_comes_from(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "cluster id comes from" in out and "<data-dir>/snap/" in out
     assert "exit codes:" in out and "DESIGN" not in out
+
+
+def test_a_log_whose_start_is_in_a_snapshot_needs_the_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Segments deleted after the node's snapshot at 60 (or a member seeded from it): the
+    segments alone would miss every key written before offset 61."""
+    data = make_data_dir(tmp_path, snapshot_at=60, first=61)
+    snap = data.resolve() / "snap" / snapshot_name(60)
+    out = tmp_path / "out.snap"
+    argv = ["--segments", str(data / "log"), "--out", str(out), "--engine", "local"]
+    assert compact(*argv, "--upto", "120") == ExitCode.USAGE
+    assert error_line(capsys) == (
+        f"metaledger: compact: the change log in {data / 'log'} starts at offset 61; the state "
+        f"before it is in the node's snapshots: give --base-snapshot {snap}"
+    )
+    assert compact(*argv, "--upto", "50") == ExitCode.USAGE
+    assert error_line(capsys) == (
+        f"metaledger: compact: --upto 50 is before the start of the change log in "
+        f"{data / 'log'} (offset 61), and the node's oldest snapshot is at offset 60"
+    )
+    assert not out.exists()
+    assert compact(*argv, "--upto", "120", "--base-snapshot", str(snap)) == ExitCode.OK
+    assert inspect(out).record_count == 17
