@@ -181,21 +181,22 @@ def check_inputs(args: argparse.Namespace) -> Inputs:
 
 
 def _check_log_start(upto: int, segments: Path, first: int, kept: list[NodeSnapshot]) -> None:
-    """Without a base snapshot, refuse a log whose start the node has moved into a snapshot
-    (segments deleted after a snapshot, or a member seeded from one): the records before
-    `first` would be missing from the result."""
-    covering = [s for s in kept if s.last_offset >= first - 1]
-    if not covering:
-        return  # nothing says records came before `first`
-    usable = [s for s in covering if s.last_offset <= upto]
+    """Without a base snapshot, refuse a log that starts after offset 1 in a data dir that
+    keeps snapshots: its older segments were deleted after a snapshot, or the member was
+    seeded from one, and the state before `first` would be missing from the result. (A log
+    whose first offsets changed nothing is refused too: the safe side; the base fixes it.)"""
+    if not kept:
+        return
+    usable = [s for s in kept if s.last_offset <= upto]
     if usable:
         raise InputError(
             f"the change log in {segments} starts at offset {first}; the state before it is "
             f"in the node's snapshots: give --base-snapshot {usable[0].path}"
         )
     raise InputError(
-        f"--upto {upto} is before the start of the change log in {segments} (offset {first}), "
-        f"and the node's oldest snapshot is at offset {min(s.last_offset for s in covering)}"
+        f"the change log in {segments} starts at offset {first}, and the node's oldest "
+        f"snapshot is at offset {kept[-1].last_offset}, past --upto {upto}: the state at "
+        f"{upto} cannot be built from this data dir"
     )
 
 

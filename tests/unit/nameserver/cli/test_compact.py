@@ -259,8 +259,9 @@ def test_a_log_whose_start_is_in_a_snapshot_needs_the_base(
     )
     assert compact(*argv, "--upto", "50") == ExitCode.USAGE
     assert error_line(capsys) == (
-        f"metaledger: compact: --upto 50 is before the start of the change log in "
-        f"{data / 'log'} (offset 61), and the node's oldest snapshot is at offset 60"
+        f"metaledger: compact: the change log in {data / 'log'} starts at offset 61, and "
+        "the node's oldest snapshot is at offset 60, past --upto 50: the state at 50 cannot "
+        "be built from this data dir"
     )
     assert not out.exists()
     assert compact(*argv, "--upto", "120", "--base-snapshot", str(snap)) == ExitCode.OK
