@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def test_save_list_inspect_restore_round_trip(cluster: Cluster, tmp_path: Path) 
         fresh.close()
 
 
-def _compact_a_restored_members_log(data_dir: Path, tmp_path: Path, saved: dict) -> None:
+def _compact_a_restored_members_log(data_dir: Path, tmp_path: Path, saved: dict[str, Any]) -> None:
     """`metaledger compact` on a live member's data dir: its log starts after the snapshot
     it was seeded from, so the snapshot is needed as the base (the error names it); with it,
     the cluster id and term need no flags; an --upto past the log is refused."""
