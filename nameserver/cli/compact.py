@@ -91,6 +91,8 @@ class Inputs(NamedTuple):
     end: LogEnd
     base: SnapshotInfo | None
     cluster_id: str
+    #: what the caller should say on stderr once the inputs are good (a data dir given)
+    note: str | None = None
 
 
 class NodeSnapshot(NamedTuple):
@@ -142,6 +144,7 @@ def check_inputs(args: argparse.Namespace) -> Inputs:
     from snapshots.compaction import log_end
 
     segments = Path(args.segments)
+    note = None
     if not segments.is_dir():
         raise InputError(f"--segments {args.segments}: not a directory")
     end = log_end(segments)
@@ -153,11 +156,7 @@ def check_inputs(args: argparse.Namespace) -> Inputs:
                 f"--segments {args.segments} holds no change-log segments "
                 "(<first-offset>.seg files); give a node's data dir or its log/ directory"
             )
-        print(
-            f"metaledger: compact: {args.segments} is a node's data dir; "
-            f"reading its change log in {inner}",
-            file=sys.stderr,
-        )
+        note = f"{args.segments} is a node's data dir; reading its change log in {inner}"
         segments, end = inner, inner_end
     base = inspect(args.base_snapshot) if args.base_snapshot else None
     if base is not None and base.last_offset > args.upto:
@@ -169,15 +168,20 @@ def check_inputs(args: argparse.Namespace) -> Inputs:
     if args.upto > max(last, base.last_offset if base is not None else -1):
         if end.last_offset is None:
             raise InputError(f"--upto {args.upto}: the change log in {segments} holds no records")
+        beyond = (
+            f" and the base snapshot's offset is {base.last_offset}"
+            if base is not None and base.last_offset > last
+            else ""
+        )
         raise InputError(
             f"--upto {args.upto} is past the end of the change log in {segments}: "
-            f"its last record is at offset {last}"
+            f"its last record is at offset {last}{beyond}"
         )
     kept = node_snapshots(segments)
     cluster_id = _cluster_id(args, segments, base, kept)
     if base is None and end.first_offset is not None and end.first_offset > 1:
         _check_log_start(args.upto, segments, end.first_offset, kept)
-    return Inputs(segments, end, base, cluster_id)
+    return Inputs(segments, end, base, cluster_id, note)
 
 
 def _check_log_start(upto: int, segments: Path, first: int, kept: list[NodeSnapshot]) -> None:
@@ -235,6 +239,8 @@ def run_compact(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
     try:
         inputs = check_inputs(args)
+        if inputs.note:
+            print(f"metaledger: compact: {inputs.note}", file=sys.stderr)
         cluster, base = inputs.cluster_id, inputs.base
         if args.engine == "spark":
             meta: SnapshotMeta | str = cluster

@@ -94,7 +94,9 @@ def test_upto_past_the_last_record_is_an_error(
     assert inspect(out).last_offset == 130
 
 
-def test_upto_up_to_the_base_snapshot_is_allowed_past_the_log(tmp_path: Path) -> None:
+def test_upto_up_to_the_base_snapshot_is_allowed_past_the_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A base snapshot newer than every record (the offsets after changed nothing) may be
     compacted at its own offset."""
     data = make_data_dir(tmp_path, last=40)
@@ -102,7 +104,12 @@ def test_upto_up_to_the_base_snapshot_is_allowed_past_the_log(tmp_path: Path) ->
     write_snapshot(base, SnapshotMeta(CLUSTER, 45, 3), [("kv", b"a", b"1")])
     argv = ["--segments", str(data / "log"), "--base-snapshot", str(base), "--engine", "local"]
     assert compact(*argv, "--upto", "45", "--out", str(tmp_path / "o.snap")) == ExitCode.OK
+    capsys.readouterr()
     assert compact(*argv, "--upto", "46", "--out", str(tmp_path / "p.snap")) == ExitCode.USAGE
+    assert error_line(capsys) == (
+        f"metaledger: compact: --upto 46 is past the end of the change log in {data / 'log'}: "
+        "its last record is at offset 40 and the base snapshot's offset is 45"
+    )
     assert not (tmp_path / "p.snap").exists()
 
 
@@ -266,3 +273,12 @@ def test_a_log_whose_start_is_in_a_snapshot_needs_the_base(
     assert not out.exists()
     assert compact(*argv, "--upto", "120", "--base-snapshot", str(snap)) == ExitCode.OK
     assert inspect(out).record_count == 17
+
+
+def test_an_error_on_a_data_dir_is_still_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = make_data_dir(tmp_path)
+    argv = ["--segments", str(data), "--cluster-id", CLUSTER, "--out", str(tmp_path / "o")]
+    assert compact(*argv, "--upto", "131") == ExitCode.USAGE
+    assert "its last record is at offset 130" in error_line(capsys)
