@@ -282,3 +282,18 @@ def test_an_error_on_a_data_dir_is_still_one_line(
     argv = ["--segments", str(data), "--cluster-id", CLUSTER, "--out", str(tmp_path / "o")]
     assert compact(*argv, "--upto", "131") == ExitCode.USAGE
     assert "its last record is at offset 130" in error_line(capsys)
+
+
+def test_a_damaged_segment_is_exit_1_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = make_data_dir(tmp_path)
+    first = sorted((data / "log").glob("*.seg"))[0]
+    raw = bytearray(first.read_bytes())
+    raw[200] ^= 0xFF  # inside a frame of an older segment: corruption, not a torn tail
+    first.write_bytes(bytes(raw))
+    out = tmp_path / "out.snap"
+    argv = ["--segments", str(data / "log"), "--cluster-id", CLUSTER, "--out", str(out)]
+    assert compact(*argv, "--upto", "120", "--engine", "local") == ExitCode.ERROR
+    assert f"{first}" in error_line(capsys)
+    assert not out.exists()
