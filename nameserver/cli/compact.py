@@ -6,6 +6,7 @@ anything else (:func:`check_inputs`), so a wrong input never starts Spark nor wr
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 ENGINES = ("spark", "local")
 _CLUSTER_ID = re.compile(r"^[0-9a-f]{16}$")
 _SNAPSHOT_NAME = re.compile(r"^\d{20}\.snap$")
+#: what a node records about itself in its data dir on first start (node id, cluster id)
+IDENTITY_FILE = "identity.json"
 
 DESCRIPTION = """\
 Compact a node's change log (plus, optionally, a base snapshot) into a new snapshot, offline:
@@ -37,8 +40,9 @@ a directory with no segment files but a log/ directory that has some is read fro
 on stderr).
 
 The new snapshot's cluster id comes from --cluster-id, else the base snapshot, else the
-segments' data dir (the node's snapshots in <data-dir>/snap/ or <data-dir>/raft/dump.snap);
-when more than one of these is known they must agree. Its last term is the term of the last
+segments' data dir (<data-dir>/identity.json, which the node writes on its first start, or
+the node's snapshots in <data-dir>/snap/ and <data-dir>/raft/dump.snap); when more than one
+of these is known they must agree. Its last term is the term of the last
 record at or below --upto (the base's when there is none), unless --last-term says.
 
 The inputs are checked before anything runs, and nothing is written when one is wrong:
@@ -130,6 +134,26 @@ def node_snapshots(segments: Path) -> list[NodeSnapshot]:
     return found
 
 
+def data_dir_cluster_id(segments: Path, kept: list[NodeSnapshot]) -> tuple[str, Path] | None:
+    """The cluster id of the node whose change log `segments` is, and the file that says
+    so: the data dir's ``identity.json`` (written by the node on its first start), else its
+    newest snapshot in `kept`. None for a bare copy of segments, or a data dir with neither
+    (a node of an older version that has not written a snapshot yet)."""
+    segments = segments.resolve()
+    if segments.name == "log":
+        path = segments.parent / IDENTITY_FILE
+        try:
+            cluster_id = json.loads(path.read_bytes())["cluster_id"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none, or unreadable: the node's own start reports that
+        else:
+            if isinstance(cluster_id, str) and cluster_id:
+                return cluster_id, path
+    if kept:
+        return kept[0].cluster_id, kept[0].path
+    return None
+
+
 def _listdir(path: Path) -> list[str]:
     try:
         return [p.name for p in path.iterdir()]
@@ -216,11 +240,12 @@ def _cluster_id(
         known.append((args.cluster_id, "--cluster-id"))
     if base is not None:
         known.append((base.cluster_id, f"--base-snapshot {args.base_snapshot}"))
-    if kept:
-        known.append((kept[0].cluster_id, f"the segments (by {kept[0].path})"))
+    found = data_dir_cluster_id(segments, kept)
+    if found is not None:
+        known.append((found[0], f"the segments (by {found[1]})"))
     if not known:
         raise InputError(
-            f"no cluster id: {segments} is not in a node's data dir with a snapshot, and there "
+            f"no cluster id: {segments} is not in a node's data dir that records one, and there "
             "is no --base-snapshot; give --cluster-id (16 hex digits, as `metaledger status -w "
             "json` shows it)"
         )

@@ -6,6 +6,7 @@ a node lays out its data dir (``log/``, ``snap/``)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -225,8 +226,8 @@ def test_no_cluster_id_anywhere_is_an_error(
     out = tmp_path / "out.snap"
     assert compact("--segments", str(data / "log"), "--upto", "50", "--out", str(out)) == 2
     assert error_line(capsys) == (
-        f"metaledger: compact: no cluster id: {data / 'log'} is not in a node's data dir with "
-        "a snapshot, and there is no --base-snapshot; give --cluster-id (16 hex digits, as "
+        f"metaledger: compact: no cluster id: {data / 'log'} is not in a node's data dir that "
+        "records one, and there is no --base-snapshot; give --cluster-id (16 hex digits, as "
         "`metaledger status -w json` shows it)"
     )
     assert not out.exists()
@@ -297,3 +298,19 @@ def test_a_damaged_segment_is_exit_1_in_one_line(
     assert compact(*argv, "--upto", "120", "--engine", "local") == ExitCode.ERROR
     assert f"{first}" in error_line(capsys)
     assert not out.exists()
+
+
+def test_cluster_id_comes_from_the_identity_file_first(tmp_path: Path) -> None:
+    """What a node records in its data dir on its first start (``identity.json``) names the
+    cluster even before the node has written a snapshot."""
+    data = make_data_dir(tmp_path)
+    (data / "identity.json").write_text(
+        json.dumps({"format": 1, "node_id": "n0", "cluster_id": CLUSTER, "cluster_token": "t"})
+    )
+    out = tmp_path / "out.snap"
+    argv = ["--segments", str(data), "--upto", "77", "--out", str(out), "--engine", "local"]
+    assert compact(*argv) == ExitCode.OK
+    assert (inspect(out).cluster_id, inspect(out).last_term) == (CLUSTER, 1)
+    base = tmp_path / "base.snap"
+    write_snapshot(base, SnapshotMeta(OTHER, 50, 1), [("kv", b"a", b"1")])
+    assert compact(*argv, "--base-snapshot", str(base)) == ExitCode.USAGE
