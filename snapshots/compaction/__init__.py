@@ -92,13 +92,15 @@ if a profile on a many-core cluster says otherwise; the binary-segment path stay
 Modules: ``_plan`` (the driver's plan: segment files, read tasks, partition counts),
 ``_worker`` (what runs on the executors: read and pre-fold, partitioner, fold, digest,
 frame encoding), ``_session`` (the SparkContext and its JVM), ``_progress`` (the bar),
-``_job`` (:func:`compact_spark`), ``_errors`` (:class:`CompactionError`, a
+``_job`` (:func:`compact_spark`), ``_extent`` (:func:`log_end`: where a segment directory's
+log ends, for checking a job's inputs before it starts), ``_errors`` (:class:`CompactionError`, a
 :class:`snapshots.SnapshotError`). The stage functions are public so that benchmarks can
 run a stage's work outside Spark. This package imports neither ``raftlog`` nor
 ``nameserver``.
 """
 
 from snapshots.compaction._errors import CompactionError
+from snapshots.compaction._extent import LogEnd, log_end
 from snapshots.compaction._job import compact_spark
 from snapshots.compaction._plan import (
     ReadTask,
@@ -135,6 +137,7 @@ __all__ = [
     "DEFAULT_MASTER",
     "CompactionError",
     "FileStats",
+    "LogEnd",
     "ReadTask",
     "SegmentFile",
     "StateKey",
@@ -147,6 +150,7 @@ __all__ = [
     "fold_versions",
     "last_term_upto",
     "list_segments",
+    "log_end",
     "make_spark_context",
     "make_spark_session",
     "parse_memory_size",

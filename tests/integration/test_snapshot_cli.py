@@ -8,10 +8,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from protos.etcdserverpb import rpc_pb2
+from snapshots import snapshot_name
+from snapshots.compaction import log_end
 from tests.harness import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
@@ -84,5 +87,29 @@ def test_save_list_inspect_restore_round_trip(cluster: Cluster, tmp_path: Path) 
             20,
             "every restored member applies new writes",
         )
+        _compact_a_restored_members_log(fresh.data_dir(0), tmp_path, info)
     finally:
         fresh.close()
+
+
+def _compact_a_restored_members_log(data_dir: Path, tmp_path: Path, saved: dict[str, Any]) -> None:
+    """`metaledger compact` on a live member's data dir: its log starts after the snapshot
+    it was seeded from, so the snapshot is needed as the base (the error names it); with it,
+    the cluster id and term need no flags; an --upto past the log is refused."""
+    end = log_end(data_dir / "log")
+    assert end.last_offset is not None and end.last_offset > saved["last_offset"]
+    out = tmp_path / "c.snap"
+    argv = ["compact", "--segments", str(data_dir), "--out", str(out), "--engine", "local"]
+    alone = cli(*argv, "--upto", str(end.last_offset))
+    assert alone.returncode == 2 and not out.exists()
+    base = data_dir.resolve() / "snap" / snapshot_name(saved["last_offset"])
+    assert alone.stderr.splitlines()[-1].endswith(f"give --base-snapshot {base}")
+    past = cli(*argv, "--upto", str(end.last_offset + 1000), "--base-snapshot", str(base))
+    assert past.returncode == 2 and not out.exists()
+    assert "is past the end of the change log" in past.stderr  # a live log: it may have grown
+    done = cli(*argv, "--upto", str(end.last_offset), "--base-snapshot", str(base), "-w", "json")
+    assert done.returncode == 0, done.stderr
+    assert "reading its change log in" in done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["cluster_id"] == saved["cluster_id"] and doc["last_offset"] == end.last_offset
+    assert doc["counts"]["kv"] == 51  # the 50 restored keys and the one written after
