@@ -31,7 +31,7 @@ from nameserver.kv.service import KVService
 from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
 from nameserver.leases.service import LeaseService
-from nameserver.metrics import Metric, MetricsServer, health_metrics
+from nameserver.metrics import REJECTIONS, Metric, MetricsServer, health_metrics
 from nameserver.offsets.service import OffsetsService
 from nameserver.quotas.service import QuotasService
 from nameserver.remoting.server import RemotingServer
@@ -374,6 +374,7 @@ class Node:
                 ],
             ),
             *health_metrics(self.log.health, node),
+            REJECTIONS.metric(node),
             gauge("kv_keys", "Keys in the kv record type.", len(image.kv)),
             gauge("leases", "Live leases.", len(image.leases)),
         ]
