@@ -270,7 +270,8 @@ def run_cluster_up(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir)
     try:
-        prepare_data_dir(args.data_dir)
+        for path in (data_dir, *(data_dir / node.id for node in nodes)):
+            prepare_data_dir(str(path))
     except StartupError as exc:
         print(f"metaledger: cluster up: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_START

@@ -1,8 +1,12 @@
 """``metaledger serve``: run one metadata node until SIGINT/SIGTERM.
 
 Flags map one to one onto :class:`nameserver.config.ServerConfig` fields; a flag not given
-keeps the dataclass default (ports per DESIGN §6: client 9877, peer 9878, remoting 9876,
-metrics 9879). A :class:`raftlog.ConfigError` exits with USAGE and names the field.
+keeps the dataclass default (ports: client 9877, peer 9878, remoting 9876, metrics 9879).
+A :class:`raftlog.ConfigError` exits with USAGE and names the field. A node that cannot
+start (a port in use, a data dir that cannot be used or is another node's or cluster's,
+an unreadable password file: :mod:`nameserver.startup`) prints one line
+``metaledger: serve: <what>: <why>`` and exits with CANNOT_START; any other failure prints
+one line too. The traceback is printed only with ``--log-level DEBUG``.
 
 The Raft peer port always authenticates: the cluster password comes from
 ``--cluster-password-file PATH`` (what ``cluster up`` passes), ``--cluster-password`` or

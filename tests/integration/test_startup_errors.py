@@ -125,6 +125,14 @@ def test_a_data_dir_below_a_file_is_refused(tmp_path: Path, command: str) -> Non
     )
 
 
+def test_cluster_up_refuses_a_node_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "n0").write_text("not a directory\n")
+    assert _one_line(_cluster_up(tmp_path)) == (
+        f"metaledger: cluster up: cannot use data dir {tmp_path / 'n0'} (--data-dir): "
+        "it is a file, not a directory"
+    )
+
+
 def test_a_data_dir_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
     path = "/proc/metaledger-test/data"  # procfs: no directory can be made there
     line = _one_line(_run(_serve_argv(Path(path))))
