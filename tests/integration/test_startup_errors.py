@@ -81,7 +81,8 @@ def test_serve_on_a_port_in_use_names_the_address_and_the_flag(
     tmp_path: Path, held_port: int, flag: str
 ) -> None:
     name = flag.removeprefix("--").replace("-", "_")
-    line = _one_line(_run(_serve_argv(tmp_path / "n0", **{name: held_port})))
+    ports: dict[str, int] = {name: held_port}
+    line = _one_line(_run(_serve_argv(tmp_path / "n0", "n0", **ports)))
     assert line == (
         f"metaledger: serve: cannot listen on 127.0.0.1:{held_port} ({flag}): "
         "address already in use"
