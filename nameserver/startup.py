@@ -17,8 +17,8 @@ atomically: temporary file, fsync, rename, fsync of the directory)::
 
 Every later start compares the node id and the cluster id (derived from
 ``--initial-cluster-token``) with it. A data dir that holds data but no identity file (made
-before the file existed) is adopted: the file is written from the node's flags and a line
-is logged.
+before the file existed, or seeded by ``snapshot restore``) is adopted: the file is written
+from the node's flags and a line is logged.
 """
 
 from __future__ import annotations
@@ -195,8 +195,8 @@ def claim_data_dir(data_dir: str, node_id: str, cluster_id: int, cluster_token: 
     if have is None:
         if has_data(data_dir):
             log.info(
-                "data dir %s has data but no %s (made by an older version): adopting it as "
-                "node %s of cluster %s",
+                "data dir %s has data but no %s (seeded by snapshot restore, or made by an "
+                "older version): adopting it as node %s of cluster %s",
                 data_dir,
                 IDENTITY_FILE,
                 node_id,
