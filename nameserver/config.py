@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from raftlog import ConfigError
 
-#: etcd's limits, and ours (issue: bad input gets INVALID_ARGUMENT naming the limit).
+#: etcd's limits, and ours (a request past one gets INVALID_ARGUMENT naming the limit).
 MAX_VALUE_BYTES = 1536 * 1024  # 1.5 MiB
 MAX_REQUEST_BYTES = 2 * 1024 * 1024  # 2 MiB
 MAX_TXN_OPS = 128
@@ -42,7 +42,7 @@ def parse_initial_cluster(value: str) -> dict[str, str]:
 
 
 #: How snapshots are written: "process" forks a child that encodes and writes the file
-#: (the node's threads never wait for it: issue 3's stall goal); "thread" writes it on a
+#: (the node's threads never wait for it: no commit stalls); "thread" writes it on a
 #: thread of the node (where fork is unavailable, or to debug).
 SNAPSHOT_WRITERS = ("process", "thread")
 

@@ -68,6 +68,41 @@ def health_metrics(health: Health, labels: dict[str, str]) -> list[Metric]:
     ]
 
 
+class Rejections:
+    """Requests refused for a reason of the client's own (bad input, a quota, a fence, an
+    unknown lease, no leader at the moment, ...), counted by API (``grpc``, ``remoting``),
+    gRPC status and error class. A refusal is answered to the client and logged at DEBUG
+    only: it is no fault of the node. Counted on the event loop that answers (one per
+    front), so plain dict updates suffice."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str], int] = {}
+
+    def count(self, api: str, code: str, error: str) -> None:
+        key = (api, code, error)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+    def metric(self, labels: dict[str, str]) -> Metric:
+        """``metaledger_requests_rejected_total{api,code,error}``."""
+        return (
+            "metaledger_requests_rejected_total",
+            "Client requests refused (answered with an error status), by API, gRPC status "
+            "and error class; logged at DEBUG only.",
+            "counter",
+            [
+                ({**labels, "api": api, "code": code, "error": error}, value)
+                for (api, code, error), value in sorted(self._counts.items())
+            ],
+        )
+
+
+#: This process's refusals (a process serves one node; the node's metrics show them).
+REJECTIONS = Rejections()
+
+
 def health_body(reason: str) -> tuple[bytes, bytes]:
     """(body, status line) of ``GET /health``: etcd's ``{"health":"true"}`` when
     ``reason`` is empty, else 503 with the reason."""

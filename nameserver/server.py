@@ -31,7 +31,7 @@ from nameserver.kv.service import KVService
 from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
 from nameserver.leases.service import LeaseService
-from nameserver.metrics import Metric, MetricsServer, health_metrics
+from nameserver.metrics import REJECTIONS, Metric, MetricsServer, health_metrics
 from nameserver.offsets.service import OffsetsService
 from nameserver.quotas.service import QuotasService
 from nameserver.remoting.server import RemotingServer
@@ -41,6 +41,7 @@ from nameserver.routing.liveness import BrokerKeeper
 from nameserver.routing.ops import RoutingNode
 from nameserver.routing.remoting import NameserverRemoting
 from nameserver.routing.service import RoutingService
+from nameserver.startup import binding, check_bindable, claim_data_dir, prepare_data_dir
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.state.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.watch.events import FLOOR_FILE
@@ -138,7 +139,8 @@ class Node:
         self.config = config
         peers = config.peers
         self.cluster_id = uint64_id("cluster:" + config.cluster_token)
-        os.makedirs(config.data_dir, exist_ok=True)
+        prepare_data_dir(config.data_dir)
+        claim_data_dir(config.data_dir, config.node_id, self.cluster_id, config.cluster_token)
         segments = SegmentLog.open(
             os.path.join(config.data_dir, "log"),
             SegmentConfig(
@@ -243,8 +245,11 @@ class Node:
         return leader.client_address if leader is not None else None
 
     async def start(self) -> None:
+        for field in ("listen_peer", "listen_client", "listen_remoting", "listen_metrics"):
+            check_bindable(field, getattr(self.config, field))  # before anything starts
         self.watch_hub.attach(asyncio.get_running_loop())
-        self.log.start()
+        with binding("listen_peer", self.config.listen_peer):
+            self.log.start()
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
         table = MethodTable(self.config.max_request_bytes)
         rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), table)
@@ -267,8 +272,9 @@ class Node:
             server, table.methods(HOT_METHODS), (table,), self.config.grpc_acceptors
         )
         acceptors.register()
-        if server.add_insecure_port(self.config.listen_client) == 0:
-            raise OSError(f"listen_client: cannot bind {self.config.listen_client}")
+        with binding("listen_client", self.config.listen_client):
+            if server.add_insecure_port(self.config.listen_client) == 0:
+                raise RuntimeError(f"cannot bind {self.config.listen_client}")
         await server.start()
         self.server, self.acceptors = server, acceptors
         acceptors.start()
@@ -276,10 +282,12 @@ class Node:
         self.leases.start()
         self.replica_liveness.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
-        await self.remoting.start(host.strip("[]"), int(port))
+        with binding("listen_remoting", self.config.listen_remoting):
+            await self.remoting.start(host.strip("[]"), int(port))
         self.brokers.start()
         host, _, port = self.config.listen_metrics.rpartition(":")
-        await self.metrics.start(host.strip("[]"), int(port))
+        with binding("listen_metrics", self.config.listen_metrics):
+            await self.metrics.start(host.strip("[]"), int(port))
         log.info(
             "node %s serving: client %s, peer %s, remoting %s, metrics %s, data %s",
             self.config.node_id,
@@ -366,6 +374,7 @@ class Node:
                 ],
             ),
             *health_metrics(self.log.health, node),
+            REJECTIONS.metric(node),
             gauge("kv_keys", "Keys in the kv record type.", len(image.kv)),
             gauge("leases", "Live leases.", len(image.leases)),
         ]
@@ -423,7 +432,12 @@ async def _serve(config: ServerConfig) -> str:
             loop.call_soon_threadsafe(stop.set)
 
     node.log.set_on_fatal(on_fatal)
-    await node.start()
+    try:
+        await node.start()
+    except BaseException:
+        with suppress(Exception):  # what did start is stopped; the start error is the news
+            await node.stop()
+        raise
     _tune_gc()
     try:
         await stop.wait()

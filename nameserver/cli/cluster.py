@@ -264,16 +264,22 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     if busy:
         print(f"metaledger: ports in use: {', '.join(busy)}", file=sys.stderr)
         return ExitCode.ERROR
+    from nameserver.startup import StartupError, prepare_data_dir
     from raftlog import ConfigError  # here: raftlog is not cheap to import for every command
     from raftlog.native.auth import create_password_file
 
     data_dir = Path(args.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for path in (data_dir, *(data_dir / node.id for node in nodes)):
+            prepare_data_dir(str(path))
+    except StartupError as exc:
+        print(f"metaledger: cluster up: {exc}", file=sys.stderr)
+        return ExitCode.CANNOT_START
     try:
         create_password_file(data_dir / PASSWORD_FILE)  # or reuse the one it holds
-    except ConfigError as exc:
-        print(f"metaledger: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+    except ConfigError as exc:  # it cannot be read
+        print(f"metaledger: cluster up: {str(exc).removeprefix(exc.field + ': ')}", file=sys.stderr)
+        return ExitCode.CANNOT_START
 
     stop = threading.Event()
 

@@ -19,6 +19,9 @@ class ExitCode(IntEnum):
     INVALID = 6  # the server (or the txn parser) refused the input
     TIMEOUT = 7  # the request's deadline passed; a write may still be applied
     FATAL = 70  # the node cannot go on (a bug or damage on the apply path; EX_SOFTWARE)
+    #: serve / cluster up: the node cannot start (a port in use, a data dir that cannot be
+    #: used or is another node's or cluster's, an unreadable file; sysexits' EX_CONFIG)
+    CANNOT_START = 78
     INTERRUPTED = 130  # Ctrl-C
 
 

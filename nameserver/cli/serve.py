@@ -1,8 +1,12 @@
 """``metaledger serve``: run one metadata node until SIGINT/SIGTERM.
 
 Flags map one to one onto :class:`nameserver.config.ServerConfig` fields; a flag not given
-keeps the dataclass default (ports per DESIGN §6: client 9877, peer 9878, remoting 9876,
-metrics 9879). A :class:`raftlog.ConfigError` exits with USAGE and names the field.
+keeps the dataclass default (ports: client 9877, peer 9878, remoting 9876, metrics 9879).
+A :class:`raftlog.ConfigError` exits with USAGE and names the field. A node that cannot
+start (a port in use, a data dir that cannot be used or is another node's or cluster's,
+an unreadable password file: :mod:`nameserver.startup`) prints one line
+``metaledger: serve: <what>: <why>`` and exits with CANNOT_START; any other failure prints
+one line too. The traceback is printed only with ``--log-level DEBUG``.
 
 The Raft peer port always authenticates: the cluster password comes from
 ``--cluster-password-file PATH`` (what ``cluster up`` passes), ``--cluster-password`` or
@@ -18,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any
 
 from nameserver.cli.exitcodes import ExitCode
@@ -107,6 +112,14 @@ def _die_with_parent() -> bool:
     return str(os.getppid()) == parent  # else the parent died before prctl took effect
 
 
+def _fail(args: argparse.Namespace, message: str, code: ExitCode) -> int:
+    """Print ``metaledger: serve: <message>``; the traceback too under --log-level DEBUG."""
+    if args.log_level == "DEBUG" and sys.exc_info()[0] is not None:
+        traceback.print_exc()
+    print(f"metaledger: serve: {message}", file=sys.stderr)
+    return code
+
+
 def run_serve(args: argparse.Namespace) -> int:
     from raftlog import ConfigError
 
@@ -114,6 +127,9 @@ def run_serve(args: argparse.Namespace) -> int:
         config = build_config(args)
         config.validate()
     except ConfigError as exc:
+        if exc.field == "cluster_password_file":  # a file that cannot be read
+            why = str(exc).removeprefix(f"{exc.field}: ")
+            return _fail(args, f"{why} (--cluster-password-file)", ExitCode.CANNOT_START)
         print(f"metaledger: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     logging.basicConfig(
@@ -127,13 +143,18 @@ def run_serve(args: argparse.Namespace) -> int:
         )
         return ExitCode.ERROR
     from nameserver import server
+    from nameserver.startup import StartupError
     from raftlog import RaftLogError
 
     try:
         return server.run(config)
-    except (RaftLogError, OSError) as exc:  # e.g. a corrupt segment, a port in use
-        print(f"metaledger: node {config.node_id} cannot start: {exc}", file=sys.stderr)
-        return ExitCode.ERROR
+    except StartupError as exc:  # a port in use, a data dir that is not this node's, ...
+        return _fail(args, str(exc), ExitCode.CANNOT_START)
+    except (RaftLogError, OSError) as exc:  # e.g. a corrupt segment, an unreadable file
+        return _fail(args, f"node {config.node_id} cannot start: {exc}", ExitCode.ERROR)
+    except Exception as exc:  # a bug: still one line, the traceback with --log-level DEBUG
+        why = f"{type(exc).__name__}: {exc}"
+        return _fail(args, f"node {config.node_id} failed: {why}", ExitCode.ERROR)
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ from nameserver.errors import (
 from nameserver.grpc.status import to_status
 from nameserver.kv import semantics as kvops
 from nameserver.leases.apply import LEASE_NOT_FOUND
+from nameserver.metrics import REJECTIONS
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine
 from protos.etcdserverpb import rpc_pb2
@@ -78,6 +79,8 @@ def rpc(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             code, message = to_status(exc)
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("%s failed", fn.__name__)
+            else:
+                REJECTIONS.count("grpc", code.name, type(exc).__name__)
             await context.abort(code, message)
             raise  # unreachable: abort raises
 
@@ -91,6 +94,7 @@ async def abort_stream(context: grpc.aio.ServicerContext, method: str, exc: Exce
     if code == grpc.StatusCode.INTERNAL:
         log.error("%s failed", method, exc_info=exc)
     else:
+        REJECTIONS.count("grpc", code.name, type(exc).__name__)
         log.debug("%s: %s", method, message)
     await context.abort(code, message)
 

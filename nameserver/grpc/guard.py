@@ -20,7 +20,7 @@ raising ``NotImplementedError``, which grpc.aio logs at ERROR too.
 - a decoded request keeps no unknown fields (nothing the server does not know reaches
   the log);
 
-both logged at DEBUG only. ``nameserver.server.MethodTable`` guards every handler it serves,
+both logged at DEBUG only and counted (``metaledger_requests_rejected_total``). ``nameserver.server.MethodTable`` guards every handler it serves,
 so the extra accepts of :mod:`nameserver.grpc.accept` (which take their handlers from the
 table) serve guarded handlers too.
 """
@@ -35,6 +35,7 @@ from typing import Any
 import grpc
 
 from nameserver.errors import UndecodableRequest
+from nameserver.metrics import REJECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,13 @@ def lenient(
 
 
 async def _refuse(context: grpc.aio.ServicerContext, path: str, message: str) -> None:
+    REJECTIONS.count("grpc", grpc.StatusCode.INVALID_ARGUMENT.name, UndecodableRequest.__name__)
     log.debug("%s: %s", path, message)
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
 async def _unimplemented(context: grpc.aio.ServicerContext, path: str) -> None:
+    REJECTIONS.count("grpc", grpc.StatusCode.UNIMPLEMENTED.name, "NotImplementedError")
     log.debug("%s: not implemented", path)
     await context.abort(
         grpc.StatusCode.UNIMPLEMENTED, f"metaledger: {path} is not implemented by this server"

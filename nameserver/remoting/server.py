@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from nameserver.metrics import REJECTIONS
 from nameserver.remoting.codec import (
     MAX_FRAME_BYTES,
     RPC_TYPE_RESPONSE,
@@ -284,7 +285,7 @@ class _Connection:
                     continue
                 if self.frame_started is not None and now >= frame_at:
                     self.server.frame_timeouts += 1
-                    log.info(
+                    log.debug(  # the client's stall, counted by reason
                         "remoting: closing %s: a frame of %d bytes so far did not complete "
                         "within %.1f s (remoting_frame_timeout_ms)",
                         self.peer.address,
@@ -312,8 +313,8 @@ class _Connection:
                 event = self.decoder.next_event()
             except ProtocolError as exc:
                 self.server.protocol_errors += 1
-                # a client's mistake: INFO, never an error of the server
-                log.info("remoting: closing %s: %s", self.peer.address, exc)
+                # a client's mistake (counted, by reason): DEBUG, never an error of the server
+                log.debug("remoting: closing %s: %s", self.peer.address, exc)
                 return False
             except Exception as exc:  # a bug in the decoder: this connection only
                 self.server.protocol_errors += 1
@@ -373,10 +374,12 @@ class _Connection:
     async def _dispatch(self, request: RemotingCommand) -> RemotingCommand | None:
         handler = self.server.service.lookup(request.code)
         if handler is None:
+            REJECTIONS.count("remoting", "UNIMPLEMENTED", "RequestCodeNotSupported")
             return not_supported(request)
         try:
             return await handler(request, self.peer)
         except BadRequest as exc:
+            REJECTIONS.count("remoting", "INVALID_ARGUMENT", type(exc).__name__)
             return request.response(exc.response_code, str(exc))
         except asyncio.CancelledError:
             raise

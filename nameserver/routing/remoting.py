@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nameserver.checks import check_name
+from nameserver.metrics import REJECTIONS
 from nameserver.remoting.codec import (
     BadRequest,
     RemotingCommand,
@@ -135,11 +136,13 @@ def _guarded(fn: Answer) -> Answer:
             raise
         except Exception as exc:
             code, remark = to_remoting(exc, request.code)
-            if rejection_of(exc) is None:
+            rejection = rejection_of(exc)
+            if rejection is None:
                 log.error("remoting: code %d failed: %s: %s", request.code, type(exc).__name__, exc)
                 log.debug("remoting: code %d failed", request.code, exc_info=True)
-            elif code == ResponseCode.SYSTEM_ERROR:
-                log.info("remoting: code %d failed: %s", request.code, remark)
+            else:  # the request's own mistake: counted, no operator's business
+                REJECTIONS.count("remoting", rejection.status.name, type(exc).__name__)
+                log.debug("remoting: code %d refused: %s", request.code, remark)
             return request.response(code, remark)
 
     return wrapper

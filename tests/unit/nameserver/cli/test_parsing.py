@@ -368,10 +368,6 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
             "peer_idle_timeout_ms",
         ),
         (
-            ["serve", "--id", "n0", "--data-dir", "/d", "--cluster-password-file", "/no/such"],
-            "cluster_password_file",
-        ),
-        (
             ["serve", "--id", "n0", "--data-dir", "/d", "--fsync-policy", "sometimes"],
             "fsync_policy",
         ),
