@@ -6,7 +6,6 @@ anything else (:func:`check_inputs`), so a wrong input never starts Spark nor wr
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from nameserver.cli._common import non_negative_int, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import format_table
+from nameserver.startup import IDENTITY_FILE, IdentityError, read_identity
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
@@ -26,7 +26,6 @@ ENGINES = ("spark", "local")
 _CLUSTER_ID = re.compile(r"^[0-9a-f]{16}$")
 _SNAPSHOT_NAME = re.compile(r"^\d{20}\.snap$")
 #: what a node records about itself in its data dir on first start (node id, cluster id)
-IDENTITY_FILE = "identity.json"
 
 DESCRIPTION = """\
 Compact a node's change log (plus, optionally, a base snapshot) into a new snapshot, offline:
@@ -141,14 +140,12 @@ def data_dir_cluster_id(segments: Path, kept: list[NodeSnapshot]) -> tuple[str, 
     (a node of an older version that has not written a snapshot yet)."""
     segments = segments.resolve()
     if segments.name == "log":
-        path = segments.parent / IDENTITY_FILE
         try:
-            cluster_id = json.loads(path.read_bytes())["cluster_id"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # none, or unreadable: the node's own start reports that
-        else:
-            if isinstance(cluster_id, str) and cluster_id:
-                return cluster_id, path
+            identity = read_identity(str(segments.parent))
+        except IdentityError:
+            identity = None  # unreadable: the node's own start reports that
+        if identity is not None and identity.cluster_id:
+            return identity.cluster_id, segments.parent / IDENTITY_FILE
     if kept:
         return kept[0].cluster_id, kept[0].path
     return None

@@ -6,13 +6,13 @@ a node lays out its data dir (``log/``, ``snap/``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from nameserver import cli
 from nameserver.cli.exitcodes import ExitCode
+from nameserver.startup import Identity, write_identity
 from protos.records_pb2 import Effect
 from raftlog import SegmentConfig, SegmentLog
 from snapshots import SnapshotMeta, inspect, snapshot_name, write_snapshot
@@ -304,9 +304,7 @@ def test_cluster_id_comes_from_the_identity_file_first(tmp_path: Path) -> None:
     """What a node records in its data dir on its first start (``identity.json``) names the
     cluster even before the node has written a snapshot."""
     data = make_data_dir(tmp_path)
-    (data / "identity.json").write_text(
-        json.dumps({"format": 1, "node_id": "n0", "cluster_id": CLUSTER, "cluster_token": "t"})
-    )
+    write_identity(str(data), Identity(node_id="n0", cluster_id=CLUSTER, cluster_token="t"))
     out = tmp_path / "out.snap"
     argv = ["--segments", str(data), "--upto", "77", "--out", str(out), "--engine", "local"]
     assert compact(*argv) == ExitCode.OK
