@@ -16,7 +16,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import non_negative_int, printer
+from nameserver.cli._common import non_negative_int, output_parent, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import format_table
 
@@ -117,7 +117,7 @@ def run_compact(args: argparse.Namespace) -> int:
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "compact",
-        parents=[common],
+        parents=[output_parent()],
         help="compact change-log segments (+ a base snapshot) into a snapshot, offline",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,4 +1,10 @@
-"""``metaledger status``: Admin.Status of every endpoint (role, term, leader, three offsets)."""
+"""``metaledger status``: Admin.Status of every member (role, term, leader, three offsets).
+
+The endpoints given are asked first; the member list of any that answers names the rest
+(their client URLs), so ``metaledger status`` against one node reports the whole cluster.
+A member that does not answer is shown as ``down`` and named on stderr, and the exit code
+is ``MEMBER_DOWN``; ``UNAVAILABLE`` when no endpoint answers at all.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import error_line, make_client, printer
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.client import ClientError, NodeStatus
+from nameserver.cli.printers import DOWN
+from nameserver.client import ClientError, Member, NodeStatus
+from nameserver.client.transport import normalize_endpoint
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
@@ -22,17 +30,63 @@ def split_results(
     return nodes, errors
 
 
+def _client_endpoint(m: Member) -> str:
+    return normalize_endpoint(m.client_urls[0]) if m.client_urls else ""
+
+
+def down_row(name: str, endpoint: str) -> NodeStatus:
+    return NodeStatus(name, endpoint, DOWN, 0, "", 0, 0, 0)
+
+
 def run_status(args: argparse.Namespace) -> int:
     with make_client(args) as client:
-        nodes, errors = split_results(client.status_all())
-    for err in errors:
-        print(f"metaledger: {err}", file=sys.stderr)
+        results = client.status_all()
+        asked = list(client.endpoints)
+        members: list[Member] = []
+        if any(isinstance(r, NodeStatus) for r in results):
+            try:
+                members = client.members()
+            except ClientError as exc:  # the nodes answered; report what they said
+                print(error_line(exc), file=sys.stderr)
+    answered = {r.id for r in results if isinstance(r, NodeStatus)}
+    rest = [m for m in members if m.name not in answered and _client_endpoint(m) not in asked]
+    rest_at = [_client_endpoint(m) for m in rest if m.client_urls]
+    if rest_at:
+        with make_client(args, rest_at) as client:
+            results += client.status_all()
+    nodes, errors = split_results(results)
+    by_endpoint = {e.endpoint: e for e in errors}
+    answered = {n.id for n in nodes}
+    rows = list(nodes)
+    down: list[str] = []
+    for m in members:
+        if m.name in answered:
+            continue
+        endpoint = _client_endpoint(m)
+        name = m.name or f"{m.member_id:x} (unstarted)"
+        error = by_endpoint.pop(endpoint, None)
+        why = str(error).removeprefix("metaledger: ") if error else "no client URL yet"
+        down.append(f"member {name} ({endpoint or 'no client URL'}) is down: {why}")
+        rows.append(down_row(m.name or f"{m.member_id:x}", endpoint))
+    down += [str(e).removeprefix("metaledger: ") for e in by_endpoint.values()]
+    for line in down:
+        print(f"metaledger: {line}", file=sys.stderr)
     if not nodes:
         return ExitCode.UNAVAILABLE
-    printer(args).status(nodes)
-    return ExitCode.OK
+    printer(args).status(rows)
+    return ExitCode.MEMBER_DOWN if down else ExitCode.OK
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("status", parents=[common], help="status of every endpoint")
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="status of every member; exits non-zero when one is down",
+        description=(
+            "Ask the endpoints, then every other member the member list names, for their"
+            " role, term, leader and log offsets. A member that does not answer is shown as"
+            f" 'down' and named on stderr; the exit code is then {int(ExitCode.MEMBER_DOWN)}"
+            f" ({int(ExitCode.UNAVAILABLE)} when no endpoint answers)."
+        ),
+    )
     p.set_defaults(run=run_status)
