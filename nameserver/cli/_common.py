@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import OUTPUTS, Printer, get_printer
-from nameserver.client import Client, InvalidArgument
+from nameserver.client import Client, ClientError, InvalidArgument
 from nameserver.client.transport import normalize_endpoint
 
 #: the client port of ``serve`` and of node n0 of ``cluster up`` (its default base port)
@@ -102,7 +102,12 @@ non_negative_int = number_type(int, "is not an integer", lambda v: v >= 0, " mus
 
 
 def error_line(exc: Exception) -> str:
-    """``metaledger: <message>`` for stderr, with one prefix when the server's message has its own."""
+    """``metaledger: <error>`` for stderr; a server message's own ``metaledger:`` prefix is
+    dropped, so the line has one."""
+    if isinstance(exc, ClientError):
+        where = f" [{exc.endpoint}]" if exc.endpoint else ""
+        message = exc.message.removeprefix("metaledger: ")
+        return f"metaledger: {exc.code.name.lower()}: {message}{where}"
     return "metaledger: " + str(exc).removeprefix("metaledger: ")
 
 
@@ -123,7 +128,7 @@ def endpoints(args: argparse.Namespace) -> list[str]:
         try:
             out.append(normalize_endpoint(item))
         except InvalidArgument as exc:
-            raise UsageError(f"{source}: {exc}" if source else str(exc)) from None
+            raise UsageError(f"{source}: {exc.message}" if source else exc.message) from None
     if not out:
         raise UsageError(f"{source or 'endpoints'}: no endpoint given")
     return out

@@ -65,10 +65,10 @@ def run_status(args: argparse.Namespace) -> int:
         endpoint = _client_endpoint(m)
         name = m.name or f"{m.member_id:x} (unstarted)"
         error = by_endpoint.pop(endpoint, None)
-        why = str(error).removeprefix("metaledger: ") if error else "no client URL yet"
+        why = error_line(error).removeprefix("metaledger: ") if error else "no client URL yet"
         down.append(f"member {name} ({endpoint or 'no client URL'}) is down: {why}")
         rows.append(down_row(m.name or f"{m.member_id:x}", endpoint))
-    down += [str(e).removeprefix("metaledger: ") for e in by_endpoint.values()]
+    down += [error_line(e).removeprefix("metaledger: ") for e in by_endpoint.values()]
     for line in down:
         print(f"metaledger: {line}", file=sys.stderr)
     if not nodes:
