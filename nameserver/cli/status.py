@@ -34,6 +34,15 @@ def _client_endpoint(m: Member) -> str:
     return normalize_endpoint(m.client_urls[0]) if m.client_urls else ""
 
 
+def _answered(m: Member, results: list[NodeStatus | ClientError]) -> bool:
+    """Whether member ``m`` is among the nodes that answered (by id: a member that has not
+    published its name and client URL yet is listed without them)."""
+    return any(
+        isinstance(r, NodeStatus) and (r.member_id == m.member_id or (m.name and r.id == m.name))
+        for r in results
+    )
+
+
 def down_row(name: str, endpoint: str) -> NodeStatus:
     return NodeStatus(name, endpoint, DOWN, 0, "", 0, 0, 0)
 
@@ -48,19 +57,17 @@ def run_status(args: argparse.Namespace) -> int:
                 members = client.members()
             except ClientError as exc:  # the nodes answered; report what they said
                 print(error_line(exc), file=sys.stderr)
-    answered = {r.id for r in results if isinstance(r, NodeStatus)}
-    rest = [m for m in members if m.name not in answered and _client_endpoint(m) not in asked]
+    rest = [m for m in members if not _answered(m, results) and _client_endpoint(m) not in asked]
     rest_at = [_client_endpoint(m) for m in rest if m.client_urls]
     if rest_at:
         with make_client(args, rest_at) as client:
             results += client.status_all()
     nodes, errors = split_results(results)
     by_endpoint = {e.endpoint: e for e in errors}
-    answered = {n.id for n in nodes}
     rows = list(nodes)
     down: list[str] = []
     for m in members:
-        if m.name in answered:
+        if _answered(m, results):
             continue
         endpoint = _client_endpoint(m)
         name = m.name or f"{m.member_id:x} (unstarted)"
