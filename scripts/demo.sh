@@ -10,7 +10,8 @@ python3 -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v -e '^W
 data=${METALEDGER_DATA:-./data/demo}
 metaledger cluster up --nodes 3 --data-dir "$data" &
 cluster=$!
-trap 'kill -INT $cluster 2>/dev/null; wait $cluster' INT TERM
+trap 'kill -INT $cluster 2>/dev/null; wait $cluster' EXIT  # also when a step fails
+trap 'exit 130' INT TERM
 deadline=$((SECONDS + 60))
 until metaledger get greeting >/dev/null 2>&1; do  # linearizable: needs a leader
   if ! kill -0 $cluster 2>/dev/null || [ $SECONDS -ge $deadline ]; then

@@ -258,12 +258,23 @@ def test_demo_then_status_with_no_flags(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         assert len(r.stdout.decode().splitlines()) == 1 + NODES
     finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C in the demo's terminal
-        try:
-            demo.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait(10)
+        _stop_group(demo)  # Ctrl-C in the demo's terminal: the demo and its cluster
         if demo.stdout:
             demo.stdout.close()
+
+
+def _stop_group(leader: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGINT to every process of ``leader``'s group, then SIGKILL if any is left at the
+    deadline; returns once the group is empty (the leader reaped)."""
+    deadline = time.monotonic() + timeout
+    signum: int = signal.SIGINT
+    while True:
+        leader.poll()  # reap it: a zombie still counts as a member of the group
+        try:
+            os.killpg(leader.pid, signum)
+        except ProcessLookupError:
+            return
+        if time.monotonic() >= deadline + 10:
+            raise AssertionError(f"process group {leader.pid} does not go away")
+        signum = signal.SIGKILL if time.monotonic() >= deadline else 0
+        time.sleep(0.2)
