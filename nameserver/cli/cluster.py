@@ -41,7 +41,7 @@ from nameserver.cli._common import (
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.serve import PARENT_PID_ENV
 from nameserver.cli.status import split_results
-from nameserver.client import Client, NodeStatus
+from nameserver.client import Client, ClientError, NodeStatus
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
@@ -243,10 +243,25 @@ def _cluster_ready(statuses: list[NodeStatus], expected: int) -> bool:
     return len(statuses) == expected and len(leaders) == 1 and "" not in leaders
 
 
+def _unannounced(endpoints: list[str]) -> list[str] | None:
+    """Hex ids of the members whose name and client URL are missing from some node's member
+    list (``status`` through that node could not reach them); None if a list is unreadable."""
+    missing: set[str] = set()
+    for endpoint in endpoints:
+        try:
+            with Client([endpoint], timeout_s=1.0) as one:
+                members = one.members()
+        except ClientError:
+            return None
+        missing.update(f"{m.member_id:x}" for m in members if not (m.name and m.client_urls))
+    return sorted(missing)
+
+
 def _wait_until_up(
     running: list[_Running], stop: threading.Event, timeout_s: float
 ) -> tuple[list[NodeStatus], str]:
-    """Poll Admin.Status until every node answers and all agree on a leader.
+    """Poll Admin.Status until every node answers, all agree on a leader and every member
+    has announced its name and client URL.
 
     Returns the statuses and "" when up, else the last statuses and why not.
     """
@@ -264,9 +279,13 @@ def _wait_until_up(
                     f"last lines of {r.log_path}:\n{_tail(r.log_path)}"
                 )
             nodes, errors = split_results(client.status_all())
-            if _cluster_ready(nodes, len(running)):
+            ready = _cluster_ready(nodes, len(running))
+            unnamed = _unannounced(endpoints) if ready else None
+            if unnamed == []:
                 return nodes, ""
-            if errors:
+            if unnamed:
+                why = f"members not announced yet: {', '.join(unnamed)}"
+            elif errors:
                 why = "; ".join(str(e) for e in errors)
             else:
                 why = "no leader agreed on: " + ", ".join(

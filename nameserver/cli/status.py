@@ -72,8 +72,11 @@ def run_status(args: argparse.Namespace) -> int:
         endpoint = _client_endpoint(m)
         name = m.name or f"{m.member_id:x} (unstarted)"
         error = by_endpoint.pop(endpoint, None)
-        why = error_line(error).removeprefix("metaledger: ") if error else "no client URL yet"
-        down.append(f"member {name} ({endpoint or 'no client URL'}) is down: {why}")
+        if error:
+            why = error.message.removeprefix("metaledger: ")
+            down.append(f"member {name} ({endpoint}) is down: {why}")
+        else:
+            down.append(f"member {name} has not announced its client URL (starting, or down)")
         rows.append(down_row(m.name or f"{m.member_id:x}", endpoint))
     down += [error_line(e).removeprefix("metaledger: ") for e in by_endpoint.values()]
     for line in down:

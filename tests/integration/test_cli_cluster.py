@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from nameserver.cli import cluster as cluster_cmd
+from nameserver.cli import cluster_restart
 from nameserver.cli.exitcodes import ExitCode
 from tests.harness import REPO_ROOT, free_ports, wait_until
 
@@ -193,7 +194,7 @@ def test_a_killed_node_is_down_in_status_and_cluster_restart_brings_it_back(up: 
     # a running node: restart stops it first, then starts it again
     r = up.ml("cluster", "restart", "n1", "--data-dir", str(up.data))
     assert r.returncode == 0, r.stderr
-    assert up.pid("n1") != new_pid and not Path(f"/proc/{new_pid}/cmdline").exists()
+    assert up.pid("n1") != new_pid and not cluster_restart.is_node(new_pid, "n1")
 
 
 def test_cluster_up_stops_a_restarted_node_on_ctrl_c(tmp_path: Path) -> None:
@@ -208,7 +209,7 @@ def test_cluster_up_stops_a_restarted_node_on_ctrl_c(tmp_path: Path) -> None:
             if stream:
                 stream.close()
     assert cluster.proc.returncode == ExitCode.OK
-    wait_until(lambda: not Path(f"/proc/{restarted}").exists(), 15, "the restarted n2 stops")
+    wait_until(lambda: not cluster_restart.is_node(restarted, "n2"), 15, "the restarted n2 stops")
 
 
 def _default_ports_free() -> bool:
