@@ -219,7 +219,7 @@ def test_status_exits_member_down_and_names_the_member(
     _use_cluster(monkeypatch, answers)
     assert cli.main(["status"]) == ExitCode.MEMBER_DOWN
     out, err = capsys.readouterr()
-    assert "metaledger: member n1 (127.0.0.1:9887) is down: unavailable: connection refused" in err
+    assert "metaledger: member n1 (127.0.0.1:9887) is down: connection refused" in err
     down = [r.split() for r in out.splitlines() if r.startswith("n1")]
     assert down == [["n1", "127.0.0.1:9887", "down", "-", "-", "-", "-", "-", "-"]]
 
