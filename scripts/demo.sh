@@ -13,7 +13,7 @@ cluster=$!
 trap 'kill -INT $cluster 2>/dev/null; wait $cluster' EXIT  # also when a step fails
 trap 'exit 130' INT TERM
 deadline=$((SECONDS + 60))
-until metaledger get greeting >/dev/null 2>&1; do  # linearizable: needs a leader
+until metaledger status >/dev/null 2>&1 && metaledger get greeting >/dev/null 2>&1; do  # every member up; a leader
   if ! kill -0 $cluster 2>/dev/null || [ $SECONDS -ge $deadline ]; then
     echo "demo: the cluster did not come up (logs in $data/n*.log)" >&2; exit 1
   fi
