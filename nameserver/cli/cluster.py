@@ -384,7 +384,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     up.add_argument("--nodes", type=positive_int, default=3, help="number of nodes (default 3)")
-    up.add_argument("--data-dir", required=True, help="node i keeps its data in DIR/n{i}")
+    up.add_argument(
+        "--data-dir", required=True, metavar="DIR", help="node i keeps its data in DIR/n<i>"
+    )
     up.add_argument(
         "--base-port",
         type=positive_int,

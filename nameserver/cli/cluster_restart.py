@@ -190,7 +190,9 @@ def register_restart(actions: Subparsers, common: argparse.ArgumentParser) -> No
         description=__doc__.split("\n\n", 1)[1].replace("``", "'") if __doc__ else None,
     )
     p.add_argument("node", metavar="NODE", help="the node's id, e.g. n1")
-    p.add_argument("--data-dir", required=True, help="the --data-dir given to 'cluster up'")
+    p.add_argument(
+        "--data-dir", required=True, metavar="DIR", help="the --data-dir given to 'cluster up'"
+    )
     p.add_argument(
         "--startup-timeout",
         type=positive_float,
