@@ -1,11 +1,14 @@
 """The ``metaledger`` command line.
 
-One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
+One module per command group (``serve``, ``cluster`` with ``cluster_restart``, ``status``,
+``kv`` for put/get/del,
 ``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
 ``compact``, ``bench``, ``offsets`` for offsets and quotas, ``replica_group``, ``route`` for
 route and kvconfig), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
-and every exit status is an ``exitcodes.ExitCode``. Commands use the same
+and every exit status is an ``exitcodes.ExitCode`` (the table ``--help`` prints). Where
+commands connect is decided in ``_common`` alone; the cluster options (``--endpoints``,
+``--timeout``) are given only to commands that talk to a cluster. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
 plainly on stderr.
 """
