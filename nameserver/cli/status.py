@@ -77,7 +77,7 @@ def run_status(args: argparse.Namespace) -> int:
             down.append(f"member {name} ({endpoint}) is down: {why}")
         else:
             down.append(f"member {name} has not announced its client URL (starting, or down)")
-        rows.append(down_row(m.name or f"{m.member_id:x}", endpoint))
+        rows.append(down_row(m.name or f"{m.member_id:x}", endpoint or "-"))
     down += [error_line(e).removeprefix("metaledger: ") for e in by_endpoint.values()]
     for line in down:
         print(f"metaledger: {line}", file=sys.stderr)

@@ -342,3 +342,20 @@ def test_commands_return_only_named_exit_codes() -> None:
                 for node in ast.walk(fn):
                     if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant):
                         raise AssertionError(f"{path.name}:{node.lineno} returns a bare number")
+
+
+def test_status_names_a_member_that_has_not_announced_itself(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers: dict[str, Any] = {"127.0.0.1:9877": _node("n0", "127.0.0.1:9877")}
+    _use_cluster(monkeypatch, answers)
+    monkeypatch.setattr(
+        _StatusClient, "members", lambda self: [MEMBERS[0], Member(0xAB, "", ["http://h:1"], [])]
+    )
+    assert cli.main(["status"]) == ExitCode.MEMBER_DOWN
+    out, err = capsys.readouterr()
+    assert "member ab (unstarted) has not announced its client URL (starting, or down)" in err
+    assert [r.split()[:3] for r in out.splitlines()[1:]] == [
+        ["n0", "127.0.0.1:9877", "leader"],
+        ["ab", "-", "down"],
+    ]
