@@ -1,11 +1,14 @@
 """The ``metaledger`` command line.
 
-One module per command group (``serve``, ``cluster``, ``status``, ``kv`` for put/get/del,
+One module per command group (``serve``, ``cluster`` with ``cluster_restart``, ``status``,
+``kv`` for put/get/del,
 ``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
 ``compact``, ``bench``, ``offsets`` for offsets and quotas, ``replica_group``, ``route`` for
 route and kvconfig), each with a
 ``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
-and every exit status is an ``exitcodes.ExitCode``. Commands use the same
+and every exit status is an ``exitcodes.ExitCode`` (the table ``--help`` prints). Where
+commands connect is decided in ``_common`` alone; the cluster options (``--endpoints``,
+``--timeout``) are given only to commands that talk to a cluster. Commands use the same
 :mod:`nameserver.client` users get; the client's root error is caught once, here, and printed
 plainly on stderr.
 """
@@ -42,8 +45,16 @@ from nameserver.cli import (
     txn,
     watch,
 )
-from nameserver.cli._common import add_common_options, common_parent
+from nameserver.cli._common import (
+    DEFAULT_ENDPOINTS,
+    ENDPOINTS_ENV,
+    UsageError,
+    add_common_options,
+    common_parent,
+    error_line,
+)
 from nameserver.cli.exitcodes import ExitCode, for_error
+from nameserver.cli.exitcodes import table as exit_code_table
 from nameserver.client import ClientError
 
 __all__ = ["ExitCode", "build_parser", "main"]
@@ -71,7 +82,14 @@ _GROUPS = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metaledger",
-        description="metaledger: a Raft-backed metadata and coordination server",
+        description=(
+            "metaledger: a Raft-backed metadata and coordination server (etcd's KV, watch,"
+            " lease and lock API, and RocketMQ's name server).\n\nCommands that talk to a"
+            f" cluster connect to --endpoints, else ${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINTS}"
+            " (node n0 of 'metaledger cluster up'). 'metaledger COMMAND --help' for each."
+        ),
+        epilog="exit codes:\n" + exit_code_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -89,8 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     try:
         return int(args.run(args))
-    except ClientError as exc:
+    except UsageError as exc:
         print(f"metaledger: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except ClientError as exc:
+        print(error_line(exc), file=sys.stderr)
         return for_error(exc)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

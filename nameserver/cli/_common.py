@@ -1,8 +1,15 @@
-"""Options every command takes (``--endpoints``, ``--output``, ``--timeout``) and their resolution.
+"""Options of the commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``).
+
+This module is the one place that decides where the command line connects: ``--endpoints``,
+else the environment variable ``METALEDGER_ENDPOINTS`` (comma-separated, as etcdctl's
+``ETCDCTL_ENDPOINTS``), else ``127.0.0.1:9877``, which is the client port of node ``n0`` of
+``metaledger cluster up`` with its default base port, and ``serve``'s default client port.
 
 The options are accepted before and after the command name (``metaledger --output json status``
 and ``metaledger status --output json``): both parsers declare them with ``SUPPRESS`` defaults,
 so a value given at either place survives, and :func:`endpoints` & co. apply env and defaults.
+Commands that do not talk to a cluster but print a result take ``--output`` alone
+(:func:`output_parent`).
 """
 
 from __future__ import annotations
@@ -14,9 +21,12 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import OUTPUTS, Printer, get_printer
-from nameserver.client import Client
+from nameserver.client import Client, ClientError, InvalidArgument
+from nameserver.client.transport import normalize_endpoint
 
-DEFAULT_ENDPOINTS = "127.0.0.1:9877"
+#: the client port of ``serve`` and of node n0 of ``cluster up`` (its default base port)
+DEFAULT_CLIENT_PORT = 9877
+DEFAULT_ENDPOINTS = f"127.0.0.1:{DEFAULT_CLIENT_PORT}"
 ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -33,13 +43,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT,...",
         help=f"comma-separated gRPC endpoints (env {ENDPOINTS_ENV}; default {DEFAULT_ENDPOINTS})",
     )
-    parser.add_argument(
-        "-w",
-        "--output",
-        choices=OUTPUTS,
-        default=argparse.SUPPRESS,
-        help="output format (default table)",
-    )
+    add_output_option(parser)
     parser.add_argument(
         "--timeout",
         dest="timeout_s",
@@ -50,9 +54,27 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_output_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-w",
+        "--output",
+        choices=OUTPUTS,
+        default=argparse.SUPPRESS,
+        help="output format (default table)",
+    )
+
+
 def common_parent() -> argparse.ArgumentParser:
+    """The parent parser of commands that talk to a cluster."""
     parent = argparse.ArgumentParser(add_help=False)
     add_common_options(parent)
+    return parent
+
+
+def output_parent() -> argparse.ArgumentParser:
+    """The parent parser of commands that print a result but talk to no cluster."""
+    parent = argparse.ArgumentParser(add_help=False)
+    add_output_option(parent)
     return parent
 
 
@@ -79,9 +101,37 @@ positive_int = number_type(int, "is not an integer", lambda v: v > 0, " must be 
 non_negative_int = number_type(int, "is not an integer", lambda v: v >= 0, " must be >= 0")
 
 
+def error_line(exc: Exception) -> str:
+    """``metaledger: <error>`` for stderr; a server message's own ``metaledger:`` prefix is
+    dropped, so the line has one."""
+    if isinstance(exc, ClientError):
+        where = f" [{exc.endpoint}]" if exc.endpoint else ""
+        message = exc.message.removeprefix("metaledger: ")
+        return f"metaledger: {exc.code.name.lower()}: {message}{where}"
+    return "metaledger: " + str(exc).removeprefix("metaledger: ")
+
+
+class UsageError(Exception):
+    """A flag or environment value the command cannot use (exit USAGE, no traceback)."""
+
+
 def endpoints(args: argparse.Namespace) -> list[str]:
-    raw = getattr(args, "endpoints", None) or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
-    return [e.strip() for e in raw.split(",") if e.strip()]
+    """``--endpoints``, else ``$METALEDGER_ENDPOINTS``, else ``127.0.0.1:9877``; each
+    endpoint checked to be HOST:PORT (``http://`` allowed), so none silently means port 443."""
+    flag = getattr(args, "endpoints", None)
+    raw = flag or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
+    source = "--endpoints" if flag else ENDPOINTS_ENV if os.environ.get(ENDPOINTS_ENV) else ""
+    out = []
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        try:
+            out.append(normalize_endpoint(item))
+        except InvalidArgument as exc:
+            raise UsageError(f"{source}: {exc.message}" if source else exc.message) from None
+    if not out:
+        raise UsageError(f"{source or 'endpoints'}: no endpoint given")
+    return out
 
 
 def output(args: argparse.Namespace) -> str:
@@ -92,8 +142,9 @@ def timeout_s(args: argparse.Namespace) -> float:
     return float(getattr(args, "timeout_s", None) or DEFAULT_TIMEOUT_S)
 
 
-def make_client(args: argparse.Namespace) -> Client:
-    return Client(endpoints(args), timeout_s=timeout_s(args))
+def make_client(args: argparse.Namespace, at: list[str] | None = None) -> Client:
+    """A client of the command's endpoints (or of ``at``), with its ``--timeout``."""
+    return Client(at if at is not None else endpoints(args), timeout_s=timeout_s(args))
 
 
 def printer(args: argparse.Namespace) -> Printer:

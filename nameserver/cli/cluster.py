@@ -1,10 +1,12 @@
 """``metaledger cluster up``: a local cluster of N nodes in the foreground.
 
 Node i (0-based) is ``n{i}`` on 127.0.0.1 with client port ``B+10i``, peer ``B+10i+1``,
-remoting ``B+10i+2`` and metrics ``B+10i+3`` (DESIGN §6; scripts rely on it), data in
-``DIR/n{i}``, output in ``DIR/n{i}.log`` and its pid in ``DIR/n{i}.pid`` while it runs. On
-SIGINT/SIGTERM every node gets SIGTERM, then SIGKILL after a grace period. The nodes also
-stop if this process dies (Linux ``PR_SET_PDEATHSIG``, see ``serve``).
+remoting ``B+10i+2`` and metrics ``B+10i+3`` (scripts rely on it), data in ``DIR/n{i}``,
+output in ``DIR/n{i}.log`` and its pid in ``DIR/n{i}.pid`` while it runs; each node's
+``serve`` command line is recorded in ``DIR/cluster.json`` for ``cluster restart``. On
+SIGINT/SIGTERM every node gets SIGTERM, then SIGKILL after a grace period (a node that
+``cluster restart`` started too). The nodes also stop if this process dies (Linux
+``PR_SET_PDEATHSIG``, see ``serve``).
 
 The Raft peer ports authenticate with a password made for this cluster on its first start:
 ``DIR/cluster-password`` (mode 0600, a random token; kept and reused by later starts).
@@ -27,17 +29,26 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
-from nameserver.cli._common import output, positive_float, positive_int, printer
+from nameserver.cli import cluster_restart as nodes_state
+from nameserver.cli._common import (
+    DEFAULT_CLIENT_PORT,
+    output,
+    output_parent,
+    positive_float,
+    positive_int,
+    printer,
+)
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.serve import PARENT_PID_ENV
 from nameserver.cli.status import split_results
-from nameserver.client import Client, NodeStatus
+from nameserver.client import Client, ClientError, NodeStatus
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
 
 HOST = "127.0.0.1"
-DEFAULT_BASE_PORT = 12370
+#: node n0's client port is the CLI's default endpoint's port
+DEFAULT_BASE_PORT = DEFAULT_CLIENT_PORT
 PORT_STRIDE = 10
 STOP_GRACE_S = 10.0
 _POLL_S = 0.25
@@ -173,9 +184,12 @@ def _start(
 
 
 def _stop(running: list[_Running], grace_s: float = STOP_GRACE_S) -> None:
+    adopted = [(r, pid) for r in running if (pid := _restarted_pid(r))]
     for r in running:
         if r.proc.poll() is None:
             r.proc.send_signal(signal.SIGTERM)
+    for r, pid in adopted:
+        nodes_state.signal_node(pid, r.node.id, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for r in running:
         try:
@@ -188,6 +202,17 @@ def _stop(running: list[_Running], grace_s: float = STOP_GRACE_S) -> None:
             r.proc.kill()
             r.proc.wait()
         r.pid_path.unlink(missing_ok=True)
+    for r, pid in adopted:
+        if not nodes_state.wait_gone(pid, max(0.0, deadline - time.monotonic())):
+            nodes_state.signal_node(pid, r.node.id, signal.SIGKILL)
+
+
+def _restarted_pid(r: _Running) -> int:
+    """The pid of a node ``cluster restart`` started in place of this one (0: none)."""
+    pid = nodes_state.read_pid(r.pid_path)
+    if pid and pid != r.proc.pid and nodes_state.is_node(pid, r.node.id):
+        return pid
+    return 0
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -203,10 +228,12 @@ def _report_deaths(running: list[_Running], err: TextIO) -> None:
         code = r.proc.poll()
         if code is not None and not r.reported:
             r.reported = True
-            r.pid_path.unlink(missing_ok=True)
+            if nodes_state.read_pid(r.pid_path) == r.proc.pid:  # not a restarted node's
+                r.pid_path.unlink(missing_ok=True)
             print(
                 f"metaledger: node {r.node.id} (pid {r.proc.pid}) exited with code {code}; "
-                f"see {r.log_path}",
+                f"see {r.log_path}; to start it again: metaledger cluster restart "
+                f"{r.node.id} --data-dir {r.log_path.parent}",
                 file=err,
             )
 
@@ -216,10 +243,25 @@ def _cluster_ready(statuses: list[NodeStatus], expected: int) -> bool:
     return len(statuses) == expected and len(leaders) == 1 and "" not in leaders
 
 
+def _unannounced(endpoints: list[str]) -> list[str] | None:
+    """Hex ids of the members whose name and client URL are missing from some node's member
+    list (``status`` through that node could not reach them); None if a list is unreadable."""
+    missing: set[str] = set()
+    for endpoint in endpoints:
+        try:
+            with Client([endpoint], timeout_s=1.0) as one:
+                members = one.members()
+        except ClientError:
+            return None
+        missing.update(f"{m.member_id:x}" for m in members if not (m.name and m.client_urls))
+    return sorted(missing)
+
+
 def _wait_until_up(
     running: list[_Running], stop: threading.Event, timeout_s: float
 ) -> tuple[list[NodeStatus], str]:
-    """Poll Admin.Status until every node answers and all agree on a leader.
+    """Poll Admin.Status until every node answers, all agree on a leader and every member
+    has announced its name and client URL.
 
     Returns the statuses and "" when up, else the last statuses and why not.
     """
@@ -237,9 +279,13 @@ def _wait_until_up(
                     f"last lines of {r.log_path}:\n{_tail(r.log_path)}"
                 )
             nodes, errors = split_results(client.status_all())
-            if _cluster_ready(nodes, len(running)):
+            ready = _cluster_ready(nodes, len(running))
+            unnamed = _unannounced(endpoints) if ready else None
+            if unnamed == []:
                 return nodes, ""
-            if errors:
+            if unnamed:
+                why = f"members not announced yet: {', '.join(unnamed)}"
+            elif errors:
                 why = "; ".join(str(e) for e in errors)
             else:
                 why = "no leader agreed on: " + ", ".join(
@@ -262,8 +308,11 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     busy = busy_ports(nodes)
     if busy:
-        print(f"metaledger: ports in use: {', '.join(busy)}", file=sys.stderr)
-        return ExitCode.ERROR
+        print(
+            f"metaledger: cluster up: ports in use: {', '.join(busy)} (--base-port moves them)",
+            file=sys.stderr,
+        )
+        return ExitCode.CANNOT_START
     from nameserver.startup import StartupError, prepare_data_dir
     from raftlog import ConfigError  # here: raftlog is not cheap to import for every command
     from raftlog.native.auth import create_password_file
@@ -275,6 +324,11 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"metaledger: cluster up: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_START
+    nodes_state.write_cluster_file(
+        data_dir,
+        {n.id: serve_argv(n, nodes, data_dir, args.log_level, args.consensus)[3:] for n in nodes},
+        {n.id: n.client_endpoint for n in nodes},
+    )
     try:
         create_password_file(data_dir / PASSWORD_FILE)  # or reuse the one it holds
     except ConfigError as exc:  # it cannot be read
@@ -303,7 +357,7 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr if output(args) == "json" else sys.stdout, flush=True)
         while not stop.wait(0.5):
             _report_deaths(running, sys.stderr)
-            if all(r.reported for r in running):
+            if all(r.reported and not _restarted_pid(r) for r in running):
                 print("metaledger: every node has exited", file=sys.stderr)
                 return ExitCode.ERROR
         return ExitCode.OK
@@ -313,18 +367,35 @@ def run_cluster_up(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
+UP_HELP = f"""\
+Start N nodes on 127.0.0.1 and stay in the foreground; Ctrl-C stops them all.
+
+Node i is n<i>: client port B+10i, peer B+10i+1, remoting B+10i+2, metrics B+10i+3, with
+B = --base-port (default {DEFAULT_BASE_PORT}: n0's client port is the CLI's default endpoint,
+so 'metaledger status' needs no --endpoints). Node i keeps its data in DIR/n<i>, its output
+in DIR/n<i>.log and its pid in DIR/n<i>.pid. The cluster's Raft password is made on the first
+start in DIR/{PASSWORD_FILE} (mode 0600) and reused later; nodes get its path, never the
+password. Each node's command line is kept in DIR/cluster.json, so one node can be started
+again while the others run:
+
+  metaledger cluster restart n1 --data-dir DIR
+"""
+
+
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     group = sub.add_parser("cluster", help="a local cluster for development")
     actions = group.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     up = actions.add_parser(
         "up",
-        parents=[common],
+        parents=[output_parent()],
         help="start N nodes on 127.0.0.1 and stay in the foreground",
-        description=__doc__,
+        description=UP_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     up.add_argument("--nodes", type=positive_int, default=3, help="number of nodes (default 3)")
-    up.add_argument("--data-dir", required=True, help="node i keeps its data in DIR/n{i}")
+    up.add_argument(
+        "--data-dir", required=True, metavar="DIR", help="node i keeps its data in DIR/n<i>"
+    )
     up.add_argument(
         "--base-port",
         type=positive_int,
@@ -345,3 +416,4 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="the nodes' consensus engine (default: serve's, i.e. native)",
     )
     up.set_defaults(run=run_cluster_up)
+    nodes_state.register_restart(actions, common)

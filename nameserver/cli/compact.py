@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nameserver.cli._common import non_negative_int, printer
+from nameserver.cli._common import non_negative_int, output_parent, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import format_table
 from nameserver.startup import IDENTITY_FILE, IdentityError, read_identity
@@ -332,7 +332,7 @@ def run_compact(args: argparse.Namespace) -> int:
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "compact",
-        parents=[common],
+        parents=[output_parent()],
         help="compact change-log segments (+ a base snapshot) into a snapshot, offline",
         description=DESCRIPTION,
         epilog=EPILOG,

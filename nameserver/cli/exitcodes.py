@@ -1,4 +1,8 @@
-"""Named exit codes of the ``metaledger`` command (scripts may rely on the numbers)."""
+"""Every exit code of the ``metaledger`` command, with its meaning: the one table.
+
+Scripts may rely on the numbers. ``metaledger --help`` shows :func:`table` as its epilog, and a
+unit test checks that every code a command returns is listed here.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +15,41 @@ from nameserver.client import ClientError
 
 class ExitCode(IntEnum):
     OK = 0
-    ERROR = 1  # anything not named below
-    USAGE = 2  # bad flags or configuration (argparse uses 2 as well)
-    UNAVAILABLE = 3  # no endpoint answered
-    NOT_FOUND = 4  # the server said NOT_FOUND (e.g. an unknown lease)
-    TXN_FAILED = 5  # txn ran its failure branch (only with --exit-code-on-failure)
-    INVALID = 6  # the server (or the txn parser) refused the input
-    TIMEOUT = 7  # the request's deadline passed; a write may still be applied
-    FATAL = 70  # the node cannot go on (a bug or damage on the apply path; EX_SOFTWARE)
-    #: serve / cluster up: the node cannot start (a port in use, a data dir that cannot be
-    #: used or is another node's or cluster's, an unreadable file; sysexits' EX_CONFIG)
+    ERROR = 1
+    USAGE = 2
+    UNAVAILABLE = 3
+    NOT_FOUND = 4
+    TXN_FAILED = 5
+    INVALID = 6
+    TIMEOUT = 7
+    MEMBER_DOWN = 8
+    FATAL = 70
     CANNOT_START = 78
-    INTERRUPTED = 130  # Ctrl-C
+    INTERRUPTED = 130
+
+
+#: what each code means, as ``metaledger --help`` prints it
+MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success",
+    ExitCode.ERROR: "any other failure (a node or a local file; the message says which)",
+    ExitCode.USAGE: "bad flags, arguments or environment (e.g. an endpoint without a port)",
+    ExitCode.UNAVAILABLE: "no endpoint answered (is the cluster up? check --endpoints)",
+    ExitCode.NOT_FOUND: "the thing named does not exist (a lease, a member, a topic's route);"
+    " deleting what is absent is not an error (exit 0)",
+    ExitCode.TXN_FAILED: "txn ran its failure branch (only with --exit-code-on-failure)",
+    ExitCode.INVALID: "the server (or the txn parser) refused the request as invalid",
+    ExitCode.TIMEOUT: "the request's deadline passed (a write may still be applied)",
+    ExitCode.MEMBER_DOWN: "status: a member did not answer (the others are listed)",
+    ExitCode.FATAL: "serve: the node stopped itself on damage or a bug on its apply path",
+    ExitCode.CANNOT_START: "serve, cluster up: the node cannot start (a port in use, a data dir"
+    " that cannot be used or is another node's or cluster's, an unreadable file)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
+def table() -> str:
+    """The exit codes and their meanings, one per line (for ``--help`` and the docs)."""
+    return "\n".join(f"  {int(code):>3}  {MEANINGS[code]}" for code in ExitCode)
 
 
 _BY_STATUS: dict[grpc.StatusCode, ExitCode] = {

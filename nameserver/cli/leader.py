@@ -1,6 +1,7 @@
-"""``metaledger leader transfer [--to ID|NAME]``: hand leadership over (Maintenance.MoveLeader).
+"""``metaledger leader transfer [ID|NAME]``: hand leadership over (Maintenance.MoveLeader).
 
-Without ``--to`` the leader picks its most caught-up follower. The command finds the leader
+Without a member the leader picks its most caught-up follower (``--to`` is the same argument
+as a flag). The command finds the leader
 among ``--endpoints`` itself (as ``etcdctl move-leader`` needs every endpoint for), and ends
 once the old leader names the new one.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import UsageError, make_client, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.member import member_id_text, resolve_member
 
@@ -18,9 +19,17 @@ if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
 
 
+def transfer_target(args: argparse.Namespace) -> str:
+    """The member named positionally or with ``--to`` ("" for the leader's choice)."""
+    if args.member and args.to and args.member != args.to:
+        raise UsageError(f"leader transfer: two members given ({args.member!r}, --to {args.to!r})")
+    return str(args.member or args.to or "")
+
+
 def run_leader_transfer(args: argparse.Namespace) -> int:
+    target = transfer_target(args)
     with make_client(args) as client:
-        target_id = resolve_member(client.members(), args.to).member_id if args.to else 0
+        target_id = resolve_member(client.members(), target).member_id if target else 0
         result = client.move_leader(target_id)
     doc = {
         "previous": result.previous,
@@ -42,9 +51,11 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "transfer", parents=[common], help="hand leadership to another member"
     )
     transfer.add_argument(
-        "--to",
-        metavar="ID|NAME",
+        "member",
+        nargs="?",
         default="",
-        help="hex member id or node name (default: the most caught-up follower)",
+        metavar="ID|NAME",
+        help="node name (n1) or hex member id (default: the most caught-up follower)",
     )
+    transfer.add_argument("--to", metavar="ID|NAME", default="", help="the same as ID|NAME")
     transfer.set_defaults(run=run_leader_transfer)

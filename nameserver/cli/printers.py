@@ -65,9 +65,15 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 STATUS_HEADERS = ("ID", "ENDPOINT", "ROLE", "TERM", "LEADER", "END", "COMMIT", "APPLY", "QUORUM")
 
 
+#: the role ``status`` gives a member that did not answer
+DOWN = "down"
+
+
 def status_rows(nodes: Sequence[NodeStatus]) -> list[list[object]]:
     return [
-        [
+        [n.id, n.endpoint, DOWN, *["-"] * (len(STATUS_HEADERS) - 3)]
+        if n.role == DOWN
+        else [
             n.id,
             n.endpoint,
             n.role,

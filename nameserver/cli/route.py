@@ -126,11 +126,13 @@ def run_topic_create(args: argparse.Namespace) -> int:
 def run_topic_delete(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         revision, deleted = client.route_topic_delete(args.topic, args.cluster)
-    printer(args).report(
-        {"revision": revision, "deleted": deleted},
-        f"deleted {deleted} queue data (revision {revision})",
-    )
-    return ExitCode.OK if deleted else ExitCode.NOT_FOUND
+    where = f" on cluster {args.cluster}" if args.cluster else ""
+    if deleted:
+        text = f"topic {args.topic}: deleted its queues on {deleted} broker(s){where}"
+    else:  # idempotent, as etcdctl del and mqadmin deleteTopic
+        text = f"topic {args.topic}: no queues{where}, nothing to delete"
+    printer(args).report({"revision": revision, "deleted": deleted}, text)
+    return ExitCode.OK
 
 
 def run_kv_get(args: argparse.Namespace) -> int:
@@ -149,8 +151,10 @@ def run_kv_put(args: argparse.Namespace) -> int:
 def run_kv_delete(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         deleted = client.kvconfig_delete(args.namespace, args.key)
-    printer(args).report({"deleted": deleted}, "deleted" if deleted else "not found")
-    return ExitCode.OK if deleted else ExitCode.NOT_FOUND
+    what = f"{args.namespace}/{args.key}"
+    text = f"{what}: deleted" if deleted else f"{what}: no such item, nothing to delete"
+    printer(args).report({"deleted": deleted}, text)
+    return ExitCode.OK  # idempotent, as etcdctl del
 
 
 def run_kv_list(args: argparse.Namespace) -> int:

@@ -158,7 +158,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("serve", parents=[common], help="run one metadata node")
+    p = sub.add_parser("serve", help="run one metadata node")
     p.add_argument("--id", dest="node_id", default="", help="this node's id (required)")
     p.add_argument("--data-dir", default="", help="where the node keeps its data (required)")
     p.add_argument("--listen-client", metavar="HOST:PORT", help="gRPC client API (default :9877)")

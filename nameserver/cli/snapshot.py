@@ -1,9 +1,7 @@
-"""``metaledger snapshot SUBCOMMAND``: snapshot files (DESIGN.md §4).
+"""``metaledger snapshot save|list|inspect|restore``: snapshot files.
 
-``inspect FILE`` prints a snapshot's header (offset, term, cluster, per-type counts and
-content hashes); ``--verify`` reads the whole file and checks every frame, the checksum and
-the hashes. Each action is a ``_register_<name>(subparsers, common)`` listed in
-``_SUBCOMMANDS``, so ``save``/``list``/``restore`` slot in the same way.
+``save`` asks a node (``--endpoints``) for its current state; ``list``, ``inspect`` and
+``restore`` work on local files only, so they take ``--output`` but no cluster options.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import printer
+from nameserver.cli._common import output_parent, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import format_table
 
@@ -53,7 +51,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def _register_inspect(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("inspect", parents=[common], help="print a snapshot file's header")
+    p = sub.add_parser("inspect", parents=[output_parent()], help="print a snapshot file's header")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--verify", action="store_true", help="read and verify the whole file")
     p.set_defaults(run=run_inspect)
@@ -123,13 +121,13 @@ def _register_save(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def _register_list(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("list", parents=[common], help="list the snapshots in a data dir")
+    p = sub.add_parser("list", parents=[output_parent()], help="list the snapshots in a data dir")
     p.add_argument("--data-dir", required=True, help="a node's data dir")
     p.set_defaults(run=run_list)
 
 
 def _register_restore(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("restore", parents=[common], help="seed a new data dir from FILE")
+    p = sub.add_parser("restore", parents=[output_parent()], help="seed a new data dir from FILE")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--data-dir", required=True, help="the new node's (empty) data dir")
     p.set_defaults(run=run_restore)
@@ -147,9 +145,21 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     group = sub.add_parser(
         "snapshot",
         help="snapshots: save, list, inspect, restore",
-        description=__doc__,
+        description=SNAPSHOT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = group.add_subparsers(dest="snapshot_command", required=True, metavar="ACTION")
     for add in _SUBCOMMANDS:
         add(actions, common)
+
+
+SNAPSHOT_HELP = """\
+A snapshot file holds a node's whole state at one log offset.
+
+  save FILE             ask a node (--endpoints) for a snapshot of its current state
+  list --data-dir DIR   the snapshots a node keeps in its data dir
+  inspect FILE          a snapshot's header: offset, term, cluster, counts and content
+                        hashes per record type (--verify reads and checks the whole file)
+  restore FILE --data-dir DIR
+                        seed a new, empty data dir from FILE, to start a new cluster from
+"""

@@ -1,4 +1,10 @@
-"""``metaledger status``: Admin.Status of every endpoint (role, term, leader, three offsets)."""
+"""``metaledger status``: Admin.Status of every member (role, term, leader, three offsets).
+
+The endpoints given are asked first; the member list of any that answers names the rest
+(their client URLs), so ``metaledger status`` against one node reports the whole cluster.
+A member that does not answer is shown as ``down`` and named on stderr, and the exit code
+is ``MEMBER_DOWN``; ``UNAVAILABLE`` when no endpoint answers at all.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from nameserver.cli._common import make_client, printer
+from nameserver.cli._common import error_line, make_client, printer
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.client import ClientError, NodeStatus
+from nameserver.cli.printers import DOWN
+from nameserver.client import ClientError, Member, NodeStatus
+from nameserver.client.transport import normalize_endpoint
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
@@ -22,17 +30,73 @@ def split_results(
     return nodes, errors
 
 
+def _client_endpoint(m: Member) -> str:
+    return normalize_endpoint(m.client_urls[0]) if m.client_urls else ""
+
+
+def _answered(m: Member, results: list[NodeStatus | ClientError]) -> bool:
+    """Whether member ``m`` is among the nodes that answered (by id: a member that has not
+    published its name and client URL yet is listed without them)."""
+    return any(
+        isinstance(r, NodeStatus) and (r.member_id == m.member_id or (m.name and r.id == m.name))
+        for r in results
+    )
+
+
+def down_row(name: str, endpoint: str) -> NodeStatus:
+    return NodeStatus(name, endpoint, DOWN, 0, "", 0, 0, 0)
+
+
 def run_status(args: argparse.Namespace) -> int:
     with make_client(args) as client:
-        nodes, errors = split_results(client.status_all())
-    for err in errors:
-        print(f"metaledger: {err}", file=sys.stderr)
+        results = client.status_all()
+        asked = list(client.endpoints)
+        members: list[Member] = []
+        if any(isinstance(r, NodeStatus) for r in results):
+            try:
+                members = client.members()
+            except ClientError as exc:  # the nodes answered; report what they said
+                print(error_line(exc), file=sys.stderr)
+    rest = [m for m in members if not _answered(m, results) and _client_endpoint(m) not in asked]
+    rest_at = [_client_endpoint(m) for m in rest if m.client_urls]
+    if rest_at:
+        with make_client(args, rest_at) as client:
+            results += client.status_all()
+    nodes, errors = split_results(results)
+    by_endpoint = {e.endpoint: e for e in errors}
+    rows = list(nodes)
+    down: list[str] = []
+    for m in members:
+        if _answered(m, results):
+            continue
+        endpoint = _client_endpoint(m)
+        name = m.name or f"{m.member_id:x} (unstarted)"
+        error = by_endpoint.pop(endpoint, None)
+        if error:
+            why = error.message.removeprefix("metaledger: ")
+            down.append(f"member {name} ({endpoint}) is down: {why}")
+        else:
+            down.append(f"member {name} has not announced its client URL (starting, or down)")
+        rows.append(down_row(m.name or f"{m.member_id:x}", endpoint or "-"))
+    down += [error_line(e).removeprefix("metaledger: ") for e in by_endpoint.values()]
+    for line in down:
+        print(f"metaledger: {line}", file=sys.stderr)
     if not nodes:
         return ExitCode.UNAVAILABLE
-    printer(args).status(nodes)
-    return ExitCode.OK
+    printer(args).status(rows)
+    return ExitCode.MEMBER_DOWN if down else ExitCode.OK
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("status", parents=[common], help="status of every endpoint")
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="status of every member; exits non-zero when one is down",
+        description=(
+            "Ask the endpoints, then every other member the member list names, for their"
+            " role, term, leader and log offsets. A member that does not answer is shown as"
+            f" 'down' and named on stderr; the exit code is then {int(ExitCode.MEMBER_DOWN)}"
+            f" ({int(ExitCode.UNAVAILABLE)} when no endpoint answers)."
+        ),
+    )
     p.set_defaults(run=run_status)

@@ -238,12 +238,25 @@ def run_txn(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+TXN_HELP = """\
+Run a transaction written in etcdctl's txn syntax, read from stdin (or --file): the
+comparisons, a blank line, the operations to run if all comparisons hold, a blank line, the
+operations to run otherwise, a blank line. A txn without comparisons starts with a blank line.
+
+  comparison  value|version|create|mod|lease ( "KEY" ) =|!=|<|> OPERAND
+              (short forms: val, ver, c, m; KEY and a value OPERAND are quoted strings)
+  operation   a put, get or del command line with its flags
+
+  printf 'mod("k") = "0"\\n\\nput k v1\\n\\nget k\\n\\n' | metaledger txn
+"""
+
+
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "txn",
         parents=[common],
         help="run a transaction written in etcdctl's txn syntax",
-        description=__doc__,
+        description=TXN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("-f", "--file", help="read the txn from this file instead of stdin")

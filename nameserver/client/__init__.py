@@ -4,7 +4,7 @@ It speaks the etcd v3 KV, Watch, Lease, Lock, Election, Cluster and Maintenance 
 metaledger's own Admin, Routing, Offsets, Quotas and ReplicaGroups services, so the same client
 works against any member of a metaledger cluster (and, for the etcd services, against etcd)::
 
-    with Client(["127.0.0.1:12370", "127.0.0.1:12380"]) as c:
+    with Client(["127.0.0.1:9877", "127.0.0.1:9887"]) as c:
         c.put("config/a", "1")
         r = c.get("config/", prefix=True)
         t = c.txn([Compare.mod("config/a") == r.kvs[0].mod_revision],

@@ -53,6 +53,18 @@ def normalize_endpoint(endpoint: str) -> str:
     ep = ep.rstrip("/")
     if not ep:
         raise InvalidArgument(f"empty endpoint in {endpoint!r}")
+    host, colon, port = ep.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")  # [::1]:9877
+    if (
+        not colon
+        or not host
+        or (":" in host and not bracketed)
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+    ):
+        raise InvalidArgument(
+            f"endpoint {endpoint.strip()!r} is not HOST:PORT (e.g. 127.0.0.1:9877)"
+        )
     return ep
 
 

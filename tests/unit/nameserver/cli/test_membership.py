@@ -112,6 +112,10 @@ def test_member_and_leader_arguments() -> None:
     args = parse("leader", "transfer", "--to", "n2", "--timeout", "9")
     assert (args.run.__name__, args.to, args.timeout_s) == ("run_leader_transfer", "n2", 9.0)
     assert parse("leader", "transfer").to == ""
+    assert leader.transfer_target(parse("leader", "transfer", "n1")) == "n1"
+    assert leader.transfer_target(parse("leader", "transfer", "--to", "n1")) == "n1"
+    assert leader.transfer_target(parse("leader", "transfer", "n1", "--to", "n1")) == "n1"
+    assert leader.transfer_target(parse("leader", "transfer")) == ""
 
 
 @pytest.mark.parametrize(
@@ -122,7 +126,8 @@ def test_member_and_leader_arguments() -> None:
         ["member", "remove"],
         ["member", "add", "h:1", "h:2"],
         ["leader"],
-        ["leader", "transfer", "n1"],
+        ["leader", "transfer", "n1", "n2"],
+        ["leader", "transfer", "n1", "--to", "n2"],
         ["leader", "transfer", "--to"],
         ["member", "list", "-w", "yaml"],
     ],
@@ -267,6 +272,10 @@ def test_leader_transfer(
     client = FakeClient(members=MEMBERS, move_leader=LeaderTransfer("n0", "n1"))
     use_client(monkeypatch, leader, client)
     assert cli.main(["leader", "transfer", "--to", "n1"]) == ExitCode.OK
+    assert capsys.readouterr().out.strip() == "Leadership transferred from n0 to n1"
+    assert ("move_leader", 0x2B) in client.calls
+    client.calls.clear()
+    assert cli.main(["leader", "transfer", "n1"]) == ExitCode.OK  # positional, as move-leader
     assert capsys.readouterr().out.strip() == "Leadership transferred from n0 to n1"
     assert ("move_leader", 0x2B) in client.calls
 

@@ -127,6 +127,7 @@ class FakeClient:
     def __init__(self, **results: Any) -> None:
         self.results = results
         self.calls: list[tuple[str, Any]] = []
+        self.endpoints = ["h:1"]
 
     def __enter__(self) -> FakeClient:
         return self
@@ -153,9 +154,12 @@ class FakeClient:
     def status_all(self) -> Any:
         return self._answer("status_all", None)
 
+    def members(self) -> Any:
+        return self._answer("members", None) if "members" in self.results else []
+
 
 def use_client(monkeypatch: pytest.MonkeyPatch, module: Any, client: FakeClient) -> None:
-    monkeypatch.setattr(module, "make_client", lambda args: client)
+    monkeypatch.setattr(module, "make_client", lambda args, at=None: client)
 
 
 def test_get_prints_like_etcdctl(
@@ -244,7 +248,7 @@ def test_status_json_contract(
 ) -> None:
     results = [node("n0", "h:1", "leader"), Unavailable("refused", "h:2")]
     use_client(monkeypatch, status, FakeClient(status_all=results))
-    assert cli.main(["status", "-w", "json", "--endpoints", "h:1,h:2"]) == ExitCode.OK
+    assert cli.main(["status", "-w", "json", "--endpoints", "h:1,h:2"]) == ExitCode.MEMBER_DOWN
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert list(doc) == ["nodes"]
@@ -428,7 +432,7 @@ def test_cluster_up_arguments() -> None:
     args = parse("cluster", "up", "--nodes", "5", "--data-dir", "/tmp/x", "--base-port", "20000")
     assert (args.nodes, args.data_dir, args.base_port) == (5, "/tmp/x", 20000)
     defaults = parse("cluster", "up", "--data-dir", "/tmp/x")
-    assert (defaults.nodes, defaults.base_port) == (3, 12370)
+    assert (defaults.nodes, defaults.base_port) == (3, 9877)  # n0's client port: the default
     with pytest.raises(SystemExit):
         parse("cluster", "up", "--nodes", "0", "--data-dir", "/tmp/x")
 

@@ -1,0 +1,203 @@
+"""``metaledger cluster restart NODE --data-dir DIR``: start one node of ``cluster up`` again.
+
+``cluster up`` records each node's ``serve`` arguments and client endpoint in
+``DIR/cluster.json``. ``cluster restart n1`` stops ``n1`` if it still runs (the pid in
+``DIR/n1.pid``, checked to be that node: SIGTERM, then SIGKILL after a grace period), starts it
+again with the recorded arguments in the background (output appended to ``DIR/n1.log``, pid in
+``DIR/n1.pid``) while the other nodes keep running, and waits until it answers and knows a
+leader. The node it starts is not a child of ``cluster up``; ``cluster up`` still stops it on
+Ctrl-C (it finds it through the pid file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nameserver.cli._common import (
+    UsageError,
+    output_parent,
+    positive_float,
+    printer,
+    timeout_s,
+)
+from nameserver.cli.exitcodes import ExitCode
+from nameserver.client import Client, ClientError
+
+if TYPE_CHECKING:
+    from nameserver.cli._common import Subparsers
+
+CLUSTER_FILE = "cluster.json"
+STOP_GRACE_S = 10.0
+_POLL_S = 0.25
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: set by ``cluster up`` for its children; a restarted node must not die with this command
+_PARENT_PID_ENV = "METALEDGER_PARENT_PID"
+
+
+def write_cluster_file(data_dir: Path, argv: dict[str, list[str]], client: dict[str, str]) -> None:
+    """Record each node's ``serve`` arguments (after ``python -m nameserver.cli``) and client
+    endpoint, for :func:`run_cluster_restart`."""
+    doc = {"nodes": {nid: {"argv": argv[nid], "client": client[nid]} for nid in argv}}
+    tmp = data_dir / (CLUSTER_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(data_dir / CLUSTER_FILE)
+
+
+def read_cluster_file(data_dir: Path) -> dict[str, dict[str, Any]]:
+    path = data_dir / CLUSTER_FILE
+    try:
+        doc = json.loads(path.read_text())
+        nodes = doc["nodes"]
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path} not found: DIR must be the --data-dir of 'metaledger cluster up'"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: unreadable: {exc}") from None
+    if not isinstance(nodes, dict):
+        raise UsageError(f"{path}: unreadable: no node table")
+    return nodes
+
+
+def read_pid(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def is_node(pid: int, node_id: str) -> bool:
+    """Whether ``pid`` is a live (not zombie) ``serve --id node_id`` process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+        return False
+    return b"serve" in cmdline and b"--id" in cmdline and node_id.encode() in cmdline
+
+
+def signal_node(pid: int, node_id: str, signum: int) -> None:
+    if is_node(pid, node_id):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait until ``pid`` has exited (or is a zombie); True if it did within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:1]
+        except OSError:
+            return True
+        if state == ["Z"] or time.monotonic() >= deadline:
+            return state == ["Z"]
+        time.sleep(0.05)
+    return True
+
+
+def _stop_running(pid: int, node_id: str) -> None:
+    signal_node(pid, node_id, signal.SIGTERM)
+    if not wait_gone(pid, STOP_GRACE_S):
+        print(f"metaledger: {node_id} (pid {pid}) ignored SIGTERM; killing it", file=sys.stderr)
+        signal_node(pid, node_id, signal.SIGKILL)
+        wait_gone(pid, STOP_GRACE_S)
+
+
+def _start_detached(data_dir: Path, node_id: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != _PARENT_PID_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    with open(data_dir / f"{node_id}.log", "ab") as log_file:
+        return subprocess.Popen(
+            [sys.executable, "-m", "nameserver.cli", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # outlives this command, and its terminal's Ctrl-C
+        )
+
+
+def _wait_serving(
+    proc: subprocess.Popen[bytes], endpoint: str, timeout: float, per_call_s: float
+) -> tuple[str, str]:
+    """(leader, "") once the node answers and knows a leader, else ("", why not)."""
+    deadline = time.monotonic() + timeout
+    why = "no answer yet"
+    with Client([endpoint], timeout_s=per_call_s) as client:
+        while True:
+            if proc.poll() is not None:
+                return "", f"it exited with code {proc.returncode}"
+            try:
+                status = client.status()
+                if status.leader:
+                    return status.leader, ""
+                why = "it answers but knows no leader yet"
+            except ClientError as exc:
+                why = str(exc)
+            if time.monotonic() >= deadline:
+                return "", f"not serving within {timeout:g}s: {why}"
+            time.sleep(_POLL_S)
+
+
+def run_cluster_restart(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir)
+    nodes = read_cluster_file(data_dir)
+    node = nodes.get(args.node)
+    if node is None:
+        known = ", ".join(sorted(nodes))
+        raise UsageError(f"cluster restart: no node {args.node!r} in {data_dir} (nodes: {known})")
+    pid_path = data_dir / f"{args.node}.pid"
+    old = read_pid(pid_path)
+    if old and is_node(old, args.node):
+        _stop_running(old, args.node)
+    proc = _start_detached(data_dir, args.node, [str(a) for a in node["argv"]])
+    pid_path.write_text(f"{proc.pid}\n")
+    log = data_dir / f"{args.node}.log"
+    leader, why = _wait_serving(
+        proc, str(node["client"]), args.startup_timeout, min(timeout_s(args), 1.0)
+    )
+    if why:
+        print(f"metaledger: cluster restart: {args.node}: {why}; see {log}", file=sys.stderr)
+        return ExitCode.ERROR
+    doc = {"node": args.node, "pid": proc.pid, "client": node["client"], "leader": leader}
+    text = (
+        f"{args.node} restarted (pid {proc.pid}, client {node['client']}, leader {leader});"
+        f" output in {log}"
+    )
+    printer(args).report(doc, text)
+    return ExitCode.OK
+
+
+def register_restart(actions: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = actions.add_parser(
+        "restart",
+        parents=[output_parent()],
+        help="start one node of 'cluster up' again, with the flags it was started with",
+        description=__doc__.split("\n\n", 1)[1].replace("``", "'") if __doc__ else None,
+    )
+    p.add_argument("node", metavar="NODE", help="the node's id, e.g. n1")
+    p.add_argument(
+        "--data-dir", required=True, metavar="DIR", help="the --data-dir given to 'cluster up'"
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up if the node does not serve and know a leader by then (default 60)",
+    )
+    p.set_defaults(run=run_cluster_restart)
