@@ -211,3 +211,12 @@ def test_checker_finds_links_and_paths_outside_code_blocks(tmp_path: Path) -> No
         "leaves the repository",
         None,
     ]
+
+
+def test_the_exit_code_table_in_operations_md_is_exitcodes_py() -> None:
+    """docs/operations.md lists every exit code with the meaning `metaledger --help` prints."""
+    from nameserver.cli.exitcodes import MEANINGS, ExitCode
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    for code in ExitCode:
+        assert f"| {int(code)} | {code.name} | {MEANINGS[code]} |" in text, code.name
