@@ -32,7 +32,7 @@ ruff check .
 ruff format --check .
 echo "== mypy (core packages)"
 mypy
-echo "== import layering (DESIGN.md §2)"
+echo "== import layering (the import-linter contracts in pyproject.toml)"
 lint-imports
 echo "== docker-compose.yml"
 METALEDGER_CLUSTER_PASSWORD=validate-only docker-compose -f docker-compose.yml config -q
