@@ -1,0 +1,204 @@
+"""The commit log: every message of every topic, back to back, in fixed-size segment files.
+
+Files live in ``<root>/commitlog/`` named by their 20-digit start offset. A record never
+straddles two files: when a record plus an 8-byte blank header does not fit, the rest of
+the file becomes a blank record (``i32 remaining | i32 0xCBD43194``, zero padding) and the
+record starts the next file, as RocketMQ does. Reads return the stored bytes unchanged.
+
+Durability: ``SYNC_FLUSH`` is a group commit: a caller of ``wait_durable(end)`` either
+finds its bytes already synced, waits for the fdatasync in progress and then the next
+one, or runs the fdatasync itself for everything written so far. ``ASYNC_FLUSH`` leaves
+syncing to a background flusher (see ``broker.store.flush``).
+
+Disk full: a write that meets ENOSPC is cut back to the file's previous length and
+raises DiskFullError; earlier records are untouched and reads keep working.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.store.errors import DiskFullError, StoreError
+from broker.store.message import BLANK_MAGIC
+from broker.store.segments import fsync_dir, list_segments, segment_name
+
+BLANK_HEADER = 8
+
+
+@dataclass
+class Segment:
+    start: int
+    path: str
+    fd: int
+    size: int  # bytes written (the whole segment size once closed by a blank)
+
+
+class CommitLog:
+    """Append-only log over segment files; thread-safe."""
+
+    def __init__(self, directory: str, segment_size: int) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        os.makedirs(directory, exist_ok=True)
+        self._lock = threading.Lock()  # appends, rolls, deletes
+        self._segments: list[Segment] = []
+        for start, path in list_segments(directory):
+            fd = os.open(path, os.O_RDWR)
+            self._segments.append(Segment(start, path, fd, os.fstat(fd).st_size))
+        # durability bookkeeping (group commit)
+        self._sync_cond = threading.Condition()
+        self._syncing = False
+        self._durable = self.end_offset
+        # seams for tests and fault injection
+        self.pwrite: Callable[[int, bytes, int], int] = os.pwrite
+        self.fdatasync: Callable[[int], None] = os.fdatasync
+
+    # -- offsets --------------------------------------------------------------
+    @property
+    def end_offset(self) -> int:
+        """The offset one past the last written byte (the next record's physical offset)."""
+        if not self._segments:
+            return 0
+        s = self._segments[-1]
+        return s.start + s.size
+
+    @property
+    def min_offset(self) -> int:
+        return self._segments[0].start if self._segments else 0
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable
+
+    def segments(self) -> list[Segment]:
+        with self._lock:
+            return list(self._segments)
+
+    # -- writes ---------------------------------------------------------------
+    def _write(self, seg: Segment, data: bytes) -> None:
+        try:
+            n = self.pwrite(seg.fd, data, seg.size)
+            if n != len(data):
+                raise OSError(errno.ENOSPC, "short write")
+        except OSError as e:
+            os.ftruncate(seg.fd, seg.size)
+            if e.errno == errno.ENOSPC:
+                raise DiskFullError(f"{seg.path}: no space for {len(data)} bytes") from e
+            raise StoreError(f"{seg.path}: write failed: {e}") from e
+        seg.size += len(data)
+
+    def _new_segment(self, start: int) -> Segment:
+        path = os.path.join(self.directory, segment_name(start))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fsync_dir(self.directory)
+        seg = Segment(start, path, fd, 0)
+        self._segments.append(seg)
+        return seg
+
+    def _roll(self, seg: Segment) -> Segment:
+        remaining = self.segment_size - seg.size
+        self._write(seg, struct.pack(">ii", remaining, BLANK_MAGIC))
+        os.ftruncate(seg.fd, self.segment_size)  # zero padding: the file has its fixed size
+        seg.size = self.segment_size
+        self.fdatasync(seg.fd)  # a closed file is durable before any byte of the next
+        return self._new_segment(seg.start + self.segment_size)
+
+    def append(self, encode_at: Callable[[int], bytes]) -> tuple[int, int]:
+        """Encode a record at the next physical offset and write it; (offset, size)."""
+        with self._lock:
+            seg = self._segments[-1] if self._segments else self._new_segment(0)
+            data = encode_at(seg.start + seg.size)
+            if len(data) + BLANK_HEADER > self.segment_size:
+                raise StoreError(
+                    f"record of {len(data)} bytes cannot fit a {self.segment_size}-byte segment"
+                )
+            if seg.size + len(data) + BLANK_HEADER > self.segment_size:
+                seg = self._roll(seg)
+                data = encode_at(seg.start)
+            offset = seg.start + seg.size
+            self._write(seg, data)
+            return offset, len(data)
+
+    # -- durability -----------------------------------------------------------
+    def flush(self) -> int:
+        """fdatasync everything written so far (one at a time; callers share it)."""
+        with self._lock:
+            target = self.end_offset
+            fd = self._segments[-1].fd if self._segments else -1
+        if fd >= 0 and target > self._durable:
+            self.fdatasync(fd)
+        with self._sync_cond:
+            self._durable = max(self._durable, target)
+        return target
+
+    def wait_durable(self, end: int) -> None:
+        """Return once the bytes before ``end`` are durable (group commit)."""
+        with self._sync_cond:
+            while self._durable < end:
+                if self._syncing:
+                    self._sync_cond.wait()
+                    continue
+                self._syncing = True
+                self._sync_cond.release()
+                try:
+                    self.flush()
+                finally:
+                    self._sync_cond.acquire()
+                    self._syncing = False
+                    self._sync_cond.notify_all()
+
+    # -- reads ----------------------------------------------------------------
+    def _segment_for(self, offset: int) -> Segment:
+        for seg in reversed(self._segments):
+            if seg.start <= offset:
+                return seg
+        raise StoreError(f"offset {offset} is below the commit log's minimum {self.min_offset}")
+
+    def read(self, offset: int, size: int) -> bytes:
+        """The stored bytes at ``offset`` (one record, as the consume queue gives its size)."""
+        with self._lock:
+            seg = self._segment_for(offset)
+            fd = seg.fd
+        return os.pread(fd, size, offset - seg.start)
+
+    def read_record(self, offset: int) -> bytes:
+        """The record starting at ``offset`` (its TOTALSIZE read first)."""
+        total, _ = struct.unpack(">ii", self.read(offset, 8))
+        return self.read(offset, total)
+
+    # -- recovery and retention hooks -------------------------------------------
+    def truncate(self, end: int) -> None:
+        """Cut everything at and after ``end`` (recovery's torn tail)."""
+        with self._lock:
+            while self._segments and self._segments[-1].start > end:
+                seg = self._segments.pop()
+                os.close(seg.fd)
+                os.unlink(seg.path)
+            if self._segments:
+                seg = self._segments[-1]
+                seg.size = end - seg.start
+                os.ftruncate(seg.fd, seg.size)
+                os.fsync(seg.fd)
+            fsync_dir(self.directory)
+            self._durable = min(self._durable, self.end_offset)
+
+    def delete_segment(self, seg: Segment) -> None:
+        """Remove one closed segment (never the active one)."""
+        with self._lock:
+            if seg is self._segments[-1]:
+                raise StoreError("the active segment is never deleted")
+            self._segments.remove(seg)
+            os.close(seg.fd)
+            os.unlink(seg.path)
+            fsync_dir(self.directory)
+
+    def close(self) -> None:
+        with self._lock:
+            for seg in self._segments:
+                os.close(seg.fd)
+            self._segments = []

@@ -1,0 +1,48 @@
+"""Errors of the broker's message store.
+
+    StoreError
+    ├── DiskFullError          a write met ENOSPC: the put is refused (``send_status`` says what a
+    │                          send answers), nothing acknowledged before is lost, reads keep working
+    ├── MessageTooLargeError   a message (or its properties) exceeds what the store encoding allows
+    ├── DecodeError            bytes are not a well-formed store record (names the reason)
+    └── StoreCorruptionError   a record before the tail of a commit log or consume queue is bad:
+                               recovery stops and names the file and the byte position
+
+Behaviour is on the class (``retriable``, ``send_status``) so a caller maps an error to an
+answer without matching on types one by one.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Root of this package's errors."""
+
+    retriable: bool = False
+    # the PutMessageStatus name a send maps this error to (RocketMQ's store statuses)
+    send_status: str = "UNKNOWN_ERROR"
+
+
+class DiskFullError(StoreError):
+    """A durable write met ENOSPC. The partial write was cut back; earlier messages are intact."""
+
+    retriable = True
+    send_status = "SERVICE_NOT_AVAILABLE"  # RocketMQ: store not writeable (disk full)
+
+
+class MessageTooLargeError(StoreError):
+    send_status = "MESSAGE_ILLEGAL"
+
+
+class DecodeError(StoreError, ValueError):
+    """The bytes are not one well-formed store record."""
+
+
+class StoreCorruptionError(StoreError):
+    """A bad record with a valid record after it: not a torn tail, so nothing is cut."""
+
+    def __init__(self, path: str, position: int, reason: str) -> None:
+        super().__init__(f"{path}: corrupt record at byte {position}: {reason}")
+        self.path = path
+        self.position = position
+        self.reason = reason
