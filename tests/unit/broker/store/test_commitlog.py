@@ -31,7 +31,9 @@ def test_append_and_read_across_segments(tmp_path: Path) -> None:
         m = decode(raw)
         assert m.body == bytes([i]) * 100 and m.queue_offset == i
         assert m.physical_offset == results[i].physical_offset
-        assert raw == store.log.read_record(results[i].physical_offset)  # bytes straight from the log
+        assert raw == store.log.read_record(
+            results[i].physical_offset
+        )  # bytes straight from the log
     store.close()
 
 

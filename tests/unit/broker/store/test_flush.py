@@ -62,7 +62,8 @@ def test_sync_flush_group_commit_shares_fdatasync(tmp_path: Path) -> None:
 
 def test_async_flush_syncs_in_background_and_checkpoints(tmp_path: Path) -> None:
     store = MessageStore(
-        str(tmp_path), StoreConfig(segment_size=4096, flush_mode=FlushMode.ASYNC_FLUSH, flush_interval_ms=20)
+        str(tmp_path),
+        StoreConfig(segment_size=4096, flush_mode=FlushMode.ASYNC_FLUSH, flush_interval_ms=20),
     )
     calls: list[int] = []
     store.log.fdatasync = lambda fd: calls.append(fd)

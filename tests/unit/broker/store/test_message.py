@@ -24,7 +24,8 @@ from broker.store.message import (
 )
 
 _prop_text = st.text(
-    alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20
+    alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]),
+    max_size=20,
 )
 
 
@@ -41,7 +42,9 @@ def _same(a: StoredMessage, b: StoredMessage) -> None:
     qoff=st.integers(0, 2**63 - 1),
     ts=st.integers(0, 2**62),
 )
-def test_round_trip(body: bytes, topic: str, props: dict[str, str], qid: int, qoff: int, ts: int) -> None:
+def test_round_trip(
+    body: bytes, topic: str, props: dict[str, str], qid: int, qoff: int, ts: int
+) -> None:
     m = StoredMessage(
         topic=topic,
         body=body,
@@ -68,7 +71,13 @@ def test_all_byte_values_empty_and_4mib_bodies() -> None:
 
 def test_unicode_properties_and_ipv6_hosts() -> None:
     props = {"KEYS": "ключ 鍵 🗝", "UNIQ_KEY": "ABC", "é": ""}
-    m = StoredMessage(topic="T", body=b"x", born_host=Host("::1", 1), store_host=Host("fe80::2", 2), properties=props)
+    m = StoredMessage(
+        topic="T",
+        body=b"x",
+        born_host=Host("::1", 1),
+        store_host=Host("fe80::2", 2),
+        properties=props,
+    )
     out = decode(encode(m))
     assert out.properties == props
     assert out.born_host == Host("::1", 1)

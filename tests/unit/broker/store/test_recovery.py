@@ -72,7 +72,9 @@ def test_flipped_byte_in_middle_message_is_corruption(tmp_path: Path) -> None:
 
 def test_corruption_before_a_later_segment_is_not_a_tail(tmp_path: Path) -> None:
     res = _filled(tmp_path, 14)
-    last_in_first = max((r for r in res if r.physical_offset < 1024), key=lambda r: r.physical_offset)
+    last_in_first = max(
+        (r for r in res if r.physical_offset < 1024), key=lambda r: r.physical_offset
+    )
     path, pos = _file_of(tmp_path, last_in_first.physical_offset)
     data = bytearray(path.read_bytes())
     data[pos + 4] ^= 0x01  # magic of the last record of the first file
@@ -87,7 +89,9 @@ def test_consume_queues_rebuilt_from_commitlog(tmp_path: Path) -> None:
     os.makedirs(tmp_path / "consumequeue")
     store = open_store(str(tmp_path))
     assert store.max_offset("T", 0) == 10
-    assert [decode(m).physical_offset for m in store.get("T", 0, 0, 20).messages] == [r.physical_offset for r in res]
+    assert [decode(m).physical_offset for m in store.get("T", 0, 0, 20).messages] == [
+        r.physical_offset for r in res
+    ]
     store.close()
 
 

@@ -67,7 +67,9 @@ def test_enospc_refuses_put_and_keeps_acknowledged(tmp_path: Path, fail_at: int)
     store.close()
 
 
-def test_enospc_in_consume_queue_rolls_back_the_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_enospc_in_consume_queue_rolls_back_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = open_store(str(tmp_path))
     first = store.put(msg(1))
 
