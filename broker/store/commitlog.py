@@ -94,18 +94,24 @@ class CommitLog:
 
     def _new_segment(self, start: int) -> Segment:
         path = os.path.join(self.directory, segment_name(start))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        fsync_dir(self.directory)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fsync_dir(self.directory)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise DiskFullError(f"{path}: no space for a new segment") from e
+            raise StoreError(f"{path}: cannot create a segment: {e}") from e
         seg = Segment(start, path, fd, 0)
         self._segments.append(seg)
         return seg
 
     def _roll(self, seg: Segment) -> Segment:
-        remaining = self.segment_size - seg.size
-        self._write(seg, struct.pack(">ii", remaining, BLANK_MAGIC))
-        os.ftruncate(seg.fd, self.segment_size)  # zero padding: the file has its fixed size
-        seg.size = self.segment_size
-        self.fdatasync(seg.fd)  # a closed file is durable before any byte of the next
+        if seg.size < self.segment_size:  # not closed yet (a failed roll may have closed it)
+            remaining = self.segment_size - seg.size
+            self._write(seg, struct.pack(">ii", remaining, BLANK_MAGIC))
+            os.ftruncate(seg.fd, self.segment_size)  # zero padding: the file has its fixed size
+            seg.size = self.segment_size
+            self.fdatasync(seg.fd)  # a closed file is durable before any byte of the next
         return self._new_segment(seg.start + self.segment_size)
 
     def append(self, encode_at: Callable[[int], bytes]) -> tuple[int, int]:

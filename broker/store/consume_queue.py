@@ -16,7 +16,7 @@ import threading
 import zlib
 from dataclasses import dataclass
 
-from broker.store.errors import StoreCorruptionError
+from broker.store.errors import ConsumeQueueBehindError
 from broker.store.segments import fsync_dir, list_segments, segment_name
 
 UNIT = struct.Struct(">qiq")
@@ -85,16 +85,20 @@ class ConsumeQueue:
             self._fd = os.open(self._files[-1][1], os.O_RDWR)
         return self._fd
 
-    def append(self, queue_offset: int, unit: Unit) -> bool:
-        """Put the unit at ``queue_offset``; False if it is already there (re-dispatch)."""
+    def append(self, queue_offset: int, unit: Unit, may_start_later: bool = False) -> bool:
+        """Put the unit at ``queue_offset``; False if it is already there (re-dispatch).
+
+        ``may_start_later``: an empty queue may begin past offset 0 (a full re-dispatch from
+        the commit log's minimum after retention deleted the queue's first messages).
+        """
         with self._lock:
             if queue_offset < self.max_offset:
                 return False
+            if not self._files and may_start_later:
+                self._end = self._min = queue_offset * UNIT_SIZE
             if queue_offset > self.max_offset:
-                raise StoreCorruptionError(
-                    self.directory,
-                    self._end,
-                    f"queue offset {queue_offset} leaves a gap after {self.max_offset}",
+                raise ConsumeQueueBehindError(
+                    f"{self.directory}: queue offset {queue_offset} leaves a gap after {self.max_offset}"
                 )
             fd = self._active_fd()
             os.pwrite(

@@ -5,8 +5,10 @@
     │                          send answers), nothing acknowledged before is lost, reads keep working
     ├── MessageTooLargeError   a message (or its properties) exceeds what the store encoding allows
     ├── DecodeError            bytes are not a well-formed store record (names the reason)
-    └── StoreCorruptionError   a record before the tail of a commit log or consume queue is bad:
-                               recovery stops and names the file and the byte position
+    ├── StoreCorruptionError   a record before the tail of a commit log or consume queue is bad:
+    │                          recovery stops and names the file and the byte position
+    └── ConsumeQueueBehindError  a unit would leave a gap in a consume queue (it lost units):
+                               the store rebuilds its queues from the start of the commit log
 
 Behaviour is on the class (``retriable``, ``send_status``) so a caller maps an error to an
 answer without matching on types one by one.
@@ -46,3 +48,7 @@ class StoreCorruptionError(StoreError):
         self.path = path
         self.position = position
         self.reason = reason
+
+
+class ConsumeQueueBehindError(StoreError):
+    """A consume queue is behind the commit log past the checkpoint: re-dispatch from the start."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueue, Unit, tags_code
-from broker.store.errors import DiskFullError, StoreError
+from broker.store.errors import ConsumeQueueBehindError, DiskFullError, StoreError
 from broker.store.flush import AsyncFlusher, FlushMode
 from broker.store.message import Host, StoredMessage, decode, encode
 from broker.store.recovery import Checkpoint, recover
@@ -64,9 +64,14 @@ class MessageStore:
         self.log = CommitLog(os.path.join(root, "commitlog"), self.config.segment_size)
         self._load_consume_queues()
         self._checkpoint_path = os.path.join(root, "checkpoint")
-        self.recovered_end = recover(
-            self.log, Checkpoint.load(self._checkpoint_path), self._dispatch
-        )
+        cp = Checkpoint.load(self._checkpoint_path)
+        self._full_dispatch = False
+        try:
+            self.recovered_end = recover(self.log, cp, self._dispatch)
+        except ConsumeQueueBehindError:  # a queue lost units before the checkpoint: dispatch all
+            self._full_dispatch = True
+            self.recovered_end = recover(self.log, Checkpoint(physic=cp.physic), self._dispatch)
+        self._last_checkpoint = cp
         for cq in self._cqs.values():
             cq.truncate_physical(self.recovered_end)
             cq.delete_below(self.log.min_offset)
@@ -98,8 +103,9 @@ class MessageStore:
 
     def _dispatch(self, physical: int, m: StoredMessage) -> None:
         size = len(encode(m))
+        unit = Unit(physical, size, tags_code(m.tags))
         self._cq(m.topic, m.queue_id).append(
-            m.queue_offset, Unit(physical, size, tags_code(m.tags))
+            m.queue_offset, unit, may_start_later=self._full_dispatch
         )
 
     # -- writes -----------------------------------------------------------------
@@ -117,7 +123,7 @@ class MessageStore:
                 offset, size = self.log.append(
                     lambda at: encode(dataclasses.replace(m, physical_offset=at))
                 )
-            except DiskFullError as e:
+            except StoreError as e:  # disk full, too large: refused, nothing written
                 return PutResult(e.send_status)
             try:
                 cq.append(m.queue_offset, Unit(offset, size, tags_code(m.tags)))
@@ -207,7 +213,10 @@ class MessageStore:
         for cq in cqs:
             cq.flush()
         physic = self.log.flush()
-        Checkpoint(physic=physic, logics=logics).save(self._checkpoint_path)
+        cp = Checkpoint(physic=physic, logics=logics)
+        if cp != self._last_checkpoint:
+            cp.save(self._checkpoint_path)
+            self._last_checkpoint = cp
 
     def delete_expired(self, policy: RetentionPolicy, now: float | None = None) -> int:
         n = expired_segments(self.log, policy, now)

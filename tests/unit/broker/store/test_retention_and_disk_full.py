@@ -82,3 +82,40 @@ def test_enospc_in_consume_queue_rolls_back_the_record(
     assert store.log.end_offset == first.physical_offset + first.size
     assert store.put(msg(3)).queue_offset == 1
     store.close()
+
+
+def test_enospc_creating_next_segment_then_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(str(tmp_path))
+    res = [store.put(msg(i)) for i in range(8)]
+    real_open = os.open
+
+    def no_new_files(path: str, flags: int, *a: int) -> int:
+        if flags & os.O_CREAT and "commitlog" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *a)
+
+    monkeypatch.setattr(os, "open", no_new_files)
+    statuses = [store.put(msg(50)).status for _ in range(20)]
+    n_ok = statuses.index("SERVICE_NOT_AVAILABLE")
+    assert set(statuses[n_ok:]) == {"SERVICE_NOT_AVAILABLE"}  # the file filled up, no next one
+    assert set(statuses[:n_ok]) <= {"PUT_OK"}
+    monkeypatch.undo()
+    assert os.path.getsize(store.log.segments()[-1].path) == SEG  # closed by its blank record
+    r = store.put(msg(51))
+    assert r.status == "PUT_OK" and r.queue_offset == 8 + n_ok
+    store.close()
+    store = open_store(str(tmp_path))
+    got = store.get("T", 0, 0, 100)
+    assert [decode(m).physical_offset for m in got.messages][: len(res)] == [
+        x.physical_offset for x in res
+    ]
+    store.close()
+
+
+def test_too_large_message_is_refused_with_a_status(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path))
+    assert store.put(msg(1, size=2 * SEG)).status == "UNKNOWN_ERROR"
+    assert store.put(msg(2)).queue_offset == 0
+    store.close()
