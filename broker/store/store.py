@@ -5,7 +5,8 @@ Layout under ``root`` (research/broker.md §4): ``commitlog/``, ``consumequeue/<
 writes a checkpoint at the end, so that scan is short). A put appends the record to the
 commit log and its unit to the consume queue under one lock (queue offsets are dense and
 in commit-log order); under SYNC_FLUSH it returns once the record is durable, and a get
-shows only durable records.
+shows only durable records. A background thread flushes (ASYNC_FLUSH), flushes the consume
+queues and writes the checkpoint every ``flush_interval_ms``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class StoreConfig:
     segment_size: int = GIB
     cq_units_per_file: int = 300_000
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    # ASYNC_FLUSH: how often the commit log is synced; both modes: how often the consume
+    # queues are flushed and the checkpoint written (bounds the scan after a crash)
     flush_interval_ms: int = 500
     store_host: Host = dataclasses.field(default_factory=lambda: Host("127.0.0.1", 10911))
 
@@ -75,10 +78,8 @@ class MessageStore:
         for cq in self._cqs.values():
             cq.truncate_physical(self.recovered_end)
             cq.delete_below(self.log.min_offset)
-        self._flusher: AsyncFlusher | None = None
-        if self.config.flush_mode is FlushMode.ASYNC_FLUSH:
-            self._flusher = AsyncFlusher(self.checkpoint, self.config.flush_interval_ms)
-            self._flusher.start()
+        self._flusher = AsyncFlusher(self.checkpoint, self.config.flush_interval_ms)
+        self._flusher.start()
 
     # -- consume queues ---------------------------------------------------------
     def _cq_dir(self, topic: str, queue_id: int) -> str:
@@ -226,10 +227,7 @@ class MessageStore:
         return n
 
     def close(self) -> None:
-        if self._flusher is not None:
-            self._flusher.stop()
-        else:
-            self.checkpoint()
+        self._flusher.stop()  # and a last checkpoint
         for cq in self._cqs.values():
             cq.close()
         self.log.close()

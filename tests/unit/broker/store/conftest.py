@@ -21,5 +21,6 @@ def open_store(root: str, mode: FlushMode = FlushMode.SYNC_FLUSH, **kw: int) -> 
         segment_size=kw.get("segment_size", SEG),
         cq_units_per_file=kw.get("units", 4),
         flush_mode=mode,
+        flush_interval_ms=kw.get("interval_ms", 60_000),  # no background checkpoint mid-test
     )
     return MessageStore(root, cfg)

@@ -15,8 +15,7 @@ from .conftest import msg, open_store
 
 def _crash(store: MessageStore) -> None:
     """Drop the store as a kill -9 would: no checkpoint, no flush of consume queues."""
-    if store._flusher is not None:
-        store._flusher._stop.set()
+    store._flusher._stop.set()
     for cq in store._cqs.values():
         cq.close()
     store.log.close()
