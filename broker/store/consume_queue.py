@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import zlib
 from dataclasses import dataclass
 
 from broker.store.errors import ConsumeQueueBehindError
@@ -24,9 +23,14 @@ UNIT_SIZE = UNIT.size  # 20
 
 
 def tags_code(tags: str) -> int:
-    """The tag hash kept in a unit (RocketMQ uses Java's String.hashCode; any stable hash works
-    for filtering as long as the pull side uses the same one)."""
-    return zlib.crc32(tags.encode()) if tags else 0
+    """The tag hash kept in a unit: Java's ``String.hashCode`` of the tags, as RocketMQ stores
+    it (``MessageExtBrokerInner.tagsString2tagsCode``) and as Java clients send their
+    subscriptions' ``codeSet``; 0 for no tags."""
+    h = 0
+    data = tags.encode("utf-16-be")
+    for i in range(0, len(data), 2):  # UTF-16 code units, as Java's char
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,11 @@ def test_reopen_keeps_offsets_and_search_by_time(tmp_path: Path) -> None:
     assert store.search_offset_by_timestamp("T", 0, 1015) == 2
     assert store.search_offset_by_timestamp("T", 0, 0) == 0
     store.close()
+
+
+def test_tags_code_is_javas_string_hashcode() -> None:
+    """Java clients send their subscriptions' tags as String.hashCode values (codeSet)."""
+    assert tags_code("") == 0
+    assert tags_code("TagA") == 2598919
+    assert tags_code("polygenelubricants") == -(2**31)  # Java's Integer.MIN_VALUE
+    assert tags_code("é") == 233  # one UTF-16 code unit
