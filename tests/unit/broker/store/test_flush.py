@@ -66,9 +66,17 @@ def test_async_flush_syncs_in_background_and_checkpoints(tmp_path: Path) -> None
         StoreConfig(segment_size=4096, flush_mode=FlushMode.ASYNC_FLUSH, flush_interval_ms=20),
     )
     calls: list[int] = []
-    store.log.fdatasync = lambda fd: calls.append(fd)
+    release = threading.Event()
+
+    def held_fdatasync(fd: int) -> None:  # no sync completes until released
+        calls.append(fd)
+        release.wait(10)
+
+    store.log.fdatasync = held_fdatasync
     r = store.put(msg(1))
-    assert calls == []  # answered after the write, before any sync
+    # answered after the write, not after a sync: none could have completed yet
+    assert store.log.durable_offset < r.physical_offset + r.size
+    release.set()
     deadline = time.monotonic() + 5
     while store.log.durable_offset < r.physical_offset + r.size and time.monotonic() < deadline:
         time.sleep(0.01)
