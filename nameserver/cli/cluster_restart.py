@@ -108,7 +108,8 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return True
 
 
-def _stop_running(pid: int, node_id: str) -> None:
+def stop_node(pid: int, node_id: str) -> None:
+    """Stop node ``node_id`` at ``pid`` if it is that node: SIGTERM, SIGKILL after a grace."""
     signal_node(pid, node_id, signal.SIGTERM)
     if not wait_gone(pid, STOP_GRACE_S):
         print(f"metaledger: {node_id} (pid {pid}) ignored SIGTERM; killing it", file=sys.stderr)
@@ -163,7 +164,7 @@ def run_cluster_restart(args: argparse.Namespace) -> int:
     pid_path = data_dir / f"{args.node}.pid"
     old = read_pid(pid_path)
     if old and is_node(old, args.node):
-        _stop_running(old, args.node)
+        stop_node(old, args.node)
     proc = _start_detached(data_dir, args.node, [str(a) for a in node["argv"]])
     pid_path.write_text(f"{proc.pid}\n")
     log = data_dir / f"{args.node}.log"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from nameserver.cli.cluster_restart import read_pid, stop_node
 from tests.harness import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -152,23 +153,5 @@ def test_every_bash_block_of_the_readme_runs(tmp_path: Path) -> None:
                 cluster.wait(timeout=10)
             # a node `cluster restart` started may live in its own group: stop it by pid
             for pid_file in (work / "data" / "demo").glob("n*.pid"):
-                _stop_node(int(pid_file.read_text().strip() or 0))
+                stop_node(read_pid(pid_file), pid_file.stem)
         log.close()
-
-
-def _is_node(pid: int) -> bool:
-    """``pid`` is a metaledger node (not a process that reused a dead node's pid)."""
-    try:
-        return b"nameserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def _stop_node(pid: int) -> None:
-    if pid <= 0 or not _is_node(pid):
-        return
-    os.kill(pid, signal.SIGTERM)
-    try:
-        wait_until(lambda: not _is_node(pid), 15, f"node {pid} stops on SIGTERM")
-    except AssertionError:
-        os.kill(pid, signal.SIGKILL)
