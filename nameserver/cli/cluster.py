@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from nameserver.cli import cluster_brokers as brokers_state
 from nameserver.cli import cluster_restart as nodes_state
 from nameserver.cli._common import (
     DEFAULT_CLIENT_PORT,
@@ -303,10 +304,11 @@ def _wait_until_up(
 def run_cluster_up(args: argparse.Namespace) -> int:
     try:
         nodes = layout(args.nodes, args.base_port)
+        brokers = brokers_state.broker_layout(args.brokers, args.base_port)
     except ValueError as exc:
         print(f"metaledger: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    busy = busy_ports(nodes)
+    busy = busy_ports(nodes) + brokers_state.busy_ports(brokers)
     if busy:
         print(
             f"metaledger: cluster up: ports in use: {', '.join(busy)} (--base-port moves them)",
@@ -319,7 +321,8 @@ def run_cluster_up(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir)
     try:
-        for path in (data_dir, *(data_dir / node.id for node in nodes)):
+        ids = [n.id for n in nodes] + [b.id for b in brokers]
+        for path in (data_dir, *(data_dir / i for i in ids)):
             prepare_data_dir(str(path))
     except StartupError as exc:
         print(f"metaledger: cluster up: {exc}", file=sys.stderr)
@@ -342,6 +345,7 @@ def run_cluster_up(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     running: list[_Running] = []
+    group: list[brokers_state.RunningBroker] = []
     try:
         for node in nodes:
             running.append(_start(node, nodes, data_dir, args.log_level, args.consensus))
@@ -351,17 +355,32 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         if why:
             print(f"metaledger: cluster {why}", file=sys.stderr)
             return ExitCode.ERROR
-        printer(args).status(statuses)
         endpoints = ",".join(n.client_endpoint for n in nodes)
-        line = f"cluster up: {len(nodes)} nodes, endpoints {endpoints} — Ctrl-C to stop"
+        for b in brokers:
+            group.append(brokers_state.start(b, endpoints, data_dir, args.log_level))
+        if group:
+            why = brokers_state.wait_ready(group, endpoints.split(","), stop, args.startup_timeout)
+            if stop.is_set():
+                return ExitCode.OK
+            if why:
+                print(f"metaledger: cluster {why}", file=sys.stderr)
+                return ExitCode.ERROR
+        printer(args).status(statuses)
+        line = f"cluster up: {len(nodes)} nodes, endpoints {endpoints}"
+        if group:
+            addrs = ",".join(b.address for b in brokers)
+            line += f"; broker group {brokers_state.GROUP}: {addrs}"
+        line += " — Ctrl-C to stop"
         print(line, file=sys.stderr if output(args) == "json" else sys.stdout, flush=True)
         while not stop.wait(0.5):
             _report_deaths(running, sys.stderr)
+            brokers_state.report_deaths(group, sys.stderr)
             if all(r.reported and not _restarted_pid(r) for r in running):
                 print("metaledger: every node has exited", file=sys.stderr)
                 return ExitCode.ERROR
         return ExitCode.OK
     finally:
+        brokers_state.stop(group)  # before the nodes: they unregister through them
         _stop(running)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -408,6 +427,16 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="SECONDS",
         help="give up if no leader is agreed on by then (default 60)",
+    )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        default=0,
+        metavar="R",
+        help=(
+            f"also start broker group {brokers_state.GROUP} of R replicas: replica j listens on"
+            " B+100+10j (remoting), +1 (HA), +3 (metrics), data in DIR/broker-a-<j>"
+        ),
     )
     up.add_argument("--log-level", type=str.upper, default="INFO", help="the nodes' log level")
     up.add_argument(

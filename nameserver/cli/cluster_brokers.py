@@ -1,0 +1,213 @@
+"""``metaledger cluster up --brokers R``: one broker replica group beside the local nodes.
+
+The group is ``broker-a`` (cluster ``DefaultCluster``); replica j (0-based) is
+``broker-a-j`` with remoting port ``B+100+10j``, HA port ``B+100+10j+1`` and metrics port
+``B+100+10j+3`` (DESIGN.md §6: scripts find replica j there without parsing output), data in
+``DIR/broker-a-j``, output in ``DIR/broker-a-j.log``, pid in ``DIR/broker-a-j.pid``. Each
+replica is a ``metaledger broker`` process talking to the nodes through their client ports,
+as any broker would; the nameserver never imports the broker (it runs its command line).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from nameserver.client import Client, ClientError
+
+HOST = "127.0.0.1"
+GROUP = "broker-a"
+CLUSTER = "DefaultCluster"
+#: the group's ports start this far above the nodes' base port
+BROKER_PORT_OFFSET = 100
+PORT_STRIDE = 10
+STOP_GRACE_S = 10.0
+_POLL_S = 0.25
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class BrokerLayout:
+    index: int
+    id: str
+    remoting_port: int
+    ha_port: int
+    metrics_port: int
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.remoting_port}"
+
+    def ports(self) -> dict[str, int]:
+        return {"remoting": self.remoting_port, "ha": self.ha_port, "metrics": self.metrics_port}
+
+
+def broker_layout(replicas: int, base_port: int) -> list[BrokerLayout]:
+    if replicas < 0:
+        raise ValueError("--brokers must be >= 0")
+    first = base_port + BROKER_PORT_OFFSET
+    last = first + PORT_STRIDE * max(replicas - 1, 0) + 3
+    if replicas and last > 65535:
+        raise ValueError(f"broker ports {first}..{last} do not fit in 1..65535")
+    return [
+        BrokerLayout(
+            j,
+            f"{GROUP}-{j}",
+            first + PORT_STRIDE * j,
+            first + PORT_STRIDE * j + 1,
+            first + PORT_STRIDE * j + 3,
+        )
+        for j in range(replicas)
+    ]
+
+
+def broker_argv(
+    b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str = "INFO"
+) -> list[str]:
+    """The replica's command line (the same a person would type, as ``-m nameserver.cli``)."""
+    return [
+        sys.executable,
+        "-m",
+        "nameserver.cli",
+        "broker",
+        "--group",
+        GROUP,
+        "--cluster",
+        CLUSTER,
+        "--data-dir",
+        str(data_dir / b.id),
+        "--listen",
+        b.address,
+        "--listen-ha",
+        f"{HOST}:{b.ha_port}",
+        "--listen-metrics",
+        f"{HOST}:{b.metrics_port}",
+        "--endpoints",
+        endpoints,
+        "--log-level",
+        log_level,
+    ]
+
+
+def busy_ports(brokers: list[BrokerLayout]) -> list[str]:
+    busy = []
+    for b in brokers:
+        for name, port in b.ports().items():
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((HOST, port))
+                except OSError:
+                    busy.append(f"{port} ({b.id} {name})")
+    return busy
+
+
+@dataclass
+class RunningBroker:
+    layout: BrokerLayout
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    pid_path: Path
+    reported: bool = False
+
+
+def start(b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str) -> RunningBroker:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    log_path = data_dir / f"{b.id}.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            broker_argv(b, endpoints, data_dir, log_level),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    pid_path = data_dir / f"{b.id}.pid"
+    pid_path.write_text(f"{proc.pid}\n")
+    return RunningBroker(b, proc, log_path, pid_path)
+
+
+def stop(running: list[RunningBroker], grace_s: float = STOP_GRACE_S) -> None:
+    for r in running:
+        if r.proc.poll() is None:
+            r.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for r in running:
+        try:
+            r.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(
+                f"metaledger: {r.layout.id} (pid {r.proc.pid}) ignored SIGTERM; killing it",
+                file=sys.stderr,
+            )
+            r.proc.kill()
+            r.proc.wait()
+        r.pid_path.unlink(missing_ok=True)
+
+
+def report_deaths(running: list[RunningBroker], err: TextIO) -> None:
+    for r in running:
+        code = r.proc.poll()
+        if code is not None and not r.reported:
+            r.reported = True
+            r.pid_path.unlink(missing_ok=True)
+            print(
+                f"metaledger: broker {r.layout.id} (pid {r.proc.pid}) exited with code {code};"
+                f" see {r.log_path}",
+                file=err,
+            )
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+
+def wait_ready(
+    running: list[RunningBroker],
+    endpoints: list[str],
+    stop_event: threading.Event,
+    timeout_s: float,
+) -> str:
+    """Wait until the group has a master and every replica is in the group and alive in
+    metaledger; "" when ready, else why not."""
+    deadline = time.monotonic() + timeout_s
+    why = "no replica registered yet"
+    with Client(endpoints, timeout_s=1.0) as client:
+        while not stop_event.is_set():
+            for r in running:
+                if r.proc.poll() is not None:
+                    return (
+                        f"broker {r.layout.id} exited with code {r.proc.returncode} during"
+                        f" startup; last lines of {r.log_path}:\n{_tail(r.log_path)}"
+                    )
+            try:
+                group = client.replica_group(GROUP)
+                alive = {x.address for x in group.replicas if x.alive}
+                missing = [r.layout.id for r in running if r.layout.address not in alive]
+                if not missing and group.master_id:
+                    return ""
+                why = (
+                    f"replicas not alive in {GROUP} yet: {', '.join(missing)}"
+                    if missing
+                    else f"{GROUP} has no master yet"
+                )
+            except ClientError as exc:
+                why = str(exc)
+            if time.monotonic() >= deadline:
+                return f"broker group not up within {timeout_s:g}s: {why}"
+            stop_event.wait(_POLL_S)
+    return "interrupted"
