@@ -66,6 +66,7 @@ __all__ = [
     "after_append",
     "behaviour_for",
     "calc_need_ack_nums",
+    "confirm_offset",
     "in_sync_replicas",
     "in_sync_slave_nums",
     "slave_ok",
@@ -236,3 +237,18 @@ def after_append(
 
 #: What a wait that ran out answers (J4/J5: the replica wait's deadline).
 ON_TIMEOUT = PutStatus.FLUSH_SLAVE_TIMEOUT
+
+
+# ------------------------------------------------------------------ visibility
+def confirm_offset(master_end: int, members: Iterable[SlaveAck | None], previous: int) -> int:
+    """The commit-log offset every in-sync set member holds (J5
+    ``AutoSwitchHAService.computeConfirmOffset``, research/broker.md §6.4): the least ack of
+    the members (``None``: a member without an HA connection to this master), the master's
+    end without members; unchanged (``previous``) while a member is disconnected; never
+    lower than ``previous`` (consumers never see a message vanish)."""
+    acks: list[int] = []
+    for m in members:
+        if m is None or not m.connected:
+            return previous
+        acks.append(m.acked)
+    return max(previous, min([master_end, *acks]))
