@@ -1,0 +1,207 @@
+"""Broker replicas' roles against a real metaledger node (issue 17 item 5): three RoleManagers
+register (ids assigned, the first is master at epoch 1), the master's heartbeats stop (its
+client fails them), metaledger elects another replica from the in-sync set within seconds,
+the old master is fenced first by its silence and, when its heartbeats come back, by the
+higher epoch, then demoted to a slave of the new master; AlterSyncStateSet shrinks and
+expands the set with epochs, and a deposed master's epoch is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.quorum.group import GroupView
+from broker.quorum.role import Role, RoleManager, RoleSettings
+from nameserver.client import Client, FailedPrecondition, Unavailable
+from nameserver.client.replica_groups import ReplicaHeartbeat
+from tests.harness import running_cluster
+
+pytestmark = pytest.mark.cluster
+
+GROUP = "bg-roles"
+TIMEOUT_MS = 1500  # metaledger's heartbeat timeout of each replica
+
+
+class FlakyClient:
+    """The real client, whose heartbeats fail while ``blocked`` (the master's link to
+    metaledger cut, the process itself still running and answering sends)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.blocked = False
+
+    def replica_heartbeat(self, *args: Any, **kw: Any) -> ReplicaHeartbeat:
+        if self.blocked:
+            raise Unavailable("test: heartbeats blocked")
+        return self.client.replica_heartbeat(*args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+class Hooks:
+    """A replica's role hooks: records each change and what the replicas' writable() said
+    at that moment."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.epoch = 0
+        self.events: list[tuple[str, int, int, float]] = []
+        self.writable_then: list[str | None] = []
+        self.watch: list[RoleManager] = []
+
+    def max_offset(self) -> int:
+        return self.offset
+
+    def last_epoch(self) -> int:
+        return self.epoch
+
+    async def become_master(self, view: GroupView) -> None:
+        self.epoch = view.master_epoch
+        self.events.append(("master", view.master_id, view.master_epoch, time.monotonic()))
+        self.writable_then = [rm.writable() for rm in self.watch]
+
+    async def become_slave(self, view: GroupView) -> None:
+        self.epoch = view.master_epoch
+        self.events.append(("slave", view.master_id, view.master_epoch, time.monotonic()))
+        self.writable_then = [rm.writable() for rm in self.watch]
+
+
+async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} (not within {timeout:g} s; last: {value!r})")
+        await asyncio.sleep(0.05)
+
+
+async def call(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    return await asyncio.to_thread(fn, *args, **kw)
+
+
+def settings(port: int) -> RoleSettings:
+    return RoleSettings(
+        "rc",
+        GROUP,
+        f"127.0.0.1:{port}",
+        heartbeat_interval_s=0.2,
+        heartbeat_timeout_ms=TIMEOUT_MS,
+        refresh_interval_s=1.0,
+    )
+
+
+async def scenario(client: Client) -> None:
+    flaky = FlakyClient(client)
+    hooks = [Hooks(3000), Hooks(2000), Hooks(1000)]
+    rms = [
+        RoleManager(flaky if i == 0 else client, settings(10911 + 10 * i), h)  # type: ignore[arg-type]
+        for i, h in enumerate(hooks)
+    ]
+    for h in hooks:
+        h.watch = rms
+    stops: list[Callable[[], Awaitable[None]]] = []
+    try:
+        # registration assigns ids; the first replica of the group is its master (epoch 1)
+        rms[0].start()
+        stops.append(rms[0].stop)
+        await until(lambda: rms[0].role is Role.MASTER, 15, "replica 1 master")
+        assert rms[0].broker_id == 1 and rms[0].epoch == 1 and rms[0].writable() is None
+        for rm in rms[1:]:
+            rm.start()
+            stops.append(rm.stop)
+        await until(lambda: all(rm.role is Role.SLAVE for rm in rms[1:]), 15, "slaves")
+        assert [rm.broker_id for rm in rms] == [1, 2, 3]
+        assert [h.events[0][:3] for h in hooks] == [
+            ("master", 1, 1),
+            ("slave", 1, 1),
+            ("slave", 1, 1),
+        ]
+        assert "slave of broker 1 (127.0.0.1:10911)" in (rms[1].writable() or "")
+
+        # the master expands the in-sync set (epoch-fenced compare-and-set): {1,2,3}, epoch 2
+        g = await call(client.replica_group, GROUP)
+        w = await call(
+            client.replica_alter_isr,
+            GROUP,
+            master_id=1,
+            master_epoch=g.master_epoch,
+            sync_state_set_epoch=g.sync_state_set_epoch,
+            sync_state_set=[1, 2, 3],
+        )
+        assert (w.group.sync_state_set, w.group.sync_state_set_epoch) == ([1, 2, 3], 2)
+        await rms[0].adopt(w.group)
+
+        # the master's heartbeats stop: it fences itself, metaledger elects 2 (in sync, the
+        # highest offset of the alive members) at master epoch 2
+        flaky.blocked = True
+        cut = time.monotonic()
+        await until(lambda: rms[1].role is Role.MASTER, 20, "replica 2 elected")
+        elected = hooks[1].events[-1]
+        assert elected[:3] == ("master", 2, 2)
+        assert elected[3] - cut < 10, "a new master within seconds"
+        old_then = hooks[1].writable_then[0] or ""
+        assert "fenced: no heartbeat answer" in old_then, "fenced before the new master acts"
+        await until(lambda: hooks[2].events[-1][:3] == ("slave", 2, 2), 15, "3 follows 2")
+        assert "fenced: no heartbeat answer" in (rms[0].writable() or "")
+        assert rms[0].role is Role.MASTER  # still believes it, but writes nothing
+
+        # heartbeats come back: the higher epoch fences it, then it is demoted to a slave of 2
+        flaky.blocked = False
+        await until(lambda: rms[0].role is Role.SLAVE, 15, "old master demoted")
+        assert hooks[0].events[-1][:3] == ("slave", 2, 2)
+        fenced_then = hooks[0].writable_then[0] or ""
+        assert "fenced: master epoch 2 names broker 2" in fenced_then
+        assert rms[0].writable() == "slave of broker 2 (127.0.0.1:10921), master epoch 2"
+
+        # the in-sync set after the election is {2} (epoch 3); the new master expands and
+        # shrinks it, each change one epoch; the deposed master's epochs are refused
+        g = await call(client.replica_group, GROUP)
+        assert (g.master_id, g.master_epoch, g.sync_state_set, g.sync_state_set_epoch) == (
+            2,
+            2,
+            [2],
+            3,
+        )
+        w = await call(
+            client.replica_alter_isr,
+            GROUP,
+            master_id=2,
+            master_epoch=2,
+            sync_state_set_epoch=3,
+            sync_state_set=[1, 2, 3],
+        )
+        assert (w.group.sync_state_set, w.group.sync_state_set_epoch) == ([1, 2, 3], 4)
+        w = await call(
+            client.replica_alter_isr,
+            GROUP,
+            master_id=2,
+            master_epoch=2,
+            sync_state_set_epoch=4,
+            sync_state_set=[2, 3],
+        )
+        assert (w.group.sync_state_set, w.group.sync_state_set_epoch) == ([2, 3], 5)
+        with pytest.raises(FailedPrecondition, match="CONTROLLER_FENCED_MASTER_EPOCH 2000"):
+            await call(
+                client.replica_alter_isr,
+                GROUP,
+                master_id=1,
+                master_epoch=1,
+                sync_state_set_epoch=5,
+                sync_state_set=[1],
+            )
+    finally:
+        for stop in stops:
+            await stop()
+
+
+def test_roles_election_fencing_and_demotion(tmp_path: Path) -> None:
+    with running_cluster(tmp_path, n=1) as c, Client(c.endpoints, timeout_s=5) as client:
+        asyncio.run(scenario(client))
