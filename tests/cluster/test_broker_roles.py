@@ -1,9 +1,10 @@
 """Broker replicas' roles against a real metaledger node (issue 17 item 5): three RoleManagers
-register (ids assigned, the first is master at epoch 1), the master's heartbeats stop (its
-client fails them), metaledger elects another replica from the in-sync set within seconds,
-the old master is fenced first by its silence and, when its heartbeats come back, by the
-higher epoch, then demoted to a slave of the new master; AlterSyncStateSet shrinks and
-expands the set with epochs, and a deposed master's epoch is refused."""
+register (ids assigned, the first is master at epoch 1) and the master's IsrKeeper grows the
+in-sync set as its (fake) HA slaves catch up; the master's heartbeats stop (its client fails
+them), metaledger elects another replica from the in-sync set within seconds, the old master
+is fenced first by its silence and, when its heartbeats come back, by the higher epoch, then
+demoted to a slave of the new master; the new master's IsrKeeper expands and shrinks the set
+through AlterSyncStateSet, one epoch per change, and a deposed master's epoch is refused."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from typing import Any
 import pytest
 
 from broker.quorum.group import GroupView
+from broker.quorum.isr import IsrKeeper, IsrSettings
 from broker.quorum.role import Role, RoleManager, RoleSettings
 from nameserver.client import Client, FailedPrecondition, Unavailable
-from nameserver.client.replica_groups import ReplicaHeartbeat
+from nameserver.client.replica_groups import ReplicaGroupInfo, ReplicaHeartbeat
 from tests.harness import running_cluster
+from tests.unit.broker.quorum.fakes import FakeHAMaster
 
 pytestmark = pytest.mark.cluster
 
@@ -46,7 +49,7 @@ class FlakyClient:
 
 class Hooks:
     """A replica's role hooks: records each change and what the replicas' writable() said
-    at that moment."""
+    at that moment; as master it keeps the in-sync set of its fake HA master's slaves."""
 
     def __init__(self, offset: int) -> None:
         self.offset = offset
@@ -54,6 +57,12 @@ class Hooks:
         self.events: list[tuple[str, int, int, float]] = []
         self.writable_then: list[str | None] = []
         self.watch: list[RoleManager] = []
+        self.ha = FakeHAMaster()
+        self.keeper: IsrKeeper | None = None
+
+    def slave(self, broker_id: int, acked: int) -> None:
+        """A slave connected to this replica's HA master, caught up (acked) to ``acked``."""
+        self.ha.add(broker_id, acked).caught_up_at = time.monotonic() + 3600
 
     def max_offset(self) -> int:
         return self.offset
@@ -65,11 +74,15 @@ class Hooks:
         self.epoch = view.master_epoch
         self.events.append(("master", view.master_id, view.master_epoch, time.monotonic()))
         self.writable_then = [rm.writable() for rm in self.watch]
+        assert self.keeper is not None
+        self.keeper.start(self.ha, epoch_start=self.offset)
 
     async def become_slave(self, view: GroupView) -> None:
         self.epoch = view.master_epoch
         self.events.append(("slave", view.master_id, view.master_epoch, time.monotonic()))
         self.writable_then = [rm.writable() for rm in self.watch]
+        if self.keeper is not None:
+            await self.keeper.stop()
 
 
 async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -80,6 +93,19 @@ async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} (not within {timeout:g} s; last: {value!r})")
+        await asyncio.sleep(0.05)
+
+
+async def isr_is(client: Client, isr: list[int], epoch: int = 0) -> int:
+    """Wait until metaledger's in-sync set of the group is ``isr`` (at set epoch ``epoch``,
+    if given); its set epoch."""
+    deadline = time.monotonic() + 15
+    while True:
+        g: ReplicaGroupInfo = await call(client.replica_group, GROUP)
+        if g.sync_state_set == isr and epoch in (0, g.sync_state_set_epoch):
+            return g.sync_state_set_epoch
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"in-sync set {isr} at epoch {epoch} (last: {g})")
         await asyncio.sleep(0.05)
 
 
@@ -102,12 +128,16 @@ async def scenario(client: Client) -> None:
     flaky = FlakyClient(client)
     hooks = [Hooks(3000), Hooks(2000), Hooks(1000)]
     rms = [
-        RoleManager(flaky if i == 0 else client, settings(10911 + 10 * i), h)  # type: ignore[arg-type]
+        RoleManager(flaky if i == 0 else client, settings(10911 + 10 * i), h)
         for i, h in enumerate(hooks)
     ]
-    for h in hooks:
+    for h, rm in zip(hooks, rms, strict=True):
         h.watch = rms
-    stops: list[Callable[[], Awaitable[None]]] = []
+        h.keeper = IsrKeeper(client, rm, h.max_offset, IsrSettings(0.2, 2.0))
+    hooks[0].slave(2, 3000)  # replica 1's slaves, caught up
+    hooks[0].slave(3, 3000)
+    hooks[1].slave(3, 2000)  # replica 2's, once it is master
+    stops: list[Callable[[], Awaitable[None]]] = [h.keeper.stop for h in hooks if h.keeper]
     try:
         # registration assigns ids; the first replica of the group is its master (epoch 1)
         rms[0].start()
@@ -126,18 +156,11 @@ async def scenario(client: Client) -> None:
         ]
         assert "slave of broker 1 (127.0.0.1:10911)" in (rms[1].writable() or "")
 
-        # the master expands the in-sync set (epoch-fenced compare-and-set): {1,2,3}, epoch 2
-        g = await call(client.replica_group, GROUP)
-        w = await call(
-            client.replica_alter_isr,
-            GROUP,
-            master_id=1,
-            master_epoch=g.master_epoch,
-            sync_state_set_epoch=g.sync_state_set_epoch,
-            sync_state_set=[1, 2, 3],
-        )
-        assert (w.group.sync_state_set, w.group.sync_state_set_epoch) == ([1, 2, 3], 2)
-        await rms[0].adopt(w.group)
+        # the master's keeper expands the set once its slaves are alive in metaledger (in one
+        # change or two, as it sees them come alive)
+        e = await isr_is(client, [1, 2, 3])
+        assert e in (2, 3)
+        await until(lambda: rms[0].view and rms[0].view.sync_state_set_epoch == e, 5, "adopted")
 
         # the master's heartbeats stop: it fences itself, metaledger elects 2 (in sync, the
         # highest offset of the alive members) at master epoch 2
@@ -161,40 +184,23 @@ async def scenario(client: Client) -> None:
         assert "fenced: master epoch 2 names broker 2" in fenced_then
         assert rms[0].writable() == "slave of broker 2 (127.0.0.1:10921), master epoch 2"
 
-        # the in-sync set after the election is {2} (epoch 3); the new master expands and
-        # shrinks it, each change one epoch; the deposed master's epochs are refused
+        # after the election the set was {2} (epoch e + 1); the new master's keeper adds 3 (its
+        # HA slave from the start), then 1 once it follows, then drops 3 when its connection
+        # closes: one in-sync set epoch per change
         g = await call(client.replica_group, GROUP)
-        assert (g.master_id, g.master_epoch, g.sync_state_set, g.sync_state_set_epoch) == (
-            2,
-            2,
-            [2],
-            3,
-        )
-        w = await call(
-            client.replica_alter_isr,
-            GROUP,
-            master_id=2,
-            master_epoch=2,
-            sync_state_set_epoch=3,
-            sync_state_set=[1, 2, 3],
-        )
-        assert (w.group.sync_state_set, w.group.sync_state_set_epoch) == ([1, 2, 3], 4)
-        w = await call(
-            client.replica_alter_isr,
-            GROUP,
-            master_id=2,
-            master_epoch=2,
-            sync_state_set_epoch=4,
-            sync_state_set=[2, 3],
-        )
-        assert (w.group.sync_state_set, w.group.sync_state_set_epoch) == ([2, 3], 5)
+        assert (g.master_id, g.master_epoch) == (2, 2)
+        await isr_is(client, [2, 3], e + 2)
+        hooks[1].slave(1, 2000)
+        await isr_is(client, [1, 2, 3], e + 3)
+        hooks[1].ha.slave_map[3].connected = False
+        await isr_is(client, [1, 2], e + 4)
         with pytest.raises(FailedPrecondition, match="CONTROLLER_FENCED_MASTER_EPOCH 2000"):
             await call(
                 client.replica_alter_isr,
                 GROUP,
                 master_id=1,
                 master_epoch=1,
-                sync_state_set_epoch=5,
+                sync_state_set_epoch=e + 4,
                 sync_state_set=[1],
             )
     finally:
