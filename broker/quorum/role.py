@@ -28,7 +28,9 @@ controller (research/broker.md §7 "Broker start", "Master failure"):
    (b) (the same master epoch still names this replica).
 
 Errors from metaledger (unavailable, timeouts) are logged and retried at the next beat;
-a failing hook leaves the role unchanged, so the next answer tries again.
+a failing hook leaves the role unchanged (and a fenced master fenced), so the next beat
+tries again. Hooks run inside the heartbeat loop: they must be quick (start or stop a
+service), or the replica misses heartbeats.
 """
 
 from __future__ import annotations
@@ -180,9 +182,12 @@ class RoleManager:
                 f"master epoch {self.epoch}"
             )
         if self.role is not Role.MASTER:
+            name = self.settings.broker_name
             if not self._registered:
-                return f"not registered in replica group {self.settings.broker_name!r} yet"
-            return f"no master known in replica group {self.settings.broker_name!r}"
+                return f"not registered in replica group {name!r} yet"
+            if self.view is not None and not self.view.master_id:
+                return f"no master known in replica group {name!r}"
+            return f"taking its role in replica group {name!r}"
         if self._fence is not None:
             return self._fence
         silent = self.clock() - (self._last_ok or 0.0)
@@ -264,12 +269,8 @@ class RoleManager:
     # ------------------------------------------------------------ following the group
     async def _on_heartbeat(self, hb: ReplicaHeartbeat) -> None:
         v = self.view
-        if (
-            hb.master_id != self.broker_id
-            and hb.master_epoch > self.epoch
-            and self.role is Role.MASTER
-            and self._fence is None
-        ):
+        if hb.master_epoch > self.epoch and self.role is Role.MASTER and self._fence is None:
+            # fenced until acted on: demoted, or (named again) promoted at the new epoch
             self._fence = (
                 f"fenced: master epoch {hb.master_epoch} names broker {hb.master_id or 'none'}"
                 f" ({hb.master_address or 'no address'}); this replica was master at epoch "
@@ -319,6 +320,8 @@ class RoleManager:
             return
         if v.is_master:
             if self.role is not Role.MASTER or v.master_epoch != self.epoch:
+                if self.role is Role.MASTER and self._fence is None:
+                    self._fence = f"fenced: promotion to master epoch {v.master_epoch} under way"
                 log.info("broker %d: becoming master at epoch %d", self.broker_id, v.master_epoch)
                 await self.hooks.become_master(v)
                 self.role, self.epoch, self._fence = Role.MASTER, v.master_epoch, None
