@@ -15,7 +15,7 @@ Wiring one replica (``broker/replica.py``)::
     roles.start()
 
     hooks.become_master(view): epochs.append(view.master_epoch, end); ha = HAMaster(...);
-                               await ha.start(); repl.attach(ha); keeper.start(ha, end)
+                               await ha.start(); repl.attach(ha, end); keeper.start(ha, end)
     hooks.become_slave(view):  await keeper.stop(); repl.detach(); await ha.stop();
                                HAClient(store, epochs, roles.broker_id, master ip:port+1)
 """

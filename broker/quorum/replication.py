@@ -118,9 +118,12 @@ class QuorumReplication:
         self.ha: HAMasterLike | None = None
         self._confirm = 0
 
-    def attach(self, ha: HAMasterLike) -> None:
+    def attach(self, ha: HAMasterLike, confirmed: int) -> None:
+        """Master from now on, with ``ha``. ``confirmed``: the confirm offset to start from,
+        the log end at promotion (the new master's log is the group's truth from there on;
+        slaves truncate to it), never lower than what consumers may already have seen."""
         self.ha = ha
-        self._confirm = 0
+        self._confirm = confirmed
 
     def detach(self) -> None:
         self.ha = None

@@ -26,7 +26,7 @@ def master(
     for broker_id, acked in slaves:
         ha.add(broker_id, acked)
     r = QuorumReplication(roles, settings, lambda: END)
-    r.attach(ha)
+    r.attach(ha, confirmed=0)
     return r, ha
 
 
@@ -170,5 +170,10 @@ def test_readable_limit_is_the_confirm_offset_of_the_in_sync_set() -> None:
         assert r.readable_limit() == END
         roles.view = view(isr=(1,), policy=GroupPolicy(2))  # 4.x rule: everything
         assert r.readable_limit() is None
+        # promoted again: it starts from the log end at promotion, a member not yet
+        # connected holds it there
+        roles.view = view(isr=(1, 4), policy=TWO_OF_THREE)
+        r.attach(ha, confirmed=8000)
+        assert r.readable_limit() == 8000
 
     asyncio.run(main())
