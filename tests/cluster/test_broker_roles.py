@@ -1,8 +1,10 @@
 """Broker replicas' roles against a real metaledger node (issue 17 item 5): three RoleManagers
 register (ids assigned, the first is master at epoch 1) and the master's IsrKeeper grows the
-in-sync set as its (fake) HA slaves catch up; the master's heartbeats stop (its client fails
+in-sync set as its (fake) HA slaves catch up, and its QuorumReplication answers a 2-of-3
+quorum write PUT_OK once an in-sync slave acked; the master's heartbeats stop (its client fails
 them), metaledger elects another replica from the in-sync set within seconds, the old master
-is fenced first by its silence and, when its heartbeats come back, by the higher epoch, then
+is fenced first by its silence (its sends refused, an in-flight one acked by a quorum
+answered FLUSH_SLAVE_TIMEOUT, not PUT_OK) and, when its heartbeats come back, by the higher epoch, then
 demoted to a slave of the new master; the new master's IsrKeeper expands and shrinks the set
 through AlterSyncStateSet, one epoch per change, and a deposed master's epoch is refused."""
 
@@ -18,9 +20,12 @@ import pytest
 
 from broker.quorum.group import GroupView
 from broker.quorum.isr import IsrKeeper, IsrSettings
+from broker.quorum.policy import QuorumSettings
+from broker.quorum.replication import QuorumAdmission, QuorumReplication
 from broker.quorum.role import Role, RoleManager, RoleSettings
+from broker.replication import PutStatus
 from nameserver.client import Client, FailedPrecondition, Unavailable
-from nameserver.client.replica_groups import ReplicaGroupInfo, ReplicaHeartbeat
+from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo, ReplicaHeartbeat
 from tests.harness import running_cluster
 from tests.unit.broker.quorum.fakes import FakeHAMaster
 
@@ -59,6 +64,7 @@ class Hooks:
         self.watch: list[RoleManager] = []
         self.ha = FakeHAMaster()
         self.keeper: IsrKeeper | None = None
+        self.repl: QuorumReplication | None = None
 
     def slave(self, broker_id: int, acked: int) -> None:
         """A slave connected to this replica's HA master, caught up (acked) to ``acked``."""
@@ -74,7 +80,8 @@ class Hooks:
         self.epoch = view.master_epoch
         self.events.append(("master", view.master_id, view.master_epoch, time.monotonic()))
         self.writable_then = [rm.writable() for rm in self.watch]
-        assert self.keeper is not None
+        assert self.keeper is not None and self.repl is not None
+        self.repl.attach(self.ha, confirmed=self.offset)
         self.keeper.start(self.ha, epoch_start=self.offset)
 
     async def become_slave(self, view: GroupView) -> None:
@@ -83,6 +90,8 @@ class Hooks:
         self.writable_then = [rm.writable() for rm in self.watch]
         if self.keeper is not None:
             await self.keeper.stop()
+        if self.repl is not None:
+            self.repl.detach()
 
 
 async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -133,7 +142,8 @@ async def scenario(client: Client) -> None:
     ]
     for h, rm in zip(hooks, rms, strict=True):
         h.watch = rms
-        h.keeper = IsrKeeper(client, rm, h.max_offset, IsrSettings(0.2, 2.0))
+        h.repl = QuorumReplication(rm, QuorumSettings(slave_timeout_s=1.0), h.max_offset)
+        h.keeper = IsrKeeper(client, rm, h.repl.confirm_offset, IsrSettings(0.2, 2.0))
     hooks[0].slave(2, 3000)  # replica 1's slaves, caught up
     hooks[0].slave(3, 3000)
     hooks[1].slave(3, 2000)  # replica 2's, once it is master
@@ -162,6 +172,21 @@ async def scenario(client: Client) -> None:
         assert e in (2, 3)
         await until(lambda: rms[0].view and rms[0].view.sync_state_set_epoch == e, 5, "adopted")
 
+        # quorum write, 2 of 3 (the group's policy in metaledger): the master answers PUT_OK
+        # once an in-sync slave acked
+        await call(client.replica_set_policy, GROUP, GroupPolicy(3, 2, 1, False))
+        await rms[0].refresh()
+        repl0 = hooks[0].repl
+        assert repl0 is not None and repl0.writable() is None
+        a = repl0.admit(3000)
+        assert isinstance(a, QuorumAdmission) and (a.need_acks, a.master_epoch) == (2, 1)
+        sent = asyncio.ensure_future(repl0.wait(3100, a, True))
+        await asyncio.sleep(0.05)
+        await hooks[0].ha.ack(2, 3100)
+        assert await sent is PutStatus.PUT_OK
+        in_flight = repl0.admit(3100)
+        assert isinstance(in_flight, QuorumAdmission)
+
         # the master's heartbeats stop: it fences itself, metaledger elects 2 (in sync, the
         # highest offset of the alive members) at master epoch 2
         flaky.blocked = True
@@ -174,7 +199,11 @@ async def scenario(client: Client) -> None:
         assert "fenced: no heartbeat answer" in old_then, "fenced before the new master acts"
         await until(lambda: hooks[2].events[-1][:3] == ("slave", 2, 2), 15, "3 follows 2")
         assert "fenced: no heartbeat answer" in (rms[0].writable() or "")
-        assert rms[0].role is Role.MASTER  # still believes it, but writes nothing
+        assert rms[0].role is Role.MASTER  # still believes it, but writes nothing:
+        assert repl0.admit(3100) is PutStatus.SERVICE_NOT_AVAILABLE
+        assert "fenced: no heartbeat answer" in (repl0.writable() or "")
+        await hooks[0].ha.ack(3, 3200)  # acked by a quorum, yet no PUT_OK from a fenced master
+        assert await repl0.wait(3200, in_flight, True) is PutStatus.FLUSH_SLAVE_TIMEOUT
 
         # heartbeats come back: the higher epoch fences it, then it is demoted to a slave of 2
         flaky.blocked = False
@@ -190,6 +219,9 @@ async def scenario(client: Client) -> None:
         g = await call(client.replica_group, GROUP)
         assert (g.master_id, g.master_epoch) == (2, 2)
         await isr_is(client, [2, 3], e + 2)
+        repl1 = hooks[1].repl
+        assert repl1 is not None
+        await until(lambda: isinstance(repl1.admit(2000), QuorumAdmission), 5, "2 of {2, 3}")
         hooks[1].slave(1, 2000)
         await isr_is(client, [1, 2, 3], e + 3)
         hooks[1].ha.slave_map[3].connected = False
