@@ -1,12 +1,14 @@
-"""Broker replicas' roles against a real metaledger node (issue 17 item 5): three RoleManagers
-register (ids assigned, the first is master at epoch 1) and the master's IsrKeeper grows the
-in-sync set as its (fake) HA slaves catch up, and its QuorumReplication answers a 2-of-3
-quorum write PUT_OK once an in-sync slave acked; the master's heartbeats stop (its client fails
-them), metaledger elects another replica from the in-sync set within seconds, the old master
-is fenced first by its silence (its sends refused, an in-flight one acked by a quorum
-answered FLUSH_SLAVE_TIMEOUT, not PUT_OK) and, when its heartbeats come back, by the higher epoch, then
-demoted to a slave of the new master; the new master's IsrKeeper expands and shrinks the set
-through AlterSyncStateSet, one epoch per change, and a deposed master's epoch is refused."""
+"""Broker replicas' roles against a real metaledger node (issue 17 item 5).
+
+Three RoleManagers register (ids assigned, the first is master at epoch 1); the master's
+IsrKeeper grows the in-sync set as its (fake) HA slaves catch up, and its QuorumReplication
+answers a 2-of-3 quorum write PUT_OK once an in-sync slave acked. The master's heartbeats
+stop (its client fails them): metaledger elects another replica from the in-sync set within
+seconds; the old master is fenced first by its silence (sends refused, an in-flight one acked
+by a quorum answered FLUSH_SLAVE_TIMEOUT, not PUT_OK) and, when its heartbeats come back, by
+the higher epoch, then demoted to a slave of the new master. The new master's IsrKeeper
+expands and shrinks the set through AlterSyncStateSet, one epoch per change, and a deposed
+master's epoch is refused."""
 
 from __future__ import annotations
 
