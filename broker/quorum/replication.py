@@ -1,0 +1,205 @@
+"""QuorumReplication: the send path's :class:`~broker.replication.Replication` on a replica group.
+
+It joins three things: the decision functions of :mod:`broker.quorum.policy` (which rule,
+how many acks), the replica group as metaledger last answered (:class:`GroupView`, kept by
+:class:`broker.quorum.role.RoleManager`: role, fencing, in-sync set, policy, alive replicas)
+and the HA master's slave acks (``broker/ha``, through :class:`HAMasterLike`).
+
+**Acks count only from in-sync set members.** When the master dies, metaledger elects the
+next one from the alive members of the SyncStateSet only (``elect`` in
+nameserver/replica_groups/apply.py, RocketMQ's ``DefaultElectPolicy``). A message held by
+the master and by a slave outside that set can be lost in a failover: the slave is never
+elected, and the new master truncates everyone to its own log. So the quorum of seed 004 is
+counted over set members: in-sync slaves (``inSyncSlaveNums``) and acks alike, and so is
+RocketMQ 4.x's "one slave" rule. A slave that caught up joins the set through
+:mod:`broker.quorum.isr` first, then its acks count.
+
+**Nothing fenced gets PUT_OK.** :meth:`QuorumReplication.writable` is the role manager's
+answer (a slave, or a master fenced by a higher epoch or by missing heartbeats) or "no HA
+master running". A send admitted before a fence and answered after it gets
+FLUSH_SLAVE_TIMEOUT (stored on this replica, replication not confirmed) instead of PUT_OK,
+also when the master epoch changed in between (the admission remembers its epoch).
+
+**Reads.** Under the QUORUM rule consumers see messages up to the confirm offset (5.x,
+research/broker.md §0 trap 11, §6.4): every in-sync set member holds them, so a failover
+never takes back a message a consumer saw. ASYNC and ONE_SLAVE expose everything (4.x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.quorum import policy
+from broker.quorum.group import GroupView
+from broker.quorum.policy import Behaviour, QuorumSettings, SlaveAck
+from broker.replication import Admission, PutStatus
+
+__all__ = [
+    "HAMasterLike",
+    "QuorumAdmission",
+    "QuorumReplication",
+    "RoleSource",
+    "SlaveStateLike",
+]
+
+#: A send admitted under a master that is no longer one (fenced, demoted, a new epoch).
+DEPOSED = PutStatus.FLUSH_SLAVE_TIMEOUT
+
+
+class SlaveStateLike(Protocol):
+    """``broker.ha.SlaveState`` as read here."""
+
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def acked(self) -> int: ...
+    @property
+    def connected(self) -> bool: ...
+    @property
+    def caught_up_at(self) -> float: ...  # time.monotonic() of the last catch-up
+
+
+class HAMasterLike(Protocol):
+    """``broker.ha.HAMaster`` as used here (/tmp/broker-plan.md)."""
+
+    def slaves(self) -> Mapping[int, SlaveStateLike]: ...
+
+    async def wait_for(
+        self, offset: int, count: int, timeout_s: float, among: Collection[int] | None = None
+    ) -> bool:
+        """True once ``count`` slaves (of ``among``) acked >= ``offset``; False at the deadline."""
+        ...
+
+
+class RoleSource(Protocol):
+    """What :class:`broker.quorum.role.RoleManager` tells the send path."""
+
+    @property
+    def view(self) -> GroupView | None: ...
+
+    def writable(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class QuorumAdmission(Admission):
+    """An admission and the master epoch and rule it was given under."""
+
+    master_epoch: int
+    behaviour: Behaviour
+
+
+def counted_slaves(view: GroupView, slaves: Mapping[int, SlaveStateLike]) -> list[SlaveAck]:
+    """The slaves whose acks count: the in-sync set's members other than the master, as the
+    HA master sees them (a member without a connection to it: not connected)."""
+    out = []
+    for broker_id in sorted(view.in_sync_slaves):
+        s = slaves.get(broker_id)
+        if s is None:
+            out.append(SlaveAck(broker_id, -1, connected=False))
+        else:
+            out.append(SlaveAck(broker_id, s.acked, s.connected))
+    return out
+
+
+class QuorumReplication:
+    """The master replica's Replication. ``log_end`` gives the commit log's end offset
+    (``store.log.end_offset``); :meth:`attach` an HA master when this replica becomes master,
+    :meth:`detach` it when it stops being one."""
+
+    def __init__(
+        self, roles: RoleSource, settings: QuorumSettings, log_end: Callable[[], int]
+    ) -> None:
+        settings.validate()
+        self.roles = roles
+        self.settings = settings
+        self.log_end = log_end
+        self.ha: HAMasterLike | None = None
+        self._confirm = 0
+
+    def attach(self, ha: HAMasterLike, confirmed: int) -> None:
+        """Master from now on, with ``ha``. ``confirmed``: the confirm offset to start from,
+        the log end at promotion (the new master's log is the group's truth from there on;
+        slaves truncate to it), never lower than what consumers may already have seen."""
+        self.ha = ha
+        self._confirm = confirmed
+
+    def detach(self) -> None:
+        self.ha = None
+
+    # ------------------------------------------------------------ Replication
+    def writable(self) -> str | None:
+        why = self.roles.writable()
+        if why is not None:
+            return why
+        if self.ha is None or self.roles.view is None:
+            return "this replica's HA master is not running"
+        return None
+
+    def behaviour(self, view: GroupView) -> Behaviour:
+        return policy.behaviour_for(self.settings.role, view.policy)
+
+    def admit(self, end_offset: int) -> Admission | PutStatus:
+        view, ha = self.roles.view, self.ha
+        if self.writable() is not None or view is None or ha is None:
+            return PutStatus.SERVICE_NOT_AVAILABLE
+        b = self.behaviour(view)
+        need = policy.admit(
+            b, view.policy, view.alive_replicas, end_offset, counted_slaves(view, ha.slaves())
+        )
+        if isinstance(need, PutStatus):
+            return need
+        return QuorumAdmission(need, view.master_epoch, b)
+
+    async def wait(self, next_offset: int, admission: Admission, wait_store_ok: bool) -> PutStatus:
+        view, ha = self.roles.view, self.ha
+        if view is None or ha is None:
+            return DEPOSED
+        if isinstance(admission, QuorumAdmission):
+            b, epoch = admission.behaviour, admission.master_epoch
+        else:
+            b, epoch = self.behaviour(view), view.master_epoch
+        counted = counted_slaves(view, ha.slaves())
+        plan = policy.after_append(
+            b, self.settings, admission.need_acks, next_offset, counted, wait_store_ok
+        )
+        if isinstance(plan, PutStatus):
+            status = plan
+        else:
+            among = view.in_sync_slaves
+            ok = await ha.wait_for(next_offset, plan.count, plan.timeout_s, among)
+            status = PutStatus.PUT_OK if ok else policy.ON_TIMEOUT
+        if status is PutStatus.PUT_OK and self._deposed(epoch, ha):
+            return DEPOSED
+        return status
+
+    def _deposed(self, epoch: int, ha: HAMasterLike) -> bool:
+        view = self.roles.view
+        return (
+            self.writable() is not None
+            or self.ha is not ha
+            or view is None
+            or view.master_epoch != epoch
+        )
+
+    def readable_limit(self) -> int | None:
+        view = self.roles.view
+        if view is None or self.ha is None or not self.behaviour(view).confirmed_reads:
+            return None
+        return self.confirm_offset()
+
+    # ------------------------------------------------------------ confirm offset
+    def confirm_offset(self) -> int:
+        """What every in-sync set member holds (:func:`broker.quorum.policy.confirm_offset`);
+        the log end when this replica is not a master with an HA master."""
+        view, ha = self.roles.view, self.ha
+        if view is None or ha is None:
+            return self.log_end()
+        slaves = ha.slaves()
+        members = [
+            None if (s := slaves.get(i)) is None else SlaveAck(i, s.acked, s.connected)
+            for i in sorted(view.in_sync_slaves)
+        ]
+        self._confirm = policy.confirm_offset(self.log_end(), members, self._confirm)
+        return self._confirm
