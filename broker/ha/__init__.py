@@ -1,0 +1,1 @@
+"""HA replication of the commit log."""
