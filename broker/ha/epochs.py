@@ -20,6 +20,7 @@ offset; the point is the lower of the two sides' ends of that epoch. No such epo
 
 from __future__ import annotations
 
+import itertools
 import os
 import zlib
 from collections.abc import Sequence
@@ -91,7 +92,7 @@ def parse(text: str) -> list[EpochEntry]:
     real = zlib.crc32("".join(line + "\n" for line in body).encode()) & 0x7FFFFFFF
     if crc != 0 and crc != real:
         raise EpochFileError(f"epoch file CRC {crc} != computed {real}")
-    for a, b in zip(entries, entries[1:], strict=False):
+    for a, b in itertools.pairwise(entries):
         if not (b.epoch > a.epoch and b.start_offset > a.start_offset):
             raise EpochFileError(f"epoch entries out of order: {a} then {b}")
     return entries
