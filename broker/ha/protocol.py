@@ -83,12 +83,12 @@ class DataFrame:
         return not self.data
 
 
-class _NeedData:
+class NeedData:
     def __repr__(self) -> str:
         return "NEED_DATA"
 
 
-NEED_DATA: Final = _NeedData()
+NEED_DATA: Final = NeedData()
 
 SlaveEvent = SlaveHandshake | SlaveAck
 MasterEvent = MasterHandshake | DataFrame
@@ -155,7 +155,7 @@ class _Decoder:
 class SlaveStreamDecoder(_Decoder):
     """The master's side: decodes what a slave sends (handshake, then acks)."""
 
-    def next_event(self) -> SlaveEvent | _NeedData:
+    def next_event(self) -> SlaveEvent | NeedData:
         if self.phase is HAState.HANDSHAKE:
             if len(self._buf) < _SLAVE_HANDSHAKE.size:
                 return NEED_DATA
@@ -181,16 +181,20 @@ class MasterStreamDecoder(_Decoder):
 
     ``offset`` is the slave's replication offset: ``start(offset)`` after the handshake's
     truncation, then advanced past each data frame's bytes as it is returned.
+    ``start(None)``: the slave's log is empty and takes the first frame's offset (the
+    master starts an empty slave at its own oldest byte, RocketMQ's report of 0).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.offset: int | None = None
+        self._started = False
 
-    def start(self, offset: int) -> None:
+    def start(self, offset: int | None) -> None:
         self.offset = offset
+        self._started = True
 
-    def next_event(self) -> MasterEvent | _NeedData:
+    def next_event(self) -> MasterEvent | NeedData:
         if self.phase is HAState.HANDSHAKE:
             return self._handshake()
         if len(self._buf) < _DATA.size:
@@ -211,9 +215,11 @@ class MasterStreamDecoder(_Decoder):
         if len(self._buf) < _DATA.size + size:
             return NEED_DATA
         if size:
-            if self.offset is None:
+            if not self._started:
                 raise HAProtocolError("data frame before the replication offset was set")
-            if offset != self.offset:
+            if self.offset is None:
+                self.offset = offset
+            elif offset != self.offset:
                 raise OffsetMismatch(
                     f"data frame at {offset}, the slave's log ends at {self.offset}"
                 )
@@ -221,7 +227,7 @@ class MasterStreamDecoder(_Decoder):
         self._take(_DATA.size)
         return DataFrame(offset, epoch, epoch_start, confirm, self._take(size))
 
-    def _handshake(self) -> MasterHandshake | _NeedData:
+    def _handshake(self) -> MasterHandshake | NeedData:
         if len(self._buf) < _MASTER_HANDSHAKE.size:
             return NEED_DATA
         state, body_size, max_offset, last_epoch = _MASTER_HANDSHAKE.unpack_from(self._buf)
