@@ -220,8 +220,10 @@ class HAMaster:
         peer = writer.get_extra_info("peername")
         try:
             await self._serve(reader, writer, f"{peer[0]}:{peer[1]}" if peer else "?")
-        except (HAError, StoreError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+        except (HAError, StoreError, OSError, TimeoutError) as e:
             log.warning("HA connection from %s closed: %s", peer, e)
+        except Exception:  # a bug must cost this connection only, never the broker
+            log.exception("HA connection from %s failed", peer)
         finally:
             self._tasks.discard(task)
             writer.close()
@@ -245,12 +247,14 @@ class HAMaster:
     ) -> None:
         dec = SlaveStreamDecoder()
         hello = await self._next(reader, dec)
-        assert isinstance(hello, SlaveHandshake)  # the decoder's first phase
+        if not isinstance(hello, SlaveHandshake):  # the decoder's first phase yields one
+            raise HAProtocolError("the slave did not start with a handshake")
         end = self.store.log.end_offset
         writer.write(encode_master_handshake(end, self.epochs.entries))
         await writer.drain()
         first = await self._next(reader, dec)
-        assert isinstance(first, SlaveAck)
+        if not isinstance(first, SlaveAck):
+            raise HAProtocolError("the slave's handshake was not followed by an ack")
         start = first.offset
         if start == 0:
             segs = self.store.log.segments()
@@ -293,7 +297,8 @@ class HAMaster:
     ) -> None:
         while True:
             ev = await self._next(reader, dec)
-            assert isinstance(ev, SlaveAck)  # the decoder's second phase yields acks only
+            if not isinstance(ev, SlaveAck):
+                raise HAProtocolError("a second slave handshake")
             self._on_ack(conn, ev.offset)
 
     async def _stream(self, conn: _Conn, offset: int) -> None:

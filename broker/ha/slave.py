@@ -90,9 +90,12 @@ class HAClient:
             sessions = self.sessions
             try:
                 await self._session()
-            except (HAError, StoreError, OSError, TimeoutError, asyncio.IncompleteReadError) as e:
+            except (HAError, StoreError, OSError, TimeoutError) as e:
                 self.last_error = f"{type(e).__name__}: {e}"
                 log.warning("HA client of broker %d: %s", self.broker_id, self.last_error)
+            except Exception as e:  # a bug: report it and keep trying, as for a lost master
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("HA client of broker %d failed", self.broker_id)
             finally:
                 self.connected = False
             if self.sessions != sessions:

@@ -364,3 +364,97 @@ def test_idle_slave_connection_is_closed(tmp_path: Path) -> None:
         ms.close()
 
     _run(main())
+
+
+def test_garbage_from_the_master_closes_and_the_slave_reconnects(tmp_path: Path) -> None:
+    async def main() -> None:
+        accepted = 0
+
+        async def liar(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            await r.readexactly(16)
+            w.write(b"\x00\x00\x00\x01" + b"\xff" * 60)  # a handshake with a negative size
+            await w.drain()
+            w.close()
+
+        server = await asyncio.start_server(liar, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        ss = _store(tmp_path / "s")
+        slave = HAClient(
+            ss,
+            EpochFile(str(tmp_path / "s.ep")),
+            2,
+            ("127.0.0.1", port),
+            heartbeat_interval=HB,
+            idle_timeout=IDLE,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.05,
+        )
+        await slave.start()
+        try:
+            await _until(lambda: accepted >= 3, what="reconnects")
+            assert "HAProtocolError" in (slave.last_error or "")
+            assert not slave.connected and ss.log.end_offset == 0
+        finally:
+            await slave.stop()
+            server.close()
+            await server.wait_closed()
+        ss.close()
+
+    _run(main())
+
+
+def test_an_idle_slave_keeps_its_connection_with_acks(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms, ss = _store(tmp_path / "m"), _store(tmp_path / "s")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        _put(ms, 5)
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=0.05, idle_timeout=0.4)
+        await master.start()
+        slave = HAClient(
+            ss,
+            EpochFile(str(tmp_path / "s.ep")),
+            2,
+            ("127.0.0.1", master.port),
+            heartbeat_interval=0.05,
+            idle_timeout=0.4,
+        )
+        await slave.start()
+        try:
+            await _until(lambda: ss.log.end_offset == ms.log.end_offset, what="copy")
+            await asyncio.sleep(1.2)  # three idle timeouts with nothing new to copy
+            assert slave.connected and slave.sessions == 1 and master.slaves()[2].connected
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+
+    _run(main())
+
+
+def test_appends_from_another_thread_wake_the_stream(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms, ss = _store(tmp_path / "m"), _store(tmp_path / "s")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        # heartbeats far apart: only notify_appended can make the master send promptly
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=30.0, idle_timeout=60.0)
+        await master.start()
+        slave = HAClient(ss, EpochFile(str(tmp_path / "s.ep")), 2, ("127.0.0.1", master.port))
+        await slave.start()
+        try:
+            await _until(lambda: 2 in master.slaves(), what="connect")
+            await asyncio.to_thread(_put, ms, 20, "t", master)
+            await _until(lambda: ss.log.end_offset == ms.log.end_offset, timeout=5.0, what="copy")
+            assert await master.wait_for(ms.log.end_offset, 1, 5.0)
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+        _same(tmp_path / "m", tmp_path / "s")
+
+    _run(main())
