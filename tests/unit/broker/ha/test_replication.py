@@ -6,6 +6,7 @@ Every test ends with the slave's commit log byte-identical to the master's.
 from __future__ import annotations
 
 import asyncio
+import errno
 import shutil
 import time
 from collections.abc import Callable, Coroutine
@@ -75,6 +76,9 @@ def test_slave_log_ends_byte_identical(tmp_path: Path) -> None:
         mep, sep = EpochFile(str(tmp_path / "m.ep")), EpochFile(str(tmp_path / "s.ep"))
         mep.append(1, 0)
         _put(ms, 40)  # before the slave connects
+        x = ms.log.end_offset
+        assert x % 1000 and x % SEG  # mid-batch and mid-segment: frames must stop there
+        mep.append(2, x)  # a later epoch of this master
         master = HAMaster(
             ms, "127.0.0.1", 0, mep, batch_bytes=1000, heartbeat_interval=HB, idle_timeout=IDLE
         )
@@ -90,7 +94,7 @@ def test_slave_log_ends_byte_identical(tmp_path: Path) -> None:
             assert ms.log.end_offset > 3 * SEG  # several segments, closed ones included
             state = master.slaves()[2]
             assert state.connected and state.caught_up_at > 0
-            assert sep.entries == (EpochEntry(1, 0),)
+            assert sep.entries == (EpochEntry(1, 0), EpochEntry(2, x))
             assert slave.confirm_offset == ss.log.end_offset  # no SyncStateSet: all confirmed
             assert ss.dispatched_offset == ss.log.end_offset
         finally:
@@ -450,6 +454,94 @@ def test_appends_from_another_thread_wake_the_stream(tmp_path: Path) -> None:
             await asyncio.to_thread(_put, ms, 20, "t", master)
             await _until(lambda: ss.log.end_offset == ms.log.end_offset, timeout=5.0, what="copy")
             assert await master.wait_for(ms.log.end_offset, 1, 5.0)
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+        _same(tmp_path / "m", tmp_path / "s")
+
+    _run(main())
+
+
+def test_a_failed_write_on_the_slave_heals_by_itself(tmp_path: Path) -> None:
+    """ENOSPC half way through a frame: the slave cuts the write back, drops the connection,
+    reconnects from its own end and finishes byte-identical."""
+
+    async def main() -> None:
+        ms, ss = _store(tmp_path / "m"), _store(tmp_path / "s")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        _put(ms, 60)
+        real_pwrite = ss.log.pwrite
+        calls = 0
+
+        def flaky(fd: int, data: bytes, at: int) -> int:
+            nonlocal calls
+            calls += 1
+            if calls in (3, 4, 9):
+                real_pwrite(fd, data[: len(data) // 2], at)  # half written, then the disk is full
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_pwrite(fd, data, at)
+
+        ss.log.pwrite = flaky
+        master = HAMaster(
+            ms, "127.0.0.1", 0, mep, batch_bytes=700, heartbeat_interval=HB, idle_timeout=IDLE
+        )
+        await master.start()
+        slave = HAClient(
+            ss,
+            EpochFile(str(tmp_path / "s.ep")),
+            2,
+            ("127.0.0.1", master.port),
+            heartbeat_interval=HB,
+            idle_timeout=IDLE,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.05,
+        )
+        await slave.start()
+        try:
+            await _until(lambda: ss.log.end_offset == ms.log.end_offset, what="healed copy")
+            assert "DiskFullError" in (slave.last_error or "") and slave.sessions >= 3
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+        _same(tmp_path / "m", tmp_path / "s")
+
+    _run(main())
+
+
+def test_the_slave_follows_a_restarted_master(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms, ss = _store(tmp_path / "m"), _store(tmp_path / "s")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        _put(ms, 10)
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE)
+        await master.start()
+        port = master.port
+        slave = HAClient(
+            ss,
+            EpochFile(str(tmp_path / "s.ep")),
+            2,
+            ("127.0.0.1", port),
+            heartbeat_interval=HB,
+            idle_timeout=IDLE,
+            backoff_initial_s=0.02,
+            backoff_max_s=0.1,
+        )
+        await slave.start()
+        try:
+            await _until(lambda: ss.log.end_offset == ms.log.end_offset, what="copy")
+            await master.stop()
+            await _until(lambda: not slave.connected, what="slave sees the loss")
+            _put(ms, 10, "again")
+            master = HAMaster(ms, "127.0.0.1", port, mep, heartbeat_interval=HB, idle_timeout=IDLE)
+            await master.start()
+            await _until(lambda: ss.log.end_offset == ms.log.end_offset, what="copy after restart")
+            assert slave.sessions == 2
         finally:
             await slave.stop()
             await master.stop()

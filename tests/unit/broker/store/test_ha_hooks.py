@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from broker.store import DecodeError, MessageStore, StoreError, decode
+from broker.store import DecodeError, FlushMode, MessageStore, StoreError, decode
 
 from .conftest import SEG, msg, open_store
 
@@ -159,3 +161,23 @@ def test_an_empty_slave_may_start_at_a_later_segment(tmp_path: Path) -> None:
     for key, msgs in _queues(slave).items():
         mine = [m for m in _queues(master)[key] if decode(m).physical_offset >= SEG]
         assert msgs == mine
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=30))
+def test_any_chunking_gives_the_same_queues(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int]
+) -> None:
+    master = open_store(str(tmp_path_factory.mktemp("m")), FlushMode.ASYNC_FLUSH)
+    _fill(master, 25)
+    slave = open_store(str(tmp_path_factory.mktemp("s")), FlushMode.ASYNC_FLUSH)
+    i = 0
+    while (end := slave.log.end_offset) < master.log.end_offset:
+        slave.append_replicated(end, master.read_log(end, sizes[i % len(sizes)]))
+        i += 1
+    assert _queues(slave) == _queues(master)
+    assert slave.dispatched_offset == master.log.end_offset
+    slave.close()
+    master.close()
