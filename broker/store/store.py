@@ -79,6 +79,8 @@ class MessageStore:
         self.config = config or StoreConfig()
         os.makedirs(root, exist_ok=True)
         self._put_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()  # orders checkpoint writes after a truncate
+        self._cuts = 0  # truncations so far: a checkpoint taken across one is not written
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.log = CommitLog(os.path.join(root, "commitlog"), self.config.segment_size)
         self._load_consume_queues()
@@ -230,11 +232,13 @@ class MessageStore:
             cq.truncate_physical(end)
         self._dispatched = min(self._dispatched, self.log.end_offset)
         self._pending_end = 0
-        cp = self._last_checkpoint
-        if cp.physic > end or cp.logics > end:  # a crash must not look for cut bytes
-            cp = Checkpoint(physic=min(cp.physic, end), logics=min(cp.logics, end))
-            cp.save(self._checkpoint_path)
-            self._last_checkpoint = cp
+        self._cuts += 1
+        with self._checkpoint_lock:
+            cp = self._last_checkpoint
+            if cp.physic > end or cp.logics > end:  # a crash must not look for cut bytes
+                cp = Checkpoint(physic=min(cp.physic, end), logics=min(cp.logics, end))
+                cp.save(self._checkpoint_path)
+                self._last_checkpoint = cp
 
     # -- reads ------------------------------------------------------------------
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -308,13 +312,15 @@ class MessageStore:
         with self._put_lock:
             logics = self._dispatched  # a replicated record cut in two is not counted
             cqs = list(self._cqs.values())
+            cuts = self._cuts
         for cq in cqs:
             cq.flush()
         physic = min(self.log.flush(), logics)
         cp = Checkpoint(physic=physic, logics=logics)
-        if cp != self._last_checkpoint:
-            cp.save(self._checkpoint_path)
-            self._last_checkpoint = cp
+        with self._checkpoint_lock:
+            if cp != self._last_checkpoint and cuts == self._cuts:
+                cp.save(self._checkpoint_path)
+                self._last_checkpoint = cp
 
     def delete_expired(self, policy: RetentionPolicy, now: float | None = None) -> int:
         n = expired_segments(self.log, policy, now)

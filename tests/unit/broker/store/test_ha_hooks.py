@@ -181,3 +181,25 @@ def test_any_chunking_gives_the_same_queues(
     assert slave.dispatched_offset == master.log.end_offset
     slave.close()
     master.close()
+
+
+def test_truncate_lowers_the_checkpoint_so_a_later_torn_tail_is_no_corruption(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path))
+    offsets = _fill(store, 20)
+    store.checkpoint()  # durable up to the end
+    cut = offsets[10]
+    store.truncate(cut)
+    last = [store.put(msg(50 + i, size=90)) for i in range(3)][-1]
+    store._flusher._stop.set()  # a crash: no last checkpoint
+    for cq in store._cqs.values():
+        cq.close()
+    store.log.close()
+    seg_path = tmp_path / "commitlog" / f"{last.physical_offset - last.physical_offset % SEG:020d}"
+    with open(seg_path, "r+b") as f:  # the last record torn, below the old durable offset
+        f.truncate(last.physical_offset % SEG + 10)
+    assert last.physical_offset < offsets[-1]
+    reopened = open_store(str(tmp_path))
+    assert reopened.log.end_offset == last.physical_offset
+    reopened.close()
