@@ -415,7 +415,7 @@ def test_an_idle_slave_keeps_its_connection_with_acks(tmp_path: Path) -> None:
         mep = EpochFile(str(tmp_path / "m.ep"))
         mep.append(1, 0)
         _put(ms, 5)
-        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=0.05, idle_timeout=0.4)
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=0.05, idle_timeout=0.8)
         await master.start()
         slave = HAClient(
             ss,
@@ -423,12 +423,12 @@ def test_an_idle_slave_keeps_its_connection_with_acks(tmp_path: Path) -> None:
             2,
             ("127.0.0.1", master.port),
             heartbeat_interval=0.05,
-            idle_timeout=0.4,
+            idle_timeout=0.8,
         )
         await slave.start()
         try:
             await _until(lambda: ss.log.end_offset == ms.log.end_offset, what="copy")
-            await asyncio.sleep(1.2)  # three idle timeouts with nothing new to copy
+            await asyncio.sleep(2.0)  # over two idle timeouts with nothing new to copy
             assert slave.connected and slave.sessions == 1 and master.slaves()[2].connected
         finally:
             await slave.stop()
