@@ -130,6 +130,37 @@ class CommitLog:
             self._write(seg, data)
             return offset, len(data)
 
+    def append_raw(self, offset: int, data: bytes) -> int:
+        """Write replicated bytes at ``offset`` (== the end); the new end.
+
+        The bytes may split records but never cross a segment end; a full last segment
+        makes the next one start at ``offset``. A log holding no bytes may start at any
+        segment-aligned offset (a slave copying a master whose oldest files are gone).
+        """
+        with self._lock:
+            if not data:
+                return self.end_offset
+            empty = self.end_offset == self.min_offset
+            if offset != self.end_offset and empty and offset % self.segment_size == 0:
+                while self._segments:  # empty files only: drop them and start at ``offset``
+                    seg = self._segments.pop()
+                    os.close(seg.fd)
+                    os.unlink(seg.path)
+            if offset != self.end_offset and self._segments:
+                raise StoreError(
+                    f"replicated bytes at {offset}, but the log ends at {self.end_offset}"
+                )
+            seg = self._segments[-1] if self._segments else self._new_segment(offset)
+            if seg.size == self.segment_size:
+                seg = self._new_segment(seg.start + self.segment_size)
+            if seg.size + len(data) > self.segment_size:
+                raise StoreError(
+                    f"replicated bytes at {offset} ({len(data)}) cross the segment end "
+                    f"{seg.start + self.segment_size}"
+                )
+            self._write(seg, data)
+            return self.end_offset
+
     # -- durability -----------------------------------------------------------
     def flush(self) -> int:
         """fdatasync everything written so far (one at a time; callers share it)."""
@@ -171,6 +202,22 @@ class CommitLog:
             seg = self._segment_for(offset)
             fd = seg.fd
         return os.pread(fd, size, offset - seg.start)
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Up to ``max_bytes`` stored bytes from ``offset``, within the segment holding it
+        (a closed segment's blank record and padding included); b"" at the end."""
+        with self._lock:
+            end = self.end_offset
+            if offset < self.min_offset or offset > end:
+                raise StoreError(
+                    f"offset {offset} is outside the commit log [{self.min_offset}, {end}]"
+                )
+            if offset == end:
+                return b""
+            seg = self._segment_for(offset)
+            n = min(max_bytes, seg.start + seg.size - offset)
+            fd = seg.fd
+        return os.pread(fd, n, offset - seg.start) if n > 0 else b""
 
     def read_record(self, offset: int) -> bytes:
         """The record starting at ``offset`` (its TOTALSIZE read first)."""

@@ -7,6 +7,12 @@ commit log and its unit to the consume queue under one lock (queue offsets are d
 in commit-log order); under SYNC_FLUSH it returns once the record is durable, and a get
 shows only durable records. A background thread flushes (ASYNC_FLUSH), flushes the consume
 queues and writes the checkpoint every ``flush_interval_ms``.
+
+HA hooks (research/broker.md §5, §6.3): a master streams raw commit-log bytes with
+``read_log``; a slave writes them with ``append_replicated`` at its own end (the bytes may
+split records; each record is dispatched to its consume queue once whole, and
+``dispatched_offset`` says how far that got), and ``truncate`` cuts log and queues back to
+a consistent point. A slave acknowledges bytes before they are fsynced, as RocketMQ does.
 """
 
 from __future__ import annotations
@@ -17,12 +23,22 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueue, Unit, tags_code
-from broker.store.errors import ConsumeQueueBehindError, DiskFullError, StoreError
+from broker.store.errors import ConsumeQueueBehindError, DecodeError, DiskFullError, StoreError
 from broker.store.flush import AsyncFlusher, FlushMode
-from broker.store.message import Host, StoredMessage, decode, encode
+from broker.store.message import (
+    BLANK_MAGIC,
+    MAGIC_V1,
+    MAGIC_V2,
+    Host,
+    StoredMessage,
+    decode,
+    encode,
+    peek_total,
+)
 from broker.store.recovery import Checkpoint, recover
 from broker.store.retention import RetentionPolicy, expired_segments
 
@@ -63,6 +79,8 @@ class MessageStore:
         self.config = config or StoreConfig()
         os.makedirs(root, exist_ok=True)
         self._put_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()  # orders checkpoint writes after a truncate
+        self._cuts = 0  # truncations so far: a checkpoint taken across one is not written
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.log = CommitLog(os.path.join(root, "commitlog"), self.config.segment_size)
         self._load_consume_queues()
@@ -75,6 +93,8 @@ class MessageStore:
             self._full_dispatch = True
             self.recovered_end = recover(self.log, Checkpoint(physic=cp.physic), self._dispatch)
         self._last_checkpoint = cp
+        self._dispatched = self.recovered_end  # whole records up to here are in their queues
+        self._pending_end = 0  # a replicated record cut by a frame: bytes it needs to be whole
         for cq in self._cqs.values():
             cq.truncate_physical(self.recovered_end)
             cq.delete_below(self.log.min_offset)
@@ -102,11 +122,10 @@ class MessageStore:
             self._cqs[key] = cq
         return cq
 
-    def _dispatch(self, physical: int, m: StoredMessage) -> None:
-        size = len(encode(m))
-        unit = Unit(physical, size, tags_code(m.tags))
+    def _dispatch(self, physical: int, m: StoredMessage, size: int = 0) -> None:
+        unit = Unit(physical, size or len(encode(m)), tags_code(m.tags))
         self._cq(m.topic, m.queue_id).append(
-            m.queue_offset, unit, may_start_later=self._full_dispatch
+            m.queue_offset, unit, may_start_later=self._full_dispatch or size > 0
         )
 
     # -- writes -----------------------------------------------------------------
@@ -128,6 +147,7 @@ class MessageStore:
                 return PutResult(e.send_status)
             try:
                 cq.append(m.queue_offset, Unit(offset, size, tags_code(m.tags)))
+                self._dispatched = offset + size
             except OSError as e:
                 self.log.truncate(
                     offset
@@ -138,6 +158,87 @@ class MessageStore:
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
             self.log.wait_durable(offset + size)
         return PutResult("PUT_OK", offset, m.queue_offset, size)
+
+    # -- HA hooks ---------------------------------------------------------------
+    @property
+    def dispatched_offset(self) -> int:
+        """The end of the last whole record in the consume queues (a slave's safe restart point)."""
+        return self._dispatched
+
+    def read_log(self, offset: int, max_bytes: int) -> bytes:
+        """Raw commit-log bytes from ``offset``, at most ``max_bytes``, within one segment."""
+        return self.log.read_raw(offset, max_bytes)
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """Append a master's raw bytes at ``offset`` (must be the log's end); the new end.
+
+        Records completed by these bytes go to their consume queues. A record that is not
+        well formed (magic, size, physical offset, CRC) is cut from the log with everything
+        after it, and DecodeError says where: the next copy starts again from there.
+        """
+        with self._put_lock:
+            end = self.log.append_raw(offset, data)
+            self._dispatched = max(self._dispatched, self.log.min_offset)
+            if end >= self._pending_end:
+                self._dispatch_replicated(end)
+            return end
+
+    def _dispatch_replicated(self, end: int) -> None:
+        seg_size = self.config.segment_size
+        p, need = self._dispatched, 0
+        while p < end:
+            seg_end = p - p % seg_size + seg_size
+            if min(end, seg_end) - p < 8:
+                need = p + 8
+                break
+            total, magic = peek_total(self.log.read_raw(p, 8))
+            if magic == BLANK_MAGIC and total == seg_end - p:  # the segment's closing blank
+                if seg_end > end:
+                    need = seg_end
+                    break
+                p = seg_end
+                continue
+            if magic not in (MAGIC_V1, MAGIC_V2) or not 8 < total <= seg_end - p:
+                self._reject_replicated(p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}")
+            if end - p < total:
+                need = p + total
+                break
+            try:
+                m = decode(self.log.read_raw(p, total))
+            except DecodeError as e:
+                self._reject_replicated(p, str(e))
+            if m.physical_offset != p:
+                self._reject_replicated(p, f"PHYSICALOFFSET says {m.physical_offset}")
+            self._dispatch(p, m, total)
+            p += total
+        self._dispatched, self._pending_end = p, need
+
+    def _reject_replicated(self, at: int, reason: str) -> NoReturn:
+        self._dispatched = at  # every record before it went to its queue
+        self._truncate_locked(at)
+        raise DecodeError(f"replicated record at commit-log offset {at}: {reason}")
+
+    def truncate(self, end: int) -> None:
+        """Cut the commit log and the consume queues back to ``end`` (a consistent point)."""
+        with self._put_lock:
+            self._truncate_locked(end)
+
+    def _truncate_locked(self, end: int) -> None:
+        if end < 0:
+            raise StoreError(f"cannot truncate the commit log to {end}")
+        if end < self.log.end_offset:
+            self.log.truncate(end)
+        for cq in self._cqs.values():
+            cq.truncate_physical(end)
+        self._dispatched = min(self._dispatched, self.log.end_offset)
+        self._pending_end = 0
+        self._cuts += 1
+        with self._checkpoint_lock:
+            cp = self._last_checkpoint
+            if cp.physic > end or cp.logics > end:  # a crash must not look for cut bytes
+                cp = Checkpoint(physic=min(cp.physic, end), logics=min(cp.logics, end))
+                cp.save(self._checkpoint_path)
+                self._last_checkpoint = cp
 
     # -- reads ------------------------------------------------------------------
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -209,15 +310,17 @@ class MessageStore:
     def checkpoint(self) -> None:
         """Flush the commit log and consume queues, then record how far both are durable."""
         with self._put_lock:
-            logics = self.log.end_offset
+            logics = self._dispatched  # a replicated record cut in two is not counted
             cqs = list(self._cqs.values())
+            cuts = self._cuts
         for cq in cqs:
             cq.flush()
-        physic = self.log.flush()
+        physic = min(self.log.flush(), logics)
         cp = Checkpoint(physic=physic, logics=logics)
-        if cp != self._last_checkpoint:
-            cp.save(self._checkpoint_path)
-            self._last_checkpoint = cp
+        with self._checkpoint_lock:
+            if cp != self._last_checkpoint and cuts == self._cuts:
+                cp.save(self._checkpoint_path)
+                self._last_checkpoint = cp
 
     def delete_expired(self, policy: RetentionPolicy, now: float | None = None) -> int:
         n = expired_segments(self.log, policy, now)

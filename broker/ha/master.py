@@ -1,0 +1,336 @@
+"""The master's HA server: streams its commit log to slaves and counts their acks.
+
+RocketMQ 5 auto-switch HA (research/broker.md §5, §6.3, §6.4; J5 ``AutoSwitchHAConnection``):
+per connection the slave sends its handshake (broker id), the master answers with its max
+offset and epoch list, the slave's first ack fixes where streaming starts (0 = the master's
+oldest byte, or the start of its last file when the slave asked ``isSyncFromLastFile``; an
+offset past the master's end closes the connection). Then data frames of at most 32 KiB
+(``haTransferBatchSize``) that never cross an epoch boundary or a segment end, and an empty
+frame as heartbeat when nothing was sent for ``heartbeat_interval`` s. A connection that
+reads nothing for ``idle_timeout`` s is closed.
+
+Acks drive ``wait_for`` (futures resolved as acks arrive, no polling) and the per-slave
+``SlaveState``. ``confirm_offset`` (§6.4): the minimum ack over the ``sync_state_set``
+members (slave ids, the master itself excluded), the log end when there are none, unchanged
+while a member is disconnected, never lowered. The send path calls ``notify_appended`` after
+each append (from the loop or any thread) to wake the streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+
+from broker.ha.epochs import EpochEntry, EpochFile, entry_for
+from broker.ha.errors import HAError, HAProtocolError
+from broker.ha.protocol import (
+    DataFrame,
+    NeedData,
+    SlaveAck,
+    SlaveHandshake,
+    SlaveStreamDecoder,
+    encode_data,
+    encode_master_handshake,
+)
+from broker.store import MessageStore, StoreError
+
+log = logging.getLogger(__name__)
+
+TRANSFER_BATCH_BYTES = 32 * 1024
+_READ_BYTES = 64 * 1024
+
+
+@dataclass
+class SlaveState:
+    broker_id: int
+    acked: int = -1  # the last max offset the slave reported (-1: none yet)
+    connected: bool = False
+    caught_up_at: float = 0.0  # time.monotonic() of the last ack that reached the master's end
+    address: str = ""
+
+
+def frame_plan(
+    offset: int, end: int, segment_size: int, epochs: Sequence[EpochEntry], batch: int
+) -> tuple[EpochEntry, int]:
+    """The epoch entry for the bytes at ``offset`` and how many to send in one frame: at most
+    ``batch``, not past ``end``, the segment's end or the next epoch's start."""
+    found = entry_for(epochs, offset)
+    if found is None:  # bytes older than the first epoch (or no epochs): epoch 0
+        entry, nxt = EpochEntry(0, 0), (epochs[0].start_offset if epochs else None)
+    else:
+        entry, nxt = found
+    limit = min(end, offset - offset % segment_size + segment_size, offset + batch)
+    if nxt is not None:
+        limit = min(limit, nxt)
+    return entry, max(0, limit - offset)
+
+
+@dataclass
+class _Waiter:
+    offset: int
+    count: int
+    among: frozenset[int] | None
+    future: asyncio.Future[bool]
+
+
+class _Conn:
+    def __init__(self, broker_id: int, writer: asyncio.StreamWriter, end: int) -> None:
+        self.broker_id = broker_id
+        self.writer = writer
+        self.wake = asyncio.Event()
+        self.last_transfer_max = end  # the master's end when it last sent data
+
+
+class HAMaster:
+    """One per master replica: ``await start()``, then ``port`` is the bound port."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        host: str,
+        port: int,
+        epochs: EpochFile,
+        *,
+        heartbeat_interval: float = 5.0,
+        idle_timeout: float = 20.0,
+        batch_bytes: int = TRANSFER_BATCH_BYTES,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.port = port
+        self.epochs = epochs
+        self.heartbeat_interval = heartbeat_interval
+        self.idle_timeout = idle_timeout
+        self.batch_bytes = batch_bytes
+        self.sync_state_set: frozenset[int] = frozenset()  # slave ids; set by the quorum role
+        self._confirm = store.log.end_offset
+        self._slaves: dict[int, SlaveState] = {}
+        self._conns: dict[int, _Conn] = {}
+        self._waiters: list[_Waiter] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+
+    # -- life cycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        for w in self._waiters:
+            if not w.future.done():
+                w.future.set_result(False)
+        self._waiters.clear()
+
+    # -- what the send path and the quorum role read --------------------------------
+    def slaves(self) -> dict[int, SlaveState]:
+        return {k: replace(v) for k, v in self._slaves.items()}
+
+    @property
+    def confirm_offset(self) -> int:
+        end = self.store.log.end_offset
+        members = self.sync_state_set
+        if not members:
+            self._confirm = max(self._confirm, end)
+        elif all(m in self._slaves and self._slaves[m].connected for m in members):
+            low = min([end, *(self._slaves[m].acked for m in members)])
+            self._confirm = max(self._confirm, low)
+        return self._confirm
+
+    def notify_appended(self, end: int | None = None) -> None:
+        """New bytes are in the commit log (up to ``end``): wake the streams. Any thread."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake_all()
+        else:
+            loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        for conn in self._conns.values():
+            conn.wake.set()
+
+    def _count(self, offset: int, among: frozenset[int] | None) -> int:
+        return sum(
+            1
+            for s in self._slaves.values()
+            if s.acked >= offset and (among is None or s.broker_id in among)
+        )
+
+    async def wait_for(
+        self,
+        offset: int,
+        count: int,
+        timeout_s: float,
+        among: Collection[int] | None = None,
+    ) -> bool:
+        """True once ``count`` slaves (of ``among``, if given) have acked ``offset`` or more;
+        False at ``timeout_s``. An ack counts even if its connection has closed since."""
+        group = frozenset(among) if among is not None else None
+        if count <= 0 or self._count(offset, group) >= count:
+            return True
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(offset, count, group, fut)
+        self._waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def _on_ack(self, conn: _Conn, offset: int) -> None:
+        state = self._slaves[conn.broker_id]
+        state.acked = offset
+        if offset >= conn.last_transfer_max:
+            state.caught_up_at = time.monotonic()
+        if not self._waiters:
+            return
+        done = [w for w in self._waiters if self._count(w.offset, w.among) >= w.count]
+        for w in done:
+            self._waiters.remove(w)
+            if not w.future.done():
+                w.future.set_result(True)
+
+    # -- one connection -------------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._serve(reader, writer, f"{peer[0]}:{peer[1]}" if peer else "?")
+        except (HAError, StoreError, OSError, TimeoutError) as e:
+            log.warning("HA connection from %s closed: %s", peer, e)
+        except Exception:  # a bug must cost this connection only, never the broker
+            log.exception("HA connection from %s failed", peer)
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _next(
+        self, reader: asyncio.StreamReader, dec: SlaveStreamDecoder
+    ) -> SlaveHandshake | SlaveAck:
+        while True:
+            ev = dec.next_event()
+            if not isinstance(ev, NeedData):
+                return ev
+            data = await asyncio.wait_for(reader.read(_READ_BYTES), self.idle_timeout)
+            if not data:
+                raise ConnectionError("the slave closed the connection")
+            dec.receive_data(data)
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
+    ) -> None:
+        dec = SlaveStreamDecoder()
+        hello = await self._next(reader, dec)
+        if not isinstance(hello, SlaveHandshake):  # the decoder's first phase yields one
+            raise HAProtocolError("the slave did not start with a handshake")
+        end = self.store.log.end_offset
+        writer.write(encode_master_handshake(end, self.epochs.entries))
+        await writer.drain()
+        first = await self._next(reader, dec)
+        if not isinstance(first, SlaveAck):
+            raise HAProtocolError("the slave's handshake was not followed by an ack")
+        start = first.offset
+        if start == 0:
+            segs = self.store.log.segments()
+            start = (
+                segs[-1].start if hello.sync_from_last_file and segs else self.store.log.min_offset
+            )
+        if start > self.store.log.end_offset or start < self.store.log.min_offset:
+            raise HAProtocolError(
+                f"slave {hello.broker_id} reports {first.offset}, outside this master's log "
+                f"[{self.store.log.min_offset}, {self.store.log.end_offset}]"
+            )
+        conn = _Conn(hello.broker_id, writer, end)
+        old = self._conns.get(hello.broker_id)
+        if old is not None:  # the slave reconnected before its old connection timed out
+            old.writer.close()
+        self._conns[hello.broker_id] = conn
+        state = self._slaves.setdefault(hello.broker_id, SlaveState(hello.broker_id))
+        state.connected, state.address = True, address
+        self._on_ack(conn, first.offset)
+        tasks = {
+            asyncio.create_task(self._stream(conn, start)),
+            asyncio.create_task(self._read_acks(reader, dec, conn)),
+        }
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # raises what ended the connection
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if self._conns.get(hello.broker_id) is conn:
+                del self._conns[hello.broker_id]
+                state.connected = False
+
+    async def _read_acks(
+        self, reader: asyncio.StreamReader, dec: SlaveStreamDecoder, conn: _Conn
+    ) -> None:
+        while True:
+            ev = await self._next(reader, dec)
+            if not isinstance(ev, SlaveAck):
+                raise HAProtocolError("a second slave handshake")
+            self._on_ack(conn, ev.offset)
+
+    async def _stream(self, conn: _Conn, offset: int) -> None:
+        loop = asyncio.get_running_loop()
+        seg_size = self.store.config.segment_size
+        last_send = loop.time()
+        while True:
+            end = self.store.log.end_offset
+            entry, n = frame_plan(offset, end, seg_size, self.epochs.entries, self.batch_bytes)
+            if n > 0:
+                data = self.store.read_log(offset, n)
+                frame = DataFrame(
+                    offset, entry.epoch, entry.start_offset, self.confirm_offset, data
+                )
+                conn.writer.write(encode_data(frame))
+                conn.last_transfer_max = end
+                await conn.writer.drain()
+                offset += len(data)
+                last_send = loop.time()
+                continue
+            state = self._slaves[conn.broker_id]
+            if state.acked >= end:
+                state.caught_up_at = time.monotonic()
+            conn.wake.clear()
+            if self.store.log.end_offset > offset:
+                continue
+            wait = self.heartbeat_interval - (loop.time() - last_send)
+            if wait <= 0:
+                beat = DataFrame(offset, entry.epoch, entry.start_offset, self.confirm_offset)
+                conn.writer.write(encode_data(beat))
+                await conn.writer.drain()
+                last_send = loop.time()
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(conn.wake.wait(), wait)

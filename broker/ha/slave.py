@@ -1,0 +1,201 @@
+"""The slave's HA client: copies the master's commit log byte for byte.
+
+RocketMQ 5 auto-switch HA (research/broker.md §6.3; J5 ``AutoSwitchHAClient``), per
+connection: (1) drop any incomplete tail past the last dispatched record; (2) connect and
+send the 16-byte handshake with this replica's broker id; (3) on the master's epoch list,
+cut commit log and epoch file back to the consistent point (no local epochs: the log is
+emptied and copying starts at the master's oldest byte; no consistent point: refuse,
+NoConsistentPoint) and ack that offset; (4) per data frame, which must start at the log's
+end, record the frame's epoch if it is new, append the bytes with
+``store.append_replicated``, set ``confirm_offset = min(frame's confirm offset, own end)``
+and ack the new end. An ack also goes out every ``heartbeat_interval`` s; nothing read for
+``idle_timeout`` s closes the connection. Any failure closes it and the client reconnects
+after a backoff doubling from ``backoff_initial_s`` to ``backoff_max_s``.
+
+A slave acks bytes it has written but not fsynced, as RocketMQ's does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from broker.ha.epochs import EpochFile, consistent_point
+from broker.ha.errors import HAError, HAProtocolError, NoConsistentPoint
+from broker.ha.protocol import (
+    DataFrame,
+    MasterHandshake,
+    MasterStreamDecoder,
+    NeedData,
+    SlaveHandshake,
+    encode_ack,
+    encode_slave_handshake,
+)
+from broker.store import MessageStore, StoreError
+
+log = logging.getLogger(__name__)
+
+_READ_BYTES = 64 * 1024
+
+
+class HAClient:
+    """One per slave replica: ``await start()`` copies until ``await stop()``."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochFile,
+        broker_id: int,
+        master_ha: tuple[str, int],
+        *,
+        heartbeat_interval: float = 5.0,
+        idle_timeout: float = 20.0,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 5.0,
+        sync_from_last_file: bool = False,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.broker_id = broker_id
+        self.master_ha = master_ha
+        self.heartbeat_interval = heartbeat_interval
+        self.idle_timeout = idle_timeout
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.sync_from_last_file = sync_from_last_file
+        self.connected = False
+        self.confirm_offset = 0
+        self.sessions = 0  # connections that got past the handshake
+        self.last_error: str | None = None
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.connected = False
+
+    async def _run(self) -> None:
+        delay = self.backoff_initial_s
+        while not self._stopping.is_set():
+            sessions = self.sessions
+            try:
+                await self._session()
+            except (HAError, StoreError, OSError, TimeoutError) as e:
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.warning("HA client of broker %d: %s", self.broker_id, self.last_error)
+            except Exception as e:  # a bug: report it and keep trying, as for a lost master
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("HA client of broker %d failed", self.broker_id)
+            finally:
+                self.connected = False
+            if self.sessions != sessions:
+                delay = self.backoff_initial_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+            delay = min(delay * 2, self.backoff_max_s)
+
+    async def _session(self) -> None:
+        if self.store.log.end_offset > self.store.dispatched_offset:
+            self.store.truncate(self.store.dispatched_offset)  # a record cut by the last frame
+        host, port = self.master_ha
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), self.idle_timeout
+        )
+        beats: asyncio.Task[None] | None = None
+        try:
+            writer.write(
+                encode_slave_handshake(
+                    SlaveHandshake(self.broker_id, self.sync_from_last_file, False)
+                )
+            )
+            await writer.drain()
+            dec = MasterStreamDecoder()
+            hello = await self._next(reader, dec)
+            if not isinstance(hello, MasterHandshake):
+                raise HAProtocolError("a data frame before the master's handshake")
+            dec.start(self._truncate_to(hello))
+            writer.write(encode_ack(self.store.log.end_offset if dec.offset is not None else 0))
+            await writer.drain()
+            self.connected = True
+            self.sessions += 1
+            beats = asyncio.create_task(self._heartbeats(writer))
+            while True:
+                frame = await self._next(reader, dec)
+                if not isinstance(frame, DataFrame):
+                    raise HAProtocolError("a second master handshake")
+                self._apply(frame)
+                if not frame.is_heartbeat:
+                    writer.write(encode_ack(self.store.log.end_offset))
+                    await writer.drain()
+        finally:
+            if beats is not None:
+                beats.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await beats
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _next(
+        self, reader: asyncio.StreamReader, dec: MasterStreamDecoder
+    ) -> MasterHandshake | DataFrame:
+        while True:
+            ev = dec.next_event()
+            if not isinstance(ev, NeedData):
+                return ev
+            data = await asyncio.wait_for(reader.read(_READ_BYTES), self.idle_timeout)
+            if not data:
+                raise ConnectionError("the master closed the connection")
+            dec.receive_data(data)
+
+    def _truncate_to(self, hello: MasterHandshake) -> int | None:
+        """Cut the log and the epochs to where they agree with the master; the offset to
+        copy from (None: the log is empty and takes the master's first byte)."""
+        local = self.epochs.entries
+        end = self.store.log.end_offset
+        if not local:
+            if end > self.store.log.min_offset:
+                log.warning(
+                    "broker %d has a log but no epochs: emptied to copy anew", self.broker_id
+                )
+                self.store.truncate(self.store.log.min_offset)
+            return None
+        point = consistent_point(local, end, hello.epochs, hello.max_offset)
+        if point is None:
+            raise NoConsistentPoint(
+                f"no epoch of {list(local)} starts where the master's {list(hello.epochs)} do"
+            )
+        if point < end:
+            log.info("broker %d truncates its log from %d to %d", self.broker_id, end, point)
+            self.store.truncate(point)
+        self.epochs.truncate_suffix(point)
+        if self.store.log.end_offset == self.store.log.min_offset:
+            return None
+        return point
+
+    def _apply(self, frame: DataFrame) -> None:
+        if frame.data:
+            if frame.epoch < self.epochs.last_epoch:
+                raise HAProtocolError(
+                    f"data of epoch {frame.epoch} after local epoch {self.epochs.last_epoch}"
+                )
+            if frame.epoch > self.epochs.last_epoch:
+                self.epochs.append(frame.epoch, frame.epoch_start)
+            self.store.append_replicated(frame.offset, frame.data)
+        self.confirm_offset = min(frame.confirm_offset, self.store.log.end_offset)
+
+    async def _heartbeats(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            writer.write(encode_ack(self.store.log.end_offset))
+            await writer.drain()

@@ -1,0 +1,277 @@
+"""HAMaster + HAClient over real localhost sockets, two MessageStores (research/broker.md §6.3).
+
+Every test ends with the slave's commit log byte-identical to the master's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+from broker.ha.epochs import EpochEntry, EpochFile
+from broker.ha.master import HAMaster
+from broker.ha.slave import HAClient
+
+from .conftest import HB, IDLE, SEG, files, put, run, same, store_at, until
+
+
+def test_slave_log_ends_byte_identical(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms, ss = store_at(tmp_path / "m"), store_at(tmp_path / "s")
+        mep, sep = EpochFile(str(tmp_path / "m.ep")), EpochFile(str(tmp_path / "s.ep"))
+        mep.append(1, 0)
+        put(ms, 40)  # before the slave connects
+        x = ms.log.end_offset
+        assert x % 1000 and x % SEG  # mid-batch and mid-segment: frames must stop there
+        mep.append(2, x)  # a later epoch of this master
+        master = HAMaster(
+            ms, "127.0.0.1", 0, mep, batch_bytes=1000, heartbeat_interval=HB, idle_timeout=IDLE
+        )
+        await master.start()
+        slave = HAClient(
+            ss, sep, 2, ("127.0.0.1", master.port), heartbeat_interval=HB, idle_timeout=IDLE
+        )
+        await slave.start()
+        try:
+            put(ms, 60, "b", master)  # while it copies
+            await until(lambda: ss.log.end_offset == ms.log.end_offset, what="catch-up")
+            await until(lambda: master.slaves()[2].acked == ms.log.end_offset, what="ack")
+            assert ms.log.end_offset > 3 * SEG  # several segments, closed ones included
+            state = master.slaves()[2]
+            assert state.connected and state.caught_up_at > 0
+            assert sep.entries == (EpochEntry(1, 0), EpochEntry(2, x))
+            assert slave.confirm_offset == ss.log.end_offset  # no SyncStateSet: all confirmed
+            assert ss.dispatched_offset == ss.log.end_offset
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+        same(tmp_path / "m", tmp_path / "s")
+
+    run(main())
+
+
+def test_stopped_slave_catches_up_from_its_own_offset(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms = store_at(tmp_path / "m")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE)
+        await master.start()
+        ss = store_at(tmp_path / "s")
+        slave = HAClient(
+            ss,
+            EpochFile(str(tmp_path / "s.ep")),
+            2,
+            ("127.0.0.1", master.port),
+            heartbeat_interval=HB,
+            idle_timeout=IDLE,
+        )
+        await slave.start()
+        put(ms, 30, "a", master)
+        await until(lambda: ss.log.end_offset == ms.log.end_offset, what="first copy")
+        await slave.stop()
+        ss.close()
+        await until(lambda: not master.slaves()[2].connected, what="disconnect seen")
+        stopped_at = ms.log.end_offset
+        put(ms, 50, "c", master)  # written while the slave is down
+
+        ss = store_at(tmp_path / "s")
+        assert ss.log.end_offset == stopped_at
+        appended: list[int] = []
+        original = ss.append_replicated
+
+        def spy(offset: int, data: bytes) -> int:
+            appended.append(offset)
+            return original(offset, data)
+
+        ss.append_replicated = spy  # type: ignore[method-assign]
+        slave = HAClient(
+            ss,
+            EpochFile(str(tmp_path / "s.ep")),
+            2,
+            ("127.0.0.1", master.port),
+            heartbeat_interval=HB,
+            idle_timeout=IDLE,
+        )
+        await slave.start()
+        try:
+            await until(lambda: ss.log.end_offset == ms.log.end_offset, what="catch-up")
+            assert appended[0] == stopped_at  # nothing copied twice
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+        same(tmp_path / "m", tmp_path / "s")
+
+    run(main())
+
+
+def test_divergent_tail_is_cut_at_the_new_masters_epoch_boundary(tmp_path: Path) -> None:
+    async def main() -> None:
+        base = store_at(tmp_path / "base")
+        put(base, 25)  # epoch 1, which both replicas hold
+        x = base.log.end_offset
+        base.close()
+        shutil.copytree(tmp_path / "base", tmp_path / "old")
+        shutil.copytree(tmp_path / "base", tmp_path / "new")
+        old, new = store_at(tmp_path / "old"), store_at(tmp_path / "new")
+        old_ep, new_ep = EpochFile(str(tmp_path / "old.ep")), EpochFile(str(tmp_path / "new.ep"))
+        old_ep.append(1, 0)
+        old_ep.append(2, x)
+        put(old, 12, "stale")  # the old master's tail nobody else has
+        new_ep.append(1, 0)
+        new_ep.append(3, x)
+        put(new, 20, "fresh")
+        assert old.log.end_offset != new.log.end_offset or files(
+            tmp_path / "old", "commitlog"
+        ) != files(tmp_path / "new", "commitlog")
+
+        master = HAMaster(new, "127.0.0.1", 0, new_ep, heartbeat_interval=HB, idle_timeout=IDLE)
+        await master.start()
+        slave = HAClient(
+            old, old_ep, 1, ("127.0.0.1", master.port), heartbeat_interval=HB, idle_timeout=IDLE
+        )
+        await slave.start()
+        try:
+            await until(lambda: old.log.end_offset == new.log.end_offset, what="catch-up")
+            assert old_ep.entries == (EpochEntry(1, 0), EpochEntry(3, x))
+            assert master.slaves()[1].acked <= new.log.end_offset
+            got = old.get("T0", 0, 0, 100).messages
+            assert got == new.get("T0", 0, 0, 100).messages
+            assert not any(b"stale" in m for m in got)
+        finally:
+            await slave.stop()
+            await master.stop()
+        old.close()
+        new.close()
+        same(tmp_path / "new", tmp_path / "old")
+
+    run(main())
+
+
+def test_no_consistent_point_refuses_to_copy(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms, ss = store_at(tmp_path / "m"), store_at(tmp_path / "s")
+        mep, sep = EpochFile(str(tmp_path / "m.ep")), EpochFile(str(tmp_path / "s.ep"))
+        mep.append(1, 0)
+        put(ms, 5)
+        sep.append(2, 0)
+        put(ss, 3, "other")
+        before = files(tmp_path / "s", "commitlog")
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE)
+        await master.start()
+        slave = HAClient(
+            ss,
+            sep,
+            2,
+            ("127.0.0.1", master.port),
+            backoff_initial_s=0.05,
+            heartbeat_interval=HB,
+            idle_timeout=IDLE,
+        )
+        await slave.start()
+        try:
+            await until(lambda: slave.last_error is not None, what="refusal")
+            assert "NoConsistentPoint" in (slave.last_error or "")
+            assert not slave.connected and files(tmp_path / "s", "commitlog") == before
+        finally:
+            await slave.stop()
+            await master.stop()
+
+    run(main())
+
+
+def test_wait_for_counts_acks_and_times_out(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms = store_at(tmp_path / "m")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE)
+        await master.start()
+        stores = {i: store_at(tmp_path / f"s{i}") for i in (1, 2)}
+        slaves = {
+            i: HAClient(
+                s,
+                EpochFile(str(tmp_path / f"s{i}.ep")),
+                i,
+                ("127.0.0.1", master.port),
+                heartbeat_interval=HB,
+                idle_timeout=IDLE,
+            )
+            for i, s in stores.items()
+        }
+        await slaves[1].start()
+        try:
+            await until(lambda: 1 in master.slaves(), what="slave 1 connected")
+            assert await master.wait_for(ms.log.end_offset, 0, 0.01)
+            # a waiter registered before the append resolves when the ack comes back
+            pending = asyncio.create_task(master.wait_for(1, 1, 5.0))
+            await asyncio.sleep(0)
+            assert not pending.done()
+            put(ms, 10, "a", master)
+            target = ms.log.end_offset
+            assert await pending
+            assert await master.wait_for(target, 1, 5.0)
+            assert master.slaves()[1].acked >= target
+
+            t0 = time.monotonic()
+            assert not await master.wait_for(target, 2, 0.3)  # only one slave
+            assert 0.25 <= time.monotonic() - t0 < 2.0
+            assert not await master.wait_for(target, 1, 0.2, among={2})
+            assert await master.wait_for(target, 1, 0.2, among={1, 2})
+
+            two = asyncio.create_task(master.wait_for(target, 2, 10.0))
+            await slaves[2].start()
+            assert await two  # resolved by slave 2's catch-up, well before the deadline
+            assert master._waiters == []
+
+            # confirm offset: the minimum over the SyncStateSet members, never lowered
+            master.sync_state_set = frozenset({1, 2})
+            assert master.confirm_offset == target
+            await slaves[2].stop()
+            await until(lambda: not master.slaves()[2].connected, what="slave 2 gone")
+            put(ms, 3, "b", master)
+            await until(lambda: master.slaves()[1].acked == ms.log.end_offset, what="slave 1 ack")
+            assert master.confirm_offset == target  # unchanged while a member is away
+            master.sync_state_set = frozenset({1})
+            assert master.confirm_offset == ms.log.end_offset
+            await until(lambda: slaves[1].confirm_offset == ms.log.end_offset, what="slave confirm")
+        finally:
+            for client in slaves.values():
+                await client.stop()
+            await master.stop()
+        for store in stores.values():
+            store.close()
+        ms.close()
+
+    run(main())
+
+
+def test_appends_from_another_thread_wake_the_stream(tmp_path: Path) -> None:
+    async def main() -> None:
+        ms, ss = store_at(tmp_path / "m"), store_at(tmp_path / "s")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        # heartbeats far apart: only notify_appended can make the master send promptly
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=30.0, idle_timeout=60.0)
+        await master.start()
+        slave = HAClient(ss, EpochFile(str(tmp_path / "s.ep")), 2, ("127.0.0.1", master.port))
+        await slave.start()
+        try:
+            await until(lambda: 2 in master.slaves(), what="connect")
+            await asyncio.to_thread(put, ms, 20, "t", master)
+            await until(lambda: ss.log.end_offset == ms.log.end_offset, timeout=5.0, what="copy")
+            assert await master.wait_for(ms.log.end_offset, 1, 5.0)
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+        same(tmp_path / "m", tmp_path / "s")
+
+    run(main())
