@@ -1,0 +1,449 @@
+"""Acked sends per second and their latency: the metaledger broker beside NATS JetStream.
+
+    python -m bench.broker_send [--systems jetstream-r3,jetstream-r1,single,async,sync2,quorum2of3]
+                                [--size 1024] [--concurrency 64] [--duration 3] [--warmup 1]
+                                [--count N] [--connections 4] [--queues 4] [--e2e]
+                                [--loop uvloop|asyncio] [--out-dir DIR] [--no-plot]
+
+Issue 17's performance section: one run, every system with the same message size and the
+same number of concurrent producers (each a task that sends, awaits the acknowledgement,
+and sends again), for ``--duration`` seconds after ``--warmup`` seconds (or until ``--count``
+sends were acknowledged, whichever comes first). Per system: sends/s, p50/p99 latency of
+each send (request to acknowledgement), failed sends by reason, the CPU of this process
+(the load generator) and of the servers. Systems:
+
+    jetstream-r3   3 nats-server -js processes in one cluster, a stream of 3 replicas, file
+                   storage, ``js.publish`` awaiting each PubAck (bench.jetstream)
+    jetstream-r1   one nats-server, a stream of 1 replica: the one-replica reference
+    single, async, sync2, quorum2of3
+                   the metaledger broker (bench.broker_group.MODES): SEND_MESSAGE_V2 over
+                   pipelined remoting connections (bench.rmq_client) to the group's master;
+                   skipped, with a line saying so, when ``metaledger broker`` is not there
+
+``--e2e`` also consumes while it sends (JetStream: an ordered push consumer; the broker: a
+long-polling PULL_MESSAGE loop per queue) and reports produce-to-consume latency p50/p99:
+each payload starts with the sender's clock (``perf_counter_ns``, one process).
+
+Every process is started on free 127.0.0.1 ports and stopped by PID. Results:
+``bench/results/broker_send-<date>.json`` and ``.md`` (bench.report) and, with matplotlib
+(``pip install -e .[bench]``), a ``.png`` beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.report import RESULTS_DIR, fmt, machine, result_stem, timestamp, write_report  # noqa: E402
+
+JETSTREAM = ("jetstream-r3", "jetstream-r1")
+BROKER = ("single", "async", "sync2", "quorum2of3")
+SYSTEMS = JETSTREAM + BROKER
+#: (numerator, denominator, what the ratio says)
+RATIOS = (
+    ("quorum2of3", "jetstream-r3", "quorum write against JetStream R3 (issue 17)"),
+    ("quorum2of3", "async", "quorum write against async replication (goal >= 0.9)"),
+    ("sync2", "async", "sync against async replication (seed 001: about 0.9)"),
+    ("single", "jetstream-r1", "one replica against JetStream R1"),
+    ("jetstream-r3", "jetstream-r1", "JetStream R3 against R1"),
+)
+_STAMP = struct.Struct(">Q")
+
+
+class Target(Protocol):
+    async def open(self, timeout_s: float = 30.0) -> None: ...
+    async def send(self, worker: int, payload: bytes) -> None: ...
+    async def consume(self, on_payload: Callable[[bytes], None]) -> None: ...
+    async def close(self) -> None: ...
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile (0..1) of an ascending list; None when empty."""
+    if not sorted_values:
+        return None
+    rank = max(1, round(q * len(sorted_values) + 0.5 - 1e-9))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def latency_summary(latencies_ns: list[int], prefix: str = "") -> dict[str, float | None]:
+    ms = sorted(v / 1e6 for v in latencies_ns)
+    return {
+        f"{prefix}p50_ms": _round(percentile(ms, 0.50)),
+        f"{prefix}p99_ms": _round(percentile(ms, 0.99)),
+        f"{prefix}max_ms": _round(ms[-1] if ms else None),
+    }
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+async def measure(
+    name: str,
+    target: Target,
+    args: argparse.Namespace,
+    server_cpu_s: Callable[[], float],
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Drive ``target`` with ``args.concurrency`` senders; the measured window starts
+    ``args.warmup`` s after the first send and ends after ``args.duration`` s or
+    ``args.count`` measured sends. A send counts when it started and was acknowledged
+    inside the window."""
+    await target.open()
+    pad = b"x" * (args.size - _STAMP.size)
+    e2e: list[int] = []
+    lat: list[int] = []
+    errors: collections.Counter[str] = collections.Counter()
+    stop = asyncio.Event()
+    t0 = time.perf_counter_ns()
+    window_from = t0 + int(args.warmup * 1e9)
+    window_to = window_from + int(args.duration * 1e9)
+    ended_at = window_to
+
+    def on_payload(payload: bytes) -> None:
+        (sent,) = _STAMP.unpack_from(payload)
+        if window_from <= sent <= window_to:
+            e2e.append(time.perf_counter_ns() - sent)
+
+    if args.e2e:
+        await target.consume(on_payload)
+
+    async def sender(worker: int) -> None:
+        nonlocal ended_at
+        while not stop.is_set():
+            start = time.perf_counter_ns()
+            try:
+                await target.send(worker, _STAMP.pack(start) + pad)
+            except Exception as exc:
+                errors[_reason(exc)] += 1
+                await asyncio.sleep(0.01)  # no hot loop against a refusing server
+                continue
+            end = time.perf_counter_ns()
+            if start >= window_from and end <= window_to:
+                lat.append(end - start)
+                if args.count and len(lat) >= args.count:
+                    ended_at = end
+                    stop.set()
+
+    async def progress() -> None:
+        last_n, last_t = 0, time.perf_counter_ns()
+        while not stop.is_set():
+            with _suppress_timeout():
+                await asyncio.wait_for(stop.wait(), args.progress)
+            now = time.perf_counter_ns()
+            phase = "warm-up" if now < window_from else "measuring"
+            rate = (len(lat) - last_n) / max(1e-9, (now - last_t) / 1e9)
+            err = sum(errors.values())
+            log(
+                f"  {name}: {(now - t0) / 1e9:5.1f} s {phase:9} {len(lat):>8} acked"
+                f" {rate:>9.0f}/s  errors {err}"
+            )
+            last_n, last_t = len(lat), now
+
+    async def timer() -> None:
+        with _suppress_timeout():
+            await asyncio.wait_for(stop.wait(), (window_to - time.perf_counter_ns()) / 1e9)
+        stop.set()
+
+    cpu0, server0 = time.process_time(), server_cpu_s()
+    tasks = [asyncio.create_task(sender(w)) for w in range(args.concurrency)]
+    helpers = [asyncio.create_task(progress()), asyncio.create_task(timer())]
+    try:
+        await asyncio.gather(*helpers)
+        # the senders end after their send in flight; a wedged send is cut off
+        _, late = await asyncio.wait(tasks, timeout=35)
+        for task in late:
+            task.cancel()
+        window_s = max(1e-9, (min(ended_at, window_to) - window_from) / 1e9)
+        elapsed_total = (time.perf_counter_ns() - t0) / 1e9
+        client_cpu, server_cpu = time.process_time() - cpu0, server_cpu_s() - server0
+        if args.e2e:
+            await asyncio.sleep(min(1.0, args.duration))  # the window's last messages arrive
+    finally:
+        for task in tasks:
+            task.cancel()
+        await target.close()
+    result: dict[str, Any] = {
+        "system": name,
+        "sends": len(lat),
+        "window_s": round(window_s, 3),
+        "sends_per_s": round(len(lat) / window_s),
+        **latency_summary(lat),
+        "errors": dict(errors),
+        "client_cpu_pct": round(100 * client_cpu / elapsed_total),
+        "server_cpu_pct": round(100 * server_cpu / elapsed_total),
+    }
+    if args.e2e:
+        result.update(latency_summary(e2e, "e2e_"))
+        result["e2e_received"] = len(e2e)
+    return result
+
+
+class _suppress_timeout:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        return kind is not None and issubclass(kind, TimeoutError)
+
+
+def _reason(exc: BaseException) -> str:
+    code = getattr(exc, "code", None)
+    return f"code {code}" if isinstance(code, int) else type(exc).__name__
+
+
+def _run_loop(coro: Coroutine[Any, Any, dict[str, Any]], loop: str) -> dict[str, Any]:
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+def run_jetstream(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from bench.jetstream import JetStreamTarget, NatsCluster, nats_server_path
+
+    binary = nats_server_path()
+    if binary is None:
+        return {"system": name, "skipped": "nats-server not installed"}
+    replicas = 3 if name == "jetstream-r3" else 1
+    cluster = NatsCluster(size=replicas, binary=binary)
+    print(f"{name}: starting {replicas} nats-server -js", flush=True)
+    cluster.start()
+    try:
+        target = JetStreamTarget(cluster.urls, replicas, args.connections)
+        result = _run_loop(measure(name, target, args, cluster.cpu_s), args.loop)
+    finally:
+        cluster.stop()
+    result["setup"] = f"{replicas} nats-server, stream R{replicas}, file storage, acked publish"
+    return result
+
+
+def run_broker(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from bench import broker_group
+    from bench.jetstream import _proc_cpu_s
+    from bench.rmq_client import RmqTarget
+
+    reason = broker_group.unavailable_reason()
+    if reason is not None:
+        return {"system": name, "skipped": reason}
+    mode = broker_group.MODES[name]
+    group = broker_group.BrokerGroup(mode, queues=args.queues)
+    print(f"{name}: starting a metaledger node and {mode.replicas} broker replica(s)", flush=True)
+    group.start()
+    try:
+        target = RmqTarget(
+            group.master_address,
+            broker_group.TOPIC,
+            broker_group.GROUP,
+            queues=args.queues,
+            connections=args.connections,
+        )
+        pids = [p.pid for n, p in group.procs.items() if n != "meta"]
+        result = _run_loop(
+            measure(name, target, args, lambda: sum(_proc_cpu_s(p) for p in pids)), args.loop
+        )
+    finally:
+        group.stop()
+    result["setup"] = mode.what
+    return result
+
+
+def run_system(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One system, start to stop; a failure is reported as that system's result."""
+    try:
+        if name in JETSTREAM:
+            result = run_jetstream(name, args)
+        else:
+            result = run_broker(name, args)
+    except Exception as exc:
+        traceback.print_exc()
+        result = {"system": name, "failed": f"{type(exc).__name__}: {exc}"}
+    if "skipped" in result:
+        print(f"{name}: skipped: {result['skipped']}", flush=True)
+    elif "failed" in result:
+        print(f"{name}: FAILED: {result['failed']}", flush=True)
+    else:
+        print(
+            f"{name}: {result['sends_per_s']} sends/s, p50 {result['p50_ms']} ms,"
+            f" p99 {result['p99_ms']} ms, errors {sum(result['errors'].values())}",
+            flush=True,
+        )
+    return result
+
+
+def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rate = {r["system"]: r.get("sends_per_s") for r in results}
+    out = []
+    for num, den, what in RATIOS:
+        if rate.get(num) and rate.get(den):
+            out.append(
+                {"of": num, "to": den, "ratio": round(rate[num] / rate[den], 3), "what": what}
+            )
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    p = report["params"]
+    until = f" (or until {p['count']} sends)" if p["count"] else ""
+    lines = [
+        f"# Broker sends against NATS JetStream, {report['date']}",
+        "",
+        f"{p['size']}-byte messages, {p['concurrency']} concurrent producers (each awaits its "
+        f"acknowledgement), {p['connections']} connections per system, {p['warmup']} s warm-up "
+        f"then {p['duration']} s measured{until}; "
+        f"load generator: one Python process ({p['loop']}). "
+        f"Machine: {report['machine']['nproc']} CPUs, {report['machine']['cpu_model']}.",
+        "",
+        "| system | setup | sends/s | p50 ms | p99 ms | max ms | errors | load CPU % | servers CPU % |"
+        + (" e2e p50 ms | e2e p99 ms |" if p["e2e"] else ""),
+        "|---|---|---:|---:|---:|---:|---|---:|---:|" + ("---:|---:|" if p["e2e"] else ""),
+    ]
+    for r in report["results"]:
+        if "sends_per_s" not in r:
+            why = r.get("skipped") or r.get("failed")
+            lines.append(f"| {r['system']} | {'skipped' if 'skipped' in r else 'FAILED'}: {why} |")
+            continue
+        errors = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
+        row = (
+            f"| {r['system']} | {r['setup']} | {r['sends_per_s']} | {fmt(r['p50_ms'], '.2f')} "
+            f"| {fmt(r['p99_ms'], '.2f')} | {fmt(r['max_ms'], '.1f')} | {errors} "
+            f"| {r['client_cpu_pct']} | {r['server_cpu_pct']} |"
+        )
+        if p["e2e"]:
+            row += f" {fmt(r.get('e2e_p50_ms'), '.2f')} | {fmt(r.get('e2e_p99_ms'), '.2f')} |"
+        lines.append(row)
+    if report["ratios"]:
+        lines += ["", "| ratio of sends/s | value | |", "|---|---:|---|"]
+        lines += [
+            f"| {r['of']} / {r['to']} | {r['ratio']} | {r['what']} |" for r in report["ratios"]
+        ]
+    lines += [
+        "",
+        "CPU % is per core over the system's whole load (warm-up included): 100 = one core "
+        "busy. Load CPU near 100 means the Python load generator, not the server, set the pace.",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> Path | None:
+    """Sends/s and p50/p99 per system, side by side; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    done = [r for r in report["results"] if "sends_per_s" in r]
+    if not done:
+        return None
+    names = [r["system"] for r in done]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colors = ["#4c72b0" if n in JETSTREAM else "#dd8452" for n in names]
+    left.bar(names, [r["sends_per_s"] for r in done], color=colors)
+    left.set_ylabel("acked sends / s")
+    left.set_title("throughput")
+    xs = range(len(done))
+    right.bar([x - 0.2 for x in xs], [r["p50_ms"] or 0 for r in done], 0.4, label="p50")
+    right.bar([x + 0.2 for x in xs], [r["p99_ms"] or 0 for r in done], 0.4, label="p99")
+    right.set_xticks(list(xs), names)
+    right.set_ylabel("send latency (ms)")
+    right.set_title("latency")
+    right.legend()
+    for ax in (left, right):
+        ax.tick_params(axis="x", rotation=20)
+    p = report["params"]
+    fig.suptitle(
+        f"{p['size']} B messages, {p['concurrency']} concurrent producers ({report['date']})"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.broker_send",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, in run order")
+    ap.add_argument("--size", type=int, default=1024, help="message bytes (default 1024)")
+    ap.add_argument("--concurrency", type=int, default=64, help="concurrent producers (64)")
+    ap.add_argument("--duration", type=float, default=3.0, help="measured seconds (3)")
+    ap.add_argument("--warmup", type=float, default=1.0, help="seconds before measuring (1)")
+    ap.add_argument("--count", type=int, default=0, help="stop after N measured sends (0: none)")
+    ap.add_argument("--connections", type=int, default=4, help="connections per system (4)")
+    ap.add_argument("--queues", type=int, default=4, help="the broker topic's queues (4)")
+    ap.add_argument("--e2e", action="store_true", help="also produce-to-consume latency")
+    ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    ap.add_argument("--progress", type=float, default=1.0, help="seconds between progress lines")
+    ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in args.systems if s not in SYSTEMS]
+    if unknown:
+        ap.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
+    if args.size < _STAMP.size:
+        ap.error(f"--size must be at least {_STAMP.size} (the payload carries a timestamp)")
+    if args.concurrency < 1 or args.connections < 1 or args.duration <= 0:
+        ap.error("--concurrency, --connections and --duration must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report: dict[str, Any] = {
+        "date": timestamp(),
+        "machine": machine(),
+        "params": {
+            k: getattr(args, k)
+            for k in (
+                "size",
+                "concurrency",
+                "duration",
+                "warmup",
+                "count",
+                "connections",
+                "queues",
+                "e2e",
+                "loop",
+            )
+        },
+        "results": [],
+    }
+    for name in args.systems:
+        report["results"].append(run_system(name, args))
+    report["ratios"] = ratios(report["results"])
+    for r in report["ratios"]:
+        print(f"ratio {r['of']} / {r['to']}: {r['ratio']} ({r['what']})")
+    json_path, md_path = write_report("broker_send", report, markdown(report), args.out_dir)
+    print(f"wrote {json_path} and {md_path}")
+    if not args.no_plot:
+        png = plot(
+            report, result_stem("broker_send", report["date"], args.out_dir).with_suffix(".png")
+        )
+        print(
+            f"wrote {png}" if png else "no plot: matplotlib not installed (pip install -e .[bench])"
+        )
+    failed = [r["system"] for r in report["results"] if "failed" in r]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
