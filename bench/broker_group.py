@@ -247,8 +247,13 @@ class BrokerGroup:
             interval=0.5,
         )
         show = [*cli(), "replica-group", "show", GROUP, "-w", "json", "--endpoints", self.endpoints]
+
+        def master() -> str:
+            self._alive()
+            return str(json.loads(self._run(show, "replica-group show"))["master_address"])
+
         self.master_address = wait_until(
-            lambda: self._alive() and json.loads(self._run(show, "show"))["master_address"],
+            master,
             timeout_s,
             "a master elected",
             interval=0.25,

@@ -131,6 +131,8 @@ async def measure(
                 await asyncio.sleep(0.01)  # no hot loop against a refusing server
                 continue
             end = time.perf_counter_ns()
+            if stop.is_set():
+                return  # acknowledged after the window closed
             if start >= window_from and end <= window_to:
                 lat.append(end - start)
                 if args.count and len(lat) >= args.count:
@@ -208,7 +210,8 @@ def _run_loop(coro: Coroutine[Any, Any, dict[str, Any]], loop: str) -> dict[str,
     if loop == "uvloop":
         import uvloop
 
-        return uvloop.run(coro)
+        result: dict[str, Any] = uvloop.run(coro)
+        return result
     return asyncio.run(coro)
 
 
@@ -288,10 +291,9 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rate = {r["system"]: r.get("sends_per_s") for r in results}
     out = []
     for num, den, what in RATIOS:
-        if rate.get(num) and rate.get(den):
-            out.append(
-                {"of": num, "to": den, "ratio": round(rate[num] / rate[den], 3), "what": what}
-            )
+        a, b = rate.get(num), rate.get(den)
+        if a and b:
+            out.append({"of": num, "to": den, "ratio": round(a / b, 3), "what": what})
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -139,7 +140,11 @@ class NatsCluster:
                         start_new_session=True,
                     )
             for s in self.servers:
-                wait_until(lambda s=s: self._healthy(s), timeout_s, lambda s=s: self._why(s))
+                wait_until(
+                    functools.partial(self._healthy, s),
+                    timeout_s,
+                    functools.partial(self._why, s),
+                )
         except BaseException:
             self.stop()
             raise
