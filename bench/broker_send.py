@@ -336,6 +336,10 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "CPU % is per core over the system's whole load (warm-up included): 100 = one core "
         "busy. Load CPU near 100 means the Python load generator, not the server, set the pace.",
+        "",
+        "JetStream acknowledges once the stream's replicas (R3: a quorum) hold the message in "
+        "their file store, without an fsync per message (nats-server 2.9 syncs in the "
+        "background): compare it with the broker's ASYNC_FLUSH.",
     ]
     return "\n".join(lines)
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 from typing import Any
 
 import pytest
 
 from bench import broker_send
 from bench.rmq_client import (
+    PULL_MESSAGE,
+    PULL_NOT_FOUND,
     SEND_MESSAGE_V2,
     ConnectionLost,
     RemotingConnection,
@@ -32,11 +35,15 @@ V2_FIELDS = set("abcdefghijkmn")  # l (maxReconsumeTimes) only for retry topics
 
 
 class FakeBroker:
-    """Answers SEND_MESSAGE_V2 with SUCCESS; every ``refuse_every``-th send with code 1."""
+    """Answers SEND_MESSAGE_V2 with SUCCESS (every ``refuse_every``-th send with code 1) and
+    keeps the message per queue; answers GET_MAX_OFFSET, HEART_BEAT and PULL_MESSAGE (stored
+    records, or PULL_NOT_FOUND after waiting up to 50 ms for a message) like a broker."""
 
     def __init__(self, refuse_every: int = 0) -> None:
         self.refuse_every = refuse_every
         self.requests: list[RemotingCommand] = []
+        self.queues: dict[int, list[bytes]] = collections.defaultdict(list)
+        self.arrived = asyncio.Event()
         self.writers: list[asyncio.StreamWriter] = []
         self.max_batch = 0  # most requests decoded from one read: pipelining
         self.server: asyncio.Server | None = None
@@ -49,29 +56,43 @@ class FakeBroker:
         self.writers.append(writer)
         decoder = FrameDecoder()
         while data := await reader.read(65536):
-            answers = []
             requests = decoder.feed(data)
             self.max_batch = max(self.max_batch, len(requests))
-            for request in requests:
-                self.requests.append(request)
-                n = len(self.requests)
-                if self.refuse_every and n % self.refuse_every == 0:
-                    answers.append(request.response(1, "in-sync replicas not enough"))
-                elif request.code != SEND_MESSAGE_V2:
-                    answers.append(request.response(0, request.body.decode()))
-                else:
-                    answers.append(
-                        request.response(
-                            0,
-                            ext_fields={
-                                "msgId": f"{n:032X}",
-                                "queueId": request.ext_fields["e"],
-                                "queueOffset": str(n),
-                            },
-                        )
-                    )
+            answers = [await self._answer(request) for request in requests]
             writer.write(b"".join(encode(a) for a in reversed(answers)))
         writer.close()
+
+    async def _answer(self, request: RemotingCommand) -> RemotingCommand:
+        self.requests.append(request)
+        n = len(self.requests)
+        if request.code == SEND_MESSAGE_V2:
+            if self.refuse_every and n % self.refuse_every == 0:
+                return request.response(1, "in-sync replicas not enough")
+            queue = self.queues[int(request.ext_fields["e"])]
+            queue.append(request.body)
+            self.arrived.set()
+            fields = {"msgId": f"{n:032X}", "queueId": request.ext_fields["e"]}
+            return request.response(0, ext_fields={**fields, "queueOffset": len(queue) - 1})
+        if request.code == 30:  # GET_MAX_OFFSET
+            queue = self.queues[int(request.ext_fields["queueId"])]
+            return request.response(0, ext_fields={"offset": len(queue)})
+        if request.code == PULL_MESSAGE:
+            f = request.ext_fields
+            queue, offset = self.queues[int(f["queueId"])], int(f["queueOffset"])
+            if offset >= len(queue):
+                self.arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.arrived.wait(), 0.05)
+            got = queue[offset : offset + int(f["maxMsgNums"])]
+            records = b"".join(
+                encode_record(StoredMessage(topic=f["topic"], body=b, queue_offset=offset + i))
+                for i, b in enumerate(got)
+            )
+            code = 0 if got else PULL_NOT_FOUND
+            return request.response(
+                code, ext_fields={"nextBeginOffset": offset + len(got)}, body=records
+            )
+        return request.response(0, request.body.decode())  # HEART_BEAT, echo tests
 
     async def stop(self) -> None:
         assert self.server is not None
@@ -158,6 +179,30 @@ def test_replies_are_matched_by_opaque_not_by_order() -> None:
             await fake.stop()
 
     asyncio.run(run())
+
+
+def test_e2e_consumes_through_pull_and_measures_produce_to_consume() -> None:
+    fake = FakeBroker()
+
+    async def run() -> dict[str, Any]:
+        address = await fake.start()
+        try:
+            target = RmqTarget(address, "BenchTopic", "broker-a", queues=4, connections=2)
+            return await broker_send.measure(
+                "fake", target, bench_args(e2e=True), lambda: 0.0, print
+            )
+        finally:
+            await fake.stop()
+
+    result = asyncio.run(run())
+    assert result["sends"] > 0 and result["errors"] == {}
+    # every message acked inside the window was pulled (the fake stores before it answers)
+    assert result["e2e_received"] >= result["sends"]
+    assert 0 < result["e2e_p50_ms"] <= result["e2e_p99_ms"]
+    heartbeats = [r for r in fake.requests if r.code == 34]
+    assert len(heartbeats) == 1 and b"bench-consumer" in heartbeats[0].body
+    pulls = [r for r in fake.requests if r.code == PULL_MESSAGE]
+    assert {r.ext_fields["queueId"] for r in pulls} == {"0", "1", "2", "3"}
 
 
 def test_refused_sends_are_counted_by_code_not_as_acked() -> None:
