@@ -171,8 +171,11 @@ async def measure(
         window_s = max(1e-9, (min(ended_at, window_to) - window_from) / 1e9)
         elapsed_total = (time.perf_counter_ns() - t0) / 1e9
         client_cpu, server_cpu = time.process_time() - cpu0, server_cpu_s() - server0
-        if args.e2e:
-            await asyncio.sleep(min(1.0, args.duration))  # the window's last messages arrive
+        if args.e2e:  # the window's last messages arrive: wait until none came for 0.3 s
+            last, deadline = -1, time.monotonic() + 3.0
+            while len(e2e) != last and time.monotonic() < deadline:
+                last = len(e2e)
+                await asyncio.sleep(0.3)
     finally:
         for task in tasks:
             task.cancel()
