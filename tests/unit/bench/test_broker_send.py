@@ -133,7 +133,8 @@ def test_send_v2_request_carries_the_v2_header() -> None:
     assert other != f["i"]  # a new UNIQ_KEY per message
 
 
-def test_load_against_a_fake_broker_counts_acked_sends_and_latency() -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # the script's default is uvloop
+def test_load_against_a_fake_broker_counts_acked_sends_and_latency(loop: str) -> None:
     fake = FakeBroker()
 
     async def run() -> dict[str, Any]:
@@ -149,7 +150,7 @@ def test_load_against_a_fake_broker_counts_acked_sends_and_latency() -> None:
         finally:
             await fake.stop()
 
-    result = asyncio.run(run())
+    result = broker_send._run_loop(run(), loop)
     assert result["sends"] > 0 and result["errors"] == {}
     assert result["sends_per_s"] == round(result["sends"] / result["window_s"])
     assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
