@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import os
 import struct
 import sys
 import time
@@ -47,6 +48,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.report import RESULTS_DIR, fmt, machine, result_stem, timestamp, write_report  # noqa: E402
+from nameserver.loadgen.procstats import machine_busy_jiffies, process_cpu_s  # noqa: E402
 
 JETSTREAM = ("jetstream-r3", "jetstream-r1")
 BROKER = ("single", "async", "sync2", "quorum2of3")
@@ -159,7 +161,8 @@ async def measure(
             await asyncio.wait_for(stop.wait(), (window_to - time.perf_counter_ns()) / 1e9)
         stop.set()
 
-    cpu0, server0 = time.process_time(), server_cpu_s()
+    wall0, cpu0 = time.perf_counter_ns(), time.process_time()
+    server0, machine0 = server_cpu_s(), machine_busy_jiffies()
     tasks = [asyncio.create_task(sender(w)) for w in range(args.concurrency)]
     helpers = [asyncio.create_task(progress()), asyncio.create_task(timer())]
     try:
@@ -169,8 +172,9 @@ async def measure(
         for task in late:
             task.cancel()
         window_s = max(1e-9, (min(ended_at, window_to) - window_from) / 1e9)
-        elapsed_total = (time.perf_counter_ns() - t0) / 1e9
+        elapsed_total = (time.perf_counter_ns() - wall0) / 1e9
         client_cpu, server_cpu = time.process_time() - cpu0, server_cpu_s() - server0
+        machine_pct = _machine_pct(machine0, machine_busy_jiffies())
         if args.e2e:  # the window's last messages arrive: wait until none came for 0.3 s
             last, deadline = -1, time.monotonic() + 3.0
             while len(e2e) != last and time.monotonic() < deadline:
@@ -189,11 +193,24 @@ async def measure(
         "errors": dict(errors),
         "client_cpu_pct": round(100 * client_cpu / elapsed_total),
         "server_cpu_pct": round(100 * server_cpu / elapsed_total),
+        "machine_cpu_pct": machine_pct,
+        "foreign_cpu_pct": (
+            None
+            if machine_pct is None
+            else round(machine_pct - 100 * (client_cpu + server_cpu) / elapsed_total)
+        ),
     }
     if args.e2e:
         result.update(latency_summary(e2e, "e2e_"))
         result["e2e_received"] = len(e2e)
     return result
+
+
+def _machine_pct(a: tuple[int, int] | None, b: tuple[int, int] | None) -> int | None:
+    """The whole machine's CPU between two /proc/stat samples, in percent of one core."""
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return round((b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1) * 100)
 
 
 class _suppress_timeout:
@@ -218,6 +235,10 @@ def _run_loop(coro: Coroutine[Any, Any, dict[str, Any]], loop: str) -> dict[str,
     return asyncio.run(coro)
 
 
+def _cpu_s(pids: list[int]) -> float:
+    return sum(s or 0.0 for s in process_cpu_s(pids))
+
+
 def run_jetstream(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from bench.jetstream import JetStreamTarget, NatsCluster, nats_server_path
 
@@ -230,7 +251,8 @@ def run_jetstream(name: str, args: argparse.Namespace) -> dict[str, Any]:
     cluster.start()
     try:
         target = JetStreamTarget(cluster.urls, replicas, args.connections)
-        result = _run_loop(measure(name, target, args, cluster.cpu_s), args.loop)
+        pids = cluster.pids
+        result = _run_loop(measure(name, target, args, lambda: _cpu_s(pids)), args.loop)
     finally:
         cluster.stop()
     result["setup"] = f"{replicas} nats-server, stream R{replicas}, file storage, acked publish"
@@ -239,7 +261,6 @@ def run_jetstream(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def run_broker(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from bench import broker_group
-    from bench.jetstream import _proc_cpu_s
     from bench.rmq_client import RmqTarget
 
     reason = broker_group.unavailable_reason()
@@ -258,9 +279,7 @@ def run_broker(name: str, args: argparse.Namespace) -> dict[str, Any]:
             connections=args.connections,
         )
         pids = [p.pid for n, p in group.procs.items() if n != "meta"]
-        result = _run_loop(
-            measure(name, target, args, lambda: sum(_proc_cpu_s(p) for p in pids)), args.loop
-        )
+        result = _run_loop(measure(name, target, args, lambda: _cpu_s(pids)), args.loop)
     finally:
         group.stop()
     result["setup"] = mode.what
@@ -312,9 +331,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"load generator: one Python process ({p['loop']}). "
         f"Machine: {report['machine']['nproc']} CPUs, {report['machine']['cpu_model']}.",
         "",
-        "| system | setup | sends/s | p50 ms | p99 ms | max ms | errors | load CPU % | servers CPU % |"
-        + (" e2e p50 ms | e2e p99 ms |" if p["e2e"] else ""),
-        "|---|---|---:|---:|---:|---:|---|---:|---:|" + ("---:|---:|" if p["e2e"] else ""),
+        "| system | setup | sends/s | p50 ms | p99 ms | max ms | errors | load CPU % "
+        "| servers CPU % | foreign CPU % |" + (" e2e p50 ms | e2e p99 ms |" if p["e2e"] else ""),
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---:|" + ("---:|---:|" if p["e2e"] else ""),
     ]
     for r in report["results"]:
         if "sends_per_s" not in r:
@@ -325,7 +344,7 @@ def markdown(report: dict[str, Any]) -> str:
         row = (
             f"| {r['system']} | {r['setup']} | {r['sends_per_s']} | {fmt(r['p50_ms'], '.2f')} "
             f"| {fmt(r['p99_ms'], '.2f')} | {fmt(r['max_ms'], '.1f')} | {errors} "
-            f"| {r['client_cpu_pct']} | {r['server_cpu_pct']} |"
+            f"| {r['client_cpu_pct']} | {r['server_cpu_pct']} | {fmt(r.get('foreign_cpu_pct'))} |"
         )
         if p["e2e"]:
             row += f" {fmt(r.get('e2e_p50_ms'), '.2f')} | {fmt(r.get('e2e_p99_ms'), '.2f')} |"
@@ -338,7 +357,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         "CPU % is per core over the system's whole load (warm-up included): 100 = one core "
-        "busy. Load CPU near 100 means the Python load generator, not the server, set the pace.",
+        "busy. Load CPU near 100 means the Python load generator, not the server, set the pace; "
+        "foreign CPU is what other processes on the machine used meanwhile. Load average at "
+        f"the start: {', '.join(map(str, report.get('load_average_at_start', [])))}.",
         "",
         "JetStream acknowledges once the stream's replicas (R3: a quorum) hold the message in "
         "their file store, without an fsync per message (nats-server 2.9 syncs in the "
@@ -420,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "date": timestamp(),
         "machine": machine(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "params": {
             k: getattr(args, k)
             for k in (

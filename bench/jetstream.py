@@ -160,10 +160,6 @@ class NatsCluster:
         tail = s.log.read_text(errors="replace").splitlines()[-10:] if s.log.exists() else []
         return f"nats-server {s.name} not healthy; log tail:\n" + "\n".join(tail)
 
-    def cpu_s(self) -> float:
-        """CPU seconds (user + system) the servers have used so far."""
-        return sum(_proc_cpu_s(pid) for pid in self.pids)
-
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM every server by PID, SIGKILL what is left after ``grace_s``; then the
         temp dir goes."""
@@ -183,16 +179,6 @@ class NatsCluster:
                 s.proc.wait(5)
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _proc_cpu_s(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------- load side
