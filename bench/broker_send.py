@@ -2,13 +2,14 @@
 
     python -m bench.broker_send [--systems jetstream-r3,jetstream-r1,single,async,sync2,quorum2of3]
                                 [--size 1024] [--concurrency 64] [--duration 3] [--warmup 1]
-                                [--count N] [--connections 4] [--queues 4] [--e2e]
+                                [--count N] [--connections 4] [--queues 4] [--e2e] [--rounds 1]
                                 [--loop uvloop|asyncio] [--out-dir DIR] [--no-plot]
 
 Issue 17's performance section: one run, every system with the same message size and the
 same number of concurrent producers (each a task that sends, awaits the acknowledgement,
 and sends again), for ``--duration`` seconds after ``--warmup`` seconds (or until ``--count``
-sends were acknowledged, whichever comes first). Per system: sends/s, p50/p99 latency of
+sends were acknowledged, whichever comes first); ``--rounds N`` runs the systems in turn N
+times (each on fresh processes) and reports each system's median run. Per system: sends/s, p50/p99 latency of
 each send (request to acknowledgement), failed sends by reason, the CPU of this process
 (the load generator) and of the servers. Systems:
 
@@ -309,6 +310,19 @@ def run_system(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median sends/s (the lower middle of an even count), with every run's rate;
+    a system that failed in any round is reported as failed."""
+    failed = next((r for r in runs if "failed" in r), None)
+    done = sorted((r for r in runs if "sends_per_s" in r), key=lambda r: r["sends_per_s"])
+    if failed is not None or not done:
+        return failed or runs[0]
+    result = dict(done[(len(done) - 1) // 2])
+    if len(runs) > 1:
+        result["rounds_sends_per_s"] = [r["sends_per_s"] for r in runs]
+    return result
+
+
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rate = {r["system"]: r.get("sends_per_s") for r in results}
     out = []
@@ -349,6 +363,18 @@ def markdown(report: dict[str, Any]) -> str:
         if p["e2e"]:
             row += f" {fmt(r.get('e2e_p50_ms'), '.2f')} | {fmt(r.get('e2e_p99_ms'), '.2f')} |"
         lines.append(row)
+    if p.get("rounds", 1) > 1:
+        lines += [
+            "",
+            f"Each system ran {p['rounds']} times, the systems in turn; each row is the run of "
+            "median sends/s. Every run's sends/s: "
+            + "; ".join(
+                f"{r['system']} {', '.join(map(str, r['rounds_sends_per_s']))}"
+                for r in report["results"]
+                if "rounds_sends_per_s" in r
+            )
+            + ".",
+        ]
     if report["ratios"]:
         lines += ["", "| ratio of sends/s | value | |", "|---|---:|---|"]
         lines += [
@@ -420,6 +446,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--connections", type=int, default=4, help="connections per system (4)")
     ap.add_argument("--queues", type=int, default=4, help="the broker topic's queues (4)")
     ap.add_argument("--e2e", action="store_true", help="also produce-to-consume latency")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="run the systems in turn N times; report medians"
+    )
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     ap.add_argument("--progress", type=float, default=1.0, help="seconds between progress lines")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
@@ -431,8 +460,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
     if args.size < _STAMP.size:
         ap.error(f"--size must be at least {_STAMP.size} (the payload carries a timestamp)")
-    if args.concurrency < 1 or args.connections < 1 or args.duration <= 0:
-        ap.error("--concurrency, --connections and --duration must be positive")
+    if min(args.concurrency, args.connections, args.rounds) < 1 or args.duration <= 0:
+        ap.error("--concurrency, --connections, --rounds and --duration must be positive")
     return args
 
 
@@ -454,12 +483,18 @@ def main(argv: list[str] | None = None) -> int:
                 "queues",
                 "e2e",
                 "loop",
+                "rounds",
             )
         },
         "results": [],
     }
-    for name in args.systems:
-        report["results"].append(run_system(name, args))
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.systems}
+    for round_ in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {round_ + 1} of {args.rounds}", flush=True)
+        for name in args.systems:
+            runs[name].append(run_system(name, args))
+    report["results"] = [median_run(runs[name]) for name in args.systems]
     report["ratios"] = ratios(report["results"])
     for r in report["ratios"]:
         print(f"ratio {r['of']} / {r['to']}: {r['ratio']} ({r['what']})")

@@ -315,6 +315,20 @@ def test_ratios_and_report_name_every_system() -> None:
     assert "| quorum2of3 / jetstream-r3 | 0.45 |" in text
 
 
+def test_median_run_and_failed_rounds() -> None:
+    runs = [{"system": "a", "sends_per_s": v} for v in (30, 10, 20, 40)]
+    assert broker_send.median_run(runs) == {
+        "system": "a",
+        "sends_per_s": 20,
+        "rounds_sends_per_s": [30, 10, 20, 40],
+    }
+    assert broker_send.median_run(runs[:1]) == {"system": "a", "sends_per_s": 30}
+    failed = {"system": "a", "failed": "RuntimeError: x"}
+    assert broker_send.median_run([runs[0], failed]) == failed
+    skipped = {"system": "a", "skipped": "why"}
+    assert broker_send.median_run([skipped, skipped]) == skipped
+
+
 def test_a_missing_broker_is_a_skipped_line_not_a_pass(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
