@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench import broker_send
+from bench import broker_send, broker_send_report
 from bench.rmq_client import (
     PULL_MESSAGE,
     PULL_NOT_FOUND,
@@ -295,7 +295,7 @@ def test_ratios_and_report_name_every_system() -> None:
         {"system": "quorum2of3", "sends_per_s": 900},
         {"system": "sync2", "skipped": "metaledger broker not available"},
     ]
-    got = {(r["of"], r["to"]): r["ratio"] for r in broker_send.ratios(results)}
+    got = {(r["of"], r["to"]): r["ratio"] for r in broker_send_report.ratios(results)}
     assert got == {("quorum2of3", "jetstream-r3"): 0.45, ("quorum2of3", "async"): 0.9}
     for r in results[:3]:
         r.update(
@@ -308,25 +308,25 @@ def test_ratios_and_report_name_every_system() -> None:
         "machine": {"nproc": 2, "cpu_model": "x"},
         "params": {k: getattr(args, k) for k in collections.ChainMap(vars(args))},
         "results": results,
-        "ratios": broker_send.ratios(results),
+        "ratios": broker_send_report.ratios(results),
     }
-    text = broker_send.markdown(report)
+    text = broker_send_report.markdown(report)
     assert "| sync2 | skipped: metaledger broker not available |" in text
     assert "| quorum2of3 / jetstream-r3 | 0.45 |" in text
 
 
 def test_median_run_and_failed_rounds() -> None:
     runs = [{"system": "a", "sends_per_s": v} for v in (30, 10, 20, 40)]
-    assert broker_send.median_run(runs) == {
+    assert broker_send_report.median_run(runs) == {
         "system": "a",
         "sends_per_s": 20,
         "rounds_sends_per_s": [30, 10, 20, 40],
     }
-    assert broker_send.median_run(runs[:1]) == {"system": "a", "sends_per_s": 30}
+    assert broker_send_report.median_run(runs[:1]) == {"system": "a", "sends_per_s": 30}
     failed = {"system": "a", "failed": "RuntimeError: x"}
-    assert broker_send.median_run([runs[0], failed]) == failed
+    assert broker_send_report.median_run([runs[0], failed]) == failed
     skipped = {"system": "a", "skipped": "why"}
-    assert broker_send.median_run([skipped, skipped]) == skipped
+    assert broker_send_report.median_run([skipped, skipped]) == skipped
 
 
 def test_a_missing_broker_is_a_skipped_line_not_a_pass(
