@@ -119,6 +119,27 @@ def policy_argv(mode: Mode, endpoints: str) -> list[str]:
     ]
 
 
+def cluster_up_argv(base_port: int, data_dir: Path) -> list[str]:
+    """One metaledger node in the foreground: client port B, peer B+1, remoting B+2,
+    metrics B+3."""
+    return [
+        *cli(),
+        "cluster",
+        "up",
+        "--nodes",
+        "1",
+        "--base-port",
+        str(base_port),
+        "--data-dir",
+        str(data_dir),
+    ]
+
+
+def show_argv(endpoints: str) -> list[str]:
+    """The group as JSON: its ``master_address`` is where the load goes."""
+    return [*cli(), "replica-group", "show", GROUP, "-w", "json", "--endpoints", endpoints]
+
+
 def topic_argv(queues: int, endpoints: str) -> list[str]:
     q = str(queues)
     return [
@@ -213,20 +234,7 @@ class BrokerGroup:
     def _start(self, timeout_s: float) -> None:
         base = free_block(4)
         self.endpoints = f"{HOST}:{base}"
-        self._spawn(
-            "meta",
-            [
-                *cli(),
-                "cluster",
-                "up",
-                "--nodes",
-                "1",
-                "--base-port",
-                str(base),
-                "--data-dir",
-                str(self.root / "meta"),
-            ],
-        )
+        self._spawn("meta", cluster_up_argv(base, self.root / "meta"))
         status = [*cli(), "status", "--endpoints", self.endpoints]
         wait_until(
             lambda: self._alive() and self._run(status, "status") is not None,
@@ -246,7 +254,7 @@ class BrokerGroup:
             "topic created on the group",
             interval=0.5,
         )
-        show = [*cli(), "replica-group", "show", GROUP, "-w", "json", "--endpoints", self.endpoints]
+        show = show_argv(self.endpoints)
 
         def master() -> str:
             self._alive()

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -340,6 +341,51 @@ def test_a_missing_broker_is_a_skipped_line_not_a_pass(
     result = broker_send.run_system("quorum2of3", bench_args())
     assert result == {"system": "quorum2of3", "skipped": "metaledger broker not available"}
     assert "quorum2of3: skipped: metaledger broker not available" in capsys.readouterr().out
+
+
+def test_the_group_command_lines_parse_with_the_metaledger_cli(tmp_path: Path) -> None:
+    """The commands bench.broker_group runs (but the broker's own, whose CLI is new) are
+    valid ``metaledger`` command lines, with the values meant."""
+    from bench import broker_group as bg
+    from nameserver.cli import build_parser
+
+    parser = build_parser()
+
+    def parse(argv: list[str]) -> argparse.Namespace:
+        assert argv[:3] == bg.cli()
+        return parser.parse_args(argv[3:])
+
+    mode = bg.MODES["quorum2of3"]
+    up = parse(bg.cluster_up_argv(23000, tmp_path))
+    assert (up.nodes, up.base_port, up.data_dir) == (1, 23000, str(tmp_path))
+    policy = parse(bg.policy_argv(mode, "127.0.0.1:23000"))
+    assert (policy.name, policy.cluster, policy.endpoints) == (
+        bg.GROUP,
+        bg.CLUSTER,
+        "127.0.0.1:23000",
+    )
+    assert (policy.total_replicas, policy.in_sync_replicas, policy.min_in_sync_replicas) == (
+        3,
+        2,
+        2,
+    )
+    topic = parse(bg.topic_argv(4, "127.0.0.1:23000"))
+    assert (topic.topic, topic.broker, topic.read_queues, topic.write_queues) == (
+        bg.TOPIC,
+        [bg.GROUP],
+        4,
+        4,
+    )
+    show = parse(bg.show_argv("127.0.0.1:23000"))
+    assert (show.name, show.output) == (bg.GROUP, "json")
+    replica = bg.replica_argv(mode, 1, tmp_path / "r1", 23010, "127.0.0.1:23000")
+    assert replica[3:5] == ["broker", "--group"] and "SYNC_MASTER" in replica
+    assert [(m.replicas, m.in_sync_replicas) for m in bg.MODES.values()] == [
+        (1, 1),
+        (2, 1),
+        (2, 2),
+        (3, 2),
+    ]
 
 
 def test_arguments_are_checked() -> None:
