@@ -237,14 +237,21 @@ class RmqTarget:
         self._pullers: list[asyncio.Task[None]] = []
 
     async def open(self, timeout_s: float = 30.0) -> None:
-        self._conns = [await RemotingConnection.open(self.address) for _ in range(self.connections)]
-        # the first PUT_OK: the topic is known and a master answers
+        """Connect, then send until the first PUT_OK (the port is open, the topic known
+        and a master answers), retrying both for up to ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
+                if not self._conns:
+                    for _ in range(self.connections):
+                        self._conns.append(await RemotingConnection.open(self.address))
                 await self.send(0, b"warm-up")
                 return
-            except SendFailed:
+            except (SendFailed, ConnectionLost, OSError) as exc:
+                if not isinstance(exc, SendFailed):
+                    for conn in self._conns:
+                        conn.close()
+                    self._conns.clear()
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)

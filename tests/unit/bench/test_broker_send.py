@@ -40,8 +40,9 @@ class FakeBroker:
     keeps the message per queue; answers GET_MAX_OFFSET, HEART_BEAT and PULL_MESSAGE (stored
     records, or PULL_NOT_FOUND after waiting up to 50 ms for a message) like a broker."""
 
-    def __init__(self, refuse_every: int = 0) -> None:
+    def __init__(self, refuse_every: int = 0, refuse_first: int = 0) -> None:
         self.refuse_every = refuse_every
+        self.refuse_first = refuse_first
         self.requests: list[RemotingCommand] = []
         self.queues: dict[int, list[bytes]] = collections.defaultdict(list)
         self.arrived = asyncio.Event()
@@ -49,8 +50,8 @@ class FakeBroker:
         self.max_batch = 0  # most requests decoded from one read: pipelining
         self.server: asyncio.Server | None = None
 
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
         return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -67,6 +68,8 @@ class FakeBroker:
         self.requests.append(request)
         n = len(self.requests)
         if request.code == SEND_MESSAGE_V2:
+            if n <= self.refuse_first:
+                return request.response(17, "topic[BenchTopic] not exist, apply first please!")
             if self.refuse_every and n % self.refuse_every == 0:
                 return request.response(1, "in-sync replicas not enough")
             queue = self.queues[int(request.ext_fields["e"])]
@@ -223,6 +226,32 @@ def test_refused_sends_are_counted_by_code_not_as_acked() -> None:
     assert result["errors"]["code 1"] > 0
     assert result["sends"] + result["errors"]["code 1"] <= sends
     assert result["errors"]["code 1"] >= sends // 3 - 64  # refusals near the window are cut
+
+
+def test_open_waits_for_the_port_and_the_first_put_ok() -> None:
+    """The broker's port opens late and its first sends are refused (the topic is not
+    there yet): ``open`` retries both, then the warm-up send is acknowledged."""
+    from tests.harness import free_ports
+
+    fake = FakeBroker(refuse_first=3)
+    port = free_ports(1)[0]
+
+    async def run() -> None:
+        target = RmqTarget(f"127.0.0.1:{port}", "BenchTopic", "broker-a", connections=2)
+        opening = asyncio.create_task(target.open(timeout_s=20))
+        await asyncio.sleep(0.5)
+        assert not opening.done()
+        await fake.start(port)
+        try:
+            await asyncio.wait_for(opening, 20)
+            await target.send(0, b"after")
+        finally:
+            await target.close()
+            await fake.stop()
+
+    asyncio.run(run())
+    codes = [(r.body, r.code) for r in fake.requests]
+    assert codes == [(b"warm-up", SEND_MESSAGE_V2)] * 4 + [(b"after", SEND_MESSAGE_V2)]
 
 
 def test_pending_calls_fail_when_the_connection_closes() -> None:
