@@ -11,7 +11,8 @@ sync 2 replicas, quorum 2 of 3) ``BrokerGroup.start``:
    --data-dir ... --listen 127.0.0.1:PORT --endpoints ...``, HA on PORT+1 by RocketMQ's
    convention), each its own process;
 4. creates the topic once the group has registered (``metaledger route topic create``) and
-   finds the master's address (``metaledger replica-group show -w json``).
+   finds the master's address in its route (``metaledger route get -w json``: broker id 0),
+   as clients do.
 
 ``stop`` sends SIGTERM to every process it started, by PID, then SIGKILL after a grace period.
 The command lines are plain functions (:func:`replica_argv`, :func:`policy_argv`) so they
@@ -32,6 +33,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.harness import free_ports, wait_until
 
@@ -81,12 +83,17 @@ def unavailable_reason() -> str | None:
 
 
 def replica_argv(mode: Mode, index: int, data_dir: Path, port: int, endpoints: str) -> list[str]:
-    """The command line of replica ``index`` (0-based) of ``mode``'s group."""
+    """The command line of replica ``index`` (0-based) of ``mode``'s group; its broker id is
+    ``index`` (0 = the first master)."""
     return [
         *cli(),
         "broker",
         "--group",
         GROUP,
+        "--cluster",
+        CLUSTER,
+        "--broker-id",
+        str(index),
         "--data-dir",
         str(data_dir),
         "--listen",
@@ -135,9 +142,18 @@ def cluster_up_argv(base_port: int, data_dir: Path) -> list[str]:
     ]
 
 
-def show_argv(endpoints: str) -> list[str]:
-    """The group as JSON: its ``master_address`` is where the load goes."""
-    return [*cli(), "replica-group", "show", GROUP, "-w", "json", "--endpoints", endpoints]
+def route_argv(endpoints: str) -> list[str]:
+    """The topic's route as JSON: the group's broker id 0 is its master, where clients and
+    the load send (RocketMQ's ``MixAll.MASTER_ID``)."""
+    return [*cli(), "route", "get", TOPIC, "-w", "json", "--endpoints", endpoints]
+
+
+def master_of(route: dict[str, Any]) -> str:
+    """The master's ``ip:port`` in a route (``metaledger route get -w json``), or ""."""
+    for data in route.get("brokerDatas", []):
+        if data.get("brokerName") == GROUP:
+            return str(data.get("brokerAddrs", {}).get("0", ""))
+    return ""
 
 
 def topic_argv(queues: int, endpoints: str) -> list[str]:
@@ -254,11 +270,11 @@ class BrokerGroup:
             "topic created on the group",
             interval=0.5,
         )
-        show = show_argv(self.endpoints)
+        route = route_argv(self.endpoints)
 
         def master() -> str:
             self._alive()
-            return str(json.loads(self._run(show, "replica-group show"))["master_address"])
+            return master_of(json.loads(self._run(route, "route get")))
 
         self.master_address = wait_until(
             master,

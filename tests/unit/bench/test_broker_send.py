@@ -405,8 +405,16 @@ def test_the_group_command_lines_parse_with_the_metaledger_cli(tmp_path: Path) -
         4,
         4,
     )
-    show = parse(bg.show_argv("127.0.0.1:23000"))
-    assert (show.name, show.output) == (bg.GROUP, "json")
+    route = parse(bg.route_argv("127.0.0.1:23000"))
+    assert (route.topic, route.output) == (bg.TOPIC, "json")
+    doc = {
+        "brokerDatas": [
+            {"brokerName": "other", "brokerAddrs": {"0": "10.0.0.9:10911"}},
+            {"brokerName": bg.GROUP, "brokerAddrs": {"0": "127.0.0.1:23010", "1": "x:1"}},
+        ]
+    }
+    assert bg.master_of(doc) == "127.0.0.1:23010"
+    assert bg.master_of({"brokerDatas": [{"brokerName": bg.GROUP, "brokerAddrs": {}}]}) == ""
     replica = bg.replica_argv(mode, 1, tmp_path / "r1", 23010, "127.0.0.1:23000")
     assert replica[3:5] == ["broker", "--group"] and "SYNC_MASTER" in replica
     assert [(m.replicas, m.in_sync_replicas) for m in bg.MODES.values()] == [
