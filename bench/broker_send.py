@@ -9,9 +9,9 @@ Issue 17's performance section: one run, every system with the same message size
 same number of concurrent producers (each a task that sends, awaits the acknowledgement,
 and sends again), for ``--duration`` seconds after ``--warmup`` seconds (or until ``--count``
 sends were acknowledged, whichever comes first); ``--rounds N`` runs the systems in turn N
-times (each on fresh processes) and reports each system's median run. Per system: sends/s, p50/p99 latency of
-each send (request to acknowledgement), failed sends by reason, the CPU of this process
-(the load generator) and of the servers. Systems:
+times (each on fresh processes) and reports each system's median run. Per system: sends/s,
+p50/p99 latency of each send (request to acknowledgement), failed sends by reason, the CPU
+of this process (the load generator), of the servers and of everything else. Systems:
 
     jetstream-r3   3 nats-server -js processes in one cluster, a stream of 3 replicas, file
                    storage, ``js.publish`` awaiting each PubAck (bench.jetstream)
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import struct
 import sys
@@ -97,6 +98,19 @@ async def measure(
     ``args.warmup`` s after the first send and ends after ``args.duration`` s or
     ``args.count`` measured sends. A send counts when it started and was acknowledged
     inside the window."""
+    try:
+        return await _measure(name, target, args, server_cpu_s, log)
+    finally:
+        await target.close()
+
+
+async def _measure(
+    name: str,
+    target: Target,
+    args: argparse.Namespace,
+    server_cpu_s: Callable[[], float],
+    log: Callable[[str], None],
+) -> dict[str, Any]:
     await target.open()
     pad = b"x" * (args.size - _STAMP.size)
     e2e: list[int] = []
@@ -138,7 +152,7 @@ async def measure(
     async def progress() -> None:
         last_n, last_t = 0, time.perf_counter_ns()
         while not stop.is_set():
-            with _suppress_timeout():
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.progress)
             now = time.perf_counter_ns()
             phase = "warm-up" if now < window_from else "measuring"
@@ -151,7 +165,7 @@ async def measure(
             last_n, last_t = len(lat), now
 
     async def timer() -> None:
-        with _suppress_timeout():
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), (window_to - time.perf_counter_ns()) / 1e9)
         stop.set()
 
@@ -177,7 +191,6 @@ async def measure(
     finally:
         for task in tasks:
             task.cancel()
-        await target.close()
     result: dict[str, Any] = {
         "system": name,
         "sends": len(lat),
@@ -205,14 +218,6 @@ def _machine_pct(a: tuple[int, int] | None, b: tuple[int, int] | None) -> int | 
     if a is None or b is None or b[1] <= a[1]:
         return None
     return round((b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1) * 100)
-
-
-class _suppress_timeout:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
-        return kind is not None and issubclass(kind, TimeoutError)
 
 
 def _reason(exc: BaseException) -> str:
