@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: installs what the tests need, runs the static
 # checks, then every pytest layer. What it installs, each only when missing:
 #   apt-get (needs root): etcd-server, etcd-client (a real etcd and etcdctl to test against),
-#                         docker-compose (to validate docker-compose.yml);
+#                         docker-compose (to validate docker-compose.yml), nats-server (NATS
+#                         JetStream, the broker benchmark's peer: tests/integration/test_bench_jetstream.py);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
 #   npm: tests/js's pinned RocketMQ client (npm ci; needs Node.js and npm).
 # The Spark tests need a Java runtime, which it does not install.
@@ -14,6 +15,8 @@ need_apt=()
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v etcdctl >/dev/null || need_apt+=(etcd-client)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+# Debian installs it in /usr/sbin, which a non-login PATH may lack
+command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(nats-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq
