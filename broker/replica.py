@@ -1,0 +1,129 @@
+"""One broker replica: the message store, the remoting front and its place in the routes.
+
+``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
+``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (trap 8), the topic table
+(``topics.json``), consumer offsets (in metaledger's KV when endpoints are given, else in
+memory), the send/pull/consumer/admin processors on one :class:`RemotingServer`, delayed
+delivery, and the route registrar. The :class:`Replication` decides acknowledgements
+(``Standalone`` for one replica; the HA/quorum ones come from ``broker.quorum``).
+
+Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
+silent consumers expired every 10 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+from broker.admin.processor import AdminProcessor
+from broker.config import BrokerConfig
+from broker.consumers.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
+from broker.consumers.processor import ConsumerProcessor
+from broker.core import BrokerCore
+from broker.pull.processor import PullProcessor
+from broker.remoting.server import Handler, RemotingServer
+from broker.replication import Replication, Standalone
+from broker.routes import RouteRegistrar
+from broker.send.processor import SendProcessor
+from broker.send.schedule import ScheduleService
+from broker.store import Host, MessageStore, StoreConfig
+from broker.topics import TopicTable
+from nameserver.client import Client, ClientError
+
+log = logging.getLogger(__name__)
+EXPIRE_EVERY_S = 10.0
+
+
+class Replica:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replication: Replication | None = None,
+        client: Client | None = None,
+    ) -> None:
+        self.config = config.validate()
+        if config.listen_port == 0:
+            raise ValueError("listen_port: a replica needs its real port (it is written as STOREHOST)")
+        self.replication = replication or Standalone()
+        self.client = client
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.store = MessageStore(
+            os.path.join(config.data_dir, "store"),
+            StoreConfig(
+                segment_size=config.segment_size_bytes,
+                flush_mode=config.flush_mode,
+                store_host=Host(config.advertised_host, config.listen_port),
+            ),
+        )
+        self.topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
+        self.registrar: RouteRegistrar | None = None
+        offsets: OffsetStore
+        if client is not None:
+            self.registrar = RouteRegistrar(client, config, self.topics)
+            self.topics.resolver = self.registrar.resolve
+            offsets = KvOffsetStore(client, config.broker_name)
+        else:
+            offsets = InMemoryOffsetStore()
+        self.offsets = offsets
+        self.core = BrokerCore(config, self.store, self.replication, self.topics, offsets)
+        self.sends = SendProcessor(self.core)
+        self.consumers = ConsumerProcessor(self.core)
+        handlers: dict[int, Handler] = {}
+        for processor in (self.sends, PullProcessor(self.core), self.consumers, AdminProcessor(self.core)):
+            handlers.update(processor.handlers())
+        self.server = RemotingServer(handlers, on_close=self.consumers.connection_closed)
+        self.schedule = ScheduleService(self.core, os.path.join(config.data_dir, "delayOffset.json"))
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> tuple[str, int]:
+        if isinstance(self.offsets, KvOffsetStore):
+            try:
+                n = await asyncio.to_thread(self.offsets.load_all)
+                log.info("broker: %d consumer offsets loaded from metaledger", n)
+            except ClientError as exc:
+                log.warning("broker: cannot load consumer offsets yet: %s", exc)
+        address = await self.server.start(self.config.listen_host, self.config.listen_port)
+        self.schedule.start()
+        if self.registrar is not None:
+            registrar = self.registrar
+            loop = asyncio.get_running_loop()
+            self.topics.on_change = lambda: loop.call_soon_threadsafe(registrar.changed)
+            registrar.start()
+        self._tasks = [
+            asyncio.create_task(self._flush_offsets(), name="offsets"),
+            asyncio.create_task(self._expire_consumers(), name="consumers"),
+        ]
+        return address
+
+    async def _flush_offsets(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.offset_flush_interval_ms / 1000)
+            await self.flush_offsets()
+
+    async def flush_offsets(self) -> None:
+        try:
+            await asyncio.to_thread(self.offsets.flush)
+        except ClientError as exc:
+            log.warning("broker: consumer offsets not flushed (retrying): %s", exc)
+
+    async def _expire_consumers(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRE_EVERY_S)
+            self.consumers.expire()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.registrar is not None:
+            await self.registrar.stop()
+        await self.server.close()
+        await self.schedule.stop()
+        await self.flush_offsets()
+        self.core.close()
+        self.store.close()
