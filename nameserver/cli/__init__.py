@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from importlib.metadata import entry_points
+from typing import Any
 
 from nameserver.grpc.env import apply_server_defaults
 
@@ -79,6 +81,26 @@ _GROUPS = (
 )
 
 
+#: Command modules of other packages (``broker.cli``: ``metaledger broker|send|consume``) are
+#: found through this entry-point group, so the nameserver never imports them; each entry
+#: point names a ``register(subparsers, common)`` like the modules above.
+COMMANDS_GROUP = "metaledger.commands"
+
+
+def _plugin_commands() -> Iterator[tuple[str, Any]]:
+    """The ``register`` functions of the group's entry points (first of a name wins); one
+    that does not load is reported on stderr and skipped, so the rest of the CLI works."""
+    seen: set[str] = set()
+    for ep in entry_points(group=COMMANDS_GROUP):
+        if ep.name in seen:
+            continue
+        seen.add(ep.name)
+        try:
+            yield ep.name, ep.load()
+        except Exception as exc:  # a broken plugin must not take the nameserver commands along
+            print(f"metaledger: commands {ep.name!r} ({ep.value}) not loaded: {exc}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metaledger",
@@ -96,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = common_parent()
     for group in _GROUPS:
         group.register(sub, common)
+    for _name, register in _plugin_commands():
+        register(sub, common)
     return parser
 
 
