@@ -158,6 +158,8 @@ class RemotingServer:
         self._connections[peer.connection_id] = task
         try:
             await _Connection(self, peer, reader, writer).run()
+        except asyncio.CancelledError:
+            pass  # close(): the top of this connection's task, awaited by nobody else
         finally:
             del self._connections[peer.connection_id]
             if self.on_close is not None:
