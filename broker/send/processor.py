@@ -14,6 +14,7 @@ maps to a code by ``broker.replication.RESPONSE``.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import random
 
 from broker.core import BrokerCore
@@ -28,6 +29,7 @@ from broker.topics import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TopicConfig
 from nameserver.remoting.codec import RemotingCommand
 
 SYSFLAG_TRANSACTION_MASK = 0xC
+log = logging.getLogger(__name__)
 
 
 def peer_host(peer: Peer) -> Host:
@@ -215,6 +217,10 @@ class SendProcessor:
             born_host=original.born_host,
             reconsume_times=original.reconsume_times + 1,
             properties=props,
+        )
+        log.debug(
+            "send back: group %s offset %d (%s, reconsumeTimes %d, delayLevel %d) -> %s",
+            group, h.offset, original.topic, original.reconsume_times, h.delay_level, topic,
         )
         status, _ = await self.core.put(self.delayed(message), wait_replicas=False)
         if status is not PutStatus.PUT_OK:

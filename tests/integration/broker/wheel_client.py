@@ -5,7 +5,7 @@ Run as ``python wheel_client.py produce NAMESRV GROUP < spec.json`` (spec: a lis
 message) or ``python wheel_client.py consume NAMESRV GROUP TOPIC EXPECT TIMEOUT_S
 [FAIL_KEYS] [ORDERLY]`` (prints one JSON line per message received: keys, tags, properties,
 reconsume times, body length and sha256; a message whose key is in FAIL_KEYS is failed,
-i.e. RECONSUME_LATER). A subprocess, so the C++ core's threads and logs stay out of pytest.
+i.e. RECONSUME_LATER: returned by our own ctypes callback, see ``callback``). A subprocess, so the C++ core's threads and logs stay out of pytest.
 
 Bodies go in with ``SetByteMessageBody`` (the wheel's ``set_body`` stops at a NUL byte) and are
 read back with the length the producer put in the ``len`` property (``GetMessageBody`` returns
@@ -63,7 +63,8 @@ def produce(namesrv: str, group: str) -> None:
 
 def consume(namesrv: str, group: str, topic: str, expect: int, timeout_s: float,
             fail_keys: set[str], orderly: bool) -> None:
-    from rocketmq.client import PushConsumer
+    from rocketmq.client import PushConsumer, RecvMessage, _to_bytes
+    from rocketmq.exceptions import ffi_check
     from rocketmq.ffi import dll
 
     get_body = dll["GetMessageBody"]
@@ -72,7 +73,7 @@ def consume(namesrv: str, group: str, topic: str, expect: int, timeout_s: float,
     lock = threading.Lock()
     seen: list[dict[str, object]] = []
 
-    def on_message(msg: object) -> None:
+    def on_message(msg: object) -> int:
         length = int(text(msg.get_property("len")) or "0")  # type: ignore[attr-defined]
         ptr = get_body(msg._handle)  # type: ignore[attr-defined]
         body = ctypes.string_at(ptr, length) if length else b""
@@ -92,12 +93,23 @@ def consume(namesrv: str, group: str, topic: str, expect: int, timeout_s: float,
         with lock:  # the C++ core calls back from several threads
             seen.append(doc)
             print(json.dumps(doc), flush=True)
-        if keys in fail_keys:
-            raise RuntimeError("failed on purpose")
+        return 1 if keys in fail_keys else 0  # RECONSUME_LATER / CONSUME_SUCCESS
+
+    def callback(_consumer: object, handle: object) -> int:
+        # the wheel's own wrapper re-raises the callback's exception after choosing
+        # RECONSUME_LATER, so ctypes returns 0 (CONSUME_SUCCESS): the status is returned here
+        try:
+            return on_message(RecvMessage(handle))
+        except Exception as exc:
+            print(json.dumps({"error": repr(exc)}), file=sys.stderr, flush=True)
+            return 1
 
     consumer = PushConsumer(group, orderly=orderly)
     consumer.set_namesrv_addr(namesrv)
-    consumer.subscribe(topic, on_message)
+    # one message per callback: a failed callback sends back its whole batch (C++ 1.x)
+    consumer.set_message_batch_max_size(1)
+    ffi_check(dll.Subscribe(consumer._handle, _to_bytes(topic), b"*"))
+    consumer._register_callback(callback)
     consumer.start()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
