@@ -68,18 +68,34 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--group", required=True, metavar="NAME", help="the broker name (replica group)")
     p.add_argument("--data-dir", required=True, metavar="DIR")
-    p.add_argument("--listen", type=host_port, default=("0.0.0.0", DEFAULT_PORT), metavar="HOST:PORT",
-                   help=f"remoting address (default 0.0.0.0:{DEFAULT_PORT})")
-    p.add_argument("--advertise", metavar="HOST",
-                   help="the address clients reach (STOREHOST); default the --listen host, or this machine's")
+    p.add_argument(
+        "--listen",
+        type=host_port,
+        default=("0.0.0.0", DEFAULT_PORT),
+        metavar="HOST:PORT",
+        help=f"remoting address (default 0.0.0.0:{DEFAULT_PORT})",
+    )
+    p.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the address clients reach (STOREHOST); default the --listen host, or this machine's",
+    )
     p.add_argument("--cluster", default="DefaultCluster")
     p.add_argument("--broker-id", type=int, default=0, help="0 = master (default)")
     p.add_argument("--flush", choices=[m.value for m in FlushMode], default="ASYNC_FLUSH")
     p.add_argument("--broker-role", choices=["ASYNC_MASTER", "SYNC_MASTER"], default="ASYNC_MASTER")
-    p.add_argument("--retry-max-times", type=int, default=16,
-                   help="a consumer group's retryMaxTimes: reconsumes before the DLQ (default 16)")
-    p.add_argument("--message-delay-level", default=None, metavar="LEVELS",
-                   help='delay levels, e.g. "1s 5s 10s" (RocketMQ\'s messageDelayLevel)')
+    p.add_argument(
+        "--retry-max-times",
+        type=int,
+        default=16,
+        help="a consumer group's retryMaxTimes: reconsumes before the DLQ (default 16)",
+    )
+    p.add_argument(
+        "--message-delay-level",
+        default=None,
+        metavar="LEVELS",
+        help='delay levels, e.g. "1s 5s 10s" (RocketMQ\'s messageDelayLevel)',
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(run=run_broker)
     register_messages(subparsers, common)
@@ -108,7 +124,9 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
 
 def run_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     try:
         config = build_config(args)
@@ -131,8 +149,10 @@ async def _serve(config: BrokerConfig) -> int:
     try:
         await replica.start()
     except OSError as exc:
-        print(f"metaledger: broker: cannot listen on {config.listen_host}:{config.listen_port}: {exc}",
-              file=sys.stderr)
+        print(
+            f"metaledger: broker: cannot listen on {config.listen_host}:{config.listen_port}: {exc}",
+            file=sys.stderr,
+        )
         await replica.stop()
         return EXIT_CANNOT_START
     print(f"broker {config.broker_name} serving on {config.address}", flush=True)

@@ -55,9 +55,17 @@ def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -
     c.add_argument("topic")
     c.add_argument("--group", required=True, help="the consumer group (its offsets are committed)")
     c.add_argument("--tags", default="*", metavar="EXPR", help='tag expression, e.g. "a || b"')
-    c.add_argument("--count", type=int, default=0, help="stop after N messages (default: until --timeout)")
-    c.add_argument("--timeout", dest="wait_s", type=float, default=10.0, metavar="SECONDS",
-                   help="stop after this long (default 10)")
+    c.add_argument(
+        "--count", type=int, default=0, help="stop after N messages (default: until --timeout)"
+    )
+    c.add_argument(
+        "--timeout",
+        dest="wait_s",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="stop after this long (default 10)",
+    )
     c.set_defaults(run=run_consume)
 
 
@@ -104,10 +112,16 @@ def run_send(args: argparse.Namespace) -> int:
         print(f"metaledger: send: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
-    targets = [(masters[q.broker_name], q.write_queue_nums) for q in route.queues
-               if q.perm & 2 and q.write_queue_nums > 0 and masters.get(q.broker_name)]
+    targets = [
+        (masters[q.broker_name], q.write_queue_nums)
+        for q in route.queues
+        if q.perm & 2 and q.write_queue_nums > 0 and masters.get(q.broker_name)
+    ]
     if not targets:
-        print(f"metaledger: send: topic {args.topic} has no writable queue on a master", file=sys.stderr)
+        print(
+            f"metaledger: send: topic {args.topic} has no writable queue on a master",
+            file=sys.stderr,
+        )
         return EXIT_NOT_FOUND
     addr, queues = random.choice(targets)
     assert addr is not None
@@ -131,16 +145,25 @@ def run_send(args: argparse.Namespace) -> int:
     except (OSError, RemotingClientError, TimeoutError) as exc:
         print(f"metaledger: send: broker {addr}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    doc = {"status": ResponseCode(r.code).name if r.code in ResponseCode._value2member_map_ else r.code,
-           "broker": addr, **r.ext_fields}
+    doc = {
+        "status": ResponseCode(r.code).name
+        if r.code in ResponseCode._value2member_map_
+        else r.code,
+        "broker": addr,
+        **r.ext_fields,
+    }
     if r.code != ResponseCode.SUCCESS:
-        print(f"metaledger: send: broker {addr} answered {doc['status']}: {r.remark}", file=sys.stderr)
+        print(
+            f"metaledger: send: broker {addr} answered {doc['status']}: {r.remark}", file=sys.stderr
+        )
         return EXIT_ERROR
     if getattr(args, "output", None) == "json":
         print(json.dumps(doc))
     else:
-        print(f"SEND_OK msgId={r.ext_fields.get('msgId')} queue={r.ext_fields.get('queueId')} "
-              f"offset={r.ext_fields.get('queueOffset')} broker={addr}")
+        print(
+            f"SEND_OK msgId={r.ext_fields.get('msgId')} queue={r.ext_fields.get('queueId')} "
+            f"offset={r.ext_fields.get('queueOffset')} broker={addr}"
+        )
     return EXIT_OK
 
 
@@ -171,8 +194,12 @@ def run_consume(args: argparse.Namespace) -> int:
         print(f"metaledger: consume: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
-    queues = [_Queue(masters[q.broker_name] or "", i) for q in route.queues
-              if q.perm & 4 and masters.get(q.broker_name) for i in range(q.read_queue_nums)]
+    queues = [
+        _Queue(masters[q.broker_name] or "", i)
+        for q in route.queues
+        if q.perm & 4 and masters.get(q.broker_name)
+        for i in range(q.read_queue_nums)
+    ]
     try:
         got = asyncio.run(_consume(args, queues))
     except (OSError, RemotingClientError) as exc:
@@ -205,7 +232,9 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
         if r.code == ResponseCode.SUCCESS:
             q.offset = int(r.ext_fields.get("offset", "0"))
         else:
-            r = await c.request(RequestCode.GET_MAX_OFFSET, {"topic": args.topic, "queueId": q.queue_id})
+            r = await c.request(
+                RequestCode.GET_MAX_OFFSET, {"topic": args.topic, "queueId": q.queue_id}
+            )
             q.offset = int(r.ext_fields.get("offset", "0"))
         q.committed = q.offset
         while not done.is_set():
@@ -218,8 +247,11 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
             r = await c.request(RequestCode.PULL_MESSAGE, ext, timeout_s=left + 10)
             q.offset = int(r.ext_fields.get("nextBeginOffset", q.offset))
             if r.code != ResponseCode.SUCCESS:
-                if r.code not in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-                                  ResponseCode.PULL_OFFSET_MOVED):
+                if r.code not in (
+                    ResponseCode.PULL_NOT_FOUND,
+                    ResponseCode.PULL_RETRY_IMMEDIATELY,
+                    ResponseCode.PULL_OFFSET_MOVED,
+                ):
                     raise RemotingClientError(f"pull from {q.addr}: code {r.code}: {r.remark}")
                 continue
             pos = 0
@@ -243,8 +275,11 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 if json_out:
                     print(json.dumps(doc), flush=True)
                 else:
-                    print(f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags!r} "
-                          f"keys={doc['keys']!r} {doc['body']}", flush=True)
+                    print(
+                        f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags!r} "
+                        f"keys={doc['keys']!r} {doc['body']}",
+                        flush=True,
+                    )
                 if args.count and state["n"] >= args.count:
                     done.set()
 
@@ -257,6 +292,8 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                     "consumerGroup": args.group, "topic": args.topic, "queueId": q.queue_id,
                     "commitOffset": q.committed})  # fmt: skip
         for c in clients.values():
-            await c.request(RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": args.group})
+            await c.request(
+                RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": args.group}
+            )
             await c.close()
     return state["n"]

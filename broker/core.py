@@ -84,9 +84,7 @@ class BrokerCore:
             self.hold.notify(message.topic, message.queue_id)
         return self._count(status), result
 
-    async def put_batch(
-        self, messages: list[StoredMessage]
-    ) -> tuple[PutStatus, list[PutResult]]:
+    async def put_batch(self, messages: list[StoredMessage]) -> tuple[PutStatus, list[PutResult]]:
         """Several messages under one admission; the wait covers the last."""
         if self.replication.writable() is not None:
             return self._count(PutStatus.SERVICE_NOT_AVAILABLE), []

@@ -46,7 +46,9 @@ class Replica:
     ) -> None:
         self.config = config.validate()
         if config.listen_port == 0:
-            raise ValueError("listen_port: a replica needs its real port (it is written as STOREHOST)")
+            raise ValueError(
+                "listen_port: a replica needs its real port (it is written as STOREHOST)"
+            )
         self.replication = replication or Standalone()
         self.client = client
         os.makedirs(config.data_dir, exist_ok=True)
@@ -72,10 +74,17 @@ class Replica:
         self.sends = SendProcessor(self.core)
         self.consumers = ConsumerProcessor(self.core)
         handlers: dict[int, Handler] = {}
-        for processor in (self.sends, PullProcessor(self.core), self.consumers, AdminProcessor(self.core)):
+        for processor in (
+            self.sends,
+            PullProcessor(self.core),
+            self.consumers,
+            AdminProcessor(self.core),
+        ):
             handlers.update(processor.handlers())
         self.server = RemotingServer(handlers, on_close=self.consumers.connection_closed)
-        self.schedule = ScheduleService(self.core, os.path.join(config.data_dir, "delayOffset.json"))
+        self.schedule = ScheduleService(
+            self.core, os.path.join(config.data_dir, "delayOffset.json")
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> tuple[str, int]:
@@ -90,7 +99,11 @@ class Replica:
         if self.registrar is not None:
             registrar = self.registrar
             loop = asyncio.get_running_loop()
-            self.topics.on_change = lambda: loop.call_soon_threadsafe(registrar.changed)
+
+            def changed() -> None:
+                loop.call_soon_threadsafe(registrar.changed)
+
+            self.topics.on_change = changed
             registrar.start()
         self._tasks = [
             asyncio.create_task(self._flush_offsets(), name="offsets"),

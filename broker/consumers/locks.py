@@ -23,13 +23,19 @@ class LockManager:
         self.expiry_ms = expiry_ms
         self._locks: dict[LockKey, _Lock] = {}
 
-    def try_lock(self, group: str, queues: list[tuple[str, int]], client_id: str, now_ms: int) -> list[tuple[str, int]]:
+    def try_lock(
+        self, group: str, queues: list[tuple[str, int]], client_id: str, now_ms: int
+    ) -> list[tuple[str, int]]:
         """The queues now held by ``client_id`` (free, expired or already its own ones)."""
         got = []
         for topic, qid in queues:
             key = (group, topic, qid)
             held = self._locks.get(key)
-            if held is None or held.client_id == client_id or now_ms - held.renewed_ms > self.expiry_ms:
+            if (
+                held is None
+                or held.client_id == client_id
+                or now_ms - held.renewed_ms > self.expiry_ms
+            ):
                 self._locks[key] = _Lock(client_id, now_ms)
                 got.append((topic, qid))
         return got

@@ -80,7 +80,9 @@ class ConsumerProcessor:
             for peer in self.core.consumers.peers(group):
                 peer.send_oneway(
                     RemotingCommand.request(
-                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+                        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                        {"consumerGroup": group},
+                        oneway=True,
                     )
                 )
 
@@ -117,14 +119,19 @@ class ConsumerProcessor:
         ids = self.core.consumers.client_ids(group)
         if not ids:
             raise BrokerRequestError(f"no consumer for this group, {group}")
-        return request.response(ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode())
+        return request.response(
+            ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ids}).encode()
+        )
 
     async def lock(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         doc = _json_body(request, "lockBatchMQ")
         group, client = doc.get("consumerGroup"), doc.get("clientId")
         if not isinstance(group, str) or not isinstance(client, str):
             raise BadRequest("lockBatchMQ: consumerGroup and clientId must be strings")
-        mqs = {(t, q): mq for (t, q), mq in zip(_queues(doc, "lockBatchMQ"), doc.get("mqSet") or [], strict=True)}
+        mqs = {
+            (t, q): mq
+            for (t, q), mq in zip(_queues(doc, "lockBatchMQ"), doc.get("mqSet") or [], strict=True)
+        }
         got = self.core.locks.try_lock(group, list(mqs), client, now_ms())
         body = json.dumps({"lockOKMQSet": [mqs[k] for k in got]}).encode()
         return request.response(ResponseCode.SUCCESS, body=body)
@@ -145,7 +152,10 @@ class ConsumerProcessor:
             if self.core.store.min_offset(h.topic, h.queue_id) <= 0:
                 offset = 0  # trap 12: a young queue starts a new group at 0
             else:
-                return request.response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+                return request.response(
+                    ResponseCode.QUERY_NOT_FOUND,
+                    "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+                )
         return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
 
     async def update_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -157,13 +167,23 @@ class ConsumerProcessor:
 
     async def max_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = QueueHeader.parse(request)
-        return request.response(ResponseCode.SUCCESS, None, {"offset": str(self.core.store.max_offset(h.topic, h.queue_id))})
+        return request.response(
+            ResponseCode.SUCCESS,
+            None,
+            {"offset": str(self.core.store.max_offset(h.topic, h.queue_id))},
+        )
 
     async def min_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = QueueHeader.parse(request)
-        return request.response(ResponseCode.SUCCESS, None, {"offset": str(self.core.store.min_offset(h.topic, h.queue_id))})
+        return request.response(
+            ResponseCode.SUCCESS,
+            None,
+            {"offset": str(self.core.store.min_offset(h.topic, h.queue_id))},
+        )
 
     async def search_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = SearchOffsetHeader.parse(request)
-        offset = await self.core.run(self.core.store.search_offset_by_timestamp, h.topic, h.queue_id, h.timestamp)
+        offset = await self.core.run(
+            self.core.store.search_offset_by_timestamp, h.topic, h.queue_id, h.timestamp
+        )
         return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})

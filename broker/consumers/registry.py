@@ -29,7 +29,9 @@ class Subscription:
         return self.tags is None or tags in self.tags
 
 
-def parse_expression(topic: str, expression: str | None, expression_type: str = "TAG") -> Subscription:
+def parse_expression(
+    topic: str, expression: str | None, expression_type: str = "TAG"
+) -> Subscription:
     """A TAG subscription (SQL92 is refused: this broker has no property filter)."""
     if expression_type and expression_type.upper() != "TAG":
         raise BrokerRequestError(
@@ -69,7 +71,11 @@ def _enum(value: Any, names: dict[int, str]) -> str:
 
 CONSUME_TYPES = {0: "CONSUME_ACTIVELY", 1: "CONSUME_PASSIVELY"}
 MESSAGE_MODELS = {0: "BROADCASTING", 1: "CLUSTERING"}
-CONSUME_FROM = {0: "CONSUME_FROM_LAST_OFFSET", 1: "CONSUME_FROM_FIRST_OFFSET", 2: "CONSUME_FROM_TIMESTAMP"}
+CONSUME_FROM = {
+    0: "CONSUME_FROM_LAST_OFFSET",
+    1: "CONSUME_FROM_FIRST_OFFSET",
+    2: "CONSUME_FROM_TIMESTAMP",
+}
 
 
 class ConsumerRegistry:
@@ -111,7 +117,9 @@ class ConsumerRegistry:
     def connection_closed(self, peer: Peer) -> list[str]:
         changed = []
         for group in self.groups.values():
-            gone = [c for c, m in group.members.items() if m.peer.connection_id == peer.connection_id]
+            gone = [
+                c for c, m in group.members.items() if m.peer.connection_id == peer.connection_id
+            ]
             for c in gone:
                 del group.members[c]
             if gone:
@@ -121,7 +129,11 @@ class ConsumerRegistry:
     def expire(self, now_ms: int) -> list[str]:
         changed = []
         for group in self.groups.values():
-            gone = [c for c, m in group.members.items() if now_ms - m.last_seen_ms > self.client_expiry_ms]
+            gone = [
+                c
+                for c, m in group.members.items()
+                if now_ms - m.last_seen_ms > self.client_expiry_ms
+            ]
             for c in gone:
                 del group.members[c]
             if gone:

@@ -93,7 +93,12 @@ class PullProcessor:
         store = self.core.store
         max_msgs = max(1, min(h.max_msg_nums, MAX_MSGS))
         got: GetResult = await self.core.run(
-            store.get, h.topic, h.queue_id, h.queue_offset, max_msgs, set(sub.tags) if sub.tags else None
+            store.get,
+            h.topic,
+            h.queue_id,
+            h.queue_offset,
+            max_msgs,
+            set(sub.tags) if sub.tags else None,
         )
         code, next_offset, body = self._classify(h.queue_offset, got)
         if code == ResponseCode.SUCCESS:
@@ -152,7 +157,7 @@ class PullProcessor:
         return out, next_offset
 
 
-_REMARKS = {
+_REMARKS: dict[int, str] = {
     ResponseCode.PULL_NOT_FOUND: "no new message",
     ResponseCode.PULL_RETRY_IMMEDIATELY: "no matched message, retry at nextBeginOffset",
     ResponseCode.PULL_OFFSET_MOVED: "the offset is out of range",

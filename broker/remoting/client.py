@@ -78,8 +78,12 @@ class RemotingClient:
         finally:
             self._pending.pop(opaque, None)
 
-    async def oneway(self, code: int, ext: Mapping[str, object] | None = None, body: bytes = b"") -> None:
-        self.writer.write(encode(RemotingCommand.request(code, ext, body, opaque=next(self._opaque), oneway=True)))
+    async def oneway(
+        self, code: int, ext: Mapping[str, object] | None = None, body: bytes = b""
+    ) -> None:
+        self.writer.write(
+            encode(RemotingCommand.request(code, ext, body, opaque=next(self._opaque), oneway=True))
+        )
         await self.writer.drain()
 
     async def send_raw(self, data: bytes) -> None:

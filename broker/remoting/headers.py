@@ -77,8 +77,7 @@ class SendHeader:
                 _int32(request, "maxReconsumeTimes") if max_reconsume is not None else None
             ),
             batch=(
-                request.code == RequestCode.SEND_BATCH_MESSAGE
-                or request.ext_bool("batch", False)
+                request.code == RequestCode.SEND_BATCH_MESSAGE or request.ext_bool("batch", False)
             ),
         )
 

@@ -58,7 +58,9 @@ def decode_batch(body: bytes) -> list[BatchItem]:
         try:
             props = parse_properties(body[props_start:end].decode("utf-8"))
         except UnicodeDecodeError:
-            raise BadRequest(f"batch body: properties of the message at byte {pos} are not UTF-8") from None
+            raise BadRequest(
+                f"batch body: properties of the message at byte {pos} are not UTF-8"
+            ) from None
         out.append(BatchItem(flag, payload, props))
         pos = end
     if not out:
@@ -75,7 +77,14 @@ def encode_batch(items: list[BatchItem]) -> bytes:
     """The inverse of :func:`decode_batch` (for tests and the send CLI)."""
     parts = []
     for it in items:
-        props = "".join(f"{k}{NAME_VALUE_SEP}{v}{PROPERTY_SEP}" for k, v in it.properties.items()).encode()
+        props = "".join(
+            f"{k}{NAME_VALUE_SEP}{v}{PROPERTY_SEP}" for k, v in it.properties.items()
+        ).encode()
         total = _HEAD.size + len(it.body) + 2 + len(props)
-        parts.append(_HEAD.pack(total, 0, 0, it.flag, len(it.body)) + it.body + struct.pack(">h", len(props)) + props)
+        parts.append(
+            _HEAD.pack(total, 0, 0, it.flag, len(it.body))
+            + it.body
+            + struct.pack(">h", len(props))
+            + props
+        )
     return b"".join(parts)

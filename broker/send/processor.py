@@ -19,12 +19,17 @@ import random
 
 from broker.core import BrokerCore
 from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.errors import BrokerRequestError, NoPermission, ServiceNotAvailable, TopicNotExist
+from broker.remoting.errors import (
+    BrokerRequestError,
+    NoPermission,
+    ServiceNotAvailable,
+    TopicNotExist,
+)
 from broker.remoting.headers import SendBackHeader, SendHeader
 from broker.remoting.server import Handler, Peer
 from broker.replication import RESPONSE, PutStatus
 from broker.send.batch import decode_batch, offset_msg_id, parse_properties
-from broker.store import DecodeError, Host, PutResult, StoreError, StoredMessage, decode
+from broker.store import DecodeError, Host, PutResult, StoredMessage, StoreError, decode
 from broker.topics import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TopicConfig
 from nameserver.remoting.codec import RemotingCommand
 
@@ -162,12 +167,17 @@ class SendProcessor:
             return request.response(code, remark or status.value)
         host = self.core.config
         msg_ids = ",".join(
-            offset_msg_id(host.advertised_host, host.listen_port, r.physical_offset) for r in results
+            offset_msg_id(host.advertised_host, host.listen_port, r.physical_offset)
+            for r in results
         )
         return request.response(
             code,
             remark,
-            {"msgId": msg_ids, "queueId": str(queue_id), "queueOffset": str(results[0].queue_offset)},
+            {
+                "msgId": msg_ids,
+                "queueId": str(queue_id),
+                "queueOffset": str(results[0].queue_offset),
+            },
         )
 
     # ------------------------------------------------------------- send back
@@ -182,7 +192,9 @@ class SendProcessor:
         except (StoreError, DecodeError, OSError, ValueError) as exc:
             raise BrokerRequestError(f"look message by offset failed, {h.offset}: {exc}") from None
         if original.physical_offset != h.offset:
-            raise BrokerRequestError(f"look message by offset failed, {h.offset}: not a record start")
+            raise BrokerRequestError(
+                f"look message by offset failed, {h.offset}: not a record start"
+            )
         group = h.group
         retry_topic = RETRY_PREFIX + group
         self.core.topics.ensure(retry_topic, 1)
@@ -220,7 +232,12 @@ class SendProcessor:
         )
         log.debug(
             "send back: group %s offset %d (%s, reconsumeTimes %d, delayLevel %d) -> %s",
-            group, h.offset, original.topic, original.reconsume_times, h.delay_level, topic,
+            group,
+            h.offset,
+            original.topic,
+            original.reconsume_times,
+            h.delay_level,
+            topic,
         )
         status, _ = await self.core.put(self.delayed(message), wait_replicas=False)
         if status is not PutStatus.PUT_OK:

@@ -81,8 +81,12 @@ class ScheduleService:
                         stop = True
                         break
                     status, _ = await self.core.put(self._real(m))
-                    if status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT,
-                                      PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE):
+                    if status not in (
+                        PutStatus.PUT_OK,
+                        PutStatus.FLUSH_DISK_TIMEOUT,
+                        PutStatus.FLUSH_SLAVE_TIMEOUT,
+                        PutStatus.SLAVE_NOT_AVAILABLE,
+                    ):
                         stop = True  # retried next tick
                         break
                     offset = m.queue_offset + 1

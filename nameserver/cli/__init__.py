@@ -98,7 +98,9 @@ def _plugin_commands() -> Iterator[tuple[str, Any]]:
         try:
             yield ep.name, ep.load()
         except Exception as exc:  # a broken plugin must not take the nameserver commands along
-            print(f"metaledger: commands {ep.name!r} ({ep.value}) not loaded: {exc}", file=sys.stderr)
+            print(
+                f"metaledger: commands {ep.name!r} ({ep.value}) not loaded: {exc}", file=sys.stderr
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:

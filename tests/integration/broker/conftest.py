@@ -33,7 +33,9 @@ def plugin_path(root: Path) -> str | None:
         return None
     info = root / "plugin" / "metaledger_broker_dev-0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: metaledger-broker-dev\nVersion: 0\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: metaledger-broker-dev\nVersion: 0\n"
+    )
     (info / "entry_points.txt").write_text(f"[metaledger.commands]\n{ENTRY_POINT}\n")
     return str(root / "plugin")
 
@@ -46,7 +48,9 @@ def cli_env(root: Path) -> dict[str, str]:
     return env
 
 
-def metaledger(root: Path, *args: str, timeout: float = 60, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+def metaledger(
+    root: Path, *args: str, timeout: float = 60, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "nameserver.cli", *args],
         env=cli_env(root), input=stdin, capture_output=True, timeout=timeout, check=False,
@@ -56,7 +60,9 @@ def metaledger(root: Path, *args: str, timeout: float = 60, stdin: bytes | None 
 class BrokerProcess:
     """``metaledger broker`` as a subprocess in its own session, stopped by its PID."""
 
-    def __init__(self, root: Path, endpoints: list[str], name: str = "broker-a", *extra: str) -> None:
+    def __init__(
+        self, root: Path, endpoints: list[str], name: str = "broker-a", *extra: str
+    ) -> None:
         self.root = root
         self.name = name
         self.port = free_ports(1)[0]

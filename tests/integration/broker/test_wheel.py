@@ -60,7 +60,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             "--retry-max-times", "2", "--message-delay-level", FAST_LEVELS,
         )  # fmt: skip
         with Client(node.endpoints, timeout_s=10) as client:
-            wait_for("broker-a registered", lambda: client.route_cluster_info().clusters.get("DefaultCluster"))
+            wait_for(
+                "broker-a registered",
+                lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
+            )
             client.route_topic_create(TOPIC, [QueueData("broker-a", 4, 4, 6)])
             yield Env(root, node, broker, client)
     finally:
@@ -86,7 +89,9 @@ def produce(env: Env, spec: list[dict[str, Any]], group: str = "PG") -> list[dic
     return [json.loads(line) for line in r.stdout.decode().splitlines() if line.startswith("{")]
 
 
-def consume(env: Env, group: str, expect: int, timeout_s: float = 60, fail: str = "") -> list[dict[str, Any]]:
+def consume(
+    env: Env, group: str, expect: int, timeout_s: float = 60, fail: str = ""
+) -> list[dict[str, Any]]:
     r = subprocess.run(
         [sys.executable, WHEEL, "consume", env.namesrv, group, TOPIC, str(expect), str(timeout_s), fail],
         capture_output=True, timeout=timeout_s + 60, env=wheel_env(env), check=False,
@@ -135,7 +140,13 @@ def test_a_restarted_group_resumes_from_its_committed_offset(env: Env) -> None:
     assert {d["keys"] for d in seen1} >= {f"r1-{i}" for i in range(8)}
     wait_for(
         "G-resume's offsets in metaledger",
-        lambda: sum(int(kv.value) for kv in env.client.get("/brokers/broker-a/offsets/G-resume/", prefix=True).kvs) >= 8,
+        lambda: (
+            sum(
+                int(kv.value)
+                for kv in env.client.get("/brokers/broker-a/offsets/G-resume/", prefix=True).kvs
+            )
+            >= 8
+        ),
     )
     produce(env, [item(f"r2-{i}", f"second {i}".encode()) for i in range(6)])
     seen2 = consume(env, "G-resume", expect=6)
@@ -147,7 +158,10 @@ def test_a_restarted_group_resumes_from_its_committed_offset(env: Env) -> None:
 async def _heartbeat(addr: str, group: str) -> None:
     host, _, port = addr.rpartition(":")
     c = await RemotingClient.connect(host, int(port))
-    body = {"clientID": "prime@1", "consumerDataSet": [{"groupName": group, "subscriptionDataSet": []}]}
+    body = {
+        "clientID": "prime@1",
+        "consumerDataSet": [{"groupName": group, "subscriptionDataSet": []}],
+    }
     assert (await c.request(34, body=json.dumps(body).encode())).code == 0
     await c.request(35, {"clientID": "prime@1", "consumerGroup": group})
     await c.close()
@@ -209,7 +223,9 @@ def test_a_failed_message_is_retried_then_lands_in_the_dlq(env: Env) -> None:
     except TimeoutError:
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
-        raise AssertionError(f"no message in the DLQ; the consumer saw:\n{out.decode()}\n{err.decode()[-2000:]}") from None
+        raise AssertionError(
+            f"no message in the DLQ; the consumer saw:\n{out.decode()}\n{err.decode()[-2000:]}"
+        ) from None
     proc.send_signal(signal.SIGKILL)
     out, err = proc.communicate(timeout=30)
     seen = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]

@@ -55,14 +55,30 @@ def produce(namesrv: str, group: str) -> None:
                 print(json.dumps({"keys": item.get("keys"), "oneway": True}), flush=True)
             else:
                 r = producer.send_sync(msg)
-                print(json.dumps({"keys": item.get("keys"), "status": int(r.status),
-                                  "msg_id": r.msg_id, "offset": r.offset}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "keys": item.get("keys"),
+                            "status": int(r.status),
+                            "msg_id": r.msg_id,
+                            "offset": r.offset,
+                        }
+                    ),
+                    flush=True,
+                )
     finally:
         producer.shutdown()
 
 
-def consume(namesrv: str, group: str, topic: str, expect: int, timeout_s: float,
-            fail_keys: set[str], orderly: bool) -> None:
+def consume(
+    namesrv: str,
+    group: str,
+    topic: str,
+    expect: int,
+    timeout_s: float,
+    fail_keys: set[str],
+    orderly: bool,
+) -> None:
     from rocketmq.client import PushConsumer, RecvMessage, _to_bytes
     from rocketmq.exceptions import ffi_check
     from rocketmq.ffi import dll
@@ -129,4 +145,12 @@ if __name__ == "__main__":
     else:
         fail = set(sys.argv[7].split(",")) if len(sys.argv) > 7 and sys.argv[7] else set()
         orderly = len(sys.argv) > 8 and sys.argv[8] == "orderly"
-        consume(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), float(sys.argv[6]), fail, orderly)
+        consume(
+            sys.argv[2],
+            sys.argv[3],
+            sys.argv[4],
+            int(sys.argv[5]),
+            float(sys.argv[6]),
+            fail,
+            orderly,
+        )

@@ -16,7 +16,11 @@ from broker.remoting.codes import RequestCode
 from nameserver.remoting.codec import RemotingCommand, encode
 from tests.unit.broker.front.conftest import Ctx, run_broker
 
-SERVED = [c for c in RequestCode if c not in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_ROUTEINFO_BY_TOPIC)]
+SERVED = [
+    c
+    for c in RequestCode
+    if c not in (RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.GET_ROUTEINFO_BY_TOPIC)
+]
 
 
 async def still_serving(ctx: Ctx) -> None:
@@ -102,7 +106,9 @@ ext_values = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     requests=st.lists(
         st.tuples(
@@ -116,7 +122,10 @@ ext_values = st.one_of(
                 ),
                 ext_values,
             ),
-            st.one_of(st.binary(max_size=64), st.sampled_from([b"{}", json.dumps({"clientID": "c"}).encode()])),
+            st.one_of(
+                st.binary(max_size=64),
+                st.sampled_from([b"{}", json.dumps({"clientID": "c"}).encode()]),
+            ),
         ),
         min_size=1,
         max_size=6,
@@ -130,7 +139,12 @@ def test_property_any_requests_and_garbage_leave_the_broker_serving(
         for code, ext, body in requests:
             ext = {**ext, "suspendTimeoutMillis": "0"}
             r = await ctx.client.request(code, ext, body)
-            assert r.code in (0, 1, 13, 14, 16, 17, 19, 20, 21, 22, 24), (code, ext, r.code, r.remark)
+            assert r.code in (0, 1, 13, 14, 16, 17, 19, 20, 21, 22, 24), (
+                code,
+                ext,
+                r.code,
+                r.remark,
+            )
             assert "internal error" not in (r.remark or ""), (code, ext, r.remark)
         reader, writer = await asyncio.open_connection("127.0.0.1", ctx.port)
         writer.write(garbage)

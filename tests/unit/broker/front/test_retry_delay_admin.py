@@ -38,7 +38,9 @@ def test_send_back_goes_to_retry_after_a_delay_then_to_the_dlq(tmp_path: Path) -
         assert retry.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
         assert "DELAY" not in retry.properties and retry.properties["UNIQ_KEY"] == "U1"
         # reconsumeTimes 1 reached retryMaxTimes 1: the DLQ
-        r = await ctx.client.request(36, {"group": "CG", "delayLevel": 0, "offset": retry.physical_offset})
+        r = await ctx.client.request(
+            36, {"group": "CG", "delayLevel": 0, "offset": retry.physical_offset}
+        )
         assert r.code == 0
         dead = decode((await wait_pull(ctx, "%DLQ%CG"))[0])
         assert dead.body == b"fail me" and dead.properties["RETRY_TOPIC"] == TOPIC
@@ -75,7 +77,9 @@ def test_delay_property_delivers_later(tmp_path: Path) -> None:
         (rec,) = await wait_pull(ctx, TOPIC)
         assert time.monotonic() - t0 >= 0.15
         m = decode(rec)
-        assert m.body == b"later" and "REAL_TOPIC" not in m.properties and "DELAY" not in m.properties
+        assert (
+            m.body == b"later" and "REAL_TOPIC" not in m.properties and "DELAY" not in m.properties
+        )
 
     run_broker(tmp_path, scenario, message_delay_levels=FAST)
 

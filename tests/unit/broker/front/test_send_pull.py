@@ -24,7 +24,9 @@ def test_send_then_pull_is_byte_exact_with_string_ext_fields(tmp_path: Path) -> 
     payload = bytes(range(256)) * 3
 
     async def scenario(ctx: Ctx) -> None:
-        r = await ctx.send(payload, properties=props(TAGS="t1", KEYS="k1", UNIQ_KEY="U1", color="red"))
+        r = await ctx.send(
+            payload, properties=props(TAGS="t1", KEYS="k1", UNIQ_KEY="U1", color="red")
+        )
         assert r.code == 0, r.remark
         assert r.ext_fields["queueId"] == "0" and r.ext_fields["queueOffset"] == "0"
         msg_id = r.ext_fields["msgId"]
