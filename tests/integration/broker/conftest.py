@@ -80,6 +80,7 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> None:
+        seen = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "nameserver.cli", *self.args],
@@ -87,7 +88,7 @@ class BrokerProcess:
                 stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
-        while b"serving on" not in self.log_path.read_bytes():
+        while b"serving on" not in self.log_path.read_bytes()[seen:]:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
