@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,3 +236,50 @@ def test_a_failed_message_is_retried_then_lands_in_the_dlq(env: Env) -> None:
     (dead,) = _dlq(env.broker.addr, group)
     assert dead.body == b"fails" and dead.properties["RETRY_TOPIC"] == RETRY_TOPIC
     assert dead.properties["KEYS"] == "bad" and dead.reconsume_times == 3
+
+
+async def _try_lock(addr: str, group: str, topic: str, queues: int) -> list[object]:
+    host, _, port = addr.rpartition(":")
+    c = await RemotingClient.connect(host, int(port))
+    mqs = [{"topic": topic, "brokerName": "broker-a", "queueId": q} for q in range(queues)]
+    body = {"consumerGroup": group, "clientId": "intruder@1", "mqSet": mqs}
+    r = await c.request(41, body=json.dumps(body).encode())
+    await c.close()
+    locked: list[object] = json.loads(r.body)["lockOKMQSet"]
+    return locked
+
+
+def test_orderly_push_consumer_holds_queue_locks_and_consumes_in_order(env: Env) -> None:
+    topic, group = "WheelOrderly", "G-orderly"
+    env.client.route_topic_create(topic, [QueueData("broker-a", 2, 2, 6)])
+    sent = produce(env, [item(f"o-{i}", f"ordered {i}".encode(), topic=topic) for i in range(6)])
+    assert all(r["status"] == 0 for r in sent)
+    proc = subprocess.Popen(
+        [sys.executable, WHEEL, "consume", env.namesrv, group, topic, "0", "60", "", "orderly"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=wheel_env(env), start_new_session=True,
+    )  # fmt: skip
+    lines: list[dict[str, Any]] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith(b"{"):
+                lines.append(json.loads(line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_for("6 messages consumed in order", lambda: len(lines) >= 6, timeout=60)
+        # the C++ orderly consumer locked both queues (LOCK_BATCH_MQ): nobody else gets them
+        wait_for(
+            "the queues locked",
+            lambda: asyncio.run(_try_lock(env.broker.addr, group, topic, 2)) == [],
+        )
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        reader.join(10)
+    for q in (0, 1):
+        offsets = [d["queue_offset"] for d in lines if d["queue_id"] == q]
+        assert offsets == sorted(offsets) and len(offsets) == 3, lines
+    assert sorted(d["keys"] for d in lines) == [f"o-{i}" for i in range(6)]
