@@ -64,7 +64,8 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         "broker",
         parents=[common],
         help="run one RocketMQ-protocol broker replica",
-        description=__doc__.split("\n\n")[2] if __doc__ else None,
+        description="Run one broker replica until SIGINT/SIGTERM: the RocketMQ remoting front on"
+        " --listen, registered with its topics in the routes of --endpoints under --cluster.",
     )
     p.add_argument("--group", required=True, metavar="NAME", help="the broker name (replica group)")
     p.add_argument("--data-dir", required=True, metavar="DIR")

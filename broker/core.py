@@ -21,7 +21,7 @@ from broker.consumers.locks import LockManager
 from broker.consumers.offsets import OffsetStore
 from broker.consumers.registry import ConsumerRegistry
 from broker.pull.hold import PullHold
-from broker.replication import Admission, PutStatus, Replication, put_status
+from broker.replication import PutStatus, Replication, put_status
 from broker.store import MessageStore, PutResult, StoredMessage
 from broker.topics import TopicTable
 
@@ -102,9 +102,7 @@ class BrokerCore:
             self.hold.notify(m.topic, m.queue_id)
         if results and status is PutStatus.PUT_OK:
             last = results[-1]
-            status = await self.replication.wait(
-                last.physical_offset + last.size, Admission(admission.need_acks), True
-            )
+            status = await self.replication.wait(last.physical_offset + last.size, admission, True)
         return self._count(status), results
 
     def _count(self, status: PutStatus) -> PutStatus:

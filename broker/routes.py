@@ -53,7 +53,7 @@ class RouteRegistrar:
             if topics.get(t.topic) is None:
                 topics.put(t)
 
-    def request(self) -> RegisterRequest:
+    def request(self) -> routing_pb2.RegisterBrokerRequest:
         c = self.config
         host, port = c.advertised_host, c.listen_port
         req = routing_pb2.RegisterBrokerRequest(
@@ -145,6 +145,3 @@ class RouteRegistrar:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
-
-
-RegisterRequest = routing_pb2.RegisterBrokerRequest

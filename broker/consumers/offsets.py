@@ -20,6 +20,12 @@ OffsetKey = tuple[str, str, int]  # group, topic, queue id
 
 
 class OffsetStore(Protocol):
+    @property
+    def loaded(self) -> bool:
+        """False while the stored offsets are not read yet (metaledger unreachable at
+        start): QUERY_CONSUMER_OFFSET is refused then rather than answered from nothing."""
+        ...
+
     def load(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset of the queue, None if it never committed. Memory
         only, never blocks, never raises."""
@@ -39,6 +45,11 @@ class InMemoryOffsetStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.offsets: dict[OffsetKey, int] = {}
+        self._loaded = True
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
 
     def load(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.offsets.get((group, topic, queue_id))
@@ -66,6 +77,7 @@ class KvOffsetStore(InMemoryOffsetStore):
         self.client = client
         self.prefix = f"/brokers/{broker_name}/offsets/"
         self._flushed: dict[OffsetKey, int] = {}
+        self._loaded = False
 
     def key(self, group: str, topic: str, queue_id: int) -> str:
         return f"{self.prefix}{group}/{topic}/{queue_id}"
@@ -86,11 +98,15 @@ class KvOffsetStore(InMemoryOffsetStore):
             if k is None or not kv.value.isdigit():
                 continue
             self.commit(*k, int(kv.value))
-            self._flushed[k] = max(self._flushed.get(k, -1), int(kv.value))
+            with self._lock:
+                self._flushed[k] = max(self._flushed.get(k, -1), int(kv.value))
             n += 1
+        self._loaded = True
         return n
 
     def flush(self) -> None:
+        if not self._loaded:
+            self.load_all()
         with self._lock:
             dirty = {k: v for k, v in self.offsets.items() if self._flushed.get(k) != v}
         if not dirty:

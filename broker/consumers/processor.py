@@ -147,6 +147,8 @@ class ConsumerProcessor:
     # ---------------------------------------------------------------- offsets
     async def query_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = ConsumerOffsetHeader.parse(request, with_offset=False)
+        if not self.core.offsets.loaded:  # answering 0 or 22 now would rewind or skip
+            raise BrokerRequestError("consumer offsets are not loaded from metaledger yet, retry")
         offset = self.core.offsets.load(h.consumer_group, h.topic, h.queue_id)
         if offset is None:
             if self.core.store.min_offset(h.topic, h.queue_id) <= 0:

@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from broker.consumers.offsets import InMemoryOffsetStore
 from tests.unit.broker.front.conftest import TOPIC, Ctx, run_broker
 
@@ -167,3 +169,47 @@ def test_in_memory_offsets_only_rise() -> None:
     s.commit("g", "t", 0, 5)
     s.commit("g", "t", 0, 2)
     assert s.load("g", "t", 0) == 5
+
+
+def test_query_offset_is_refused_until_the_offsets_are_loaded(tmp_path: Path) -> None:
+    async def scenario(ctx: Ctx) -> None:
+        offsets = ctx.replica.core.offsets
+        assert isinstance(offsets, InMemoryOffsetStore)
+        offsets._loaded = False  # as a KvOffsetStore whose metaledger was down at start
+        q = {"consumerGroup": "CG", "topic": TOPIC, "queueId": 0}
+        r = await ctx.client.request(14, q)
+        assert r.code == 1 and "not loaded" in (r.remark or "")
+        offsets._loaded = True
+        assert (await ctx.client.request(14, q)).code == 0
+
+    run_broker(tmp_path, scenario)
+
+
+def test_kv_offsets_load_before_the_first_flush() -> None:
+    from broker.consumers.offsets import KvOffsetStore
+    from nameserver.client import Unavailable
+    from nameserver.client.kv import KeyValue, RangeResult, TxnResult
+
+    class Kv:
+        down = True
+        txns: list[object] = []
+
+        def get(self, key: str, prefix: bool = False) -> RangeResult:
+            if self.down:
+                raise Unavailable("metaledger down")
+            kv = KeyValue(b"/brokers/b/offsets/g/t/0", b"9", 1, 5, 1, 0)
+            return RangeResult(5, [kv], False, 1)
+
+        def txn(self, compares: object, success: object = ()) -> TxnResult:
+            self.txns.append(success)
+            return TxnResult(6, True, [])
+
+    kv = Kv()
+    store = KvOffsetStore(kv, "b")  # type: ignore[arg-type]
+    assert not store.loaded
+    store.commit("g", "t", 0, 4)
+    with pytest.raises(Unavailable):
+        store.flush()
+    kv.down = False
+    store.flush()  # loads first: the stored 9 wins over the 4 committed meanwhile
+    assert store.loaded and store.load("g", "t", 0) == 9 and kv.txns == []
