@@ -6,8 +6,10 @@ import asyncio
 import struct
 from pathlib import Path
 
+import pytest
+
 from broker.send.batch import BatchItem, encode_batch
-from broker.store import decode
+from broker.store import FlushMode, decode
 from tests.unit.broker.front.conftest import TOPIC, Ctx, props, run_broker
 
 
@@ -20,7 +22,10 @@ def records(body: bytes) -> list[bytes]:
     return out
 
 
-def test_send_then_pull_is_byte_exact_with_string_ext_fields(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flush", [FlushMode.ASYNC_FLUSH, FlushMode.SYNC_FLUSH])
+def test_send_then_pull_is_byte_exact_with_string_ext_fields(
+    tmp_path: Path, flush: FlushMode
+) -> None:
     payload = bytes(range(256)) * 3
 
     async def scenario(ctx: Ctx) -> None:
@@ -47,7 +52,7 @@ def test_send_then_pull_is_byte_exact_with_string_ext_fields(tmp_path: Path) -> 
         assert m.store_host.port == ctx.port and m.born_host.ip == "127.0.0.1"
         assert m.born_timestamp == 1700000000000
 
-    run_broker(tmp_path, scenario)
+    run_broker(tmp_path, scenario, flush_mode=flush)
 
 
 def test_v2_short_names_and_lenient_values(tmp_path: Path) -> None:
