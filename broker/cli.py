@@ -134,14 +134,14 @@ def run_broker(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"metaledger: broker: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return asyncio.run(_serve(config))
+    return asyncio.run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0)))
 
 
-async def _serve(config: BrokerConfig) -> int:
+async def _serve(config: BrokerConfig, timeout_s: float) -> int:
     from broker.replica import Replica
     from nameserver.client import Client
 
-    client = Client(list(config.endpoints), timeout_s=5.0)
+    client = Client(list(config.endpoints), timeout_s=timeout_s)
     try:
         replica = Replica(config, client=client)
     except OSError as exc:
