@@ -86,6 +86,7 @@ class Replica:
             self.core, os.path.join(config.data_dir, "delayOffset.json")
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._flush_failing = False
 
     async def start(self) -> tuple[str, int]:
         if isinstance(self.offsets, KvOffsetStore):
@@ -120,7 +121,13 @@ class Replica:
         try:
             await asyncio.to_thread(self.offsets.flush)
         except ClientError as exc:
-            log.warning("broker: consumer offsets not flushed (retrying): %s", exc)
+            if not self._flush_failing:  # once per outage, not every second
+                log.warning("broker: consumer offsets not flushed (retrying): %s", exc)
+            self._flush_failing = True
+            return
+        if self._flush_failing:
+            log.info("broker: consumer offsets flushed again")
+        self._flush_failing = False
 
     async def _expire_consumers(self) -> None:
         while True:

@@ -129,7 +129,9 @@ class RouteRegistrar:
         full_every = self.config.register_interval_ms / 1000
         last_full = -full_every
         c = self.config
+        failing = False
         while True:
+            self._wake.clear()  # a change from here on wakes the next round at once
             try:
                 now = time.monotonic()
                 if self.registered_version != self.topics.version or now - last_full >= full_every:
@@ -140,8 +142,12 @@ class RouteRegistrar:
                 ):
                     await asyncio.to_thread(self.register)
                     last_full = now
+                if failing:
+                    log.info("routes: registered in metaledger again")
+                failing = False
             except ClientError as exc:
-                log.warning("routes: registration in metaledger failed (retrying): %s", exc)
-            self._wake.clear()
+                if not failing:  # once per outage, not every heartbeat
+                    log.warning("routes: registration in metaledger failed (retrying): %s", exc)
+                failing = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
