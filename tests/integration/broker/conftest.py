@@ -92,6 +92,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
+                self.stop(signal.SIGKILL)  # never left running by a failed start
                 raise TimeoutError(f"broker not serving after {timeout} s:\n{self.log_tail()}")
             time.sleep(0.05)
 
