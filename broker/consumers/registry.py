@@ -84,7 +84,8 @@ class ConsumerRegistry:
         self.groups: dict[str, ConsumerGroup] = {}
 
     def heartbeat(self, client_id: str, peer: Peer, data: dict[str, Any], now_ms: int) -> list[str]:
-        """Register one consumerData entry of a heartbeat; returns [group] if its members changed."""
+        """Register one consumerData entry of a heartbeat; returns [group] if its members or
+        subscriptions changed (J4 ``ConsumerManager.registerConsumer``: ``r1 || r2``)."""
         name = data.get("groupName")
         if not isinstance(name, str) or not name:
             raise BrokerRequestError("heartbeat: a consumerData entry has no groupName")
@@ -96,6 +97,7 @@ class ConsumerRegistry:
             subs[s["topic"]] = parse_expression(
                 s["topic"], str(s.get("subString") or "*"), str(s.get("expressionType") or "TAG")
             )
+        resubscribed = group.subscriptions != subs  # RocketMQ notifies on r1 || r2
         group.subscriptions = subs
         group.consume_type = _enum(data.get("consumeType"), CONSUME_TYPES)
         group.message_model = _enum(data.get("messageModel"), MESSAGE_MODELS)
@@ -103,7 +105,7 @@ class ConsumerRegistry:
         old = group.members.get(client_id)
         group.members[client_id] = Member(client_id, peer, now_ms)
         changed = old is None or old.peer.connection_id != peer.connection_id
-        return [name] if changed else []
+        return [name] if changed or resubscribed else []
 
     def unregister(self, client_id: str, group_name: str | None) -> list[str]:
         changed = []

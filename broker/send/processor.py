@@ -85,6 +85,8 @@ class SendProcessor:
             )
         born = peer_host(peer)
         if h.batch:
+            if h.topic.startswith(RETRY_PREFIX):
+                raise BrokerRequestError("batch message does not support retry group")
             items = decode_batch(request.body)
             messages = [
                 self._message(h, h.topic, queue_id, it.body, it.flag, it.properties, born)

@@ -213,3 +213,18 @@ def test_kv_offsets_load_before_the_first_flush() -> None:
     kv.down = False
     store.flush()  # loads first: the stored 9 wins over the 4 committed meanwhile
     assert store.loaded and store.load("g", "t", 0) == 9 and kv.txns == []
+
+
+def test_registry_reports_member_and_subscription_changes_only() -> None:
+    from broker.consumers.registry import ConsumerRegistry
+    from broker.remoting.server import Peer
+
+    reg = ConsumerRegistry()
+    peer = Peer(1, "127.0.0.1:5")
+    data = CPP_HEARTBEAT["consumerDataSet"][0]  # type: ignore[index]
+    assert reg.heartbeat("c1", peer, data, 0) == ["CG"]  # joined
+    assert reg.heartbeat("c1", peer, data, 1) == []  # the same again: nothing to tell
+    other = {**data, "subscriptionDataSet": [{"topic": TOPIC, "subString": "x || y"}]}
+    assert reg.heartbeat("c1", peer, other, 2) == ["CG"]  # resubscribed
+    assert reg.heartbeat("c1", Peer(2, "127.0.0.1:6"), other, 3) == ["CG"]  # reconnected
+    assert reg.expire(3 + 120_001) == ["CG"] and reg.client_ids("CG") == []

@@ -82,6 +82,8 @@ def test_batches_as_320_and_as_code_10_with_batch_1(tmp_path: Path) -> None:
         p = await ctx.pull(0)
         bodies = [decode(x).body for x in records(p.body)]
         assert bodies == [it.body for it in items] * 2
+        r = await ctx.send(encode_batch(items), topic="%RETRY%CG", code=320, batch=True)
+        assert r.code == 1 and "retry group" in (r.remark or "")
         bad = await ctx.send(b"\x00\x00\x00\x30garbage", code=320, batch=True)
         assert bad.code == 1 and "batch body" in (bad.remark or "")
 
