@@ -63,9 +63,6 @@ class InMemoryOffsetStore:
     def flush(self) -> None:
         pass
 
-    def groups_of(self, topic: str) -> set[str]:
-        return {g for (g, t, _q) in self.offsets if t == topic}
-
 
 class KvOffsetStore(InMemoryOffsetStore):
     """Offsets kept in metaledger's KV, raised only: each flush reads the stored values under

@@ -5,7 +5,9 @@ One module per command group (``serve``, ``cluster`` with ``cluster_restart``, `
 ``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
 ``compact``, ``bench``, ``offsets`` for offsets and quotas, ``replica_group``, ``route`` for
 route and kvconfig), each with a
-``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
+``register(subparsers, common)``; command modules of other packages (``broker.cli``:
+``broker``, ``send``, ``consume``) come in through the entry-point group ``metaledger.commands``,
+so the nameserver never imports them; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode`` (the table ``--help`` prints). Where
 commands connect is decided in ``_common`` alone; the cluster options (``--endpoints``,
 ``--timeout``) are given only to commands that talk to a cluster. Commands use the same
