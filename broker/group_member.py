@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 from broker.ha import EPOCH_FILE_NAME, EpochFile, HAClient, HAMaster
 from broker.metrics import SlaveView, View
@@ -53,6 +54,7 @@ class HASettings:
         heartbeat_interval_s: float = 5.0,
         idle_timeout_s: float = 20.0,
     ) -> None:
+        # the bind address; 0.0.0.0 is fine: slaves dial the master's advertised host
         self.host = host
         self.port = port
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -70,8 +72,12 @@ class GroupMember:
         quorum: QuorumSettings,
         ha: HASettings,
         isr: IsrSettings | None = None,
+        on_role: Callable[[bool, int], None] | None = None,
     ) -> None:
         self.store = store
+        #: told ``(is_master, route_id)`` after each role change: 0 for the master, the
+        #: replica's id for a slave (the ids RocketMQ clients see in the routes)
+        self.on_role = on_role or (lambda master, route_id: None)
         self.ha_settings = ha
         self.epochs = EpochFile(os.path.join(store.root, EPOCH_FILE_NAME))
         self.roles = RoleManager(client, roles, self)
@@ -134,6 +140,7 @@ class GroupMember:
         self._adopt_set(view)
         self.replication.attach(master, end)
         self.keeper.start(master, self._epoch_start(view.master_epoch, end))
+        self.on_role(True, 0)
         log.info(
             "replica %s: master of %s at epoch %d from offset %d (HA %s:%d)",
             self.roles.broker_id,
@@ -151,6 +158,7 @@ class GroupMember:
         if self.ha_client is not None and self.ha_client.master_ha == target:
             return
         await self._stop_client()
+        self.on_role(False, self.roles.broker_id)
         s = self.ha_settings
         client = HAClient(
             self.store,

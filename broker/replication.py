@@ -1,14 +1,19 @@
-"""What the send path asks of replication: may I write, how many replicas must hold it, wait.
+"""How a replica decides when a stored message may be acknowledged: the ``Replication`` protocol.
 
-The interface between ``broker/send`` and the HA/quorum parts (/tmp/broker-plan.md): a send
-asks :meth:`Replication.writable`, then :meth:`Replication.admit` before the append (RocketMQ 5
-evaluates needAckNums before it, research/broker.md §6.2), appends, then awaits
-:meth:`Replication.wait`. :class:`Standalone` is the one-replica implementation;
-``broker.quorum.replication.QuorumReplication`` the master of a replica group.
+The send path (``broker.send``) asks, in order (RocketMQ 5's ``CommitLog.asyncPutMessage``:
+needAckNums is evaluated before the append, the wait happens after it,
+research/broker.md §6.2):
 
-PutStatus -> response code (research/broker.md §3.1): PUT_OK 0, FLUSH_DISK_TIMEOUT 10,
-FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11, IN_SYNC_REPLICAS_NOT_ENOUGH 1 (remark
-"in-sync replicas not enough", trap 1), SERVICE_NOT_AVAILABLE 14, MESSAGE_ILLEGAL 13.
+1. ``writable()``: None, or why this replica refuses sends (a slave, a fenced master):
+   SERVICE_NOT_AVAILABLE (14) with that remark;
+2. ``admit(end_offset)``: how many replicas (the master included) must hold the message, or
+   a refusing :class:`PutStatus` (IN_SYNC_REPLICAS_NOT_ENOUGH: nothing is stored);
+3. the store's append;
+4. ``await wait(next_offset, admission, wait_store_ok)``: the status the client gets.
+
+``readable_limit()`` bounds what consumers see (5.x: up to the confirm offset, trap 11).
+:class:`Standalone` is one replica: always writable, one ack (its own), PUT_OK at once.
+The HA/quorum implementations live in ``broker.quorum`` and ``broker.ha``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["Admission", "PutStatus", "Replication", "Standalone"]
+from broker.remoting.codes import ResponseCode
 
 
 class PutStatus(enum.Enum):
@@ -28,34 +33,68 @@ class PutStatus(enum.Enum):
     IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+#: PutStatus → (response code, remark) as J5 ``SendMessageProcessor.java:378-449`` answers;
+#: the first four mean "stored on the master" (research/broker.md §3.1, trap 1).
+RESPONSE: dict[PutStatus, tuple[int, str | None]] = {
+    PutStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (
+        ResponseCode.SYSTEM_ERROR,
+        "in-sync replicas not enough",
+    ),
+    PutStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now, the store cannot be written (disk full?)",
+    ),
+    PutStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length is too long",
+    ),
+    PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+
+def put_status(name: str) -> PutStatus:
+    """The store's status name (``PutResult.status``) as a PutStatus (unknown → UNKNOWN_ERROR)."""
+    try:
+        return PutStatus(name)
+    except ValueError:
+        return PutStatus.UNKNOWN_ERROR
 
 
 @dataclass(frozen=True)
 class Admission:
-    need_acks: int  # replicas incl. the master
+    need_acks: int
+    """Replicas that must hold the message, the master included."""
 
 
 class Replication(Protocol):
     def writable(self) -> str | None:
-        """None, or why sends are refused (slave, fenced) -> SERVICE_NOT_AVAILABLE with that
-        remark."""
+        """None, or why sends are refused now (answered SERVICE_NOT_AVAILABLE). Never raises."""
         ...
 
     def admit(self, end_offset: int) -> Admission | PutStatus:
-        """Before the append (seed 004 evaluates needAckNums before)."""
+        """Before the append at commit-log ``end_offset``: the acks to wait for, or a
+        refusing status (nothing is stored then). Never raises."""
         ...
 
     async def wait(self, next_offset: int, admission: Admission, wait_store_ok: bool) -> PutStatus:
-        """After the append."""
+        """After the append (the message ends at ``next_offset``): the status the sender
+        gets, once enough replicas hold it or their time ran out. Never raises."""
         ...
 
     def readable_limit(self) -> int | None:
-        """Commit-log offset consumers may see up to (confirm offset), None = all."""
+        """The commit-log offset consumers may read up to (the confirm offset); None = all."""
         ...
 
 
 class Standalone:
-    """One replica: always writable, need 1, PUT_OK at once."""
+    """One replica and no copies: writable, one ack, PUT_OK at once, everything readable."""
 
     def writable(self) -> str | None:
         return None

@@ -5,7 +5,9 @@ One module per command group (``serve``, ``cluster`` with ``cluster_restart``, `
 ``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
 ``compact``, ``bench``, ``offsets`` for offsets and quotas, ``replica_group``, ``route`` for
 route and kvconfig), each with a
-``register(subparsers, common)``; results go through ``printers`` (``--output table|json``)
+``register(subparsers, common)``; command modules of other packages (``broker.cli``:
+``broker``, ``send``, ``consume``) come in through the entry-point group ``metaledger.commands``,
+so the nameserver never imports them; results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode`` (the table ``--help`` prints). Where
 commands connect is decided in ``_common`` alone; the cluster options (``--endpoints``,
 ``--timeout``) are given only to commands that talk to a cluster. Commands use the same
@@ -19,7 +21,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from importlib.metadata import entry_points
+from typing import Any
 
 from nameserver.grpc.env import apply_server_defaults
 
@@ -79,6 +83,28 @@ _GROUPS = (
 )
 
 
+#: Command modules of other packages (``broker.cli``: ``metaledger broker|send|consume``) are
+#: found through this entry-point group, so the nameserver never imports them; each entry
+#: point names a ``register(subparsers, common)`` like the modules above.
+COMMANDS_GROUP = "metaledger.commands"
+
+
+def _plugin_commands() -> Iterator[tuple[str, Any]]:
+    """The ``register`` functions of the group's entry points (first of a name wins); one
+    that does not load is reported on stderr and skipped, so the rest of the CLI works."""
+    seen: set[str] = set()
+    for ep in entry_points(group=COMMANDS_GROUP):
+        if ep.name in seen:
+            continue
+        seen.add(ep.name)
+        try:
+            yield ep.name, ep.load()
+        except Exception as exc:  # a broken plugin must not take the nameserver commands along
+            print(
+                f"metaledger: commands {ep.name!r} ({ep.value}) not loaded: {exc}", file=sys.stderr
+            )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metaledger",
@@ -96,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = common_parent()
     for group in _GROUPS:
         group.register(sub, common)
+    for _name, register in _plugin_commands():
+        register(sub, common)
     return parser
 
 

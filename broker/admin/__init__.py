@@ -1,0 +1,1 @@
+"""Admin codes: GET_BROKER_RUNTIME_INFO (28)."""

@@ -1,0 +1,51 @@
+"""GET_BROKER_RUNTIME_INFO (28): ``{"table": {name: value}}``, every value a string, as
+RocketMQ's ``BrokerController.getRuntimeInfo`` writes its KVTable (admin tools only,
+research/broker.md §3)."""
+
+from __future__ import annotations
+
+import json
+
+from broker.core import BrokerCore, now_ms
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.server import Handler, Peer
+from nameserver.remoting.codec import RemotingCommand
+
+VERSION_DESC = "V5_3_3"  # the protocol generation the front answers as (codec.SERVER_VERSION)
+
+
+class AdminProcessor:
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    def handlers(self) -> dict[int, Handler]:
+        return {RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info}
+
+    def table(self) -> dict[str, str]:
+        core = self.core
+        store = core.store
+        limit = core.replication.readable_limit()
+        table = {
+            "brokerVersionDesc": VERSION_DESC,
+            "brokerName": core.config.broker_name,
+            "brokerRole": core.config.broker_role,
+            "brokerAddr": core.config.address,
+            "commitLogMinOffset": str(store.log.min_offset),
+            "commitLogMaxOffset": str(store.log.end_offset),
+            "confirmOffset": str(store.log.end_offset if limit is None else limit),
+            "bootTimestamp": str(core.stats.started_ms),
+            "runtime": f"{(now_ms() - core.stats.started_ms) // 1000} s",
+            "pullMessagesTotal": str(core.stats.pulled_messages),
+            "parkedPulls": str(core.hold.parked),
+            "writable": "true" if core.replication.writable() is None else "false",
+            "consumerGroups": str(len(core.consumers.groups)),
+            "topics": str(len(core.topics.all())),
+        }
+        for status, n in sorted(core.stats.puts_by_status.items()):
+            table[f"putStatus_{status}"] = str(n)
+        table["msgPutTotalTodayNow"] = str(core.stats.puts_by_status.get("PUT_OK", 0))
+        return table
+
+    async def runtime_info(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        body = json.dumps({"table": self.table()}, sort_keys=True).encode()
+        return request.response(ResponseCode.SUCCESS, body=body)

@@ -1,0 +1,216 @@
+"""``metaledger broker``, ``metaledger send`` and ``metaledger consume``.
+
+Loaded by ``nameserver.cli`` through the entry-point group ``metaledger.commands``
+(``broker = "broker.cli:register"`` in pyproject.toml), so the nameserver never imports the
+broker. ``register(subparsers, common)`` adds the three commands; ``common`` is the parent
+parser of commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``).
+
+``metaledger broker --group NAME --data-dir DIR`` runs one replica until SIGINT/SIGTERM:
+the remoting front on ``--listen`` (default ``0.0.0.0:10911``), registered in the routes of
+``--endpoints`` under ``--cluster``. It prints ``broker NAME serving on ADDR`` once serving.
+Send and consume are in :mod:`broker.cli_messages`. Exit codes are the ``metaledger`` table's
+numbers (``nameserver/cli/exitcodes.py``), repeated here because a broker may not import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import TYPE_CHECKING, Any
+
+from broker.cli_messages import register_messages
+from broker.config import DEFAULT_PORT, BrokerConfig, ConfigError
+from broker.store import FlushMode
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CANNOT_START = 0, 1, 2, 78
+ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
+DEFAULT_ENDPOINTS = "127.0.0.1:9877"
+
+
+def endpoints_of(args: argparse.Namespace) -> list[str]:
+    raw = getattr(args, "endpoints", None) or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
+    return [e.strip() for e in raw.split(",") if e.strip()]
+
+
+def host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return text, default_port
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r}: the port must be 1-65535")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def advertised(host: str) -> str:
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "broker",
+        parents=[common],
+        help="run one RocketMQ-protocol broker replica",
+        description="Run one broker replica until SIGINT/SIGTERM: the RocketMQ remoting front on"
+        " --listen, registered with its topics in the routes of --endpoints under --cluster.",
+    )
+    p.add_argument("--group", required=True, metavar="NAME", help="the broker name (replica group)")
+    p.add_argument("--data-dir", required=True, metavar="DIR")
+    p.add_argument(
+        "--listen",
+        type=host_port,
+        default=("0.0.0.0", DEFAULT_PORT),
+        metavar="HOST:PORT",
+        help=f"remoting address (default 0.0.0.0:{DEFAULT_PORT})",
+    )
+    p.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the address clients reach (STOREHOST); default the --listen host, or this machine's",
+    )
+    p.add_argument("--cluster", default="DefaultCluster")
+    p.add_argument(
+        "--broker-id",
+        type=int,
+        default=0,
+        help="the replica id to ask metaledger for; 0 (default): metaledger assigns one, and"
+        " gives a restarted replica its id back. Which replica is master is metaledger's call",
+    )
+    p.add_argument(
+        "--listen-ha",
+        type=host_port,
+        default=None,
+        metavar="HOST:PORT",
+        help="HA address slaves connect to (default: the --listen port + 1, where slaves of this"
+        " group look for it)",
+    )
+    p.add_argument(
+        "--listen-metrics",
+        default="",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off)",
+    )
+    p.add_argument(
+        "--replica-heartbeat-timeout-ms",
+        type=int,
+        default=10_000,
+        metavar="MS",
+        help="metaledger declares this replica dead (and elects another master) after this long"
+        " without a heartbeat; a master fences itself after it (default 10000)",
+    )
+    p.add_argument(
+        "--slave-timeout-ms",
+        type=int,
+        default=3000,
+        metavar="MS",
+        help="SYNC_MASTER: how long a send waits for slaves before FLUSH_SLAVE_TIMEOUT (3000)",
+    )
+    p.add_argument(
+        "--ha-max-time-slave-not-catchup-ms",
+        type=int,
+        default=15_000,
+        metavar="MS",
+        help="a slave not caught up this long leaves the in-sync set (default 15000)",
+    )
+    p.add_argument("--flush", choices=[m.value for m in FlushMode], default="ASYNC_FLUSH")
+    p.add_argument("--broker-role", choices=["ASYNC_MASTER", "SYNC_MASTER"], default="ASYNC_MASTER")
+    p.add_argument(
+        "--retry-max-times",
+        type=int,
+        default=16,
+        help="a consumer group's retryMaxTimes: reconsumes before the DLQ (default 16)",
+    )
+    p.add_argument(
+        "--message-delay-level",
+        default=None,
+        metavar="LEVELS",
+        help='delay levels, e.g. "1s 5s 10s" (RocketMQ\'s messageDelayLevel)',
+    )
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(run=run_broker)
+    register_messages(subparsers, common)
+
+
+def build_config(args: argparse.Namespace) -> BrokerConfig:
+    host, port = args.listen
+    kw: dict[str, Any] = {}
+    if args.message_delay_level:
+        kw["message_delay_levels"] = args.message_delay_level
+    return BrokerConfig(
+        broker_name=args.group,
+        data_dir=args.data_dir,
+        cluster=args.cluster,
+        broker_id=args.broker_id,
+        listen_host=host,
+        listen_port=port,
+        advertised_host=args.advertise or advertised(host),
+        flush_mode=FlushMode(args.flush),
+        broker_role=args.broker_role,
+        endpoints=tuple(endpoints_of(args)),
+        retry_max_times=args.retry_max_times,
+        ha_host=args.listen_ha[0] if args.listen_ha else "",
+        ha_port=args.listen_ha[1] if args.listen_ha else 0,
+        metrics_listen=args.listen_metrics,
+        replica_heartbeat_timeout_ms=args.replica_heartbeat_timeout_ms,
+        slave_timeout_ms=args.slave_timeout_ms,
+        ha_max_time_slave_not_catchup_ms=args.ha_max_time_slave_not_catchup_ms,
+        **kw,
+    ).validate()
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = build_config(args)
+    except ConfigError as exc:
+        print(f"metaledger: broker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0)))
+
+
+async def _serve(config: BrokerConfig, timeout_s: float) -> int:
+    from broker.replica import Replica
+    from nameserver.client import Client
+
+    client = Client(list(config.endpoints), timeout_s=timeout_s)
+    try:
+        replica = Replica(config, client=client)
+    except OSError as exc:
+        print(f"metaledger: broker: cannot open {config.data_dir}: {exc}", file=sys.stderr)
+        return EXIT_CANNOT_START
+    try:
+        await replica.start()
+    except OSError as exc:
+        print(
+            f"metaledger: broker: cannot listen on {config.listen_host}:{config.listen_port}: {exc}",
+            file=sys.stderr,
+        )
+        await replica.stop()
+        return EXIT_CANNOT_START
+    print(f"broker {config.broker_name} serving on {config.address}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await replica.stop()
+    with contextlib.suppress(Exception):
+        client.close()
+    return EXIT_OK

@@ -1,0 +1,299 @@
+"""``metaledger send TOPIC ... BODY|-`` and ``metaledger consume TOPIC --group G ...``.
+
+For a person at a terminal: the topic's route comes from metaledger (``Client.route_get``);
+both then speak the remoting protocol to the brokers themselves (``broker.remoting.client``
+over the shared codec), as a RocketMQ client would (research/broker.md §2-§3):
+
+- send: SEND_MESSAGE (10) to the master (id 0) of a broker with writable queues, queue
+  picked at random; prints the msgId, queue and offset.
+- consume: per readable queue, QUERY_CONSUMER_OFFSET (22 → GET_MAX_OFFSET: only new
+  messages, as CONSUME_FROM_LAST_OFFSET), then PULL_MESSAGE with long polling and the tag
+  expression; prints each message and commits the offsets (UPDATE_CONSUMER_OFFSET) before
+  leaving. Stops after ``--count`` messages or ``--timeout`` seconds (exit 7 if fewer came).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker.remoting.client import RemotingClient, RemotingClientError
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.send.batch import offset_msg_id
+from broker.store import DecodeError, decode
+
+if TYPE_CHECKING:
+    from nameserver.client.routing import Route
+
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+EXIT_OK, EXIT_ERROR, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT = 0, 1, 3, 4, 7
+
+
+def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+    s = subparsers.add_parser("send", parents=[common], help="send one message to a topic")
+    s.add_argument("topic")
+    s.add_argument("body", help="the message body, or - to read it from stdin (bytes as they are)")
+    s.add_argument("--tags", default="")
+    s.add_argument("--keys", default="")
+    s.add_argument("--property", action="append", default=[], metavar="K=V", help="repeatable")
+    s.add_argument("--producer-group", default="metaledger-cli")
+    s.set_defaults(run=run_send)
+    # not the common parent: --timeout here is how long to consume, not a request deadline
+    c = subparsers.add_parser("consume", help="consume messages of a topic")
+    c.add_argument("--endpoints", default=argparse.SUPPRESS, metavar="HOST:PORT,...")
+    c.add_argument("-w", "--output", choices=["table", "json"], default=argparse.SUPPRESS)
+    c.add_argument("topic")
+    c.add_argument("--group", required=True, help="the consumer group (its offsets are committed)")
+    c.add_argument("--tags", default="*", metavar="EXPR", help='tag expression, e.g. "a || b"')
+    c.add_argument(
+        "--count", type=int, default=0, help="stop after N messages (default: until --timeout)"
+    )
+    c.add_argument(
+        "--timeout",
+        dest="wait_s",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="stop after this long (default 10)",
+    )
+    c.set_defaults(run=run_consume)
+
+
+def _route(args: argparse.Namespace) -> Route:
+    from broker.cli import endpoints_of
+    from nameserver.client import Client
+
+    timeout_s = float(getattr(args, "timeout_s", None) or 5.0)
+    with Client(endpoints_of(args), timeout_s=timeout_s) as client:
+        return client.route_get(args.topic)
+
+
+def _addr(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def _properties(args: argparse.Namespace) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for item in args.property:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"metaledger: send: --property {item!r} is not K=V")
+        props[key] = value
+    if args.tags:
+        props["TAGS"] = args.tags
+    if args.keys:
+        props["KEYS"] = args.keys
+    props["UNIQ_KEY"] = os.urandom(16).hex().upper()
+    return props
+
+
+def run_send(args: argparse.Namespace) -> int:
+    from nameserver.client import ClientError, NotFound
+
+    body = sys.stdin.buffer.read() if args.body == "-" else args.body.encode()
+    props = _properties(args)
+    try:
+        route = _route(args)
+    except NotFound:
+        print(f"metaledger: send: topic {args.topic} has no route", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except ClientError as exc:
+        print(f"metaledger: send: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
+    targets = [
+        (masters[q.broker_name], q.write_queue_nums)
+        for q in route.queues
+        if q.perm & 2 and q.write_queue_nums > 0 and masters.get(q.broker_name)
+    ]
+    if not targets:
+        print(
+            f"metaledger: send: topic {args.topic} has no writable queue on a master",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_FOUND
+    addr, queues = random.choice(targets)
+    assert addr is not None
+    ext = {
+        "producerGroup": args.producer_group, "topic": args.topic, "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 4, "queueId": random.randrange(queues), "sysFlag": 0,
+        "bornTimestamp": int(time.time() * 1000), "flag": 0,
+        "properties": "".join(f"{k}\x01{v}\x02" for k, v in props.items()),
+        "reconsumeTimes": 0, "unitMode": False, "batch": False,
+    }  # fmt: skip
+
+    async def go() -> Any:
+        client = await RemotingClient.connect(*_addr(addr))
+        try:
+            return await client.request(RequestCode.SEND_MESSAGE, ext, body, timeout_s=10)
+        finally:
+            await client.close()
+
+    try:
+        r = asyncio.run(go())
+    except (OSError, RemotingClientError, TimeoutError) as exc:
+        print(f"metaledger: send: broker {addr}: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    doc = {
+        "status": ResponseCode(r.code).name
+        if r.code in ResponseCode._value2member_map_
+        else r.code,
+        "broker": addr,
+        **r.ext_fields,
+    }
+    if r.code != ResponseCode.SUCCESS:
+        print(
+            f"metaledger: send: broker {addr} answered {doc['status']}: {r.remark}", file=sys.stderr
+        )
+        return EXIT_ERROR
+    if getattr(args, "output", None) == "json":
+        print(json.dumps(doc))
+    else:
+        print(
+            f"SEND_OK msgId={r.ext_fields.get('msgId')} queue={r.ext_fields.get('queueId')} "
+            f"offset={r.ext_fields.get('queueOffset')} broker={addr}"
+        )
+    return EXIT_OK
+
+
+@dataclass
+class _Queue:
+    addr: str
+    queue_id: int
+    offset: int = 0
+    committed: int = -1
+
+
+def _printable(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + body.hex()
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    from nameserver.client import ClientError, NotFound
+
+    try:
+        route = _route(args)
+    except NotFound:
+        print(f"metaledger: consume: topic {args.topic} has no route", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except ClientError as exc:
+        print(f"metaledger: consume: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
+    queues = [
+        _Queue(masters[q.broker_name] or "", i)
+        for q in route.queues
+        if q.perm & 4 and masters.get(q.broker_name)
+        for i in range(q.read_queue_nums)
+    ]
+    try:
+        got = asyncio.run(_consume(args, queues))
+    except (OSError, RemotingClientError) as exc:
+        print(f"metaledger: consume: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return EXIT_OK if not args.count or got >= args.count else EXIT_TIMEOUT
+
+
+async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
+    clients: dict[str, RemotingClient] = {}
+    for q in queues:
+        if q.addr not in clients:
+            clients[q.addr] = await RemotingClient.connect(*_addr(q.addr))
+    deadline = time.monotonic() + args.wait_s
+    state = {"n": 0}
+    done = asyncio.Event()
+    json_out = getattr(args, "output", None) == "json"
+    client_id = f"{socket.gethostname()}@{os.getpid()}"
+    for c in clients.values():
+        heartbeat = {"clientID": client_id, "consumerDataSet": [{
+            "groupName": args.group, "consumeType": "CONSUME_ACTIVELY", "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+            "subscriptionDataSet": [{"topic": args.topic, "subString": args.tags, "expressionType": "TAG"}]}]}  # fmt: skip
+        await c.request(RequestCode.HEART_BEAT, body=json.dumps(heartbeat).encode())
+
+    async def one(q: _Queue) -> None:
+        c = clients[q.addr]
+        ident = {"consumerGroup": args.group, "topic": args.topic, "queueId": q.queue_id}
+        r = await c.request(RequestCode.QUERY_CONSUMER_OFFSET, ident)
+        if r.code == ResponseCode.SUCCESS:
+            q.offset = int(r.ext_fields.get("offset", "0"))
+        else:
+            r = await c.request(
+                RequestCode.GET_MAX_OFFSET, {"topic": args.topic, "queueId": q.queue_id}
+            )
+            q.offset = int(r.ext_fields.get("offset", "0"))
+        q.committed = q.offset
+        while not done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            ext = {**ident, "queueOffset": q.offset, "maxMsgNums": 32, "sysFlag": 0x2 | 0x4,
+                   "commitOffset": 0, "suspendTimeoutMillis": int(min(left, 1) * 1000),
+                   "subVersion": 0, "subscription": args.tags, "expressionType": "TAG"}  # fmt: skip
+            r = await c.request(RequestCode.PULL_MESSAGE, ext, timeout_s=left + 10)
+            q.offset = int(r.ext_fields.get("nextBeginOffset", q.offset))
+            if r.code != ResponseCode.SUCCESS:
+                if r.code not in (
+                    ResponseCode.PULL_NOT_FOUND,
+                    ResponseCode.PULL_RETRY_IMMEDIATELY,
+                    ResponseCode.PULL_OFFSET_MOVED,
+                ):
+                    raise RemotingClientError(f"pull from {q.addr}: code {r.code}: {r.remark}")
+                continue
+            pos = 0
+            while pos < len(r.body):
+                (total,) = struct.unpack_from(">i", r.body, pos)
+                raw = r.body[pos : pos + total]
+                pos += total
+                try:
+                    m = decode(raw)
+                except DecodeError as exc:
+                    raise RemotingClientError(f"pull from {q.addr}: bad record: {exc}") from None
+                if args.count and state["n"] >= args.count:
+                    done.set()
+                    return
+                state["n"] += 1
+                q.committed = m.queue_offset + 1
+                msg_id = offset_msg_id(m.store_host.ip, m.store_host.port, m.physical_offset)
+                doc = {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+                       "msgId": msg_id, "tags": m.tags, "keys": m.properties.get("KEYS", ""),
+                       "properties": m.properties, "body": _printable(m.body)}  # fmt: skip
+                if json_out:
+                    print(json.dumps(doc), flush=True)
+                else:
+                    print(
+                        f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags!r} "
+                        f"keys={doc['keys']!r} {doc['body']}",
+                        flush=True,
+                    )
+                if args.count and state["n"] >= args.count:
+                    done.set()
+
+    try:
+        await asyncio.gather(*(one(q) for q in queues))
+    finally:
+        for q in queues:
+            if q.committed >= 0:
+                await clients[q.addr].request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    "consumerGroup": args.group, "topic": args.topic, "queueId": q.queue_id,
+                    "commitOffset": q.committed})  # fmt: skip
+        for c in clients.values():
+            await c.request(
+                RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": args.group}
+            )
+            await c.close()
+    return state["n"]

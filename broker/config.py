@@ -1,0 +1,132 @@
+"""One broker replica's settings: a frozen dataclass, units in the names, ``validate()``.
+
+Defaults are RocketMQ's (J4 ``BrokerConfig.java``, ``MessageStoreConfig.java``,
+``SubscriptionGroupConfig.java``; research/broker.md §2-§4): port 10911, retryMaxTimes 16,
+the 18 delay levels, long polling with a 15 s client suspend, 60 s queue locks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from broker.store import FlushMode
+
+DEFAULT_PORT = 10911
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_NAME = re.compile(r"[A-Za-z0-9_%|-]{1,127}")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the field."""
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """``messageDelayLevel`` ("1s 5s ... 2h") as milliseconds per level (level 1 first)."""
+    out = []
+    for item in text.split():
+        m = re.fullmatch(r"(\d+)(ms|s|m|h|d)", item)
+        if m is None:
+            raise ConfigError(f"message_delay_levels: {item!r} is not a duration like 5s or 2m")
+        out.append(int(m.group(1)) * _UNITS_MS[m.group(2)])
+    if not out:
+        raise ConfigError("message_delay_levels: at least one level is needed")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_name: str
+    data_dir: str
+    cluster: str = "DefaultCluster"
+    broker_id: int = 0
+    listen_host: str = "0.0.0.0"
+    listen_port: int = DEFAULT_PORT
+    #: the address clients and STOREHOST get (brokerIP1); must be reachable (trap 8)
+    advertised_host: str = "127.0.0.1"
+    flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
+    broker_role: str = "ASYNC_MASTER"
+    #: metaledger gRPC endpoints; empty = no registration (tests, a lone broker)
+    endpoints: tuple[str, ...] = ()
+    default_queue_nums: int = 4
+    retry_max_times: int = 16
+    message_delay_levels: str = DEFAULT_DELAY_LEVELS
+    long_polling: bool = True
+    short_polling_ms: int = 1000
+    lock_expiry_ms: int = 60_000
+    client_expiry_ms: int = 120_000
+    offset_flush_interval_ms: int = 1000
+    register_interval_ms: int = 30_000
+    #: routes: a heartbeat this often; the route drops the broker after the timeout
+    heartbeat_interval_ms: int = 2000
+    heartbeat_timeout_ms: int = 30_000
+    segment_size_bytes: int = 1024 * 1024 * 1024
+    #: HA port (RocketMQ's haListenPort); 0: the remoting port + 1, where slaves look for it
+    ha_port: int = 0
+    #: HA bind host ("" = the listen host)
+    ha_host: str = ""
+    #: metrics HTTP ``host:port`` ("" = none)
+    metrics_listen: str = ""
+    #: replica group: a heartbeat this often; metaledger declares the replica dead (and a
+    #: master is re-elected) after the timeout without one; a master fences itself then
+    replica_heartbeat_interval_ms: int = 1000
+    replica_heartbeat_timeout_ms: int = 10_000
+    #: SYNC_MASTER: how long a send waits for slaves (RocketMQ slaveTimeout)
+    slave_timeout_ms: int = 3000
+    #: in-sync set: a slave not caught up this long is dropped (haMaxTimeSlaveNotCatchup)
+    ha_max_time_slave_not_catchup_ms: int = 15_000
+    #: HA connections: heartbeat frame interval and idle timeout (RocketMQ: 5 s, 20 s)
+    ha_heartbeat_interval_ms: int = 5000
+    ha_idle_timeout_ms: int = 20_000
+
+    @property
+    def ha_listen_port(self) -> int:
+        return self.ha_port or self.listen_port + 1
+
+    @property
+    def address(self) -> str:
+        """``ip:port`` as registered in routes and written as STOREHOST."""
+        return f"{self.advertised_host}:{self.listen_port}"
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_levels)
+
+    def validate(self) -> BrokerConfig:
+        if not _NAME.fullmatch(self.broker_name):
+            raise ConfigError(f"broker_name: {self.broker_name!r} must be 1-127 of [A-Za-z0-9_%|-]")
+        if not _NAME.fullmatch(self.cluster):
+            raise ConfigError(f"cluster: {self.cluster!r} must be 1-127 of [A-Za-z0-9_%|-]")
+        if self.broker_role not in BROKER_ROLES:
+            raise ConfigError(f"broker_role: {self.broker_role!r} is not one of {BROKER_ROLES}")
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"listen_port: {self.listen_port} is not a port")
+        if self.advertised_host in ("", "0.0.0.0", "::"):
+            raise ConfigError("advertised_host: must be an address clients can reach")
+        for name in (
+            "default_queue_nums",
+            "offset_flush_interval_ms",
+            "register_interval_ms",
+            "heartbeat_interval_ms",
+            "heartbeat_timeout_ms",
+            "lock_expiry_ms",
+            "client_expiry_ms",
+            "short_polling_ms",
+            "segment_size_bytes",
+            "replica_heartbeat_interval_ms",
+            "replica_heartbeat_timeout_ms",
+            "slave_timeout_ms",
+            "ha_max_time_slave_not_catchup_ms",
+            "ha_heartbeat_interval_ms",
+            "ha_idle_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.retry_max_times < 0:
+            raise ConfigError(f"retry_max_times: must be >= 0, got {self.retry_max_times}")
+        if self.offset_flush_interval_ms > 1000:
+            raise ConfigError("offset_flush_interval_ms: consumer offsets are flushed within 1 s")
+        self.delay_levels_ms  # noqa: B018  (raises ConfigError when malformed)
+        return self

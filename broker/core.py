@@ -1,0 +1,130 @@
+"""What every request handler of one replica shares: store, replication, topics, consumers.
+
+The store is synchronous (an fdatasync may block for milliseconds): its calls run on a small
+thread pool (:meth:`BrokerCore.run`), never on the event loop. :meth:`BrokerCore.put` is the
+one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
+the append, ``wait`` (broker/replication.py), then long polls of that queue are woken.
+A message with ``WAIT`` = false is not subject to the replicas' admission (RocketMQ applies
+needAckNums only to messages that wait, J5 ``CommitLog.needHandleHA``). After each append
+``appended`` is called (the HA master wakes its streams), and after the replicas' wait the
+long polls are woken again (under a quorum, consumers see a message once it is confirmed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from broker.config import BrokerConfig
+from broker.consumers.locks import LockManager
+from broker.consumers.offsets import OffsetStore
+from broker.consumers.registry import ConsumerRegistry
+from broker.metrics import BrokerMetrics
+from broker.pull.hold import PullHold
+from broker.replication import Admission, PutStatus, Replication, put_status
+from broker.store import MessageStore, PutResult, StoredMessage
+from broker.topics import TopicTable
+
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Stats:
+    """Counters for GET_BROKER_RUNTIME_INFO and metrics."""
+
+    puts_by_status: collections.Counter[str] = field(default_factory=collections.Counter)
+    pulled_messages: int = 0
+    started_ms: int = field(default_factory=now_ms)
+
+
+class BrokerCore:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MessageStore,
+        replication: Replication,
+        topics: TopicTable,
+        offsets: OffsetStore,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.replication = replication
+        self.topics = topics
+        self.offsets = offsets
+        self.consumers = ConsumerRegistry(config.client_expiry_ms)
+        self.locks = LockManager(config.lock_expiry_ms)
+        self.hold = PullHold()
+        self.stats = Stats()
+        self.executor = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="store")
+        #: called after each append (the HA master's wake-up); set by the replica
+        self.appended: Callable[[], None] = lambda: None
+        self.metrics: BrokerMetrics | None = None
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` on the store's thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def put(
+        self, message: StoredMessage, wait_replicas: bool = True
+    ) -> tuple[PutStatus, PutResult | None]:
+        """Store one message and wait for the replicas the replication asks for."""
+        if self.replication.writable() is not None:
+            return self._count(PutStatus.SERVICE_NOT_AVAILABLE), None
+        wait_store_ok = message.properties.get("WAIT", "true").lower() != "false"
+        admission = (
+            self.replication.admit(self.store.log.end_offset) if wait_store_ok else Admission(1)
+        )
+        if isinstance(admission, PutStatus):
+            return self._count(admission), None
+        result = await self.run(self.store.put, message)
+        status = put_status(result.status)
+        if result.status == "PUT_OK":
+            self.appended()
+            self.hold.notify(message.topic, message.queue_id)
+        if status is PutStatus.PUT_OK and wait_replicas:
+            end = result.physical_offset + result.size
+            status = await self.replication.wait(end, admission, wait_store_ok)
+            self.hold.notify(message.topic, message.queue_id)
+        return self._count(status), result
+
+    async def put_batch(self, messages: list[StoredMessage]) -> tuple[PutStatus, list[PutResult]]:
+        """Several messages under one admission; the wait covers the last."""
+        if self.replication.writable() is not None:
+            return self._count(PutStatus.SERVICE_NOT_AVAILABLE), []
+        admission = self.replication.admit(self.store.log.end_offset)
+        if isinstance(admission, PutStatus):
+            return self._count(admission), []
+        results: list[PutResult] = []
+        status = PutStatus.PUT_OK
+        for m in messages:
+            r = await self.run(self.store.put, m)
+            if r.status != "PUT_OK":
+                status = put_status(r.status)
+                break
+            results.append(r)
+            self.appended()
+            self.hold.notify(m.topic, m.queue_id)
+        if results and status is PutStatus.PUT_OK:
+            last = results[-1]
+            status = await self.replication.wait(last.physical_offset + last.size, admission, True)
+            for m in messages:
+                self.hold.notify(m.topic, m.queue_id)
+        return self._count(status), results
+
+    def _count(self, status: PutStatus) -> PutStatus:
+        self.stats.puts_by_status[status.value] += 1
+        if self.metrics is not None:
+            self.metrics.sent(status.value)
+        return status
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)

@@ -1,0 +1,1 @@
+"""PULL_MESSAGE (11): long polling, tag filtering, the piggy-backed commit offset."""

@@ -1,0 +1,51 @@
+"""Long polling's parking lot (J4 ``broker/longpolling/PullRequestHoldService.java:66-168``).
+
+A PULL_MESSAGE that finds nothing new waits here, per ``topic@queueId``, until a message
+is stored in that queue (:meth:`notify`, called by the write path) or its time is up. The
+waiter then re-runs its pull once without suspension and answers with the original opaque.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+Key = tuple[str, int]
+
+
+class PullHold:
+    def __init__(self) -> None:
+        self._waiters: dict[Key, set[asyncio.Future[None]]] = {}
+
+    @property
+    def parked(self) -> int:
+        return sum(len(w) for w in self._waiters.values())
+
+    def notify(self, topic: str, queue_id: int) -> None:
+        for fut in self._waiters.pop((topic, queue_id), set()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def notify_all(self) -> None:
+        """Wake every parked pull (the readable limit moved)."""
+        for key in list(self._waiters):
+            self.notify(*key)
+
+    async def wait(self, topic: str, queue_id: int, timeout_s: float) -> bool:
+        """True if woken by a new message before ``timeout_s``."""
+        if timeout_s <= 0:
+            return False
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault((topic, queue_id), set())
+        waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiters.discard(fut)
+            if not waiters:
+                with contextlib.suppress(KeyError):
+                    if not self._waiters[(topic, queue_id)]:
+                        del self._waiters[(topic, queue_id)]

@@ -1,0 +1,12 @@
+"""The broker's RocketMQ remoting front: its asyncio frame server, code tables and typed headers.
+
+Frames are the shared sans-I/O codec's (``nameserver.remoting.codec``); the server and code
+tables are the broker's own, because import-linter lets a broker use only the nameserver's
+client and codec.
+"""
+
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.errors import BrokerRequestError
+from broker.remoting.server import Handler, Peer, RemotingServer
+
+__all__ = ["BrokerRequestError", "Handler", "Peer", "RemotingServer", "RequestCode", "ResponseCode"]

@@ -1,0 +1,37 @@
+"""The broker front's one error tree, and the one place it becomes a response code.
+
+    BrokerRequestError        a request refused: answered ``response_code`` + the message as
+    │                         remark; the connection stays open
+    ├── TopicNotExist         TOPIC_NOT_EXIST (17): a topic this broker does not serve
+    ├── NoPermission          NO_PERMISSION (16): a topic not readable / writable here
+    └── ServiceNotAvailable   SERVICE_NOT_AVAILABLE (14): not writable (slave, fenced, disk)
+
+Header problems are the codec's ``BadRequest`` (SYSTEM_ERROR, the field named); a broken
+byte stream is the codec's ``ProtocolError`` (that connection closed). The server
+(:mod:`broker.remoting.server`) converts all three; handlers only raise.
+"""
+
+from __future__ import annotations
+
+from broker.remoting.codes import ResponseCode
+
+
+class BrokerRequestError(Exception):
+    response_code: int = ResponseCode.SYSTEM_ERROR
+
+    def __init__(self, message: str, response_code: int | None = None) -> None:
+        super().__init__(message)
+        if response_code is not None:
+            self.response_code = response_code
+
+
+class TopicNotExist(BrokerRequestError):
+    response_code = ResponseCode.TOPIC_NOT_EXIST
+
+
+class NoPermission(BrokerRequestError):
+    response_code = ResponseCode.NO_PERMISSION
+
+
+class ServiceNotAvailable(BrokerRequestError):
+    response_code = ResponseCode.SERVICE_NOT_AVAILABLE

@@ -1,0 +1,224 @@
+"""One broker replica: the message store, the remoting front, its group and its place in the routes.
+
+``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
+``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (trap 8), the topic table
+(``topics.json``), consumer offsets (in metaledger's KV when endpoints are given, else in
+memory), the send/pull/consumer/admin processors on one :class:`RemotingServer`, delayed
+delivery, the route registrar and the metrics endpoint.
+
+With a metaledger client the replica is a member of its replica group
+(:class:`~broker.group_member.GroupMember`): it registers there, takes the role metaledger
+names, runs the HA master or client that role needs, and acknowledges sends through the
+group's quorum (``broker.quorum``). It registers in the routes only once it has a role: as
+broker id 0 while master, its replica id while slave (a slave must never claim id 0), and
+loads the consumer offsets from metaledger on each promotion. Without a client (unit tests)
+it is :class:`Standalone`, or the ``replication`` given.
+
+Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
+silent consumers expired every 10 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+from broker.admin.processor import AdminProcessor
+from broker.config import BrokerConfig
+from broker.consumers.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
+from broker.consumers.processor import ConsumerProcessor
+from broker.core import BrokerCore
+from broker.group_member import GroupMember, HASettings
+from broker.metrics import BrokerMetrics, View
+from broker.pull.processor import PullProcessor
+from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
+from broker.remoting.server import Handler, RemotingServer
+from broker.replication import Replication, Standalone
+from broker.routes import RouteRegistrar
+from broker.send.processor import SendProcessor
+from broker.send.schedule import ScheduleService
+from broker.store import Host, MessageStore, StoreConfig
+from broker.topics import TopicTable
+from nameserver.client import Client, ClientError
+
+log = logging.getLogger(__name__)
+EXPIRE_EVERY_S = 10.0
+
+
+class Replica:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replication: Replication | None = None,
+        client: Client | None = None,
+    ) -> None:
+        self.config = config.validate()
+        if config.listen_port == 0:
+            raise ValueError(
+                "listen_port: a replica needs its real port (it is written as STOREHOST)"
+            )
+        self.client = client
+        os.makedirs(config.data_dir, exist_ok=True)
+        self.store = MessageStore(
+            os.path.join(config.data_dir, "store"),
+            StoreConfig(
+                segment_size=config.segment_size_bytes,
+                flush_mode=config.flush_mode,
+                store_host=Host(config.advertised_host, config.listen_port),
+            ),
+        )
+        self.member: GroupMember | None = None
+        if client is not None and replication is None:
+            self.member = self._member(client)
+            self.replication: Replication = self.member.replication
+        else:
+            self.replication = replication or Standalone()
+        self.metrics = BrokerMetrics(config.broker_name, self._view)
+        self.topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
+        self.registrar: RouteRegistrar | None = None
+        offsets: OffsetStore
+        if client is not None:
+            self.registrar = RouteRegistrar(client, config, self.topics)
+            self.topics.resolver = self.registrar.resolve
+            offsets = KvOffsetStore(client, config.broker_name)
+        else:
+            offsets = InMemoryOffsetStore()
+        self.offsets = offsets
+        self.core = BrokerCore(config, self.store, self.replication, self.topics, offsets)
+        self.core.metrics = self.metrics
+        if self.member is not None:
+            self.core.appended = self.member.appended
+        self.sends = SendProcessor(self.core)
+        self.consumers = ConsumerProcessor(self.core)
+        handlers: dict[int, Handler] = {}
+        for processor in (
+            self.sends,
+            PullProcessor(self.core),
+            self.consumers,
+            AdminProcessor(self.core),
+        ):
+            handlers.update(processor.handlers())
+        self.server = RemotingServer(handlers, on_close=self.consumers.connection_closed)
+        self.schedule = ScheduleService(
+            self.core, os.path.join(config.data_dir, "delayOffset.json")
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_failing = False
+
+    async def start(self) -> tuple[str, int]:
+        if isinstance(self.offsets, KvOffsetStore):
+            try:
+                n = await asyncio.to_thread(self.offsets.load_all)
+                log.info("broker: %d consumer offsets loaded from metaledger", n)
+            except ClientError as exc:
+                log.warning("broker: cannot load consumer offsets yet: %s", exc)
+        address = await self.server.start(self.config.listen_host, self.config.listen_port)
+        if self.config.metrics_listen:
+            host, _, port = self.config.metrics_listen.rpartition(":")
+            self.metrics.serve(host or "0.0.0.0", int(port))
+        self.schedule.start()
+        if self.registrar is not None:
+            registrar = self.registrar
+            loop = asyncio.get_running_loop()
+
+            def changed() -> None:
+                loop.call_soon_threadsafe(registrar.changed)
+
+            self.topics.on_change = changed
+            if self.member is None:
+                registrar.start()
+        if self.member is not None:
+            self.member.start()
+        self._tasks = [
+            asyncio.create_task(self._flush_offsets(), name="offsets"),
+            asyncio.create_task(self._expire_consumers(), name="consumers"),
+        ]
+        return address
+
+    async def _flush_offsets(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.offset_flush_interval_ms / 1000)
+            await self.flush_offsets()
+
+    async def flush_offsets(self) -> None:
+        try:
+            await asyncio.to_thread(self.offsets.flush)
+        except ClientError as exc:
+            if not self._flush_failing:  # once per outage, not every second
+                log.warning("broker: consumer offsets not flushed (retrying): %s", exc)
+            self._flush_failing = True
+            return
+        if self._flush_failing:
+            log.info("broker: consumer offsets flushed again")
+        self._flush_failing = False
+
+    async def _expire_consumers(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRE_EVERY_S)
+            self.consumers.expire()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.member is not None:
+            await self.member.stop()
+        if self.registrar is not None:
+            await self.registrar.stop()
+        await self.server.close()
+        await self.schedule.stop()
+        await self.flush_offsets()
+        self.core.close()
+        self.metrics.close()
+        self.store.close()
+
+    # ------------------------------------------------------------ the replica group
+    def _member(self, client: Client) -> GroupMember:
+        c = self.config
+        return GroupMember(
+            self.store,
+            client,
+            RoleSettings(
+                c.cluster,
+                c.broker_name,
+                c.address,
+                broker_id=c.broker_id,
+                heartbeat_interval_s=c.replica_heartbeat_interval_ms / 1000,
+                heartbeat_timeout_ms=c.replica_heartbeat_timeout_ms,
+            ),
+            QuorumSettings(BrokerRole(c.broker_role), slave_timeout_s=c.slave_timeout_ms / 1000),
+            HASettings(
+                c.ha_host or c.listen_host,
+                c.ha_listen_port,
+                heartbeat_interval_s=c.ha_heartbeat_interval_ms / 1000,
+                idle_timeout_s=c.ha_idle_timeout_ms / 1000,
+            ),
+            IsrSettings(ha_max_time_slave_not_catchup_s=c.ha_max_time_slave_not_catchup_ms / 1000),
+            on_role=self._on_role,
+        )
+
+    def _on_role(self, master: bool, route_id: int) -> None:
+        """After a role change (on the loop): register under the new route id; a new master
+        reloads the consumer offsets its predecessor flushed to metaledger."""
+        if self.registrar is not None:
+            self.registrar.set_route_id(route_id)
+        if master and isinstance(self.offsets, KvOffsetStore):
+            task = asyncio.get_running_loop().create_task(self._load_offsets())
+            self._tasks.append(task)
+
+    async def _load_offsets(self) -> None:
+        assert isinstance(self.offsets, KvOffsetStore)
+        try:
+            n = await asyncio.to_thread(self.offsets.load_all)
+            log.info("broker: master now; %d consumer offsets loaded from metaledger", n)
+        except ClientError as exc:
+            log.warning("broker: cannot load consumer offsets yet: %s", exc)
+
+    def _view(self) -> View:
+        if self.member is not None:
+            return self.member.view()
+        return View(role="MASTER", max_offset=self.store.log.end_offset)

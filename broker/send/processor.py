@@ -1,0 +1,247 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
+
+Facts (research/broker.md §3.1, §3.3): bornHost = the peer, storeHost = the broker's reachable
+``ip:port`` (trap 8); ``queueId < 0`` picks a random write queue; the batch-or-not decision is
+the header's ``batch`` field for every send code (C++ sends batches as code 10 with
+``"batch":"1"``); a message for ``%RETRY%<group>`` whose ``reconsumeTimes`` reached the
+maximum (header ``maxReconsumeTimes`` else the group's ``retryMaxTimes``) goes to
+``%DLQ%<group>`` queue 0; a ``DELAY`` level > 0 goes to SCHEDULE_TOPIC_XXXX queue ``level-1``
+with ``REAL_TOPIC``/``REAL_QID``. The answer's ``msgId`` is the offset message id (batches:
+comma-joined), ``queueId`` and ``queueOffset`` (the first), all strings (trap 6); the status
+maps to a code by ``broker.replication.RESPONSE``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import random
+
+from broker.core import BrokerCore
+from broker.remoting.codes import RequestCode, ResponseCode
+from broker.remoting.errors import (
+    BrokerRequestError,
+    NoPermission,
+    ServiceNotAvailable,
+    TopicNotExist,
+)
+from broker.remoting.headers import SendBackHeader, SendHeader
+from broker.remoting.server import Handler, Peer
+from broker.replication import RESPONSE, PutStatus
+from broker.send.batch import decode_batch, offset_msg_id, parse_properties
+from broker.store import DecodeError, Host, PutResult, StoredMessage, StoreError, decode
+from broker.topics import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TopicConfig
+from nameserver.remoting.codec import RemotingCommand
+
+SYSFLAG_TRANSACTION_MASK = 0xC
+log = logging.getLogger(__name__)
+
+
+def peer_host(peer: Peer) -> Host:
+    try:
+        ipaddress.ip_address(peer.host)
+    except ValueError:
+        return Host("127.0.0.1", 0)
+    return Host(peer.host, peer.port)
+
+
+class SendProcessor:
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            RequestCode.SEND_MESSAGE: self.send,
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+        }
+
+    # ------------------------------------------------------------------ send
+    async def _topic(self, name: str) -> TopicConfig:
+        topics = self.core.topics
+        config = await topics.lookup(name)
+        if config is None and name.startswith((RETRY_PREFIX, DLQ_PREFIX)) and len(name) > 7:
+            config = topics.ensure(name, 1)
+        if config is None:
+            raise TopicNotExist(f"topic[{name}] not exist, apply first please!")
+        if not config.writable:
+            raise NoPermission(f"the topic[{name}] sending message is forbidden")
+        return config
+
+    async def send(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        h = SendHeader.parse(request)
+        why = self.core.replication.writable()
+        if why is not None:
+            raise ServiceNotAvailable(why)
+        config = await self._topic(h.topic)
+        queue_id = h.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(config.write_queue_nums)
+        if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            raise BrokerRequestError(
+                f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
+                f"{config.write_queue_nums} write queues"
+            )
+        born = peer_host(peer)
+        if h.batch:
+            if h.topic.startswith(RETRY_PREFIX):
+                raise BrokerRequestError("batch message does not support retry group")
+            items = decode_batch(request.body)
+            messages = [
+                self._message(h, h.topic, queue_id, it.body, it.flag, it.properties, born)
+                for it in items
+            ]
+            status, results = await self.core.put_batch(messages)
+            return self._answer(request, status, results, queue_id)
+        props = parse_properties(h.properties)
+        topic, queue_id = h.topic, queue_id
+        if topic.startswith(RETRY_PREFIX):
+            limit = h.max_reconsume_times
+            if limit is None:
+                limit = self.core.config.retry_max_times
+            if h.reconsume_times >= limit:
+                topic = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
+                self.core.topics.ensure(topic, 1)
+                queue_id = 0
+        message = self._message(h, topic, queue_id, request.body, h.flag, props, born)
+        message = self.delayed(message)
+        status, result = await self.core.put(message)
+        return self._answer(request, status, [result] if result else [], queue_id)
+
+    def _message(
+        self,
+        h: SendHeader,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        flag: int,
+        props: dict[str, str],
+        born: Host,
+    ) -> StoredMessage:
+        return StoredMessage(
+            topic=topic,
+            body=body,
+            queue_id=queue_id,
+            flag=flag,
+            sysflag=h.sys_flag & ~SYSFLAG_TRANSACTION_MASK if h.batch else h.sys_flag,
+            born_timestamp=h.born_timestamp,
+            born_host=born,
+            reconsume_times=h.reconsume_times,
+            properties=props,
+        )
+
+    def delayed(self, m: StoredMessage) -> StoredMessage:
+        """A message with a DELAY level > 0 goes to SCHEDULE_TOPIC_XXXX, queue level-1."""
+        level_text = m.properties.get("DELAY", "")
+        if m.topic == SCHEDULE_TOPIC or not level_text.strip().lstrip("-").isdigit():
+            return m
+        level = int(level_text)
+        if level <= 0:
+            return m
+        level = min(level, len(self.core.config.delay_levels_ms))
+        props = dict(m.properties)
+        props["DELAY"] = str(level)
+        props["REAL_TOPIC"] = m.topic
+        props["REAL_QID"] = str(m.queue_id)
+        return StoredMessage(
+            topic=SCHEDULE_TOPIC,
+            body=m.body,
+            queue_id=level - 1,
+            flag=m.flag,
+            sysflag=m.sysflag,
+            born_timestamp=m.born_timestamp,
+            born_host=m.born_host,
+            reconsume_times=m.reconsume_times,
+            properties=props,
+        )
+
+    def _answer(
+        self, request: RemotingCommand, status: PutStatus, results: list[PutResult], queue_id: int
+    ) -> RemotingCommand:
+        code, remark = RESPONSE[status]
+        if not results or code not in (
+            ResponseCode.SUCCESS,
+            ResponseCode.FLUSH_DISK_TIMEOUT,
+            ResponseCode.FLUSH_SLAVE_TIMEOUT,
+            ResponseCode.SLAVE_NOT_AVAILABLE,
+        ):
+            return request.response(code, remark or status.value)
+        host = self.core.config
+        msg_ids = ",".join(
+            offset_msg_id(host.advertised_host, host.listen_port, r.physical_offset)
+            for r in results
+        )
+        return request.response(
+            code,
+            remark,
+            {
+                "msgId": msg_ids,
+                "queueId": str(queue_id),
+                "queueOffset": str(results[0].queue_offset),
+            },
+        )
+
+    # ------------------------------------------------------------- send back
+    async def send_back(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        h = SendBackHeader.parse(request)
+        why = self.core.replication.writable()
+        if why is not None:
+            raise ServiceNotAvailable(why)
+        try:
+            raw = await self.core.run(self.core.store.log.read_record, h.offset)
+            original = decode(raw)
+        except (StoreError, DecodeError, OSError, ValueError) as exc:
+            raise BrokerRequestError(f"look message by offset failed, {h.offset}: {exc}") from None
+        if original.physical_offset != h.offset:
+            raise BrokerRequestError(
+                f"look message by offset failed, {h.offset}: not a record start"
+            )
+        group = h.group
+        retry_topic = RETRY_PREFIX + group
+        self.core.topics.ensure(retry_topic, 1)
+        props = dict(original.properties)
+        props.setdefault("RETRY_TOPIC", original.topic)
+        props.pop("DELAY", None)
+        props.pop("REAL_TOPIC", None)
+        props.pop("REAL_QID", None)
+        limit = h.max_reconsume_times
+        if limit is None:
+            limit = self.core.config.retry_max_times
+        delay = h.delay_level
+        if original.reconsume_times >= limit or delay < 0:
+            topic, queue_id = DLQ_PREFIX + group, 0
+            self.core.topics.ensure(topic, 1)
+        else:
+            topic, queue_id = retry_topic, 0
+            if delay == 0:
+                delay = 3 + original.reconsume_times
+            props["DELAY"] = str(delay)
+        if "ORIGIN_MESSAGE_ID" not in props:
+            props["ORIGIN_MESSAGE_ID"] = h.origin_msg_id or offset_msg_id(
+                original.store_host.ip, original.store_host.port, original.physical_offset
+            )
+        message = StoredMessage(
+            topic=topic,
+            body=original.body,
+            queue_id=queue_id,
+            flag=original.flag,
+            sysflag=original.sysflag,
+            born_timestamp=original.born_timestamp,
+            born_host=original.born_host,
+            reconsume_times=original.reconsume_times + 1,
+            properties=props,
+        )
+        log.debug(
+            "send back: group %s offset %d (%s, reconsumeTimes %d, delayLevel %d) -> %s",
+            group,
+            h.offset,
+            original.topic,
+            original.reconsume_times,
+            h.delay_level,
+            topic,
+        )
+        status, _ = await self.core.put(self.delayed(message), wait_replicas=False)
+        if status is not PutStatus.PUT_OK:
+            return request.response(ResponseCode.SYSTEM_ERROR, status.value)
+        return request.response(ResponseCode.SUCCESS)

@@ -1,0 +1,109 @@
+"""The topics this broker serves (RocketMQ's ``TopicConfigManager``), kept in ``topics.json``.
+
+A topic is served when it is in the table. Topics come from three places: the routes in
+metaledger (a topic created with ``metaledger route topic create`` on this broker name is
+looked up on first use and adopted), a consumer group's heartbeat (``%RETRY%<group>``, one
+queue, research/broker.md §3.2) and the DLQ (``%DLQ%<group>``, §3.3). The table is saved so
+a restarted broker registers every topic again (the routes drop a broker name's queue data
+when its last broker expires). ``on_change`` tells the registrar to register again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+
+PERM_READ = 4
+PERM_WRITE = 2
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: RocketMQ's TopicValidator: these characters, at most 127 (C++ decodes a 1-byte length).
+TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+
+Resolver = Callable[[str], Awaitable[TopicConfig | None]]
+
+
+class TopicTable:
+    def __init__(self, path: str | None, resolver: Resolver | None = None) -> None:
+        self.path = path
+        self.resolver = resolver
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        self.version = 0
+        """Raised on every change (the registration's DataVersion counter)."""
+        self.on_change: Callable[[], None] | None = None
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            self.version = int(doc.get("version", 0))
+            for t in doc.get("topics", []):
+                self._topics[t["topic"]] = TopicConfig(**t)
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self._topics.get(topic)
+
+    def all(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda t: t.topic)
+
+    async def lookup(self, topic: str) -> TopicConfig | None:
+        """The topic's config, adopting it from the routes (``resolver``) if not known yet."""
+        found = self._topics.get(topic)
+        if found is not None or self.resolver is None or not TOPIC_NAME.fullmatch(topic):
+            return found
+        resolved = await self.resolver(topic)
+        if resolved is not None:
+            self.put(resolved)
+        return resolved
+
+    def ensure(self, topic: str, queues: int = 1) -> TopicConfig:
+        """The topic, created with ``queues`` read/write queues if absent (retry, DLQ)."""
+        found = self._topics.get(topic)
+        return found if found is not None else self.put(TopicConfig(topic, queues, queues))
+
+    def put(self, config: TopicConfig) -> TopicConfig:
+        with self._lock:
+            if self._topics.get(config.topic) == config:
+                return config
+            self._topics[config.topic] = config
+            self.version += 1
+            self._save()
+        if self.on_change is not None:
+            self.on_change()
+        return config
+
+    def _save(self) -> None:
+        if not self.path:
+            return
+        doc = {"version": self.version, "topics": [asdict(t) for t in self.all()]}
+        directory = os.path.dirname(self.path) or "."
+        fd, tmp = tempfile.mkstemp(prefix=".topics.", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

@@ -1,0 +1,94 @@
+"""``metaledger broker|send|consume`` as a person runs them, and consumer offsets kept in
+metaledger: they survive a broker restart with its offsets nowhere else, and only rise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from broker.consumers.offsets import KvOffsetStore
+from nameserver.client import Client, NotFound
+from nameserver.client.routing import QueueData
+from tests.harness import Cluster
+from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
+
+pytestmark = [pytest.mark.integration]
+
+
+def has_route(client: Client, topic: str) -> bool:
+    try:
+        return bool(client.route_get(topic).queues)
+    except NotFound:
+        return False
+
+
+def consume(
+    root: Path, node: Cluster, topic: str, group: str, count: int
+) -> list[dict[str, object]]:
+    r = metaledger(
+        root, "consume", topic, "--group", group, "--count", str(count), "--timeout", "20",
+        "--endpoints", node.endpoints[0], "-w", "json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    return [json.loads(line) for line in r.stdout.decode().splitlines()]
+
+
+def send(root: Path, node: Cluster, topic: str, body: str, *flags: str) -> str:
+    r = metaledger(root, "send", topic, body, *flags, "--endpoints", node.endpoints[0])
+    assert r.returncode == 0, r.stderr.decode()
+    return r.stdout.decode()
+
+
+def test_send_consume_and_offsets_across_a_broker_restart(
+    tmp_path: Path, node: Cluster, client: Client
+) -> None:
+    broker = BrokerProcess(tmp_path, node.endpoints)
+    try:
+        wait_for("registration", lambda: client.route_cluster_info().brokers)
+        client.route_topic_create("CliTopic", [QueueData("broker-a", 2, 2, 6)])
+        out = send(
+            tmp_path, node, "CliTopic", "one", "--tags", "red", "--keys", "k1", "--property", "p=v"
+        )
+        assert out.startswith("SEND_OK msgId=")
+        send(tmp_path, node, "CliTopic", "two")
+        got = consume(tmp_path, node, "CliTopic", "people", 2)
+        assert sorted(m["body"] for m in got) == ["one", "two"]
+        one = next(m for m in got if m["body"] == "one")
+        assert (one["tags"], one["keys"], one["properties"]["p"]) == ("red", "k1", "v")  # type: ignore[index]
+        assert broker.stop() == 0
+        # the broker keeps no consumer offsets of its own: they are in metaledger
+        assert sorted(p.name for p in broker.data_dir.glob("*.json")) == [
+            "delayOffset.json",
+            "topics.json",
+        ]
+        stored = client.get("/brokers/broker-a/offsets/people/CliTopic/", prefix=True).kvs
+        assert sum(int(kv.value) for kv in stored) == 2
+        broker.start()
+        wait_for("the route again", lambda: has_route(client, "CliTopic"))
+        send(tmp_path, node, "CliTopic", "three")
+        again = consume(tmp_path, node, "CliTopic", "people", 1)
+        assert [m["body"] for m in again] == ["three"]
+        r = metaledger(tmp_path, "send", "NoSuchTopic", "x", "--endpoints", node.endpoints[0])
+        assert r.returncode == 4 and b"no route" in r.stderr
+    finally:
+        assert broker.stop() in (0, None)
+
+
+def test_kv_offsets_only_rise_and_survive_a_new_store(node: Cluster, client: Client) -> None:
+    a = KvOffsetStore(client, "bx")
+    a.commit("g", "t", 0, 10)
+    a.flush()
+    b = KvOffsetStore(client, "bx")  # a new master: loads what the old one flushed
+    assert b.load_all() == 1 and b.load("g", "t", 0) == 10
+    b.commit("g", "t", 0, 4)  # lower: ignored
+    b.commit("g", "t", 1, 3)
+    b.flush()
+    a.commit("g", "t", 0, 7)  # a stale writer cannot lower the stored offset
+    a.flush()
+    kvs = {
+        kv.key.decode(): kv.value.decode()
+        for kv in client.get("/brokers/bx/offsets/", prefix=True).kvs
+    }
+    assert kvs == {"/brokers/bx/offsets/g/t/0": "10", "/brokers/bx/offsets/g/t/1": "3"}

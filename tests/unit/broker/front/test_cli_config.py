@@ -1,0 +1,59 @@
+"""``metaledger broker`` flags → BrokerConfig, and the config's validation naming the field."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from broker.cli import build_config, register
+from broker.config import BrokerConfig, ConfigError, parse_delay_levels
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"), argparse.ArgumentParser(add_help=False))
+    return parser.parse_args(list(argv))
+
+
+def test_broker_flags() -> None:
+    args = parse(
+        "broker", "--group", "b1", "--data-dir", "/tmp/x", "--listen", "127.0.0.1:11000",
+        "--flush", "SYNC_FLUSH", "--broker-role", "SYNC_MASTER", "--retry-max-times", "3",
+        "--message-delay-level", "1s 2s",
+    )  # fmt: skip
+    c = build_config(args)
+    assert (c.broker_name, c.listen_port, c.address) == ("b1", 11000, "127.0.0.1:11000")
+    assert c.flush_mode.value == "SYNC_FLUSH" and c.broker_role == "SYNC_MASTER"
+    assert c.retry_max_times == 3 and c.delay_levels_ms == (1000, 2000)
+    with pytest.raises(SystemExit):
+        parse("broker", "--group", "b1", "--data-dir", "d", "--listen", "h:99999")
+
+
+def test_send_and_consume_flags() -> None:
+    a = parse("send", "T", "-", "--tags", "x", "--property", "k=v")
+    assert (a.topic, a.body, a.tags, a.property) == ("T", "-", "x", ["k=v"])
+    a = parse("consume", "T", "--group", "g", "--count", "2", "--timeout", "3")
+    assert (a.group, a.count, a.wait_s, a.tags) == ("g", 2, 3.0, "*")
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"broker_name": "bad name"}, "broker_name"),
+        ({"broker_role": "LEADER"}, "broker_role"),
+        ({"advertised_host": "0.0.0.0"}, "advertised_host"),
+        ({"offset_flush_interval_ms": 5000}, "offset_flush_interval_ms"),
+        ({"heartbeat_interval_ms": 0}, "heartbeat_interval_ms"),
+        ({"message_delay_levels": "5 parsecs"}, "message_delay_levels"),
+    ],
+)
+def test_validate_names_the_field(change: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        replace(BrokerConfig(broker_name="b", data_dir="d"), **change).validate()
+
+
+def test_delay_levels() -> None:
+    assert parse_delay_levels("1s 5s 10s 30s 1m 2h")[-1] == 7_200_000
+    assert parse_delay_levels("100ms")[0] == 100
