@@ -114,6 +114,23 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def free_port_pairs(n: int) -> list[int]:
+    """``n`` ports p with p and p + 1 both free a moment ago, no two pairs overlapping: a
+    broker replica's remoting port and its HA port (RocketMQ's convention: HA = port + 1)."""
+    out: list[int] = []
+    while len(out) < n:
+        (p,) = free_ports(1)
+        if p + 1 > 65_535 or any(abs(p - q) <= 1 for q in out):
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", p + 1))
+            except OSError:
+                continue
+        out.append(p)
+    return out
+
+
 def wait_until(
     predicate: Callable[[], T],
     timeout: float,

@@ -13,7 +13,6 @@ slave, cuts its unacknowledged tail and ends byte-identical to the new master.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,27 +27,12 @@ from broker.replication import Admission, PutStatus
 from broker.store import Host, MessageStore, StoreConfig, StoredMessage
 from nameserver.client import Client
 from nameserver.client.replica_groups import GroupPolicy
-from tests.harness import free_ports, running_cluster
+from tests.harness import free_port_pairs, running_cluster
 
 pytestmark = pytest.mark.cluster
 
 GROUP = "bg-member"
 TOPIC = "T"
-
-
-def port_pairs(n: int) -> list[int]:
-    """``n`` ports p with p and p + 1 both free (remoting and HA, RocketMQ's convention)."""
-    out: list[int] = []
-    while len(out) < n:
-        (p,) = free_ports(1)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1))
-            except OSError:
-                continue
-        if all(abs(p - q) > 1 for q in out):
-            out.append(p)
-    return out
 
 
 class Replica:
@@ -123,7 +107,7 @@ async def until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 async def scenario(tmp: Path, client: Client) -> None:
-    ports = port_pairs(3)
+    ports = free_port_pairs(3)
     reps = [Replica(tmp / f"r{i}", client, p) for i, p in enumerate(ports)]
     reps[0].member.start()
     await until(lambda: reps[0].is_master, 15, "first replica is master")

@@ -21,7 +21,7 @@ import pytest
 
 from nameserver.client import Client
 from tests.conftest import _failed
-from tests.harness import REPO_ROOT, Cluster, free_ports
+from tests.harness import REPO_ROOT, Cluster, free_port_pairs
 
 ENTRY_POINT = "broker = broker.cli:register"
 
@@ -64,7 +64,7 @@ class BrokerProcess:
     ) -> None:
         self.root = root
         self.name = name
-        self.port = free_ports(1)[0]
+        self.port = free_port_pairs(1)[0]  # and port + 1 for HA
         self.data_dir = root / name
         self.log_path = root / f"{name}.log"
         self.args = [
