@@ -356,8 +356,14 @@ def run_cluster_up(args: argparse.Namespace) -> int:
             print(f"metaledger: cluster {why}", file=sys.stderr)
             return ExitCode.ERROR
         endpoints = ",".join(n.client_endpoint for n in nodes)
+        if brokers:
+            try:
+                brokers_state.set_policy(endpoints.split(","), len(brokers))
+            except ClientError as exc:
+                print(f"metaledger: cluster up: broker group policy: {exc}", file=sys.stderr)
+                return ExitCode.ERROR
         for b in brokers:
-            group.append(brokers_state.start(b, endpoints, data_dir, args.log_level))
+            group.append(brokers_state.start(b, endpoints, data_dir, args.log_level, len(brokers)))
         if group:
             why = brokers_state.wait_ready(group, endpoints.split(","), stop, args.startup_timeout)
             if stop.is_set():

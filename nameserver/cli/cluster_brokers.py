@@ -6,6 +6,12 @@ The group is ``broker-a`` (cluster ``DefaultCluster``); replica j (0-based) is
 ``DIR/broker-a-j``, output in ``DIR/broker-a-j.log``, pid in ``DIR/broker-a-j.pid``. Each
 replica is a ``metaledger broker`` process talking to the nodes through their client ports,
 as any broker would; the nameserver never imports the broker (it runs its command line).
+
+A group of R >= 2 replicas is a quorum-write group: its policy is set before the replicas
+start (totalReplicas R, inSyncReplicas a majority, R // 2 + 1, no automatic degradation) and
+every replica runs as ``SYNC_MASTER``, so a send is acknowledged once a majority holds it and
+survives the master's death. One replica is an ``ASYNC_MASTER`` with the default policy.
+Which replica is master is metaledger's call (the first to register).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nameserver.client import Client, ClientError
+from nameserver.client.replica_groups import GroupPolicy
 
 HOST = "127.0.0.1"
 GROUP = "broker-a"
@@ -70,7 +77,7 @@ def broker_layout(replicas: int, base_port: int) -> list[BrokerLayout]:
 
 
 def broker_argv(
-    b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str = "INFO"
+    b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str = "INFO", replicas: int = 1
 ) -> list[str]:
     """The replica's command line (the same a person would type, as ``-m nameserver.cli``)."""
     return [
@@ -92,9 +99,25 @@ def broker_argv(
         f"{HOST}:{b.metrics_port}",
         "--endpoints",
         endpoints,
+        "--broker-role",
+        "SYNC_MASTER" if replicas > 1 else "ASYNC_MASTER",
         "--log-level",
         log_level,
     ]
+
+
+def policy(replicas: int) -> GroupPolicy:
+    """The group's quorum policy: a majority of R must hold each message."""
+    return GroupPolicy(
+        total_replicas=replicas,
+        in_sync_replicas=replicas // 2 + 1 if replicas > 1 else 1,
+        min_in_sync_replicas=1,
+    )
+
+
+def set_policy(endpoints: list[str], replicas: int) -> None:
+    with Client(endpoints, timeout_s=5.0) as client:
+        client.replica_set_policy(GROUP, policy(replicas), cluster_name=CLUSTER)
 
 
 def busy_ports(brokers: list[BrokerLayout]) -> list[str]:
@@ -119,14 +142,16 @@ class RunningBroker:
     reported: bool = False
 
 
-def start(b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str) -> RunningBroker:
+def start(
+    b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str, replicas: int
+) -> RunningBroker:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
     log_path = data_dir / f"{b.id}.log"
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
-            broker_argv(b, endpoints, data_dir, log_level),
+            broker_argv(b, endpoints, data_dir, log_level, replicas),
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -182,8 +207,8 @@ def wait_ready(
     stop_event: threading.Event,
     timeout_s: float,
 ) -> str:
-    """Wait until the group has a master and every replica is in the group and alive in
-    metaledger; "" when ready, else why not."""
+    """Wait until the group has a master and every replica is alive and in its in-sync set
+    (a quorum write can be acknowledged); "" when ready, else why not."""
     deadline = time.monotonic() + timeout_s
     why = "no replica registered yet"
     with Client(endpoints, timeout_s=1.0) as client:
@@ -196,12 +221,12 @@ def wait_ready(
                     )
             try:
                 group = client.replica_group(GROUP)
-                alive = {x.address for x in group.replicas if x.alive}
-                missing = [r.layout.id for r in running if r.layout.address not in alive]
+                in_sync = {x.address for x in group.replicas if x.alive and x.in_sync}
+                missing = [r.layout.id for r in running if r.layout.address not in in_sync]
                 if not missing and group.master_id:
                     return ""
                 why = (
-                    f"replicas not alive in {GROUP} yet: {', '.join(missing)}"
+                    f"replicas not in {GROUP}'s in-sync set yet: {', '.join(missing)}"
                     if missing
                     else f"{GROUP} has no master yet"
                 )

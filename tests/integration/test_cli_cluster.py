@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from nameserver.cli import cluster as cluster_cmd
-from nameserver.cli import cluster_restart
+from nameserver.cli import cluster_brokers, cluster_restart
 from nameserver.cli.exitcodes import ExitCode
 from tests.harness import REPO_ROOT, free_ports, wait_until
 
@@ -213,12 +213,14 @@ def test_cluster_up_stops_a_restarted_node_on_ctrl_c(tmp_path: Path) -> None:
 
 
 def _default_ports_free() -> bool:
-    return not cluster_cmd.busy_ports(cluster_cmd.layout(NODES))
+    nodes, brokers = cluster_cmd.layout(NODES), cluster_brokers.broker_layout(3, 9877)
+    return not cluster_cmd.busy_ports(nodes) and not cluster_brokers.busy_ports(brokers)
 
 
 @pytest.mark.skipif(not _default_ports_free(), reason="the default ports 9877.. are in use")
 def test_demo_then_status_with_no_flags(tmp_path: Path) -> None:
-    """``bash scripts/demo.sh`` then ``metaledger status``: no --endpoints, no env."""
+    """``bash scripts/demo.sh`` then ``metaledger status``: no --endpoints, no env; the demo's
+    real RocketMQ client sent and received its message through the broker group."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # the demo's `pip install -e .` is not run here: the tree under test is on PYTHONPATH
@@ -243,13 +245,14 @@ def test_demo_then_status_with_no_flags(tmp_path: Path) -> None:
     try:
         assert demo.stdout is not None
         out = b""
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 150
         for line in demo.stdout:
             out += line
-            if b"Ctrl-C to stop" in line or time.monotonic() > deadline:
-                break
-        assert b"Ctrl-C to stop" in out, out
+            if b"etcdctl works too" in line or time.monotonic() > deadline:
+                break  # the demo's last line (cluster up's banner also says "Ctrl-C to stop")
+        assert b"Ctrl-C to stop" in out.split(b"etcdctl works too")[-1], out
         assert b"--endpoints" not in out.split(b"(etcdctl")[0], out
+        assert b"sent: status=OK" in out and b"received: 'hello from a RocketMQ client'" in out
         r = subprocess.run(
             [str(bin_dir / "metaledger"), "status"],
             capture_output=True,
