@@ -9,7 +9,7 @@ COPY nameserver nameserver
 COPY broker broker
 COPY replicator replicator
 RUN pip install --no-cache-dir .
-EXPOSE 9876 9877 9878 9879
+EXPOSE 9876 9877 9878 9879 10911 10912 10913
 VOLUME ["/data"]
 ENTRYPOINT ["metaledger"]
 # serve refuses to start without a Raft peer password (loopback included):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -51,12 +52,23 @@ def host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
 
 
 def advertised(host: str) -> str:
-    if host not in ("0.0.0.0", "::", ""):
-        return host
+    """The IP clients reach this replica at (RocketMQ's brokerIP1: STOREHOST holds an IP): a
+    given IP as it is, a host name resolved (``--advertise broker-a-0`` in a container), a
+    wildcard this machine's address."""
+    if host in ("0.0.0.0", "::", ""):
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
     try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise ConfigError(f"advertise: cannot resolve {host!r} to an address: {exc}") from None
 
 
 def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -156,7 +168,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         broker_id=args.broker_id,
         listen_host=host,
         listen_port=port,
-        advertised_host=args.advertise or advertised(host),
+        advertised_host=advertised(args.advertise or host),
         flush_mode=FlushMode(args.flush),
         broker_role=args.broker_role,
         endpoints=tuple(endpoints_of(args)),
