@@ -33,9 +33,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-#: The README's ports: cluster up's default base port and what it spans (3 nodes, stride 10).
+#: The README's ports: cluster up's default base port and what it spans (3 nodes, stride 10,
+#: and the broker group 100 above).
 README_BASE = 9877
-PORT_SPAN = 30
+PORT_SPAN = 130
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 CLUSTER_UP = re.compile(r"^(metaledger cluster up [^&#\n]*?)\s*&\s*(#.*)?$", re.M)
 
@@ -105,6 +106,9 @@ def test_every_bash_block_of_the_readme_runs(tmp_path: Path) -> None:
     log = open(tmp_path / "cluster-up.log", "wb")
 
     def answers() -> bool:
+        """`cluster up` said it is up (nodes, and the broker group when it starts one)."""
+        if b"cluster up:" not in (tmp_path / "cluster-up.log").read_bytes():
+            return False
         r = subprocess.run(
             ["metaledger", "status"], cwd=work, env=env, capture_output=True, timeout=30
         )
@@ -139,7 +143,9 @@ def test_every_bash_block_of_the_readme_runs(tmp_path: Path) -> None:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-                wait_until(answers, 90, "the README's cluster answers `metaledger status`")
+                wait_until(
+                    answers, 120, "the README's cluster is up and answers `metaledger status`"
+                )
                 script = script[up.end() :]
             run(script, str(i))
     finally:
