@@ -16,6 +16,11 @@ complete within ``frame_timeout_s`` of its first byte, and a connection silent f
 
 The broker also sends requests of its own over a client's connection
 (NOTIFY_CONSUMER_IDS_CHANGED, oneway): :meth:`Peer.send_oneway`.
+
+It is the broker's own rather than the nameserver's ``nameserver.remoting.server``: a broker
+may import only the client library and the frame codec from metaledger (the layering
+contract in pyproject.toml), and it needs what that one lacks (a bound on requests in flight
+per connection, requests of its own to clients).
 """
 
 from __future__ import annotations

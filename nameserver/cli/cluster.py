@@ -53,7 +53,6 @@ DEFAULT_BASE_PORT = DEFAULT_CLIENT_PORT
 PORT_STRIDE = 10
 STOP_GRACE_S = 10.0
 _POLL_S = 0.25
-_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: the cluster's Raft password, in its data dir (mode 0600)
 PASSWORD_FILE = "cluster-password"
 
@@ -166,21 +165,9 @@ def _start(
     log_level: str,
     consensus: str | None = None,
 ) -> _Running:
-    env = dict(os.environ)
-    env[PARENT_PID_ENV] = str(os.getpid())
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
-    log_path = data_dir / f"{node.id}.log"
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(
-            serve_argv(node, nodes, data_dir, log_level, consensus),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    pid_path = data_dir / f"{node.id}.pid"
-    pid_path.write_text(f"{proc.pid}\n")
+    argv = serve_argv(node, nodes, data_dir, log_level, consensus)
+    parent = {PARENT_PID_ENV: str(os.getpid())}
+    proc, log_path, pid_path = brokers_state.spawn(node.id, argv, data_dir, parent)
     return _Running(node, proc, log_path, pid_path)
 
 

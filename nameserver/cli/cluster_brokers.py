@@ -142,24 +142,30 @@ class RunningBroker:
     reported: bool = False
 
 
+def spawn(
+    name: str, argv: list[str], data_dir: Path, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """Start one process of the local cluster (a node or a broker replica): this tree on its
+    PYTHONPATH, output to ``DIR/<name>.log``, pid in ``DIR/<name>.pid``."""
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    log_path = data_dir / f"{name}.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env
+        )
+    pid_path = data_dir / f"{name}.pid"
+    pid_path.write_text(f"{proc.pid}\n")
+    return proc, log_path, pid_path
+
+
 def start(
     b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str, replicas: int
 ) -> RunningBroker:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
-    log_path = data_dir / f"{b.id}.log"
-    with open(log_path, "ab") as log_file:
-        proc = subprocess.Popen(
-            broker_argv(b, endpoints, data_dir, log_level, replicas),
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    pid_path = data_dir / f"{b.id}.pid"
-    pid_path.write_text(f"{proc.pid}\n")
-    return RunningBroker(b, proc, log_path, pid_path)
+    argv = broker_argv(b, endpoints, data_dir, log_level, replicas)
+    return RunningBroker(b, *spawn(b.id, argv, data_dir))
 
 
 def stop(running: list[RunningBroker], grace_s: float = STOP_GRACE_S) -> None:
