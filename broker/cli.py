@@ -151,6 +151,20 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="LEVELS",
         help='delay levels, e.g. "1s 5s 10s" (RocketMQ\'s messageDelayLevel)',
     )
+    p.add_argument(
+        "--retention-hours",
+        type=float,
+        default=72.0,
+        metavar="H",
+        help="delete closed commit-log segments older than this (RocketMQ fileReservedTime, 72)",
+    )
+    p.add_argument(
+        "--retention-bytes",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="also delete the oldest closed segments while the commit log is bigger (0: no limit)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(run=run_broker)
     register_messages(subparsers, common)
@@ -173,6 +187,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         broker_role=args.broker_role,
         endpoints=tuple(endpoints_of(args)),
         retry_max_times=args.retry_max_times,
+        retention_hours=args.retention_hours,
+        retention_bytes=args.retention_bytes,
         ha_host=args.listen_ha[0] if args.listen_ha else "",
         ha_port=args.listen_ha[1] if args.listen_ha else 0,
         metrics_listen=args.listen_metrics,

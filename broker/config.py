@@ -63,6 +63,12 @@ class BrokerConfig:
     heartbeat_interval_ms: int = 2000
     heartbeat_timeout_ms: int = 30_000
     segment_size_bytes: int = 1024 * 1024 * 1024
+    #: retention (RocketMQ fileReservedTime, 72 h): closed commit-log segments older than this
+    #: go, and with ``retention_bytes`` (0 = no limit) the oldest while the log is bigger;
+    #: checked every ``retention_check_interval_ms``
+    retention_hours: float = 72.0
+    retention_bytes: int = 0
+    retention_check_interval_ms: int = 60_000
     #: HA port (RocketMQ's haListenPort); 0: the remoting port + 1, where slaves look for it
     ha_port: int = 0
     #: HA bind host ("" = the listen host)
@@ -115,6 +121,8 @@ class BrokerConfig:
             "client_expiry_ms",
             "short_polling_ms",
             "segment_size_bytes",
+            "retention_hours",
+            "retention_check_interval_ms",
             "replica_heartbeat_interval_ms",
             "replica_heartbeat_timeout_ms",
             "slave_timeout_ms",
@@ -126,6 +134,8 @@ class BrokerConfig:
                 raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
         if self.retry_max_times < 0:
             raise ConfigError(f"retry_max_times: must be >= 0, got {self.retry_max_times}")
+        if self.retention_bytes < 0:
+            raise ConfigError(f"retention_bytes: must be >= 0 (0: no limit), got {self.retention_bytes}")
         if self.offset_flush_interval_ms > 1000:
             raise ConfigError("offset_flush_interval_ms: consumer offsets are flushed within 1 s")
         self.delay_levels_ms  # noqa: B018  (raises ConfigError when malformed)

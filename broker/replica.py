@@ -39,7 +39,7 @@ from broker.replication import Replication, Standalone
 from broker.routes import RouteRegistrar
 from broker.send.processor import SendProcessor
 from broker.send.schedule import ScheduleService
-from broker.store import Host, MessageStore, StoreConfig
+from broker.store import Host, MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
 from nameserver.client import Client, ClientError
 
@@ -134,6 +134,7 @@ class Replica:
         self._tasks = [
             asyncio.create_task(self._flush_offsets(), name="offsets"),
             asyncio.create_task(self._expire_consumers(), name="consumers"),
+            asyncio.create_task(self._retention(), name="retention"),
         ]
         return address
 
@@ -153,6 +154,21 @@ class Replica:
         if self._flush_failing:
             log.info("broker: consumer offsets flushed again")
         self._flush_failing = False
+
+    async def _retention(self) -> None:
+        c = self.config
+        policy = RetentionPolicy(
+            max_age_s=c.retention_hours * 3600, max_total_bytes=c.retention_bytes or None
+        )
+        while True:
+            await asyncio.sleep(c.retention_check_interval_ms / 1000)
+            try:
+                n = await self.core.run(self.store.delete_expired, policy)
+            except OSError as exc:
+                log.warning("broker: retention: %s", exc)
+                continue
+            if n:
+                log.info("broker: retention deleted %d commit-log segment(s)", n)
 
     async def _expire_consumers(self) -> None:
         while True:

@@ -146,3 +146,31 @@ def test_replication_decides_the_answer(tmp_path: Path) -> None:
         assert (await ctx.pull(1)).code == 19
 
     run_broker(tmp_path, scenario, replication=rep)
+
+
+def test_retention_deletes_old_segments_and_pulls_move_past_them(tmp_path: Path) -> None:
+    """The replica's retention task: with 64 KiB segments and a 100 KiB size limit, the oldest
+    closed segments go; a pull from offset 0 is told the queue's new minimum."""
+
+    async def scenario(ctx: Ctx) -> None:
+        for i in range(40):
+            assert (await ctx.send(b"x" * 8000 + b"%02d" % i)).code == 0
+        deadline = asyncio.get_running_loop().time() + 10
+        while ctx.replica.store.log.min_offset == 0:
+            assert asyncio.get_running_loop().time() < deadline, "no segment was deleted"
+            await asyncio.sleep(0.05)
+        assert sum(s.size for s in ctx.replica.store.log.segments()) <= 100 * 1024 + 65536
+        r = await ctx.pull(0)
+        assert r.code == 21  # PULL_OFFSET_MOVED
+        assert int(r.ext_fields["minOffset"]) > 0
+        assert r.ext_fields["nextBeginOffset"] == r.ext_fields["minOffset"]
+        r = await ctx.pull(int(r.ext_fields["minOffset"]))
+        assert r.code == 0  # what is left is readable
+
+    run_broker(
+        tmp_path,
+        scenario,
+        segment_size_bytes=64 * 1024,
+        retention_bytes=100 * 1024,
+        retention_check_interval_ms=50,
+    )
