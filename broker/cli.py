@@ -152,6 +152,20 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         help='delay levels, e.g. "1s 5s 10s" (RocketMQ\'s messageDelayLevel)',
     )
     p.add_argument(
+        "--slave-read-enable",
+        action="store_true",
+        help="send consumers that lag more than --slave-read-lag-bytes to an in-sync slave"
+        " (RocketMQ slaveReadEnable; off by default)",
+    )
+    p.add_argument(
+        "--slave-read-lag-bytes",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="how far behind the commit log's end a consumer must be to read from a slave"
+        " (default: 40%% of this machine's RAM, as RocketMQ)",
+    )
+    p.add_argument(
         "--retention-hours",
         type=float,
         default=72.0,
@@ -173,6 +187,8 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace) -> BrokerConfig:
     host, port = args.listen
     kw: dict[str, Any] = {}
+    if args.slave_read_lag_bytes is not None:
+        kw["slave_read_lag_bytes"] = args.slave_read_lag_bytes
     if args.message_delay_level:
         kw["message_delay_levels"] = args.message_delay_level
     return BrokerConfig(
@@ -187,6 +203,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         broker_role=args.broker_role,
         endpoints=tuple(endpoints_of(args)),
         retry_max_times=args.retry_max_times,
+        slave_read_enable=args.slave_read_enable,
         retention_hours=args.retention_hours,
         retention_bytes=args.retention_bytes,
         ha_host=args.listen_ha[0] if args.listen_ha else "",

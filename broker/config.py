@@ -7,6 +7,8 @@ the 18 delay levels, long polling with a 15 s client suspend, 60 s queue locks.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 from dataclasses import dataclass
 
@@ -36,6 +38,13 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     broker_name: str
@@ -63,6 +72,11 @@ class BrokerConfig:
     heartbeat_interval_ms: int = 2000
     heartbeat_timeout_ms: int = 30_000
     segment_size_bytes: int = 1024 * 1024 * 1024
+    #: reads from slaves (RocketMQ slaveReadEnable): a consumer more than
+    #: ``slave_read_lag_bytes`` behind the commit log's end is told to pull from an in-sync
+    #: slave, and back from the master once it caught up (RocketMQ: 40 % of the RAM)
+    slave_read_enable: bool = False
+    slave_read_lag_bytes: int = dataclasses.field(default_factory=lambda: _ram_bytes() * 2 // 5)
     #: retention (RocketMQ fileReservedTime, 72 h): closed commit-log segments older than this
     #: go, and with ``retention_bytes`` (0 = no limit) the oldest while the log is bigger;
     #: checked every ``retention_check_interval_ms``
@@ -122,6 +136,7 @@ class BrokerConfig:
             "short_polling_ms",
             "segment_size_bytes",
             "retention_hours",
+            "slave_read_lag_bytes",
             "retention_check_interval_ms",
             "replica_heartbeat_interval_ms",
             "replica_heartbeat_timeout_ms",
@@ -135,7 +150,9 @@ class BrokerConfig:
         if self.retry_max_times < 0:
             raise ConfigError(f"retry_max_times: must be >= 0, got {self.retry_max_times}")
         if self.retention_bytes < 0:
-            raise ConfigError(f"retention_bytes: must be >= 0 (0: no limit), got {self.retention_bytes}")
+            raise ConfigError(
+                f"retention_bytes: must be >= 0 (0: no limit), got {self.retention_bytes}"
+            )
         if self.offset_flush_interval_ms > 1000:
             raise ConfigError("offset_flush_interval_ms: consumer offsets are flushed within 1 s")
         self.delay_levels_ms  # noqa: B018  (raises ConfigError when malformed)

@@ -67,6 +67,9 @@ class BrokerCore:
         self.executor = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="store")
         #: called after each append (the HA master's wake-up); set by the replica
         self.appended: Callable[[], None] = lambda: None
+        #: the broker id a consumer this many commit-log bytes behind should pull from next
+        #: (a pull answer's suggestWhichBrokerId); 0, the master, unless the replica says
+        self.suggest_broker: Callable[[int], int] = lambda behind: 0
         self.metrics: BrokerMetrics | None = None
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:

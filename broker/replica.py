@@ -34,6 +34,7 @@ from broker.group_member import GroupMember, HASettings
 from broker.metrics import BrokerMetrics, View
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
+from broker.quorum.role import Role
 from broker.remoting.server import Handler, RemotingServer
 from broker.replication import Replication, Standalone
 from broker.routes import RouteRegistrar
@@ -90,6 +91,8 @@ class Replica:
         self.core.metrics = self.metrics
         if self.member is not None:
             self.core.appended = self.member.appended
+            if config.slave_read_enable:
+                self.core.suggest_broker = self._suggest_broker
         self.sends = SendProcessor(self.core)
         self.consumers = ConsumerProcessor(self.core)
         handlers: dict[int, Handler] = {}
@@ -233,6 +236,19 @@ class Replica:
             log.info("broker: master now; %d consumer offsets loaded from metaledger", n)
         except ClientError as exc:
             log.warning("broker: cannot load consumer offsets yet: %s", exc)
+
+    def _suggest_broker(self, behind: int) -> int:
+        """RocketMQ's slaveReadEnable: a consumer lagging more than ``slave_read_lag_bytes``
+        is sent to a slave (this one, on a slave; the lowest in-sync slave id, on a master);
+        one that caught up, back to the master (0)."""
+        member = self.member
+        if member is None or behind <= self.config.slave_read_lag_bytes:
+            return 0
+        view = member.roles.view
+        if member.roles.role is Role.SLAVE:
+            return member.roles.broker_id
+        slaves = sorted(view.in_sync_slaves) if view is not None else []
+        return slaves[0] if slaves else 0
 
     def _view(self) -> View:
         if self.member is not None:

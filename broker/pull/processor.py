@@ -105,18 +105,22 @@ class PullProcessor:
             set(sub.tags) if sub.tags else None,
         )
         code, next_offset, body = self._classify(h.queue_offset, got)
+        suggest = 0
         if code == ResponseCode.SUCCESS:
             records, next_offset = self._trim(got.messages, next_offset)
             if records:
                 body = b"".join(records)
                 self.core.stats.pulled_messages += len(records)
+                (physical,) = _QOFF.unpack_from(records[-1], 28)
+                behind = store.log.end_offset - (physical + len(records[-1]))
+                suggest = self.core.suggest_broker(behind)
             else:
                 code, next_offset, body = ResponseCode.PULL_NOT_FOUND, h.queue_offset, b""
         return request.response(
             code,
             None if code == ResponseCode.SUCCESS else _REMARKS.get(code),
             {
-                "suggestWhichBrokerId": "0",
+                "suggestWhichBrokerId": str(suggest),
                 "nextBeginOffset": str(next_offset),
                 "minOffset": str(got.min_offset),
                 "maxOffset": str(got.max_offset),

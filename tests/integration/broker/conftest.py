@@ -60,13 +60,20 @@ class BrokerProcess:
     """``metaledger broker`` as a subprocess in its own session, stopped by its PID."""
 
     def __init__(
-        self, root: Path, endpoints: list[str], name: str = "broker-a", *extra: str
+        self,
+        root: Path,
+        endpoints: list[str],
+        name: str = "broker-a",
+        *extra: str,
+        replica: str = "",
     ) -> None:
+        """``replica``: this replica's data dir and log name (default: the group name), for
+        several replicas of one group."""
         self.root = root
         self.name = name
         self.port = free_port_pairs(1)[0]  # and port + 1 for HA
-        self.data_dir = root / name
-        self.log_path = root / f"{name}.log"
+        self.data_dir = root / (replica or name)
+        self.log_path = root / f"{replica or name}.log"
         self.args = [
             "broker", "--group", name, "--data-dir", str(self.data_dir),
             "--listen", f"127.0.0.1:{self.port}", "--endpoints", ",".join(endpoints), *extra,
