@@ -160,7 +160,11 @@ def send_v2_request(
     )
 
 
-def pull_request(topic: str, queue_id: int, offset: int, suspend_ms: int = 1000) -> RemotingCommand:
+def pull_request(
+    topic: str, queue_id: int, offset: int, suspend_ms: int = 1000, max_msgs: int = 32
+) -> RemotingCommand:
+    """PULL_MESSAGE from ``offset``, at most ``max_msgs`` messages (the Java consumer's
+    ``pullBatchSize``, default 32)."""
     return RemotingCommand.request(
         PULL_MESSAGE,
         {
@@ -168,7 +172,7 @@ def pull_request(topic: str, queue_id: int, offset: int, suspend_ms: int = 1000)
             "topic": topic,
             "queueId": queue_id,
             "queueOffset": offset,
-            "maxMsgNums": 32,
+            "maxMsgNums": max_msgs,
             "sysFlag": PULL_SYSFLAG,
             "commitOffset": 0,
             "suspendTimeoutMillis": suspend_ms,

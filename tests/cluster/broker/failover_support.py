@@ -296,6 +296,7 @@ async def until(pred: Callable[[], Any], timeout: float, what: str, every: float
 @dataclass
 class Result:
     kill_after: int
+    acked_at_kill: int
     failover_s: float
     acked: int
     duplicates: int
@@ -307,7 +308,7 @@ class Result:
 
     def line(self) -> str:
         return (
-            f"kill after {self.kill_after} acks: failover {self.failover_s:.2f} s, "
+            f"kill after {self.kill_after} acks ({self.acked_at_kill} in all): failover {self.failover_s:.2f} s, "
             f"{self.acked} acked, {self.duplicates} duplicates, master {self.old_id} -> "
             f"{self.new_id}, old master's tail cut {self.cut_bytes} B, logs identical to "
             f"{self.log_end} B; answers {self.codes}"
@@ -365,8 +366,8 @@ async def _scenario(
     producer.master = reps[0].addr
     tasks.extend(asyncio.create_task(producer.worker(w)) for w in range(producer.workers))
 
-    # a consumer group commits offsets halfway; they are durable once flushed to metaledger
-    await until(lambda: len(producer.acked) >= kill_after // 2, 60, "first half of the sends")
+    # a consumer group commits offsets early; they are durable once flushed to metaledger
+    await until(lambda: len(producer.acked) >= 20, 60, "first sends")
     committed: dict[int, int] = {}
     for q in range(QUEUES):
         committed[q] = await max_offset(reps[0].addr, q)
@@ -386,8 +387,9 @@ async def _scenario(
 
     await until(flushed, 10, "offsets flushed to metaledger")
 
-    # the kill point: after `kill_after` acknowledged sends and a random fraction of a second
-    await until(lambda: len(producer.acked) >= kill_after, 60, f"{kill_after} acked sends")
+    # the kill point: `kill_after` acknowledged sends later and a random fraction of a second
+    base = len(producer.acked)
+    await until(lambda: len(producer.acked) >= base + kill_after, 60, f"{kill_after} more acks")
     await asyncio.sleep(rng.uniform(0, 0.3))
     before = await call(group_info, client, group)
     old = next(r for r in reps if r.addr == before.master_address)
@@ -436,8 +438,7 @@ async def _scenario(
     await call(old.start)
     await until(
         lambda: any(
-            r.broker_id == before.master_id and r.alive
-            for r in group_info(client, group).replicas
+            r.broker_id == before.master_id and r.alive for r in group_info(client, group).replicas
         ),
         20,
         "old master alive again",
@@ -463,6 +464,7 @@ async def _scenario(
         common += 1
     return Result(
         kill_after,
+        acked_at_kill,
         failover_s,
         len(acked),
         duplicates,

@@ -49,6 +49,8 @@ def test_failover_loop_with_a_different_kill_point_each_time(tmp_path: Path) -> 
             root.mkdir()
             results.append(failover(root, node.endpoints, f"fo-loop-{i}", kill_after, seed + i))
     times = sorted(r.failover_s for r in results)
-    print(f"failover p50 {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s; "
-          f"duplicates {[r.duplicates for r in results]}")
+    print(
+        f"failover p50 {times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s; "
+        f"duplicates {[r.duplicates for r in results]}"
+    )
     assert len({r.kill_after for r in results}) == len(points)
