@@ -105,6 +105,8 @@ class RemotingConnection(asyncio.Protocol):
         if self._lost is not None:
             raise self._lost
         assert self._transport is not None
+        if self._transport.is_closing():  # closed, connection_lost not called yet
+            raise ConnectionLost("connection closing")
         opaque = next(self._opaque)
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[opaque] = future
