@@ -50,6 +50,7 @@ class FailoverProducer:
         self.errors: collections.Counter[str] = collections.Counter()
         self.stopping = False
         self._conns: dict[str, RemotingConnection] = {}
+        self._opened: list[RemotingConnection] = []
         self._refreshed = 0.0
 
     async def _refresh(self) -> None:
@@ -64,6 +65,7 @@ class FailoverProducer:
         c = self._conns.get(addr)
         if c is None or c._lost is not None:
             c = await asyncio.wait_for(RemotingConnection.open(addr), 2.0)
+            self._opened.append(c)  # workers connect at once: every one is closed
             self._conns[addr] = c
         return c
 
@@ -87,7 +89,7 @@ class FailoverProducer:
                 await self._refresh()
 
     def close(self) -> None:
-        for c in self._conns.values():
+        for c in self._opened:
             c.close()
 
 

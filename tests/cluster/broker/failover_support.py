@@ -158,6 +158,7 @@ class Producer:
     stopping: bool = False
     master: str = ""
     _conns: dict[str, RemotingClient] = field(default_factory=dict)
+    _opened: list[RemotingClient] = field(default_factory=list)
     _refreshed: float = 0.0
 
     async def refresh(self) -> None:
@@ -173,6 +174,7 @@ class Producer:
         if c is None or c.closed:
             host, _, port = addr.rpartition(":")
             c = await RemotingClient.connect(host, int(port), timeout_s=2.0)
+            self._opened.append(c)  # workers connect at once: every one is closed
             self._conns[addr] = c
         return c
 
@@ -201,7 +203,7 @@ class Producer:
                 await self.refresh()
 
     async def close(self) -> None:
-        for c in self._conns.values():
+        for c in self._opened:
             await c.close()
 
 
