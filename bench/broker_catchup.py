@@ -91,8 +91,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     group = broker_group.BrokerGroup(mode, queues=args.queues)
     await asyncio.to_thread(group.start)
     try:
-        target = RmqTarget(group.master_address, broker_group.TOPIC, broker_group.GROUP,
-                           queues=args.queues, connections=4)  # fmt: skip
+        target = RmqTarget(
+            group.master_address,
+            broker_group.TOPIC,
+            broker_group.GROUP,
+            queues=args.queues,
+            connections=4,
+        )
         await target.open()
         print(f"filling {args.count} messages of {args.size} B ...", flush=True)
         fill_rate = await fill(target, args.count, args.size, args.concurrency)
@@ -140,8 +145,11 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.broker_catchup", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.broker_catchup",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--count", type=int, default=100_000, help="messages stored (1000000: 1M)")
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--mode", choices=list(broker_group.MODES), default="single")
@@ -162,12 +170,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {reason}")
         return 1
     result = asyncio.run(run(args))
-    params = {k: getattr(args, k) for k in ("mode", "count", "size", "queues", "batch",
-                                            "concurrency")}  # fmt: skip
+    params = {
+        k: getattr(args, k) for k in ("mode", "count", "size", "queues", "batch", "concurrency")
+    }
     report = {"date": timestamp(), "machine": machine(), "params": params, "result": result}
-    print(f"catch-up: {result['messages']} messages in {result['seconds']} s:"
-          f" {result['msgs_per_s']} msgs/s, {result['body_mb_per_s']} MB/s of bodies"
-          f" ({result['wire_mb_per_s']} MB/s on the wire), {result['pulls']} pulls")  # fmt: skip
+    print(
+        f"catch-up: {result['messages']} messages in {result['seconds']} s:"
+        f" {result['msgs_per_s']} msgs/s, {result['body_mb_per_s']} MB/s of bodies"
+        f" ({result['wire_mb_per_s']} MB/s on the wire), {result['pulls']} pulls"
+    )
     json_path, md_path = write_report("broker_catchup", report, markdown(report), args.out_dir)
     print(f"wrote {json_path} and {md_path}")
     ok = result["messages"] == args.count and result["wrong_size"] == 0

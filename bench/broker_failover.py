@@ -158,11 +158,15 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.broker_failover", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.broker_failover",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--mode", choices=[m for m in broker_group.MODES if m != "single"],
-                    default="quorum2of3")  # fmt: skip
+    ap.add_argument(
+        "--mode", choices=[m for m in broker_group.MODES if m != "single"], default="quorum2of3"
+    )
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--size", type=int, default=1024)
@@ -186,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for i in range(args.runs):
         r = asyncio.run(one_run(args, rng))
-        print(f"run {i + 1}: kill after {r['kill_after_s']} s -> failover {r['failover_s']} s"
-              f" ({r['old_master']} -> {r['new_master']}); errors {r['errors']}", flush=True)  # fmt: skip
+        print(
+            f"run {i + 1}: kill after {r['kill_after_s']} s -> failover {r['failover_s']} s"
+            f" ({r['old_master']} -> {r['new_master']}); errors {r['errors']}",
+            flush=True,
+        )
         runs.append(r)
     times = sorted(r["failover_s"] for r in runs if r["failover_s"] is not None)
     summary = {
@@ -196,11 +203,18 @@ def main(argv: list[str] | None = None) -> int:
         "p50_s": percentile(times, 0.5),
         "max_s": times[-1] if times else None,
     }
-    params = {k: getattr(args, k) for k in ("mode", "heartbeat_timeout_ms", "concurrency",
-                                            "size", "timeout")}  # fmt: skip
+    params = {
+        k: getattr(args, k)
+        for k in ("mode", "heartbeat_timeout_ms", "concurrency", "size", "timeout")
+    }
     params["seed"] = seed
-    report = {"date": timestamp(), "machine": machine(), "params": params, "runs": runs,
-              "summary": summary}  # fmt: skip
+    report = {
+        "date": timestamp(),
+        "machine": machine(),
+        "params": params,
+        "runs": runs,
+        "summary": summary,
+    }
     print(f"failover p50 {summary['p50_s']} s, max {summary['max_s']} s over {len(runs)} runs")
     json_path, md_path = write_report("broker_failover", report, markdown(report), args.out_dir)
     print(f"wrote {json_path} and {md_path}")
