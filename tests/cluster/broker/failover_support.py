@@ -159,6 +159,7 @@ class Producer:
     master: str = ""
     _conns: dict[str, RemotingClient] = field(default_factory=dict)
     _opened: list[RemotingClient] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _refreshed: float = 0.0
 
     async def refresh(self) -> None:
@@ -201,6 +202,20 @@ class Producer:
                     self.acked.append((body, addr, time.monotonic()))
                     break
                 await self.refresh()
+
+    def start(self, master: str) -> None:
+        self.stopping = False
+        self.master = master
+        self._tasks = [asyncio.create_task(self.worker(w)) for w in range(self.workers)]
+
+    async def halt(self) -> None:
+        """Stop sending: each worker ends after its send in flight (a wedged one is cut)."""
+        self.stopping = True
+        _, late = await asyncio.wait(self._tasks, timeout=10) if self._tasks else (set(), set())
+        for t in late:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
 
     async def close(self) -> None:
         for c in self._opened:
@@ -297,6 +312,8 @@ async def until(pred: Callable[[], Any], timeout: float, what: str, every: float
 
 @dataclass
 class Result:
+    """One kill: where, how long until the new master's first PUT_OK, what was found."""
+
     kill_after: int
     acked_at_kill: int
     failover_s: float
@@ -310,29 +327,36 @@ class Result:
 
     def line(self) -> str:
         return (
-            f"kill after {self.kill_after} acks ({self.acked_at_kill} in all): failover {self.failover_s:.2f} s, "
-            f"{self.acked} acked, {self.duplicates} duplicates, master {self.old_id} -> "
-            f"{self.new_id}, old master's tail cut {self.cut_bytes} B, logs identical to "
-            f"{self.log_end} B; answers {self.codes}"
+            f"kill after {self.kill_after} acks ({self.acked_at_kill} in all): failover"
+            f" {self.failover_s:.2f} s, {self.acked} acked, {self.duplicates} duplicates,"
+            f" master {self.old_id} -> {self.new_id}, old master's tail cut {self.cut_bytes} B,"
+            f" all at {self.log_end} B; answers {self.codes}"
         )
 
 
 async def run_failover(
-    root: Path, endpoints: list[str], group: str, kill_after: int, rng: random.Random
-) -> Result:
-    """One failover of a fresh group ``group`` (data dirs and logs under ``root``), the
-    master killed after ``kill_after`` acknowledged sends."""
+    root: Path, endpoints: list[str], group: str, kill_points: list[int], rng: random.Random
+) -> list[Result]:
+    """A fresh group ``group`` (data dirs and logs under ``root``) whose master is killed
+    once per entry of ``kill_points``, each time after that many more acknowledged sends;
+    the killed master is restarted and caught up before the next kill. At the end every
+    replica stops and their commit-log files are compared."""
     client = Client(endpoints, timeout_s=5.0)
     reps = [Replica(root, endpoints, group, i) for i in range(3)]
     producer = Producer(client, group)
-    tasks: list[asyncio.Task[None]] = []
     try:
-        return await _scenario(reps, client, group, producer, tasks, kill_after, rng)
+        await _setup(reps, client, group)
+        results = []
+        for kill_after in kill_points:
+            results.append(await _kill_round(reps, client, group, producer, kill_after, rng))
+        for r in reps:
+            assert await asyncio.to_thread(r.stop) == 0, r.log_tail()
+        logs = [await asyncio.to_thread(r.commit_log) for r in reps]
+        assert [len(x) for x in logs] == [results[-1].log_end] * 3
+        assert logs[0] == logs[1] == logs[2], "commit logs differ"
+        return results
     finally:
-        producer.stopping = True
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await producer.halt()
         await producer.close()
         for r in reps:
             r.stop()
@@ -343,15 +367,7 @@ def group_info(client: Client, group: str) -> ReplicaGroupInfo:
     return client.replica_group(group)
 
 
-async def _scenario(
-    reps: list[Replica],
-    client: Client,
-    group: str,
-    producer: Producer,
-    tasks: list[asyncio.Task[None]],
-    kill_after: int,
-    rng: random.Random,
-) -> Result:
+async def _setup(reps: list[Replica], client: Client, group: str) -> None:
     call = asyncio.to_thread
     # replica 0 first: the first to register is the master; the policy before the slaves
     await call(reps[0].start)
@@ -365,16 +381,16 @@ async def _scenario(
         20,
         "topic created on the group",
     )
-    producer.master = reps[0].addr
-    tasks.extend(asyncio.create_task(producer.worker(w)) for w in range(producer.workers))
 
-    # a consumer group commits offsets early; they are durable once flushed to metaledger
-    await until(lambda: len(producer.acked) >= 20, 60, "first sends")
+
+async def _commit_offsets(client: Client, group: str, master: str) -> dict[int, int]:
+    """A consumer group commits each queue's current end; returned once durable (flushed
+    to metaledger, where a new master loads them)."""
     committed: dict[int, int] = {}
     for q in range(QUEUES):
-        committed[q] = await max_offset(reps[0].addr, q)
+        committed[q] = await max_offset(master, q)
         reply = await request(
-            reps[0].addr,
+            master,
             RequestCode.UPDATE_CONSUMER_OFFSET,
             {"consumerGroup": CONSUMER_GROUP, "topic": TOPIC, "queueId": q,
              "commitOffset": committed[q]},
@@ -388,6 +404,24 @@ async def _scenario(
         return all(stored.get(q, -1) >= v for q, v in committed.items())
 
     await until(flushed, 10, "offsets flushed to metaledger")
+    return committed
+
+
+async def _kill_round(
+    reps: list[Replica],
+    client: Client,
+    group: str,
+    producer: Producer,
+    kill_after: int,
+    rng: random.Random,
+) -> Result:
+    call = asyncio.to_thread
+    before = await call(group_info, client, group)
+    assert len(before.sync_state_set) == 3, before
+    producer.start(before.master_address)
+    start = len(producer.acked)
+    await until(lambda: len(producer.acked) >= start + 20, 60, "first sends")
+    committed = await _commit_offsets(client, group, before.master_address)
 
     # the kill point: `kill_after` acknowledged sends later and a random fraction of a second
     base = len(producer.acked)
@@ -407,9 +441,7 @@ async def _scenario(
     t_new = await until(first_new_ack, FAILOVER_DEADLINE_S, "first PUT_OK on a new master")
     failover_s = t_new - killed_at
     await until(lambda: len(producer.acked) >= acked_at_kill + 40, 20, "sends after failover")
-    producer.stopping = True
-    await asyncio.gather(*tasks, return_exceptions=True)
-    tasks.clear()
+    await producer.halt()
 
     after = await call(group_info, client, group)
     assert after.master_id != before.master_id, "a new master"
@@ -435,7 +467,7 @@ async def _scenario(
         assert reply.code == 0, (q, reply.code, reply.remark)
         assert int(reply.ext_fields["offset"]) >= v, (q, reply.ext_fields, v)
 
-    # the old master comes back on its data dir: a slave, tail cut, logs byte-identical
+    # the old master comes back on its data dir: a slave, its tail cut, caught up
     old_log = await call(old.commit_log)
     await call(old.start)
     await until(
@@ -454,15 +486,17 @@ async def _scenario(
     await until(all_at_end, 30, f"every replica's commit log at {end}")
     info = await runtime_info(old.addr)
     assert info["writable"] == "false", info
-    final = await call(group_info, client, group)
+    final = await until(
+        lambda: (g := group_info(client, group)) and len(g.sync_state_set) == 3 and g,
+        30,
+        "the old master back in the in-sync set",
+    )
     assert final.master_id == after.master_id, "the old master did not take over"
-    for r in reps:
-        assert await call(r.stop) == 0, r.log_tail()
-    logs = [await call(r.commit_log) for r in reps]
-    assert [len(x) for x in logs] == [end] * 3
-    assert logs[0] == logs[1] == logs[2], "commit logs differ"
+    # the new master's log, read from its files while nothing is written
+    now = await call(new.commit_log)
+    assert len(now) == end, (len(now), end)
     common = 0
-    while common < min(len(old_log), end) and old_log[common] == logs[0][common]:
+    while common < min(len(old_log), end) and old_log[common] == now[common]:
         common += 1
     return Result(
         kill_after,
