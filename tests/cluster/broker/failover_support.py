@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import json
 import os
 import random
@@ -34,7 +35,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,7 @@ class Producer:
     _conns: dict[str, RemotingClient] = field(default_factory=dict)
     _opened: list[RemotingClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _seq: Iterator[int] = field(default_factory=itertools.count)
     _refreshed: float = 0.0
 
     async def refresh(self) -> None:
@@ -180,10 +182,8 @@ class Producer:
         return c
 
     async def worker(self, w: int) -> None:
-        seq = 0
         while not self.stopping:
-            body = f"w{w}-{seq:06d}|".encode() + bytes(range(256))
-            seq += 1
+            body = f"m{next(self._seq):07d}|".encode() + bytes(range(256))  # unique over rounds
             while not self.stopping:
                 addr = self.master
                 try:
@@ -328,7 +328,7 @@ class Result:
     def line(self) -> str:
         return (
             f"kill after {self.kill_after} acks ({self.acked_at_kill} in all): failover"
-            f" {self.failover_s:.2f} s, {self.acked} acked, {self.duplicates} duplicates,"
+            f" {self.failover_s:.2f} s, so far {self.acked} acked, {self.duplicates} duplicates,"
             f" master {self.old_id} -> {self.new_id}, old master's tail cut {self.cut_bytes} B,"
             f" all at {self.log_end} B; answers {self.codes}"
         )
