@@ -169,11 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"skipped: {reason}")
         return 1
+    date = timestamp()  # the start, as bench.report names the files
     result = asyncio.run(run(args))
     params = {
         k: getattr(args, k) for k in ("mode", "count", "size", "queues", "batch", "concurrency")
     }
-    report = {"date": timestamp(), "machine": machine(), "params": params, "result": result}
+    report = {"date": date, "machine": machine(), "params": params, "result": result}
     print(
         f"catch-up: {result['messages']} messages in {result['seconds']} s:"
         f" {result['msgs_per_s']} msgs/s, {result['body_mb_per_s']} MB/s of bodies"

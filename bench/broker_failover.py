@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"skipped: {reason}")
         return 1
+    date = timestamp()  # the start, as bench.report names the files
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     runs = []
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     params["seed"] = seed
     report = {
-        "date": timestamp(),
+        "date": date,
         "machine": machine(),
         "params": params,
         "runs": runs,

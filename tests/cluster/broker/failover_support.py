@@ -2,8 +2,8 @@
 
 A real metaledger node, three real ``metaledger broker`` replicas of one group (SYNC_MASTER,
 policy totalReplicas 3, inSyncReplicas 2, short replica heartbeat timeout) and a producer
-sending continuously over the remoting protocol. The master is killed with SIGKILL after a
-number of acknowledged sends that the caller picks (a different kill point each iteration).
+sending continuously over the remoting protocol. The master is killed with SIGKILL once per kill
+point the caller gives (after that many more acknowledged sends), restarted and caught up.
 :func:`run_failover` returns what was measured and asserts what must hold:
 
 - metaledger elects a new master from the in-sync set the group had at the kill, at a higher
@@ -17,7 +17,7 @@ number of acknowledged sends that the caller picks (a different kill point each 
   cut, and the three commit logs end at the same offset, byte-identical (compared in the
   files under each ``<data-dir>/store/commitlog`` after every replica stopped).
 
-The producer retries a refused or failed send with the same body against the master it
+The replica processes and the commit-log files are in ``failover_procs``. The producer retries a refused or failed send with the same body against the master it
 finds in ``Client.replica_group`` (as RocketMQ's producer retries, research/rocketmq-clients.md).
 Every process is started on free 127.0.0.1 ports and stopped by its PID.
 """
@@ -31,9 +31,6 @@ import json
 import os
 import random
 import signal
-import struct
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,107 +40,16 @@ from typing import Any
 from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode
 from broker.store import decode
-from broker.store.errors import DecodeError
-from broker.store.message import MAGIC_V1, MAGIC_V2
-from broker.store.segments import list_segments
 from nameserver.client import Client, NotFound
 from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo
 from nameserver.client.routing import QueueData
-from tests.harness import free_port_pairs
-from tests.integration.broker.conftest import cli_env
+from tests.cluster.broker.failover_procs import Replica
 
 TOPIC = "FailoverTopic"
 QUEUES = 4
 CONSUMER_GROUP = "fo-consumers"
-HEARTBEAT_TIMEOUT_MS = 2000
 #: a new master must answer PUT_OK within this many seconds of the kill
 FAILOVER_DEADLINE_S = 20.0
-
-
-class Replica:
-    """One ``metaledger broker`` replica process (its own session), stopped by its PID."""
-
-    def __init__(self, root: Path, endpoints: list[str], group: str, index: int) -> None:
-        self.root = root
-        self.index = index
-        self.port = free_port_pairs(1)[0]  # and port + 1 for HA
-        self.data_dir = root / f"{group}-r{index}"
-        self.log_path = root / f"{group}-r{index}.log"
-        self.args = [
-            "broker", "--group", group, "--cluster", "fo-cluster",
-            "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}",
-            "--endpoints", ",".join(endpoints), "--broker-role", "SYNC_MASTER",
-            "--replica-heartbeat-timeout-ms", str(HEARTBEAT_TIMEOUT_MS),
-            "--slave-timeout-ms", "2000", "--flush", "ASYNC_FLUSH",
-        ]  # fmt: skip
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30) -> None:
-        seen = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "nameserver.cli", *self.args],
-                env=cli_env(self.root), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while b"serving on" not in self.log_path.read_bytes()[seen:]:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"replica exited {self.proc.returncode}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.stop(signal.SIGKILL)
-                raise TimeoutError(f"replica not serving after {timeout} s:\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        os.kill(self.proc.pid, sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(10)
-
-    def log_tail(self, n: int = 30) -> str:
-        if not self.log_path.exists():
-            return ""
-        lines = self.log_path.read_bytes().decode(errors="replace").splitlines()
-        return "\n".join(lines[-n:])
-
-    def commit_log(self) -> bytes:
-        return commit_log_bytes(self.data_dir)
-
-
-def commit_log_bytes(data_dir: Path) -> bytes:
-    """The commit log's valid records, read from the files (the replica stopped): from the
-    first segment's start up to the first byte that is not a whole, good record."""
-    segments = list_segments(str(data_dir / "store" / "commitlog"))
-    out = bytearray()
-    for start, path in segments:
-        if start != len(out):
-            break
-        with open(path, "rb") as f:
-            while True:
-                head = f.read(8)
-                if len(head) < 8:
-                    break
-                total, magic = struct.unpack(">ii", head)
-                if magic not in (MAGIC_V1, MAGIC_V2) or total <= 8:
-                    break
-                record = head + f.read(total - 8)
-                try:
-                    decode(record)
-                except (DecodeError, struct.error, ValueError):
-                    break
-                out += record
-        if len(segments) == 1:
-            break
-    return bytes(out)
 
 
 @dataclass
