@@ -1,22 +1,27 @@
-"""The process side of the broker benchmark: one metaledger node and a broker replica group.
+"""The process side of the broker benchmarks: one metaledger node and a broker replica group.
 
 For one mode of ``MODES`` (issue 17's performance section: one replica, async replication,
 sync 2 replicas, quorum 2 of 3) ``BrokerGroup.start``:
 
 1. runs ``metaledger cluster up --nodes 1 --base-port B --data-dir D/meta`` (foreground
    process; SIGTERM to it stops its node);
-2. sets the group's quorum policy, ``metaledger replica-group policy broker-a ...``
-   (research/broker.md §6.1: totalReplicas, inSyncReplicas, minInSyncReplicas);
-3. starts each replica with :func:`replica_argv` (``metaledger broker --group broker-a
+2. starts replica 0 with :func:`replica_argv` (``metaledger broker --group broker-a
    --data-dir ... --listen 127.0.0.1:PORT --endpoints ...``, HA on PORT+1 by RocketMQ's
-   convention), each its own process;
+   convention) and waits until metaledger names it master: metaledger assigns broker ids and
+   the first replica of a group to register becomes its master (there is no "--broker-id 0
+   means master");
+3. sets the group's quorum policy, ``metaledger replica-group policy broker-a ...``
+   (research/broker.md §6.1: totalReplicas, inSyncReplicas, minInSyncReplicas), then starts
+   the other replicas, each its own process, and waits until the in-sync set holds
+   ``inSyncReplicas`` of them;
 4. creates the topic once the group has registered (``metaledger route topic create``) and
-   finds the master's address in its route (``metaledger route get -w json``: broker id 0),
-   as clients do.
+   finds the master's address in the group (``Client.replica_group``), as clients find it in
+   the route (broker id 0).
 
-``stop`` sends SIGTERM to every process it started, by PID, then SIGKILL after a grace period.
-The command lines are plain functions (:func:`replica_argv`, :func:`policy_argv`) so they
-can follow the broker CLI's flags as it settles.
+``stop`` sends SIGTERM to every process it started, by PID, then SIGKILL after a grace period;
+``kill`` sends one replica SIGKILL (the failover benchmark). The command lines are plain
+functions (:func:`replica_argv`, :func:`policy_argv`) so they can follow the broker CLI's
+flags as it settles.
 """
 
 from __future__ import annotations
@@ -82,9 +87,10 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def replica_argv(mode: Mode, index: int, data_dir: Path, port: int, endpoints: str) -> list[str]:
-    """The command line of replica ``index`` (0-based) of ``mode``'s group; its broker id is
-    ``index`` (0 = the first master)."""
+def replica_argv(
+    mode: Mode, data_dir: Path, port: int, endpoints: str, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """The command line of one replica of ``mode``'s group (metaledger assigns its id)."""
     return [
         *cli(),
         "broker",
@@ -92,8 +98,6 @@ def replica_argv(mode: Mode, index: int, data_dir: Path, port: int, endpoints: s
         GROUP,
         "--cluster",
         CLUSTER,
-        "--broker-id",
-        str(index),
         "--data-dir",
         str(data_dir),
         "--listen",
@@ -102,6 +106,7 @@ def replica_argv(mode: Mode, index: int, data_dir: Path, port: int, endpoints: s
         endpoints,
         "--broker-role",
         mode.role,
+        *extra,
     ]
 
 
@@ -211,6 +216,10 @@ class BrokerGroup:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     endpoints: str = ""
     master_address: str = ""
+    #: more ``metaledger broker`` flags for every replica (e.g. a short heartbeat timeout)
+    extra_args: tuple[str, ...] = ()
+    #: replica name (``r0``..) -> its remoting port (HA on port + 1), kept across restarts
+    ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def pids(self) -> list[int]:
@@ -247,6 +256,44 @@ class BrokerGroup:
             self.stop()
             raise
 
+    def _group(self) -> Any:
+        """The replica group as metaledger has it (``Client.replica_group``), or None."""
+        from nameserver.client import Client, NotFound
+
+        with Client([self.endpoints], timeout_s=5.0) as client:
+            try:
+                return client.replica_group(GROUP)
+            except NotFound:
+                return None
+
+    def start_replica(self, index: int, timeout_s: float = 60.0) -> None:
+        """Start replica ``index`` (a new one on free ports, or again on its own data dir
+        and ports) and wait until its remoting port accepts connections."""
+        name = f"r{index}"
+        if name not in self.ports:
+            self.ports[name] = free_block(2)
+        port = self.ports[name]
+        argv = replica_argv(self.mode, self.root / name, port, self.endpoints, self.extra_args)
+        self._spawn(name, argv)
+
+        def serving() -> bool:
+            self._alive()
+            with socket.create_connection((HOST, port), timeout=1.0):
+                return True
+
+        wait_until(serving, timeout_s, f"replica {name} serving", interval=0.1)
+
+    def address(self, name: str) -> str:
+        return f"{HOST}:{self.ports[name]}"
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one replica, by PID (the failover benchmark's kill -9)."""
+        p = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        del self.procs[name]
+
     def _start(self, timeout_s: float) -> None:
         base = free_block(4)
         self.endpoints = f"{HOST}:{base}"
@@ -258,11 +305,29 @@ class BrokerGroup:
             "metaledger node up",
             interval=0.25,
         )
+        # metaledger names the master: the first replica of the group to register
+        self.start_replica(0, timeout_s)
+        wait_until(
+            lambda: (
+                self._alive() and (g := self._group()) and g.master_address == self.address("r0")
+            ),
+            timeout_s,
+            "replica 0 registered as the group's master",
+            interval=0.25,
+        )
         self._run(policy_argv(self.mode, self.endpoints), "replica-group policy")
-        for i in range(self.mode.replicas):
-            port = free_block(2)
-            argv = replica_argv(self.mode, i, self.root / f"r{i}", port, self.endpoints)
-            self._spawn(f"r{i}", argv)
+        for i in range(1, self.mode.replicas):
+            self.start_replica(i, timeout_s)
+        wait_until(
+            lambda: (
+                self._alive()
+                and (g := self._group())
+                and len(g.sync_state_set) >= self.mode.in_sync_replicas
+            ),
+            timeout_s,
+            f"{self.mode.in_sync_replicas} replica(s) in sync",
+            interval=0.25,
+        )
         topic = topic_argv(self.queues, self.endpoints)
         wait_until(
             lambda: self._alive() and self._run(topic, "route topic create") is not None,
@@ -276,12 +341,7 @@ class BrokerGroup:
             self._alive()
             return master_of(json.loads(self._run(route, "route get")))
 
-        self.master_address = wait_until(
-            master,
-            timeout_s,
-            "a master elected",
-            interval=0.25,
-        )
+        self.master_address = wait_until(master, timeout_s, "the master in the route", 0.25)
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Replicas first, then the metaledger node (through its ``cluster up``), by PID."""

@@ -105,6 +105,8 @@ class RemotingConnection(asyncio.Protocol):
         if self._lost is not None:
             raise self._lost
         assert self._transport is not None
+        if self._transport.is_closing():  # closed, connection_lost not called yet
+            raise ConnectionLost("connection closing")
         opaque = next(self._opaque)
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[opaque] = future
@@ -160,7 +162,11 @@ def send_v2_request(
     )
 
 
-def pull_request(topic: str, queue_id: int, offset: int, suspend_ms: int = 1000) -> RemotingCommand:
+def pull_request(
+    topic: str, queue_id: int, offset: int, suspend_ms: int = 1000, max_msgs: int = 32
+) -> RemotingCommand:
+    """PULL_MESSAGE from ``offset``, at most ``max_msgs`` messages (the Java consumer's
+    ``pullBatchSize``, default 32)."""
     return RemotingCommand.request(
         PULL_MESSAGE,
         {
@@ -168,7 +174,7 @@ def pull_request(topic: str, queue_id: int, offset: int, suspend_ms: int = 1000)
             "topic": topic,
             "queueId": queue_id,
             "queueOffset": offset,
-            "maxMsgNums": 32,
+            "maxMsgNums": max_msgs,
             "sysFlag": PULL_SYSFLAG,
             "commitOffset": 0,
             "suspendTimeoutMillis": suspend_ms,

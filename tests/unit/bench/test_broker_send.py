@@ -415,7 +415,8 @@ def test_the_group_command_lines_parse_with_the_metaledger_cli(tmp_path: Path) -
     }
     assert bg.master_of(doc) == "127.0.0.1:23010"
     assert bg.master_of({"brokerDatas": [{"brokerName": bg.GROUP, "brokerAddrs": {}}]}) == ""
-    replica = bg.replica_argv(mode, 1, tmp_path / "r1", 23010, "127.0.0.1:23000")
+    replica = bg.replica_argv(mode, tmp_path / "r1", 23010, "127.0.0.1:23000")
+    assert "--broker-id" not in replica  # metaledger assigns ids and names the master
     assert replica[3:5] == ["broker", "--group"] and "SYNC_MASTER" in replica
     assert [(m.replicas, m.in_sync_replicas) for m in bg.MODES.values()] == [
         (1, 1),
