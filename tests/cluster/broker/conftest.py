@@ -153,7 +153,7 @@ class BrokerProc:
     def metrics(self, timeout: float = 5.0) -> dict[str, float]:
         """The ``/metrics`` samples, ``name{labels}`` -> value."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             text = r.read().decode()
         out = {}
         for line in text.splitlines():
@@ -229,7 +229,10 @@ class BrokerGroup:
         ports = free_port_pairs(replicas)
         taken = {q for p in ports for q in (p, p + 1)}
         metrics = [p for p in free_ports(replicas + 4) if p not in taken][:replicas]
-        self.procs = [BrokerProc(self.root, self.name, p, m, args) for p, m in zip(ports, metrics)]
+        self.procs = [
+            BrokerProc(self.root, self.name, p, m, args)
+            for p, m in zip(ports, metrics, strict=True)
+        ]
 
     # ------------------------------------------------------------ life cycle
     def start(self, timeout: float = 60.0) -> BrokerGroup:
@@ -297,7 +300,9 @@ class BrokerGroup:
                 return None
             return g
 
-        return wait_until(ready, timeout, lambda: f"in-sync set of {len(members)}: {self.info()}")
+        g = wait_until(ready, timeout, lambda: f"in-sync set of {len(members)}: {self.info()}")
+        assert g is not None
+        return g
 
     def wait_slave_seen(
         self, proc: BrokerProc, connected: bool, lag: Callable[[float], bool] = lambda x: True
@@ -312,10 +317,30 @@ class BrokerGroup:
         wait_until(seen, 20, lambda: f"master's view of slave {sid}: {self.master.slave_lag()}")
 
     # ------------------------------------------------------------ faults
-    def down(self, proc: BrokerProc) -> None:
-        """kill -9 a slave; return once the master saw its HA connection close."""
-        proc.kill()
-        self.wait_slave_seen(proc, connected=False)
+    def apply(self, states: list[str], gap_bytes: int) -> None:
+        """Put the slaves (in order) in ``states``: "up"; "down" (kill -9); "hung"
+        (SIGSTOP: alive in metaledger, HA connection open, acks nothing); "lagging" (hung,
+        then ``gap_bytes`` of body pushed past its last ack); "inside" (hung, then
+        ``gap_bytes // 4`` pushed: behind, but less than the gap)."""
+        slaves = self.slaves
+        assert len(slaves) == len(states), (len(slaves), states)
+        unknown = set(states) - {"up", "down", "hung", "lagging", "inside"}
+        assert not unknown, unknown
+        self.down([p for p, s in zip(slaves, states, strict=True) if s == "down"])
+        for p, s in zip(slaves, states, strict=True):
+            if s == "hung":
+                self.hang(p)
+        for state, size in (("lagging", gap_bytes), ("inside", gap_bytes // 4)):
+            procs = [p for p, s in zip(slaves, states, strict=True) if s == state]
+            if procs:
+                self.lag(procs, size)
+
+    def down(self, procs: list[BrokerProc]) -> None:
+        """kill -9 slaves; return once the master saw their HA connections close."""
+        for p in procs:
+            p.kill()
+        for p in procs:
+            self.wait_slave_seen(p, connected=False)
 
     def hang(self, proc: BrokerProc) -> None:
         """SIGSTOP: the process holds its connections and answers nothing."""
