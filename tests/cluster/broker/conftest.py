@@ -195,7 +195,12 @@ class BrokerProc:
 
 
 class BrokerGroup:
-    """R broker replicas of one group (see the module docstring)."""
+    """R broker replicas of one group (see the module docstring).
+
+    Timeouts: a replica is dead for metaledger after ``heartbeat_timeout_ms`` (6 s: a hung
+    slave must still count alive while its row runs, or seed 004's ``min(alive, ...)``
+    would decide instead of its acks); a SYNC master waits ``slave_timeout_ms`` (2 s, short
+    for the FLUSH_SLAVE_TIMEOUT rows, long enough for 4 slaves' acks on busy cores)."""
 
     def __init__(
         self,
@@ -207,7 +212,7 @@ class BrokerGroup:
         policy: GroupPolicy,
         *,
         heartbeat_timeout_ms: int = 6000,
-        slave_timeout_ms: int = 1000,
+        slave_timeout_ms: int = 2000,
         not_catchup_ms: int = 15_000,
         fallbehind_bytes: int | None = None,
     ) -> None:
