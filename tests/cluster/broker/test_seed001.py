@@ -95,6 +95,7 @@ def test_seed_001_killed_slave_catches_up_from_its_own_offset(
     end_before = master.max_offset()
     wait_until(lambda: slave.max_offset() == end_before, 10, "slave holds every message")
 
+    sid = group.id_of(slave)
     group.down([slave])
     own = slave.commit_log()[:end_before]  # what the dead slave holds, as on its disk
     assert len(own) == end_before
@@ -106,6 +107,7 @@ def test_seed_001_killed_slave_catches_up_from_its_own_offset(
     slave.spawn()  # the same data dir and port: metaledger gives it its id back
     wait_until(slave.serving, 30, "restarted slave serving")
     group.wait_in_sync(group.procs, 30)
+    assert group.id_of(slave) == sid  # the same replica, its id given back
     wait_until(lambda: slave.max_offset() == end, 15, "restarted slave caught up")
     assert group.send(b"after " + BODY)[0] == SEND_OK  # sync replication works again
     end = master.max_offset()
