@@ -137,6 +137,14 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="a slave not caught up this long leaves the in-sync set (default 15000)",
     )
+    p.add_argument(
+        "--ha-slave-fallbehind-max-bytes",
+        type=int,
+        default=256 * 1024 * 1024,
+        metavar="BYTES",
+        help="SYNC_MASTER, inSyncReplicas 1: a slave this far behind is not available"
+        " (SLAVE_NOT_AVAILABLE; RocketMQ 4.x haSlaveFallbehindMax, default 256 MiB)",
+    )
     p.add_argument("--flush", choices=[m.value for m in FlushMode], default="ASYNC_FLUSH")
     p.add_argument("--broker-role", choices=["ASYNC_MASTER", "SYNC_MASTER"], default="ASYNC_MASTER")
     p.add_argument(
@@ -212,6 +220,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         replica_heartbeat_timeout_ms=args.replica_heartbeat_timeout_ms,
         slave_timeout_ms=args.slave_timeout_ms,
         ha_max_time_slave_not_catchup_ms=args.ha_max_time_slave_not_catchup_ms,
+        ha_slave_fallbehind_max_bytes=args.ha_slave_fallbehind_max_bytes,
         **kw,
     ).validate()
 

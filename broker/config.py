@@ -97,6 +97,9 @@ class BrokerConfig:
     slave_timeout_ms: int = 3000
     #: in-sync set: a slave not caught up this long is dropped (haMaxTimeSlaveNotCatchup)
     ha_max_time_slave_not_catchup_ms: int = 15_000
+    #: SYNC_MASTER with inSyncReplicas <= 1 (RocketMQ 4.x haSlaveFallbehindMax): a slave this
+    #: many bytes behind is not available (SLAVE_NOT_AVAILABLE)
+    ha_slave_fallbehind_max_bytes: int = 256 * 1024 * 1024
     #: HA connections: heartbeat frame interval and idle timeout (RocketMQ: 5 s, 20 s)
     ha_heartbeat_interval_ms: int = 5000
     ha_idle_timeout_ms: int = 20_000
@@ -142,6 +145,7 @@ class BrokerConfig:
             "replica_heartbeat_timeout_ms",
             "slave_timeout_ms",
             "ha_max_time_slave_not_catchup_ms",
+            "ha_slave_fallbehind_max_bytes",
             "ha_heartbeat_interval_ms",
             "ha_idle_timeout_ms",
         ):

@@ -209,7 +209,11 @@ class Replica:
                 heartbeat_interval_s=c.replica_heartbeat_interval_ms / 1000,
                 heartbeat_timeout_ms=c.replica_heartbeat_timeout_ms,
             ),
-            QuorumSettings(BrokerRole(c.broker_role), slave_timeout_s=c.slave_timeout_ms / 1000),
+            QuorumSettings(
+                BrokerRole(c.broker_role),
+                slave_timeout_s=c.slave_timeout_ms / 1000,
+                ha_slave_fallbehind_max_bytes=c.ha_slave_fallbehind_max_bytes,
+            ),
             HASettings(
                 c.ha_host or c.listen_host,
                 c.ha_listen_port,

@@ -224,6 +224,10 @@ class HAMaster:
             log.warning("HA connection from %s closed: %s", peer, e)
         except Exception:  # a bug must cost this connection only, never the broker
             log.exception("HA connection from %s failed", peer)
+        except asyncio.CancelledError:
+            # stop(): end as a finished handler. Python 3.11's start_server calls
+            # task.exception() on a cancelled handler and logs the CancelledError as an error
+            pass
         finally:
             self._tasks.discard(task)
             writer.close()

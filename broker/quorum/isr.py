@@ -15,6 +15,9 @@ RocketMQ 5's ``AutoSwitchHAService`` / ``ReplicasManager`` rules (research/broke
   role manager (new set, new set epoch). A refused change (``FailedPrecondition``: a fenced
   epoch, no longer the master, a replica not alive) re-reads the group; the next check
   plans again from there.
+* **Re-read** the group first when a slave is connected that the view does not count alive
+  (it registered after the view was read): it joins within one check, not only after the
+  role manager's next refresh (``refresh_interval_s``, 5 s).
 
 Difference from RocketMQ: the confirm offset a joining slave must reach is the one of the
 previous check, not of this instant. RocketMQ's is a cached value updated as acks arrive;
@@ -200,12 +203,19 @@ class IsrKeeper:
         view, ha = self.roles.view, self.ha
         if view is None or ha is None or not view.is_master or self.roles.writable() is not None:
             return None
+        slaves = ha.slaves()
+        if any(s.connected and i not in view.alive for i, s in slaves.items()):
+            # a slave that registered after the group was last read: re-read it now, not at
+            # the role manager's next refresh (up to refresh_interval_s later)
+            view = await self.roles.refresh()
+            if not view.is_master or self.roles.writable() is not None or self.ha is not ha:
+                return None
         confirm = self.confirm_offset()
         threshold = confirm if self._mark is None else min(self._mark, confirm)
         self._mark = confirm
         change = plan(
             view,
-            ha.slaves(),
+            slaves,
             threshold,
             self.epoch_start,
             self.clock(),

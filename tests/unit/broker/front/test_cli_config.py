@@ -21,12 +21,19 @@ def test_broker_flags() -> None:
     args = parse(
         "broker", "--group", "b1", "--data-dir", "/tmp/x", "--listen", "127.0.0.1:11000",
         "--flush", "SYNC_FLUSH", "--broker-role", "SYNC_MASTER", "--retry-max-times", "3",
-        "--message-delay-level", "1s 2s",
+        "--message-delay-level", "1s 2s", "--ha-slave-fallbehind-max-bytes", "4096",
     )  # fmt: skip
     c = build_config(args)
     assert (c.broker_name, c.listen_port, c.address) == ("b1", 11000, "127.0.0.1:11000")
     assert c.flush_mode.value == "SYNC_FLUSH" and c.broker_role == "SYNC_MASTER"
     assert c.retry_max_times == 3 and c.delay_levels_ms == (1000, 2000)
+    assert c.ha_slave_fallbehind_max_bytes == 4096
+    assert (
+        build_config(
+            parse("broker", "--group", "b", "--data-dir", "d")
+        ).ha_slave_fallbehind_max_bytes
+        == 1 << 28
+    )
     with pytest.raises(SystemExit):
         parse("broker", "--group", "b1", "--data-dir", "d", "--listen", "h:99999")
 
@@ -46,6 +53,7 @@ def test_send_and_consume_flags() -> None:
         ({"advertised_host": "0.0.0.0"}, "advertised_host"),
         ({"offset_flush_interval_ms": 5000}, "offset_flush_interval_ms"),
         ({"heartbeat_interval_ms": 0}, "heartbeat_interval_ms"),
+        ({"ha_slave_fallbehind_max_bytes": 0}, "ha_slave_fallbehind_max_bytes"),
         ({"message_delay_levels": "5 parsecs"}, "message_delay_levels"),
     ],
 )

@@ -275,3 +275,36 @@ def test_appends_from_another_thread_wake_the_stream(tmp_path: Path) -> None:
         same(tmp_path / "m", tmp_path / "s")
 
     run(main())
+
+
+def test_master_stops_quietly_with_slaves_connected(tmp_path: Path) -> None:
+    """stop() cancels the connection handlers: nothing reaches the loop's exception handler
+    (Python 3.11's start_server callback calls ``task.exception()`` on a cancelled handler
+    and logged the CancelledError as an error at every clean stop of a master)."""
+
+    async def main() -> None:
+        errors: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: errors.append(ctx))
+        ms, ss = store_at(tmp_path / "m"), store_at(tmp_path / "s")
+        mep, sep = EpochFile(str(tmp_path / "m.ep")), EpochFile(str(tmp_path / "s.ep"))
+        mep.append(1, 0)
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE)
+        await master.start()
+        slave = HAClient(
+            ss, sep, 2, ("127.0.0.1", master.port), heartbeat_interval=HB, idle_timeout=IDLE
+        )
+        await slave.start()
+        try:
+            put(ms, 5, master=master)
+            await until(lambda: ss.log.end_offset == ms.log.end_offset, what="catch-up")
+            await master.stop()
+            for _ in range(5):
+                await asyncio.sleep(0.01)
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+        assert errors == []
+
+    run(main())

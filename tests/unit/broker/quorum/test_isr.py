@@ -209,6 +209,27 @@ def test_keeper_rereads_the_group_when_fenced_and_is_silent_while_not_writable()
     asyncio.run(main())
 
 
+def test_keeper_rereads_the_group_for_a_connected_slave_it_does_not_count_alive() -> None:
+    """A slave that registered after the master last read the group joins at the next check,
+    not after the role manager's periodic refresh (5 s)."""
+
+    async def main() -> None:
+        k, roles, server, ha = keeper(view(isr=(1,), alive=(1,)), [0], [NOW])
+        ha.add(2, 100).caught_up_at = NOW
+        server.group = replace(server.group, alive=frozenset({1, 2}))  # 2 registered since
+        change = await k.check()
+        assert roles.refreshes == 1
+        assert change is not None and change.added == {2}
+        assert server.calls == [(1, 1, 1, [1, 2])]
+        assert await k.check() is None and roles.refreshes == 1  # counted alive now: no re-read
+        # one metaledger still counts dead (no heartbeat yet): re-read, and it does not join
+        ha.add(3, 100).caught_up_at = NOW
+        assert await k.check() is None
+        assert roles.refreshes == 2 and len(server.calls) == 1
+
+    asyncio.run(main())
+
+
 def test_settings_validate_names_the_field() -> None:
     with pytest.raises(ValueError, match="check_interval_s"):
         IsrSettings(check_interval_s=0).validate()
