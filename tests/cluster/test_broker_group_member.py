@@ -120,6 +120,12 @@ async def scenario(tmp: Path, client: Client) -> None:
             20,
             "in-sync set of all three",
         )
+        master = reps[0].member.replication
+        await until(  # the master's own view of the group catches up with metaledger's
+            lambda: isinstance(master.admit(reps[0].store.log.end_offset), Admission),
+            20,
+            "the master admits a 2-of-3 write",
+        )
         acked: list[bytes] = []
         for i in range(50):
             body = b"m%03d" % i + bytes(range(256))
