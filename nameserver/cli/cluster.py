@@ -314,10 +314,22 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"metaledger: cluster up: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_START
+    endpoints = ",".join(n.client_endpoint for n in nodes)
     nodes_state.write_cluster_file(
         data_dir,
         {n.id: serve_argv(n, nodes, data_dir, args.log_level, args.consensus)[3:] for n in nodes},
         {n.id: n.client_endpoint for n in nodes},
+        {
+            b.id: {
+                "argv": brokers_state.broker_argv(
+                    b, endpoints, data_dir, args.log_level, len(brokers)
+                )[3:],
+                "group": brokers_state.GROUP,
+                "address": b.address,
+                "data_dir": str(data_dir / b.id),
+            }
+            for b in brokers
+        },
     )
     try:
         create_password_file(data_dir / PASSWORD_FILE)  # or reuse the one it holds
@@ -342,7 +354,6 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         if why:
             print(f"metaledger: cluster {why}", file=sys.stderr)
             return ExitCode.ERROR
-        endpoints = ",".join(n.client_endpoint for n in nodes)
         if brokers:
             try:
                 brokers_state.set_policy(endpoints.split(","), len(brokers))

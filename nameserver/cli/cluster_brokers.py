@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from nameserver.cli.cluster_restart import is_broker, read_pid, signal_pid, wait_gone
 from nameserver.client import Client, ClientError
 from nameserver.client.replica_groups import GroupPolicy
 
@@ -168,10 +169,21 @@ def start(
     return RunningBroker(b, *spawn(b.id, argv, data_dir))
 
 
+def _restarted_pid(r: RunningBroker) -> int:
+    """The pid of a replica ``cluster restart`` started in place of this one (0: none)."""
+    pid = read_pid(r.pid_path)
+    data_dir = str(r.log_path.parent / r.layout.id)
+    return pid if pid and pid != r.proc.pid and is_broker(pid, data_dir) else 0
+
+
 def stop(running: list[RunningBroker], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to every replica (one ``cluster restart`` started too), SIGKILL at the grace."""
+    adopted = [pid for r in running if (pid := _restarted_pid(r))]
     for r in running:
         if r.proc.poll() is None:
             r.proc.send_signal(signal.SIGTERM)
+    for pid in adopted:
+        signal_pid(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for r in running:
         try:
@@ -183,7 +195,11 @@ def stop(running: list[RunningBroker], grace_s: float = STOP_GRACE_S) -> None:
             )
             r.proc.kill()
             r.proc.wait()
-        r.pid_path.unlink(missing_ok=True)
+        if not _restarted_pid(r):
+            r.pid_path.unlink(missing_ok=True)
+    for pid in adopted:
+        if not wait_gone(pid, max(0.0, deadline - time.monotonic())):
+            signal_pid(pid, signal.SIGKILL)
 
 
 def report_deaths(running: list[RunningBroker], err: TextIO) -> None:
@@ -191,10 +207,12 @@ def report_deaths(running: list[RunningBroker], err: TextIO) -> None:
         code = r.proc.poll()
         if code is not None and not r.reported:
             r.reported = True
-            r.pid_path.unlink(missing_ok=True)
+            if not _restarted_pid(r):
+                r.pid_path.unlink(missing_ok=True)
             print(
                 f"metaledger: broker {r.layout.id} (pid {r.proc.pid}) exited with code {code};"
-                f" see {r.log_path}",
+                f" see {r.log_path}; to start it again: metaledger cluster restart"
+                f" {r.layout.id} --data-dir {r.log_path.parent}",
                 file=err,
             )
 

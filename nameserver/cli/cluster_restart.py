@@ -1,4 +1,4 @@
-"""``metaledger cluster restart NODE --data-dir DIR``: start one node of ``cluster up`` again.
+"""``metaledger cluster restart NAME --data-dir DIR``: start one node or broker replica of ``cluster up`` again.
 
 ``cluster up`` records each node's ``serve`` arguments and client endpoint in
 ``DIR/cluster.json``. ``cluster restart n1`` stops ``n1`` if it still runs (the pid in
@@ -6,7 +6,9 @@
 again with the recorded arguments in the background (output appended to ``DIR/n1.log``, pid in
 ``DIR/n1.pid``) while the other nodes keep running, and waits until it answers and knows a
 leader. The node it starts is not a child of ``cluster up``; ``cluster up`` still stops it on
-Ctrl-C (it finds it through the pid file).
+Ctrl-C (it finds it through the pid file). A broker replica of ``cluster up --brokers``
+(``broker-a-0``, ...) restarts the same way, and is back once it is alive in its replica
+group again (it rejoins as a slave when another replica became master meanwhile).
 """
 
 from __future__ import annotations
@@ -42,10 +44,19 @@ _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _PARENT_PID_ENV = "METALEDGER_PARENT_PID"
 
 
-def write_cluster_file(data_dir: Path, argv: dict[str, list[str]], client: dict[str, str]) -> None:
+def write_cluster_file(
+    data_dir: Path,
+    argv: dict[str, list[str]],
+    client: dict[str, str],
+    brokers: dict[str, dict[str, Any]] | None = None,
+) -> None:
     """Record each node's ``serve`` arguments (after ``python -m nameserver.cli``) and client
-    endpoint, for :func:`run_cluster_restart`."""
-    doc = {"nodes": {nid: {"argv": argv[nid], "client": client[nid]} for nid in argv}}
+    endpoint, and each broker replica's arguments, group and address, for
+    :func:`run_cluster_restart`."""
+    doc = {
+        "nodes": {nid: {"argv": argv[nid], "client": client[nid]} for nid in argv},
+        "brokers": brokers or {},
+    }
     tmp = data_dir / (CLUSTER_FILE + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     tmp.replace(data_dir / CLUSTER_FILE)
@@ -65,6 +76,27 @@ def read_cluster_file(data_dir: Path) -> dict[str, dict[str, Any]]:
     if not isinstance(nodes, dict):
         raise UsageError(f"{path}: unreadable: no node table")
     return nodes
+
+
+def read_brokers(data_dir: Path) -> dict[str, dict[str, Any]]:
+    """The broker replicas ``cluster up --brokers`` recorded (none for an older file)."""
+    try:
+        brokers = json.loads((data_dir / CLUSTER_FILE).read_text()).get("brokers", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return brokers if isinstance(brokers, dict) else {}
+
+
+def is_broker(pid: int, data_dir: str) -> bool:
+    """Whether ``pid`` is a live ``broker`` process with ``--data-dir data_dir``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+        return False
+    return b"broker" in cmdline and data_dir.encode() in cmdline
 
 
 def read_pid(path: Path) -> int:
@@ -158,8 +190,12 @@ def run_cluster_restart(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     nodes = read_cluster_file(data_dir)
     node = nodes.get(args.node)
+    brokers = read_brokers(data_dir)
+    if node is None and args.node in brokers:
+        endpoints = [str(n["client"]) for n in nodes.values()]
+        return _restart_broker(args, data_dir, brokers[args.node], endpoints)
     if node is None:
-        known = ", ".join(sorted(nodes))
+        known = ", ".join(sorted([*nodes, *brokers]))
         raise UsageError(f"cluster restart: no node {args.node!r} in {data_dir} (nodes: {known})")
     pid_path = data_dir / f"{args.node}.pid"
     old = read_pid(pid_path)
@@ -183,6 +219,58 @@ def run_cluster_restart(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _restart_broker(
+    args: argparse.Namespace, data_dir: Path, broker: dict[str, Any], endpoints: list[str]
+) -> int:
+    name, group, address = args.node, str(broker["group"]), str(broker["address"])
+    pid_path = data_dir / f"{name}.pid"
+    old = read_pid(pid_path)
+    if old and is_broker(old, str(broker["data_dir"])):
+        signal_pid(old, signal.SIGTERM)
+        if not wait_gone(old, STOP_GRACE_S):
+            signal_pid(old, signal.SIGKILL)
+            wait_gone(old, STOP_GRACE_S)
+    proc = _start_detached(data_dir, name, [str(a) for a in broker["argv"]])
+    pid_path.write_text(f"{proc.pid}\n")
+    log = data_dir / f"{name}.log"
+    deadline = time.monotonic() + args.startup_timeout
+    why = "not registered yet"
+    role = ""
+    with Client(endpoints, timeout_s=min(timeout_s(args), 1.0)) as client:
+        while True:
+            if proc.poll() is not None:
+                why = f"it exited with code {proc.returncode}"
+                break
+            try:
+                g = client.replica_group(group)
+                mine = [r for r in g.replicas if r.address == address and r.alive]
+                if mine:
+                    role = "master" if g.master_address == address else "slave"
+                    why = ""
+                    break
+                why = f"not alive in {group} yet"
+            except ClientError as exc:
+                why = str(exc)
+            if time.monotonic() >= deadline:
+                why = f"not alive in {group} within {args.startup_timeout:g}s: {why}"
+                break
+            time.sleep(_POLL_S)
+    if why:
+        print(f"metaledger: cluster restart: {name}: {why}; see {log}", file=sys.stderr)
+        return ExitCode.ERROR
+    doc = {"broker": name, "pid": proc.pid, "address": address, "role": role}
+    text = f"{name} restarted (pid {proc.pid}, {address}, {role} of {group}); output in {log}"
+    printer(args).report(doc, text)
+    return ExitCode.OK
+
+
+def signal_pid(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
 def register_restart(actions: Subparsers, common: argparse.ArgumentParser) -> None:
     p = actions.add_parser(
         "restart",
@@ -190,7 +278,11 @@ def register_restart(actions: Subparsers, common: argparse.ArgumentParser) -> No
         help="start one node of 'cluster up' again, with the flags it was started with",
         description=__doc__.split("\n\n", 1)[1].replace("``", "'") if __doc__ else None,
     )
-    p.add_argument("node", metavar="NODE", help="the node's id, e.g. n1")
+    p.add_argument(
+        "node",
+        metavar="NAME",
+        help="the node's id, e.g. n1, or a broker replica's, e.g. broker-a-0",
+    )
     p.add_argument(
         "--data-dir", required=True, metavar="DIR", help="the --data-dir given to 'cluster up'"
     )

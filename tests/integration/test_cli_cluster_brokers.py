@@ -3,7 +3,8 @@
 The group comes up at the contract's ports (replica j: remoting B+100+10j, HA +1, metrics
 +3) with a 2-of-3 policy and every replica in the in-sync set; ``metaledger send`` and
 ``consume`` go through it; the master's process is killed (-9) and metaledger elects another
-replica, which answers sends; Ctrl-C stops every process the command started.
+replica, which answers sends; ``cluster restart`` brings the old master back as a slave;
+Ctrl-C stops every process the command started, the restarted replica included.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Up:
             start_new_session=True,
         )
         assert self.proc.stdout is not None
+        self.restarted: list[int] = []
         self.banner = b""
         for line in self.proc.stdout:  # ends if cluster up exits (its startup timeout)
             self.banner += line
@@ -102,7 +104,9 @@ def up(tmp_path: Path) -> Iterator[Up]:
         yield cluster
     finally:
         cluster.stop()
-        for pid in started:  # every process it started is gone (a killed one already was)
+        for pid in (
+            started + cluster.restarted
+        ):  # every process it started is gone (a killed one already was)
             wait_until(lambda pid=pid: not _alive(pid), 30, f"pid {pid} still running")
 
 
@@ -155,3 +159,13 @@ def test_a_quorum_group_comes_up_serves_and_survives_its_master(up: Up) -> None:
             "a send through the new master",
         )
         assert r.stdout.startswith(b"SEND_OK"), r.stdout
+
+        r = up.ml("cluster", "restart", master.id, "--data-dir", str(up.data))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert b"slave of broker-a" in r.stdout, r.stdout
+        up.restarted.append(int((up.data / f"{master.id}.pid").read_text()))
+        wait_until(
+            lambda: len(client.replica_group("broker-a").sync_state_set) == 3,
+            40,
+            "the old master back in the in-sync set",
+        )
