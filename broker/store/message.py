@@ -60,6 +60,11 @@ def _ip(ip: str) -> tuple[bytes, bool]:
     return addr.packed, addr.version == 6
 
 
+@functools.lru_cache(maxsize=1024)
+def _ip_text(packed: bytes) -> str:
+    return str(ipaddress.ip_address(packed))
+
+
 @dataclass(frozen=True)
 class Host:
     ip: str
@@ -165,7 +170,7 @@ def _host(buf: bytes, pos: int, v6: bool) -> tuple[Host, int]:
     end = pos + n + 4
     if end > len(buf):
         raise DecodeError("record cut inside a host")
-    ip = str(ipaddress.ip_address(buf[pos : pos + n]))
+    ip = _ip_text(bytes(buf[pos : pos + n]))
     return Host(ip, _I32.unpack_from(buf, pos + n)[0]), end
 
 
