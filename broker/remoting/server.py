@@ -197,6 +197,8 @@ class RemotingServer:
             return request.response(ResponseCode.SYSTEM_ERROR, internal_error_remark(request.code))
         if response is None:
             return None
+        if response.opaque == request.opaque and response.flag & RPC_TYPE_RESPONSE:
+            return response  # made by request.response(): nothing to copy
         return response.replace(opaque=request.opaque, flag=response.flag | RPC_TYPE_RESPONSE)
 
 
