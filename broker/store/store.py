@@ -233,18 +233,25 @@ class MessageStore:
             end = self.log.append_raw(offset, data)
             self._dispatched = max(self._dispatched, self.log.min_offset)
             if end >= self._pending_end:
-                self._dispatch_replicated(end)
+                self._dispatch_replicated(end, offset, data)
             return end
 
-    def _dispatch_replicated(self, end: int) -> None:
+    def _dispatch_replicated(self, end: int, data_at: int = 0, data: bytes = b"") -> None:
         seg_size = self.config.segment_size
         p, need = self._dispatched, 0
+        data_end = data_at + len(data)
+
+        def read(at: int, n: int) -> bytes:  # from the bytes just written when they hold it
+            if data_at <= at and at + n <= data_end:
+                return data[at - data_at : at - data_at + n]
+            return self.log.read_raw(at, n)
+
         while p < end:
             seg_end = p - p % seg_size + seg_size
             if min(end, seg_end) - p < 8:
                 need = p + 8
                 break
-            total, magic = peek_total(self.log.read_raw(p, 8))
+            total, magic = peek_total(read(p, 8))
             if magic == BLANK_MAGIC and total == seg_end - p:  # the segment's closing blank
                 if seg_end > end:
                     need = seg_end
@@ -257,7 +264,7 @@ class MessageStore:
                 need = p + total
                 break
             try:
-                m = decode(self.log.read_raw(p, total))
+                m = decode(read(p, total))
             except DecodeError as e:
                 self._reject_replicated(p, str(e))
             if m.physical_offset != p:
