@@ -250,7 +250,8 @@ class HAMaster:
             ev = dec.next_event()
             if not isinstance(ev, NeedData):
                 return ev
-            data = await asyncio.wait_for(reader.read(_READ_BYTES), self.idle_timeout)
+            async with asyncio.timeout(self.idle_timeout):  # no task per read, as wait_for makes
+                data = await reader.read(_READ_BYTES)
             if not data:
                 raise ConnectionError("the slave closed the connection")
             dec.receive_data(data)
@@ -346,4 +347,5 @@ class HAMaster:
                 last_send = loop.time()
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(conn.wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await conn.wake.wait()
