@@ -1,8 +1,10 @@
 """What every request handler of one replica shares: store, replication, topics, consumers.
 
 The store is synchronous (an fdatasync may block for milliseconds): its calls run on a small
-thread pool (:meth:`BrokerCore.run`), never on the event loop. :meth:`BrokerCore.put` is the
-one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
+thread pool (:meth:`BrokerCore.run`), never on the event loop. Puts go through one pipeline
+(:meth:`BrokerCore._store`): those that arrive while a batch is written form the next batch,
+one ``MessageStore.put_many`` (one thread hop, one commit-log write). :meth:`BrokerCore.put`
+is the one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
 the append, ``wait`` (broker/replication.py), then long polls of that queue are woken.
 A message with ``WAIT`` = false is not subject to the replicas' admission (RocketMQ applies
 needAckNums only to messages that wait, J5 ``CommitLog.needHandleHA``). After each append
