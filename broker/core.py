@@ -1,8 +1,10 @@
 """What every request handler of one replica shares: store, replication, topics, consumers.
 
 The store is synchronous (an fdatasync may block for milliseconds): its calls run on a small
-thread pool (:meth:`BrokerCore.run`), never on the event loop. :meth:`BrokerCore.put` is the
-one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
+thread pool (:meth:`BrokerCore.run`), never on the event loop. Puts go through one pipeline
+(:meth:`BrokerCore._store`): those that arrive while a batch is written form the next batch,
+one ``MessageStore.put_many`` (one thread hop, one commit-log write). :meth:`BrokerCore.put`
+is the one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
 the append, ``wait`` (broker/replication.py), then long polls of that queue are woken.
 A message with ``WAIT`` = false is not subject to the replicas' admission (RocketMQ applies
 needAckNums only to messages that wait, J5 ``CommitLog.needHandleHA``). After each append
@@ -27,7 +29,7 @@ from broker.consumers.registry import ConsumerRegistry
 from broker.metrics import BrokerMetrics
 from broker.pull.hold import PullHold
 from broker.replication import Admission, PutStatus, Replication, put_status
-from broker.store import MessageStore, PutResult, StoredMessage
+from broker.store import FlushMode, MessageStore, PutResult, StoredMessage
 from broker.topics import TopicTable
 
 T = TypeVar("T")
@@ -71,10 +73,64 @@ class BrokerCore:
         #: (a pull answer's suggestWhichBrokerId); 0, the master, unless the replica says
         self.suggest_broker: Callable[[int], int] = lambda behind: 0
         self.metrics: BrokerMetrics | None = None
+        # the put pipeline: requests wait here while the batch before them is written
+        self._put_queue: list[tuple[list[StoredMessage], asyncio.Future[list[PutResult]]]] = []
+        self._writing = False
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` on the store's thread pool."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def _store(self, messages: list[StoredMessage]) -> list[PutResult]:
+        """``store.put_many`` of one request's messages, batched with the requests around it.
+
+        One batch is written at a time, on the thread pool: the requests that arrive meanwhile
+        queue up and go together as the next batch (one thread hop, one lock hold and one
+        write for all of them), in arrival order, so queue offsets follow the commit log.
+        Under SYNC_FLUSH a batch's answers wait for its fdatasync while the next batch is
+        written (the commit log's group commit).
+        """
+        fut: asyncio.Future[list[PutResult]] = asyncio.get_running_loop().create_future()
+        self._put_queue.append((messages, fut))
+        if not self._writing:
+            self._write_next()
+        return await fut
+
+    def _write_next(self) -> None:
+        batch, self._put_queue = self._put_queue, []
+        self._writing = True
+        loop = asyncio.get_running_loop()
+        written = loop.run_in_executor(
+            self.executor, self.store.put_many, [m for m, _ in batch], False
+        )
+        written.add_done_callback(lambda f: self._written(batch, f))
+
+    def _written(
+        self,
+        batch: list[tuple[list[StoredMessage], asyncio.Future[list[PutResult]]]],
+        written: asyncio.Future[list[list[PutResult]]],
+    ) -> None:
+        self._writing = False
+        if self._put_queue:
+            self._write_next()
+        exc = None if written.cancelled() else written.exception()
+        if written.cancelled() or exc is not None:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc or asyncio.CancelledError())
+            return
+        results = written.result()
+        end = max(
+            (r.physical_offset + r.size for rs in results for r in rs if r.status == "PUT_OK"),
+            default=0,
+        )
+        if end and self.store.config.flush_mode is FlushMode.SYNC_FLUSH:
+            durable = asyncio.get_running_loop().run_in_executor(
+                self.executor, self.store.wait_durable, end
+            )
+            durable.add_done_callback(lambda f: _answer(batch, results, f))
+        else:
+            _answer(batch, results, None)
 
     async def put(
         self, message: StoredMessage, wait_replicas: bool = True
@@ -88,7 +144,7 @@ class BrokerCore:
         )
         if isinstance(admission, PutStatus):
             return self._count(admission), None
-        result = await self.run(self.store.put, message)
+        (result,) = await self._store([message])
         status = put_status(result.status)
         if result.status == "PUT_OK":
             self.appended()
@@ -100,22 +156,22 @@ class BrokerCore:
         return self._count(status), result
 
     async def put_batch(self, messages: list[StoredMessage]) -> tuple[PutStatus, list[PutResult]]:
-        """Several messages under one admission; the wait covers the last."""
+        """Several messages under one admission, stored in order up to the first refused;
+        the wait covers the last."""
         if self.replication.writable() is not None:
             return self._count(PutStatus.SERVICE_NOT_AVAILABLE), []
         admission = self.replication.admit(self.store.log.end_offset)
         if isinstance(admission, PutStatus):
             return self._count(admission), []
-        results: list[PutResult] = []
+        stored = await self._store(messages) if messages else []
+        results = [r for r in stored if r.status == "PUT_OK"]
         status = PutStatus.PUT_OK
-        for m in messages:
-            r = await self.run(self.store.put, m)
-            if r.status != "PUT_OK":
-                status = put_status(r.status)
-                break
-            results.append(r)
+        if len(results) < len(stored):
+            status = put_status(stored[-1].status)
+        if results:
             self.appended()
-            self.hold.notify(m.topic, m.queue_id)
+            for m in messages[: len(results)]:
+                self.hold.notify(m.topic, m.queue_id)
         if results and status is PutStatus.PUT_OK:
             last = results[-1]
             status = await self.replication.wait(last.physical_offset + last.size, admission, True)
@@ -131,3 +187,21 @@ class BrokerCore:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+
+
+def _answer(
+    batch: list[tuple[list[StoredMessage], asyncio.Future[list[PutResult]]]],
+    results: list[list[PutResult]],
+    durable: asyncio.Future[None] | None,
+) -> None:
+    """Give each request of a written batch its results (once durable, under SYNC_FLUSH)."""
+    exc = None
+    if durable is not None:
+        exc = asyncio.CancelledError() if durable.cancelled() else durable.exception()
+    for (_, fut), result in zip(batch, results, strict=True):
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -122,6 +123,7 @@ class BrokerMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
             registry=self.registry,
         )
+        self._sends: dict[str, Any] = {}
         self._collector = _StateCollector(labels, view)
         self.registry.register(self._collector)
         self._server: object | None = None
@@ -130,7 +132,10 @@ class BrokerMetrics:
         self._collector._view = view
 
     def sent(self, status: str) -> None:
-        self.sends.labels(self._labels["group"], status).inc()
+        child = self._sends.get(status)
+        if child is None:  # labels() once per status, not per send
+            child = self._sends[status] = self.sends.labels(self._labels["group"], status)
+        child.inc()
 
     def pulled(self, seconds: float) -> None:
         self.pull_latency.labels(self._labels["group"]).observe(seconds)

@@ -78,6 +78,11 @@ class _Waiter:
     future: asyncio.Future[bool]
 
 
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
 class _Conn:
     def __init__(self, broker_id: int, writer: asyncio.StreamWriter, end: int) -> None:
         self.broker_id = broker_id
@@ -188,16 +193,18 @@ class HAMaster:
         group = frozenset(among) if among is not None else None
         if count <= 0 or self._count(offset, group) >= count:
             return True
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         waiter = _Waiter(offset, count, group, fut)
         self._waiters.append(waiter)
+        timer = loop.call_later(timeout_s, _expire, fut)  # cheaper than asyncio.wait_for per send
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return False
+            return await fut
         finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
+            timer.cancel()
+            if not fut.done() or fut.cancelled() or not fut.result():  # else _on_ack took it
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
 
     def _on_ack(self, conn: _Conn, offset: int) -> None:
         state = self._slaves[conn.broker_id]
@@ -206,11 +213,13 @@ class HAMaster:
             state.caught_up_at = time.monotonic()
         if not self._waiters:
             return
-        done = [w for w in self._waiters if self._count(w.offset, w.among) >= w.count]
-        for w in done:
-            self._waiters.remove(w)
-            if not w.future.done():
+        keep: list[_Waiter] = []
+        for w in self._waiters:
+            if self._count(w.offset, w.among) < w.count:
+                keep.append(w)
+            elif not w.future.done():
                 w.future.set_result(True)
+        self._waiters = keep
 
     # -- one connection -------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -241,7 +250,8 @@ class HAMaster:
             ev = dec.next_event()
             if not isinstance(ev, NeedData):
                 return ev
-            data = await asyncio.wait_for(reader.read(_READ_BYTES), self.idle_timeout)
+            async with asyncio.timeout(self.idle_timeout):  # no task per read, as wait_for makes
+                data = await reader.read(_READ_BYTES)
             if not data:
                 raise ConnectionError("the slave closed the connection")
             dec.receive_data(data)
@@ -337,4 +347,5 @@ class HAMaster:
                 last_send = loop.time()
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(conn.wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await conn.wake.wait()

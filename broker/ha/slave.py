@@ -8,7 +8,7 @@ emptied and copying starts at the master's oldest byte; no consistent point: ref
 NoConsistentPoint) and ack that offset; (4) per data frame, which must start at the log's
 end, record the frame's epoch if it is new, append the bytes with
 ``store.append_replicated``, set ``confirm_offset = min(frame's confirm offset, own end)``
-and ack the new end. An ack also goes out every ``heartbeat_interval`` s; nothing read for
+and ack the new end (once for all the data frames one read brought in). An ack also goes out every ``heartbeat_interval`` s; nothing read for
 ``idle_timeout`` s closes the connection. Any failure closes it and the client reconnects
 after a backoff doubling from ``backoff_initial_s`` to ``backoff_max_s``.
 
@@ -130,11 +130,15 @@ class HAClient:
             self.sessions += 1
             beats = asyncio.create_task(self._heartbeats(writer))
             while True:
-                frame = await self._next(reader, dec)
-                if not isinstance(frame, DataFrame):
-                    raise HAProtocolError("a second master handshake")
-                self._apply(frame)
-                if not frame.is_heartbeat:
+                frame: MasterHandshake | DataFrame | NeedData = await self._next(reader, dec)
+                ack = False
+                while not isinstance(frame, NeedData):  # every frame already received, one ack
+                    if not isinstance(frame, DataFrame):
+                        raise HAProtocolError("a second master handshake")
+                    self._apply(frame)
+                    ack = ack or not frame.is_heartbeat
+                    frame = dec.next_event()
+                if ack:
                     writer.write(encode_ack(self.store.log.end_offset))
                     await writer.drain()
         finally:
@@ -153,7 +157,8 @@ class HAClient:
             ev = dec.next_event()
             if not isinstance(ev, NeedData):
                 return ev
-            data = await asyncio.wait_for(reader.read(_READ_BYTES), self.idle_timeout)
+            async with asyncio.timeout(self.idle_timeout):  # no task per read, as wait_for makes
+                data = await reader.read(_READ_BYTES)
             if not data:
                 raise ConnectionError("the master closed the connection")
             dec.receive_data(data)

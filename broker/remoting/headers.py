@@ -12,10 +12,19 @@ research/broker.md §2 (PULL_MESSAGE) and §3 (the rest).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from broker.remoting.codes import RequestCode
-from nameserver.remoting.codec import BadRequest, RemotingCommand
+from nameserver.remoting.codec import (
+    BadRequest,
+    RemotingCommand,
+    parse_bool_field,
+    parse_int_field,
+)
+
+T = TypeVar("T")
 
 #: V2 short name → V1 name, in the order of SendMessageRequestHeaderV2 (a..m).
 V2_FIELDS = {
@@ -45,6 +54,29 @@ def _int32(request: RemotingCommand, name: str, default: int | None = None) -> i
     return value
 
 
+def _field(
+    fields: Mapping[str, str], name: str, default: T | None, parse: Callable[[str, str], T]
+) -> T:
+    """``RemotingCommand.ext_*`` over a plain mapping (the send path's renamed V2 fields)."""
+    value = fields.get(name)
+    if value is not None:
+        return parse(name, value)
+    if default is None:
+        raise BadRequest(f"the custom field <{name}> is null")
+    return default
+
+
+def _str(_name: str, value: str) -> str:
+    return value
+
+
+def _int32_field(fields: Mapping[str, str], name: str, default: int | None = None) -> int:
+    value = _field(fields, name, default, parse_int_field)
+    if not _INT32[0] <= value <= _INT32[1]:
+        raise BadRequest(f"the custom field <{name}> is out of the int range: {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class SendHeader:
     producer_group: str
@@ -60,24 +92,25 @@ class SendHeader:
 
     @classmethod
     def parse(cls, request: RemotingCommand) -> SendHeader:
+        fields = request.ext_fields
         if request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            fields = {V2_FIELDS.get(k, k): v for k, v in request.ext_fields.items()}
-            request = request.replace(ext_fields=fields)
-        max_reconsume = request.ext_fields.get("maxReconsumeTimes")
+            fields = {V2_FIELDS.get(k, k): v for k, v in fields.items()}
+        max_reconsume = fields.get("maxReconsumeTimes")
         return cls(
-            producer_group=request.ext_str("producerGroup"),
-            topic=request.ext_str("topic"),
-            queue_id=_int32(request, "queueId"),
-            sys_flag=_int32(request, "sysFlag"),
-            born_timestamp=request.ext_int("bornTimestamp"),
-            flag=_int32(request, "flag"),
-            properties=request.ext_str("properties", ""),
-            reconsume_times=_int32(request, "reconsumeTimes", 0),
+            producer_group=_field(fields, "producerGroup", None, _str),
+            topic=_field(fields, "topic", None, _str),
+            queue_id=_int32_field(fields, "queueId"),
+            sys_flag=_int32_field(fields, "sysFlag"),
+            born_timestamp=_field(fields, "bornTimestamp", None, parse_int_field),
+            flag=_int32_field(fields, "flag"),
+            properties=_field(fields, "properties", "", _str),
+            reconsume_times=_int32_field(fields, "reconsumeTimes", 0),
             max_reconsume_times=(
-                _int32(request, "maxReconsumeTimes") if max_reconsume is not None else None
+                _int32_field(fields, "maxReconsumeTimes") if max_reconsume is not None else None
             ),
             batch=(
-                request.code == RequestCode.SEND_BATCH_MESSAGE or request.ext_bool("batch", False)
+                request.code == RequestCode.SEND_BATCH_MESSAGE
+                or _field(fields, "batch", False, parse_bool_field)
             ),
         )
 

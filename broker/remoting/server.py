@@ -4,7 +4,8 @@ What RocketMQ's ``NettyRemotingAbstract`` does, this does (research/rocketmq-cli
 one sans-I/O :class:`FrameDecoder` per connection; requests dispatched by code and served
 concurrently (a long-polled PULL_MESSAGE must not hold up the heartbeats behind it), replies
 matched by ``opaque``; an unknown code answers REQUEST_CODE_NOT_SUPPORTED (3) with
-``" request type N not supported"``; a oneway request (flag bit 1) is never answered.
+``" request type N not supported"``; a oneway request (flag bit 1) is never answered. The answers ready in one turn of the event
+loop go out in one write per connection (a batch of puts completes together).
 
 Errors (:mod:`broker.remoting.errors`): a handler's ``BrokerRequestError`` or the codec's
 ``BadRequest`` answers its code with the message as remark; any other exception (a bug) answers
@@ -196,6 +197,8 @@ class RemotingServer:
             return request.response(ResponseCode.SYSTEM_ERROR, internal_error_remark(request.code))
         if response is None:
             return None
+        if response.opaque == request.opaque and response.flag & RPC_TYPE_RESPONSE:
+            return response  # made by request.response(): nothing to copy
         return response.replace(opaque=request.opaque, flag=response.flag | RPC_TYPE_RESPONSE)
 
 
@@ -217,6 +220,7 @@ class _Connection:
         self.tasks: set[asyncio.Task[None]] = set()
         self.last_active = self.loop.time()
         self.frame_started: float | None = None
+        self.out: list[bytes] = []  # answers written together at the end of this loop turn
 
     async def run(self) -> None:
         try:
@@ -231,6 +235,7 @@ class _Connection:
         finally:
             for task in self.tasks:
                 task.cancel()
+            self._flush()
             self.writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await self.writer.wait_closed()
@@ -298,7 +303,15 @@ class _Connection:
                     f"the answer to request code {request.code} is too large to send",
                 )
             )
-        self.writer.write(frame)
+        if not self.out:
+            self.loop.call_soon(self._flush)
+        self.out.append(frame)
         self.last_active = self.loop.time()
         with contextlib.suppress(ConnectionError, OSError):
             await self.writer.drain()
+
+    def _flush(self) -> None:
+        """Write the answers of this loop turn in one go (one send for a batch of puts)."""
+        frames, self.out = self.out, []
+        if frames and not self.writer.is_closing():
+            self.writer.write(frames[0] if len(frames) == 1 else b"".join(frames))

@@ -10,6 +10,7 @@ The offset message id (§1): STOREHOST IP + port i32 + PHYSICALOFFSET i64, upper
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 from dataclasses import dataclass
@@ -69,8 +70,14 @@ def decode_batch(body: bytes) -> list[BatchItem]:
 
 
 def offset_msg_id(ip: str, port: int, physical_offset: int) -> str:
-    raw = ipaddress.ip_address(ip).packed + struct.pack(">iq", port, physical_offset)
+    raw = _packed(ip) + struct.pack(">iq", port, physical_offset)
     return raw.hex().upper()
+
+
+@functools.lru_cache(maxsize=256)
+def _packed(ip: str) -> bytes:
+    """The address's bytes (every answer names the broker's own address: parse it once)."""
+    return ipaddress.ip_address(ip).packed
 
 
 def encode_batch(items: list[BatchItem]) -> bytes:

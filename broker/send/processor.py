@@ -13,6 +13,7 @@ maps to a code by ``broker.replication.RESPONSE``.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import random
@@ -38,11 +39,17 @@ log = logging.getLogger(__name__)
 
 
 def peer_host(peer: Peer) -> Host:
+    return _born_host(peer.host, peer.port)
+
+
+@functools.lru_cache(maxsize=4096)
+def _born_host(host: str, port: int) -> Host:
+    """The peer as a message's bornHost (parsed once per connection, not per send)."""
     try:
-        ipaddress.ip_address(peer.host)
+        ipaddress.ip_address(host)
     except ValueError:
         return Host("127.0.0.1", 0)
-    return Host(peer.host, peer.port)
+    return Host(host, port)
 
 
 class SendProcessor:

@@ -20,7 +20,7 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.store.errors import DiskFullError, StoreError
@@ -129,6 +129,53 @@ class CommitLog:
             offset = seg.start + seg.size
             self._write(seg, data)
             return offset, len(data)
+
+    def fits(self, size: int) -> bool:
+        """Whether a record of ``size`` bytes fits a segment at all."""
+        return size + BLANK_HEADER <= self.segment_size
+
+    def append_batch(
+        self, encoders: Sequence[Callable[[int], bytes]]
+    ) -> tuple[list[tuple[int, int]], StoreError | None]:
+        """``append`` of several records in order, one write per segment they land in.
+
+        Returns the (offset, size) of the records written, and the error that stopped the
+        rest (None when all were written): the records of a write that failed are not in
+        the log (``_write`` cuts the file back), those of an earlier segment stay.
+        """
+        placed: list[tuple[int, int]] = []
+        with self._lock:
+            seg = self._segments[-1] if self._segments else None
+            chunk: list[bytes] = []
+            pending: list[tuple[int, int]] = []
+            try:
+                if seg is None:
+                    seg = self._new_segment(0)
+                pos = seg.size
+                for encode_at in encoders:
+                    data = encode_at(seg.start + pos)
+                    if not self.fits(len(data)):
+                        raise StoreError(
+                            f"record of {len(data)} bytes cannot fit a "
+                            f"{self.segment_size}-byte segment"
+                        )
+                    if pos + len(data) + BLANK_HEADER > self.segment_size:
+                        if chunk:
+                            self._write(seg, b"".join(chunk))
+                            placed += pending
+                            chunk, pending = [], []
+                        seg = self._roll(seg)
+                        pos = seg.size
+                        data = encode_at(seg.start + pos)
+                    chunk.append(data)
+                    pending.append((seg.start + pos, len(data)))
+                    pos += len(data)
+                if chunk:
+                    self._write(seg, chunk[0] if len(chunk) == 1 else b"".join(chunk))
+                    placed += pending
+            except StoreError as e:
+                return placed, e
+        return placed, None
 
     def append_raw(self, offset: int, data: bytes) -> int:
         """Write replicated bytes at ``offset`` (== the end); the new end.

@@ -7,6 +7,7 @@ hosts IPv4 or IPv6 by SYSFLAG bits 0x10 / 0x20. BODYCRC is ``zlib.crc32(body) & 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -52,17 +53,29 @@ def decode_properties(raw: bytes) -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
+def _ip(ip: str) -> tuple[bytes, bool]:
+    """(packed address, is IPv6); parsed once per address (a put encodes two hosts)."""
+    addr = ipaddress.ip_address(ip)
+    return addr.packed, addr.version == 6
+
+
+@functools.lru_cache(maxsize=1024)
+def _ip_text(packed: bytes) -> str:
+    return str(ipaddress.ip_address(packed))
+
+
 @dataclass(frozen=True)
 class Host:
     ip: str
     port: int
 
     def encode(self) -> bytes:
-        return ipaddress.ip_address(self.ip).packed + _I32.pack(self.port)
+        return _ip(self.ip)[0] + _I32.pack(self.port)
 
     @property
     def v6(self) -> bool:
-        return ipaddress.ip_address(self.ip).version == 6
+        return _ip(self.ip)[1]
 
 
 @dataclass(frozen=True)
@@ -90,17 +103,28 @@ class StoredMessage:
         return self.properties.get("TAGS", "")
 
 
-def _sysflag(m: StoredMessage) -> int:
+def _sysflag(m: StoredMessage, store_host: Host) -> int:
     f = m.sysflag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
     if m.born_host.v6:
         f |= SYSFLAG_BORNHOST_V6
-    if m.store_host.v6:
+    if store_host.v6:
         f |= SYSFLAG_STOREHOST_V6
     return f
 
 
 def encode(m: StoredMessage) -> bytes:
     """The record's bytes; raises MessageTooLargeError past RocketMQ's limits."""
+    return encode_stored(m, m.queue_offset, m.physical_offset, m.store_timestamp, m.store_host)
+
+
+def encode_stored(
+    m: StoredMessage,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: Host,
+) -> bytes:
+    """``encode`` of ``m`` with the fields the store assigns (no copy of the message)."""
     if len(m.body) > MAX_BODY:
         raise MessageTooLargeError(f"body of {len(m.body)} bytes exceeds {MAX_BODY}")
     topic = m.topic.encode()
@@ -111,7 +135,7 @@ def encode(m: StoredMessage) -> bytes:
         raise MessageTooLargeError(f"topic of {len(topic)} bytes exceeds 32767")
     v2 = len(topic) > 127
     topic_len = _I16.pack(len(topic)) if v2 else bytes([len(topic)])
-    born, store = m.born_host.encode(), m.store_host.encode()
+    born, store = m.born_host.encode(), store_host.encode()
     total = _HEAD.size + len(born) + 8 + len(store) + _TAIL.size + 4 + len(m.body)
     total += len(topic_len) + len(topic) + 2 + len(props)
     return b"".join(
@@ -122,13 +146,13 @@ def encode(m: StoredMessage) -> bytes:
                 body_crc(m.body),
                 m.queue_id,
                 m.flag,
-                m.queue_offset,
-                m.physical_offset,
-                _sysflag(m),
+                queue_offset,
+                physical_offset,
+                _sysflag(m, store_host),
                 m.born_timestamp,
             ),
             born,
-            _MID.pack(m.store_timestamp),
+            _MID.pack(store_timestamp),
             store,
             _TAIL.pack(m.reconsume_times, m.prepared_tx_offset),
             _I32.pack(len(m.body)),
@@ -146,7 +170,7 @@ def _host(buf: bytes, pos: int, v6: bool) -> tuple[Host, int]:
     end = pos + n + 4
     if end > len(buf):
         raise DecodeError("record cut inside a host")
-    ip = str(ipaddress.ip_address(buf[pos : pos + n]))
+    ip = _ip_text(bytes(buf[pos : pos + n]))
     return Host(ip, _I32.unpack_from(buf, pos + n)[0]), end
 
 
@@ -206,6 +230,15 @@ def decode(buf: bytes, check_crc: bool = True) -> StoredMessage:
         properties=props,
         body_crc=crc,
     )
+
+
+PHYSICAL_OFFSET_AT = 28  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG (4 each), QUEUEOFFSET (8)
+
+
+def at_physical_offset(record: bytes, physical_offset: int) -> bytes:
+    """``record`` (as ``encode`` made it) with its PHYSICALOFFSET field set to ``physical_offset``."""
+    at = PHYSICAL_OFFSET_AT
+    return b"".join((record[:at], _MID.pack(physical_offset), record[at + 8 :]))
 
 
 def peek_total(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:

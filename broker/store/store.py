@@ -22,6 +22,7 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -35,8 +36,10 @@ from broker.store.message import (
     MAGIC_V2,
     Host,
     StoredMessage,
+    at_physical_offset,
     decode,
     encode,
+    encode_stored,
     peek_total,
 )
 from broker.store.recovery import Checkpoint, recover
@@ -71,6 +74,12 @@ class GetResult:
     next_offset: int
     min_offset: int
     max_offset: int
+
+
+def _placed(record: bytes, encoded_at: int) -> Callable[[int], bytes]:
+    """The commit log's encoder of a record encoded for ``encoded_at`` (patched if it lands
+    elsewhere: a segment rolled before it)."""
+    return lambda at: record if at == encoded_at else at_physical_offset(record, at)
 
 
 class MessageStore:
@@ -131,33 +140,77 @@ class MessageStore:
     # -- writes -----------------------------------------------------------------
     def put(self, message: StoredMessage) -> PutResult:
         """Store one message (topic, queue id, body, properties, born fields from the caller)."""
+        return self.put_many([[message]])[0][0]
+
+    def put_many(
+        self, requests: Sequence[Sequence[StoredMessage]], wait_durable: bool = True
+    ) -> list[list[PutResult]]:
+        """Store several requests' messages, in order, under one lock hold and one write.
+
+        Each inner sequence is one request's messages, stored in order up to the first one
+        refused: that request's results end with the refusal (its later messages are not
+        stored). Requests are independent of each other. Under SYNC_FLUSH this returns once
+        the stored bytes are durable, unless ``wait_durable`` is False: the caller then
+        calls :meth:`wait_durable` itself before answering.
+        """
+        ok: list[list[PutResult]] = [[] for _ in requests]
+        refused: dict[int, PutResult] = {}
+        end = 0
         with self._put_lock:
-            cq = self._cq(message.topic, message.queue_id)
-            m = dataclasses.replace(
-                message,
-                queue_offset=cq.max_offset,
-                store_timestamp=message.store_timestamp or int(time.time() * 1000),
-                store_host=self.config.store_host,
-            )
-            try:
-                offset, size = self.log.append(
-                    lambda at: encode(dataclasses.replace(m, physical_offset=at))
-                )
-            except StoreError as e:  # disk full, too large: refused, nothing written
-                return PutResult(e.send_status)
-            try:
-                cq.append(m.queue_offset, Unit(offset, size, tags_code(m.tags)))
-                self._dispatched = offset + size
-            except OSError as e:
-                self.log.truncate(
-                    offset
-                )  # the record without its unit would take the next one's offset
-                return PutResult(
-                    DiskFullError.send_status if e.errno == errno.ENOSPC else StoreError.send_status
-                )
+            now = int(time.time() * 1000)
+            host = self.config.store_host
+            log = self.log
+            expect = log.end_offset  # where the next record lands unless a segment rolls
+            next_qoff: dict[tuple[str, int], int] = {}
+            records: list[tuple[int, ConsumeQueue, int, int]] = []  # request, cq, qoff, tags
+            encoders: list[Callable[[int], bytes]] = []
+            for i, request in enumerate(requests):
+                for message in request:
+                    key = (message.topic, message.queue_id)
+                    cq = self._cq(*key)
+                    qoff = next_qoff.get(key, cq.max_offset)
+                    try:
+                        data = encode_stored(
+                            message, qoff, expect, message.store_timestamp or now, host
+                        )
+                        if not log.fits(len(data)):
+                            raise StoreError(f"record of {len(data)} bytes cannot fit a segment")
+                    except StoreError as e:  # too large: refused, nothing written
+                        refused[i] = PutResult(e.send_status)
+                        break
+                    next_qoff[key] = qoff + 1
+                    records.append((i, cq, qoff, tags_code(message.tags)))
+                    encoders.append(_placed(data, expect))
+                    expect += len(data)
+            placed, error = log.append_batch(encoders) if encoders else ([], None)
+            status = error.send_status if error is not None else ""
+            done = 0
+            for (offset, size), (i, cq, qoff, tags) in zip(placed, records, strict=False):
+                try:
+                    cq.append(qoff, Unit(offset, size, tags))
+                except OSError as e:
+                    log.truncate(
+                        offset
+                    )  # the record without its unit would take the next one's offset
+                    enospc = e.errno == errno.ENOSPC
+                    status = (DiskFullError if enospc else StoreError).send_status
+                    break
+                self._dispatched = end = offset + size
+                ok[i].append(PutResult("PUT_OK", offset, qoff, size))
+                done += 1
+            if status:  # a request's first record not stored ends it (its refusal comes first)
+                for i, _cq, _qoff, _tags in records[done:]:
+                    refused[i] = PutResult(status)
+        if wait_durable and end:
+            self.wait_durable(end)
+        for i, result in refused.items():
+            ok[i].append(result)
+        return ok
+
+    def wait_durable(self, end: int) -> None:
+        """Under SYNC_FLUSH, return once the commit log is durable up to ``end``."""
         if self.config.flush_mode is FlushMode.SYNC_FLUSH:
-            self.log.wait_durable(offset + size)
-        return PutResult("PUT_OK", offset, m.queue_offset, size)
+            self.log.wait_durable(end)
 
     # -- HA hooks ---------------------------------------------------------------
     @property
@@ -180,18 +233,25 @@ class MessageStore:
             end = self.log.append_raw(offset, data)
             self._dispatched = max(self._dispatched, self.log.min_offset)
             if end >= self._pending_end:
-                self._dispatch_replicated(end)
+                self._dispatch_replicated(end, offset, data)
             return end
 
-    def _dispatch_replicated(self, end: int) -> None:
+    def _dispatch_replicated(self, end: int, data_at: int = 0, data: bytes = b"") -> None:
         seg_size = self.config.segment_size
         p, need = self._dispatched, 0
+        data_end = data_at + len(data)
+
+        def read(at: int, n: int) -> bytes:  # from the bytes just written when they hold it
+            if data_at <= at and at + n <= data_end:
+                return data[at - data_at : at - data_at + n]
+            return self.log.read_raw(at, n)
+
         while p < end:
             seg_end = p - p % seg_size + seg_size
             if min(end, seg_end) - p < 8:
                 need = p + 8
                 break
-            total, magic = peek_total(self.log.read_raw(p, 8))
+            total, magic = peek_total(read(p, 8))
             if magic == BLANK_MAGIC and total == seg_end - p:  # the segment's closing blank
                 if seg_end > end:
                     need = seg_end
@@ -204,7 +264,7 @@ class MessageStore:
                 need = p + total
                 break
             try:
-                m = decode(self.log.read_raw(p, total))
+                m = decode(read(p, total))
             except DecodeError as e:
                 self._reject_replicated(p, str(e))
             if m.physical_offset != p:

@@ -78,7 +78,12 @@ def test_async_flush_syncs_in_background_and_checkpoints(tmp_path: Path) -> None
     assert store.log.durable_offset < r.physical_offset + r.size
     release.set()
     deadline = time.monotonic() + 5
-    while store.log.durable_offset < r.physical_offset + r.size and time.monotonic() < deadline:
+
+    def done() -> bool:  # the checkpoint is written just after the sync it records
+        synced = store.log.durable_offset >= r.physical_offset + r.size
+        return synced and os.path.exists(tmp_path / "checkpoint")
+
+    while not done() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert store.log.durable_offset >= r.physical_offset + r.size and calls
     assert os.path.exists(tmp_path / "checkpoint")
