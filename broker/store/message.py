@@ -232,6 +232,72 @@ def decode(buf: bytes, check_crc: bool = True) -> StoredMessage:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class DispatchInfo:
+    """What a consume-queue unit needs from a record, read without copying its body."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    tags: str
+
+
+_TAGS_KEY = b"TAGS" + NAME_VALUE_SEP.encode()
+
+
+def dispatch_info(buf: bytes | memoryview) -> DispatchInfo:
+    """The fields a dispatch needs (RocketMQ's reput reads a record without its CRC,
+    ``checkMessageAndReturnSize(.., checkCRC=false, ..)``): the layout is checked (magic,
+    TOTALSIZE, every length inside the record), the body neither copied nor checksummed."""
+    total = len(buf)
+    if total < _HEAD.size:
+        raise DecodeError(f"record of {total} bytes is shorter than its header")
+    size, magic, _crc, qid, _flag, qoff, phys, sysflag, _born = _HEAD.unpack_from(buf, 0)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise DecodeError(f"bad magic {magic & 0xFFFFFFFF:#010x}")
+    if size != total:
+        raise DecodeError(f"TOTALSIZE {size} but the record has {total} bytes")
+    try:
+        pos = _HEAD.size + (20 if sysflag & SYSFLAG_BORNHOST_V6 else 8) + 8
+        pos += (20 if sysflag & SYSFLAG_STOREHOST_V6 else 8) + _TAIL.size
+        (body_len,) = _I32.unpack_from(buf, pos)
+        pos += 4
+        if body_len < 0 or pos + body_len > total:
+            raise DecodeError(f"body length {body_len} runs past the record")
+        pos += body_len
+        if magic == MAGIC_V2:
+            (topic_len,) = _I16.unpack_from(buf, pos)
+            pos += 2
+        else:
+            topic_len = buf[pos]
+            pos += 1
+        topic = bytes(buf[pos : pos + topic_len]).decode()
+        pos += topic_len
+        (props_len,) = _I16.unpack_from(buf, pos)
+        pos += 2
+        props = bytes(buf[pos : pos + props_len])
+        pos += props_len
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise DecodeError(f"record fields run past TOTALSIZE: {e}") from e
+    if pos != total:
+        raise DecodeError(f"fields end at {pos}, TOTALSIZE says {total}")
+    return DispatchInfo(topic, qid, qoff, phys, _tags(props))
+
+
+def _tags(props: bytes) -> str:
+    """The TAGS property's value in encoded properties ("" without one)."""
+    sep = PROPERTY_SEP.encode()
+    at = props.find(_TAGS_KEY)
+    while at >= 0:
+        if at == 0 or props[at - 1 : at] == sep:  # a key, not the end of another name
+            start = at + len(_TAGS_KEY)
+            stop = props.find(sep, start)
+            return props[start : stop if stop >= 0 else len(props)].decode(errors="replace")
+        at = props.find(_TAGS_KEY, at + 1)
+    return ""
+
+
 PHYSICAL_OFFSET_AT = 28  # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG (4 each), QUEUEOFFSET (8)
 
 

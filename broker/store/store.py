@@ -38,6 +38,7 @@ from broker.store.message import (
     StoredMessage,
     at_physical_offset,
     decode,
+    dispatch_info,
     encode,
     encode_stored,
     peek_total,
@@ -264,12 +265,13 @@ class MessageStore:
                 need = p + total
                 break
             try:
-                m = decode(read(p, total))
+                m = dispatch_info(read(p, total))
             except DecodeError as e:
                 self._reject_replicated(p, str(e))
             if m.physical_offset != p:
                 self._reject_replicated(p, f"PHYSICALOFFSET says {m.physical_offset}")
-            self._dispatch(p, m, total)
+            unit = Unit(p, total, tags_code(m.tags))
+            self._cq(m.topic, m.queue_id).append(m.queue_offset, unit, may_start_later=True)
             p += total
         self._dispatched, self._pending_end = p, need
 

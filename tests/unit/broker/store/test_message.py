@@ -19,6 +19,7 @@ from broker.store.message import (
     body_crc,
     decode,
     decode_properties,
+    dispatch_info,
     encode,
     encode_properties,
 )
@@ -136,3 +137,38 @@ def test_decode_rejects_bad_input() -> None:
         decode(raw[:-1])
     with pytest.raises(MessageTooLargeError):
         encode(StoredMessage(topic="T", body=b"\0" * (MAX_BODY + 1)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    body=st.binary(max_size=300),
+    topic=st.text(alphabet="abcXYZ_-%|0123456789", min_size=1, max_size=200),
+    props=st.dictionaries(_prop_text.filter(bool), _prop_text, max_size=5),
+    tags=st.one_of(st.none(), _prop_text),
+    v6=st.booleans(),
+)
+def test_dispatch_info_reads_what_decode_reads(
+    body: bytes, topic: str, props: dict[str, str], tags: str | None, v6: bool
+) -> None:
+    """The replication path's light read (no body copy, no CRC) agrees with decode on
+    every field a consume-queue unit needs, for V1 and V2 topics, IPv4 and IPv6 hosts."""
+    if tags is not None:
+        props = {"XTAGS": "not these", **props, "TAGS": tags}
+    host = Host("::1", 7) if v6 else Host("10.0.0.7", 7)
+    m = StoredMessage(
+        topic=topic, body=body, queue_id=3, queue_offset=11, physical_offset=99,
+        born_host=host, store_host=host, properties=props,
+    )  # fmt: skip
+    raw = encode(m)
+    info, full = dispatch_info(raw), decode(raw)
+    assert (info.topic, info.queue_id, info.queue_offset, info.physical_offset, info.tags) == (
+        full.topic,
+        full.queue_id,
+        full.queue_offset,
+        full.physical_offset,
+        full.tags,
+    )
+    assert dispatch_info(memoryview(raw)) == info
+    for cut in (len(raw) - 1, 60):
+        with pytest.raises(DecodeError):
+            dispatch_info(raw[:cut])
