@@ -145,13 +145,29 @@ def run_elect(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         election = client.election(args.name)
         if args.listen:
-            signal.signal(signal.SIGTERM, signal.default_int_handler)
-            try:
-                for kv in election.observe():
-                    out.report(kv_json(kv), f"{display(kv.key)}\n{display(kv.value)}")
-                    sys.stdout.flush()
-            except KeyboardInterrupt:
+            # The stream is read on a thread and the main thread only waits for a signal or
+            # the stream's end: a KeyboardInterrupt raised inside gRPC's blocking iteration
+            # could leave the channel unable to close (the process then ignored Ctrl-C).
+            done = threading.Event()
+            failed: list[ClientError] = []
+
+            def observe() -> None:
+                try:
+                    for kv in election.observe():
+                        out.report(kv_json(kv), f"{display(kv.key)}\n{display(kv.value)}")
+                        sys.stdout.flush()
+                except ClientError as exc:
+                    failed.append(exc)
+                finally:
+                    done.set()
+
+            with stop_signals(done) as signalled:
+                threading.Thread(target=observe, name="observe", daemon=True).start()
+                done.wait()
+            if signalled:
                 return ExitCode.OK
+            if failed:
+                raise failed[0]
             return _fail("elect: observer lost")
         lost = threading.Event()
         leader = election.campaign(args.proposal, ttl_s=args.ttl, on_lost=lambda _: lost.set())
