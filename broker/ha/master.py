@@ -30,19 +30,18 @@ from broker.ha.epochs import EpochEntry, EpochFile, entry_for
 from broker.ha.errors import HAError, HAProtocolError
 from broker.ha.protocol import (
     DataFrame,
-    NeedData,
     SlaveAck,
     SlaveHandshake,
     SlaveStreamDecoder,
     encode_data,
     encode_master_handshake,
 )
+from broker.ha.stream import next_event
 from broker.store import MessageStore, StoreError
 
 log = logging.getLogger(__name__)
 
 TRANSFER_BATCH_BYTES = 32 * 1024
-_READ_BYTES = 64 * 1024
 
 
 @dataclass
@@ -246,15 +245,7 @@ class HAMaster:
     async def _next(
         self, reader: asyncio.StreamReader, dec: SlaveStreamDecoder
     ) -> SlaveHandshake | SlaveAck:
-        while True:
-            ev = dec.next_event()
-            if not isinstance(ev, NeedData):
-                return ev
-            async with asyncio.timeout(self.idle_timeout):  # no task per read, as wait_for makes
-                data = await reader.read(_READ_BYTES)
-            if not data:
-                raise ConnectionError("the slave closed the connection")
-            dec.receive_data(data)
+        return await next_event(reader, dec, self.idle_timeout, "slave")
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str

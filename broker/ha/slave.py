@@ -32,11 +32,10 @@ from broker.ha.protocol import (
     encode_ack,
     encode_slave_handshake,
 )
+from broker.ha.stream import next_event
 from broker.store import MessageStore, StoreError
 
 log = logging.getLogger(__name__)
-
-_READ_BYTES = 64 * 1024
 
 
 class HAClient:
@@ -153,15 +152,7 @@ class HAClient:
     async def _next(
         self, reader: asyncio.StreamReader, dec: MasterStreamDecoder
     ) -> MasterHandshake | DataFrame:
-        while True:
-            ev = dec.next_event()
-            if not isinstance(ev, NeedData):
-                return ev
-            async with asyncio.timeout(self.idle_timeout):  # no task per read, as wait_for makes
-                data = await reader.read(_READ_BYTES)
-            if not data:
-                raise ConnectionError("the master closed the connection")
-            dec.receive_data(data)
+        return await next_event(reader, dec, self.idle_timeout, "master")
 
     def _truncate_to(self, hello: MasterHandshake) -> int | None:
         """Cut the log and the epochs to where they agree with the master; the offset to

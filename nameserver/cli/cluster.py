@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -135,18 +134,8 @@ def serve_argv(
     ]
 
 
-def busy_ports(nodes: list[NodeLayout]) -> list[str]:
-    """Ports of the layout that something else already holds."""
-    busy = []
-    for node in nodes:
-        for name, port in node.ports().items():
-            with socket.socket() as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((HOST, port))
-                except OSError:
-                    busy.append(f"{port} ({node.id} {name})")
-    return busy
+#: ports of the layout that something else already holds
+busy_ports = brokers_state.busy_ports
 
 
 @dataclass

@@ -23,9 +23,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from nameserver.cli.cluster_restart import is_broker, read_pid, signal_pid, wait_gone
 from nameserver.client import Client, ClientError
@@ -121,16 +122,26 @@ def set_policy(endpoints: list[str], replicas: int) -> None:
         client.replica_set_policy(GROUP, policy(replicas), cluster_name=CLUSTER)
 
 
-def busy_ports(brokers: list[BrokerLayout]) -> list[str]:
+class Layout(Protocol):
+    """A process of the local cluster and the ports it will bind (a node or a replica)."""
+
+    @property
+    def id(self) -> str: ...
+
+    def ports(self) -> dict[str, int]: ...
+
+
+def busy_ports(layouts: Sequence[Layout]) -> list[str]:
+    """Ports of the layouts that something else already holds."""
     busy = []
-    for b in brokers:
-        for name, port in b.ports().items():
+    for layout in layouts:
+        for name, port in layout.ports().items():
             with socket.socket() as s:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     s.bind((HOST, port))
                 except OSError:
-                    busy.append(f"{port} ({b.id} {name})")
+                    busy.append(f"{port} ({layout.id} {name})")
     return busy
 
 

@@ -66,6 +66,7 @@ class BrokerProcess:
         name: str = "broker-a",
         *extra: str,
         replica: str = "",
+        start: bool = True,
     ) -> None:
         """``replica``: this replica's data dir and log name (default: the group name), for
         several replicas of one group."""
@@ -79,7 +80,8 @@ class BrokerProcess:
             "--listen", f"127.0.0.1:{self.port}", "--endpoints", ",".join(endpoints), *extra,
         ]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
+        if start:
+            self.start()
 
     @property
     def addr(self) -> str:
@@ -113,6 +115,8 @@ class BrokerProcess:
             return self.proc.wait(10)
 
     def log_tail(self, n: int = 40) -> str:
+        if not self.log_path.exists():
+            return ""
         lines = self.log_path.read_bytes().decode(errors="replace").splitlines()
         return "\n".join(lines[-n:])
 
