@@ -1,0 +1,56 @@
+"""Errors of the Redis replicator.
+
+    RedisReplicatorError
+    ├── ProtocolError              the master sent bytes that are not what the protocol allows
+    │   │                          (``offset``: the byte position in the stream where it broke)
+    │   ├── RdbError               the RDB payload is malformed (``offset`` inside the RDB)
+    │   │   ├── RdbChecksumError   the CRC64 trailer does not match the payload
+    │   │   └── RdbUnsupportedError  an RDB version (11, 12, …) or a value type we refuse to guess at
+    ├── HandshakeError             the master refused a handshake step (``step`` and its reply)
+    │   └── AuthError              AUTH was refused (wrong password, unknown ACL user, missing permission)
+    └── ConfigError                a replicator setting is invalid (names the field)
+
+A protocol object raises these and keeps no half-parsed state behind: after a
+``ProtocolError`` the only way on is a new connection (and, for an RDB, a new full sync).
+"""
+
+from __future__ import annotations
+
+
+class RedisReplicatorError(Exception):
+    """Root of the Redis replicator's errors."""
+
+
+class ProtocolError(RedisReplicatorError):
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message if offset is None else f"{message} (at byte {offset})")
+        self.offset = offset
+
+
+class RdbError(ProtocolError):
+    """The RDB payload is malformed; ``offset`` counts from the payload's first byte."""
+
+
+class RdbChecksumError(RdbError):
+    pass
+
+
+class RdbUnsupportedError(RdbError):
+    pass
+
+
+class HandshakeError(RedisReplicatorError):
+    def __init__(self, step: str, reply: str) -> None:
+        super().__init__(f"the master refused {step}: {reply}")
+        self.step = step
+        self.reply = reply
+
+
+class AuthError(HandshakeError):
+    pass
+
+
+class ConfigError(RedisReplicatorError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
