@@ -203,6 +203,13 @@ class KeepAlive:
     def alive(self) -> bool:
         return not self.lost.is_set()
 
+    @property
+    def expires_at(self) -> float:
+        """``time.monotonic()`` until which the lease is certainly alive: the last renewal's
+        sending time plus its TTL (the server counts from when it received it, later). A
+        process paused past it must assume the lease gone before it acts on it."""
+        return self._lost_at()
+
     def start(self) -> KeepAlive:
         self._sent_at = time.monotonic()
         self.ttl_s = lease_keep_alive_once(self.client, self.lease_id)

@@ -1,0 +1,93 @@
+"""One active worker per job: an election in metaledger, and the fence every action checks.
+
+Both replicators run as several processes per job, one active (issue 18 item 5, issue 19
+item 2). :class:`ActiveRole` campaigns in the election ``replicators/<kind>/<job>`` with a
+lease it keeps alive; the leader key's create revision is the fencing token every offset
+commit carries, so the server refuses a commit from a worker whose lease is gone or that a
+newer worker replaced. Sends are not fenced by the server (the broker knows nothing of
+leases), so :meth:`ActiveRole.check` runs before each one: it fails once the keeper has lost
+the lease *or* the local deadline (last renewal sent + TTL) has passed. A worker paused
+past its TTL wakes with its monotonic clock past the deadline and stops before it sends
+anything; it cannot be fooled by a keeper thread that has not run yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+from nameserver.client import Client
+from nameserver.client.errors import ClientError, LeaseLost
+from nameserver.client.locks import Election
+
+__all__ = ["ActiveRole", "Fence", "LeaseLost"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What an offset commit carries: the lease and the token (the leader key's revision)."""
+
+    lease_id: int
+    token: int
+
+
+class ActiveRole:
+    """``acquire()`` blocks until this worker is the job's active one (call it off the event
+    loop); ``check()`` before every send and commit; ``release()`` resigns."""
+
+    def __init__(self, client: Client, kind: str, job: str, worker: str, ttl_s: int = 10) -> None:
+        self.name = f"replicators/{kind}/{job}"
+        self.worker = worker
+        self.ttl_s = ttl_s
+        self._election: Election = client.election(self.name)
+        self._fence: Fence | None = None
+        self.lost_reason: str | None = None
+
+    def acquire(self, timeout_s: float | None = None) -> Fence:
+        self.lost_reason = None
+        key = self._election.campaign(
+            self.worker, ttl_s=self.ttl_s, timeout_s=timeout_s, on_lost=self._lost
+        )
+        self._fence = Fence(key.lease, key.rev)
+        return self._fence
+
+    def _lost(self, why: str) -> None:
+        self.lost_reason = why
+
+    @property
+    def fence(self) -> Fence:
+        self.check()
+        assert self._fence is not None
+        return self._fence
+
+    def check(self) -> None:
+        """Raise LeaseLost unless this worker is still certainly the active one."""
+        keeper = self._election.keeper
+        if self._fence is None or keeper is None:
+            raise LeaseLost(f"{self.name}: not the active worker")
+        if not keeper.alive:
+            raise LeaseLost(f"{self.name}: lease lost ({keeper.error})")
+        if time.monotonic() >= keeper.expires_at:
+            raise LeaseLost(f"{self.name}: lease not renewed within its TTL of {keeper.ttl_s}s")
+
+    @property
+    def active(self) -> bool:
+        try:
+            self.check()
+        except LeaseLost:
+            return False
+        return True
+
+    def active_worker(self) -> str | None:
+        """Who is active now (any worker's view), None when nobody is."""
+        kv = self._election.leader()
+        return None if kv is None else kv.value.decode(errors="replace")
+
+    def release(self) -> None:
+        fence, self._fence = self._fence, None
+        if fence is not None:
+            # lost already (FailedPrecondition), or unreachable: the lease is revoked or
+            # expires either way
+            with contextlib.suppress(ClientError):
+                self._election.resign()
