@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from nameserver.client import Client
 from nameserver.client.errors import ClientError, LeaseLost
+from nameserver.client.kv import Compare, Comparison
 from nameserver.client.locks import Election
 
 __all__ = ["ActiveRole", "Fence", "LeaseLost"]
@@ -30,6 +31,12 @@ class Fence:
 
     lease_id: int
     token: int
+    #: the election's leader key: ``Compare.create(key) == token`` guards a KV write
+    key: bytes = b""
+
+    def is_owner(self) -> Comparison:
+        """The txn guard "still the active worker" (etcd's ``IsOwner``)."""
+        return Compare.create(self.key) == self.token
 
 
 class ActiveRole:
@@ -49,7 +56,7 @@ class ActiveRole:
         key = self._election.campaign(
             self.worker, ttl_s=self.ttl_s, timeout_s=timeout_s, on_lost=self._lost
         )
-        self._fence = Fence(key.lease, key.rev)
+        self._fence = Fence(key.lease, key.rev, key.key)
         return self._fence
 
     def _lost(self, why: str) -> None:

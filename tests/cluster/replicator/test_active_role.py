@@ -13,8 +13,9 @@ import pytest
 
 from nameserver.client import Client
 from nameserver.client.errors import FailedPrecondition, LeaseLost, NotFound
-from replicator.lease import ActiveRole
+from replicator.lease import ActiveRole, Fence
 from replicator.redis.checkpoint import Checkpoint, CheckpointStore
+from replicator.status import StatusPublisher, read_statuses
 from tests.harness import Cluster, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -40,7 +41,7 @@ def test_standby_takes_over_and_the_old_active_is_fenced(client: Client) -> None
     assert store_a.load() is None
     store_a.commit(Checkpoint(R, 100, db=2), fa.lease_id, fa.token)
 
-    got: list[object] = []
+    got: list[Fence] = []
     t = threading.Thread(target=lambda: got.append(b.acquire(timeout_s=30)), daemon=True)
     t.start()
     t.join(0.5)
@@ -59,9 +60,17 @@ def test_standby_takes_over_and_the_old_active_is_fenced(client: Client) -> None
     with pytest.raises((NotFound, FailedPrecondition)):
         store_a.commit(Checkpoint(R, 200, db=2), fa.lease_id, fa.token)
 
+    # only the active worker's status is written
+    pub = StatusPublisher(client, "redis", "job1")
+    assert not pub.publish(fa, {"replid": R})
+    assert pub.publish(fb, {"replid": R, "acked": 100})
+    (doc,) = read_statuses(client, "redis")
+    assert doc["job"] == "job1" and doc["acked"] == 100 and doc["kind"] == "redis"
+
     store_b = CheckpointStore(client, "job1")
     assert store_b.load() == Checkpoint(R, 100, db=2)
-    store_b.commit(Checkpoint(R, 150, db=2), fb.lease_id, fb.token)  # type: ignore[attr-defined]
+    store_b.commit(Checkpoint(R, 150, db=2), fb.lease_id, fb.token)
     assert CheckpointStore(client, "job1").load() == Checkpoint(R, 150, db=2)
     b.release()
     assert b.active_worker() is None
+    assert read_statuses(client) == []  # gone with the lease
