@@ -5,6 +5,9 @@ takes over resumes from the last committed checkpoint."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +69,43 @@ def test_standby_takes_over_and_the_old_active_is_fenced(client: Client) -> None
     assert pub.publish(fb, {"replid": R, "acked": 100})
     (doc,) = read_statuses(client, "redis")
     assert doc["job"] == "job1" and doc["acked"] == 100 and doc["kind"] == "redis"
+
+    # ... and what `metaledger replicate status` prints
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nameserver.cli",
+            "replicate",
+            "status",
+            "--endpoints",
+            ",".join(client.endpoints),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert [(d["job"], d["acked"]) for d in json.loads(out)] == [("job1", 100)]
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nameserver.cli",
+            "replicate",
+            "status",
+            "--endpoints",
+            ",".join(client.endpoints),
+            "--job",
+            "nope",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 4 and "no running job 'nope'" in missing.stderr
 
     store_b = CheckpointStore(client, "job1")
     assert store_b.load() == Checkpoint(R, 100, db=2)

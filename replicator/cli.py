@@ -1,0 +1,100 @@
+"""``metaledger replicate …``: the replicators' command group (loaded by ``nameserver.cli``
+through the entry-point group ``metaledger.commands``, so the nameserver never imports it).
+
+    metaledger replicate status [--kind redis|rocketmq] [--job NAME] [--output table|json]
+
+``status`` reads what the active worker of each job publishes (``replicator.status``) and
+each Redis job's checkpoint (the fenced ``Offsets`` record); it needs no connection to a
+worker. Exit 0; 3 when no endpoint answered; 4 when ``--job`` names no running job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+EXIT_OK, EXIT_UNAVAILABLE, EXIT_NOT_FOUND = 0, 3, 4
+ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
+DEFAULT_ENDPOINTS = "127.0.0.1:2379"
+
+#: status columns: (heading, the status document's field)
+COLUMNS = (
+    ("KIND", "kind"),
+    ("JOB", "job"),
+    ("WORKER", "worker"),
+    ("SOURCE", "source"),
+    ("REPLID", "replid"),
+    ("PARSED", "parsed_offset"),
+    ("CONFIRMED", "confirmed_offset"),
+    ("ACKED", "acked_offset"),
+    ("CHECKPOINT", "checkpoint_offset"),
+    ("LAG_BYTES", "lag_bytes"),
+    ("LAG_S", "lag_s"),
+)
+
+
+def endpoints_of(args: argparse.Namespace) -> list[str]:
+    raw = getattr(args, "endpoints", None) or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
+    return [e.strip() for e in raw.split(",") if e.strip()]
+
+
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "replicate",
+        help="run and inspect replicators (Redis → RocketMQ, RocketMQ → RocketMQ)",
+        description="Replicators keep their checkpoints, leases and status in metaledger.",
+    )
+    sub = p.add_subparsers(dest="replicate_command", metavar="COMMAND", required=True)
+    s = sub.add_parser(
+        "status",
+        parents=[common],
+        help="each job's source, offsets and lag, as its active worker last published them",
+    )
+    s.add_argument("--kind", choices=("redis", "rocketmq"), default="")
+    s.add_argument("--job", default="", metavar="NAME")
+    s.set_defaults(run=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from nameserver.client import Client, ClientError
+    from replicator.status import read_statuses
+
+    timeout_s = float(getattr(args, "timeout_s", None) or 5.0)
+    try:
+        with Client(endpoints_of(args), timeout_s=timeout_s) as client:
+            docs = read_statuses(client, args.kind, args.job)
+    except ClientError as exc:
+        print(f"metaledger: replicate status: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    now = time.time()
+    for d in docs:
+        d["age_s"] = round(now - float(d.get("updated", now)), 1)
+    if getattr(args, "output", "table") == "json":
+        print(json.dumps(docs, indent=2, sort_keys=True))
+    else:
+        print(render_table(docs))
+    if args.job and not docs:
+        print(f"metaledger: replicate status: no running job {args.job!r}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    return EXIT_OK
+
+
+def render_table(docs: list[dict[str, Any]]) -> str:
+    rows = [[h for h, _ in COLUMNS]]
+    for d in docs:
+        row = []
+        for _, field in COLUMNS:
+            v = d.get(field, "")
+            row.append(v[:12] if field == "replid" and isinstance(v, str) else str(v))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
