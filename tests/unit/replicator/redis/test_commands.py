@@ -99,7 +99,10 @@ def test_write_and_effect_come_from_flags_and_acl_categories() -> None:
 
 
 def test_resp2_flat_maps_are_read_like_resp3_maps() -> None:
-    assert _as_map(["type", "index", "spec", ["index", 1]]) == {"type": "index", "spec": ["index", 1]}
+    assert _as_map(["type", "index", "spec", ["index", 1]]) == {
+        "type": "index",
+        "spec": ["index", 1],
+    }
     assert _as_map({"a": 1}) == {"a": 1}
     assert _as_map([]) == {}
     with pytest.raises(ValueError):

@@ -154,7 +154,7 @@ def test_scripts_are_effects_routed_by_their_declared_keys() -> None:
 
 
 def test_snapshot_is_framed_by_markers_on_every_queue() -> None:
-    b, send = make()
+    b, _send = make()
     begin = b.begin_snapshot("c" * 40, 5000)
     assert [m.queue_id for m in begin.messages] == [0, 1, 2, 3]
     assert {m.tags for m in begin.messages} == {SNAPSHOT_BEGIN}
