@@ -179,15 +179,14 @@ class CommandTable:
 
     def lookup(self, argv: Sequence[bytes]) -> CommandSpec | None:
         """The spec for a command line: a container (XGROUP, CONFIG, FUNCTION, …) resolves to
-        its subcommand by argv[1]. None for a command this server version does not know."""
+        its subcommand by argv[1]. None for a command, or a container's subcommand, that this
+        table does not know (a newer server, a module): the caller must assume the worst."""
         if not argv:
             return None
         name = argv[0].decode("utf-8", "replace").lower()
         spec = self.specs.get(name)
         if spec is not None and spec.subcommands and len(argv) > 1:
-            sub = self.specs.get(f"{name}|{argv[1].decode('utf-8', 'replace').lower()}")
-            if sub is not None:
-                return sub
+            return self.specs.get(f"{name}|{argv[1].decode('utf-8', 'replace').lower()}")
         return spec
 
     # ---- (de)serialisation: the raw dict is the JSON snapshot's content ----

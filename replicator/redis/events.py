@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from replicator.redis.commands import CommandTable, snapshot
 from replicator.redis.errors import ProtocolError
@@ -69,9 +70,15 @@ class OutMessage:
 
 @dataclass(frozen=True, slots=True)
 class Batch:
+    """What one call handed out, and the checkpoint it makes possible: ``(replid, boundary,
+    db)`` may be stored once these messages and all before them are confirmed. ``boundary`` is
+    the end of the last command outside MULTI…EXEC accounted for, -1 during a full sync (no
+    checkpoint until SNAPSHOT_END); ``db`` is the db selected there (CONTINUE sends no SELECT)."""
+
     messages: tuple[OutMessage, ...]
-    boundary: int  # end of the last command outside MULTI…EXEC accounted for
-    db: int  # the db selected at ``boundary`` (a checkpoint stores it)
+    replid: str
+    boundary: int
+    db: int
 
 
 def encode_command(argv: Sequence[bytes]) -> bytes:
@@ -127,11 +134,17 @@ OTHER_DBS: dict[str, Callable[[Sequence[bytes]], list[int] | str]] = {
 }
 
 
+class _Held(NamedTuple):
+    pieces: list[Piece]
+    props: dict[str, str]
+    tag: str
+
+
 @dataclass(slots=True)
 class _Tx:
     start: int
     db_before: int
-    entries: list[tuple[list[Piece], dict[str, str], str, int, int]] = field(default_factory=list)
+    entries: list[_Held] = field(default_factory=list)
 
 
 class EventBuilder:
@@ -141,8 +154,11 @@ class EventBuilder:
         queue_count: int,
         replid: str,
         db: int = 0,
+        offset: int = 0,
         table: CommandTable | None = None,
     ) -> None:
+        """``replid``, ``offset`` and ``db``: where the stream starts (a checkpoint's, after a
+        restart; the db carries over because the master sends no SELECT after CONTINUE)."""
         if queue_count < 1:
             raise ValueError(f"queue_count must be >= 1, got {queue_count}")
         self.topic = topic
@@ -150,7 +166,7 @@ class EventBuilder:
         self.replid = replid
         self.db = db
         self.table = table if table is not None else snapshot()
-        self.boundary = 0
+        self.boundary = offset
         self.boundary_db = db
         self._tx: _Tx | None = None
         self._snapshot: tuple[str, int] | None = None
@@ -173,6 +189,8 @@ class EventBuilder:
     def on_command(self, argv: Sequence[bytes], start: int, end: int) -> Batch:
         if not argv:
             raise ProtocolError("empty command in the replication stream", start)
+        if self._snapshot is not None:
+            raise ProtocolError("a stream command before SNAPSHOT_END", start)
         name = argv[0].decode("utf-8", "replace").lower()
         control = self._control.get(name)
         if control is not None:
@@ -181,16 +199,21 @@ class EventBuilder:
             messages = self._effect(argv, start, end)
         if self._tx is None:
             self.boundary, self.boundary_db = end, self.db
-        return Batch(tuple(messages), self.boundary, self.boundary_db)
+        return self._batch(messages)
 
-    def on_continue(self, new_replid: str | None = None) -> None:
-        """``+CONTINUE [newid]``: the master resends from our checkpoint (a boundary outside any
-        transaction), without SELECT: the db carries over; a half-received transaction from the
-        broken link is dropped (it will come again whole)."""
+    def _batch(self, messages: Sequence[OutMessage]) -> Batch:
+        return Batch(tuple(messages), self.replid, self.boundary, self.boundary_db)
+
+    def on_continue(self, offset: int, db: int, new_replid: str | None = None) -> None:
+        """``+CONTINUE [newid]`` after ``PSYNC replid offset+1``: the master resends from
+        ``offset`` (our checkpoint, a boundary outside any transaction) without SELECT, so the
+        db is the checkpoint's ``db``; a transaction cut by the broken link is dropped (it comes
+        again whole). A new replid applies from here on."""
         if new_replid:
             self.replid = new_replid
         self._tx = None
-        self.db = self.boundary_db
+        self._snapshot = None
+        self.boundary, self.boundary_db, self.db = offset, db, db
 
     def _select(self, argv: Sequence[bytes], start: int, end: int) -> list[OutMessage]:
         self.db = _int_arg(argv, 1, "SELECT")
@@ -214,13 +237,13 @@ class EventBuilder:
             raise ProtocolError("EXEC without MULTI in the replication stream", start)
         txid = f"{self.replid}-{tx.start}"
         out: list[OutMessage] = []
-        for index, (pieces, props, tag, _s, _e) in enumerate(tx.entries, start=1):
+        for index, held in enumerate(tx.entries, start=1):
             extra = {
                 "REDIS_TXID": txid,
                 "REDIS_TXCOUNT": str(len(tx.entries)),
                 "REDIS_TXINDEX": str(index),
             }
-            out += self._messages(pieces, {**props, **extra}, tag, KIND_COMMAND, end)
+            out += self._messages(held.pieces, {**held.props, **extra}, held.tag, KIND_COMMAND, end)
         return out
 
     def _effect(self, argv: Sequence[bytes], start: int, end: int) -> list[OutMessage]:
@@ -238,7 +261,7 @@ class EventBuilder:
             )
         tag = name.upper()
         if self._tx is not None:
-            self._tx.entries.append((pieces, props, tag, start, end))
+            self._tx.entries.append(_Held(pieces, props, tag))
             return []
         return self._messages(pieces, props, tag, KIND_COMMAND, end)
 
@@ -280,9 +303,8 @@ class EventBuilder:
         self._tx = None
         self._snapshot = (replid, offset)
         self._seq = 0
-        return Batch(
-            self._markers(SNAPSHOT_BEGIN, offset, NO_CHECKPOINT), self.boundary, self.boundary_db
-        )
+        self.boundary = NO_CHECKPOINT
+        return self._batch(self._markers(SNAPSHOT_BEGIN, offset, NO_CHECKPOINT))
 
     def snapshot_entry(self, db: int, argv: Sequence[bytes]) -> Batch:
         """One replayable command rebuilt from the RDB (rdb/commands.py), in ``db``."""
@@ -294,8 +316,7 @@ class EventBuilder:
         self._seq += 1
         props = {**self._props(offset, offset, db), "REDIS_SEQ": str(self._seq)}
         tag = (spec.name.split("|")[0] if spec else argv[0].decode("utf-8", "replace")).upper()
-        messages = self._messages(pieces, props, tag, KIND_SNAPSHOT, NO_CHECKPOINT)
-        return Batch(tuple(messages), self.boundary, self.boundary_db)
+        return self._batch(self._messages(pieces, props, tag, KIND_SNAPSHOT, NO_CHECKPOINT))
 
     def end_snapshot(self) -> Batch:
         """The RDB was read whole: SNAPSHOT_END to every queue, carrying the FULLRESYNC offset
@@ -306,19 +327,14 @@ class EventBuilder:
         _replid, offset = self._snapshot
         self._snapshot = None
         self.boundary, self.boundary_db = offset, self.db
-        return Batch(self._markers(SNAPSHOT_END, offset, offset), self.boundary, self.boundary_db)
+        return self._batch(self._markers(SNAPSHOT_END, offset, offset))
 
-    def _markers(self, tag: str, offset: int, checkpoint: int) -> tuple[OutMessage, ...]:
-        props = {
-            **self._props(offset, offset, self.db),
-            "REDIS_SEQ": "0" if tag == SNAPSHOT_BEGIN else str(self._seq + 1),
-        }
-        body = encode_command([tag.encode(), self.replid.encode(), str(offset).encode()])
-        pieces = [
-            Piece(q, (), (), f"*/{self.queue_count}" if self.queue_count > 1 else "")
-            for q in range(self.queue_count)
-        ]
-        out = self._messages(pieces, props, tag, KIND_MARKER, checkpoint)
-        return tuple(
-            OutMessage(m.topic, m.queue_id, body, m.tags, "", m.properties, m.offset) for m in out
-        )
+    def _markers(self, tag: str, offset: int, checkpoint: int) -> list[OutMessage]:
+        """``tag replid offset`` to every queue, as copies of one event (BEGIN is the first
+        event of the snapshot, REDIS_SEQ 0; END follows the last entry)."""
+        seq = 0 if tag == SNAPSHOT_BEGIN else self._seq + 1
+        props = {**self._props(offset, offset, self.db), "REDIS_SEQ": str(seq)}
+        argv = (tag.encode(), self.replid.encode(), str(offset).encode())
+        part = f"*/{self.queue_count}" if self.queue_count > 1 else ""
+        pieces = [Piece(q, argv, (), part) for q in range(self.queue_count)]
+        return self._messages(pieces, props, tag, KIND_MARKER, checkpoint)

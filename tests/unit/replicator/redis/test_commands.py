@@ -28,8 +28,10 @@ def test_snapshot_is_redis_7_0_15_with_subcommands() -> None:
         assert table.get(name) is not None, name
     assert table.lookup([b"XGROUP", b"CREATE", b"s", b"g", b"$"]).name == "xgroup|create"  # type: ignore[union-attr]
     assert table.lookup([b"function", b"load", b"x"]).name == "function|load"  # type: ignore[union-attr]
-    # a container with an unknown subcommand resolves to the container; an unknown command to None
-    assert table.lookup([b"XGROUP", b"NOPE"]).name == "xgroup"  # type: ignore[union-attr]
+    # an unknown subcommand of a container, like an unknown command, is None (not the
+    # container, whose own spec has no keys and no write flag: it would be dropped)
+    assert table.lookup([b"XGROUP", b"NOPE"]) is None
+    assert table.lookup([b"XGROUP"]).name == "xgroup"  # type: ignore[union-attr]
     assert table.lookup([b"NOSUCHCOMMAND", b"k"]) is None
     assert table.lookup([]) is None
 

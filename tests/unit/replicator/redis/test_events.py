@@ -117,13 +117,13 @@ def test_continue_keeps_the_db_and_drops_a_half_transaction() -> None:
     send(b"SELECT", b"6")
     send(b"SET", b"b", b"1")
     # the link breaks; PSYNC from the boundary gets +CONTINUE with a new replid and no SELECT
-    b.on_continue("b" * 40)
+    b.on_continue(boundary, 5, "b" * 40)
     assert b.db == 5 and not b.in_transaction
     send.offset = boundary
     (m,) = send(b"SET", b"c", b"1").messages
     assert m.properties["REDIS_DB"] == "5" and m.properties["REDIS_REPLID"] == "b" * 40
     # a restart builds its builder with the checkpoint's db: the same
-    b2 = EventBuilder("T", 4, "b" * 40, db=5)
+    b2 = EventBuilder("T", 4, "b" * 40, db=5, offset=boundary)
     (m2,) = b2.on_command([b"SET", b"c", b"1"], boundary, boundary + 10).messages
     assert m2.properties["REDIS_DB"] == "5"
 
@@ -160,6 +160,9 @@ def test_snapshot_is_framed_by_markers_on_every_queue() -> None:
     assert {m.tags for m in begin.messages} == {SNAPSHOT_BEGIN}
     assert all(m.properties["REDIS_KIND"] == "marker" for m in begin.messages)
     assert all(m.offset == NO_CHECKPOINT for m in begin.messages)
+    assert begin.boundary == NO_CHECKPOINT and begin.replid == "c" * 40
+    with pytest.raises(ProtocolError):  # the stream starts after the RDB
+        b.on_command([b"SET", b"k", b"v"], 5000, 5020)
     e1 = b.snapshot_entry(0, [b"SET", b"k", b"v"]).messages
     e2 = b.snapshot_entry(3, [b"RPUSH", b"l", b"a", b"b"]).messages
     assert [m.properties["REDIS_KIND"] for m in e1 + e2] == ["snapshot", "snapshot"]
@@ -169,6 +172,8 @@ def test_snapshot_is_framed_by_markers_on_every_queue() -> None:
     end = b.end_snapshot()
     assert {m.tags for m in end.messages} == {SNAPSHOT_END}
     assert all(m.offset == 5000 for m in end.messages) and end.boundary == 5000
+    assert end.messages[0].body == encode_command([b"SNAPSHOT_END", b"c" * 40, b"5000"])
+    assert end.messages[0].keys == ""
     # the stream goes on from the FULLRESYNC offset, with the new replid
     (m,) = b.on_command([b"SET", b"k", b"w"], 5000, 5030).messages
     assert m.properties["REDIS_REPLID"] == "c" * 40

@@ -92,6 +92,7 @@ def test_keyless_and_unknown_go_to_every_queue() -> None:
         (b"EVAL", b"return 1", b"0"),
         (b"SORT", b"k", b"BY", b"w_*", b"STORE", b"d"),  # keys from content: unknown spec
         (b"NOSUCHCOMMAND", b"k"),
+        (b"XGROUP", b"NEWSUBCOMMAND", b"k"),
     ):
         r, pieces = route(*argv)
         assert r is Route.ALL, argv
