@@ -187,14 +187,54 @@ def interleave(msgs: list[OutMessage], rng: random.Random) -> list[OutMessage]:
     return out
 
 
+def populate(server: RedisServer) -> None:
+    """Data that exists before the replica connects: it comes in the full sync."""
+    r = redis.Redis(host="127.0.0.1", port=server.port, single_connection_client=True)
+    for db in (0, 3, 15):
+        r.execute_command("SELECT", db)
+        for i in range(30):
+            r.execute_command("SET", f"pre{i}", f"{db}:{i}")
+        r.execute_command("RPUSH", "prelist", *range(50))
+        r.execute_command("HSET", "prehash", "a", 1, "b", 2)
+        r.execute_command("SET", "prettl", "t", "PX", 10_000_000)
+        r.execute_command("SET", b"pre\xffbinary", b"\x00")
+    r.execute_command(
+        "FUNCTION", "LOAD", LIB.replace(b"oraclelib", b"prelib").replace(b"bump", b"prebump")
+    )
+    r.close()
+
+
+def snapshot_commands(server: RedisServer) -> list[tuple[int, list[bytes]]]:
+    """What the RDB holds, as replayable commands: FUNCTION RESTORE and RESTORE … ABSTTL per key
+    (read with DUMP while nothing writes; the product reads the RDB itself, rdb/commands.py)."""
+    r = redis.Redis(host="127.0.0.1", port=server.port, single_connection_client=True)
+    out: list[tuple[int, list[bytes]]] = [(0, [b"FUNCTION", b"RESTORE", r.function_dump()])]
+    for db in range(16):
+        r.execute_command("SELECT", db)
+        for key in sorted(r.scan_iter(count=1000)):
+            at = int(r.execute_command("PEXPIRETIME", key))
+            argv = [b"RESTORE", key, b"%d" % max(at, 0), r.dump(key), b"REPLACE"]
+            out.append((db, [*argv, b"ABSTTL"] if at > 0 else argv))
+    r.close()
+    return out
+
+
 def test_replayed_queues_equal_the_master(tmp_path: Path) -> None:
     with RedisServer(tmp_path, CONFIG, name="a") as a, RedisServer(tmp_path, CONFIG, name="b") as b:
+        populate(a)
         replica = RawReplica(a.port)
         try:
             builder = EventBuilder("T", QUEUES, replica.replid)
+            msgs: list[OutMessage] = list(
+                builder.begin_snapshot(replica.replid, replica.offset).messages
+            )
+            for db, argv in snapshot_commands(a):
+                msgs += builder.snapshot_entry(db, argv).messages
+            end = builder.end_snapshot()
+            assert end.boundary == replica.offset
+            msgs += end.messages
             workload(a)
             master_offset = int(a.client().info("replication")["master_repl_offset"])
-            msgs: list[OutMessage] = []
             seen: list[bytes] = []
             while replica.offset < master_offset:
                 argv, start, end = replica.command()
@@ -210,6 +250,7 @@ def test_replayed_queues_equal_the_master(tmp_path: Path) -> None:
         assert {b"RENAME", b"FUNCTION", b"MSET"} <= set(seen)
         assert {m.properties.get("REDIS_PART", "")[:2] for m in msgs} >= {"", "*/"}
         assert any("REDIS_TXID" in m.properties for m in msgs)
+        assert sum(m.properties["REDIS_KIND"] == "snapshot" for m in msgs) > 16
         assert len({m.queue_id for m in msgs}) == QUEUES
 
         source = a.client()
@@ -219,8 +260,12 @@ def test_replayed_queues_equal_the_master(tmp_path: Path) -> None:
         )
         dest = b.client()
         for seed in range(3):
+            # B holds stale data: SNAPSHOT_BEGIN must clear it
+            dest.flushall()
+            dest.function_flush()
+            dest.mset({"stale1": 1, "pre1": "old"})
+            dest.function_load(LIB.replace(b"oraclelib", b"stalelib").replace(b"bump", b"stale"))
             target = RedisTarget(dest)
-            target.flush_all()
             replayer = Replayer(target)
             for m in interleave(msgs, random.Random(seed)):
                 replayer.offer_message(m)
