@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replicator.redis.errors import ProtocolError
 from replicator.redis.events import (
@@ -202,3 +204,70 @@ def test_keys_header_is_empty_for_binary_or_spaced_keys() -> None:
     assert keys_header([b"\xff"]) == ""
     assert keys_header([b"\x00"]) == ""
     assert keys_header([]) == ""
+
+
+def test_sans_io_modules_import_no_sockets_or_event_loops() -> None:
+    import ast
+    import importlib
+
+    for mod in ("events", "routing", "commands", "replay"):
+        module = importlib.import_module(f"replicator.redis.{mod}")
+        assert module.__file__ is not None
+        tree = ast.parse(open(module.__file__, encoding="utf-8").read())
+        imported = {
+            (node.module or "") if isinstance(node, ast.ImportFrom) else alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+        roots = {name.split(".")[0] for name in imported}
+        assert not roots & {"socket", "asyncio", "redis", "selectors"}, (mod, roots)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(
+                st.sampled_from(
+                    [
+                        b"SET",
+                        b"MULTI",
+                        b"EXEC",
+                        b"SELECT",
+                        b"MOVE",
+                        b"COPY",
+                        b"SWAPDB",
+                        b"EVAL",
+                        b"MSET",
+                        b"DEL",
+                        b"XGROUP",
+                        b"FUNCTION",
+                        b"ZUNIONSTORE",
+                        b"DB",
+                        b"-1",
+                        b"2",
+                    ]
+                ),
+                st.binary(max_size=6),
+            ),
+            max_size=7,
+        ),
+        max_size=12,
+    ),
+    st.integers(1, 5),
+)
+def test_any_argv_gives_messages_or_a_protocol_error_only(
+    commands: list[list[bytes]], queues: int
+) -> None:
+    b = EventBuilder("T", queues, REPLID)
+    offset = 0
+    for argv in commands:
+        end = offset + len(encode_command(argv))
+        try:
+            batch = b.on_command(argv, offset, end)
+        except ProtocolError:
+            b = EventBuilder("T", queues, REPLID)  # a new connection, a new builder
+            continue
+        assert all(0 <= m.queue_id < queues for m in batch.messages)
+        offset = end
