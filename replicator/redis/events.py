@@ -1,14 +1,15 @@
 """Commands of the replication stream → messages for the sink (sans-I/O: no sockets, no clock).
 
 :class:`EventBuilder` takes what the protocol object emits (``argv``, ``start``, ``end``: the
-master's offsets, ``[start, end)``) and the replid, and returns :class:`Batch` es of
-:class:`OutMessage`. What it keeps (research/redis-and-replication.md §3.4, §6):
+master's offsets, ``[start, end)``) and the replid, and returns each time a :class:`Batch` of
+:class:`OutMessage` (often empty) with the checkpoint it allows. What it keeps (research/redis-and-replication.md §3.4, §6):
 
 - **The db.** ``SELECT n`` changes it and makes no message. The master sends SELECT only when
   the next command's db differs from what it last told this replica; after a full sync it
   always does, but after ``+CONTINUE`` it does not (the replica "already has this state"), so
-  the db carries over: a restart builds its builder with the checkpoint's db
-  (``EventBuilder(db=checkpoint.db)``), and :meth:`EventBuilder.on_continue` keeps it.
+  the db carries over: a restart builds its builder from the checkpoint
+  (``EventBuilder(…, replid, db=cp.db, offset=cp.offset)``), and a reconnect in the same
+  process calls :meth:`EventBuilder.on_continue` with the checkpoint's offset and db.
 - **Transactions.** ``MULTI … EXEC`` (also what EVAL with several writes becomes in 7.0): the
   messages are held until EXEC and released together; each carries ``REDIS_TXID`` (replid and
   the MULTI's start offset), ``REDIS_TXCOUNT`` (effect commands in the transaction) and
