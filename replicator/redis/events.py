@@ -52,6 +52,7 @@ KIND_MARKER = "marker"
 SNAPSHOT_BEGIN = "SNAPSHOT_BEGIN"
 SNAPSHOT_END = "SNAPSHOT_END"
 NO_CHECKPOINT = -1
+KEYS_MAX_CHARS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +92,13 @@ def encode_command(argv: Sequence[bytes]) -> bytes:
     return b"".join(out)
 
 
-def keys_header(keys: Sequence[bytes]) -> str:
+def keys_header(keys: Sequence[bytes], max_chars: int = KEYS_MAX_CHARS) -> str:
     """RocketMQ KEYS: the keys space-separated, or "" when one is not printable UTF-8 without
-    spaces (KEYS is a space-separated string index; a binary key would corrupt it)."""
+    spaces (KEYS is a space-separated string index; a binary key would corrupt it). Only the
+    first keys that fit in ``max_chars`` are named: the broker limits a message's properties
+    to 32 KiB in all, and DEL or MSET can name any number of keys."""
     out: list[str] = []
+    used = -1
     for key in keys:
         try:
             text = key.decode("utf-8")
@@ -102,6 +106,9 @@ def keys_header(keys: Sequence[bytes]) -> str:
             return ""
         if not text or not text.isprintable() or " " in text:
             return ""
+        used += len(text) + 1
+        if used > max_chars:
+            break
         out.append(text)
     return " ".join(out)
 

@@ -204,6 +204,9 @@ def test_keys_header_is_empty_for_binary_or_spaced_keys() -> None:
     assert keys_header([b"\xff"]) == ""
     assert keys_header([b"\x00"]) == ""
     assert keys_header([]) == ""
+    # only the keys that fit: a DEL of 10k keys must not make a message the broker refuses
+    assert keys_header([b"a", b"bb", b"c"], max_chars=4) == "a bb"
+    assert len(keys_header([b"k%d" % i for i in range(10_000)])) <= 1024
 
 
 def test_sans_io_modules_import_no_sockets_or_event_loops() -> None:
