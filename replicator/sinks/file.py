@@ -56,7 +56,7 @@ class FileSink:
     ) -> None:
         if encoding not in ("base64", "hex"):
             raise ValueError(f"encoding: base64 or hex, got {encoding!r}")
-        self.path = None if path in (None, "-") else os.fspath(path)  # type: ignore[arg-type]
+        self.path = None if path is None or path == "-" else os.fspath(path)
         self.encoding: Literal["base64", "hex"] = encoding
         self.fsync = fsync and self.path is not None
         self._counts = dict(queues)

@@ -14,16 +14,25 @@ Confirmation (research/broker.md §3.1, §6.2): only PUT_OK (0) confirms. FLUSH_
 SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT mean "stored on the master only" and SYSTEM_ERROR
 "in-sync replicas not enough" means "not stored": none is a confirmation.
 
-Order and retries. Each lane writes its messages in submit order on one connection (lane
-``i`` uses connection ``i % connections_per_broker`` of its master), up to
-``max_in_flight_per_queue`` unanswered, and :class:`~replicator.sinks.base.QueueLedger`
-confirms them in order. When a send fails with a retriable error (errors.RETRIABLE_CODES, a
-lost connection, a timeout) the lane *rewinds*: the failed message and every later one of the
-lane go back to unsent (their outstanding answers are ignored), the lane waits until those
-answers are in (or the connection that carried them is gone), then after a backoff
-(``retry_backoff_ms`` doubling per attempt of that message) resends them in order, so the
-broker's log always ends with a complete, ordered run of the lane's unconfirmed messages.
-A later message is never confirmed before an earlier one, and a message is confirmed only by
+Order and batching. A broker may store the requests of one connection in any order (the
+metaledger broker serves each request in its own task, and one for a topic it has not loaded
+yet waits for its route; RocketMQ 5's Java broker runs up to 4 send threads), so by default a
+queue (a *lane*) has one request outstanding (``max_in_flight_per_queue`` = 1), and throughput
+comes from batching and from the lanes: while a lane's request is out, the messages submitted
+to it queue up and leave together in its next request, SEND_BATCH_MESSAGE (320, the same header
+with ``batch``; the body in the store's batch encoding, each message with its own properties),
+which the broker stores in order as one unit; many lanes are in flight at once on a few shared
+connections (lane ``i`` uses connection ``i % connections_per_broker`` of its master), answers
+matched by opaque. A lone message goes as SEND_MESSAGE_V2. With a broker that keeps a
+connection's order, ``max_in_flight_per_queue`` > 1 pipelines a lane too; confirmation stays
+correct either way (below), only the stored order depends on the broker.
+
+Retries. When a send fails with a retriable error (errors.RETRIABLE_CODES, a lost connection, a
+timeout) the lane *rewinds*: the failed message and every later one of the lane go back to
+unsent (their outstanding answers are ignored), the lane waits until those answers are in (or
+the connection that carried them is gone), then after a backoff (``retry_backoff_ms`` doubling
+per attempt of that message, at most ``max_backoff_ms``) resends them in order, so the broker's
+log ends with a complete, ordered run of the lane's unconfirmed messages. A later message is never confirmed before an earlier one, and a message is confirmed only by
 a PUT_OK of its own latest attempt. Copies written before a rewind are duplicates with the same
 UNIQ_KEY (consumers drop them by it, or by the REDIS_* offsets). After ``max_attempts`` failed
 sends of one message, or a non-retriable answer, the lane fails for good: every unconfirmed
@@ -41,6 +50,7 @@ import functools
 import itertools
 import logging
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -65,6 +75,7 @@ __all__ = ["RocketMQSink", "RocketMQSinkConfig", "RouteSource", "WriteQueue", "w
 log = logging.getLogger(__name__)
 
 SEND_MESSAGE_V2: Final = 310
+SEND_BATCH_MESSAGE: Final = 320
 PUT_OK: Final = 0
 PERM_WRITE: Final = 2
 MASTER_ID: Final = 0
@@ -82,12 +93,15 @@ class RocketMQSinkConfig:
     topics: tuple[str, ...]
     producer_group: str = "metaledger-replicator"
     max_in_flight: int = 4096
-    max_in_flight_per_queue: int = 512
+    max_in_flight_per_queue: int = 1
+    max_batch_messages: int = 256
+    max_batch_bytes: int = 1024 * 1024
     connections_per_broker: int = 2
     send_timeout_ms: int = 10_000
     connect_timeout_ms: int = 3_000
     max_attempts: int = 5
     retry_backoff_ms: int = 100
+    max_backoff_ms: int = 2_000
     route_refresh_ms: int = 30_000
 
     def validate(self) -> None:
@@ -96,6 +110,8 @@ class RocketMQSinkConfig:
         for name in (
             "max_in_flight",
             "max_in_flight_per_queue",
+            "max_batch_messages",
+            "max_batch_bytes",
             "connections_per_broker",
             "send_timeout_ms",
             "connect_timeout_ms",
@@ -104,8 +120,9 @@ class RocketMQSinkConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
-        if self.retry_backoff_ms < 0:
-            raise ValueError(f"retry_backoff_ms: must be >= 0, got {self.retry_backoff_ms}")
+        for name in ("retry_backoff_ms", "max_backoff_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,37 @@ def write_queues(route: Route) -> list[WriteQueue]:
             master = masters[q.broker_name]
             out.extend(WriteQueue(q.broker_name, i, master) for i in range(q.write_queue_nums))
     return out
+
+
+_BATCH_HEAD = struct.Struct(">iiiii")
+_MAX_PROPS = 32767  # a batch item's properties length is an int16
+_WAIT_ONLY = "WAIT\x01true\x02"
+
+
+def _item_size(slot: Slot) -> int:
+    """A slot's bytes in a batch body; over ``_MAX_PROPS`` when its properties do not fit."""
+    props = len(str(slot.wire).encode("utf-8"))
+    if props > _MAX_PROPS:
+        return props
+    return _BATCH_HEAD.size + len(slot.msg.body) + 2 + props
+
+
+def encode_batch(slots: list[Slot]) -> bytes:
+    """The store's batch encoding (J5 ``MessageDecoder.encodeMessages``; research/broker.md
+    §3.1): ``TOTALSIZE | MAGIC 0 | BODYCRC 0 | FLAG | BODYLEN | BODY | PROPLEN i16 | PROPS``;
+    each item carries its own properties (UNIQ_KEY included)."""
+    parts: list[bytes] = []
+    for slot in slots:
+        props = str(slot.wire).encode("utf-8")
+        body = slot.msg.body
+        total = _BATCH_HEAD.size + len(body) + 2 + len(props)
+        parts += (
+            _BATCH_HEAD.pack(total, 0, 0, 0, len(body)),
+            body,
+            struct.pack(">h", len(props)),
+            props,
+        )
+    return b"".join(parts)
 
 
 _uniq = itertools.count()
@@ -269,46 +317,65 @@ class RocketMQSink:
                 continue
             if lane.stale or time.monotonic() < lane.retry_at:
                 continue  # a failure came in while we connected: wait for it first
-            count = self._counts[lane.topic]
             while lane.next_send < len(lane.ledger) and lane.in_flight < limit:
-                slot = lane.ledger[lane.next_send]
-                lane.next_send += 1
+                slots = self._take_batch(lane)
                 token = next(self._tokens)
-                slot.token = token
+                for slot in slots:
+                    slot.token = token
                 lane.in_flight += 1
                 conn.request(
-                    self._request(slot, target, count),
-                    functools.partial(self._answered, lane, slot, token),
+                    self._request(slots, target, self._counts[lane.topic]),
+                    functools.partial(self._answered, lane, slots, token),
                     self.config.send_timeout_ms / 1000,
                 )
 
-    def _request(self, slot: Slot, target: WriteQueue, queue_nums: int) -> RemotingCommand:
-        msg = slot.msg
+    def _take_batch(self, lane: _Lane) -> list[Slot]:
+        """The next slots to send in one request: up to ``max_batch_messages`` and
+        ``max_batch_bytes`` (a message over the byte limit goes alone)."""
+        slots: list[Slot] = []
+        size = 0
+        while lane.next_send < len(lane.ledger) and len(slots) < self.config.max_batch_messages:
+            slot = lane.ledger[lane.next_send]
+            item = _item_size(slot)
+            if slots and (size + item > self.config.max_batch_bytes or item > _MAX_PROPS):
+                break
+            slots.append(slot)
+            size += item
+            lane.next_send += 1
+            if item > _MAX_PROPS:
+                break
+        return slots
+
+    def _request(self, slots: list[Slot], target: WriteQueue, queue_nums: int) -> RemotingCommand:
+        """SEND_MESSAGE_V2 for one message; SEND_BATCH_MESSAGE (320, the same header with
+        ``batch``) for several, the body holding each in the store's batch encoding."""
+        first = slots[0]
+        batch = len(slots) > 1
         return RemotingCommand.request(
-            SEND_MESSAGE_V2,
+            SEND_BATCH_MESSAGE if batch else SEND_MESSAGE_V2,
             {
                 "a": self.config.producer_group,
-                "b": msg.topic,
+                "b": first.msg.topic,
                 "c": DEFAULT_TOPIC,
                 "d": queue_nums,
                 "e": target.queue_id,
                 "f": 0,
                 "g": int(time.time() * 1000),
                 "h": 0,
-                "i": slot.wire,
+                "i": _WAIT_ONLY if batch else first.wire,
                 "j": 0,
                 "k": False,
-                "m": False,
+                "m": batch,
                 "n": target.broker_name,
             },
-            msg.body,
+            encode_batch(slots) if batch else first.msg.body,
             language="PYTHON",
         )
 
     def _answered(
         self,
         lane: _Lane,
-        slot: Slot,
+        slots: list[Slot],
         token: int,
         answer: RemotingCommand | None,
         exc: BaseException | None,
@@ -318,14 +385,16 @@ class RocketMQSink:
             if not lane.stale:
                 lane.wake.set()
             return
-        if slot.token != token or lane.failed is not None or self._closed:
+        first = slots[0]
+        if first.token != token or lane.failed is not None or self._closed:
             return
         lane.in_flight -= 1
-        slot.token = None
+        for slot in slots:
+            slot.token = None
         lane.wake.set()
         if answer is not None and answer.code == PUT_OK:
-            confirmed = lane.ledger.mark_done(slot)
-            lane.next_send -= len(confirmed)
+            for slot in slots:
+                lane.next_send -= len(lane.ledger.mark_done(slot))
             return
         if answer is not None:
             error: SinkError = SendFailed(
@@ -338,7 +407,7 @@ class RocketMQSink:
             lane.refresh_route = True
         else:
             error = SinkUnavailable(f"send failed: {exc!r}")
-        self._on_failure(lane, slot, error)
+        self._on_failure(lane, first, error)
 
     def _on_failure(self, lane: _Lane, slot: Slot, error: SinkError) -> None:
         """Rewind the lane to ``slot`` (or fail it for good)."""
@@ -355,17 +424,22 @@ class RocketMQSink:
             slot.attempts,
             self.config.max_attempts,
         )
+        outstanding: set[int] = set()
         for i in range(index, lane.next_send):
             later = lane.ledger[i]
             if later.token is not None:
-                lane.stale.add(later.token)
-                lane.in_flight -= 1
+                outstanding.add(later.token)
                 later.token = None
             later.done = False
+        lane.stale |= outstanding
+        lane.in_flight -= len(outstanding)
         self.resends += lane.next_send - index
         lane.next_send = index
-        backoff_s = self.config.retry_backoff_ms / 1000 * 2 ** (slot.attempts - 1)
-        lane.retry_at = time.monotonic() + backoff_s
+        backoff_ms = min(
+            self.config.retry_backoff_ms * 2 ** min(slot.attempts - 1, 30),
+            self.config.max_backoff_ms,
+        )
+        lane.retry_at = time.monotonic() + backoff_ms / 1000
         lane.wake.set()
 
     def _fail_lane(self, lane: _Lane, slot: Slot, error: SinkError) -> None:

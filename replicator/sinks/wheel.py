@@ -59,6 +59,7 @@ class WheelSinkConfig:
     send_timeout_ms: int = 10_000
     max_attempts: int = 5
     retry_backoff_ms: int = 100
+    max_backoff_ms: int = 2_000
 
     def validate(self) -> None:
         if not self.topics:
@@ -200,7 +201,8 @@ class WheelSink:
                         slot.future.set_exception(exc)
                     lane.ledger.fail_all(QueueFailed(lane.topic, lane.index, exc))
                     return
-                await asyncio.sleep(self.config.retry_backoff_ms / 1000 * 2 ** (slot.attempts - 1))
+                backoff_ms = self.config.retry_backoff_ms * 2 ** min(slot.attempts - 1, 30)
+                await asyncio.sleep(min(backoff_ms, self.config.max_backoff_ms) / 1000)
                 continue
             lane.ledger.mark_done(slot)
 

@@ -8,6 +8,7 @@ what ``decide`` says: a response code, ``None`` to hold the answer until ``relea
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,10 +40,26 @@ def parse_props(text: str) -> dict[str, str]:
     return out
 
 
+def decode_batch(body: bytes) -> list[tuple[bytes, dict[str, str]]]:
+    out = []
+    pos = 0
+    while pos < len(body):
+        total, _magic, _crc, _flag, body_len = struct.unpack_from(">iiiii", body, pos)
+        start = pos + 20
+        payload = body[start : start + body_len]
+        (props_len,) = struct.unpack_from(">h", body, start + body_len)
+        props = body[start + body_len + 2 : start + body_len + 2 + props_len].decode()
+        assert start + body_len + 2 + props_len == pos + total
+        out.append((payload, parse_props(props)))
+        pos += total
+    return out
+
+
 @dataclass
 class FakeBroker:
     decide: Callable[[Received], Decision] = lambda r: 0
     received: list[Received] = field(default_factory=list)
+    requests: list[RemotingCommand] = field(default_factory=list)
     held: list[tuple[asyncio.StreamWriter, RemotingCommand]] = field(default_factory=list)
     connections: int = 0
     server: asyncio.Server | None = None
@@ -61,10 +78,27 @@ class FakeBroker:
             while data := await reader.read(1 << 16):
                 for cmd in decoder.feed(data):
                     ext = cmd.ext_fields
-                    r = Received(conn, int(ext["e"]), cmd.body, ext, parse_props(ext.get("i", "")))
-                    self.received.append(r)
+                    self.requests.append(cmd)
+                    if ext.get("m") == "true":
+                        assert cmd.code == 320
+                        items = [
+                            Received(conn, int(ext["e"]), body, ext, props)
+                            for body, props in decode_batch(cmd.body)
+                        ]
+                    else:
+                        assert cmd.code == 310
+                        props = parse_props(ext.get("i", ""))
+                        items = [Received(conn, int(ext["e"]), cmd.body, ext, props)]
+                    self.received += items
                     self.arrived.set()
-                    decision = self.decide(r)
+                    decisions = [self.decide(r) for r in items]
+                    decision: Decision = 0
+                    if "drop" in decisions:
+                        decision = "drop"
+                    elif None in decisions:
+                        decision = None
+                    else:
+                        decision = next((d for d in decisions if d), 0)
                     if decision == "drop":
                         writer.close()
                         return

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nameserver.remoting.codec import RemotingCommand
 from replicator.sinks.base import OutMessage
 from replicator.sinks.errors import (
     MessageRejected,
@@ -20,7 +21,13 @@ from replicator.sinks.errors import (
     SinkUnavailable,
 )
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
-from tests.unit.replicator.sinks.fake_broker import Decision, FakeBroker, FakeRoutes, Received
+from tests.unit.replicator.sinks.fake_broker import (
+    Decision,
+    FakeBroker,
+    FakeRoutes,
+    Received,
+    decode_batch,
+)
 
 TOPIC = "T"
 
@@ -38,7 +45,9 @@ def run(
     async def main() -> None:
         broker = FakeBroker(decide)
         addr = await broker.start()
-        config = RocketMQSinkConfig(topics=(TOPIC,), retry_backoff_ms=1, **settings)
+        # pipelined, one message a request, unless a test says otherwise: the rewind machinery
+        defaults: dict[str, Any] = {"max_in_flight_per_queue": 64, "max_batch_messages": 1}
+        config = RocketMQSinkConfig(topics=(TOPIC,), retry_backoff_ms=1, **(defaults | settings))
         sink = RocketMQSink(config, FakeRoutes(addr, queues))
         await sink.start()
         try:
@@ -285,3 +294,52 @@ def test_config_is_validated() -> None:
         RocketMQSinkConfig(topics=("T",), max_in_flight=0).validate()
     with pytest.raises(ValueError, match="topics"):
         RocketMQSinkConfig(topics=()).validate()
+
+
+def test_default_one_request_per_queue_and_batches_behind_it() -> None:
+    async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
+        futures = [await sink.submit(msg(0))]
+        await broker.wait_received(1)
+        futures += [await sink.submit(msg(i)) for i in range(1, 50)]
+        await asyncio.sleep(0.05)
+        assert [r.code for r in broker.requests] == [310]  # one outstanding per queue
+        broker.release()
+        await broker.wait_received(50)
+        assert [r.code for r in broker.requests] == [310, 320]  # the rest as one batch
+        assert sink.confirmed(TOPIC, 0) == 1
+        broker.release()
+        await asyncio.gather(*futures)
+        assert bodies(broker) == [f"body-{i}".encode() for i in range(50)]
+        assert broker.received[7].props["KEYS"] == "k7" and len(broker.received[7].uniq) == 32
+        assert sink.confirmed(TOPIC, 0) == 50 and sink.confirmed_offset(TOPIC, 0) == 49
+
+    run(t, decide=lambda r: None, max_in_flight_per_queue=1, max_batch_messages=256)
+
+
+def test_batches_respect_their_limits_and_a_failed_batch_is_resent() -> None:
+    failed: set[str] = set()
+
+    def decide(r: Received) -> Decision:
+        if r.body == b"body-12" and not failed:
+            failed.add(r.uniq)
+            return 12
+        return 0
+
+    async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
+        futures = [await sink.submit(msg(i)) for i in range(30)]
+        await asyncio.gather(*futures)
+        assert all(len(decode_sizes(r)) <= 5 for r in broker.requests)
+        got = bodies(broker)
+        again = got.index(b"body-12", got.index(b"body-12") + 1)
+        # the batch holding body-12 came again whole, then the rest in order
+        assert got[again - 2 : again] == [b"body-10", b"body-11"]
+        assert got[again:] == [f"body-{i}".encode() for i in range(12, 30)]
+        assert sink.confirmed(TOPIC, 0) == 30
+
+    run(t, decide=decide, max_in_flight_per_queue=1, max_batch_messages=5)
+
+
+def decode_sizes(cmd: RemotingCommand) -> list[bytes]:
+    if cmd.code == 310:
+        return [cmd.body]
+    return [body for body, _ in decode_batch(cmd.body)]
