@@ -161,21 +161,31 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['sink']} | {r['confirmed']} | {fmt(r['msgs_per_s'])} | "
             f"{fmt(r['p50_ms'], '.2f')} | {fmt(r['p99_ms'], '.2f')} | {r['failures'] or ''} |"
         )
-    lines += ["", report["verdict"], "", f"Machine: {report['machine']}"]
+    m = report["machine"]
+    lines += [
+        "",
+        report["verdict"],
+        "",
+        f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), kernel {m['kernel']}, "
+        f"Python {m['python']}.",
+    ]
     if report.get("note"):
         lines += ["", report["note"]]
     return "\n".join(lines)
 
 
 def verdict(results: list[dict[str, Any]]) -> str:
-    rated = [r for r in results if r.get("msgs_per_s")]
-    if len(rated) < 2:
-        return "Only one sink measured."
-    best, other = sorted(rated, key=lambda r: -r["msgs_per_s"])[:2]
-    return (
-        f"**{best['sink']}** is faster: {best['msgs_per_s']:,.0f} vs "
-        f"{other['msgs_per_s']:,.0f} msgs/s ({best['msgs_per_s'] / other['msgs_per_s']:.1f}x)."
-    )
+    rate = {r["sink"]: r["msgs_per_s"] for r in results if r.get("msgs_per_s")}
+    wheel = rate.get("wheel")
+    if not wheel:
+        return "The wheel sink was not measured: no comparison."
+    parts = [
+        f"`{name}` {rate[name]:,.0f} vs `wheel` {wheel:,.0f} msgs/s "
+        f"({rate[name] / wheel:.1f}x: {'faster' if rate[name] > wheel else 'slower'})"
+        for name in ("codec", "codec1")
+        if name in rate
+    ]
+    return "; ".join(parts) + "." if parts else "Only the wheel sink was measured."
 
 
 def main(argv: list[str] | None = None) -> int:
