@@ -49,14 +49,11 @@ import contextlib
 import functools
 import itertools
 import logging
-import os
-import struct
 import time
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
 from nameserver.client.errors import ClientError, NotFound
-from nameserver.client.routing import Route
 from nameserver.remoting.codec import RemotingCommand
 from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties
 from replicator.sinks.errors import (
@@ -69,23 +66,23 @@ from replicator.sinks.errors import (
     SinkUnavailable,
 )
 from replicator.sinks.remoting import RemotingConnection
+from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
+from replicator.sinks.wire import (
+    MAX_PROPS,
+    SEND_BATCH_MESSAGE,
+    SEND_MESSAGE_V2,
+    WAIT_ONLY,
+    encode_batch,
+    item_size,
+    uniq_key,
+)
 
-__all__ = ["RocketMQSink", "RocketMQSinkConfig", "RouteSource", "WriteQueue", "write_queues"]
+__all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 
 log = logging.getLogger(__name__)
 
-SEND_MESSAGE_V2: Final = 310
-SEND_BATCH_MESSAGE: Final = 320
 PUT_OK: Final = 0
-PERM_WRITE: Final = 2
-MASTER_ID: Final = 0
 DEFAULT_TOPIC: Final = "TBW102"
-
-
-class RouteSource(Protocol):
-    """Where routes come from: ``nameserver.client.Client`` (blocking; called on a thread)."""
-
-    def route_get(self, topic: str) -> Route: ...
 
 
 @dataclass(frozen=True)
@@ -103,6 +100,9 @@ class RocketMQSinkConfig:
     retry_backoff_ms: int = 100
     max_backoff_ms: int = 2_000
     route_refresh_ms: int = 30_000
+    #: bodies over this are refused at submit (RocketMQ's maxMessageSize, 4 MiB by default,
+    #: which the broker answers with MESSAGE_ILLEGAL: better said before the queue fails)
+    max_message_bytes: int = 4 * 1024 * 1024
 
     def validate(self) -> None:
         if not self.topics:
@@ -117,72 +117,13 @@ class RocketMQSinkConfig:
             "connect_timeout_ms",
             "max_attempts",
             "route_refresh_ms",
+            "max_message_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
         for name in ("retry_backoff_ms", "max_backoff_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-
-
-@dataclass(frozen=True, slots=True)
-class WriteQueue:
-    broker_name: str
-    queue_id: int
-    master: str | None  # None: the group has no master now
-
-
-def write_queues(route: Route) -> list[WriteQueue]:
-    """The topic's write queues in RocketMQ client order (``TopicPublishInfo``: queue data
-    sorted by broker name, then 0..writeQueueNums-1), each with its group's master."""
-    masters = {b.broker_name: b.addrs.get(MASTER_ID) for b in route.brokers}
-    out: list[WriteQueue] = []
-    for q in sorted(route.queues, key=lambda q: q.broker_name):
-        if q.perm & PERM_WRITE and q.broker_name in masters:
-            master = masters[q.broker_name]
-            out.extend(WriteQueue(q.broker_name, i, master) for i in range(q.write_queue_nums))
-    return out
-
-
-_BATCH_HEAD = struct.Struct(">iiiii")
-_MAX_PROPS = 32767  # a batch item's properties length is an int16
-_WAIT_ONLY = "WAIT\x01true\x02"
-
-
-def _item_size(slot: Slot) -> int:
-    """A slot's bytes in a batch body; over ``_MAX_PROPS`` when its properties do not fit."""
-    props = len(str(slot.wire).encode("utf-8"))
-    if props > _MAX_PROPS:
-        return props
-    return _BATCH_HEAD.size + len(slot.msg.body) + 2 + props
-
-
-def encode_batch(slots: list[Slot]) -> bytes:
-    """The store's batch encoding (J5 ``MessageDecoder.encodeMessages``; research/broker.md
-    §3.1): ``TOTALSIZE | MAGIC 0 | BODYCRC 0 | FLAG | BODYLEN | BODY | PROPLEN i16 | PROPS``;
-    each item carries its own properties (UNIQ_KEY included)."""
-    parts: list[bytes] = []
-    for slot in slots:
-        props = str(slot.wire).encode("utf-8")
-        body = slot.msg.body
-        total = _BATCH_HEAD.size + len(body) + 2 + len(props)
-        parts += (
-            _BATCH_HEAD.pack(total, 0, 0, 0, len(body)),
-            body,
-            struct.pack(">h", len(props)),
-            props,
-        )
-    return b"".join(parts)
-
-
-_uniq = itertools.count()
-_uniq_prefix = f"{os.getpid() & 0xFFFF:04X}{int.from_bytes(os.urandom(6), 'big'):012X}"
-
-
-def uniq_key() -> str:
-    """A client-side message id (the property UNIQ_KEY), 32 hex digits like the Java
-    client's ``MessageClientIDSetter``: process, random, then a counter; kept across resends."""
-    return f"{_uniq_prefix}{next(_uniq) & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 @dataclass(eq=False)
@@ -238,6 +179,11 @@ class RocketMQSink:
 
     async def submit(self, msg: OutMessage) -> asyncio.Future[None]:
         lane = self._lane_for(msg)
+        if len(msg.body) > self.config.max_message_bytes:
+            raise MessageRejected(
+                f"a body of {len(msg.body)} bytes is over the {self.config.max_message_bytes}-byte"
+                " limit (max_message_bytes)"
+            )
         wire = encode_properties(msg, {"UNIQ_KEY": uniq_key(), "WAIT": "true"})
         await self._capacity.acquire()
         try:
@@ -336,13 +282,13 @@ class RocketMQSink:
         size = 0
         while lane.next_send < len(lane.ledger) and len(slots) < self.config.max_batch_messages:
             slot = lane.ledger[lane.next_send]
-            item = _item_size(slot)
-            if slots and (size + item > self.config.max_batch_bytes or item > _MAX_PROPS):
+            item = item_size(slot)
+            if slots and (size + item > self.config.max_batch_bytes or item > MAX_PROPS):
                 break
             slots.append(slot)
             size += item
             lane.next_send += 1
-            if item > _MAX_PROPS:
+            if item > MAX_PROPS:
                 break
         return slots
 
@@ -362,7 +308,7 @@ class RocketMQSink:
                 "f": 0,
                 "g": int(time.time() * 1000),
                 "h": 0,
-                "i": _WAIT_ONLY if batch else first.wire,
+                "i": WAIT_ONLY if batch else first.wire,
                 "j": 0,
                 "k": False,
                 "m": batch,

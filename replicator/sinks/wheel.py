@@ -39,7 +39,7 @@ from replicator.sinks.errors import (
     SinkError,
     SinkUnavailable,
 )
-from replicator.sinks.rocketmq import RouteSource, write_queues
+from replicator.sinks.routes import RouteSource, write_queues
 
 __all__ = ["WheelSink", "WheelSinkConfig"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nameserver.remoting.codec import RemotingCommand
-from replicator.sinks.base import OutMessage
+from replicator.sinks.base import OutMessage, Sink
 from replicator.sinks.errors import (
     MessageRejected,
     QueueFailed,
@@ -343,3 +343,48 @@ def decode_sizes(cmd: RemotingCommand) -> list[bytes]:
     if cmd.code == 310:
         return [cmd.body]
     return [body for body, _ in decode_batch(cmd.body)]
+
+
+def test_a_moved_master_is_found_in_a_fresh_route() -> None:
+    async def main() -> None:
+        old = FakeBroker(lambda r: 16)  # NO_PERMISSION: not the master (any more)
+        new = FakeBroker()
+        old_addr, new_addr = await old.start(), await new.start()
+        routes = FakeRoutes(old_addr, queues=1)
+        config = RocketMQSinkConfig(topics=(TOPIC,), retry_backoff_ms=1)
+        sink = RocketMQSink(config, routes)
+        await sink.start()
+        routes.addr = new_addr  # metaledger now names another master
+        await (await sink.submit(msg(0)))
+        assert [r.body for r in old.received] == [b"body-0"]
+        assert [r.body for r in new.received] == [b"body-0"]
+        assert routes.calls == 2
+        await sink.close()
+        await old.close()
+        await new.close()
+
+    asyncio.run(main())
+
+
+def test_a_body_over_the_limit_is_rejected() -> None:
+    async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
+        big = OutMessage(TOPIC, 0, b"x" * 1025, "SET", "k", {}, 1)
+        with pytest.raises(MessageRejected, match="1025 bytes"):
+            await sink.submit(big)
+
+    run(t, max_message_bytes=1024)
+
+
+def test_every_sink_is_a_sink() -> None:
+    """The three implementations satisfy the Protocol (mypy checks this module's hints)."""
+    from replicator.sinks.file import FileSink
+    from replicator.sinks.wheel import WheelSink, WheelSinkConfig
+
+    sinks: list[Sink] = [
+        RocketMQSink(RocketMQSinkConfig(topics=(TOPIC,)), FakeRoutes(None)),
+        WheelSink(WheelSinkConfig("127.0.0.1:1", (TOPIC,)), FakeRoutes(None)),
+        FileSink(None, {TOPIC: 1}),
+    ]
+    for sink in sinks:
+        for name in ("start", "queue_count", "submit", "confirmed", "confirmed_offset", "close"):
+            assert callable(getattr(sink, name))
