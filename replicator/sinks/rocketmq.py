@@ -32,8 +32,9 @@ timeout) the lane *rewinds*: the failed message and every later one of the lane 
 unsent (their outstanding answers are ignored), the lane waits until those answers are in (or
 the connection that carried them is gone), then after a backoff (``retry_backoff_ms`` doubling
 per attempt of that message, at most ``max_backoff_ms``) resends them in order, so the broker's
-log ends with a complete, ordered run of the lane's unconfirmed messages. A later message is never confirmed before an earlier one, and a message is confirmed only by
-a PUT_OK of its own latest attempt. Copies written before a rewind are duplicates with the same
+log ends with a complete, ordered run of the lane's unconfirmed messages. A later message is
+never confirmed before an earlier one, and a message is confirmed only by a PUT_OK of its own
+latest attempt. Copies written before a rewind are duplicates with the same
 UNIQ_KEY (consumers drop them by it, or by the REDIS_* offsets). After ``max_attempts`` failed
 sends of one message, or a non-retriable answer, the lane fails for good: every unconfirmed
 message of it fails (the first with the cause, the rest with QueueFailed) and later submits to
@@ -68,11 +69,11 @@ from replicator.sinks.errors import (
 from replicator.sinks.remoting import RemotingConnection
 from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
 from replicator.sinks.wire import (
-    MAX_PROPS,
     SEND_BATCH_MESSAGE,
     SEND_MESSAGE_V2,
     WAIT_ONLY,
     encode_batch,
+    fits_batch,
     item_size,
     uniq_key,
 )
@@ -277,18 +278,20 @@ class RocketMQSink:
 
     def _take_batch(self, lane: _Lane) -> list[Slot]:
         """The next slots to send in one request: up to ``max_batch_messages`` and
-        ``max_batch_bytes`` (a message over the byte limit goes alone)."""
+        ``max_batch_bytes``; a message over the byte limit, or whose properties are too long
+        for a batch item, goes alone (as SEND_MESSAGE_V2)."""
         slots: list[Slot] = []
         size = 0
         while lane.next_send < len(lane.ledger) and len(slots) < self.config.max_batch_messages:
             slot = lane.ledger[lane.next_send]
             item = item_size(slot)
-            if slots and (size + item > self.config.max_batch_bytes or item > MAX_PROPS):
+            alone = not fits_batch(slot)
+            if slots and (alone or size + item > self.config.max_batch_bytes):
                 break
             slots.append(slot)
             size += item
             lane.next_send += 1
-            if item > MAX_PROPS:
+            if alone:
                 break
         return slots
 

@@ -17,6 +17,7 @@ __all__ = [
     "SEND_MESSAGE_V2",
     "WAIT_ONLY",
     "encode_batch",
+    "fits_batch",
     "item_size",
     "uniq_key",
 ]
@@ -29,11 +30,13 @@ MAX_PROPS = 32767  # a batch item's properties length is an int16
 
 
 def item_size(slot: Slot) -> int:
-    """A slot's bytes in a batch body; over ``MAX_PROPS`` when its properties do not fit."""
-    props = len(str(slot.wire).encode("utf-8"))
-    if props > MAX_PROPS:
-        return props
-    return BATCH_HEAD.size + len(slot.msg.body) + 2 + props
+    """A slot's bytes in a batch body."""
+    return BATCH_HEAD.size + len(slot.msg.body) + 2 + len(str(slot.wire).encode("utf-8"))
+
+
+def fits_batch(slot: Slot) -> bool:
+    """Whether a slot can be a batch item: its properties' length is an int16 there."""
+    return len(str(slot.wire).encode("utf-8")) <= MAX_PROPS
 
 
 def encode_batch(slots: list[Slot]) -> bytes:

@@ -388,3 +388,27 @@ def test_every_sink_is_a_sink() -> None:
     for sink in sinks:
         for name in ("start", "queue_count", "submit", "confirmed", "confirmed_offset", "close"):
             assert callable(getattr(sink, name))
+
+
+def test_big_bodies_batch_and_long_properties_go_alone() -> None:
+    async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
+        first = await sink.submit(msg(0))
+        await broker.wait_received(1)
+        big = [
+            OutMessage(TOPIC, 0, bytes([i]) * 40_000, "SET", f"k{i}", {}, i) for i in range(1, 4)
+        ]
+        long_props = OutMessage(TOPIC, 0, b"p", "SET", "k", {"p": "v" * 40_000}, 4)
+        futures = [first] + [await sink.submit(m) for m in [*big, long_props]]
+        broker.release()  # the rest are answered at once
+        await asyncio.gather(*futures)
+        sizes = [len(decode_sizes(r)) for r in broker.requests]
+        assert [r.code for r in broker.requests] == [310, 320, 310]
+        assert sizes == [1, 3, 1]  # 40 KB bodies batch; 40 KB of properties go alone
+        assert bodies(broker)[-1] == b"p"
+
+    run(
+        t,
+        decide=lambda r: None if r.body == b"body-0" else 0,
+        max_in_flight_per_queue=1,
+        max_batch_messages=256,
+    )
