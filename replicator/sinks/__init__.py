@@ -1,2 +1,36 @@
 """Where replicated writes go: one small interface (``base.Sink``) with a RocketMQ sink (the
-project's own remoting codec, and the ``rocketmq`` wheel) and a file/stdout sink."""
+project's own remoting codec, and the ``rocketmq`` wheel) and a file/stdout sink.
+
+    base      OutMessage (the record a sink sends), the Sink protocol, QueueLedger
+    errors    SinkError and its tree
+    rocketmq  RocketMQSink: asyncio producer on nameserver.remoting.codec (routes from metaledger)
+    wheel     WheelSink: the rocketmq 0.4.4 wheel's C++ producer on a thread pool
+    file      FileSink: JSON lines to a file or stdout
+    routes, wire, remoting   the RocketMQ sink's parts (route → write queues, batch bytes and
+              UNIQ_KEY, one pipelined connection)
+
+This package imports only ``base`` and ``errors`` (light: no gRPC); import a sink's module to
+use it.
+"""
+
+from replicator.sinks.base import OutMessage, QueueLedger, Sink
+from replicator.sinks.errors import (
+    MessageRejected,
+    QueueFailed,
+    SendFailed,
+    SinkClosed,
+    SinkError,
+    SinkUnavailable,
+)
+
+__all__ = [
+    "MessageRejected",
+    "OutMessage",
+    "QueueFailed",
+    "QueueLedger",
+    "SendFailed",
+    "Sink",
+    "SinkClosed",
+    "SinkError",
+    "SinkUnavailable",
+]

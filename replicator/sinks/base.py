@@ -1,0 +1,174 @@
+"""The one small interface every sink implements, the record it sends, and the per-queue ledger
+that turns out-of-order answers into in-order confirmations.
+
+A sink takes :class:`OutMessage` records (one per replicated write, routed to a queue by the
+replicator) and confirms each once the destination holds it. The replicator acks to Redis and
+commits its checkpoint only up to what is confirmed *in order* per queue, so a sink reports,
+for every queue, how many messages are confirmed with every earlier one confirmed too
+(:meth:`Sink.confirmed`) and the replication offset of the last of them
+(:meth:`Sink.confirmed_offset`).
+
+Queue numbering: ``queue_id`` is the index into the topic's *write queues*, ordered as RocketMQ
+clients order them (``TopicPublishInfo``: queue data sorted by broker name, then queue id
+0..writeQueueNums-1), so with one broker group it is the broker's own queue id, and the
+codec sink and the wheel sink (whose C++ core orders queues the same way) agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from replicator.sinks.errors import MessageRejected
+
+__all__ = [
+    "PROPERTY_NAME_VALUE_SEP",
+    "PROPERTY_SEP",
+    "RESERVED_PROPERTIES",
+    "OutMessage",
+    "QueueLedger",
+    "Sink",
+    "Slot",
+    "encode_properties",
+]
+
+PROPERTY_NAME_VALUE_SEP: Final = "\x01"
+PROPERTY_SEP: Final = "\x02"
+#: Set by the sink itself (research/rocketmq-clients.md §1.6): a message may not carry them.
+RESERVED_PROPERTIES: Final = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY"})
+
+
+@dataclass(frozen=True, slots=True)
+class OutMessage:
+    """What a sink sends (the shared record of issue 18; the replicator's events build it)."""
+
+    topic: str
+    queue_id: int
+    body: bytes  # the RESP-encoded command (encode_command(argv)) or a marker
+    tags: str  # command name, upper case (e.g. "SET"), or "SNAPSHOT_BEGIN"/"SNAPSHOT_END"
+    keys: str  # the key(s), space-separated, as RocketMQ KEYS ("" if none/binary-unsafe)
+    # REDIS_REPLID, REDIS_START, REDIS_END, REDIS_DB, [REDIS_TXID, REDIS_TXCOUNT],
+    # REDIS_KIND (command|snapshot|marker), REDIS_PART "i/n" when one command became n messages
+    properties: dict[str, str]
+    offset: int  # the replication end offset this message completes (checkpoint use)
+
+
+def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> str:
+    """RocketMQ's ``messageProperties2String``: ``name 0x01 value 0x02`` for KEYS, TAGS, the
+    message's own properties and ``extra`` (the sink's UNIQ_KEY, WAIT). MessageRejected when a
+    name or value holds a separator (the broker would split it) or a reserved name."""
+    props: dict[str, str] = {}
+    if msg.keys:
+        props["KEYS"] = msg.keys
+    if msg.tags:
+        props["TAGS"] = msg.tags
+    for name, value in msg.properties.items():
+        if name in RESERVED_PROPERTIES:
+            raise MessageRejected(f"property {name!r} is set by the sink, not the message")
+        props[name] = value
+    props.update(extra or {})
+    for name, value in props.items():
+        if not name:
+            raise MessageRejected("a property name is empty")
+        for text in (name, value):
+            if PROPERTY_NAME_VALUE_SEP in text or PROPERTY_SEP in text:
+                raise MessageRejected(
+                    f"property {name!r} holds RocketMQ's separator 0x01 or 0x02: {text!r}"
+                )
+    return "".join(
+        f"{name}{PROPERTY_NAME_VALUE_SEP}{value}{PROPERTY_SEP}" for name, value in props.items()
+    )
+
+
+class Sink(Protocol):
+    """Where replicated writes go. All methods run on the event loop of ``start``.
+
+    Failure contract: a future returned by ``submit`` completes with ``None`` only when the
+    destination holds that message; otherwise it fails with a :class:`SinkError` (never
+    another exception). A message whose future failed may still have been stored (a
+    timeout, FLUSH_SLAVE_TIMEOUT): consumers drop duplicates by the message's identity.
+    """
+
+    async def start(self) -> None:
+        """Connect and learn each topic's queues. Raises SinkError (e.g. no route)."""
+
+    def queue_count(self, topic: str) -> int:
+        """The topic's write queues (after ``start``); routing takes a key's hash modulo it."""
+
+    async def submit(self, msg: OutMessage) -> asyncio.Future[None]:
+        """Queue ``msg`` for sending. Waits only while ``max_in_flight`` messages are
+        unconfirmed, never for this one's confirmation. Raises MessageRejected at once for a
+        message that can never be sent, SinkClosed after ``close``."""
+
+    def confirmed(self, topic: str, queue_id: int) -> int:
+        """How many messages of this queue are confirmed with every earlier one confirmed."""
+
+    def confirmed_offset(self, topic: str, queue_id: int) -> int | None:
+        """The ``offset`` of the last of those (None before the first)."""
+
+    async def close(self) -> None:
+        """Stop; futures not yet confirmed fail with SinkClosed. Idempotent."""
+
+
+@dataclass(eq=False)
+class Slot:
+    """One unconfirmed message; ``attempts``, ``token`` and ``wire`` belong to the sink."""
+
+    msg: OutMessage
+    future: asyncio.Future[None]
+    done: bool = False
+    attempts: int = 0
+    token: int | None = None
+    wire: object = None
+
+
+@dataclass
+class QueueLedger:
+    """The in-order confirmation record of one queue: messages in submit order, each marked
+    done when its own answer came; the head run of done ones is confirmed and popped.
+    A sink that answers out of order still confirms in order: a done message waits behind
+    an earlier one that is not."""
+
+    topic: str
+    queue_id: int
+    confirmed: int = 0
+    confirmed_offset: int | None = None
+    _slots: deque[Slot] = field(default_factory=deque)
+
+    def add(self, msg: OutMessage, future: asyncio.Future[None]) -> Slot:
+        slot = Slot(msg, future)
+        self._slots.append(slot)
+        return slot
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def mark_done(self, slot: Slot) -> list[Slot]:
+        """Mark ``slot`` stored; return the slots confirmed by it (in order)."""
+        slot.done = True
+        out: list[Slot] = []
+        while self._slots and self._slots[0].done:
+            head = self._slots.popleft()
+            self.confirmed += 1
+            self.confirmed_offset = head.msg.offset
+            if not head.future.done():
+                head.future.set_result(None)
+            out.append(head)
+        return out
+
+    def fail_all(self, exc: BaseException) -> list[Slot]:
+        """Fail every unconfirmed slot with ``exc``; returns them."""
+        out = list(self._slots)
+        self._slots.clear()
+        for slot in out:
+            if not slot.future.done():
+                slot.future.set_exception(exc)
+        return out
+
+    def __getitem__(self, index: int) -> Slot:
+        return self._slots[index]
+
+    def index(self, slot: Slot) -> int:
+        return self._slots.index(slot)

@@ -1,0 +1,447 @@
+"""The RocketMQ sink: an asyncio producer on the project's remoting codec.
+
+Routes come from metaledger (``nameserver.client`` ``route_get``; fetched at start, every
+``route_refresh_ms`` and before a resend that followed a route-type failure). A topic's write
+queues are numbered as RocketMQ clients number them (see :mod:`replicator.sinks.base`); each
+is a *lane* sent to its broker group's master (broker id 0) with SEND_MESSAGE_V2 (code 310),
+the V1 header fields renamed ``a``..``n`` (J4 ``SendMessageRequestHeaderV2.java``;
+research/rocketmq-clients.md §1.6): producerGroup, topic, defaultTopic ``TBW102``,
+defaultTopicQueueNums, queueId, sysFlag 0 (bodies are never compressed: they are stored as
+given), bornTimestamp, flag 0, properties (KEYS, TAGS, the message's own, UNIQ_KEY, WAIT=true;
+``k 0x01 v 0x02``), reconsumeTimes 0, unitMode false, batch false, brokerName.
+
+Confirmation (research/broker.md §3.1, §6.2): only PUT_OK (0) confirms. FLUSH_DISK_TIMEOUT,
+SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT mean "stored on the master only" and SYSTEM_ERROR
+"in-sync replicas not enough" means "not stored": none is a confirmation.
+
+Order and batching. A broker may store the requests of one connection in any order (the
+metaledger broker serves each request in its own task, and one for a topic it has not loaded
+yet waits for its route; RocketMQ 5's Java broker runs up to 4 send threads), so by default a
+queue (a *lane*) has one request outstanding (``max_in_flight_per_queue`` = 1), and throughput
+comes from batching and from the lanes: while a lane's request is out, the messages submitted
+to it queue up and leave together in its next request, SEND_BATCH_MESSAGE (320, the same header
+with ``batch``; the body in the store's batch encoding, each message with its own properties),
+which the broker stores in order as one unit; many lanes are in flight at once on a few shared
+connections (lane ``i`` uses connection ``i % connections_per_broker`` of its master), answers
+matched by opaque. A lone message goes as SEND_MESSAGE_V2. With a broker that keeps a
+connection's order, ``max_in_flight_per_queue`` > 1 pipelines a lane too; confirmation stays
+correct either way (below), only the stored order depends on the broker.
+
+Retries. When a send fails with a retriable error (errors.RETRIABLE_CODES, a lost connection, a
+timeout) the lane *rewinds*: the failed message and every later one of the lane go back to
+unsent (their outstanding answers are ignored), the lane waits until those answers are in (or
+the connection that carried them is gone), then after a backoff (``retry_backoff_ms`` doubling
+per attempt of that message, at most ``max_backoff_ms``) resends them in order, so the broker's
+log ends with a complete, ordered run of the lane's unconfirmed messages. A later message is
+never confirmed before an earlier one, and a message is confirmed only by a PUT_OK of its own
+latest attempt. Copies written before a rewind are duplicates with the same
+UNIQ_KEY (consumers drop them by it, or by the REDIS_* offsets). After ``max_attempts`` failed
+sends of one message, or a non-retriable answer, the lane fails for good: every unconfirmed
+message of it fails (the first with the cause, the rest with QueueFailed) and later submits to
+it raise QueueFailed; the replicator restarts from its checkpoint.
+
+Bounded: ``submit`` waits while ``max_in_flight`` messages are unconfirmed (all lanes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Final
+
+from nameserver.client.errors import ClientError, NotFound
+from nameserver.remoting.codec import RemotingCommand
+from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties
+from replicator.sinks.errors import (
+    ROUTE_CODES,
+    MessageRejected,
+    QueueFailed,
+    SendFailed,
+    SinkClosed,
+    SinkError,
+    SinkUnavailable,
+)
+from replicator.sinks.remoting import RemotingConnection
+from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
+from replicator.sinks.wire import (
+    SEND_BATCH_MESSAGE,
+    SEND_MESSAGE_V2,
+    WAIT_ONLY,
+    encode_batch,
+    fits_batch,
+    item_size,
+    uniq_key,
+)
+
+__all__ = ["RocketMQSink", "RocketMQSinkConfig"]
+
+log = logging.getLogger(__name__)
+
+PUT_OK: Final = 0
+DEFAULT_TOPIC: Final = "TBW102"
+
+
+@dataclass(frozen=True)
+class RocketMQSinkConfig:
+    topics: tuple[str, ...]
+    producer_group: str = "metaledger-replicator"
+    max_in_flight: int = 4096
+    max_in_flight_per_queue: int = 1
+    max_batch_messages: int = 256
+    max_batch_bytes: int = 1024 * 1024
+    connections_per_broker: int = 2
+    send_timeout_ms: int = 10_000
+    connect_timeout_ms: int = 3_000
+    max_attempts: int = 5
+    retry_backoff_ms: int = 100
+    max_backoff_ms: int = 2_000
+    route_refresh_ms: int = 30_000
+    #: bodies over this are refused at submit (RocketMQ's maxMessageSize, 4 MiB by default,
+    #: which the broker answers with MESSAGE_ILLEGAL: better said before the queue fails)
+    max_message_bytes: int = 4 * 1024 * 1024
+
+    def validate(self) -> None:
+        if not self.topics:
+            raise ValueError("topics: at least one topic")
+        for name in (
+            "max_in_flight",
+            "max_in_flight_per_queue",
+            "max_batch_messages",
+            "max_batch_bytes",
+            "connections_per_broker",
+            "send_timeout_ms",
+            "connect_timeout_ms",
+            "max_attempts",
+            "route_refresh_ms",
+            "max_message_bytes",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
+        for name in ("retry_backoff_ms", "max_backoff_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(eq=False)
+class _Lane:
+    topic: str
+    index: int
+    ledger: QueueLedger
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    next_send: int = 0  # ledger index of the first slot not sent in the current run
+    in_flight: int = 0  # sent in the current run, unanswered
+    stale: set[int] = field(default_factory=set)  # tokens of rewound sends still unanswered
+    retry_at: float = 0.0
+    refresh_route: bool = False
+    failed: SinkError | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class RocketMQSink:
+    """:class:`~replicator.sinks.base.Sink` over SEND_MESSAGE_V2 (see the module docstring)."""
+
+    def __init__(self, config: RocketMQSinkConfig, routes: RouteSource) -> None:
+        config.validate()
+        self.config = config
+        self._routes_source = routes
+        self._routes: dict[str, list[WriteQueue]] = {}
+        self._counts: dict[str, int] = {}
+        self._lanes: dict[tuple[str, int], _Lane] = {}
+        self._conns: dict[tuple[str, int], RemotingConnection] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Future[RemotingConnection]] = {}
+        self._capacity = asyncio.Semaphore(config.max_in_flight)
+        self._tokens = itertools.count(1)
+        self._closed = False
+        self._refresher: asyncio.Task[None] | None = None
+        self.resends = 0  # messages sent again after a rewind (for status and tests)
+
+    # --- Sink surface ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        for topic in self.config.topics:
+            queues = await self._fetch_route(topic)
+            if not queues:
+                raise SinkUnavailable(f"topic {topic} has no writable queue")
+            self._routes[topic] = queues
+            self._counts[topic] = len(queues)
+            for i in range(len(queues)):
+                lane = _Lane(topic, i, QueueLedger(topic, i))
+                lane.task = asyncio.create_task(self._run_lane(lane), name=f"sink {topic}/{i}")
+                self._lanes[(topic, i)] = lane
+        self._refresher = asyncio.create_task(self._refresh_routes(), name="sink routes")
+
+    def queue_count(self, topic: str) -> int:
+        return self._counts[topic]
+
+    async def submit(self, msg: OutMessage) -> asyncio.Future[None]:
+        lane = self._lane_for(msg)
+        if len(msg.body) > self.config.max_message_bytes:
+            raise MessageRejected(
+                f"a body of {len(msg.body)} bytes is over the {self.config.max_message_bytes}-byte"
+                " limit (max_message_bytes)"
+            )
+        wire = encode_properties(msg, {"UNIQ_KEY": uniq_key(), "WAIT": "true"})
+        await self._capacity.acquire()
+        try:
+            lane = self._lane_for(msg)  # closed or failed while we waited?
+        except SinkError:
+            self._capacity.release()
+            raise
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda _f: self._capacity.release())
+        slot = lane.ledger.add(msg, future)
+        slot.wire = wire
+        lane.wake.set()
+        return future
+
+    def confirmed(self, topic: str, queue_id: int) -> int:
+        return self._lanes[(topic, queue_id)].ledger.confirmed
+
+    def confirmed_offset(self, topic: str, queue_id: int) -> int | None:
+        return self._lanes[(topic, queue_id)].ledger.confirmed_offset
+
+    def unconfirmed(self) -> int:
+        return sum(len(lane.ledger) for lane in self._lanes.values())
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [lane.task for lane in self._lanes.values() if lane.task is not None]
+        if self._refresher is not None:
+            tasks.append(self._refresher)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for lane in self._lanes.values():
+            lane.ledger.fail_all(SinkClosed("the sink was closed before confirmation"))
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    # --- lanes -----------------------------------------------------------------------
+
+    def _lane_for(self, msg: OutMessage) -> _Lane:
+        if self._closed:
+            raise SinkClosed("the sink is closed")
+        lane = self._lanes.get((msg.topic, msg.queue_id))
+        if lane is None:
+            count = self._counts.get(msg.topic)
+            raise MessageRejected(
+                f"no queue {msg.queue_id} in topic {msg.topic}"
+                + (f" (it has {count})" if count is not None else " (not a topic of this sink)")
+            )
+        if lane.failed is not None:
+            raise QueueFailed(msg.topic, msg.queue_id, lane.failed)
+        return lane
+
+    async def _run_lane(self, lane: _Lane) -> None:
+        limit = self.config.max_in_flight_per_queue
+        while lane.failed is None:
+            lane.wake.clear()
+            now = time.monotonic()
+            idle = lane.next_send >= len(lane.ledger) or lane.in_flight >= limit or bool(lane.stale)
+            if idle or now < lane.retry_at:
+                timeout = None if idle else lane.retry_at - now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(lane.wake.wait(), timeout)
+                continue
+            try:
+                if lane.refresh_route:
+                    await self._refresh(lane.topic)
+                    lane.refresh_route = False
+                target, conn = await self._target(lane)
+            except SinkError as exc:
+                if lane.next_send < len(lane.ledger) and not lane.stale:
+                    self._on_failure(lane, lane.ledger[lane.next_send], exc)
+                continue
+            if lane.stale or time.monotonic() < lane.retry_at:
+                continue  # a failure came in while we connected: wait for it first
+            while lane.next_send < len(lane.ledger) and lane.in_flight < limit:
+                slots = self._take_batch(lane)
+                token = next(self._tokens)
+                for slot in slots:
+                    slot.token = token
+                lane.in_flight += 1
+                conn.request(
+                    self._request(slots, target, self._counts[lane.topic]),
+                    functools.partial(self._answered, lane, slots, token),
+                    self.config.send_timeout_ms / 1000,
+                )
+
+    def _take_batch(self, lane: _Lane) -> list[Slot]:
+        """The next slots to send in one request: up to ``max_batch_messages`` and
+        ``max_batch_bytes``; a message over the byte limit, or whose properties are too long
+        for a batch item, goes alone (as SEND_MESSAGE_V2)."""
+        slots: list[Slot] = []
+        size = 0
+        while lane.next_send < len(lane.ledger) and len(slots) < self.config.max_batch_messages:
+            slot = lane.ledger[lane.next_send]
+            item = item_size(slot)
+            alone = not fits_batch(slot)
+            if slots and (alone or size + item > self.config.max_batch_bytes):
+                break
+            slots.append(slot)
+            size += item
+            lane.next_send += 1
+            if alone:
+                break
+        return slots
+
+    def _request(self, slots: list[Slot], target: WriteQueue, queue_nums: int) -> RemotingCommand:
+        """SEND_MESSAGE_V2 for one message; SEND_BATCH_MESSAGE (320, the same header with
+        ``batch``) for several, the body holding each in the store's batch encoding."""
+        first = slots[0]
+        batch = len(slots) > 1
+        return RemotingCommand.request(
+            SEND_BATCH_MESSAGE if batch else SEND_MESSAGE_V2,
+            {
+                "a": self.config.producer_group,
+                "b": first.msg.topic,
+                "c": DEFAULT_TOPIC,
+                "d": queue_nums,
+                "e": target.queue_id,
+                "f": 0,
+                "g": int(time.time() * 1000),
+                "h": 0,
+                "i": WAIT_ONLY if batch else first.wire,
+                "j": 0,
+                "k": False,
+                "m": batch,
+                "n": target.broker_name,
+            },
+            encode_batch(slots) if batch else first.msg.body,
+            language="PYTHON",
+        )
+
+    def _answered(
+        self,
+        lane: _Lane,
+        slots: list[Slot],
+        token: int,
+        answer: RemotingCommand | None,
+        exc: BaseException | None,
+    ) -> None:
+        if token in lane.stale:
+            lane.stale.discard(token)
+            if not lane.stale:
+                lane.wake.set()
+            return
+        first = slots[0]
+        if first.token != token or lane.failed is not None or self._closed:
+            return
+        lane.in_flight -= 1
+        for slot in slots:
+            slot.token = None
+        lane.wake.set()
+        if answer is not None and answer.code == PUT_OK:
+            for slot in slots:
+                lane.next_send -= len(lane.ledger.mark_done(slot))
+            return
+        if answer is not None:
+            error: SinkError = SendFailed(
+                answer.code, answer.remark, f"{lane.topic} queue {lane.index}"
+            )
+            if answer.code in ROUTE_CODES:
+                lane.refresh_route = True
+        elif isinstance(exc, SinkError):
+            error = exc
+            lane.refresh_route = True
+        else:
+            error = SinkUnavailable(f"send failed: {exc!r}")
+        self._on_failure(lane, first, error)
+
+    def _on_failure(self, lane: _Lane, slot: Slot, error: SinkError) -> None:
+        """Rewind the lane to ``slot`` (or fail it for good)."""
+        slot.attempts += 1
+        index = lane.ledger.index(slot)
+        if not error.retriable or slot.attempts >= self.config.max_attempts:
+            self._fail_lane(lane, slot, error)
+            return
+        log.info(
+            "sink %s queue %d: %s (attempt %d of %d): resending from there",
+            lane.topic,
+            lane.index,
+            error,
+            slot.attempts,
+            self.config.max_attempts,
+        )
+        outstanding: set[int] = set()
+        for i in range(index, lane.next_send):
+            later = lane.ledger[i]
+            if later.token is not None:
+                outstanding.add(later.token)
+                later.token = None
+            later.done = False
+        lane.stale |= outstanding
+        lane.in_flight -= len(outstanding)
+        self.resends += lane.next_send - index
+        lane.next_send = index
+        backoff_ms = min(
+            self.config.retry_backoff_ms * 2 ** min(slot.attempts - 1, 30),
+            self.config.max_backoff_ms,
+        )
+        lane.retry_at = time.monotonic() + backoff_ms / 1000
+        lane.wake.set()
+
+    def _fail_lane(self, lane: _Lane, slot: Slot, error: SinkError) -> None:
+        log.warning("sink %s queue %d failed for good: %s", lane.topic, lane.index, error)
+        lane.failed = error
+        if not slot.future.done():
+            slot.future.set_exception(error)
+        lane.ledger.fail_all(QueueFailed(lane.topic, lane.index, error))
+        lane.wake.set()
+
+    # --- routes and connections -------------------------------------------------------
+
+    async def _fetch_route(self, topic: str) -> list[WriteQueue]:
+        try:
+            route = await asyncio.to_thread(self._routes_source.route_get, topic)
+        except NotFound:
+            raise SinkUnavailable(f"no route for topic {topic} in metaledger") from None
+        except ClientError as exc:
+            raise SinkUnavailable(f"route of {topic}: {exc}") from None
+        return write_queues(route)
+
+    async def _refresh(self, topic: str) -> None:
+        self._routes[topic] = await self._fetch_route(topic)
+
+    async def _refresh_routes(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.route_refresh_ms / 1000)
+            for topic in self.config.topics:
+                try:
+                    await self._refresh(topic)
+                except SinkError as exc:
+                    log.warning("route refresh of %s failed (kept the old one): %s", topic, exc)
+
+    async def _target(self, lane: _Lane) -> tuple[WriteQueue, RemotingConnection]:
+        queues = self._routes[lane.topic]
+        if lane.index >= len(queues):
+            raise SinkUnavailable(f"{lane.topic} has {len(queues)} write queues now")
+        target = queues[lane.index]
+        if target.master is None:
+            raise SinkUnavailable(f"broker group {target.broker_name} has no master")
+        key = (target.master, lane.index % self.config.connections_per_broker)
+        conn = self._conns.get(key)
+        if conn is not None and conn.usable:
+            return target, conn
+        pending = self._connecting.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(
+                RemotingConnection.open(target.master, self.config.connect_timeout_ms / 1000)
+            )
+            self._connecting[key] = pending
+            try:
+                self._conns[key] = await pending
+            finally:
+                del self._connecting[key]
+            return target, self._conns[key]
+        return target, await asyncio.shield(pending)

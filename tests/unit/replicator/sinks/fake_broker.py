@@ -1,0 +1,154 @@
+"""An in-process fake RocketMQ broker on the remoting codec, for the sink's unit tests.
+
+It records every SEND_MESSAGE_V2 it gets (per connection, in arrival order) and answers with
+what ``decide`` says: a response code, ``None`` to hold the answer until ``release()``, or
+``"drop"`` to close the connection without answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nameserver.client.routing import BrokerGroup, QueueData, Route
+from nameserver.remoting.codec import FrameDecoder, RemotingCommand, encode
+
+Decision = int | None | str
+
+
+@dataclass
+class Received:
+    conn: int
+    queue_id: int
+    body: bytes
+    ext: dict[str, str]
+    props: dict[str, str]
+
+    @property
+    def uniq(self) -> str:
+        return self.props["UNIQ_KEY"]
+
+
+def parse_props(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.split("\x02"):
+        k, sep, v = item.partition("\x01")
+        if sep:
+            out[k] = v
+    return out
+
+
+def decode_batch(body: bytes) -> list[tuple[bytes, dict[str, str]]]:
+    out = []
+    pos = 0
+    while pos < len(body):
+        total, _magic, _crc, _flag, body_len = struct.unpack_from(">iiiii", body, pos)
+        start = pos + 20
+        payload = body[start : start + body_len]
+        (props_len,) = struct.unpack_from(">h", body, start + body_len)
+        props = body[start + body_len + 2 : start + body_len + 2 + props_len].decode()
+        assert start + body_len + 2 + props_len == pos + total
+        out.append((payload, parse_props(props)))
+        pos += total
+    return out
+
+
+@dataclass
+class FakeBroker:
+    decide: Callable[[Received], Decision] = lambda r: 0
+    received: list[Received] = field(default_factory=list)
+    requests: list[RemotingCommand] = field(default_factory=list)
+    held: list[tuple[asyncio.StreamWriter, RemotingCommand]] = field(default_factory=list)
+    connections: int = 0
+    server: asyncio.Server | None = None
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{port}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        conn = self.connections
+        decoder = FrameDecoder()
+        try:
+            while data := await reader.read(1 << 16):
+                for cmd in decoder.feed(data):
+                    ext = cmd.ext_fields
+                    self.requests.append(cmd)
+                    if ext.get("m") == "true":
+                        assert cmd.code == 320
+                        items = [
+                            Received(conn, int(ext["e"]), body, ext, props)
+                            for body, props in decode_batch(cmd.body)
+                        ]
+                    else:
+                        assert cmd.code == 310
+                        props = parse_props(ext.get("i", ""))
+                        items = [Received(conn, int(ext["e"]), cmd.body, ext, props)]
+                    self.received += items
+                    self.arrived.set()
+                    decisions = [self.decide(r) for r in items]
+                    decision: Decision = 0
+                    if "drop" in decisions:
+                        decision = "drop"
+                    elif None in decisions:
+                        decision = None
+                    else:
+                        decision = next((d for d in decisions if d), 0)
+                    if decision == "drop":
+                        writer.close()
+                        return
+                    if decision is None:
+                        self.held.append((writer, cmd))
+                    else:
+                        assert isinstance(decision, int)
+                        writer.write(encode(cmd.response(decision, "fake says so")))
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    def release(self, code: int = 0, reverse: bool = False) -> None:
+        held, self.held = self.held, []
+        for writer, cmd in reversed(held) if reverse else held:
+            if not writer.is_closing():
+                writer.write(encode(cmd.response(code)))
+
+    async def wait_received(self, n: int, timeout: float = 5.0) -> None:
+        async def until() -> None:
+            while len(self.received) < n:
+                self.arrived.clear()
+                await self.arrived.wait()
+
+        await asyncio.wait_for(until(), timeout)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+class FakeRoutes:
+    def __init__(self, addr: str | None, queues: int = 2, broker: str = "broker-a") -> None:
+        self.addr = addr
+        self.queues = queues
+        self.broker = broker
+        self.calls = 0
+
+    def route_get(self, topic: str) -> Route:
+        from nameserver.client import NotFound
+
+        self.calls += 1
+        if self.addr is None:
+            raise NotFound("no route")
+        return Route(
+            topic,
+            [BrokerGroup("c", self.broker, {0: self.addr}, "", False)],
+            [QueueData(self.broker, self.queues, self.queues, 6)],
+            "",
+            1,
+        )
