@@ -45,6 +45,7 @@ from typing import NamedTuple
 from replicator.redis.commands import CommandTable, snapshot
 from replicator.redis.errors import ProtocolError
 from replicator.redis.routing import Piece, plan
+from replicator.sinks.base import OutMessage as OutMessage  # re-exported: the shared record
 
 KIND_COMMAND = "command"
 KIND_SNAPSHOT = "snapshot"
@@ -53,21 +54,6 @@ SNAPSHOT_BEGIN = "SNAPSHOT_BEGIN"
 SNAPSHOT_END = "SNAPSHOT_END"
 NO_CHECKPOINT = -1
 KEYS_MAX_CHARS = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class OutMessage:
-    """What a sink sends."""
-
-    topic: str
-    queue_id: int
-    body: bytes  # the RESP-encoded command (encode_command(argv)) or a marker
-    tags: str  # command name, upper case (e.g. "SET"), or "SNAPSHOT_BEGIN"/"SNAPSHOT_END"
-    keys: str  # the key(s), space-separated, as RocketMQ KEYS ("" if none/binary-unsafe)
-    properties: dict[str, str]  # REDIS_REPLID, REDIS_START, REDIS_END, REDIS_DB, [REDIS_TXID,
-    # REDIS_TXCOUNT, REDIS_TXINDEX], REDIS_KIND (command|snapshot|marker), [REDIS_PART "i/n" or
-    # "*/n"], [REDIS_DBS], [REDIS_SEQ]
-    offset: int  # the replication end offset this message completes (checkpoint use); -1: none
 
 
 @dataclass(frozen=True, slots=True)

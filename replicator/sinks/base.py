@@ -49,10 +49,11 @@ class OutMessage:
     body: bytes  # the RESP-encoded command (encode_command(argv)) or a marker
     tags: str  # command name, upper case (e.g. "SET"), or "SNAPSHOT_BEGIN"/"SNAPSHOT_END"
     keys: str  # the key(s), space-separated, as RocketMQ KEYS ("" if none/binary-unsafe)
-    # REDIS_REPLID, REDIS_START, REDIS_END, REDIS_DB, [REDIS_TXID, REDIS_TXCOUNT],
-    # REDIS_KIND (command|snapshot|marker), REDIS_PART "i/n" when one command became n messages
+    # the Redis replicator's: REDIS_REPLID, REDIS_START, REDIS_END, REDIS_DB, [REDIS_DBS],
+    # [REDIS_TXID, REDIS_TXCOUNT, REDIS_TXINDEX], REDIS_KIND (command|snapshot|marker),
+    # [REDIS_PART "i/n" or "*/n"], [REDIS_SEQ] (replicator/redis/events.py)
     properties: dict[str, str]
-    offset: int  # the replication end offset this message completes (checkpoint use)
+    offset: int  # the replication end offset this message completes (checkpoint use); -1: none
 
 
 def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> str:
