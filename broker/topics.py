@@ -10,6 +10,7 @@ when its last broker expires). ``on_change`` tells the registrar to register aga
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -54,6 +55,7 @@ class TopicTable:
         self.resolver = resolver
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
+        self._resolving: dict[str, asyncio.Future[TopicConfig | None]] = {}
         self.version = 0
         """Raised on every change (the registration's DataVersion counter)."""
         self.on_change: Callable[[], None] | None = None
@@ -71,14 +73,30 @@ class TopicTable:
         return sorted(self._topics.values(), key=lambda t: t.topic)
 
     async def lookup(self, topic: str) -> TopicConfig | None:
-        """The topic's config, adopting it from the routes (``resolver``) if not known yet."""
+        """The topic's config, adopting it from the routes (``resolver``) if not known yet.
+
+        One resolution per topic at a time: concurrent lookups of an unknown topic wait for
+        the same one and resume in the order they asked, so pipelined sends to a topic the
+        broker has not loaded yet are stored in the order they arrived (each resolving on
+        its own let them overtake one another)."""
         found = self._topics.get(topic)
         if found is not None or self.resolver is None or not TOPIC_NAME.fullmatch(topic):
             return found
-        resolved = await self.resolver(topic)
-        if resolved is not None:
-            self.put(resolved)
-        return resolved
+        pending = self._resolving.get(topic)
+        if pending is None:
+            pending = asyncio.ensure_future(self._resolve(topic))
+            self._resolving[topic] = pending
+        return await asyncio.shield(pending)
+
+    async def _resolve(self, topic: str) -> TopicConfig | None:
+        assert self.resolver is not None
+        try:
+            resolved = await self.resolver(topic)
+            if resolved is not None:
+                self.put(resolved)
+            return resolved
+        finally:
+            self._resolving.pop(topic, None)
 
     def ensure(self, topic: str, queues: int = 1) -> TopicConfig:
         """The topic, created with ``queues`` read/write queues if absent (retry, DLQ)."""
