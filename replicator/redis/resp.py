@@ -221,7 +221,7 @@ class RespParser:
             # it completes; a top-level value is returned.
             done = self._close(value)
             if not isinstance(done, _Open):
-                self._consumed = self._where(self._pos)
+                self._consumed = self._dropped + self._pos
                 return done
 
     def _close(self, value: RespValue) -> RespValue | _Open:
