@@ -202,6 +202,8 @@ class ReplicaProtocol:
         self._stream: RespParser | None = None
         self._stream_base = 0
         self._error: Exception | None = None
+        self.keepalives = 0
+        """Bare ``\\n`` the master sent while preparing the payload (skipped, not counted)."""
         self._send(self._steps[0][1])
 
     # --- the surface --------------------------------------------------------------------
@@ -279,6 +281,7 @@ class ReplicaProtocol:
     def _skip_keepalives(self) -> None:
         while self._pos < len(self._buf) and self._buf[self._pos] == 0x0A:
             self._pos += 1
+            self.keepalives += 1
 
     def _line(self) -> bytes | None:
         end = self._buf.find(b"\r\n", self._pos, self._pos + MAX_LINE_BYTES + 2)

@@ -177,6 +177,7 @@ def test_fullresync_after_keepalive_newlines_which_are_not_counted() -> None:
     assert p.events(b"\n\n\n") == []
     assert p.events(b"\n+FULLRESYNC %s 4242\r\n" % REPLID.encode()) == [FullSync(REPLID, 4242)]
     assert (p.phase, p.offset, p.replid) == (Phase.RDB_PAYLOAD, 4242, REPLID)
+    assert p.keepalives == 4
 
 
 @pytest.mark.parametrize(
