@@ -102,7 +102,6 @@ class ReplicaLink:
         self.acked: int | None = None
         """The last offset sent in a ``REPLCONF ACK`` (None before the first)."""
         self._queue: asyncio.Queue[Event | _Closed] = asyncio.Queue()
-        self._writer: asyncio.StreamWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._last_read = time.monotonic()
@@ -123,6 +122,8 @@ class ReplicaLink:
                 if self._closing or attempts > self.not_ready_retries:
                     raise
                 await asyncio.sleep(self.retry_delay_s)
+                if self._closing:
+                    return
                 self.protocol = ReplicaProtocol(self.config)
 
     async def close(self) -> None:
@@ -137,7 +138,9 @@ class ReplicaLink:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(self.host, self.port), self.connect_timeout_s
         )
-        self._writer = writer
+        if self._closing:  # close() came while connecting
+            writer.close()
+            return
         self._last_read = time.monotonic()
         self._queue = asyncio.Queue()
         self._tasks = [

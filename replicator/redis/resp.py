@@ -211,6 +211,11 @@ class RespParser:
         return self.base_offset + self._dropped + pos
 
     def _next(self) -> RespValue | NeedData:
+        if not self._stack:
+            command = self._whole_command()
+            if command is not None:
+                self._consumed = self._dropped + self._pos
+                return command
         while True:
             value = self._scalar_or_open()
             if isinstance(value, NeedData):
@@ -223,6 +228,44 @@ class RespParser:
             if not isinstance(done, _Open):
                 self._consumed = self._dropped + self._pos
                 return done
+
+    def _whole_command(self) -> list[RespValue] | None:
+        """Fast path for what a replication stream is made of: a complete array of bulk
+        strings, all of it in the buffer, within the limits. Anything else (another type,
+        a partial item, a limit crossed, a malformed length) returns None and leaves
+        ``_pos`` alone, for the general path to parse or to report."""
+        buf = self._buf
+        pos = self._pos
+        if pos >= len(buf) or buf[pos] != 0x2A:
+            return None
+        end = buf.find(b"\r\n", pos, pos + 24)
+        if end < 0 or not _INTEGER.fullmatch(buf, pos + 1, end):
+            return None
+        count = int(buf[pos + 1 : end])
+        if not 0 < count <= self.max_aggregate_len or self.max_depth < 1:
+            return None
+        pos = end + 2
+        argv: list[RespValue] = []
+        size = len(buf)
+        limit = self.max_bulk_bytes
+        for _ in range(count):
+            if pos >= size or buf[pos] != 0x24:
+                return None
+            end = buf.find(b"\r\n", pos, pos + 24)
+            if end < 0 or not _INTEGER.fullmatch(buf, pos + 1, end):
+                return None
+            n = int(buf[pos + 1 : end])
+            start = end + 2
+            if (
+                not 0 <= n <= limit
+                or start + n + 2 > size
+                or buf[start + n : start + n + 2] != b"\r\n"
+            ):
+                return None
+            argv.append(bytes(buf[start : start + n]))
+            pos = start + n + 2
+        self._pos = pos
+        return argv
 
     def _close(self, value: RespValue) -> RespValue | _Open:
         while self._stack:

@@ -154,6 +154,13 @@ def test_limits_are_named() -> None:
     with pytest.raises(ProtocolError, match="exceeds max_bulk_bytes=10"):
         RespParser(max_bulk_bytes=10).items(b"$11\r\n")
     assert RespParser(max_bulk_bytes=10).items(b"$10\r\n0123456789\r\n") == [b"0123456789"]
+    with pytest.raises(ProtocolError, match="exceeds max_bulk_bytes=3") as e:
+        RespParser(max_bulk_bytes=3).items(encode_command([b"SET", b"toolong"]))
+    assert e.value.offset == 13
+    with pytest.raises(ProtocolError, match="exceeds max_aggregate_len=2"):
+        RespParser(max_aggregate_len=2).items(encode_command([b"a", b"b", b"c"]))
+    with pytest.raises(ProtocolError, match="deeper than max_depth=0"):
+        RespParser(max_depth=0).items(encode_command([b"PING"]))
     with pytest.raises(ProtocolError, match="exceeds max_aggregate_len=2"):
         RespParser(max_aggregate_len=2).items(b"*3\r\n")
     with pytest.raises(ProtocolError, match="exceeds max_aggregate_len=2"):
