@@ -13,6 +13,9 @@ method that reads it, and :data:`TRANSITIONS` says which phase may follow which:
                        handed out as payload (§3.3)
     COMMAND_STREAM     RESP arrays of bulk strings; every byte counts toward the offset (§3.4)
 
+AUTH goes first, before PING (a real 7.0 replica pings first and accepts ``-NOAUTH``): then
+every refusal after AUTH is a real one, and PING checks the ACL user's ``+ping``.
+
 Bare ``\\n`` keepalives, which the master writes while it prepares the payload (before
 ``+FULLRESYNC`` and before ``$``), are skipped and not counted (§3.2; RR issues #3, #27).
 

@@ -170,14 +170,23 @@ def test_requirepass(tmp_path: Path) -> None:
 
 
 def test_minimal_acl_user(tmp_path: Path) -> None:
+    """``+psync +replconf +ping`` is enough (research §3.1 derived it; this probes it), and
+    each of the three is needed: without it, that step is refused with NOPERM."""
     with RedisServer(tmp_path, config=FAST) as server:
         r = server.client()
         r.execute_command("ACL", "SETUSER", "repl", "on", ">pw", "+psync", "+replconf", "+ping")
-        r.execute_command("ACL", "SETUSER", "nopsync", "on", ">pw", "+replconf", "+ping")
         asyncio.run(full_sync_then_writes(server, ReplicaConfig(username="repl", password="pw")))
-        with pytest.raises(AuthError) as e:
-            asyncio.run(run_to_end(server, ReplicaConfig(username="nopsync", password="pw")))
-        assert e.value.step == "PSYNC" and "NOPERM" in e.value.reply
+        for missing, step in [("psync", "PSYNC"), ("replconf", "REPLCONF capa"), ("ping", "PING")]:
+            grants = [f"+{c}" for c in ("psync", "replconf", "ping") if c != missing]
+            r.execute_command("ACL", "SETUSER", f"no{missing}", "on", ">pw", *grants)
+            with pytest.raises(AuthError) as e:
+                asyncio.run(
+                    run_to_end(server, ReplicaConfig(username=f"no{missing}", password="pw"))
+                )
+            assert e.value.step == step and "NOPERM" in e.value.reply
+        with pytest.raises(AuthError) as wrong:
+            asyncio.run(run_to_end(server, ReplicaConfig(username="repl", password="bad")))
+        assert wrong.value.step == "AUTH" and "WRONGPASS" in wrong.value.reply
 
 
 async def run_to_end(server: RedisServer, config: ReplicaConfig) -> None:
@@ -237,7 +246,8 @@ def test_getack_is_answered_at_once_with_the_confirmed_offset(tmp_path: Path) ->
         asyncio.run(scenario(server))
 
 
-def test_psync_continue_resumes_without_select(tmp_path: Path) -> None:
+@pytest.mark.parametrize("capa_psync2", [True, False])
+def test_psync_continue_resumes_without_select(tmp_path: Path, capa_psync2: bool) -> None:
     async def scenario(server: RedisServer) -> None:
         r1 = server.client(db=1)
         async with Session(server, ReplicaConfig()) as first:
@@ -248,11 +258,13 @@ def test_psync_continue_resumes_without_select(tmp_path: Path) -> None:
         assert isinstance(sync, FullSync)
         r1.set(b"b", b"2")  # while no replica is connected: kept in the backlog
         r1.incr(b"n")
-        resume = ReplicaConfig(resume=(sync.replid, offset))
+        resume = ReplicaConfig(resume=(sync.replid, offset), capa_psync2=capa_psync2)
         async with Session(server, resume) as second:
             second.consumed = offset
             await second.caught_up()
-        assert second.events[0] == Continue(sync.replid)
+        # +CONTINUE <replid> to a psync2 replica, a bare +CONTINUE otherwise (research §3.2)
+        assert second.events[0] == Continue(sync.replid if capa_psync2 else None)
+        assert second.link.protocol.replid == sync.replid
         assert second.commands() == [[b"SET", b"b", b"2"], [b"INCRBY", b"n", b"1"]]
         first_cmd = second.events[1]
         assert isinstance(first_cmd, StreamCommand) and first_cmd.start == offset
