@@ -158,9 +158,8 @@ class ReplicaLink:
         finally:
             for task in self._tasks:
                 task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(BaseException):
-                    await task
+            # their outcomes were read above; a cancellation of run() itself still propagates
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
