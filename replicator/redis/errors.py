@@ -7,7 +7,8 @@
     │   │   ├── RdbChecksumError   the CRC64 trailer does not match the payload
     │   │   └── RdbUnsupportedError  an RDB version (11, 12, …) or a value type we refuse to guess at
     ├── HandshakeError             the master refused a handshake step (``step`` and its reply)
-    │   └── AuthError              AUTH was refused (wrong password, unknown ACL user, missing permission)
+    │   ├── AuthError              AUTH was refused (wrong password, unknown ACL user, missing permission)
+    │   └── MasterNotReady         -LOADING / -NOMASTERLINK / -MASTERDOWN: retry on a new link
     └── ConfigError                a replicator setting is invalid (names the field)
 
 A protocol object raises these and keeps no half-parsed state behind: after a
@@ -40,6 +41,9 @@ class RdbUnsupportedError(RdbError):
 
 
 class HandshakeError(RedisReplicatorError):
+    retriable: bool = False
+    """Whether a new connection may succeed later without any change of settings."""
+
     def __init__(self, step: str, reply: str) -> None:
         super().__init__(f"the master refused {step}: {reply}")
         self.step = step
@@ -54,3 +58,11 @@ class ConfigError(RedisReplicatorError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class MasterNotReady(HandshakeError):
+    """``-LOADING``, ``-NOMASTERLINK`` or ``-MASTERDOWN``: the master cannot serve a replica
+    yet (it is loading its dataset, or is itself a replica without a link). A real replica
+    closes the link and tries again later (``syncWithMaster``); so does the driver."""
+
+    retriable = True
