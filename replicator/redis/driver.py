@@ -4,10 +4,11 @@
 and hands every event, in order, to an async consumer. Three tasks share the link:
 
 * the **reader** reads the socket continuously and feeds the protocol. It never waits on the
-  consumer (events go to an unbounded in-memory queue, ``pending_events`` counts them), so the
-  master never cuts the link for its output-buffer limit (research §3.4). Spilling that
-  queue to disk when the sink is slower than the master for long is the checkpoint layer's
-  job (issue 18 item 4), not this module's. It answers ``REPLCONF GETACK *`` at once.
+  consumer: events go to an :class:`~replicator.redis.spool.EventSpool` (memory up to
+  ``spool_memory_bytes``, then a spill file in ``spool_dir``; ``pending_events`` counts
+  them), so the master never cuts the link for its output-buffer limit and memory stays
+  bounded however slow the sink is (research §3.4, issue 18 item 4). It answers
+  ``REPLCONF GETACK *`` at once.
 * the **ACK timer** sends ``REPLCONF ACK <offset>`` every ``ack_interval_s`` (1 s, as
   ``replicationCron`` does) with ``confirmed_offset()``, the offset the sink has confirmed,
   never what was merely parsed. It never waits on the consumer. The value is clamped to
@@ -21,13 +22,10 @@ The ACK right after ``RdbEnd``: Redis 7.0 holds the command stream back after a 
 sync until a ``REPLCONF ACK`` arrives *after* its fork child was reaped (research §0.3,
 §3.3). The driver acks at once after ``RdbEnd`` so the stream starts as early as possible
 (when the child was already reaped), and the 1-second timer covers the case where it was
-not. That first ACK carries the ``+FULLRESYNC`` offset unless the sink has confirmed
-something newer on this link: the master keeps the *maximum* ACK, and any lower value
-would be as good for starting the stream, but the FullSync offset is the one the master
-knows as the snapshot's point, so ``INFO replication`` shows a meaningful
-``slave0:…offset=`` from the start. The cost: a ``WAIT`` for writes inside the snapshot is
-satisfied before the sink confirmed the snapshot's messages; the checkpoint (not the ACK)
-is what a restart trusts.
+not. Any value starts the stream, so that ACK too carries ``confirmed_offset()`` and
+nothing more: the snapshot's messages are not confirmed yet, and ``INFO replication`` (and
+``WAIT``) must never show the master an offset the sink does not hold. ``confirmed_offset``
+answers in the terms of the link's current history (0 until something of it is confirmed).
 
 ``-LOADING`` / ``-NOMASTERLINK`` / ``-MASTERDOWN`` during the handshake (``MasterNotReady``,
 ``retriable``) are retried on a new connection after ``retry_delay_s``, up to
@@ -48,7 +46,6 @@ from typing import Final
 from replicator.redis.errors import MasterNotReady, RedisReplicatorError
 from replicator.redis.protocol import (
     Event,
-    FullSync,
     GetAck,
     Phase,
     RdbEnd,
@@ -56,15 +53,9 @@ from replicator.redis.protocol import (
     ReplicaProtocol,
 )
 from replicator.redis.resp import NeedData
+from replicator.redis.spool import EventSpool
 
 READ_BYTES: Final = 256 * 1024
-
-
-class _Closed:
-    """Queued after the last event read: the link ended (``error`` says why)."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
 
 
 Consumer = Callable[[Event], Awaitable[None]]
@@ -86,6 +77,8 @@ class ReplicaLink:
         connect_timeout_s: float = 10.0,
         retry_delay_s: float = 1.0,
         not_ready_retries: int = 30,
+        spool_dir: str | None = None,
+        spool_memory_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.host = host
         self.port = port
@@ -101,7 +94,10 @@ class ReplicaLink:
         self.protocol = ReplicaProtocol(self.config)
         self.acked: int | None = None
         """The last offset sent in a ``REPLCONF ACK`` (None before the first)."""
-        self._queue: asyncio.Queue[Event | _Closed] = asyncio.Queue()
+        self.spool_dir = spool_dir
+        self.spool_memory_bytes = spool_memory_bytes
+        self._queue = EventSpool(spool_dir, spool_memory_bytes)
+        self._end: BaseException | None = None  # why the reader stopped
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._last_read = time.monotonic()
@@ -109,7 +105,12 @@ class ReplicaLink:
     @property
     def pending_events(self) -> int:
         """Events read but not yet handed to the consumer."""
-        return self._queue.qsize()
+        return len(self._queue)
+
+    @property
+    def spooled_bytes(self) -> int:
+        """Bytes of those events on disk now (the sink is slower than the master)."""
+        return self._queue.disk_bytes
 
     async def run(self) -> None:
         attempts = 0
@@ -142,7 +143,9 @@ class ReplicaLink:
             writer.close()
             return
         self._last_read = time.monotonic()
-        self._queue = asyncio.Queue()
+        self._queue.discard()
+        self._queue = EventSpool(self.spool_dir, self.spool_memory_bytes)
+        self._end = None
         self._tasks = [
             asyncio.create_task(self._read(reader, writer), name="redis-replica-read"),
             asyncio.create_task(self._consume(), name="redis-replica-consume"),
@@ -169,23 +172,20 @@ class ReplicaLink:
         try:
             await self._read_until_closed(reader, writer)
         except (RedisReplicatorError, OSError) as exc:
-            self._queue.put_nowait(_Closed(exc))
+            self._end = exc
+            self._queue.close()
         else:
             proto = self.protocol
-            self._queue.put_nowait(
-                _Closed(
-                    ConnectionError(
-                        f"the master {self.host}:{self.port} closed the link in phase "
-                        f"{proto.phase.value} at offset {proto.offset}"
-                    )
-                )
+            self._end = ConnectionError(
+                f"the master {self.host}:{self.port} closed the link in phase "
+                f"{proto.phase.value} at offset {proto.offset}"
             )
+            self._queue.close()
 
     async def _read_until_closed(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         proto = self.protocol
-        fullsync_offset: int | None = None
         writer.write(proto.data_to_send())
         while True:
             data = await reader.read(READ_BYTES)
@@ -194,20 +194,16 @@ class ReplicaLink:
                 return
             proto.receive_data(data)
             while not isinstance(event := proto.next_event(), NeedData):
-                if isinstance(event, FullSync):
-                    fullsync_offset = event.offset
-                elif isinstance(event, RdbEnd) and fullsync_offset is not None:
-                    self._send_ack(writer, floor=fullsync_offset)
-                elif isinstance(event, GetAck):
+                if isinstance(event, RdbEnd | GetAck):
                     self._send_ack(writer)
-                self._queue.put_nowait(event)
+                self._queue.put(event)
             out = proto.data_to_send()
             if out:
                 writer.write(out)
 
-    def _send_ack(self, writer: asyncio.StreamWriter, floor: int = 0) -> None:
+    def _send_ack(self, writer: asyncio.StreamWriter) -> None:
         proto = self.protocol
-        offset = max(floor, min(self.confirmed_offset(), proto.offset), 0)
+        offset = max(min(self.confirmed_offset(), proto.offset), 0)
         writer.write(proto.ack(offset))
         self.acked = offset
 
@@ -225,6 +221,7 @@ class ReplicaLink:
     async def _consume(self) -> None:
         while True:
             event = await self._queue.get()
-            if isinstance(event, _Closed):
-                raise event.error
+            if event is None:
+                assert self._end is not None
+                raise self._end
             await self.consumer(event)

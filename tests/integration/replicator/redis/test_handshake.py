@@ -52,7 +52,15 @@ class Session:
         self.events: list[Event] = []
         self.consumed = 0
         self.confirmed: int | None = None
-        self.link = ReplicaLink("127.0.0.1", server.port, self.consume, self.confirm, config)
+        # a small spool memory: a stuck consumer's backlog goes to disk (the spill file)
+        self.link = ReplicaLink(
+            "127.0.0.1",
+            server.port,
+            self.consume,
+            self.confirm,
+            config,
+            spool_memory_bytes=64 * 1024,
+        )
         self.task: asyncio.Task[None] | None = None
 
     async def consume(self, event: Event) -> None:
@@ -295,6 +303,7 @@ def test_a_blocked_consumer_neither_stops_the_acks_nor_the_reading(tmp_path: Pat
             master_offset = s.info()["master_repl_offset"]
             await until(lambda: s.link.protocol.offset == master_offset, 10, "all bytes read")
             assert s.link.pending_events >= 199
+            assert s.link.spooled_bytes > 100_000  # 200 kB of writes: most of it on disk
             await asyncio.sleep(5)
             assert s.task is not None and not s.task.done(), "the link survived repl-timeout"
             assert s.master_acked() == base

@@ -10,7 +10,17 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replicator.redis.spool import Spool
+from replicator.redis.protocol import (
+    Continue,
+    Event,
+    FullSync,
+    GetAck,
+    RdbBegin,
+    RdbChunk,
+    RdbEnd,
+    StreamCommand,
+)
+from replicator.redis.spool import EventSpool, Spool, decode_event, encode_event
 
 
 def drain(s: Spool, step: int) -> bytes:
@@ -79,3 +89,63 @@ def test_get_waits_for_data_and_sees_the_end() -> None:
     got = asyncio.run(main())
     assert b"".join(got) == b"abcdef0123456789"
     assert all(len(c) <= 4 for c in got)
+
+
+EVENTS = [
+    FullSync("a" * 40, 1000),
+    RdbBegin(None),
+    RdbBegin(12),
+    RdbChunk(b"REDIS0010" + bytes(range(256))),
+    RdbEnd(),
+    Continue(None),
+    Continue("b" * 40),
+    StreamCommand([b"SET", b"k\r\n", b""], 1000, 1031),
+    StreamCommand([], 5, 5),
+    GetAck(),
+]
+
+
+def test_every_event_survives_the_spill_file() -> None:
+    for e in EVENTS:
+        frame = encode_event(e)
+        assert decode_event(memoryview(frame)[4:]) == e
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(EVENTS), max_size=60), st.integers(64, 2000), st.integers(0, 5))
+def test_events_come_out_in_order_across_memory_and_disk(
+    events: list[Event], limit: int, every: int
+) -> None:
+    q = EventSpool(memory_limit=limit)
+    got: list[Event] = []
+    for i, e in enumerate(events):
+        q.put(e)
+        assert q.memory_bytes <= limit
+        if every and i % every == 0:
+            got.append(q.get_nowait())  # type: ignore[arg-type]
+    while (e := q.get_nowait()) is not None:
+        got.append(e)
+    assert got == events and len(q) == 0 and q.disk_bytes == 0
+
+
+def test_event_spool_get_waits_and_ends_after_close() -> None:
+    async def main() -> list[Event | None]:
+        q = EventSpool(memory_limit=100)
+        out: list[Event | None] = []
+
+        async def consume() -> None:
+            while True:
+                e = await q.get()
+                out.append(e)
+                if e is None:
+                    return
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0)
+        for e in EVENTS:
+            q.put(e)
+        q.close()
+        await asyncio.wait_for(task, 5)
+        return out
+
+    assert asyncio.run(main()) == [*EVENTS, None]
