@@ -197,7 +197,7 @@ class RdbParser:
             raise Short(p + 1)
         op = buf[p]
         p += 1
-        if op < 0xF5:
+        if op < 0xF4:  # 0xF4 SLOT_INFO (7.4+) and up are opcodes
             reader = values.reader_for(op, self._off(p - 1))
             key, p = read_string(buf, p, self._base)
             self._key = key
