@@ -59,7 +59,12 @@ def crc64(crc: int, data: bytes | bytearray | memoryview) -> int:
         w0, w1, w2, w3 = _word_tables
         for w in view[: nwords * 8].cast("Q"):
             crc ^= w
-            crc = w0[crc & 0xFFFF] ^ w1[(crc >> 16) & 0xFFFF] ^ w2[(crc >> 32) & 0xFFFF] ^ w3[crc >> 48]
+            crc = (
+                w0[crc & 0xFFFF]
+                ^ w1[(crc >> 16) & 0xFFFF]
+                ^ w2[(crc >> 32) & 0xFFFF]
+                ^ w3[crc >> 48]
+            )
     for b in view[nwords * 8 :]:
         crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc & _MASK

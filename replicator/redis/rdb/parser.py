@@ -122,7 +122,12 @@ class RdbParser:
         if self._error is not None:
             raise self._error
         if not self.done:
-            self._fail(RdbError("the RDB ends before its EOF opcode", self._base + len(self._buf) + self._pending_len))
+            self._fail(
+                RdbError(
+                    "the RDB ends before its EOF opcode",
+                    self._base + len(self._buf) + self._pending_len,
+                )
+            )
 
     def next_event(self) -> Event | NeedData:
         if self._events:
@@ -202,7 +207,16 @@ class RdbParser:
             key, p = read_string(buf, p, self._base)
             self._key = key
             self._events.append(
-                KeyBegin(self.db, key, reader.kind, op, self._expire_ms, self._idle, self._freq, self._off(self._pos))
+                KeyBegin(
+                    self.db,
+                    key,
+                    reader.kind,
+                    op,
+                    self._expire_ms,
+                    self._idle,
+                    self._freq,
+                    self._off(self._pos),
+                )
             )
             self._expire_ms = self._idle = self._freq = None
             self._pos = p
@@ -265,7 +279,8 @@ class RdbParser:
                     crc = crc64(self._crc, memoryview(buf)[self._crc_done : p])
                     if stored != 0 and stored != crc:
                         raise RdbChecksumError(
-                            f"CRC64 {crc:016x} over the RDB, the trailer says {stored:016x}", self._off(p)
+                            f"CRC64 {crc:016x} over the RDB, the trailer says {stored:016x}",
+                            self._off(p),
                         )
                 self._crc_done = p
                 p += 8
@@ -276,7 +291,9 @@ class RdbParser:
             self._events.append(Eof(stored))
             return
         else:
-            raise RdbUnsupportedError(f"opcode 0x{op:02x} (not written by Redis 7.0)", self._off(p - 1))
+            raise RdbUnsupportedError(
+                f"opcode 0x{op:02x} (not written by Redis 7.0)", self._off(p - 1)
+            )
         self._pos = p
 
     def _string_value(self) -> None:

@@ -40,7 +40,7 @@ _BE32: Final = struct.Struct(">I")
 _BE64: Final = struct.Struct(">Q")
 
 
-class Short(Exception):  # noqa: N818 - a signal, not an error
+class Short(Exception):
     """The unit needs ``need`` bytes of the buffer (an absolute buffer position)."""
 
     def __init__(self, need: int) -> None:
@@ -289,7 +289,9 @@ def _zset_event(items: list[bytes], offset: int) -> Event:
 def reader_for(rdb_type: int, offset: int) -> ValueReader:
     make = _READERS.get(rdb_type)
     if make is None:
-        raise RdbUnsupportedError(f"value type {rdb_type} (Redis 7.0 neither writes nor reads it)", offset)
+        raise RdbUnsupportedError(
+            f"value type {rdb_type} (Redis 7.0 neither writes nor reads it)", offset
+        )
     return make()
 
 
@@ -312,14 +314,20 @@ _READERS: dict[int, Callable[[], ValueReader]] = {
     5: lambda: Counted("zset", _zset_binary, lambda b: ZSetMembers(b)),  # type: ignore[arg-type]
     6: Module,
     7: Module,
-    9: lambda: Blob("hash", lambda b, o: HashFields(_pairs(encodings.decode_zipmap(b, o), "zipmap", o))),
+    9: lambda: Blob(
+        "hash", lambda b, o: HashFields(_pairs(encodings.decode_zipmap(b, o), "zipmap", o))
+    ),
     10: lambda: Blob("list", lambda b, o: ListItems(encodings.decode_ziplist(b, o))),
     11: lambda: Blob("set", lambda b, o: SetMembers(encodings.decode_intset(b, o))),
     12: lambda: Blob("zset", lambda b, o: _zset_event(encodings.decode_ziplist(b, o), o)),
-    13: lambda: Blob("hash", lambda b, o: HashFields(_pairs(encodings.decode_ziplist(b, o), "hash ziplist", o))),
+    13: lambda: Blob(
+        "hash", lambda b, o: HashFields(_pairs(encodings.decode_ziplist(b, o), "hash ziplist", o))
+    ),
     14: lambda: Quicklist(version2=False),
     15: lambda: _stream(15),
-    16: lambda: Blob("hash", lambda b, o: HashFields(_pairs(encodings.decode_listpack(b, o), "hash listpack", o))),
+    16: lambda: Blob(
+        "hash", lambda b, o: HashFields(_pairs(encodings.decode_listpack(b, o), "hash listpack", o))
+    ),
     17: lambda: Blob("zset", lambda b, o: _zset_event(encodings.decode_listpack(b, o), o)),
     18: lambda: Quicklist(version2=True),
     19: lambda: _stream(19),

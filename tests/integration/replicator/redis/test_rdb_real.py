@@ -34,8 +34,7 @@ SMALL = {
     "databases": "16",
 }
 LIBRARY = (
-    b"#!lua name=rdblib\n"
-    b"redis.register_function('echo1', function(keys, args) return args[1] end)"
+    b"#!lua name=rdblib\nredis.register_function('echo1', function(keys, args) return args[1] end)"
 )
 
 
@@ -136,9 +135,10 @@ def _diff(a: redis.Redis, b: redis.Redis) -> list[Any]:
 def test_every_encoding_replays_to_the_same_digest(tmp_path: Path, policy: str) -> None:
     rng = random.Random(policy)
     config = SMALL | {"maxmemory-policy": policy}
-    with RedisServer(tmp_path, config, name="source") as source, RedisServer(
-        tmp_path, config, name="target"
-    ) as target:
+    with (
+        RedisServer(tmp_path, config, name="source") as source,
+        RedisServer(tmp_path, config, name="target") as target,
+    ):
         r = source.client()
         want = _populate(r, rng)
         for key, encoding in want.items():
@@ -169,9 +169,14 @@ def test_every_encoding_replays_to_the_same_digest(tmp_path: Path, policy: str) 
         assert t.function_list() == r.function_list() != []
         # what the digest does not cover: stream groups, PEL and consumers
         for key in (b"x:full", b"x:empty"):
-            assert t.xinfo_stream(key)["last-generated-id"] == r.xinfo_stream(key)["last-generated-id"]
+            assert (
+                t.xinfo_stream(key)["last-generated-id"] == r.xinfo_stream(key)["last-generated-id"]
+            )
             assert t.xinfo_stream(key)["entries-added"] == r.xinfo_stream(key)["entries-added"]
-            assert t.xinfo_stream(key)["max-deleted-entry-id"] == r.xinfo_stream(key)["max-deleted-entry-id"]
+            assert (
+                t.xinfo_stream(key)["max-deleted-entry-id"]
+                == r.xinfo_stream(key)["max-deleted-entry-id"]
+            )
             assert _groups(t, key) == _groups(r, key)
 
 
@@ -228,17 +233,27 @@ def test_legacy_encodings_load_the_same_in_redis(tmp_path: Path) -> None:
     from tests.unit.replicator.redis.rdb import rdbgen as g
 
     s = g.string
-    node_key, lp = g.stream_node((1000, 0), [((1000, 0), [(b"f", b"1")]), ((1001, 5), [(b"g", b"2")])])
+    node_key, lp = g.stream_node(
+        (1000, 0), [((1000, 0), [(b"f", b"1")]), ((1001, 5), [(b"g", b"2")])]
+    )
     body = b"\xfe\x00" + b"\xfb" + g.length(12) + g.length(1)
     body += b"\x00" + s(b"str:int") + g.int_string(-1234)
-    body += b"\xfc" + struct.pack("<q", 4102444800000) + b"\x00" + s(b"str:lzf") + g.lzf_literal_string(b"q" * 90)
+    body += (
+        b"\xfc"
+        + struct.pack("<q", 4102444800000)
+        + b"\x00"
+        + s(b"str:lzf")
+        + g.lzf_literal_string(b"q" * 90)
+    )
     body += b"\x01" + s(b"list1") + g.length(2) + s(b"a") + g.int_string(5)
     body += b"\x03" + s(b"zset3") + g.length(2) + s(b"a") + b"\x031.5" + s(b"b") + b"\xfe"
     body += b"\x09" + s(b"zipmap") + s(g.zipmap([(b"f", b"v"), (b"g", b"w" * 300)]))
     body += b"\x0a" + s(b"list10") + s(g.ziplist([b"a", 1, -70000, 1 << 40]))
     body += b"\x0c" + s(b"zset12") + s(g.ziplist([b"a", b"0.25", b"b", 7]))
     body += b"\x0d" + s(b"hash13") + s(g.ziplist([b"f", b"v", b"n", 300]))
-    body += b"\x0e" + s(b"list14") + g.length(2) + s(g.ziplist([b"x", 2])) + s(g.ziplist([b"y" * 100]))
+    body += (
+        b"\x0e" + s(b"list14") + g.length(2) + s(g.ziplist([b"x", 2])) + s(g.ziplist([b"y" * 100]))
+    )
     body += b"\x0f" + s(b"stream15") + g.length(1) + s(node_key) + s(lp)
     body += g.length(2) + g.length(1001) + g.length(5) + g.length(0)  # length, last id, no groups
     body += b"\x05" + s(b"zset5") + g.length(1) + s(b"m") + struct.pack("<d", 1 / 7)
@@ -253,4 +268,6 @@ def test_legacy_encodings_load_the_same_in_redis(tmp_path: Path) -> None:
         assert r.dbsize() == 12, source.log_tail()
         _replay(_parse(data, random.Random(3)), target)
         t = target.client()
-        assert t.execute_command("DEBUG", "DIGEST") == r.execute_command("DEBUG", "DIGEST"), _diff(r, t)
+        assert t.execute_command("DEBUG", "DIGEST") == r.execute_command("DEBUG", "DIGEST"), _diff(
+            r, t
+        )

@@ -32,7 +32,9 @@ def int_string(v: int) -> bytes:
 
 def lzf_literal_string(raw: bytes) -> bytes:
     """An LZF string made only of literal runs (valid LZF, no compression)."""
-    comp = b"".join(bytes([len(raw[i : i + 32]) - 1]) + raw[i : i + 32] for i in range(0, len(raw), 32))
+    comp = b"".join(
+        bytes([len(raw[i : i + 32]) - 1]) + raw[i : i + 32] for i in range(0, len(raw), 32)
+    )
     return b"\xc3" + length(len(comp)) + length(len(raw)) + comp
 
 
@@ -132,7 +134,9 @@ def zipmap(pairs: list[tuple[bytes, bytes]]) -> bytes:
     return bytes([min(len(pairs), 254)]) + body + b"\xff"
 
 
-def stream_node(master: tuple[int, int], entries: list[tuple[tuple[int, int], list[tuple[bytes, bytes]]]]) -> tuple[bytes, bytes]:
+def stream_node(
+    master: tuple[int, int], entries: list[tuple[tuple[int, int], list[tuple[bytes, bytes]]]]
+) -> tuple[bytes, bytes]:
     """(node key, listpack) of one stream node; entries sharing the first entry's fields use
     SAMEFIELDS."""
     mfields = [f for f, _ in entries[0][1]]

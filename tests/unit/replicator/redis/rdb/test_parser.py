@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from replicator.redis.errors import RdbChecksumError, RdbError, RdbUnsupportedError
-from replicator.redis.rdb import NEED_DATA, RdbParser, parser as parser_module
+from replicator.redis.rdb import NEED_DATA, RdbParser
+from replicator.redis.rdb import parser as parser_module
 from replicator.redis.rdb.events import (
     Aux,
     Eof,
@@ -77,22 +78,33 @@ def test_header_aux_select_resize_and_eof() -> None:
     body += key(0, S(b"v"))
     data = rdb(body, 10)
     events = parse(data)
-    assert events == [
-        Header(10),
-        Aux(b"redis-ver", b"7.0.15"),
-        Aux(b"ctime", b"1700000000"),
-        FunctionLib(b"#!lua name=x\n"),
-        SelectDb(3),
-        ResizeDb(1, 0),
-        KeyBegin(3, b"k", "string", 0, None, None, None, len(data) - 8 - 1 - 5),  # CRC, EOF, the record
-        StringPart(b"v"),
-        KeyEnd(b"k"),
-        Eof(struct.unpack("<Q", data[-8:])[0]),
-    ]
+    assert (
+        events
+        == [
+            Header(10),
+            Aux(b"redis-ver", b"7.0.15"),
+            Aux(b"ctime", b"1700000000"),
+            FunctionLib(b"#!lua name=x\n"),
+            SelectDb(3),
+            ResizeDb(1, 0),
+            KeyBegin(
+                3, b"k", "string", 0, None, None, None, len(data) - 8 - 1 - 5
+            ),  # CRC, EOF, the record
+            StringPart(b"v"),
+            KeyEnd(b"k"),
+            Eof(struct.unpack("<Q", data[-8:])[0]),
+        ]
+    )
 
 
 def test_expiry_idle_and_freq() -> None:
-    body = b"\xfe\x00\xfc" + struct.pack("<q", 1_700_000_000_123) + b"\xf8" + length(300) + key(0, S(b"a"))
+    body = (
+        b"\xfe\x00\xfc"
+        + struct.pack("<q", 1_700_000_000_123)
+        + b"\xf8"
+        + length(300)
+        + key(0, S(b"a"))
+    )
     body += b"\xfd" + struct.pack("<i", 1_700_000_000) + b"\xf9\x05" + key(0, S(b"b"))
     begins = [e for e in parse(rdb(body)) if isinstance(e, KeyBegin)]
     assert [(e.expire_ms, e.lru_idle, e.lfu_freq) for e in begins] == [
@@ -105,7 +117,9 @@ def test_strings_int_lzf_and_parts() -> None:
     assert values(key(0, int_string(-5))) == [StringPart(b"-5")]
     assert values(key(0, int_string(-30000))) == [StringPart(b"-30000")]
     assert values(key(0, int_string(2_000_000_000))) == [StringPart(b"2000000000")]
-    assert values(key(0, lzf_literal_string(b"0123456789" * 10))) == [StringPart(b"0123456789" * 10)]
+    assert values(key(0, lzf_literal_string(b"0123456789" * 10))) == [
+        StringPart(b"0123456789" * 10)
+    ]
     big = bytes(range(256)) * 1000  # 256000 bytes: 4 parts of <= 64 KiB
     parts = values(key(0, S(big)))
     assert [len(p.data) for p in parts if isinstance(p, StringPart)] == [65536, 65536, 65536, 59392]
@@ -115,7 +129,9 @@ def test_strings_int_lzf_and_parts() -> None:
 def test_hashtable_types() -> None:
     assert values(key(1, length(2) + S(b"a") + int_string(7))) == [ListItems([b"a", b"7"])]
     assert values(key(2, length(2) + S(b"a") + S(b"b"))) == [SetMembers([b"a", b"b"])]
-    zset3 = length(4) + S(b"a") + b"\x031.5" + S(b"n") + b"\xfd" + S(b"p") + b"\xfe" + S(b"m") + b"\xff"
+    zset3 = (
+        length(4) + S(b"a") + b"\x031.5" + S(b"n") + b"\xfd" + S(b"p") + b"\xfe" + S(b"m") + b"\xff"
+    )
     (z,) = values(key(3, zset3))
     assert isinstance(z, ZSetMembers) and z.items[0] == (b"a", 1.5) and math.isnan(z.items[1][1])
     assert z.items[2:] == [(b"p", math.inf), (b"m", -math.inf)]
@@ -136,7 +152,9 @@ def test_blob_types() -> None:
     assert values(key(9, S(zipmap([(b"f", b"v")])))) == [HashFields([(b"f", b"v")])]
     assert values(key(10, S(ziplist([b"a", 1])))) == [ListItems([b"a", b"1"])]
     assert values(key(11, S(intset([5, -1], 4)))) == [SetMembers([b"-1", b"5"])]
-    assert values(key(12, S(ziplist([b"a", b"2.5", b"b", 3])))) == [ZSetMembers([(b"a", 2.5), (b"b", 3.0)])]
+    assert values(key(12, S(ziplist([b"a", b"2.5", b"b", 3])))) == [
+        ZSetMembers([(b"a", 2.5), (b"b", 3.0)])
+    ]
     assert values(key(13, S(ziplist(pairs)))) == [HashFields([(b"f", b"v"), (b"n", b"12")])]
     assert values(key(16, S(listpack(pairs)))) == [HashFields([(b"f", b"v"), (b"n", b"12")])]
     assert values(key(17, S(listpack([b"a", b"-inf"])))) == [ZSetMembers([(b"a", -math.inf)])]
@@ -163,7 +181,11 @@ def test_quicklists() -> None:
 def _stream(rdb_type: int) -> bytes:
     node_key, lp = stream_node(
         (1000, 0),
-        [((1000, 0), [(b"f", b"1")]), ((1000, 1), [(b"f", b"2")]), ((1005, 0), [(b"g", b"x"), (b"h", b"y")])],
+        [
+            ((1000, 0), [(b"f", b"1")]),
+            ((1000, 1), [(b"f", b"2")]),
+            ((1005, 0), [(b"g", b"x"), (b"h", b"y")]),
+        ],
     )
     body = length(1) + S(node_key) + S(lp) + length(3) + length(1005) + length(0)
     if rdb_type >= 19:
@@ -171,12 +193,19 @@ def _stream(rdb_type: int) -> bytes:
     body += length(1) + S(b"grp") + length(1000) + length(1)
     if rdb_type >= 19:
         body += b"\x81" + b"\xff" * 8  # entries_read UINT64_MAX: unknown
-    body += length(1) + struct.pack(">QQ", 1000, 1) + struct.pack("<q", 1_700_000_000_000) + length(2)
+    body += (
+        length(1) + struct.pack(">QQ", 1000, 1) + struct.pack("<q", 1_700_000_000_000) + length(2)
+    )
     body += length(2) + S(b"alice") + struct.pack("<q", 1_700_000_000_001)
     if rdb_type >= 21:
         body += struct.pack("<q", 1_700_000_000_002)
     body += length(1) + struct.pack(">QQ", 1000, 1)
-    body += S(b"bob") + struct.pack("<q", 5) + (struct.pack("<q", 6) if rdb_type >= 21 else b"") + length(0)
+    body += (
+        S(b"bob")
+        + struct.pack("<q", 5)
+        + (struct.pack("<q", 6) if rdb_type >= 21 else b"")
+        + length(0)
+    )
     return key(rdb_type, body)
 
 
@@ -229,7 +258,11 @@ def test_module_aux_is_skipped_and_module_values_refused() -> None:
         (b"REDIS0012" + b"\xff" + bytes(8), RdbUnsupportedError, "RDB version 12"),
         (b"REDIS0000", RdbUnsupportedError, "version 0"),
         (b"RDB000010", RdbError, "not an RDB"),
-        (rdb(b"\xf4" + length(1)), RdbUnsupportedError, r"opcode 0xf4 \(not written by Redis 7.0\) \(at byte 9\)"),
+        (
+            rdb(b"\xf4" + length(1)),
+            RdbUnsupportedError,
+            r"opcode 0xf4 \(not written by Redis 7.0\) \(at byte 9\)",
+        ),
         (rdb(b"\xf6" + S(b"x")), RdbUnsupportedError, "opcode 0xf6"),
         (rdb(b"\xfe\x00" + key(8, b"")), RdbUnsupportedError, r"value type 8 .* \(at byte 11\)"),
         (rdb(b"\xfe\x00" + key(22, b"")), RdbUnsupportedError, "value type 22"),
@@ -279,7 +312,12 @@ def test_truncation_trailing_data_and_sticky_errors() -> None:
 
 
 def test_byte_by_byte_equals_whole() -> None:
-    body = b"\xfe\x00" + key(0, S(bytes(100_000))) + _stream(19) + key(18, length(1) + length(2) + S(listpack([1])))
+    body = (
+        b"\xfe\x00"
+        + key(0, S(bytes(100_000)))
+        + _stream(19)
+        + key(18, length(1) + length(2) + S(listpack([1])))
+    )
     data = rdb(body, 10)
     whole = parse(data)
     assert parse(data, step=1) == whole
