@@ -108,6 +108,11 @@ class RdbParser:
         """Bytes of the RDB consumed so far."""
         return self._base + self._pos
 
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held: the buffer and the chunks waiting to be joined to it."""
+        return len(self._buf) + self._pending_len
+
     def feed(self, data: bytes) -> None:
         if self._error is not None:
             raise self._error

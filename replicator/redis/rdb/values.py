@@ -82,6 +82,11 @@ def read_len(buf: bytes, p: int, base: int) -> tuple[int, int]:
 
 def read_string(buf: bytes, p: int, base: int) -> tuple[bytes, int]:
     """``rdbGenericLoadStringObject``: raw, int-encoded (as decimal ASCII) or LZF."""
+    if p < len(buf) and buf[p] < 0x40:  # the common case: a raw string under 64 bytes
+        end = p + 1 + buf[p]
+        if end > len(buf):
+            raise Short(end)
+        return buf[p + 1 : end], end
     length, encoded, q = read_len_or_encoding(buf, p, base)
     if encoded:
         if length == 0:
@@ -209,15 +214,30 @@ class Counted(ValueReader):
         if self._left is None:
             self._left, p = read_len(buf, p, base)
             return p, None, self._left == 0
-        start = p
-        item, p = self._element(buf, p, base)
-        self._batch.append(item)
-        self._batch_bytes += p - start
-        self._left -= 1
-        if self._left and len(self._batch) < BATCH_ITEMS and self._batch_bytes < BATCH_BYTES:
+        # as many whole elements as the buffer holds, up to a batch; each is committed
+        # (position, batch) as soon as it is read, so a Short after the first loses nothing
+        element, batch = self._element, self._batch
+        left, size = self._left, self._batch_bytes
+        read_any = False
+        try:
+            while left and len(batch) < BATCH_ITEMS and size < BATCH_BYTES:
+                item, q = element(buf, p, base)
+                batch.append(item)
+                size += q - p
+                p = q
+                left -= 1
+                read_any = True
+        except Short:
+            if not read_any:
+                raise
+            self._left, self._batch_bytes = left, size
             return p, None, False
-        batch, self._batch, self._batch_bytes = self._batch, [], 0
-        return p, self._make(batch), not self._left
+        self._left = left
+        if left and len(batch) < BATCH_ITEMS and size < BATCH_BYTES:
+            self._batch_bytes = size
+            return p, None, False
+        self._batch, self._batch_bytes = [], 0
+        return p, self._make(batch), not left
 
 
 class Blob(ValueReader):

@@ -334,3 +334,25 @@ def test_parser_modules_do_no_io() -> None:
         names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not names & {"socket", "asyncio", "selectors"}, path
+
+
+def test_memory_stays_bounded_for_big_values() -> None:
+    """A 4 MB string, a list of 1000 quicklist nodes (2 MB) and a 20k-member set, fed in
+    64 KiB chunks: the parser never holds more than a few chunks."""
+    node = listpack([b"e" * 60] * 32)
+    body = b"\xfe\x00" + key(0, S(bytes(4 << 20)))
+    body += key(18, length(1000) + (length(2) + S(node)) * 1000)
+    body += key(2, length(20_000) + b"".join(S(b"member-%d" % i) for i in range(20_000)))
+    data = rdb(body, 10)
+    p = RdbParser(verify_checksum=False)
+    peak = items = 0
+    for i in range(0, len(data), 65536):
+        p.feed(data[i : i + 65536])
+        peak = max(peak, p.buffered_bytes)
+        for e in p.events():
+            peak = max(peak, p.buffered_bytes)
+            if isinstance(e, ListItems | SetMembers):
+                items += len(e.items)
+    p.close()
+    assert items == 1000 * 32 + 20_000
+    assert peak <= 3 * 65536
