@@ -7,7 +7,7 @@ checker that ships with redis-server) on the same file (1M keys of mixed types, 
 MB): goal within 10x of its time". Without ``--rdb`` a redis-server 7.0.15 (tests.redis_harness,
 free port, stopped by PID) is filled by server-side Lua, ``--keys`` keys of mixed types:
 strings (int, short, 100-byte compressible = LZF), small lists (quicklist 2), hashes and
-zsets as listpacks and as hashtables/skiplists, intsets and hashtable sets, and streams with
+zsets as listpacks and (one value over 64 bytes) as hashtables/skiplists, intsets and hashtable sets, and streams with
 a consumer group; then SAVE. Each parser runs as its own subprocess reading the file; wall
 time and peak RSS (``ru_maxrss`` of ``os.wait4``) are the child's. Ours reads the file in
 ``--chunk`` pieces and checks the CRC64, as a full sync would. Writes
@@ -48,7 +48,8 @@ for i = start, start + n - 1 do
   elseif m < 13 then
     for j = 1, 6 do redis.call('HSET', k, 'field' .. j, 'val' .. (i + j)) end
   elseif m < 14 then
-    for j = 1, 140 do redis.call('HSET', k, 'f' .. j, i + j) end
+    for j = 1, 30 do redis.call('HSET', k, 'f' .. j, i + j) end
+    redis.call('HSET', k, 'long', string.rep('L', 80) .. i)
   elseif m < 16 then
     for j = 1, 8 do redis.call('ZADD', k, (i % 97) + j / 3, 'member' .. j) end
   elseif m < 17 then
@@ -56,7 +57,8 @@ for i = start, start + n - 1 do
   elseif m < 18 then
     for j = 1, 10 do redis.call('SADD', k, 'm' .. j .. ':' .. i) end
   elseif m < 19 then
-    for j = 1, 150 do redis.call('ZADD', k, j * 1.5, 'z' .. j) end
+    for j = 1, 30 do redis.call('ZADD', k, j * 1.5, 'z' .. j) end
+    redis.call('ZADD', k, i / 7, string.rep('Z', 70) .. i)
   else
     if i % 100 == 19 then
       for j = 1, 20 do redis.call('XADD', k, '*', 'n', j, 'payload', 'p' .. i) end

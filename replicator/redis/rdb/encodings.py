@@ -47,39 +47,40 @@ def lzf_decompress(data: bytes, expected: int, offset: int = 0) -> bytes:
     slice copies; an overlapping reference (distance < length) repeats its period.
     """
     out = bytearray()
-    i = 0
+    i = olen = 0
     n = len(data)
     try:
         while i < n:
             ctrl = data[i]
             i += 1
             if ctrl < 32:
-                run = ctrl + 1
-                if i + run > n:
-                    raise RdbError("LZF literal runs past the compressed data", offset)
-                out += data[i : i + run]
-                i += run
+                ctrl += 1
+                out += data[i : i + ctrl]
+                i += ctrl
+                olen += ctrl
                 continue
             length = ctrl >> 5
             if length == 7:
                 length += data[i]
                 i += 1
             length += 2
-            dist = ((ctrl & 0x1F) << 8) + data[i] + 1
+            start = olen - ((ctrl & 0x1F) << 8) - data[i] - 1
             i += 1
-            start = len(out) - dist
             if start < 0:
                 raise RdbError("LZF back reference before the start of the output", offset)
-            if dist >= length:
+            if olen - start >= length:
                 out += out[start : start + length]
             else:
                 period = out[start:]
-                reps, rest = divmod(length, dist)
+                reps, rest = divmod(length, olen - start)
                 out += period * reps + period[:rest]
+            olen += length
     except IndexError:
         raise RdbError("LZF data ends inside a back reference", offset) from None
-    if len(out) != expected:
-        raise RdbError(f"LZF output is {len(out)} bytes, the header said {expected}", offset)
+    if i != n:
+        raise RdbError("LZF literal runs past the compressed data", offset)
+    if olen != expected:
+        raise RdbError(f"LZF output is {olen} bytes, the header said {expected}", offset)
     return bytes(out)
 
 

@@ -271,3 +271,13 @@ def test_legacy_encodings_load_the_same_in_redis(tmp_path: Path) -> None:
         assert t.execute_command("DEBUG", "DIGEST") == r.execute_command("DEBUG", "DIGEST"), _diff(
             r, t
         )
+
+
+def test_bench_runs_on_a_small_generated_rdb(tmp_path: Path) -> None:
+    from bench import rdb_parse
+
+    report = rdb_parse.main(["--keys", "2000", "--out-dir", str(tmp_path / "results")])
+    assert report["ours"]["keys"] == 2000
+    assert report["ours_without_crc"]["keys"] == 2000
+    assert report["redis_check_rdb"]["seconds"] > 0
+    assert len(list((tmp_path / "results").glob("rdb_parse-*.md"))) == 1
