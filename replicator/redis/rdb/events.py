@@ -1,0 +1,212 @@
+"""The events an RDB parse yields (frozen dataclasses), in the order of the file.
+
+    Header(version)
+    Aux(key, value)*            FunctionLib(code)*            ModuleAux(module, when)*
+    SelectDb(db) ResizeDb(db_size, expires_size)
+    KeyBegin(db, key, kind, ...)  <value events>  KeyEnd(key)      once per key
+    Eof(checksum)
+
+A value never comes whole: it comes as parts, so memory stays bounded however big it is.
+How a value is cut is fixed by the RDB's bytes alone (never by how they were chunked on
+the way in), so any chunking of the input gives the same events:
+
+- string: ``StringPart`` pieces of at most 64 KiB (a compressed or int-encoded string is one);
+- list: ``ListItems`` per quicklist node, or per batch of at most 512 elements / 1 MiB;
+- set / zset / hash: ``SetMembers`` / ``ZSetMembers`` / ``HashFields`` batches the same way
+  (a listpack, intset, ziplist or zipmap blob is one batch);
+- stream: ``StreamEntries`` per listpack node, then one ``StreamMeta`` and one ``StreamGroup``
+  per consumer group (a group and its PEL are held whole).
+
+Elements themselves (one list element, one hash value) are held whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Aux",
+    "Eof",
+    "Event",
+    "FunctionLib",
+    "HashFields",
+    "Header",
+    "KeyBegin",
+    "KeyEnd",
+    "ListItems",
+    "ModuleAux",
+    "PendingEntry",
+    "ResizeDb",
+    "SelectDb",
+    "SetMembers",
+    "StreamConsumer",
+    "StreamEntries",
+    "StreamEntry",
+    "StreamGroup",
+    "StreamId",
+    "StreamMeta",
+    "StringPart",
+    "ZSetMembers",
+]
+
+StreamId = tuple[int, int]
+"""(milliseconds, sequence)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Aux:
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionLib:
+    """One function library (``0xF5``): its source code, as ``FUNCTION LOAD`` takes it."""
+
+    code: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleAux:
+    """A module's aux data (``0xF7``), skipped: its module name and when it was written."""
+
+    module: str
+    when: int
+
+
+@dataclass(frozen=True, slots=True)
+class SelectDb:
+    db: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResizeDb:
+    db_size: int
+    expires_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyBegin:
+    db: int
+    key: bytes
+    kind: str
+    """``string``, ``list``, ``set``, ``zset``, ``hash`` or ``stream``."""
+    rdb_type: int
+    """The RDB type byte (the encoding the value was saved in, e.g. 18 = quicklist 2)."""
+    expire_ms: int | None
+    """Absolute Unix time in milliseconds, or None: no expiry."""
+    lru_idle: int | None
+    """Seconds idle (``0xF8``), written under an LRU ``maxmemory-policy``."""
+    lfu_freq: int | None
+    """The LFU counter (``0xF9``), written under an LFU ``maxmemory-policy``."""
+    offset: int
+    """Byte position of the type byte in the RDB."""
+
+
+@dataclass(frozen=True, slots=True)
+class StringPart:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ListItems:
+    items: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class SetMembers:
+    items: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ZSetMembers:
+    items: list[tuple[bytes, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class HashFields:
+    items: list[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    id: StreamId
+    fields: list[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntries:
+    entries: list[StreamEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMeta:
+    length: int
+    last_id: StreamId
+    first_id: StreamId
+    max_deleted_id: StreamId
+    entries_added: int
+    group_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    id: StreamId
+    delivery_time_ms: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConsumer:
+    name: bytes
+    seen_time_ms: int
+    active_time_ms: int | None
+    """Only in RDB type 21 (Redis 7.2+)."""
+    pending: list[StreamId]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGroup:
+    name: bytes
+    last_id: StreamId
+    entries_read: int
+    """-1 when Redis does not know it (a group created with no reads)."""
+    pending: list[PendingEntry]
+    consumers: list[StreamConsumer] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEnd:
+    key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Eof:
+    checksum: int
+    """The CRC64 trailer; 0 when the server wrote none (``rdbchecksum no``)."""
+
+
+Event = (
+    Header
+    | Aux
+    | FunctionLib
+    | ModuleAux
+    | SelectDb
+    | ResizeDb
+    | KeyBegin
+    | StringPart
+    | ListItems
+    | SetMembers
+    | ZSetMembers
+    | HashFields
+    | StreamEntries
+    | StreamMeta
+    | StreamGroup
+    | KeyEnd
+    | Eof
+)
