@@ -149,6 +149,8 @@ class RdbParser:
             try:
                 self._phase()
             except Short as short:
+                if short.need <= len(self._buf):  # a reader that asks for what it has: never loop
+                    self._fail(RdbError("parser stalled inside a value", self.offset))
                 self._need = self._base + short.need
             except RdbError as err:
                 self._fail(err)
