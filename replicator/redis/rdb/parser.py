@@ -265,10 +265,15 @@ class RdbParser:
             code, p = read_string(buf, p, self._base)
             self._events.append(FunctionLib(code))
         elif op == OP_FUNCTION_PRE_GA:
-            raise RdbUnsupportedError(
-                "opcode 0xf6 (functions as saved by Redis 7.0 release candidates): Redis 7.0 GA refuses it too",
-                self._off(p - 1),
-            )
+            # 7.0-rc1/rc2 format, which 7.0 GA still reads (rdbFunctionLoad): name, engine,
+            # has-description, [description], code; rebuilt as the GA payload "#!engine name=".
+            name, p = read_string(buf, p, self._base)
+            engine, p = read_string(buf, p, self._base)
+            has_desc, p = read_len(buf, p, self._base)
+            if has_desc:
+                _, p = read_string(buf, p, self._base)
+            blob, p = read_string(buf, p, self._base)
+            self._events.append(FunctionLib(b"#!%s name=%s\n%s" % (engine, name, blob)))
         elif op == OP_MODULE_AUX:
             module_id, p = read_len(buf, p, self._base)
             when_op, p = read_len(buf, p, self._base)

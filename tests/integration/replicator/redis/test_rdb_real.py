@@ -228,15 +228,17 @@ def test_flipped_bit_and_checksum_off(tmp_path: Path) -> None:
 
 
 def test_legacy_encodings_load_the_same_in_redis(tmp_path: Path) -> None:
-    """Types 7.0 only reads (1, 3, 9, 10, 12, 13, 14, 15), hand-made: redis-server loads the
-    file, our replay of the same file must give its digest."""
+    """Types 7.0 only reads (1, 3, 9, 10, 12, 13, 14, 15) and a 7.0-rc function (``0xF6``),
+    hand-made: redis-server loads the file, our replay of the same file must give its digest."""
     from tests.unit.replicator.redis.rdb import rdbgen as g
 
     s = g.string
     node_key, lp = g.stream_node(
         (1000, 0), [((1000, 0), [(b"f", b"1")]), ((1001, 5), [(b"g", b"2")])]
     )
-    body = b"\xfe\x00" + b"\xfb" + g.length(12) + g.length(1)
+    code = b"redis.register_function('legacy_fn', function(keys, args) return 2 end)"
+    body = b"\xf6" + s(b"oldlib") + s(b"LUA") + g.length(1) + s(b"7.0-rc format") + s(code)
+    body += b"\xfe\x00" + b"\xfb" + g.length(12) + g.length(1)
     body += b"\x00" + s(b"str:int") + g.int_string(-1234)
     body += (
         b"\xfc"
@@ -271,6 +273,8 @@ def test_legacy_encodings_load_the_same_in_redis(tmp_path: Path) -> None:
         assert t.execute_command("DEBUG", "DIGEST") == r.execute_command("DEBUG", "DIGEST"), _diff(
             r, t
         )
+        assert t.function_list() == r.function_list() != []
+        assert t.fcall("legacy_fn", 0) == r.fcall("legacy_fn", 0) == 2
 
 
 def test_bench_runs_on_a_small_generated_rdb(tmp_path: Path) -> None:
