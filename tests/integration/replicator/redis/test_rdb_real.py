@@ -285,3 +285,32 @@ def test_bench_runs_on_a_small_generated_rdb(tmp_path: Path) -> None:
     assert report["ours_without_crc"]["keys"] == 2000
     assert report["redis_check_rdb"]["seconds"] > 0
     assert len(list((tmp_path / "results").glob("rdb_parse-*.md"))) == 1
+
+
+def test_dump_payloads_decode_to_the_rdb_events(tmp_path: Path) -> None:
+    """Every key's DUMP gives the same value events as the key in the RDB."""
+    from replicator.redis.rdb.dump import parse_dump_payload
+    from replicator.redis.rdb.events import KeyEnd
+
+    with RedisServer(tmp_path, SMALL, name="source") as source:
+        r = source.client()
+        _populate(r, random.Random(5))
+        r.save()
+        events = _parse((source.dir / "dump.rdb").read_bytes(), random.Random(5))
+        by_key: dict[bytes, list[Event]] = {}
+        current: list[Event] | None = None
+        for e in events:
+            if isinstance(e, KeyBegin):
+                current = by_key.setdefault(e.key, []) if e.db == 0 else None
+            elif isinstance(e, KeyEnd):
+                current = None
+            elif current is not None:
+                current.append(e)
+        assert len(by_key) > 20
+        for key, values in by_key.items():
+            decoded = parse_dump_payload(r.dump(key), key)
+            assert decoded[1:-1] == values, key
+        with pytest.raises(RdbChecksumError):
+            payload = bytearray(r.dump(b"s:raw"))
+            payload[3] ^= 1
+            parse_dump_payload(bytes(payload))
