@@ -44,7 +44,7 @@ from replicator.redis.rdb.events import (
     SelectDb,
     StringPart,
 )
-from replicator.redis.rdb.values import Short, read_len, read_string
+from replicator.redis.rdb.values import Short, module_name, read_len, read_string
 
 __all__ = ["MAX_VERSION", "NEED_DATA", "NeedData", "RdbParser"]
 
@@ -63,8 +63,6 @@ OP_EXPIRETIME: Final = 0xFD
 OP_SELECTDB: Final = 0xFE
 OP_EOF: Final = 0xFF
 
-_MODULE_CHARSET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
 
 class NeedData:
     def __repr__(self) -> str:
@@ -72,11 +70,6 @@ class NeedData:
 
 
 NEED_DATA: Final = NeedData()
-
-
-def module_name(module_id: int) -> str:
-    """The 9-character name packed in a 64-bit module id (``moduleTypeNameByID``)."""
-    return "".join(_MODULE_CHARSET[(module_id >> (10 + 6 * (8 - i))) & 63] for i in range(9))
 
 
 class RdbParser:

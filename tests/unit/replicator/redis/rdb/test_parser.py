@@ -35,6 +35,7 @@ from replicator.redis.rdb.events import (
     StringPart,
     ZSetMembers,
 )
+from replicator.redis.rdb.values import MODULE_CHARSET
 from tests.unit.replicator.redis.rdb.rdbgen import (
     int_string,
     intset,
@@ -250,7 +251,7 @@ def test_streams(rdb_type: int) -> None:
 def test_module_aux_is_skipped_and_module_values_refused() -> None:
     module_id = 0
     for ch in "mymodule1":
-        module_id = module_id << 6 | parser_module._MODULE_CHARSET.index(ch)
+        module_id = module_id << 6 | MODULE_CHARSET.index(ch)
     module_id = module_id << 10 | 3
     aux = b"\xf7" + length(module_id) + length(2) + length(2)
     aux += length(1) + length(5) + length(2) + length(7) + length(3) + b"\0" * 4
