@@ -8,6 +8,7 @@ of their contents as Redis commands.
     encodings.py  LZF, listpack, ziplist, intset, zipmap
     crc64.py      Redis's CRC-64 (Jones), the trailer's checksum
     commands.py   events -> replayable commands (argv lists of bounded size)
+    dump.py       DUMP payloads (RESTORE's argument) -> the same events
 """
 
 from replicator.redis.rdb.parser import MAX_VERSION, NEED_DATA, NeedData, RdbParser

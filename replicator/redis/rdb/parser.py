@@ -44,7 +44,7 @@ from replicator.redis.rdb.events import (
     SelectDb,
     StringPart,
 )
-from replicator.redis.rdb.values import Short, read_len, read_string
+from replicator.redis.rdb.values import Short, module_name, read_len, read_string
 
 __all__ = ["MAX_VERSION", "NEED_DATA", "NeedData", "RdbParser"]
 
@@ -63,8 +63,6 @@ OP_EXPIRETIME: Final = 0xFD
 OP_SELECTDB: Final = 0xFE
 OP_EOF: Final = 0xFF
 
-_MODULE_CHARSET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
 
 class NeedData:
     def __repr__(self) -> str:
@@ -72,11 +70,6 @@ class NeedData:
 
 
 NEED_DATA: Final = NeedData()
-
-
-def module_name(module_id: int) -> str:
-    """The 9-character name packed in a 64-bit module id (``moduleTypeNameByID``)."""
-    return "".join(_MODULE_CHARSET[(module_id >> (10 + 6 * (8 - i))) & 63] for i in range(9))
 
 
 class RdbParser:
@@ -149,6 +142,8 @@ class RdbParser:
             try:
                 self._phase()
             except Short as short:
+                if short.need <= len(self._buf):  # a reader that asks for what it has: never loop
+                    self._fail(RdbError("parser stalled inside a value", self.offset))
                 self._need = self._base + short.need
             except RdbError as err:
                 self._fail(err)
@@ -263,10 +258,15 @@ class RdbParser:
             code, p = read_string(buf, p, self._base)
             self._events.append(FunctionLib(code))
         elif op == OP_FUNCTION_PRE_GA:
-            raise RdbUnsupportedError(
-                "opcode 0xf6 (functions as saved by Redis 7.0 release candidates): Redis 7.0 GA refuses it too",
-                self._off(p - 1),
-            )
+            # 7.0-rc1/rc2 format, which 7.0 GA still reads (rdbFunctionLoad): name, engine,
+            # has-description, [description], code; rebuilt as the GA payload "#!engine name=".
+            name, p = read_string(buf, p, self._base)
+            engine, p = read_string(buf, p, self._base)
+            has_desc, p = read_len(buf, p, self._base)
+            if has_desc:
+                _, p = read_string(buf, p, self._base)
+            blob, p = read_string(buf, p, self._base)
+            self._events.append(FunctionLib(b"#!%s name=%s\n%s" % (engine, name, blob)))
         elif op == OP_MODULE_AUX:
             module_id, p = read_len(buf, p, self._base)
             when_op, p = read_len(buf, p, self._base)

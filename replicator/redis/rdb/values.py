@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 from replicator.redis.errors import RdbError, RdbUnsupportedError
 from replicator.redis.rdb import encodings
@@ -38,6 +38,14 @@ BATCH_BYTES: Final = 1 << 20
 
 _BE32: Final = struct.Struct(">I")
 _BE64: Final = struct.Struct(">Q")
+
+
+MODULE_CHARSET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def module_name(module_id: int) -> str:
+    """The 9-character name packed in a 64-bit module id (``moduleTypeNameByID``)."""
+    return "".join(MODULE_CHARSET[(module_id >> (10 + 6 * (8 - i))) & 63] for i in range(9))
 
 
 class Short(Exception):
@@ -292,8 +300,6 @@ class Module(ValueReader):
     kind = "module"
 
     def step(self, buf: bytes, p: int, base: int) -> tuple[int, Event | None, bool]:
-        from replicator.redis.rdb.parser import module_name
-
         module_id, _ = read_len(buf, p, base)
         raise RdbUnsupportedError(
             f"a value of module type {module_name(module_id)!r} (module id {module_id:#x}): "
@@ -321,17 +327,29 @@ def _stream(rdb_type: int) -> ValueReader:
     return StreamReader(rdb_type)
 
 
+def _list(items: list[object]) -> Event:
+    return ListItems(cast(list[bytes], items))
+
+
 def _set(items: list[object]) -> Event:
-    return SetMembers(items)  # type: ignore[arg-type]
+    return SetMembers(cast(list[bytes], items))
+
+
+def _zset(items: list[object]) -> Event:
+    return ZSetMembers(cast(list[tuple[bytes, float]], items))
+
+
+def _hash(items: list[object]) -> Event:
+    return HashFields(cast(list[tuple[bytes, bytes]], items))
 
 
 _READERS: dict[int, Callable[[], ValueReader]] = {
     0: lambda: StringValue(),
-    1: lambda: Counted("list", _one, lambda b: ListItems(b)),  # type: ignore[arg-type]
+    1: lambda: Counted("list", _one, _list),
     2: lambda: Counted("set", _one, _set),
-    3: lambda: Counted("zset", _zset_text, lambda b: ZSetMembers(b)),  # type: ignore[arg-type]
-    4: lambda: Counted("hash", _pair, lambda b: HashFields(b)),  # type: ignore[arg-type]
-    5: lambda: Counted("zset", _zset_binary, lambda b: ZSetMembers(b)),  # type: ignore[arg-type]
+    3: lambda: Counted("zset", _zset_text, _zset),
+    4: lambda: Counted("hash", _pair, _hash),
+    5: lambda: Counted("zset", _zset_binary, _zset),
     6: Module,
     7: Module,
     9: lambda: Blob(

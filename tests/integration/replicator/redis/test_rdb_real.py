@@ -228,15 +228,17 @@ def test_flipped_bit_and_checksum_off(tmp_path: Path) -> None:
 
 
 def test_legacy_encodings_load_the_same_in_redis(tmp_path: Path) -> None:
-    """Types 7.0 only reads (1, 3, 9, 10, 12, 13, 14, 15), hand-made: redis-server loads the
-    file, our replay of the same file must give its digest."""
+    """Types 7.0 only reads (1, 3, 9, 10, 12, 13, 14, 15) and a 7.0-rc function (``0xF6``),
+    hand-made: redis-server loads the file, our replay of the same file must give its digest."""
     from tests.unit.replicator.redis.rdb import rdbgen as g
 
     s = g.string
     node_key, lp = g.stream_node(
         (1000, 0), [((1000, 0), [(b"f", b"1")]), ((1001, 5), [(b"g", b"2")])]
     )
-    body = b"\xfe\x00" + b"\xfb" + g.length(12) + g.length(1)
+    code = b"redis.register_function('legacy_fn', function(keys, args) return 2 end)"
+    body = b"\xf6" + s(b"oldlib") + s(b"LUA") + g.length(1) + s(b"7.0-rc format") + s(code)
+    body += b"\xfe\x00" + b"\xfb" + g.length(12) + g.length(1)
     body += b"\x00" + s(b"str:int") + g.int_string(-1234)
     body += (
         b"\xfc"
@@ -271,6 +273,8 @@ def test_legacy_encodings_load_the_same_in_redis(tmp_path: Path) -> None:
         assert t.execute_command("DEBUG", "DIGEST") == r.execute_command("DEBUG", "DIGEST"), _diff(
             r, t
         )
+        assert t.function_list() == r.function_list() != []
+        assert t.fcall("legacy_fn", 0) == r.fcall("legacy_fn", 0) == 2
 
 
 def test_bench_runs_on_a_small_generated_rdb(tmp_path: Path) -> None:
@@ -281,3 +285,32 @@ def test_bench_runs_on_a_small_generated_rdb(tmp_path: Path) -> None:
     assert report["ours_without_crc"]["keys"] == 2000
     assert report["redis_check_rdb"]["seconds"] > 0
     assert len(list((tmp_path / "results").glob("rdb_parse-*.md"))) == 1
+
+
+def test_dump_payloads_decode_to_the_rdb_events(tmp_path: Path) -> None:
+    """Every key's DUMP gives the same value events as the key in the RDB."""
+    from replicator.redis.rdb.dump import parse_dump_payload
+    from replicator.redis.rdb.events import KeyEnd
+
+    with RedisServer(tmp_path, SMALL, name="source") as source:
+        r = source.client()
+        _populate(r, random.Random(5))
+        r.save()
+        events = _parse((source.dir / "dump.rdb").read_bytes(), random.Random(5))
+        by_key: dict[bytes, list[Event]] = {}
+        current: list[Event] | None = None
+        for e in events:
+            if isinstance(e, KeyBegin):
+                current = by_key.setdefault(e.key, []) if e.db == 0 else None
+            elif isinstance(e, KeyEnd):
+                current = None
+            elif current is not None:
+                current.append(e)
+        assert len(by_key) > 20
+        for key, values in by_key.items():
+            decoded = parse_dump_payload(r.dump(key), key)
+            assert decoded[1:-1] == values, key
+        with pytest.raises(RdbChecksumError):
+            payload = bytearray(r.dump(b"s:raw"))
+            payload[3] ^= 1
+            parse_dump_payload(bytes(payload))

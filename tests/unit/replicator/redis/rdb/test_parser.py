@@ -35,6 +35,7 @@ from replicator.redis.rdb.events import (
     StringPart,
     ZSetMembers,
 )
+from replicator.redis.rdb.values import MODULE_CHARSET
 from tests.unit.replicator.redis.rdb.rdbgen import (
     int_string,
     intset,
@@ -95,6 +96,16 @@ def test_header_aux_select_resize_and_eof() -> None:
             Eof(struct.unpack("<Q", data[-8:])[0]),
         ]
     )
+
+
+def test_pre_ga_functions_become_the_ga_payload() -> None:
+    code = b"redis.register_function('f', function() return 1 end)"
+    with_desc = b"\xf6" + S(b"lib") + S(b"lua") + length(1) + S(b"a description") + S(code)
+    without = b"\xf6" + S(b"lib2") + S(b"lua") + length(0) + S(code)
+    assert [e for e in parse(rdb(with_desc + without, 10)) if isinstance(e, FunctionLib)] == [
+        FunctionLib(b"#!lua name=lib\n" + code),
+        FunctionLib(b"#!lua name=lib2\n" + code),
+    ]
 
 
 def test_expiry_idle_and_freq() -> None:
@@ -240,7 +251,7 @@ def test_streams(rdb_type: int) -> None:
 def test_module_aux_is_skipped_and_module_values_refused() -> None:
     module_id = 0
     for ch in "mymodule1":
-        module_id = module_id << 6 | parser_module._MODULE_CHARSET.index(ch)
+        module_id = module_id << 6 | MODULE_CHARSET.index(ch)
     module_id = module_id << 10 | 3
     aux = b"\xf7" + length(module_id) + length(2) + length(2)
     aux += length(1) + length(5) + length(2) + length(7) + length(3) + b"\0" * 4
@@ -263,7 +274,6 @@ def test_module_aux_is_skipped_and_module_values_refused() -> None:
             RdbUnsupportedError,
             r"opcode 0xf4 \(not written by Redis 7.0\) \(at byte 9\)",
         ),
-        (rdb(b"\xf6" + S(b"x")), RdbUnsupportedError, "opcode 0xf6"),
         (rdb(b"\xfe\x00" + key(8, b"")), RdbUnsupportedError, r"value type 8 .* \(at byte 11\)"),
         (rdb(b"\xfe\x00" + key(22, b"")), RdbUnsupportedError, "value type 22"),
         (rdb(b"\xfe\x00" + key(0, b"\xc4")), RdbError, "string encoding 4"),
