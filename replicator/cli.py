@@ -61,6 +61,41 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     s.add_argument("--job", default="", metavar="NAME")
     s.set_defaults(run=run_status)
 
+    r = sub.add_parser(
+        "redis",
+        parents=[common],
+        help="pose as a Redis replica and stream every write into a RocketMQ topic",
+        description="Run one worker of a Redis replication job until SIGINT/SIGTERM. Several"
+        " workers of one --job may run: one is active (metaledger lease), the others wait and"
+        " take over from the job's checkpoint.",
+    )
+    r.add_argument(
+        "--source",
+        required=True,
+        metavar="URL",
+        help="redis://[[user]:password@]host[:port] (password also from $REDISCLI_AUTH)",
+    )
+    r.add_argument("--topic", required=True, help="the RocketMQ topic (create it first)")
+    r.add_argument("--job", required=True, metavar="NAME", help="the job: lease and checkpoint")
+    r.add_argument("--worker", default="", help="this worker's name (default host:pid)")
+    r.add_argument(
+        "--sink",
+        choices=("rocketmq", "wheel", "file"),
+        default="rocketmq",
+        help="rocketmq (default: the project's producer), wheel (the rocketmq C++ client, needs"
+        " --namesrv) or file (JSON lines, --sink-file or stdout; debugging)",
+    )
+    r.add_argument("--sink-file", default=None, metavar="PATH")
+    r.add_argument("--namesrv", default=None, metavar="HOST:PORT")
+    r.add_argument("--lease-ttl", type=int, default=10, metavar="SECONDS")
+    r.add_argument("--spool-dir", default=None, metavar="DIR", help="where a backlog spills")
+    r.add_argument("--spool-memory-mb", type=int, default=64, metavar="MB")
+    r.add_argument("--max-in-flight", type=int, default=4096, metavar="N")
+    r.add_argument("--no-capa-eof", action="store_true", help="ask for disk-style RDB transfers")
+    r.add_argument("--no-capa-psync2", action="store_true")
+    r.add_argument("--log-level", default="INFO")
+    r.set_defaults(run=run_redis)
+
 
 def run_status(args: argparse.Namespace) -> int:
     from nameserver.client import Client, ClientError
@@ -83,6 +118,68 @@ def run_status(args: argparse.Namespace) -> int:
     if args.job and not docs:
         print(f"metaledger: replicate status: no running job {args.job!r}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    return EXIT_OK
+
+
+def run_redis(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    from replicator.redis.errors import ConfigError
+    from replicator.redis.replicator import (
+        RedisReplicator,
+        RedisReplicatorConfig,
+        parse_source,
+    )
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = RedisReplicatorConfig(
+            source=parse_source(args.source),
+            topic=args.topic,
+            job=args.job,
+            endpoints=endpoints_of(args),
+            lease_ttl_s=args.lease_ttl,
+            spool_dir=args.spool_dir,
+            spool_memory_bytes=args.spool_memory_mb * 1024 * 1024,
+            max_in_flight=args.max_in_flight,
+            capa_eof=not args.no_capa_eof,
+            capa_psync2=not args.no_capa_psync2,
+            sink=args.sink,
+            sink_path=args.sink_file,
+            namesrv=args.namesrv,
+        )
+        if args.worker:
+            config.worker = args.worker
+        config.validate()
+    except ConfigError as exc:
+        print(f"metaledger: replicate redis: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        replicator = RedisReplicator(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, replicator.stop)
+        print(
+            f"replicating {config.source} to topic {config.topic} as job {config.job}"
+            f" (worker {config.worker})",
+            file=sys.stderr,
+            flush=True,
+        )
+        await replicator.run()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except KeyboardInterrupt:
+        pass
     return EXIT_OK
 
 

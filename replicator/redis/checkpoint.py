@@ -98,6 +98,8 @@ class Boundary:
     outstanding: int
     #: an open boundary (a full sync's snapshot, still being parsed) is never safe
     sealed: bool = True
+    #: when the caller added it (its clock; the replication lag in seconds is its age)
+    at: float = 0.0
 
 
 class Watermark:
@@ -116,7 +118,9 @@ class Watermark:
         self._safe = start
         self._pending: deque[Boundary] = deque()
 
-    def add(self, checkpoint: Checkpoint, messages: int, sealed: bool = True) -> Boundary:
+    def add(
+        self, checkpoint: Checkpoint, messages: int, sealed: bool = True, at: float = 0.0
+    ) -> Boundary:
         """A new boundary after every earlier one, with ``messages`` to confirm before it.
         An unsealed one (a snapshot still being sent) takes more with :meth:`grow` and
         counts only after :meth:`seal`."""
@@ -125,7 +129,7 @@ class Watermark:
         last = self._pending[-1].checkpoint if self._pending else self._safe
         if checkpoint.position < last.position:
             raise ValueError(f"boundary {checkpoint} is before {last}")
-        b = Boundary(checkpoint, messages, sealed)
+        b = Boundary(checkpoint, messages, sealed, at)
         self._pending.append(b)
         self._advance()
         return b
@@ -159,6 +163,10 @@ class Watermark:
 
     def safe(self) -> Checkpoint:
         return self._safe
+
+    def oldest_pending_at(self) -> float | None:
+        """``at`` of the oldest boundary not yet safe (None when everything is)."""
+        return self._pending[0].at if self._pending else None
 
     @property
     def pending(self) -> int:

@@ -9,63 +9,16 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from broker.remoting.client import RemotingClient
-from broker.store import StoredMessage, decode
-from broker.store.message import peek_total
 from nameserver.client import Client
-from nameserver.client.routing import QueueData
 from replicator.sinks.base import OutMessage, Sink
 from replicator.sinks.errors import QueueFailed, SinkError
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
-from tests.harness import Cluster
-from tests.integration.broker.conftest import BrokerProcess, wait_for
+from tests.integration.replicator.broker_env import QUEUES, Env, pull_all
 
 pytestmark = [pytest.mark.integration]
-QUEUES = 4
-
-
-@dataclass
-class Env:
-    root: Path
-    node: Cluster
-    broker: BrokerProcess
-    client: Client
-
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.node.nodes[0].remoting_port}"
-
-    def topic(self, name: str) -> str:
-        self.client.route_topic_create(name, [QueueData("broker-a", QUEUES, QUEUES, 6)])
-        return name
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    root = tmp_path_factory.mktemp("sinks")
-    node = Cluster(root / "node", n=1)
-    broker = None
-    try:
-        node.wait_ready(30)
-        broker = BrokerProcess(root, node.endpoints, "broker-a")
-        with Client(node.endpoints, timeout_s=10) as client:
-            wait_for(
-                "broker-a registered",
-                lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
-            )
-            yield Env(root, node, broker, client)
-    finally:
-        if broker is not None:
-            code = broker.stop()
-            print(broker.log_tail())
-            assert code in (0, None), f"broker exited {code}"
-        node.close()
 
 
 def messages(topic: str, n: int) -> list[OutMessage]:
@@ -75,33 +28,6 @@ def messages(topic: str, n: int) -> list[OutMessage]:
         props = {"REDIS_START": str(i), "REDIS_DB": str(i % 16), "note": "δ ünïcode ✓"}
         out.append(OutMessage(topic, i % QUEUES, body, "SET", f"key-{i} k2", props, i + 1))
     return out
-
-
-def pull_all(addr: str, topic: str, queue: int) -> list[StoredMessage]:
-    async def go() -> list[StoredMessage]:
-        host, _, port = addr.rpartition(":")
-        c = await RemotingClient.connect(host, int(port))
-        out: list[StoredMessage] = []
-        offset = 0
-        try:
-            while True:
-                r = await c.request(11, {
-                    "consumerGroup": "inspect", "topic": topic, "queueId": queue,
-                    "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0,
-                    "suspendTimeoutMillis": 0, "subVersion": 0, "subscription": "*"})  # fmt: skip
-                if r.code != 0:
-                    assert r.code in (19, 20, 21), (r.code, r.remark)
-                    return out
-                pos = 0
-                while pos < len(r.body):
-                    total, _ = peek_total(r.body, pos)
-                    out.append(decode(r.body[pos : pos + total]))
-                    pos += total
-                offset = int(r.ext_fields["nextBeginOffset"])
-        finally:
-            await c.close()
-
-    return asyncio.run(go())
 
 
 async def send_all(sink: Sink, msgs: list[OutMessage]) -> list[BaseException | None]:

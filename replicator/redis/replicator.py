@@ -1,0 +1,492 @@
+"""The Redis replicator: one process of a job, active while it holds the job's lease.
+
+Everything else in this package is sans-I/O or a thin driver; this module wires them::
+
+    ReplicaLink (driver.py: socket, ACK clock, event spool)
+      └─ events ─▶ RdbParser + CommandReplay (rdb/)  ─┐
+                   EventBuilder (events.py, routing) ◀┘─▶ OutMessages ─▶ Sink.submit
+    Watermark (checkpoint.py) ◀── confirmations ──┘
+      ├─▶ the ACK clock's confirmed offset (what the master sees)
+      └─▶ CheckpointStore.commit (metaledger Offsets, fenced by the ActiveRole's lease)
+
+One pass of :meth:`RedisReplicator.run_active` lasts while the link, the sink and the lease
+hold; any failure (a send the sink gave up on, a broken link, a protocol error, the lease
+lost) ends it, and the next pass starts again from the last *committed* checkpoint: PSYNC
+``replid offset+1`` (``+CONTINUE``: the stream resumes at a command boundary outside any
+transaction, in the checkpoint's db) or a full sync with SNAPSHOT markers. Messages sent after
+the checkpoint and before the failure are sent again: duplicates only within the in-flight
+window, never a gap (issue 18 item 4).
+
+The checkpoint's ``generation`` counts full syncs, so a new history (a master restarted after
+kill -9, a backlog overflow) still moves the stored position forward (checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from nameserver.client import Client
+from nameserver.client.errors import ClientError, LeaseLost
+from replicator.lease import ActiveRole, Fence
+from replicator.redis.checkpoint import Boundary, Checkpoint, CheckpointStore, Watermark
+from replicator.redis.commands import CommandTable, snapshot
+from replicator.redis.driver import ReplicaLink
+from replicator.redis.errors import ConfigError, RedisReplicatorError
+from replicator.redis.events import Batch, EventBuilder
+from replicator.redis.protocol import (
+    Continue,
+    Event,
+    FullSync,
+    RdbChunk,
+    RdbEnd,
+    ReplicaConfig,
+    StreamCommand,
+)
+from replicator.redis.rdb import NeedData, RdbParser
+from replicator.redis.rdb.commands import CommandReplay
+from replicator.sinks.base import OutMessage, Sink
+from replicator.sinks.errors import SinkError
+from replicator.status import StatusPublisher
+
+__all__ = ["RedisReplicator", "RedisReplicatorConfig", "Source", "parse_source"]
+
+log = logging.getLogger(__name__)
+
+#: before the first full sync there is no history: its replid is a placeholder, never stored
+NO_REPLID = "?"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = None
+
+    def __str__(self) -> str:
+        return f"redis://{self.host}:{self.port}"
+
+
+def parse_source(url: str) -> Source:
+    """``redis://[[user]:password@]host[:port]`` (the password also from ``$REDISCLI_AUTH``)."""
+    parts = urlsplit(url)
+    if parts.scheme != "redis":
+        raise ConfigError("source", f"{url!r}: only redis:// URLs (rediss:// is not supported)")
+    if not parts.hostname:
+        raise ConfigError("source", f"{url!r} has no host")
+    try:
+        port = parts.port or 6379
+    except ValueError as exc:
+        raise ConfigError("source", f"{url!r}: {exc}") from None
+    password = unquote(parts.password) if parts.password else os.environ.get("REDISCLI_AUTH")
+    username = unquote(parts.username) if parts.username else None
+    if username and not password:
+        raise ConfigError("source", "an ACL user needs a password")
+    return Source(parts.hostname, port, username, password)
+
+
+@dataclass
+class RedisReplicatorConfig:
+    source: Source
+    topic: str
+    job: str
+    endpoints: list[str]
+    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    capa_eof: bool = True
+    capa_psync2: bool = True
+    lease_ttl_s: int = 10
+    commit_interval_s: float = 0.2
+    status_interval_s: float = 1.0
+    retry_delay_s: float = 1.0
+    spool_dir: str | None = None
+    spool_memory_bytes: int = 64 * 1024 * 1024
+    read_timeout_s: float = 60.0
+    client_timeout_s: float = 10.0
+    sink: Literal["rocketmq", "wheel", "file"] = "rocketmq"
+    sink_path: str | None = None  # the file sink's file (None: stdout)
+    namesrv: str | None = None  # the wheel sink's nameserver (a metaledger remoting port)
+    max_in_flight: int = 4096
+
+    def validate(self) -> None:
+        if not self.topic:
+            raise ConfigError("topic", "is empty")
+        if not self.job or "/" in self.job:
+            raise ConfigError("job", f"{self.job!r}: a non-empty name without '/'")
+        if self.lease_ttl_s < 2:
+            raise ConfigError("lease_ttl_s", "at least 2 seconds")
+        if self.max_in_flight < 1:
+            raise ConfigError("max_in_flight", "at least 1")
+        if self.sink == "wheel" and not self.namesrv:
+            raise ConfigError("namesrv", "the wheel sink needs the nameserver's HOST:PORT")
+
+
+class _Restart(Exception):
+    """This pass is over; the next one starts from the committed checkpoint."""
+
+
+class RedisReplicator:
+    """``await run()`` until ``stop()``: campaign, then replicate while active."""
+
+    def __init__(
+        self,
+        config: RedisReplicatorConfig,
+        sink_factory: Callable[[RedisReplicatorConfig, Client], Sink] | None = None,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self._sink_factory = sink_factory or make_sink
+        self._stop = asyncio.Event()
+        self.client = Client(config.endpoints, timeout_s=config.client_timeout_s)
+        self.role = ActiveRole(
+            self.client, "redis", config.job, config.worker, ttl_s=config.lease_ttl_s
+        )
+        self.store = CheckpointStore(self.client, config.job)
+        self.status = StatusPublisher(self.client, "redis", config.job)
+        self.passes = 0
+        self.last_error: str | None = None
+        # the current pass's parts (None between passes)
+        self._pass: _Pass | None = None
+
+    async def run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                fence = await self._campaign()
+                if fence is None:
+                    return
+                try:
+                    self.passes += 1
+                    await self._active_pass(fence)
+                except (_Restart, LeaseLost, RedisReplicatorError, SinkError, ClientError) as exc:
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    log.warning("replication pass %d ended: %s", self.passes, self.last_error)
+                except (OSError, TimeoutError) as exc:
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    log.warning("replication pass %d ended: %s", self.passes, self.last_error)
+                if not self.role.active:
+                    await asyncio.to_thread(self.role.release)
+                if not self._stop.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), self.config.retry_delay_s)
+        finally:
+            await asyncio.to_thread(self.role.release)
+            self.client.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._pass is not None:
+            self._pass.fail(_Restart("stopping"))
+
+    async def _campaign(self) -> Fence | None:
+        """Until this worker is the active one (or stop)."""
+        if self.role.active:
+            return self.role.fence
+        log.info("worker %s campaigns for job %s", self.config.worker, self.config.job)
+        task = asyncio.create_task(asyncio.to_thread(self.role.acquire))
+        stop = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not task.done():
+            # the campaign blocks in gRPC: it ends when this worker wins or the client closes
+            self.client.close()
+            with contextlib.suppress(BaseException):
+                await task
+            return None
+        fence = task.result()
+        log.info("worker %s is active for job %s", self.config.worker, self.config.job)
+        return fence
+
+    async def _active_pass(self, fence: Fence) -> None:
+        cfg = self.config
+        cp = await asyncio.to_thread(self.store.load)
+        table = await asyncio.to_thread(load_command_table, cfg.source)
+        sink = self._sink_factory(cfg, self.client)
+        await sink.start()
+        p = _Pass(self, fence, cp, sink, table)
+        self._pass = p
+        try:
+            await p.run()
+        finally:
+            self._pass = None
+            await p.close()
+
+
+def load_command_table(source: Source) -> CommandTable:
+    """The source's own command table (modules' commands included), else the 7.0.15 one."""
+    import redis
+
+    try:
+        r = redis.Redis(
+            host=source.host,
+            port=source.port,
+            username=source.username,
+            password=source.password,
+            socket_timeout=5,
+        )
+        try:
+            return CommandTable.from_server(r)
+        finally:
+            r.close()
+    except Exception as exc:  # no COMMAND permission, an older server: the snapshot
+        log.warning("COMMAND DOCS from %s failed (%s): using the 7.0.15 table", source, exc)
+        return snapshot()
+
+
+def make_sink(config: RedisReplicatorConfig, client: Client) -> Sink:
+    if config.sink == "file":
+        from replicator.sinks.file import FileSink
+
+        return FileSink(config.sink_path, {config.topic: 1})
+    if config.sink == "wheel":
+        from replicator.sinks.wheel import WheelSink, WheelSinkConfig
+
+        assert config.namesrv is not None
+        return WheelSink(WheelSinkConfig(namesrv=config.namesrv, topics=(config.topic,)), client)
+    from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
+
+    return RocketMQSink(
+        RocketMQSinkConfig(topics=(config.topic,), max_in_flight=config.max_in_flight), client
+    )
+
+
+class _Pass:
+    """One active pass: the link, the builder, the watermark; ends at the first failure."""
+
+    def __init__(
+        self,
+        owner: RedisReplicator,
+        fence: Fence,
+        cp: Checkpoint | None,
+        sink: Sink,
+        table: CommandTable,
+    ) -> None:
+        cfg = owner.config
+        self.owner = owner
+        self.fence = fence
+        self.sink = sink
+        self.start_cp = cp
+        start = cp or Checkpoint(NO_REPLID, 0)
+        self.generation = start.generation
+        self.replid = start.replid  # the history the link is in now
+        self.watermark = Watermark(start)
+        self.builder = EventBuilder(
+            cfg.topic, sink.queue_count(cfg.topic), start.replid, start.db, start.offset, table
+        )
+        self.link = ReplicaLink(
+            cfg.source.host,
+            cfg.source.port,
+            self.on_event,
+            self.confirmed_offset,
+            ReplicaConfig(
+                password=cfg.source.password,
+                username=cfg.source.username,
+                capa_eof=cfg.capa_eof,
+                capa_psync2=cfg.capa_psync2,
+                resume=None if cp is None else (cp.replid, cp.offset),
+            ),
+            read_timeout_s=cfg.read_timeout_s,
+            spool_dir=cfg.spool_dir,
+            spool_memory_bytes=cfg.spool_memory_bytes,
+        )
+        self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commit_now = asyncio.Event()
+        self._rdb: RdbParser | None = None
+        self._replay: CommandReplay | None = None
+        self._rdb_db = 0
+        self._snapshot: Boundary | None = None
+        self.rdb_bytes = 0
+        self.rdb_size: int | None = None
+        self.sent = 0
+        self.confirmed = 0
+        self.full_syncs = 0
+        self.continues = 0
+
+    # ---- the ACK clock's view --------------------------------------------------------
+
+    def confirmed_offset(self) -> int:
+        """The confirmed offset in the link's current history (0 before anything of it)."""
+        safe = self.watermark.safe()
+        if safe.replid != self.replid or safe.generation != self.generation:
+            return 0
+        return safe.offset
+
+    # ---- events ----------------------------------------------------------------------
+
+    async def on_event(self, event: Event) -> None:
+        if isinstance(event, StreamCommand):
+            await self._emit(self.builder.on_command(event.argv, event.start, event.end))
+        elif isinstance(event, RdbChunk):
+            await self._rdb_feed(event.data)
+        elif isinstance(event, FullSync):
+            await self._full_sync(event)
+        elif isinstance(event, RdbEnd):
+            await self._rdb_end()
+        elif isinstance(event, Continue):
+            self.continues += 1
+            if event.replid:
+                # PSYNC2: the same history under a new id; persist it at once
+                self.builder.on_continue(self.builder.boundary, self.builder.db, event.replid)
+                self.watermark.rename(event.replid)
+                self.replid = event.replid
+                self._commit_now.set()
+            log.info("partial resync: +CONTINUE (replid %s)", self.replid)
+        # RdbBegin, GetAck: nothing to do here (the driver answered GETACK)
+
+    async def _full_sync(self, event: FullSync) -> None:
+        self.full_syncs += 1
+        log.info("full sync: replid %s offset %d", event.replid, event.offset)
+        if self.start_cp is not None or self.full_syncs > 1 or self.replid != NO_REPLID:
+            self.generation += 1
+        self.replid = event.replid
+        self._snapshot = self.watermark.add(
+            Checkpoint(event.replid, event.offset, 0, self.generation), 0, sealed=False
+        )
+        self._rdb, self._replay, self._rdb_db = RdbParser(), CommandReplay(), 0
+        self.rdb_bytes = 0
+        await self._emit(self.builder.begin_snapshot(event.replid, event.offset))
+
+    async def _rdb_feed(self, data: bytes) -> None:
+        assert self._rdb is not None and self._replay is not None
+        self.rdb_bytes += len(data)
+        self._rdb.feed(data)
+        await self._rdb_drain()
+
+    async def _rdb_drain(self) -> None:
+        assert self._rdb is not None and self._replay is not None
+        while not isinstance(ev := self._rdb.next_event(), NeedData):
+            for argv in self._replay.commands(ev):
+                if argv[0] == b"SELECT":
+                    self._rdb_db = int(argv[1])
+                    continue
+                await self._emit(self.builder.snapshot_entry(self._rdb_db, argv))
+
+    async def _rdb_end(self) -> None:
+        assert self._rdb is not None and self._snapshot is not None
+        self._rdb.close()
+        await self._rdb_drain()
+        await self._emit(self.builder.end_snapshot())
+        self.watermark.seal(self._snapshot)
+        self._snapshot, self._rdb, self._replay = None, None, None
+        self._commit_now.set()
+
+    async def _emit(self, batch: Batch) -> None:
+        if self._failed.done():
+            self._failed.result()  # raises why the pass failed
+        if batch.boundary >= 0 and self._snapshot is None:
+            cp = Checkpoint(batch.replid, batch.boundary, batch.db, self.generation)
+            boundary = self.watermark.add(cp, len(batch.messages), at=time.monotonic())
+        else:
+            assert self._snapshot is not None, "a batch without a checkpoint outside a snapshot"
+            boundary = self._snapshot
+            self.watermark.grow(boundary, len(batch.messages))
+        for msg in batch.messages:
+            await self._send(msg, boundary)
+
+    async def _send(self, msg: OutMessage, boundary: Boundary) -> None:
+        self.owner.role.check()  # a worker that lost its lease sends nothing more
+        future = await self.sink.submit(msg)
+        self.sent += 1
+        future.add_done_callback(lambda f: self._confirmed(f, boundary))
+
+    def _confirmed(self, future: asyncio.Future[None], boundary: Boundary) -> None:
+        if future.cancelled():
+            self.fail(_Restart("a send was cancelled"))
+            return
+        error = future.exception()
+        if error is not None:
+            self.fail(error)
+            return
+        self.confirmed += 1
+        self.watermark.confirm(boundary)
+
+    def fail(self, error: BaseException) -> None:
+        if not self._failed.done():
+            self._failed.set_exception(error)
+
+    # ---- the pass --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self.link.run(), name="redis-link"),
+            asyncio.create_task(self._committer(), name="redis-checkpoint"),
+            asyncio.create_task(self._publisher(), name="redis-status"),
+        ]
+        self._failed.add_done_callback(lambda f: f.exception())  # retrieved: no warning
+        try:
+            waiter = asyncio.ensure_future(self._failed)
+            done, _ = await asyncio.wait({*tasks, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            for t in tasks:
+                if t in done:
+                    exc = t.exception()
+                    raise exc if exc is not None else _Restart(f"{t.get_name()} ended")
+            self._failed.result()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            # what is confirmed by now is safe to keep (if this worker still may)
+            with contextlib.suppress(LeaseLost, ClientError):
+                await self._commit()
+
+    async def close(self) -> None:
+        await self.link.close()
+        await self.sink.close()
+
+    async def _committer(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._commit_now.wait(), self.owner.config.commit_interval_s)
+            self._commit_now.clear()
+            await self._commit()
+
+    async def _commit(self) -> None:
+        safe = self.watermark.safe()
+        if safe.replid == NO_REPLID or safe == self.owner.store.committed:
+            return
+        self.owner.role.check()
+        await asyncio.to_thread(
+            self.owner.store.commit, safe, self.fence.lease_id, self.fence.token
+        )
+
+    async def _publisher(self) -> None:
+        while True:
+            status = self.status()
+            ok = await asyncio.to_thread(self.owner.status.publish, self.fence, status)
+            if not ok:
+                raise LeaseLost(f"job {self.owner.config.job} has another active worker")
+            await asyncio.sleep(self.owner.config.status_interval_s)
+
+    def status(self) -> dict[str, Any]:
+        safe = self.watermark.safe()
+        committed = self.owner.store.committed
+        parsed = self.link.protocol.offset
+        oldest = self.watermark.oldest_pending_at()
+        return {
+            "worker": self.owner.config.worker,
+            "source": str(self.owner.config.source),
+            "topic": self.owner.config.topic,
+            "replid": self.replid,
+            "phase": self.link.protocol.phase.value,
+            "parsed_offset": parsed,
+            "confirmed_offset": safe.offset if safe.replid == self.replid else 0,
+            "acked_offset": self.link.acked,
+            "checkpoint_offset": committed.offset if committed else None,
+            "lag_bytes": max(parsed - safe.offset, 0) if safe.replid == self.replid else parsed,
+            "lag_s": round(time.monotonic() - oldest, 3) if oldest is not None else 0.0,
+            "rdb_bytes": self.rdb_bytes,
+            "sent": self.sent,
+            "confirmed": self.confirmed,
+            "in_flight": self.sent - self.confirmed,
+            "spooled_bytes": self.link.spooled_bytes,
+            "full_syncs": self.full_syncs,
+            "passes": self.owner.passes,
+            "last_error": self.owner.last_error,
+        }

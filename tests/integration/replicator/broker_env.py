@@ -1,0 +1,87 @@
+"""A real metaledger node with one real ``metaledger broker`` registered in it: what the
+replicators' integration tests send into and read back from (PULL, byte for byte)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from broker.remoting.client import RemotingClient
+from broker.store import StoredMessage, decode
+from broker.store.message import peek_total
+from nameserver.client import Client
+from nameserver.client.routing import QueueData
+from tests.harness import Cluster
+from tests.integration.broker.conftest import BrokerProcess, wait_for
+
+QUEUES = 4
+
+
+@dataclass
+class Env:
+    root: Path
+    node: Cluster
+    broker: BrokerProcess
+    client: Client
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.node.nodes[0].remoting_port}"
+
+    def topic(self, name: str) -> str:
+        self.client.route_topic_create(name, [QueueData("broker-a", QUEUES, QUEUES, 6)])
+        return name
+
+
+def broker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    root = tmp_path_factory.mktemp("broker-env")
+    node = Cluster(root / "node", n=1)
+    broker = None
+    try:
+        node.wait_ready(30)
+        broker = BrokerProcess(root, node.endpoints, "broker-a")
+        with Client(node.endpoints, timeout_s=10) as client:
+            wait_for(
+                "broker-a registered",
+                lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
+            )
+            yield Env(root, node, broker, client)
+    finally:
+        if broker is not None:
+            code = broker.stop()
+            print(broker.log_tail())
+            assert code in (0, None), f"broker exited {code}"
+        node.close()
+
+
+def pull_all(addr: str, topic: str, queue: int, start: int = 0) -> list[StoredMessage]:
+    """Every message of the queue from queue offset ``start`` on (offsets count messages)."""
+
+    async def go() -> list[StoredMessage]:
+        host, _, port = addr.rpartition(":")
+        c = await RemotingClient.connect(host, int(port))
+        out: list[StoredMessage] = []
+        offset = start
+        try:
+            while True:
+                r = await c.request(11, {
+                    "consumerGroup": "inspect", "topic": topic, "queueId": queue,
+                    "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0,
+                    "suspendTimeoutMillis": 0, "subVersion": 0, "subscription": "*"})  # fmt: skip
+                if r.code != 0:
+                    assert r.code in (19, 20, 21), (r.code, r.remark)
+                    return out
+                pos = 0
+                while pos < len(r.body):
+                    total, _ = peek_total(r.body, pos)
+                    out.append(decode(r.body[pos : pos + total]))
+                    pos += total
+                offset = int(r.ext_fields["nextBeginOffset"])
+        finally:
+            await c.close()
+
+    return asyncio.run(go())
