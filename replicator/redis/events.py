@@ -54,6 +54,9 @@ SNAPSHOT_BEGIN = "SNAPSHOT_BEGIN"
 SNAPSHOT_END = "SNAPSHOT_END"
 NO_CHECKPOINT = -1
 KEYS_MAX_CHARS = 1024
+#: RocketMQ's default maxMessageSize (4 MiB): a longer command goes as fragments
+MAX_BODY_BYTES = 4 * 1024 * 1024
+FRAGMENT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,13 +153,22 @@ class EventBuilder:
         db: int = 0,
         offset: int = 0,
         table: CommandTable | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        fragment_bytes: int = FRAGMENT_BYTES,
     ) -> None:
         """``replid``, ``offset`` and ``db``: where the stream starts (a checkpoint's, after a
-        restart; the db carries over because the master sends no SELECT after CONTINUE)."""
+        restart; the db carries over because the master sends no SELECT after CONTINUE).
+        A command whose encoding is longer than ``max_body_bytes`` (a 100 MB SET is a valid
+        Redis write; a RocketMQ message is 4 MiB at most) becomes consecutive messages of one
+        queue with ``REDIS_FRAGMENT "i/n"`` whose bodies concatenate to the command."""
         if queue_count < 1:
             raise ValueError(f"queue_count must be >= 1, got {queue_count}")
         self.topic = topic
         self.queue_count = queue_count
+        if not 0 < fragment_bytes <= max_body_bytes:
+            raise ValueError(f"fragment_bytes must be in (0, max_body_bytes], got {fragment_bytes}")
+        self.max_body_bytes = max_body_bytes
+        self.fragment_bytes = fragment_bytes
         self.replid = replid
         self.db = db
         self.table = table if table is not None else snapshot()
@@ -275,17 +287,17 @@ class EventBuilder:
             p = {**props, "REDIS_KIND": kind}
             if piece.part:
                 p["REDIS_PART"] = piece.part
-            out.append(
-                OutMessage(
-                    topic=self.topic,
-                    queue_id=piece.queue_id,
-                    body=encode_command(piece.argv),
-                    tags=tag,
-                    keys=keys_header(piece.keys),
-                    properties=p,
-                    offset=offset,
-                )
-            )
+            body = encode_command(piece.argv)
+            keys = keys_header(piece.keys)
+            if len(body) <= self.max_body_bytes:
+                out.append(OutMessage(self.topic, piece.queue_id, body, tag, keys, p, offset))
+                continue
+            size = self.fragment_bytes
+            n = -(-len(body) // size)
+            for i in range(n):
+                part = body[i * size : (i + 1) * size]
+                fp = {**p, "REDIS_FRAGMENT": f"{i + 1}/{n}"}
+                out.append(OutMessage(self.topic, piece.queue_id, part, tag, keys, fp, offset))
         return out
 
     # ---- full sync ----

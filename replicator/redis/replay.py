@@ -14,6 +14,8 @@ in any interleaving. :class:`Replayer` applies each event exactly once, in its d
   either ready or a copy whose other copies are all at their heads (queues hold messages in
   stream order), so the barrier cannot deadlock.
 - **db**: the target SELECTs ``REDIS_DB`` before a command when it differs.
+- **Fragments** (``REDIS_FRAGMENT "i/n"``: a command longer than a message may be) are
+  joined per queue before anything else; a fragment 1 starts over (a resend after a restart).
 - **Snapshots**: SNAPSHOT_BEGIN empties the target (FLUSHALL and FUNCTION FLUSH: a full sync
   replaces data and functions), the entries are replayed as commands, SNAPSHOT_END is a no-op.
 """
@@ -82,12 +84,27 @@ class Replayer:
         self.duplicates = 0
         self._queues: dict[int, deque[tuple[bytes, Mapping[str, str]]]] = {}
         self._waiting: dict[tuple[str, str, str, str], set[int]] = {}
+        self._fragments: dict[int, list[bytes]] = {}
 
     def offer_message(self, msg: OutMessage) -> None:
         self.offer(msg.queue_id, msg.body, msg.properties)
 
     def offer(self, queue_id: int, body: bytes, properties: Mapping[str, str]) -> None:
         """The next message of ``queue_id``; applies whatever became ready."""
+        fragment = properties.get("REDIS_FRAGMENT")
+        if fragment:
+            i, n = (int(x) for x in fragment.split("/"))
+            parts = self._fragments.setdefault(queue_id, [])
+            if i == 1:
+                parts.clear()
+            if i != len(parts) + 1:
+                raise ProtocolError(f"queue {queue_id}: fragment {fragment} out of order")
+            parts.append(bytes(body))
+            if i < n:
+                return
+            body = b"".join(parts)
+            parts.clear()
+            properties = {k: v for k, v in properties.items() if k != "REDIS_FRAGMENT"}
         self._queues.setdefault(queue_id, deque()).append((body, properties))
         self._pump()
 

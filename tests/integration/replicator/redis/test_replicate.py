@@ -194,6 +194,7 @@ def test_full_sync_and_stream_replay_equal_and_acked_is_confirmed(
         r.execute_command("SELECT", 0)
         r.swapdb(0, 15)
         r.move(b"s1", 4)
+        r.set(b"big", os.urandom(6 * 1024 * 1024))  # longer than a message: fragments
         wait_replicated(env, job, source, oracle)
         st = status(env, job)
         assert st is not None and st["full_syncs"] == 1 and st["worker"] == "w1"

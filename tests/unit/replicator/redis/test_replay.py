@@ -198,3 +198,25 @@ def test_decode_command_round_trips_and_rejects_garbage() -> None:
     for bad in (b"", b"+OK\r\n", b"*1\r\n$3\r\nab\r\n", b"*1\r\n$2\r\nab\r\nX", b"*1\r\n:1\r\n"):
         with pytest.raises(ProtocolError):
             decode_command(bad)
+
+
+def test_a_command_longer_than_a_message_goes_as_fragments_and_is_replayed_once() -> None:
+    b = EventBuilder("T", 2, REPLID, max_body_bytes=1000, fragment_bytes=700)
+    big = bytes(range(256)) * 20  # 5 KiB: 8 fragments
+    msgs = list(b.on_command([b"SET", b"big", big], 0, 5200).messages)
+    frags = [m.properties["REDIS_FRAGMENT"] for m in msgs]
+    assert frags == [f"{i}/{len(msgs)}" for i in range(1, len(msgs) + 1)] and len(msgs) > 1
+    assert len({m.queue_id for m in msgs}) == 1 and all(len(m.body) <= 700 for m in msgs)
+    assert b"".join(m.body for m in msgs) == encode_command([b"SET", b"big", big])
+
+    target = FakeTarget()
+    r = Replayer(target)
+    q = msgs[0].queue_id
+    for m in msgs[:3]:  # a restart cut the first attempt short ...
+        r.offer(q, m.body, m.properties)
+    for m in msgs + msgs:  # ... then everything came again, twice
+        r.offer(q, m.body, m.properties)
+    assert target.state() == {0: {b"big": big}}
+    assert [argv[0] for _, argv in target.log] == [b"SET"] and r.duplicates == 1
+    with pytest.raises(ProtocolError, match="out of order"):
+        r.offer(q, msgs[2].body, msgs[2].properties)
