@@ -44,6 +44,7 @@ from typing import NamedTuple
 
 from replicator.redis.commands import CommandTable, snapshot
 from replicator.redis.errors import ProtocolError
+from replicator.redis.resp import encode_command as encode_command  # re-exported
 from replicator.redis.routing import Piece, plan
 from replicator.sinks.base import OutMessage as OutMessage  # re-exported: the shared record
 
@@ -70,15 +71,6 @@ class Batch:
     replid: str
     boundary: int
     db: int
-
-
-def encode_command(argv: Sequence[bytes]) -> bytes:
-    """``*N\\r\\n$len\\r\\narg\\r\\n…``: a command as the master sends it (and as B's
-    ``resp.encode_command``; kept here so this module stands alone)."""
-    out = [b"*%d\r\n" % len(argv)]
-    for arg in argv:
-        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
-    return b"".join(out)
 
 
 def keys_header(keys: Sequence[bytes], max_chars: int = KEYS_MAX_CHARS) -> str:
