@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import socket
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,10 @@ class MetricsReplicator(ReplicatorProcess):
                     out[s.name.removeprefix("metaledger_redis_")] = s.value
         return out
 
+    def scrape_if(self, cond: Callable[[dict[str, float]], bool]) -> dict[str, float] | None:
+        samples = self.scrape()
+        return samples if cond(samples) else None
+
 
 def test_metrics_follow_the_job(env: Env, tmp_path: Path) -> None:
     with RedisServer(tmp_path, FAST, name="source") as source:
@@ -60,12 +65,14 @@ def test_metrics_follow_the_job(env: Env, tmp_path: Path) -> None:
         rep = MetricsReplicator(env, source, topic, "metrics", "w1")
         try:
             m = wait_until(
-                lambda: (s := rep.scrape()).get("active") == 1
-                and s.get("full_sync_in_progress") == 0
-                and s.get("rdb_bytes", 0) > 0
-                and s.get("lag_bytes") == 0
-                and s
-                or None,
+                lambda: rep.scrape_if(
+                    lambda s: (
+                        s.get("active") == 1
+                        and s.get("full_sync_in_progress") == 0
+                        and s.get("rdb_bytes", 0) > 0
+                        and s.get("lag_bytes") == 0
+                    )
+                ),
                 60,
                 lambda: f"the first full sync done, seen in /metrics\n{rep.log()[-2000:]}",
             )
@@ -80,11 +87,13 @@ def test_metrics_follow_the_job(env: Env, tmp_path: Path) -> None:
                 r.set(b"m:%d" % i, b"v%d" % i)
             offset = source.client().info("replication")["master_repl_offset"]
             m = wait_until(
-                lambda: (s := rep.scrape()).get("confirmed_offset") == offset
-                and s.get("checkpoint_offset") == offset
-                and s.get("acked_offset") == offset
-                and s
-                or None,
+                lambda: rep.scrape_if(
+                    lambda s: (
+                        s.get("confirmed_offset") == offset
+                        and s.get("checkpoint_offset") == offset
+                        and s.get("acked_offset") == offset
+                    )
+                ),
                 30,
                 lambda: f"offsets reach the master's {offset}: {rep.scrape()}",
             )
@@ -102,7 +111,7 @@ def test_metrics_follow_the_job(env: Env, tmp_path: Path) -> None:
             r.set(b"after", b"restart")
             rep.start()
             m = wait_until(
-                lambda: (s := rep.scrape()).get("partial_resyncs_total") == 1 and s or None,
+                lambda: rep.scrape_if(lambda s: s.get("partial_resyncs_total") == 1),
                 30,
                 lambda: f"the restart resumes with CONTINUE\n{rep.log()[-2000:]}",
             )
