@@ -6,6 +6,12 @@ through the entry-point group ``metaledger.commands``, so the nameserver never i
 ``status`` reads what the active worker of each job publishes (``replicator.status``) and
 each Redis job's checkpoint (the fenced ``Offsets`` record); it needs no connection to a
 worker. Exit 0; 3 when no endpoint answered; 4 when ``--job`` names no running job.
+
+    metaledger replicate redis --source redis://HOST:PORT --topic T --job NAME
+        [--listen-metrics HOST:PORT]
+
+``redis`` runs one worker until SIGINT/SIGTERM; ``--listen-metrics`` serves its Prometheus
+metrics (replicator/redis/metrics.py); a full sync's progress goes to stderr each second.
 """
 
 from __future__ import annotations
@@ -93,6 +99,12 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     r.add_argument("--max-in-flight", type=int, default=4096, metavar="N")
     r.add_argument("--no-capa-eof", action="store_true", help="ask for disk-style RDB transfers")
     r.add_argument("--no-capa-psync2", action="store_true")
+    r.add_argument(
+        "--listen-metrics",
+        default="",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off)",
+    )
     r.add_argument("--log-level", default="INFO")
     r.set_defaults(run=run_redis)
 
@@ -127,6 +139,7 @@ def run_redis(args: argparse.Namespace) -> int:
     import signal
 
     from replicator.redis.errors import ConfigError
+    from replicator.redis.metrics import RedisMetrics, SyncProgress, parse_listen
     from replicator.redis.replicator import (
         RedisReplicator,
         RedisReplicatorConfig,
@@ -157,12 +170,20 @@ def run_redis(args: argparse.Namespace) -> int:
         if args.worker:
             config.worker = args.worker
         config.validate()
-    except ConfigError as exc:
+        listen = parse_listen(args.listen_metrics) if args.listen_metrics else None
+    except (ConfigError, ValueError) as exc:
         print(f"metaledger: replicate redis: {exc}", file=sys.stderr)
         return 2
+    metrics = RedisMetrics(config.job, SyncProgress(sys.stderr))
+    if listen is not None:
+        try:
+            metrics.serve(*listen)
+        except OSError as exc:
+            print(f"metaledger: replicate redis: --listen-metrics: {exc}", file=sys.stderr)
+            return 2
 
     async def main() -> None:
-        replicator = RedisReplicator(config)
+        replicator = RedisReplicator(config, metrics=metrics)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, replicator.stop)
@@ -180,6 +201,8 @@ def run_redis(args: argparse.Namespace) -> int:
         uvloop.run(main())
     except KeyboardInterrupt:
         pass
+    finally:
+        metrics.close()
     return EXIT_OK
 
 

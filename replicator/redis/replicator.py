@@ -42,10 +42,12 @@ from replicator.redis.commands import CommandTable, snapshot
 from replicator.redis.driver import ReplicaLink
 from replicator.redis.errors import ConfigError, RedisReplicatorError
 from replicator.redis.events import Batch, EventBuilder
+from replicator.redis.metrics import RedisMetrics
 from replicator.redis.protocol import (
     Continue,
     Event,
     FullSync,
+    RdbBegin,
     RdbChunk,
     RdbEnd,
     ReplicaConfig,
@@ -140,9 +142,11 @@ class RedisReplicator:
         self,
         config: RedisReplicatorConfig,
         sink_factory: Callable[[RedisReplicatorConfig, Client], Sink] | None = None,
+        metrics: RedisMetrics | None = None,
     ) -> None:
         config.validate()
         self.config = config
+        self.metrics = metrics or RedisMetrics(config.job)
         self._sink_factory = sink_factory or make_sink
         self._stop = asyncio.Event()
         self.client = Client(config.endpoints, timeout_s=config.client_timeout_s)
@@ -164,6 +168,7 @@ class RedisReplicator:
                     return
                 try:
                     self.passes += 1
+                    self.metrics.pass_started()
                     await self._active_pass(fence)
                 except (_Restart, LeaseLost, RedisReplicatorError, SinkError, ClientError) as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}"
@@ -171,6 +176,7 @@ class RedisReplicator:
                 except (OSError, TimeoutError) as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}"
                     log.warning("replication pass %d ended: %s", self.passes, self.last_error)
+                self.metrics.pass_ended()
                 if not self.role.active:
                     await asyncio.to_thread(self.role.release)
                 if not self._stop.is_set():
@@ -329,8 +335,12 @@ class _Pass:
             await self._full_sync(event)
         elif isinstance(event, RdbEnd):
             await self._rdb_end()
+        elif isinstance(event, RdbBegin):
+            self.rdb_size = event.size
+            self.owner.metrics.rdb_begin(event.size)
         elif isinstance(event, Continue):
             self.continues += 1
+            self.owner.metrics.partial_resync()
             if event.replid:
                 # PSYNC2: the same history under a new id; persist it at once
                 self.builder.on_continue(self.builder.boundary, self.builder.db, event.replid)
@@ -338,10 +348,11 @@ class _Pass:
                 self.replid = event.replid
                 self._commit_now.set()
             log.info("partial resync: +CONTINUE (replid %s)", self.replid)
-        # RdbBegin, GetAck: nothing to do here (the driver answered GETACK)
+        # GetAck: nothing to do here (the driver answered GETACK)
 
     async def _full_sync(self, event: FullSync) -> None:
         self.full_syncs += 1
+        self.owner.metrics.full_sync()
         log.info("full sync: replid %s offset %d", event.replid, event.offset)
         if self.start_cp is not None or self.full_syncs > 1 or self.replid != NO_REPLID:
             self.generation += 1
@@ -356,6 +367,7 @@ class _Pass:
     async def _rdb_feed(self, data: bytes) -> None:
         assert self._rdb is not None and self._replay is not None
         self.rdb_bytes += len(data)
+        self.owner.metrics.rdb_received(len(data))
         self._rdb.feed(data)
         await self._rdb_drain()
 
@@ -371,6 +383,7 @@ class _Pass:
     async def _rdb_end(self) -> None:
         assert self._rdb is not None and self._snapshot is not None
         self._rdb.close()
+        self.owner.metrics.rdb_end()
         await self._rdb_drain()
         await self._emit(self.builder.end_snapshot())
         self.watermark.seal(self._snapshot)
@@ -394,6 +407,7 @@ class _Pass:
         self.owner.role.check()  # a worker that lost its lease sends nothing more
         future = await self.sink.submit(msg)
         self.sent += 1
+        self.owner.metrics.sent()
         future.add_done_callback(lambda f: self._confirmed(f, boundary))
 
     def _confirmed(self, future: asyncio.Future[None], boundary: Boundary) -> None:
@@ -405,6 +419,7 @@ class _Pass:
             self.fail(error)
             return
         self.confirmed += 1
+        self.owner.metrics.confirmed()
         self.watermark.confirm(boundary)
 
     def fail(self, error: BaseException) -> None:
@@ -459,6 +474,7 @@ class _Pass:
     async def _publisher(self) -> None:
         while True:
             status = self.status()
+            self.owner.metrics.observe(status)
             ok = await asyncio.to_thread(self.owner.status.publish, self.fence, status)
             if not ok:
                 raise LeaseLost(f"job {self.owner.config.job} has another active worker")
@@ -482,6 +498,7 @@ class _Pass:
             "lag_bytes": max(parsed - safe.offset, 0) if safe.replid == self.replid else parsed,
             "lag_s": round(time.monotonic() - oldest, 3) if oldest is not None else 0.0,
             "rdb_bytes": self.rdb_bytes,
+            "rdb_size": self.rdb_size,
             "sent": self.sent,
             "confirmed": self.confirmed,
             "in_flight": self.sent - self.confirmed,
