@@ -75,6 +75,14 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="redis://[[user]:password@]host[:port] (password also from $REDISCLI_AUTH)",
     )
+    r.add_argument(
+        "--cluster-shard",
+        default=None,
+        metavar="SLOT|NODE_ID",
+        help="a Redis Cluster: --source is a seed node; replicate the shard that serves this"
+        " slot (0..16383) or that this node id belongs to, following its master across"
+        " failovers (one job per shard)",
+    )
     r.add_argument("--topic", required=True, help="the RocketMQ topic (create it first)")
     r.add_argument("--job", required=True, metavar="NAME", help="the job: lease and checkpoint")
     r.add_argument("--worker", default="", help="this worker's name (default host:pid)")
@@ -153,6 +161,7 @@ def run_redis(args: argparse.Namespace) -> int:
             sink=args.sink,
             sink_path=args.sink_file,
             namesrv=args.namesrv,
+            cluster_shard=args.cluster_shard,
         )
         if args.worker:
             config.worker = args.worker
@@ -167,7 +176,9 @@ def run_redis(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, replicator.stop)
         print(
-            f"replicating {config.source} to topic {config.topic} as job {config.job}"
+            f"replicating {config.source}"
+            + (f" (cluster shard {config.cluster_shard})" if config.cluster_shard else "")
+            + f" to topic {config.topic} as job {config.job}"
             f" (worker {config.worker})",
             file=sys.stderr,
             flush=True,
