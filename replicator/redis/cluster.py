@@ -41,6 +41,11 @@ pipeline persists at once. A checkpoint *beyond* that history (after a kill -9, 
 confirmed writes the replica never got: the cluster lost them) gets ``+FULLRESYNC``: a new
 generation with SNAPSHOT markers, so the topic then follows the new master's history.
 
+While a pass runs, it checks every ``cluster_check_interval_s`` (2 s) that its node is still
+the shard's master (:meth:`ClusterResolver.moved`) and ends when another node is: an old
+master drops its replicas when it follows the new one, but one cut off by a partition (or
+paused) can keep the link open, pinging or silent, for as long as the partition lasts.
+
 The parsing and the choice (:func:`parse_cluster_nodes`, :func:`choose_master`) are pure;
 only :class:`ClusterResolver` talks to Redis (redis-py, ordinary connections).
 """
@@ -275,6 +280,15 @@ class ClusterResolver:
             )  # fmt: skip
         self.last = found
         return found
+
+    def moved(self, current: tuple[str, int]) -> Resolved | None:
+        """The shard's master if it is now another node than ``current``; None while it is
+        ``current`` or while no master can be confirmed (a failover still in progress)."""
+        try:
+            found = self.resolve()
+        except ShardUnavailable:
+            return None
+        return None if (found.host, found.port) == current else found
 
 
 def _at(node: ClusterNode, addr: tuple[str, int]) -> ClusterNode:

@@ -117,6 +117,7 @@ class RedisReplicatorConfig:
     namesrv: str | None = None  # the wheel sink's nameserver (a metaledger remoting port)
     max_in_flight: int = 4096
     cluster_shard: str | None = None  # a Redis Cluster: a slot or a node id (cluster.py)
+    cluster_check_interval_s: float = 2.0  # how often a pass checks its node is still master
 
     def validate(self) -> None:
         if not self.topic:
@@ -440,6 +441,8 @@ class _Pass:
             asyncio.create_task(self._committer(), name="redis-checkpoint"),
             asyncio.create_task(self._publisher(), name="redis-status"),
         ]
+        if self.owner.resolver is not None:
+            tasks.append(asyncio.create_task(self._follow(), name="redis-cluster-follow"))
         self._failed.add_done_callback(lambda f: f.exception())  # retrieved: no warning
         try:
             waiter = asyncio.ensure_future(self._failed)
@@ -460,6 +463,19 @@ class _Pass:
     async def close(self) -> None:
         await self.link.close()
         await self.sink.close()
+
+    async def _follow(self) -> None:
+        """A cluster shard: end the pass once another node is the shard's master. The old
+        one drops its replicas when it follows the new one, but a partitioned old master can
+        keep the link alive (pings) for as long as the partition lasts (cluster.py)."""
+        resolver = self.owner.resolver
+        assert resolver is not None
+        here = (self.source.host, self.source.port)
+        while True:
+            await asyncio.sleep(self.owner.config.cluster_check_interval_s)
+            moved = await asyncio.to_thread(resolver.moved, here)
+            if moved is not None:
+                raise _Restart(f"the shard's master is now {moved.host}:{moved.port}")
 
     async def _committer(self) -> None:
         while True:

@@ -62,10 +62,12 @@ class ShardReplicator(ReplicatorProcess):
 
 
 class Writer:
-    """Writes ``w:<n> = n`` across all slots from a thread until stopped; remembers what the
-    cluster acknowledged (failed writes during a failover are retried by the next key)."""
+    """Writes ``w:<n> = n`` across all slots from a thread until stopped, about ``rate`` a
+    second (the machine is shared: a flat-out writer outruns a 1 MB backlog); remembers what
+    the cluster acknowledged (a write that failed during a failover is not retried)."""
 
-    def __init__(self, cluster: RedisCluster) -> None:
+    def __init__(self, cluster: RedisCluster, rate: float = 300) -> None:
+        self.pause = 1 / rate
         self.rc = cluster.client(retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 10))
         self.acked: dict[bytes, bytes] = {}
         self.failed = 0
@@ -85,6 +87,7 @@ class Writer:
                 self._stop.wait(0.05)
                 continue
             self.acked[key] = value
+            self._stop.wait(self.pause)
 
     def wait_more(self, count: int, timeout: float = 30) -> None:
         goal = len(self.acked) + count
@@ -250,4 +253,47 @@ def test_kill_9_of_a_master_the_job_follows_the_promoted_replica(
     assert log.count("full sync:") == 1
     lost = check_acked(jobs, writer.acked, lost_ok=True)
     assert lost <= 5, f"{lost} acknowledged writes lost by the cluster itself"
+    assert all(digest(j.target) == digest(j.master()) for j in jobs)
+
+
+def test_a_paused_master_is_left_for_the_promoted_replica_within_seconds(
+    env: Env, cluster: RedisCluster, jobs: list[Job]
+) -> None:
+    """SIGSTOP of a master (what a partition looks like from its replicas): the link stays
+    open and silent, so only the pass's check that its node is still the shard's master
+    moves the job to the promoted replica (the read timeout would take 60 s)."""
+    rc = cluster.client()
+    seed_data(rc)
+    replicated(env, jobs)
+    moved = jobs[0]
+    old = cluster.shard_of(moved.slot)
+    promoted = old.replicas[0]
+    writer = Writer(cluster)
+    try:
+        writer.wait_more(100)
+        old.master.kill(signal.SIGSTOP)
+        try:
+            wait_until(
+                lambda: promoted.client().info("replication")["role"] == "master",
+                60, lambda: f"{promoted.addr} promoted:\n{cluster.logs()}",
+            )  # fmt: skip
+            # well within the link's 60 s read timeout, while the writes go on
+            wait_until(
+                lambda: (status(env, moved.name) or {}).get("source") == promoted.url,
+                30, lambda: f"the job follows {promoted.url}:\n{moved.proc.log()[-3000:]}",
+            )  # fmt: skip
+            writer.wait_more(100, timeout=60)
+        finally:
+            old.master.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        cluster.wait_ok(60)  # the old master rejoins as a replica of the new one
+        writer.wait_more(100)
+    finally:
+        writer.stop()
+    replicated(env, jobs)
+    st = status(env, moved.name)
+    assert st is not None and st["source"] == promoted.url
+    log = moved.proc.log()
+    assert "the shard's master is now" in log, log[-3000:]
+    assert st["full_syncs"] == 0 and log.count("full sync:") == 1, log[-3000:]
+    assert check_acked(jobs, writer.acked, lost_ok=True) <= 5
     assert all(digest(j.target) == digest(j.master()) for j in jobs)
