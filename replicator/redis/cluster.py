@@ -88,13 +88,13 @@ class ShardSpec:
 
 def parse_shard(text: str) -> ShardSpec:
     text = text.strip()
-    if text.isdigit():
+    if _NODE_ID.fullmatch(text.lower()):  # before the slot: an id can be all digits
+        return ShardSpec(node_id=text.lower())
+    if text.isdigit() and len(text) <= 5:
         slot = int(text)
         if slot >= SLOTS:
             raise ConfigError("cluster_shard", f"slot {slot} is not in 0..{SLOTS - 1}")
         return ShardSpec(slot=slot)
-    if _NODE_ID.fullmatch(text.lower()):
-        return ShardSpec(node_id=text.lower())
     raise ConfigError("cluster_shard", f"{text!r}: a slot (0..{SLOTS - 1}) or a 40-hex node id")
 
 
