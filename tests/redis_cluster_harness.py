@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis
 from redis.cluster import ClusterNode as PyClusterNode
 from redis.cluster import RedisCluster as PyRedisCluster
 
@@ -158,9 +157,3 @@ class RedisCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def keys_of(server: RedisServer) -> dict[bytes, bytes | None]:
-    """Every key of one node (db 0: a cluster has no other) with its DUMP payload."""
-    r: redis.Redis = server.client()
-    return {k: r.dump(k) for k in r.scan_iter(count=1000)}  # type: ignore[misc]

@@ -6,6 +6,12 @@ in any interleaving. :class:`Replayer` applies each event exactly once, in its d
 - **Dedupe** by :func:`event_key` ``(replid, start, seq, part)``: an at-least-once redelivery
   of something already applied is dropped. Pieces of a split command (``REDIS_PART "i/n"``)
   are different commands and are each applied; copies of one command (``"*/n"``) share a key.
+- **PSYNC2 renames**: after ``+CONTINUE <newid>`` (a failover, a restart after ``SHUTDOWN
+  SAVE``) the stream goes on at the same offsets under a new replid, so what was in flight
+  when the link broke comes again with the new id. A replid whose first message in a queue is
+  not SNAPSHOT_BEGIN continues the replid before it in that queue (a full sync would start
+  with SNAPSHOT_BEGIN): its event is a redelivery when the same ``(start, seq, part)`` was
+  applied under that predecessor (or its own, recursively).
 - **Per-queue order** is kept: a queue's messages are applied in the order offered.
 - **Copies are a barrier.** A command sent whole to n queues (FLUSHALL, RENAME a b, SWAPDB,
   SNAPSHOT_BEGIN, …) is applied once all n copies are at the head of their queues, so every
@@ -82,12 +88,20 @@ class Replayer:
         self.duplicates = 0
         self._queues: dict[int, deque[tuple[bytes, Mapping[str, str]]]] = {}
         self._waiting: dict[tuple[str, str, str, str], set[int]] = {}
+        self._last_replid: dict[int, str] = {}  # per queue, the replid of its last offer
+        self.continues: dict[str, str] = {}  # replid → the replid it continues (PSYNC2)
 
     def offer_message(self, msg: OutMessage) -> None:
         self.offer(msg.queue_id, msg.body, msg.properties)
 
     def offer(self, queue_id: int, body: bytes, properties: Mapping[str, str]) -> None:
         """The next message of ``queue_id``; applies whatever became ready."""
+        replid = properties.get("REDIS_REPLID", "")
+        before = self._last_replid.get(queue_id)
+        if before is not None and replid != before and replid not in self.continues:
+            if properties.get("REDIS_KIND") != KIND_MARKER:  # not SNAPSHOT_BEGIN: a rename
+                self.continues[replid] = before
+        self._last_replid[queue_id] = replid
         self._queues.setdefault(queue_id, deque()).append((body, properties))
         self._pump()
 
@@ -104,7 +118,7 @@ class Replayer:
                 while queue:
                     body, props = queue[0]
                     key = event_key(props)
-                    if key in self.applied:
+                    if self._seen(key):
                         queue.popleft()
                         self.duplicates += 1
                         progress = True
@@ -127,6 +141,17 @@ class Replayer:
                     self.applied.add(key)
                     queue.popleft()
                     progress = True
+
+    def _seen(self, key: tuple[str, str, str, str]) -> bool:
+        replid, visited = key[0], set()
+        while replid not in visited:
+            if (replid, *key[1:]) in self.applied:
+                return True
+            visited.add(replid)
+            if (older := self.continues.get(replid)) is None:
+                return False
+            replid = older
+        return False
 
     def _apply(self, body: bytes, props: Mapping[str, str]) -> None:
         if props.get("REDIS_KIND") == KIND_MARKER:

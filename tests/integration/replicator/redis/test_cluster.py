@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import redis
 from redis.backoff import ExponentialBackoff
-from redis.cluster import key_slot
+from redis.crc import key_slot
 from redis.retry import Retry
 
 from tests.harness import wait_until
@@ -62,7 +62,7 @@ class ShardReplicator(ReplicatorProcess):
 
 
 class Writer:
-    """Writes ``w:<n> = n`` across all slots from a thread until stopped, about ``rate`` a
+    """Writes ``w:<n> = n`` (and INCRs counters) across all slots from a thread until stopped, about ``rate`` a
     second (the machine is shared: a flat-out writer outruns a 1 MB backlog); remembers what
     the cluster acknowledged (a write that failed during a failover is not retried)."""
 
@@ -82,11 +82,13 @@ class Writer:
             n += 1
             try:
                 self.rc.set(key, value)
+                self.acked[key] = value
+                if n % 4 == 0:  # not idempotent: a resend applied twice shows in the digest
+                    self.rc.incr(b"c:%d" % (n % 16))
             except (redis.RedisError, OSError):
                 self.failed += 1
                 self._stop.wait(0.05)
                 continue
-            self.acked[key] = value
             self._stop.wait(self.pause)
 
     def wait_more(self, count: int, timeout: float = 30) -> None:
