@@ -1,6 +1,8 @@
 """``metaledger replicate …``: the replicators' command group (loaded by ``nameserver.cli``
 through the entry-point group ``metaledger.commands``, so the nameserver never imports it).
 
+    metaledger replicate redis --source redis://HOST:PORT --topic T --job NAME
+        [--cluster-shard SLOT|NODE_ID]    (a Redis Cluster: one job per shard, cluster.py)
     metaledger replicate status [--kind redis|rocketmq] [--job NAME] [--output table|json]
 
 ``status`` reads what the active worker of each job publishes (``replicator.status``) and

@@ -11,7 +11,9 @@ in any interleaving. :class:`Replayer` applies each event exactly once, in its d
   when the link broke comes again with the new id. A replid whose first message in a queue is
   not SNAPSHOT_BEGIN continues the replid before it in that queue (a full sync would start
   with SNAPSHOT_BEGIN): its event is a redelivery when the same ``(start, seq, part)`` was
-  applied under that predecessor (or its own, recursively).
+  applied under that predecessor (or its own, recursively) *with the same body*: after a
+  kill -9 of a master, what the replicator got and the promoted replica did not is another
+  history at the same offsets, and the new history's commands are not dropped for them.
 - **Per-queue order** is kept: a queue's messages are applied in the order offered.
 - **Copies are a barrier.** A command sent whole to n queues (FLUSHALL, RENAME a b, SWAPDB,
   SNAPSHOT_BEGIN, …) is applied once all n copies are at the head of their queues, so every
@@ -26,6 +28,7 @@ in any interleaving. :class:`Replayer` applies each event exactly once, in its d
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -84,7 +87,7 @@ def _line(data: bytes, pos: int) -> tuple[bytes, int]:
 class Replayer:
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.applied: set[tuple[str, str, str, str]] = set()
+        self.applied: dict[tuple[str, str, str, str], int] = {}  # key → crc32 of the body
         self.duplicates = 0
         self._queues: dict[int, deque[tuple[bytes, Mapping[str, str]]]] = {}
         self._waiting: dict[tuple[str, str, str, str], set[int]] = {}
@@ -118,7 +121,7 @@ class Replayer:
                 while queue:
                     body, props = queue[0]
                     key = event_key(props)
-                    if self._seen(key):
+                    if self._seen(key, body):
                         queue.popleft()
                         self.duplicates += 1
                         progress = True
@@ -131,26 +134,29 @@ class Replayer:
                         if len(here) < copies:
                             break  # this queue waits at the barrier
                         self._apply(body, props)
-                        self.applied.add(key)
+                        self.applied[key] = zlib.crc32(body)
                         del self._waiting[key]
                         for q in here:
                             self._queues[q].popleft()
                         progress = True
                         continue
                     self._apply(body, props)
-                    self.applied.add(key)
+                    self.applied[key] = zlib.crc32(body)
                     queue.popleft()
                     progress = True
 
-    def _seen(self, key: tuple[str, str, str, str]) -> bool:
-        replid, visited = key[0], set()
-        while replid not in visited:
-            if (replid, *key[1:]) in self.applied:
+    def _seen(self, key: tuple[str, str, str, str], body: bytes) -> bool:
+        if key in self.applied:
+            return True
+        replid, visited = self.continues.get(key[0]), {key[0]}
+        if replid is None:
+            return False
+        crc = zlib.crc32(body)
+        while replid is not None and replid not in visited:
+            if self.applied.get((replid, *key[1:])) == crc:
                 return True
             visited.add(replid)
-            if (older := self.continues.get(replid)) is None:
-                return False
-            replid = older
+            replid = self.continues.get(replid)
         return False
 
     def _apply(self, body: bytes, props: Mapping[str, str]) -> None:

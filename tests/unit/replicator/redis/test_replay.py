@@ -203,6 +203,23 @@ def test_resends_after_a_psync2_rename_are_redeliveries(seed: int) -> None:
     assert set(replayer.continues.items()) <= {(ids[1], ids[0]), (ids[2], ids[1])}
 
 
+def test_after_a_rename_another_command_at_a_resent_offset_is_applied() -> None:
+    """kill -9 of a master: the replicator sent ``INCR a`` at offset 20 (old replid), the
+    promoted replica never had it and took ``INCR b`` at offset 20 (new replid)."""
+    old = EventBuilder("T", 1, REPLID)
+    sent = old.on_command([b"SET", b"k", b"1"], 0, 20).messages
+    sent += old.on_command([b"INCR", b"a"], 20, 40).messages
+    new = EventBuilder("T", 1, REPLID)
+    new.on_continue(20, 0, "s" * 40)
+    sent += new.on_command([b"INCR", b"b"], 20, 40).messages
+    target = FakeTarget()
+    replayer = Replayer(target)
+    for m in sent:
+        replayer.offer_message(m)
+    assert target.state() == {0: {b"k": b"1", b"a": b"1", b"b": b"1"}}
+    assert replayer.duplicates == 0 and replayer.continues == {"s" * 40: REPLID}
+
+
 def test_a_new_replid_after_snapshot_begin_is_a_new_history() -> None:
     b = EventBuilder("T", 1, REPLID)
     first = b.on_command([b"INCR", b"n"], 0, 20).messages
