@@ -7,6 +7,7 @@
         cluster.failover(shard.replicas[0])         # CLUSTER FAILOVER (graceful), waits for ok
         cluster.kill(shard.master)                  # kill -9: the replica is promoted after
                                                     # cluster-node-timeout (1000 ms here)
+        cluster.pause(node); cluster.resume(node)   # SIGSTOP / SIGCONT
 
 Each node is a :class:`~tests.redis_harness.RedisServer` (stopped by PID) with
 ``cluster-enabled yes``, its own ``nodes.conf``, and a ``cluster-port`` picked free too (the
@@ -144,6 +145,15 @@ class RedisCluster:
 
     def kill(self, server: RedisServer, sig: int = signal.SIGKILL) -> None:
         server.kill(sig)
+
+    def pause(self, server: RedisServer) -> None:
+        """SIGSTOP: alive, silent, its sockets open (a partition, as its peers see it)."""
+        assert server.proc is not None and server.proc.poll() is None
+        server.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self, server: RedisServer) -> None:
+        if server.proc is not None and server.proc.poll() is None:
+            server.proc.send_signal(signal.SIGCONT)
 
     def logs(self, n: int = 15) -> str:
         return "\n".join(f"--- {s.addr}\n{s.log_tail(n)}" for s in self.nodes)
