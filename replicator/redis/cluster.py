@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -200,6 +201,7 @@ class ClusterResolver:
         self._username = username
         self._password = password
         self._timeout_s = timeout_s
+        self._lock = threading.Lock()  # a pass's check and the next pass may overlap
 
     def _redis_client(self, host: str, port: int) -> Any:
         import redis
@@ -231,6 +233,10 @@ class ClusterResolver:
                 self.known.append((n.host, n.port))
 
     def resolve(self) -> Resolved:
+        with self._lock:
+            return self._resolve()
+
+    def _resolve(self) -> Resolved:
         views: dict[tuple[str, int], list[ClusterNode]] = {}
         errors: list[str] = []
         i = 0
