@@ -1,6 +1,8 @@
 """``metaledger replicate …``: the replicators' command group (loaded by ``nameserver.cli``
 through the entry-point group ``metaledger.commands``, so the nameserver never imports it).
 
+    metaledger replicate redis --source redis://HOST:PORT --topic T --job NAME
+        [--cluster-shard SLOT|NODE_ID]    (a Redis Cluster: one job per shard, cluster.py)
     metaledger replicate status [--kind redis|rocketmq] [--job NAME] [--output table|json]
 
 ``status`` reads what the active worker of each job publishes (``replicator.status``) and
@@ -80,6 +82,14 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         required=True,
         metavar="URL",
         help="redis://[[user]:password@]host[:port] (password also from $REDISCLI_AUTH)",
+    )
+    r.add_argument(
+        "--cluster-shard",
+        default=None,
+        metavar="SLOT|NODE_ID",
+        help="a Redis Cluster: --source is a seed node; replicate the shard that serves this"
+        " slot (0..16383) or that this node id belongs to, following its master across"
+        " failovers (one job per shard)",
     )
     r.add_argument("--topic", required=True, help="the RocketMQ topic (create it first)")
     r.add_argument("--job", required=True, metavar="NAME", help="the job: lease and checkpoint")
@@ -166,6 +176,7 @@ def run_redis(args: argparse.Namespace) -> int:
             sink=args.sink,
             sink_path=args.sink_file,
             namesrv=args.namesrv,
+            cluster_shard=args.cluster_shard,
         )
         if args.worker:
             config.worker = args.worker
@@ -188,7 +199,9 @@ def run_redis(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, replicator.stop)
         print(
-            f"replicating {config.source} to topic {config.topic} as job {config.job}"
+            f"replicating {config.source}"
+            + (f" (cluster shard {config.cluster_shard})" if config.cluster_shard else "")
+            + f" to topic {config.topic} as job {config.job}"
             f" (worker {config.worker})",
             file=sys.stderr,
             flush=True,

@@ -9,7 +9,8 @@
     ├── HandshakeError             the master refused a handshake step (``step`` and its reply)
     │   ├── AuthError              AUTH was refused (wrong password, unknown ACL user, missing permission)
     │   └── MasterNotReady         -LOADING / -NOMASTERLINK / -MASTERDOWN: retry on a new link
-    └── ConfigError                a replicator setting is invalid (names the field)
+    ├── ConfigError                a replicator setting is invalid (names the field)
+    └── ShardUnavailable           a cluster source: no reachable master of the shard now
 
 A protocol object raises these and keeps no half-parsed state behind: after a
 ``ProtocolError`` the only way on is a new connection (and, for an RDB, a new full sync).
@@ -64,5 +65,12 @@ class MasterNotReady(HandshakeError):
     """``-LOADING``, ``-NOMASTERLINK`` or ``-MASTERDOWN``: the master cannot serve a replica
     yet (it is loading its dataset, or is itself a replica without a link). A real replica
     closes the link and tries again later (``syncWithMaster``); so does the driver."""
+
+    retriable = True
+
+
+class ShardUnavailable(RedisReplicatorError):
+    """A Redis Cluster source: no reachable node is the master of the job's shard now (a
+    failover in progress, every node down). The pass ends; the next one resolves again."""
 
     retriable = True

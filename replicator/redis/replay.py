@@ -6,6 +6,14 @@ in any interleaving. :class:`Replayer` applies each event exactly once, in its d
 - **Dedupe** by :func:`event_key` ``(replid, start, seq, part)``: an at-least-once redelivery
   of something already applied is dropped. Pieces of a split command (``REDIS_PART "i/n"``)
   are different commands and are each applied; copies of one command (``"*/n"``) share a key.
+- **PSYNC2 renames**: after ``+CONTINUE <newid>`` (a failover, a restart after ``SHUTDOWN
+  SAVE``) the stream goes on at the same offsets under a new replid, so what was in flight
+  when the link broke comes again with the new id. A replid whose first message in a queue is
+  not SNAPSHOT_BEGIN continues the replid before it in that queue (a full sync would start
+  with SNAPSHOT_BEGIN): its event is a redelivery when the same ``(start, seq, part)`` was
+  applied under that predecessor (or its own, recursively) *with the same body*: after a
+  kill -9 of a master, what the replicator got and the promoted replica did not is another
+  history at the same offsets, and the new history's commands are not dropped for them.
 - **Per-queue order** is kept: a queue's messages are applied in the order offered.
 - **Copies are a barrier.** A command sent whole to n queues (FLUSHALL, RENAME a b, SWAPDB,
   SNAPSHOT_BEGIN, …) is applied once all n copies are at the head of their queues, so every
@@ -22,6 +30,7 @@ in any interleaving. :class:`Replayer` applies each event exactly once, in its d
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -80,11 +89,13 @@ def _line(data: bytes, pos: int) -> tuple[bytes, int]:
 class Replayer:
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.applied: set[tuple[str, str, str, str]] = set()
+        self.applied: dict[tuple[str, str, str, str], int] = {}  # key → crc32 of the body
         self.duplicates = 0
         self._queues: dict[int, deque[tuple[bytes, Mapping[str, str]]]] = {}
         self._waiting: dict[tuple[str, str, str, str], set[int]] = {}
         self._fragments: dict[int, list[bytes]] = {}
+        self._last_replid: dict[int, str] = {}  # per queue, the replid of its last offer
+        self.continues: dict[str, str] = {}  # replid → the replid it continues (PSYNC2)
 
     def offer_message(self, msg: OutMessage) -> None:
         self.offer(msg.queue_id, msg.body, msg.properties)
@@ -105,6 +116,12 @@ class Replayer:
             body = b"".join(parts)
             parts.clear()
             properties = {k: v for k, v in properties.items() if k != "REDIS_FRAGMENT"}
+        replid = properties.get("REDIS_REPLID", "")
+        before = self._last_replid.get(queue_id)
+        if before is not None and replid != before and replid not in self.continues:
+            if properties.get("REDIS_KIND") != KIND_MARKER:  # not SNAPSHOT_BEGIN: a rename
+                self.continues[replid] = before
+        self._last_replid[queue_id] = replid
         self._queues.setdefault(queue_id, deque()).append((body, properties))
         self._pump()
 
@@ -121,7 +138,7 @@ class Replayer:
                 while queue:
                     body, props = queue[0]
                     key = event_key(props)
-                    if key in self.applied:
+                    if self._seen(key, body):
                         queue.popleft()
                         self.duplicates += 1
                         progress = True
@@ -134,16 +151,30 @@ class Replayer:
                         if len(here) < copies:
                             break  # this queue waits at the barrier
                         self._apply(body, props)
-                        self.applied.add(key)
+                        self.applied[key] = zlib.crc32(body)
                         del self._waiting[key]
                         for q in here:
                             self._queues[q].popleft()
                         progress = True
                         continue
                     self._apply(body, props)
-                    self.applied.add(key)
+                    self.applied[key] = zlib.crc32(body)
                     queue.popleft()
                     progress = True
+
+    def _seen(self, key: tuple[str, str, str, str], body: bytes) -> bool:
+        if key in self.applied:
+            return True
+        replid, visited = self.continues.get(key[0]), {key[0]}
+        if replid is None:
+            return False
+        crc = zlib.crc32(body)
+        while replid is not None and replid not in visited:
+            if self.applied.get((replid, *key[1:])) == crc:
+                return True
+            visited.add(replid)
+            replid = self.continues.get(replid)
+        return False
 
     def _apply(self, body: bytes, props: Mapping[str, str]) -> None:
         if props.get("REDIS_KIND") == KIND_MARKER:

@@ -38,6 +38,7 @@ from nameserver.client import Client
 from nameserver.client.errors import ClientError, LeaseLost
 from replicator.lease import ActiveRole, Fence
 from replicator.redis.checkpoint import Boundary, Checkpoint, CheckpointStore, Watermark
+from replicator.redis.cluster import ClusterResolver, parse_shard
 from replicator.redis.commands import CommandTable, snapshot
 from replicator.redis.driver import ReplicaLink
 from replicator.redis.errors import ConfigError, RedisReplicatorError
@@ -117,6 +118,8 @@ class RedisReplicatorConfig:
     sink_path: str | None = None  # the file sink's file (None: stdout)
     namesrv: str | None = None  # the wheel sink's nameserver (a metaledger remoting port)
     max_in_flight: int = 4096
+    cluster_shard: str | None = None  # a Redis Cluster: a slot or a node id (cluster.py)
+    cluster_check_interval_s: float = 2.0  # how often a pass checks its node is still master
 
     def validate(self) -> None:
         if not self.topic:
@@ -129,6 +132,8 @@ class RedisReplicatorConfig:
             raise ConfigError("max_in_flight", "at least 1")
         if self.sink == "wheel" and not self.namesrv:
             raise ConfigError("namesrv", "the wheel sink needs the nameserver's HOST:PORT")
+        if self.cluster_shard is not None:
+            parse_shard(self.cluster_shard)
 
 
 class _Restart(Exception):
@@ -157,6 +162,12 @@ class RedisReplicator:
         self.status = StatusPublisher(self.client, "redis", config.job)
         self.passes = 0
         self.last_error: str | None = None
+        self.resolver: ClusterResolver | None = None
+        if config.cluster_shard is not None:
+            src = config.source
+            self.resolver = ClusterResolver(
+                (src.host, src.port), parse_shard(config.cluster_shard), src.username, src.password
+            )
         # the current pass's parts (None between passes)
         self._pass: _Pass | None = None
 
@@ -213,16 +224,25 @@ class RedisReplicator:
     async def _active_pass(self, fence: Fence) -> None:
         cfg = self.config
         cp = await asyncio.to_thread(self.store.load)
-        table = await asyncio.to_thread(load_command_table, cfg.source)
+        source = await asyncio.to_thread(self.current_source)
+        table = await asyncio.to_thread(load_command_table, source)
         sink = self._sink_factory(cfg, self.client)
         await sink.start()
-        p = _Pass(self, fence, cp, sink, table)
+        p = _Pass(self, fence, cp, sink, table, source)
         self._pass = p
         try:
             await p.run()
         finally:
             self._pass = None
             await p.close()
+
+    def current_source(self) -> Source:
+        """Where this pass connects: ``--source``, or a cluster shard's master now."""
+        src = self.config.source
+        if self.resolver is None:
+            return src
+        m = self.resolver.resolve()  # ShardUnavailable ends the pass: resolved again next one
+        return Source(m.host, m.port, src.username, src.password)
 
 
 def load_command_table(source: Source) -> CommandTable:
@@ -273,9 +293,11 @@ class _Pass:
         cp: Checkpoint | None,
         sink: Sink,
         table: CommandTable,
+        source: Source,
     ) -> None:
         cfg = owner.config
         self.owner = owner
+        self.source = source
         self.fence = fence
         self.sink = sink
         self.start_cp = cp
@@ -287,8 +309,8 @@ class _Pass:
             cfg.topic, sink.queue_count(cfg.topic), start.replid, start.db, start.offset, table
         )
         self.link = ReplicaLink(
-            cfg.source.host,
-            cfg.source.port,
+            source.host,
+            source.port,
             self.on_event,
             self.confirmed_offset,
             ReplicaConfig(
@@ -434,6 +456,8 @@ class _Pass:
             asyncio.create_task(self._committer(), name="redis-checkpoint"),
             asyncio.create_task(self._publisher(), name="redis-status"),
         ]
+        if self.owner.resolver is not None:
+            tasks.append(asyncio.create_task(self._follow(), name="redis-cluster-follow"))
         self._failed.add_done_callback(lambda f: f.exception())  # retrieved: no warning
         try:
             waiter = asyncio.ensure_future(self._failed)
@@ -454,6 +478,19 @@ class _Pass:
     async def close(self) -> None:
         await self.link.close()
         await self.sink.close()
+
+    async def _follow(self) -> None:
+        """A cluster shard: end the pass once another node is the shard's master. The old
+        one drops its replicas when it follows the new one, but a partitioned old master can
+        keep the link alive (pings) for as long as the partition lasts (cluster.py)."""
+        resolver = self.owner.resolver
+        assert resolver is not None
+        here = (self.source.host, self.source.port)
+        while True:
+            await asyncio.sleep(self.owner.config.cluster_check_interval_s)
+            moved = await asyncio.to_thread(resolver.moved, here)
+            if moved is not None:
+                raise _Restart(f"the shard's master is now {moved.host}:{moved.port}")
 
     async def _committer(self) -> None:
         while True:
@@ -487,7 +524,8 @@ class _Pass:
         oldest = self.watermark.oldest_pending_at()
         return {
             "worker": self.owner.config.worker,
-            "source": str(self.owner.config.source),
+            "source": str(self.source),
+            "cluster_shard": self.owner.config.cluster_shard,
             "topic": self.owner.config.topic,
             "replid": self.replid,
             "phase": self.link.protocol.phase.value,

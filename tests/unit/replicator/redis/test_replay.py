@@ -152,6 +152,87 @@ def test_any_interleaving_with_redeliveries_gives_the_stream_state(seed: int) ->
     assert target.state() == reference(cmds)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_resends_after_a_psync2_rename_are_redeliveries(seed: int) -> None:
+    """``+CONTINUE <newid>`` from a checkpoint: what was sent after it under the old replid
+    comes again under the new one (same offsets), then the stream goes on (twice: a second
+    failover renames again)."""
+    rng = random.Random(seed)
+    cmds = stream(rng, 80)
+    queues = rng.choice([1, 2, 3])
+    ids = [REPLID, "s" * 40, "t" * 40]
+    b = EventBuilder("T", queues, ids[0])
+    offset, boundary = 0, (0, 0)
+    per_q: dict[int, list[OutMessage]] = {}
+    sent_since: list[OutMessage] = []
+    resent = 0
+    index_at = {0: 0}  # stream offset of a command's start → its index in cmds
+    renames = sorted(rng.sample(range(10, len(cmds) - 5), 2))
+    i = 0
+    while i < len(cmds):
+        if renames and i == renames[0]:
+            renames.pop(0)
+            # the link broke: resume at the last boundary under the next id
+            b.on_continue(boundary[0], boundary[1], ids[2 - len(renames)])
+            offset, i = boundary[0], index_at[boundary[0]]
+            resent += len(sent_since)
+            sent_since = []
+        argv = cmds[i]
+        end = offset + len(encode_command(argv))
+        batch = b.on_command(argv, offset, end)
+        for m in batch.messages:
+            per_q.setdefault(m.queue_id, []).append(m)
+            sent_since.append(m)
+        if batch.boundary == end and rng.random() < 0.3:  # a checkpoint was committed here
+            boundary, sent_since = (end, b.db), []
+        offset = end
+        i += 1
+        index_at[end] = i
+    target = FakeTarget()
+    replayer = Replayer(target)
+    cursors = dict.fromkeys(per_q, 0)
+    while cursors:
+        q = rng.choice(sorted(cursors))
+        replayer.offer_message(per_q[q][cursors[q]])
+        cursors[q] += 1
+        if cursors[q] == len(per_q[q]):
+            del cursors[q]
+    assert replayer.pending == 0
+    assert target.state() == reference(cmds)
+    assert replayer.duplicates == resent
+    assert set(replayer.continues.items()) <= {(ids[1], ids[0]), (ids[2], ids[1])}
+
+
+def test_after_a_rename_another_command_at_a_resent_offset_is_applied() -> None:
+    """kill -9 of a master: the replicator sent ``INCR a`` at offset 20 (old replid), the
+    promoted replica never had it and took ``INCR b`` at offset 20 (new replid)."""
+    old = EventBuilder("T", 1, REPLID)
+    sent = old.on_command([b"SET", b"k", b"1"], 0, 20).messages
+    sent += old.on_command([b"INCR", b"a"], 20, 40).messages
+    new = EventBuilder("T", 1, REPLID)
+    new.on_continue(20, 0, "s" * 40)
+    sent += new.on_command([b"INCR", b"b"], 20, 40).messages
+    target = FakeTarget()
+    replayer = Replayer(target)
+    for m in sent:
+        replayer.offer_message(m)
+    assert target.state() == {0: {b"k": b"1", b"a": b"1", b"b": b"1"}}
+    assert replayer.duplicates == 0 and replayer.continues == {"s" * 40: REPLID}
+
+
+def test_a_new_replid_after_snapshot_begin_is_a_new_history() -> None:
+    b = EventBuilder("T", 1, REPLID)
+    first = b.on_command([b"INCR", b"n"], 0, 20).messages
+    snap = b.begin_snapshot("s" * 40, 0).messages + b.end_snapshot().messages
+    again = b.on_command([b"INCR", b"n"], 0, 20).messages  # offset 0 again: another history
+    target = FakeTarget()
+    replayer = Replayer(target)
+    for m in first + snap + again:
+        replayer.offer_message(m)
+    assert target.state() == {0: {b"n": b"1"}} and replayer.duplicates == 0
+    assert replayer.continues == {}
+
+
 def test_set_flushall_set_in_any_order_of_queues() -> None:
     cmds = [[b"SET", b"k", b"1"], [b"SET", b"other", b"1"], [b"FLUSHALL"], [b"SET", b"k", b"2"]]
     msgs = build(cmds, 4)
