@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from broker.ha.epochs import EpochEntry, EpochFile, entry_for
@@ -69,12 +70,10 @@ def frame_plan(
     return entry, max(0, limit - offset)
 
 
-@dataclass
-class _Waiter:
-    offset: int
-    count: int
-    among: frozenset[int] | None
-    future: asyncio.Future[bool]
+#: One send waiting for acks: (offset, sequence number, future); kept in a heap by offset
+#: per (count, among), so an ack resolves the waiters it satisfies without a scan of all.
+_Waiter = tuple[int, int, "asyncio.Future[bool]"]
+_WaitKey = tuple[int, "frozenset[int] | None"]
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:
@@ -115,7 +114,8 @@ class HAMaster:
         self._confirm = store.log.end_offset
         self._slaves: dict[int, SlaveState] = {}
         self._conns: dict[int, _Conn] = {}
-        self._waiters: list[_Waiter] = []
+        self._waiters: dict[_WaitKey, list[_Waiter]] = {}  # heaps by offset
+        self._seq = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -139,14 +139,20 @@ class HAMaster:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        for w in self._waiters:
-            if not w.future.done():
-                w.future.set_result(False)
+        for heap in self._waiters.values():
+            for _offset, _seq, fut in heap:
+                if not fut.done():
+                    fut.set_result(False)
         self._waiters.clear()
 
     # -- what the send path and the quorum role read --------------------------------
     def slaves(self) -> dict[int, SlaveState]:
         return {k: replace(v) for k, v in self._slaves.items()}
+
+    def slave_states(self) -> Mapping[int, SlaveState]:
+        """The live states behind :meth:`slaves`, not copied: read them at once, never
+        change or keep them (the send path reads them for every message)."""
+        return self._slaves
 
     @property
     def confirm_offset(self) -> int:
@@ -180,6 +186,15 @@ class HAMaster:
             if s.acked >= offset and (among is None or s.broker_id in among)
         )
 
+    def _reach(self, count: int, among: frozenset[int] | None) -> int | None:
+        """The highest offset ``count`` slaves (of ``among``) have acked; None if fewer
+        than ``count`` slaves are known."""
+        acks = sorted(
+            (s.acked for s in self._slaves.values() if among is None or s.broker_id in among),
+            reverse=True,
+        )
+        return acks[count - 1] if len(acks) >= count else None
+
     async def wait_for(
         self,
         offset: int,
@@ -194,16 +209,25 @@ class HAMaster:
             return True
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        waiter = _Waiter(offset, count, group, fut)
-        self._waiters.append(waiter)
+        key = (count, group)
+        self._seq += 1
+        waiter = (offset, self._seq, fut)
+        heapq.heappush(self._waiters.setdefault(key, []), waiter)
         timer = loop.call_later(timeout_s, _expire, fut)  # cheaper than asyncio.wait_for per send
         try:
             return await fut
         finally:
             timer.cancel()
             if not fut.done() or fut.cancelled() or not fut.result():  # else _on_ack took it
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
+                self._forget(key, waiter)
+
+    def _forget(self, key: _WaitKey, waiter: _Waiter) -> None:
+        heap = self._waiters.get(key)
+        if heap is not None and waiter in heap:  # a timeout: rare, a linear removal is fine
+            heap.remove(waiter)
+            heapq.heapify(heap)
+            if not heap:
+                del self._waiters[key]
 
     def _on_ack(self, conn: _Conn, offset: int) -> None:
         state = self._slaves[conn.broker_id]
@@ -212,13 +236,16 @@ class HAMaster:
             state.caught_up_at = time.monotonic()
         if not self._waiters:
             return
-        keep: list[_Waiter] = []
-        for w in self._waiters:
-            if self._count(w.offset, w.among) < w.count:
-                keep.append(w)
-            elif not w.future.done():
-                w.future.set_result(True)
-        self._waiters = keep
+        for key, heap in list(self._waiters.items()):
+            reach = self._reach(*key)
+            if reach is None or heap[0][0] > reach:
+                continue
+            while heap and heap[0][0] <= reach:
+                fut = heapq.heappop(heap)[2]
+                if not fut.done():
+                    fut.set_result(True)
+            if not heap:
+                del self._waiters[key]
 
     # -- one connection -------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -66,6 +66,10 @@ class HAMasterLike(Protocol):
 
     def slaves(self) -> Mapping[int, SlaveStateLike]: ...
 
+    def slave_states(self) -> Mapping[int, SlaveStateLike]:
+        """The same states, live and not copied (read at once, per message)."""
+        ...
+
     async def wait_for(
         self, offset: int, count: int, timeout_s: float, among: Collection[int] | None = None
     ) -> bool:
@@ -146,7 +150,7 @@ class QuorumReplication:
             return PutStatus.SERVICE_NOT_AVAILABLE
         b = self.behaviour(view)
         need = policy.admit(
-            b, view.policy, view.alive_replicas, end_offset, counted_slaves(view, ha.slaves())
+            b, view.policy, view.alive_replicas, end_offset, counted_slaves(view, ha.slave_states())
         )
         if isinstance(need, PutStatus):
             return need
@@ -160,7 +164,8 @@ class QuorumReplication:
             b, epoch = admission.behaviour, admission.master_epoch
         else:
             b, epoch = self.behaviour(view), view.master_epoch
-        counted = counted_slaves(view, ha.slaves())
+        # only the 4.x slave check reads the slaves after the append
+        counted = counted_slaves(view, ha.slave_states()) if b.slave_check else []
         plan = policy.after_append(
             b, self.settings, admission.need_acks, next_offset, counted, wait_store_ok
         )
@@ -196,7 +201,7 @@ class QuorumReplication:
         view, ha = self.roles.view, self.ha
         if view is None or ha is None:
             return self.log_end()
-        slaves = ha.slaves()
+        slaves = ha.slave_states()
         members = [
             None if (s := slaves.get(i)) is None else SlaveAck(i, s.acked, s.connected)
             for i in sorted(view.in_sync_slaves)
