@@ -11,6 +11,7 @@ from the checkpoint (``broker.store.recovery``).
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import struct
 import threading
@@ -24,6 +25,7 @@ UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
 
 
+@functools.lru_cache(maxsize=4096)
 def tags_code(tags: str) -> int:
     """The tag hash kept in a unit: Java's ``String.hashCode`` of the tags, as RocketMQ stores
     it (``MessageExtBrokerInner.tagsString2tagsCode``) and as Java clients send their

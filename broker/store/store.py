@@ -272,10 +272,11 @@ class MessageStore:
         seg_size = self.config.segment_size
         p, need = self._dispatched, 0
         data_end = data_at + len(data)
+        view = memoryview(data)
 
-        def read(at: int, n: int) -> bytes:  # from the bytes just written when they hold it
+        def read(at: int, n: int) -> bytes | memoryview:  # the bytes just written, uncopied
             if data_at <= at and at + n <= data_end:
-                return data[at - data_at : at - data_at + n]
+                return view[at - data_at : at - data_at + n]
             return self.log.read_raw(at, n)
 
         units: dict[tuple[str, int], tuple[int, list[Unit3]]] = {}
