@@ -19,6 +19,8 @@ each append (from the loop or any thread) to wake the streams.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import contextlib
 import heapq
 import logging
@@ -116,6 +118,10 @@ class HAMaster:
         self._conns: dict[int, _Conn] = {}
         self._waiters: dict[_WaitKey, list[_Waiter]] = {}  # heaps by offset
         self._seq = 0
+        # the waiters' deadlines, earliest first, under one timer (a timer per send costs
+        # more than the rest of its wait); resolved waiters leave from the front lazily
+        self._deadlines: collections.deque[tuple[float, _Waiter]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -144,6 +150,10 @@ class HAMaster:
                 if not fut.done():
                     fut.set_result(False)
         self._waiters.clear()
+        self._deadlines.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     # -- what the send path and the quorum role read --------------------------------
     def slaves(self) -> dict[int, SlaveState]:
@@ -213,13 +223,39 @@ class HAMaster:
         self._seq += 1
         waiter = (offset, self._seq, fut)
         heapq.heappush(self._waiters.setdefault(key, []), waiter)
-        timer = loop.call_later(timeout_s, _expire, fut)  # cheaper than asyncio.wait_for per send
+        self._add_deadline(loop, loop.time() + timeout_s, waiter)
         try:
             return await fut
         finally:
-            timer.cancel()
             if not fut.done() or fut.cancelled() or not fut.result():  # else _on_ack took it
                 self._forget(key, waiter)
+
+    def _add_deadline(
+        self, loop: asyncio.AbstractEventLoop, deadline: float, waiter: _Waiter
+    ) -> None:
+        queue = self._deadlines
+        while queue and queue[0][1][2].done():
+            queue.popleft()
+        if queue and deadline < queue[-1][0]:  # a shorter timeout than an earlier wait's
+            bisect.insort(queue, (deadline, waiter), key=lambda d: d[0])
+        else:
+            queue.append((deadline, waiter))
+        timer = self._timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(queue[0][0], self._expire_due)
+
+    def _expire_due(self) -> None:
+        """The timer: every waiter whose deadline passed gets False; re-armed for the next."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        queue = self._deadlines
+        while queue and (queue[0][1][2].done() or queue[0][0] <= now):
+            _expire(queue.popleft()[1][2])
+        if queue:
+            self._timer = loop.call_at(queue[0][0], self._expire_due)
 
     def _forget(self, key: _WaitKey, waiter: _Waiter) -> None:
         heap = self._waiters.get(key)

@@ -339,6 +339,13 @@ def test_an_ack_resolves_exactly_the_waiters_it_satisfies(tmp_path: Path) -> Non
             late = asyncio.create_task(master.wait_for(400, 1, 0.05))
             assert not await late  # timed out: forgotten
             assert master._waiters == {}
+            # one timer for all deadlines: a shorter timeout after a longer one still counts
+            long = asyncio.create_task(master.wait_for(500, 1, 10.0))
+            t0 = time.monotonic()
+            assert not await master.wait_for(600, 1, 0.05)
+            assert time.monotonic() - t0 < 2.0 and not long.done()
+            master._on_ack(conn1, 500)
+            assert await long
         finally:
             await master.stop()
 
