@@ -190,11 +190,11 @@ class HAMaster:
             conn.wake.set()
 
     def _count(self, offset: int, among: frozenset[int] | None) -> int:
-        return sum(
-            1
-            for s in self._slaves.values()
-            if s.acked >= offset and (among is None or s.broker_id in among)
-        )
+        n = 0
+        for s in self._slaves.values():  # a loop, not sum(generator): once per send
+            if s.acked >= offset and (among is None or s.broker_id in among):
+                n += 1
+        return n
 
     def _reach(self, count: int, among: frozenset[int] | None) -> int | None:
         """The highest offset ``count`` slaves (of ``among``) have acked; None if fewer

@@ -33,7 +33,7 @@ from typing import Protocol
 
 from broker.quorum import policy
 from broker.quorum.group import GroupView
-from broker.quorum.policy import Behaviour, QuorumSettings, SlaveAck
+from broker.quorum.policy import Acked, Behaviour, QuorumSettings, SlaveAck
 from broker.replication import Admission, PutStatus
 
 __all__ = [
@@ -96,17 +96,14 @@ class QuorumAdmission(Admission):
 
 def counted_slaves(
     view: GroupView, slaves: Mapping[int, SlaveStateLike], members: Iterable[int] | None = None
-) -> list[SlaveAck]:
+) -> list[Acked]:
     """The slaves whose acks count: the in-sync set's members other than the master, as the
-    HA master sees them (a member without a connection to it: not connected). ``members``:
-    ``sorted(view.in_sync_slaves)`` when the caller has it already."""
-    out = []
+    HA master sees them (its live states, read at once; a member without a connection to
+    it: not connected). ``members``: ``sorted(view.in_sync_slaves)`` when the caller has it."""
+    out: list[Acked] = []
     for broker_id in sorted(view.in_sync_slaves) if members is None else members:
         s = slaves.get(broker_id)
-        if s is None:
-            out.append(SlaveAck(broker_id, -1, connected=False))
-        else:
-            out.append(SlaveAck(broker_id, s.acked, s.connected))
+        out.append(SlaveAck(broker_id, -1, connected=False) if s is None else s)
     return out
 
 
@@ -127,6 +124,7 @@ class QuorumReplication:
         # what the send path derives from one group view, derived once per view
         self._derived_from: GroupView | None = None
         self._derived: tuple[Behaviour, frozenset[int], tuple[int, ...]] | None = None
+        self._admission: QuorumAdmission | None = None
 
     def attach(self, ha: HAMasterLike, confirmed: int) -> None:
         """Master from now on, with ``ha``. ``confirmed``: the confirm offset to start from,
@@ -171,7 +169,15 @@ class QuorumReplication:
             need = policy.admit(b, view.policy, view.alive_replicas, end_offset, counted)
         if isinstance(need, PutStatus):
             return need
-        return QuorumAdmission(need, view.master_epoch, b)
+        last = self._admission
+        if (
+            last is None
+            or last.need_acks != need
+            or last.master_epoch != view.master_epoch
+            or last.behaviour is not b
+        ):  # immutable: the sends admitted alike share one
+            last = self._admission = QuorumAdmission(need, view.master_epoch, b)
+        return last
 
     async def wait(self, next_offset: int, admission: Admission, wait_store_ok: bool) -> PutStatus:
         view, ha = self.roles.view, self.ha
