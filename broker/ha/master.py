@@ -39,7 +39,7 @@ from broker.ha.protocol import (
     encode_data,
     encode_master_handshake,
 )
-from broker.ha.stream import next_event
+from broker.ha.stream import Deadline, next_event
 from broker.store import MessageStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -363,43 +363,46 @@ class HAMaster:
     async def _read_acks(
         self, reader: asyncio.StreamReader, dec: SlaveStreamDecoder, conn: _Conn
     ) -> None:
-        while True:
-            ev = await self._next(reader, dec)
-            if not isinstance(ev, SlaveAck):
-                raise HAProtocolError("a second slave handshake")
-            self._on_ack(conn, ev.offset)
+        idle = Deadline(self.idle_timeout, conn.writer.transport.abort)
+        try:
+            while True:
+                ev = await next_event(reader, dec, self.idle_timeout, "slave", idle)
+                if not isinstance(ev, SlaveAck):
+                    raise HAProtocolError("a second slave handshake")
+                self._on_ack(conn, ev.offset)
+        finally:
+            idle.cancel()
 
     async def _stream(self, conn: _Conn, offset: int) -> None:
-        loop = asyncio.get_running_loop()
         seg_size = self.store.config.segment_size
-        last_send = loop.time()
-        while True:
-            end = self.store.log.end_offset
-            entry, n = frame_plan(offset, end, seg_size, self.epochs.entries, self.batch_bytes)
-            if n > 0:
-                data = self.store.read_log(offset, n)
-                frame = DataFrame(
-                    offset, entry.epoch, entry.start_offset, self.confirm_offset, data
-                )
-                conn.writer.write(encode_data(frame))
-                conn.last_transfer_max = end
-                await conn.writer.drain()
-                offset += len(data)
-                last_send = loop.time()
-                continue
-            state = self._slaves[conn.broker_id]
-            if state.acked >= end:
-                state.caught_up_at = time.monotonic()
-            conn.wake.clear()
-            if self.store.log.end_offset > offset:
-                continue
-            wait = self.heartbeat_interval - (loop.time() - last_send)
-            if wait <= 0:
-                beat = DataFrame(offset, entry.epoch, entry.start_offset, self.confirm_offset)
-                conn.writer.write(encode_data(beat))
-                await conn.writer.drain()
-                last_send = loop.time()
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await conn.wake.wait()
+        beat = Deadline(self.heartbeat_interval, conn.wake.set, repeat=True)
+        try:
+            while True:
+                end = self.store.log.end_offset
+                entry, n = frame_plan(offset, end, seg_size, self.epochs.entries, self.batch_bytes)
+                if n > 0:
+                    data = self.store.read_log(offset, n)
+                    frame = DataFrame(
+                        offset, entry.epoch, entry.start_offset, self.confirm_offset, data
+                    )
+                    conn.writer.write(encode_data(frame))
+                    conn.last_transfer_max = end
+                    await conn.writer.drain()
+                    offset += len(data)
+                    beat.push()
+                    continue
+                state = self._slaves[conn.broker_id]
+                if state.acked >= end:
+                    state.caught_up_at = time.monotonic()
+                conn.wake.clear()
+                if self.store.log.end_offset > offset:
+                    continue
+                if beat.is_due():  # nothing sent for heartbeat_interval s
+                    hb = DataFrame(offset, entry.epoch, entry.start_offset, self.confirm_offset)
+                    conn.writer.write(encode_data(hb))
+                    await conn.writer.drain()
+                    beat.push()
+                    continue
+                await conn.wake.wait()  # an append, or the heartbeat's deadline
+        finally:
+            beat.cancel()
