@@ -122,6 +122,7 @@ class HAMaster:
         # more than the rest of its wait); resolved waiters leave from the front lazily
         self._deadlines: collections.deque[tuple[float, _Waiter]] = collections.deque()
         self._timer: asyncio.TimerHandle | None = None
+        self._last_frame: tuple[tuple[int, int, EpochEntry, int, int], bytes, int] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -373,6 +374,20 @@ class HAMaster:
         finally:
             idle.cancel()
 
+    def _frame(self, offset: int, n: int, entry: EpochEntry) -> tuple[bytes, int]:
+        """The encoded data frame of ``n`` bytes at ``offset`` and how many it carries. The
+        slaves' streams mostly send the same frame one after the other: the last one is
+        kept and reused while nothing it was made of changed (the log not truncated since,
+        which is read before the bytes are)."""
+        key = (offset, n, entry, self.confirm_offset, self.store.log.cuts)
+        last = self._last_frame
+        if last is not None and last[0] == key:
+            return last[1], last[2]
+        data = self.store.read_log(offset, n)
+        encoded = encode_data(DataFrame(offset, entry.epoch, entry.start_offset, key[3], data))
+        self._last_frame = (key, encoded, len(data))
+        return encoded, len(data)
+
     async def _stream(self, conn: _Conn, offset: int) -> None:
         seg_size = self.store.config.segment_size
         beat = Deadline(self.heartbeat_interval, conn.wake.set, repeat=True)
@@ -381,14 +396,11 @@ class HAMaster:
                 end = self.store.log.end_offset
                 entry, n = frame_plan(offset, end, seg_size, self.epochs.entries, self.batch_bytes)
                 if n > 0:
-                    data = self.store.read_log(offset, n)
-                    frame = DataFrame(
-                        offset, entry.epoch, entry.start_offset, self.confirm_offset, data
-                    )
-                    conn.writer.write(encode_data(frame))
+                    encoded, sent = self._frame(offset, n, entry)
+                    conn.writer.write(encoded)
                     conn.last_transfer_max = end
                     await conn.writer.drain()
-                    offset += len(data)
+                    offset += sent
                     beat.push()
                     continue
                 state = self._slaves[conn.broker_id]

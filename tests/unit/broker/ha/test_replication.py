@@ -350,3 +350,20 @@ def test_an_ack_resolves_exactly_the_waiters_it_satisfies(tmp_path: Path) -> Non
             await master.stop()
 
     run(main())
+
+
+def test_the_slaves_streams_share_a_frame_until_the_log_is_cut(tmp_path: Path) -> None:
+    ms = store_at(tmp_path / "m")
+    put(ms, 5, "a")
+    master = HAMaster(ms, "127.0.0.1", 0, EpochFile(str(tmp_path / "m.ep")))
+    entry = EpochEntry(1, 0)
+    n = ms.log.end_offset
+    first, size = master._frame(0, n, entry)
+    again, _ = master._frame(0, n, entry)
+    assert again is first and size == n  # the second slave's stream: no read, no encode
+    ms.truncate(0)  # a cut, then other bytes at the same offsets
+    put(ms, 5, "b")
+    fresh, size = master._frame(0, n, entry)
+    assert fresh != first and size == n
+    assert fresh[-n:] == ms.read_log(0, n)
+    ms.close()
