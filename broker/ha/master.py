@@ -19,11 +19,14 @@ each append (from the loop or any thread) to wake the streams.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import contextlib
+import heapq
 import logging
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from broker.ha.epochs import EpochEntry, EpochFile, entry_for
@@ -36,7 +39,7 @@ from broker.ha.protocol import (
     encode_data,
     encode_master_handshake,
 )
-from broker.ha.stream import next_event
+from broker.ha.stream import Deadline, next_event
 from broker.store import MessageStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -69,12 +72,10 @@ def frame_plan(
     return entry, max(0, limit - offset)
 
 
-@dataclass
-class _Waiter:
-    offset: int
-    count: int
-    among: frozenset[int] | None
-    future: asyncio.Future[bool]
+#: One send waiting for acks: (offset, sequence number, future); kept in a heap by offset
+#: per (count, among), so an ack resolves the waiters it satisfies without a scan of all.
+_Waiter = tuple[int, int, "asyncio.Future[bool]"]
+_WaitKey = tuple[int, "frozenset[int] | None"]
 
 
 def _expire(fut: asyncio.Future[bool]) -> None:
@@ -115,7 +116,13 @@ class HAMaster:
         self._confirm = store.log.end_offset
         self._slaves: dict[int, SlaveState] = {}
         self._conns: dict[int, _Conn] = {}
-        self._waiters: list[_Waiter] = []
+        self._waiters: dict[_WaitKey, list[_Waiter]] = {}  # heaps by offset
+        self._seq = 0
+        # the waiters' deadlines, earliest first, under one timer (a timer per send costs
+        # more than the rest of its wait); resolved waiters leave from the front lazily
+        self._deadlines: collections.deque[tuple[float, _Waiter]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_frame: tuple[tuple[int, int, EpochEntry, int, int], bytes, int] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -139,14 +146,24 @@ class HAMaster:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-        for w in self._waiters:
-            if not w.future.done():
-                w.future.set_result(False)
+        for heap in self._waiters.values():
+            for _offset, _seq, fut in heap:
+                if not fut.done():
+                    fut.set_result(False)
         self._waiters.clear()
+        self._deadlines.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     # -- what the send path and the quorum role read --------------------------------
     def slaves(self) -> dict[int, SlaveState]:
         return {k: replace(v) for k, v in self._slaves.items()}
+
+    def slave_states(self) -> Mapping[int, SlaveState]:
+        """The live states behind :meth:`slaves`, not copied: read them at once, never
+        change or keep them (the send path reads them for every message)."""
+        return self._slaves
 
     @property
     def confirm_offset(self) -> int:
@@ -174,11 +191,20 @@ class HAMaster:
             conn.wake.set()
 
     def _count(self, offset: int, among: frozenset[int] | None) -> int:
-        return sum(
-            1
-            for s in self._slaves.values()
-            if s.acked >= offset and (among is None or s.broker_id in among)
+        n = 0
+        for s in self._slaves.values():  # a loop, not sum(generator): once per send
+            if s.acked >= offset and (among is None or s.broker_id in among):
+                n += 1
+        return n
+
+    def _reach(self, count: int, among: frozenset[int] | None) -> int | None:
+        """The highest offset ``count`` slaves (of ``among``) have acked; None if fewer
+        than ``count`` slaves are known."""
+        acks = sorted(
+            (s.acked for s in self._slaves.values() if among is None or s.broker_id in among),
+            reverse=True,
         )
+        return acks[count - 1] if len(acks) >= count else None
 
     async def wait_for(
         self,
@@ -194,16 +220,51 @@ class HAMaster:
             return True
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        waiter = _Waiter(offset, count, group, fut)
-        self._waiters.append(waiter)
-        timer = loop.call_later(timeout_s, _expire, fut)  # cheaper than asyncio.wait_for per send
+        key = (count, group)
+        self._seq += 1
+        waiter = (offset, self._seq, fut)
+        heapq.heappush(self._waiters.setdefault(key, []), waiter)
+        self._add_deadline(loop, loop.time() + timeout_s, waiter)
         try:
             return await fut
         finally:
-            timer.cancel()
             if not fut.done() or fut.cancelled() or not fut.result():  # else _on_ack took it
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
+                self._forget(key, waiter)
+
+    def _add_deadline(
+        self, loop: asyncio.AbstractEventLoop, deadline: float, waiter: _Waiter
+    ) -> None:
+        queue = self._deadlines
+        while queue and queue[0][1][2].done():
+            queue.popleft()
+        if queue and deadline < queue[-1][0]:  # a shorter timeout than an earlier wait's
+            bisect.insort(queue, (deadline, waiter), key=lambda d: d[0])
+        else:
+            queue.append((deadline, waiter))
+        timer = self._timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(queue[0][0], self._expire_due)
+
+    def _expire_due(self) -> None:
+        """The timer: every waiter whose deadline passed gets False; re-armed for the next."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        queue = self._deadlines
+        while queue and (queue[0][1][2].done() or queue[0][0] <= now):
+            _expire(queue.popleft()[1][2])
+        if queue:
+            self._timer = loop.call_at(queue[0][0], self._expire_due)
+
+    def _forget(self, key: _WaitKey, waiter: _Waiter) -> None:
+        heap = self._waiters.get(key)
+        if heap is not None and waiter in heap:  # a timeout: rare, a linear removal is fine
+            heap.remove(waiter)
+            heapq.heapify(heap)
+            if not heap:
+                del self._waiters[key]
 
     def _on_ack(self, conn: _Conn, offset: int) -> None:
         state = self._slaves[conn.broker_id]
@@ -212,13 +273,16 @@ class HAMaster:
             state.caught_up_at = time.monotonic()
         if not self._waiters:
             return
-        keep: list[_Waiter] = []
-        for w in self._waiters:
-            if self._count(w.offset, w.among) < w.count:
-                keep.append(w)
-            elif not w.future.done():
-                w.future.set_result(True)
-        self._waiters = keep
+        for key, heap in list(self._waiters.items()):
+            reach = self._reach(*key)
+            if reach is None or heap[0][0] > reach:
+                continue
+            while heap and heap[0][0] <= reach:
+                fut = heapq.heappop(heap)[2]
+                if not fut.done():
+                    fut.set_result(True)
+            if not heap:
+                del self._waiters[key]
 
     # -- one connection -------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -300,43 +364,57 @@ class HAMaster:
     async def _read_acks(
         self, reader: asyncio.StreamReader, dec: SlaveStreamDecoder, conn: _Conn
     ) -> None:
-        while True:
-            ev = await self._next(reader, dec)
-            if not isinstance(ev, SlaveAck):
-                raise HAProtocolError("a second slave handshake")
-            self._on_ack(conn, ev.offset)
+        idle = Deadline(self.idle_timeout, conn.writer.transport.abort)
+        try:
+            while True:
+                ev = await next_event(reader, dec, self.idle_timeout, "slave", idle)
+                if not isinstance(ev, SlaveAck):
+                    raise HAProtocolError("a second slave handshake")
+                self._on_ack(conn, ev.offset)
+        finally:
+            idle.cancel()
+
+    def _frame(self, offset: int, n: int, entry: EpochEntry) -> tuple[bytes, int]:
+        """The encoded data frame of ``n`` bytes at ``offset`` and how many it carries. The
+        slaves' streams mostly send the same frame one after the other: the last one is
+        kept and reused while nothing it was made of changed (the log not truncated since,
+        which is read before the bytes are)."""
+        key = (offset, n, entry, self.confirm_offset, self.store.log.cuts)
+        last = self._last_frame
+        if last is not None and last[0] == key:
+            return last[1], last[2]
+        data = self.store.read_log(offset, n)
+        encoded = encode_data(DataFrame(offset, entry.epoch, entry.start_offset, key[3], data))
+        self._last_frame = (key, encoded, len(data))
+        return encoded, len(data)
 
     async def _stream(self, conn: _Conn, offset: int) -> None:
-        loop = asyncio.get_running_loop()
         seg_size = self.store.config.segment_size
-        last_send = loop.time()
-        while True:
-            end = self.store.log.end_offset
-            entry, n = frame_plan(offset, end, seg_size, self.epochs.entries, self.batch_bytes)
-            if n > 0:
-                data = self.store.read_log(offset, n)
-                frame = DataFrame(
-                    offset, entry.epoch, entry.start_offset, self.confirm_offset, data
-                )
-                conn.writer.write(encode_data(frame))
-                conn.last_transfer_max = end
-                await conn.writer.drain()
-                offset += len(data)
-                last_send = loop.time()
-                continue
-            state = self._slaves[conn.broker_id]
-            if state.acked >= end:
-                state.caught_up_at = time.monotonic()
-            conn.wake.clear()
-            if self.store.log.end_offset > offset:
-                continue
-            wait = self.heartbeat_interval - (loop.time() - last_send)
-            if wait <= 0:
-                beat = DataFrame(offset, entry.epoch, entry.start_offset, self.confirm_offset)
-                conn.writer.write(encode_data(beat))
-                await conn.writer.drain()
-                last_send = loop.time()
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await conn.wake.wait()
+        beat = Deadline(self.heartbeat_interval, conn.wake.set, repeat=True)
+        try:
+            while True:
+                end = self.store.log.end_offset
+                entry, n = frame_plan(offset, end, seg_size, self.epochs.entries, self.batch_bytes)
+                if n > 0:
+                    encoded, sent = self._frame(offset, n, entry)
+                    conn.writer.write(encoded)
+                    conn.last_transfer_max = end
+                    await conn.writer.drain()
+                    offset += sent
+                    beat.push()
+                    continue
+                state = self._slaves[conn.broker_id]
+                if state.acked >= end:
+                    state.caught_up_at = time.monotonic()
+                conn.wake.clear()
+                if self.store.log.end_offset > offset:
+                    continue
+                if beat.is_due():  # nothing sent for heartbeat_interval s
+                    hb = DataFrame(offset, entry.epoch, entry.start_offset, self.confirm_offset)
+                    conn.writer.write(encode_data(hb))
+                    await conn.writer.drain()
+                    beat.push()
+                    continue
+                await conn.wake.wait()  # an append, or the heartbeat's deadline
+        finally:
+            beat.cancel()

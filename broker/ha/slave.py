@@ -32,7 +32,7 @@ from broker.ha.protocol import (
     encode_ack,
     encode_slave_handshake,
 )
-from broker.ha.stream import next_event
+from broker.ha.stream import Deadline, next_event
 from broker.store import MessageStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,7 @@ class HAClient:
             asyncio.open_connection(host, port), self.idle_timeout
         )
         beats: asyncio.Task[None] | None = None
+        idle: Deadline | None = None
         try:
             writer.write(
                 encode_slave_handshake(
@@ -128,8 +129,11 @@ class HAClient:
             self.connected = True
             self.sessions += 1
             beats = asyncio.create_task(self._heartbeats(writer))
+            idle = Deadline(self.idle_timeout, writer.transport.abort)
             while True:
-                frame: MasterHandshake | DataFrame | NeedData = await self._next(reader, dec)
+                frame: MasterHandshake | DataFrame | NeedData = await next_event(
+                    reader, dec, self.idle_timeout, "master", idle
+                )
                 ack = False
                 while not isinstance(frame, NeedData):  # every frame already received, one ack
                     if not isinstance(frame, DataFrame):
@@ -141,6 +145,8 @@ class HAClient:
                     writer.write(encode_ack(self.store.log.end_offset))
                     await writer.drain()
         finally:
+            if idle is not None:
+                idle.cancel()
             if beats is not None:
                 beats.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -48,8 +48,10 @@ Where this differs from RocketMQ, and why:
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from broker.replication import PutStatus
 from nameserver.client.replica_groups import GroupPolicy
@@ -145,6 +147,17 @@ class QuorumSettings:
             )
 
 
+class Acked(Protocol):
+    """A slave as the policy reads it: :class:`SlaveAck`, or the HA master's live state."""
+
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def acked(self) -> int: ...
+    @property
+    def connected(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SlaveAck:
     """One slave as the master's HA service sees it: the commit-log offset it acked."""
@@ -164,10 +177,14 @@ class WaitFor:
 
 
 # ------------------------------------------------------------------ seed 004
-def in_sync_slave_nums(master_offset: int, slaves: Iterable[SlaveAck], max_gap: int) -> int:
+def in_sync_slave_nums(master_offset: int, slaves: Iterable[Acked], max_gap: int) -> int:
     """Connected slaves less than ``max_gap`` (haMaxGapNotInSync) behind the master (J5
     ``DefaultHAService.inSyncSlaveNums``: ``masterPutWhere - slaveAckOffset < haMaxGapNotInSync``)."""
-    return sum(1 for s in slaves if s.connected and master_offset - s.acked < max_gap)
+    n = 0
+    for s in slaves:  # a loop, not sum(generator): this runs for every send
+        if s.connected and master_offset - s.acked < max_gap:
+            n += 1
+    return n
 
 
 def in_sync_replicas(alive_replicas: int, in_sync_slaves: int) -> int:
@@ -190,7 +207,7 @@ def admit(
     policy: GroupPolicy,
     alive_replicas: int,
     master_offset: int,
-    slaves: Iterable[SlaveAck],
+    slaves: Iterable[Acked],
 ) -> int | PutStatus:
     """Before the append, at commit-log end ``master_offset``: the replicas that must hold
     the message (incl. the master), or IN_SYNC_REPLICAS_NOT_ENOUGH (seed 004: not stored).
@@ -208,7 +225,7 @@ def admit(
 
 
 # ------------------------------------------------------------------ seed 001 (4.x)
-def slave_ok(master_offset: int, slaves: Iterable[SlaveAck], fallbehind_max: int) -> bool:
+def slave_ok(master_offset: int, slaves: Iterable[Acked], fallbehind_max: int) -> bool:
     """RocketMQ 4.x ``HAService.isSlaveOK`` (J4 ``HAService.java:80-87``): a slave is
     connected and the best ack is less than ``fallbehind_max`` behind ``master_offset``."""
     acks = [s.acked for s in slaves if s.connected]
@@ -221,7 +238,7 @@ def after_append(
     settings: QuorumSettings,
     need_acks: int,
     next_offset: int,
-    slaves: Iterable[SlaveAck],
+    slaves: Iterable[Acked],
     wait_store_ok: bool,
 ) -> PutStatus | WaitFor:
     """After the append, the message ending at ``next_offset``: an answer now, or what to
@@ -232,7 +249,13 @@ def after_append(
         next_offset, slaves, settings.ha_slave_fallbehind_max_bytes
     ):
         return PutStatus.SLAVE_NOT_AVAILABLE
-    return WaitFor(need_acks - 1, settings.slave_timeout_s)
+    return _wait_for(need_acks - 1, settings.slave_timeout_s)
+
+
+@functools.lru_cache(maxsize=64)
+def _wait_for(count: int, timeout_s: float) -> WaitFor:
+    """One (immutable) WaitFor per plan, not one per send."""
+    return WaitFor(count, timeout_s)
 
 
 #: What a wait that ran out answers (J4/J5: the replica wait's deadline).
@@ -240,7 +263,7 @@ ON_TIMEOUT = PutStatus.FLUSH_SLAVE_TIMEOUT
 
 
 # ------------------------------------------------------------------ visibility
-def confirm_offset(master_end: int, members: Iterable[SlaveAck | None], previous: int) -> int:
+def confirm_offset(master_end: int, members: Iterable[Acked | None], previous: int) -> int:
     """The commit-log offset every in-sync set member holds (J5
     ``AutoSwitchHAService.computeConfirmOffset``, research/broker.md §6.4): the least ack of
     the members (``None``: a member without an HA connection to this master), the master's

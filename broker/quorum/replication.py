@@ -27,13 +27,13 @@ never takes back a message a consumer saw. ASYNC and ONE_SLAVE expose everything
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from broker.quorum import policy
 from broker.quorum.group import GroupView
-from broker.quorum.policy import Behaviour, QuorumSettings, SlaveAck
+from broker.quorum.policy import Acked, Behaviour, QuorumSettings, SlaveAck
 from broker.replication import Admission, PutStatus
 
 __all__ = [
@@ -66,6 +66,10 @@ class HAMasterLike(Protocol):
 
     def slaves(self) -> Mapping[int, SlaveStateLike]: ...
 
+    def slave_states(self) -> Mapping[int, SlaveStateLike]:
+        """The same states, live and not copied (read at once, per message)."""
+        ...
+
     async def wait_for(
         self, offset: int, count: int, timeout_s: float, among: Collection[int] | None = None
     ) -> bool:
@@ -90,16 +94,16 @@ class QuorumAdmission(Admission):
     behaviour: Behaviour
 
 
-def counted_slaves(view: GroupView, slaves: Mapping[int, SlaveStateLike]) -> list[SlaveAck]:
+def counted_slaves(
+    view: GroupView, slaves: Mapping[int, SlaveStateLike], members: Iterable[int] | None = None
+) -> list[Acked]:
     """The slaves whose acks count: the in-sync set's members other than the master, as the
-    HA master sees them (a member without a connection to it: not connected)."""
-    out = []
-    for broker_id in sorted(view.in_sync_slaves):
+    HA master sees them (its live states, read at once; a member without a connection to
+    it: not connected). ``members``: ``sorted(view.in_sync_slaves)`` when the caller has it."""
+    out: list[Acked] = []
+    for broker_id in sorted(view.in_sync_slaves) if members is None else members:
         s = slaves.get(broker_id)
-        if s is None:
-            out.append(SlaveAck(broker_id, -1, connected=False))
-        else:
-            out.append(SlaveAck(broker_id, s.acked, s.connected))
+        out.append(SlaveAck(broker_id, -1, connected=False) if s is None else s)
     return out
 
 
@@ -117,6 +121,10 @@ class QuorumReplication:
         self.log_end = log_end
         self.ha: HAMasterLike | None = None
         self._confirm = 0
+        # what the send path derives from one group view, derived once per view
+        self._derived_from: GroupView | None = None
+        self._derived: tuple[Behaviour, frozenset[int], tuple[int, ...]] | None = None
+        self._admission: QuorumAdmission | None = None
 
     def attach(self, ha: HAMasterLike, confirmed: int) -> None:
         """Master from now on, with ``ha``. ``confirmed``: the confirm offset to start from,
@@ -140,34 +148,54 @@ class QuorumReplication:
     def behaviour(self, view: GroupView) -> Behaviour:
         return policy.behaviour_for(self.settings.role, view.policy)
 
+    def _derive(self, view: GroupView) -> tuple[Behaviour, frozenset[int], tuple[int, ...]]:
+        """The rule, the in-sync slaves and them sorted, for ``view`` (a new view object
+        for every change of the group, so they are computed once per view)."""
+        if self._derived is None or self._derived_from is not view:
+            members = view.in_sync_slaves
+            self._derived = (self.behaviour(view), members, tuple(sorted(members)))
+            self._derived_from = view
+        return self._derived
+
     def admit(self, end_offset: int) -> Admission | PutStatus:
         view, ha = self.roles.view, self.ha
         if self.writable() is not None or view is None or ha is None:
             return PutStatus.SERVICE_NOT_AVAILABLE
-        b = self.behaviour(view)
-        need = policy.admit(
-            b, view.policy, view.alive_replicas, end_offset, counted_slaves(view, ha.slaves())
-        )
+        b, _, members = self._derive(view)
+        if not b.quorum_admission:
+            need: int | PutStatus = b.fixed_need  # policy.admit's answer, without the slaves
+        else:
+            counted = counted_slaves(view, ha.slave_states(), members)
+            need = policy.admit(b, view.policy, view.alive_replicas, end_offset, counted)
         if isinstance(need, PutStatus):
             return need
-        return QuorumAdmission(need, view.master_epoch, b)
+        last = self._admission
+        if (
+            last is None
+            or last.need_acks != need
+            or last.master_epoch != view.master_epoch
+            or last.behaviour is not b
+        ):  # immutable: the sends admitted alike share one
+            last = self._admission = QuorumAdmission(need, view.master_epoch, b)
+        return last
 
     async def wait(self, next_offset: int, admission: Admission, wait_store_ok: bool) -> PutStatus:
         view, ha = self.roles.view, self.ha
         if view is None or ha is None:
             return DEPOSED
+        derived, among, members = self._derive(view)
         if isinstance(admission, QuorumAdmission):
             b, epoch = admission.behaviour, admission.master_epoch
         else:
-            b, epoch = self.behaviour(view), view.master_epoch
-        counted = counted_slaves(view, ha.slaves())
+            b, epoch = derived, view.master_epoch
+        # only the 4.x slave check reads the slaves after the append
+        counted = counted_slaves(view, ha.slave_states(), members) if b.slave_check else []
         plan = policy.after_append(
             b, self.settings, admission.need_acks, next_offset, counted, wait_store_ok
         )
         if isinstance(plan, PutStatus):
             status = plan
         else:
-            among = view.in_sync_slaves
             ok = await ha.wait_for(next_offset, plan.count, plan.timeout_s, among)
             status = PutStatus.PUT_OK if ok else policy.ON_TIMEOUT
         if status is PutStatus.PUT_OK and self._deposed(epoch, ha):
@@ -196,7 +224,7 @@ class QuorumReplication:
         view, ha = self.roles.view, self.ha
         if view is None or ha is None:
             return self.log_end()
-        slaves = ha.slaves()
+        slaves = ha.slave_states()
         members = [
             None if (s := slaves.get(i)) is None else SlaveAck(i, s.acked, s.connected)
             for i in sorted(view.in_sync_slaves)

@@ -54,6 +54,8 @@ class CommitLog:
         self._sync_cond = threading.Condition()
         self._syncing = False
         self._durable = self.end_offset
+        #: truncations so far: bytes read before one may not be the log's any more
+        self.cuts = 0
         # seams for tests and fault injection
         self.pwrite: Callable[[int, bytes, int], int] = os.pwrite
         self.fdatasync: Callable[[int], None] = os.fdatasync
@@ -275,6 +277,7 @@ class CommitLog:
     def truncate(self, end: int) -> None:
         """Cut everything at and after ``end`` (recovery's torn tail)."""
         with self._lock:
+            self.cuts += 1
             while self._segments and self._segments[-1].start > end:
                 seg = self._segments.pop()
                 os.close(seg.fd)

@@ -10,9 +10,12 @@ from the checkpoint (``broker.store.recovery``).
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.store.errors import ConsumeQueueBehindError
@@ -22,6 +25,7 @@ UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
 
 
+@functools.lru_cache(maxsize=4096)
 def tags_code(tags: str) -> int:
     """The tag hash kept in a unit: Java's ``String.hashCode`` of the tags, as RocketMQ stores
     it (``MessageExtBrokerInner.tagsString2tagsCode``) and as Java clients send their
@@ -112,6 +116,42 @@ class ConsumeQueue:
             )
             self._end += UNIT_SIZE
             return True
+
+    def append_many(
+        self,
+        queue_offset: int,
+        units: Sequence[tuple[int, int, int]],
+        may_start_later: bool = False,
+    ) -> None:
+        """:meth:`append` of consecutive units, each (commit-log offset, size, tags code),
+        from ``queue_offset``, with one write per file they land in (a batch of puts, a
+        replicated frame). Units already there are skipped. A failed write is cut back from
+        its file (the units of an earlier file stay) and its OSError propagates."""
+        with self._lock:
+            if not self._files and may_start_later:
+                self._end = self._min = max(self._end, queue_offset * UNIT_SIZE)
+            skip = self.max_offset - queue_offset
+            if skip < 0:
+                raise ConsumeQueueBehindError(
+                    f"{self.directory}: queue offset {queue_offset} leaves a gap after "
+                    f"{self.max_offset}"
+                )
+            i = skip
+            while i < len(units):
+                fd = self._active_fd()
+                start = self._files[-1][0]
+                room = (start + self.file_size - self._end) // UNIT_SIZE
+                part = units[i : i + room]
+                data = b"".join([UNIT.pack(*u) for u in part])
+                at = self._end - start
+                try:
+                    if os.pwrite(fd, data, at) != len(data):
+                        raise OSError(errno.ENOSPC, "short write")
+                except OSError:
+                    os.ftruncate(fd, at)
+                    raise
+                self._end += len(data)
+                i += len(part)
 
     def get(self, queue_offset: int) -> Unit | None:
         units = self.get_range(queue_offset, 1)

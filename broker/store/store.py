@@ -47,6 +47,7 @@ from broker.store.recovery import Checkpoint, recover
 from broker.store.retention import RetentionPolicy, expired_segments
 
 GIB = 1024 * 1024 * 1024
+Unit3 = tuple[int, int, int]  # a consume-queue unit as written: (commit-log offset, size, tags)
 
 
 @dataclass(frozen=True)
@@ -185,28 +186,58 @@ class MessageStore:
                     expect += len(data)
             placed, error = log.append_batch(encoders) if encoders else ([], None)
             status = error.send_status if error is not None else ""
-            done = 0
-            for (offset, size), (i, cq, qoff, tags) in zip(placed, records, strict=False):
-                try:
-                    cq.append(qoff, Unit(offset, size, tags))
-                except OSError as e:
-                    log.truncate(
-                        offset
-                    )  # the record without its unit would take the next one's offset
-                    enospc = e.errno == errno.ENOSPC
-                    status = (DiskFullError if enospc else StoreError).send_status
-                    break
-                self._dispatched = end = offset + size
+            stored = len(placed)
+            cut = self._write_units(placed, records)
+            if cut is not None:
+                stored, status = cut
+            for (offset, size), (i, _cq, qoff, _tags) in zip(
+                placed[:stored], records, strict=False
+            ):
                 ok[i].append(PutResult("PUT_OK", offset, qoff, size))
-                done += 1
+                self._dispatched = end = offset + size
             if status:  # a request's first record not stored ends it (its refusal comes first)
-                for i, _cq, _qoff, _tags in records[done:]:
+                for i, _cq, _qoff, _tags in records[stored:]:
                     refused[i] = PutResult(status)
         if wait_durable and end:
             self.wait_durable(end)
         for i, result in refused.items():
             ok[i].append(result)
         return ok
+
+    def _write_units(
+        self, placed: list[tuple[int, int]], records: list[tuple[int, ConsumeQueue, int, int]]
+    ) -> tuple[int, str] | None:
+        """The consume-queue units of the records just written, one write per queue; None,
+        or (how many records stay stored, the refusal of the rest) when a write failed: the
+        log and the queues are cut back to the first record whose unit was not written."""
+        by_queue: dict[ConsumeQueue, tuple[int, list[tuple[int, int, int]], list[int]]] = {}
+        for n, ((offset, size), (_i, cq, qoff, tags)) in enumerate(
+            zip(placed, records, strict=False)
+        ):
+            batch = by_queue.get(cq)
+            if batch is None:
+                by_queue[cq] = batch = (qoff, [], [])
+            batch[1].append((offset, size, tags))
+            batch[2].append(n)
+        failed: int | None = None  # the index of the first record without its unit
+        status = ""
+        for cq, (qoff, units, indexes) in by_queue.items():
+            before = cq.max_offset
+            try:
+                cq.append_many(qoff, units)
+            except OSError as e:
+                n = indexes[cq.max_offset - before]
+                if failed is None or n < failed:
+                    failed = n
+                enospc = e.errno == errno.ENOSPC
+                status = (DiskFullError if enospc else StoreError).send_status
+        if failed is None:
+            return None
+        cut = placed[failed][0]
+        self.log.truncate(cut)  # a record without its unit would take the next one's offset
+        for cq in by_queue:
+            cq.truncate_physical(cut)
+        return failed, status
 
     def wait_durable(self, end: int) -> None:
         """Under SYNC_FLUSH, return once the commit log is durable up to ``end``."""
@@ -241,12 +272,14 @@ class MessageStore:
         seg_size = self.config.segment_size
         p, need = self._dispatched, 0
         data_end = data_at + len(data)
+        view = memoryview(data)
 
-        def read(at: int, n: int) -> bytes:  # from the bytes just written when they hold it
+        def read(at: int, n: int) -> bytes | memoryview:  # the bytes just written, uncopied
             if data_at <= at and at + n <= data_end:
-                return data[at - data_at : at - data_at + n]
+                return view[at - data_at : at - data_at + n]
             return self.log.read_raw(at, n)
 
+        units: dict[tuple[str, int], tuple[int, list[Unit3]]] = {}
         while p < end:
             seg_end = p - p % seg_size + seg_size
             if min(end, seg_end) - p < 8:
@@ -260,22 +293,40 @@ class MessageStore:
                 p = seg_end
                 continue
             if magic not in (MAGIC_V1, MAGIC_V2) or not 8 < total <= seg_end - p:
-                self._reject_replicated(p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}")
+                self._reject_replicated(
+                    p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}", units
+                )
             if end - p < total:
                 need = p + total
                 break
             try:
                 m = dispatch_info(read(p, total))
             except DecodeError as e:
-                self._reject_replicated(p, str(e))
+                self._reject_replicated(p, str(e), units)
             if m.physical_offset != p:
-                self._reject_replicated(p, f"PHYSICALOFFSET says {m.physical_offset}")
-            unit = Unit(p, total, tags_code(m.tags))
-            self._cq(m.topic, m.queue_id).append(m.queue_offset, unit, may_start_later=True)
+                self._reject_replicated(p, f"PHYSICALOFFSET says {m.physical_offset}", units)
+            key = (m.topic, m.queue_id)
+            batch = units.get(key)
+            if batch is None or batch[0] + len(batch[1]) != m.queue_offset:
+                if batch is not None:  # not the next offset: the queue says what it makes of it
+                    self._cq(*key).append_many(batch[0], batch[1], may_start_later=True)
+                units[key] = batch = (m.queue_offset, [])
+            batch[1].append((p, total, tags_code(m.tags)))
             p += total
+        self._append_units(units)
         self._dispatched, self._pending_end = p, need
 
-    def _reject_replicated(self, at: int, reason: str) -> NoReturn:
+    def _append_units(self, units: dict[tuple[str, int], tuple[int, list[Unit3]]]) -> None:
+        """One consume-queue write per queue for the records one replicated frame completed
+        (consecutive queue offsets per queue, as the master assigned them)."""
+        for (topic, queue_id), (first, batch) in units.items():
+            self._cq(topic, queue_id).append_many(first, batch, may_start_later=True)
+        units.clear()
+
+    def _reject_replicated(
+        self, at: int, reason: str, units: dict[tuple[str, int], tuple[int, list[Unit3]]]
+    ) -> NoReturn:
+        self._append_units(units)
         self._dispatched = at  # every record before it went to its queue
         self._truncate_locked(at)
         raise DecodeError(f"replicated record at commit-log offset {at}: {reason}")

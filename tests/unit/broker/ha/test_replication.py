@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from broker.ha.epochs import EpochEntry, EpochFile
-from broker.ha.master import HAMaster
+from broker.ha.master import HAMaster, SlaveState, _Conn
 from broker.ha.slave import HAClient
 
 from .conftest import HB, IDLE, SEG, files, put, run, same, store_at, until
@@ -228,7 +228,7 @@ def test_wait_for_counts_acks_and_times_out(tmp_path: Path) -> None:
             two = asyncio.create_task(master.wait_for(target, 2, 10.0))
             await slaves[2].start()
             assert await two  # resolved by slave 2's catch-up, well before the deadline
-            assert master._waiters == []
+            assert master._waiters == {}
 
             # confirm offset: the minimum over the SyncStateSet members, never lowered
             master.sync_state_set = frozenset({1, 2})
@@ -308,3 +308,62 @@ def test_master_stops_quietly_with_slaves_connected(tmp_path: Path) -> None:
         assert errors == []
 
     run(main())
+
+
+def test_an_ack_resolves_exactly_the_waiters_it_satisfies(tmp_path: Path) -> None:
+    """Waiters in a heap per (count, among): an ack resolves those at or below what
+    ``count`` slaves hold, whatever order they came in; the rest keep waiting."""
+
+    async def main() -> None:
+        ms = store_at(tmp_path / "m")
+        master = HAMaster(ms, "127.0.0.1", 0, EpochFile(str(tmp_path / "m.ep")))
+        await master.start()
+        try:
+            for i in (1, 2):
+                master._slaves[i] = SlaveState(i, acked=0, connected=True)
+            conn1, conn2 = (_Conn(i, None, 0) for i in (1, 2))  # type: ignore[arg-type]
+            one = {o: asyncio.create_task(master.wait_for(o, 1, 5.0)) for o in (300, 100, 200)}
+            both = asyncio.create_task(master.wait_for(150, 2, 5.0))
+            only2 = asyncio.create_task(master.wait_for(100, 1, 5.0, among={2}))
+            await asyncio.sleep(0)
+            master._on_ack(conn1, 200)
+            await asyncio.sleep(0)
+            assert [o for o, t in one.items() if t.done()] == [100, 200]
+            assert not both.done() and not only2.done()
+            master._on_ack(conn2, 150)
+            await asyncio.sleep(0)
+            assert both.done() and only2.done() and not one[300].done()
+            master._on_ack(conn2, 300)
+            assert await one[300] and await both and await only2
+            assert master._waiters == {}
+            late = asyncio.create_task(master.wait_for(400, 1, 0.05))
+            assert not await late  # timed out: forgotten
+            assert master._waiters == {}
+            # one timer for all deadlines: a shorter timeout after a longer one still counts
+            long = asyncio.create_task(master.wait_for(500, 1, 10.0))
+            t0 = time.monotonic()
+            assert not await master.wait_for(600, 1, 0.05)
+            assert time.monotonic() - t0 < 2.0 and not long.done()
+            master._on_ack(conn1, 500)
+            assert await long
+        finally:
+            await master.stop()
+
+    run(main())
+
+
+def test_the_slaves_streams_share_a_frame_until_the_log_is_cut(tmp_path: Path) -> None:
+    ms = store_at(tmp_path / "m")
+    put(ms, 5, "a")
+    master = HAMaster(ms, "127.0.0.1", 0, EpochFile(str(tmp_path / "m.ep")))
+    entry = EpochEntry(1, 0)
+    n = ms.log.end_offset
+    first, size = master._frame(0, n, entry)
+    again, _ = master._frame(0, n, entry)
+    assert again is first and size == n  # the second slave's stream: no read, no encode
+    ms.truncate(0)  # a cut, then other bytes at the same offsets
+    put(ms, 5, "b")
+    fresh, size = master._frame(0, n, entry)
+    assert fresh != first and size == n
+    assert fresh[-n:] == ms.read_log(0, n)
+    ms.close()

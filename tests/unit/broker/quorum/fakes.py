@@ -29,6 +29,9 @@ class FakeHAMaster:
     def slaves(self) -> Mapping[int, FakeSlave]:
         return self.slave_map
 
+    def slave_states(self) -> Mapping[int, FakeSlave]:
+        return self.slave_map
+
     def add(self, broker_id: int, acked: int = -1, connected: bool = True) -> FakeSlave:
         s = self.slave_map[broker_id] = FakeSlave(broker_id, acked, connected)
         return s

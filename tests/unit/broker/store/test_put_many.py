@@ -6,6 +6,8 @@ import errno
 import os
 from pathlib import Path
 
+import pytest
+
 from broker.store import DiskFullError, FlushMode, StoredMessage, decode
 from broker.store.message import MAX_BODY
 from tests.unit.broker.store.conftest import msg, open_store
@@ -73,4 +75,34 @@ def test_sync_flush_durability_is_left_to_the_caller_when_asked(tmp_path: Path) 
     assert len(syncs) == 1 and store.log.durable_offset == r.physical_offset + r.size
     store.put(msg(2))  # the default waits
     assert len(syncs) == 2
+    store.close()
+
+
+def test_a_failed_queue_write_cuts_the_batch_back_to_its_first_record_without_a_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(str(tmp_path), segment_size=1 << 20)
+    store.put_many([[msg(0, queue_id=0)], [msg(0, queue_id=1)]])  # both queues exist
+    full = store._cq("T", 1)
+
+    def no_space(*args: object, **kw: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(full, "append_many", no_space)
+    first, second, third = store.put_many(
+        [[msg(1, queue_id=0)], [msg(2, queue_id=1)], [msg(3, queue_id=0)]]
+    )
+    assert first[0].status == "PUT_OK"
+    assert second[0].status == third[0].status == DiskFullError.send_status
+    assert store.log.end_offset == first[0].physical_offset + first[0].size
+    assert store.max_offset("T", 0) == 2 and store.max_offset("T", 1) == 1  # msg 3's unit cut
+    monkeypatch.undo()
+    ((again,),) = store.put_many([[msg(4, queue_id=0)]])
+    assert (again.status, again.queue_offset) == ("PUT_OK", 2)
+    assert again.physical_offset == store.log.end_offset - again.size
+    assert [decode(m).body for m in store.get("T", 0, 0, 10).messages] == [
+        msg(0).body,
+        msg(1).body,
+        msg(4).body,
+    ]
     store.close()
