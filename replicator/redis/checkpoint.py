@@ -55,6 +55,9 @@ class Checkpoint:
     offset: int
     db: int = 0
     generation: int = 0
+    #: the replid of the full sync this history began with ("" = ``replid``): PSYNC2 renames
+    #: (``+CONTINUE <newid>``) change ``replid`` but not the history, whose offsets go on
+    history: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.offset <= _MAX_OFFSET:
@@ -63,6 +66,8 @@ class Checkpoint:
             raise ConfigError("db", f"{self.db} is negative")
         if self.generation < 0:
             raise ConfigError("generation", f"{self.generation} is negative")
+        if not self.history:  # a history begins under the replid of its full sync
+            object.__setattr__(self, "history", self.replid)
 
     @property
     def position(self) -> int:
@@ -71,7 +76,13 @@ class Checkpoint:
 
     def encode(self) -> bytes:
         return json.dumps(
-            {"replid": self.replid, "offset": self.offset, "db": self.db, "gen": self.generation},
+            {
+                "replid": self.replid,
+                "offset": self.offset,
+                "db": self.db,
+                "gen": self.generation,
+                "hist": self.history,
+            },
             separators=(",", ":"),
         ).encode()
 
@@ -79,7 +90,9 @@ class Checkpoint:
     def decode(cls, data: bytes) -> Checkpoint:
         try:
             d = json.loads(data)
-            return cls(str(d["replid"]), int(d["offset"]), int(d["db"]), int(d.get("gen", 0)))
+            replid = str(d["replid"])
+            history = str(d.get("hist", replid))
+            return cls(replid, int(d["offset"]), int(d["db"]), int(d.get("gen", 0)), history)
         except (ValueError, KeyError, TypeError) as exc:
             msg = f"stored checkpoint {data[:80]!r} is unreadable: {exc}"
             raise ConfigError("checkpoint", msg) from exc
@@ -153,9 +166,10 @@ class Watermark:
 
     def rename(self, replid: str) -> None:
         """``+CONTINUE <newid>``: the same history under a new id (PSYNC2); offsets go on."""
-        self._safe = replace(self._safe, replid=replid)
+        self._safe = replace(self._safe, replid=replid, history=self._safe.history)
         for b in self._pending:
-            b.checkpoint = replace(b.checkpoint, replid=replid)
+            cp = b.checkpoint
+            b.checkpoint = replace(cp, replid=replid, history=cp.history)
 
     def _advance(self) -> None:
         while self._pending and self._pending[0].sealed and self._pending[0].outstanding == 0:

@@ -147,6 +147,7 @@ class EventBuilder:
         table: CommandTable | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         fragment_bytes: int = FRAGMENT_BYTES,
+        history: str | None = None,
     ) -> None:
         """``replid``, ``offset`` and ``db``: where the stream starts (a checkpoint's, after a
         restart; the db carries over because the master sends no SELECT after CONTINUE).
@@ -162,6 +163,9 @@ class EventBuilder:
         self.max_body_bytes = max_body_bytes
         self.fragment_bytes = fragment_bytes
         self.replid = replid
+        #: what messages carry as REDIS_REPLID: the replid of the full sync the stream's
+        #: history began with; a PSYNC2 rename (``on_continue`` with a new id) keeps it
+        self.history = history or replid
         self.db = db
         self.table = table if table is not None else snapshot()
         self.boundary = offset
@@ -208,7 +212,7 @@ class EventBuilder:
         db is the checkpoint's ``db``; a transaction cut by the broken link is dropped (it comes
         again whole). A new replid applies from here on."""
         if new_replid:
-            self.replid = new_replid
+            self.replid = new_replid  # the history (REDIS_REPLID) stays: its offsets go on
         self._tx = None
         self._snapshot = None
         self.boundary, self.boundary_db, self.db = offset, db, db
@@ -233,7 +237,7 @@ class EventBuilder:
         tx, self._tx = self._tx, None
         if tx is None:
             raise ProtocolError("EXEC without MULTI in the replication stream", start)
-        txid = f"{self.replid}-{tx.start}"
+        txid = f"{self.history}-{tx.start}"
         out: list[OutMessage] = []
         for index, held in enumerate(tx.entries, start=1):
             extra = {
@@ -265,7 +269,7 @@ class EventBuilder:
 
     def _props(self, start: int, end: int, db: int) -> dict[str, str]:
         return {
-            "REDIS_REPLID": self.replid,
+            "REDIS_REPLID": self.history,
             "REDIS_START": str(start),
             "REDIS_END": str(end),
             "REDIS_DB": str(db),
@@ -297,7 +301,7 @@ class EventBuilder:
     def begin_snapshot(self, replid: str, offset: int) -> Batch:
         """``+FULLRESYNC replid offset``: the RDB that follows replaces everything. Sends
         SNAPSHOT_BEGIN to every queue; a transaction cut by the broken link is dropped."""
-        self.replid = replid
+        self.replid = self.history = replid
         self._tx = None
         self._snapshot = (replid, offset)
         self._seq = 0
@@ -332,7 +336,7 @@ class EventBuilder:
         event of the snapshot, REDIS_SEQ 0; END follows the last entry)."""
         seq = 0 if tag == SNAPSHOT_BEGIN else self._seq + 1
         props = {**self._props(offset, offset, self.db), "REDIS_SEQ": str(seq)}
-        argv = (tag.encode(), self.replid.encode(), str(offset).encode())
+        argv = (tag.encode(), self.history.encode(), str(offset).encode())
         part = f"*/{self.queue_count}" if self.queue_count > 1 else ""
         pieces = [Piece(q, argv, (), part) for q in range(self.queue_count)]
         return self._messages(pieces, props, tag, KIND_MARKER, checkpoint)

@@ -6,14 +6,13 @@ in any interleaving. :class:`Replayer` applies each event exactly once, in its d
 - **Dedupe** by :func:`event_key` ``(replid, start, seq, part)``: an at-least-once redelivery
   of something already applied is dropped. Pieces of a split command (``REDIS_PART "i/n"``)
   are different commands and are each applied; copies of one command (``"*/n"``) share a key.
-- **PSYNC2 renames**: after ``+CONTINUE <newid>`` (a failover, a restart after ``SHUTDOWN
-  SAVE``) the stream goes on at the same offsets under a new replid, so what was in flight
-  when the link broke comes again with the new id. A replid whose first message in a queue is
-  not SNAPSHOT_BEGIN continues the replid before it in that queue (a full sync would start
-  with SNAPSHOT_BEGIN): its event is a redelivery when the same ``(start, seq, part)`` was
-  applied under that predecessor (or its own, recursively) *with the same body*: after a
-  kill -9 of a master, what the replicator got and the promoted replica did not is another
-  history at the same offsets, and the new history's commands are not dropped for them.
+- **PSYNC2 renames** (``+CONTINUE <newid>``: a failover, a restart after ``SHUTDOWN SAVE``)
+  do not change ``REDIS_REPLID``: it names the *history* (the replid of the full sync it began
+  with), whose offsets go on across renames, so what was in flight when the link broke and
+  comes again is a redelivery by its key. A redelivery has the same body too: after a kill -9
+  of a master, what the replicator got and the promoted replica did not is another history at
+  the same offsets, and the new history's command at such an offset (another body) is
+  applied, not dropped.
 - **Per-queue order** is kept: a queue's messages are applied in the order offered.
 - **Copies are a barrier.** A command sent whole to n queues (FLUSHALL, RENAME a b, SWAPDB,
   SNAPSHOT_BEGIN, …) is applied once all n copies are at the head of their queues, so every
@@ -94,8 +93,6 @@ class Replayer:
         self._queues: dict[int, deque[tuple[bytes, Mapping[str, str]]]] = {}
         self._waiting: dict[tuple[str, str, str, str], set[int]] = {}
         self._fragments: dict[int, list[bytes]] = {}
-        self._last_replid: dict[int, str] = {}  # per queue, the replid of its last offer
-        self.continues: dict[str, str] = {}  # replid → the replid it continues (PSYNC2)
 
     def offer_message(self, msg: OutMessage) -> None:
         self.offer(msg.queue_id, msg.body, msg.properties)
@@ -116,12 +113,6 @@ class Replayer:
             body = b"".join(parts)
             parts.clear()
             properties = {k: v for k, v in properties.items() if k != "REDIS_FRAGMENT"}
-        replid = properties.get("REDIS_REPLID", "")
-        before = self._last_replid.get(queue_id)
-        if before is not None and replid != before and replid not in self.continues:
-            if properties.get("REDIS_KIND") != KIND_MARKER:  # not SNAPSHOT_BEGIN: a rename
-                self.continues[replid] = before
-        self._last_replid[queue_id] = replid
         self._queues.setdefault(queue_id, deque()).append((body, properties))
         self._pump()
 
@@ -163,18 +154,7 @@ class Replayer:
                     progress = True
 
     def _seen(self, key: tuple[str, str, str, str], body: bytes) -> bool:
-        if key in self.applied:
-            return True
-        replid, visited = self.continues.get(key[0]), {key[0]}
-        if replid is None:
-            return False
-        crc = zlib.crc32(body)
-        while replid is not None and replid not in visited:
-            if self.applied.get((replid, *key[1:])) == crc:
-                return True
-            visited.add(replid)
-            replid = self.continues.get(replid)
-        return False
+        return self.applied.get(key) == zlib.crc32(body)
 
     def _apply(self, body: bytes, props: Mapping[str, str]) -> None:
         if props.get("REDIS_KIND") == KIND_MARKER:

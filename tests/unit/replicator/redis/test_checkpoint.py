@@ -53,9 +53,12 @@ def test_continue_with_a_new_id_renames_the_safe_point_and_the_pending_ones() ->
     w = Watermark(Checkpoint(R, 10))
     b = w.add(Checkpoint(R, 20), messages=1)
     w.rename("b" * 40)
-    assert w.safe() == Checkpoint("b" * 40, 10)
+    assert w.safe() == Checkpoint("b" * 40, 10, history=R)  # the history stays
     w.confirm(b)
-    assert w.safe() == Checkpoint("b" * 40, 20)
+    assert w.safe() == Checkpoint("b" * 40, 20, history=R)
+    cp = w.safe()
+    assert Checkpoint.decode(cp.encode()) == cp and cp.psync_args() == ("b" * 40, 21)
+    assert Checkpoint(R, 1).history == R  # a history begins under its full sync's replid
 
 
 def test_misuse_is_refused() -> None:

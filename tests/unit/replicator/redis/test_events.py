@@ -123,11 +123,13 @@ def test_continue_keeps_the_db_and_drops_a_half_transaction() -> None:
     assert b.db == 5 and not b.in_transaction
     send.offset = boundary
     (m,) = send(b"SET", b"c", b"1").messages
-    assert m.properties["REDIS_DB"] == "5" and m.properties["REDIS_REPLID"] == "b" * 40
-    # a restart builds its builder with the checkpoint's db: the same
-    b2 = EventBuilder("T", 4, "b" * 40, db=5, offset=boundary)
+    # REDIS_REPLID names the history: a PSYNC2 rename does not change it
+    assert m.properties["REDIS_DB"] == "5" and m.properties["REDIS_REPLID"] == b.history
+    assert b.replid == "b" * 40 and b.history != b.replid
+    # a restart builds its builder with the checkpoint's db and history: the same
+    b2 = EventBuilder("T", 4, "b" * 40, db=5, offset=boundary, history=b.history)
     (m2,) = b2.on_command([b"SET", b"c", b"1"], boundary, boundary + 10).messages
-    assert m2.properties["REDIS_DB"] == "5"
+    assert m2.properties["REDIS_DB"] == "5" and m2.properties["REDIS_REPLID"] == b.history
 
 
 def test_cross_db_commands_name_every_db_they_touch() -> None:
