@@ -1,6 +1,6 @@
 """Acked sends per second and their latency: the metaledger broker beside NATS JetStream.
 
-    python -m bench.broker_send [--systems jetstream-r3,jetstream-r1,single,async,sync2,quorum2of3]
+    python -m bench.broker_send [--systems jetstream-r3,jetstream-r1,single,async,async3,sync2,quorum2of3]
                                 [--size 1024] [--concurrency 64] [--duration 3] [--warmup 1]
                                 [--count N] [--connections 4] [--queues 4] [--e2e] [--rounds 1]
                                 [--loop uvloop|asyncio] [--out-dir DIR] [--no-plot]
@@ -16,7 +16,7 @@ of this process (the load generator), of the servers and of everything else. Sys
     jetstream-r3   3 nats-server -js processes in one cluster, a stream of 3 replicas, file
                    storage, ``js.publish`` awaiting each PubAck (bench.jetstream)
     jetstream-r1   one nats-server, a stream of 1 replica: the one-replica reference
-    single, async, sync2, quorum2of3
+    single, async, async3, sync2, quorum2of3
                    the metaledger broker (bench.broker_group.MODES): SEND_MESSAGE_V2 over
                    pipelined remoting connections (bench.rmq_client) to the group's master;
                    skipped, with a line saying so, when ``metaledger broker`` is not there
@@ -54,7 +54,7 @@ from bench.report import RESULTS_DIR, machine, result_stem, timestamp, write_rep
 from nameserver.loadgen.procstats import machine_busy_jiffies, process_cpu_s  # noqa: E402
 
 JETSTREAM = ("jetstream-r3", "jetstream-r1")
-BROKER = ("single", "async", "sync2", "quorum2of3")
+BROKER = ("single", "async", "async3", "sync2", "quorum2of3")
 SYSTEMS = JETSTREAM + BROKER
 _STAMP = struct.Struct(">Q")
 

@@ -12,6 +12,7 @@ from bench.report import fmt
 RATIOS = (
     ("quorum2of3", "jetstream-r3", "quorum write against JetStream R3 (issue 17)"),
     ("quorum2of3", "async", "quorum write against async replication (goal >= 0.9)"),
+    ("quorum2of3", "async3", "quorum write against async replication, both 3 replicas"),
     ("sync2", "async", "sync against async replication (seed 001: about 0.9)"),
     ("single", "jetstream-r1", "one replica against JetStream R1"),
     ("jetstream-r3", "jetstream-r1", "JetStream R3 against R1"),
