@@ -3,8 +3,9 @@
 Messages arrive per queue in the order the queue holds them; the queues themselves may be read
 in any interleaving. :class:`Replayer` applies each event exactly once, in its db:
 
-- **Dedupe** by :func:`event_key` ``(replid, start, seq, part)``: an at-least-once redelivery
-  of something already applied is dropped. Pieces of a split command (``REDIS_PART "i/n"``)
+- **Dedupe** by :func:`event_key` ``(replid, start, snapshot, seq, part)``: an at-least-once
+  redelivery of something already applied is dropped. ``REDIS_SNAPSHOT`` keeps two full
+  syncs from the same replid and offset apart (their entries may come in another order). Pieces of a split command (``REDIS_PART "i/n"``)
   are different commands and are each applied; copies of one command (``"*/n"``) share a key.
 - **Per-queue order** is kept: a queue's messages are applied in the order offered.
 - **Copies are a barrier.** A command sent whole to n queues (FLUSHALL, RENAME a b, SWAPDB,
@@ -36,10 +37,14 @@ class Target(Protocol):
         """Empty every db and the function library."""
 
 
-def event_key(properties: Mapping[str, str]) -> tuple[str, str, str, str]:
+EventKey = tuple[str, str, str, str, str]
+
+
+def event_key(properties: Mapping[str, str]) -> EventKey:
     return (
         properties.get("REDIS_REPLID", ""),
         properties.get("REDIS_START", ""),
+        properties.get("REDIS_SNAPSHOT", ""),
         properties.get("REDIS_SEQ", ""),
         properties.get("REDIS_PART", ""),
     )
@@ -78,10 +83,10 @@ def _line(data: bytes, pos: int) -> tuple[bytes, int]:
 class Replayer:
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.applied: set[tuple[str, str, str, str]] = set()
+        self.applied: set[EventKey] = set()
         self.duplicates = 0
         self._queues: dict[int, deque[tuple[bytes, Mapping[str, str]]]] = {}
-        self._waiting: dict[tuple[str, str, str, str], set[int]] = {}
+        self._waiting: dict[EventKey, set[int]] = {}
 
     def offer_message(self, msg: OutMessage) -> None:
         self.offer(msg.queue_id, msg.body, msg.properties)
