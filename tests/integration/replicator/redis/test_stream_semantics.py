@@ -21,10 +21,9 @@ from replicator.redis.checkpoint import CheckpointStore
 from replicator.redis.routing import queue_of
 from tests.harness import wait_until
 from tests.integration.replicator.broker_env import QUEUES, Env
-from tests.integration.replicator.redis.test_failures import Recorder
+from tests.integration.replicator.redis.test_failures import Recorder, worker
 from tests.integration.replicator.redis.test_replicate import (
     FAST,
-    ReplicatorProcess,
     dataset,
     status,
     wait_replicated,
@@ -64,7 +63,7 @@ def test_stream_semantics_end_to_end(env: Env, tmp_path: Path) -> None:
     ):
         r = source.client()
         dataset(r)
-        rep = ReplicatorProcess(env, source, topic, job, "w1")
+        rep = worker(env, source, topic, job)
         try:
             oracle = Recorder(env, topic, target)
             wait_replicated(env, job, source, oracle)
