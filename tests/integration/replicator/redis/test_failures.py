@@ -423,6 +423,57 @@ def test_master_restarts_after_shutdown_save_and_after_kill_9(env: Env, tmp_path
         target.close()
 
 
+def test_master_restart_after_shutdown_save_with_messages_in_flight(
+    env: Env, tmp_path: Path
+) -> None:
+    """The master restarts (SHUTDOWN SAVE) while what we sent is not confirmed yet (the broker
+    stopped): our checkpoint is behind the saved offset, and the restarted master's backlog is
+    empty, so it cannot resend that range: a full sync, a new generation. The broker stores
+    the in-flight writes later, before SNAPSHOT_BEGIN: applied once (INCR, LPUSH are not
+    idempotent), then replaced by the snapshot."""
+    source, target, topic, job = start(env, tmp_path, {}, "restart-in-flight")
+    rep = None
+    broker = env.broker.proc
+    assert broker is not None
+    try:
+        r = source.client()
+        dataset(r)
+        rep = worker(env, source, topic, job)
+        oracle = Recorder(env, topic, target)
+        wait_replicated(env, job, source, oracle)
+        before = checkpoint(env, job)
+        assert before is not None
+
+        broker.send_signal(signal.SIGSTOP)  # for a few seconds: its route stays registered
+        try:
+            writes(r, b"in-flight", 50)
+            offset = r.info("replication")["master_repl_offset"]
+            wait_until(
+                lambda: (status(env, job) or {}).get("parsed_offset", 0) >= offset,
+                10,
+                "the replicator read (and sent) the writes",
+            )
+            source.restart(save=True)
+            wait_until(
+                lambda: rep.log().count("full sync:") == 2, 10, "a full sync from the new master"
+            )
+        finally:
+            broker.send_signal(signal.SIGCONT)
+        r = source.client()
+        writes(r, b"after", 20)
+        wait_replicated(env, job, source, oracle)
+        cp = checkpoint(env, job)
+        assert cp is not None and cp.generation == before.generation + 1, (before, cp)
+        assert cp.replid == r.info("replication")["master_replid"] != before.replid
+        assert oracle.tags()["SNAPSHOT_BEGIN"] == 2 * QUEUES
+    finally:
+        broker.send_signal(signal.SIGCONT)
+        if rep is not None:
+            rep.stop()
+        source.close()
+        target.close()
+
+
 # ---- 5. the sink blocked ----------------------------------------------------------------
 
 
