@@ -55,6 +55,13 @@ class Checkpoint:
     offset: int
     db: int = 0
     generation: int = 0
+    #: the replid this history's messages are labelled with when it is not ``replid`` (a
+    #: ``+CONTINUE <newid>`` renamed it; events.py, "The history's name")
+    origin: str = ""
+
+    @property
+    def history(self) -> str:
+        return self.origin or self.replid
 
     def __post_init__(self) -> None:
         if not 0 <= self.offset <= _MAX_OFFSET:
@@ -70,16 +77,27 @@ class Checkpoint:
         return self.generation << GENERATION_SHIFT | self.offset
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {"replid": self.replid, "offset": self.offset, "db": self.db, "gen": self.generation},
-            separators=(",", ":"),
-        ).encode()
+        d: dict[str, str | int] = {
+            "replid": self.replid,
+            "offset": self.offset,
+            "db": self.db,
+            "gen": self.generation,
+        }
+        if self.origin and self.origin != self.replid:
+            d["origin"] = self.origin
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Checkpoint:
         try:
             d = json.loads(data)
-            return cls(str(d["replid"]), int(d["offset"]), int(d["db"]), int(d.get("gen", 0)))
+            return cls(
+                str(d["replid"]),
+                int(d["offset"]),
+                int(d["db"]),
+                int(d.get("gen", 0)),
+                str(d.get("origin", "")),
+            )
         except (ValueError, KeyError, TypeError) as exc:
             msg = f"stored checkpoint {data[:80]!r} is unreadable: {exc}"
             raise ConfigError("checkpoint", msg) from exc
@@ -152,10 +170,11 @@ class Watermark:
         self._advance()
 
     def rename(self, replid: str) -> None:
-        """``+CONTINUE <newid>``: the same history under a new id (PSYNC2); offsets go on."""
-        self._safe = replace(self._safe, replid=replid)
+        """``+CONTINUE <newid>``: the same history under a new id (PSYNC2); offsets go on,
+        and the history keeps its first name (``origin``)."""
+        self._safe = replace(self._safe, replid=replid, origin=self._safe.history)
         for b in self._pending:
-            b.checkpoint = replace(b.checkpoint, replid=replid)
+            b.checkpoint = replace(b.checkpoint, replid=replid, origin=b.checkpoint.history)
 
     def _advance(self) -> None:
         while self._pending and self._pending[0].sealed and self._pending[0].outstanding == 0:

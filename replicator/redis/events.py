@@ -18,6 +18,12 @@ master's offsets, ``[start, end)``) and the replid, and returns each time a :cla
 - **Non-effects** (PING, ``REPLCONF GETACK``, SELECT, MULTI, EXEC, PUBLISH) make no message,
   but every Batch reports ``boundary``: the end of the last command outside a transaction, with
   the db there. Everything before ``boundary`` has been handed out in this or earlier batches.
+- **The history's name.** ``REDIS_REPLID`` on a message is the replid its offsets were first
+  given under: the FULLRESYNC's, kept across ``+CONTINUE <newid>``. PSYNC2 renames a history
+  without changing its offsets (a promoted replica, a master restarted after SHUTDOWN SAVE),
+  and a resume resends what was unconfirmed; labelled with the new id, a consumer deduping by
+  ``(replid, start)`` would apply those commands twice. ``Batch.replid`` is the master's
+  current id (what a checkpoint resumes with); ``origin`` is the label.
 - **Snapshots.** A full sync is framed: :meth:`begin_snapshot` sends ``SNAPSHOT_BEGIN`` to every
   queue, :meth:`snapshot_entry` routes the RDB's commands by key (``REDIS_KIND=snapshot``,
   ``REDIS_SEQ`` numbers them), :meth:`end_snapshot` sends ``SNAPSHOT_END`` to every queue.
@@ -155,14 +161,17 @@ class EventBuilder:
         db: int = 0,
         offset: int = 0,
         table: CommandTable | None = None,
+        origin: str = "",
     ) -> None:
         """``replid``, ``offset`` and ``db``: where the stream starts (a checkpoint's, after a
-        restart; the db carries over because the master sends no SELECT after CONTINUE)."""
+        restart; the db carries over because the master sends no SELECT after CONTINUE);
+        ``origin``: the name its messages carry (the checkpoint's history; default ``replid``)."""
         if queue_count < 1:
             raise ValueError(f"queue_count must be >= 1, got {queue_count}")
         self.topic = topic
         self.queue_count = queue_count
         self.replid = replid
+        self.origin = origin or replid
         self.db = db
         self.table = table if table is not None else snapshot()
         self.boundary = offset
@@ -208,7 +217,8 @@ class EventBuilder:
         """``+CONTINUE [newid]`` after ``PSYNC replid offset+1``: the master resends from
         ``offset`` (our checkpoint, a boundary outside any transaction) without SELECT, so the
         db is the checkpoint's ``db``; a transaction cut by the broken link is dropped (it comes
-        again whole). A new replid applies from here on."""
+        again whole). A new replid names the master's history from here on (``Batch.replid``);
+        messages keep the ``origin`` label, the offsets being the same."""
         if new_replid:
             self.replid = new_replid
         self._tx = None
@@ -235,7 +245,7 @@ class EventBuilder:
         tx, self._tx = self._tx, None
         if tx is None:
             raise ProtocolError("EXEC without MULTI in the replication stream", start)
-        txid = f"{self.replid}-{tx.start}"
+        txid = f"{self.origin}-{tx.start}"
         out: list[OutMessage] = []
         for index, held in enumerate(tx.entries, start=1):
             extra = {
@@ -267,7 +277,7 @@ class EventBuilder:
 
     def _props(self, start: int, end: int, db: int) -> dict[str, str]:
         return {
-            "REDIS_REPLID": self.replid,
+            "REDIS_REPLID": self.origin,
             "REDIS_START": str(start),
             "REDIS_END": str(end),
             "REDIS_DB": str(db),
@@ -301,7 +311,7 @@ class EventBuilder:
         SNAPSHOT_BEGIN to every queue; a transaction cut by the broken link is dropped.
         ``snapshot_id`` (``REDIS_SNAPSHOT`` on the snapshot's messages) must differ between
         two full syncs of one job: see the module's docstring."""
-        self.replid = replid
+        self.replid = self.origin = replid
         self._tx = None
         self._snapshot = (replid, offset)
         self._snapshot_id = snapshot_id

@@ -278,7 +278,13 @@ class _Pass:
         self.replid = start.replid  # the history the link is in now
         self.watermark = Watermark(start)
         self.builder = EventBuilder(
-            cfg.topic, sink.queue_count(cfg.topic), start.replid, start.db, start.offset, table
+            cfg.topic,
+            sink.queue_count(cfg.topic),
+            start.replid,
+            start.db,
+            start.offset,
+            table,
+            origin=start.history,  # a renamed history's messages keep their first name
         )
         self.link = ReplicaLink(
             cfg.source.host,
@@ -383,7 +389,9 @@ class _Pass:
         if self._failed.done():
             self._failed.result()  # raises why the pass failed
         if batch.boundary >= 0 and self._snapshot is None:
-            cp = Checkpoint(batch.replid, batch.boundary, batch.db, self.generation)
+            cp = Checkpoint(
+                batch.replid, batch.boundary, batch.db, self.generation, self.builder.origin
+            )
             boundary = self.watermark.add(cp, len(batch.messages), at=time.monotonic())
         else:
             assert self._snapshot is not None, "a batch without a checkpoint outside a snapshot"

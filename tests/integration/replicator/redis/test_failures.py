@@ -33,6 +33,7 @@ from tests.integration.replicator.redis.test_replicate import (
     Oracle,
     ReplicatorProcess,
     dataset,
+    digest,
     status,
     wait_replicated,
     writes,
@@ -541,3 +542,65 @@ def _store_times(env: Env, topic: str) -> list[tuple[int, int]]:
             if m.properties.get("REDIS_KIND") == "command":
                 out.append((int(m.properties["REDIS_END"]), m.store_timestamp))
     return out
+
+
+def test_promoted_replica_continue_with_new_replid_and_messages_in_flight(
+    env: Env, tmp_path: Path
+) -> None:
+    """PSYNC2: the replicator follows a Redis replica; while what it sent is unconfirmed (the
+    broker stopped) that replica is promoted (REPLICAOF NO ONE: a new replid, the old one as
+    replid2, its backlog kept), drops its sub-replicas, and answers our PSYNC with
+    ``+CONTINUE <new replid>``, resending the unconfirmed range. The broker stores the first
+    copies late; a consumer must apply the range once."""
+    master = RedisServer(tmp_path, FAST, name="master")
+    source = RedisServer(
+        tmp_path, {**FAST, "replicaof": f"127.0.0.1 {master.port}"}, name="replica"
+    )
+    target = RedisServer(tmp_path, {"enable-debug-command": "yes"}, name="target")
+    topic, job = env.topic("redis-promoted"), "promoted"
+    rep = None
+    broker = env.broker.proc
+    assert broker is not None
+    try:
+        m = master.client()
+        dataset(m)
+        wait_until(
+            lambda: source.client().info("replication")["master_link_status"] == "up",
+            30,
+            "the replica is in sync",
+        )
+        rep = worker(env, source, topic, job)
+        oracle = Recorder(env, topic, target)
+        wait_until(lambda: digest(source) == digest(master), 30, "replica equal")
+        wait_replicated(env, job, source, oracle)
+
+        broker.send_signal(signal.SIGSTOP)
+        try:
+            writes(m, b"in-flight", 50)
+            offset = m.info("replication")["master_repl_offset"]
+            wait_until(
+                lambda: (status(env, job) or {}).get("parsed_offset", 0) >= offset,
+                10,
+                "the replicator read (and sent) the writes",
+            )
+            source.client().execute_command("REPLICAOF", "NO", "ONE")
+            wait_until(lambda: "+CONTINUE" in rep.log(), 10, "the replicator continues")
+        finally:
+            broker.send_signal(signal.SIGCONT)
+        r = source.client()
+        writes(r, b"after", 20)
+        wait_replicated(env, job, source, oracle)
+        st = status(env, job)
+        assert st is not None and st["full_syncs"] == 0
+        assert oracle.replayer.duplicates > 0, "the unconfirmed range came twice, applied once"
+        cp = checkpoint(env, job)
+        old_replid = m.info("replication")["master_replid"]
+        assert cp is not None and cp.replid == r.info("replication")["master_replid"]
+        assert cp.history == old_replid, "messages keep the history's first name"
+    finally:
+        broker.send_signal(signal.SIGCONT)
+        if rep is not None:
+            rep.stop()
+        source.close()
+        master.close()
+        target.close()

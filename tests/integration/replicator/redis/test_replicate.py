@@ -113,7 +113,9 @@ def caught_up(env: Env, job: str, source: RedisServer) -> bool:
     st = status(env, job)
     info = source.client().info("replication")
     offset = info["master_repl_offset"]
-    acked = [int(v["offset"]) for k, v in info.items() if k.startswith("slave")]
+    acked = [
+        int(v["offset"]) for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
+    ]  # (a replica's INFO also has slave_repl_offset, slave_priority, …)
     return bool(
         st
         and st["replid"] == info["master_replid"]

@@ -53,9 +53,13 @@ def test_continue_with_a_new_id_renames_the_safe_point_and_the_pending_ones() ->
     w = Watermark(Checkpoint(R, 10))
     b = w.add(Checkpoint(R, 20), messages=1)
     w.rename("b" * 40)
-    assert w.safe() == Checkpoint("b" * 40, 10)
+    assert w.safe() == Checkpoint("b" * 40, 10, origin=R)  # the history keeps its first name
     w.confirm(b)
-    assert w.safe() == Checkpoint("b" * 40, 20)
+    assert w.safe() == Checkpoint("b" * 40, 20, origin=R)
+    w.rename("c" * 40)
+    assert w.safe() == Checkpoint("c" * 40, 20, origin=R)
+    assert Checkpoint.decode(w.safe().encode()) == w.safe()
+    assert Checkpoint.decode(b'{"replid":"%s","offset":3,"db":0,"gen":1}' % R.encode()).history == R
 
 
 def test_misuse_is_refused() -> None:

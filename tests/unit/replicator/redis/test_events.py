@@ -122,12 +122,17 @@ def test_continue_keeps_the_db_and_drops_a_half_transaction() -> None:
     b.on_continue(boundary, 5, "b" * 40)
     assert b.db == 5 and not b.in_transaction
     send.offset = boundary
-    (m,) = send(b"SET", b"c", b"1").messages
-    assert m.properties["REDIS_DB"] == "5" and m.properties["REDIS_REPLID"] == "b" * 40
-    # a restart builds its builder with the checkpoint's db: the same
-    b2 = EventBuilder("T", 4, "b" * 40, db=5, offset=boundary)
-    (m2,) = b2.on_command([b"SET", b"c", b"1"], boundary, boundary + 10).messages
-    assert m2.properties["REDIS_DB"] == "5"
+    batch = send(b"SET", b"c", b"1")
+    (m,) = batch.messages
+    # the checkpoint resumes with the new id; the message keeps the history's first name, so
+    # a command resent after the rename has the key it had before it
+    assert batch.replid == "b" * 40
+    assert m.properties["REDIS_DB"] == "5" and m.properties["REDIS_REPLID"] == REPLID
+    # a restart builds its builder with the checkpoint's db and history: the same
+    b2 = EventBuilder("T", 4, "b" * 40, db=5, offset=boundary, origin=REPLID)
+    end = int(m.properties["REDIS_END"])
+    (m2,) = b2.on_command([b"SET", b"c", b"1"], boundary, end).messages
+    assert m2.properties == m.properties
 
 
 def test_cross_db_commands_name_every_db_they_touch() -> None:
