@@ -18,9 +18,20 @@ master's offsets, ``[start, end)``) and the replid, and returns each time a :cla
 - **Non-effects** (PING, ``REPLCONF GETACK``, SELECT, MULTI, EXEC, PUBLISH) make no message,
   but every Batch reports ``boundary``: the end of the last command outside a transaction, with
   the db there. Everything before ``boundary`` has been handed out in this or earlier batches.
+- **The history's name.** ``REDIS_REPLID`` on a message is the replid its offsets were first
+  given under: the FULLRESYNC's, kept across ``+CONTINUE <newid>``. PSYNC2 renames a history
+  without changing its offsets (a promoted replica, a master restarted after SHUTDOWN SAVE),
+  and a resume resends what was unconfirmed; labelled with the new id, a consumer deduping by
+  ``(replid, start)`` would apply those commands twice. ``Batch.replid`` is the master's
+  current id (what a checkpoint resumes with); ``history`` is the label.
 - **Snapshots.** A full sync is framed: :meth:`begin_snapshot` sends ``SNAPSHOT_BEGIN`` to every
   queue, :meth:`snapshot_entry` routes the RDB's commands by key (``REDIS_KIND=snapshot``,
   ``REDIS_SEQ`` numbers them), :meth:`end_snapshot` sends ``SNAPSHOT_END`` to every queue.
+  ``REDIS_SNAPSHOT`` (the caller's id, unique per full sync) tells two snapshots apart that
+  have the same replid and offset: a replicator killed in the middle of one gets the next
+  from the same point when nothing was written in between, yet its RDB may list the keys in
+  another order (the master's dict was rehashed or reloaded meanwhile), so ``REDIS_SEQ`` n
+  of one is not entry n of the other and a consumer must not drop it as a duplicate.
 
 ``OutMessage.offset`` is the checkpoint a message completes: the command's end (the EXEC's end
 inside a transaction; the FULLRESYNC offset for SNAPSHOT_END) or -1 for "none" (snapshot
@@ -172,6 +183,7 @@ class EventBuilder:
         self.boundary_db = db
         self._tx: _Tx | None = None
         self._snapshot: tuple[str, int] | None = None
+        self._snapshot_id = ""
         self._seq = 0
         # the stream's control commands, keyed by NAME (they change this builder's state and
         # are never messages): SELECT (db), MULTI/EXEC/DISCARD (transaction framing)
@@ -210,7 +222,8 @@ class EventBuilder:
         """``+CONTINUE [newid]`` after ``PSYNC replid offset+1``: the master resends from
         ``offset`` (our checkpoint, a boundary outside any transaction) without SELECT, so the
         db is the checkpoint's ``db``; a transaction cut by the broken link is dropped (it comes
-        again whole). A new replid applies from here on."""
+        again whole). A new replid names the master's history from here on (``Batch.replid``);
+        messages keep the ``history`` label, the offsets being the same."""
         if new_replid:
             self.replid = new_replid  # the history (REDIS_REPLID) stays: its offsets go on
         self._tx = None
@@ -298,12 +311,15 @@ class EventBuilder:
 
     # ---- full sync ----
 
-    def begin_snapshot(self, replid: str, offset: int) -> Batch:
+    def begin_snapshot(self, replid: str, offset: int, snapshot_id: str = "") -> Batch:
         """``+FULLRESYNC replid offset``: the RDB that follows replaces everything. Sends
-        SNAPSHOT_BEGIN to every queue; a transaction cut by the broken link is dropped."""
+        SNAPSHOT_BEGIN to every queue; a transaction cut by the broken link is dropped.
+        ``snapshot_id`` (``REDIS_SNAPSHOT`` on the snapshot's messages) must differ between
+        two full syncs of one job: see the module's docstring."""
         self.replid = self.history = replid
         self._tx = None
         self._snapshot = (replid, offset)
+        self._snapshot_id = snapshot_id
         self._seq = 0
         self.boundary = NO_CHECKPOINT
         return self._batch(self._markers(SNAPSHOT_BEGIN, offset, NO_CHECKPOINT))
@@ -316,7 +332,7 @@ class EventBuilder:
         spec = self.table.lookup(argv)
         _route, pieces = plan(spec, argv, self.queue_count)
         self._seq += 1
-        props = {**self._props(offset, offset, db), "REDIS_SEQ": str(self._seq)}
+        props = {**self._props(offset, offset, db), **self._snapshot_props(self._seq)}
         tag = (spec.name.split("|")[0] if spec else argv[0].decode("utf-8", "replace")).upper()
         return self._batch(self._messages(pieces, props, tag, KIND_SNAPSHOT, NO_CHECKPOINT))
 
@@ -335,8 +351,14 @@ class EventBuilder:
         """``tag replid offset`` to every queue, as copies of one event (BEGIN is the first
         event of the snapshot, REDIS_SEQ 0; END follows the last entry)."""
         seq = 0 if tag == SNAPSHOT_BEGIN else self._seq + 1
-        props = {**self._props(offset, offset, self.db), "REDIS_SEQ": str(seq)}
+        props = {**self._props(offset, offset, self.db), **self._snapshot_props(seq)}
         argv = (tag.encode(), self.history.encode(), str(offset).encode())
         part = f"*/{self.queue_count}" if self.queue_count > 1 else ""
         pieces = [Piece(q, argv, (), part) for q in range(self.queue_count)]
         return self._messages(pieces, props, tag, KIND_MARKER, checkpoint)
+
+    def _snapshot_props(self, seq: int) -> dict[str, str]:
+        props = {"REDIS_SEQ": str(seq)}
+        if self._snapshot_id:
+            props["REDIS_SNAPSHOT"] = self._snapshot_id
+        return props

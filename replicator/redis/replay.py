@@ -3,8 +3,9 @@
 Messages arrive per queue in the order the queue holds them; the queues themselves may be read
 in any interleaving. :class:`Replayer` applies each event exactly once, in its db:
 
-- **Dedupe** by :func:`event_key` ``(replid, start, seq, part)``: an at-least-once redelivery
-  of something already applied is dropped. Pieces of a split command (``REDIS_PART "i/n"``)
+- **Dedupe** by :func:`event_key` ``(replid, start, snapshot, seq, part)``: an at-least-once
+  redelivery of something already applied is dropped. ``REDIS_SNAPSHOT`` keeps two full
+  syncs from the same replid and offset apart (their entries may come in another order). Pieces of a split command (``REDIS_PART "i/n"``)
   are different commands and are each applied; copies of one command (``"*/n"``) share a key.
 - **PSYNC2 renames** (``+CONTINUE <newid>``: a failover, a restart after ``SHUTDOWN SAVE``)
   do not change ``REDIS_REPLID``: it names the *history* (the replid of the full sync it began
@@ -46,10 +47,14 @@ class Target(Protocol):
         """Empty every db and the function library."""
 
 
-def event_key(properties: Mapping[str, str]) -> tuple[str, str, str, str]:
+EventKey = tuple[str, str, str, str, str]
+
+
+def event_key(properties: Mapping[str, str]) -> EventKey:
     return (
         properties.get("REDIS_REPLID", ""),
         properties.get("REDIS_START", ""),
+        properties.get("REDIS_SNAPSHOT", ""),
         properties.get("REDIS_SEQ", ""),
         properties.get("REDIS_PART", ""),
     )
@@ -88,10 +93,10 @@ def _line(data: bytes, pos: int) -> tuple[bytes, int]:
 class Replayer:
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.applied: dict[tuple[str, str, str, str], int] = {}  # key → crc32 of the body
+        self.applied: dict[EventKey, int] = {}  # key → crc32 of the body
         self.duplicates = 0
         self._queues: dict[int, deque[tuple[bytes, Mapping[str, str]]]] = {}
-        self._waiting: dict[tuple[str, str, str, str], set[int]] = {}
+        self._waiting: dict[EventKey, set[int]] = {}
         self._fragments: dict[int, list[bytes]] = {}
 
     def offer_message(self, msg: OutMessage) -> None:
@@ -153,7 +158,7 @@ class Replayer:
                     queue.popleft()
                     progress = True
 
-    def _seen(self, key: tuple[str, str, str, str], body: bytes) -> bool:
+    def _seen(self, key: EventKey, body: bytes) -> bool:
         return self.applied.get(key) == zlib.crc32(body)
 
     def _apply(self, body: bytes, props: Mapping[str, str]) -> None:

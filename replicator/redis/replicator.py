@@ -390,7 +390,9 @@ class _Pass:
         )
         self._rdb, self._replay, self._rdb_db = RdbParser(), CommandReplay(), 0
         self.rdb_bytes = 0
-        await self._emit(self.builder.begin_snapshot(event.replid, event.offset))
+        # a new id each time: the same replid and offset may come again, in another key order
+        snapshot_id = f"{self.generation}.{os.urandom(6).hex()}"
+        await self._emit(self.builder.begin_snapshot(event.replid, event.offset, snapshot_id))
 
     async def _rdb_feed(self, data: bytes) -> None:
         assert self._rdb is not None and self._replay is not None

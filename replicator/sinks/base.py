@@ -51,7 +51,7 @@ class OutMessage:
     keys: str  # the key(s), space-separated, as RocketMQ KEYS ("" if none/binary-unsafe)
     # the Redis replicator's: REDIS_REPLID, REDIS_START, REDIS_END, REDIS_DB, [REDIS_DBS],
     # [REDIS_TXID, REDIS_TXCOUNT, REDIS_TXINDEX], REDIS_KIND (command|snapshot|marker),
-    # [REDIS_PART "i/n" or "*/n"], [REDIS_SEQ] (replicator/redis/events.py)
+    # [REDIS_PART "i/n" or "*/n"], [REDIS_SEQ, REDIS_SNAPSHOT] (replicator/redis/events.py)
     properties: dict[str, str]
     offset: int  # the replication end offset this message completes (checkpoint use); -1: none
 

@@ -34,14 +34,16 @@ FAST = {"repl-diskless-sync-delay": "0", "enable-debug-command": "yes"}
 class ReplicatorProcess:
     """One ``metaledger replicate redis`` worker, in its own session, stopped by its PID."""
 
-    def __init__(self, env: Env, source: RedisServer, topic: str, job: str, worker: str) -> None:
+    def __init__(
+        self, env: Env, source: RedisServer, topic: str, job: str, worker: str, lease_ttl: int = 2
+    ) -> None:
         self.env = env
         self.worker = worker
         self.log_path = env.root / f"replicator-{job}-{worker}.log"
         self.args = [
             sys.executable, "-m", "nameserver.cli", "replicate", "redis",
             "--source", source.url, "--topic", topic, "--job", job, "--worker", worker,
-            "--endpoints", ",".join(env.node.endpoints), "--lease-ttl", "2",
+            "--endpoints", ",".join(env.node.endpoints), "--lease-ttl", str(lease_ttl),
         ]  # fmt: skip
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -111,7 +113,9 @@ def caught_up(env: Env, job: str, source: RedisServer) -> bool:
     st = status(env, job)
     info = source.client().info("replication")
     offset = info["master_repl_offset"]
-    acked = [int(v["offset"]) for k, v in info.items() if k.startswith("slave")]
+    acked = [
+        int(v["offset"]) for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
+    ]  # (a replica's INFO also has slave_repl_offset, slave_priority, …)
     return bool(
         st
         and st["replid"] == info["master_replid"]

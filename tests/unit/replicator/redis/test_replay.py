@@ -273,6 +273,33 @@ def test_snapshot_begin_empties_the_target_and_entries_replay() -> None:
     assert len({event_key(m.properties) for m in msgs}) == 4
 
 
+def test_a_second_snapshot_from_the_same_point_in_another_order_is_applied_whole() -> None:
+    """A replicator killed in the middle of a full sync gets the next one from the same replid
+    and offset (nothing written in between), its RDB listing the keys in another order: with
+    its own REDIS_SNAPSHOT id nothing of it is taken for a duplicate of the first."""
+    keys = [b"a", b"b", b"c", b"d"]
+
+    def snapshot(
+        builder: EventBuilder, order: list[bytes], sid: str, whole: bool
+    ) -> list[OutMessage]:
+        msgs = list(builder.begin_snapshot("s" * 40, 77, sid).messages)
+        for k in order:
+            msgs += builder.snapshot_entry(0, [b"SET", k, k.upper()]).messages
+        if whole:
+            msgs += builder.end_snapshot().messages
+        return msgs
+
+    first = snapshot(EventBuilder("T", 2, REPLID), keys, "0.a1", whole=False)[:-2]  # killed
+    second = snapshot(EventBuilder("T", 2, REPLID), keys[::-1], "0.b2", whole=True)
+    target = FakeTarget()
+    replayer = Replayer(target)
+    for m in first + second:
+        replayer.offer_message(m)
+    assert target.state() == {0: {k: k.upper() for k in keys}}
+    assert replayer.duplicates == 0
+    assert {m.properties["REDIS_SNAPSHOT"] for m in second} == {"0.b2"}
+
+
 def test_decode_command_round_trips_and_rejects_garbage() -> None:
     argv = [b"SET", b"k\r\n", b"", b"\x00\xff"]
     assert decode_command(encode_command(argv)) == argv
