@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
 
 from nameserver.client.routing import BrokerGroup, QueueData, Route  # noqa: E402
 from nameserver.remoting.codec import RemotingCommand, encode  # noqa: E402
+from replicator import gctune  # noqa: E402
 from replicator.redis import replicator as rr  # noqa: E402
 from replicator.redis.checkpoint import Checkpoint  # noqa: E402
 from replicator.redis.commands import snapshot  # noqa: E402
@@ -155,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writes", type=int, default=100_000)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--default-gc", action="store_true", help="without replicator.gctune")
     args = ap.parse_args(argv)
+    if not args.default_gc:
+        gctune.tune()
     try:
         import uvloop
 
