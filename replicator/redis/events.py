@@ -276,7 +276,11 @@ class EventBuilder:
     ) -> list[OutMessage]:
         out = []
         for piece in pieces:
-            p = {**props, "REDIS_KIND": kind}
+            if len(pieces) == 1:
+                p = props  # every caller passes a dict of its own: no copy for one piece
+                p["REDIS_KIND"] = kind
+            else:
+                p = {**props, "REDIS_KIND": kind}
             if piece.part:
                 p["REDIS_PART"] = piece.part
             body = encode_command(piece.argv)

@@ -165,8 +165,9 @@ class RedisMetrics:
         self._active.labels(self.job).set(0)
         self._syncing.labels(self.job).set(0)
 
-    def sent(self) -> None:
-        self._sent.inc()
+    def sent(self, n: int = 1) -> None:
+        if n:
+            self._sent.inc(n)
 
     def confirmed(self) -> None:
         self._confirmed.inc()
