@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import signal
@@ -213,10 +214,18 @@ def run_load(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[st
                        "-c", "50", "-r", "1000000", "-q", "--csv"]  # fmt: skip
             progress(f"load: {' '.join(cmd[:6])} ...")
             load = subprocess.Popen(cmd, stdout=subprocess.PIPE, cwd=ROOT)
+            pids = {"replicator": w.proc.pid, "load generator": load.pid}
+            pids |= {f"broker {n}": p.pid for n, p in group.procs.items() if n != "meta"}
+            if source.proc is not None:
+                pids["redis-server"] = source.proc.pid
+            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            cpu1 = dict(cpu0)
             while load.poll() is None or not drained(source, samples):
                 m = w.scrape()
                 m["t"] = time.monotonic() - t0
                 samples.append(m)
+                for name, pid in pids.items():  # the last reading while each one lives
+                    cpu1[name] = cpu_seconds(pid) or cpu1[name]
                 if len(samples) % 8 == 0:
                     progress(
                         f"t={m['t']:.0f}s confirmed {m.get('messages_confirmed_total', 0) - base.get('messages_confirmed_total', 0):.0f}"
@@ -232,6 +241,7 @@ def run_load(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[st
         finally:
             w.stop()
         achieved = writes_rate(args.load, out)
+        used = {n: b - a for n, a in cpu0.items() if a is not None and (b := cpu1[n]) is not None}
         delivered = end["messages_confirmed_total"] - base["messages_confirmed_total"]
         last_change = last_confirmation_time(samples)
         result: dict[str, Any] = {
@@ -247,6 +257,10 @@ def run_load(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[st
             "gauge_lag_s_p99": percentile([s.get("lag_seconds", 0) for s in samples], 0.99),
             "gauge_lag_s_max": max((s.get("lag_seconds", 0) for s in samples), default=None),
             "max_spooled_bytes": max((s.get("spooled_bytes", 0) for s in samples), default=0),
+            # CPU seconds of each process from the load's start to the last confirmation,
+            # and µs of it per write (the shared machine decides how much each one gets)
+            "cpu_s": used,
+            "cpu_us_per_write": {n: v / total * 1e6 for n, v in used.items()},
             "timeline": [
                 {k: s.get(k) for k in ("t", "lag_seconds", "lag_bytes", "messages_confirmed_total")}
                 for s in samples
@@ -256,6 +270,15 @@ def run_load(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[st
             progress("reading the topic back from the broker for end-to-end lags")
             result |= e2e_lags(group.master_address, topic, args.queues, wall0)
     return result
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a live process (``/proc/PID/stat``), None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def drained(source: Any, samples: list[dict[str, float]]) -> bool:
@@ -444,6 +467,15 @@ def render(report: dict[str, Any]) -> str:
             " buffer or the socket are not in it, so a worker that reads late (CPU-bound) shows"
             " a small gauge while the e2e lag grows. Goal (issue 18): under 1 s at 20k writes/s.",
         ]
+        per_write = load.get("cpu_us_per_write")
+        if per_write:
+            lines += [
+                "",
+                "CPU per write (µs; each process's user + system CPU from the load's start to"
+                " the last confirmation, over the writes): "
+                + ", ".join(f"{n} {v:.1f}" for n, v in sorted(per_write.items()))
+                + " (the metaledger node, ~2% of a core, not counted).",
+            ]
     sync = report.get("sync")
     if sync:
         lines += [

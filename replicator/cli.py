@@ -208,6 +208,9 @@ def run_redis(args: argparse.Namespace) -> int:
         )
         await replicator.run()
 
+    from replicator import gctune
+
+    gctune.tune()
     try:
         import uvloop
 

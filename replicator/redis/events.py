@@ -268,9 +268,9 @@ class EventBuilder:
         _route, pieces = plan(spec, argv, self.queue_count)
         props = self._props(start, end, self.db)
         name = spec.name.split("|")[0] if spec is not None else argv[0].decode("utf-8", "replace")
-        other = OTHER_DBS.get(name.lower())
-        if other is not None:
-            dbs = other(argv)
+        lower = name.lower()
+        if lower in OTHER_DBS:
+            dbs = OTHER_DBS[lower](argv)
             props["REDIS_DBS"] = (
                 dbs if isinstance(dbs, str) else ",".join(str(d) for d in sorted({self.db, *dbs}))
             )
@@ -293,7 +293,11 @@ class EventBuilder:
     ) -> list[OutMessage]:
         out = []
         for piece in pieces:
-            p = {**props, "REDIS_KIND": kind}
+            if len(pieces) == 1:
+                p = props  # every caller passes a dict of its own: no copy for one piece
+                p["REDIS_KIND"] = kind
+            else:
+                p = {**props, "REDIS_KIND": kind}
             if piece.part:
                 p["REDIS_PART"] = piece.part
             body = encode_command(piece.argv)

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
 
 __all__ = ["RedisMetrics", "SyncProgress", "parse_listen"]
 
@@ -121,6 +122,25 @@ class SyncProgress:
             log.info("%s%s", line, " (done)" if final else "")
 
 
+class _Tally:
+    """A counter the event loop bumps as a plain int and the scrape thread reads (an int
+    read is atomic under the GIL; the value only grows)."""
+
+    def __init__(self, name: str, documentation: str, job: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.job = job
+        self.value = 0
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=["job"])
+        family.add_metric([self.job], self.value)
+        yield family
+
+    def describe(self) -> Iterable[Metric]:
+        return self.collect()
+
+
 class RedisMetrics:
     """One job's registry; the pipeline calls the event methods, :meth:`observe` the rest."""
 
@@ -136,8 +156,12 @@ class RedisMetrics:
         def gauge(name: str, text: str) -> Gauge:
             return Gauge(PREFIX + name, text, ["job"], registry=r)
 
-        self._sent = counter("messages_sent", "messages submitted to the sink")
-        self._confirmed = counter("messages_confirmed", "messages the sink confirmed")
+        # one per replicated write, twice: plain ints, read at scrape time (_Tally), cost
+        # ~0.1 µs an event where a prometheus Counter.inc (a lock) costs ~1.7 µs
+        self._sent = _Tally(PREFIX + "messages_sent", "messages submitted to the sink", job)
+        self._confirmed = _Tally(PREFIX + "messages_confirmed", "messages the sink confirmed", job)
+        r.register(self._sent)
+        r.register(self._confirmed)
         self._full_syncs = counter("full_syncs", "full syncs (+FULLRESYNC) begun")
         self._partial = counter("partial_resyncs", "partial resyncs (+CONTINUE)")
         self._passes = counter("passes", "active passes begun (each one connects anew)")
@@ -165,11 +189,11 @@ class RedisMetrics:
         self._active.labels(self.job).set(0)
         self._syncing.labels(self.job).set(0)
 
-    def sent(self) -> None:
-        self._sent.inc()
+    def sent(self, n: int = 1) -> None:
+        self._sent.value += n
 
     def confirmed(self) -> None:
-        self._confirmed.inc()
+        self._confirmed.value += 1
 
     def full_sync(self) -> None:
         self._full_syncs.inc()

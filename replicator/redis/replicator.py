@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -432,15 +433,22 @@ class _Pass:
             assert self._snapshot is not None, "a batch without a checkpoint outside a snapshot"
             boundary = self._snapshot
             self.watermark.grow(boundary, len(batch.messages))
-        for msg in batch.messages:
-            await self._send(msg, boundary)
+        if batch.messages:
+            await self._send(batch.messages, boundary)
 
-    async def _send(self, msg: OutMessage, boundary: Boundary) -> None:
-        self.owner.role.check()  # a worker that lost its lease sends nothing more
-        future = await self.sink.submit(msg)
-        self.sent += 1
-        self.owner.metrics.sent()
-        future.add_done_callback(lambda f: self._confirmed(f, boundary))
+    async def _send(self, messages: tuple[OutMessage, ...], boundary: Boundary) -> None:
+        role, submit = self.owner.role, self.sink.submit
+        confirmed = functools.partial(self._confirmed, boundary=boundary)
+        sent = 0
+        try:
+            for msg in messages:
+                role.check()  # a worker that lost its lease sends nothing more
+                future = await submit(msg)
+                sent += 1
+                future.add_done_callback(confirmed)
+        finally:
+            self.sent += sent
+            self.owner.metrics.sent(sent)
 
     def _confirmed(self, future: asyncio.Future[None], boundary: Boundary) -> None:
         if future.cancelled():

@@ -107,8 +107,12 @@ def plan(
     if queue_count < 1:
         raise ValueError(f"queue_count must be >= 1, got {queue_count}")
     found = spec.find_keys(argv) if spec is not None else FoundKeys((), False)
-    route = route_of(spec, argv, found, queue_count)
     whole = tuple(argv)
+    if found.complete and len(found.keys) == 1:
+        # what RULES decide for one known key (SET, HSET, INCR …: most of a stream), directly
+        key = found.keys[0].key
+        return Route.SINGLE, [Piece(queue_of(key, queue_count), whole, (key,), "")]
+    route = route_of(spec, argv, found, queue_count)
     keys = tuple(k.key for k in found.keys)
     if route is Route.SINGLE:
         return route, [Piece(queue_of(keys[0], queue_count), whole, keys, "")]

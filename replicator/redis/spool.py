@@ -145,8 +145,8 @@ class Spool:
 
 def _size(event: Event) -> int:
     """About how many bytes an event holds (what the memory limit counts)."""
-    if isinstance(event, StreamCommand):
-        return 64 + sum(len(a) for a in event.argv)
+    if type(event) is StreamCommand:
+        return 64 + sum(map(len, event.argv))
     if isinstance(event, RdbChunk):
         return 64 + len(event.data)
     return 64
@@ -215,7 +215,7 @@ class EventSpool:
         memory_limit: int = 64 * 1024 * 1024,
     ) -> None:
         self.memory_limit = memory_limit
-        self._mem: deque[Event] = deque()
+        self._mem: deque[tuple[Event, int]] = deque()  # (event, its _size)
         self._mem_bytes = 0
         self._disk = Spool(directory, memory_limit=1)  # everything it holds is on disk
         self._disk_events = 0
@@ -241,7 +241,7 @@ class EventSpool:
     def put(self, event: Event) -> None:
         size = _size(event)
         if self._disk_events == 0 and self._mem_bytes + size <= self.memory_limit:
-            self._mem.append(event)
+            self._mem.append((event, size))
             self._mem_bytes += size
         else:
             self._disk.put(encode_event(event))
@@ -250,8 +250,8 @@ class EventSpool:
 
     def get_nowait(self) -> Event | None:
         if self._mem:
-            event = self._mem.popleft()
-            self._mem_bytes -= _size(event)
+            event, size = self._mem.popleft()
+            self._mem_bytes -= size
             return event
         if not self._disk_events:
             return None

@@ -51,6 +51,7 @@ import functools
 import itertools
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -75,6 +76,7 @@ from replicator.sinks.wire import (
     encode_batch,
     fits_batch,
     item_size,
+    props_bytes,
     uniq_key,
 )
 
@@ -92,7 +94,10 @@ class RocketMQSinkConfig:
     producer_group: str = "metaledger-replicator"
     max_in_flight: int = 4096
     max_in_flight_per_queue: int = 1
-    max_batch_messages: int = 256
+    #: 1024, not 256: one request per queue is out at a time, so a queue moves at most
+    #: this many messages per broker round trip (4 queues x 256 / ~60 ms under a loaded
+    #: broker was ~17k/s: lag grew at 20k writes/s; bench/results/redis_replicate-*)
+    max_batch_messages: int = 1024
     max_batch_bytes: int = 1024 * 1024
     connections_per_broker: int = 2
     send_timeout_ms: int = 10_000
@@ -127,6 +132,46 @@ class RocketMQSinkConfig:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
 
 
+class _Capacity:
+    """``max_in_flight``: a unit per unconfirmed message, taken at submit and given back when
+    the message leaves its lane's ledger (a semaphore whose uncontended take is a plain
+    decrement, without a coroutine, and whose release needs no callback per message)."""
+
+    def __init__(self, units: int) -> None:
+        self.free = units
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def try_take(self) -> bool:
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        if self.try_take():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter  # give() hands this waiter a unit
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give(1)  # handed a unit, then cancelled: pass it on
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def give(self, units: int) -> None:
+        while units > 0:
+            while self._waiters and self._waiters[0].done():
+                self._waiters.popleft()  # cancelled
+            if not self._waiters:
+                self.free += units
+                return
+            self._waiters.popleft().set_result(None)
+            units -= 1
+
+
 @dataclass(eq=False)
 class _Lane:
     topic: str
@@ -154,7 +199,7 @@ class RocketMQSink:
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._conns: dict[tuple[str, int], RemotingConnection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[RemotingConnection]] = {}
-        self._capacity = asyncio.Semaphore(config.max_in_flight)
+        self._capacity = _Capacity(config.max_in_flight)
         self._tokens = itertools.count(1)
         self._closed = False
         self._refresher: asyncio.Task[None] | None = None
@@ -185,15 +230,17 @@ class RocketMQSink:
                 f"a body of {len(msg.body)} bytes is over the {self.config.max_message_bytes}-byte"
                 " limit (max_message_bytes)"
             )
-        wire = encode_properties(msg, {"UNIQ_KEY": uniq_key(), "WAIT": "true"})
-        await self._capacity.acquire()
-        try:
-            lane = self._lane_for(msg)  # closed or failed while we waited?
-        except SinkError:
-            self._capacity.release()
-            raise
+        wire = encode_properties(msg, {"UNIQ_KEY": uniq_key(), "WAIT": "true"}).encode()
+        capacity = self._capacity
+        if not capacity.try_take():
+            await capacity.take()
+            try:
+                lane = self._lane_for(msg)  # closed or failed while we waited?
+            except SinkError:
+                capacity.give(1)
+                raise
+        # the unit goes back when the slot leaves its ledger (confirmed or failed)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda _f: self._capacity.release())
         slot = lane.ledger.add(msg, future)
         slot.wire = wire
         lane.wake.set()
@@ -221,7 +268,8 @@ class RocketMQSink:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for lane in self._lanes.values():
-            lane.ledger.fail_all(SinkClosed("the sink was closed before confirmation"))
+            failed = lane.ledger.fail_all(SinkClosed("the sink was closed before confirmation"))
+            self._capacity.give(len(failed))
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()
@@ -311,7 +359,7 @@ class RocketMQSink:
                 "f": 0,
                 "g": int(time.time() * 1000),
                 "h": 0,
-                "i": WAIT_ONLY if batch else first.wire,
+                "i": WAIT_ONLY if batch else props_bytes(first).decode(),
                 "j": 0,
                 "k": False,
                 "m": batch,
@@ -342,8 +390,11 @@ class RocketMQSink:
             slot.token = None
         lane.wake.set()
         if answer is not None and answer.code == PUT_OK:
+            confirmed = 0
             for slot in slots:
-                lane.next_send -= len(lane.ledger.mark_done(slot))
+                confirmed += len(lane.ledger.mark_done(slot))
+            lane.next_send -= confirmed
+            self._capacity.give(confirmed)
             return
         if answer is not None:
             error: SinkError = SendFailed(
@@ -396,7 +447,7 @@ class RocketMQSink:
         lane.failed = error
         if not slot.future.done():
             slot.future.set_exception(error)
-        lane.ledger.fail_all(QueueFailed(lane.topic, lane.index, error))
+        self._capacity.give(len(lane.ledger.fail_all(QueueFailed(lane.topic, lane.index, error))))
         lane.wake.set()
 
     # --- routes and connections -------------------------------------------------------

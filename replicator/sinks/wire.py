@@ -19,6 +19,7 @@ __all__ = [
     "encode_batch",
     "fits_batch",
     "item_size",
+    "props_bytes",
     "uniq_key",
 ]
 
@@ -26,17 +27,24 @@ SEND_MESSAGE_V2: Final = 310
 SEND_BATCH_MESSAGE: Final = 320
 WAIT_ONLY: Final = "WAIT\x01true\x02"
 BATCH_HEAD = struct.Struct(">iiiii")
+_PROPLEN = struct.Struct(">h")
 MAX_PROPS = 32767  # a batch item's properties length is an int16
+
+
+def props_bytes(slot: Slot) -> bytes:
+    """A slot's encoded properties (the sink stores them as bytes at submit)."""
+    wire = slot.wire
+    return wire if isinstance(wire, bytes) else str(wire).encode("utf-8")
 
 
 def item_size(slot: Slot) -> int:
     """A slot's bytes in a batch body."""
-    return BATCH_HEAD.size + len(slot.msg.body) + 2 + len(str(slot.wire).encode("utf-8"))
+    return BATCH_HEAD.size + len(slot.msg.body) + 2 + len(props_bytes(slot))
 
 
 def fits_batch(slot: Slot) -> bool:
     """Whether a slot can be a batch item: its properties' length is an int16 there."""
-    return len(str(slot.wire).encode("utf-8")) <= MAX_PROPS
+    return len(props_bytes(slot)) <= MAX_PROPS
 
 
 def encode_batch(slots: list[Slot]) -> bytes:
@@ -44,14 +52,14 @@ def encode_batch(slots: list[Slot]) -> bytes:
     §3.1): ``TOTALSIZE | MAGIC 0 | BODYCRC 0 | FLAG | BODYLEN | BODY | PROPLEN i16 | PROPS``;
     each item carries its own properties (UNIQ_KEY included)."""
     parts: list[bytes] = []
+    head, plen = BATCH_HEAD.pack, _PROPLEN.pack
     for slot in slots:
-        props = str(slot.wire).encode("utf-8")
+        props = props_bytes(slot)
         body = slot.msg.body
-        total = BATCH_HEAD.size + len(body) + 2 + len(props)
         parts += (
-            BATCH_HEAD.pack(total, 0, 0, 0, len(body)),
+            head(BATCH_HEAD.size + len(body) + 2 + len(props), 0, 0, 0, len(body)),
             body,
-            struct.pack(">h", len(props)),
+            plen(len(props)),
             props,
         )
     return b"".join(parts)

@@ -412,3 +412,27 @@ def test_big_bodies_batch_and_long_properties_go_alone() -> None:
         max_in_flight_per_queue=1,
         max_batch_messages=256,
     )
+
+
+def test_capacity_hands_units_in_order_and_survives_cancelled_waiters() -> None:
+    from replicator.sinks.rocketmq import _Capacity
+
+    async def main() -> None:
+        cap = _Capacity(1)
+        assert cap.try_take() and not cap.try_take()
+        first = asyncio.create_task(cap.take())
+        cancelled = asyncio.create_task(cap.take())
+        last = asyncio.create_task(cap.take())
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        cap.give(1)  # to the first waiter
+        await asyncio.sleep(0)
+        assert first.done() and not last.done()
+        cap.give(1)  # skips the cancelled one
+        await asyncio.wait_for(last, 1)
+        assert cancelled.cancelled() and cap.free == 0
+        cap.give(2)
+        assert cap.free == 2 and cap.try_take()
+
+    asyncio.run(main())
