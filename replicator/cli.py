@@ -148,13 +148,10 @@ def run_redis(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    from replicator.redis.config import RedisReplicatorConfig, parse_source
     from replicator.redis.errors import ConfigError
     from replicator.redis.metrics import RedisMetrics, SyncProgress, parse_listen
-    from replicator.redis.replicator import (
-        RedisReplicator,
-        RedisReplicatorConfig,
-        parse_source,
-    )
+    from replicator.redis.replicator import RedisReplicator
 
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -421,6 +421,7 @@ def test_the_group_command_lines_parse_with_the_metaledger_cli(tmp_path: Path) -
     assert [(m.replicas, m.in_sync_replicas) for m in bg.MODES.values()] == [
         (1, 1),
         (2, 1),
+        (3, 1),
         (2, 2),
         (3, 2),
     ]

@@ -14,8 +14,8 @@ from replicator.redis.cluster import (
     parse_cluster_nodes,
     parse_shard,
 )
+from replicator.redis.config import RedisReplicatorConfig, parse_source
 from replicator.redis.errors import ConfigError, ShardUnavailable
-from replicator.redis.replicator import RedisReplicatorConfig, parse_source
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40
 RA, RB, RC = "1" * 40, "2" * 40, "3" * 40
