@@ -48,16 +48,8 @@ class Recorder(Oracle):
         super().__init__(env, topic, target)
         self.seen: list[tuple[int, dict[str, str]]] = []  # (queue, properties)
 
-    def catch_up(self) -> int:
-        new = 0
-        for q in range(QUEUES):
-            for m in pull_all(self.env.broker.addr, self.topic, q, self.pulled[q]):
-                self.pulled[q] += 1
-                new += 1
-                props = dict(m.properties)
-                self.seen.append((q, props))
-                self.replayer.offer(q, m.body, props)
-        return new
+    def record(self, queue: int, properties: dict[str, str]) -> None:
+        self.seen.append((queue, properties))
 
     def tags(self) -> Counter[str]:
         return Counter(m.get("TAGS", "") for _, m in self.seen)

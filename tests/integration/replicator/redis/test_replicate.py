@@ -91,8 +91,13 @@ class Oracle:
             for m in pull_all(self.env.broker.addr, self.topic, q, self.pulled[q]):
                 self.pulled[q] += 1
                 new += 1
-                self.replayer.offer(q, m.body, m.properties)
+                props = dict(m.properties)
+                self.record(q, props)
+                self.replayer.offer(q, m.body, props)
         return new
+
+    def record(self, queue: int, properties: dict[str, str]) -> None:
+        """Each message's properties as pulled (a subclass keeps them)."""
 
     def total(self) -> int:
         return sum(self.pulled)
