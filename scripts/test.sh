@@ -3,7 +3,9 @@
 # checks, then every pytest layer. What it installs, each only when missing:
 #   apt-get (needs root): etcd-server, etcd-client (a real etcd and etcdctl to test against),
 #                         docker-compose (to validate docker-compose.yml), nats-server (NATS
-#                         JetStream, the broker benchmark's peer: tests/integration/test_bench_jetstream.py);
+#                         JetStream, the broker benchmark's peer: tests/integration/test_bench_jetstream.py),
+#                         redis-server and redis-tools (the Redis replicator's source, redis-cli,
+#                         redis-check-rdb: tests/integration/replicator/redis/);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
 #   npm: tests/js's pinned RocketMQ client (npm ci; needs Node.js and npm).
 # The Spark tests need a Java runtime, which it does not install.
@@ -15,6 +17,8 @@ need_apt=()
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v etcdctl >/dev/null || need_apt+=(etcd-client)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 # Debian installs it in /usr/sbin, which a non-login PATH may lack
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(nats-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
