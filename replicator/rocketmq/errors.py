@@ -1,0 +1,51 @@
+"""Errors of the RocketMQ replicator's cluster client (``replicator.rocketmq``).
+
+    RocketMQError                 base
+    ├── TopicNotFound             the nameserver has no route for the topic (TOPIC_NOT_EXIST 17)
+    ├── RemotingError             an answer with a code the request does not expect
+    │                             (``code``, ``remark``; ``retriable`` depends on the code)
+    ├── ClusterUnavailable        no answer: cannot connect, connection lost, timed out,
+    │                             no master for a queue (retriable)
+    └── BadAnswer                 an answer that does not parse (a body that is not the JSON
+                                  or the stored-record format it should be): not retriable
+
+``retriable`` is a class attribute (an instance attribute for ``RemotingError``), as in
+``replicator/sinks/errors.py``: callers read it, nobody matches on message text.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Answers that may succeed when asked again (research/broker.md §3.1): SYSTEM_ERROR 1 (our
+#: broker's "offsets not loaded yet, retry"), SYSTEM_BUSY 2, SERVICE_NOT_AVAILABLE 14,
+#: NO_PERMISSION 16 (a master that stepped down), TOPIC_NOT_EXIST 17 (a broker that has not
+#: loaded the topic yet), FLOW_CONTROL 215, GO_AWAY 1500.
+RETRIABLE_CODES: Final = frozenset({1, 2, 14, 16, 17, 215, 1500})
+
+
+class RocketMQError(Exception):
+    retriable: bool = False
+
+
+class TopicNotFound(RocketMQError):
+    def __init__(self, topic: str, remark: str | None = None) -> None:
+        super().__init__(f"no route for topic {topic!r}" + (f": {remark}" if remark else ""))
+        self.topic = topic
+
+
+class RemotingError(RocketMQError):
+    def __init__(self, code: int, remark: str | None, where: str = "") -> None:
+        text = f"answered code {code}" + (f": {remark}" if remark else "")
+        super().__init__(text + (f" ({where})" if where else ""))
+        self.code = code
+        self.remark = remark
+        self.retriable = code in RETRIABLE_CODES
+
+
+class ClusterUnavailable(RocketMQError):
+    retriable = True
+
+
+class BadAnswer(RocketMQError):
+    pass

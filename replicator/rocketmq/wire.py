@@ -1,0 +1,422 @@
+"""The RocketMQ requests a replicator reads a cluster with, and their answers, sans I/O
+(no sockets, no asyncio): request builders return ``RemotingCommand``; parsers take the
+answer and return typed values or raise ``replicator.rocketmq.errors``.
+
+Codes and header fields (research/broker.md §2-§3, research/rocketmq-clients.md §1.2):
+PULL_MESSAGE 11 (consumerGroup, topic, queueId, queueOffset, maxMsgNums, sysFlag,
+commitOffset, suspendTimeoutMillis, subVersion, subscription, expressionType; answer
+nextBeginOffset, minOffset, maxOffset, suggestWhichBrokerId), QUERY_CONSUMER_OFFSET 14,
+UPDATE_CONSUMER_OFFSET 15, UPDATE_AND_CREATE_TOPIC 17, SEARCH_OFFSET_BY_TIMESTAMP 29,
+GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, GET_ROUTEINFO_BY_TOPIC 105, GET_BROKER_CLUSTER_INFO 106,
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206. Route bodies are parsed in ``routes``.
+
+A pull SUCCESS body is stored records back to back (research/broker.md §1, J5
+``MessageDecoder.decodes``): big-endian, V1 magic (1-byte topic length) or V2 (2-byte),
+hosts IPv4 or IPv6 by SYSFLAG 0x10 / 0x20, BODYCRC = ``crc32(body) & 0x7FFFFFFF``, SYSFLAG
+bit 0 = the body is compressed (compression type in bits 8-10: 0 or 3 = zlib; LZ4 and ZSTD
+are refused as :class:`BadAnswer`).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Final
+
+from nameserver.remoting.codec import RemotingCommand
+from replicator.rocketmq.errors import BadAnswer, RemotingError
+from replicator.rocketmq.routes import parse_cluster_info, parse_route, parse_topic_list
+
+__all__ = [
+    "SOURCE_PROPERTY",
+    "PullResult",
+    "PullStatus",
+    "PulledMessage",
+    "TopicSpec",
+    "cluster_info_request",
+    "create_topic_request",
+    "decode_messages",
+    "max_offset_request",
+    "min_offset_request",
+    "parse_cluster_info",
+    "parse_consumer_offset",
+    "parse_offset",
+    "parse_ok",
+    "parse_pull",
+    "parse_route",
+    "parse_sources",
+    "parse_topic_list",
+    "pull_request",
+    "query_consumer_offset_request",
+    "route_request",
+    "search_offset_request",
+    "topic_list_request",
+    "update_consumer_offset_request",
+    "with_source",
+]
+
+PULL_MESSAGE: Final = 11
+QUERY_CONSUMER_OFFSET: Final = 14
+UPDATE_CONSUMER_OFFSET: Final = 15
+UPDATE_AND_CREATE_TOPIC: Final = 17
+SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
+GET_MAX_OFFSET: Final = 30
+GET_MIN_OFFSET: Final = 31
+GET_ROUTEINFO_BY_TOPIC: Final = 105
+GET_BROKER_CLUSTER_INFO: Final = 106
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Final = 206
+
+SUCCESS: Final = 0
+QUERY_NOT_FOUND: Final = 22
+LANGUAGE: Final = "PYTHON"
+
+PULL_SUSPEND: Final = 0x2
+PULL_SUBSCRIPTION: Final = 0x4
+DEFAULT_TOPIC: Final = "TBW102"
+
+# --- ROCKETMQ_REPLICATOR_SOURCE: the clusters a message has been copied from ----------------
+
+SOURCE_PROPERTY: Final = "ROCKETMQ_REPLICATOR_SOURCE"
+
+
+def parse_sources(value: str | None) -> list[str]:
+    """The cluster names in a ``ROCKETMQ_REPLICATOR_SOURCE`` value ("" or None: none)."""
+    return [name for name in (value or "").split(",") if name]
+
+
+def with_source(value: str | None, cluster: str) -> str:
+    """``value`` with ``cluster`` appended (kept once)."""
+    names = parse_sources(value)
+    if cluster not in names:
+        names.append(cluster)
+    return ",".join(names)
+
+
+# --- stored records --------------------------------------------------------------------------
+
+MAGIC_V1: Final = -626843481  # 0xDAA320A7
+MAGIC_V2: Final = -626843477  # 0xDAA320AB
+SYSFLAG_COMPRESSED: Final = 0x1
+SYSFLAG_BORNHOST_V6: Final = 0x10
+SYSFLAG_STOREHOST_V6: Final = 0x20
+COMPRESSION_MASK: Final = 0x700  # bits 8-10: 1 LZ4, 2 ZSTD, 3 ZLIB (0: zlib, older clients)
+COMPRESSION_ZLIB: Final = 3 << 8
+MAX_BODY_INFLATED: Final = 64 * 1024 * 1024  # a zlib bomb stops here
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE..BORNTIMESTAMP, 48 bytes
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_TAIL = struct.Struct(">iq")  # RECONSUMETIMES, PREPARED TX OFFSET
+
+
+@dataclass(frozen=True, slots=True)
+class PulledMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    body: bytes  # decompressed when the sysflag says compressed
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+    properties: dict[str, str]
+    msg_id: str  # UNIQ_KEY, else the offset message id
+
+    @property
+    def tags(self) -> str:
+        return self.properties.get("TAGS", "")
+
+    @property
+    def keys(self) -> str:
+        return self.properties.get("KEYS", "")
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    """``key \\x01 value \\x02`` repeated (J5 ``MessageDecoder.string2messageProperties``)."""
+    out: dict[str, str] = {}
+    for item in raw.decode("utf-8").split("\x02"):
+        key, sep, value = item.partition("\x01")
+        if sep and key:
+            out[key] = value
+    return out
+
+
+def offset_msg_id(store_ip: bytes, store_port: int, commitlog_offset: int) -> str:
+    """The offset message id: store host IP + port i32 + commit-log offset i64, upper hex."""
+    return (store_ip + _I32.pack(store_port) + _I64.pack(commitlog_offset)).hex().upper()
+
+
+def _inflate(body: bytes, sys_flag: int, where: str) -> bytes:
+    kind = sys_flag & COMPRESSION_MASK
+    if kind not in (0, COMPRESSION_ZLIB):
+        raise BadAnswer(f"{where}: compression type {kind >> 8} (LZ4/ZSTD) is not supported")
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, MAX_BODY_INFLATED)
+    except zlib.error as exc:
+        raise BadAnswer(f"{where}: the compressed body does not inflate: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise BadAnswer(f"{where}: the body inflates past {MAX_BODY_INFLATED} bytes")
+    return out
+
+
+def _record(buf: bytes, at: int, total: int, check_crc: bool) -> PulledMessage:
+    where = f"record at byte {at}"
+    end = at + total
+    _, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts = _HEAD.unpack_from(buf, at)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise BadAnswer(f"{where}: bad magic {magic & 0xFFFFFFFF:#010x}")
+    pos = at + _HEAD.size + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
+    (store_ts,) = _I64.unpack_from(buf, pos)
+    pos += 8
+    ip_len = 16 if sys_flag & SYSFLAG_STOREHOST_V6 else 4
+    store_ip = buf[pos : pos + ip_len]
+    (store_port,) = _I32.unpack_from(buf, pos + ip_len)
+    pos += ip_len + 4
+    reconsume, _prepared = _TAIL.unpack_from(buf, pos)
+    pos += _TAIL.size
+    (body_len,) = _I32.unpack_from(buf, pos)
+    pos += 4
+    if body_len < 0 or pos + body_len > end:
+        raise BadAnswer(f"{where}: body length {body_len} runs past the record")
+    body = buf[pos : pos + body_len]
+    pos += body_len
+    if magic == MAGIC_V2:
+        (topic_len,) = _I16.unpack_from(buf, pos)
+        pos += 2
+    else:
+        topic_len = buf[pos]
+        pos += 1
+    if topic_len < 0 or pos + topic_len > end:
+        raise BadAnswer(f"{where}: topic length {topic_len} runs past the record")
+    topic = buf[pos : pos + topic_len].decode("utf-8")
+    pos += topic_len
+    (props_len,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    if props_len < 0 or pos + props_len > end:
+        raise BadAnswer(f"{where}: properties length {props_len} runs past the record")
+    props = decode_properties(buf[pos : pos + props_len])
+    pos += props_len
+    if pos != end:
+        raise BadAnswer(f"{where}: fields end at byte {pos}, TOTALSIZE says {end}")
+    if check_crc and crc != zlib.crc32(body) & 0x7FFFFFFF:
+        raise BadAnswer(f"{where}: body CRC {crc:#x} does not match the body")
+    if sys_flag & SYSFLAG_COMPRESSED:
+        body = _inflate(body, sys_flag, where)
+    msg_id = props.get("UNIQ_KEY") or offset_msg_id(store_ip, store_port, phys)
+    return PulledMessage(
+        topic, qid, qoff, phys, body, flag, sys_flag, born_ts, store_ts, reconsume, props, msg_id
+    )
+
+
+def decode_messages(body: bytes, check_crc: bool = True) -> list[PulledMessage]:
+    """Every record of a pull SUCCESS body, in order; a record that is cut, of a bad magic
+    or CRC, or whose fields do not add up to its TOTALSIZE is :class:`BadAnswer`."""
+    out: list[PulledMessage] = []
+    at = 0
+    while at < len(body):
+        if len(body) - at < _HEAD.size:
+            raise BadAnswer(f"record at byte {at}: {len(body) - at} bytes, shorter than a header")
+        (total,) = _I32.unpack_from(body, at)
+        if total < _HEAD.size or at + total > len(body):
+            raise BadAnswer(f"record at byte {at}: TOTALSIZE {total} does not fit the body")
+        try:
+            out.append(_record(body, at, total, check_crc))
+        except (struct.error, IndexError, UnicodeDecodeError) as exc:
+            raise BadAnswer(f"record at byte {at}: fields run past TOTALSIZE ({exc})") from None
+        at += total
+    return out
+
+
+# --- PULL_MESSAGE ----------------------------------------------------------------------------
+
+
+class PullStatus(enum.Enum):
+    FOUND = 0
+    NO_NEW_MSG = 19
+    NO_MATCHED_MSG = 20
+    OFFSET_ILLEGAL = 21
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[PulledMessage] = field(default_factory=list)
+    suggest_broker_id: int = 0
+
+
+def pull_request(
+    group: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_msgs: int = 32,
+    suspend_ms: int = 15_000,
+    sys_flag: int = PULL_SUSPEND | PULL_SUBSCRIPTION,
+) -> RemotingCommand:
+    """PULL_MESSAGE from ``offset`` with subscription ``*`` (so no heartbeat is needed) and
+    no offset commit; long polling for ``suspend_ms`` when ``sys_flag`` has SUSPEND."""
+    return RemotingCommand.request(
+        PULL_MESSAGE,
+        {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": queue_id,
+            "queueOffset": offset,
+            "maxMsgNums": max_msgs,
+            "sysFlag": sys_flag,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": suspend_ms,
+            "subVersion": 0,
+            "subscription": "*",
+            "expressionType": "TAG",
+        },
+        language=LANGUAGE,
+    )
+
+
+def _ext_int(answer: RemotingCommand, name: str, what: str) -> int:
+    value = answer.ext_fields.get(name)
+    if value is None or not value.strip().lstrip("-").isdigit():
+        raise BadAnswer(f"{what}: answer field {name} missing or not an integer: {value!r}")
+    return int(value)
+
+
+def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
+    """A pull answer (research/broker.md §2): SUCCESS with its records, 19/20/21 with the
+    offsets to go on at; any other code is :class:`RemotingError`."""
+    try:
+        status = PullStatus(answer.code)
+    except ValueError:
+        raise RemotingError(answer.code, answer.remark, "pull") from None
+    messages = decode_messages(answer.body, check_crc) if status is PullStatus.FOUND else []
+    return PullResult(
+        status,
+        _ext_int(answer, "nextBeginOffset", "pull"),
+        _ext_int(answer, "minOffset", "pull"),
+        _ext_int(answer, "maxOffset", "pull"),
+        messages,
+        int(answer.ext_fields.get("suggestWhichBrokerId", "0") or 0),
+    )
+
+
+# --- offsets ---------------------------------------------------------------------------------
+
+
+def _queue_request(code: int, topic: str, queue_id: int, **more: object) -> RemotingCommand:
+    return RemotingCommand.request(
+        code, {"topic": topic, "queueId": queue_id, **more}, language=LANGUAGE
+    )
+
+
+def min_offset_request(topic: str, queue_id: int) -> RemotingCommand:
+    return _queue_request(GET_MIN_OFFSET, topic, queue_id)
+
+
+def max_offset_request(topic: str, queue_id: int) -> RemotingCommand:
+    """GET_MAX_OFFSET: the answer is the next offset to be written (entry count)."""
+    return _queue_request(GET_MAX_OFFSET, topic, queue_id)
+
+
+def search_offset_request(topic: str, queue_id: int, ts_ms: int) -> RemotingCommand:
+    return _queue_request(SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, timestamp=ts_ms)
+
+
+def parse_offset(answer: RemotingCommand) -> int:
+    """The ``offset`` of a GET_MIN/MAX_OFFSET or SEARCH_OFFSET_BY_TIMESTAMP answer."""
+    if answer.code != SUCCESS:
+        raise RemotingError(answer.code, answer.remark, "offset")
+    return _ext_int(answer, "offset", "offset")
+
+
+def query_consumer_offset_request(group: str, topic: str, queue_id: int) -> RemotingCommand:
+    return RemotingCommand.request(
+        QUERY_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": queue_id},
+        language=LANGUAGE,
+    )
+
+
+def parse_consumer_offset(answer: RemotingCommand) -> int | None:
+    """The group's offset; None for QUERY_NOT_FOUND (22: the group has none, research
+    trap 12)."""
+    if answer.code == QUERY_NOT_FOUND:
+        return None
+    return parse_offset(answer)
+
+
+def update_consumer_offset_request(
+    group: str, topic: str, queue_id: int, offset: int
+) -> RemotingCommand:
+    """UPDATE_CONSUMER_OFFSET as a two-way request (C++ and ali-ons send it oneway; here the
+    answer says it was taken)."""
+    return RemotingCommand.request(
+        UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+        language=LANGUAGE,
+    )
+
+
+def parse_ok(answer: RemotingCommand, what: str) -> None:
+    """An answer that carries nothing but SUCCESS."""
+    if answer.code != SUCCESS:
+        raise RemotingError(answer.code, answer.remark, what)
+
+
+# --- nameserver and admin --------------------------------------------------------------------
+
+
+def route_request(topic: str) -> RemotingCommand:
+    """GET_ROUTEINFO_BY_TOPIC; ``acceptStandardJsonOnly`` asks for quoted keys (the parser
+    reads both forms anyway)."""
+    return RemotingCommand.request(
+        GET_ROUTEINFO_BY_TOPIC,
+        {"topic": topic, "acceptStandardJsonOnly": True},
+        language=LANGUAGE,
+    )
+
+
+def topic_list_request() -> RemotingCommand:
+    return RemotingCommand.request(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, language=LANGUAGE)
+
+
+def cluster_info_request() -> RemotingCommand:
+    return RemotingCommand.request(GET_BROKER_CLUSTER_INFO, language=LANGUAGE)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = 6  # READ | WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+def create_topic_request(spec: TopicSpec) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC (17) to one broker, the header as the Java admin sends it
+    (``CreateTopicRequestHeader``: topic, defaultTopic, readQueueNums, writeQueueNums, perm,
+    topicFilterType, topicSysFlag, order)."""
+    return RemotingCommand.request(
+        UPDATE_AND_CREATE_TOPIC,
+        {
+            "topic": spec.topic,
+            "defaultTopic": DEFAULT_TOPIC,
+            "readQueueNums": spec.read_queue_nums,
+            "writeQueueNums": spec.write_queue_nums,
+            "perm": spec.perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": spec.topic_sys_flag,
+            "order": spec.order,
+        },
+        language=LANGUAGE,
+    )
