@@ -89,21 +89,21 @@ class ClusterClient:
         if conn is not None and conn.usable:
             return conn
         pending = self._connecting.get(addr)
-        if pending is None:
-            pending = asyncio.ensure_future(RemotingConnection.open(addr, self.timeout_s))
+        if pending is None:  # one connect per address; a cancelled caller does not stop it
+            pending = asyncio.ensure_future(self._open(addr))
             self._connecting[addr] = pending
-            try:
-                conn = await pending
-            except SinkUnavailable as exc:
-                raise ClusterUnavailable(str(exc)) from None
-            finally:
-                del self._connecting[addr]
-            self._conns[addr] = conn
-            return conn
         try:
             return await asyncio.shield(pending)
         except SinkUnavailable as exc:
             raise ClusterUnavailable(str(exc)) from None
+
+    async def _open(self, addr: str) -> RemotingConnection:
+        try:
+            conn = await RemotingConnection.open(addr, self.timeout_s)
+            self._conns[addr] = conn
+            return conn
+        finally:
+            del self._connecting[addr]
 
     async def call(
         self, addr: str, request: RemotingCommand, timeout_s: float | None = None

@@ -10,6 +10,7 @@ field is checked: a body of the wrong shape is :class:`BadAnswer`, never a KeyEr
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from nameserver.client.routing import BrokerGroup, QueueData, Route
@@ -20,6 +21,7 @@ __all__ = ["parse_cluster_info", "parse_route", "parse_topic_list"]
 
 SUCCESS = 0
 TOPIC_NOT_EXIST = 17
+INTEGER = re.compile(r"-?[0-9]{1,20}", re.ASCII)  # a Java long's digits, as text
 
 
 def _body(answer: RemotingCommand, what: str) -> Any:
@@ -52,7 +54,7 @@ def _str(obj: dict[str, Any], name: str, where: str, default: str | None = None)
 
 def _int(obj: dict[str, Any], name: str, where: str, default: int | None = None) -> int:
     value = obj.get(name, default)
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and INTEGER.fullmatch(value):
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise BadAnswer(f"{where}: {name} must be an integer")
@@ -73,7 +75,7 @@ def broker_group(obj: object, where: str) -> BrokerGroup:
     d = _object(obj, where)
     addrs: dict[int, str] = {}
     for key, addr in _object(d.get("brokerAddrs", {}), f"{where}.brokerAddrs").items():
-        if not key.lstrip("-").isdigit() or not isinstance(addr, str):
+        if not INTEGER.fullmatch(key) or not isinstance(addr, str):
             raise BadAnswer(f"{where}.brokerAddrs: {key!r} is not an integer id with an address")
         addrs[int(key)] = addr
     return BrokerGroup(

@@ -27,7 +27,7 @@ from typing import Final
 
 from nameserver.remoting.codec import RemotingCommand
 from replicator.rocketmq.errors import BadAnswer, RemotingError
-from replicator.rocketmq.routes import parse_cluster_info, parse_route, parse_topic_list
+from replicator.rocketmq.routes import INTEGER, parse_cluster_info, parse_route, parse_topic_list
 
 __all__ = [
     "SOURCE_PROPERTY",
@@ -283,9 +283,11 @@ def pull_request(
     )
 
 
-def _ext_int(answer: RemotingCommand, name: str, what: str) -> int:
+def _ext_int(answer: RemotingCommand, name: str, what: str, default: int | None = None) -> int:
     value = answer.ext_fields.get(name)
-    if value is None or not value.strip().lstrip("-").isdigit():
+    if value is None and default is not None:
+        return default
+    if value is None or not INTEGER.fullmatch(value.strip()):
         raise BadAnswer(f"{what}: answer field {name} missing or not an integer: {value!r}")
     return int(value)
 
@@ -304,7 +306,7 @@ def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
         _ext_int(answer, "minOffset", "pull"),
         _ext_int(answer, "maxOffset", "pull"),
         messages,
-        int(answer.ext_fields.get("suggestWhichBrokerId", "0") or 0),
+        _ext_int(answer, "suggestWhichBrokerId", "pull", 0),
     )
 
 

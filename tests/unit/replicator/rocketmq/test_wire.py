@@ -5,6 +5,7 @@ offset answers in every status, and answers that are errors or do not parse."""
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import pytest
@@ -197,8 +198,15 @@ def test_pull_errors() -> None:
     assert not err.value.retriable
     with pytest.raises(BadAnswer, match="nextBeginOffset"):
         wire.parse_pull(answer(19, {"minOffset": 0, "maxOffset": 0}))
-    with pytest.raises(BadAnswer, match="maxOffset"):
-        wire.parse_pull(answer(19, {**offsets(1), "maxOffset": "x"}))
+    for bad in ("x", "--5", "\u00b2", "", "1e3"):
+        with pytest.raises(BadAnswer, match="maxOffset"):
+            wire.parse_pull(answer(19, {**offsets(1), "maxOffset": bad}))
+    with pytest.raises(BadAnswer, match="suggestWhichBrokerId"):
+        wire.parse_pull(answer(19, {**offsets(1), "suggestWhichBrokerId": "?"}))
+    assert (
+        wire.parse_pull(answer(19, {**offsets(1), "suggestWhichBrokerId": "1"})).suggest_broker_id
+        == 1
+    )
 
 
 # --- offsets ---------------------------------------------------------------------------------
@@ -328,6 +336,9 @@ def test_route_errors() -> None:
     for body in (b"", b"{", b"[]", b'{"brokerDatas":{}}', b'{"queueDatas":[{"brokerName":"b"}]}',
                  b'{"brokerDatas":[{"brokerName":"b","brokerAddrs":{"x":"h:1"}}]}',
                  b'{"brokerDatas":[{"brokerName":"b","brokerAddrs":{0:5}}]}',
+                 b'{"brokerDatas":[{"brokerName":"b","brokerAddrs":{"--1":"h:1"}}]}',
+                 b'{"queueDatas":[{"brokerName":"b","perm":"--6","readQueueNums":1,"writeQueueNums":1}]}',
+                 b'{"queueDatas":[{"brokerName":"b","perm":true,"readQueueNums":1,"writeQueueNums":1}]}',
                  b"\xff\xfe"):  # fmt: skip
         with pytest.raises(BadAnswer):
             wire.parse_route("T", answer(0, body=body))
@@ -394,3 +405,29 @@ def test_nameserver_addresses() -> None:
     for bad in ("", ";", "h1", "h1:x", ":9"):
         with pytest.raises(ValueError):
             ClusterClient(bad)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.binary(max_size=200) | JSON.map(lambda v: json.dumps(v).encode()), JSON, JSON)
+def test_any_route_body_parses_or_is_a_bad_answer(
+    raw: bytes, brokers: object, queues: object
+) -> None:
+    shaped = json.dumps({"brokerDatas": [{"brokerAddrs": brokers}], "queueDatas": [queues]})
+    for body in (raw, shaped.encode()):
+        for parse in (
+            lambda a: wire.parse_route("T", a),
+            wire.parse_topic_list,
+            wire.parse_cluster_info,
+        ):
+            try:
+                parse(answer(0, body=body))
+            except BadAnswer:
+                pass
