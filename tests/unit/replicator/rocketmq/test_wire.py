@@ -5,8 +5,10 @@ offset answers in every status, and answers that are errors or do not parse."""
 
 from __future__ import annotations
 
+import ast
 import json
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -22,7 +24,7 @@ from broker.store.message import Host, StoredMessage, encode
 from nameserver.client.routing import BrokerGroup, QueueData, Route
 from nameserver.remoting.codec import RemotingCommand, decode_frame, dumps_fastjson
 from nameserver.remoting.codec import encode as encode_frame
-from replicator.rocketmq import wire
+from replicator.rocketmq import routes, wire
 from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.errors import BadAnswer, RemotingError, TopicNotFound
 
@@ -431,3 +433,12 @@ def test_any_route_body_parses_or_is_a_bad_answer(
                 parse(answer(0, body=body))
             except BadAnswer:
                 pass
+
+
+def test_wire_and_routes_do_no_io() -> None:
+    for module in (wire, routes):
+        tree = ast.parse(Path(module.__file__ or "").read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not names & {"socket", "asyncio", "selectors"}, module.__name__
+        assert not any(n.startswith("broker") for n in names), module.__name__
