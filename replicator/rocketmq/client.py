@@ -137,6 +137,12 @@ class ClusterClient:
             return answer
         raise ClusterUnavailable("no nameserver answered: " + "; ".join(failures))
 
+    async def __aenter__(self) -> ClusterClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     async def close(self) -> None:
         conns, self._conns = self._conns, {}
         for conn in conns.values():
@@ -149,8 +155,9 @@ class ClusterClient:
         """The topic's route; :class:`TopicNotFound` when the nameserver has none."""
         return wire.parse_route(topic, await self._namesrv(wire.route_request(topic)))
 
-    async def topics(self) -> list[str]:
-        return wire.parse_topic_list(await self._namesrv(wire.topic_list_request()))
+    async def topics(self, cluster: str | None = None) -> list[str]:
+        """Every topic the nameserver knows, or those of one cluster's brokers."""
+        return wire.parse_topic_list(await self._namesrv(wire.topic_list_request(cluster)))
 
     async def brokers(self) -> list[BrokerGroup]:
         """Every broker group the nameserver knows (GET_BROKER_CLUSTER_INFO), by name."""

@@ -8,7 +8,7 @@ commitOffset, suspendTimeoutMillis, subVersion, subscription, expressionType; an
 nextBeginOffset, minOffset, maxOffset, suggestWhichBrokerId), QUERY_CONSUMER_OFFSET 14,
 UPDATE_CONSUMER_OFFSET 15, UPDATE_AND_CREATE_TOPIC 17, SEARCH_OFFSET_BY_TIMESTAMP 29,
 GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, GET_ROUTEINFO_BY_TOPIC 105, GET_BROKER_CLUSTER_INFO 106,
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206. Route bodies are parsed in ``routes``.
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206, GET_TOPICS_BY_CLUSTER 224. Route bodies are parsed in ``routes``.
 
 A pull SUCCESS body is stored records back to back (research/broker.md §1, J5
 ``MessageDecoder.decodes``): big-endian, V1 magic (1-byte topic length) or V2 (2-byte),
@@ -67,6 +67,7 @@ GET_MIN_OFFSET: Final = 31
 GET_ROUTEINFO_BY_TOPIC: Final = 105
 GET_BROKER_CLUSTER_INFO: Final = 106
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Final = 206
+GET_TOPICS_BY_CLUSTER: Final = 224
 
 SUCCESS: Final = 0
 QUERY_NOT_FOUND: Final = 22
@@ -386,7 +387,12 @@ def route_request(topic: str) -> RemotingCommand:
     )
 
 
-def topic_list_request() -> RemotingCommand:
+def topic_list_request(cluster: str | None = None) -> RemotingCommand:
+    """GET_ALL_TOPIC_LIST_FROM_NAMESERVER, or GET_TOPICS_BY_CLUSTER (224) for one cluster."""
+    if cluster is not None:
+        return RemotingCommand.request(
+            GET_TOPICS_BY_CLUSTER, {"cluster": cluster}, language=LANGUAGE
+        )
     return RemotingCommand.request(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, language=LANGUAGE)
 
 

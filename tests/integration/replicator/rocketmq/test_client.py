@@ -89,6 +89,8 @@ def test_route_read_queues_topics_and_brokers(env: Env, sent: tuple[str, list[Ou
             ]
             assert queues[1].partition == f"{topic}/broker-a/1"
             assert topic in await c.topics()
+            assert topic in await c.topics("DefaultCluster")
+            assert topic not in await c.topics("NoSuchCluster")
             groups = await c.brokers()
             assert [(g.broker_name, g.cluster, g.addrs.get(0)) for g in groups] == [
                 ("broker-a", "DefaultCluster", env.broker.addr)
@@ -113,12 +115,9 @@ def test_route_get_blocking_twin(env: Env, sent: tuple[str, list[OutMessage]]) -
 
 def test_no_nameserver_answers(env: Env) -> None:
     async def go() -> None:
-        c = ClusterClient(f"{dead_namesrv()};{dead_namesrv()}", timeout_s=1)
-        try:
+        async with ClusterClient(f"{dead_namesrv()};{dead_namesrv()}", timeout_s=1) as c:
             with pytest.raises(ClusterUnavailable, match="no nameserver answered"):
                 await c.topics()
-        finally:
-            await c.close()
 
     asyncio.run(go())
 

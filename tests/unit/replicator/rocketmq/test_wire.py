@@ -350,6 +350,8 @@ def test_request_frames() -> None:
     r = wire.route_request("T")
     assert r.code == 105 and r.ext_fields == {"topic": "T", "acceptStandardJsonOnly": "true"}
     assert wire.topic_list_request().code == 206
+    by_cluster = wire.topic_list_request("C")
+    assert by_cluster.code == 224 and by_cluster.ext_fields == {"cluster": "C"}
     assert wire.cluster_info_request().code == 106
 
 
