@@ -144,6 +144,9 @@ class ClusterClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close every connection; their outstanding calls fail with ClusterUnavailable."""
+        for pending in list(self._connecting.values()):
+            pending.cancel()
         conns, self._conns = self._conns, {}
         for conn in conns.values():
             conn.close()
