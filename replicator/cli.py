@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -118,6 +119,15 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     r.add_argument("--log-level", default="INFO")
     r.set_defaults(run=run_redis)
 
+    from replicator.rocketmq import cli as rocketmq_cli
+
+    rocketmq_cli.register(sub, common)
+
+
+def run_with_endpoints(run: Callable[[argparse.Namespace, list[str]], int]) -> Callable[..., int]:
+    """A command that needs the metaledger endpoints (``--endpoints`` or the environment)."""
+    return lambda args: run(args, endpoints_of(args))
+
 
 def run_status(args: argparse.Namespace) -> int:
     from nameserver.client import Client, ClientError
@@ -136,7 +146,14 @@ def run_status(args: argparse.Namespace) -> int:
     if getattr(args, "output", "table") == "json":
         print(json.dumps(docs, indent=2, sort_keys=True))
     else:
-        print(render_table(docs))
+        from replicator.rocketmq.cli import queue_rows
+
+        redis_docs = [d for d in docs if d.get("kind") != "rocketmq"]
+        rocketmq_docs = [d for d in docs if d.get("kind") == "rocketmq"]
+        if redis_docs or not rocketmq_docs:
+            print(render_table(redis_docs))
+        if rocketmq_docs:
+            print(queue_rows(rocketmq_docs))
     if args.job and not docs:
         print(f"metaledger: replicate status: no running job {args.job!r}", file=sys.stderr)
         return EXIT_NOT_FOUND

@@ -30,9 +30,10 @@ from replicator.rocketmq.errors import BadAnswer, ClusterUnavailable, RocketMQEr
 from replicator.sinks.errors import SinkUnavailable
 from replicator.sinks.remoting import RemotingConnection
 
-__all__ = ["MASTER_ID", "PERM_READ", "ClusterClient", "ReadQueue", "read_queues"]
+__all__ = ["MASTER_ID", "PERM_READ", "ClusterClient", "ReadQueue", "read_queues", "write_queues"]
 
 PERM_READ: Final = 4
+PERM_WRITE: Final = 2
 DEFAULT_GROUP: Final = "ROCKETMQ_REPLICATOR"
 MASTER_ID: Final = 0
 
@@ -58,6 +59,21 @@ def read_queues(route: Route) -> list[ReadQueue]:
             master = masters.get(q.broker_name)
             out.extend(
                 ReadQueue(route.topic, q.broker_name, i, master) for i in range(q.read_queue_nums)
+            )
+    return out
+
+
+def write_queues(route: Route) -> list[ReadQueue]:
+    """The topic's write queues in RocketMQ producer order (the sinks' queue index: queue data
+    with the WRITE bit sorted by broker name, then 0..writeQueueNums-1), each with its master
+    (the destination side: where a queue index's consumer offsets live)."""
+    masters = {b.broker_name: b.addrs.get(MASTER_ID) for b in route.brokers}
+    out: list[ReadQueue] = []
+    for q in sorted(route.queues, key=lambda q: q.broker_name):
+        if q.perm & PERM_WRITE and q.broker_name in masters:
+            master = masters[q.broker_name]
+            out.extend(
+                ReadQueue(route.topic, q.broker_name, i, master) for i in range(q.write_queue_nums)
             )
     return out
 
@@ -168,6 +184,21 @@ class ClusterClient:
 
     async def read_queues(self, topic: str) -> list[ReadQueue]:
         return read_queues(await self.route(topic))
+
+    async def write_queues(self, topic: str) -> list[ReadQueue]:
+        return write_queues(await self.route(topic))
+
+    async def cluster_name(self) -> str:
+        """The one RocketMQ cluster this nameserver serves (loop prevention's name for it);
+        an error naming them when it serves several or none."""
+        names = sorted({g.cluster for g in await self.brokers()})
+        if len(names) != 1:
+            raise RocketMQError(
+                f"nameserver {';'.join(self.namesrv)} serves "
+                + (f"clusters {', '.join(names)}" if names else "no broker")
+                + ": name the cluster (--source-cluster / --dest-cluster)"
+            )
+        return names[0]
 
     def route_get(self, topic: str) -> Route:
         """Blocking ``route`` for ``sinks.routes.RouteSource``, with its errors: no route is

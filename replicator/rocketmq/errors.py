@@ -6,8 +6,10 @@
     │                             (``code``, ``remark``; ``retriable`` depends on the code)
     ├── ClusterUnavailable        no answer: cannot connect, connection lost, timed out,
     │                             no master for a queue (retriable)
-    └── BadAnswer                 an answer that does not parse (a body that is not the JSON
-                                  or the stored-record format it should be): not retriable
+    ├── BadAnswer                 an answer that does not parse (a body that is not the JSON
+    │                             or the stored-record format it should be): not retriable
+    └── ConfigError               a setting of ``metaledger replicate rocketmq`` that cannot
+                                  work (the message names the setting); also a ValueError
 
 ``retriable`` is a class attribute (an instance attribute for ``RemotingError``), as in
 ``replicator/sinks/errors.py``: callers read it, nobody matches on message text.
@@ -48,4 +50,8 @@ class ClusterUnavailable(RocketMQError):
 
 
 class BadAnswer(RocketMQError):
+    pass
+
+
+class ConfigError(RocketMQError, ValueError):
     pass
