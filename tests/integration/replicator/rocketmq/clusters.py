@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +37,7 @@ from nameserver.client.routing import QueueData, Route
 from replicator.sinks.wire import uniq_key
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
-from tests.integration.replicator.broker_env import pull_all
+from tests.integration.replicator.broker_env import pull_all, scan
 
 __all__ = [
     "Message",
@@ -256,6 +256,20 @@ class RmqCluster:
         """Every stored record of the topic: queue 0 in offset order, then queue 1, ..."""
         queues = self._queue_data(topic).read_queue_nums
         return [m for q in range(queues) for m in self.pull_all(topic, q)]
+
+    def scan(self, topic: str, on_message: Callable[[StoredMessage], None]) -> int:
+        """``on_message`` for every stored record of the topic (in :meth:`all_messages`'
+        order), none kept: for a big topic. Returns how many there were."""
+        seen = 0
+
+        def count(m: StoredMessage) -> None:
+            nonlocal seen
+            seen += 1
+            on_message(m)
+
+        for q in range(self._queue_data(topic).read_queue_nums):
+            scan(self.broker_addr, topic, q, count)
+        return seen
 
     # ---- outages --------------------------------------------------------------------
 

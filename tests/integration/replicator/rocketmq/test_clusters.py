@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from broker.remoting.client import RemotingClient
+from broker.store import StoredMessage
 from nameserver.client import NotFound
 from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster
 
@@ -68,7 +69,13 @@ def test_produce_and_pull_byte_exact(two_clusters: tuple[RmqCluster, RmqCluster]
             assert got.tags == m.tags and got.properties["KEYS"] == m.keys
             assert {k: got.properties[k] for k in m.properties} == m.properties
             assert got.properties["UNIQ_KEY"] == s.msg_id
-        assert sorted(m.body for m in c.all_messages(topic)) == sorted(m.body for m in msgs)
+        everything = c.all_messages(topic)
+        assert sorted(m.body for m in everything) == sorted(m.body for m in msgs)
+        scanned: list[StoredMessage] = []
+        assert c.scan(topic, scanned.append) == len(msgs)
+        assert [(m.queue_id, m.queue_offset, m.body) for m in scanned] == [
+            (m.queue_id, m.queue_offset, m.body) for m in everything
+        ]
         # a chosen queue, offsets dense in send order, a given UNIQ_KEY kept
         fixed = c.produce(topic, [Message(b"q3", queue=3, properties={"UNIQ_KEY": "ID-1"})] * 2)
         end = len(by_queue[3])
