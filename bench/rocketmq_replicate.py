@@ -176,15 +176,25 @@ def run_producer(argv: list[str], pids: dict[str, int]) -> tuple[dict[str, Any],
 
 def e2e_latencies(dest: Any, topic: str) -> dict[str, Any]:
     """Every message of ``topic`` read back from ``dest`` (an RmqCluster): its store
-    timestamp (ms) minus the send time in its first 8 bytes; p50/p99/max in ms."""
+    timestamp (ms) minus the send time in its first 8 bytes; p50/p99/max in ms, and
+    ``stored_per_s``: messages over first send -> last store (the destination's view of the
+    rate, what a replicated run compares with the ceiling's)."""
     lags_ns: list[int] = []
-    dest.scan(
-        topic,
-        lambda m: lags_ns.append(
-            m.store_timestamp * 1_000_000 - int.from_bytes(m.body[:_STAMP_BYTES], "big")
-        ),
-    )
-    return {"stored": len(lags_ns), **latency_summary(lags_ns, "e2e_")}
+    span = [2**63, 0]  # first send, last store (ns since the epoch)
+
+    def one(m: Any) -> None:
+        sent = int.from_bytes(m.body[:_STAMP_BYTES], "big")
+        stored = m.store_timestamp * 1_000_000
+        lags_ns.append(stored - sent)
+        span[0], span[1] = min(span[0], sent), max(span[1], stored)
+
+    dest.scan(topic, one)
+    seconds = (span[1] - span[0]) / 1e9 if lags_ns else 0.0
+    return {
+        "stored": len(lags_ns),
+        "stored_per_s": len(lags_ns) / seconds if seconds > 0 else None,
+        **latency_summary(lags_ns, "e2e_"),
+    }
 
 
 def cluster_pids(clusters: list[Any]) -> dict[str, int]:
@@ -234,8 +244,8 @@ def render(report: dict[str, Any]) -> str:
     lines += [
         "",
         "| run | msgs/s | of the ceiling | confirmed | failed | ack p50 ms | ack p99 ms"
-        " | e2e p50 ms | e2e p99 ms | e2e max ms | stored |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | e2e p50 ms | e2e p99 ms | e2e max ms | stored | stored/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in report["runs"]:
         share = run["msgs_per_s"] / ceiling if ceiling and run["msgs_per_s"] else None
@@ -244,12 +254,14 @@ def render(report: dict[str, Any]) -> str:
             f" | {run['confirmed']} | {sum(run['failed'].values())}"
             f" | {fmt(run['ack_p50_ms'], '.1f')} | {fmt(run['ack_p99_ms'], '.1f')}"
             f" | {fmt(run['e2e_p50_ms'], '.1f')} | {fmt(run['e2e_p99_ms'], '.1f')}"
-            f" | {fmt(run['e2e_max_ms'], '.1f')} | {run['stored']} |"
+            f" | {fmt(run['e2e_max_ms'], '.1f')} | {run['stored']}"
+            f" | {fmt(run.get('stored_per_s'))} |"
         )
     lines += [
         "",
         "msgs/s: confirmed messages over the time from the first send to the last"
-        " confirmation. ack: the producer's `submit` -> the sink's confirmation (the wait for"
+        " confirmation (the producer's view); stored/s: messages read back from the"
+        " destination over first send -> last store timestamp. ack: the producer's `submit` -> the sink's confirmation (the wait for"
         " in-flight room included). e2e: the destination broker's store timestamp (ms) minus"
         " the send time carried in the body, for every message read back from the"
         " destination. Goal (issue 19): replicated msgs/s >= 0.8x the ceiling.",

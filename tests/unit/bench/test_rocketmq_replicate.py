@@ -15,7 +15,7 @@ def run(name: str, rate: float | None) -> dict[str, Any]:
     return {
         "name": name, "msgs_per_s": rate, "confirmed": 100, "failed": {"SinkTimeout": 2},
         "ack_p50_ms": 1.25, "ack_p99_ms": 9.0, "e2e_p50_ms": 2.0, "e2e_p99_ms": 11.0,
-        "e2e_max_ms": 20.0, "stored": 100, "cpu_s": {"producer": 1.5, "broker B": 2.25},
+        "e2e_max_ms": 20.0, "stored": 100, "stored_per_s": 39_000.0, "cpu_s": {"producer": 1.5, "broker B": 2.25},
     }  # fmt: skip
 
 
@@ -33,6 +33,7 @@ def test_render_puts_each_run_beside_the_ceiling() -> None:
     assert rows[0].startswith("| ceiling | 40000 | 1.00 | 100 | 2 | 1.2 | 9.0 | 2.0 | 11.0 |")
     assert rows[1].startswith("| replicated A -> B | 30000 | 0.75 |")
     assert rows[2].startswith("| x | - | - |")
+    assert all(r.endswith("| 100 | 39000 |") for r in rows)
     assert "paced at 1000 msgs/s" in md and "Note: a note" in md
     assert "CPU s during ceiling: broker B 2.2, producer 1.5." in md
 
