@@ -4,7 +4,7 @@ replicators' integration tests send into and read back from (PULL, byte for byte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,11 +60,20 @@ def broker_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 def pull_all(addr: str, topic: str, queue: int, start: int = 0) -> list[StoredMessage]:
     """Every message of the queue from queue offset ``start`` on (offsets count messages)."""
+    out: list[StoredMessage] = []
+    scan(addr, topic, queue, out.append, start)
+    return out
 
-    async def go() -> list[StoredMessage]:
+
+def scan(
+    addr: str, topic: str, queue: int, on_message: Callable[[StoredMessage], None], start: int = 0
+) -> int:
+    """``on_message`` for every message of the queue from ``start`` on, none kept (a big
+    queue); returns the offset after the last."""
+
+    async def go() -> int:
         host, _, port = addr.rpartition(":")
         c = await RemotingClient.connect(host, int(port))
-        out: list[StoredMessage] = []
         offset = start
         try:
             while True:
@@ -74,11 +83,11 @@ def pull_all(addr: str, topic: str, queue: int, start: int = 0) -> list[StoredMe
                     "suspendTimeoutMillis": 0, "subVersion": 0, "subscription": "*"})  # fmt: skip
                 if r.code != 0:
                     assert r.code in (19, 20, 21), (r.code, r.remark)
-                    return out
+                    return offset
                 pos = 0
                 while pos < len(r.body):
                     total, _ = peek_total(r.body, pos)
-                    out.append(decode(r.body[pos : pos + total]))
+                    on_message(decode(r.body[pos : pos + total]))
                     pos += total
                 offset = int(r.ext_fields["nextBeginOffset"])
         finally:
