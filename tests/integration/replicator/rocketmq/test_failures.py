@@ -1,0 +1,208 @@
+"""The RocketMQ replicator when things break (issue 19, "What must hold"):
+
+- kill -9 of a worker while messages flow: every source message reaches the destination, and
+  the only duplicates are messages at or above the committed offset at the kill;
+- worker failover by lease: a standby takes the dead worker's queues from the stored
+  offsets; a worker paused (SIGSTOP) past its lease wakes and sends and commits nothing;
+- destination down: the commit stalls at the first unsent message, nothing is lost when it
+  comes back;
+- destination rejecting: without a dismiss policy the commit stalls; with ``--dismiss log``
+  each refused message is counted, reported and passed;
+- source retention below the checkpoint: resume at the earliest offset with an alarm.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.harness import wait_until
+from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster, Stored
+from tests.integration.replicator.rocketmq.process import (
+    Worker,
+    committed,
+    dumps,
+    queue_statuses,
+)
+from tests.integration.replicator.rocketmq.test_replicate import caught_up, ids
+
+pytestmark = [pytest.mark.integration]
+
+
+def owners(dest: RmqCluster, job: str) -> dict[str, str]:
+    return {
+        p: str(q["worker"])
+        for p, q in queue_statuses(dest.routes, job).items()
+        if not q.get("heartbeat")
+    }
+
+
+def test_kill9_loses_nothing(two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path) -> None:
+    a, b = two_clusters
+    topic = a.topic("Kill", queues=4)
+    job = "kill"
+    produced: list[Stored] = []
+    done = threading.Event()
+
+    def produce() -> None:
+        for batch in range(40):
+            msgs = [Message(f"k{batch}-{i}".encode() * 8) for i in range(100)]
+            produced.extend(a.produce(topic, msgs))
+        done.set()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    extra = ("--topics", topic, "--max-in-flight", "256", "--heartbeat-interval", "0")
+    w1 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra)
+    w2 = None
+    producer.start()
+    try:
+        wait_until(
+            lambda: sum(c.next_offset for c in committed(b.routes, job).values()) >= 800,
+            90,
+            lambda: w1.log()[-3000:],
+        )
+        assert w1.stop(signal.SIGKILL) == -signal.SIGKILL
+        at_kill = {p: c.next_offset for p, c in committed(b.routes, job).items()}
+        w2 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra)
+        producer.join(120)
+        assert done.is_set()
+        wait_until(lambda: caught_up(b, job, 4), 120, lambda: w2.log()[-3000:])
+        got = ids(b.all_messages(topic))
+        missing = [s for s in produced if got[s.msg_id] == 0]
+        assert not missing, missing[:5]
+        dups = {s.msg_id: s for s in produced if got[s.msg_id] > 1}
+        for s in dups.values():
+            floor = at_kill[f"{topic}/{a.broker_name}/{s.queue}"]
+            assert s.offset >= floor, (s, floor)
+        print(f"kill -9: {len(produced)} messages, {len(dups)} duplicates, at kill {at_kill}")
+    finally:
+        producer.join(120)
+        w1.stop(signal.SIGKILL)
+        if w2 is not None:
+            assert w2.stop() == 0, w2.log()[-3000:]
+
+
+def test_lease_failover_and_paused_worker(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    a, b = two_clusters
+    topic = a.topic("Lease", queues=4)
+    job = "lease"
+    extra = ("--topics", topic, "--heartbeat-interval", "0")
+    w1 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra, lease_ttl=3)
+    w2 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra, lease_ttl=3)
+    total = 0
+
+    def produce(tag: str) -> None:
+        nonlocal total
+        a.produce(topic, [Message(f"{tag}-{i}".encode()) for i in range(100)])
+        total += 100
+
+    def exactly(n: int) -> bool:
+        return caught_up(b, job, 4) and sum(ids(b.all_messages(topic)).values()) == n
+
+    try:
+        wait_until(
+            lambda: set(owners(b, job).values()) == {"w1", "w2"} and len(owners(b, job)) == 4,
+            60,
+            lambda: f"{owners(b, job)}\n{w1.log()[-2000:]}\n{w2.log()[-2000:]}",
+        )
+        produce("one")
+        wait_until(lambda: exactly(total), 60, lambda: dumps(queue_statuses(b.routes, job)))
+        w1.send(signal.SIGSTOP)
+        paused = time.monotonic()
+        wait_until(
+            lambda: set(owners(b, job).values()) == {"w2"} and len(owners(b, job)) == 4,
+            30,
+            lambda: f"{owners(b, job)}\n{w2.log()[-3000:]}",
+        )
+        print(f"w2 took all queues {time.monotonic() - paused:.1f} s after w1 paused (ttl 3 s)")
+        produce("two")
+        wait_until(lambda: exactly(total), 60, lambda: w2.log()[-3000:])
+        before = committed(b.routes, job)
+        w1.send(signal.SIGCONT)
+        wait_until(lambda: "lease" in w1.log().lower(), 30, lambda: w1.log()[-3000:])
+        produce("three")
+        # nothing the paused worker had pulled was sent: exactly one copy of each message
+        wait_until(lambda: exactly(total), 60, lambda: w1.log()[-3000:] + w2.log()[-3000:])
+        after = committed(b.routes, job)
+        assert all(after[p].next_offset >= c.next_offset for p, c in before.items())
+    finally:
+        for w in (w1, w2):
+            w.send(signal.SIGCONT)
+            assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_destination_down_stalls_then_delivers(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    a, b = two_clusters
+    topic = a.topic("Outage", queues=2)
+    job = "outage"
+    w = Worker(
+        tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", "--topics", topic,
+        "--heartbeat-interval", "0",
+    )  # fmt: skip
+    try:
+        first = a.produce(topic, [Message(f"o{i}".encode()) for i in range(20)])
+        wait_until(lambda: caught_up(b, job, 2), 60, lambda: w.log()[-3000:])
+        stalled = {p: c.next_offset for p, c in committed(b.routes, job).items()}
+        b.pause_broker()  # sends time out
+        try:
+            second = a.produce(topic, [Message(f"p{i}".encode()) for i in range(20)])
+            wait_until(
+                lambda: all(q["max_offset"] == 20 for q in queue_statuses(b.routes, job).values()),
+                60,
+                lambda: dumps(queue_statuses(b.routes, job)),
+            )
+            # the sink times out and sends again from the first unconfirmed message
+            wait_until(lambda: "attempt 2 of" in w.log(), 60, lambda: w.log()[-3000:])
+            assert {p: c.next_offset for p, c in committed(b.routes, job).items()} == stalled
+        finally:
+            b.resume_broker()
+        wait_until(lambda: caught_up(b, job, 2), 90, lambda: w.log()[-3000:])
+        got = ids(b.all_messages(topic))
+        assert all(got[s.msg_id] >= 1 for s in first + second)
+    finally:
+        assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_rejected_messages_stall_or_are_dismissed(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    a, b = two_clusters
+    topic = a.topic("Refused", queues=1)
+    b.topic(topic, queues=1, perm=4)  # read-only at the destination: sends are refused
+    job = "refused"
+    extra = ("--topics", topic, "--no-config-sync", "--heartbeat-interval", "0")
+    refused = a.produce(topic, [Message(f"r{i}".encode()) for i in range(2)])
+    w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra)
+    try:
+        wait_until(lambda: w.log().count("pass ended") >= 2, 60, lambda: w.log()[-3000:])
+        assert {c.next_offset for c in committed(b.routes, job).values()} <= {0}
+    finally:
+        assert w.stop() == 0, w.log()[-3000:]
+    w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra, "--dismiss", "log")
+    try:
+        wait_until(
+            lambda: [c.dismissed for c in committed(b.routes, job).values()] == [2],
+            90,
+            lambda: w.log()[-3000:],
+        )
+        assert "dismissed" in w.log()
+        qs = queue_statuses(b.routes, job)
+        assert [q["dismissed"] for q in qs.values() if not q["heartbeat"]] == [2]
+        b.topic(topic, queues=1, perm=6)
+        passed = a.produce(topic, [Message(f"s{i}".encode()) for i in range(3)])
+        wait_until(lambda: caught_up(b, job, 1), 60, lambda: w.log()[-3000:])
+        got = Counter(m.body for m in b.all_messages(topic))
+        assert got == Counter(f"s{i}".encode() for i in range(3)), got
+        assert not any(got[f"r{i}".encode()] for i in range(len(refused)))
+        assert [p.offset for p in passed] == [2, 3, 4]
+    finally:
+        assert w.stop() == 0, w.log()[-3000:]
