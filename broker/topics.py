@@ -16,6 +16,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
@@ -36,6 +37,8 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
     topic_sys_flag: int = 0
     order: bool = False
+    #: SINGLE_TAG or MULTI_TAG (RocketMQ's TopicFilterType; kept and reported, not used)
+    topic_filter_type: str = "SINGLE_TAG"
 
     @property
     def readable(self) -> bool:
@@ -58,11 +61,14 @@ class TopicTable:
         self._resolving: dict[str, asyncio.Future[TopicConfig | None]] = {}
         self.version = 0
         """Raised on every change (the registration's DataVersion counter)."""
+        self.changed_ms = int(time.time() * 1000)
+        """When the table last changed (the DataVersion timestamp)."""
         self.on_change: Callable[[], None] | None = None
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
             self.version = int(doc.get("version", 0))
+            self.changed_ms = int(doc.get("timestamp", self.changed_ms))
             for t in doc.get("topics", []):
                 self._topics[t["topic"]] = TopicConfig(**t)
 
@@ -108,16 +114,34 @@ class TopicTable:
             if self._topics.get(config.topic) == config:
                 return config
             self._topics[config.topic] = config
-            self.version += 1
-            self._save()
+            self._changed()
         if self.on_change is not None:
             self.on_change()
         return config
 
+    def remove(self, topic: str) -> bool:
+        """Stop serving ``topic`` (its stored messages stay); False when it was not here."""
+        with self._lock:
+            if self._topics.pop(topic, None) is None:
+                return False
+            self._changed()
+        if self.on_change is not None:
+            self.on_change()
+        return True
+
+    def _changed(self) -> None:
+        self.version += 1
+        self.changed_ms = int(time.time() * 1000)
+        self._save()
+
     def _save(self) -> None:
         if not self.path:
             return
-        doc = {"version": self.version, "topics": [asdict(t) for t in self.all()]}
+        doc = {
+            "version": self.version,
+            "timestamp": self.changed_ms,
+            "topics": [asdict(t) for t in self.all()],
+        }
         directory = os.path.dirname(self.path) or "."
         fd, tmp = tempfile.mkstemp(prefix=".topics.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
