@@ -15,8 +15,11 @@ GET_ALL_TOPIC_CONFIG answers RocketMQ's ``TopicConfigSerializeWrapper`` as JSON:
 ``{"topicConfigTable": {name: {topicName, readQueueNums, writeQueueNums, perm,
 topicFilterType, topicSysFlag, order}}, "dataVersion": {timestamp, counter}}``.
 
-DELETE_TOPIC_IN_BROKER (``topic``) stops serving a topic and registers without it; its stored
-messages stay until retention removes their segments.
+DELETE_TOPIC_IN_BROKER (``topic``) stops serving a topic; its stored messages stay until
+retention removes their segments. As in RocketMQ the routes keep the topic's queue data (a
+registration only adds or updates topics) until DELETE_TOPIC_IN_NAMESRV (metaledger:
+``route topic delete``), which ``mqadmin deleteTopic`` sends next; until then a send to the
+topic adopts it again from the routes (broker/topics.py).
 """
 
 from __future__ import annotations
