@@ -15,9 +15,9 @@ RocketMQ nameserver protocol); queue counts come from metaledger's ``route_get``
 sink's. Status (research/broker.md §3.1 table): only SEND_OK confirms; the core's statuses
 FLUSH_DISK_TIMEOUT 1, FLUSH_SLAVE_TIMEOUT 2, SLAVE_NOT_AVAILABLE 3 become SendFailed with the
 remoting codes 10, 12, 11. Bodies go in with ``SetByteMessageBody`` (``set_body`` stops at a NUL
-byte). The core adds WAIT itself, and UNIQ_KEY unless the message names one (``uniq_key``:
-set as the property, which the core keeps); the wheel cannot set a message flag, so a message
-with ``flag`` != 0 is rejected. A confirmed message's future resolves with the SendResult's
+byte). The core adds UNIQ_KEY and WAIT itself (it overwrites a UNIQ_KEY set as a property:
+tests/integration/replicator/test_sinks.py saw it), and the wheel cannot set a message flag,
+so a message with a ``uniq_key`` or a ``flag`` is rejected (MessageRejected). A confirmed message's future resolves with the SendResult's
 ``offset`` (the core's ``getQueueOffset``); it zlib-compresses bodies over 4 KiB (the broker
 stores them compressed with sysFlag bit 0, consumers inflate them). It logs to
 ``$HOME/logs/rocketmq-cpp``.
@@ -138,8 +138,10 @@ class WheelSink:
         self._lane_for(msg)
         if not msg.body:
             raise MessageRejected("the wheel's core refuses an empty body")
-        if msg.flag:
-            raise MessageRejected("the wheel cannot send a message flag")
+        if msg.flag or msg.uniq_key:
+            raise MessageRejected(
+                "the wheel cannot send a message flag or keep a given UNIQ_KEY (use the codec sink)"
+            )
         encode_properties(msg)  # the same checks as the codec sink (separators, reserved names)
         await self._capacity.acquire()
         try:
@@ -228,8 +230,6 @@ class WheelSink:
                 m.set_tags(msg.tags)
             for name, value in msg.properties.items():
                 m.set_property(name, value)
-            if msg.uniq_key:
-                m.set_property("UNIQ_KEY", msg.uniq_key)
             ffi_check(dll.SetByteMessageBody(m._handle, msg.body, len(msg.body)))
             result = self._producer.send_orderly(m, msg.queue_id, retry_times=1)
         except Exception as exc:

@@ -97,6 +97,8 @@ def test_a_queue_fails_for_good() -> None:
             await sink.submit(OutMessage(TOPIC, 1, b"", "", "", {}, 0))
         with pytest.raises(MessageRejected, match="flag"):
             await sink.submit(OutMessage(TOPIC, 1, b"x", "", "", {}, 0, flag=1))
+        with pytest.raises(MessageRejected, match="UNIQ_KEY"):
+            await sink.submit(OutMessage(TOPIC, 1, b"x", "", "", {}, 0, uniq_key="U"))
         await sink.close()
 
     asyncio.run(main())
