@@ -95,7 +95,7 @@ DEFAULT_TOPIC: Final = "TBW102"
 
 @dataclass(frozen=True)
 class RocketMQSinkConfig:
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # learnt at start; more with ``RocketMQSink.add_topic``
     producer_group: str = "metaledger-replicator"
     max_in_flight: int = 4096
     max_in_flight_per_queue: int = 1
@@ -116,8 +116,7 @@ class RocketMQSinkConfig:
     max_message_bytes: int = 4 * 1024 * 1024
 
     def validate(self) -> None:
-        if not self.topics:
-            raise ValueError("topics: at least one topic")
+        # no topics is fine: ``add_topic`` adds them at run time
         for name in (
             "max_in_flight",
             "max_in_flight_per_queue",

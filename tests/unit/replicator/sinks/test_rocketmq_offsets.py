@@ -13,7 +13,7 @@ import pytest
 from replicator.sinks.errors import MessageRejected, SendFailed, SinkUnavailable
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
 from tests.unit.replicator.sinks.fake_broker import Decision, FakeBroker, FakeRoutes, Received
-from tests.unit.replicator.sinks.test_rocketmq import TOPIC, msg, run
+from tests.unit.replicator.sinks.test_rocketmq import msg, run
 
 
 def uniq_at(broker: FakeBroker, queue: int) -> list[str]:
@@ -111,7 +111,7 @@ def test_add_topic_at_run_time() -> None:
         broker = FakeBroker()
         addr = await broker.start()
         routes = FakeRoutes(addr, queues=2)
-        sink = RocketMQSink(RocketMQSinkConfig(topics=(TOPIC,), retry_backoff_ms=1), routes)
+        sink = RocketMQSink(RocketMQSinkConfig(topics=(), retry_backoff_ms=1), routes)
         await sink.start()
         try:
             other = dataclasses.replace(msg(0), topic="Later")
