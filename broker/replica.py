@@ -26,6 +26,7 @@ import logging
 import os
 
 from broker.admin.processor import AdminProcessor
+from broker.admin.topics import TopicAdmin
 from broker.config import BrokerConfig
 from broker.consumers.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.consumers.processor import ConsumerProcessor
@@ -101,6 +102,7 @@ class Replica:
             PullProcessor(self.core),
             self.consumers,
             AdminProcessor(self.core),
+            TopicAdmin(self.core, self.registrar),
         ):
             handlers.update(processor.handlers())
         self.server = RemotingServer(handlers, on_close=self.consumers.connection_closed)

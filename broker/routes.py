@@ -49,6 +49,8 @@ class RouteRegistrar:
         self._misses: dict[str, float] = {}
         self.registered_version = -1
         self.registrations = 0
+        #: set (and replaced) after each round of the loop that registered
+        self._progress = asyncio.Event()
         #: the id this replica has in the routes: 0 while it is the master, its replica
         #: id while a slave (RocketMQ 5 controller mode); set by the role (set_route_id)
         self.route_id = config.broker_id
@@ -99,6 +101,20 @@ class RouteRegistrar:
     def changed(self) -> None:
         """The topic table changed: register soon (called on the loop)."""
         self._wake.set()
+
+    async def registered(self, version: int, timeout_s: float) -> bool:
+        """Wait until a registration carrying table version ``version`` (or a later one) went
+        through; False after ``timeout_s`` (metaledger unreachable, no role yet)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.registered_version < version:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._wake.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), remaining)
+        return True
 
     async def resolve(self, topic: str) -> TopicConfig | None:
         """The topic's queue data for this broker name from the routes, or None."""
@@ -163,6 +179,8 @@ class RouteRegistrar:
                 if failing:
                     log.info("routes: registered in metaledger again")
                 failing = False
+                self._progress.set()
+                self._progress = asyncio.Event()
             except ClientError as exc:
                 if not failing:  # once per outage, not every heartbeat
                     log.warning("routes: registration in metaledger failed (retrying): %s", exc)

@@ -1,9 +1,10 @@
 """The topics this broker serves (RocketMQ's ``TopicConfigManager``), kept in ``topics.json``.
 
-A topic is served when it is in the table. Topics come from three places: the routes in
+A topic is served when it is in the table. Topics come from four places: the routes in
 metaledger (a topic created with ``metaledger route topic create`` on this broker name is
-looked up on first use and adopted), a consumer group's heartbeat (``%RETRY%<group>``, one
-queue, research/broker.md §3.2) and the DLQ (``%DLQ%<group>``, §3.3). The table is saved so
+looked up on first use and adopted), UPDATE_AND_CREATE_TOPIC (17, broker/admin/topics.py:
+created or its queue numbers / perm / order replaced), a consumer group's heartbeat
+(``%RETRY%<group>``, one queue, research/broker.md §3.2) and the DLQ (``%DLQ%<group>``, §3.3). The table is saved so
 a restarted broker registers every topic again (the routes drop a broker name's queue data
 when its last broker expires). ``on_change`` tells the registrar to register again.
 """
@@ -16,6 +17,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
@@ -36,6 +38,8 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
     topic_sys_flag: int = 0
     order: bool = False
+    #: SINGLE_TAG or MULTI_TAG (RocketMQ's TopicFilterType; kept and reported, not used)
+    topic_filter_type: str = "SINGLE_TAG"
 
     @property
     def readable(self) -> bool:
@@ -58,11 +62,14 @@ class TopicTable:
         self._resolving: dict[str, asyncio.Future[TopicConfig | None]] = {}
         self.version = 0
         """Raised on every change (the registration's DataVersion counter)."""
+        self.changed_ms = int(time.time() * 1000)
+        """When the table last changed (the DataVersion timestamp)."""
         self.on_change: Callable[[], None] | None = None
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
             self.version = int(doc.get("version", 0))
+            self.changed_ms = int(doc.get("timestamp", self.changed_ms))
             for t in doc.get("topics", []):
                 self._topics[t["topic"]] = TopicConfig(**t)
 
@@ -108,16 +115,34 @@ class TopicTable:
             if self._topics.get(config.topic) == config:
                 return config
             self._topics[config.topic] = config
-            self.version += 1
-            self._save()
+            self._changed()
         if self.on_change is not None:
             self.on_change()
         return config
 
+    def remove(self, topic: str) -> bool:
+        """Stop serving ``topic`` (its stored messages stay); False when it was not here."""
+        with self._lock:
+            if self._topics.pop(topic, None) is None:
+                return False
+            self._changed()
+        if self.on_change is not None:
+            self.on_change()
+        return True
+
+    def _changed(self) -> None:
+        self.version += 1
+        self.changed_ms = int(time.time() * 1000)
+        self._save()
+
     def _save(self) -> None:
         if not self.path:
             return
-        doc = {"version": self.version, "topics": [asdict(t) for t in self.all()]}
+        doc = {
+            "version": self.version,
+            "timestamp": self.changed_ms,
+            "topics": [asdict(t) for t in self.all()],
+        }
         directory = os.path.dirname(self.path) or "."
         fd, tmp = tempfile.mkstemp(prefix=".topics.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as f:

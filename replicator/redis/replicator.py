@@ -341,7 +341,7 @@ class _Pass:
             metrics.sent(1)
             future.add_done_callback(confirmed)
 
-    def _confirmed(self, future: asyncio.Future[None], boundary: Boundary) -> None:
+    def _confirmed(self, future: asyncio.Future[int], boundary: Boundary) -> None:
         if future.cancelled():
             self.fail(_Restart("a send was cancelled"))
             return

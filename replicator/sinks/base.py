@@ -2,7 +2,10 @@
 that turns out-of-order answers into in-order confirmations.
 
 A sink takes :class:`OutMessage` records (one per replicated write, routed to a queue by the
-replicator) and confirms each once the destination holds it. The replicator acks to Redis and
+replicator) and confirms each once the destination holds it: the future ``submit`` returns
+resolves with where the destination stored it (the destination queue offset for the RocketMQ
+sinks, the line number for the file sink), which the RocketMQ replicator records as its
+offset-syncs and the Redis replicator ignores. The replicator acks to Redis and
 commits its checkpoint only up to what is confirmed *in order* per queue, so a sink reports,
 for every queue, how many messages are confirmed with every earlier one confirmed too
 (:meth:`Sink.confirmed`) and the replication offset of the last of them
@@ -54,6 +57,10 @@ class OutMessage:
     # [REDIS_PART "i/n" or "*/n"], [REDIS_SEQ, REDIS_SNAPSHOT] (replicator/redis/events.py)
     properties: dict[str, str]
     offset: int  # the replication end offset this message completes (checkpoint use); -1: none
+    #: the message id (property UNIQ_KEY) to send; "" lets the sink make one (the RocketMQ
+    #: replicator keeps the source message's id, so consumers drop duplicates across clusters)
+    uniq_key: str = ""
+    flag: int = 0  # RocketMQ's message flag (the send header's ``flag``, a batch item's FLAG)
 
 
 def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> str:
@@ -92,8 +99,9 @@ def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> s
 class Sink(Protocol):
     """Where replicated writes go. All methods run on the event loop of ``start``.
 
-    Failure contract: a future returned by ``submit`` completes with ``None`` only when the
-    destination holds that message; otherwise it fails with a :class:`SinkError` (never
+    Failure contract: a future returned by ``submit`` completes with a result only when the
+    destination holds that message (the result: the stored copy's destination queue offset,
+    or for the file sink its line number); otherwise it fails with a :class:`SinkError` (never
     another exception). A message whose future failed may still have been stored (a
     timeout, FLUSH_SLAVE_TIMEOUT): consumers drop duplicates by the message's identity.
     """
@@ -104,7 +112,7 @@ class Sink(Protocol):
     def queue_count(self, topic: str) -> int:
         """The topic's write queues (after ``start``); routing takes a key's hash modulo it."""
 
-    async def submit(self, msg: OutMessage) -> asyncio.Future[None]:
+    async def submit(self, msg: OutMessage) -> asyncio.Future[int]:
         """Queue ``msg`` for sending. Waits only while ``max_in_flight`` messages are
         unconfirmed, never for this one's confirmation. Raises MessageRejected at once for a
         message that can never be sent, SinkClosed after ``close``."""
@@ -121,11 +129,13 @@ class Sink(Protocol):
 
 @dataclass(eq=False)
 class Slot:
-    """One unconfirmed message; ``attempts``, ``token`` and ``wire`` belong to the sink."""
+    """One unconfirmed message; ``attempts``, ``token`` and ``wire`` belong to the sink.
+    ``stored_at``: where the destination stored it (set with ``done``; the future's result)."""
 
     msg: OutMessage
-    future: asyncio.Future[None]
+    future: asyncio.Future[int]
     done: bool = False
+    stored_at: int = -1
     attempts: int = 0
     token: int | None = None
     wire: object = None
@@ -144,7 +154,7 @@ class QueueLedger:
     confirmed_offset: int | None = None
     _slots: deque[Slot] = field(default_factory=deque)
 
-    def add(self, msg: OutMessage, future: asyncio.Future[None]) -> Slot:
+    def add(self, msg: OutMessage, future: asyncio.Future[int]) -> Slot:
         slot = Slot(msg, future)
         self._slots.append(slot)
         return slot
@@ -152,16 +162,18 @@ class QueueLedger:
     def __len__(self) -> int:
         return len(self._slots)
 
-    def mark_done(self, slot: Slot) -> list[Slot]:
-        """Mark ``slot`` stored; return the slots confirmed by it (in order)."""
+    def mark_done(self, slot: Slot, stored_at: int) -> list[Slot]:
+        """Mark ``slot`` stored at ``stored_at`` (its future's result once confirmed); return
+        the slots confirmed by it (in order)."""
         slot.done = True
+        slot.stored_at = stored_at
         out: list[Slot] = []
         while self._slots and self._slots[0].done:
             head = self._slots.popleft()
             self.confirmed += 1
             self.confirmed_offset = head.msg.offset
             if not head.future.done():
-                head.future.set_result(None)
+                head.future.set_result(head.stored_at)
             out.append(head)
         return out
 

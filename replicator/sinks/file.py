@@ -5,8 +5,11 @@ A line::
     {"topic": "T", "queue_id": 0, "offset": 123, "tags": "SET", "keys": "k",
      "properties": {"REDIS_DB": "0", ...}, "body_b64": "KjMNCiQzDQpTRVQNCg=="}
 
-``body_b64`` (standard base64) or, with ``encoding="hex"``, ``body_hex``. Writes are ordered,
-so every queue is confirmed in order. A write error (ENOSPC, EPIPE on a closed stdout) fails
+``body_b64`` (standard base64) or, with ``encoding="hex"``, ``body_hex``; ``uniq_key`` and
+``flag`` when the message sets them. Writes are ordered, so every queue is confirmed in order;
+a message's future resolves with its line's number in the file, counted from 0 like a queue
+offset (one count for all topics and queues; lines already in the file count: the sink
+counts them at start; stdout counts from 0). A write error (ENOSPC, EPIPE on a closed stdout) fails
 that message with SinkUnavailable and every message after it in the same queue with QueueFailed;
 the file stays usable for other queues once the error clears. ``fsync=True`` also syncs the
 file before confirming (not for stdout).
@@ -36,6 +39,10 @@ def message_line(msg: OutMessage, encoding: Literal["base64", "hex"] = "base64")
         "keys": msg.keys,
         "properties": msg.properties,
     }
+    if msg.uniq_key:
+        doc["uniq_key"] = msg.uniq_key
+    if msg.flag:
+        doc["flag"] = msg.flag
     if encoding == "hex":
         doc["body_hex"] = msg.body.hex()
     else:
@@ -66,12 +73,14 @@ class FileSink:
         self._failed: dict[tuple[str, int], BaseException] = {}
         self._out: IO[str] | None = None
         self._closed = False
+        self._lines = 0  # lines in the file: the next line's number
 
     async def start(self) -> None:
         if self.path is None:
             self._out = sys.stdout
         else:
             try:
+                self._lines = await asyncio.to_thread(_count_lines, self.path)
                 self._out = open(self.path, "a", encoding="utf-8")
             except OSError as exc:
                 raise SinkUnavailable(f"cannot open {self.path}: {exc}") from None
@@ -79,7 +88,7 @@ class FileSink:
     def queue_count(self, topic: str) -> int:
         return self._counts[topic]
 
-    async def submit(self, msg: OutMessage) -> asyncio.Future[None]:
+    async def submit(self, msg: OutMessage) -> asyncio.Future[int]:
         if self._closed or self._out is None:
             raise SinkClosed("the sink is closed" if self._closed else "the sink is not started")
         ledger = self._ledgers.get((msg.topic, msg.queue_id))
@@ -89,7 +98,7 @@ class FileSink:
         if failed is not None:
             raise QueueFailed(msg.topic, msg.queue_id, failed)
         encode_properties(msg)  # the same checks as the RocketMQ sinks
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         slot = ledger.add(msg, future)
         try:
             self._out.write(message_line(msg, self.encoding))
@@ -102,7 +111,8 @@ class FileSink:
             future.set_exception(error)
             ledger.fail_all(QueueFailed(msg.topic, msg.queue_id, error))
             return future
-        ledger.mark_done(slot)
+        ledger.mark_done(slot, self._lines)
+        self._lines += 1
         return future
 
     def confirmed(self, topic: str, queue_id: int) -> int:
@@ -118,3 +128,16 @@ class FileSink:
         if self._out is not None and self.path is not None:
             self._out.close()
         self._out = None
+
+
+def _count_lines(path: str) -> int:
+    """Newlines in ``path`` (0 when it does not exist yet): the number of the next line."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return 0
+    n = 0
+    with f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n

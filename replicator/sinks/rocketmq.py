@@ -7,12 +7,17 @@ is a *lane* sent to its broker group's master (broker id 0) with SEND_MESSAGE_V2
 the V1 header fields renamed ``a``..``n`` (J4 ``SendMessageRequestHeaderV2.java``;
 research/rocketmq-clients.md §1.6): producerGroup, topic, defaultTopic ``TBW102``,
 defaultTopicQueueNums, queueId, sysFlag 0 (bodies are never compressed: they are stored as
-given), bornTimestamp, flag 0, properties (KEYS, TAGS, the message's own, UNIQ_KEY, WAIT=true;
-``k 0x01 v 0x02``), reconsumeTimes 0, unitMode false, batch false, brokerName.
+given), bornTimestamp, flag (the message's), properties (KEYS, TAGS, the message's own,
+UNIQ_KEY: the message's ``uniq_key`` or one made here, WAIT=true; ``k 0x01 v 0x02``),
+reconsumeTimes 0, unitMode false, batch false, brokerName.
 
 Confirmation (research/broker.md §3.1, §6.2): only PUT_OK (0) confirms. FLUSH_DISK_TIMEOUT,
 SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT mean "stored on the master only" and SYSTEM_ERROR
-"in-sync replicas not enough" means "not stored": none is a confirmation.
+"in-sync replicas not enough" means "not stored": none is a confirmation. A confirmed message's
+future resolves with its destination queue offset: the answer's ``queueOffset`` (a batch's
+answer names its first message's; the broker stores a batch as one unit, so its messages take
+consecutive offsets from there: J5 ``CommitLog.putMessages``, broker/core.py ``put_batch``).
+A PUT_OK without a ``queueOffset`` fails the lane (a broker this sink cannot use).
 
 Order and batching. A broker may store the requests of one connection in any order (the
 metaledger broker serves each request in its own task, and one for a topic it has not loaded
@@ -51,13 +56,13 @@ import functools
 import itertools
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
 
 from nameserver.client.errors import ClientError, NotFound
 from nameserver.remoting.codec import RemotingCommand
 from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties
+from replicator.sinks.capacity import Capacity
 from replicator.sinks.errors import (
     ROUTE_CODES,
     MessageRejected,
@@ -90,7 +95,7 @@ DEFAULT_TOPIC: Final = "TBW102"
 
 @dataclass(frozen=True)
 class RocketMQSinkConfig:
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # learnt at start; more with ``RocketMQSink.add_topic``
     producer_group: str = "metaledger-replicator"
     max_in_flight: int = 4096
     max_in_flight_per_queue: int = 1
@@ -111,8 +116,7 @@ class RocketMQSinkConfig:
     max_message_bytes: int = 4 * 1024 * 1024
 
     def validate(self) -> None:
-        if not self.topics:
-            raise ValueError("topics: at least one topic")
+        # no topics is fine: ``add_topic`` adds them at run time
         for name in (
             "max_in_flight",
             "max_in_flight_per_queue",
@@ -130,46 +134,6 @@ class RocketMQSinkConfig:
         for name in ("retry_backoff_ms", "max_backoff_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-
-
-class _Capacity:
-    """``max_in_flight``: a unit per unconfirmed message, taken at submit and given back when
-    the message leaves its lane's ledger (a semaphore whose uncontended take is a plain
-    decrement, without a coroutine, and whose release needs no callback per message)."""
-
-    def __init__(self, units: int) -> None:
-        self.free = units
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def try_take(self) -> bool:
-        if self.free > 0 and not self._waiters:
-            self.free -= 1
-            return True
-        return False
-
-    async def take(self) -> None:
-        if self.try_take():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter  # give() hands this waiter a unit
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.give(1)  # handed a unit, then cancelled: pass it on
-            else:
-                self._waiters.remove(waiter)
-            raise
-
-    def give(self, units: int) -> None:
-        while units > 0:
-            while self._waiters and self._waiters[0].done():
-                self._waiters.popleft()  # cancelled
-            if not self._waiters:
-                self.free += units
-                return
-            self._waiters.popleft().set_result(None)
-            units -= 1
 
 
 @dataclass(eq=False)
@@ -199,7 +163,7 @@ class RocketMQSink:
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._conns: dict[tuple[str, int], RemotingConnection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[RemotingConnection]] = {}
-        self._capacity = _Capacity(config.max_in_flight)
+        self._capacity = Capacity(config.max_in_flight)
         self._tokens = itertools.count(1)
         self._closed = False
         self._refresher: asyncio.Task[None] | None = None
@@ -209,28 +173,41 @@ class RocketMQSink:
 
     async def start(self) -> None:
         for topic in self.config.topics:
-            queues = await self._fetch_route(topic)
-            if not queues:
-                raise SinkUnavailable(f"topic {topic} has no writable queue")
-            self._routes[topic] = queues
-            self._counts[topic] = len(queues)
-            for i in range(len(queues)):
+            await self.add_topic(topic)
+        self._refresher = asyncio.create_task(self._refresh_routes(), name="sink routes")
+
+    async def add_topic(self, topic: str) -> None:
+        """Learn ``topic``'s route and make a lane per write queue (a topic found at run time).
+        Called again for a known topic: lanes for the queues added since (``queue_count``
+        follows the route; lanes of queues that went away stay and fail their sends).
+        SinkUnavailable when the topic has no route or no writable queue."""
+        if self._closed:
+            raise SinkClosed("the sink is closed")
+        queues = await self._fetch_route(topic)
+        if not queues:
+            raise SinkUnavailable(f"topic {topic} has no writable queue")
+        if self._closed:
+            raise SinkClosed("the sink is closed")
+        self._routes[topic] = queues
+        self._counts[topic] = len(queues)
+        for i in range(len(queues)):
+            if (topic, i) not in self._lanes:
                 lane = _Lane(topic, i, QueueLedger(topic, i))
                 lane.task = asyncio.create_task(self._run_lane(lane), name=f"sink {topic}/{i}")
                 self._lanes[(topic, i)] = lane
-        self._refresher = asyncio.create_task(self._refresh_routes(), name="sink routes")
 
     def queue_count(self, topic: str) -> int:
         return self._counts[topic]
 
-    async def submit(self, msg: OutMessage) -> asyncio.Future[None]:
+    async def submit(self, msg: OutMessage) -> asyncio.Future[int]:
         lane = self._lane_for(msg)
         if len(msg.body) > self.config.max_message_bytes:
             raise MessageRejected(
                 f"a body of {len(msg.body)} bytes is over the {self.config.max_message_bytes}-byte"
                 " limit (max_message_bytes)"
             )
-        wire = encode_properties(msg, {"UNIQ_KEY": uniq_key(), "WAIT": "true"}).encode()
+        uniq = msg.uniq_key or uniq_key()
+        wire = encode_properties(msg, {"UNIQ_KEY": uniq, "WAIT": "true"}).encode()
         capacity = self._capacity
         if not capacity.try_take():
             await capacity.take()
@@ -240,7 +217,7 @@ class RocketMQSink:
                 capacity.give(1)
                 raise
         # the unit goes back when the slot leaves its ledger (confirmed or failed)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         slot = lane.ledger.add(msg, future)
         slot.wire = wire
         lane.wake.set()
@@ -358,7 +335,7 @@ class RocketMQSink:
                 "e": target.queue_id,
                 "f": 0,
                 "g": int(time.time() * 1000),
-                "h": 0,
+                "h": 0 if batch else first.msg.flag,
                 "i": WAIT_ONLY if batch else props_bytes(first).decode(),
                 "j": 0,
                 "k": False,
@@ -390,9 +367,14 @@ class RocketMQSink:
             slot.token = None
         lane.wake.set()
         if answer is not None and answer.code == PUT_OK:
+            first_offset = _queue_offset(answer)
+            if first_offset is None:
+                where = f"{lane.topic} queue {lane.index}"
+                self._fail_lane(lane, first, SendFailed(0, "PUT_OK without a queueOffset", where))
+                return
             confirmed = 0
-            for slot in slots:
-                confirmed += len(lane.ledger.mark_done(slot))
+            for i, slot in enumerate(slots):
+                confirmed += len(lane.ledger.mark_done(slot, first_offset + i))
             lane.next_send -= confirmed
             self._capacity.give(confirmed)
             return
@@ -467,7 +449,7 @@ class RocketMQSink:
     async def _refresh_routes(self) -> None:
         while True:
             await asyncio.sleep(self.config.route_refresh_ms / 1000)
-            for topic in self.config.topics:
+            for topic in list(self._routes):
                 try:
                     await self._refresh(topic)
                 except SinkError as exc:
@@ -496,3 +478,12 @@ class RocketMQSink:
                 del self._connecting[key]
             return target, self._conns[key]
         return target, await asyncio.shield(pending)
+
+
+def _queue_offset(answer: RemotingCommand) -> int | None:
+    """A send answer's ``queueOffset`` (a string, trap 6), or None when absent or not a number."""
+    text = answer.ext_fields.get("queueOffset")
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None

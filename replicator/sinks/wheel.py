@@ -15,7 +15,10 @@ RocketMQ nameserver protocol); queue counts come from metaledger's ``route_get``
 sink's. Status (research/broker.md §3.1 table): only SEND_OK confirms; the core's statuses
 FLUSH_DISK_TIMEOUT 1, FLUSH_SLAVE_TIMEOUT 2, SLAVE_NOT_AVAILABLE 3 become SendFailed with the
 remoting codes 10, 12, 11. Bodies go in with ``SetByteMessageBody`` (``set_body`` stops at a NUL
-byte). The core adds UNIQ_KEY and WAIT itself; it zlib-compresses bodies over 4 KiB (the broker
+byte). The core adds UNIQ_KEY and WAIT itself (it overwrites a UNIQ_KEY set as a property:
+tests/integration/replicator/test_sinks.py saw it), and the wheel cannot set a message flag,
+so a message with a ``uniq_key`` or a ``flag`` is rejected (MessageRejected). A confirmed message's future resolves with the SendResult's
+``offset`` (the core's ``getQueueOffset``); it zlib-compresses bodies over 4 KiB (the broker
 stores them compressed with sysFlag bit 0, consumers inflate them). It logs to
 ``$HOME/logs/rocketmq-cpp``.
 """
@@ -131,10 +134,14 @@ class WheelSink:
     def queue_count(self, topic: str) -> int:
         return self._counts[topic]
 
-    async def submit(self, msg: OutMessage) -> asyncio.Future[None]:
+    async def submit(self, msg: OutMessage) -> asyncio.Future[int]:
         self._lane_for(msg)
         if not msg.body:
             raise MessageRejected("the wheel's core refuses an empty body")
+        if msg.flag or msg.uniq_key:
+            raise MessageRejected(
+                "the wheel cannot send a message flag or keep a given UNIQ_KEY (use the codec sink)"
+            )
         encode_properties(msg)  # the same checks as the codec sink (separators, reserved names)
         await self._capacity.acquire()
         try:
@@ -142,7 +149,7 @@ class WheelSink:
         except SinkError:
             self._capacity.release()
             raise
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda _f: self._capacity.release())
         lane.ledger.add(msg, future)
         lane.wake.set()
@@ -191,7 +198,7 @@ class WheelSink:
                 continue
             slot = lane.ledger[0]
             try:
-                await loop.run_in_executor(self._pool, self._send, slot)
+                offset = await loop.run_in_executor(self._pool, self._send, slot)
             except SinkError as exc:
                 slot.attempts += 1
                 if not exc.retriable or slot.attempts >= self.config.max_attempts:
@@ -204,10 +211,11 @@ class WheelSink:
                 backoff_ms = self.config.retry_backoff_ms * 2 ** min(slot.attempts - 1, 30)
                 await asyncio.sleep(min(backoff_ms, self.config.max_backoff_ms) / 1000)
                 continue
-            lane.ledger.mark_done(slot)
+            lane.ledger.mark_done(slot, offset)
 
-    def _send(self, slot: Slot) -> None:
-        """On a pool thread: one blocking ``send_orderly`` to the slot's queue."""
+    def _send(self, slot: Slot) -> int:
+        """On a pool thread: one blocking ``send_orderly`` to the slot's queue; the queue
+        offset the broker stored it at."""
         from rocketmq.client import Message
         from rocketmq.exceptions import ffi_check  # type: ignore[import-untyped]
         from rocketmq.ffi import dll  # type: ignore[import-untyped]
@@ -231,3 +239,4 @@ class WheelSink:
         status = int(result.status)
         if status != 0:
             raise SendFailed(STATUS_CODES.get(status, 1), f"SendStatus {status}")
+        return int(result.offset)

@@ -57,7 +57,7 @@ def encode_batch(slots: list[Slot]) -> bytes:
         props = props_bytes(slot)
         body = slot.msg.body
         parts += (
-            head(BATCH_HEAD.size + len(body) + 2 + len(props), 0, 0, 0, len(body)),
+            head(BATCH_HEAD.size + len(body) + 2 + len(props), 0, 0, slot.msg.flag, len(body)),
             body,
             plen(len(props)),
             props,

@@ -1,11 +1,14 @@
 """Both RocketMQ sinks against a real ``metaledger broker`` registered in a real metaledger node:
 bodies with all 256 byte values, keys, tags and properties read back from the broker (PULL)
-byte-exact and in order per queue; a broker killed mid-stream: every message confirmed is in
-the broker's log after its restart, and nothing is confirmed that is not."""
+byte-exact and in order per queue, each future's result the queue offset PULL shows the
+message at (single sends and batches), a given UNIQ_KEY and flag kept; a broker killed
+mid-stream: every message confirmed is in the broker's log after its restart, at the offset
+its future gave, and nothing is confirmed that is not."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import threading
@@ -30,7 +33,16 @@ def messages(topic: str, n: int) -> list[OutMessage]:
     return out
 
 
-async def send_all(sink: Sink, msgs: list[OutMessage]) -> list[BaseException | None]:
+def with_ids(msgs: list[OutMessage]) -> list[OutMessage]:
+    """Two messages in three carry their own UNIQ_KEY (the RocketMQ replicator keeps the
+    source id) and a flag (the codec sink only: the wheel's core can do neither)."""
+    return [
+        dataclasses.replace(m, uniq_key=f"SRC{i:08X}", flag=i) if i % 3 else m
+        for i, m in enumerate(msgs)
+    ]
+
+
+async def send_all(sink: Sink, msgs: list[OutMessage]) -> list[int | BaseException]:
     await sink.start()
     try:
         assert sink.queue_count(msgs[0].topic) == QUEUES
@@ -40,11 +52,14 @@ async def send_all(sink: Sink, msgs: list[OutMessage]) -> list[BaseException | N
         await sink.close()
 
 
-def check_read_back(env: Env, msgs: list[OutMessage]) -> None:
+def check_read_back(env: Env, msgs: list[OutMessage], offsets: list[int | BaseException]) -> None:
     topic = msgs[0].topic
     for q in range(QUEUES):
         stored = pull_all(env.broker.addr, topic, q)
         sent = [m for m in msgs if m.queue_id == q]
+        # each future gave the queue offset the broker shows its message at
+        at = [o for m, o in zip(msgs, offsets, strict=True) if m.queue_id == q]
+        assert at == [s.queue_offset for s in stored], f"queue {q}: offsets"
         assert [s.body for s in stored] == [m.body for m in sent], (
             f"queue {q}",
             [int.from_bytes(s.body[-4:], "big") for s in stored][:20],
@@ -53,17 +68,23 @@ def check_read_back(env: Env, msgs: list[OutMessage]) -> None:
             assert s.properties["KEYS"] == m.keys and s.tags == m.tags
             assert {k: s.properties[k] for k in m.properties} == m.properties
             assert s.queue_id == q and "UNIQ_KEY" in s.properties
+            if m.uniq_key:
+                assert s.properties["UNIQ_KEY"] == m.uniq_key
+            assert s.flag == m.flag
 
 
-def test_codec_sink_round_trip_byte_exact(env: Env) -> None:
-    msgs = messages(env.topic("SinkCodec"), 300)
+@pytest.mark.parametrize("batch", [1, 64], ids=["single", "batched"])
+def test_codec_sink_round_trip_byte_exact(env: Env, batch: int) -> None:
+    topic = env.topic(f"SinkCodec{batch}")
+    msgs = with_ids(messages(topic, 300))
     with Client(env.node.endpoints, timeout_s=10) as routes:
-        sink = RocketMQSink(RocketMQSinkConfig(topics=("SinkCodec",)), routes)
+        config = RocketMQSinkConfig(topics=(topic,), max_batch_messages=batch)
+        sink = RocketMQSink(config, routes)
         results = asyncio.run(send_all(sink, msgs))
-        assert results == [None] * len(msgs)
-        assert [sink.confirmed("SinkCodec", q) for q in range(QUEUES)] == [75] * QUEUES
-        assert sink.confirmed_offset("SinkCodec", 3) == 300
-    check_read_back(env, msgs)
+        assert all(isinstance(r, int) for r in results), results[:5]
+        assert [sink.confirmed(topic, q) for q in range(QUEUES)] == [75] * QUEUES
+        assert sink.confirmed_offset(topic, 3) == 300
+    check_read_back(env, msgs, results)
 
 
 def test_wheel_sink_round_trip_byte_exact(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,9 +96,9 @@ def test_wheel_sink_round_trip_byte_exact(env: Env, monkeypatch: pytest.MonkeyPa
     with Client(env.node.endpoints, timeout_s=10) as routes:
         sink = WheelSink(WheelSinkConfig(env.namesrv, ("SinkWheel",), threads=4), routes)
         results = asyncio.run(send_all(sink, msgs))
-        assert results == [None] * len(msgs)
+        assert all(isinstance(r, int) for r in results), results[:5]
         assert [sink.confirmed("SinkWheel", q) for q in range(QUEUES)] == [30] * QUEUES
-    check_read_back(env, msgs)
+    check_read_back(env, msgs, results)
 
 
 @pytest.mark.parametrize("comes_back", [True, False], ids=["restarted", "gone"])
@@ -87,7 +108,7 @@ def test_broker_killed_mid_stream_never_confirms_falsely(env: Env, comes_back: b
     every confirmed message is in the log after a restart, in order."""
     topic = env.topic(f"SinkKill{comes_back}")
     msgs = messages(topic, 3000)
-    results: list[BaseException | None] = []
+    results: list[int | BaseException] = []
     killed = threading.Event()
 
     async def run() -> None:
@@ -99,12 +120,12 @@ def test_broker_killed_mid_stream_never_confirms_falsely(env: Env, comes_back: b
             )  # fmt: skip
             sink = RocketMQSink(config, routes)
             await sink.start()
-            futures: list[asyncio.Future[None]] = []
+            futures: list[asyncio.Future[int]] = []
             for i, m in enumerate(msgs):
                 try:
                     futures.append(await sink.submit(m))
                 except QueueFailed as exc:  # the queue failed for good: later submits refused
-                    failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    failed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
                     failed.set_exception(exc)
                     futures.append(failed)
                 if i == 1000:
@@ -115,7 +136,9 @@ def test_broker_killed_mid_stream_never_confirms_falsely(env: Env, comes_back: b
             for q in range(QUEUES):
                 # confirmed counts are exactly the leading run of successes per queue
                 per_queue = [r for m, r in zip(msgs, results, strict=True) if m.queue_id == q]
-                lead = next((i for i, r in enumerate(per_queue) if r is not None), len(per_queue))
+                lead = next(
+                    (i for i, r in enumerate(per_queue) if not isinstance(r, int)), len(per_queue)
+                )
                 assert sink.confirmed(topic, q) == lead
             assert sink.resends > 0 or not comes_back
             print(f"resends: {sink.resends}")
@@ -135,14 +158,19 @@ def test_broker_killed_mid_stream_never_confirms_falsely(env: Env, comes_back: b
         if env.broker.proc is not None and env.broker.proc.poll() is not None:
             env.broker.start()  # the module's later tests need it
     assert killed.is_set()
-    assert all(r is None or isinstance(r, SinkError) for r in results)
-    confirmed = [m for m, r in zip(msgs, results, strict=True) if r is None]
+    assert all(isinstance(r, int | SinkError) for r in results)
+    confirmed = [m for m, r in zip(msgs, results, strict=True) if isinstance(r, int)]
     if comes_back:
         assert len(confirmed) == len(msgs)  # the broker came back within the retries
     else:
         assert 0 < len(confirmed) < len(msgs)
+    logs = {q: pull_all(env.broker.addr, topic, q) for q in range(QUEUES)}
+    for m, r in zip(msgs, results, strict=True):
+        if isinstance(r, int):  # the offset given is the confirmed copy's (after rewinds too)
+            s = logs[m.queue_id][r]
+            assert (s.queue_offset, s.body) == (r, m.body), f"{m.offset}: offset {r}"
     for q in range(QUEUES):
-        stored = [s.body for s in pull_all(env.broker.addr, topic, q)]
+        stored = [s.body for s in logs[q]]
         sent = [m.body for m in confirmed if m.queue_id == q]
         assert set(sent) <= set(stored), f"queue {q}: a confirmed message is not in the log"
         # in order: the confirmed messages are a subsequence of the log (copies of a rewound

@@ -93,3 +93,29 @@ def test_registration_heartbeats_and_topics(tmp_path: Path) -> None:
         assert TopicTable(str(tmp_path / "topics.json")).get("%RETRY%g") is not None
 
     asyncio.run(main())
+
+
+def test_registered_waits_for_the_version_or_times_out(tmp_path: Path) -> None:
+    async def main() -> None:
+        client = FakeClient()
+        config = BrokerConfig(
+            broker_name="b1", data_dir=str(tmp_path), listen_port=12000, heartbeat_interval_ms=20
+        )
+        topics = TopicTable(str(tmp_path / "topics.json"))
+        reg = RouteRegistrar(client, config, topics)  # type: ignore[arg-type]
+        topics.on_change = reg.changed
+        assert not await reg.registered(topics.version, 0.05)  # not started: nothing went out
+        reg.start()
+        topics.put(TopicConfig("New", 4, 4))
+        assert await reg.registered(topics.version, 5)
+        assert "New" in {t.topic for t in client.registered[-1].topics}
+        client.fail = True  # metaledger unreachable: the wait ends at its deadline
+        topics.put(TopicConfig("New", 8, 8))
+        started = time.monotonic()
+        assert not await reg.registered(topics.version, 0.2)
+        assert 0.2 <= time.monotonic() - started < 2
+        client.fail = False
+        assert await reg.registered(topics.version, 5)
+        await reg.stop()
+
+    asyncio.run(main())

@@ -2,7 +2,9 @@
 
 It records every SEND_MESSAGE_V2 it gets (per connection, in arrival order) and answers with
 what ``decide`` says: a response code, ``None`` to hold the answer until ``release()``, or
-``"drop"`` to close the connection without answering.
+``"drop"`` to close the connection without answering. A PUT_OK answer carries ``queueOffset``:
+the queue's next offset when answered (a batch takes one per message), ``stored`` records
+what got which (queue, offset) -> UNIQ_KEY.
 """
 
 from __future__ import annotations
@@ -60,7 +62,11 @@ class FakeBroker:
     decide: Callable[[Received], Decision] = lambda r: 0
     received: list[Received] = field(default_factory=list)
     requests: list[RemotingCommand] = field(default_factory=list)
-    held: list[tuple[asyncio.StreamWriter, RemotingCommand]] = field(default_factory=list)
+    held: list[tuple[asyncio.StreamWriter, RemotingCommand, list[Received]]] = field(
+        default_factory=list
+    )
+    next_offset: dict[int, int] = field(default_factory=dict)
+    stored: dict[tuple[int, int], str] = field(default_factory=dict)
     connections: int = 0
     server: asyncio.Server | None = None
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
@@ -103,20 +109,30 @@ class FakeBroker:
                         writer.close()
                         return
                     if decision is None:
-                        self.held.append((writer, cmd))
+                        self.held.append((writer, cmd, items))
                     else:
                         assert isinstance(decision, int)
-                        writer.write(encode(cmd.response(decision, "fake says so")))
+                        writer.write(encode(self.answer(cmd, items, decision)))
         except (ConnectionError, OSError):
             pass
         finally:
             writer.close()
 
+    def answer(self, cmd: RemotingCommand, items: list[Received], code: int) -> RemotingCommand:
+        if code != 0:
+            return cmd.response(code, "fake says so")
+        queue = items[0].queue_id
+        first = self.next_offset.get(queue, 0)
+        self.next_offset[queue] = first + len(items)
+        for i, r in enumerate(items):
+            self.stored[(queue, first + i)] = r.props.get("UNIQ_KEY", "")
+        return cmd.response(code, None, {"queueId": str(queue), "queueOffset": str(first)})
+
     def release(self, code: int = 0, reverse: bool = False) -> None:
         held, self.held = self.held, []
-        for writer, cmd in reversed(held) if reverse else held:
+        for writer, cmd, items in reversed(held) if reverse else held:
             if not writer.is_closing():
-                writer.write(encode(cmd.response(code)))
+                writer.write(encode(self.answer(cmd, items, code)))
 
     async def wait_received(self, n: int, timeout: float = 5.0) -> None:
         async def until() -> None:

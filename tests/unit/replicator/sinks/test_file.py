@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -76,3 +77,45 @@ def test_a_failed_write_fails_the_queue(tmp_path: Path) -> None:
         await sink.close()
 
     asyncio.run(main())
+
+
+def test_futures_give_line_numbers_counting_lines_already_there(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    path.write_text("old 0\nold 1\n")
+
+    async def main() -> list[int]:
+        sink = FileSink(path, {"T": 2})
+        await sink.start()
+        futures = [await sink.submit(msg(i, i % 2)) for i in range(4)]
+        kept = dataclasses.replace(msg(9), uniq_key="SRC-ID", flag=3)
+        futures.append(await sink.submit(kept))
+        out = list(await asyncio.gather(*futures))
+        await sink.close()
+        return out
+
+    assert asyncio.run(main()) == [2, 3, 4, 5, 6]
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[6])["offset"] == 10  # line 6 holds the fifth message
+    assert (json.loads(lines[6])["uniq_key"], json.loads(lines[6])["flag"]) == ("SRC-ID", 3)
+    assert "uniq_key" not in json.loads(lines[2]) and "flag" not in json.loads(lines[2])
+
+    async def again() -> int:  # a new sink on the same file counts on from there
+        sink = FileSink(path, {"T": 1})
+        await sink.start()
+        n = await (await sink.submit(msg(0)))
+        await sink.close()
+        return n
+
+    assert asyncio.run(again()) == 7
+
+
+def test_stdout_lines_count_from_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    async def main() -> list[int]:
+        sink = FileSink("-", {"T": 1})
+        await sink.start()
+        out = [await (await sink.submit(msg(i))) for i in range(3)]
+        await sink.close()
+        return out
+
+    assert asyncio.run(main()) == [0, 1, 2]
+    assert len(capsys.readouterr().out.splitlines()) == 3

@@ -155,7 +155,7 @@ def test_non_retriable_answer_fails_the_queue() -> None:
     async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
         futures = [await sink.submit(msg(i)) for i in range(5)]
         results = await asyncio.gather(*futures, return_exceptions=True)
-        assert results[:2] == [None, None]
+        assert results[:2] == [0, 1]  # the queue offsets the broker stored them at
         assert isinstance(results[2], SendFailed) and results[2].code == 13
         assert not results[2].retriable
         assert all(isinstance(r, QueueFailed) for r in results[3:])
@@ -292,8 +292,7 @@ def test_no_route_and_no_broker() -> None:
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError, match="max_in_flight"):
         RocketMQSinkConfig(topics=("T",), max_in_flight=0).validate()
-    with pytest.raises(ValueError, match="topics"):
-        RocketMQSinkConfig(topics=()).validate()
+    RocketMQSinkConfig(topics=()).validate()  # topics may all come with add_topic
 
 
 def test_default_one_request_per_queue_and_batches_behind_it() -> None:
@@ -415,10 +414,10 @@ def test_big_bodies_batch_and_long_properties_go_alone() -> None:
 
 
 def test_capacity_hands_units_in_order_and_survives_cancelled_waiters() -> None:
-    from replicator.sinks.rocketmq import _Capacity
+    from replicator.sinks.capacity import Capacity
 
     async def main() -> None:
-        cap = _Capacity(1)
+        cap = Capacity(1)
         assert cap.try_take() and not cap.try_take()
         first = asyncio.create_task(cap.take())
         cancelled = asyncio.create_task(cap.take())

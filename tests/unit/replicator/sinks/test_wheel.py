@@ -31,11 +31,12 @@ class FakeWheel(WheelSink):
         self.busy: dict[int, int] = {0: 0, 1: 0}
         self.most_busy = 0
         self.lock = threading.Lock()
+        self.next_offset = {0: 0, 1: 0}  # the fake broker's queue offsets
 
     def _start_producer(self) -> Any:
         return object()
 
-    def _send(self, slot: Slot) -> None:
+    def _send(self, slot: Slot) -> int:
         q = slot.msg.queue_id
         with self.lock:
             self.calls.append((q, slot.msg.offset))
@@ -48,6 +49,9 @@ class FakeWheel(WheelSink):
                 raise MessageRejected("the core threw")  # not retriable
             if status:
                 raise SendFailed({1: 10, 2: 12, 3: 11}[status], f"SendStatus {status}")
+            with self.lock:
+                self.next_offset[q] += 1
+                return self.next_offset[q] - 1
         finally:
             with self.lock:
                 self.busy[q] -= 1
@@ -66,7 +70,9 @@ def test_lanes_send_in_order_one_at_a_time_and_retry() -> None:
         sink = FakeWheel({4: [2, 3]}, threads=4)  # offset 4: FLUSH_SLAVE_TIMEOUT, then 11
         await sink.start()
         futures = [await sink.submit(msg(i)) for i in range(20)]
-        await asyncio.gather(*futures)
+        offsets = await asyncio.gather(*futures)
+        # each resolves with the queue offset the send returned (failed attempts take none)
+        assert offsets == [i // 2 for i in range(20)]
         q0 = [off for q, off in sink.calls if q == 0]
         assert q0 == [0, 2, 4, 4, 4, *range(6, 20, 2)]
         assert sink.most_busy == 1
@@ -82,13 +88,17 @@ def test_a_queue_fails_for_good() -> None:
         await sink.start()
         futures = [await sink.submit(msg(i)) for i in (0, 2, 4)]
         results = await asyncio.gather(*futures, return_exceptions=True)
-        assert results[0] is None and isinstance(results[1], MessageRejected)
+        assert results[0] == 0 and isinstance(results[1], MessageRejected)
         assert isinstance(results[2], QueueFailed)
         with pytest.raises(QueueFailed):
             await sink.submit(msg(6))
         await (await sink.submit(msg(1)))  # queue 1 goes on
         with pytest.raises(MessageRejected, match="empty"):
             await sink.submit(OutMessage(TOPIC, 1, b"", "", "", {}, 0))
+        with pytest.raises(MessageRejected, match="flag"):
+            await sink.submit(OutMessage(TOPIC, 1, b"x", "", "", {}, 0, flag=1))
+        with pytest.raises(MessageRejected, match="UNIQ_KEY"):
+            await sink.submit(OutMessage(TOPIC, 1, b"x", "", "", {}, 0, uniq_key="U"))
         await sink.close()
 
     asyncio.run(main())
