@@ -56,6 +56,10 @@ SYSTEM_TOPICS = frozenset(
     }
 )
 SYSTEM_PREFIX = "rmq_sys_"
+#: RIP-45's heartbeat topic: ``rmq_sys_`` by name, but the replicator creates it in both
+#: clusters through this request (RIP-45 names it; RocketMQ 5's validator would refuse it,
+#: leaving it to broker auto-creation, which this broker does not do)
+REPLICATOR_HEARTBEAT_TOPIC = "rmq_sys_replicator_heartbeat"
 REGISTER_WAIT_S = 5.0
 
 
@@ -75,6 +79,8 @@ def check_topic_name(topic: str, reserved: frozenset[str] = frozenset()) -> None
         raise InvalidTopicRequest(
             f"topic: the topic [{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
         )
+    if topic == REPLICATOR_HEARTBEAT_TOPIC:
+        return
     if topic in SYSTEM_TOPICS or topic in reserved or topic.startswith(SYSTEM_PREFIX):
         raise InvalidTopicRequest(f"topic: the topic [{topic}] is conflict with system topic")
 
