@@ -188,6 +188,20 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="also delete the oldest closed segments while the commit log is bigger (0: no limit)",
     )
+    p.add_argument(
+        "--retention-check-interval-ms",
+        type=int,
+        default=60_000,
+        metavar="MS",
+        help="how often retention runs (60000)",
+    )
+    p.add_argument(
+        "--segment-size-bytes",
+        type=int,
+        default=1024 * 1024 * 1024,
+        metavar="BYTES",
+        help="commit-log segment file size (RocketMQ mappedFileSizeCommitLog, 1 GiB)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(run=run_broker)
     register_messages(subparsers, common)
@@ -215,6 +229,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         slave_read_enable=args.slave_read_enable,
         retention_hours=args.retention_hours,
         retention_bytes=args.retention_bytes,
+        retention_check_interval_ms=args.retention_check_interval_ms,
+        segment_size_bytes=args.segment_size_bytes,
         ha_host=args.listen_ha[0] if args.listen_ha else "",
         ha_port=args.listen_ha[1] if args.listen_ha else 0,
         metrics_listen=args.listen_metrics,

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
@@ -21,8 +22,14 @@ from pathlib import Path
 
 import pytest
 
+from replicator.rocketmq.client import ClusterClient
 from tests.harness import wait_until
-from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster, Stored
+from tests.integration.replicator.rocketmq.clusters import (
+    Message,
+    RmqCluster,
+    Stored,
+    running_clusters,
+)
 from tests.integration.replicator.rocketmq.process import (
     Worker,
     committed,
@@ -206,3 +213,48 @@ def test_rejected_messages_stall_or_are_dismissed(
         assert [p.offset for p in passed] == [2, 3, 4]
     finally:
         assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_retention_below_checkpoint_resumes_at_earliest_with_alarm(tmp_path: Path) -> None:
+    small_log = (
+        "--segment-size-bytes", "65536", "--retention-bytes", "131072",
+        "--retention-check-interval-ms", "200",
+    )  # fmt: skip
+    with running_clusters(tmp_path / "c", ("RA", "RB"), small_log) as (a, b):
+        topic = a.topic("Retained", queues=1)
+        job = "retained"
+        extra = ("--topics", topic, "--heartbeat-interval", "0")
+        w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra)
+        try:
+            a.produce(topic, [Message(b"early" * 200) for _ in range(20)])
+            wait_until(lambda: caught_up(b, job, 1), 60, lambda: w.log()[-3000:])
+        finally:
+            assert w.stop() == 0, w.log()[-3000:]
+        (checkpoint,) = [c.next_offset for c in committed(b.routes, job).values()]
+        a.produce(topic, [Message(b"late" * 256 + i.to_bytes(4, "big")) for i in range(400)])
+        wait_until(
+            lambda: source_min_offset(a, topic) > checkpoint,
+            60,
+            f"the source kept offset {checkpoint} (retention did not run)",
+        )
+        earliest = source_min_offset(a, topic)
+        w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra)
+        try:
+            wait_until(lambda: caught_up(b, job, 1), 90, lambda: w.log()[-3000:])
+            assert "ALARM offset_lost" in w.log()
+            (row,) = [q for q in queue_statuses(b.routes, job).values() if not q["heartbeat"]]
+            assert any("offset_lost" in a for a in row["alarms"]), row
+            kept = a.pull_all(topic, 0, earliest)
+            got = ids(b.all_messages(topic))
+            assert all(got[m.properties["UNIQ_KEY"]] >= 1 for m in kept)
+        finally:
+            assert w.stop() == 0, w.log()[-3000:]
+
+
+def source_min_offset(cluster: RmqCluster, topic: str) -> int:
+    async def go() -> int:
+        async with ClusterClient(cluster.namesrv) as c:
+            (q,) = await c.read_queues(topic)
+            return await c.min_offset(q)
+
+    return asyncio.run(go())

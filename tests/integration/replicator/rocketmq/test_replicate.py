@@ -41,9 +41,7 @@ def caught_up(dest: RmqCluster, job: str, partitions: int) -> bool:
     """Every source queue of ``job`` committed up to the source's end."""
     qs = queue_statuses(dest.routes, job)
     user = [q for q in qs.values() if not q.get("heartbeat")]
-    return len(user) == partitions and all(
-        q["committed_offset"] == q["max_offset"] for q in user
-    )
+    return len(user) == partitions and all(q["committed_offset"] == q["max_offset"] for q in user)
 
 
 def ids(messages: list[StoredMessage]) -> Counter[str]:
@@ -133,8 +131,16 @@ def test_loops_never_come_back(make_clusters: object, tmp_path: Path) -> None:
     edges = [("A", "B"), ("B", "A"), ("B", "AB"), ("AB", "A")]
     workers = [
         Worker(
-            tmp_path, by_name[s].namesrv, by_name[d].namesrv, by_name[d].endpoints,
-            f"{s}-{d}", "w", "--topics", topic, "--heartbeat-interval", "0",
+            tmp_path,
+            by_name[s].namesrv,
+            by_name[d].namesrv,
+            by_name[d].endpoints,
+            f"{s}-{d}",
+            "w",
+            "--topics",
+            topic,
+            "--heartbeat-interval",
+            "0",
         )  # fmt: skip
         for s, d in edges
     ]
@@ -155,9 +161,7 @@ def test_loops_never_come_back(make_clusters: object, tmp_path: Path) -> None:
         }
 
     def settled() -> bool:
-        return all(
-            caught_up(by_name[d], f"{s}-{d}", 2) for s, d in edges
-        ) and counts() == expected
+        return all(caught_up(by_name[d], f"{s}-{d}", 2) for s, d in edges) and counts() == expected
 
     try:
         wait_until(settled, 120, lambda: f"{counts()} != {expected}")
