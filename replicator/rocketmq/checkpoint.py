@@ -16,8 +16,11 @@ consumer offsets name the next message to consume, research/broker.md §3) has c
 nothing at or after g; with the newest sync (s, d) with s < g it resumes at d + 1 and misses
 nothing; a sync at g - 1 makes that exact. Without such a sync the answer is unknown
 (``None``: resume at the destination queue's min offset, which skips nothing either). A
-destination queue fed by several source queues resumes at the lowest of their answers. This is
-translation by offsets, never by timestamps (RIP-45's shipped connector translates by time
+destination queue fed by several source queues resumes at the lowest of their answers, so
+each checkpoint names the queues it ``feeds`` (set before the first send there): a source
+queue whose message already sits in a queue, but whose sync there is not committed yet, must
+make that queue unknown rather than let another source queue's sync pass its message (the
+property test found exactly that gap). This is translation by offsets, never by timestamps (RIP-45's shipped connector translates by time
 and can skip or repeat).
 
 History is bounded per destination queue: the newest :data:`RECENT_SYNCS` exactly, older ones
@@ -26,7 +29,7 @@ the smallest gap relative to its age) and the oldest always kept, :data:`MAX_SYN
 Dropping a sync never breaks the no-gap rule; it only makes older group offsets coarser.
 
 The record is JSON, ``{"v": 1, "next": …, "dismissed": …, "dest_topic": …, "syncs": {"<dest
-queue>": [[s, d], …]}}``, checked field by field on decode (:class:`CheckpointError` names
+queue>": [[s, d], …]}, "feeds": [<dest queue>, …]}``, checked field by field on decode (:class:`CheckpointError` names
 the field). A bare JSON integer (an operator's ``offsets reset`` to an offset) reads as a
 checkpoint with that next offset and no syncs.
 """
@@ -34,6 +37,7 @@ checkpoint with that next offset and no syncs.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,7 +61,7 @@ RECENT_SYNCS = 16
 #: syncs kept at most per destination queue (the newest 16 + thinned older ones)
 MAX_SYNCS = 32
 
-_FIELDS = ("v", "next", "dismissed", "dest_topic", "syncs")
+_FIELDS = ("v", "next", "dismissed", "dest_topic", "syncs", "feeds")
 
 
 class CheckpointError(ValueError):
@@ -80,6 +84,20 @@ class QueueCheckpoint:
     #: destination queue index -> [(source offset, destination offset)], oldest first, the
     #: destination offsets strictly ascending
     syncs: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: the destination queues this source queue's messages may go to (all of them when
+    #: hashing by key, one for the same-index mapping), sorted; every queue with a sync is
+    #: one. Translation must know them: a fed queue without a usable sync is unknown.
+    feeds: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.feeds = sorted(set(self.feeds) | {q for q, h in self.syncs.items() if h})
+
+    def feed(self, dest_queues: Iterable[int]) -> None:
+        """This source queue may send to ``dest_queues`` (call it before the first send
+        there, and commit it, so translation never trusts another queue's syncs alone)."""
+        for q in dest_queues:
+            _check_int("dest_queue", q)
+        self.feeds = sorted(set(self.feeds).union(dest_queues))
 
     def record_sync(self, dest_queue: int, source_offset: int, dest_offset: int) -> bool:
         """The message at ``source_offset`` is stored at ``dest_offset`` of ``dest_queue``.
@@ -89,6 +107,8 @@ class QueueCheckpoint:
         _check_int("dest_queue", dest_queue)
         _check_int("source_offset", source_offset)
         _check_int("dest_offset", dest_offset)
+        if dest_queue not in self.feeds:
+            self.feed([dest_queue])
         history = self.syncs.setdefault(dest_queue, [])
         if history and dest_offset <= history[-1][1]:
             return False
@@ -118,6 +138,7 @@ class QueueCheckpoint:
                 "syncs": {
                     str(q): [[s, d] for s, d in h] for q, h in sorted(self.syncs.items()) if h
                 },
+                "feeds": self.feeds,
             },
             separators=(",", ":"),
         ).encode()
@@ -151,6 +172,7 @@ class QueueCheckpoint:
             _non_negative("dismissed", doc.get("dismissed", 0)),
             dest_topic,
             _decode_syncs(doc.get("syncs", {})),
+            _decode_feeds(doc.get("feeds", [])),
         )
 
 
@@ -178,6 +200,12 @@ def _decode_syncs(raw: Any) -> dict[int, list[tuple[int, int]]]:
         if pairs:
             syncs[int(key)] = pairs
     return syncs
+
+
+def _decode_feeds(raw: Any) -> list[int]:
+    if not isinstance(raw, list):
+        raise CheckpointError("feeds", f"a list of destination queue indexes expected: {raw!r:.80}")
+    return [_non_negative(f"feeds[{i}]", q) for i, q in enumerate(raw)]
 
 
 def _thinnest(history: list[tuple[int, int]]) -> int:
@@ -208,18 +236,16 @@ def translate(
     """Per destination queue, the offset a group resumes at (see the module docstring).
 
     ``checkpoints``: the source queues of one topic (all replicated into one destination
-    topic), keyed by partition; ``group_offsets``: the group's source offsets by partition. A
-    source queue the group has no offset for counts as unknown (None) for every destination
-    queue it feeds."""
+    topic), keyed by partition; ``group_offsets``: the group's source offsets by partition.
+    Every destination queue a checkpoint ``feeds`` gets an answer; a source queue the group
+    has no offset for counts as unknown (None) for every destination queue it feeds."""
     topics = {c.dest_topic for c in checkpoints.values()}
     if len(topics) > 1:
         raise ValueError(f"checkpoints of several destination topics: {sorted(topics)}")
     result: dict[int, int | None] = {}
     for partition, ckpt in checkpoints.items():
         g = group_offsets.get(partition)
-        for q, history in ckpt.syncs.items():
-            if not history:
-                continue
+        for q in ckpt.feeds:
             here = None if g is None else ckpt.resume_offset(q, g)
             if q not in result:
                 result[q] = here

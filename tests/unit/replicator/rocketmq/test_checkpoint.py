@@ -30,6 +30,7 @@ def test_the_record_round_trips_and_is_versioned_json() -> None:
         "dismissed": 2,
         "dest_topic": "T-copy",
         "syncs": {"0": [[100, 5000]], "3": [[101, 7]]},
+        "feeds": [0, 3],
     }
     assert QueueCheckpoint.decode(raw) == c
 
@@ -58,6 +59,8 @@ def test_an_operator_reset_to_a_bare_offset_reads_as_a_checkpoint() -> None:
         (b'{"v": 1, "next": 1, "syncs": {"0": [[1]]}}', "syncs.0[0]", "pair"),
         (b'{"v": 1, "next": 1, "syncs": {"0": [[1, -2]]}}', "syncs.0[0]", "non-negative"),
         (b'{"v": 1, "next": 1, "syncs": {"1": [[1, 5], [2, 5]]}}', "syncs.1[1]", "not above 5"),
+        (b'{"v": 1, "next": 1, "feeds": {}}', "feeds", "a list"),
+        (b'{"v": 1, "next": 1, "feeds": [0, "1"]}', "feeds[1]", "non-negative"),
     ],
 )
 def test_decode_names_the_bad_field(doc: bytes, field: str, words: str) -> None:
@@ -133,6 +136,23 @@ def test_translate_takes_the_min_over_the_source_queues_feeding_a_dest_queue() -
     assert translate({"T/b0/0": 6}, ckpts) == {0: None, 1: 8, 2: None}
     with pytest.raises(ValueError, match="several destination topics"):
         translate({}, {"T/b0/0": a, "U/b0/0": QueueCheckpoint(0, dest_topic="E")})
+
+
+def test_a_fed_queue_without_a_usable_sync_is_unknown() -> None:
+    """Queue 1 of the source sent its first message into destination queue 0, but the sync
+    is not committed yet: queue 0 of the other source must not decide alone."""
+    a = QueueCheckpoint(0, dest_topic="D", feeds=[0, 1])
+    a.record_sync(0, 9, 50)
+    b = QueueCheckpoint(0, dest_topic="D")
+    b.feed([0, 1])
+    assert b.feeds == [0, 1] and b.syncs == {}
+    ckpts = {"T/b/0": a, "T/b/1": b}
+    assert translate({"T/b/0": 10, "T/b/1": 0}, ckpts) == {0: None, 1: None}
+    assert translate({"T/b/0": 10}, {"T/b/0": a}) == {0: 51, 1: None}
+    decoded = QueueCheckpoint.decode(b.encode())
+    assert decoded.feeds == [0, 1]
+    # every queue with a sync is fed, whatever the record says
+    assert QueueCheckpoint(0, syncs={2: [(1, 1)]}, feeds=[0]).feeds == [0, 2]
 
 
 def test_source_topic() -> None:
