@@ -34,7 +34,7 @@ import hashlib
 import time
 
 from nameserver.client import Client
-from nameserver.client.errors import ClientError, LeaseLost
+from nameserver.client.errors import ClientError, LeaseLost, NotFound
 from nameserver.client.kv import Compare, Op, RangeResult
 from nameserver.client.leases import KeepAlive
 from replicator.lease import Fence
@@ -169,15 +169,18 @@ class Membership:
     def claim(self, partition: str) -> Fence | None:
         """Claim ``partition`` on this worker's lease: its Fence (the claim key's create
         revision as the token), or None while another worker holds it. Claiming a partition
-        this worker already holds returns the same Fence."""
+        this worker already holds returns the same Fence. LeaseLost when the lease is gone."""
         self.check()
         lease = self.lease_id
         key = claim_key(self.job, partition)
-        r = self.client.txn(
-            [Compare.create(key) == 0],
-            success=[Op.put(key, self.worker, lease=lease), Op.get(key)],
-            failure=[Op.get(key)],
-        )
+        try:
+            r = self.client.txn(
+                [Compare.create(key) == 0],
+                success=[Op.put(key, self.worker, lease=lease), Op.get(key)],
+                failure=[Op.get(key)],
+            )
+        except NotFound as exc:  # the server expired (or someone revoked) the lease
+            raise LeaseLost(f"worker {self.worker!r} of job {self.job!r}: {exc}") from exc
         read = r.responses[-1]
         assert isinstance(read, RangeResult)
         kv = read.kvs[0] if read.kvs else None

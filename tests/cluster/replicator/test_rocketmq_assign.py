@@ -127,6 +127,14 @@ def test_a_worker_that_released_a_partition_cannot_commit_it_again(
         with pytest.raises(FailedPrecondition):
             commit(cb, fb, P, 40)
 
+        # revoked behind its back (an operator): a claim says the lease is lost
+        a2 = Membership(ca, JOB, "worker-a2", ttl_s=30)
+        a2.join()
+        ca.lease_revoke(a2.lease_id)
+        with pytest.raises(LeaseLost):
+            a2.claim("T/b/9")
+        a2.leave()
+
         # leaving revokes the lease: the claims go at once, another worker claims right away
         a.leave()
         with pytest.raises(LeaseLost):
