@@ -61,6 +61,7 @@ RECENT_SYNCS = 16
 #: syncs kept at most per destination queue (the newest 16 + thinned older ones)
 MAX_SYNCS = 32
 
+_INT64_MAX = 2**63 - 1  # offsets and the Offsets service's position are int64
 _FIELDS = ("v", "next", "dismissed", "dest_topic", "syncs", "feeds")
 
 
@@ -147,7 +148,7 @@ class QueueCheckpoint:
     def decode(cls, raw: bytes) -> QueueCheckpoint:
         try:
             doc: Any = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise CheckpointError(
                 "", f"the checkpoint is not JSON ({exc}): {bytes(raw[:80])!r}"
             ) from None
@@ -160,7 +161,7 @@ class QueueCheckpoint:
         unknown = sorted(set(doc) - set(_FIELDS))
         if unknown:
             raise CheckpointError(unknown[0], "unknown field")
-        if doc.get("v") != VERSION:
+        if not _is_int(doc.get("v")) or doc["v"] != VERSION:
             raise CheckpointError("v", f"version {doc.get('v')!r} is not {VERSION}")
         if "next" not in doc:
             raise CheckpointError("next", "missing")
@@ -282,9 +283,9 @@ def _is_int(value: object) -> bool:
 
 
 def _non_negative(name: str, value: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT64_MAX:
         return value
-    raise CheckpointError(name, f"a non-negative integer expected, not {value!r:.80}")
+    raise CheckpointError(name, f"an integer in [0, 2**63) expected, not {value!r:.80}")
 
 
 def _check_int(name: str, value: int) -> None:
