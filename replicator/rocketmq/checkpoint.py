@@ -80,7 +80,7 @@ class QueueCheckpoint:
 
     next_offset: int
     dismissed: int = 0
-    #: the destination topic the syncs are offsets of
+    #: the destination topic the syncs are offsets of (another topic: start a new record)
     dest_topic: str = ""
     #: destination queue index -> [(source offset, destination offset)], oldest first, the
     #: destination offsets strictly ascending
@@ -96,9 +96,10 @@ class QueueCheckpoint:
     def feed(self, dest_queues: Iterable[int]) -> None:
         """This source queue may send to ``dest_queues`` (call it before the first send
         there, and commit it, so translation never trusts another queue's syncs alone)."""
-        for q in dest_queues:
+        queues = list(dest_queues)
+        for q in queues:
             _check_int("dest_queue", q)
-        self.feeds = sorted(set(self.feeds).union(dest_queues))
+        self.feeds = sorted(set(self.feeds).union(queues))
 
     def record_sync(self, dest_queue: int, source_offset: int, dest_offset: int) -> bool:
         """The message at ``source_offset`` is stored at ``dest_offset`` of ``dest_queue``.

@@ -144,7 +144,7 @@ def test_a_fed_queue_without_a_usable_sync_is_unknown() -> None:
     a = QueueCheckpoint(0, dest_topic="D", feeds=[0, 1])
     a.record_sync(0, 9, 50)
     b = QueueCheckpoint(0, dest_topic="D")
-    b.feed([0, 1])
+    b.feed(q for q in (1, 0))  # any iterable
     assert b.feeds == [0, 1] and b.syncs == {}
     ckpts = {"T/b/0": a, "T/b/1": b}
     assert translate({"T/b/0": 10, "T/b/1": 0}, ckpts) == {0: None, 1: None}
