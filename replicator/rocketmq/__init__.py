@@ -1,6 +1,11 @@
-"""The RocketMQ replicator (issue 19): copies topics of one RocketMQ cluster into another.
+"""The RocketMQ replicator (issue 19, RIP-45): topics of one RocketMQ cluster copied into
+another at least once, with fenced source offsets, offset-syncs and consumer-group offset
+translation, all kept in metaledger.
 
-``wire`` (sans-I/O requests and answer parsers: pull, offsets, routes, topics, the stored
-record format) and ``client`` (``ClusterClient``, asyncio, one cluster through its
-nameserver) are the source side; sinks are in ``replicator.sinks``.
+- ``wire`` (sans-I/O requests, answers, the stored-record format), ``routes`` and ``client``
+  (``ClusterClient``: one cluster through its nameserver): talking to RocketMQ;
+- ``watermark``, ``checkpoint`` (the commit record and offset translation) and ``assign``
+  (workers, leases, per-queue claims): the state;
+- ``source`` (one source queue replicated), ``replicator`` (a worker), ``connectors``
+  (heartbeats, topic config, group offsets), ``groups``, ``config``, ``metrics``, ``cli``.
 """
