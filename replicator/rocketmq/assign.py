@@ -89,6 +89,7 @@ class Membership:
         self.key = workers_prefix(job) + worker.encode()
         self._keeper: KeepAlive | None = None
         self._claims: dict[str, Fence] = {}
+        self._fence: Fence | None = None
         self.lost_reason: str | None = None
 
     # ----------------------------------------------------------------- membership
@@ -115,6 +116,16 @@ class Membership:
                 self.client.lease_revoke(lease.id)
             raise
         self._keeper = keeper
+        got = self.client.get(self.key)
+        revision = got.kvs[0].create_revision if got.kvs else 0
+        self._fence = Fence(lease.id, revision, self.key)
+
+    @property
+    def fence(self) -> Fence:
+        """The worker key's fence (guards what this worker publishes, e.g. its status)."""
+        self.check()
+        assert self._fence is not None
+        return self._fence
 
     def _lost(self, why: str) -> None:
         self.lost_reason = why

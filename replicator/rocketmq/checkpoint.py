@@ -119,6 +119,15 @@ class QueueCheckpoint:
             del history[_thinnest(history)]
         return True
 
+    def copy(self) -> QueueCheckpoint:
+        return QueueCheckpoint(
+            self.next_offset,
+            self.dismissed,
+            self.dest_topic,
+            {q: list(h) for q, h in self.syncs.items()},
+            list(self.feeds),
+        )
+
     def resume_offset(self, dest_queue: int, group_offset: int) -> int | None:
         """Where a group at source offset ``group_offset`` of this queue resumes in
         ``dest_queue``: the newest sync (s, d) with s < ``group_offset`` gives d + 1; None

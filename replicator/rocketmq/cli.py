@@ -87,6 +87,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     r.add_argument("--include-dlq", action="store_true")
     r.add_argument("--max-in-flight", type=int, default=4096, metavar="N")
     r.add_argument("--rate", type=float, default=0.0, metavar="MSGS_PER_S", help="0: no limit")
+    r.add_argument(
+        "--offset-sync-every",
+        type=int,
+        default=100,
+        metavar="N",
+        help="an offset-sync at least every N source offsets (translation precision)",
+    )
     r.add_argument("--commit-interval", type=float, default=1.0, metavar="SECONDS")
     r.add_argument("--refresh-interval", type=float, default=5.0, metavar="SECONDS")
     r.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="SECONDS")
@@ -133,6 +140,7 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
         max_in_flight=args.max_in_flight,
         rate_limit=args.rate,
         commit_interval_s=args.commit_interval,
+        offset_sync_every=args.offset_sync_every,
         refresh_s=args.refresh_interval,
         heartbeat_interval_s=args.heartbeat_interval,
         sync_config=not args.no_config_sync,
@@ -221,7 +229,9 @@ def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:
                 print(f"metaledger: replicate translate: job {args.job!r} has committed nothing",
                       file=sys.stderr)  # fmt: skip
                 return EXIT_NOT_FOUND
-            table = [("TOPIC", "QUEUE", "BROKER", "QUEUE_ID", "OFFSET", "BASIS")]
+            table: list[tuple[str, ...]] = [
+                ("TOPIC", "QUEUE", "BROKER", "QUEUE_ID", "OFFSET", "BASIS")
+            ]
             table += [
                 (
                     r.topic,

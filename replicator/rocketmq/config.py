@@ -74,6 +74,9 @@ class RocketMQReplicatorConfig:
     #: messages per second over the whole worker; 0 = unlimited
     rate_limit: float = 0.0
     pull_batch: int = 32
+    #: record an offset-sync at least every this many source offsets per destination queue
+    #: (beside the newest at each commit): the translation's precision
+    offset_sync_every: int = 100
     commit_interval_s: float = 1.0
     refresh_s: float = 5.0
     heartbeat_interval_s: float = 10.0  # 0 = no heartbeats
@@ -127,7 +130,7 @@ class RocketMQReplicatorConfig:
                 raise ConfigError(f"{name}: a cluster name cannot hold ','")
         if self.source_cluster and self.source_cluster == self.dest_cluster:
             raise ConfigError("source_cluster and dest_cluster are the same cluster")
-        for name in ("lease_ttl_s", "max_in_flight", "pull_batch"):
+        for name in ("lease_ttl_s", "max_in_flight", "pull_batch", "offset_sync_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be at least 1, got {getattr(self, name)}")
         for name in ("commit_interval_s", "refresh_s", "config_interval_s", "status_interval_s"):

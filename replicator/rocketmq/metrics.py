@@ -39,7 +39,7 @@ class RocketMQMetrics:
         self.registry = CollectorRegistry()
         self._doc: Mapping[str, Any] = {}
         self._server: Any = None
-        self.registry.register(self)  # type: ignore[arg-type]
+        self.registry.register(self)
 
     def observe(self, status: Mapping[str, Any]) -> None:
         self._doc = status

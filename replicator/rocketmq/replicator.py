@@ -31,10 +31,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nameserver.client import Client
 from nameserver.client.errors import ClientError, NotFound
+from replicator.lease import Fence
 from replicator.rocketmq.assign import Membership, assignment
 from replicator.rocketmq.checkpoint import QueueCheckpoint
 from replicator.rocketmq.client import ClusterClient, ReadQueue
@@ -106,6 +108,15 @@ class RocketMQReplicator:
             while not self._stop.is_set():
                 self._failure = None
                 try:
+                    if not self.membership.alive:
+                        # lost the lease (paused, partitioned): join again as a new member
+                        log.warning(
+                            "rejoining job %s: %s",
+                            self.config.job,
+                            self.membership.lost_reason or "lease expired",
+                        )
+                        await asyncio.to_thread(self.membership.leave)
+                        await asyncio.to_thread(self.membership.join)
                     await self._pass()
                 except (SinkError, RocketMQError, ClientError, OSError) as exc:
                     self._failure = f"{type(exc).__name__}: {exc}"
@@ -241,6 +252,14 @@ class RocketMQReplicator:
                 log.warning("%s: could not load its offset (%s); next refresh", partition, exc)
                 await asyncio.to_thread(self.membership.release, partition)
                 continue
+            n = sink.queue_count(sq.dest_topic)
+            feeds = [sq.index % n] if self.config.queue_map == "same" else list(range(n))
+            if not set(feeds) <= set(ckpt.feeds):
+                # translation must know every queue this one sends to before the first send
+                ckpt.feed(feeds)
+                if not await self._commit_record(partition, fence, ckpt):
+                    await asyncio.to_thread(self.membership.release, partition)
+                    continue
             rep = QueueReplication(sq.queue, sq.index, sq.dest_topic, fence, ckpt, sq.heartbeat)
             rep.task = asyncio.create_task(
                 rep.run(
@@ -265,9 +284,13 @@ class RocketMQReplicator:
         except NotFound:
             start = await self.source.min_offset(sq.queue)
             return QueueCheckpoint(next_offset=start, dest_topic=sq.dest_topic)
-        return QueueCheckpoint.decode(committed.offset)
+        ckpt = QueueCheckpoint.decode(committed.offset)
+        if ckpt.dest_topic != sq.dest_topic:
+            # renamed: the syncs were offsets of another topic
+            ckpt = QueueCheckpoint(ckpt.next_offset, ckpt.dismissed, sq.dest_topic)
+        return ckpt
 
-    def _task_done(self, partition: str) -> object:
+    def _task_done(self, partition: str) -> Callable[[asyncio.Task[None]], None]:
         def done(task: asyncio.Task[None]) -> None:
             if task.cancelled():
                 return
@@ -310,23 +333,28 @@ class RocketMQReplicator:
         ckpt = rep.next_checkpoint()
         if ckpt is None:
             return
+        if await self._commit_record(rep.partition, rep.fence, ckpt):
+            rep.committed(ckpt)
+        else:
+            self._failed(f"{rep.partition}: commit refused")
+
+    async def _commit_record(self, partition: str, fence: Fence, ckpt: QueueCheckpoint) -> bool:
+        """One fenced commit; False (logged) when the server refused it: this worker no
+        longer holds the queue (its lease expired, or another worker claimed it since)."""
         try:
             await asyncio.to_thread(
                 self.client.offsets_commit,
                 self.config.job,
-                rep.partition,
+                partition,
                 ckpt.encode(),
-                lease_id=rep.fence.lease_id,
-                fencing_token=rep.fence.token,
+                lease_id=fence.lease_id,
+                fencing_token=fence.token,
                 position=ckpt.next_offset,
             )
         except ClientError as exc:
-            log.warning(
-                "%s: commit refused (%s): this worker no longer owns it", rep.partition, exc
-            )
-            self._failed(f"{rep.partition}: commit refused: {exc}")
-            return
-        rep.committed(ckpt)
+            log.warning("%s: commit refused (%s): this worker no longer owns it", partition, exc)
+            return False
+        return True
 
     def status(self) -> dict[str, object]:
         now_ms = int(time.time() * 1000)

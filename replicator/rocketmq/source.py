@@ -102,6 +102,9 @@ class QueueReplication:
     counters: Counters = field(default_factory=Counters)
     #: newest acked (source offset, dest offset) per dest queue, not yet in the checkpoint
     syncs: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: older acks kept for the sync history (one each ``offset_sync_every`` offsets)
+    marks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    last_mark: dict[int, int] = field(default_factory=dict)
     max_offset: int = 0  # the source queue's end, from the last pull answer
     #: store timestamp (ms) of each in-flight message, for the lag in seconds
     stamps: dict[int, int] = field(default_factory=dict)
@@ -141,18 +144,23 @@ class QueueReplication:
             )
             self.max_offset = max(self.max_offset, result.max_offset)
             if result.status is PullStatus.OFFSET_ILLEGAL:
+                if self.watermark.in_flight:
+                    # first let what was sent settle (moving needs nothing in flight)
+                    await asyncio.sleep(0.1)
+                    continue
                 offset = self._offset_lost(config, offset, result.min_offset, result.next_offset)
                 if self.stopped:
                     return
                 continue
             if result.status is not PullStatus.FOUND:
-                if result.next_offset > offset and self.watermark.in_flight == 0:
-                    # nothing there (filtered or a gap): move on
-                    self.watermark.moved(result.next_offset)
+                if result.next_offset > self.watermark.next_offset:
+                    # nothing there for us (filtered out): those offsets need no ack
+                    self.watermark.advance(result.next_offset)
                 offset = max(offset, result.next_offset)
+                self.next_pull = offset
                 continue
             for m in result.messages:
-                if m.queue_offset < offset:
+                if m.queue_offset < self.watermark.next_offset:
                     continue  # already had it (a broker answering from an earlier offset)
                 self.watermark.pulled(m.queue_offset)
                 sources = parse_sources(m.properties.get(SOURCE_PROPERTY))
@@ -208,9 +216,7 @@ class QueueReplication:
             if exc is None:
                 self.watermark.acked(offset)
                 self.counters.acked += 1
-                prev = self.syncs.get(dq)
-                if prev is None or prev[0] < offset:
-                    self.syncs[dq] = (offset, future.result())
+                self._sync(dq, offset, future.result(), config.offset_sync_every)
                 return
             if isinstance(exc, (QueueFailed, SinkClosed)):
                 return  # a later message of a failed lane, or shutdown: sent again next pass
@@ -218,6 +224,19 @@ class QueueReplication:
                 failed(f"{self.partition} offset {offset}: {exc}")
 
         return done
+
+    def _sync(self, dq: int, offset: int, dest_offset: int, every: int) -> None:
+        """Keep the newest ack per destination queue, and every ``every`` source offsets
+        one more for the history (MirrorMaker 2's ``offset.lag.max``)."""
+        newest = self.syncs.get(dq)
+        if newest is not None and newest[1] >= dest_offset:
+            return
+        self.syncs[dq] = (offset, dest_offset)
+        marks = self.marks.setdefault(dq, [])
+        last = marks[-1][0] if marks else self.last_mark.get(dq, -every)
+        if offset - last >= every:
+            marks.append((offset, dest_offset))
+            self.last_mark[dq] = offset
 
     def _failure(self, config: RocketMQReplicatorConfig, offset: int, exc: BaseException) -> bool:
         """Count a message the destination did not store; True when it was dismissed."""
@@ -278,12 +297,15 @@ class QueueReplication:
         new.dest_topic = self.dest_topic
         new.dismissed = self.dismissed_total
         for dq, (s, d) in sorted(self.syncs.items()):
+            for ms, md in self.marks.get(dq, []):
+                new.record_sync(dq, ms, md)
             new.record_sync(dq, s, d)
         return new
 
     def committed(self, ckpt: QueueCheckpoint) -> None:
         self.checkpoint = ckpt
         self.syncs.clear()
+        self.marks.clear()
 
     def status(self, now_ms: int) -> dict[str, object]:
         committed = self.checkpoint.next_offset

@@ -176,6 +176,11 @@ class RocketMQSink:
             await self.add_topic(topic)
         self._refresher = asyncio.create_task(self._refresh_routes(), name="sink routes")
 
+    @property
+    def topics(self) -> list[str]:
+        """The topics this sink has lanes for (started with, or added)."""
+        return sorted(self._counts)
+
     async def add_topic(self, topic: str) -> None:
         """Learn ``topic``'s route and make a lane per write queue (a topic found at run time).
         Called again for a known topic: lanes for the queues added since (``queue_count``

@@ -129,21 +129,13 @@ def test_loops_never_come_back(make_clusters: object, tmp_path: Path) -> None:
     for c in (a, b, ab):
         c.topic(topic, queues=2)
     edges = [("A", "B"), ("B", "A"), ("B", "AB"), ("AB", "A")]
-    workers = [
-        Worker(
-            tmp_path,
-            by_name[s].namesrv,
-            by_name[d].namesrv,
-            by_name[d].endpoints,
-            f"{s}-{d}",
-            "w",
-            "--topics",
-            topic,
-            "--heartbeat-interval",
-            "0",
-        )  # fmt: skip
-        for s, d in edges
-    ]
+
+    def worker(s: str, d: str) -> Worker:
+        src, dst = by_name[s], by_name[d]
+        extra = ("--topics", topic, "--heartbeat-interval", "0")
+        return Worker(tmp_path, src.namesrv, dst.namesrv, dst.endpoints, f"{s}-{d}", "w", *extra)
+
+    workers = [worker(s, d) for s, d in edges]
     n = 20
     born: dict[str, str] = {}
     for c in (a, b, ab):
