@@ -218,8 +218,14 @@ class QueueReplication:
                 self.counters.acked += 1
                 self._sync(dq, offset, future.result(), config.offset_sync_every)
                 return
-            if isinstance(exc, (QueueFailed, SinkClosed)):
-                return  # a later message of a failed lane, or shutdown: sent again next pass
+            if isinstance(exc, SinkClosed):
+                return  # shutdown: sent again by the next pass or worker
+            if isinstance(exc, QueueFailed):
+                # behind a message that failed the lane for good: the lane takes nothing
+                # more, so the pass restarts (from the watermark) even when that message
+                # was dismissed
+                failed(f"{self.partition} offset {offset}: {exc}")
+                return
             if not self._failure(config, offset, exc):
                 failed(f"{self.partition} offset {offset}: {exc}")
 

@@ -147,6 +147,8 @@ class _Lane:
     stale: set[int] = field(default_factory=set)  # tokens of rewound sends still unanswered
     retry_at: float = 0.0
     refresh_route: bool = False
+    #: ledger slots below this index go one per request (isolating a refused message)
+    solo_until: int = 0
     failed: SinkError | None = None
     task: asyncio.Task[None] | None = None
 
@@ -312,7 +314,8 @@ class RocketMQSink:
         for a batch item, goes alone (as SEND_MESSAGE_V2)."""
         slots: list[Slot] = []
         size = 0
-        while lane.next_send < len(lane.ledger) and len(slots) < self.config.max_batch_messages:
+        limit = 1 if lane.next_send < lane.solo_until else self.config.max_batch_messages
+        while lane.next_send < len(lane.ledger) and len(slots) < limit:
             slot = lane.ledger[lane.next_send]
             item = item_size(slot)
             alone = not fits_batch(slot)
@@ -381,6 +384,7 @@ class RocketMQSink:
             for i, slot in enumerate(slots):
                 confirmed += len(lane.ledger.mark_done(slot, first_offset + i))
             lane.next_send -= confirmed
+            lane.solo_until = max(0, lane.solo_until - confirmed)
             self._capacity.give(confirmed)
             return
         if answer is not None:
@@ -394,6 +398,13 @@ class RocketMQSink:
             lane.refresh_route = True
         else:
             error = SinkUnavailable(f"send failed: {exc!r}")
+        if not error.retriable and len(slots) > 1:
+            # a batch refused for good: send its messages one by one to find the one the
+            # broker refuses (it alone fails the lane, and a dismiss policy names it)
+            index = lane.ledger.index(first)
+            lane.solo_until = max(lane.solo_until, index + len(slots))
+            self._rewind(lane, index)
+            return
         self._on_failure(lane, first, error)
 
     def _on_failure(self, lane: _Lane, slot: Slot, error: SinkError) -> None:
@@ -411,6 +422,17 @@ class RocketMQSink:
             slot.attempts,
             self.config.max_attempts,
         )
+        self._rewind(lane, index)
+        backoff_ms = min(
+            self.config.retry_backoff_ms * 2 ** min(slot.attempts - 1, 30),
+            self.config.max_backoff_ms,
+        )
+        lane.retry_at = time.monotonic() + backoff_ms / 1000
+        lane.wake.set()
+
+    def _rewind(self, lane: _Lane, index: int) -> None:
+        """Make the lane's slots from ``index`` on unsent again (answers still out for them
+        are ignored when they come)."""
         outstanding: set[int] = set()
         for i in range(index, lane.next_send):
             later = lane.ledger[i]
@@ -422,11 +444,6 @@ class RocketMQSink:
         lane.in_flight -= len(outstanding)
         self.resends += lane.next_send - index
         lane.next_send = index
-        backoff_ms = min(
-            self.config.retry_backoff_ms * 2 ** min(slot.attempts - 1, 30),
-            self.config.max_backoff_ms,
-        )
-        lane.retry_at = time.monotonic() + backoff_ms / 1000
         lane.wake.set()
 
     def _fail_lane(self, lane: _Lane, slot: Slot, error: SinkError) -> None:

@@ -3,18 +3,23 @@ by its PID; and reading a job's published status and committed offsets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from replicator.rocketmq.checkpoint import QueueCheckpoint
-
+from broker.store import StoredMessage
 from nameserver.client import Client
+from replicator.rocketmq.checkpoint import QueueCheckpoint
+from replicator.rocketmq.client import ClusterClient
+from replicator.rocketmq.wire import TopicSpec
 from replicator.status import read_statuses
 from tests.integration.broker.conftest import cli_env
+from tests.integration.replicator.rocketmq.clusters import RmqCluster
 
 #: fast clocks for tests: a heartbeat a second, commits twice a second
 FAST = (
@@ -97,3 +102,41 @@ def committed(client: Client, job: str) -> dict[str, QueueCheckpoint]:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True, default=str)
+
+
+def source_ends(source: RmqCluster, topics: tuple[str, ...]) -> dict[str, int]:
+    """Each source queue's end (max offset), by partition."""
+
+    async def go() -> dict[str, int]:
+        async with ClusterClient(source.namesrv) as c:
+            out = {}
+            for topic in topics:
+                for q in await c.read_queues(topic):
+                    out[q.partition] = await c.max_offset(q)
+            return out
+
+    return asyncio.run(go())
+
+
+def caught_up(source: RmqCluster, dest: RmqCluster, job: str, *topics: str) -> bool:
+    """Every source queue of ``topics`` committed by ``job`` up to the source's end now."""
+    ends = source_ends(source, topics)
+    qs = queue_statuses(dest.routes, job)
+    return bool(ends) and all(
+        p in qs and qs[p]["committed_offset"] == end for p, end in ends.items()
+    )
+
+
+def update_topic(cluster: RmqCluster, topic: str, queues: int, perm: int = 6) -> None:
+    """Create or change ``topic`` through the broker (UPDATE_AND_CREATE_TOPIC), as
+    ``mqadmin updateTopic`` does."""
+
+    async def go() -> None:
+        async with ClusterClient(cluster.namesrv) as c:
+            await c.create_topic(TopicSpec(topic, queues, queues, perm), cluster=cluster.name)
+
+    asyncio.run(go())
+
+
+def ids(messages: list[StoredMessage]) -> Counter[str]:
+    return Counter(m.properties.get("UNIQ_KEY", "") for m in messages)

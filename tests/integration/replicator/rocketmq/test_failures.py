@@ -17,7 +17,6 @@ import asyncio
 import signal
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -32,11 +31,12 @@ from tests.integration.replicator.rocketmq.clusters import (
 )
 from tests.integration.replicator.rocketmq.process import (
     Worker,
+    caught_up,
     committed,
     dumps,
+    ids,
     queue_statuses,
 )
-from tests.integration.replicator.rocketmq.test_replicate import caught_up, ids
 
 pytestmark = [pytest.mark.integration]
 
@@ -78,7 +78,7 @@ def test_kill9_loses_nothing(two_clusters: tuple[RmqCluster, RmqCluster], tmp_pa
         w2 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra)
         producer.join(120)
         assert done.is_set()
-        wait_until(lambda: caught_up(b, job, 4), 120, lambda: w2.log()[-3000:])
+        wait_until(lambda: caught_up(a, b, job, topic), 120, lambda: w2.log()[-3000:])
         got = ids(b.all_messages(topic))
         missing = [s for s in produced if got[s.msg_id] == 0]
         assert not missing, missing[:5]
@@ -111,7 +111,7 @@ def test_lease_failover_and_paused_worker(
         total += 100
 
     def exactly(n: int) -> bool:
-        return caught_up(b, job, 4) and sum(ids(b.all_messages(topic)).values()) == n
+        return caught_up(a, b, job, topic) and sum(ids(b.all_messages(topic)).values()) == n
 
     try:
         wait_until(
@@ -157,7 +157,7 @@ def test_destination_down_stalls_then_delivers(
     )  # fmt: skip
     try:
         first = a.produce(topic, [Message(f"o{i}".encode()) for i in range(20)])
-        wait_until(lambda: caught_up(b, job, 2), 60, lambda: w.log()[-3000:])
+        wait_until(lambda: caught_up(a, b, job, topic), 60, lambda: w.log()[-3000:])
         stalled = {p: c.next_offset for p, c in committed(b.routes, job).items()}
         b.pause_broker()  # sends time out
         try:
@@ -172,45 +172,46 @@ def test_destination_down_stalls_then_delivers(
             assert {p: c.next_offset for p, c in committed(b.routes, job).items()} == stalled
         finally:
             b.resume_broker()
-        wait_until(lambda: caught_up(b, job, 2), 90, lambda: w.log()[-3000:])
+        wait_until(lambda: caught_up(a, b, job, topic), 90, lambda: w.log()[-3000:])
         got = ids(b.all_messages(topic))
         assert all(got[s.msg_id] >= 1 for s in first + second)
     finally:
         assert w.stop() == 0, w.log()[-3000:]
 
 
-def test_rejected_messages_stall_or_are_dismissed(
+def oversized(i: int) -> Message:
+    """A message whose properties the source takes (32,762 bytes, RocketMQ's limit is 32,767)
+    but the destination refuses (MESSAGE_ILLEGAL) once the replicator adds its 29-byte
+    ``ROCKETMQ_REPLICATOR_SOURCE=A``."""
+    # pad 0x01 value 0x02 + UNIQ_KEY 0x01 <32> 0x02 + WAIT 0x01 true 0x02 = L + 57 bytes
+    return Message(f"big{i}".encode(), properties={"pad": "x" * 32705, "UNIQ_KEY": f"{i:032d}"})
+
+
+def test_refused_messages_stall_the_commit_or_are_dismissed(
     two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
 ) -> None:
     a, b = two_clusters
     topic = a.topic("Refused", queues=1)
-    b.topic(topic, queues=1, perm=4)  # read-only at the destination: sends are refused
     job = "refused"
-    extra = ("--topics", topic, "--no-config-sync", "--heartbeat-interval", "0")
-    refused = a.produce(topic, [Message(f"r{i}".encode()) for i in range(2)])
+    extra = ("--topics", topic, "--heartbeat-interval", "0")
+    a.produce(topic, [Message(b"ok-0"), oversized(1), Message(b"ok-2"), oversized(3)])
     w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra)
     try:
+        # without a dismiss policy the commit stops at the first refused message (offset 1)
         wait_until(lambda: w.log().count("pass ended") >= 2, 60, lambda: w.log()[-3000:])
-        assert {c.next_offset for c in committed(b.routes, job).values()} <= {0}
+        assert [c.next_offset for c in committed(b.routes, job).values()] == [1]
+        assert "MESSAGE_ILLEGAL" in w.log() or "code 13" in w.log() or "13" in w.log()
     finally:
         assert w.stop() == 0, w.log()[-3000:]
     w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra, "--dismiss", "log")
     try:
-        wait_until(
-            lambda: [c.dismissed for c in committed(b.routes, job).values()] == [2],
-            90,
-            lambda: w.log()[-3000:],
-        )
-        assert "dismissed" in w.log()
-        qs = queue_statuses(b.routes, job)
-        assert [q["dismissed"] for q in qs.values() if not q["heartbeat"]] == [2]
-        b.topic(topic, queues=1, perm=6)
-        passed = a.produce(topic, [Message(f"s{i}".encode()) for i in range(3)])
-        wait_until(lambda: caught_up(b, job, 1), 60, lambda: w.log()[-3000:])
-        got = Counter(m.body for m in b.all_messages(topic))
-        assert got == Counter(f"s{i}".encode() for i in range(3)), got
-        assert not any(got[f"r{i}".encode()] for i in range(len(refused)))
-        assert [p.offset for p in passed] == [2, 3, 4]
+        wait_until(lambda: caught_up(a, b, job, topic), 90, lambda: w.log()[-3000:])
+        assert [c.dismissed for c in committed(b.routes, job).values()] == [2]
+        assert w.log().count("dismissed the message at offset") == 2, w.log()[-3000:]
+        (row,) = queue_statuses(b.routes, job).values()
+        assert row["dismissed"] == 2
+        bodies = [m.body for m in b.all_messages(topic)]
+        assert bodies == [b"ok-0", b"ok-2"], bodies
     finally:
         assert w.stop() == 0, w.log()[-3000:]
 
@@ -227,7 +228,7 @@ def test_retention_below_checkpoint_resumes_at_earliest_with_alarm(tmp_path: Pat
         w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra)
         try:
             a.produce(topic, [Message(b"early" * 200) for _ in range(20)])
-            wait_until(lambda: caught_up(b, job, 1), 60, lambda: w.log()[-3000:])
+            wait_until(lambda: caught_up(a, b, job, topic), 60, lambda: w.log()[-3000:])
         finally:
             assert w.stop() == 0, w.log()[-3000:]
         (checkpoint,) = [c.next_offset for c in committed(b.routes, job).values()]
@@ -240,7 +241,7 @@ def test_retention_below_checkpoint_resumes_at_earliest_with_alarm(tmp_path: Pat
         earliest = source_min_offset(a, topic)
         w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra)
         try:
-            wait_until(lambda: caught_up(b, job, 1), 90, lambda: w.log()[-3000:])
+            wait_until(lambda: caught_up(a, b, job, topic), 90, lambda: w.log()[-3000:])
             assert "ALARM offset_lost" in w.log()
             (row,) = [q for q in queue_statuses(b.routes, job).values() if not q["heartbeat"]]
             assert any("offset_lost" in a for a in row["alarms"]), row

@@ -24,28 +24,22 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import StoredMessage
-from nameserver.client.routing import QueueData
 from tests.harness import wait_until
 from tests.integration.broker.conftest import cli_env
 from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster
-from tests.integration.replicator.rocketmq.process import Worker, dumps, queue_statuses
+from tests.integration.replicator.rocketmq.process import (
+    Worker,
+    caught_up,
+    dumps,
+    ids,
+    queue_statuses,
+    update_topic,
+)
 
 pytestmark = [pytest.mark.integration]
 
 SOURCE = "ROCKETMQ_REPLICATOR_SOURCE"
 BIG = os.urandom(4 * 1024 * 1024 - 4096)
-
-
-def caught_up(dest: RmqCluster, job: str, partitions: int) -> bool:
-    """Every source queue of ``job`` committed up to the source's end."""
-    qs = queue_statuses(dest.routes, job)
-    user = [q for q in qs.values() if not q.get("heartbeat")]
-    return len(user) == partitions and all(q["committed_offset"] == q["max_offset"] for q in user)
-
-
-def ids(messages: list[StoredMessage]) -> Counter[str]:
-    return Counter(m.properties.get("UNIQ_KEY", "") for m in messages)
 
 
 def test_every_message_kept_byte_exact(
@@ -70,7 +64,7 @@ def test_every_message_kept_byte_exact(
     w = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, "kept", "w1", "--topics", topic)
     try:
         wait_until(
-            lambda: caught_up(b, "kept", 4),
+            lambda: caught_up(a, b, "kept", topic),
             90,
             lambda: f"not caught up: {dumps(queue_statuses(b.routes, 'kept'))}\n{w.log()[-3000:]}",
         )
@@ -153,7 +147,10 @@ def test_loops_never_come_back(make_clusters: object, tmp_path: Path) -> None:
         }
 
     def settled() -> bool:
-        return all(caught_up(by_name[d], f"{s}-{d}", 2) for s, d in edges) and counts() == expected
+        return (
+            all(caught_up(by_name[s], by_name[d], f"{s}-{d}", topic) for s, d in edges)
+            and counts() == expected
+        )
 
     try:
         wait_until(settled, 120, lambda: f"{counts()} != {expected}")
@@ -182,7 +179,7 @@ def test_queue_remapping_and_growth(
         "--topics", topic, "--no-config-sync",
     )  # fmt: skip
     try:
-        wait_until(lambda: caught_up(b, "wide", 8), 90, lambda: w.log()[-3000:])
+        wait_until(lambda: caught_up(a, b, "wide", topic), 90, lambda: w.log()[-3000:])
         for dq in range(4):
             got = [m.body for m in b.pull_all(topic, dq)]
             want = [s.body for q in (dq, dq + 4) for s in a.pull_all(topic, q)]
@@ -191,9 +188,9 @@ def test_queue_remapping_and_growth(
                 src_order = [s.body for s in a.pull_all(topic, q)]
                 assert [x for x in got if x in set(src_order)] == src_order
         # the source grows to 12 queues mid-run: the new ones are found and replicated
-        a.routes.route_topic_create(topic, [QueueData(a.broker_name, 12, 12, 6)])
+        update_topic(a, topic, 12)
         more = a.produce(topic, [Message(f"x{i}".encode(), queue=i % 12) for i in range(48)])
-        wait_until(lambda: caught_up(b, "wide", 12), 90, lambda: w.log()[-3000:])
+        wait_until(lambda: caught_up(a, b, "wide", topic), 90, lambda: w.log()[-3000:])
         want_ids = sorted(s.msg_id for s in first + more)
         assert sorted(ids(b.all_messages(topic))) == want_ids
     finally:
@@ -212,7 +209,11 @@ def test_pattern_skips_retry_and_dlq_unless_asked(
         "--topic-pattern", "(%RETRY%|%DLQ%)?pat-.*", "--include-dlq",
     )  # fmt: skip
     try:
-        wait_until(lambda: caught_up(b, "pat", 3), 90, lambda: w.log()[-3000:])
+        wait_until(
+            lambda: caught_up(a, b, "pat", "pat-one", "pat-two", "%DLQ%pat-group"),
+            90,
+            lambda: w.log()[-3000:],
+        )
         topics = set(b.routes.route_topics().topics)
         assert {"pat-one", "pat-two", "%DLQ%pat-group"} <= topics
         assert "%RETRY%pat-group" not in topics

@@ -167,6 +167,25 @@ def test_non_retriable_answer_fails_the_queue() -> None:
     run(t, decide=decide)
 
 
+def test_a_refused_batch_is_sent_again_one_by_one_to_name_the_refused_message() -> None:
+    """The broker refuses a whole batch for one message in it (MESSAGE_ILLEGAL): the sink
+    sends the batch's messages one at a time, so the others are stored and the refused one
+    alone fails (a dismiss policy must name the right message)."""
+
+    def decide(r: Received) -> Decision:
+        return 13 if r.body == b"body-3" else 0
+
+    async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
+        broker_hold = [await sink.submit(msg(i)) for i in range(6)]
+        results = await asyncio.gather(*broker_hold, return_exceptions=True)
+        assert results[:3] == [0, 1, 2]
+        assert isinstance(results[3], SendFailed) and results[3].code == 13
+        assert all(isinstance(r, QueueFailed) for r in results[4:])
+        assert any(len(decode_batch(c.body)) > 1 for c in broker.requests if c.code == 320)
+
+    run(t, decide=decide, max_batch_messages=16, max_in_flight_per_queue=1)
+
+
 def test_attempts_are_bounded() -> None:
     async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
         f = await sink.submit(msg(0))
