@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 PERM_READ = 4
+REPLICA_OF = "replica.of"
+REPLICATOR_SOURCE = "ROCKETMQ_REPLICATOR_SOURCE"
 PERM_WRITE = 2
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -40,6 +42,22 @@ class TopicConfig:
     order: bool = False
     #: SINGLE_TAG or MULTI_TAG (RocketMQ's TopicFilterType; kept and reported, not used)
     topic_filter_type: str = "SINGLE_TAG"
+    #: RocketMQ 5 topic attributes, (name, value) sorted by name; ``replica.of`` is ours
+    #: (see :attr:`replica_of`)
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # topics.json keeps them as a list of pairs
+        pairs = tuple(sorted((str(k), str(v)) for k, v in self.attributes))
+        object.__setattr__(self, "attributes", pairs)
+
+    @property
+    def replica_of(self) -> str:
+        """The cluster this topic is a replica of ("" = none): producers may not write to it;
+        only messages the RocketMQ replicator brought from that cluster (its
+        ``ROCKETMQ_REPLICATOR_SOURCE`` property lists it) are taken. A guard against
+        writing to the wrong side, not an access control (any client can set a property)."""
+        return dict(self.attributes).get(REPLICA_OF, "")
 
     @property
     def readable(self) -> bool:

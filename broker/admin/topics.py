@@ -32,7 +32,14 @@ from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError
 from broker.remoting.server import Handler, Peer
 from broker.routes import RouteRegistrar
-from broker.topics import PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, TOPIC_NAME, TopicConfig
+from broker.topics import (
+    PERM_READ,
+    PERM_WRITE,
+    REPLICA_OF,
+    SCHEDULE_TOPIC,
+    TOPIC_NAME,
+    TopicConfig,
+)
 from nameserver.remoting.codec import RemotingCommand
 
 #: RocketMQ's PermName bits: PRIORITY 8, READ 4, WRITE 2, INHERIT 1.
@@ -61,6 +68,11 @@ SYSTEM_PREFIX = "rmq_sys_"
 #: leaving it to broker auto-creation, which this broker does not do)
 REPLICATOR_HEARTBEAT_TOPIC = "rmq_sys_replicator_heartbeat"
 REGISTER_WAIT_S = 5.0
+#: attribute name -> its value check
+ATTRIBUTES = {
+    "message.type": lambda v: v in ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"),
+    REPLICA_OF: lambda v: bool(TOPIC_NAME.fullmatch(v)),
+}
 
 
 class InvalidTopicRequest(BrokerRequestError):
@@ -97,6 +109,7 @@ class CreateTopicHeader:
     topic_filter_type: str
     topic_sys_flag: int
     order: bool
+    attributes: str = ""
 
     @classmethod
     def parse(cls, request: RemotingCommand) -> CreateTopicHeader:
@@ -109,10 +122,14 @@ class CreateTopicHeader:
             topic_filter_type=request.ext_str("topicFilterType", "SINGLE_TAG"),
             topic_sys_flag=request.ext_int("topicSysFlag", 0),
             order=request.ext_bool("order", False),
+            attributes=request.ext_str("attributes", ""),
         )
 
-    def config(self, reserved: frozenset[str] = frozenset()) -> TopicConfig:
-        """The topic config this header asks for; InvalidTopicRequest naming the bad field."""
+    def config(
+        self, reserved: frozenset[str] = frozenset(), existing: TopicConfig | None = None
+    ) -> TopicConfig:
+        """The topic config this header asks for (``attributes`` applied to the existing
+        topic's); InvalidTopicRequest naming the bad field."""
         check_topic_name(self.topic, reserved)
         for name, value in (
             ("readQueueNums", self.read_queue_nums),
@@ -131,6 +148,9 @@ class CreateTopicHeader:
             )
         if not 0 <= self.topic_sys_flag <= 2**31 - 1:
             raise InvalidTopicRequest(f"topicSysFlag: {self.topic_sys_flag} is not in 0..2^31-1")
+        attributes = apply_attributes(
+            dict(existing.attributes) if existing is not None else {}, self.attributes
+        )
         return TopicConfig(
             self.topic,
             self.read_queue_nums,
@@ -139,7 +159,33 @@ class CreateTopicHeader:
             self.topic_sys_flag,
             self.order,
             self.topic_filter_type,
+            tuple(attributes.items()),
         )
+
+
+def apply_attributes(current: dict[str, str], text: str) -> dict[str, str]:
+    """RocketMQ 5's ``AttributeParser``: ``+name=value`` sets, ``-name`` removes, comma
+    separated. Known names only: ``message.type`` (RocketMQ's) and ``replica.of`` (ours: a
+    cluster name, see ``TopicConfig.replica_of``)."""
+    out = dict(current)
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        op, body = item[0], item[1:]
+        name, sep, value = body.partition("=")
+        if op not in "+-" or not name or (op == "+") != bool(sep):
+            raise InvalidTopicRequest(
+                f"attributes: {item!r} is not +name=value or -name (RocketMQ's format)"
+            )
+        if name not in ATTRIBUTES:
+            raise InvalidTopicRequest(
+                f"attributes: {name!r} is not a supported attribute ({', '.join(ATTRIBUTES)})"
+            )
+        if op == "-":
+            out.pop(name, None)
+            continue
+        if not ATTRIBUTES[name](value):
+            raise InvalidTopicRequest(f"attributes: {value!r} is not a valid {name}")
+        out[name] = value
+    return out
 
 
 def topic_config_json(t: TopicConfig) -> dict[str, object]:
@@ -152,7 +198,7 @@ def topic_config_json(t: TopicConfig) -> dict[str, object]:
         "topicFilterType": t.topic_filter_type,
         "topicSysFlag": t.topic_sys_flag,
         "order": t.order,
-        "attributes": {},
+        "attributes": dict(t.attributes),
     }
 
 
@@ -187,7 +233,8 @@ class TopicAdmin:
         )
 
     async def update_and_create(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        config = CreateTopicHeader.parse(request).config(self._reserved())
+        header = CreateTopicHeader.parse(request)
+        config = header.config(self._reserved(), self.core.topics.get(header.topic))
         self.core.topics.put(config)
         return await self._register(request)
 

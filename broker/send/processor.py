@@ -31,7 +31,13 @@ from broker.remoting.server import Handler, Peer
 from broker.replication import RESPONSE, PutStatus
 from broker.send.batch import decode_batch, offset_msg_id, parse_properties
 from broker.store import DecodeError, Host, PutResult, StoredMessage, StoreError, decode
-from broker.topics import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TopicConfig
+from broker.topics import (
+    DLQ_PREFIX,
+    REPLICATOR_SOURCE,
+    RETRY_PREFIX,
+    SCHEDULE_TOPIC,
+    TopicConfig,
+)
 from nameserver.remoting.codec import RemotingCommand
 
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -50,6 +56,17 @@ def _born_host(host: str, port: int) -> Host:
     except ValueError:
         return Host("127.0.0.1", 0)
     return Host(host, port)
+
+
+def check_replica(topic: str, cluster: str, props: dict[str, str]) -> None:
+    """A topic that is a replica of ``cluster`` takes only what the RocketMQ replicator
+    brought from there (``TopicConfig.replica_of``): NO_PERMISSION otherwise."""
+    trail = props.get(REPLICATOR_SOURCE, "")
+    if cluster not in trail.split(","):
+        raise NoPermission(
+            f"the topic[{topic}] is read-only for producers: it is a replica of cluster "
+            f"{cluster} (only the replicator writes it)"
+        )
 
 
 class SendProcessor:
@@ -91,10 +108,14 @@ class SendProcessor:
                 f"{config.write_queue_nums} write queues"
             )
         born = peer_host(peer)
+        replica_of = config.replica_of
         if h.batch:
             if h.topic.startswith(RETRY_PREFIX):
                 raise BrokerRequestError("batch message does not support retry group")
             items = decode_batch(request.body)
+            if replica_of:
+                for it in items:
+                    check_replica(h.topic, replica_of, it.properties)
             messages = [
                 self._message(h, h.topic, queue_id, it.body, it.flag, it.properties, born)
                 for it in items
@@ -102,6 +123,8 @@ class SendProcessor:
             status, results = await self.core.put_batch(messages)
             return self._answer(request, status, results, queue_id)
         props = parse_properties(h.properties)
+        if replica_of:
+            check_replica(h.topic, replica_of, props)
         topic, queue_id = h.topic, queue_id
         if topic.startswith(RETRY_PREFIX):
             limit = h.max_reconsume_times

@@ -84,6 +84,8 @@ class JobConnectors:
         self._hb_reader: asyncio.Task[None] | None = None
         self._due: dict[str, float] = {}
         self._pass_sink: RocketMQSink | None = None
+        #: destination topics given the replica.of attribute by this worker (dest_read_only)
+        self._marked: set[str] = set()
 
     def attach(self, sink: RocketMQSink | None) -> None:
         """The running pass's sink (or None between passes); unused today, kept for the
@@ -249,16 +251,18 @@ class JobConnectors:
         readable = [q for q in route.queues]
         if not readable:
             raise TopicNotFound(f"source topic {topic} has no queue data")
-        perm = readable[0].perm
-        if self.config.dest_read_only:
-            perm &= ~PERM_WRITE
+        # the replicator itself writes the destination: READ and WRITE always; "read-only for
+        # producers" is the broker's replica.of attribute, which lets replicated messages in
+        perm = readable[0].perm | PERM_READ | PERM_WRITE
+        read_only = f"+replica.of={self.config.source_cluster}"
         return TopicSpec(
             dest_topic,
             sum(q.read_queue_nums for q in readable),
             sum(q.write_queue_nums for q in readable),
-            perm | PERM_READ,
+            perm,
             readable[0].topic_sys_flag,
             any(q.order for q in readable),
+            read_only if self.config.dest_read_only else "",
         )
 
     async def ensure_dest_topics(self, topics: dict[str, str]) -> None:
@@ -316,12 +320,14 @@ class JobConnectors:
                 route.queues[0].topic_sys_flag if route.queues else 0,
                 any(q.order for q in route.queues),
             )
-            if (have.read_queue_nums, have.write_queue_nums, have.perm) != (
+            marked = dest_topic in self._marked or not want.attributes
+            if not marked or (have.read_queue_nums, have.write_queue_nums, have.perm) != (
                 want.read_queue_nums,
                 want.write_queue_nums,
                 want.perm,
             ):
                 log.info("updating destination topic %s: %s -> %s", dest_topic, have, want)
+                self._marked.add(dest_topic)
                 await self.dest.create_topic(want, cluster=self.config.dest_cluster or None)
                 changes.append(f"updated {dest_topic}")
         return changes

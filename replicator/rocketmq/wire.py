@@ -408,6 +408,9 @@ class TopicSpec:
     perm: int = 6  # READ | WRITE
     topic_sys_flag: int = 0
     order: bool = False
+    #: RocketMQ 5 topic attributes, ``+name=value,-name`` (e.g. ``+replica.of=A``: the
+    #: destination refuses producers' writes, only replicated messages from A are taken)
+    attributes: str = ""
 
 
 def create_topic_request(spec: TopicSpec) -> RemotingCommand:
@@ -425,6 +428,7 @@ def create_topic_request(spec: TopicSpec) -> RemotingCommand:
             "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": spec.topic_sys_flag,
             "order": spec.order,
+            **({"attributes": spec.attributes} if spec.attributes else {}),
         },
         language=LANGUAGE,
     )

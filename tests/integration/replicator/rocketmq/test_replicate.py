@@ -26,7 +26,7 @@ import pytest
 
 from tests.harness import wait_until
 from tests.integration.broker.conftest import cli_env
-from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster
+from tests.integration.replicator.rocketmq.clusters import Message, ProduceError, RmqCluster
 from tests.integration.replicator.rocketmq.process import (
     Worker,
     caught_up,
@@ -218,5 +218,29 @@ def test_pattern_skips_retry_and_dlq_unless_asked(
         assert {"pat-one", "pat-two", "%DLQ%pat-group"} <= topics
         assert "%RETRY%pat-group" not in topics
         assert [m.body for m in b.all_messages("%DLQ%pat-group")] == [b"%DLQ%pat-group"]
+    finally:
+        assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_dest_read_only_for_producers(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    """``--dest-read-only``: the destination topic refuses a producer's send (NO_PERMISSION)
+    while the replicated messages keep coming."""
+    a, b = two_clusters
+    topic = a.topic("Mirror", queues=2)
+    w = Worker(
+        tmp_path, a.namesrv, b.namesrv, b.endpoints, "mirror", "w1",
+        "--topics", topic, "--dest-read-only",
+    )  # fmt: skip
+    try:
+        first = a.produce(topic, [Message(f"m{i}".encode()) for i in range(10)])
+        wait_until(lambda: caught_up(a, b, "mirror", topic), 60, lambda: w.log()[-3000:])
+        with pytest.raises(ProduceError) as refused:
+            b.produce(topic, [Message(b"written at the replica")], timeout=5)
+        assert refused.value.code == 16, refused.value
+        second = a.produce(topic, [Message(f"n{i}".encode()) for i in range(10)])
+        wait_until(lambda: caught_up(a, b, "mirror", topic), 60, lambda: w.log()[-3000:])
+        assert sorted(ids(b.all_messages(topic))) == sorted(s.msg_id for s in first + second)
     finally:
         assert w.stop() == 0, w.log()[-3000:]

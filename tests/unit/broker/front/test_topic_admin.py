@@ -5,6 +5,7 @@ table is saved, and the send path sees the new queue numbers and permissions at 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -134,5 +135,51 @@ def test_create_update_delete_over_the_wire(tmp_path: Path) -> None:
         assert (await ctx.send(b"x", topic="New")).code == 17
         r = await ctx.client.request(215, {"topic": "TBW102"})
         assert r.code == 1 and "topic" in (r.remark or "")
+
+    run_broker(tmp_path, scenario)
+
+
+@pytest.mark.parametrize(
+    "text, field_problem",
+    [
+        ("replica.of=A", "is not +name=value"),
+        ("+replica.of", "is not +name=value"),
+        ("+colour=red", "not a supported attribute"),
+        ("+replica.of=a b", "not a valid replica.of"),
+        ("+message.type=WEIRD", "not a valid message.type"),
+    ],
+)
+def test_bad_attributes_are_refused_naming_the_field(text: str, field_problem: str) -> None:
+    header = CreateTopicHeader.parse(
+        RemotingCommand.request(17, create_fields("Attr", attributes=text))
+    )
+    with pytest.raises(InvalidTopicRequest, match=f"attributes: .*{re.escape(field_problem)}"):
+        header.config()
+
+
+def test_a_replica_topic_takes_only_replicated_messages(tmp_path: Path) -> None:
+    """``+replica.of=A``: a plain producer's send is NO_PERMISSION; a message whose
+    ROCKETMQ_REPLICATOR_SOURCE lists A (exactly: not "AB") is stored; ``-replica.of``
+    makes the topic writable for everyone again; the attribute survives other updates."""
+
+    async def scenario(ctx: Ctx) -> None:
+        r = await ctx.client.request(17, create_fields("Mirror", attributes="+replica.of=A"))
+        assert r.code == 0, r.remark
+        plain = await ctx.send(b"x", topic="Mirror")
+        assert plain.code == 16 and "replica of cluster A" in (plain.remark or ""), plain
+        other = await ctx.send(
+            b"x", topic="Mirror", properties="ROCKETMQ_REPLICATOR_SOURCE\x01AB\x02"
+        )
+        assert other.code == 16
+        ok = await ctx.send(
+            b"x", topic="Mirror", properties="ROCKETMQ_REPLICATOR_SOURCE\x01C,A\x02"
+        )
+        assert ok.code == 0, ok.remark
+        r = await ctx.client.request(17, create_fields("Mirror", readQueueNums=8))
+        assert r.code == 0
+        assert (await all_configs(ctx))["Mirror"]["attributes"] == {"replica.of": "A"}
+        r = await ctx.client.request(17, create_fields("Mirror", attributes="-replica.of"))
+        assert r.code == 0
+        assert (await ctx.send(b"x", topic="Mirror")).code == 0
 
     run_broker(tmp_path, scenario)
