@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -283,7 +284,29 @@ class JobConnectors:
             log.info(
                 "creating destination topic %s like source topic %s: %s", dest_topic, topic, spec
             )
-            await self.dest.create_topic(spec, cluster=self.config.dest_cluster or None)
+            await self._create_on_dest(spec)
+
+    async def _create_on_dest(self, spec: TopicSpec) -> None:
+        """Create or update ``spec`` at the destination: its queue numbers spread over the
+        destination cluster's masters (the first ones get one more when they do not divide),
+        each master told its share, as ``mqadmin updateTopic -b`` per broker would."""
+        name = self.config.dest_cluster
+        masters = sorted(
+            (g.broker_name, g.addrs[0])
+            for g in await self.dest.brokers()
+            if (not name or g.cluster == name) and 0 in g.addrs
+        )
+        if not masters:
+            raise RocketMQError(f"no broker master in destination cluster {name or '?'}")
+        n = len(masters)
+        for i, (_, addr) in enumerate(masters):
+            read = spec.read_queue_nums // n + (1 if i < spec.read_queue_nums % n else 0)
+            write = spec.write_queue_nums // n + (1 if i < spec.write_queue_nums % n else 0)
+            if read or write:
+                share = dataclasses.replace(
+                    spec, read_queue_nums=max(read, 1), write_queue_nums=max(write, 1)
+                )
+                await self.dest.create_topic(share, brokers=[addr])
 
     async def _ensure_topic(self, cluster: ClusterClient, spec: TopicSpec) -> None:
         name = self.config.source_cluster if cluster is self.source else self.config.dest_cluster
@@ -309,7 +332,7 @@ class JobConnectors:
             try:
                 route = await self.dest.route(dest_topic)
             except TopicNotFound:
-                await self.dest.create_topic(want, cluster=self.config.dest_cluster or None)
+                await self._create_on_dest(want)
                 changes.append(f"created {dest_topic}")
                 continue
             have = TopicSpec(
@@ -328,7 +351,7 @@ class JobConnectors:
             ):
                 log.info("updating destination topic %s: %s -> %s", dest_topic, have, want)
                 self._marked.add(dest_topic)
-                await self.dest.create_topic(want, cluster=self.config.dest_cluster or None)
+                await self._create_on_dest(want)
                 changes.append(f"updated {dest_topic}")
         return changes
 
