@@ -182,6 +182,10 @@ class ClusterClient:
         """Every broker group the nameserver knows (GET_BROKER_CLUSTER_INFO), by name."""
         return wire.parse_cluster_info(await self._namesrv(wire.cluster_info_request()))
 
+    async def set_order_conf(self, topic: str, conf: str) -> None:
+        """Mark ``topic`` orderly in the nameserver (``brokerName:queueNums;…``)."""
+        wire.parse_ok(await self._namesrv(wire.order_conf_request(topic, conf)), "order conf")
+
     async def read_queues(self, topic: str) -> list[ReadQueue]:
         return read_queues(await self.route(topic))
 

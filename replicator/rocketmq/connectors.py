@@ -262,7 +262,7 @@ class JobConnectors:
             sum(q.write_queue_nums for q in readable),
             perm,
             readable[0].topic_sys_flag,
-            any(q.order for q in readable),
+            bool(route.order_topic_conf) or any(q.order for q in readable),
             read_only if self.config.dest_read_only else "",
         )
 
@@ -299,7 +299,8 @@ class JobConnectors:
         if not masters:
             raise RocketMQError(f"no broker master in destination cluster {name or '?'}")
         n = len(masters)
-        for i, (_, addr) in enumerate(masters):
+        conf = []
+        for i, (broker, addr) in enumerate(masters):
             read = spec.read_queue_nums // n + (1 if i < spec.read_queue_nums % n else 0)
             write = spec.write_queue_nums // n + (1 if i < spec.write_queue_nums % n else 0)
             if read or write:
@@ -307,6 +308,9 @@ class JobConnectors:
                     spec, read_queue_nums=max(read, 1), write_queue_nums=max(write, 1)
                 )
                 await self.dest.create_topic(share, brokers=[addr])
+                conf.append(f"{broker}:{share.write_queue_nums}")
+        if spec.order:
+            await self.dest.set_order_conf(spec.topic, ";".join(conf))
 
     async def _ensure_topic(self, cluster: ClusterClient, spec: TopicSpec) -> None:
         name = self.config.source_cluster if cluster is self.source else self.config.dest_cluster

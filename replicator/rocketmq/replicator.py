@@ -39,7 +39,7 @@ from nameserver.client.errors import ClientError, NotFound
 from replicator.lease import Fence
 from replicator.rocketmq.assign import Membership, assignment
 from replicator.rocketmq.checkpoint import QueueCheckpoint
-from replicator.rocketmq.client import ClusterClient, ReadQueue
+from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.config import HEARTBEAT_TOPIC, RocketMQReplicatorConfig
 from replicator.rocketmq.connectors import JobConnectors
 from replicator.rocketmq.errors import RocketMQError, TopicNotFound
@@ -66,6 +66,7 @@ class SourceQueue:
     index: int
     dest_topic: str
     heartbeat: bool
+    mapping: str  # "same" or "hash" (config.dest_queue)
 
 
 class _PassEnded(Exception):
@@ -214,14 +215,17 @@ class RocketMQReplicator:
         out: dict[str, SourceQueue] = {}
         for topic in topics:
             try:
-                read = await self.source.read_queues(topic)
+                route = await self.source.route(topic)
             except TopicNotFound:
                 if topic != HEARTBEAT_TOPIC:
                     log.warning("source topic %s does not exist (yet)", topic)
                 continue
             dest_topic = config.dest_topic(topic)
-            for i, q in enumerate(read):
-                out[q.partition] = SourceQueue(q, i, dest_topic, topic == HEARTBEAT_TOPIC)
+            # an orderly topic maps queue i to queue i whatever --queue-map says
+            orderly = bool(route.order_topic_conf) or any(q.order for q in route.queues)
+            mapping = "same" if orderly else config.queue_map
+            for i, q in enumerate(read_queues(route)):
+                out[q.partition] = SourceQueue(q, i, dest_topic, topic == HEARTBEAT_TOPIC, mapping)
         return out
 
     async def _dest_changed(self, sink: RocketMQSink) -> bool:
@@ -253,14 +257,16 @@ class RocketMQReplicator:
                 await asyncio.to_thread(self.membership.release, partition)
                 continue
             n = sink.queue_count(sq.dest_topic)
-            feeds = [sq.index % n] if self.config.queue_map == "same" else list(range(n))
+            feeds = [sq.index % n] if sq.mapping == "same" else list(range(n))
             if not set(feeds) <= set(ckpt.feeds):
                 # translation must know every queue this one sends to before the first send
                 ckpt.feed(feeds)
                 if not await self._commit_record(partition, fence, ckpt):
                     await asyncio.to_thread(self.membership.release, partition)
                     continue
-            rep = QueueReplication(sq.queue, sq.index, sq.dest_topic, fence, ckpt, sq.heartbeat)
+            rep = QueueReplication(
+                sq.queue, sq.index, sq.dest_topic, fence, ckpt, sq.heartbeat, sq.mapping
+            )
             rep.task = asyncio.create_task(
                 rep.run(
                     self.config,

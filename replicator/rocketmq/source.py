@@ -98,6 +98,7 @@ class QueueReplication:
     fence: Fence
     checkpoint: QueueCheckpoint
     heartbeat: bool = False  # the heartbeat topic: counted apart from user topics
+    mapping: str = "same"  # how messages pick their destination queue (config.dest_queue)
     watermark: QueueWatermark = field(init=False)
     counters: Counters = field(default_factory=Counters)
     #: newest acked (source offset, dest offset) per dest queue, not yet in the checkpoint
@@ -171,7 +172,7 @@ class QueueReplication:
                 await limiter.take()
                 check()
                 n_dest = sink.queue_count(self.dest_topic)
-                dq = dest_queue(config.queue_map, self.index, m.keys, m.msg_id, n_dest)
+                dq = dest_queue(self.mapping, self.index, m.keys, m.msg_id, n_dest)
                 out = self._out(m, dq, source_cluster)
                 try:
                     future = await sink.submit(out)

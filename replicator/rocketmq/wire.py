@@ -40,6 +40,7 @@ __all__ = [
     "decode_messages",
     "max_offset_request",
     "min_offset_request",
+    "order_conf_request",
     "parse_cluster_info",
     "parse_consumer_offset",
     "parse_offset",
@@ -64,6 +65,7 @@ UPDATE_AND_CREATE_TOPIC: Final = 17
 SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
 GET_MAX_OFFSET: Final = 30
 GET_MIN_OFFSET: Final = 31
+PUT_KV_CONFIG: Final = 100
 GET_ROUTEINFO_BY_TOPIC: Final = 105
 GET_BROKER_CLUSTER_INFO: Final = 106
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Final = 206
@@ -375,6 +377,21 @@ def parse_ok(answer: RemotingCommand, what: str) -> None:
 
 
 # --- nameserver and admin --------------------------------------------------------------------
+
+
+#: the nameserver KV namespace of orderly topics (NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG):
+#: key the topic, value ``brokerName:queueNums;…``, served to clients as ``orderTopicConf``
+ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
+
+
+def order_conf_request(topic: str, conf: str) -> RemotingCommand:
+    """PUT_KV_CONFIG of a topic's order config, as ``mqadmin updateTopic -o true`` sends it
+    to the nameservers."""
+    return RemotingCommand.request(
+        PUT_KV_CONFIG,
+        {"namespace": ORDER_TOPIC_CONFIG, "key": topic, "value": conf},
+        language=LANGUAGE,
+    )
 
 
 def route_request(topic: str) -> RemotingCommand:

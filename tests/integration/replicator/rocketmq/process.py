@@ -138,5 +138,13 @@ def update_topic(cluster: RmqCluster, topic: str, queues: int, perm: int = 6) ->
     asyncio.run(go())
 
 
+def set_order_conf(cluster: RmqCluster, topic: str, conf: str) -> None:
+    async def go() -> None:
+        async with ClusterClient(cluster.namesrv) as c:
+            await c.set_order_conf(topic, conf)
+
+    asyncio.run(go())
+
+
 def ids(messages: list[StoredMessage]) -> Counter[str]:
     return Counter(m.properties.get("UNIQ_KEY", "") for m in messages)

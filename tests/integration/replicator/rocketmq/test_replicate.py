@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from tests.integration.replicator.rocketmq.process import (
     dumps,
     ids,
     queue_statuses,
+    set_order_conf,
     update_topic,
 )
 
@@ -242,5 +244,48 @@ def test_dest_read_only_for_producers(
         second = a.produce(topic, [Message(f"n{i}".encode()) for i in range(10)])
         wait_until(lambda: caught_up(a, b, "mirror", topic), 60, lambda: w.log()[-3000:])
         assert sorted(ids(b.all_messages(topic))) == sorted(s.msg_id for s in first + second)
+    finally:
+        assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_hash_mapping_keeps_keys_together_and_orderly_topics_keep_queues(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    """``--queue-map hash``: a key's messages land in one destination queue (crc32 of the
+    key mod n), in their source order; an orderly topic maps queue i to queue i anyway."""
+    a, b = two_clusters
+    keyed = a.topic("Keyed", queues=4)
+    fifo = a.topic("Fifo", queues=4, order=True)
+    set_order_conf(a, fifo, f"{a.broker_name}:4")  # as mqadmin updateTopic -o true does
+    keys = [f"user-{k}" for k in range(7)]
+    keyed_msgs = [
+        Message(f"{keys[i % 7]}:{i}".encode(), keys=keys[i % 7], queue=i % 4) for i in range(56)
+    ]
+    a.produce(keyed, keyed_msgs)
+    fifo_stored = a.produce(
+        fifo, [Message(f"f{i}".encode(), keys=keys[i % 7], queue=i % 4) for i in range(40)]
+    )
+    w = Worker(
+        tmp_path, a.namesrv, b.namesrv, b.endpoints, "hashed", "w1",
+        "--topics", f"{keyed},{fifo}", "--queue-map", "hash",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: caught_up(a, b, "hashed", keyed, fifo), 90, lambda: w.log()[-3000:])
+        for q in range(4):
+            got = [m.body.decode() for m in b.pull_all(keyed, q)]
+            for body in got:
+                key = body.split(":")[0]
+                assert zlib.crc32(key.encode()) % 4 == q, (body, q)
+            for key in keys:  # a key's messages of one source queue keep their order
+                mine = [int(x.split(":")[1]) for x in got if x.startswith(key + ":")]
+                for sq in range(4):
+                    from_sq = [i for i in mine if i % 4 == sq]
+                    assert from_sq == sorted(from_sq), (key, sq, from_sq)
+        assert sum(len(b.pull_all(keyed, q)) for q in range(4)) == 56
+        assert [q.order for q in b.route(fifo).queues] == [True]
+        assert b.route(fifo).order_topic_conf, "the destination's nameserver marks it orderly"
+        for q in range(4):
+            want = [s.msg_id for s in fifo_stored if s.queue == q]
+            assert [m.properties["UNIQ_KEY"] for m in b.pull_all(fifo, q)] == want
     finally:
         assert w.stop() == 0, w.log()[-3000:]
