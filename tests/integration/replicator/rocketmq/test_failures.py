@@ -145,7 +145,7 @@ def test_lease_failover_and_paused_worker(
             assert w.stop() == 0, w.log()[-3000:]
 
 
-def test_destination_down_stalls_then_delivers(
+def test_destination_timing_out_or_down_stalls_then_delivers(
     two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
 ) -> None:
     a, b = two_clusters
@@ -173,8 +173,19 @@ def test_destination_down_stalls_then_delivers(
         finally:
             b.resume_broker()
         wait_until(lambda: caught_up(a, b, job, topic), 90, lambda: w.log()[-3000:])
+        # now stopped: no route, connections refused
+        stalled = {p: c.next_offset for p, c in committed(b.routes, job).items()}
+        b.stop_broker()
+        try:
+            passes = w.log().count("pass ended")
+            third = a.produce(topic, [Message(f"q{i}".encode()) for i in range(20)])
+            wait_until(lambda: w.log().count("pass ended") >= passes + 2, 60, w.log)
+            assert {p: c.next_offset for p, c in committed(b.routes, job).items()} == stalled
+        finally:
+            b.start_broker()
+        wait_until(lambda: caught_up(a, b, job, topic), 90, lambda: w.log()[-3000:])
         got = ids(b.all_messages(topic))
-        assert all(got[s.msg_id] >= 1 for s in first + second)
+        assert all(got[s.msg_id] >= 1 for s in first + second + third)
     finally:
         assert w.stop() == 0, w.log()[-3000:]
 
