@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -161,20 +161,12 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_redis(args: argparse.Namespace) -> int:
-    import asyncio
-    import logging
-    import signal
-
     from replicator.redis.config import RedisReplicatorConfig, parse_source
     from replicator.redis.errors import ConfigError
     from replicator.redis.metrics import RedisMetrics, SyncProgress, parse_listen
     from replicator.redis.replicator import RedisReplicator
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging(args.log_level)
     try:
         config = RedisReplicatorConfig(
             source=parse_source(args.source),
@@ -200,29 +192,66 @@ def run_redis(args: argparse.Namespace) -> int:
         print(f"metaledger: replicate redis: {exc}", file=sys.stderr)
         return 2
     metrics = RedisMetrics(config.job, SyncProgress(sys.stderr))
+    banner = (
+        f"replicating {config.source}"
+        + (f" (cluster shard {config.cluster_shard})" if config.cluster_shard else "")
+        + f" to topic {config.topic} as job {config.job} (worker {config.worker})"
+    )
+    return run_worker(
+        "redis", lambda: RedisReplicator(config, metrics=metrics), metrics, listen, banner
+    )
+
+
+class _Worker(Protocol):
+    def stop(self) -> None: ...
+
+    async def run(self) -> None: ...
+
+
+class _Metrics(Protocol):
+    def serve(self, host: str, port: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def setup_logging(level: str) -> None:
+    import logging
+
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run_worker(
+    kind: str,
+    make: Callable[[], _Worker],
+    metrics: _Metrics,
+    listen: tuple[str, int] | None,
+    banner: str,
+) -> int:
+    """Run one replicator worker until SIGINT/SIGTERM: its metrics served on ``listen``, the
+    GC tuned, uvloop; exit 0 (2 when the metrics port cannot be bound)."""
+    import asyncio
+    import signal
+
+    from replicator import gctune
+
     if listen is not None:
         try:
             metrics.serve(*listen)
         except OSError as exc:
-            print(f"metaledger: replicate redis: --listen-metrics: {exc}", file=sys.stderr)
+            print(f"metaledger: replicate {kind}: --listen-metrics: {exc}", file=sys.stderr)
             return 2
 
     async def main() -> None:
-        replicator = RedisReplicator(config, metrics=metrics)
+        replicator = make()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, replicator.stop)
-        print(
-            f"replicating {config.source}"
-            + (f" (cluster shard {config.cluster_shard})" if config.cluster_shard else "")
-            + f" to topic {config.topic} as job {config.job}"
-            f" (worker {config.worker})",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(banner, file=sys.stderr, flush=True)
         await replicator.run()
-
-    from replicator import gctune
 
     gctune.tune()
     try:

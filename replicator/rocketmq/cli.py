@@ -157,21 +157,13 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
 
 
 def run_rocketmq(args: argparse.Namespace, endpoints: list[str]) -> int:
-    import asyncio
-    import logging
-    import signal
-
-    from replicator import gctune
+    from replicator.cli import run_worker, setup_logging
     from replicator.redis.metrics import parse_listen
     from replicator.rocketmq.errors import ConfigError
     from replicator.rocketmq.metrics import RocketMQMetrics
     from replicator.rocketmq.replicator import RocketMQReplicator
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging(args.log_level)
     try:
         config = config_of(args, endpoints)
         listen = parse_listen(args.listen_metrics) if args.listen_metrics else None
@@ -179,37 +171,14 @@ def run_rocketmq(args: argparse.Namespace, endpoints: list[str]) -> int:
         print(f"metaledger: replicate rocketmq: {exc}", file=sys.stderr)
         return EXIT_USAGE
     metrics = RocketMQMetrics(config.job)
-    if listen is not None:
-        try:
-            metrics.serve(*listen)
-        except OSError as exc:
-            print(f"metaledger: replicate rocketmq: --listen-metrics: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-
-    async def main() -> None:
-        replicator = RocketMQReplicator(config, metrics=metrics)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, replicator.stop)
-        what = ",".join(config.topics) or f"/{config.topic_pattern}/"
-        print(
-            f"replicating {what} from {config.source_namesrv} to {config.dest_namesrv}"
-            f" as job {config.job} (worker {config.worker})",
-            file=sys.stderr,
-            flush=True,
-        )
-        await replicator.run()
-
-    gctune.tune()
-    try:
-        import uvloop
-
-        uvloop.run(main())
-    except KeyboardInterrupt:
-        pass
-    finally:
-        metrics.close()
-    return EXIT_OK
+    what = ",".join(config.topics) or f"/{config.topic_pattern}/"
+    banner = (
+        f"replicating {what} from {config.source_namesrv} to {config.dest_namesrv}"
+        f" as job {config.job} (worker {config.worker})"
+    )
+    return run_worker(
+        "rocketmq", lambda: RocketMQReplicator(config, metrics=metrics), metrics, listen, banner
+    )
 
 
 def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,8 @@ import pytest
 from replicator.redis.replay import RedisTarget, Replayer
 from replicator.status import read_statuses
 from tests.harness import wait_until
-from tests.integration.broker.conftest import cli_env
 from tests.integration.replicator.broker_env import QUEUES, Env, pull_all
+from tests.integration.replicator.process import WorkerProcess
 from tests.redis_harness import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -31,7 +29,7 @@ pytestmark = pytest.mark.integration
 FAST = {"repl-diskless-sync-delay": "0", "enable-debug-command": "yes"}
 
 
-class ReplicatorProcess:
+class ReplicatorProcess(WorkerProcess):
     """One ``metaledger replicate redis`` worker, in its own session, stopped by its PID."""
 
     def __init__(
@@ -39,40 +37,11 @@ class ReplicatorProcess:
     ) -> None:
         self.env = env
         self.worker = worker
-        self.log_path = env.root / f"replicator-{job}-{worker}.log"
-        self.args = [
-            sys.executable, "-m", "nameserver.cli", "replicate", "redis",
-            "--source", source.url, "--topic", topic, "--job", job, "--worker", worker,
+        args = [
+            "redis", "--source", source.url, "--topic", topic, "--job", job, "--worker", worker,
             "--endpoints", ",".join(env.node.endpoints), "--lease-ttl", str(lease_ttl),
         ]  # fmt: skip
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.args, env=cli_env(self.env.root), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-
-    def send(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def stop(self, sig: int = signal.SIGTERM) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        if sig != signal.SIGKILL:
-            self.proc.send_signal(signal.SIGCONT)
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(10)
-
-    def log(self) -> str:
-        return self.log_path.read_bytes().decode(errors="replace")
+        super().__init__(env.root, f"replicator-{job}-{worker}.log", args)
 
 
 class Oracle:

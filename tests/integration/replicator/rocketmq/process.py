@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,7 @@ from replicator.rocketmq.checkpoint import QueueCheckpoint
 from replicator.rocketmq.client import ClusterClient
 from replicator.rocketmq.wire import TopicSpec
 from replicator.status import read_statuses
-from tests.integration.broker.conftest import cli_env
+from tests.integration.replicator.process import WorkerProcess
 from tests.integration.replicator.rocketmq.clusters import RmqCluster
 
 #: fast clocks for tests: a heartbeat a second, commits twice a second
@@ -28,7 +25,9 @@ FAST = (
 )  # fmt: skip
 
 
-class Worker:
+class Worker(WorkerProcess):
+    """One ``metaledger replicate rocketmq`` worker with the test clocks (:data:`FAST`)."""
+
     def __init__(
         self,
         root: Path,
@@ -40,47 +39,13 @@ class Worker:
         *extra: str,
         lease_ttl: int = 3,
     ) -> None:
-        self.root = root
         self.worker = worker
-        self.log_path = root / f"rmq-replicator-{job}-{worker}.log"
-        self.args = [
-            sys.executable, "-m", "nameserver.cli", "replicate", "rocketmq",
-            "--source-namesrv", source_namesrv, "--dest-namesrv", dest_namesrv,
+        args = [
+            "rocketmq", "--source-namesrv", source_namesrv, "--dest-namesrv", dest_namesrv,
             "--job", job, "--worker", worker, "--endpoints", ",".join(endpoints),
             "--lease-ttl", str(lease_ttl), *FAST, *extra,
         ]  # fmt: skip
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.args, env=cli_env(self.root), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-
-    def send(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, sig: int = signal.SIGTERM) -> int | None:
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        if sig != signal.SIGKILL:
-            self.proc.send_signal(signal.SIGCONT)
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(10)
-
-    def log(self) -> str:
-        return self.log_path.read_bytes().decode(errors="replace")
+        super().__init__(root, f"rmq-replicator-{job}-{worker}.log", args)
 
 
 def statuses(client: Client, job: str) -> list[dict[str, Any]]:
