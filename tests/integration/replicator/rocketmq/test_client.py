@@ -41,7 +41,7 @@ def sent(env: Env) -> tuple[str, list[OutMessage]]:
         for i in range(QUEUES * PER_QUEUE)
     ]
 
-    async def go() -> list[BaseException | None]:
+    async def go() -> list[BaseException | int]:
         sink = RocketMQSink(RocketMQSinkConfig(topics=(topic,)), ClusterClient(env.namesrv))
         await sink.start()
         try:
@@ -50,7 +50,8 @@ def sent(env: Env) -> tuple[str, list[OutMessage]]:
         finally:
             await sink.close()
 
-    assert asyncio.run(go()) == [None] * len(msgs)
+    # each future gives the queue offset its message was stored at
+    assert asyncio.run(go()) == [i // QUEUES for i in range(len(msgs))]
     return topic, msgs
 
 
