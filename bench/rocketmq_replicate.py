@@ -68,9 +68,8 @@ from bench.report import (  # noqa: E402
     timestamp,
     write_report,
 )
+from bench.rocketmq_replicate_report import plot, render_runs  # noqa: E402
 from bench.rocketmq_replicate_runs import (  # noqa: E402
-    plot,
-    render_runs,
     run_rate,
     run_replicated,
     run_slow,

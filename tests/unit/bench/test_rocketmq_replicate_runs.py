@@ -37,7 +37,7 @@ def test_steady_rate_of_too_short_a_span_is_unknown(stamps: list[int]) -> None:
 
 
 def test_rss_summary_sets_the_rss_against_the_backlog() -> None:
-    samples = [
+    samples: list[dict[str, Any]] = [
         {"t": 0, "rss_mib": 50.0, "backlog": 0},
         {"t": 1, "rss_mib": None, "backlog": 10},  # a missed reading is left out
         {"t": 2, "rss_mib": 53.0, "backlog": 40_960},
@@ -54,7 +54,7 @@ def test_rss_summary_sets_the_rss_against_the_backlog() -> None:
 def test_behind_and_per_second() -> None:
     assert runs.behind(100, 40) == 60 and runs.behind(40, 100) == 0
     assert runs.behind(None, 1) is None and runs.behind(1, None) is None
-    samples = [{"t": 0.0, "stored": 0}, {"t": 0.5, "stored": 100}, {"t": 1.5, "stored": None},
+    samples: list[dict[str, Any]] = [{"t": 0.0, "stored": 0}, {"t": 0.5, "stored": 100}, {"t": 1.5, "stored": None},
                {"t": 2.5, "stored": 700}]  # fmt: skip
     assert runs.per_second(samples) == [200.0]
 
