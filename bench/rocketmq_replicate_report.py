@@ -86,16 +86,16 @@ def plot(report: dict[str, Any], path: Path) -> Path | None:
     a.set_xlabel("seconds")
     a.legend(fontsize="small")
     if slow:
+        # one axis: the backlog's bodies beside the RSS, so a flat RSS reads as flat
         tl = slow["timeline"]
         ts = [s["t"] for s in tl]
-        b.plot(ts, [s["rss_mib"] for s in tl], label="worker VmRSS MiB", color="C0")
+        size = report["args"]["size"]
+        b.plot(ts, [s["rss_mib"] for s in tl], label="worker VmRSS")
+        b.plot(ts, [(s["backlog"] or 0) * size / 2**20 for s in tl], label="backlog's bodies")
+        b.set_ylim(bottom=0)
         b.set_ylabel("MiB")
-        b2 = b.twinx()
-        b2.plot(ts, [s["backlog"] or 0 for s in tl], label="backlog msgs", color="C1")
-        b2.set_ylabel("messages")
-        b.set_xlabel("seconds (slow destination)")
-        b.legend(loc="upper left", fontsize="small")
-        b2.legend(loc="lower right", fontsize="small")
+        b.set_xlabel(f"seconds (slow destination, --max-in-flight {slow['max_in_flight']})")
+        b.legend(fontsize="small")
     fig.suptitle(f"RocketMQ replicator ({report['date']})")
     fig.tight_layout()
     fig.savefig(path)
