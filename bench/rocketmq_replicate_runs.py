@@ -359,6 +359,7 @@ def run_replicated(
         worker.stop()
     progress(f"replicated: reading {result.get('confirmed')} messages back from {dest.name}")
     used = {n: b - a for n, a in cpu0.items() if a is not None and (b := cpu.get(n)) is not None}
+    used["producer"] = result.get("process_cpu_s", 0.0)  # its own reading (it ended first)
     e2e = e2e_latencies(dest, topic)
     return {
         "name": f"replicated {share:g}x: producer -> {source.name}, worker -> {dest.name}",
