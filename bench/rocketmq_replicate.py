@@ -245,6 +245,7 @@ def run_ceiling(args: argparse.Namespace, source: Any, dest: Any) -> dict[str, A
     topic = dest.topic("BenchCeiling", queues=args.queues)
     progress(f"ceiling: producer -> {dest.name} ({dest.broker_addr}) for {args.duration} s")
     result, cpu = run_producer(producer_argv(args, dest.endpoints, topic), cluster_pids([dest]))
+    cpu["producer"] = result.get("process_cpu_s", cpu.get("producer", 0.0))  # as in the runs
     progress(f"ceiling: reading {result['confirmed']} messages back from {dest.name}")
     e2e = e2e_latencies(dest, topic)
     return {
