@@ -300,7 +300,11 @@ def render(report: dict[str, Any]) -> str:
         " producer's `submit` -> the sink's confirmation (the wait for in-flight room"
         " included). e2e: the destination broker's store timestamp (ms) minus the send time"
         " carried in the body, for every message read back from the destination. Goal"
-        " (issue 19): replicated stored/s >= 0.8x the ceiling's.",
+        " (issue 19): replicated stored/s >= 0.8x the ceiling's. Every process runs on this"
+        " machine: a replicated run has two brokers, the producer and the worker where the"
+        " ceiling has one broker and the producer, so where the CPUs are the limit the share"
+        " reads against the CPU per message below (all processes' CPU over the messages"
+        " stored, and the rate that CPU allows).",
     ]
     for run in report["runs"][1:]:
         if run.get("offered_rate") is not None:
@@ -321,7 +325,12 @@ def render(report: dict[str, Any]) -> str:
                     f"{n} {v:.1f}" + (f" ({per[n]:.1f} µs/msg)" if n in per else "")
                     for n, v in sorted(run["cpu_s"].items())
                 )
-                + (f"; all of them {sum(per.values()):.1f} µs/msg." if per else ".")
+                + (
+                    f"; all of them {sum(per.values()):.1f} µs/msg, so at most"
+                    f" {m['nproc'] * 1e6 / sum(per.values()):.0f} msgs/s on {m['nproc']} CPUs."
+                    if per and sum(per.values()) > 0
+                    else "."
+                )
             )
     return "\n".join(lines + render_runs(report))
 

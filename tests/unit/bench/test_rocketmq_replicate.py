@@ -51,9 +51,10 @@ def test_render_puts_each_run_beside_the_ceiling() -> None:
     assert rows[2].startswith("| x | - | - | 41000 |")
     assert all(r.endswith("| 20.0 | 100 |") for r in rows)
     assert "paced at 1000 msgs/s" in md and "Note: a note" in md
+    nproc = machine()["nproc"]
     assert (
-        "CPU s during ceiling: broker B 2.2 (22.5 µs/msg), producer 1.5; all of them 22.5 µs/msg."
-        in md
+        "CPU s during ceiling: broker B 2.2 (22.5 µs/msg), producer 1.5; all of them 22.5 µs/msg,"
+        f" so at most {nproc * 1e6 / 22.5:.0f} msgs/s on {nproc} CPUs." in md
     )
     assert "producer paced at 20000 msgs/s (0.5x the ceiling's stored/s)" in md
     assert "while the producer ran: 28000/s; draining the backlog after it: 35000/s" in md
