@@ -7,10 +7,11 @@ B), and one ``metaledger replicate rocketmq`` worker (:class:`Worker`: a real pr
 own session, started and stopped by PID, default clocks: heartbeats every 10 s, commits every
 1 s, with ``--listen-metrics`` so this script can watch it).
 
-- :func:`run_replicated`: the producer writes into A paced at the rate the ceiling reached
-  (the load the destination is known to take; a replicator as fast as a direct producer
-  keeps up with it, a slower one falls behind and its stored/s at B shows by how much),
-  while the worker replicates A -> B. Its result has the ceiling run's fields (read back
+- :func:`run_replicated`: the producer writes into A paced at a share (``--offered``,
+  default 1 and 0.5) of the rate the ceiling reached (the load the destination is known to
+  take; a replicator as fast as a direct producer keeps up with it, a slower one falls
+  behind and its stored/s at B shows by how much; the 0.5 run gives the lag at a load it
+  may keep up with), while the worker replicates A -> B. Its result has the ceiling run's fields (read back
   from B: stored/s over first send -> last store, e2e lag = B's store timestamp minus the
   send time in the body).
 - :func:`run_slow`: the same, with the destination broker frozen (SIGSTOP) for most of
