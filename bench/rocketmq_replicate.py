@@ -1,8 +1,11 @@
-"""The RocketMQ replicator's benchmark, part one: the ceiling it is measured against.
+"""The RocketMQ replicator's benchmark: replicated throughput and lag against the ceiling,
+memory with a slow destination, the rate limit.
 
     python -m bench.rocketmq_replicate [--duration 20] [--size 1024] [--queues 4]
-                                       [--max-in-flight 4096] [--rate 0] [--note TEXT]
-                                       [--out-dir DIR]
+                                       [--max-in-flight 4096] [--rate 0]
+                                       [--parts ceiling,replicated,slow,rate]
+                                       [--limit-rate 2000] [--slow-in-flight 256]
+                                       [--slow-duty 0.3] [--note TEXT] [--out-dir DIR]
 
 Issue 19's performance section: "Replicated messages/s and end-to-end lag p50/p99 for 1 KiB
 messages, against a producer writing straight into the destination cluster in the same run
@@ -27,9 +30,13 @@ request that carried it), the wait for in-flight room included.
 the run by reading every message back from B (PULL, :func:`e2e_latencies`): B's store
 timestamp (ms) minus the send time in the body. A replicated run measures the same thing for
 the same producer writing into A (send into A -> stored in B), so :func:`render` puts every
-entry of ``report["runs"]`` beside the ceiling, as a fraction of its msgs/s.
+entry of ``report["runs"]`` beside the ceiling, as a fraction of its stored/s (the
+destination's view, the same for both). The runs with a real replicator (the replicated
+run, the slow destination, the rate limit) are in ``bench.rocketmq_replicate_runs``; they
+need the ceiling first (its rate is their offered load).
 
-Results: ``bench/results/rocketmq_replicate-<date>.json`` and ``.md`` (bench.report).
+Results: ``bench/results/rocketmq_replicate-<date>.json`` and ``.md`` (bench.report), and a
+``.png`` (rates over time, RSS against the backlog) when matplotlib is there.
 """
 
 from __future__ import annotations
@@ -53,7 +60,22 @@ if str(ROOT) not in sys.path:
 
 from bench.broker_send import latency_summary  # noqa: E402
 from bench.redis_replicate import cpu_seconds  # noqa: E402
-from bench.report import RESULTS_DIR, fmt, machine, timestamp, write_report  # noqa: E402
+from bench.report import (  # noqa: E402
+    RESULTS_DIR,
+    fmt,
+    machine,
+    result_stem,
+    timestamp,
+    write_report,
+)
+from bench.rocketmq_replicate_report import plot, render_runs  # noqa: E402
+from bench.rocketmq_replicate_runs import (  # noqa: E402
+    run_rate,
+    run_replicated,
+    run_slow,
+)
+
+PARTS = ("ceiling", "replicated", "slow", "rate")
 
 SOURCE, DEST = "A", "B"
 _STAMP_BYTES = 8
@@ -67,13 +89,21 @@ def progress(msg: str) -> None:
 
 
 async def produce(
-    endpoints: list[str], topic: str, duration: float, size: int, max_in_flight: int, rate: int
+    endpoints: list[str],
+    topic: str,
+    duration: float,
+    size: int,
+    max_in_flight: int,
+    rate: int,
+    count: int = 0,
 ) -> dict[str, Any]:
-    """Send through the codec sink for ``duration`` s; see the module docstring."""
+    """Send through the codec sink for ``duration`` s (or until ``count`` messages were
+    submitted, when given); see the module docstring."""
     from nameserver.client import Client
     from replicator.sinks.base import OutMessage
     from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
 
+    cpu0 = time.process_time()
     pad = os.urandom(max(0, size - _STAMP_BYTES))
     latencies_ns: list[int] = []
     failures: collections.Counter[str] = collections.Counter()
@@ -102,7 +132,7 @@ async def produce(
             sent = 0
             t0 = time.perf_counter()
             next_report = t0 + 1.0
-            while (now := time.perf_counter()) < t0 + duration:
+            while (now := time.perf_counter()) < t0 + duration and not (count and sent >= count):
                 if rate and sent >= (now - t0) * rate:
                     await asyncio.sleep(min(0.01, t0 + sent / rate - now))
                     continue
@@ -133,6 +163,7 @@ async def produce(
         "sending_s": sending_s,
         "confirmed_span_s": span,
         "msgs_per_s": confirmed / span if span else None,
+        "process_cpu_s": time.process_time() - cpu0,
         **latency_summary(latencies_ns, "ack_"),
     }
 
@@ -214,12 +245,15 @@ def run_ceiling(args: argparse.Namespace, source: Any, dest: Any) -> dict[str, A
     topic = dest.topic("BenchCeiling", queues=args.queues)
     progress(f"ceiling: producer -> {dest.name} ({dest.broker_addr}) for {args.duration} s")
     result, cpu = run_producer(producer_argv(args, dest.endpoints, topic), cluster_pids([dest]))
+    cpu["producer"] = result.get("process_cpu_s", cpu.get("producer", 0.0))  # as in the runs
     progress(f"ceiling: reading {result['confirmed']} messages back from {dest.name}")
+    e2e = e2e_latencies(dest, topic)
     return {
         "name": f"ceiling: producer -> {dest.name}",
         **result,
-        **e2e_latencies(dest, topic),
+        **e2e,
         "cpu_s": cpu,
+        "cpu_us_per_msg": {n: v / e2e["stored"] * 1e6 for n, v in cpu.items() if e2e["stored"]},
     }
 
 
@@ -240,40 +274,65 @@ def render(report: dict[str, Any]) -> str:
     ]
     if report.get("note"):
         lines.append(f"Note: {report['note']}")
-    ceiling = report["runs"][0]["msgs_per_s"] if report["runs"] else None
+    ceiling = report["runs"][0].get("stored_per_s") if report["runs"] else None
     lines += [
         "",
-        "| run | msgs/s | of the ceiling | confirmed | failed | ack p50 ms | ack p99 ms"
-        " | e2e p50 ms | e2e p99 ms | e2e max ms | stored | stored/s |",
+        "| run | stored/s | of the ceiling | producer msgs/s | confirmed | failed | ack p50 ms"
+        " | ack p99 ms | e2e p50 ms | e2e p99 ms | e2e max ms | stored |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in report["runs"]:
-        share = run["msgs_per_s"] / ceiling if ceiling and run["msgs_per_s"] else None
+        stored = run.get("stored_per_s")
+        share = stored / ceiling if ceiling and stored else None
         lines.append(
-            f"| {run['name']} | {fmt(run['msgs_per_s'])} | {fmt(share, '.2f')}"
-            f" | {run['confirmed']} | {sum(run['failed'].values())}"
+            f"| {run['name']} | {fmt(run.get('stored_per_s'))} | {fmt(share, '.2f')}"
+            f" | {fmt(run['msgs_per_s'])} | {run['confirmed']} | {sum(run['failed'].values())}"
             f" | {fmt(run['ack_p50_ms'], '.1f')} | {fmt(run['ack_p99_ms'], '.1f')}"
             f" | {fmt(run['e2e_p50_ms'], '.1f')} | {fmt(run['e2e_p99_ms'], '.1f')}"
-            f" | {fmt(run['e2e_max_ms'], '.1f')} | {run['stored']}"
-            f" | {fmt(run.get('stored_per_s'))} |"
+            f" | {fmt(run['e2e_max_ms'], '.1f')} | {run['stored']} |"
         )
     lines += [
         "",
-        "msgs/s: confirmed messages over the time from the first send to the last"
-        " confirmation (the producer's view); stored/s: messages read back from the"
-        " destination over first send -> last store timestamp. ack: the producer's `submit` -> the sink's confirmation (the wait for"
-        " in-flight room included). e2e: the destination broker's store timestamp (ms) minus"
-        " the send time carried in the body, for every message read back from the"
-        " destination. Goal (issue 19): replicated msgs/s >= 0.8x the ceiling.",
+        "stored/s: messages read back from the destination over first send -> last store"
+        " timestamp (the destination's view; the share of the ceiling is of this);"
+        " producer msgs/s: confirmed messages over first send -> last confirmation (the"
+        " producer's view, into B for the ceiling, into A for a replicated run). ack: the"
+        " producer's `submit` -> the sink's confirmation (the wait for in-flight room"
+        " included). e2e: the destination broker's store timestamp (ms) minus the send time"
+        " carried in the body, for every message read back from the destination. Goal"
+        " (issue 19): replicated stored/s >= 0.8x the ceiling's. Every process runs on this"
+        " machine: a replicated run has two brokers, the producer and the worker where the"
+        " ceiling has one broker and the producer, so where the CPUs are the limit the share"
+        " reads against the CPU per message below (all processes' CPU over the messages"
+        " stored, and the rate that CPU allows).",
     ]
+    for run in report["runs"][1:]:
+        if run.get("offered_rate") is not None:
+            lines.append(
+                f"\n{run['name']}: the producer paced at {run['offered_rate']} msgs/s"
+                f" ({run.get('offered_share', 1):g}x the ceiling's stored/s) into the source;"
+                " one worker, default clocks (heartbeats every 10 s, commits every 1 s). Stored"
+                f" at B while the producer ran: {fmt(run.get('producing_per_s'))}/s; draining"
+                f" the backlog after it: {fmt(run.get('draining_per_s'))}/s. Worker peak RSS"
+                f" {fmt(run.get('worker_peak_rss_mib'), '.0f')} MiB."
+            )
     for run in report["runs"]:
         if run.get("cpu_s"):
+            per = run.get("cpu_us_per_msg") or {}
             lines.append(
                 f"\nCPU s during {run['name']}: "
-                + ", ".join(f"{n} {v:.1f}" for n, v in sorted(run["cpu_s"].items()))
-                + "."
+                + ", ".join(
+                    f"{n} {v:.1f}" + (f" ({per[n]:.1f} µs/msg)" if n in per else "")
+                    for n, v in sorted(run["cpu_s"].items())
+                )
+                + (
+                    f"; all of them {sum(per.values()):.1f} µs/msg, so at most"
+                    f" {m['nproc'] * 1e6 / sum(per.values()):.0f} msgs/s on {m['nproc']} CPUs."
+                    if per and sum(per.values()) > 0
+                    else "."
+                )
             )
-    return "\n".join(lines)
+    return "\n".join(lines + render_runs(report))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -285,15 +344,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--max-in-flight", type=int, default=4096, help="the sink's bound")
     ap.add_argument("--rate", type=int, default=0, help="msgs/s per producer; 0: unpaced")
+    ap.add_argument("--parts", default=",".join(PARTS), help="runs: " + ",".join(PARTS))
+    ap.add_argument(
+        "--offered",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[1.0, 0.5],
+        metavar="S1,S2",
+        help="replicated runs: the producer into A paced at these shares of the ceiling",
+    )
+    ap.add_argument("--limit-rate", type=int, default=2000, help="the rate run's --rate")
+    ap.add_argument("--slow-in-flight", type=int, default=256, help="the slow run's bound")
+    ap.add_argument(
+        "--slow-duty", type=float, default=0.3, help="share of each second B's broker runs"
+    )
     ap.add_argument("--note", default="")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--producer", metavar="ENDPOINTS", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
+    ap.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.size < _STAMP_BYTES:
         ap.error(f"--size: at least {_STAMP_BYTES} (the send time)")
     if args.duration <= 0 or args.queues < 1 or args.max_in_flight < 1 or args.rate < 0:
         ap.error("--duration, --queues and --max-in-flight must be positive, --rate >= 0")
+    if not args.offered or any(not 0 < x <= 4 for x in args.offered):
+        ap.error("--offered: shares of the ceiling in (0, 4]")
+    if args.limit_rate < 1 or args.slow_in_flight < 1 or not 0 < args.slow_duty <= 1:
+        ap.error("--limit-rate and --slow-in-flight: positive; --slow-duty: in (0, 1]")
+    parts = [p for p in args.parts.split(",") if p]
+    if not parts or set(parts) - set(PARTS) or "ceiling" not in parts:
+        ap.error(f"--parts: some of {','.join(PARTS)}, ceiling among them")
+    args.parts = ",".join(p for p in PARTS if p in parts)
     return args
 
 
@@ -303,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         result = asyncio.run(
             produce(
                 args.producer.split(","), args.topic, args.duration, args.size,
-                args.max_in_flight, args.rate,
+                args.max_in_flight, args.rate, args.count,
             )
         )  # fmt: skip
         print(json.dumps(result))
@@ -321,14 +402,29 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"starting clusters {SOURCE} and {DEST} in {tmp}")
         with running_clusters(Path(tmp), (SOURCE, DEST)) as (source, dest):
             progress(f"{source!r}; {dest!r}")
-            report["runs"].append(run_ceiling(args, source, dest))
+            parts = args.parts.split(",")
+            ceiling = run_ceiling(args, source, dest)
+            report["runs"].append(ceiling)
+            offered = int(ceiling.get("stored_per_s") or ceiling["msgs_per_s"] or 1000)
+            if "replicated" in parts:
+                for share in args.offered:
+                    run = run_replicated(args, source, dest, Path(tmp), ceiling, share)
+                    report["runs"].append(run)
+            if "slow" in parts:
+                report["slow"] = run_slow(args, source, dest, Path(tmp), offered // 2)
+            if "rate" in parts:
+                report["rate"] = run_rate(args, source, dest, Path(tmp))
     report["load_average"] = os.getloadavg()
     md = render(report) + (
         f"\n\nLoad average at the end: {', '.join(f'{x:.2f}' for x in report['load_average'])}."
     )
+    stem = result_stem("rocketmq_replicate", report["date"], args.out_dir)
+    png = plot(report, stem.with_suffix(".png"))
+    if png:
+        md += f"\n\n![rates, RSS and backlog]({png.name})"
     print(md)
     json_path, md_path = write_report("rocketmq_replicate", report, md, args.out_dir)
-    progress(f"wrote {json_path} and {md_path}")
+    progress(f"wrote {json_path} and {md_path}" + (f" and {png}" if png else ""))
     return 0
 
 
