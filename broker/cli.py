@@ -196,6 +196,20 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         help="how often retention runs (60000)",
     )
     p.add_argument(
+        "--max-transfer-count",
+        type=int,
+        default=32,
+        metavar="N",
+        help="most messages in one pull answer (RocketMQ maxTransferCountOnMessageInMemory, 32)",
+    )
+    p.add_argument(
+        "--max-transfer-bytes",
+        type=int,
+        default=256 * 1024,
+        metavar="BYTES",
+        help="most bytes in one pull answer (maxTransferBytesOnMessageInMemory, 256 KiB)",
+    )
+    p.add_argument(
         "--segment-size-bytes",
         type=int,
         default=1024 * 1024 * 1024,
@@ -231,6 +245,8 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         retention_bytes=args.retention_bytes,
         retention_check_interval_ms=args.retention_check_interval_ms,
         segment_size_bytes=args.segment_size_bytes,
+        max_transfer_count=args.max_transfer_count,
+        max_transfer_bytes=args.max_transfer_bytes,
         ha_host=args.listen_ha[0] if args.listen_ha else "",
         ha_port=args.listen_ha[1] if args.listen_ha else 0,
         metrics_listen=args.listen_metrics,

@@ -83,6 +83,11 @@ class BrokerConfig:
     retention_hours: float = 72.0
     retention_bytes: int = 0
     retention_check_interval_ms: int = 60_000
+    #: a pull answer's caps (RocketMQ's maxTransferCountOnMessageInMemory and
+    #: maxTransferBytesOnMessageInMemory: 32 messages, 256 KiB); a consumer that asks for
+    #: more (a replicator's pull batch) gets at most these
+    max_transfer_count: int = 32
+    max_transfer_bytes: int = 256 * 1024
     #: HA port (RocketMQ's haListenPort); 0: the remoting port + 1, where slaves look for it
     ha_port: int = 0
     #: HA bind host ("" = the listen host)
@@ -141,6 +146,8 @@ class BrokerConfig:
             "retention_hours",
             "slave_read_lag_bytes",
             "retention_check_interval_ms",
+            "max_transfer_count",
+            "max_transfer_bytes",
             "replica_heartbeat_interval_ms",
             "replica_heartbeat_timeout_ms",
             "slave_timeout_ms",

@@ -10,7 +10,8 @@ deadline); offset out of range → PULL_OFFSET_MOVED. Ext fields ``suggestWhichB
 Subscription: with SUBSCRIPTION in ``sysFlag`` the request's expression, else the group's
 heartbeat (SUBSCRIPTION_NOT_EXIST without one); tags are hashed here (trap 10). With
 COMMIT_OFFSET the request's ``commitOffset`` is stored as the group's offset. A batch stops
-at 32 messages or 256 KiB (at least one message), and at the replication's readable limit
+at ``max_transfer_count`` messages or ``max_transfer_bytes`` (RocketMQ's 32 and 256 KiB; at
+least one message), and at the replication's readable limit
 (5.x confirm offset, trap 11); ``nextBeginOffset`` then names the first record not sent.
 """
 
@@ -32,8 +33,6 @@ from nameserver.remoting.codec import RemotingCommand
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
-MAX_MSGS = 32
-MAX_BYTES = 256 * 1024
 MAX_SUSPEND_MS = 60_000
 _QOFF = struct.Struct(">q")  # QUEUEOFFSET at byte 20, PHYSICALOFFSET at byte 28
 
@@ -95,7 +94,7 @@ class PullProcessor:
         self, request: RemotingCommand, h: PullHeader, sub: Subscription
     ) -> RemotingCommand:
         store = self.core.store
-        max_msgs = max(1, min(h.max_msg_nums, MAX_MSGS))
+        max_msgs = max(1, min(h.max_msg_nums, self.core.config.max_transfer_count))
         got: GetResult = await self.core.run(
             store.get,
             h.topic,
@@ -150,14 +149,15 @@ class PullProcessor:
         return ResponseCode.PULL_RETRY_IMMEDIATELY, offset, b""
 
     def _trim(self, records: list[bytes], next_offset: int) -> tuple[list[bytes], int]:
-        """Records up to the readable limit and MAX_BYTES (at least one fits the byte cap)."""
+        """Records up to the readable limit and ``max_transfer_bytes`` (at least one)."""
         limit = self.core.replication.readable_limit()
+        max_bytes = self.core.config.max_transfer_bytes
         out: list[bytes] = []
         size = 0
         for raw in records:
             (physical,) = _QOFF.unpack_from(raw, 28)
             over_limit = limit is not None and physical + len(raw) > limit
-            if over_limit or (out and size + len(raw) > MAX_BYTES):
+            if over_limit or (out and size + len(raw) > max_bytes):
                 (queue_offset,) = _QOFF.unpack_from(raw, 20)
                 return out, queue_offset
             out.append(raw)

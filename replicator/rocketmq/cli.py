@@ -88,6 +88,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     r.add_argument("--max-in-flight", type=int, default=4096, metavar="N")
     r.add_argument("--rate", type=float, default=0.0, metavar="MSGS_PER_S", help="0: no limit")
     r.add_argument(
+        "--pull-batch",
+        type=int,
+        default=256,
+        metavar="N",
+        help="messages asked for per pull (a broker caps it: RocketMQ's default is 32)",
+    )
+    r.add_argument(
         "--offset-sync-every",
         type=int,
         default=100,
@@ -141,6 +148,7 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
         rate_limit=args.rate,
         commit_interval_s=args.commit_interval,
         offset_sync_every=args.offset_sync_every,
+        pull_batch=args.pull_batch,
         refresh_s=args.refresh_interval,
         heartbeat_interval_s=args.heartbeat_interval,
         sync_config=not args.no_config_sync,

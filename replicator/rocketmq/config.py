@@ -73,7 +73,8 @@ class RocketMQReplicatorConfig:
     max_in_flight: int = 4096
     #: messages per second over the whole worker; 0 = unlimited
     rate_limit: float = 0.0
-    pull_batch: int = 32
+    #: messages asked for per pull; the broker caps it (RocketMQ: 32 messages, 256 KiB)
+    pull_batch: int = 256
     #: record an offset-sync at least every this many source offsets per destination queue
     #: (beside the newest at each commit): the translation's precision
     offset_sync_every: int = 100

@@ -174,3 +174,23 @@ def test_pull_batch_is_capped_by_bytes(tmp_path: Path) -> None:
         assert decode(records(p.body)[0]).body == big4
 
     run_broker(tmp_path, scenario)
+
+
+def test_pull_batch_is_capped_by_the_configured_count(tmp_path: Path) -> None:
+    """``max_transfer_count``: RocketMQ's 32 by default; a consumer asking for more (the
+    replicator asks for 256) gets at most the configured count."""
+
+    async def scenario(ctx: Ctx) -> None:
+        for i in range(40):
+            assert (await ctx.send(f"m{i}".encode())).code == 0
+        p = await ctx.pull(0, max_msgs=256)
+        assert len(records(p.body)) == 32 and p.ext_fields["nextBeginOffset"] == "32"
+
+    async def wider(ctx: Ctx) -> None:
+        for i in range(40):
+            assert (await ctx.send(f"m{i}".encode())).code == 0
+        p = await ctx.pull(0, max_msgs=256)
+        assert len(records(p.body)) == 40
+
+    run_broker(tmp_path / "default", scenario)
+    run_broker(tmp_path / "wider", wider, max_transfer_count=256)
