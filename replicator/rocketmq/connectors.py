@@ -34,6 +34,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,14 +250,17 @@ class JobConnectors:
         readable = [q for q in route.queues]
         if not readable:
             raise TopicNotFound(f"source topic {topic} has no queue data")
-        perm = readable[0].perm
+        # the source's bits (inherit, priority), but readable and writable whatever the
+        # source says: the replicator itself writes there, and a source turned read-only
+        # (its producers moved away) still has a backlog to bring over
+        perm = readable[0].perm | PERM_READ | PERM_WRITE
         if self.config.dest_read_only:
             perm &= ~PERM_WRITE
         return TopicSpec(
             dest_topic,
             sum(q.read_queue_nums for q in readable),
             sum(q.write_queue_nums for q in readable),
-            perm | PERM_READ,
+            perm,
             readable[0].topic_sys_flag,
             any(q.order for q in readable),
         )
@@ -288,11 +292,15 @@ class JobConnectors:
         except TopicNotFound:
             await cluster.create_topic(spec, cluster=name or None)
 
-    async def sync_config(self) -> list[str]:
+    async def sync_config(self, only: Iterable[str] | None = None) -> list[str]:
         """Update destination topics whose queue numbers, permission or order differ from
-        their source's; returns what changed (one line each)."""
+        their source's (``only``: these source topics); returns what changed (one line
+        each). The worker also calls it when it finds new source queues, so that they
+        start with the destination already grown rather than mapped onto the old count."""
         changes: list[str] = []
-        if self.config.topics:
+        if only is not None:
+            topics = sorted(set(only) - {HEARTBEAT_TOPIC})
+        elif self.config.topics:
             topics = list(self.config.topics)
         else:
             topics = [t for t in await self.source.topics() if self.config.wants(t)]

@@ -187,7 +187,16 @@ class RocketMQReplicator:
                 await self._commit_all()
                 await self._publish()
                 if time.monotonic() >= next_refresh and self._failure is None:
+                    known = queues.keys()
                     queues = await self._discover()
+                    grown = {queues[p].queue.topic for p in queues.keys() - known}
+                    if grown and config.sync_config:
+                        # new source queues: grow the destination topic first (config
+                        # sync), so they start in a pass that has its new queue count
+                        try:
+                            await self.connectors.sync_config(grown)
+                        except (RocketMQError, OSError) as exc:
+                            log.warning("config sync of %s: %s", sorted(grown), exc)
                     for q in queues.values():
                         if q.dest_topic not in sink.topics:
                             await self.connectors.ensure_dest_topics({q.queue.topic: q.dest_topic})
@@ -243,6 +252,15 @@ class RocketMQReplicator:
             await self._stop_queue(partition, drain=True, release=True)
         for partition in sorted(mine - self.tasks.keys()):
             sq = queues[partition]
+            if (
+                self.config.sync_config
+                and self.config.queue_map == "same"
+                and sq.index >= sink.queue_count(sq.dest_topic)
+            ):
+                # config sync grows the destination topic like the source: queue i waits
+                # for destination queue i (a new pass) rather than going to i mod n now
+                log.info("%s: waiting for the destination topic to grow", partition)
+                continue
             fence = await asyncio.to_thread(self.membership.claim, partition)
             if fence is None:
                 continue  # its previous owner has not let go yet: next refresh
