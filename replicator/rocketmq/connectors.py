@@ -10,8 +10,8 @@ into ``rmq_sys_replicator_heartbeat`` of the *source* cluster; the source connec
 replicates that topic like a user topic (its counts kept apart); the leader reads the
 destination's heartbeat topic and, for each heartbeat of its own job, records the round trip
 (arrival minus emission, one process's clock). The link is *down* when no heartbeat of this job
-has arrived for ``heartbeat_down_after`` intervals (and at least that long has passed since
-the first emission).
+has arrived for ``heartbeat_down_after`` intervals (counted from when this worker began to
+lead while none has: a destination down from the start is a link down).
 
 **Topic config** (item 5; RIP-45's RocketMQConfigConnector). Each replicated topic exists at
 the destination with the source's queue numbers and permission: created when missing
@@ -34,11 +34,12 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from nameserver.client import Client
+from nameserver.client.errors import ClientError
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.config import HEARTBEAT_TOPIC, RocketMQReplicatorConfig
 from replicator.rocketmq.errors import RocketMQError, TopicNotFound
@@ -64,6 +65,9 @@ class HeartbeatState:
     last_seen_ms: int = 0
     rtt_ms: float | None = None
     link_down: bool = False
+    #: when this worker began to lead: with nothing received, the link is judged from
+    #: then (a destination down from the start is a link down, not an unknown)
+    leading_since_ms: int = 0
 
 
 class JobConnectors:
@@ -94,25 +98,37 @@ class JobConnectors:
     # --- the leader's clock ----------------------------------------------------------
 
     async def tick(self, leading: bool) -> None:
+        """One round of the duties that are due. Each duty's failure (a cluster or
+        metaledger not answering) is logged and leaves the others to run; the link state is
+        judged every tick, whatever failed."""
         if leading != self.leading:
             log.info("job connectors %s", "started (this worker leads)" if leading else "stopped")
             self.leading = leading
+            self.hb = HeartbeatState(leading_since_ms=int(time.time() * 1000))
             if not leading:
                 await self._stop_heartbeats()
         if not leading:
             return
         config = self.config
+        duties: list[tuple[str, Callable[[], Awaitable[object]]]] = []
         if config.heartbeats and self._due_now("heartbeat", config.heartbeat_interval_s):
-            await self._heartbeat()
+            duties.append(("heartbeat", self._heartbeat))
         if config.sync_config and self._due_now("config", config.config_interval_s):
-            await self.sync_config()
+            duties.append(("config sync", self.sync_config))
         if (
             config.groups
             and config.checkpoint_interval_s
             and self._due_now("groups", config.checkpoint_interval_s)
         ):
-            await self.sync_groups()
-        self._update_link()
+            duties.append(("group offsets", self.sync_groups))
+        try:
+            for name, duty in duties:
+                try:
+                    await duty()
+                except (RocketMQError, SinkError, ClientError, OSError) as exc:
+                    log.warning("job connectors: %s: %s", name, exc)
+        finally:
+            self._update_link()
 
     def _due_now(self, what: str, every_s: float) -> bool:
         now = time.monotonic()
@@ -196,12 +212,12 @@ class JobConnectors:
 
     def _update_link(self) -> None:
         hb = self.hb
-        if not self.config.heartbeats or not hb.first_sent_ms:
+        if not self.config.heartbeats or not self.leading:
             hb.link_down = False
             return
         window_ms = self.config.heartbeat_down_after * self.config.heartbeat_interval_s * 1000
         now_ms = int(time.time() * 1000)
-        since = hb.last_seen_ms or hb.first_sent_ms
+        since = hb.last_seen_ms or hb.leading_since_ms or hb.first_sent_ms or now_ms
         down = now_ms - since > window_ms
         if down and not hb.link_down:
             log.error(

@@ -92,6 +92,7 @@ class RocketMQReplicator:
         self._publisher = StatusPublisher(self.client, "rocketmq", config.job)
         self._publisher.key = status_key(config.job, config.worker)
         self.passes = 0
+        self._in_pass = False  # a pass's loop publishes the status; else the duties do
 
     def stop(self) -> None:
         self._stop.set()
@@ -177,6 +178,7 @@ class RocketMQReplicator:
         self.passes += 1
         await sink.start()
         self.connectors.attach(sink)
+        self._in_pass = True
         try:
             await self._rebalance(sink, queues)
             next_refresh = time.monotonic() + config.refresh_s
@@ -207,6 +209,7 @@ class RocketMQReplicator:
                     await self._rebalance(sink, queues)
                     next_refresh = time.monotonic() + config.refresh_s
         finally:
+            self._in_pass = False
             self.connectors.attach(None)
             await self._stop_all(drain=self._failure is None)
             await sink.close()
@@ -407,6 +410,10 @@ class RocketMQReplicator:
                 workers = await asyncio.to_thread(self.membership.workers)
                 leading = bool(workers) and workers[0] == self.config.worker
                 await self.connectors.tick(leading)
+                if not self._in_pass:
+                    # no pass publishes (the destination down at start, a backoff): the
+                    # status and metrics still show the link and the failure
+                    await self._publish()
             except (ClientError, RocketMQError, SinkError, OSError) as exc:
                 log.warning("job connectors: %s", exc)
             with contextlib.suppress(TimeoutError):

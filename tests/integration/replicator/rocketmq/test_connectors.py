@@ -104,9 +104,11 @@ def test_heartbeats_link_down_and_metrics(
 
     try:
         wait_until(
-            lambda: caught_up(a, b, job, topic)
-            and heartbeat(b, job).get("received", 0) >= 3
-            and heartbeat(b, job).get("rtt_ms") is not None,
+            lambda: (
+                caught_up(a, b, job, topic)
+                and heartbeat(b, job).get("received", 0) >= 3
+                and heartbeat(b, job).get("rtt_ms") is not None
+            ),
             90,
             why,
         )
@@ -141,12 +143,14 @@ def test_heartbeats_link_down_and_metrics(
             wait_until(lambda: heartbeat(b, job).get("link_down"), 20, why)
             wait_until(lambda: sample(scrape(port), "link_up", job=job) == 0, 20, why)
             wait_until(
-                lambda: sum(
-                    q["lag_messages"]
-                    for p, q in queue_statuses(b.routes, job).items()
-                    if p.startswith(topic)
-                )
-                == 10,
+                lambda: (
+                    sum(
+                        q["lag_messages"]
+                        for p, q in queue_statuses(b.routes, job).items()
+                        if p.startswith(topic)
+                    )
+                    == 10
+                ),
                 30,
                 why,
             )
@@ -154,9 +158,11 @@ def test_heartbeats_link_down_and_metrics(
         finally:
             b.resume_broker()
         wait_until(
-            lambda: not heartbeat(b, job).get("link_down")
-            and sample(scrape(port), "link_up", job=job) == 1
-            and caught_up(a, b, job, topic),
+            lambda: (
+                not heartbeat(b, job).get("link_down")
+                and sample(scrape(port), "link_up", job=job) == 1
+                and caught_up(a, b, job, topic)
+            ),
             60,
             why,
         )
@@ -184,7 +190,9 @@ def test_config_follows_the_source(
         return f"{dumps(queue_statuses(b.routes, job))}\n{w.log()[-4000:]}"
 
     def shape(cluster: RmqCluster) -> list[tuple[int, int, int]]:
-        return [(q.read_queue_nums, q.write_queue_nums, q.perm) for q in cluster.route(topic).queues]
+        return [
+            (q.read_queue_nums, q.write_queue_nums, q.perm) for q in cluster.route(topic).queues
+        ]
 
     try:
         wait_until(lambda: caught_up(a, b, job, topic), 90, why)
@@ -226,7 +234,9 @@ def gap_and_duplicates(
 def group_offsets(cluster: RmqCluster, topic: str, group: str) -> dict[int, int | None]:
     async def go() -> dict[int, int | None]:
         async with ClusterClient(cluster.namesrv) as c:
-            return {q.queue_id: await c.consumer_offset(group, q) for q in await c.read_queues(topic)}
+            return {
+                q.queue_id: await c.consumer_offset(group, q) for q in await c.read_queues(topic)
+            }
 
     return asyncio.run(go())
 
@@ -240,7 +250,9 @@ def set_group_offsets(cluster: RmqCluster, topic: str, group: str, offsets: dict
     asyncio.run(go())
 
 
-def by_timestamp(source: RmqCluster, dest: RmqCluster, topic: str, at: dict[int, int]) -> dict[int, int]:
+def by_timestamp(
+    source: RmqCluster, dest: RmqCluster, topic: str, at: dict[int, int]
+) -> dict[int, int]:
     """RIP-45's shipped translation: the destination offset of the store time of the source
     message at the group's offset."""
 
@@ -305,7 +317,9 @@ def test_group_failover_through_offset_syncs(
             "--group", "G", "--source-namesrv", a.namesrv, "--dest-namesrv", b.namesrv,
             "--endpoints", ",".join(b.endpoints), "--write",
         ]  # fmt: skip
-        out = subprocess.run(cmd, env=cli_env(tmp_path), capture_output=True, timeout=60, check=False)
+        out = subprocess.run(
+            cmd, env=cli_env(tmp_path), capture_output=True, timeout=60, check=False
+        )
         assert out.returncode == 0, out.stderr.decode()
         text = out.stdout.decode()
         assert "OFFSET" in text and "sync" in text and HEARTBEAT_TOPIC not in text, text
@@ -349,16 +363,19 @@ def test_link_down_from_the_start(
         )  # fmt: skip
         log = w.log
         wait_until(
-            lambda: heartbeat(b, job).get("link_down")
-            and sample(scrape(port), "link_up", job=job) == 0,
+            lambda: (
+                heartbeat(b, job).get("link_down") and sample(scrape(port), "link_up", job=job) == 0
+            ),
             30,
             lambda: f"{dumps(statuses(b.routes, job))}\n{log()[-3000:]}",
         )
         b.resume_broker()
         wait_until(
-            lambda: heartbeat(b, job).get("received", 0) >= 1
-            and not heartbeat(b, job).get("link_down")
-            and sample(scrape(port), "link_up", job=job) == 1,
+            lambda: (
+                heartbeat(b, job).get("received", 0) >= 1
+                and not heartbeat(b, job).get("link_down")
+                and sample(scrape(port), "link_up", job=job) == 1
+            ),
             60,
             lambda: f"{dumps(statuses(b.routes, job))}\n{log()[-3000:]}",
         )
