@@ -39,7 +39,7 @@ from nameserver.client.errors import ClientError, NotFound
 from replicator.lease import Fence
 from replicator.rocketmq.assign import Membership, assignment
 from replicator.rocketmq.checkpoint import QueueCheckpoint
-from replicator.rocketmq.client import ClusterClient, ReadQueue
+from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.config import HEARTBEAT_TOPIC, RocketMQReplicatorConfig
 from replicator.rocketmq.connectors import JobConnectors
 from replicator.rocketmq.errors import RocketMQError, TopicNotFound
@@ -66,6 +66,8 @@ class SourceQueue:
     index: int
     dest_topic: str
     heartbeat: bool
+    #: the source topic's write queue total: what config sync grows the destination to
+    source_writes: int = 0
 
 
 class _PassEnded(Exception):
@@ -226,14 +228,15 @@ class RocketMQReplicator:
         out: dict[str, SourceQueue] = {}
         for topic in topics:
             try:
-                read = await self.source.read_queues(topic)
+                route = await self.source.route(topic)
             except TopicNotFound:
                 if topic != HEARTBEAT_TOPIC:
                     log.warning("source topic %s does not exist (yet)", topic)
                 continue
             dest_topic = config.dest_topic(topic)
-            for i, q in enumerate(read):
-                out[q.partition] = SourceQueue(q, i, dest_topic, topic == HEARTBEAT_TOPIC)
+            writes = sum(d.write_queue_nums for d in route.queues)
+            for i, q in enumerate(read_queues(route)):
+                out[q.partition] = SourceQueue(q, i, dest_topic, topic == HEARTBEAT_TOPIC, writes)
         return out
 
     async def _dest_changed(self, sink: RocketMQSink) -> bool:
@@ -255,13 +258,16 @@ class RocketMQReplicator:
             await self._stop_queue(partition, drain=True, release=True)
         for partition in sorted(mine - self.tasks.keys()):
             sq = queues[partition]
+            n = sink.queue_count(sq.dest_topic)
             if (
                 self.config.sync_config
                 and self.config.queue_map == "same"
-                and sq.index >= sink.queue_count(sq.dest_topic)
+                and n <= sq.index
+                and n < sq.source_writes
             ):
-                # config sync grows the destination topic like the source: queue i waits
-                # for destination queue i (a new pass) rather than going to i mod n now
+                # config sync is growing the destination topic like the source: queue i
+                # waits for destination queue i (a new pass) rather than going to i mod n
+                # now (a source with fewer write than read queues, shrinking, maps i mod n)
                 log.info("%s: waiting for the destination topic to grow", partition)
                 continue
             fence = await asyncio.to_thread(self.membership.claim, partition)
