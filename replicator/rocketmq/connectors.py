@@ -40,6 +40,7 @@ from typing import Any
 
 from nameserver.client import Client
 from nameserver.client.errors import ClientError
+from replicator.rocketmq.checkpoint import CheckpointError
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.config import HEARTBEAT_TOPIC, RocketMQReplicatorConfig
 from replicator.rocketmq.errors import RocketMQError, TopicNotFound
@@ -125,7 +126,7 @@ class JobConnectors:
             for name, duty in duties:
                 try:
                     await duty()
-                except (RocketMQError, SinkError, ClientError, OSError) as exc:
+                except (RocketMQError, SinkError, ClientError, CheckpointError, OSError) as exc:
                     log.warning("job connectors: %s: %s", name, exc)
         finally:
             self._update_link()
@@ -353,11 +354,19 @@ class JobConnectors:
     # --- group offsets -----------------------------------------------------------------
 
     async def sync_groups(self) -> None:
+        """Translate each group, keep the result in metaledger and, with
+        ``sync_group_offsets``, move the group forward at the destination. One group's
+        failure is logged and does not hold up the others."""
         for group in self.config.groups:
-            translated = await translate_group(
-                self.client, self.config.job, self.source, self.dest, group
-            )
-            doc = json.dumps([t.as_dict() for t in translated], sort_keys=True)
-            await asyncio.to_thread(self.client.put, group_key(self.config.job, group), doc)
-            if self.config.sync_group_offsets:
-                await sync_group(self.dest, group, translated)
+            try:
+                translated = await translate_group(
+                    self.client, self.config.job, self.source, self.dest, group
+                )
+                doc = json.dumps([t.as_dict() for t in translated], sort_keys=True)
+                await asyncio.to_thread(self.client.put, group_key(self.config.job, group), doc)
+                if self.config.sync_group_offsets:
+                    moved = await sync_group(self.dest, group, translated)
+                    if moved:
+                        log.info("group %s: moved forward on %d destination queues", group, moved)
+            except (RocketMQError, ClientError, CheckpointError, OSError) as exc:
+                log.warning("group %s: offsets not translated: %s", group, exc)

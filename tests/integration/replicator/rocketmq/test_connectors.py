@@ -323,6 +323,21 @@ def test_group_failover_through_offset_syncs(
         assert out.returncode == 0, out.stderr.decode()
         text = out.stdout.decode()
         assert "OFFSET" in text and "sync" in text and HEARTBEAT_TOPIC not in text, text
+        # a group that consumed nothing (the source answers 0 on a queue that still starts
+        # at 0, RocketMQ's trap 12) resumes at the destination's earliest: no gap either
+        nobody = [*cmd[: cmd.index("G")], "Nobody", *cmd[cmd.index("G") + 1 : -1]]
+        out = subprocess.run(
+            nobody, env=cli_env(tmp_path), capture_output=True, timeout=60, check=False
+        )
+        assert out.returncode == 0, out.stderr.decode()
+        text = out.stdout.decode()
+        assert "earliest" in text and "sync" not in text, text
+        # a job that committed nothing: exit 4
+        unknown = [*cmd[: cmd.index(job)], "no-such-job", *cmd[cmd.index(job) + 1 :]]
+        out = subprocess.run(
+            unknown, env=cli_env(tmp_path), capture_output=True, timeout=60, check=False
+        )
+        assert out.returncode == 4, (out.stdout, out.stderr)
         resumed = group_offsets(b, topic, "G")
         result = outcome("G", resumed)
         assert good("G", resumed), (resumed, result, text)
