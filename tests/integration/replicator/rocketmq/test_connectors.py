@@ -5,11 +5,14 @@ real clusters and real ``metaledger replicate rocketmq`` / ``replicate translate
   default is 10 s), the worker's status shows them received with a round trip, they are not
   in the user topic nor in its counts (the metrics' ``kind`` label); a frozen destination
   broker (SIGSTOP) turns ``link_down`` on within a few intervals and ``link_up`` to 0, and
-  both come back when it thaws;
+  both come back when it thaws; a worker started while the destination is frozen reports the
+  link down (never having seen a heartbeat is not "up");
 - the Prometheus endpoint (``--listen-metrics``) serves the per-queue committed offset and
   lag the status shows;
 - config sync: the destination topic is created like the source's and follows it (queues
-  4 → 8, perm 6 → 7); the replication goes on across the change with nothing lost;
+  4 → 8, perm 6 → 7); the replication goes on across the change with nothing lost and queue
+  i still into queue i (the new source queues wait for the destination to grow); a source
+  turned read-only (perm 4) leaves the destination writable (6): the replicator writes there;
 - consumer-group failover: a group's source offsets translated through the offset-syncs
   (``replicate translate --write``, and the checkpoint connector with
   ``--sync-group-offsets``) leave no gap at the destination and at most the sync spacing of
@@ -213,6 +216,10 @@ def test_config_follows_the_source(
         assert got.keys() == {s.msg_id for s in first + second}
         for q in range(8):  # queue i still goes to queue i
             assert ids(a.pull_all(topic, q)).keys() == ids(b.pull_all(topic, q)).keys(), q
+        # the source turns read-only (its producers moved away): the destination follows
+        # but stays writable, the replicator writes there
+        update_topic(a, topic, 8, perm=4)
+        wait_until(lambda: shape(b) == [(8, 8, 6)], 30, lambda: f"{shape(b)}\n{why()}")
     finally:
         assert w.stop() == 0, w.log()[-3000:]
 
