@@ -16,7 +16,10 @@ lead while none has: a destination down from the start is a link down).
 **Topic config** (item 5; RIP-45's RocketMQConfigConnector). Each replicated topic exists at
 the destination with the source's queue numbers and permission: created when missing
 (:meth:`ensure_dest_topics`, also called by every pass before its sink starts) and updated
-every ``config_interval_s`` when they differ. A topic spread over several source broker
+every ``config_interval_s`` when they differ, and at once when the worker finds new source
+queues (they wait for the destination to grow: queue i goes to queue i). The permission is
+the source's, always readable and writable at the destination (the replicator writes there;
+a source turned read-only still has a backlog). A topic spread over several source broker
 groups is created with the same totals spread over the destination's masters. The
 heartbeat topic gets one queue.
 
