@@ -11,7 +11,8 @@
 
 ``rocketmq`` runs one worker until SIGINT/SIGTERM (exit 0), 2 on a bad option. ``translate``
 prints, per destination queue, where the group resumes (exit 0), 3 when metaledger or a
-cluster does not answer, 4 when the job has committed nothing.
+cluster does not answer (or a stored checkpoint is unreadable), 4 when the job has committed
+nothing of a topic the group consumes (has a source offset for).
 """
 
 from __future__ import annotations
@@ -193,6 +194,7 @@ def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:
     import asyncio
 
     from nameserver.client import Client, ClientError
+    from replicator.rocketmq.checkpoint import CheckpointError
     from replicator.rocketmq.client import ClusterClient
     from replicator.rocketmq.errors import RocketMQError
     from replicator.rocketmq.groups import sync_group, translate_group
@@ -203,8 +205,8 @@ def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:
         try:
             rows = await translate_group(client, args.job, source, dest, args.group)
             if not rows:
-                print(f"metaledger: replicate translate: job {args.job!r} has committed nothing",
-                      file=sys.stderr)  # fmt: skip
+                print(f"metaledger: replicate translate: job {args.job!r} has committed nothing"
+                      f" of a topic group {args.group!r} consumes", file=sys.stderr)  # fmt: skip
                 return EXIT_NOT_FOUND
             table: list[tuple[str, ...]] = [
                 ("TOPIC", "QUEUE", "BROKER", "QUEUE_ID", "OFFSET", "BASIS")
@@ -232,7 +234,7 @@ def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:
     try:
         with Client(endpoints, timeout_s=10) as client:
             return asyncio.run(go(client))
-    except (ClientError, RocketMQError, OSError) as exc:
+    except (ClientError, RocketMQError, CheckpointError, OSError) as exc:
         print(f"metaledger: replicate translate: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
 

@@ -10,13 +10,16 @@ into ``rmq_sys_replicator_heartbeat`` of the *source* cluster; the source connec
 replicates that topic like a user topic (its counts kept apart); the leader reads the
 destination's heartbeat topic and, for each heartbeat of its own job, records the round trip
 (arrival minus emission, one process's clock). The link is *down* when no heartbeat of this job
-has arrived for ``heartbeat_down_after`` intervals (and at least that long has passed since
-the first emission).
+has arrived for ``heartbeat_down_after`` intervals (counted from when this worker began to
+lead while none has: a destination down from the start is a link down).
 
 **Topic config** (item 5; RIP-45's RocketMQConfigConnector). Each replicated topic exists at
 the destination with the source's queue numbers and permission: created when missing
 (:meth:`ensure_dest_topics`, also called by every pass before its sink starts) and updated
-every ``config_interval_s`` when they differ. A topic spread over several source broker
+every ``config_interval_s`` when they differ, and at once when the worker finds new source
+queues (they wait for the destination to grow: queue i goes to queue i). The permission is
+the source's, always readable and writable at the destination (the replicator writes there;
+a source turned read-only still has a backlog). A topic spread over several source broker
 groups is created with the same totals spread over the destination's masters. The
 heartbeat topic gets one queue.
 
@@ -35,10 +38,13 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from nameserver.client import Client
+from nameserver.client.errors import ClientError
+from replicator.rocketmq.checkpoint import CheckpointError
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.config import HEARTBEAT_TOPIC, RocketMQReplicatorConfig
 from replicator.rocketmq.errors import RocketMQError, TopicNotFound
@@ -64,6 +70,9 @@ class HeartbeatState:
     last_seen_ms: int = 0
     rtt_ms: float | None = None
     link_down: bool = False
+    #: when this worker began to lead: with nothing received, the link is judged from
+    #: then (a destination down from the start is a link down, not an unknown)
+    leading_since_ms: int = 0
 
 
 class JobConnectors:
@@ -96,25 +105,37 @@ class JobConnectors:
     # --- the leader's clock ----------------------------------------------------------
 
     async def tick(self, leading: bool) -> None:
+        """One round of the duties that are due. Each duty's failure (a cluster or
+        metaledger not answering) is logged and leaves the others to run; the link state is
+        judged every tick, whatever failed."""
         if leading != self.leading:
             log.info("job connectors %s", "started (this worker leads)" if leading else "stopped")
             self.leading = leading
+            self.hb = HeartbeatState(leading_since_ms=int(time.time() * 1000))
             if not leading:
                 await self._stop_heartbeats()
         if not leading:
             return
         config = self.config
+        duties: list[tuple[str, Callable[[], Awaitable[object]]]] = []
         if config.heartbeats and self._due_now("heartbeat", config.heartbeat_interval_s):
-            await self._heartbeat()
+            duties.append(("heartbeat", self._heartbeat))
         if config.sync_config and self._due_now("config", config.config_interval_s):
-            await self.sync_config()
+            duties.append(("config sync", self.sync_config))
         if (
             config.groups
             and config.checkpoint_interval_s
             and self._due_now("groups", config.checkpoint_interval_s)
         ):
-            await self.sync_groups()
-        self._update_link()
+            duties.append(("group offsets", self.sync_groups))
+        try:
+            for name, duty in duties:
+                try:
+                    await duty()
+                except (RocketMQError, SinkError, ClientError, CheckpointError, OSError) as exc:
+                    log.warning("job connectors: %s: %s", name, exc)
+        finally:
+            self._update_link()
 
     def _due_now(self, what: str, every_s: float) -> bool:
         now = time.monotonic()
@@ -198,12 +219,12 @@ class JobConnectors:
 
     def _update_link(self) -> None:
         hb = self.hb
-        if not self.config.heartbeats or not hb.first_sent_ms:
+        if not self.config.heartbeats or not self.leading:
             hb.link_down = False
             return
         window_ms = self.config.heartbeat_down_after * self.config.heartbeat_interval_s * 1000
         now_ms = int(time.time() * 1000)
-        since = hb.last_seen_ms or hb.first_sent_ms
+        since = hb.last_seen_ms or hb.leading_since_ms or hb.first_sent_ms or now_ms
         down = now_ms - since > window_ms
         if down and not hb.link_down:
             log.error(
@@ -252,7 +273,9 @@ class JobConnectors:
         readable = [q for q in route.queues]
         if not readable:
             raise TopicNotFound(f"source topic {topic} has no queue data")
-        # the replicator itself writes the destination: READ and WRITE always; "read-only for
+        # the source's bits (inherit, priority), but readable and writable whatever the
+        # source says: the replicator itself writes there, and a source turned read-only
+        # (its producers moved away) still has a backlog to bring over; "read-only for
         # producers" is the broker's replica.of attribute, which lets replicated messages in
         perm = readable[0].perm | PERM_READ | PERM_WRITE
         read_only = f"+replica.of={self.config.source_cluster}"
@@ -319,11 +342,15 @@ class JobConnectors:
         except TopicNotFound:
             await cluster.create_topic(spec, cluster=name or None)
 
-    async def sync_config(self) -> list[str]:
+    async def sync_config(self, only: Iterable[str] | None = None) -> list[str]:
         """Update destination topics whose queue numbers, permission or order differ from
-        their source's; returns what changed (one line each)."""
+        their source's (``only``: these source topics); returns what changed (one line
+        each). The worker also calls it when it finds new source queues, so that they
+        start with the destination already grown rather than mapped onto the old count."""
         changes: list[str] = []
-        if self.config.topics:
+        if only is not None:
+            topics = sorted(set(only) - {HEARTBEAT_TOPIC})
+        elif self.config.topics:
             topics = list(self.config.topics)
         else:
             topics = [t for t in await self.source.topics() if self.config.wants(t)]
@@ -362,11 +389,19 @@ class JobConnectors:
     # --- group offsets -----------------------------------------------------------------
 
     async def sync_groups(self) -> None:
+        """Translate each group, keep the result in metaledger and, with
+        ``sync_group_offsets``, move the group forward at the destination. One group's
+        failure is logged and does not hold up the others."""
         for group in self.config.groups:
-            translated = await translate_group(
-                self.client, self.config.job, self.source, self.dest, group
-            )
-            doc = json.dumps([t.as_dict() for t in translated], sort_keys=True)
-            await asyncio.to_thread(self.client.put, group_key(self.config.job, group), doc)
-            if self.config.sync_group_offsets:
-                await sync_group(self.dest, group, translated)
+            try:
+                translated = await translate_group(
+                    self.client, self.config.job, self.source, self.dest, group
+                )
+                doc = json.dumps([t.as_dict() for t in translated], sort_keys=True)
+                await asyncio.to_thread(self.client.put, group_key(self.config.job, group), doc)
+                if self.config.sync_group_offsets:
+                    moved = await sync_group(self.dest, group, translated)
+                    if moved:
+                        log.info("group %s: moved forward on %d destination queues", group, moved)
+            except (RocketMQError, ClientError, CheckpointError, OSError) as exc:
+                log.warning("group %s: offsets not translated: %s", group, exc)

@@ -6,9 +6,12 @@ brokers) is translated through the offset-syncs the job committed with its sourc
 (:func:`replicator.rocketmq.checkpoint.translate`: the newest sync below the group's offset,
 the destination offset after it; several source queues feeding one destination queue take
 the smallest). A destination queue no sync says anything about resumes at its earliest
-offset (never a gap; duplicates instead). Timestamps play no part: a destination queue's
-store times are the replication's, not the producer's, so a timestamp search there skips or
-repeats by however much replication lagged.
+offset (never a gap; duplicates instead). A topic the group has no source offset for on any
+queue (QUERY_NOT_FOUND everywhere: it does not consume it) and the heartbeat topic are left
+out; a broker answers 0 rather than QUERY_NOT_FOUND on a queue that still starts at 0
+(research/broker.md trap 12), which translates to the destination's earliest: safe.
+Timestamps play no part: a destination queue's store times are the replication's, not the
+producer's, so a timestamp search there skips or repeats by however much replication lagged.
 
 Used by the checkpoint connector (every ``checkpoint_interval_s``) and by ``metaledger
 replicate translate --group G [--write]``.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from nameserver.client import Client
 from replicator.rocketmq.checkpoint import load_checkpoints, translate
 from replicator.rocketmq.client import ClusterClient, ReadQueue
+from replicator.rocketmq.config import HEARTBEAT_TOPIC
 from replicator.rocketmq.errors import RocketMQError, TopicNotFound
 
 __all__ = ["Translated", "group_key", "sync_group", "translate_group"]
@@ -69,8 +73,11 @@ async def translate_group(
     checkpoints = await asyncio.to_thread(load_checkpoints, client, job)
     by_dest: dict[str, dict[str, int]] = {}
     masters: dict[tuple[str, str], str | None] = {}
-    for partition, ckpt in checkpoints.items():
+    consumed: set[str] = set()  # destination topics the group has a source offset for
+    for partition, ckpt in sorted(checkpoints.items()):
         topic, broker, queue_id = split_partition(partition)
+        if topic == HEARTBEAT_TOPIC:
+            continue  # the replicator's own traffic: no consumer group's business
         if (topic, broker) not in masters:
             try:
                 for q in await source.read_queues(topic):
@@ -83,8 +90,12 @@ async def translate_group(
             offset = await source.consumer_offset(group, ReadQueue(topic, broker, queue_id, addr))
         # a queue the group never committed: it has consumed nothing there
         by_dest.setdefault(ckpt.dest_topic, {})[partition] = offset or 0
+        if offset is not None:
+            consumed.add(ckpt.dest_topic)
     out: list[Translated] = []
     for dest_topic, offsets in sorted(by_dest.items()):
+        if dest_topic not in consumed:
+            continue  # the group never committed an offset of that topic: not its topic
         resume = translate(offsets, {p: checkpoints[p] for p in offsets})
         queues = await dest.write_queues(dest_topic)
         for index, q in enumerate(queues):

@@ -7,7 +7,8 @@ Per source queue (labels ``job``, ``partition``): committed offset, lag in messa
 seconds, in-flight messages, dismissed messages, the ``offset_lost`` alarm. Per job: messages
 sent and acknowledged (``kind`` = ``user`` or ``heartbeat``, so heartbeats stay out of the
 user counts), messages skipped by loop prevention, the heartbeat round trip and
-``link_up`` (0 when no heartbeat came through within the configured intervals).
+``link_up`` (0 when no heartbeat came through within the configured intervals; only from the
+worker that runs the heartbeats, the job's leader, and not at all without heartbeats).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class RocketMQMetrics:
         up = GaugeMetricFamily(
             PREFIX + "link_up", "0 while no heartbeat gets through", labels=["job"]
         )
-        up.add_metric([job], 0.0 if hb.get("link_down") else 1.0)
+        if hb.get("enabled"):  # the worker running the heartbeats judges the link
+            up.add_metric([job], 0.0 if hb.get("link_down") else 1.0)
         yield up
         rtt = GaugeMetricFamily(
             PREFIX + "heartbeat_rtt_seconds",

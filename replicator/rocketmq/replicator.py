@@ -67,6 +67,8 @@ class SourceQueue:
     dest_topic: str
     heartbeat: bool
     mapping: str  # "same" or "hash" (config.dest_queue)
+    #: the source topic's write queue total: what config sync grows the destination to
+    source_writes: int = 0
 
 
 class _PassEnded(Exception):
@@ -93,6 +95,7 @@ class RocketMQReplicator:
         self._publisher = StatusPublisher(self.client, "rocketmq", config.job)
         self._publisher.key = status_key(config.job, config.worker)
         self.passes = 0
+        self._in_pass = False  # a pass's loop publishes the status; else the duties do
 
     def stop(self) -> None:
         self._stop.set()
@@ -178,6 +181,7 @@ class RocketMQReplicator:
         self.passes += 1
         await sink.start()
         self.connectors.attach(sink)
+        self._in_pass = True
         try:
             await self._rebalance(sink, queues)
             next_refresh = time.monotonic() + config.refresh_s
@@ -188,7 +192,16 @@ class RocketMQReplicator:
                 await self._commit_all()
                 await self._publish()
                 if time.monotonic() >= next_refresh and self._failure is None:
+                    known = queues.keys()
                     queues = await self._discover()
+                    grown = {queues[p].queue.topic for p in queues.keys() - known}
+                    if grown and config.sync_config:
+                        # new source queues: grow the destination topic first (config
+                        # sync), so they start in a pass that has its new queue count
+                        try:
+                            await self.connectors.sync_config(grown)
+                        except (RocketMQError, OSError) as exc:
+                            log.warning("config sync of %s: %s", sorted(grown), exc)
                     for q in queues.values():
                         if q.dest_topic not in sink.topics:
                             await self.connectors.ensure_dest_topics({q.queue.topic: q.dest_topic})
@@ -199,6 +212,7 @@ class RocketMQReplicator:
                     await self._rebalance(sink, queues)
                     next_refresh = time.monotonic() + config.refresh_s
         finally:
+            self._in_pass = False
             self.connectors.attach(None)
             await self._stop_all(drain=self._failure is None)
             await sink.close()
@@ -224,8 +238,11 @@ class RocketMQReplicator:
             # an orderly topic maps queue i to queue i whatever --queue-map says
             orderly = bool(route.order_topic_conf) or any(q.order for q in route.queues)
             mapping = "same" if orderly else config.queue_map
+            writes = sum(d.write_queue_nums for d in route.queues)
             for i, q in enumerate(read_queues(route)):
-                out[q.partition] = SourceQueue(q, i, dest_topic, topic == HEARTBEAT_TOPIC, mapping)
+                out[q.partition] = SourceQueue(
+                    q, i, dest_topic, topic == HEARTBEAT_TOPIC, mapping, writes
+                )
         return out
 
     async def _dest_changed(self, sink: RocketMQSink) -> bool:
@@ -247,6 +264,18 @@ class RocketMQReplicator:
             await self._stop_queue(partition, drain=True, release=True)
         for partition in sorted(mine - self.tasks.keys()):
             sq = queues[partition]
+            n = sink.queue_count(sq.dest_topic)
+            if (
+                self.config.sync_config
+                and self.config.queue_map == "same"
+                and n <= sq.index
+                and n < sq.source_writes
+            ):
+                # config sync is growing the destination topic like the source: queue i
+                # waits for destination queue i (a new pass) rather than going to i mod n
+                # now (a source with fewer write than read queues, shrinking, maps i mod n)
+                log.info("%s: waiting for the destination topic to grow", partition)
+                continue
             fence = await asyncio.to_thread(self.membership.claim, partition)
             if fence is None:
                 continue  # its previous owner has not let go yet: next refresh
@@ -395,6 +424,10 @@ class RocketMQReplicator:
                 workers = await asyncio.to_thread(self.membership.workers)
                 leading = bool(workers) and workers[0] == self.config.worker
                 await self.connectors.tick(leading)
+                if not self._in_pass:
+                    # no pass publishes (the destination down at start, a backoff): the
+                    # status and metrics still show the link and the failure
+                    await self._publish()
             except (ClientError, RocketMQError, SinkError, OSError) as exc:
                 log.warning("job connectors: %s", exc)
             with contextlib.suppress(TimeoutError):

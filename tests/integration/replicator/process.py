@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.integration.broker.conftest import cli_env
@@ -39,6 +40,15 @@ class WorkerProcess:
         code; killed after 20 s."""
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
+        if sig == signal.SIGTERM:
+            # a worker stopped before it installed its signal handlers dies of SIGTERM (-15):
+            # its start banner comes right after them
+            self.proc.send_signal(signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            while "replicating " not in self.log() and self.proc.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
         if sig != signal.SIGKILL:
             self.proc.send_signal(signal.SIGCONT)
         self.proc.send_signal(sig)
