@@ -70,12 +70,13 @@ from bench.report import (  # noqa: E402
 )
 from bench.rocketmq_replicate_report import plot, render_runs  # noqa: E402
 from bench.rocketmq_replicate_runs import (  # noqa: E402
+    run_drain,
     run_rate,
     run_replicated,
     run_slow,
 )
 
-PARTS = ("ceiling", "replicated", "slow", "rate")
+PARTS = ("ceiling", "replicated", "drain", "slow", "rate")
 
 SOURCE, DEST = "A", "B"
 _STAMP_BYTES = 8
@@ -357,6 +358,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--slow-duty", type=float, default=0.3, help="share of each second B's broker runs"
     )
+    ap.add_argument(
+        "--broker-args",
+        default="--max-transfer-count 256 --max-transfer-bytes 1048576",
+        help="extra `metaledger broker` flags for both clusters' brokers (default: pull"
+        " answers of up to 256 messages / 1 MiB, RocketMQ's are 32 / 256 KiB)",
+    )
     ap.add_argument("--note", default="")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--producer", metavar="ENDPOINTS", help=argparse.SUPPRESS)
@@ -400,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="rocketmq_replicate-") as tmp:
         progress(f"starting clusters {SOURCE} and {DEST} in {tmp}")
-        with running_clusters(Path(tmp), (SOURCE, DEST)) as (source, dest):
+        broker_args = tuple(args.broker_args.split())
+        with running_clusters(Path(tmp), (SOURCE, DEST), broker_args) as (source, dest):
             progress(f"{source!r}; {dest!r}")
             parts = args.parts.split(",")
             ceiling = run_ceiling(args, source, dest)
@@ -410,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
                 for share in args.offered:
                     run = run_replicated(args, source, dest, Path(tmp), ceiling, share)
                     report["runs"].append(run)
+            if "drain" in parts:
+                report["drain"] = run_drain(args, source, dest, Path(tmp), ceiling)
             if "slow" in parts:
                 report["slow"] = run_slow(args, source, dest, Path(tmp), offered // 2)
             if "rate" in parts:

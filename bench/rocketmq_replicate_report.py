@@ -16,6 +16,26 @@ __all__ = ["plot", "render_runs"]
 
 def render_runs(report: dict[str, Any]) -> list[str]:
     lines: list[str] = []
+    drain = report.get("drain")
+    if drain:
+        cpu = drain.get("cpu_us_per_msg") or {}
+        lines += [
+            "",
+            f"## The replicator's own rate: {drain['name']}",
+            "",
+            "| backlog | stored/s at B (steady) | of the ceiling | steady window s"
+            " | worker peak RSS MiB |",
+            "|---:|---:|---:|---:|---:|",
+            f"| {drain['backlog']} | {fmt(drain['steady_rate'], '.0f')}"
+            f" | {fmt(drain.get('share'), '.2f')} | {fmt(drain['steady_window_s'], '.1f')}"
+            f" | {fmt(drain.get('worker_peak_rss_mib'), '.0f')} |",
+            "",
+            "The backlog was produced into A before the worker started, so no producer shares"
+            " the CPUs: this is what one worker moves, against what one producer writes"
+            " straight into B (the ceiling). CPU per message: "
+            + ", ".join(f"{n} {v:.1f} µs" for n, v in sorted(cpu.items()))
+            + ".",
+        ]
     slow = report.get("slow")
     if slow:
         lines += [

@@ -439,6 +439,56 @@ def run_slow(args: Any, source: Any, dest: Any, root: Path, rate: int) -> dict[s
     }
 
 
+def run_drain(
+    args: Any, source: Any, dest: Any, root: Path, ceiling: dict[str, Any]
+) -> dict[str, Any]:
+    """The replicator's own throughput: as many messages as the ceiling stored, produced
+    into A first (no worker running), then one worker drains them into B. The rate is B's
+    store-time rate over the steady window (first and last second left out), so the two
+    sides of the ratio are the destination's view, and no producer shares the CPUs."""
+    from bench.redis_replicate import cpu_seconds
+    from bench.rocketmq_replicate import cluster_pids, producer_argv
+
+    topic = _both_topics(source, dest, "BenchDrain", args.queues)
+    backlog = int(ceiling.get("stored") or ceiling.get("confirmed") or 100_000)
+    progress(f"drain: a backlog of {backlog} messages into {source.name}")
+    argv = [*producer_argv(args, source.endpoints, topic), "--count", str(backlog)]
+    argv[argv.index("--duration") + 1] = str(max(args.duration, 600.0))
+    produced = producer_result(start_producer(argv))
+    progress(f"drain: {produced['confirmed']} in {source.name}; one worker drains them")
+    worker = Worker(root, source, dest, "bench-drain", topic)
+    try:
+        pids = {"replicator": worker.pid, **cluster_pids([source, dest])}
+        cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
+        samples = watch(
+            worker, source, dest, topic,
+            lambda s: s["stored"] is not None and s["stored"] >= produced["confirmed"],
+            args.duration * 4 + 120, "drain",
+        )  # fmt: skip
+        cpu = {n: cpu_seconds(p) for n, p in pids.items()}
+        peak_rss = worker.rss_mib("VmHWM")
+    finally:
+        worker.stop()
+    stamps: list[int] = []
+    dest.scan(topic, lambda m: stamps.append(m.store_timestamp))
+    steady = steady_rate(stamps)
+    used = {n: b - a for n, a in cpu0.items() if a is not None and (b := cpu.get(n)) is not None}
+    ceiling_rate = ceiling.get("stored_per_s") or ceiling.get("msgs_per_s")
+    return {
+        "name": f"drain: a backlog of {produced['confirmed']} in {source.name}, worker -> {dest.name}",
+        "backlog": produced["confirmed"],
+        "stored": len(stamps),
+        **steady,
+        "share": steady["steady_rate"] / ceiling_rate
+        if steady["steady_rate"] and ceiling_rate
+        else None,
+        "cpu_s": used,
+        "cpu_us_per_msg": {n: v / len(stamps) * 1e6 for n, v in used.items() if stamps},
+        "worker_peak_rss_mib": peak_rss,
+        "timeline": samples,
+    }
+
+
 def run_rate(args: Any, source: Any, dest: Any, root: Path) -> dict[str, Any]:
     from bench.rocketmq_replicate import producer_argv
 

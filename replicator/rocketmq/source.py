@@ -160,19 +160,24 @@ class QueueReplication:
                 offset = max(offset, result.next_offset)
                 self.next_pull = offset
                 continue
+            n_dest = sink.queue_count(self.dest_topic)
+            same = self.mapping == "same"
+            dq = self.index % n_dest
+            limited = limiter.rate > 0
             for m in result.messages:
                 if m.queue_offset < self.watermark.next_offset:
                     continue  # already had it (a broker answering from an earlier offset)
                 self.watermark.pulled(m.queue_offset)
-                sources = parse_sources(m.properties.get(SOURCE_PROPERTY))
-                if dest_cluster in sources:
+                trail = m.properties.get(SOURCE_PROPERTY)
+                if trail and dest_cluster in parse_sources(trail):
                     self.counters.looped += 1
                     self.watermark.acked(m.queue_offset)
                     continue
-                await limiter.take()
+                if limited:
+                    await limiter.take()
                 check()
-                n_dest = sink.queue_count(self.dest_topic)
-                dq = dest_queue(self.mapping, self.index, m.keys, m.msg_id, n_dest)
+                if not same:
+                    dq = dest_queue(self.mapping, self.index, m.keys, m.msg_id, n_dest)
                 out = self._out(m, dq, source_cluster)
                 try:
                     future = await sink.submit(out)

@@ -154,7 +154,7 @@ def offset_msg_id(store_ip: bytes, store_port: int, commitlog_offset: int) -> st
     return (store_ip + _I32.pack(store_port) + _I64.pack(commitlog_offset)).hex().upper()
 
 
-def _inflate(body: bytes, sys_flag: int, where: str) -> bytes:
+def _inflate(body: bytes, sys_flag: int, where: object) -> bytes:
     kind = sys_flag & COMPRESSION_MASK
     if kind not in (0, COMPRESSION_ZLIB):
         raise BadAnswer(f"{where}: compression type {kind >> 8} (LZ4/ZSTD) is not supported")
@@ -169,7 +169,7 @@ def _inflate(body: bytes, sys_flag: int, where: str) -> bytes:
 
 
 def _record(buf: bytes, at: int, total: int, check_crc: bool) -> PulledMessage:
-    where = f"record at byte {at}"
+    where = _Where(at)  # formatted only into an error
     end = at + total
     _, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts = _HEAD.unpack_from(buf, at)
     if magic not in (MAGIC_V1, MAGIC_V2):
@@ -215,6 +215,19 @@ def _record(buf: bytes, at: int, total: int, check_crc: bool) -> PulledMessage:
     return PulledMessage(
         topic, qid, qoff, phys, body, flag, sys_flag, born_ts, store_ts, reconsume, props, msg_id
     )
+
+
+class _Where:
+    """``record at byte N``, formatted only when an error names it (once per record, on the
+    hot path of every pull, an f-string would cost more than the rest of the header)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def __str__(self) -> str:
+        return f"record at byte {self.at}"
 
 
 def decode_messages(body: bytes, check_crc: bool = True) -> list[PulledMessage]:

@@ -94,6 +94,72 @@ def test_kill9_loses_nothing(two_clusters: tuple[RmqCluster, RmqCluster], tmp_pa
             assert w2.stop() == 0, w2.log()[-3000:]
 
 
+def test_kill9_between_ack_and_commit(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    """Everything stored at the destination, nothing committed yet (a 60 s commit interval):
+    kill -9, and the next worker sends it all again; every message at least once, and the
+    duplicates are exactly the messages above the commit at the kill."""
+    a, b = two_clusters
+    topic = a.topic("AckedUncommitted", queues=2)
+    job = "acked"
+    stored = a.produce(topic, [Message(f"u{i}".encode()) for i in range(50)])
+    extra = ("--topics", topic, "--heartbeat-interval", "0")
+    w1 = Worker(
+        tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra, "--commit-interval", "60"
+    )
+    w2 = None
+    try:
+        wait_until(lambda: len(b.all_messages(topic)) == 50, 60, lambda: w1.log()[-3000:])
+        at_kill = {p: c.next_offset for p, c in committed(b.routes, job).items()}
+        assert set(at_kill.values()) == {0}, at_kill  # acked, not committed
+        assert w1.stop(signal.SIGKILL) == -signal.SIGKILL
+        w2 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra)
+        wait_until(lambda: caught_up(a, b, job, topic), 60, lambda: w2.log()[-3000:])
+        got = ids(b.all_messages(topic))
+        assert {s.msg_id: got[s.msg_id] for s in stored} == {s.msg_id: 2 for s in stored}
+    finally:
+        w1.stop(signal.SIGKILL)
+        if w2 is not None:
+            assert w2.stop() == 0, w2.log()[-3000:]
+
+
+def test_kill9_between_pull_and_send(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    """The destination frozen: the worker has pulled messages it cannot get stored; kill -9
+    there, and the next worker delivers every one of them."""
+    a, b = two_clusters
+    topic = a.topic("PulledUnsent", queues=2)
+    job = "pulled"
+    extra = ("--topics", topic, "--heartbeat-interval", "0")
+    w1 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w1", *extra)
+    w2 = None
+    try:
+        first = a.produce(topic, [Message(f"v{i}".encode()) for i in range(10)])
+        wait_until(lambda: caught_up(a, b, job, topic), 60, lambda: w1.log()[-3000:])
+        b.pause_broker()
+        try:
+            second = a.produce(topic, [Message(f"w{i}".encode()) for i in range(30)])
+
+            def pulled() -> bool:
+                qs = queue_statuses(b.routes, job)
+                return sum(q["pulled_offset"] - q["committed_offset"] for q in qs.values()) == 30
+
+            wait_until(pulled, 60, lambda: dumps(queue_statuses(b.routes, job)))
+            assert w1.stop(signal.SIGKILL) == -signal.SIGKILL
+        finally:
+            b.resume_broker()
+        w2 = Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, job, "w2", *extra)
+        wait_until(lambda: caught_up(a, b, job, topic), 90, lambda: w2.log()[-3000:])
+        got = ids(b.all_messages(topic))
+        assert all(got[s.msg_id] >= 1 for s in first + second)
+    finally:
+        w1.stop(signal.SIGKILL)
+        if w2 is not None:
+            assert w2.stop() == 0, w2.log()[-3000:]
+
+
 def test_lease_failover_and_paused_worker(
     two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
 ) -> None:
