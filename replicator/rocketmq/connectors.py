@@ -93,14 +93,8 @@ class JobConnectors:
         self._hb_sink: RocketMQSink | None = None
         self._hb_reader: asyncio.Task[None] | None = None
         self._due: dict[str, float] = {}
-        self._pass_sink: RocketMQSink | None = None
         #: destination topics given the replica.of attribute by this worker (dest_read_only)
         self._marked: set[str] = set()
-
-    def attach(self, sink: RocketMQSink | None) -> None:
-        """The running pass's sink (or None between passes); unused today, kept for the
-        connectors that send through the destination producer."""
-        self._pass_sink = sink
 
     # --- the leader's clock ----------------------------------------------------------
 

@@ -71,10 +71,6 @@ class SourceQueue:
     source_writes: int = 0
 
 
-class _PassEnded(Exception):
-    pass
-
-
 class RocketMQReplicator:
     def __init__(
         self, config: RocketMQReplicatorConfig, metrics: RocketMQMetrics | None = None
@@ -180,7 +176,6 @@ class RocketMQReplicator:
         )
         self.passes += 1
         await sink.start()
-        self.connectors.attach(sink)
         self._in_pass = True
         try:
             await self._rebalance(sink, queues)
@@ -213,7 +208,6 @@ class RocketMQReplicator:
                     next_refresh = time.monotonic() + config.refresh_s
         finally:
             self._in_pass = False
-            self.connectors.attach(None)
             await self._stop_all(drain=self._failure is None)
             await sink.close()
 
