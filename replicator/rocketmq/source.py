@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -59,23 +59,30 @@ class RateLimiter:
     """A token bucket over the whole worker: ``rate`` messages per second, bursts of at most
     a tenth of a second's worth (so a one-second window holds the rate within a few %)."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(
+        self,
+        rate: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.rate = rate
         self.burst = max(1.0, rate / 10)
+        self._clock = clock
+        self._sleep = sleep
         self._tokens = self.burst
-        self._at = time.monotonic()
+        self._at = clock()
 
     async def take(self) -> None:
         if self.rate <= 0:
             return
         while True:
-            now = time.monotonic()
+            now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
             self._at = now
-            if self._tokens >= 1:
+            if self._tokens >= 1 - 1e-9:  # (a float's rounding must not leave it at 0.99…)
                 self._tokens -= 1
                 return
-            await asyncio.sleep((1 - self._tokens) / self.rate)
+            await self._sleep((1 - self._tokens) / self.rate)
 
 
 @dataclass

@@ -289,3 +289,23 @@ def test_hash_mapping_keeps_keys_together_and_orderly_topics_keep_queues(
             assert [m.properties["UNIQ_KEY"] for m in b.pull_all(fifo, q)] == want
     finally:
         assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_rename_sends_a_topic_under_another_name(
+    two_clusters: tuple[RmqCluster, RmqCluster], tmp_path: Path
+) -> None:
+    a, b = two_clusters
+    topic = a.topic("Original", queues=2)
+    stored = a.produce(topic, [Message(f"r{i}".encode()) for i in range(12)])
+    w = Worker(
+        tmp_path, a.namesrv, b.namesrv, b.endpoints, "renamed", "w1",
+        "--topics", topic, "--rename", f"{topic}=Original-dr",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: caught_up(a, b, "renamed", topic), 60, lambda: w.log()[-3000:])
+        assert "Original" not in b.routes.route_topics().topics
+        assert sorted(ids(b.all_messages("Original-dr"))) == sorted(s.msg_id for s in stored)
+        qs = queue_statuses(b.routes, "renamed")
+        assert {q["dest_topic"] for q in qs.values() if not q["heartbeat"]} == {"Original-dr"}
+    finally:
+        assert w.stop() == 0, w.log()[-3000:]
