@@ -130,12 +130,12 @@ def test_master_restart_after_shutdown_save_with_messages_in_flight(
             offset = r.info("replication")["master_repl_offset"]
             wait_until(
                 lambda: (status(env, job) or {}).get("parsed_offset", 0) >= offset,
-                10,
+                20,
                 "the replicator read (and sent) the writes",
             )
             source.restart(save=True)
             wait_until(
-                lambda: rep.log().count("full sync:") == 2, 10, "a full sync from the new master"
+                lambda: rep.log().count("full sync:") == 2, 20, "a full sync from the new master"
             )
         finally:
             broker.send_signal(signal.SIGCONT)
