@@ -49,6 +49,14 @@ COLUMNS = (
 )
 
 
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` too) → (host, port); ValueError when malformed."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
 def endpoints_of(args: argparse.Namespace) -> list[str]:
     raw = getattr(args, "endpoints", None) or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
     return [e.strip() for e in raw.split(",") if e.strip()]
@@ -163,7 +171,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_redis(args: argparse.Namespace) -> int:
     from replicator.redis.config import RedisReplicatorConfig, parse_source
     from replicator.redis.errors import ConfigError
-    from replicator.redis.metrics import RedisMetrics, SyncProgress, parse_listen
+    from replicator.redis.metrics import RedisMetrics, SyncProgress
     from replicator.redis.replicator import RedisReplicator
 
     setup_logging(args.log_level)

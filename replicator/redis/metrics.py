@@ -31,7 +31,7 @@ from typing import Any, TextIO
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import CounterMetricFamily, Metric
 
-__all__ = ["RedisMetrics", "SyncProgress", "parse_listen"]
+__all__ = ["RedisMetrics", "SyncProgress"]
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,6 @@ STATUS_GAUGES = (
     ("in_flight_messages", "in_flight", "messages sent and not yet confirmed"),
     ("spooled_bytes", "spooled_bytes", "bytes read from the master and not yet processed"),
 )
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` too) → (host, port); ValueError when malformed."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
 
 
 class SyncProgress:

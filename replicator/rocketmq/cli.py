@@ -166,8 +166,7 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
 
 
 def run_rocketmq(args: argparse.Namespace, endpoints: list[str]) -> int:
-    from replicator.cli import run_worker, setup_logging
-    from replicator.redis.metrics import parse_listen
+    from replicator.cli import parse_listen, run_worker, setup_logging
     from replicator.rocketmq.errors import ConfigError
     from replicator.rocketmq.metrics import RocketMQMetrics
     from replicator.rocketmq.replicator import RocketMQReplicator

@@ -9,7 +9,8 @@ import urllib.request
 
 import pytest
 
-from replicator.redis.metrics import RedisMetrics, SyncProgress, parse_listen
+from replicator.cli import parse_listen
+from replicator.redis.metrics import RedisMetrics, SyncProgress
 
 
 class FakeClock:
