@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -201,8 +201,16 @@ class NodeSpec:
 class Cluster:
     """``n`` real metaledger nodes on loopback, each a subprocess in its own session."""
 
-    def __init__(self, root: str | os.PathLike[str], n: int = 3, start: bool = True) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        n: int = 3,
+        start: bool = True,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.root = Path(root)
+        #: more ``metaledger serve`` flags for every node (TLS, auth, quotas, compaction)
+        self.extra_args = list(extra_args)
         self.root.mkdir(parents=True, exist_ok=True)
         #: the Raft peer ports' password, made for this cluster (as ``cluster up`` does);
         #: nodes get the file's path, never the password on their command line
@@ -292,6 +300,8 @@ class Cluster:
         launcher = os.environ.get(LAUNCHER_ENV) or (
             "cli" if (REPO_ROOT / "nameserver" / "cli" / "__main__.py").exists() else "python"
         )
+        if self.extra_args and launcher != "cli":
+            raise ValueError(f"extra_args {self.extra_args} need the cli launcher ({LAUNCHER_ENV})")
         if launcher == "cli":
             return [
                 sys.executable,
@@ -314,6 +324,7 @@ class Cluster:
                 initial_cluster,
                 "--cluster-password-file",
                 str(self.password_file),
+                *self.extra_args,
             ]
         args = {
             "node_id": s.id,
@@ -632,10 +643,13 @@ class Cluster:
 
 @contextlib.contextmanager
 def running_cluster(
-    root: str | os.PathLike[str], n: int = 3, timeout: float = 30.0
+    root: str | os.PathLike[str],
+    n: int = 3,
+    timeout: float = 30.0,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[Cluster]:
     """A started, ready cluster, closed (with log tails on an exception) at the end."""
-    cluster = Cluster(root, n)
+    cluster = Cluster(root, n, extra_args=extra_args)
     failed = True
     try:
         cluster.wait_ready(timeout)

@@ -1,0 +1,116 @@
+"""A real etcd 3.4 (``/usr/bin/etcd``) and the real ``etcdctl``, for side-by-side tests.
+
+Issue 20 compares metaledger with etcd command by command: the same ``etcdctl`` command
+against both, the same output shape and exit code. :class:`EtcdServer` runs one etcd
+member on free loopback ports in its own session (stopped by PID, always);
+:func:`etcdctl` runs the client against any endpoint with a clean environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.harness import free_ports, wait_until
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+
+
+def etcdctl(
+    endpoint: str,
+    *args: str,
+    flags: Sequence[str] = (),
+    stdin: str | None = None,
+    timeout_s: float = 30.0,
+    command_timeout_s: int = 10,
+) -> subprocess.CompletedProcess[str]:
+    """``etcdctl --endpoints endpoint [flags] args`` (v3 API, no ETCDCTL_* from outside);
+    the result whatever its exit code."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("ETCDCTL_")}
+    env["ETCDCTL_API"] = "3"
+    argv = [
+        ETCDCTL,
+        f"--endpoints={endpoint}",
+        f"--command-timeout={command_timeout_s}s",
+        *flags,
+        *args,
+    ]
+    return subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, env=env
+    )
+
+
+class EtcdServer:
+    """One etcd member on 127.0.0.1 (``extra`` are more etcd flags: TLS, quota, auth…).
+
+    ``scheme`` is the client URL's scheme (``https`` when the extra flags give a server
+    certificate). Use as a context manager; :meth:`stop` kills the process group by PID.
+    """
+
+    def __init__(
+        self, root: str | os.PathLike[str], extra: Sequence[str] = (), scheme: str = "http"
+    ) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        client, peer = free_ports(2)
+        self.endpoint = f"{scheme}://127.0.0.1:{client}"
+        self.address = f"127.0.0.1:{client}"
+        peer_url = f"http://127.0.0.1:{peer}"
+        self.log_path = self.root / "etcd.log"
+        argv = [
+            ETCD,
+            "--name=e0",
+            f"--data-dir={self.root / 'data'}",
+            f"--listen-client-urls={self.endpoint}",
+            f"--advertise-client-urls={self.endpoint}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=e0={peer_url}",
+            f"--initial-cluster-token=etcd-harness-{os.getpid()}-{client}",
+            *extra,
+        ]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.extra = list(extra)
+
+    def wait_ready(self, flags: Sequence[str] = (), timeout: float = 30.0) -> EtcdServer:
+        """Until ``etcdctl endpoint health`` passes (``flags``: TLS or user options)."""
+
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"etcd exited {self.proc.returncode}:\n{self.log_tail()}")
+            return etcdctl(self.endpoint, "endpoint", "health", flags=flags).returncode == 0
+
+        wait_until(healthy, timeout, lambda: f"etcd not healthy:\n{self.log_tail()}")
+        return self
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout)
+
+    def __enter__(self) -> EtcdServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
