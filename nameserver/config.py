@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nameserver.tls import TlsFiles
+from nameserver.tls import check as check_tls
 from raftlog import ConfigError
 
 #: etcd's limits, and ours (a request past one gets INVALID_ARGUMENT naming the limit).
@@ -116,10 +118,35 @@ class ServerConfig:
     peer_idle_timeout_ms: int = 30_000
     peer_frame_timeout_ms: int = 30_000
     peer_max_connections: int = 64
+    #: TLS (etcd's flags; nameserver.tls): the client set covers the client gRPC, remoting
+    #: and metrics ports, the peer set the native engine's Raft port ("" = plain TCP)
+    cert_file: str = ""
+    key_file: str = ""
+    trusted_ca_file: str = ""
+    client_cert_auth: bool = False
+    peer_cert_file: str = ""
+    peer_key_file: str = ""
+    peer_trusted_ca_file: str = ""
+    peer_client_cert_auth: bool = False
+
+    @property
+    def client_tls(self) -> TlsFiles:
+        return TlsFiles(self.cert_file, self.key_file, self.trusted_ca_file, self.client_cert_auth)
+
+    @property
+    def peer_tls(self) -> TlsFiles:
+        return TlsFiles(
+            self.peer_cert_file,
+            self.peer_key_file,
+            self.peer_trusted_ca_file,
+            self.peer_client_cert_auth,
+            prefix="peer-",
+        )
 
     @property
     def client_url(self) -> str:
-        return "http://" + (self.advertise_client or self.listen_client)
+        scheme = "https://" if self.cert_file else "http://"
+        return scheme + (self.advertise_client or self.listen_client)
 
     @property
     def peers(self) -> dict[str, str]:
@@ -197,6 +224,15 @@ class ServerConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "must be > 0")
+        peer_tls = self.peer_tls
+        if self.consensus == "pysyncobj" and (peer_tls.enabled or peer_tls.trusted_ca_file):
+            raise ConfigError(
+                "peer_cert_file",
+                "peer TLS (--peer-cert-file ...) needs the native consensus engine: "
+                "pysyncobj's peer transport is plain TCP (drop --consensus pysyncobj)",
+            )
+        check_tls(self.client_tls)
+        check_tls(peer_tls)
         # last, so a test of any other field needs no password
         if not self.cluster_password:
             raise ConfigError(

@@ -19,7 +19,9 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable
+from ssl import SSLContext
 
+from nameserver.tls import tls_arguments
 from raftlog.health import Health, State
 
 log = logging.getLogger(__name__)
@@ -120,14 +122,20 @@ class MetricsServer:
     """Serves ``collect()`` at ``GET /metrics`` and ``health()`` at ``GET /health``."""
 
     def __init__(
-        self, collect: Callable[[], Iterable[Metric]], health: HealthCheck | None = None
+        self,
+        collect: Callable[[], Iterable[Metric]],
+        health: HealthCheck | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
+        self._ssl = ssl  # HTTPS (nameserver.tls)
         self._collect = collect
         self._health = health
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._handle, host, port)
+        self._server = await asyncio.start_server(
+            self._handle, host, port, **tls_arguments(self._ssl)
+        )
 
     async def close(self) -> None:
         if self._server is not None:

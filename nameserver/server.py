@@ -18,7 +18,7 @@ apply_server_defaults()  # before grpc is imported: gRPC reads these once, at st
 
 import grpc
 
-from nameserver import accept_errors
+from nameserver import accept_errors, tls
 from nameserver.cluster.records import Member
 from nameserver.cluster.service import ClusterService
 from nameserver.config import ServerConfig
@@ -172,6 +172,8 @@ class Node:
                     peer_idle_timeout_ms=config.peer_idle_timeout_ms,
                     peer_frame_timeout_ms=config.peer_frame_timeout_ms,
                     peer_max_connections=config.peer_max_connections,
+                    peer_ssl_server=tls.server_context(config.peer_tls),
+                    peer_ssl_client=tls.client_context(config.peer_tls),
                 )
             )
         else:
@@ -222,7 +224,11 @@ class Node:
         self.replica_liveness = ReplicaLiveness(self.log, self.state, self.ctx.timeout_s)
         self.replica_groups = ReplicaGroupsService(self.ctx, self.replica_liveness)
         self.brokers = BrokerKeeper(
-            self.log, self.state, self.ctx.timeout_s, self.leader_client_address
+            self.log,
+            self.state,
+            self.ctx.timeout_s,
+            self.leader_client_address,
+            dial=lambda address: tls.node_channel(address, config.client_tls),
         )
         self.routes = RoutingNode(self.ctx, self.brokers)
         self.remoting = RemotingServer(
@@ -230,8 +236,11 @@ class Node:
             idle_timeout_s=self.config.remoting_idle_timeout_ms / 1000,
             frame_timeout_s=self.config.remoting_frame_timeout_ms / 1000,
             max_connections=self.config.remoting_max_connections,
+            ssl=tls.server_context(config.client_tls),
         )
-        self.metrics = MetricsServer(self._metrics, self.log.health.reason)
+        self.metrics = MetricsServer(
+            self._metrics, self.log.health.reason, ssl=tls.server_context(config.client_tls)
+        )
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
         self._announce_task: asyncio.Task[None] | None = None
@@ -273,7 +282,12 @@ class Node:
         )
         acceptors.register()
         with binding("listen_client", self.config.listen_client):
-            if server.add_insecure_port(self.config.listen_client) == 0:
+            if self.config.client_tls.enabled:
+                creds = tls.grpc_server_credentials(self.config.client_tls)
+                bound = server.add_secure_port(self.config.listen_client, creds)
+            else:
+                bound = server.add_insecure_port(self.config.listen_client)
+            if bound == 0:
                 raise RuntimeError(f"cannot bind {self.config.listen_client}")
         await server.start()
         self.server, self.acceptors = server, acceptors
@@ -384,7 +398,8 @@ class Node:
         me = Member(
             id=self.config.node_id,
             member_id=self.ctx.member_id,
-            peer_url="http://" + self.config.listen_peer,
+            peer_url=("https://" if self.config.peer_cert_file else "http://")
+            + self.config.listen_peer,
             client_urls=(self.config.client_url,),
         )
         delay = 0.2

@@ -68,6 +68,12 @@ _OPTIONAL_FIELDS = {
     "peer_idle_timeout_ms": "peer_idle_timeout_ms",
     "peer_frame_timeout_ms": "peer_frame_timeout_ms",
     "peer_max_connections": "peer_max_connections",
+    "cert_file": "cert_file",
+    "key_file": "key_file",
+    "trusted_ca_file": "trusted_ca_file",
+    "peer_cert_file": "peer_cert_file",
+    "peer_key_file": "peer_key_file",
+    "peer_trusted_ca_file": "peer_trusted_ca_file",
 }
 
 
@@ -86,6 +92,9 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         kwargs["initial_cluster"] = parse_initial_cluster(args.initial_cluster)
     if args.force_new_cluster:
         kwargs["force_new_cluster"] = True
+    for flag in ("client_cert_auth", "peer_client_cert_auth"):
+        if getattr(args, flag):
+            kwargs[flag] = True
     password = args.cluster_password
     if password is None and args.cluster_password_file:
         from raftlog.native.auth import read_password_file
@@ -321,5 +330,28 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="TOKEN",
         help="names the cluster; its id derives from it (default metaledger)",
     )
+    _add_tls_flags(p)
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     p.set_defaults(run=run_serve)
+
+
+def _add_tls_flags(p: argparse.ArgumentParser) -> None:
+    """etcd's TLS flags (docs/tls.md): the client set covers the client gRPC, remoting and
+    metrics ports; the peer set the Raft peer port (native engine only)."""
+    tls = p.add_argument_group("TLS (etcd's flags; docs/tls.md)")
+    for prefix, ports in (("", "client gRPC, remoting and metrics ports"), ("peer-", "Raft port")):
+        tls.add_argument(
+            f"--{prefix}cert-file", metavar="PEM", help=f"TLS certificate of the {ports}"
+        )
+        tls.add_argument(f"--{prefix}key-file", metavar="PEM", help="its private key")
+        tls.add_argument(
+            f"--{prefix}trusted-ca-file",
+            metavar="PEM",
+            help=f"CA that signs the certificates {prefix or 'client '}clients present",
+        )
+        tls.add_argument(
+            f"--{prefix}client-cert-auth",
+            action="store_true",
+            help=f"refuse {prefix or 'client '}connections without a certificate "
+            "signed by the trusted CA",
+        )

@@ -16,6 +16,7 @@ from nameserver.errors import (
 )
 from nameserver.grpc.context import NodeContext, member_id_of, peer_address, rpc
 from nameserver.state.image import MetadataImage
+from nameserver.tls import node_channel
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from raftlog import (
     Entry,
@@ -132,7 +133,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
                 f"metaledger: member {name} is the leader and its client URL is unknown here; "
                 "send MemberRemove to the leader",
             )
-        async with grpc.aio.insecure_channel(target) as channel:
+        async with node_channel(target, self.node.config.client_tls) as channel:
             stub = rpc_pb2_grpc.ClusterStub(channel)
             try:
                 resp: rpc_pb2.MemberRemoveResponse = await stub.MemberRemove(

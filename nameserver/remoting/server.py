@@ -32,6 +32,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from ssl import SSLContext
 from typing import Protocol
 
 from nameserver.metrics import REJECTIONS
@@ -46,6 +47,7 @@ from nameserver.remoting.codec import (
 )
 from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.status import internal_error_remark
+from nameserver.tls import tls_arguments
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +133,10 @@ class RemotingServer:
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         frame_timeout_s: float = FRAME_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.service = service
+        self.ssl = ssl  # TLS on this port (nameserver.tls); a failed handshake: that connection
         self.max_frame_bytes = max_frame_bytes
         self.max_in_flight_per_connection = max_in_flight_per_connection
         self.idle_timeout_s = idle_timeout_s
@@ -172,6 +176,7 @@ class RemotingServer:
             limit=READ_CHUNK_BYTES,
             reuse_address=True,
             backlog=ACCEPT_BACKLOG,
+            **tls_arguments(self.ssl),
         )
         log.info("remoting: listening on %s:%d", *self.address)
         return self.address

@@ -25,6 +25,7 @@ from nameserver.replica_groups.apply import GroupResult, controller_error
 from nameserver.replica_groups.liveness import ReplicaLiveness, liveness_entry
 from nameserver.replica_groups.records import ReplicaGroup
 from nameserver.state import consistency
+from nameserver.tls import node_channel
 from protos import records_pb2
 from protos.metaledger.v1 import replica_groups_pb2 as pb
 from protos.metaledger.v1 import replica_groups_pb2_grpc as pb_grpc
@@ -118,7 +119,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
             raise Unavailable("etcdserver: no leader")
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = self._channels[endpoint] = grpc.aio.insecure_channel(endpoint)
+            channel = self._channels[endpoint] = node_channel(endpoint, self.node.config.client_tls)
         stub = pb_grpc.ReplicaGroupsStub(channel)
         # the client's de-duplication identity goes along, so a retried election is still
         # applied once

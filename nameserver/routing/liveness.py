@@ -65,8 +65,10 @@ class BrokerKeeper(PeriodicDuties):
         propose_timeout_s: float,
         leader_client_address: Callable[[], str | None],
         clock_ms: Callable[[], int] = now_ms,
+        dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
         super().__init__(rlog, clock_ms)
+        self._dial = dial  # the leader's client port (TLS when the node's ports use it)
         self.state = state
         self.timeout_s = propose_timeout_s
         self.leader_client_address = leader_client_address
@@ -108,7 +110,7 @@ class BrokerKeeper(PeriodicDuties):
         if self._channel is None or self._channel[0] != address:
             if self._channel is not None:
                 asyncio.get_running_loop().create_task(self._channel[1].close())
-            self._channel = (address, grpc.aio.insecure_channel(address))
+            self._channel = (address, self._dial(address))
         return routing_pb2_grpc.RoutingStub(self._channel[1])
 
     async def forward(self) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ssl
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from raftlog.consensus import EngineConfig
@@ -37,6 +38,11 @@ class NativeConfig(EngineConfig):
     peer_frame_timeout_ms: int = 30_000
     #: inbound peer connections at once (handshakes included); more are closed at once
     peer_max_connections: int = 64
+    #: TLS on the peer port (None: plain TCP): the listener's context (it may require a
+    #: client certificate) and the dialler's (it checks the listener's certificate and
+    #: presents this member's); the password handshake runs on top either way
+    peer_ssl_server: ssl.SSLContext | None = field(default=None, compare=False)
+    peer_ssl_client: ssl.SSLContext | None = field(default=None, compare=False)
 
     def validate(self) -> None:
         if not self.password:

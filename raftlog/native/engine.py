@@ -160,7 +160,7 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
         self._loop_thread = threading.get_ident()
 
         async def serve() -> None:
-            self._server = await asyncio.start_server(self._on_inbound, sock=sock)
+            self._server = await asyncio.start_server(self._on_inbound, sock=sock, **self._tls())
 
         self._serve_task = loop.create_task(serve())
         loop.call_soon(self._deliver)  # what the log says was committed before a restart
@@ -179,7 +179,9 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
         try:
             host, _, port = self._me.rpartition(":")
             self._server = loop.run_until_complete(
-                asyncio.start_server(self._on_inbound, host, int(port), reuse_address=True)
+                asyncio.start_server(
+                    self._on_inbound, host, int(port), reuse_address=True, **self._tls()
+                )
             )
         except BaseException as exc:
             self._start_error = exc

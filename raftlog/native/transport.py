@@ -3,7 +3,8 @@
 Each member dials every other member and writes its messages to it as length-prefixed
 frames (:func:`raftlog.native.messages.encode_message`), all of one flush in one write;
 replies come back on the other member's own connection. A connection starts with the
-mutual handshake of :mod:`raftlog.native.auth`; inbound connections are bounded by
+mutual handshake of :mod:`raftlog.native.auth` (over TLS when the config carries ssl
+contexts, ``peer_ssl_server``/``peer_ssl_client``: etcd's peer TLS); inbound connections are bounded by
 :mod:`raftlog.native.conns` (a cap, and deadlines for the handshake, between frames and
 within a frame); the dialer sends a keepalive (an empty frame) when idle.
 """
@@ -13,6 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
+from collections.abc import Coroutine
+from typing import Any
 
 from raftlog.native.auth import PeerAuthError, accept, dial
 from raftlog.native.base import LEN, EngineBase, Peer
@@ -141,9 +145,13 @@ class Transport(EngineBase):
         loop = asyncio.get_running_loop()
         while not self._stopping:
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, int(port)), 2.0
+                reader, writer = await asyncio.wait_for(self._open(host, int(port)), 2.0)
+            except ssl.SSLError as exc:  # its certificate is not one our CA signed, ...
+                self._dial_warn.warning(
+                    peer.address, "TLS to the Raft port of %s failed: %s", peer.address, exc
                 )
+                await asyncio.sleep(1.0)
+                continue
             except (OSError, TimeoutError):
                 await asyncio.sleep(delay)
                 delay = min(1.0, delay * 2)
@@ -185,6 +193,21 @@ class Transport(EngineBase):
             ):
                 return  # no longer a member: stop redialling
             await asyncio.sleep(delay)
+
+    def _tls(self) -> dict[str, Any]:
+        """start_server's TLS arguments (none: plain TCP)."""
+        ctx = self._config.peer_ssl_server
+        if ctx is None:
+            return {}
+        return {"ssl": ctx, "ssl_handshake_timeout": self._config.peer_handshake_timeout_ms / 1000}
+
+    def _open(
+        self, host: str, port: int
+    ) -> Coroutine[Any, Any, tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+        ctx = self._config.peer_ssl_client
+        if ctx is None:
+            return asyncio.open_connection(host, port)
+        return asyncio.open_connection(host, port, ssl=ctx, server_hostname=host.strip("[]"))
 
     def _send(self, to: str, m: Message) -> None:
         """Queue a message; the flush writes each peer's messages with one write (one
