@@ -1,4 +1,6 @@
-"""Options of the commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``).
+"""Options of the commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``,
+and TLS: ``--cacert``, ``--cert``, ``--key``, etcdctl's names; env ``METALEDGER_CACERT`` &c.,
+as etcdctl's ``ETCDCTL_CACERT``).
 
 This module is the one place that decides where the command line connects: ``--endpoints``,
 else the environment variable ``METALEDGER_ENDPOINTS`` (comma-separated, as etcdctl's
@@ -52,6 +54,38 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"deadline of each request, failover included (default {DEFAULT_TIMEOUT_S:g})",
     )
+    add_tls_options(parser)
+
+
+#: TLS options → (environment variable, help): PEM files for the client library.
+TLS_OPTIONS = {
+    "cacert": ("METALEDGER_CACERT", "verify the server's certificate with this CA (turns TLS on)"),
+    "cert": ("METALEDGER_CERT", "this client's certificate (for --client-cert-auth servers)"),
+    "key": ("METALEDGER_KEY", "the key of --cert"),
+}
+
+
+def add_tls_options(parser: argparse.ArgumentParser) -> None:
+    for name, (env, help_text) in TLS_OPTIONS.items():
+        parser.add_argument(
+            f"--{name}",
+            dest=f"tls_{name}",  # not "key": the kv commands' argument
+            default=argparse.SUPPRESS,
+            metavar="PEM",
+            help=f"{help_text} (env {env})",
+        )
+
+
+def tls_files(args: argparse.Namespace) -> dict[str, str]:
+    """The client library's TLS arguments from ``--cacert/--cert/--key`` or their env."""
+    out = {}
+    for name, (env, _) in TLS_OPTIONS.items():
+        value = getattr(args, f"tls_{name}", None) or os.environ.get(env)
+        if value:
+            out[name] = value
+    if ("cert" in out) != ("key" in out):
+        raise UsageError("--cert and --key go together (a client certificate and its key)")
+    return out
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:
@@ -144,7 +178,9 @@ def timeout_s(args: argparse.Namespace) -> float:
 
 def make_client(args: argparse.Namespace, at: list[str] | None = None) -> Client:
     """A client of the command's endpoints (or of ``at``), with its ``--timeout``."""
-    return Client(at if at is not None else endpoints(args), timeout_s=timeout_s(args))
+    return Client(
+        at if at is not None else endpoints(args), timeout_s=timeout_s(args), **tls_files(args)
+    )
 
 
 def printer(args: argparse.Namespace) -> Printer:

@@ -12,6 +12,11 @@ The Raft peer ports authenticate with a password made for this cluster on its fi
 ``DIR/cluster-password`` (mode 0600, a random token; kept and reused by later starts).
 Every node gets its path (``--cluster-password-file``), never the password itself on a
 command line that ``ps`` shows.
+
+``--tls``: a throwaway CA and a certificate per node and one for the command line, made on
+the first start in ``DIR/tls`` (:mod:`nameserver.cli.certs`) and reused later; every port
+serves TLS and requires a client certificate; the line printed at start says how to reach
+the cluster with ``metaledger`` and ``etcdctl``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from nameserver.cli import certs
 from nameserver.cli import cluster_brokers as brokers_state
 from nameserver.cli import cluster_restart as nodes_state
 from nameserver.cli._common import (
@@ -54,6 +60,8 @@ STOP_GRACE_S = 10.0
 _POLL_S = 0.25
 #: the cluster's Raft password, in its data dir (mode 0600)
 PASSWORD_FILE = "cluster-password"
+#: ``--tls``: the throwaway CA and certificates, in the data dir (nameserver.cli.certs)
+TLS_DIR = certs.TLS_DIR
 
 
 @dataclass(frozen=True)
@@ -104,9 +112,15 @@ def serve_argv(
     data_dir: Path,
     log_level: str = "INFO",
     consensus: str | None = None,
+    tls: bool = False,
 ) -> list[str]:
     engine = ["--consensus", consensus] if consensus else []
     password_file = data_dir / PASSWORD_FILE
+    if tls:  # the same pair on every port; client certificates required everywhere
+        cert, key, ca = (str(data_dir / TLS_DIR / f) for f in certs.node_files(node.id))
+        for prefix in ("", "peer-"):
+            engine += [f"--{prefix}cert-file", cert, f"--{prefix}key-file", key]
+            engine += [f"--{prefix}trusted-ca-file", ca, f"--{prefix}client-cert-auth"]
     return [
         sys.executable,
         "-m",
@@ -153,8 +167,9 @@ def _start(
     data_dir: Path,
     log_level: str,
     consensus: str | None = None,
+    tls: bool = False,
 ) -> _Running:
-    argv = serve_argv(node, nodes, data_dir, log_level, consensus)
+    argv = serve_argv(node, nodes, data_dir, log_level, consensus, tls)
     parent = {PARENT_PID_ENV: str(os.getpid())}
     proc, log_path, pid_path = brokers_state.spawn(node.id, argv, data_dir, parent)
     return _Running(node, proc, log_path, pid_path)
@@ -220,13 +235,13 @@ def _cluster_ready(statuses: list[NodeStatus], expected: int) -> bool:
     return len(statuses) == expected and len(leaders) == 1 and "" not in leaders
 
 
-def _unannounced(endpoints: list[str]) -> list[str] | None:
+def _unannounced(endpoints: list[str], tls: dict[str, str]) -> list[str] | None:
     """Hex ids of the members whose name and client URL are missing from some node's member
     list (``status`` through that node could not reach them); None if a list is unreadable."""
     missing: set[str] = set()
     for endpoint in endpoints:
         try:
-            with Client([endpoint], timeout_s=1.0) as one:
+            with Client([endpoint], timeout_s=1.0, **tls) as one:
                 members = one.members()
         except ClientError:
             return None
@@ -235,7 +250,7 @@ def _unannounced(endpoints: list[str]) -> list[str] | None:
 
 
 def _wait_until_up(
-    running: list[_Running], stop: threading.Event, timeout_s: float
+    running: list[_Running], stop: threading.Event, timeout_s: float, tls: dict[str, str]
 ) -> tuple[list[NodeStatus], str]:
     """Poll Admin.Status until every node answers, all agree on a leader and every member
     has announced its name and client URL.
@@ -246,7 +261,7 @@ def _wait_until_up(
     deadline = time.monotonic() + timeout_s
     why = "no answer yet"
     nodes: list[NodeStatus] = []
-    with Client(endpoints, timeout_s=1.0) as client:
+    with Client(endpoints, timeout_s=1.0, **tls) as client:
         while not stop.is_set():
             dead = [r for r in running if r.proc.poll() is not None]
             if dead:
@@ -257,7 +272,7 @@ def _wait_until_up(
                 )
             nodes, errors = split_results(client.status_all())
             ready = _cluster_ready(nodes, len(running))
-            unnamed = _unannounced(endpoints) if ready else None
+            unnamed = _unannounced(endpoints, tls) if ready else None
             if unnamed == []:
                 return nodes, ""
             if unnamed:
@@ -284,6 +299,9 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"metaledger: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    if args.tls and brokers:
+        print("metaledger: cluster up: --tls with --brokers is not supported", file=sys.stderr)
+        return ExitCode.USAGE
     busy = busy_ports(nodes) + brokers_state.busy_ports(brokers)
     if busy:
         print(
@@ -306,7 +324,10 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     endpoints = ",".join(n.client_endpoint for n in nodes)
     nodes_state.write_cluster_file(
         data_dir,
-        {n.id: serve_argv(n, nodes, data_dir, args.log_level, args.consensus)[3:] for n in nodes},
+        {
+            n.id: serve_argv(n, nodes, data_dir, args.log_level, args.consensus, args.tls)[3:]
+            for n in nodes
+        },
         {n.id: n.client_endpoint for n in nodes},
         {
             b.id: {
@@ -326,6 +347,14 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         print(f"metaledger: cluster up: {str(exc).removeprefix(exc.field + ': ')}", file=sys.stderr)
         return ExitCode.CANNOT_START
 
+    tls: dict[str, str] = {}
+    if args.tls:
+        try:
+            tls = certs.ensure_ca(str(data_dir / TLS_DIR), [n.id for n in nodes])
+        except OSError as exc:
+            print(f"metaledger: cluster up: certificates: {exc}", file=sys.stderr)
+            return ExitCode.CANNOT_START
+
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -336,8 +365,8 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     group: list[brokers_state.RunningBroker] = []
     try:
         for node in nodes:
-            running.append(_start(node, nodes, data_dir, args.log_level, args.consensus))
-        statuses, why = _wait_until_up(running, stop, args.startup_timeout)
+            running.append(_start(node, nodes, data_dir, args.log_level, args.consensus, args.tls))
+        statuses, why = _wait_until_up(running, stop, args.startup_timeout, tls)
         if stop.is_set():
             return ExitCode.OK
         if why:
@@ -364,6 +393,8 @@ def run_cluster_up(args: argparse.Namespace) -> int:
             addrs = ",".join(b.address for b in brokers)
             line += f"; broker group {brokers_state.GROUP}: {addrs}"
         line += " — Ctrl-C to stop"
+        if tls:
+            line += "\n" + certs.how_to_reach(endpoints, tls)
         print(line, file=sys.stderr if output(args) == "json" else sys.stdout, flush=True)
         while not stop.wait(0.5):
             _report_deaths(running, sys.stderr)
@@ -436,6 +467,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--consensus",
         choices=("native", "pysyncobj"),
         help="the nodes' consensus engine (default: serve's, i.e. native)",
+    )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help=f"make a throwaway CA and certificates in DIR/{TLS_DIR} (kept for later starts) "
+        "and serve TLS on every port, client certificates required (docs/tls.md)",
     )
     up.set_defaults(run=run_cluster_up)
     nodes_state.register_restart(actions, common)

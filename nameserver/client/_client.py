@@ -26,8 +26,10 @@ class Client(
 ):
     """A synchronous, thread-safe client for one metaledger (or etcd) cluster.
 
-    ``Client(endpoints, timeout_s=5.0)``: ``endpoints`` is a list (or a comma-separated
-    string) of ``host:port``; ``timeout_s`` bounds each request, failover included. Each
+    ``Client(endpoints, timeout_s=5.0, *, cacert=None, cert=None, key=None)``: ``endpoints``
+    is a list (or a comma-separated string) of ``host:port``; ``timeout_s`` bounds each
+    request, failover included; ``cacert``, ``cert``, ``key`` (PEM bytes or file paths)
+    turn TLS on (docs/tls.md). Each
     base class is one surface and its module documents it: :mod:`~nameserver.client.kv`,
     :mod:`~nameserver.client.watch`, :mod:`~nameserver.client.leases`,
     :mod:`~nameserver.client.locks`, :mod:`~nameserver.client.cluster`,

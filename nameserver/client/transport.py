@@ -7,6 +7,12 @@ metadata ``x-ml-client-id`` (one uuid per client) and ``x-ml-seq`` (one number p
 the same on every retry of it), so the server can de-duplicate a write that a retry sent
 twice. Every gRPC error is converted by :func:`~nameserver.client.errors.error_from_rpc`.
 
+TLS (docs/tls.md): ``cacert`` (the CA that signed the server's certificate; etcdctl's
+``--cacert``), ``cert`` and ``key`` (this client's certificate, for servers started with
+``--client-cert-auth``), each PEM bytes or a file path. Any of them, or an ``https://``
+endpoint, makes every channel TLS (without ``cacert``: the system's CAs); the server's
+certificate must name the endpoint's host.
+
 Each surface (``kv``, ``cluster``, ...) is a subclass of :class:`Transport` that adds its
 calls; :class:`nameserver.client.Client` combines them.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import threading
 import time
 import uuid
@@ -28,7 +35,14 @@ from nameserver.client.errors import DeadlineExceeded, InvalidArgument, Unavaila
 from protos.etcdserverpb import rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc
 
-__all__ = ["CLIENT_ID_METADATA", "SEQ_METADATA", "Transport", "normalize_endpoint"]
+__all__ = [
+    "CLIENT_ID_METADATA",
+    "SEQ_METADATA",
+    "Pem",
+    "Transport",
+    "channel_credentials",
+    "normalize_endpoint",
+]
 
 CLIENT_ID_METADATA = "x-ml-client-id"
 SEQ_METADATA = "x-ml-seq"
@@ -43,6 +57,35 @@ class _Stubs:
     cluster: Any
     maintenance: Any
     admin: Any
+
+
+#: PEM data, or the path of a file holding it.
+Pem = bytes | str | os.PathLike[str]
+
+
+def _pem(what: str, value: Pem | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    try:
+        with open(value, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidArgument(f"{what} {os.fspath(value)}: cannot read: {exc.strerror}") from None
+
+
+def channel_credentials(
+    cacert: Pem | None, cert: Pem | None, key: Pem | None, https: bool = False
+) -> grpc.ChannelCredentials | None:
+    """TLS credentials for the channels (None: plain text: nothing given, no https://)."""
+    if (cert is None) != (key is None):
+        raise InvalidArgument("cert and key go together (a client certificate and its key)")
+    if cacert is None and cert is None and not https:
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=_pem("cacert", cacert),
+        private_key=_pem("key", key),
+        certificate_chain=_pem("cert", cert),
+    )
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -75,9 +118,19 @@ class Transport:
     _BACKOFF_FIRST_S = 0.05
     _BACKOFF_MAX_S = 0.5
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        timeout_s: float = 5.0,
+        *,
+        cacert: Pem | None = None,
+        cert: Pem | None = None,
+        key: Pem | None = None,
+    ) -> None:
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
+        https = any(e.strip().startswith("https://") for e in endpoints)
+        self._credentials = channel_credentials(cacert, cert, key, https)
         eps = [normalize_endpoint(e) for e in endpoints if e.strip()]
         if not eps:
             raise InvalidArgument("no endpoints given")
@@ -127,7 +180,11 @@ class Transport:
         with self._lock:
             stubs = self._stubs.get(endpoint)
             if stubs is None:
-                channel = grpc.insecure_channel(endpoint)
+                channel = (
+                    grpc.insecure_channel(endpoint)
+                    if self._credentials is None
+                    else grpc.secure_channel(endpoint, self._credentials)
+                )
                 stubs = _Stubs(
                     channel,
                     rpc_pb2_grpc.KVStub(channel),

@@ -28,9 +28,10 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         self.node = node
 
     def _list(self, image: MetadataImage) -> list[Any]:
+        scheme = "https://" if self.node.config.peer_cert_file else "http://"  # peer TLS
         return [
             rpc_pb2.Member(
-                ID=mid, name=name, peerURLs=["http://" + address], clientURLs=list(client_urls)
+                ID=mid, name=name, peerURLs=[scheme + address], clientURLs=list(client_urls)
             )
             for name, mid, address, client_urls in self.node.members(image)
         ]

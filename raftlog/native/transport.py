@@ -102,6 +102,10 @@ class Transport(EngineBase):
                 slot.deadline = clock() + idle_s
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            # the loop ends with this connection open (a TLS close waits for the peer):
+            # Python 3.11's streams log a cancelled handler task at ERROR with a traceback
+            pass
         except ValueError as exc:
             log.warning("bad message from %s on a Raft connection: %s", address, exc)
         finally:
@@ -250,8 +254,10 @@ class Transport(EngineBase):
                     tasks.append(task)
             if peer.writer is not None:
                 peer.writer.close()
+        tls = self._config.peer_ssl_server is not None
         for w in list(self._inbound):
-            w.close()
+            # a TLS close waits for the peer's close_notify; the reader must end now
+            w.transport.abort() if tls else w.close()
         return tasks
 
     async def _shutdown(self) -> None:
