@@ -4,8 +4,10 @@ on the wire, built on our sans-I/O codec (requests matched to replies by ``opaqu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
+import ssl
 from collections.abc import Mapping
 
 from nameserver.remoting.codec import FrameDecoder, RemotingCommand, encode
@@ -22,8 +24,9 @@ from nameserver.remoting.headers import (
 class AsyncRemotingClient:
     """One connection; any number of concurrent calls."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self.address = address
+        self.ssl_context = ssl_context  # TLS (a server started with --cert-file)
         self._opaque = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._reader: asyncio.StreamReader | None = None
@@ -32,7 +35,9 @@ class AsyncRemotingClient:
 
     async def connect(self) -> AsyncRemotingClient:
         host, _, port = self.address.rpartition(":")
-        self._reader, self._writer = await asyncio.open_connection(host, int(port))
+        self._reader, self._writer = await asyncio.open_connection(
+            host, int(port), ssl=self.ssl_context
+        )
         self._task = asyncio.get_running_loop().create_task(self._read())
         return self
 
@@ -81,10 +86,18 @@ class AsyncRemotingClient:
                 pass
 
 
-def call(address: str, request: RemotingCommand, timeout: float = 10.0) -> RemotingCommand:
-    """One blocking request on a fresh connection."""
+def call(
+    address: str,
+    request: RemotingCommand,
+    timeout: float = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
+) -> RemotingCommand:
+    """One blocking request on a fresh connection (TLS with ``ssl_context``)."""
     host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout))
+        if ssl_context is not None:
+            sock = stack.enter_context(ssl_context.wrap_socket(sock, server_hostname=host))
         sock.sendall(encode(request.replace(opaque=1)))
         decoder = FrameDecoder()
         while True:

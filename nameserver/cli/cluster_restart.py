@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nameserver.cli import certs
 from nameserver.cli._common import (
     UsageError,
     output_parent,
@@ -165,12 +166,16 @@ def _start_detached(data_dir: Path, node_id: str, argv: list[str]) -> subprocess
 
 
 def _wait_serving(
-    proc: subprocess.Popen[bytes], endpoint: str, timeout: float, per_call_s: float
+    proc: subprocess.Popen[bytes],
+    endpoint: str,
+    timeout: float,
+    per_call_s: float,
+    tls: dict[str, str],
 ) -> tuple[str, str]:
     """(leader, "") once the node answers and knows a leader, else ("", why not)."""
     deadline = time.monotonic() + timeout
     why = "no answer yet"
-    with Client([endpoint], timeout_s=per_call_s) as client:
+    with Client([endpoint], timeout_s=per_call_s, **tls) as client:
         while True:
             if proc.poll() is not None:
                 return "", f"it exited with code {proc.returncode}"
@@ -204,8 +209,11 @@ def run_cluster_restart(args: argparse.Namespace) -> int:
     proc = _start_detached(data_dir, args.node, [str(a) for a in node["argv"]])
     pid_path.write_text(f"{proc.pid}\n")
     log = data_dir / f"{args.node}.log"
+    tls = (  # a cluster up --tls node: ask it with the cluster's client certificate
+        certs.client_files(str(data_dir / certs.TLS_DIR)) if "--cert-file" in node["argv"] else {}
+    )
     leader, why = _wait_serving(
-        proc, str(node["client"]), args.startup_timeout, min(timeout_s(args), 1.0)
+        proc, str(node["client"]), args.startup_timeout, min(timeout_s(args), 1.0), tls
     )
     if why:
         print(f"metaledger: cluster restart: {args.node}: {why}; see {log}", file=sys.stderr)
