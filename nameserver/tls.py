@@ -187,6 +187,8 @@ def grpc_server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
 def node_channel(address: str, files: TlsFiles) -> grpc.aio.Channel:
     """A channel to another node's client port: TLS with this node's certificate and the
     trusted CA when the client ports use TLS, else plain."""
+    import grpc
+
     if not files.enabled:
         return grpc.aio.insecure_channel(address)
     cert, key, ca = _read_all(files)
