@@ -1,7 +1,7 @@
 """etcd 3.4 and metaledger side by side, 3 members each on loopback, same load generator.
 
     python -m bench.compare_etcd [--rows put:1,put:16,...] [--duration 10] [--warmup 1]
-        [--systems etcd,metaledger,grpc-aio-noop,grpc-sync-noop]
+        [--systems etcd,metaledger,grpc-aio-noop,grpc-sync-noop,etcd-tls,metaledger-tls]
     bench/compare_etcd.sh ...   (the same, with a shell trap around it)
 
 For each system in turn (never two at once): start a 3-member cluster on free loopback ports
@@ -59,13 +59,21 @@ SYSTEMS = (
     "metaledger-baseline",
     "grpc-aio-noop",
     "grpc-sync-noop",
+    "etcd-tls",
+    "metaledger-tls",
 )
+#: TLS systems: the same cluster with TLS on every port, client certificates required
+#: (etcd: --cert-file/--key-file/--trusted-ca-file/--client-cert-auth and the --peer-* set;
+#: metaledger: ``cluster up --tls``, the same flags), the load generator presenting a client
+#: certificate; one throwaway CA (nameserver.cli.ca) per system
+TLS_SYSTEMS = {"etcd-tls": "etcd", "metaledger-tls": "metaledger"}
 #: metaledger systems and the consensus engine their nodes run (DESIGN §3: a native engine
 #: must beat PySyncObj side by side)
 ENGINES = {
     "metaledger": "native",
     "metaledger-pysyncobj": "pysyncobj",
     "metaledger-baseline": "native",
+    "metaledger-tls": "native",
 }
 #: ``metaledger-baseline`` runs the servers of another checkout (``--baseline-tree``, e.g. a
 #: ``git worktree`` of the commit before a change) under the same load generator: a change's
@@ -81,6 +89,9 @@ RATIOS = (
     ("metaledger", "grpc-sync-noop"),
     ("grpc-aio-noop", "etcd"),
     ("grpc-sync-noop", "etcd"),
+    ("metaledger-tls", "metaledger"),
+    ("etcd-tls", "etcd"),
+    ("metaledger-tls", "etcd-tls"),
 )
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_S = 60.0
@@ -127,6 +138,7 @@ class Cluster:
     server_pids: list[int] = field(default_factory=list)
     leader: str = ""
     version: str = ""
+    tls: dict[str, str] = field(default_factory=dict)  # cacert/cert/key (TLS systems)
 
     def stop(self) -> None:
         for p in self.procs:
@@ -241,17 +253,23 @@ def _wait_for(
 # --------------------------------------------------------------------------- etcd
 
 
-def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None:
+def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path, tls: bool = False) -> None:
     ports = free_ports(6)
     names = [f"m{i}" for i in range(3)]
-    client_urls = [f"http://127.0.0.1:{ports[i]}" for i in range(3)]
-    peer_urls = [f"http://127.0.0.1:{ports[3 + i]}" for i in range(3)]
+    scheme = "https" if tls else "http"
+    base = workdir / ("etcd-tls" if tls else "etcd")
+    client_urls = [f"{scheme}://127.0.0.1:{ports[i]}" for i in range(3)]
+    peer_urls = [f"{scheme}://127.0.0.1:{ports[3 + i]}" for i in range(3)]
+    if tls:
+        from nameserver.cli.certs import ensure_ca
+
+        cluster.tls = ensure_ca(str(workdir / "etcd-pki"), names)
     initial = ",".join(f"{n}={u}" for n, u in zip(names, peer_urls, strict=True))
     cluster.version = subprocess.run(
         [etcd, "--version"], capture_output=True, text=True, timeout=10
     ).stdout.split("\n")[0]
     for i, name in enumerate(names):
-        data = workdir / "etcd" / name
+        data = base / name
         data.mkdir(parents=True)
         flags = {
             "--name": name,
@@ -265,23 +283,32 @@ def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None
             "--initial-cluster-token": f"compare-etcd-{os.getpid()}",
             "--logger": "zap",
         }
-        with open(workdir / "etcd" / f"{name}.log", "wb") as log:
+        if tls:
+            pem = workdir / "etcd-pki"
+            for prefix in ("", "peer-"):
+                flags[f"--{prefix}cert-file"] = str(pem / f"{name}.pem")
+                flags[f"--{prefix}key-file"] = str(pem / f"{name}-key.pem")
+                flags[f"--{prefix}trusted-ca-file"] = cluster.tls["cacert"]
+        switches = ["--client-cert-auth", "--peer-client-cert-auth"] if tls else []
+        with open(base / f"{name}.log", "wb") as log:
             cluster.procs.append(
                 subprocess.Popen(
-                    [etcd, *flag_argv(flags)],
+                    [etcd, *flag_argv(flags), *switches],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
             )
     cluster.server_pids = [p.pid for p in cluster.procs]
-    cluster.endpoints = [u.removeprefix("http://") for u in client_urls]
+    cluster.endpoints = [u.split("://", 1)[1] for u in client_urls]
+    tls_flags = [f"--{k}={v}" for k, v in cluster.tls.items()]
 
     def leader() -> str:
         out = subprocess.run(
             [
                 etcdctl,
                 f"--endpoints={','.join(cluster.endpoints)}",
+                *tls_flags,
                 "endpoint",
                 "status",
                 "-w",
@@ -300,7 +327,7 @@ def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None
         for s in statuses:
             st = s["Status"]
             if st.get("leader") and st["header"]["member_id"] == st["leader"]:
-                return str(s["Endpoint"]).removeprefix("http://")
+                return str(s["Endpoint"]).split("://", 1)[-1]
         return ""
 
     cluster.leader = _wait_for("etcd leader", leader, STARTUP_S, cluster.procs)
@@ -310,11 +337,20 @@ def start_etcd(cluster: Cluster, etcd: str, etcdctl: str, workdir: Path) -> None
 
 
 def start_metaledger(
-    cluster: Cluster, workdir: Path, engine: str = "native", tree: Path | None = None
+    cluster: Cluster,
+    workdir: Path,
+    engine: str = "native",
+    tree: Path | None = None,
+    tls: bool = False,
 ) -> None:
-    """A 3-node ``cluster up`` of this tree, or of the checkout at ``tree``."""
+    """A 3-node ``cluster up`` of this tree, or of the checkout at ``tree`` (``--tls``)."""
     root = tree or ROOT
     data = workdir / (f"metaledger-{engine}" if tree is None else "metaledger-baseline")
+    if tls:
+        from nameserver.cli.certs import TLS_DIR, client_files
+
+        data = data.with_name(data.name + "-tls")
+        cluster.tls = client_files(str(data / TLS_DIR))
     data.mkdir(parents=True)
     base = free_base_port(3)
     nodes = layout(3, base)
@@ -328,7 +364,11 @@ def start_metaledger(
     with open(data.with_name(data.name + "-cluster-up.log"), "wb") as log:
         cluster.procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "nameserver.cli", "cluster", "up", *flag_argv(flags)],
+                [
+                    *(sys.executable, "-m", "nameserver.cli", "cluster", "up"),
+                    *flag_argv(flags),
+                    *(["--tls"] if tls else []),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -353,7 +393,7 @@ def start_metaledger(
     cluster.extra_pids = list(cluster.server_pids)
 
     def leader() -> str:
-        with Client(cluster.endpoints, timeout_s=1.0) as client:
+        with Client(cluster.endpoints, timeout_s=1.0, **cluster.tls) as client:
             statuses = [s for s in client.status_all() if isinstance(s, NodeStatus)]
         leaders = {s.leader for s in statuses}
         if len(statuses) != 3 or len(leaders) != 1:
@@ -414,11 +454,12 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
         start_noop(cluster, NOOP_MODES[system], args.noop_workers, workdir)
         return cluster
     print(f"== {system}: starting 3 members", file=sys.stderr, flush=True)
-    if system == "etcd":
-        start_etcd(cluster, args.etcd, args.etcdctl, workdir)
+    tls = system in TLS_SYSTEMS
+    if TLS_SYSTEMS.get(system, system) == "etcd":
+        start_etcd(cluster, args.etcd, args.etcdctl, workdir, tls)
     else:
         tree = args.baseline_tree if system == "metaledger-baseline" else None
-        start_metaledger(cluster, workdir, ENGINES[system], tree)
+        start_metaledger(cluster, workdir, ENGINES[system], tree, tls)
     return cluster
 
 
@@ -466,6 +507,7 @@ def run_row(
         "--key-space": str(args.key_space),
         "--endpoints": ",".join(targets),
         "--server-pids": ",".join(map(str, cluster.server_pids)),
+        **{f"--{k}": v for k, v in cluster.tls.items()},
     }
     cmd = [sys.executable, "-m", "nameserver.loadgen", "--json", *flag_argv(flags)]
     timeout = min(args.warmup + args.duration + ROW_OVERHEAD_S, budget_s)

@@ -21,6 +21,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--op", choices=OPS, default="put")
     p.add_argument("--endpoints", default="127.0.0.1:2379", help="comma-separated host:port")
     add_load_arguments(p)
+    for name in ("cacert", "cert", "key"):  # TLS, etcdctl's names (PEM files)
+        p.add_argument(f"--{name}", dest=f"tls_{name}", metavar="PEM", help=f"TLS: {name} file")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
     endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]

@@ -66,6 +66,10 @@ class LoadSpec:
     use_uvloop: bool = True
     seed: int = 1
     server_pids: tuple[int, ...] = ()  # processes whose CPU to report (Linux /proc)
+    #: TLS (PEM files, etcdctl's --cacert/--cert/--key; "" = plain text)
+    cacert: str = ""
+    cert: str = ""
+    key: str = ""
 
     def validate(self) -> None:
         if self.op not in OPS:
@@ -198,8 +202,22 @@ def _percentile_ms(sorted_s: Sequence[float], q: float) -> float:
     return sorted_s[min(len(sorted_s) - 1, max(0, math.ceil(q * len(sorted_s)) - 1))] * 1000
 
 
+def _channel(spec: LoadSpec, endpoint: str) -> grpc.aio.Channel:
+    if not (spec.cacert or spec.cert):
+        return grpc.aio.insecure_channel(endpoint)
+
+    def read(path: str) -> bytes | None:
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    creds = grpc.ssl_channel_credentials(read(spec.cacert), read(spec.key), read(spec.cert))
+    return grpc.aio.secure_channel(endpoint, creds)
+
+
 async def _run(spec: LoadSpec) -> dict[str, Any]:
-    channels = [grpc.aio.insecure_channel(ep) for ep in spec.endpoints]
+    channels = [_channel(spec, ep) for ep in spec.endpoints]
     try:
         stubs = [rpc_pb2_grpc.KVStub(ch) for ch in channels]
         value = random.Random(spec.seed).randbytes(spec.value_size)
@@ -407,4 +425,8 @@ def spec_from_args(args: argparse.Namespace, op: str, endpoints: Sequence[str]) 
         request_timeout_s=args.request_timeout,
         use_uvloop=not args.no_uvloop,
         server_pids=tuple(args.server_pids),
+        # ``metaledger bench`` takes them from the client commands' --cacert/--cert/--key
+        cacert=getattr(args, "tls_cacert", None) or "",
+        cert=getattr(args, "tls_cert", None) or "",
+        key=getattr(args, "tls_key", None) or "",
     )
