@@ -12,6 +12,11 @@ The Raft peer port always authenticates: the cluster password comes from
 ``--cluster-password-file PATH`` (what ``cluster up`` passes), ``--cluster-password`` or
 the ``METALEDGER_CLUSTER_PASSWORD`` environment variable, in that order; without one the
 node refuses to start.
+
+TLS takes etcd's flags (docs/tls.md, :mod:`nameserver.tls`): ``--cert-file``, ``--key-file``,
+``--trusted-ca-file``, ``--client-cert-auth`` for the client gRPC, remoting and metrics
+ports; the same with ``--peer-`` for the Raft port (native engine only). A file that cannot
+be used is a configuration error naming the flag (exit USAGE).
 """
 
 from __future__ import annotations
