@@ -205,3 +205,35 @@ def test_garbage_and_cut_handshakes_on_every_tls_port_leave_the_node_serving(
     assert _get(f"https://127.0.0.1:{spec.metrics_port}/health", pki.ssl_context())[0] == 200
     assert node.is_running(0)
     _no_errors_logged(node)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--cert-file", "{ca}/n0.pem", "--key-file", "{ca}/client-key.pem"], "--key-file"),
+        (["--cert-file", "/nonexistent.pem", "--key-file", "{ca}/n0-key.pem"], "--cert-file"),
+        (
+            [
+                "--peer-cert-file",
+                "{ca}/n0.pem",
+                "--peer-key-file",
+                "{ca}/n0-key.pem",
+                "--consensus",
+                "pysyncobj",
+            ],
+            "--peer-cert-file",
+        ),
+    ],
+)
+def test_serve_refuses_unusable_tls_files_naming_the_flag(
+    tmp_path: Path, pki: Pki, flags: list[str], named: str
+) -> None:
+    ca = str(Path(pki.ca()).parent)
+    argv = [sys.executable, "-m", "nameserver.cli", "serve", "--id", "n0"]
+    argv += ["--data-dir", str(tmp_path / "d"), "--cluster-password", "pw"]
+    out = subprocess.run(
+        [*argv, *(f.format(ca=ca) for f in flags)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2, out  # ExitCode.USAGE, as every configuration error
+    assert out.stderr.count("\n") == 1 and named in out.stderr, out.stderr
+    assert not (tmp_path / "d").exists()
