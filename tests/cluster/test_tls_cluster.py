@@ -39,6 +39,10 @@ def _no_errors_logged(cluster: TlsCluster, nodes: range | list[int]) -> None:
         assert "Traceback" not in text and " ERROR [" not in text, cluster.log_tail(i)
 
 
+def _values(client: Client, key: bytes) -> list[bytes]:
+    return [kv.value for kv in client.get(key, serializable=True).kvs]
+
+
 class _NodeFlags(TlsCluster):
     """Node i serves with ``n<i>``'s pair of the cluster's CA, but node ``intruder_at`` with
     a pair (and a CA) of another authority."""
@@ -53,7 +57,8 @@ class _NodeFlags(TlsCluster):
 
 
 def test_three_members_with_peer_tls_elect_replicate_and_forward(tmp_path: Path, pki: Pki) -> None:
-    with _NodeFlags(tmp_path / "c", 3, pki, []) as cluster:
+    cluster = _NodeFlags(tmp_path / "c", 3, pki, [])
+    with cluster:
         leader = cluster.wait_ready()
         follower = (leader + 1) % 3
         files = pki.client_files()
@@ -69,10 +74,7 @@ def test_three_members_with_peer_tls_elect_replicate_and_forward(tmp_path: Path,
         for i in range(3):
             with Client([cluster.endpoints[i]], timeout_s=10.0, **files) as client:
                 wait_until(
-                    lambda c=client: (
-                        [kv.value for kv in c.get(b"tls/replicated", serializable=True).kvs]
-                        == [b"yes"]
-                    ),
+                    lambda c=client: _values(c, b"tls/replicated") == [b"yes"],  # type: ignore[misc]
                     15.0,
                     f"n{i} did not get the write",
                 )

@@ -38,9 +38,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[TlsCluster]:
     """One metaledger node with TLS and client-cert-auth on every port, the peer port too."""
-    with TlsCluster(
-        tmp_path_factory.mktemp("ml"), 1, pki, pki.serve_flags("n0", peer=True)
-    ) as cluster:
+    cluster = TlsCluster(tmp_path_factory.mktemp("ml"), 1, pki, pki.serve_flags("n0", peer=True))
+    with cluster:
         cluster.wait_ready()
         yield cluster
 
