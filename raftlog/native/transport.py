@@ -177,6 +177,11 @@ class Transport(EngineBase):
                     peer.address, "the Raft port of %s failed the handshake: %s", peer.address, exc
                 )
                 delay = 1.0
+            except ssl.SSLError as exc:  # e.g. it refused our certificate (TLS 1.3: after)
+                self._dial_warn.warning(
+                    peer.address, "TLS to the Raft port of %s failed: %s", peer.address, exc
+                )
+                delay = 1.0
             except asyncio.IncompleteReadError:
                 self._dial_warn.warning(
                     peer.address,
