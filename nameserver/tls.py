@@ -40,6 +40,12 @@ __all__ = [
     "tls_arguments",
 ]
 
+
+def _no_password() -> bytes:
+    """An encrypted key is refused (as etcd does), never asked for at a terminal."""
+    return b""
+
+
 #: A TLS handshake must complete this long after accept (asyncio's default is 60 s).
 HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -108,12 +114,13 @@ def check(files: TlsFiles) -> None:
     _read(files, "key-file", files.key_file)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        ctx.load_cert_chain(files.cert_file, files.key_file)
+        ctx.load_cert_chain(files.cert_file, files.key_file, password=_no_password)
     except ssl.SSLError as exc:
         why = (
             "the key does not match the certificate"
             if "KEY_VALUES_MISMATCH" in str(exc)
-            else f"not a usable certificate and key ({exc.reason or exc})"
+            else "not a usable certificate and unencrypted key (an encrypted key is not "
+            f"supported) ({exc.reason or exc})"
         )
         raise ConfigError(
             files.field("key-file"),
@@ -138,7 +145,7 @@ def server_context(files: TlsFiles) -> ssl.SSLContext | None:
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(files.cert_file, files.key_file)
+    ctx.load_cert_chain(files.cert_file, files.key_file, password=_no_password)
     if files.trusted_ca_file:
         ctx.load_verify_locations(files.trusted_ca_file)
     ctx.verify_mode = ssl.CERT_REQUIRED if files.client_cert_auth else ssl.CERT_NONE
@@ -161,7 +168,7 @@ def client_context(files: TlsFiles) -> ssl.SSLContext | None:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=files.trusted_ca_file or None)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(files.cert_file, files.key_file)
+    ctx.load_cert_chain(files.cert_file, files.key_file, password=_no_password)
     return ctx
 
 

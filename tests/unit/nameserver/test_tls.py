@@ -90,6 +90,27 @@ def test_files_that_cannot_be_used_are_refused_naming_the_flag(pki: Path, tmp_pa
     )
 
 
+def test_an_encrypted_key_is_refused_not_asked_for(pki: Path, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    ca = pki / "ca"
+    key = serialization.load_pem_private_key((ca / "n0-key.pem").read_bytes(), None)
+    encrypted = tmp_path / "enc-key.pem"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    _refused(
+        "key_file",
+        "an encrypted key is not supported",
+        cert_file=str(ca / "n0.pem"),
+        key_file=str(encrypted),
+    )
+
+
 def test_contexts_require_a_client_certificate_only_under_client_cert_auth(pki: Path) -> None:
     ca = str(pki / "ca")
     files = TlsFiles(f"{ca}/n0.pem", f"{ca}/n0-key.pem", f"{ca}/ca.pem", False)
