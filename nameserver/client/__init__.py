@@ -10,6 +10,9 @@ works against any member of a metaledger cluster (and, for the etcd services, ag
         t = c.txn([Compare.mod("config/a") == r.kvs[0].mod_revision],
                   success=[Op.put("config/a", "2")], failure=[Op.get("config/a")])
 
+TLS: ``Client(endpoints, cacert=..., cert=..., key=...)`` (PEM bytes or file paths; etcdctl's
+``--cacert``, ``--cert``, ``--key``), see :mod:`~nameserver.client.transport`.
+
 One module per surface, each a part of :class:`Client` and the home of its records::
 
     transport       endpoints, channels, failover, write de-duplication metadata
