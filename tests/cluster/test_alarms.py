@@ -1,0 +1,146 @@
+"""Alarms across three real processes: an alarm is a record of the log, so every member
+lists it, it survives restarts, and a disarm through any member clears it everywhere;
+while NOSPACE is raised every member refuses growing writes (apply refuses them too, the
+same on every member) and still serves reads and deletes. Ends with "all images equal":
+``Hash`` is the same on every member at the same applied revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from protos.etcdserverpb import rpc_pb2
+from tests.harness import Cluster, grpc_code, running_cluster, wait_until
+
+pytestmark = pytest.mark.cluster
+
+QUOTA_BYTES = 64 * 1024
+VALUE = b"v" * 4096
+NO_SPACE = "etcdserver: mvcc: database space exceeded"
+
+
+def alarms(c: Cluster, i: int) -> list[tuple[int, int]]:
+    resp = c.maintenance(i).Alarm(rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.GET), timeout=10)
+    return sorted((a.memberID, a.alarm) for a in resp.alarms)
+
+
+def listed(c: Cluster, i: int, me: int) -> bool:
+    return alarms(c, i) == [(me, rpc_pb2.NOSPACE)]
+
+
+def member_id(c: Cluster, i: int) -> int:
+    return int(c.maintenance(i).Status(rpc_pb2.StatusRequest(), timeout=5).header.member_id)
+
+
+def refused(call: Callable[[], object]) -> bool:
+    """Whether ``call()`` is refused with etcd's NOSPACE error."""
+    try:
+        call()
+    except grpc.RpcError as exc:
+        assert grpc_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+        assert exc.details() == NO_SPACE, exc.details()
+        return True
+    return False
+
+
+def put(c: Cluster, i: int, key: bytes, value: bytes = b"small") -> Callable[[], object]:
+    return lambda: c.stub(i).Put(rpc_pb2.PutRequest(key=key, value=value), timeout=10)
+
+
+def txn_put(c: Cluster, i: int) -> Callable[[], object]:
+    op = rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"t", value=b"v"))
+    return lambda: c.stub(i).Txn(rpc_pb2.TxnRequest(success=[op]), timeout=10)
+
+
+def hashes(c: Cluster) -> set[tuple[int, int]]:
+    """(revision, hash) of every member's image."""
+    out = set()
+    for i in range(c.n):
+        resp = c.maintenance(i).Hash(rpc_pb2.HashRequest(), timeout=10)
+        out.add((resp.header.revision, resp.hash))
+    return out
+
+
+def test_nospace_is_listed_refused_and_kept_by_every_member_until_disarmed(
+    tmp_path: Path,
+) -> None:
+    with running_cluster(tmp_path, 3, extra_args=[f"--quota-backend-bytes={QUOTA_BYTES}"]) as c:
+        c.wait_announced()
+        writer = (c.leader() + 1) % 3  # a follower: it raises NOSPACE for itself
+        me = member_id(c, writer)
+        filled = 0
+        while not refused(put(c, writer, b"fill/%03d" % filled, VALUE)):
+            filled += 1
+            assert filled < 100, "no NOSPACE after 400 KiB with a 64 KiB quota"
+        assert filled >= 1
+        c.wait_converged()
+        for i in range(3):
+            assert alarms(c, i) == [(me, rpc_pb2.NOSPACE)], i
+            # growing writes are refused on every member; reads and deletes go through
+            assert refused(put(c, i, b"k%d" % i)), i
+            assert refused(txn_put(c, i)), i
+            got = c.stub(i).Range(rpc_pb2.RangeRequest(key=b"fill/000"), timeout=10)
+            assert got.kvs[0].value == VALUE
+        deleted = c.stub(0).DeleteRange(
+            rpc_pb2.DeleteRangeRequest(key=b"fill/", range_end=b"fill0"), timeout=10
+        )
+        assert deleted.deleted == filled
+
+        # an alarm is a record of the log: a whole-cluster restart keeps it
+        for i in range(3):
+            c.stop(i)
+        for i in range(3):
+            c.start(i)
+        c.wait_ready()
+        for i in range(3):
+            wait_until(lambda i=i: listed(c, i, me), 20, f"alarm on {i}")  # type: ignore[misc]
+            assert refused(put(c, i, b"after-restart"))
+
+        # disarm through another member: cleared everywhere, writes work again
+        other = (writer + 1) % 3
+        disarmed = c.maintenance(other).Alarm(
+            rpc_pb2.AlarmRequest(
+                action=rpc_pb2.AlarmRequest.DEACTIVATE, memberID=me, alarm=rpc_pb2.NOSPACE
+            ),
+            timeout=10,
+        )
+        assert [(a.memberID, a.alarm) for a in disarmed.alarms] == [(me, rpc_pb2.NOSPACE)]
+        c.wait_converged()
+        for i in range(3):
+            assert alarms(c, i) == []
+            assert not refused(put(c, i, b"after-disarm/%d" % i))
+
+        # all images equal: one (revision, hash) on every member
+        c.wait_converged()
+        wait_until(lambda: len(hashes(c)) == 1, 20, lambda: f"hashes differ: {hashes(c)}")
+
+
+def test_an_alarm_raised_through_one_member_is_listed_by_all(tmp_path: Path) -> None:
+    with running_cluster(tmp_path, 3) as c:
+        ids = [member_id(c, i) for i in range(3)]
+        raised = c.maintenance(2).Alarm(
+            rpc_pb2.AlarmRequest(
+                action=rpc_pb2.AlarmRequest.ACTIVATE, memberID=ids[1], alarm=rpc_pb2.CORRUPT
+            ),
+            timeout=10,
+        )
+        assert [(a.memberID, a.alarm) for a in raised.alarms] == [(ids[1], rpc_pb2.CORRUPT)]
+        c.wait_converged()
+        for i in range(3):
+            assert alarms(c, i) == [(ids[1], rpc_pb2.CORRUPT)]
+        # CORRUPT alone does not refuse writes (metaledger keeps serving; see docs)
+        assert not refused(put(c, 0, b"k"))
+        # disarming an alarm that is not raised answers no alarm, and no error (etcd)
+        none = c.maintenance(0).Alarm(
+            rpc_pb2.AlarmRequest(
+                action=rpc_pb2.AlarmRequest.DEACTIVATE, memberID=ids[0], alarm=rpc_pb2.CORRUPT
+            ),
+            timeout=10,
+        )
+        assert list(none.alarms) == []
+        c.wait_converged()
+        wait_until(lambda: len(hashes(c)) == 1, 20, lambda: f"hashes differ: {hashes(c)}")
