@@ -156,14 +156,17 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
     @rpc
     async def Alarm(self, request: rpc_pb2.AlarmRequest, context: Any) -> rpc_pb2.AlarmResponse:
         """etcd's Alarm: GET lists every member's raised alarms of a type (NONE: all) from
-        the image, after a read barrier (etcd reads them through its log); ACTIVATE and
+        the image, after a read barrier (etcd reads them through its log), with this
+        member's full disk while it lasts; ACTIVATE and
         DEACTIVATE are ``alarm`` entries (:mod:`nameserver.cluster.apply`), answered with
         the alarm changed (none: DEACTIVATE of an alarm not raised, still OK)."""
         if request.action != rpc_pb2.AlarmRequest.GET:
             applied = await self.node.propose(alarm_entry(request), context)
             resp = applied.result
             return resp if isinstance(resp, rpc_pb2.AlarmResponse) else rpc_pb2.AlarmResponse()
-        image = await self.node.read_image(False)
+        # linearizable, except while this member's own disk is full: its apply may be
+        # stuck behind the full change log, and the alarm list must still answer
+        image = await self.node.read_image(self.node.log.health.refuses_writes)
         resp = rpc_pb2.AlarmResponse()  # no header: etcd 3.4 sets none on alarm answers
         for member_id, alarm in self._alarms(image, request.alarm):
             resp.alarms.add(memberID=member_id, alarm=alarm)
