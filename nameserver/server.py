@@ -19,6 +19,7 @@ apply_server_defaults()  # before grpc is imported: gRPC reads these once, at st
 import grpc
 
 from nameserver import accept_errors
+from nameserver.cluster.liveness import DiskAlarm
 from nameserver.cluster.records import Member
 from nameserver.cluster.service import ClusterService
 from nameserver.config import ServerConfig
@@ -220,6 +221,9 @@ class Node:
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )
         self.replica_liveness = ReplicaLiveness(self.log, self.state, self.ctx.timeout_s)
+        self.disk_alarm = DiskAlarm(
+            self.log, self.state, engine, self.ctx.member_id, self.ctx.timeout_s
+        )
         self.replica_groups = ReplicaGroupsService(self.ctx, self.replica_liveness)
         self.brokers = BrokerKeeper(
             self.log, self.state, self.ctx.timeout_s, self.leader_client_address
@@ -281,6 +285,7 @@ class Node:
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
         self.leases.start()
         self.replica_liveness.start()
+        self.disk_alarm.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
         with binding("listen_remoting", self.config.listen_remoting):
             await self.remoting.start(host.strip("[]"), int(port))
@@ -406,6 +411,7 @@ class Node:
             self._announce_task.cancel()
         await self.leases.stop()
         await self.replica_liveness.stop()
+        await self.disk_alarm.stop()
         await self.brokers.stop()
         await self.remoting.close()
         await self.metrics.close()

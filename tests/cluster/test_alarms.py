@@ -7,7 +7,12 @@ same on every member) and still serves reads and deletes. Ends with "all images 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -144,3 +149,101 @@ def test_an_alarm_raised_through_one_member_is_listed_by_all(tmp_path: Path) -> 
         assert list(none.alarms) == []
         c.wait_converged()
         wait_until(lambda: len(hashes(c)) == 1, 20, lambda: f"hashes differ: {hashes(c)}")
+
+
+TMPFS_BYTES = 8 * 1024 * 1024
+HEADROOM_BYTES = 1024 * 1024
+BIG = b"f" * 16 * 1024
+
+
+def healthy(c: Cluster, i: int) -> bool:
+    """Whether node ``i``'s ``/health`` says 200 (its disk has room again)."""
+    url = f"http://127.0.0.1:{c.nodes[i].metrics_port}/health"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size_bytes: int) -> Iterator[None]:
+    """A tmpfs of ``size_bytes`` at ``path`` (root only: skips otherwise); always unmounted."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"mounting a tmpfs needs root: {done.stderr.strip() or done.returncode}")
+    try:
+        yield
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def test_a_members_full_disk_raises_its_nospace_alarm_in_the_log(tmp_path: Path) -> None:
+    """A follower's Raft log fills its disk: it proposes NOSPACE for itself, the other two
+    commit it and refuse growing writes; space returns, the follower catches up, and the
+    alarm stays (as etcd's) until disarmed."""
+    c = Cluster(tmp_path, 3, start=False)
+    victim = 2
+    raft_dir = c.data_dir(victim) / "raft"
+    with small_tmpfs(raft_dir, TMPFS_BYTES):
+        failed = True
+        try:
+            for i in range(3):
+                c.start(i)
+            c.wait_ready()
+            c.wait_announced()
+            if c.leader() == victim:
+                target = member_id(c, 0)
+                c.maintenance(victim).MoveLeader(
+                    rpc_pb2.MoveLeaderRequest(targetID=target), timeout=20
+                )
+                wait_until(lambda: c.leader() != victim, 20, "leadership moved")
+            victim_id = member_id(c, victim)
+            st = os.statvfs(raft_dir)
+            filler = raft_dir / "filler"
+            filler.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - HEADROOM_BYTES))
+
+            def raised_on(i: int) -> bool:
+                return alarms(c, i) == [(victim_id, rpc_pb2.NOSPACE)]
+
+            leader = c.leader()
+            for n in range(400):  # 1 MiB / 16 KiB: the victim's WAL fills within ~64 puts
+                if raised_on(leader):
+                    break
+                with contextlib.suppress(grpc.RpcError):  # refused once the alarm applies
+                    c.stub(leader).Put(rpc_pb2.PutRequest(key=b"big/%d" % n, value=BIG), timeout=5)
+            wait_until(lambda: raised_on(leader), 30, lambda: c.log_tail(victim))
+            others = [i for i in range(3) if i != victim]
+            for i in others:
+                wait_until(lambda i=i: raised_on(i), 20, f"alarm on {i}")  # type: ignore[misc]
+                assert refused(put(c, i, b"refused/%d" % i))
+
+            filler.unlink()
+            wait_until(lambda: healthy(c, victim), 30, lambda: c.log_tail(victim))
+            c.wait_converged()  # the victim applies what it missed, the alarm included
+            for i in range(3):
+                assert raised_on(i), i
+                assert refused(put(c, i, b"still-refused/%d" % i))
+            c.maintenance(others[0]).Alarm(
+                rpc_pb2.AlarmRequest(
+                    action=rpc_pb2.AlarmRequest.DEACTIVATE,
+                    memberID=victim_id,
+                    alarm=rpc_pb2.NOSPACE,
+                ),
+                timeout=10,
+            )
+            c.wait_converged()
+            for i in range(3):
+                assert alarms(c, i) == []
+                assert not refused(put(c, i, b"after/%d" % i))
+            c.wait_converged()
+            wait_until(lambda: len(hashes(c)) == 1, 20, lambda: f"hashes differ: {hashes(c)}")
+            failed = False
+        finally:
+            c.close(failed=failed)
