@@ -20,7 +20,7 @@ import grpc
 
 from nameserver import accept_errors
 from nameserver.cluster.liveness import DiskAlarm
-from nameserver.cluster.records import Member
+from nameserver.cluster.records import Member, alarm_text
 from nameserver.cluster.service import ClusterService
 from nameserver.config import ServerConfig
 from nameserver.errors import Rejected
@@ -235,7 +235,7 @@ class Node:
             frame_timeout_s=self.config.remoting_frame_timeout_ms / 1000,
             max_connections=self.config.remoting_max_connections,
         )
-        self.metrics = MetricsServer(self._metrics, self.log.health.reason)
+        self.metrics = MetricsServer(self._metrics, self._health_reason)
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
         self._announce_task: asyncio.Task[None] | None = None
@@ -302,6 +302,19 @@ class Node:
             self.config.listen_metrics,
             self.config.data_dir,
         )
+
+    def _health_reason(self) -> str:
+        """Why ``/health`` says false: this node's own faults, else the alarms raised in the
+        log (etcd's /health is false while any alarm is raised); "" when healthy."""
+        reason = self.log.health.reason()
+        if reason:
+            return reason
+        raised = self.state.image.alarms.list()
+        if raised:
+            return "alarm raised: " + ", ".join(
+                alarm_text(a.member_id, a.alarm).strip() for a in raised
+            )
+        return ""
 
     def _metrics(self) -> list[Metric]:
         """What ``GET /metrics`` shows (cheap reads of in-memory state only)."""

@@ -112,6 +112,19 @@ def alarm_key(member_id: int, alarm: int) -> bytes:
     return member_id.to_bytes(8, "big") + bytes([alarm])
 
 
+#: etcd's AlarmType names, by value
+ALARM_NAMES = {ALARM_NONE: "NONE", ALARM_NOSPACE: "NOSPACE", ALARM_CORRUPT: "CORRUPT"}
+
+
+def alarm_text(member_id: int, alarm: int) -> str:
+    """An AlarmMember as Go's gogoproto ``String()`` writes it (zero fields left out):
+    ``memberID:<id> alarm:NOSPACE `` (etcd's StatusResponse.errors)."""
+    text = f"memberID:{member_id} " if member_id else ""
+    if alarm:
+        text += f"alarm:{ALARM_NAMES.get(alarm, str(alarm))} "
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class AlarmsImage:
     """Every member's raised alarms, by record key; ``nospace``: whether any NOSPACE alarm

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from nameserver.cluster.apply import alarm_entry
-from nameserver.cluster.records import ALARM_NONE, ALARM_NOSPACE, alarm_key
+from nameserver.cluster.records import ALARM_NONE, ALARM_NOSPACE, alarm_key, alarm_text
 from nameserver.errors import FailedPrecondition, NotFound, OutOfRange
 from nameserver.grpc.context import (
     ETCD_VERSION,
@@ -186,14 +186,6 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
         ):
             out.append((me, ALARM_NOSPACE))
         return out
-
-
-def alarm_text(member_id: int, alarm: int) -> str:
-    """An AlarmMember as Go's gogoproto ``String()`` writes it (zero fields left out)."""
-    text = f"memberID:{member_id} " if member_id else ""
-    if alarm:
-        text += f"alarm:{rpc_pb2.AlarmType.Name(alarm)} "
-    return text
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]

@@ -85,6 +85,7 @@ def test_nospace_is_listed_refused_and_kept_by_every_member_until_disarmed(
         c.wait_converged()
         for i in range(3):
             assert alarms(c, i) == [(me, rpc_pb2.NOSPACE)], i
+            assert not healthy(c, i)  # etcd's /health is false while an alarm is raised
             # growing writes are refused on every member; reads and deletes go through
             assert refused(put(c, i, b"k%d" % i)), i
             assert refused(txn_put(c, i)), i
@@ -117,6 +118,7 @@ def test_nospace_is_listed_refused_and_kept_by_every_member_until_disarmed(
         c.wait_converged()
         for i in range(3):
             assert alarms(c, i) == []
+            assert healthy(c, i)
             assert not refused(put(c, i, b"after-disarm/%d" % i))
 
         # all images equal: one (revision, hash) on every member

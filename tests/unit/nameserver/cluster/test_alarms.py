@@ -19,9 +19,14 @@ from nameserver.cluster.nospace import (
     image_bytes,
     puts_of,
 )
-from nameserver.cluster.records import ALARM_CORRUPT, ALARM_NONE, ALARM_NOSPACE, Alarm
+from nameserver.cluster.records import (
+    ALARM_CORRUPT,
+    ALARM_NONE,
+    ALARM_NOSPACE,
+    Alarm,
+    alarm_text,
+)
 from nameserver.errors import InvalidArgument, ResourceExhausted
-from nameserver.grpc.admin import alarm_text
 from nameserver.leases.expiry import lease_entry
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
 from protos import records_pb2
