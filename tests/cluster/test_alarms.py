@@ -8,6 +8,7 @@ same on every member) and still serves reads and deletes. Ends with "all images 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import urllib.error
@@ -85,7 +86,8 @@ def test_nospace_is_listed_refused_and_kept_by_every_member_until_disarmed(
         c.wait_converged()
         for i in range(3):
             assert alarms(c, i) == [(me, rpc_pb2.NOSPACE)], i
-            assert not healthy(c, i)  # etcd's /health is false while an alarm is raised
+            # etcd's /health is false while an alarm is raised
+            assert health(c, i) == (503, f"alarm raised: memberID:{me} alarm:NOSPACE"), i
             # growing writes are refused on every member; reads and deletes go through
             assert refused(put(c, i, b"k%d" % i)), i
             assert refused(txn_put(c, i)), i
@@ -158,14 +160,24 @@ HEADROOM_BYTES = 1024 * 1024
 BIG = b"f" * 16 * 1024
 
 
-def healthy(c: Cluster, i: int) -> bool:
-    """Whether node ``i``'s ``/health`` says 200 (its disk has room again)."""
+def health(c: Cluster, i: int) -> tuple[int, str]:
+    """Node ``i``'s ``/health``: (HTTP status, reason)."""
     url = f"http://127.0.0.1:{c.nodes[i].metrics_port}/health"
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
-            return bool(resp.status == 200)
-    except urllib.error.HTTPError:
-        return False
+            return resp.status, json.loads(resp.read())["reason"]
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())["reason"]
+
+
+def healthy(c: Cluster, i: int) -> bool:
+    return health(c, i)[0] == 200
+
+
+def disk_ok(c: Cluster, i: int) -> bool:
+    """Whether node ``i``'s own disk works (its /health may still be false for an alarm)."""
+    status, reason = health(c, i)
+    return status == 200 or reason.startswith("alarm raised: ")
 
 
 @contextlib.contextmanager
@@ -227,7 +239,7 @@ def test_a_members_full_disk_raises_its_nospace_alarm_in_the_log(tmp_path: Path)
                 assert refused(put(c, i, b"refused/%d" % i))
 
             filler.unlink()
-            wait_until(lambda: healthy(c, victim), 30, lambda: c.log_tail(victim))
+            wait_until(lambda: disk_ok(c, victim), 30, lambda: c.log_tail(victim))
             c.wait_converged()  # the victim applies what it missed, the alarm included
             for i in range(3):
                 assert raised_on(i), i
