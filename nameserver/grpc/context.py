@@ -121,6 +121,7 @@ class NodeContext:
         self.member_id = member_id_of(config.listen_peer)
         #: the backend quota and a raised NOSPACE, checked before a write is proposed
         self.space = SpaceCheck(config.quota_backend_bytes)
+        self._raising: dict[int, asyncio.Future[None]] = {}  # alarm type -> its proposal
 
     def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
         """(name, member id, peer address, client URLs) of the current configuration,
@@ -242,7 +243,16 @@ class NodeContext:
 
     async def raise_alarm(self, alarm: int) -> None:
         """Propose ACTIVATE ``alarm`` for this member (etcd's quotaAlarmer: the caller
-        refuses its request whatever comes of it; a failure is logged, not raised)."""
+        refuses its request whatever comes of it; a failure is logged, not raised).
+        Concurrent callers share one proposal."""
+        pending = self._raising.get(alarm)
+        if pending is None:
+            pending = asyncio.ensure_future(self._propose_alarm(alarm))
+            self._raising[alarm] = pending
+            pending.add_done_callback(lambda _: self._raising.pop(alarm, None))
+        await asyncio.shield(pending)
+
+    async def _propose_alarm(self, alarm: int) -> None:
         request = rpc_pb2.AlarmRequest(
             action=rpc_pb2.AlarmRequest.ACTIVATE,
             memberID=self.member_id,

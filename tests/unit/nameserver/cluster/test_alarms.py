@@ -6,6 +6,9 @@ etcd 3.4's behaviour is the reference (``etcdserver/apply.go`` ``applierV3backen
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
 from nameserver.cluster.apply import alarm_entry
@@ -27,11 +30,12 @@ from nameserver.cluster.records import (
     alarm_text,
 )
 from nameserver.errors import InvalidArgument, ResourceExhausted
+from nameserver.grpc.context import NodeContext
 from nameserver.leases.expiry import lease_entry
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
-from raftlog import Entry
+from raftlog import Applied, Entry
 
 ACTIVATE, DEACTIVATE = rpc_pb2.AlarmRequest.ACTIVATE, rpc_pb2.AlarmRequest.DEACTIVATE
 
@@ -291,3 +295,41 @@ def test_alarm_text_is_gos_string_of_an_alarm_member() -> None:
     assert alarm_text(42, ALARM_NOSPACE) == "memberID:42 alarm:NOSPACE "
     assert alarm_text(0, ALARM_CORRUPT) == "alarm:CORRUPT "
     assert alarm_text(5, ALARM_NONE) == "memberID:5 "
+
+
+# ------------------------------------------------ raising NOSPACE before proposing
+class _CountingLog:
+    """A log that records what is proposed and answers after a moment."""
+
+    def __init__(self) -> None:
+        self.proposed: list[list[Entry]] = []
+
+    async def propose(self, entries: list[Entry], timeout_s: float, *dedup: Any) -> Applied:
+        self.proposed.append(entries)
+        await asyncio.sleep(0.01)
+        return Applied(len(self.proposed), None)
+
+
+def test_a_write_past_the_quota_raises_nospace_once_and_is_refused() -> None:
+    """etcd's quotaAlarmer: the member proposes ACTIVATE NOSPACE for itself and refuses
+    the write; concurrent refusals share one proposal."""
+    node = NodeContext.__new__(NodeContext)
+    counting = _CountingLog()
+    node.log, node.timeout_s, node.member_id = counting, 1.0, 99  # type: ignore[assignment]
+    node.state, node.space, node._raising = MetadataStateMachine(), SpaceCheck(10), {}
+
+    async def main() -> list[BaseException | Applied]:
+        writes = [node.propose(put(b"k%d" % i, b"x" * 100), None) for i in range(5)]
+        return await asyncio.gather(*writes, return_exceptions=True)
+
+    results = asyncio.run(main())
+    assert all(isinstance(r, ResourceExhausted) and str(r) == NO_SPACE for r in results)
+    assert len(counting.proposed) == 1
+    (entry,) = counting.proposed[0]
+    request = records_pb2.AlarmOperation.FromString(entry.value).request
+    assert (entry.type, request.action, request.memberID, request.alarm) == (
+        "alarm",
+        ACTIVATE,
+        99,
+        ALARM_NOSPACE,
+    )
