@@ -101,6 +101,9 @@ class ServerConfig:
     max_request_bytes: int = MAX_REQUEST_BYTES
     max_txn_ops: int = MAX_TXN_OPS
     max_response_bytes: int = MAX_RESPONSE_BYTES
+    #: etcd's --quota-backend-bytes: past it, growing writes raise NOSPACE and are refused
+    #: (0 = etcd's default, 2 GiB; < 0 = no quota); nameserver.cluster.nospace says what counts
+    quota_backend_bytes: int = 0
     use_uvloop: bool = True
     #: progress_notify watchers that got no events for this long get an empty response
     #: with the current revision (etcd's fixed interval is 10 minutes)

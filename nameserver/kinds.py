@@ -7,7 +7,7 @@ order is the snapshot order and the order types are listed in (watch and quota e
 
 from __future__ import annotations
 
-from nameserver.cluster.kind import MEMBER
+from nameserver.cluster.kind import ALARM, MEMBER
 from nameserver.kv.kind import KV
 from nameserver.leases.kind import LEASE
 from nameserver.offsets.kind import OFFSET
@@ -27,6 +27,7 @@ KINDS: tuple[RecordKind, ...] = (
     BROKER,
     TOPIC,
     KVCONFIG,
+    ALARM,
 )
 
 #: Reads that are not of one record type, and their consistency.

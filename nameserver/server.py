@@ -19,7 +19,8 @@ apply_server_defaults()  # before grpc is imported: gRPC reads these once, at st
 import grpc
 
 from nameserver import accept_errors, tls
-from nameserver.cluster.records import Member
+from nameserver.cluster.liveness import DiskAlarm
+from nameserver.cluster.records import Member, alarm_text
 from nameserver.cluster.service import ClusterService
 from nameserver.config import ServerConfig
 from nameserver.errors import Rejected
@@ -222,6 +223,9 @@ class Node:
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )
         self.replica_liveness = ReplicaLiveness(self.log, self.state, self.ctx.timeout_s)
+        self.disk_alarm = DiskAlarm(
+            self.log, self.state, engine, self.ctx.member_id, self.ctx.timeout_s
+        )
         self.replica_groups = ReplicaGroupsService(self.ctx, self.replica_liveness)
         self.brokers = BrokerKeeper(
             self.log,
@@ -239,7 +243,7 @@ class Node:
             ssl=tls.server_context(config.client_tls),
         )
         self.metrics = MetricsServer(
-            self._metrics, self.log.health.reason, ssl=tls.server_context(config.client_tls)
+            self._metrics, self._health_reason, ssl=tls.server_context(config.client_tls)
         )
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
@@ -295,6 +299,7 @@ class Node:
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
         self.leases.start()
         self.replica_liveness.start()
+        self.disk_alarm.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
         with binding("listen_remoting", self.config.listen_remoting):
             await self.remoting.start(host.strip("[]"), int(port))
@@ -311,6 +316,19 @@ class Node:
             self.config.listen_metrics,
             self.config.data_dir,
         )
+
+    def _health_reason(self) -> str:
+        """Why ``/health`` says false: this node's own faults, else the alarms raised in the
+        log (etcd's /health is false while any alarm is raised); "" when healthy."""
+        reason = self.log.health.reason()
+        if reason:
+            return reason
+        raised = self.state.image.alarms.list()
+        if raised:
+            return "alarm raised: " + ", ".join(
+                alarm_text(a.member_id, a.alarm).strip() for a in raised
+            )
+        return ""
 
     def _metrics(self) -> list[Metric]:
         """What ``GET /metrics`` shows (cheap reads of in-memory state only)."""
@@ -421,6 +439,7 @@ class Node:
             self._announce_task.cancel()
         await self.leases.stop()
         await self.replica_liveness.stop()
+        await self.disk_alarm.stop()
         await self.brokers.stop()
         await self.remoting.close()
         await self.metrics.close()

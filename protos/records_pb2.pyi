@@ -564,3 +564,17 @@ class RoutingOperation(_message.Message):
     put_kv_config: KvConfigRecord
     delete_kv_config: DeleteKvConfigOp
     def __init__(self, register_broker: _Optional[_Union[RegisterBrokerOp, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerOp, _Mapping]] = ..., expire_brokers: _Optional[_Union[ExpireBrokersOp, _Mapping]] = ..., write_perm: _Optional[_Union[WritePermOp, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopicOp, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopicOp, _Mapping]] = ..., put_kv_config: _Optional[_Union[KvConfigRecord, _Mapping]] = ..., delete_kv_config: _Optional[_Union[DeleteKvConfigOp, _Mapping]] = ...) -> None: ...
+
+class AlarmRecord(_message.Message):
+    __slots__ = ("member_id", "alarm")
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    ALARM_FIELD_NUMBER: _ClassVar[int]
+    member_id: int
+    alarm: int
+    def __init__(self, member_id: _Optional[int] = ..., alarm: _Optional[int] = ...) -> None: ...
+
+class AlarmOperation(_message.Message):
+    __slots__ = ("request",)
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    request: _rpc_pb2.AlarmRequest
+    def __init__(self, request: _Optional[_Union[_rpc_pb2.AlarmRequest, _Mapping]] = ...) -> None: ...

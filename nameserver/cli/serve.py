@@ -66,6 +66,7 @@ _OPTIONAL_FIELDS = {
     "consensus_loop": "consensus_loop",
     "grpc_acceptors": "grpc_acceptors",
     "max_response_bytes": "max_response_bytes",
+    "quota_backend_bytes": "quota_backend_bytes",
     "remoting_idle_timeout_ms": "remoting_idle_timeout_ms",
     "remoting_frame_timeout_ms": "remoting_frame_timeout_ms",
     "remoting_max_connections": "remoting_max_connections",
@@ -264,6 +265,14 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pending gRPC accepts per hot KV/lease method besides grpc.aio's own one "
         "(default 8; 0 = one accept loop, as gRPC ships it)",
+    )
+    p.add_argument(
+        "--quota-backend-bytes",
+        type=int,
+        metavar="B",
+        help="etcd's backend quota: a write that would take the image past B bytes raises "
+        "the NOSPACE alarm and is refused until `etcdctl alarm disarm` (0 = 2 GiB, the "
+        "default; negative = no quota)",
     )
     p.add_argument(
         "--max-response-bytes",

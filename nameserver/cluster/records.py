@@ -76,3 +76,98 @@ class MembersDelta(MapDelta[str, Member]):
         if not self.changes:
             return self.base
         return MembersImage(self.merged(self.base.members))
+
+
+# ------------------------------------------------------------------------ alarms
+#: etcd's AlarmType values (etcdserverpb.AlarmType): NONE, NOSPACE, CORRUPT.
+ALARM_NONE, ALARM_NOSPACE, ALARM_CORRUPT = 0, 1, 2
+ALARM_TYPES = (ALARM_NONE, ALARM_NOSPACE, ALARM_CORRUPT)
+
+
+@dataclass(frozen=True, slots=True)
+class Alarm:
+    """One member's raised alarm (etcd's AlarmMember): kept until disarmed."""
+
+    member_id: int
+    alarm: int
+
+    @property
+    def key(self) -> bytes:
+        """The record key: member id (8 bytes big-endian) then the alarm type (1 byte)."""
+        return alarm_key(self.member_id, self.alarm)
+
+    def to_record(self) -> bytes:
+        data: bytes = records_pb2.AlarmRecord(
+            member_id=self.member_id, alarm=self.alarm
+        ).SerializeToString()
+        return data
+
+    @staticmethod
+    def from_record(data: bytes) -> Alarm:
+        r = records_pb2.AlarmRecord.FromString(data)
+        return Alarm(r.member_id, r.alarm)
+
+
+def alarm_key(member_id: int, alarm: int) -> bytes:
+    return member_id.to_bytes(8, "big") + bytes([alarm])
+
+
+#: etcd's AlarmType names, by value
+ALARM_NAMES = {ALARM_NONE: "NONE", ALARM_NOSPACE: "NOSPACE", ALARM_CORRUPT: "CORRUPT"}
+
+
+def alarm_text(member_id: int, alarm: int) -> str:
+    """An AlarmMember as Go's gogoproto ``String()`` writes it (zero fields left out):
+    ``memberID:<id> alarm:NOSPACE `` (etcd's StatusResponse.errors)."""
+    text = f"memberID:{member_id} " if member_id else ""
+    if alarm:
+        text += f"alarm:{ALARM_NAMES.get(alarm, str(alarm))} "
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmsImage:
+    """Every member's raised alarms, by record key; ``nospace``: whether any NOSPACE alarm
+    is raised (the write refusal's one test, O(1))."""
+
+    alarms: Mapping[bytes, Alarm] = field(default_factory=lambda: MappingProxyType({}))
+    nospace: bool = False
+
+    def get(self, key: bytes) -> Alarm | None:
+        return self.alarms.get(key)
+
+    def list(self, alarm: int = ALARM_NONE) -> list[Alarm]:
+        """The raised alarms of type ``alarm`` (NONE: all, as etcd's AlarmStore.Get)."""
+        return [a for _, a in sorted(self.alarms.items()) if not alarm or a.alarm == alarm]
+
+
+def alarms_image(items: Mapping[bytes, Alarm]) -> AlarmsImage:
+    return AlarmsImage(
+        MappingProxyType(dict(items)), any(a.alarm == ALARM_NOSPACE for a in items.values())
+    )
+
+
+class AlarmsDelta(MapDelta[bytes, Alarm]):
+    """Pending alarm changes over a base image."""
+
+    def __init__(self, base: AlarmsImage) -> None:
+        super().__init__(base.get)
+        self.base = base
+
+    def put(self, alarm: Alarm) -> None:
+        self._change(alarm.key, alarm)
+
+    @property
+    def nospace(self) -> bool:
+        """Whether a NOSPACE alarm is raised as this delta would publish it."""
+        if not self.changes:
+            return self.base.nospace
+        return any(a.alarm == ALARM_NOSPACE for a in self._merged().values())
+
+    def _merged(self) -> Mapping[bytes, Alarm]:
+        return self.merged(self.base.alarms)
+
+    def build(self) -> AlarmsImage:
+        if not self.changes:
+            return self.base
+        return alarms_image(self._merged())

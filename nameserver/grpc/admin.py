@@ -13,6 +13,8 @@ from typing import Any
 
 import grpc
 
+from nameserver.cluster.apply import alarm_entry
+from nameserver.cluster.records import ALARM_NONE, ALARM_NOSPACE, alarm_key, alarm_text
 from nameserver.errors import FailedPrecondition, NotFound, OutOfRange
 from nameserver.grpc.context import (
     ETCD_VERSION,
@@ -22,6 +24,7 @@ from nameserver.grpc.context import (
     rpc,
 )
 from nameserver.state import image_hash
+from nameserver.state.image import MetadataImage
 from nameserver.state.machine import CapturedImage
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
@@ -45,7 +48,16 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
             raftIndex=off.commit_offset,
             raftTerm=st.term,
             raftAppliedIndex=off.apply_offset,
+            errors=self._status_errors(),
         )
+
+    def _status_errors(self) -> list[str]:
+        """etcd's StatusResponse.errors: no leader, then each raised alarm in Go's text form
+        (``memberID:<id> alarm:NOSPACE ``), which ``etcdctl endpoint status`` prints."""
+        errors = [] if self.node.engine.leader_address() else ["etcdserver: no leader"]
+        for member_id, alarm in self._alarms(self.node.state.image):
+            errors.append(alarm_text(member_id, alarm))
+        return errors
 
     async def Snapshot(
         self, request: rpc_pb2.SnapshotRequest, context: grpc.aio.ServicerContext
@@ -133,19 +145,47 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
     async def Defragment(
         self, request: rpc_pb2.DefragmentRequest, context: Any
     ) -> rpc_pb2.DefragmentResponse:
-        """Nothing to do: the image lives in memory and the logs are append-only segments
-        deleted whole (etcd defragments its bolt file)."""
+        """etcd compacts its bolt file; metaledger's store is the image in memory, the
+        change-log segments and the Raft log, which shrink only behind a snapshot: this
+        asks the engine for a snapshot now (taken in the background, as its own trigger
+        would; segments it covers are then deleted, or archived, as usual) and answers
+        success at once, as etcd answers when its defragment is done."""
+        self.node.engine.force_snapshot()
         return rpc_pb2.DefragmentResponse(header=self.node.header(self.node.state.image.revision))
 
     @rpc
     async def Alarm(self, request: rpc_pb2.AlarmRequest, context: Any) -> rpc_pb2.AlarmResponse:
-        # This node's NOSPACE alarm (raftlog.health): raised and cleared by the node itself
-        # as its disk fills and frees, so every action (list, disarm, arm) reports it.
-        alarms = [rpc_pb2.AlarmMember(memberID=self.node.member_id, alarm=rpc_pb2.NOSPACE)]
-        return rpc_pb2.AlarmResponse(
-            header=self.node.header(self.node.state.image.revision),
-            alarms=alarms if self.node.log.health.refuses_writes else [],
-        )
+        """etcd's Alarm: GET lists every member's raised alarms of a type (NONE: all) from
+        the image, after a read barrier (etcd reads them through its log), with this
+        member's full disk while it lasts; ACTIVATE and
+        DEACTIVATE are ``alarm`` entries (:mod:`nameserver.cluster.apply`), answered with
+        the alarm changed (none: DEACTIVATE of an alarm not raised, still OK)."""
+        if request.action != rpc_pb2.AlarmRequest.GET:
+            applied = await self.node.propose(alarm_entry(request), context)
+            resp = applied.result
+            return resp if isinstance(resp, rpc_pb2.AlarmResponse) else rpc_pb2.AlarmResponse()
+        # linearizable, except while this member's own disk is full: its apply may be
+        # stuck behind the full change log, and the alarm list must still answer
+        image = await self.node.read_image(self.node.log.health.refuses_writes)
+        resp = rpc_pb2.AlarmResponse()  # no header: etcd 3.4 sets none on alarm answers
+        for member_id, alarm in self._alarms(image, request.alarm):
+            resp.alarms.add(memberID=member_id, alarm=alarm)
+        return resp
+
+    def _alarms(self, image: MetadataImage, alarm: int = ALARM_NONE) -> list[tuple[int, int]]:
+        """(member id, alarm type) of the raised alarms of type ``alarm`` (NONE: all): the
+        image's, and this member's full disk while it lasts (raftlog.health: a local state
+        that leaves by itself when space returns, and that a one-member cluster could not
+        write to its log anyway)."""
+        out = [(a.member_id, a.alarm) for a in image.alarms.list(alarm)]
+        me = self.node.member_id
+        if (
+            self.node.log.health.refuses_writes  # this member's disk is full right now
+            and alarm in (ALARM_NONE, ALARM_NOSPACE)
+            and image.alarms.get(alarm_key(me, ALARM_NOSPACE)) is None
+        ):
+            out.append((me, ALARM_NOSPACE))
+        return out
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]

@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from nameserver.cluster.records import host_port
+from nameserver.cluster.apply import alarm_entry
+from nameserver.cluster.nospace import SpaceCheck, no_space
+from nameserver.cluster.records import ALARM_NOSPACE, host_port
 from nameserver.config import ServerConfig
 from nameserver.errors import (
     DeadlineExceeded,
@@ -117,6 +119,9 @@ class NodeContext:
         self.engine = engine
         self.timeout_s = config.propose_timeout_ms / 1000
         self.member_id = member_id_of(config.listen_peer)
+        #: the backend quota and a raised NOSPACE, checked before a write is proposed
+        self.space = SpaceCheck(config.quota_backend_bytes)
+        self._raising: dict[int, asyncio.Future[None]] = {}  # alarm type -> its proposal
 
     def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
         """(name, member id, peer address, client URLs) of the current configuration,
@@ -221,6 +226,11 @@ class NodeContext:
                     raise InvalidArgument(f"x-ml-seq: {v!r} is not an integer") from None
         if (client_id is None) != (seq is None):
             raise InvalidArgument("x-ml-client-id and x-ml-seq must be given together")
+        refusal = self.space.refuses(self.state.image, entry)
+        if refusal is not None:
+            if refusal == "quota":  # etcd's quotaAlarmer: raise NOSPACE for this member
+                await self.raise_alarm(ALARM_NOSPACE)
+            raise no_space()
         applied = await self.log.propose([entry], self.timeout_s, client_id, seq)
         if isinstance(applied.result, ApplyFailure):
             error = applied.result.error  # the exception apply raised, untouched
@@ -230,6 +240,28 @@ class NodeContext:
                 f"metaledger: internal error: apply failed: {type(error).__name__}: {error}"
             ) from error
         return applied
+
+    async def raise_alarm(self, alarm: int) -> None:
+        """Propose ACTIVATE ``alarm`` for this member (etcd's quotaAlarmer: the caller
+        refuses its request whatever comes of it; a failure is logged, not raised).
+        Concurrent callers share one proposal."""
+        pending = self._raising.get(alarm)
+        if pending is None:
+            pending = asyncio.ensure_future(self._propose_alarm(alarm))
+            self._raising[alarm] = pending
+            pending.add_done_callback(lambda _: self._raising.pop(alarm, None))
+        await asyncio.shield(pending)
+
+    async def _propose_alarm(self, alarm: int) -> None:
+        request = rpc_pb2.AlarmRequest(
+            action=rpc_pb2.AlarmRequest.ACTIVATE,
+            memberID=self.member_id,
+            alarm=alarm,  # type: ignore[arg-type]  # an AlarmType value
+        )
+        try:
+            await self.log.propose([alarm_entry(request)], self.timeout_s)
+        except Exception as exc:  # the write is refused anyway; the next one tries again
+            log.warning("could not raise alarm %s: %s", rpc_pb2.AlarmType.Name(alarm), exc)
 
     def check_size(self, request: Any) -> None:
         self.check_encoded_size(request.ByteSize())

@@ -19,6 +19,8 @@ type (the ``type`` of change-log effects), with their modules:
 * ``broker``, ``topic``, ``kvconfig`` -- RocketMQ route data (brokers, queue data per topic
   and broker name, KV config items); keys and values in :mod:`nameserver.routing.records`.
   Clusters are derived from the broker records, not stored.
+* ``alarm`` -- members' raised alarms (etcd's NOSPACE, CORRUPT), key = member id (8 bytes
+  big-endian) and alarm type (1 byte) (:mod:`nameserver.cluster.records`)
 
 The keys attached to a lease are not part of the lease record: they are an index
 of the kv sub-image (``KvImage.by_lease``), derived from ``KeyValue.lease`` and kept
@@ -35,7 +37,7 @@ from nameserver.state.mapdelta import Journal, Journaled
 from nameserver.state.registry import Registry, default_registry
 
 if TYPE_CHECKING:
-    from nameserver.cluster.records import MembersDelta, MembersImage
+    from nameserver.cluster.records import AlarmsDelta, AlarmsImage, MembersDelta, MembersImage
     from nameserver.kv.records import KvDelta, KvImage
     from nameserver.leases.records import LeaseDelta, LeasesImage
     from nameserver.offsets.records import OffsetDelta, OffsetsImage
@@ -76,6 +78,7 @@ class MetadataImage:
     brokers: RecordsImage[Broker]
     topics: RecordsImage[TopicQueue]
     kvconfig: RecordsImage[KvConfig]
+    alarms: AlarmsImage
 
     def __init__(
         self,
@@ -154,6 +157,7 @@ class MetadataDelta(Journaled):
     brokers: RecordsDelta[Broker]
     topics: RecordsDelta[TopicQueue]
     kvconfig: RecordsDelta[KvConfig]
+    alarms: AlarmsDelta
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image

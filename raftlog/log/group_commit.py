@@ -45,14 +45,23 @@ class GroupCommit(LogBase):
         timeout_s: float,
         client_id: str | None = None,
         seq: int | None = None,
+        even_if_full: bool = False,
     ) -> Applied:
         """Propose one request and wait until it is applied on this node.
+
+        While this node's disk is full its writes are refused (NoSpaceError), unless
+        ``even_if_full``: a request about that very disk (a NOSPACE alarm), which the
+        other members can commit while this one cannot apply it.
 
         Raises a :class:`~raftlog.errors.ProposeError` when consensus refused it
         (``retriable`` says whether to try again) and :class:`UnknownOutcomeError`
         when ``timeout_s`` passed: the request may still be applied later.
         """
-        if self.health.refuses_writes and any(e.type != "noop" for e in entries):
+        if (
+            self.health.refuses_writes
+            and not even_if_full
+            and any(e.type != "noop" for e in entries)
+        ):
             # read barriers (noop) still go through: reads keep their guarantees
             raise NoSpaceError(f"database space exceeded: {self.health.reason()}")
         cid = client_id or self._client_id

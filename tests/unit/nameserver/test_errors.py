@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from nameserver import errors
+from nameserver.cluster.nospace import SpaceCheck
 from nameserver.errors import (
     NameserverError,
     NotFound,
@@ -23,6 +24,7 @@ from nameserver.grpc.status import to_status
 from nameserver.kv.semantics import ResponseTooLarge
 from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.status import internal_error_remark, to_remoting
+from nameserver.state.machine import MetadataStateMachine
 from raftlog import Applied, ApplyFailure, Entry, NotLeaderError, QueueFullError
 
 S, R = grpc.StatusCode, ResponseCode
@@ -107,6 +109,7 @@ class _Log:
 def _propose(result: Any) -> Applied:
     node = NodeContext.__new__(NodeContext)
     node.log, node.timeout_s = _Log(result), 1.0  # type: ignore[assignment]
+    node.state, node.space = MetadataStateMachine(), SpaceCheck(-1)  # no quota, no alarm
     return asyncio.run(node.propose(Entry(type="kv", key=b"", value=b""), None))
 
 
