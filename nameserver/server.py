@@ -27,6 +27,7 @@ from nameserver.grpc.accept import HOT_METHODS, Acceptors
 from nameserver.grpc.admin import AdminService, MaintenanceService
 from nameserver.grpc.context import NodeContext
 from nameserver.grpc.methods import MethodTable
+from nameserver.kv.history import KvHistory
 from nameserver.kv.service import KVService
 from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
@@ -215,7 +216,14 @@ class Node:
             config.max_request_bytes,
             floor_path,
         )
-        self.log.set_observer(MemberNames(engine, self.state, self.watch_hub))
+        self.kv_history = KvHistory(
+            self.state.image,
+            lambda: self.state.image,
+            self.watch_hub,
+            lambda: segments.first_offset,
+        )
+        self.ctx.history = self.kv_history
+        self.log.set_observer(MemberNames(engine, self.state, self.kv_history))
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )

@@ -564,3 +564,11 @@ class RoutingOperation(_message.Message):
     put_kv_config: KvConfigRecord
     delete_kv_config: DeleteKvConfigOp
     def __init__(self, register_broker: _Optional[_Union[RegisterBrokerOp, _Mapping]] = ..., unregister_broker: _Optional[_Union[UnregisterBrokerOp, _Mapping]] = ..., expire_brokers: _Optional[_Union[ExpireBrokersOp, _Mapping]] = ..., write_perm: _Optional[_Union[WritePermOp, _Mapping]] = ..., create_topic: _Optional[_Union[CreateTopicOp, _Mapping]] = ..., delete_topic: _Optional[_Union[DeleteTopicOp, _Mapping]] = ..., put_kv_config: _Optional[_Union[KvConfigRecord, _Mapping]] = ..., delete_kv_config: _Optional[_Union[DeleteKvConfigOp, _Mapping]] = ...) -> None: ...
+
+class MvccCompaction(_message.Message):
+    __slots__ = ("revision", "physical")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    physical: bool
+    def __init__(self, revision: _Optional[int] = ..., physical: _Optional[bool] = ...) -> None: ...

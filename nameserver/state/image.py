@@ -36,7 +36,7 @@ from nameserver.state.registry import Registry, default_registry
 
 if TYPE_CHECKING:
     from nameserver.cluster.records import MembersDelta, MembersImage
-    from nameserver.kv.records import KvDelta, KvImage
+    from nameserver.kv.records import KvDelta, KvImage, MvccDelta, MvccImage
     from nameserver.leases.records import LeaseDelta, LeasesImage
     from nameserver.offsets.records import OffsetDelta, OffsetsImage
     from nameserver.quotas.records import QuotaDelta, QuotasImage
@@ -76,6 +76,7 @@ class MetadataImage:
     brokers: RecordsImage[Broker]
     topics: RecordsImage[TopicQueue]
     kvconfig: RecordsImage[KvConfig]
+    mvcc: MvccImage
 
     def __init__(
         self,
@@ -154,6 +155,7 @@ class MetadataDelta(Journaled):
     brokers: RecordsDelta[Broker]
     topics: RecordsDelta[TopicQueue]
     kvconfig: RecordsDelta[KvConfig]
+    mvcc: MvccDelta
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
