@@ -28,6 +28,7 @@ from nameserver.grpc.admin import AdminService, MaintenanceService
 from nameserver.grpc.context import NodeContext
 from nameserver.grpc.methods import MethodTable
 from nameserver.kv.history import KvHistory
+from nameserver.kv.history_rebuild import rebuild as rebuild_history
 from nameserver.kv.service import KVService
 from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
@@ -46,7 +47,7 @@ from nameserver.startup import binding, check_bindable, claim_data_dir, prepare_
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.state.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.watch.events import FLOOR_FILE
-from nameserver.watch.history import SegmentHistory
+from nameserver.watch.history import SegmentHistory, read_floor
 from nameserver.watch.hub import WatchHub
 from nameserver.watch.service import WatchService, add_watch_service
 from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
@@ -222,6 +223,7 @@ class Node:
             self.watch_hub,
             lambda: segments.first_offset,
         )
+        rebuild_history(self.kv_history, self.state.image, store, segments, read_floor(floor_path))
         self.ctx.history = self.kv_history
         self.log.set_observer(MemberNames(engine, self.state, self.kv_history))
         self.leases = LeaseKeeper(

@@ -29,13 +29,13 @@ import asyncio
 import bisect
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from nameserver.kv.mvcc import check_read
 from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
 from nameserver.state.image import MetadataImage
-from raftlog import Change
+from raftlog import Change, Effect
 from raftlog.log import ApplyObserver, Captured
 
 #: a version's value: the record decoded, still encoded (as the effect carried it), or None
@@ -79,16 +79,18 @@ class KvHistory:
         self.reset(image)
 
     # ------------------------------------------------------------ state
-    def reset(self, image: MetadataImage) -> None:
-        """Start over from ``image``: nothing below its revision is readable."""
+    def reset(self, image: MetadataImage, base: int | None = None, compacted: int = 0) -> None:
+        """Start over from ``image``: nothing below its revision is readable. A rebuild
+        (:func:`nameserver.kv.history_rebuild.rebuild`) starts from an older ``base``, with
+        the compaction revision in force there, and then replays up to ``image``."""
         self._versions = {}
         self._order = deque()
         with self._lock:
             self._tombstoned = []
-        self.base = image.revision
+        self.base = image.revision if base is None else base
         self.pruned_to = 0
-        self.compacted = image.mvcc.compact_revision
-        self._compactions = [(image.revision, self.compacted)]
+        self.compacted = image.mvcc.compact_revision if base is None else compacted
+        self._compactions = [(self.base, self.compacted)]
         self.image = image
 
     @property
@@ -126,15 +128,20 @@ class KvHistory:
                 self._then.on_installed(offset)
 
     def _apply(self, prior: Callable[[bytes], KeyValue | None], changes: list[Change]) -> None:
+        self.replay(prior, ((c.offset, eff) for c in changes for eff in c.effects))
+
+    def replay(
+        self, prior: Callable[[bytes], KeyValue | None], effects: Iterable[tuple[int, Effect]]
+    ) -> None:
+        """Record ``(offset, effect)`` in order (kv changes, compactions; other types are
+        passed over); ``prior(key)`` is a key's value before the first of them."""
         compact = 0
-        for change in changes:
-            rev = change.offset
-            for eff in change.effects:
-                if eff.type == "kv":
-                    self.record(prior, rev, eff.key, None if eff.delete else eff.value)
-                elif eff.type == "mvcc" and eff.key == COMPACT_KEY and not eff.delete:
-                    compact = Compaction.from_record(eff.value).revision
-                    self._compactions.append((rev, compact))
+        for rev, eff in effects:
+            if eff.type == "kv":
+                self.record(prior, rev, eff.key, None if eff.delete else eff.value)
+            elif eff.type == "mvcc" and eff.key == COMPACT_KEY and not eff.delete:
+                compact = Compaction.from_record(eff.value).revision
+                self._compactions.append((rev, compact))
         if compact:
             self.prune(compact)
             self.compacted = compact
