@@ -27,6 +27,7 @@ from nameserver.grpc.accept import HOT_METHODS, Acceptors
 from nameserver.grpc.admin import AdminService, MaintenanceService
 from nameserver.grpc.context import NodeContext
 from nameserver.grpc.methods import MethodTable
+from nameserver.kv.compactor import AutoCompactor
 from nameserver.kv.history import KvHistory
 from nameserver.kv.history_rebuild import rebuild as rebuild_history
 from nameserver.kv.service import KVService
@@ -225,6 +226,9 @@ class Node:
         )
         rebuild_history(self.kv_history, self.state.image, store, segments, read_floor(floor_path))
         self.ctx.history = self.kv_history
+        self.compactor = AutoCompactor(
+            self.ctx, config.auto_compaction_mode, config.auto_compaction_retention
+        )
         self.log.set_observer(MemberNames(engine, self.state, self.kv_history))
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
@@ -291,6 +295,7 @@ class Node:
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
         self.leases.start()
         self.replica_liveness.start()
+        self.compactor.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
         with binding("listen_remoting", self.config.listen_remoting):
             await self.remoting.start(host.strip("[]"), int(port))
@@ -416,6 +421,7 @@ class Node:
             self._announce_task.cancel()
         await self.leases.stop()
         await self.replica_liveness.stop()
+        await self.compactor.stop()
         await self.brokers.stop()
         await self.remoting.close()
         await self.metrics.close()

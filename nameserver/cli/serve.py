@@ -68,6 +68,8 @@ _OPTIONAL_FIELDS = {
     "peer_idle_timeout_ms": "peer_idle_timeout_ms",
     "peer_frame_timeout_ms": "peer_frame_timeout_ms",
     "peer_max_connections": "peer_max_connections",
+    "auto_compaction_mode": "auto_compaction_mode",
+    "auto_compaction_retention": "auto_compaction_retention",
 }
 
 
@@ -194,6 +196,17 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="take a snapshot (and compact the Raft log) every N consensus items (default 20000; 0 = never)",
     )
     p.add_argument("--snapshot-keep", type=int, metavar="N", help="snapshots kept (default 2)")
+    p.add_argument(
+        "--auto-compaction-mode",
+        choices=("periodic", "revision"),
+        help="etcd's: what --auto-compaction-retention counts (default periodic)",
+    )
+    p.add_argument(
+        "--auto-compaction-retention",
+        metavar="R",
+        help="etcd's: kv history kept; periodic: a duration (1h, 30m; a bare number is hours), "
+        "revision: a count of revisions (default 0 = no automatic compaction)",
+    )
     p.add_argument(
         "--snapshot-writer",
         choices=("process", "thread"),
