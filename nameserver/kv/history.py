@@ -19,8 +19,9 @@ the retention point and the index's base (a restart rebuilds from the oldest sna
 kept segments follow: :func:`rebuild`; a snapshot installed from the leader resets it).
 
 Threads: the apply thread writes; readers (event loop, worker threads) read without a lock:
-a version list is appended to or replaced whole, never edited in place, and a read checks
-the floor again when it is done (a compaction that passed it meanwhile makes it compacted).
+a version list is appended to or replaced whole (a reader only swaps an encoded version for
+its decoded equal), and a read checks the floor again when it is done (a compaction that
+passed it meanwhile makes it compacted).
 """
 
 from __future__ import annotations
@@ -42,10 +43,6 @@ from raftlog.log import ApplyObserver, Captured
 Value = KeyValue | bytes | None
 #: what :meth:`KvHistory.lookup` answers for a key with no versions here
 UNTOUCHED: Any = object()
-
-
-def _decoded(value: Value) -> KeyValue | None:
-    return KeyValue.from_record(value) if isinstance(value, bytes) else value
 
 
 def _rev(version: tuple[int, Any]) -> int:
@@ -203,8 +200,19 @@ class KvHistory:
         versions = self._versions.get(key)
         if versions is None:
             return UNTOUCHED  # type: ignore[no-any-return]
-        i = bisect.bisect_right(versions, revision, key=_rev)
-        return _decoded(versions[i - 1][1]) if i else None
+        last = versions[-1]
+        if last[0] <= revision:  # the common case: unchanged since ``revision``
+            i = len(versions)
+        else:
+            i = bisect.bisect_right(versions, revision, key=_rev)
+            if not i:
+                return None
+            last = versions[i - 1]
+        value = last[1]
+        if isinstance(value, bytes):  # decoded once, kept decoded (an equal version)
+            value = KeyValue.from_record(value)
+            versions[i - 1] = (last[0], value)
+        return value
 
     def tombstoned(self, start: bytes, end: bytes | None) -> list[bytes]:
         with self._lock:
