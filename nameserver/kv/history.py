@@ -258,16 +258,21 @@ class RevisionView:
                 yield kv
             return
         lookup, rev = self.history.lookup, self.revision
+        touched = self.history._versions.get  # an untouched key costs one dict miss
         deleted = self.history.tombstoned(key, range_end)
         d, n = 0, len(deleted)
         for k, current in self.kv.data.range(key, range_end):
-            while d < n and deleted[d] < k:
-                old = lookup(deleted[d], rev)
-                if old is not None and old is not UNTOUCHED:
-                    yield old
-                d += 1
-            if d < n and deleted[d] == k:
-                d += 1
+            if d < n:
+                while d < n and deleted[d] < k:
+                    old = lookup(deleted[d], rev)
+                    if old is not None and old is not UNTOUCHED:
+                        yield old
+                    d += 1
+                if d < n and deleted[d] == k:
+                    d += 1
+            if touched(k) is None:
+                yield current
+                continue
             value = lookup(k, rev)
             if value is UNTOUCHED:
                 yield current
