@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nameserver.errors import AlreadyExists, InvalidArgument, NameserverError
+from nameserver.errors import AlreadyExists, InvalidArgument, NameserverError, Unimplemented
 from nameserver.grpc.context import NodeContext, require_lease, rpc
 from nameserver.kv import semantics as kvops
 from nameserver.kv.apply import read_only_txn
@@ -122,6 +122,11 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
                 self.node.recheck(rev, current)
             self.node.fill_header(resp.header, current)
             return resp
+        if _range_revisions(request):  # apply reads the image, which has no history
+            raise Unimplemented(
+                "metaledger: a range at a revision inside a txn that writes is not supported "
+                "(read it in a txn of its own)"
+            )
         # what it reads back is built at apply on every node, with no limit there: checked
         # here, against this node's image, before anything is proposed
         kvops.estimate_txn_reads(

@@ -231,6 +231,22 @@ def test_get_at_a_future_revision_fails_as_etcd(sides: tuple[Side, Side]) -> Non
         assert f"Error: {FUTURE}" in o.stderr, o.stderr
 
 
+def test_a_range_at_a_revision_in_a_txn_that_writes_is_refused_not_misread(
+    sides: tuple[Side, Side],
+) -> None:
+    _, m = sides
+    txn = pb.TxnRequest(
+        success=[
+            pb.RequestOp(request_range=pb.RangeRequest(key=b"h/a", revision=m.revs[0])),
+            pb.RequestOp(request_put=pb.PutRequest(key=b"h/z", value=b"z")),
+        ]
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        m.kv.Txn(txn, timeout=10)
+    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert not m.kv.Range(pb.RangeRequest(key=b"h/z"), timeout=10).kvs
+
+
 def test_compaction_twice_watch_and_hashkv_below_it_fail_as_etcd(
     sides: tuple[Side, Side],
 ) -> None:
