@@ -342,6 +342,21 @@ class Node:
                 "applied_lag", "commit_offset - apply_offset.", off.commit_offset - off.apply_offset
             ),
             gauge("flushed_offset", "Last change-log offset written to disk.", off.flushed_offset),
+            gauge(
+                "kv_history_versions",
+                "Past kv versions this node keeps for reads at a revision (nameserver/kv/history.py).",
+                self.kv_history.version_count,
+            ),
+            gauge(
+                "kv_history_floor",
+                "Oldest revision this node can read at (compaction, retention, restart).",
+                self.kv_history.floor,
+            ),
+            gauge(
+                "kv_compact_revision",
+                "The kv store's compaction revision.",
+                image.mvcc.compact_revision,
+            ),
             gauge("term", "Raft term.", st.term),
             (
                 "metaledger_role",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -38,6 +39,8 @@ from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
 from nameserver.state.image import MetadataImage
 from raftlog import Change, Effect
 from raftlog.log import ApplyObserver, Captured
+
+log = logging.getLogger(__name__)
 
 #: a version's value: the record decoded, still encoded (as the effect carried it), or None
 Value = KeyValue | bytes | None
@@ -84,6 +87,8 @@ class KvHistory:
         self._order = deque()
         with self._lock:
             self._tombstoned = []
+        #: versions held (kept as they come and go: /metrics reads it)
+        self.version_count = 0
         self.base = image.revision if base is None else base
         self.pruned_to = 0
         self.compacted = image.mvcc.compact_revision if base is None else compacted
@@ -97,7 +102,7 @@ class KvHistory:
 
     def versions(self) -> int:
         """How many versions the index holds (metrics, memory measurements)."""
-        return sum(len(v) for v in self._versions.values())
+        return self.version_count
 
     def compact_revision_at(self, revision: int) -> int:
         """The compaction revision in force at ``revision`` (the same on every member)."""
@@ -113,6 +118,9 @@ class KvHistory:
             if retained - 1 > self.pruned_to:
                 self.prune(retained - 1)
                 self.pruned_to = retained - 1
+        except Exception:  # never the apply thread's problem: start over, floor raised
+            log.exception("kv history: dropped (floor now %d)", last_offset)
+            self.reset(self._current())
         finally:
             if self._then is not None:
                 self._then.on_applied(before, last_offset, changes)
@@ -154,8 +162,10 @@ class KvHistory:
             versions = [(before.mod_revision, before)] if before is not None else []
             versions.append((rev, value))
             self._versions[key] = versions
+            self.version_count += len(versions)
         else:
             versions.append((rev, value))
+            self.version_count += 1
         if value is None:
             with self._lock:
                 i = bisect.bisect_left(self._tombstoned, key)
@@ -179,8 +189,10 @@ class KvHistory:
             keep = versions[i - 1 :] if i and versions[i - 1][1] is not None else versions[i:]
             if not keep or (len(keep) == 1 and keep[0][0] <= upto):
                 del self._versions[key]  # absent, or unchanged since: the image has it
+                self.version_count -= len(versions)
             else:
                 self._versions[key] = keep  # replaced whole (readers hold the old list)
+                self.version_count -= len(versions) - len(keep)
             if all(v is not None for _, v in keep):
                 gone.append(key)
         if gone:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -364,3 +365,36 @@ def test_revision_mode_auto_compaction_compacts_within_a_deadline(tmp_path: Path
         now = int(c.put(0, b"a/k", b"last").header.revision)
         # at least the last 5 revisions stay readable
         assert c.stub(0).Range(pb.RangeRequest(key=b"a/k", revision=now - 5), timeout=10).kvs
+        metrics = (
+            urllib.request.urlopen(
+                f"http://127.0.0.1:{c.nodes[0].metrics_port}/metrics", timeout=10
+            )
+            .read()
+            .decode()
+        )
+        compact = re.search(r"^metaledger_kv_compact_revision\{[^}]*\} (\S+)$", metrics, re.M)
+        floor = re.search(r"^metaledger_kv_history_floor\{[^}]*\} (\S+)$", metrics, re.M)
+        assert compact and floor and float(floor[1]) >= float(compact[1]) > first
+
+
+def test_periodic_mode_auto_compaction_keeps_the_retention(tmp_path: Path) -> None:
+    """etcd's periodic mode: nothing is compacted before one retention has passed, then the
+    compaction revision follows the revision of one retention ago."""
+    flags = ["--auto-compaction-mode", "periodic", "--auto-compaction-retention", "2s"]
+    with Cluster(tmp_path / "periodic", n=1, extra_args=flags) as c:
+        c.wait_ready(60)
+        first = int(c.put(0, b"p/k", b"0").header.revision)
+        req = pb.RangeRequest(key=b"p/k", revision=first)
+        assert c.stub(0).Range(req, timeout=10).kvs  # readable at once
+        for i in range(1, 4):
+            c.put(0, b"p/k", b"%d" % i)
+
+        def compacted() -> bool:
+            c.put(0, b"p/tick", b"")  # the revision moves on
+            try:
+                c.stub(0).Range(req, timeout=10)
+            except grpc.RpcError as err:
+                return err.details() == COMPACTED
+            return False
+
+        wait_until(compacted, 30, "the first revision compacted after the retention")

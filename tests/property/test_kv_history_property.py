@@ -122,6 +122,7 @@ def test_reads_at_every_revision_equal_the_model(groups: list[list[Any]], data: 
 
         current = machine.image.revision
         assert history.floor == max(0, machine.image.mvcc.compact_revision)
+        assert history.versions() == sum(len(v) for v in history._versions.values())
         for rev in range(history.floor, current + 1):
             view = history.view(rev)
             for key, end in RANGES:
