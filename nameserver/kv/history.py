@@ -83,17 +83,18 @@ class KvHistory:
         """Start over from ``image``: nothing below its revision is readable. A rebuild
         (:func:`nameserver.kv.history_rebuild.rebuild`) starts from an older ``base``, with
         the compaction revision in force there, and then replays up to ``image``."""
+        # the floor rises first: a reader that passed the old one fails its recheck
+        self.base = image.revision if base is None else base
+        self.image = image
         self._versions = {}
         self._order = deque()
         with self._lock:
             self._tombstoned = []
         #: versions held (kept as they come and go: /metrics reads it)
         self.version_count = 0
-        self.base = image.revision if base is None else base
         self.pruned_to = 0
         self.compacted = image.mvcc.compact_revision if base is None else compacted
         self._compactions = [(self.base, self.compacted)]
-        self.image = image
 
     @property
     def floor(self) -> int:
@@ -203,7 +204,7 @@ class KvHistory:
                         del self._tombstoned[i]
         i = bisect.bisect_right(self._compactions, upto, key=_rev)
         if i > 1:
-            del self._compactions[: i - 1]
+            self._compactions = self._compactions[i - 1 :]  # replaced whole, as versions
 
     # ------------------------------------------------------------ readers
     def lookup(self, key: bytes, revision: int) -> KeyValue | None:
