@@ -28,8 +28,7 @@ from nameserver.grpc.admin import AdminService, MaintenanceService
 from nameserver.grpc.context import NodeContext
 from nameserver.grpc.methods import MethodTable
 from nameserver.kv.compactor import AutoCompactor
-from nameserver.kv.history import KvHistory
-from nameserver.kv.history_rebuild import rebuild as rebuild_history
+from nameserver.kv.history_rebuild import open_history
 from nameserver.kv.service import KVService
 from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
@@ -218,13 +217,9 @@ class Node:
             config.max_request_bytes,
             floor_path,
         )
-        self.kv_history = KvHistory(
-            self.state.image,
-            lambda: self.state.image,
-            self.watch_hub,
-            lambda: segments.first_offset,
+        self.kv_history = open_history(
+            self.state, self.watch_hub, store, segments, read_floor(floor_path)
         )
-        rebuild_history(self.kv_history, self.state.image, store, segments, read_floor(floor_path))
         self.ctx.history = self.kv_history
         self.compactor = AutoCompactor(
             self.ctx, config.auto_compaction_mode, config.auto_compaction_retention
@@ -342,21 +337,9 @@ class Node:
                 "applied_lag", "commit_offset - apply_offset.", off.commit_offset - off.apply_offset
             ),
             gauge("flushed_offset", "Last change-log offset written to disk.", off.flushed_offset),
-            gauge(
-                "kv_history_versions",
-                "Past kv versions this node keeps for reads at a revision (nameserver/kv/history.py).",
-                self.kv_history.version_count,
-            ),
-            gauge(
-                "kv_history_floor",
-                "Oldest revision this node can read at (compaction, retention, restart).",
-                self.kv_history.floor,
-            ),
-            gauge(
-                "kv_compact_revision",
-                "The kv store's compaction revision.",
-                image.mvcc.compact_revision,
-            ),
+            gauge("kv_history_versions", "Past kv versions kept.", self.kv_history.version_count),
+            gauge("kv_history_floor", "Oldest readable kv revision.", self.kv_history.floor),
+            gauge("kv_compact_revision", "kv compaction revision.", image.mvcc.compact_revision),
             gauge("term", "Raft term.", st.term),
             (
                 "metaledger_role",

@@ -16,10 +16,27 @@ import logging
 from nameserver.kv.history import KvHistory
 from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
 from nameserver.state.image import MetadataImage
+from nameserver.state.machine import MetadataStateMachine
 from raftlog import Effect, SegmentLog
+from raftlog.log import ApplyObserver
 from snapshots import FileSnapshotStore, SnapshotError, open_snapshot
 
 log = logging.getLogger(__name__)
+
+
+def open_history(
+    state: MetadataStateMachine,
+    then: ApplyObserver,
+    store: FileSnapshotStore,
+    segments: SegmentLog,
+    installed_floor: int,
+) -> KvHistory:
+    """The node's kv history over its restored ``state``, rebuilt as far back as it can be,
+    passing every apply group on to ``then`` (the watch hub); dropped below what the change
+    log still holds."""
+    history = KvHistory(state.image, lambda: state.image, then, lambda: segments.first_offset)
+    rebuild(history, state.image, store, segments, installed_floor)
+    return history
 
 
 def rebuild(
