@@ -7,7 +7,8 @@ Compact would (:mod:`nameserver.kv.mvcc`).
   compaction here is one small entry and a prune of the in-memory index).
 - ``periodic`` mode, retention D (a duration; a bare number is hours, as etcd): keep at
   least D of history. The revision is sampled every tenth of min(D, 1 h); once D has passed
-  (since this node leads), compact at the newest sample at least D old (periodic.go).
+  (since this node leads), compact at the newest sample at least D old, then again every
+  min(D, 1 h) (periodic.go).
 
 Only the leader compacts; a new leader starts counting afresh (etcd pauses and resumes its
 compactor on leadership changes). A Compact that lost a race to another ("compacted") is
@@ -53,6 +54,7 @@ class AutoCompactor(PeriodicDuties):
         self._samples: deque[tuple[float, int]] = deque()
         self._since: float | None = None
         self._candidate = 0
+        self._done: float | None = None  # when the last compaction succeeded (periodic)
 
     @property
     def enabled(self) -> bool:
@@ -78,26 +80,41 @@ class AutoCompactor(PeriodicDuties):
         if self._since is None:
             self._since = now
         self._samples.append((now, revision))
-        if now - self._since < self.retention:
+        # the first compaction after one retention, then one per min(retention, 1 h) after
+        # the last that succeeded; in between, a failed one is retried every tick (etcd)
+        wait = self.retention if self._done is None else self.every_s
+        if now - (self._since if self._done is None else self._done) < wait:
             return 0
         while self._samples and now - self._samples[0][0] >= self.retention:
             self._candidate = self._samples.popleft()[1]  # the newest sample old enough
         return self._candidate
 
+    @property
+    def every_s(self) -> float:
+        """Periodic mode: how often it compacts once started (etcd's compactInterval)."""
+        return min(self.retention, PERIODIC_MAX_INTERVAL_S)
+
+    def done(self, now: float) -> None:
+        """A compaction :meth:`target` asked for is applied (or another got there first)."""
+        self._done = now
+
     async def tick(self) -> None:
         if self.lead() is None:
             self._samples.clear()
-            self._since, self._candidate = None, 0
+            self._since, self._candidate, self._done = None, 0, None
             return
         image = self.node.state.image
-        rev = self.target(self._clock_s(), image.revision)
+        now = self._clock_s()
+        rev = self.target(now, image.revision)
         if rev <= 0 or rev <= image.mvcc.compacted:
             return
         body = records_pb2.MvccCompaction(revision=rev).SerializeToString()
         try:
             await self.node.propose(Entry("compact", value=body), None)
         except Compacted:
+            self.done(now)
             return  # another compaction got there first
+        self.done(now)
         log.info(
             "auto compaction (%s, retention %s) at revision %d", self.mode, self.retention, rev
         )
