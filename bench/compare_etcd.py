@@ -14,6 +14,10 @@ that a ratio comes from adjacent runs, not runs minutes apart on a drifting mach
 ``bench/results/compare_etcd-<date>.json`` and ``.md`` with the machine's description. The
 whole run is bounded (``--max-total``, SIGALRM) and stops everything it started on any exit.
 
+The ``get-rev`` rows are historical reads (``nameserver.loadgen``: one key at a revision
+from before the whole key space was written again), against etcd's own; the ``get`` row
+with as many clients is the same read at the latest revision.
+
 The two ``*-noop`` systems are the ceiling, not competitors: one ``bench.noop_kv`` process (a
 gRPC server whose handlers return canned answers) in grpc.aio-on-uvloop mode, as metaledger
 serves, or grpc's thread-pool mode (``--noop-workers``). "metaledger / noop" says how much of
@@ -51,7 +55,7 @@ from bench.report import RESULTS_DIR, fmt, machine, timestamp, write_report
 from nameserver.cli.cluster import busy_ports, layout
 from nameserver.client import Client, NodeStatus
 
-DEFAULT_ROWS = "put:1,put:16,put:64,get:64,get-ser:64,txn:16"
+DEFAULT_ROWS = "put:1,put:16,put:64,get:64,get-ser:64,txn:16,get-rev:64"
 SYSTEMS = (
     "etcd",
     "metaledger",

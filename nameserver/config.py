@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from nameserver.tls import TlsFiles
@@ -145,6 +146,11 @@ class ServerConfig:
             self.peer_client_cert_auth,
             prefix="peer-",
         )
+    #: etcd's --auto-compaction-mode (periodic | revision) and --auto-compaction-retention
+    #: ("0" = off; periodic: a duration, "1h", "30m", a bare number of hours; revision: a
+    #: count of revisions); run by the leader (nameserver/kv/compactor.py)
+    auto_compaction_mode: str = "periodic"
+    auto_compaction_retention: str = "0"
 
     @property
     def client_url(self) -> str:
@@ -236,6 +242,17 @@ class ServerConfig:
             )
         check_tls(self.client_tls)
         check_tls(peer_tls)
+        if self.auto_compaction_mode not in AUTO_COMPACTION_MODES:
+            raise ConfigError(
+                "auto_compaction_mode",
+                f"must be periodic or revision, not {self.auto_compaction_mode!r}",
+            )
+        try:
+            parse_auto_compaction_retention(
+                self.auto_compaction_mode, self.auto_compaction_retention
+            )
+        except ValueError as exc:
+            raise ConfigError("auto_compaction_retention", str(exc)) from None
         # last, so a test of any other field needs no password
         if not self.cluster_password:
             raise ConfigError(
@@ -244,3 +261,29 @@ class ServerConfig:
                 "--cluster-password-file PATH (a file holding it) or set "
                 "METALEDGER_CLUSTER_PASSWORD (`metaledger cluster up` makes one per cluster)",
             )
+
+
+AUTO_COMPACTION_MODES = ("periodic", "revision")
+_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_auto_compaction_retention(mode: str, text: str) -> float:
+    """etcd's --auto-compaction-retention (embed/etcd.go parseCompactionRetention): a bare
+    integer is hours (periodic) or revisions (revision); periodic also takes a Go duration
+    ("1h30m", "10m", "5s"). Seconds (periodic) or revisions; 0 = off. ValueError if bad."""
+    text = text.strip()
+    if text.isdigit():
+        n = int(text)
+        return float(n * 3600 if mode == "periodic" else n)
+    if mode == "revision":
+        raise ValueError(f"{text!r} is not a number of revisions (revision mode)")
+    pos, total = 0, 0.0
+    for m in _GO_DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _GO_UNITS_S[m.group(2)]
+        pos = m.end()
+    if not text or pos != len(text):
+        raise ValueError(f"{text!r} is not a duration (e.g. 1h, 30m, 90s) or a number of hours")
+    return total

@@ -17,6 +17,8 @@ the class a rule raises is the class the proposer re-raises.
         ├── FailedPrecondition      the state does not allow it         FAILED_PRECONDITION SYSTEM_ERROR
         ├── Aborted                 lost a race; try again              ABORTED           SYSTEM_ERROR
         ├── OutOfRange              a revision or TTL past what exists  OUT_OF_RANGE      SYSTEM_ERROR
+        │   ├── Compacted           (nameserver.kv.mvcc) below the compaction revision
+        │   └── FutureRevision      (nameserver.kv.mvcc) above the current revision
         ├── ResourceExhausted       a quota or limit                    RESOURCE_EXHAUSTED SYSTEM_ERROR
         │   └── ResponseTooLarge    (nameserver.kv.semantics) max_response_bytes
         ├── Unimplemented           not supported by metaledger         UNIMPLEMENTED     SYSTEM_ERROR

@@ -8,7 +8,7 @@ order is the snapshot order and the order types are listed in (watch and quota e
 from __future__ import annotations
 
 from nameserver.cluster.kind import ALARM, MEMBER
-from nameserver.kv.kind import KV
+from nameserver.kv.kind import KV, MVCC
 from nameserver.leases.kind import LEASE
 from nameserver.offsets.kind import OFFSET
 from nameserver.quotas.kind import QUOTA
@@ -28,6 +28,7 @@ KINDS: tuple[RecordKind, ...] = (
     TOPIC,
     KVCONFIG,
     ALARM,
+    MVCC,
 )
 
 #: Reads that are not of one record type, and their consistency.

@@ -28,6 +28,8 @@ from nameserver.grpc.accept import HOT_METHODS, Acceptors
 from nameserver.grpc.admin import AdminService, MaintenanceService
 from nameserver.grpc.context import NodeContext
 from nameserver.grpc.methods import MethodTable
+from nameserver.kv.compactor import AutoCompactor
+from nameserver.kv.history_rebuild import open_history
 from nameserver.kv.service import KVService
 from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
@@ -46,7 +48,7 @@ from nameserver.startup import binding, check_bindable, claim_data_dir, prepare_
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.state.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.watch.events import FLOOR_FILE
-from nameserver.watch.history import SegmentHistory
+from nameserver.watch.history import SegmentHistory, read_floor
 from nameserver.watch.hub import WatchHub
 from nameserver.watch.service import WatchService, add_watch_service
 from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
@@ -218,7 +220,14 @@ class Node:
             config.max_request_bytes,
             floor_path,
         )
-        self.log.set_observer(MemberNames(engine, self.state, self.watch_hub))
+        self.kv_history = open_history(
+            self.state, self.watch_hub, store, segments, read_floor(floor_path)
+        )
+        self.ctx.history = self.kv_history
+        self.compactor = AutoCompactor(
+            self.ctx, config.auto_compaction_mode, config.auto_compaction_retention
+        )
+        self.log.set_observer(MemberNames(engine, self.state, self.kv_history))
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
         )
@@ -300,6 +309,7 @@ class Node:
         self.leases.start()
         self.replica_liveness.start()
         self.disk_alarm.start()
+        self.compactor.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
         with binding("listen_remoting", self.config.listen_remoting):
             await self.remoting.start(host.strip("[]"), int(port))
@@ -359,6 +369,9 @@ class Node:
                 "applied_lag", "commit_offset - apply_offset.", off.commit_offset - off.apply_offset
             ),
             gauge("flushed_offset", "Last change-log offset written to disk.", off.flushed_offset),
+            gauge("kv_history_versions", "Past kv versions kept.", self.kv_history.version_count),
+            gauge("kv_history_floor", "Oldest readable kv revision.", self.kv_history.floor),
+            gauge("kv_compact_revision", "kv compaction revision.", image.mvcc.compact_revision),
             gauge("term", "Raft term.", st.term),
             (
                 "metaledger_role",
@@ -440,6 +453,7 @@ class Node:
         await self.leases.stop()
         await self.replica_liveness.stop()
         await self.disk_alarm.stop()
+        await self.compactor.stop()
         await self.brokers.stop()
         await self.remoting.close()
         await self.metrics.close()

@@ -578,3 +578,11 @@ class AlarmOperation(_message.Message):
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     request: _rpc_pb2.AlarmRequest
     def __init__(self, request: _Optional[_Union[_rpc_pb2.AlarmRequest, _Mapping]] = ...) -> None: ...
+
+class MvccCompaction(_message.Message):
+    __slots__ = ("revision", "physical")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    physical: bool
+    def __init__(self, revision: _Optional[int] = ..., physical: _Optional[bool] = ...) -> None: ...

@@ -80,6 +80,8 @@ _OPTIONAL_FIELDS = {
     "peer_cert_file": "peer_cert_file",
     "peer_key_file": "peer_key_file",
     "peer_trusted_ca_file": "peer_trusted_ca_file",
+    "auto_compaction_mode": "auto_compaction_mode",
+    "auto_compaction_retention": "auto_compaction_retention",
 }
 
 
@@ -209,6 +211,17 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="take a snapshot (and compact the Raft log) every N consensus items (default 20000; 0 = never)",
     )
     p.add_argument("--snapshot-keep", type=int, metavar="N", help="snapshots kept (default 2)")
+    p.add_argument(
+        "--auto-compaction-mode",
+        choices=("periodic", "revision"),
+        help="etcd's: what --auto-compaction-retention counts (default periodic)",
+    )
+    p.add_argument(
+        "--auto-compaction-retention",
+        metavar="R",
+        help="etcd's: kv history kept; periodic: a duration (1h, 30m; a bare number is hours), "
+        "revision: a count of revisions (default 0 = no automatic compaction)",
+    )
     p.add_argument(
         "--snapshot-writer",
         choices=("process", "thread"),

@@ -15,7 +15,7 @@ import grpc
 
 from nameserver.cluster.apply import alarm_entry
 from nameserver.cluster.records import ALARM_NONE, ALARM_NOSPACE, alarm_key, alarm_text
-from nameserver.errors import FailedPrecondition, NotFound, OutOfRange
+from nameserver.errors import FailedPrecondition, NotFound
 from nameserver.grpc.context import (
     ETCD_VERSION,
     SNAPSHOT_CHUNK_BYTES,
@@ -23,6 +23,7 @@ from nameserver.grpc.context import (
     abort_stream,
     rpc,
 )
+from nameserver.kv.hashing import kv_hash_at
 from nameserver.state import image_hash
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import CapturedImage
@@ -117,21 +118,28 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
 
     @rpc
     async def HashKV(self, request: rpc_pb2.HashKVRequest, context: Any) -> rpc_pb2.HashKVResponse:
-        """A content hash of this node's key-value image (:mod:`nameserver.state.image_hash`);
-        the header's revision is the image's apply offset. Only the latest image is kept:
-        ``revision`` must be 0 or the current revision, which is also the compaction
-        revision (no older revision can be read)."""
+        """A content hash of the key-value store at ``revision`` (0: the current one) and
+        the compaction revision in force there (:func:`nameserver.kv.hashing.kv_hash_at`):
+        the same on every member at the same revision. OUT_OF_RANGE (etcd's texts) above
+        the current revision or below this node's history floor."""
         image = self.node.state.image
-        if 0 < request.revision < image.revision:  # etcd's answer below its compaction
-            raise OutOfRange(
-                f"etcdserver: mvcc: required revision has been compacted (revision "
-                f"{request.revision} < compact_revision {image.revision}: only the latest "
-                "state is kept)",
-            )
-        self.node.check_revision(request.revision, image.revision)
-        digest = await asyncio.to_thread(image_hash.kv_hash, image)
+        current = image.revision
+        rev = request.revision if request.revision > 0 else current
+        if rev < current:
+            view = await self.node.kv_at(rev, current)
+            history = self.node.history
+            assert history is not None  # kv_at refuses a past revision without one
+            compact = history.compact_revision_at(rev)
+            digest = await asyncio.to_thread(kv_hash_at, view.items(), compact)
+            self.node.recheck(rev, current)
+        else:
+            self.node.check_revision(rev, current)
+            compact = image.mvcc.compact_revision
+            digest = await asyncio.to_thread(kv_hash_at, image.kv.data.items(), compact)
         return rpc_pb2.HashKVResponse(
-            header=self.node.header(image.revision), hash=digest, compact_revision=image.revision
+            header=self.node.header(current),
+            hash=digest,
+            compact_revision=image.mvcc.compact_revision,
         )
 
     @rpc

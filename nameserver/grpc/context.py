@@ -26,11 +26,11 @@ from nameserver.errors import (
     InvalidArgument,
     NameserverError,
     NotFound,
-    OutOfRange,
-    Unimplemented,
 )
 from nameserver.grpc.status import to_status
 from nameserver.kv import semantics as kvops
+from nameserver.kv.history import KvHistory, RevisionView
+from nameserver.kv.mvcc import check_read
 from nameserver.leases.apply import LEASE_NOT_FOUND
 from nameserver.metrics import REJECTIONS
 from nameserver.state.image import MetadataImage
@@ -122,6 +122,8 @@ class NodeContext:
         #: the backend quota and a raised NOSPACE, checked before a write is proposed
         self.space = SpaceCheck(config.quota_backend_bytes)
         self._raising: dict[int, asyncio.Future[None]] = {}  # alarm type -> its proposal
+        #: the kv store's past revisions (set by the node; None: only the latest state)
+        self.history: KvHistory | None = None
 
     def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
         """(name, member id, peer address, client URLs) of the current configuration,
@@ -287,16 +289,27 @@ class NodeContext:
             )
 
     def check_revision(self, revision: int, current: int) -> None:
+        """OUT_OF_RANGE (etcd's texts) unless ``revision`` (0 = current) is readable here:
+        not above ``current``, not below this node's history floor."""
         if revision <= 0 or revision == current:
             return
-        if revision > current:
-            raise OutOfRange(
-                f"etcdserver: mvcc: required revision is a future revision ({revision} > {current})",
-            )
-        raise Unimplemented(
-            f"metaledger: reading at a past revision ({revision}) is not supported; "
-            f"only the latest state (revision {current}) is kept",
-        )
+        if self.history is None:
+            check_read(revision, current, current)
+            return
+        self.history.check(revision, current)
+
+    async def kv_at(self, revision: int, current: int) -> RevisionView:
+        """The kv store at ``revision`` (checked: :meth:`check_revision`); call
+        :meth:`recheck` when done reading it (a compaction may pass it meanwhile)."""
+        self.check_revision(revision, current)
+        assert self.history is not None  # check_revision refuses every past revision else
+        await self.history.ready(revision, self.timeout_s)
+        return self.history.view(revision)
+
+    def recheck(self, revision: int, current: int) -> None:
+        """After a read at ``revision``: compacted if a compaction passed it meanwhile."""
+        if self.history is not None and 0 < revision < current:
+            self.history.check(revision, current)
 
 
 async def require_lease(node: NodeContext, lease_id: int) -> None:

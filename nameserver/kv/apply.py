@@ -5,7 +5,7 @@ one image.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from nameserver.errors import InvalidArgument, NameserverError, NotFound
@@ -98,7 +98,10 @@ def txn(
         which = op.WhichOneof("request")
         out = resp.responses.add()
         if which == "request_range":
-            r = kvops.do_range(kv, op.request_range, budget, out.response_range)
+            src: kvops.KvView = kv
+            if op.request_range.revision and isinstance(kv, _ReadOnlyDelta):
+                src = kv.at(op.request_range.revision)  # checked by the caller
+            r = kvops.do_range(src, op.request_range, budget, out.response_range)
             r.header.revision = rev
         elif which == "request_put":
             p = put(kv, op.request_put, rev, effects, leases)
@@ -122,16 +125,25 @@ def read_only_txn(
     req: rpc_pb2.TxnRequest,
     rev: int,
     budget: kvops.ResponseBudget | None = None,
+    at: Callable[[int], kvops.KvView | None] | None = None,
 ) -> rpc_pb2.TxnResponse:
     """A txn with no writes, evaluated against one image (no log entry needed); its
-    ranges stop at ``budget`` (``max_response_bytes``) before building more."""
+    ranges stop at ``budget`` (``max_response_bytes``) before building more. A range with
+    a ``revision`` reads ``at(revision)`` (None: ``view``, the current revision)."""
     effects: list[Effect] = []
-    return txn(_ReadOnlyDelta(view), req, rev, effects, None, budget)  # type: ignore[arg-type]
+    return txn(_ReadOnlyDelta(view, at), req, rev, effects, None, budget)  # type: ignore[arg-type]
 
 
 class _ReadOnlyDelta:
-    def __init__(self, view: kvops.KvView) -> None:
+    def __init__(
+        self, view: kvops.KvView, at: Callable[[int], kvops.KvView | None] | None = None
+    ) -> None:
         self._view = view
+        self._at = at
+
+    def at(self, revision: int) -> kvops.KvView:
+        past = self._at(revision) if self._at is not None else None
+        return past if past is not None else self._view
 
     def get(self, key: bytes) -> KeyValue | None:
         return self._view.get(key)

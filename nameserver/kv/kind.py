@@ -1,9 +1,19 @@
-"""The ``kv`` record kind: etcd key-value pairs, registered in :mod:`nameserver.kinds`."""
+"""The ``kv`` record kinds, registered in :mod:`nameserver.kinds`: ``kv`` (etcd key-value
+pairs) and ``mvcc`` (the kv store's compaction revision)."""
 
 from __future__ import annotations
 
 from nameserver.kv.apply import apply_kv_entry, apply_txn_entry
-from nameserver.kv.records import KeyValue, KvDelta, KvImage
+from nameserver.kv.mvcc import apply_compact_entry
+from nameserver.kv.records import (
+    COMPACT_KEY,
+    Compaction,
+    KeyValue,
+    KvDelta,
+    KvImage,
+    MvccDelta,
+    MvccImage,
+)
 from nameserver.state.consistency import AS_REQUESTED
 from nameserver.state.registry import RecordKind
 
@@ -27,3 +37,17 @@ KV = RecordKind(
     usage=lambda delta: (delta.key_count, delta.byte_count),
     rules={"kv": apply_kv_entry, "txn": apply_txn_entry},
 )
+
+
+MVCC = RecordKind(
+    name="mvcc",
+    field="mvcc",
+    empty=MvccImage(),
+    delta=MvccDelta,
+    decode=Compaction.from_record,
+    consistency=AS_REQUESTED,  # read with the kv store it belongs to
+    items=lambda image: [(COMPACT_KEY, image.compaction)] if image.compaction else [],
+    lookup=lambda image, key: image.get(key),
+    rules={"compact": apply_compact_entry},
+)
+"""The kv store's compaction revision (etcd's Compact): :mod:`nameserver.kv.mvcc`."""

@@ -1,4 +1,6 @@
-"""The etcd key-value records: :class:`KeyValue`, the kv sub-image and its delta.
+"""The etcd key-value records: :class:`KeyValue`, the kv sub-image and its delta; the kv
+store's compaction revision (:class:`Compaction`, the ``mvcc`` record, its sub-image and
+delta; the rules are :mod:`nameserver.kv.mvcc`).
 
 The keys attached to a lease are not part of the lease record: they are an index
 of the kv sub-image (``KvImage.by_lease``), derived from ``KeyValue.lease`` and kept
@@ -234,3 +236,61 @@ class KvDelta(MapDelta[bytes, KeyValue]):
         return KvImage(
             self.base.data.update(puts, deletes), by_lease, self.base.value_bytes + self.byte_delta
         )
+
+
+# ------------------------------------------------------------------ mvcc
+#: the one key of the ``mvcc`` record type
+COMPACT_KEY = b"compact"
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """The compaction revision of the kv store."""
+
+    revision: int
+
+    def to_record(self) -> bytes:
+        data: bytes = records_pb2.MvccCompaction(revision=self.revision).SerializeToString()
+        return data
+
+    @staticmethod
+    def from_record(data: bytes) -> Compaction:
+        return Compaction(records_pb2.MvccCompaction.FromString(data).revision)
+
+
+@dataclass(frozen=True, slots=True)
+class MvccImage:
+    compaction: Compaction | None = None
+
+    @property
+    def compact_revision(self) -> int:
+        """The compaction revision (0: never compacted): nothing below it is readable."""
+        return self.compaction.revision if self.compaction is not None else 0
+
+    @property
+    def compacted(self) -> int:
+        """The compaction revision, -1 when never compacted (etcd's ``compactMainRev``)."""
+        return self.compaction.revision if self.compaction is not None else -1
+
+    def get(self, key: bytes) -> Compaction | None:
+        return self.compaction if key == COMPACT_KEY else None
+
+
+class MvccDelta(MapDelta[bytes, Compaction]):
+    def __init__(self, base: MvccImage) -> None:
+        super().__init__(base.get)
+        self.base = base
+
+    def put(self, record: Compaction) -> None:
+        self._change(COMPACT_KEY, record)
+
+    @property
+    def compacted(self) -> int:
+        """The compaction revision, -1 when never compacted (etcd's ``compactMainRev``)."""
+        record = self.get(COMPACT_KEY)
+        return record.revision if record is not None else -1
+
+    def build(self) -> MvccImage:
+        if not self.changes:
+            return self.base
+        return MvccImage(self.get(COMPACT_KEY))

@@ -141,7 +141,11 @@ def validate_range(req: rpc_pb2.RangeRequest, where: str = "range") -> None:
 
 def _matching(view: KvView, req: rpc_pb2.RangeRequest) -> Iterable[KeyValue]:
     """The keys a Range selects, with its revision filters, lazily where the view is."""
-    kvs: Iterable[KeyValue] = select_lazy(view, req.key, req.range_end)
+    return _filtered(select_lazy(view, req.key, req.range_end), req)
+
+
+def _filtered(kvs: Iterable[KeyValue], req: rpc_pb2.RangeRequest) -> Iterable[KeyValue]:
+    """``kvs`` that pass a Range's revision filters (min/max mod and create revisions)."""
     lo_mod, hi_mod = req.min_mod_revision, req.max_mod_revision
     lo_create, hi_create = req.min_create_revision, req.max_create_revision
     if lo_mod or hi_mod or lo_create or hi_create:
@@ -180,11 +184,22 @@ def do_range(
     raises :class:`ResponseTooLarge` at the first that does not fit: memory stays within
     the budget whatever the range covers (keys past ``limit`` are only counted). Apply
     passes none: the state machine must not depend on a node's configuration."""
-    kvs = _matching(view, req)
     resp = rpc_pb2.RangeResponse() if into is None else into
-    if req.count_only:
-        resp.count = sum(1 for _ in kvs)
+    if req.count_only:  # etcd: every key of the range, the revision filters aside
+        resp.count = sum(1 for _ in select_lazy(view, req.key, req.range_end))
         return resp
+    total = -1  # etcd's count is of the range's keys before the revision filters
+    if (
+        req.min_mod_revision
+        or req.max_mod_revision
+        or req.min_create_revision
+        or (req.max_create_revision)
+    ):
+        in_range = list(select_lazy(view, req.key, req.range_end))
+        total = len(in_range)
+        kvs: Iterable[KeyValue] = list(_filtered(in_range, req))
+    else:
+        kvs = select_lazy(view, req.key, req.range_end)
     order, target = req.sort_order, req.sort_target
     if order == RangeRequest.NONE and target != RangeRequest.KEY:
         order = RangeRequest.ASCEND  # etcd: a sort target without an order means ascending
@@ -206,7 +221,7 @@ def do_range(
         if budget is not None:
             budget.spend(len(kv.key) + (0 if keys_only else len(kv.value)) + KV_OVERHEAD_BYTES)
         to_pb(kv, keys_only, add)  # built in place, not built apart and copied in
-    resp.count = count
+    resp.count = count if total < 0 else total
     return resp
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nameserver.errors import AlreadyExists, InvalidArgument, NameserverError, OutOfRange
+from nameserver.errors import AlreadyExists, InvalidArgument, NameserverError, Unimplemented
 from nameserver.grpc.context import NodeContext, require_lease, rpc
 from nameserver.kv import semantics as kvops
 from nameserver.kv.apply import read_only_txn
+from nameserver.kv.mvcc import check_compact
 from nameserver.state import consistency
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
@@ -37,9 +38,16 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
     async def Range(self, request: rpc_pb2.RangeRequest, context: Any) -> rpc_pb2.RangeResponse:
         kvops.validate_range(request)
         image, _ = await consistency.read_image(self.node, "kv", request.serializable)
-        self.node.check_revision(request.revision, image.revision)
-        resp = kvops.do_range(image.kv, request, self.node.response_budget("range"))
-        self.node.fill_header(resp.header, image.revision)
+        rev, current = request.revision, image.revision
+        budget = self.node.response_budget("range")
+        if 0 < rev < current:  # a past revision: its view from the history index
+            view = await self.node.kv_at(rev, current)
+            resp = kvops.do_range(view, request, budget)
+            self.node.recheck(rev, current)
+        else:
+            self.node.check_revision(rev, current)
+            resp = kvops.do_range(image.kv, request, budget)
+        self.node.fill_header(resp.header, current)  # etcd: the current revision
         return resp
 
     # The write handlers encode the request once: its bytes give its size, and framed as
@@ -102,9 +110,23 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             ) and bool(len(request.success) + len(request.failure))
             image = await self.node.read_image(serializable)
             budget = self.node.response_budget("txn")
-            resp = read_only_txn(image.kv, request, image.revision, budget)
-            self.node.fill_header(resp.header, image.revision)
+            current = image.revision
+            views: dict[int, kvops.KvView] = {}
+            for rev in sorted(_range_revisions(request)):  # etcd refuses the whole txn
+                if 0 < rev < current:
+                    views[rev] = await self.node.kv_at(rev, current)
+                else:
+                    self.node.check_revision(rev, current)
+            resp = read_only_txn(image.kv, request, current, budget, views.get)
+            for rev in views:
+                self.node.recheck(rev, current)
+            self.node.fill_header(resp.header, current)
             return resp
+        if _range_revisions(request):  # apply reads the image, which has no history
+            raise Unimplemented(
+                "metaledger: a range at a revision inside a txn that writes is not supported "
+                "(read it in a txn of its own)"
+            )
         # what it reads back is built at apply on every node, with no limit there: checked
         # here, against this node's image, before anything is proposed
         kvops.estimate_txn_reads(
@@ -131,14 +153,16 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
     async def Compact(
         self, request: rpc_pb2.CompactionRequest, context: Any
     ) -> rpc_pb2.CompactionResponse:
+        """etcd's Compact: checked here, proposed, checked again at apply (another Compact
+        may come first); answered once applied (``physical`` or not: the history index
+        drops what it no longer needs as it applies the entry)."""
         image = self.node.state.image
-        if request.revision > image.revision:
-            raise OutOfRange(
-                f"etcdserver: mvcc: required revision is a future revision "
-                f"({request.revision} > {image.revision})",
-            )
-        # metaledger keeps no history of old revisions: there is nothing to compact.
-        return rpc_pb2.CompactionResponse(header=self.node.header(image.revision))
+        check_compact(request.revision, image.mvcc.compacted, image.revision)
+        body = records_pb2.MvccCompaction(
+            revision=request.revision, physical=request.physical
+        ).SerializeToString()
+        applied = await self.node.propose(Entry("compact", value=body), context)
+        return rpc_pb2.CompactionResponse(header=self.node.header(applied.offset))
 
     def _check_value(self, value: bytes) -> None:
         self.node.check_value(value)
@@ -162,3 +186,15 @@ def _put_leases(ops: Any) -> set[int]:
         elif which == "request_txn" and not op.request_txn.compare:
             leases |= _put_leases(op.request_txn.success)
     return leases
+
+
+def _range_revisions(txn: rpc_pb2.TxnRequest) -> set[int]:
+    """The revisions the ranges of a txn (both branches, nested txns too) read at."""
+    revs: set[int] = set()
+    for op in (*txn.success, *txn.failure):
+        which = op.WhichOneof("request")
+        if which == "request_range" and op.request_range.revision:
+            revs.add(op.request_range.revision)
+        elif which == "request_txn":
+            revs |= _range_revisions(op.request_txn)
+    return revs

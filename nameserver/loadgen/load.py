@@ -7,6 +7,8 @@ warmup + duration; only requests that complete inside the measured window count.
     put      Put of a random key from the key space
     get      linearizable Range of one random key (the keys are written first)
     get-ser  the same, serializable
+    get-rev  linearizable Range of one random key at a past revision (the keys are written,
+             the revision taken, the keys written again: each read is of history)
     txn      compare-and-swap, one key per client: If(mod_revision(k) == last)
              Then Put(k) Else Range(k)  (research/etcd-baselines.md §1)
 
@@ -47,7 +49,7 @@ import grpc.aio
 from nameserver.loadgen import procstats
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
-OPS = ("put", "get", "get-ser", "txn")
+OPS = ("put", "get", "get-ser", "txn", "get-rev")
 POPULATE_BATCH = 64  # puts per Txn when writing the key space for get (etcd allows 128)
 _POPULATE_CONCURRENCY = 8
 
@@ -123,12 +125,13 @@ def _request_fn(
             await stub.Put(rpc_pb2.PutRequest(key=key, value=value), timeout=timeout)
 
         return put
-    if op in ("get", "get-ser"):
+    if op in ("get", "get-ser", "get-rev"):
         serializable = op == "get-ser"
+        revision = last_mod if op == "get-rev" else 0  # get-rev: the past revision
 
         async def get() -> None:
             key = _key(b"k", rng.randrange(spec.key_space), spec.key_size)
-            req = rpc_pb2.RangeRequest(key=key, serializable=serializable)
+            req = rpc_pb2.RangeRequest(key=key, serializable=serializable, revision=revision)
             await stub.Range(req, timeout=timeout)
 
         return get
@@ -225,6 +228,12 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
         last_mods = [0] * spec.clients
         if spec.op in ("get", "get-ser"):
             await _populate(stubs, spec, value)
+        elif spec.op == "get-rev":
+            await _populate(stubs, spec, value)
+            probe = rpc_pb2.RangeRequest(key=b"k", limit=1)
+            past = (await stubs[0].Range(probe, timeout=spec.request_timeout_s)).header.revision
+            await _populate(stubs, spec, value[::-1])  # every key gets a newer version
+            last_mods = [past] * spec.clients
         elif spec.op == "txn":
             puts = [
                 stubs[i % len(stubs)].Put(

@@ -38,7 +38,7 @@ from nameserver.state.registry import Registry, default_registry
 
 if TYPE_CHECKING:
     from nameserver.cluster.records import AlarmsDelta, AlarmsImage, MembersDelta, MembersImage
-    from nameserver.kv.records import KvDelta, KvImage
+    from nameserver.kv.records import KvDelta, KvImage, MvccDelta, MvccImage
     from nameserver.leases.records import LeaseDelta, LeasesImage
     from nameserver.offsets.records import OffsetDelta, OffsetsImage
     from nameserver.quotas.records import QuotaDelta, QuotasImage
@@ -79,6 +79,7 @@ class MetadataImage:
     topics: RecordsImage[TopicQueue]
     kvconfig: RecordsImage[KvConfig]
     alarms: AlarmsImage
+    mvcc: MvccImage
 
     def __init__(
         self,
@@ -158,6 +159,7 @@ class MetadataDelta(Journaled):
     topics: RecordsDelta[TopicQueue]
     kvconfig: RecordsDelta[KvConfig]
     alarms: AlarmsDelta
+    mvcc: MvccDelta
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image

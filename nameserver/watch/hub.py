@@ -16,7 +16,8 @@ Data flow::
   the segments (the observer is called after the append), every later one arrives live, and
   ``Watcher.next_rev`` drops anything below the first revision still owed: no gap, no
   duplicate.
-* **Compaction floor**: the oldest revision whose changes are all still in the segments
+* **Compaction floor**: the compaction revision (etcd's Compact, :mod:`nameserver.kv.mvcc`),
+  or, when higher, the oldest revision whose changes are all still in the segments
   (segments below the oldest kept snapshot get deleted; a snapshot installed from the leader
   skips the changes it covers, and that floor is kept in ``<data-dir>/watch_floor`` across
   restarts). A start below it gets etcd's compacted response, or with the metaledger extension
@@ -298,7 +299,8 @@ class WatchHub:
         self._index.setdefault(w.type, _TypeIndex()).add(w)
         if w.next_rev > delivered:
             return  # from now (or a future revision: etcd waits for it)
-        floor = self.history.floor(delivered)
+        # etcd cancels a watch from below the compaction revision (compact_revision set)
+        floor = max(self.history.floor(delivered), self._image().mvcc.compact_revision)
         if w.next_rev < floor:
             self._compacted(w, floor)
             return

@@ -123,13 +123,16 @@ def test_get_json_revisions_and_versions(module_cluster: Cluster) -> None:
     assert missing.get("count", 0) == 0 and "kvs" not in missing
 
 
-def test_get_at_a_past_revision_is_not_supported(module_cluster: Cluster) -> None:
+def test_get_at_a_past_revision_reads_the_value_then(module_cluster: Cluster) -> None:
+    """More in test_etcd_history.py (side by side with etcd)."""
     c = module_cluster
-    etcdctl(c, "put", "rev/k", "v")
-    result = etcdctl(c, "get", "rev/k", "--rev=1", check=False)
+    first = json.loads(etcdctl(c, "put", "rev/k", "v1", "-w", "json").stdout)
+    etcdctl(c, "put", "rev/k", "v2")
+    rev = first["header"]["revision"]
+    assert etcdctl(c, "get", "rev/k", f"--rev={rev}", "--print-value-only").stdout == "v1\n"
+    result = etcdctl(c, "get", "rev/k", "--rev=999999999", check=False)
     assert result.returncode != 0
-    assert "not supported" in result.stderr, result.stderr
-    assert "Unimplemented" in result.stderr, result.stderr
+    assert "required revision is a future revision" in result.stderr, result.stderr
 
 
 def test_del_and_del_prefix(module_cluster: Cluster) -> None:

@@ -338,13 +338,15 @@ def test_maintenance_and_cluster_methods_answer_without_server_errors(node: Clus
     one = m.HashKV(pb.HashKVRequest(), timeout=30)
     again = m.HashKV(pb.HashKVRequest(revision=one.header.revision), timeout=30)
     assert one.header.revision > 0 and one.hash == again.hash
-    assert one.compact_revision == one.header.revision
+    assert one.compact_revision == 0  # never compacted
     whole = m.Hash(pb.HashRequest(), timeout=30)
     assert whole.hash and whole.hash != one.hash
     node.put(0, b"hash/changed", b"1")
     assert m.HashKV(pb.HashKVRequest(), timeout=30).hash != one.hash
     err = refused(lambda: m.HashKV(pb.HashKVRequest(revision=10**9), timeout=10))
     assert err.code() == grpc.StatusCode.OUT_OF_RANGE and "future revision" in err.details()
+    assert m.HashKV(pb.HashKVRequest(revision=one.header.revision), timeout=30).hash == one.hash
+    kv(node).Compact(pb.CompactionRequest(revision=one.header.revision), timeout=10)
     err = refused(lambda: m.HashKV(pb.HashKVRequest(revision=1), timeout=10))
     assert err.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in err.details()
     m.Defragment(pb.DefragmentRequest(), timeout=10)
