@@ -116,6 +116,12 @@ class ServerConfig:
     peer_idle_timeout_ms: int = 30_000
     peer_frame_timeout_ms: int = 30_000
     peer_max_connections: int = 64
+    #: auth (nameserver/auth, docs/auth.md): etcd's --auth-token ("simple", or
+    #: "jwt,sign-method=HS256|RS256|ES256,priv-key=F,pub-key=F,ttl=5m"), --auth-token-ttl
+    #: (simple tokens, seconds) and --bcrypt-cost (password hashing work factor)
+    auth_token: str = "simple"
+    auth_token_ttl_s: int = 300
+    bcrypt_cost: int = 10
 
     @property
     def client_url(self) -> str:
@@ -197,6 +203,7 @@ class ServerConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "must be > 0")
+        _validate_auth(self)
         # last, so a test of any other field needs no password
         if not self.cluster_password:
             raise ConfigError(
@@ -205,3 +212,18 @@ class ServerConfig:
                 "--cluster-password-file PATH (a file holding it) or set "
                 "METALEDGER_CLUSTER_PASSWORD (`metaledger cluster up` makes one per cluster)",
             )
+
+
+def _validate_auth(config: ServerConfig) -> None:
+    from nameserver.auth.passwords import MAX_COST, MIN_COST
+    from nameserver.auth.tokens import parse_token_spec
+    from nameserver.errors import InvalidArgument
+
+    try:
+        parse_token_spec(config.auth_token)
+    except InvalidArgument as exc:
+        raise ConfigError("auth_token", str(exc).removeprefix("auth-token: ")) from None
+    if config.auth_token_ttl_s <= 0:
+        raise ConfigError("auth_token_ttl_s", "must be > 0 (--auth-token-ttl, seconds)")
+    if not MIN_COST <= config.bcrypt_cost <= MAX_COST:
+        raise ConfigError("bcrypt_cost", f"must be between {MIN_COST} and {MAX_COST}")

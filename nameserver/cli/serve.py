@@ -68,6 +68,9 @@ _OPTIONAL_FIELDS = {
     "peer_idle_timeout_ms": "peer_idle_timeout_ms",
     "peer_frame_timeout_ms": "peer_frame_timeout_ms",
     "peer_max_connections": "peer_max_connections",
+    "auth_token": "auth_token",
+    "auth_token_ttl": "auth_token_ttl_s",
+    "bcrypt_cost": "bcrypt_cost",
 }
 
 
@@ -320,6 +323,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--initial-cluster-token",
         metavar="TOKEN",
         help="names the cluster; its id derives from it (default metaledger)",
+    )
+    p.add_argument(
+        "--auth-token",
+        metavar="SPEC",
+        help="auth tokens (etcd's format): simple (default) or "
+        "jwt,sign-method=HS256|RS256|ES256,priv-key=FILE,pub-key=FILE,ttl=5m",
+    )
+    p.add_argument(
+        "--auth-token-ttl", type=int, metavar="S", help="simple tokens' TTL (default 300)"
+    )
+    p.add_argument(
+        "--bcrypt-cost", type=int, metavar="N", help="password hashing cost (default 10)"
     )
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     p.set_defaults(run=run_serve)

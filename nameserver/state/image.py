@@ -35,6 +35,7 @@ from nameserver.state.mapdelta import Journal, Journaled
 from nameserver.state.registry import Registry, default_registry
 
 if TYPE_CHECKING:
+    from nameserver.auth.records import AuthDelta, AuthImage
     from nameserver.cluster.records import MembersDelta, MembersImage
     from nameserver.kv.records import KvDelta, KvImage
     from nameserver.leases.records import LeaseDelta, LeasesImage
@@ -76,6 +77,7 @@ class MetadataImage:
     brokers: RecordsImage[Broker]
     topics: RecordsImage[TopicQueue]
     kvconfig: RecordsImage[KvConfig]
+    auth: AuthImage
 
     def __init__(
         self,
@@ -154,6 +156,7 @@ class MetadataDelta(Journaled):
     brokers: RecordsDelta[Broker]
     topics: RecordsDelta[TopicQueue]
     kvconfig: RecordsDelta[KvConfig]
+    auth: AuthDelta
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image

@@ -53,8 +53,11 @@ def _subclasses(cls: type[Rejected]) -> set[type[Rejected]]:
 
 
 def test_the_table_names_every_rejection_of_the_tree() -> None:
-    # Forwarded takes its status per instance; ResponseTooLarge is checked below
-    assert _subclasses(Rejected) - {errors.Forwarded, ResponseTooLarge} == set(TREE)
+    # Forwarded takes its status per instance; ResponseTooLarge is checked below; a
+    # package's own tree (nameserver.auth.errors) is checked by that package's tests
+    ours = {c for c in _subclasses(Rejected) if c.__module__ == errors.__name__}
+    assert ours - {errors.Forwarded} == set(TREE)
+    assert ResponseTooLarge in _subclasses(Rejected)
 
 
 @pytest.mark.parametrize("cls", sorted(TREE, key=lambda c: c.__name__))

@@ -135,6 +135,7 @@ def test_the_server_registry_is_the_default_and_lists_every_type_once() -> None:
         "broker",
         "topic",
         "kvconfig",
+        "auth",
     )
     assert "note" not in REGISTRY.by_name and "note" not in REGISTRY.rules
     assert "notes" not in MetadataImage.empty().__dict__
