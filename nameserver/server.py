@@ -232,7 +232,11 @@ class Node:
         self.replica_liveness = ReplicaLiveness(self.log, self.state, self.ctx.timeout_s)
         self.replica_groups = ReplicaGroupsService(self.ctx, self.replica_liveness)
         self.brokers = BrokerKeeper(
-            self.log, self.state, self.ctx.timeout_s, self.leader_client_address
+            self.log,
+            self.state,
+            self.ctx.timeout_s,
+            self.leader_client_address,
+            node_metadata=self.ctx.node_metadata,
         )
         self.routes = RoutingNode(self.ctx, self.brokers)
         self.remoting = RemotingServer(

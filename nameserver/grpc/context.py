@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from nameserver.auth.tokens import node_credential
 from nameserver.cluster.records import host_port
 from nameserver.config import ServerConfig
 from nameserver.errors import (
@@ -117,6 +118,8 @@ class NodeContext:
         self.engine = engine
         self.timeout_s = config.propose_timeout_ms / 1000
         self.member_id = member_id_of(config.listen_peer)
+        #: metadata of calls to another member: the node credential, root under auth
+        self.node_metadata = (("token", node_credential(config.cluster_password or "")),)
 
     def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
         """(name, member id, peer address, client URLs) of the current configuration,

@@ -65,9 +65,11 @@ class BrokerKeeper(PeriodicDuties):
         propose_timeout_s: float,
         leader_client_address: Callable[[], str | None],
         clock_ms: Callable[[], int] = now_ms,
+        node_metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         super().__init__(rlog, clock_ms)
         self.state = state
+        self.node_metadata = node_metadata  # the node credential (auth) on forwarded calls
         self.timeout_s = propose_timeout_s
         self.leader_client_address = leader_client_address
         self._seen: dict[bytes, int] = {}  # broker key -> latest heartbeat known here
@@ -127,7 +129,9 @@ class BrokerKeeper(PeriodicDuties):
             for n, i, a, t in batch.values()
         )
         try:
-            await self._stub(address).Heartbeat(request, timeout=self.timeout_s)
+            await self._stub(address).Heartbeat(
+                request, timeout=self.timeout_s, metadata=self.node_metadata
+            )
             self.forwarded_calls += 1
         except BaseException:
             for key, beat in batch.items():  # try again with the next batch
