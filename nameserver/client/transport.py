@@ -24,6 +24,7 @@ from typing import Any, Self, TypeVar
 
 import grpc
 
+from nameserver.client.auth import authenticated_channel
 from nameserver.client.errors import DeadlineExceeded, InvalidArgument, Unavailable, error_from_rpc
 from protos.etcdserverpb import rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc
@@ -75,7 +76,14 @@ class Transport:
     _BACKOFF_FIRST_S = 0.05
     _BACKOFF_MAX_S = 0.5
 
-    def __init__(self, endpoints: Sequence[str], timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        timeout_s: float = 5.0,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
         eps = [normalize_endpoint(e) for e in endpoints if e.strip()]
@@ -90,6 +98,8 @@ class Transport:
         self._lock = threading.Lock()
         self._current = 0
         self._stubs: dict[str, _Stubs] = {}
+        #: etcd auth (nameserver.client.auth): every call carries this user's token
+        self._user, self._password = user, password
 
     # -- lifecycle
 
@@ -128,6 +138,10 @@ class Transport:
             stubs = self._stubs.get(endpoint)
             if stubs is None:
                 channel = grpc.insecure_channel(endpoint)
+                if self._user is not None:
+                    channel = authenticated_channel(
+                        channel, endpoint, self._user, self._password or "", self.timeout_s
+                    )
                 stubs = _Stubs(
                     channel,
                     rpc_pb2_grpc.KVStub(channel),
