@@ -5,8 +5,9 @@ DeleteRange, every op and compare of a Txn, LeaseRevoke and a Put's lease by the
 attached to it, Watch's range in ``v3rpc/watch.go``) and the root role for admin requests
 (``needAdminPermission``: every Auth management request; ``checkMembershipOperationPermission``:
 member add/remove/update/promote; ``v3rpc/maintenance.go``: Defragment, Snapshot, Hash,
-HashKV). metaledger also takes root for MoveLeader, Alarm and Compact (etcd 3.4 checks
-none of these: they are admin operations here, as the issue asks); Status and MemberList
+HashKV). metaledger also takes root for MoveLeader, Compact and activating or disarming an
+alarm (etcd 3.4 checks none of these: they are admin operations here, as the issue asks);
+listing alarms, Status and MemberList
 stay open, LeaseGrant / KeepAlive / TimeToLive / Leases need no permission (as etcd).
 
 metaledger's own records are checked as keys (docs/auth.md): record type T, record key K
@@ -20,7 +21,8 @@ A rule is one of:
 * :data:`ROOT` -- a user with the root role;
 * :data:`USER` -- any authenticated user;
 * a function ``(request, image) -> [(key, range_end, perm), ...]`` -- every range named
-  must be permitted (``perm`` "read" or "write");
+  must be permitted (``perm`` "read" or "write"); or it returns one of the names above,
+  for methods whose requirement depends on the request (Alarm: GET open, changes root);
 * :data:`SELF_OR_ROOT` / :data:`ROLE_OR_ROOT` -- etcd's UserGet / RoleGet exceptions.
 
 A method missing from :data:`RULES` takes root: new methods are closed until listed.
@@ -34,7 +36,7 @@ from typing import Any
 from nameserver.state.image import MetadataImage
 
 Need = tuple[bytes, bytes, str]  # key, range_end ("" = the key alone), "read" | "write"
-KeysRule = Callable[[Any, MetadataImage], Iterable[Need]]
+KeysRule = Callable[[Any, MetadataImage], "Iterable[Need] | str"]
 
 OPEN = "open"
 ROOT = "root"
@@ -125,6 +127,12 @@ def _watch(r: Any, image: MetadataImage) -> Iterable[Need]:
     if r.WhichOneof("request_union") == "create_request":
         return [(r.create_request.key, r.create_request.range_end, "read")]
     return []
+
+
+def _alarm(r: Any, image: MetadataImage) -> str:
+    """Listing alarms is open (etcd 3.4 checks no Alarm request); activating or disarming
+    one is root's."""
+    return OPEN if r.action == 0 else ROOT  # AlarmRequest.GET = 0
 
 
 # ---------------------------------------------------------------- v3lock / v3election
@@ -239,7 +247,7 @@ RULES: dict[str, Rule] = {
     _E + "Cluster/MemberList": OPEN,
     # etcd Maintenance
     _E + "Maintenance/Status": OPEN,
-    _E + "Maintenance/Alarm": ROOT,
+    _E + "Maintenance/Alarm": _alarm,
     _E + "Maintenance/Defragment": ROOT,
     _E + "Maintenance/Hash": ROOT,
     _E + "Maintenance/HashKV": ROOT,

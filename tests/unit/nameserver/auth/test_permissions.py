@@ -288,3 +288,14 @@ def test_remoting_writes_need_a_valid_signature_and_write_permission() -> None:
     )  # reads open
     off = image_of(User("broker1", remoting_secret="sk1"))
     assert acl.refusal(off, code, ext, b"") is None  # auth off: nothing checked
+
+
+def test_listing_alarms_is_open_and_changing_them_is_roots() -> None:
+    authz, tokens = _authorizer(AUTH)
+    alice = [("token", tokens.assign("alice", 3))]
+    path = "/etcdserverpb.Maintenance/Alarm"
+    authz.check(path, rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.GET), alice)
+    with pytest.raises(errors.PermissionDenied):
+        authz.check(path, rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.DEACTIVATE), alice)
+    root = [("token", tokens.assign("root", 3))]
+    authz.check(path, rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.DEACTIVATE), root)
