@@ -66,6 +66,7 @@ class LoadSpec:
     use_uvloop: bool = True
     seed: int = 1
     server_pids: tuple[int, ...] = ()  # processes whose CPU to report (Linux /proc)
+    user: str = ""  # NAME:PASSWORD: authenticate (etcd auth) and send the token on every call
 
     def validate(self) -> None:
         if self.op not in OPS:
@@ -198,8 +199,31 @@ def _percentile_ms(sorted_s: Sequence[float], q: float) -> float:
     return sorted_s[min(len(sorted_s) - 1, max(0, math.ceil(q * len(sorted_s)) - 1))] * 1000
 
 
+class _Token(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Adds an etcd auth token to every call (``--user``)."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = [*(details.metadata or ()), ("token", self.token)]
+        return await continuation(details._replace(metadata=metadata), request)
+
+
+async def _channel(endpoint: str, user: str) -> grpc.aio.Channel:
+    """A channel to ``endpoint``; with ``user`` (NAME:PASSWORD), one whose calls carry the
+    token that user got there (etcd's Auth/Authenticate)."""
+    if not user:
+        return grpc.aio.insecure_channel(endpoint)
+    name, _, password = user.partition(":")
+    async with grpc.aio.insecure_channel(endpoint) as plain:
+        req = rpc_pb2.AuthenticateRequest(name=name, password=password)
+        token = (await rpc_pb2_grpc.AuthStub(plain).Authenticate(req, timeout=10)).token
+    return grpc.aio.insecure_channel(endpoint, interceptors=[_Token(token)])
+
+
 async def _run(spec: LoadSpec) -> dict[str, Any]:
-    channels = [grpc.aio.insecure_channel(ep) for ep in spec.endpoints]
+    channels = [await _channel(ep, spec.user) for ep in spec.endpoints]
     try:
         stubs = [rpc_pb2_grpc.KVStub(ch) for ch in channels]
         value = random.Random(spec.seed).randbytes(spec.value_size)
@@ -392,6 +416,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PID,...",
         help="also report these processes' CPU (the servers on this machine)",
     )
+    p.add_argument("--user", default="", metavar="NAME:PASSWORD", help="authenticate (etcd auth)")
 
 
 def spec_from_args(args: argparse.Namespace, op: str, endpoints: Sequence[str]) -> LoadSpec:
@@ -407,4 +432,5 @@ def spec_from_args(args: argparse.Namespace, op: str, endpoints: Sequence[str]) 
         request_timeout_s=args.request_timeout,
         use_uvloop=not args.no_uvloop,
         server_pids=tuple(args.server_pids),
+        user=args.user,
     )
