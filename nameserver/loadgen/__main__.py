@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--op", choices=OPS, default="put")
     p.add_argument("--endpoints", default="127.0.0.1:2379", help="comma-separated host:port")
     add_load_arguments(p)
+    p.add_argument("--user", default="", metavar="NAME:PASSWORD", help="authenticate (etcd auth)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
     endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]

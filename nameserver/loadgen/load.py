@@ -416,7 +416,6 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PID,...",
         help="also report these processes' CPU (the servers on this machine)",
     )
-    p.add_argument("--user", default="", metavar="NAME:PASSWORD", help="authenticate (etcd auth)")
 
 
 def spec_from_args(args: argparse.Namespace, op: str, endpoints: Sequence[str]) -> LoadSpec:
@@ -432,5 +431,5 @@ def spec_from_args(args: argparse.Namespace, op: str, endpoints: Sequence[str]) 
         request_timeout_s=args.request_timeout,
         use_uvloop=not args.no_uvloop,
         server_pids=tuple(args.server_pids),
-        user=args.user,
+        user=getattr(args, "user", None) or "",  # --user NAME:PASSWORD (etcd auth)
     )
