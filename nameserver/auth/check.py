@@ -189,15 +189,16 @@ class Authorizer:
         if not self._allowed(auth, user, needs or ()):
             raise errors.PermissionDenied()
 
-    def check(self, path: str, request: Any, metadata: Sequence[tuple[str, Any]] | None) -> None:
+    def check(self, path: str, request: Any, context: Any) -> None:
         """The guard's hook: nothing when auth is off; else raise etcd's error unless the
-        caller may call ``path`` with ``request``."""
+        caller (``context.invocation_metadata()``'s token) may call ``path`` with ``request``."""
         image = self._image()
         if not image.auth.enabled:
             return
         rule = RULES.get(path, ROOT)
         if rule == OPEN:
             return
+        metadata = context.invocation_metadata()
         user = self.user_of_token(_token(metadata))  # from here on, an invalid token fails
         self.check_needs(image, user, rule, request)
 

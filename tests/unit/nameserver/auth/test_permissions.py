@@ -89,10 +89,28 @@ def test_intervals_merge_when_they_overlap_or_touch() -> None:
     assert covers(ivl, b"zzz", b"") and covers(ivl, b"x", b"\x00")
 
 
-def _authorizer(auth: AuthImage) -> tuple[Authorizer, SimpleTokens]:
+class Ctx:
+    """A servicer context's metadata, as the guard hands it to the hook."""
+
+    def __init__(self, metadata: list[tuple[str, str]]) -> None:
+        self.metadata = metadata
+
+    def invocation_metadata(self) -> list[tuple[str, str]]:
+        return self.metadata
+
+
+class Checker:
+    def __init__(self, authz: Authorizer) -> None:
+        self.authz = authz
+
+    def check(self, path: str, request: object, metadata: list[tuple[str, str]]) -> None:
+        self.authz.check(path, request, Ctx(metadata))
+
+
+def _authorizer(auth: AuthImage) -> tuple[Checker, SimpleTokens]:
     tokens = SimpleTokens(300)
     image = MetadataImage(auth=auth)
-    return Authorizer(lambda: image, tokens, node_credential("pw")), tokens
+    return Checker(Authorizer(lambda: image, tokens, node_credential("pw"))), tokens
 
 
 def test_the_hook_answers_etcds_errors() -> None:
