@@ -216,13 +216,15 @@ class ServerConfig:
 
 def _validate_auth(config: ServerConfig) -> None:
     from nameserver.auth.passwords import MAX_COST, MIN_COST
-    from nameserver.auth.tokens import parse_token_spec
+    from nameserver.auth.tokens import provider
     from nameserver.errors import InvalidArgument
 
     try:
-        parse_token_spec(config.auth_token)
+        provider(config.auth_token)  # the spec, and the key files it names, read and parsed
     except InvalidArgument as exc:
         raise ConfigError("auth_token", str(exc).removeprefix("auth-token: ")) from None
+    except (OSError, ValueError, TypeError) as exc:  # a key file missing, or not a PEM key
+        raise ConfigError("auth_token", f"cannot load the key: {exc}") from None
     if config.auth_token_ttl_s <= 0:
         raise ConfigError("auth_token_ttl_s", "must be > 0 (--auth-token-ttl, seconds)")
     if not MIN_COST <= config.bcrypt_cost <= MAX_COST:

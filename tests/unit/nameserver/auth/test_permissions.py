@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from pathlib import Path
 
 import pytest
 
@@ -317,3 +318,27 @@ def test_listing_alarms_is_open_and_changing_them_is_roots() -> None:
         authz.check(path, rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.DEACTIVATE), alice)
     root = [("token", tokens.assign("root", 3))]
     authz.check(path, rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.DEACTIVATE), root)
+
+
+def test_the_server_config_refuses_a_bad_token_spec_or_key_naming_the_field(
+    tmp_path: Path,
+) -> None:
+    from nameserver.config import ServerConfig
+    from raftlog import ConfigError
+
+    base = {"node_id": "n0", "data_dir": str(tmp_path), "cluster_password": "pw"}
+    ServerConfig(**base, auth_token="simple").validate()
+    key = tmp_path / "k"
+    key.write_bytes(b"hmac")
+    ServerConfig(**base, auth_token=f"jwt,sign-method=HS256,priv-key={key},ttl=5m").validate()
+    for spec, why in (
+        ("jwt,sign-method=RS256,pub-key=/no/such/file", "cannot load the key"),
+        (f"jwt,sign-method=RS256,pub-key={key}", "cannot load the key"),  # not PEM
+        ("jwt,sign-method=HS256", "priv-key"),
+        ("bogus", "is not simple or jwt"),
+    ):
+        with pytest.raises(ConfigError, match="auth_token") as info:
+            ServerConfig(**base, auth_token=spec).validate()
+        assert why in str(info.value)
+    with pytest.raises(ConfigError, match="bcrypt_cost"):
+        ServerConfig(**base, bcrypt_cost=40).validate()
