@@ -8,11 +8,15 @@ target id): those are dropped before comparing; the ``Error: ...`` line is compa
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from nameserver.client import Client
 from tests.etcd_harness import EtcdServer, etcdctl
 from tests.harness import running_cluster
 
@@ -117,3 +121,45 @@ def test_the_same_etcdctl_auth_sequence_answers_as_etcd_does(tmp_path: Path) -> 
             assert normalised(ours_r.stderr) == normalised(theirs_r.stderr), (
                 f"{what}: errors differ\nours: {ours_r.stderr}\netcd: {theirs_r.stderr}"
             )
+
+
+def metaledger(cluster_endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``metaledger`` command (this tree) against one endpoint."""
+    argv = [sys.executable, "-m", "nameserver.cli", "--endpoints", cluster_endpoint, *args]
+    env = {k: v for k, v in os.environ.items() if k != "METALEDGER_USER"}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_metaledgers_client_and_commands_authenticate_and_renew_a_lost_token(
+    tmp_path: Path,
+) -> None:
+    with running_cluster(tmp_path, 1, extra_args=["--bcrypt-cost=4"]) as cluster:
+        ep = cluster.endpoints[0]
+        for args in (
+            ["user", "add", "root:rootpw"],
+            ["user", "add", "alice:alicepw"],
+            ["role", "add", "app"],
+            ["role", "grant-permission", "app", "readwrite", "app/", "--prefix=true"],
+            ["user", "grant-role", "alice", "app"],
+            ["auth", "enable"],
+        ):
+            assert etcdctl(ep, *args).returncode == 0, args
+
+        ok = metaledger(ep, "put", "app/x", "1", "--user", "alice:alicepw")
+        assert ok.returncode == 0, ok.stderr
+        got = metaledger(ep, "get", "app/x", "--user", "alice", "--password", "alicepw")
+        assert got.returncode == 0 and "1" in got.stdout, got.stderr
+        denied = metaledger(ep, "put", "other", "1", "--user", "alice:alicepw")
+        assert denied.returncode != 0
+        assert "permission_denied: etcdserver: permission denied" in denied.stderr
+        anonymous = metaledger(ep, "get", "app/x")
+        assert anonymous.returncode != 0 and "user name is empty" in anonymous.stderr
+        wrong = metaledger(ep, "get", "app/x", "--user", "alice:nope")
+        assert wrong.returncode != 0 and "authentication failed" in wrong.stderr
+
+        with Client([ep], user="alice", password="alicepw", timeout_s=20) as client:
+            client.put(b"app/y", b"2")
+            cluster.restart(0)  # simple tokens live in the node's memory: this one is gone
+            cluster.wait_ready()
+            client.put(b"app/y", b"3")  # UNAUTHENTICATED once, then authenticated again
+            assert client.get(b"app/y").kvs[0].value == b"3"
