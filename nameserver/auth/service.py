@@ -64,6 +64,7 @@ class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]
         ok = await asyncio.to_thread(check_password, user.password_hash, request.password)
         if not ok:
             raise errors.AuthFailed()
+        self.authorizer.observe(auth)
         token = self.authorizer.tokens.assign(user.name, auth.revision)
         return rpc_pb2.AuthenticateResponse(header=self.node.header(revision), token=token)
 

@@ -342,3 +342,29 @@ def test_the_server_config_refuses_a_bad_token_spec_or_key_naming_the_field(
         assert why in str(info.value)
     with pytest.raises(ConfigError, match="bcrypt_cost"):
         ServerConfig(**base, bcrypt_cost=40).validate()
+
+
+def test_a_node_forgets_simple_tokens_when_it_applies_what_etcd_invalidates_them_for() -> None:
+    from dataclasses import replace
+
+    images = [MetadataImage(auth=AUTH)]
+    tokens = SimpleTokens(300)
+    authz = Authorizer(lambda: images[-1], tokens)
+    ctx = Ctx([])
+    authz.check("/etcdserverpb.Maintenance/Status", None, ctx)  # sees the first image
+    alice, bob = tokens.assign("alice", 3), tokens.assign("bob", 3)
+    changed = image_of(
+        *(
+            replace(u, password_hash=b"new") if isinstance(u, User) and u.name == "alice" else u
+            for u in AUTH.records.values()
+        )
+    )
+    images.append(MetadataImage(auth=changed))  # alice's password changed (on any node)
+    authz.check("/etcdserverpb.Maintenance/Status", None, ctx)
+    assert tokens.info(alice) is None and tokens.info(bob) is not None
+    off = image_of(
+        *(AuthState(False, 4) if isinstance(i, AuthState) else i for i in changed.records.values())
+    )
+    images.append(MetadataImage(auth=off))  # auth disabled: every token goes
+    authz.check("/etcdserverpb.Maintenance/Status", None, ctx)
+    assert tokens.info(bob) is None
