@@ -450,6 +450,29 @@ def start_noop(cluster: Cluster, mode: str, workers: int, workdir: Path) -> None
     cluster.leader = _wait_for(f"noop_kv {mode}", leader, STARTUP_S, cluster.procs)
 
 
+#: ``--auth``: the user the load runs as (not root: its key ranges are checked per request)
+AUTH_USER = "bench:benchpw"
+
+
+def enable_auth(cluster: Cluster, etcdctl: str) -> None:
+    """Auth on, the same way on etcd and metaledger (etcdctl): root, and user ``bench`` with
+    readwrite on every key from "a" on (the load's keys)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ETCDCTL_")}
+    env["ETCDCTL_API"] = "3"
+    for step in (
+        ["user", "add", "root:rootpw"],
+        ["user", "add", AUTH_USER],
+        ["role", "add", "bench"],
+        ["role", "grant-permission", "bench", "readwrite", "a", "--from-key"],
+        ["user", "grant-role", "bench", "bench"],
+        ["auth", "enable"],
+    ):
+        argv = [etcdctl, f"--endpoints={cluster.leader}", *step]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env)
+        if out.returncode != 0:
+            raise RuntimeError(f"{cluster.name}: etcdctl {' '.join(step)}: {out.stderr.strip()}")
+
+
 def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluster:
     """A running ``system`` (one of SYSTEMS) with its data under ``workdir``."""
     cluster = Cluster(system)
@@ -513,6 +536,8 @@ def run_row(
         "--server-pids": ",".join(map(str, cluster.server_pids)),
         **{f"--{k}": v for k, v in cluster.tls.items()},
     }
+    if args.auth and cluster.name not in NOOP_MODES:
+        flags["--user"] = AUTH_USER
     cmd = [sys.executable, "-m", "nameserver.loadgen", "--json", *flag_argv(flags)]
     timeout = min(args.warmup + args.duration + ROW_OVERHEAD_S, budget_s)
     try:
@@ -677,6 +702,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total", type=float, help="seconds for everything (default: computed)")
     p.add_argument("--keep-data", action="store_true", help="keep the temporary data dirs")
     p.add_argument(
+        "--auth",
+        action="store_true",
+        help="auth on (etcd's, on every system): the load runs as a non-root user with a "
+        "key-range role, sending its token on every call",
+    )
+    p.add_argument(
         "--baseline-tree",
         type=Path,
         default=os.environ.get("COMPARE_BASELINE_TREE"),
@@ -753,6 +784,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rows": [{"row": r.name} for r in args.rows],
     }
     report["interleaved"] = args.interleave
+    report["auth"] = args.auth
     workdir = Path(tempfile.mkdtemp(prefix="compare_etcd-"))
     running: list[Cluster] = []
     status = 0
@@ -760,6 +792,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def start(system: str) -> Cluster:
         cluster = start_system(system, args, workdir)
         running.append(cluster)
+        if args.auth and system not in NOOP_MODES:
+            enable_auth(cluster, args.etcdctl)
         report["systems"][system] = {
             "version": cluster.version,
             "endpoints": cluster.endpoints,

@@ -146,11 +146,19 @@ class ServerConfig:
             self.peer_client_cert_auth,
             prefix="peer-",
         )
+
     #: etcd's --auto-compaction-mode (periodic | revision) and --auto-compaction-retention
     #: ("0" = off; periodic: a duration, "1h", "30m", a bare number of hours; revision: a
     #: count of revisions); run by the leader (nameserver/kv/compactor.py)
     auto_compaction_mode: str = "periodic"
     auto_compaction_retention: str = "0"
+
+    #: auth (nameserver/auth, docs/auth.md): etcd's --auth-token ("simple", or
+    #: "jwt,sign-method=HS256|RS256|ES256,priv-key=F,pub-key=F,ttl=5m"), --auth-token-ttl
+    #: (simple tokens, seconds) and --bcrypt-cost (password hashing work factor)
+    auth_token: str = "simple"
+    auth_token_ttl_s: int = 300
+    bcrypt_cost: int = 10
 
     @property
     def client_url(self) -> str:
@@ -253,6 +261,7 @@ class ServerConfig:
             )
         except ValueError as exc:
             raise ConfigError("auto_compaction_retention", str(exc)) from None
+        _validate_auth(self)
         # last, so a test of any other field needs no password
         if not self.cluster_password:
             raise ConfigError(
@@ -287,3 +296,20 @@ def parse_auto_compaction_retention(mode: str, text: str) -> float:
     if not text or pos != len(text):
         raise ValueError(f"{text!r} is not a duration (e.g. 1h, 30m, 90s) or a number of hours")
     return total
+
+
+def _validate_auth(config: ServerConfig) -> None:
+    from nameserver.auth.passwords import MAX_COST, MIN_COST
+    from nameserver.auth.tokens import provider
+    from nameserver.errors import InvalidArgument
+
+    try:
+        provider(config.auth_token)  # the spec, and the key files it names, read and parsed
+    except InvalidArgument as exc:
+        raise ConfigError("auth_token", str(exc).removeprefix("auth-token: ")) from None
+    except (OSError, ValueError, TypeError) as exc:  # a key file missing, or not a PEM key
+        raise ConfigError("auth_token", f"cannot load the key: {exc}") from None
+    if config.auth_token_ttl_s <= 0:
+        raise ConfigError("auth_token_ttl_s", "must be > 0 (--auth-token-ttl, seconds)")
+    if not MIN_COST <= config.bcrypt_cost <= MAX_COST:
+        raise ConfigError("bcrypt_cost", f"must be between {MIN_COST} and {MAX_COST}")

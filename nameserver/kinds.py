@@ -7,6 +7,7 @@ order is the snapshot order and the order types are listed in (watch and quota e
 
 from __future__ import annotations
 
+from nameserver.auth.kind import AUTH
 from nameserver.cluster.kind import ALARM, MEMBER
 from nameserver.kv.kind import KV, MVCC
 from nameserver.leases.kind import LEASE
@@ -29,6 +30,7 @@ KINDS: tuple[RecordKind, ...] = (
     KVCONFIG,
     ALARM,
     MVCC,
+    AUTH,
 )
 
 #: Reads that are not of one record type, and their consistency.

@@ -19,6 +19,10 @@ apply_server_defaults()  # before grpc is imported: gRPC reads these once, at st
 import grpc
 
 from nameserver import accept_errors, tls
+from nameserver.auth.check import Authorizer
+from nameserver.auth.service import AuthExtraService, AuthService
+from nameserver.auth.tokens import node_credential
+from nameserver.auth.tokens import provider as token_provider
 from nameserver.cluster.liveness import DiskAlarm
 from nameserver.cluster.records import Member, alarm_text
 from nameserver.cluster.service import ClusterService
@@ -54,6 +58,7 @@ from nameserver.watch.service import WatchService, add_watch_service
 from protos.etcdserverpb import rpc_pb2_grpc, v3election_pb2_grpc, v3lock_pb2_grpc
 from protos.metaledger.v1 import (
     admin_pb2_grpc,
+    auth_pb2_grpc,
     offsets_pb2_grpc,
     quotas_pb2_grpc,
     replica_groups_pb2_grpc,
@@ -211,6 +216,11 @@ class Node:
             )
         self.store = store
         self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)
+        self.authorizer = Authorizer(
+            lambda: self.state.image,
+            token_provider(config.auth_token, config.auth_token_ttl_s),
+            node_credential(config.cluster_password or ""),
+        )
         floor_path = os.path.join(config.data_dir, FLOOR_FILE)
         self.watch_hub = WatchHub(
             SegmentHistory(segments, store, floor_path),
@@ -242,6 +252,7 @@ class Node:
             self.ctx.timeout_s,
             self.leader_client_address,
             dial=lambda address: tls.node_channel(address, config.client_tls),
+            node_metadata=self.ctx.node_metadata,
         )
         self.routes = RoutingNode(self.ctx, self.brokers)
         self.remoting = RemotingServer(
@@ -273,7 +284,7 @@ class Node:
         with binding("listen_peer", self.config.listen_peer):
             self.log.start()
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
-        table = MethodTable(self.config.max_request_bytes)
+        table = MethodTable(self.config.max_request_bytes, self.authorizer.check)
         rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), table)
         rpc_pb2_grpc.add_LeaseServicer_to_server(LeaseService(self.ctx, self.leases), table)
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), table)
@@ -289,6 +300,10 @@ class Node:
         v3lock_pb2_grpc.add_LockServicer_to_server(LockService(self.ctx), table)
         v3election_pb2_grpc.add_ElectionServicer_to_server(ElectionService(self.ctx), table)
         routing_pb2_grpc.add_RoutingServicer_to_server(RoutingService(self.routes), table)
+        rpc_pb2_grpc.add_AuthServicer_to_server(
+            AuthService(self.ctx, self.authorizer, self.config.bcrypt_cost), table
+        )
+        auth_pb2_grpc.add_AuthExtraServicer_to_server(AuthExtraService(self.ctx), table)
         server.add_generic_rpc_handlers((table,))
         acceptors = Acceptors(
             server, table.methods(HOT_METHODS), (table,), self.config.grpc_acceptors

@@ -586,3 +586,71 @@ class MvccCompaction(_message.Message):
     revision: int
     physical: bool
     def __init__(self, revision: _Optional[int] = ..., physical: _Optional[bool] = ...) -> None: ...
+
+class AuthPermissionRecord(_message.Message):
+    __slots__ = ("perm_type", "key", "range_end")
+    PERM_TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    perm_type: int
+    key: bytes
+    range_end: bytes
+    def __init__(self, perm_type: _Optional[int] = ..., key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ...) -> None: ...
+
+class AuthUserRecord(_message.Message):
+    __slots__ = ("name", "password_hash", "roles", "no_password", "remoting_secret")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_HASH_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    NO_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    REMOTING_SECRET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    password_hash: bytes
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    no_password: bool
+    remoting_secret: str
+    def __init__(self, name: _Optional[str] = ..., password_hash: _Optional[bytes] = ..., roles: _Optional[_Iterable[str]] = ..., no_password: _Optional[bool] = ..., remoting_secret: _Optional[str] = ...) -> None: ...
+
+class AuthRoleRecord(_message.Message):
+    __slots__ = ("name", "permissions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    permissions: _containers.RepeatedCompositeFieldContainer[AuthPermissionRecord]
+    def __init__(self, name: _Optional[str] = ..., permissions: _Optional[_Iterable[_Union[AuthPermissionRecord, _Mapping]]] = ...) -> None: ...
+
+class AuthStateRecord(_message.Message):
+    __slots__ = ("enabled", "revision")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    revision: int
+    def __init__(self, enabled: _Optional[bool] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class AuthRecord(_message.Message):
+    __slots__ = ("user", "role", "state")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    user: AuthUserRecord
+    role: AuthRoleRecord
+    state: AuthStateRecord
+    def __init__(self, user: _Optional[_Union[AuthUserRecord, _Mapping]] = ..., role: _Optional[_Union[AuthRoleRecord, _Mapping]] = ..., state: _Optional[_Union[AuthStateRecord, _Mapping]] = ...) -> None: ...
+
+class AuthOperation(_message.Message):
+    __slots__ = ("op", "name", "role", "password_hash", "no_password", "perm", "secret")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_HASH_FIELD_NUMBER: _ClassVar[int]
+    NO_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    name: str
+    role: str
+    password_hash: bytes
+    no_password: bool
+    perm: AuthPermissionRecord
+    secret: str
+    def __init__(self, op: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., password_hash: _Optional[bytes] = ..., no_password: _Optional[bool] = ..., perm: _Optional[_Union[AuthPermissionRecord, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...

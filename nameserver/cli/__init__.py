@@ -47,6 +47,7 @@ from nameserver.cli import (
     snapshot,
     status,
     txn,
+    user,
     watch,
 )
 from nameserver.cli._common import (
@@ -80,6 +81,7 @@ _GROUPS = (
     offsets,
     replica_group,
     route,
+    user,
 )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
@@ -30,6 +31,7 @@ from nameserver.client.transport import normalize_endpoint
 DEFAULT_CLIENT_PORT = 9877
 DEFAULT_ENDPOINTS = f"127.0.0.1:{DEFAULT_CLIENT_PORT}"
 ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
+USER_ENV = "METALEDGER_USER"
 DEFAULT_TIMEOUT_S = 5.0
 
 N = TypeVar("N", int, float)
@@ -55,6 +57,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         help=f"deadline of each request, failover included (default {DEFAULT_TIMEOUT_S:g})",
     )
     add_tls_options(parser)
+    add_auth_options(parser)
 
 
 #: TLS options → (environment variable, help): PEM files for the client library.
@@ -86,6 +89,43 @@ def tls_files(args: argparse.Namespace) -> dict[str, str]:
     if ("cert" in out) != ("key" in out):
         raise UsageError("--cert and --key go together (a client certificate and its key)")
     return out
+
+
+def add_auth_options(parser: argparse.ArgumentParser) -> None:
+    """etcdctl's ``--user name[:password]`` and ``--password`` (auth, docs/auth.md)."""
+    parser.add_argument(
+        "--user",
+        default=argparse.SUPPRESS,
+        metavar="NAME[:PASSWORD]",
+        help="authenticate as this user (etcdctl's --user; env METALEDGER_USER)",
+    )
+    parser.add_argument(
+        "--password",
+        default=argparse.SUPPRESS,
+        metavar="PASSWORD",
+        help="the user's password (else after ':' in --user, else asked on a terminal)",
+    )
+
+
+def credentials(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(user, password) of ``--user``/``--password`` (or ``$METALEDGER_USER``), as etcdctl
+    reads them; (None, None) without a user."""
+    raw = getattr(args, "user", None) or os.environ.get(USER_ENV)
+    if not raw:
+        return None, None
+    name, sep, password = raw.partition(":")
+    if not name:
+        raise UsageError("--user: the user name is empty")
+    given = getattr(args, "password", None)
+    if given is not None:
+        return name, given
+    if sep:
+        return name, password
+    if not sys.stdin.isatty():
+        raise UsageError(f"--user {name}: no password (give --user {name}:PASSWORD or --password)")
+    import getpass
+
+    return name, getpass.getpass("Password: ")
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:
@@ -178,8 +218,13 @@ def timeout_s(args: argparse.Namespace) -> float:
 
 def make_client(args: argparse.Namespace, at: list[str] | None = None) -> Client:
     """A client of the command's endpoints (or of ``at``), with its ``--timeout``."""
+    user, password = credentials(args)
     return Client(
-        at if at is not None else endpoints(args), timeout_s=timeout_s(args), **tls_files(args)
+        at if at is not None else endpoints(args),
+        timeout_s=timeout_s(args),
+        user=user,
+        password=password,
+        **tls_files(args),
     )
 
 

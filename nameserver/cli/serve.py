@@ -82,6 +82,9 @@ _OPTIONAL_FIELDS = {
     "peer_trusted_ca_file": "peer_trusted_ca_file",
     "auto_compaction_mode": "auto_compaction_mode",
     "auto_compaction_retention": "auto_compaction_retention",
+    "auth_token": "auth_token",
+    "auth_token_ttl": "auth_token_ttl_s",
+    "bcrypt_cost": "bcrypt_cost",
 }
 
 
@@ -358,6 +361,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="names the cluster; its id derives from it (default metaledger)",
     )
     _add_tls_flags(p)
+    p.add_argument(
+        "--auth-token",
+        metavar="SPEC",
+        help="auth tokens (etcd's format): simple (default) or "
+        "jwt,sign-method=HS256|RS256|ES256,priv-key=FILE,pub-key=FILE,ttl=5m",
+    )
+    p.add_argument(
+        "--auth-token-ttl", type=int, metavar="S", help="simple tokens' TTL (default 300)"
+    )
+    p.add_argument(
+        "--bcrypt-cost", type=int, metavar="N", help="password hashing cost (default 10)"
+    )
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     p.set_defaults(run=run_serve)
 

@@ -31,6 +31,7 @@ from typing import Any, Self, TypeVar
 
 import grpc
 
+from nameserver.client.auth import authenticated_channel
 from nameserver.client.errors import DeadlineExceeded, InvalidArgument, Unavailable, error_from_rpc
 from protos.etcdserverpb import rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2_grpc
@@ -126,6 +127,8 @@ class Transport:
         cacert: Pem | None = None,
         cert: Pem | None = None,
         key: Pem | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         if isinstance(endpoints, str):
             endpoints = endpoints.split(",")
@@ -143,6 +146,8 @@ class Transport:
         self._lock = threading.Lock()
         self._current = 0
         self._stubs: dict[str, _Stubs] = {}
+        #: etcd auth (nameserver.client.auth): every call carries this user's token
+        self._user, self._password = user, password
 
     # -- lifecycle
 
@@ -185,6 +190,10 @@ class Transport:
                     if self._credentials is None
                     else grpc.secure_channel(endpoint, self._credentials)
                 )
+                if self._user is not None:
+                    channel = authenticated_channel(
+                        channel, endpoint, self._user, self._password or "", self.timeout_s
+                    )
                 stubs = _Stubs(
                     channel,
                     rpc_pb2_grpc.KVStub(channel),

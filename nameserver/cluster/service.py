@@ -138,7 +138,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
             stub = rpc_pb2_grpc.ClusterStub(channel)
             try:
                 resp: rpc_pb2.MemberRemoveResponse = await stub.MemberRemove(
-                    request, timeout=self.node.timeout_s * 2
+                    request, timeout=self.node.timeout_s * 2, metadata=self.node.node_metadata
                 )
             except grpc.aio.AioRpcError as exc:
                 raise from_status(

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from nameserver.auth.tokens import node_credential
 from nameserver.cluster.apply import alarm_entry
 from nameserver.cluster.nospace import SpaceCheck, no_space
 from nameserver.cluster.records import ALARM_NOSPACE, host_port
@@ -124,6 +125,8 @@ class NodeContext:
         self._raising: dict[int, asyncio.Future[None]] = {}  # alarm type -> its proposal
         #: the kv store's past revisions (set by the node; None: only the latest state)
         self.history: KvHistory | None = None
+        #: metadata of calls to another member: the node credential, root under auth
+        self.node_metadata = (("token", node_credential(config.cluster_password or "")),)
 
     def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
         """(name, member id, peer address, client URLs) of the current configuration,

@@ -20,6 +20,11 @@ raising ``NotImplementedError``, which grpc.aio logs at ERROR too.
 - a decoded request keeps no unknown fields (nothing the server does not know reaches
   the log);
 
+- with an ``authorize`` hook (auth, :meth:`nameserver.auth.check.Authorizer.check`), the
+  hook sees every decoded request (each message of a request stream) with the call's
+  metadata before the behaviour does, and a refusal it raises (a ``Rejected``) is answered
+  with its status; the hook returns at once while auth is off;
+
 both logged at DEBUG only and counted (``metaledger_requests_rejected_total``). ``nameserver.server.MethodTable`` guards every handler it serves,
 so the extra accepts of :mod:`nameserver.grpc.accept` (which take their handlers from the
 table) serve guarded handlers too.
@@ -34,7 +39,8 @@ from typing import Any
 
 import grpc
 
-from nameserver.errors import UndecodableRequest
+from nameserver.errors import Rejected, UndecodableRequest
+from nameserver.grpc.status import to_status
 from nameserver.metrics import REJECTIONS
 
 log = logging.getLogger(__name__)
@@ -43,6 +49,11 @@ _LENIENT = "_metaledger_lenient"  # marks a deserializer made by lenient()
 
 #: protobuf's (upb's) nesting limit for a message being decoded
 PROTOBUF_MAX_DEPTH = 100
+
+#: The auth hook: (method path, decoded request, the call's context) -> None, or raises
+#: a ``Rejected`` (permission denied, invalid token, ...) answered with its status. It reads
+#: the context's metadata only when auth is on: with auth off a call costs one check.
+Authorize = Callable[[str, Any, Any], None]
 
 
 class Undecodable:
@@ -116,9 +127,17 @@ class _Requests:
     """A request stream that raises :class:`UndecodableRequest` at the first bad message
     and remembers it (the wrapper answers with it if the handler swallowed the error)."""
 
-    def __init__(self, requests: AsyncIterator[Any]) -> None:
+    def __init__(
+        self,
+        requests: AsyncIterator[Any],
+        path: str = "",
+        authorize: Authorize | None = None,
+        context: Any = None,
+    ) -> None:
         self._requests = requests
         self.bad: str | None = None
+        self.bad_status = grpc.StatusCode.INVALID_ARGUMENT
+        self._path, self._authorize, self._context = path, authorize, context
 
     def __aiter__(self) -> _Requests:
         return self
@@ -130,6 +149,12 @@ class _Requests:
         if type(request) is Undecodable:
             self.bad = request.message
             raise UndecodableRequest(request.message)
+        if self._authorize is not None:
+            try:
+                self._authorize(self._path, request, self._context)
+            except Rejected as exc:  # ends the stream as a bad message does, with its status
+                self.bad_status, self.bad = to_status(exc)
+                raise UndecodableRequest(self.bad) from None
         return request
 
     # grpc.aio's request iterator also offers read(); handlers here use iteration only
@@ -145,21 +170,31 @@ async def _call(behavior: Callable[..., Any], request: Any, context: Any, path: 
         await _unimplemented(context, path)
 
 
-def _guard_unary_unary(behavior: Callable[..., Any], path: str) -> Callable[..., Any]:
+def _guard_unary_unary(
+    behavior: Callable[..., Any], path: str, authorize: Authorize | None
+) -> Callable[..., Any]:
     async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if type(request) is Undecodable:
             await _refuse(context, path, request.message)
+        if authorize is not None:
+            try:
+                authorize(path, request, context)  # no await: auth off costs one call
+            except Rejected as exc:
+                await _deny(context, path, *to_status(exc))
         return await _call(behavior, request, context, path)
 
     return unary_unary
 
 
-def _guard_unary_stream(behavior: Callable[..., Any], path: str) -> Callable[..., Any]:
+def _guard_unary_stream(
+    behavior: Callable[..., Any], path: str, authorize: Authorize | None
+) -> Callable[..., Any]:
     if inspect.isasyncgenfunction(behavior):
 
         async def unary_stream_gen(request: Any, context: grpc.aio.ServicerContext) -> Any:
             if type(request) is Undecodable:
                 await _refuse(context, path, request.message)
+            await _authorized(authorize, path, request, context)
             async for response in behavior(request, context):
                 yield response
 
@@ -168,22 +203,48 @@ def _guard_unary_stream(behavior: Callable[..., Any], path: str) -> Callable[...
     async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if type(request) is Undecodable:
             await _refuse(context, path, request.message)
+        await _authorized(authorize, path, request, context)
         return await _call(behavior, request, context, path)
 
     return unary_stream
 
 
 async def _end_stream(requests: _Requests, context: Any, path: str) -> None:
-    if requests.bad is not None:  # the handler ended on it without answering it
-        await _refuse(context, path, requests.bad)
+    if requests.bad is None:
+        return
+    if requests.bad_status != grpc.StatusCode.INVALID_ARGUMENT:  # refused by authorize
+        await _deny(context, path, requests.bad_status, requests.bad)
+    await _refuse(context, path, requests.bad)  # the handler ended on it without answering
 
 
-def _guard_stream_in(behavior: Callable[..., Any], path: str) -> Callable[..., Any]:
+async def _deny(
+    context: grpc.aio.ServicerContext, path: str, code: grpc.StatusCode, message: str
+) -> None:
+    REJECTIONS.count("grpc", code.name, "auth")
+    log.debug("%s: %s", path, message)
+    await context.abort(code, message)
+
+
+async def _authorized(
+    authorize: Authorize | None, path: str, request: Any, context: grpc.aio.ServicerContext
+) -> None:
+    if authorize is None:
+        return
+    try:
+        authorize(path, request, context)
+    except Rejected as exc:
+        code, message = to_status(exc)
+        await _deny(context, path, code, message)
+
+
+def _guard_stream_in(
+    behavior: Callable[..., Any], path: str, authorize: Authorize | None
+) -> Callable[..., Any]:
     """stream_unary and stream_stream handlers."""
     if inspect.isasyncgenfunction(behavior):
 
         async def stream_gen(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-            requests = _Requests(request_iterator)
+            requests = _Requests(request_iterator, path, authorize, context)
             try:
                 async for response in behavior(requests, context):
                     yield response
@@ -194,7 +255,7 @@ def _guard_stream_in(behavior: Callable[..., Any], path: str) -> Callable[..., A
         return stream_gen
 
     async def stream_call(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-        requests = _Requests(request_iterator)
+        requests = _Requests(request_iterator, path, authorize, context)
         try:
             result = await _call(behavior, requests, context, path)
         except UndecodableRequest:
@@ -206,23 +267,26 @@ def _guard_stream_in(behavior: Callable[..., Any], path: str) -> Callable[..., A
 
 
 def guard_handler(
-    handler: grpc.RpcMethodHandler, path: str, max_request_bytes: int | None = None
+    handler: grpc.RpcMethodHandler,
+    path: str,
+    max_request_bytes: int | None = None,
+    authorize: Authorize | None = None,
 ) -> grpc.RpcMethodHandler:
     """``handler`` (of method ``path``) with a deserializer that never raises and a
     behaviour that answers undecodable (or, past ``max_request_bytes``, too large)
-    requests and unimplemented methods itself."""
+    requests and unimplemented methods itself, and asks ``authorize`` first."""
     deserializer = handler.request_deserializer
     if deserializer is None or getattr(deserializer, _LENIENT, False):
         return handler  # nothing to decode, or guarded already
     parse = lenient(deserializer, path, max_request_bytes)
     if handler.request_streaming:
         attr = "stream_stream" if handler.response_streaming else "stream_unary"
-        wrapped = _guard_stream_in(getattr(handler, attr), path)
+        wrapped = _guard_stream_in(getattr(handler, attr), path, authorize)
     elif handler.response_streaming:
         attr = "unary_stream"
-        wrapped = _guard_unary_stream(handler.unary_stream, path)
+        wrapped = _guard_unary_stream(handler.unary_stream, path, authorize)
     else:
         attr = "unary_unary"
-        wrapped = _guard_unary_unary(handler.unary_unary, path)
+        wrapped = _guard_unary_unary(handler.unary_unary, path, authorize)
     guarded: grpc.RpcMethodHandler = handler._replace(request_deserializer=parse, **{attr: wrapped})
     return guarded

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from nameserver.grpc.guard import guard_handler
+from nameserver.grpc.guard import Authorize, guard_handler
 
 
 class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
@@ -24,17 +24,22 @@ class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
     neither is logged as a server error.
     """
 
-    def __init__(self, max_request_bytes: int | None = None) -> None:
+    def __init__(
+        self, max_request_bytes: int | None = None, authorize: Authorize | None = None
+    ) -> None:
         self._methods: dict[str, grpc.RpcMethodHandler] = {}
         self._generic: list[grpc.GenericRpcHandler] = []
         self._max_request_bytes = max_request_bytes  # any request larger is refused
+        self._authorize = authorize  # auth's check before every handler (None: no auth)
 
     def add_registered_method_handlers(
         self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
     ) -> None:
         for name, handler in handlers.items():
             path = f"/{service}/{name}"
-            self._methods[path] = guard_handler(handler, path, self._max_request_bytes)
+            self._methods[path] = guard_handler(
+                handler, path, self._max_request_bytes, self._authorize
+            )
 
     def methods(self, paths: Sequence[str]) -> dict[str, grpc.RpcMethodHandler]:
         """The handlers of those of ``paths`` this table has (``/service/method``)."""
@@ -53,7 +58,9 @@ class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
             handler = generic.service(details)
             if handler is not None:
                 # guarded once (nameserver.grpc.guard), then found in the dict
-                handler = guard_handler(handler, details.method, self._max_request_bytes)
+                handler = guard_handler(
+                    handler, details.method, self._max_request_bytes, self._authorize
+                )
                 self._methods[details.method] = handler
                 return handler
         return None

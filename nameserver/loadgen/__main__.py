@@ -23,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_load_arguments(p)
     for name in ("cacert", "cert", "key"):  # TLS, etcdctl's names (PEM files)
         p.add_argument(f"--{name}", dest=f"tls_{name}", metavar="PEM", help=f"TLS: {name} file")
+    p.add_argument("--user", default="", metavar="NAME:PASSWORD", help="authenticate (etcd auth)")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
     endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]

@@ -72,6 +72,7 @@ class LoadSpec:
     cacert: str = ""
     cert: str = ""
     key: str = ""
+    user: str = ""  # NAME:PASSWORD: authenticate (etcd auth) and send the token on every call
 
     def validate(self) -> None:
         if self.op not in OPS:
@@ -205,9 +206,21 @@ def _percentile_ms(sorted_s: Sequence[float], q: float) -> float:
     return sorted_s[min(len(sorted_s) - 1, max(0, math.ceil(q * len(sorted_s)) - 1))] * 1000
 
 
-def _channel(spec: LoadSpec, endpoint: str) -> grpc.aio.Channel:
+class _Token(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Adds an etcd auth token to every call (``--user``)."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = [*(details.metadata or ()), ("token", self.token)]
+        return await continuation(details._replace(metadata=metadata), request)
+
+
+def _dial(spec: LoadSpec, endpoint: str, interceptors: Any = None) -> grpc.aio.Channel:
+    """A plain or (``--cacert/--cert/--key``) TLS channel to ``endpoint``."""
     if not (spec.cacert or spec.cert):
-        return grpc.aio.insecure_channel(endpoint)
+        return grpc.aio.insecure_channel(endpoint, interceptors=interceptors)
 
     def read(path: str) -> bytes | None:
         if not path:
@@ -216,11 +229,23 @@ def _channel(spec: LoadSpec, endpoint: str) -> grpc.aio.Channel:
             return f.read()
 
     creds = grpc.ssl_channel_credentials(read(spec.cacert), read(spec.key), read(spec.cert))
-    return grpc.aio.secure_channel(endpoint, creds)
+    return grpc.aio.secure_channel(endpoint, creds, interceptors=interceptors)
+
+
+async def _channel(spec: LoadSpec, endpoint: str) -> grpc.aio.Channel:
+    """A channel to ``endpoint``; with ``spec.user`` (NAME:PASSWORD), one whose calls carry
+    the token that user got there (etcd's Auth/Authenticate)."""
+    if not spec.user:
+        return _dial(spec, endpoint)
+    name, _, password = spec.user.partition(":")
+    async with _dial(spec, endpoint) as plain:
+        req = rpc_pb2.AuthenticateRequest(name=name, password=password)
+        token = (await rpc_pb2_grpc.AuthStub(plain).Authenticate(req, timeout=10)).token
+    return _dial(spec, endpoint, [_Token(token)])
 
 
 async def _run(spec: LoadSpec) -> dict[str, Any]:
-    channels = [_channel(spec, ep) for ep in spec.endpoints]
+    channels = [await _channel(spec, ep) for ep in spec.endpoints]
     try:
         stubs = [rpc_pb2_grpc.KVStub(ch) for ch in channels]
         value = random.Random(spec.seed).randbytes(spec.value_size)
@@ -438,4 +463,5 @@ def spec_from_args(args: argparse.Namespace, op: str, endpoints: Sequence[str]) 
         cacert=getattr(args, "tls_cacert", None) or "",
         cert=getattr(args, "tls_cert", None) or "",
         key=getattr(args, "tls_key", None) or "",
+        user=getattr(args, "user", None) or "",  # --user NAME:PASSWORD (etcd auth)
     )

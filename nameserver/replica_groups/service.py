@@ -128,7 +128,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
             return await getattr(stub, method)(
                 request,
                 timeout=self.node.timeout_s,
-                metadata=((FORWARDED_METADATA, "1"), *passed),
+                metadata=((FORWARDED_METADATA, "1"), *passed, *self.node.node_metadata),
             )
         except grpc.aio.AioRpcError as err:
             raise from_status(err.code(), err.details() or "") from None

@@ -66,10 +66,12 @@ class BrokerKeeper(PeriodicDuties):
         leader_client_address: Callable[[], str | None],
         clock_ms: Callable[[], int] = now_ms,
         dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+        node_metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         super().__init__(rlog, clock_ms)
         self._dial = dial  # the leader's client port (TLS when the node's ports use it)
         self.state = state
+        self.node_metadata = node_metadata  # the node credential (auth) on forwarded calls
         self.timeout_s = propose_timeout_s
         self.leader_client_address = leader_client_address
         self._seen: dict[bytes, int] = {}  # broker key -> latest heartbeat known here
@@ -129,7 +131,9 @@ class BrokerKeeper(PeriodicDuties):
             for n, i, a, t in batch.values()
         )
         try:
-            await self._stub(address).Heartbeat(request, timeout=self.timeout_s)
+            await self._stub(address).Heartbeat(
+                request, timeout=self.timeout_s, metadata=self.node_metadata
+            )
             self.forwarded_calls += 1
         except BaseException:
             for key, beat in batch.items():  # try again with the next batch

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from nameserver.auth.acl import refusal as acl_refusal
 from nameserver.checks import check_name
 from nameserver.metrics import REJECTIONS
 from nameserver.remoting.codec import (
@@ -179,8 +180,15 @@ class NameserverRemoting(HandlerTable):
 
     def _bind(self, answer: Answer) -> Handler:
         guarded = _guarded(answer)
+        state = self.routes.node.state
 
         async def handler(request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
+            # RocketMQ ACL 1.0 (nameserver/auth/acl.py): a write refused before it runs
+            why = acl_refusal(state.image.auth, request.code, request.ext_fields, request.body)
+            if why is not None:
+                REJECTIONS.count("remoting", "PERMISSION_DENIED", "AclException")
+                log.debug("remoting: code %d refused: %s", request.code, why)
+                return request.response(ResponseCode.NO_PERMISSION, why)
             return await guarded(self, request)
 
         return handler

@@ -16,6 +16,7 @@ lock/election  linearizable    ownership keys (etcd v3lock / v3election) decide 
 routing        eventual        any node's image; the answer carries the node's apply offset
 broker/topic   eventual        RocketMQ route data (RIP-18): as ``routing``; clients re-read
 kvconfig       eventual        routes every 30 s, and every node converges on one log
+auth           linearizable    who may do what: a revoked permission is never read as granted
 =============  ==============  ==============================================================
 
 A linearizable read confirms the read index through the leader (batched: concurrent reads

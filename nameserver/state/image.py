@@ -37,6 +37,7 @@ from nameserver.state.mapdelta import Journal, Journaled
 from nameserver.state.registry import Registry, default_registry
 
 if TYPE_CHECKING:
+    from nameserver.auth.records import AuthDelta, AuthImage
     from nameserver.cluster.records import AlarmsDelta, AlarmsImage, MembersDelta, MembersImage
     from nameserver.kv.records import KvDelta, KvImage, MvccDelta, MvccImage
     from nameserver.leases.records import LeaseDelta, LeasesImage
@@ -80,6 +81,7 @@ class MetadataImage:
     kvconfig: RecordsImage[KvConfig]
     alarms: AlarmsImage
     mvcc: MvccImage
+    auth: AuthImage
 
     def __init__(
         self,
@@ -160,6 +162,7 @@ class MetadataDelta(Journaled):
     kvconfig: RecordsDelta[KvConfig]
     alarms: AlarmsDelta
     mvcc: MvccDelta
+    auth: AuthDelta
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image

@@ -137,6 +137,7 @@ def test_the_server_registry_is_the_default_and_lists_every_type_once() -> None:
         "kvconfig",
         "alarm",
         "mvcc",
+        "auth",
     )
     assert "note" not in REGISTRY.by_name and "note" not in REGISTRY.rules
     assert "notes" not in MetadataImage.empty().__dict__

@@ -1,0 +1,165 @@
+"""etcd's auth through the real etcdctl, side by side with a real etcd 3.4: the same command
+sequence (users, roles, prefix permissions, auth enable/disable, allowed and denied reads
+and writes, a wrong password) against both, the same exit codes, stdout and error lines.
+
+etcdctl's client logs a JSON warning line per failed attempt (with a timestamp and a random
+target id): those are dropped before comparing; the ``Error: ...`` line is compared as is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nameserver.client import Client
+from tests.etcd_harness import EtcdServer, etcdctl
+from tests.harness import running_cluster
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        shutil.which("etcd") is None or shutil.which("etcdctl") is None,
+        reason="etcd 3.4 and etcdctl are not installed",
+    ),
+]
+
+ROOT = ["--user=root:rootpw"]
+ALICE = ["--user=alice:alicepw"]
+
+#: (etcdctl flags, arguments): the sequence run against both servers
+SEQUENCE: list[tuple[list[str], list[str]]] = [
+    ([], ["user", "add", "root:rootpw"]),
+    ([], ["user", "add", "alice:alicepw"]),
+    ([], ["role", "add", "r1"]),
+    ([], ["role", "grant-permission", "r1", "readwrite", "foo/", "--prefix=true"]),
+    ([], ["role", "grant-permission", "r1", "read", "bar"]),
+    ([], ["role", "grant-permission", "r1", "write", "w", "--from-key"]),
+    ([], ["user", "grant-role", "alice", "r1"]),
+    ([], ["auth", "enable"]),
+    ([], ["put", "foo/a", "1"]),  # no user: "user name is empty"
+    ([], ["get", "foo/a"]),
+    (ALICE, ["put", "foo/a", "1"]),
+    (ALICE, ["get", "foo/a"]),
+    (ALICE, ["get", "foo/", "--prefix"]),
+    (ALICE, ["put", "bar", "1"]),  # read only
+    (ALICE, ["get", "bar"]),
+    (ALICE, ["get", "zzz"]),
+    (ALICE, ["put", "wz", "1"]),  # write from "w" on
+    (ALICE, ["get", "wz"]),
+    (ALICE, ["del", "foo/", "--prefix"]),
+    (ALICE, ["txn"]),  # a txn touching bar (read only): denied whole
+    (["--user=alice:wrong"], ["get", "foo/a"]),
+    (["--user=nobody:x"], ["get", "foo/a"]),
+    (ALICE, ["user", "list"]),
+    (ALICE, ["user", "get", "alice"]),
+    (ALICE, ["role", "get", "r1"]),
+    (ALICE, ["role", "add", "r2"]),
+    (ROOT, ["user", "list"]),
+    (ROOT, ["role", "list"]),
+    (ROOT, ["role", "get", "r1"]),
+    (ROOT, ["user", "get", "alice"]),
+    (ROOT, ["user", "get", "nobody"]),
+    (ROOT, ["role", "revoke-permission", "r1", "bar"]),
+    (ROOT, ["role", "revoke-permission", "r1", "bar"]),
+    (ROOT, ["user", "revoke-role", "alice", "r9"]),
+    (ROOT, ["user", "grant-role", "alice", "nope"]),
+    (ROOT, ["user", "delete", "root"]),
+    (ROOT, ["role", "delete", "root"]),
+    (ROOT, ["user", "revoke-role", "root", "root"]),
+    (ROOT, ["user", "add", "alice:x"]),
+    (ROOT, ["role", "add", "r1"]),
+    (ROOT, ["put", "anything", "v"]),
+    (ROOT, ["get", "anything"]),
+    (ALICE, ["get", "bar"]),  # the permission was revoked
+    (ROOT, ["user", "passwd", "alice", "--interactive=false"]),
+    (ALICE, ["get", "foo/a"]),  # the old password no longer works
+    (["--user=alice:newpw"], ["get", "foo/a"]),
+    (ROOT, ["role", "delete", "r1"]),
+    (["--user=alice:newpw"], ["get", "foo/a"]),
+    (ROOT, ["user", "delete", "alice"]),
+    (ROOT, ["auth", "disable"]),
+    ([], ["get", "foo/a"]),
+    ([], ["auth", "disable"]),
+    ([], ["role", "list"]),
+    ([], ["user", "list"]),
+]
+
+#: stdin of the commands that read it
+STDIN = {
+    ("txn",): 'val("foo/a") = "1"\n\nput foo/b 2\n\nput bar 3\n\n',
+    ("user", "passwd", "alice", "--interactive=false"): "newpw\n",
+}
+
+
+def normalised(stderr: str) -> list[str]:
+    """The client's JSON retry warnings dropped (timestamps, random targets)."""
+    return [line for line in stderr.splitlines() if not line.startswith('{"level"')]
+
+
+def test_the_same_etcdctl_auth_sequence_answers_as_etcd_does(tmp_path: Path) -> None:
+    with (
+        EtcdServer(tmp_path / "etcd") as etcd,
+        running_cluster(tmp_path / "ml", 1, extra_args=["--bcrypt-cost=4"]) as cluster,
+    ):
+        etcd.wait_ready()
+        ours = cluster.endpoints[0]
+        for flags, args in SEQUENCE:
+            stdin = STDIN.get(tuple(args))
+            theirs_r = etcdctl(etcd.endpoint, *args, flags=flags, stdin=stdin)
+            ours_r = etcdctl(ours, *args, flags=flags, stdin=stdin)
+            what = f"etcdctl {' '.join(flags + args)}"
+            assert ours_r.returncode == theirs_r.returncode, (
+                f"{what}: exit {ours_r.returncode}, etcd {theirs_r.returncode}\n"
+                f"ours: {ours_r.stderr}\netcd: {theirs_r.stderr}"
+            )
+            assert ours_r.stdout == theirs_r.stdout, f"{what}: stdout differs"
+            assert normalised(ours_r.stderr) == normalised(theirs_r.stderr), (
+                f"{what}: errors differ\nours: {ours_r.stderr}\netcd: {theirs_r.stderr}"
+            )
+
+
+def metaledger(cluster_endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``metaledger`` command (this tree) against one endpoint."""
+    argv = [sys.executable, "-m", "nameserver.cli", "--endpoints", cluster_endpoint, *args]
+    env = {k: v for k, v in os.environ.items() if k != "METALEDGER_USER"}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_metaledgers_client_and_commands_authenticate_and_renew_a_lost_token(
+    tmp_path: Path,
+) -> None:
+    with running_cluster(tmp_path, 1, extra_args=["--bcrypt-cost=4"]) as cluster:
+        ep = cluster.endpoints[0]
+        for args in (
+            ["user", "add", "root:rootpw"],
+            ["user", "add", "alice:alicepw"],
+            ["role", "add", "app"],
+            ["role", "grant-permission", "app", "readwrite", "app/", "--prefix=true"],
+            ["user", "grant-role", "alice", "app"],
+            ["auth", "enable"],
+        ):
+            assert etcdctl(ep, *args).returncode == 0, args
+
+        ok = metaledger(ep, "put", "app/x", "1", "--user", "alice:alicepw")
+        assert ok.returncode == 0, ok.stderr
+        got = metaledger(ep, "get", "app/x", "--user", "alice", "--password", "alicepw")
+        assert got.returncode == 0 and "1" in got.stdout, got.stderr
+        denied = metaledger(ep, "put", "other", "1", "--user", "alice:alicepw")
+        assert denied.returncode != 0
+        assert "permission_denied: etcdserver: permission denied" in denied.stderr
+        anonymous = metaledger(ep, "get", "app/x")
+        assert anonymous.returncode != 0 and "user name is empty" in anonymous.stderr
+        wrong = metaledger(ep, "get", "app/x", "--user", "alice:nope")
+        assert wrong.returncode != 0 and "authentication failed" in wrong.stderr
+
+        with Client([ep], user="alice", password="alicepw", timeout_s=20) as client:
+            client.put(b"app/y", b"2")
+            cluster.restart(0)  # simple tokens live in the node's memory: this one is gone
+            cluster.wait_ready()
+            client.put(b"app/y", b"3")  # UNAUTHENTICATED once, then authenticated again
+            assert client.get(b"app/y").kvs[0].value == b"3"
