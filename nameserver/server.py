@@ -38,7 +38,8 @@ from nameserver.kv.service import KVService
 from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
 from nameserver.leases.service import LeaseService
-from nameserver.metrics import REJECTIONS, Metric, MetricsServer, health_metrics
+from nameserver.metrics import MetricsServer
+from nameserver.node_metrics import node_metrics
 from nameserver.offsets.service import OffsetsService
 from nameserver.quotas.service import QuotasService
 from nameserver.remoting.server import RemotingServer
@@ -263,7 +264,9 @@ class Node:
             ssl=tls.server_context(config.client_tls),
         )
         self.metrics = MetricsServer(
-            self._metrics, self._health_reason, ssl=tls.server_context(config.client_tls)
+            lambda: node_metrics(self),
+            self._health_reason,
+            ssl=tls.server_context(config.client_tls),
         )
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
@@ -354,90 +357,6 @@ class Node:
                 alarm_text(a.member_id, a.alarm).strip() for a in raised
             )
         return ""
-
-    def _metrics(self) -> list[Metric]:
-        """What ``GET /metrics`` shows (cheap reads of in-memory state only)."""
-        st = self.log.engine_status()
-        off = self.log.offsets()
-        image = self.state.image
-        node = {"node": self.config.node_id}
-
-        def gauge(name: str, help_text: str, value: float) -> Metric:
-            return (f"metaledger_{name}", help_text, "gauge", [(node, value)])
-
-        def counter(name: str, help_text: str, value: float) -> Metric:
-            return (f"metaledger_{name}", help_text, "counter", [(node, value)])
-
-        return [
-            gauge(
-                "end_offset", "Last offset in this node's log, committed or not.", off.end_offset
-            ),
-            gauge(
-                "commit_offset", "Last offset known replicated to a majority.", off.commit_offset
-            ),
-            gauge(
-                "apply_offset",
-                "Last offset built into this node's image (what eventual route reads see).",
-                off.apply_offset,
-            ),
-            gauge(
-                "applied_lag", "commit_offset - apply_offset.", off.commit_offset - off.apply_offset
-            ),
-            gauge("flushed_offset", "Last change-log offset written to disk.", off.flushed_offset),
-            gauge("kv_history_versions", "Past kv versions kept.", self.kv_history.version_count),
-            gauge("kv_history_floor", "Oldest readable kv revision.", self.kv_history.floor),
-            gauge("kv_compact_revision", "kv compaction revision.", image.mvcc.compact_revision),
-            gauge("term", "Raft term.", st.term),
-            (
-                "metaledger_role",
-                "1 for this node's role.",
-                "gauge",
-                [({**node, "role": st.role}, 1)],
-            ),
-            gauge("has_quorum", "1 if this node sees a quorum.", 1 if st.has_quorum else 0),
-            counter(
-                "items_proposed_total", "Consensus items proposed here.", self.log.items_proposed
-            ),
-            counter(
-                "requests_proposed_total",
-                "Requests proposed here (several share one item: group commit).",
-                self.log.requests_proposed,
-            ),
-            counter(
-                "grpc_extra_accepts_total",
-                "Calls of the hot gRPC methods taken by the extra accepts (--grpc-acceptors).",
-                self.acceptors.accepted if self.acceptors is not None else 0,
-            ),
-            gauge("watchers", "Watchers registered on this node.", self.watch_hub.watchers),
-            counter(
-                "route_reads_total",
-                "Route reads served from this node's image (remoting and gRPC).",
-                self.routes.route_reads,
-            ),
-            gauge(
-                "remoting_connections",
-                "Open remoting connections.",
-                self.remoting.connection_count,
-            ),
-            (
-                "metaledger_remoting_connections_closed_total",
-                "Remoting connections the node closed, by reason.",
-                "counter",
-                [
-                    ({**node, "reason": reason}, value)
-                    for reason, value in (
-                        ("idle", self.remoting.idle_closed),
-                        ("frame_timeout", self.remoting.frame_timeouts),
-                        ("over_limit", self.remoting.refused),
-                        ("protocol_error", self.remoting.protocol_errors),
-                    )
-                ],
-            ),
-            *health_metrics(self.log.health, node),
-            REJECTIONS.metric(node),
-            gauge("kv_keys", "Keys in the kv record type.", len(image.kv)),
-            gauge("leases", "Live leases.", len(image.leases)),
-        ]
 
     async def _announce(self) -> None:
         """Write this node's member record (client URLs) into the log once a leader exists."""
