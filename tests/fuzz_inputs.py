@@ -30,7 +30,6 @@ import os
 import random
 import ssl
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -268,13 +267,14 @@ def grpc_payloads(rng: random.Random, method: Method, n: int) -> list[Case]:
 
 # ----------------------------------------------------------------------------- remoting
 _I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
 
 
 def remoting_frame(header: bytes, body: bytes = b"", serialize_type: int = 0) -> bytes:
     """A frame as RocketMQ lays it out, lengths computed right."""
     return (
         _I32.pack(4 + len(header) + len(body))
-        + _I32.pack((serialize_type << 24) | len(header))
+        + _U32.pack((serialize_type << 24 | len(header)) & 0xFFFFFFFF)
         + header
         + body
     )
@@ -351,7 +351,8 @@ def remoting_cases(rng: random.Random, n: int) -> list[Case]:
         ("length-huge", _I32.pack(2**31 - 1) + b"\x00" * 64),
         ("length-over-limit", _I32.pack(16 * 1024 * 1024 + 1)),
         ("header-longer-than-frame", _I32.pack(8) + _I32.pack(1000) + b"{}{}"),
-        ("header-length-negative", _I32.pack(8) + _I32.pack(0x00FFFFFF) + b"{}{}"),
+        ("header-length-24-bits", _I32.pack(8) + _I32.pack(0x00FFFFFF) + b"{}{}"),
+        ("header-field-negative", _I32.pack(8) + _I32.pack(-1) + b"{}{}"),
         ("serialize-type-unknown", remoting_frame(json_header(105), serialize_type=7)),
         ("serialize-type-255", remoting_frame(json_header(105), serialize_type=255)),
         ("header-not-json", remoting_frame(b"{code: 105")),
@@ -520,5 +521,3 @@ def _flip(rng: random.Random, data: bytes) -> bytes:
         out[rng.randrange(len(out))] ^= 1 << rng.randrange(8)
     return bytes(out)
 
-
-Generator = Callable[[random.Random, int], list[Case]]
