@@ -432,17 +432,32 @@ def _peer_len(payload: bytes) -> bytes:
     return len(payload).to_bytes(4, "little") + payload
 
 
-def peer_frames(rng: random.Random, n: int, *, max_term: int) -> list[Case]:
+def peer_message(mtype: int, term: int, *, kind: int = 0, offset: int = 0, data: bytes = b"") -> bytes:
+    """One framed message without entries."""
+    return _peer_len(_PEER_HEAD.pack(mtype, kind << 4, term, 0, 0, 0, 0, offset, 0) + data)
+
+
+def peer_frames(
+    rng: random.Random, n: int, *, max_term: int, members: tuple[str, ...] = ()
+) -> list[Case]:
     """Frames to send on an authenticated Raft connection (``raftlog/native/messages.py``
     wire: 4-byte little-endian length, then a message). Terms stay at or below
     ``max_term`` where the frame decodes as a message: a frame carrying a higher term is a
-    legitimate (authenticated) new term, which no fuzz must be blamed for."""
+    legitimate (authenticated) new term, which no fuzz must be blamed for. PROPOSE (10) is
+    taken at any term: a garbage item whose first four bytes claim 1.6 billion requests
+    (it stalled every node applying it), and membership changes of ``members``."""
+    propose = 10
     cases: list[Case] = [
         ("keepalives", b"\x00\x00\x00\x00" * 5),
         ("length-over-limit", (64 * 1024 * 1024 + 1).to_bytes(4, "little")),
         ("length-max", b"\xff\xff\xff\xff"),
         ("shorter-than-head", _peer_len(b"\x01\x00\x00")),
+        ("propose-garbage-item", peer_message(propose, 0, offset=77, data=b"garbage-not-an-item")),
+        ("propose-bad-config", peer_message(propose, 0, kind=2, data=b"\xff\xfe nothing")),
     ]
+    for member in members:
+        data = f"remove {member}".encode()
+        cases.append(("propose-remove-member", peer_message(propose, 0, kind=2, data=data)))
     for _ in range(max(1, n)):
         mtype = rng.choice((0, 1, 7, 11, 15, 16, 17, 63, 200, 255, rng.randrange(256)))
         term = rng.randint(0, max_term)
