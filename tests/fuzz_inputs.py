@@ -143,9 +143,15 @@ def _scalar(rng: random.Random, f: _d.FieldDescriptor) -> Any:
     if t == _d.FieldDescriptor.CPPTYPE_ENUM:
         known = [v.number for v in f.enum_type.values]
         return rng.choice([*known, -1, max(known) + 1, 2**31 - 1, rng.randint(-1000, 1000)])
+    # Names that exist, so requests get past validation. Never a host:port: MemberAdd of a
+    # valid peer URL to a one-node cluster is a valid request that loses quorum (as in etcd).
+    plausible = rng.random() < 0.3
     if f.type == _d.FieldDescriptor.TYPE_STRING:
+        if plausible:
+            return rng.choice(("fuzz", "broker-a", "DefaultCluster", "g"))
         return rng.choice(_STRINGS) if rng.random() < 0.5 else random_text(rng, _size(rng))
-    # bytes
+    if plausible:
+        return rng.choice((b"/fuzz/a", b"/fuzz/b", b"/fuzz0", b"/fuzz/alive"))
     return rng.choice((b"", b"\x00", b"\xff" * 8, rng.randbytes(_size(rng))))
 
 
