@@ -266,6 +266,14 @@ def grpc_payloads(rng: random.Random, method: Method, n: int) -> list[Case]:
             cases.append(("bit-flipped", bytes(flipped)))
     for _ in range(max(2, n // 2)):
         cases.append(("random-fields", random_message(rng, method.request).SerializeToString()))
+    # every string and bytes field huge: errors that quote a field must stay sendable
+    huge = random_message(rng, method.request)
+    for f in desc.fields:
+        if not f.is_repeated and f.type == _d.FieldDescriptor.TYPE_STRING:
+            setattr(huge, f.name, "\u00e9" * 100_000)
+        elif not f.is_repeated and f.type == _d.FieldDescriptor.TYPE_BYTES:
+            setattr(huge, f.name, b"k" * 200_000)
+    cases.append(("huge-fields", huge.SerializeToString()))
     bad = _bad_utf8(desc)
     if bad is not None:
         cases.append(("bad-utf8", bad))

@@ -47,6 +47,8 @@ from tests.integration.peer_wire import connect, recv_exactly, wait_closed
 pytestmark = pytest.mark.integration
 
 BAD_CODES = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+#: details that mean the client never got the node's status (or got Python's insides)
+BAD_DETAILS = ("Traceback", "metadata size exceeds")
 CALL_TIMEOUT_S = 3.0  # a unary call; streams get STREAM_TIMEOUT_S, then DEADLINE_EXCEEDED
 STREAM_TIMEOUT_S = 1.0
 CLOSE_TIMEOUT_S = 15.0  # a fuzzed connection must be answered and closed within this
@@ -203,7 +205,7 @@ def fuzz_grpc(c: Cluster, scale: int, name: str) -> Fuzzed:
                     unknown_ok = service != "unknown" or code == "UNIMPLEMENTED"
                     if (
                         code in (b.name for b in BAD_CODES)
-                        or "Traceback" in details
+                        or any(bad in details for bad in BAD_DETAILS)
                         or not unknown_ok
                     ):
                         fuzzed.failures.append(
@@ -438,6 +440,33 @@ def test_client_hellos_cut_short_on_every_port(node: Cluster) -> None:
     }
     for port, probe in probes.items():
         fuzz_handshakes(port, tls=False, rng=rng, fuzzed=fuzzed, probe=probe)
+    fuzzed.check()
+    assert_serving(node)
+    assert_clean_log(node, 0, mark, fuzzed)
+
+
+def test_the_client_port_survives_raw_bytes_below_grpc(node: Cluster) -> None:
+    """Bytes that are no HTTP/2 (or HTTP/2 frames that are garbage) on the gRPC port: each
+    connection is closed, and the node answers a real client after."""
+    rng, fuzzed = start_fuzz("client-raw")
+    mark = log_mark(node, 0)
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    cases = [
+        ("http1", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ("preface-cut", preface[:10]),
+        ("preface-then-garbage", preface + rng.randbytes(200)),
+        # a frame header announcing 16 MiB of a SETTINGS frame, then nothing
+        ("preface-huge-frame", preface + b"\xff\xff\xff\x04\x00\x00\x00\x00\x00"),
+        ("preface-bad-settings", preface + b"\x00\x00\x05\x04\x00\x00\x00\x00\x00" + b"\x01" * 5),
+    ]
+    cases += [("random", rng.randbytes(rng.choice((1, 24, 500)))) for _ in range(10)]
+    for kind, data in cases:
+        got, closed = send_and_drain(node.nodes[0].client_port, data)
+        fuzzed.count(kind)
+        if not closed:
+            fuzzed.failures.append(f"client port {kind} ({brief(data)}): not closed")
+        if b"Traceback" in got:
+            fuzzed.failures.append(f"client port {kind}: {brief(got, 300)}")
     fuzzed.check()
     assert_serving(node)
     assert_clean_log(node, 0, mark, fuzzed)
