@@ -53,7 +53,7 @@ CALL_TIMEOUT_S = 3.0  # a unary call; streams get STREAM_TIMEOUT_S, then DEADLIN
 STREAM_TIMEOUT_S = 1.0
 CLOSE_TIMEOUT_S = 15.0  # a fuzzed connection must be answered and closed within this
 WORKERS = 8
-#: lines a node may log while being fuzzed only if none is there (the node's own faults)
+#: marks of a fault of the node itself in its log: none may appear while it is fuzzed
 FAULT_MARKS = ("Traceback", " ERROR ", " CRITICAL ")
 
 
