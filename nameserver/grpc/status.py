@@ -13,6 +13,11 @@ key not found", ...), so messages start with etcd's text and add what metaledger
     raftlog.NoSpaceError                   RESOURCE_EXHAUSTED "etcdserver: mvcc: database space exceeded ..."
     raftlog.UnsafeReconfigurationError     FAILED_PRECONDITION "etcdserver: re-configuration failed ..."
     anything else                          INTERNAL "metaledger: internal error: ..."
+
+A message is at most :data:`MAX_MESSAGE_BYTES` of UTF-8 (cut with a note saying so): it
+travels percent-encoded in a trailer, and a client drops trailers past its metadata limit
+(8 KiB by default), so an error that quotes a huge field of the request would reach the
+client as RESOURCE_EXHAUSTED "received metadata size exceeds hard limit" instead.
 """
 
 from __future__ import annotations
@@ -21,9 +26,23 @@ import grpc
 
 from nameserver.errors import NameserverError, of_raftlog
 
+#: The longest status message, in UTF-8 bytes (x3 at most once percent-encoded).
+MAX_MESSAGE_BYTES = 1024
+
+
+def bounded(message: str) -> str:
+    """``message``, cut to MAX_MESSAGE_BYTES of UTF-8 (with a note) if it is longer."""
+    raw = message.encode("utf-8", errors="replace")
+    if len(raw) <= MAX_MESSAGE_BYTES:
+        return message
+    note = f"... (message cut: {len(raw)} bytes)"
+    return raw[: MAX_MESSAGE_BYTES - len(note)].decode("utf-8", errors="ignore") + note
+
 
 def to_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     error = of_raftlog(exc) or exc
     if isinstance(error, NameserverError):
-        return error.status, str(error)
-    return grpc.StatusCode.INTERNAL, f"metaledger: internal error: {type(exc).__name__}: {exc}"
+        return error.status, bounded(str(error))
+    return grpc.StatusCode.INTERNAL, bounded(
+        f"metaledger: internal error: {type(exc).__name__}: {exc}"
+    )

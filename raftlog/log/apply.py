@@ -178,6 +178,8 @@ class Apply(LogBase):
             try:
                 requests = decode_item(data, first, term)
             except Exception as exc:
+                # Its count is whatever its first four bytes say (up to 2**32 - 1): the
+                # offsets it numbered are skipped as one no-op range, never one by one.
                 count = item_count(data)
                 log.error(
                     "offsets %d..%d: not a metaledger item (%s); applied as no-ops",
@@ -185,7 +187,8 @@ class Apply(LogBase):
                     first + count - 1,
                     exc,
                 )
-                requests = [[] for _ in range(count)]
+                last = max(last, first + count - 1)
+                continue
             for i, entries in enumerate(requests):
                 offset = first + i
                 if offset <= last:

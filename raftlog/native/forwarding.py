@@ -2,7 +2,8 @@
 
 A leader appends a proposal to its own log; a follower forwards it (a PROPOSE message
 with a request id) and answers its caller when the leader's PROPOSE_RESP says where the
-entry landed and that index is delivered; with no leader known, it waits up to
+entry landed and that index is delivered (a PROPOSE from an address that is not a voter's
+is refused); with no leader known, it waits up to
 ``wait_leader_ms`` for one. Forwards lost with a connection that is not up yet are answered
 "not leader" at once (the client retries). Read indexes (§6.4) go through the core and are
 answered once this node delivered up to them.
@@ -90,6 +91,11 @@ class Forwarding(EngineBase):
         """Leader: a follower forwards a proposal; the follower waits for the commit."""
         core = self.core
         try:
+            if m.src not in core.voters:
+                # The handshake proves the dialer knows the cluster password, not that the
+                # address it claims is a member's; only a member forwards its clients'
+                # proposals (and a removed one no longer may).
+                raise ProposeError(f"{m.src} is not a member of this cluster")
             index, term = self._propose_here(m.data, m.kind, None)
         except ProposeError as err:
             code = _REJECT_NOT_LEADER if isinstance(err, NotLeaderError) else _REJECT_REFUSED

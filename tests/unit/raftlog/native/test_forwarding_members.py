@@ -1,0 +1,59 @@
+"""A leader takes forwarded proposals from members only (raftlog/native/forwarding.py).
+
+The peer handshake proves that a dialer knows the cluster password, not that the address
+it claims in its hello is a member's. The fuzz run (``tests/integration/test_fuzz_ports.py``)
+dialled as ``127.0.0.1:1`` and sent PROPOSE messages: a garbage item was appended to every
+node's log, and ``remove <member>`` removed a member. A PROPOSE from an address that is not
+a voter is now refused with a PROPOSE_RESP naming why; nothing is appended.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from raftlog.native.forwarding import Forwarding
+from raftlog.native.messages import KIND_CONFIG, KIND_NORMAL, Message, MsgType
+
+VOTERS = ("127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003")
+
+
+class _Leader(Forwarding):
+    """Forwarding's PROPOSE handling with a fake core, a recorded outbox and log."""
+
+    def __init__(self) -> None:  # no engine: only what _on_propose touches
+        self._core: Any = SimpleNamespace(term=4, voters=VOTERS)
+        self.sent: list[tuple[str, Message]] = []
+        self.appended: list[tuple[bytes, int]] = []
+
+    def _send(self, to: str, m: Message) -> None:
+        self.sent.append((to, m))
+
+    def _propose_here(self, data: bytes, kind: int, callback: object) -> tuple[int, int]:
+        self.appended.append((data, kind))
+        return 9, 4
+
+
+def propose(src: str, data: bytes, kind: int = KIND_NORMAL) -> Message:
+    return Message(MsgType.PROPOSE, 0, offset=77, kind=kind, data=data, src=src)
+
+
+def test_a_member_s_forwarded_proposal_is_appended() -> None:
+    leader = _Leader()
+    leader._on_propose(propose(VOTERS[1], b"item"))
+    assert leader.appended == [(b"item", KIND_NORMAL)]
+    [(to, resp)] = leader.sent
+    assert to == VOTERS[1] and resp.type == MsgType.PROPOSE_RESP
+    assert not resp.reject and (resp.offset, resp.index, resp.log_term) == (77, 9, 4)
+
+
+def test_a_proposal_from_an_address_that_is_no_member_s_is_refused() -> None:
+    leader = _Leader()
+    remove = b"remove " + VOTERS[0].encode()
+    for kind, data in ((KIND_NORMAL, b"\xff\xff\xff\x7fgarbage"), (KIND_CONFIG, remove)):
+        leader._on_propose(propose("127.0.0.1:1", data, kind))
+    assert leader.appended == []
+    assert [to for to, _ in leader.sent] == ["127.0.0.1:1"] * 2
+    for _, resp in leader.sent:
+        assert resp.type == MsgType.PROPOSE_RESP and resp.reject and resp.offset == 77
+        assert b"127.0.0.1:1 is not a member of this cluster" in resp.data
