@@ -13,10 +13,9 @@ nor shows a Python traceback, to the client or in its log.
   another connection.
 - metrics (HTTP): garbage requests, huge heads, slow partial requests (bounded).
 - peer: ``test_fuzz_peer_port.py`` (3 nodes).
-- TLS: ClientHellos cut short, through :func:`fuzz_handshakes`, on every port. Until the
-  TLS flags exist the ports are plain text and the hook runs with ``tls=False`` (the cut
-  ClientHellos are then garbage to a plain-text port, itself a case worth having); the TLS
-  run is added with the TLS part of issue 20.
+- TLS: ClientHellos cut short, through :func:`fuzz_handshakes`, on every port of a node
+  serving TLS with client certificates (then a real TLS client is served on each), and on
+  the plain-text ports (where they are garbage from a TLS client pointed at the wrong port).
 
 Seeded: each test prints its seed; ``METALEDGER_FUZZ_SEED=<seed>`` replays it and
 ``METALEDGER_FUZZ_CASES=<k>`` runs k times the cases (the ``slow`` tests run 8 times).
@@ -28,10 +27,12 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
@@ -43,6 +44,7 @@ from raftlog.native.auth import GREETING_BYTES, MAGIC
 from tests import fuzz_inputs as fz
 from tests.harness import CHANNEL_OPTIONS, Cluster
 from tests.integration.peer_wire import connect, recv_exactly, wait_closed
+from tests.tls_harness import Pki, TlsCluster
 
 pytestmark = pytest.mark.integration
 
@@ -406,8 +408,7 @@ def fuzz_handshakes(
     may be a traceback, and ``probe()`` (a request on a fresh connection) must still
     succeed afterwards. With ``tls=True`` the port serves TLS, and the cut hellos are what
     a broken TLS client sends; with ``tls=False`` they are garbage to a plain-text port
-    (a TLS client pointed at it). The TLS run is added with issue 20's TLS flags; the
-    caller then passes a probe that completes a real TLS handshake."""
+    (a TLS client pointed at it); the TLS run's probes complete a real TLS handshake."""
     for kind, data in fz.client_hello_cut_short(rng):
         got, closed = send_and_drain(port, data)
         fuzzed.count(f"{'tls' if tls else 'plain'}-{kind.split('-')[0]}")
@@ -423,7 +424,7 @@ def fuzz_handshakes(
 
 
 def test_client_hellos_cut_short_on_every_port(node: Cluster) -> None:
-    """Plain-text ports for now (see fuzz_handshakes): client, remoting, metrics, peer."""
+    """Plain-text ports (a TLS client pointed at them): client, remoting, metrics, peer."""
     rng, fuzzed = start_fuzz("tls-hello")
     mark = log_mark(node, 0)
     spec = node.nodes[0]
@@ -443,6 +444,55 @@ def test_client_hellos_cut_short_on_every_port(node: Cluster) -> None:
     fuzzed.check()
     assert_serving(node)
     assert_clean_log(node, 0, mark, fuzzed)
+
+
+def test_client_hellos_cut_short_on_every_tls_port(tmp_path: Path) -> None:
+    """The same cut ClientHellos against a node serving TLS (client certificates required)
+    on all four ports; after them a real TLS client is served on each."""
+    pki = Pki.make(tmp_path / "pki", nodes=1)
+    c = TlsCluster(tmp_path / "c", 1, pki, pki.serve_flags(peer=True))
+    failed = True
+    try:
+        c.wait_ready(60)
+        rng, fuzzed = start_fuzz("tls-hello-tls")
+        mark = log_mark(c, 0)
+        spec = c.nodes[0]
+        ctx = pki.ssl_context()
+
+        def tls_socket(port: int) -> ssl.SSLSocket:
+            raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+            return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+
+        def remoting_over_tls() -> None:
+            with tls_socket(spec.remoting_port) as s:
+                remoting_answers(spec.remoting_port, s)
+
+        def metrics_over_tls() -> None:
+            with tls_socket(spec.metrics_port) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                got = b""
+                while chunk := s.recv(65_536):
+                    got += chunk
+            assert got.startswith(b"HTTP/1.1 200 OK") and b"metaledger_" in got, got[:200]
+
+        def peer_over_tls() -> None:
+            with tls_socket(spec.peer_port) as s:
+                assert recv_exactly(s, GREETING_BYTES).startswith(MAGIC)
+
+        probes = {
+            spec.client_port: lambda: c.status(0, timeout=10),
+            spec.remoting_port: remoting_over_tls,
+            spec.metrics_port: metrics_over_tls,
+            spec.peer_port: peer_over_tls,
+        }
+        for port, probe in probes.items():
+            fuzz_handshakes(port, tls=True, rng=rng, fuzzed=fuzzed, probe=probe)
+        fuzzed.check()
+        assert_serving(c)
+        assert_clean_log(c, 0, mark, fuzzed)
+        failed = False
+    finally:
+        c.close(failed=failed)
 
 
 def test_the_client_port_survives_raw_bytes_below_grpc(node: Cluster) -> None:
