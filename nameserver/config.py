@@ -277,6 +277,20 @@ _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _GO_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
+def parse_go_duration(text: str) -> float:
+    """Go's ``time.ParseDuration`` (what etcd's duration flags take: "1h30m", "10m", "5s",
+    "250ms"), in seconds. ValueError if it is not one."""
+    pos, total = 0, 0.0
+    for m in _GO_DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _GO_UNITS_S[m.group(2)]
+        pos = m.end()
+    if not text or pos != len(text):
+        raise ValueError(f"{text!r} is not a duration (e.g. 1h, 30m, 90s)")
+    return total
+
+
 def parse_auto_compaction_retention(mode: str, text: str) -> float:
     """etcd's --auto-compaction-retention (embed/etcd.go parseCompactionRetention): a bare
     integer is hours (periodic) or revisions (revision); periodic also takes a Go duration
@@ -287,15 +301,12 @@ def parse_auto_compaction_retention(mode: str, text: str) -> float:
         return float(n * 3600 if mode == "periodic" else n)
     if mode == "revision":
         raise ValueError(f"{text!r} is not a number of revisions (revision mode)")
-    pos, total = 0, 0.0
-    for m in _GO_DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _GO_UNITS_S[m.group(2)]
-        pos = m.end()
-    if not text or pos != len(text):
-        raise ValueError(f"{text!r} is not a duration (e.g. 1h, 30m, 90s) or a number of hours")
-    return total
+    try:
+        return parse_go_duration(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a duration (e.g. 1h, 30m, 90s) or a number of hours"
+        ) from None
 
 
 def _validate_auth(config: ServerConfig) -> None:

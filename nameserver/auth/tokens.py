@@ -19,12 +19,12 @@ import base64
 import hashlib
 import hmac
 import json
-import re
 import secrets
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from nameserver.config import parse_go_duration
 from nameserver.errors import InvalidArgument
 
 DEFAULT_SIMPLE_TTL_S = 300  # etcd's simpleTokenTTLDefault
@@ -210,21 +210,14 @@ class JwtTokens:
         return None
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
-_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
 def parse_duration_s(text: str) -> float:
     """Go's ``time.ParseDuration`` for the forms etcd's ``ttl=`` takes ("5m", "1h30m", "10s")."""
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_S[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise InvalidArgument(f"auth-token: ttl {text!r} is not a duration (e.g. 5m, 300s)")
-    return total
+    try:
+        return parse_go_duration(text)
+    except ValueError:
+        raise InvalidArgument(
+            f"auth-token: ttl {text!r} is not a duration (e.g. 5m, 300s)"
+        ) from None
 
 
 def parse_token_spec(spec: str) -> dict[str, str]:
