@@ -291,7 +291,11 @@ class Node:
         rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), table)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), table)
         add_watch_service(
-            WatchService(self.watch_hub, self.config.watch_progress_notify_interval_ms / 1000),
+            WatchService(
+                self.watch_hub,
+                self.config.watch_progress_notify_interval_ms / 1000,
+                self.authorizer.watch_refusal,
+            ),
             table,
         )
         offsets_pb2_grpc.add_OffsetsServicer_to_server(OffsetsService(self.ctx, self.leases), table)

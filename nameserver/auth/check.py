@@ -24,6 +24,7 @@ from nameserver.auth import errors
 from nameserver.auth.records import READ, READWRITE, WRITE, AuthImage, User
 from nameserver.auth.rules import OPEN, ROLE_OR_ROOT, ROOT, RULES, SELF_OR_ROOT, USER, Need
 from nameserver.auth.tokens import TokenProvider
+from nameserver.errors import Rejected
 from nameserver.state.image import MetadataImage
 
 TOKEN_METADATA = "token"  # etcd's rpctypes.TokenFieldNameGRPC
@@ -225,6 +226,38 @@ class Authorizer:
         metadata = context.invocation_metadata()
         user = self.user_of_token(_token(metadata))  # from here on, an invalid token fails
         self.check_needs(image, user, rule, request)
+
+    def watch_refusal(self, context: Any) -> Callable[[bytes, bytes], str | None]:
+        """The check of each watch create of one stream (etcd's ``isWatchPermitted``, per
+        create, with the stream's token): None when permitted or auth is off, else the
+        cancel reason the create is answered with (the stream stays open): the error's
+        Go status text, as etcd's ``rpctypes.ErrGRPC...Error()``."""
+
+        def refusal(key: bytes, range_end: bytes) -> str | None:
+            image = self._image()
+            auth = image.auth
+            if auth is not self._cache_of:
+                self._refresh(auth)
+            if not auth.enabled:
+                return None
+            try:
+                user = self.user_of_token(_token(context.invocation_metadata()))
+                if user is None:
+                    raise errors.UserEmpty()
+                if not self._allowed(auth, user, ((key, range_end, "read"),)):
+                    raise errors.PermissionDenied()
+            except Rejected as exc:
+                return go_status_text(exc)
+            return None
+
+        return refusal
+
+
+def go_status_text(exc: Rejected) -> str:
+    """``exc`` as etcd puts a gRPC error into a cancel reason: the Go status error's text,
+    ``rpc error: code = PermissionDenied desc = etcdserver: permission denied``."""
+    code = "".join(part.capitalize() for part in exc.status.name.split("_"))
+    return f"rpc error: code = {code} desc = {exc}"
 
 
 def _token(metadata: Sequence[tuple[str, Any]] | None) -> str | None:

@@ -12,11 +12,15 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from nameserver.client import Client
+from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from tests.etcd_harness import EtcdServer, etcdctl
 from tests.harness import running_cluster
 
@@ -42,6 +46,9 @@ SEQUENCE: list[tuple[list[str], list[str]]] = [
     ([], ["user", "grant-role", "alice", "r1"]),
     ([], ["auth", "enable"]),
     ([], ["put", "foo/a", "1"]),  # no user: "user name is empty"
+    ([], ["watch", "foo/a"]),  # a watch create refused in band: "watch was canceled (...)"
+    (ALICE, ["watch", "bar", "--prefix"]),  # "bar" is read only: the prefix is not
+    (["--user=alice:wrong"], ["watch", "foo/a"]),
     ([], ["get", "foo/a"]),
     (ALICE, ["put", "foo/a", "1"]),
     (ALICE, ["get", "foo/a"]),
@@ -121,6 +128,89 @@ def test_the_same_etcdctl_auth_sequence_answers_as_etcd_does(tmp_path: Path) -> 
             assert normalised(ours_r.stderr) == normalised(theirs_r.stderr), (
                 f"{what}: errors differ\nours: {ours_r.stderr}\netcd: {theirs_r.stderr}"
             )
+
+
+def _watch_stream(endpoint: str, user: str, password: str) -> list[rpc_pb2.WatchResponse]:
+    """On ONE Watch stream as ``user``: a create on a key the user may not read, then one on
+    a key it may, then a put of that key: the responses up to its event (or a stream error)."""
+    target = endpoint.removeprefix("http://")
+    with grpc.insecure_channel(target) as channel:
+        auth = rpc_pb2_grpc.AuthStub(channel)
+        token = auth.Authenticate(
+            rpc_pb2.AuthenticateRequest(name=user, password=password), timeout=10
+        ).token
+        md = (("token", token),)
+        creates = [
+            rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(key=b"bar")),
+            rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(key=b"foo/w")),
+        ]
+        sent = threading.Event()
+
+        def requests() -> Iterator[rpc_pb2.WatchRequest]:
+            yield from creates
+            sent.wait(20)  # the stream stays open (half-closing it would end etcd's)
+
+        responses: list[rpc_pb2.WatchResponse] = []
+        stream = rpc_pb2_grpc.WatchStub(channel).Watch(requests(), metadata=md, timeout=20)
+        try:
+            for r in stream:
+                responses.append(r)
+                if r.created and not r.canceled:
+                    kv = rpc_pb2_grpc.KVStub(channel)
+                    kv.Put(rpc_pb2.PutRequest(key=b"foo/w", value=b"1"), metadata=md, timeout=10)
+                if r.events:
+                    break
+        finally:
+            sent.set()
+            stream.cancel()
+        return responses
+
+
+def _shape(r: rpc_pb2.WatchResponse) -> tuple[object, ...]:
+    return (
+        r.created,
+        r.canceled,
+        r.cancel_reason,
+        r.watch_id,
+        [(e.type, e.kv.key, e.kv.value) for e in r.events],
+    )
+
+
+def test_a_watch_the_user_may_not_read_is_cancelled_and_the_stream_stays_open(
+    tmp_path: Path,
+) -> None:
+    """etcd 3.4 (v3rpc/watch.go) answers a refused create with created+canceled, watch id
+    -1 and the reason, and the stream serves the user's other watches."""
+    setup = [
+        ["user", "add", "root:rootpw"],
+        ["user", "add", "alice:alicepw"],
+        ["role", "add", "r1"],
+        ["role", "grant-permission", "r1", "readwrite", "foo/", "--prefix=true"],
+        ["user", "grant-role", "alice", "r1"],
+        ["auth", "enable"],
+    ]
+    with (
+        EtcdServer(tmp_path / "etcd") as etcd,
+        running_cluster(tmp_path / "ml", 1, extra_args=["--bcrypt-cost=4"]) as cluster,
+    ):
+        etcd.wait_ready()
+        shapes = []
+        for ep in (etcd.endpoint, cluster.endpoints[0]):
+            for args in setup:
+                assert etcdctl(ep, *args).returncode == 0, (ep, args)
+            shapes.append([_shape(r) for r in _watch_stream(ep, "alice", "alicepw")])
+        assert shapes[0] == [
+            (
+                True,
+                True,
+                "rpc error: code = PermissionDenied desc = etcdserver: permission denied",
+                -1,
+                [],
+            ),
+            (True, False, "", 0, []),
+            (False, False, "", 0, [(0, b"foo/w", b"1")]),
+        ]
+        assert shapes[1] == shapes[0]
 
 
 def metaledger(cluster_endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
