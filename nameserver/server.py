@@ -220,6 +220,7 @@ class Node:
             lambda: self.state.image,
             token_provider(config.auth_token, config.auth_token_ttl_s),
             node_credential(config.cluster_password or ""),
+            cert_names=config.client_tls.client_cert_auth,
         )
         floor_path = os.path.join(config.data_dir, FLOOR_FILE)
         self.watch_hub = WatchHub(

@@ -9,6 +9,9 @@ request's ranges are checked against them: a key is permitted when an interval h
 a range [key, range_end) when the intervals cover all of it (etcd's interval tree
 ``Contains``); range_end ``\\x00`` means "to the end of the keyspace" on both sides.
 
+A call without a token, on a node that verifies client certificates, is the user its
+certificate's common name names (etcd's ``AuthInfoFromTLS``).
+
 Errors as etcd answers them: no token -> "user name is empty" (INVALID_ARGUMENT); a token
 not valid here -> "invalid auth token" (UNAUTHENTICATED); not permitted -> "permission
 denied" (PERMISSION_DENIED); a token of a user since deleted -> "permission denied".
@@ -110,10 +113,15 @@ class Authorizer:
         image: Callable[[], MetadataImage],
         tokens: TokenProvider,
         node_token: str | None = None,
+        cert_names: bool = False,
     ) -> None:
+        """``cert_names``: the node verifies client certificates (``--client-cert-auth``);
+        a call without a token is then the user its certificate's common name names
+        (etcd's ``AuthInfoFromTLS``)."""
         self._image = image
         self.tokens = tokens
         self._node_token = node_token
+        self._cert_names = cert_names
         self._cache_of: AuthImage | None = None
         self._cache: dict[str, Permissions] = {}
 
@@ -223,9 +231,17 @@ class Authorizer:
         rule = RULES.get(path, ROOT)
         if rule == OPEN:
             return
-        metadata = context.invocation_metadata()
-        user = self.user_of_token(_token(metadata))  # from here on, an invalid token fails
+        user = self.caller(context)  # from here on, an invalid token fails
         self.check_needs(image, user, rule, request)
+
+    def caller(self, context: Any) -> str | None:
+        """The user of a call (etcd's ``EtcdServer.AuthInfoFromCtx``): its token's; without
+        one, under client-cert-auth, the common name of its verified certificate; else
+        None. Raises Unauthenticated for a token not valid here."""
+        user = self.user_of_token(_token(context.invocation_metadata()))
+        if user is None and self._cert_names:
+            user = _common_name(context)
+        return user
 
     def watch_refusal(self, context: Any) -> Callable[[bytes, bytes], str | None]:
         """The check of each watch create of one stream (etcd's ``isWatchPermitted``, per
@@ -241,7 +257,7 @@ class Authorizer:
             if not auth.enabled:
                 return None
             try:
-                user = self.user_of_token(_token(context.invocation_metadata()))
+                user = self.caller(context)
                 if user is None:
                     raise errors.UserEmpty()
                 if not self._allowed(auth, user, ((key, range_end, "read"),)):
@@ -258,6 +274,13 @@ def go_status_text(exc: Rejected) -> str:
     ``rpc error: code = PermissionDenied desc = etcdserver: permission denied``."""
     code = "".join(part.capitalize() for part in exc.status.name.split("_"))
     return f"rpc error: code = {code} desc = {exc}"
+
+
+def _common_name(context: Any) -> str | None:
+    """The CN of the call's verified client certificate (grpc's auth context)."""
+    auth_context = getattr(context, "auth_context", None)
+    names = auth_context().get("x509_common_name") if auth_context is not None else None
+    return bytes(names[0]).decode(errors="replace") if names else None
 
 
 def _token(metadata: Sequence[tuple[str, Any]] | None) -> str | None:

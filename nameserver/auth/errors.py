@@ -12,6 +12,8 @@ port :class:`PermissionDenied` and :class:`Unauthenticated` answer RocketMQ's NO
     │   ├── RoleNotGranted / PermissionNotGranted / AuthNotEnabled
     ├── InvalidArgument
     │   ├── UserEmpty / RoleEmpty / AuthFailed / InvalidAuthMgmt / AuthOldRevision
+    ├── NoPasswordUser             UNKNOWN "auth: authentication failed, password was given
+    │                              for no password user" (etcd 3.4 has no gRPC code for it)
     ├── PermissionDenied           PERMISSION_DENIED "etcdserver: permission denied"
     └── Unauthenticated            UNAUTHENTICATED   "etcdserver: invalid auth token"
 """
@@ -87,6 +89,12 @@ class InvalidAuthMgmt(_Fixed, InvalidArgument):
 
 class AuthOldRevision(_Fixed, InvalidArgument):
     text = "etcdserver: revision of auth store is old"
+
+
+class NoPasswordUser(_Fixed, Rejected):
+    """etcd 3.4 maps this one to no gRPC code: UNKNOWN with the auth store's own text."""
+
+    text = "auth: authentication failed, password was given for no password user"
 
 
 class PermissionDenied(_Fixed, Rejected):

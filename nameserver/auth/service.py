@@ -59,8 +59,10 @@ class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]
         if not auth.enabled:
             raise errors.AuthNotEnabled()
         user = auth.users.get(request.name)
-        if user is None or user.no_password:
+        if user is None:
             raise errors.AuthFailed()
+        if user.no_password:  # CN based auth only (etcd's CheckPassword)
+            raise errors.NoPasswordUser()
         ok = await asyncio.to_thread(check_password, user.password_hash, request.password)
         if not ok:
             raise errors.AuthFailed()

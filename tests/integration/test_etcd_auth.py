@@ -23,6 +23,7 @@ from nameserver.client import Client
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from tests.etcd_harness import EtcdServer, etcdctl
 from tests.harness import running_cluster
+from tests.tls_harness import Pki, TlsCluster
 
 pytestmark = [
     pytest.mark.integration,
@@ -211,6 +212,56 @@ def test_a_watch_the_user_may_not_read_is_cancelled_and_the_stream_stays_open(
             (False, False, "", 0, [(0, b"foo/w", b"1")]),
         ]
         assert shapes[1] == shapes[0]
+
+
+#: TLS with client-cert-auth and auth together: (--user or None, arguments). Without a
+#: token, both servers take the user from the client certificate's CN ("client").
+TLS_SEQUENCE: list[tuple[str | None, list[str]]] = [
+    (None, ["user", "add", "root:rootpw"]),
+    (None, ["user", "add", "alice:alicepw"]),
+    (None, ["role", "add", "r1"]),
+    (None, ["role", "grant-permission", "r1", "readwrite", "foo/", "--prefix=true"]),
+    (None, ["user", "grant-role", "alice", "r1"]),
+    (None, ["auth", "enable"]),
+    ("alice:alicepw", ["put", "foo/a", "1"]),
+    ("alice:alicepw", ["get", "foo/a"]),
+    ("alice:alicepw", ["put", "bar", "1"]),
+    ("alice:wrong", ["get", "foo/a"]),
+    (None, ["get", "foo/a"]),  # CN "client": no such user
+    ("root:rootpw", ["user", "add", "client", "--no-password"]),
+    ("root:rootpw", ["user", "grant-role", "client", "r1"]),
+    (None, ["get", "foo/a"]),  # CN "client" may read foo/
+    (None, ["put", "foo/b", "2"]),
+    (None, ["put", "zzz", "1"]),
+    (None, ["user", "list"]),
+    (None, ["watch", "zzz"]),
+    ("client:x", ["get", "foo/a"]),  # a user without a password cannot authenticate
+    ("root:rootpw", ["get", "", "--prefix", "--keys-only"]),
+]
+
+
+def test_etcdctl_with_tls_and_auth_together_answers_as_etcd_does(tmp_path: Path) -> None:
+    pki = Pki.make(tmp_path / "pki", nodes=1)
+    flags = [*pki.serve_flags("n0"), "--bcrypt-cost=4"]
+    with (
+        EtcdServer(tmp_path / "etcd", extra=pki.etcd_flags(), scheme="https") as etcd,
+        TlsCluster(tmp_path / "ml", 1, pki, flags) as cluster,
+    ):
+        etcd.wait_ready(pki.etcdctl_flags())
+        cluster.wait_ready()
+        ours = f"https://{cluster.nodes[0].client_addr}"
+        for user, args in TLS_SEQUENCE:
+            tls = pki.etcdctl_flags() + ([f"--user={user}"] if user else [])
+            theirs_r = etcdctl(etcd.endpoint, *args, flags=tls)
+            ours_r = etcdctl(ours, *args, flags=tls)
+            what = f"etcdctl --user={user} {' '.join(args)}"
+            assert (ours_r.returncode, ours_r.stdout) == (theirs_r.returncode, theirs_r.stdout), (
+                f"{what}: ours exit {ours_r.returncode} {ours_r.stdout!r} {ours_r.stderr}\n"
+                f"etcd exit {theirs_r.returncode} {theirs_r.stdout!r} {theirs_r.stderr}"
+            )
+            assert normalised(ours_r.stderr) == normalised(theirs_r.stderr), (
+                f"{what}: errors differ\nours: {ours_r.stderr}\netcd: {theirs_r.stderr}"
+            )
 
 
 def metaledger(cluster_endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
