@@ -21,16 +21,34 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from nameserver.auth import errors
+from nameserver.auth.apply import revision_entry
 from nameserver.auth.records import READ, READWRITE, WRITE, AuthImage, User
 from nameserver.auth.rules import OPEN, ROLE_OR_ROOT, ROOT, RULES, SELF_OR_ROOT, USER, Need
 from nameserver.auth.tokens import TokenProvider
 from nameserver.errors import Rejected
 from nameserver.state.image import MetadataImage
+from raftlog import Entry
 
 TOKEN_METADATA = "token"  # etcd's rpctypes.TokenFieldNameGRPC
+
+#: The auth revision the running gRPC call's key permissions were checked at (None: not
+#: checked, auth off, or not a key rule). Set by :meth:`Authorizer.check` in the call's own
+#: task; :func:`checked_entries` puts it in front of what the call proposes.
+CHECKED_AT: ContextVar[int | None] = ContextVar("metaledger_auth_checked_at", default=None)
+
+
+def checked_entries(entries: list[Entry]) -> tuple[list[Entry], bool]:
+    """``entries`` of the running call, preceded by its ``check_revision`` entry when its
+    permissions were checked (and whether they are)."""
+    revision = CHECKED_AT.get()
+    if revision is None:
+        return entries, False
+    return [revision_entry(revision), *entries], True
+
 
 #: sorted disjoint [start, end) intervals; end None = to the end of the keyspace
 Intervals = tuple[list[bytes], list[bytes | None]]
@@ -233,6 +251,9 @@ class Authorizer:
             return
         user = self.caller(context)  # from here on, an invalid token fails
         self.check_needs(image, user, rule, request)
+        # what the call proposes is refused at apply if auth changed since (etcd's
+        # ErrAuthOldRevision); set on every checked call: a stream's task reuses the var
+        CHECKED_AT.set(auth.revision if callable(rule) else None)
 
     def caller(self, context: Any) -> str | None:
         """The user of a call (etcd's ``EtcdServer.AuthInfoFromCtx``): its token's; without
