@@ -27,7 +27,16 @@ from typing import Any
 from nameserver.auth import errors
 from nameserver.auth.apply import revision_entry
 from nameserver.auth.records import READ, READWRITE, WRITE, AuthImage, User
-from nameserver.auth.rules import OPEN, ROLE_OR_ROOT, ROOT, RULES, SELF_OR_ROOT, USER, Need
+from nameserver.auth.rules import (
+    OPEN,
+    ROLE_OR_ROOT,
+    ROOT,
+    ROOT_UNCONVERTED,
+    RULES,
+    SELF_OR_ROOT,
+    USER,
+    Need,
+)
 from nameserver.auth.tokens import TokenProvider
 from nameserver.errors import Rejected
 from nameserver.state.image import MetadataImage
@@ -248,6 +257,12 @@ class Authorizer:
             return
         rule = RULES.get(path, ROOT)
         if rule == OPEN:
+            return
+        if rule == ROOT_UNCONVERTED:
+            try:
+                self.check_needs(image, self.caller(context), ROOT, request)
+            except Rejected as exc:
+                raise errors.Unconverted.of(exc) from None
             return
         user = self.caller(context)  # from here on, an invalid token fails
         self.check_needs(image, user, rule, request)

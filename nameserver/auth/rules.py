@@ -19,6 +19,8 @@ A rule is one of:
 
 * :data:`OPEN` -- anyone, authenticated or not;
 * :data:`ROOT` -- a user with the root role;
+* :data:`ROOT_UNCONVERTED` -- the same, refused as etcd's maintenance server refuses
+  Defragment, Snapshot, Hash and HashKV (UNKNOWN, "auth: permission denied");
 * :data:`USER` -- any authenticated user;
 * a function ``(request, image) -> [(key, range_end, perm), ...]`` -- every range named
   must be permitted (``perm`` "read" or "write"); or it returns one of the names above,
@@ -41,6 +43,9 @@ KeysRule = Callable[[Any, MetadataImage], "Iterable[Need] | str"]
 OPEN = "open"
 ROOT = "root"
 USER = "user"
+#: root, refused with the auth store's own error unconverted (etcd's authMaintenanceServer:
+#: UNKNOWN "auth: permission denied", where other services answer PERMISSION_DENIED)
+ROOT_UNCONVERTED = "root, auth's errors"
 SELF_OR_ROOT = "self or root"
 ROLE_OR_ROOT = "role or root"
 
@@ -242,10 +247,10 @@ RULES: dict[str, Rule] = {
     # etcd Maintenance
     _E + "Maintenance/Status": OPEN,
     _E + "Maintenance/Alarm": _alarm,
-    _E + "Maintenance/Defragment": ROOT,
-    _E + "Maintenance/Hash": ROOT,
-    _E + "Maintenance/HashKV": ROOT,
-    _E + "Maintenance/Snapshot": ROOT,
+    _E + "Maintenance/Defragment": ROOT_UNCONVERTED,
+    _E + "Maintenance/Hash": ROOT_UNCONVERTED,
+    _E + "Maintenance/HashKV": ROOT_UNCONVERTED,
+    _E + "Maintenance/Snapshot": ROOT_UNCONVERTED,
     _E + "Maintenance/MoveLeader": ROOT,
     # etcd Auth
     _E + "Auth/Authenticate": OPEN,

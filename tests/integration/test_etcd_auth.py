@@ -9,6 +9,7 @@ target id): those are dropped before comparing; the ``Error: ...`` line is compa
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,116 @@ def test_the_same_etcdctl_auth_sequence_answers_as_etcd_does(tmp_path: Path) -> 
             assert normalised(ours_r.stderr) == normalised(theirs_r.stderr), (
                 f"{what}: errors differ\nours: {ours_r.stderr}\netcd: {theirs_r.stderr}"
             )
+
+
+T_USER = ["--user=test-user:pass"]
+TXN_OK = 'val("foo") = "bar"\n\nput key3 v\n\nput key4 v\n\n'
+TXN_READ_DENIED = 'val("x") = "1"\n\nput foo v\n\n\n'
+TXN_WRITE_DENIED = "\nput x 1\n\n"
+
+#: etcd's own e2e sequence (tests/e2e/ctl_v3_auth_test.go, as far as etcdctl 3.4 goes):
+#: (flags, arguments, stdin). ``{lease}`` is the lease the last ``lease grant`` printed on
+#: that server, ``{dir}`` a directory of that server's own.
+E2E_SEQUENCE: list[tuple[list[str], list[str], str | None]] = [
+    ([], ["auth", "enable"], None),  # authEnableTest: no root user yet
+    ([], ["user", "add", "root:rootpw"], None),
+    ([], ["auth", "enable"], None),  # etcdctl grants root the root role first
+    (ROOT, ["user", "add", "test-user:pass"], None),
+    (ROOT, ["role", "add", "test-role"], None),
+    (ROOT, ["role", "grant-permission", "test-role", "readwrite", "foo"], None),
+    (ROOT, ["role", "grant-permission", "test-role", "readwrite", "key", "--prefix=true"], None),
+    (ROOT, ["role", "grant-permission", "test-role", "readwrite", "z", "--from-key"], None),
+    (ROOT, ["user", "grant-role", "test-user", "test-role"], None),
+    (T_USER, ["put", "foo", "bar"], None),  # authCredWriteKeyTest
+    (["--user=test-user:wrong"], ["put", "foo", "bar"], None),
+    (T_USER, ["put", "key1", "v"], None),  # authTestPrefixPerm
+    (T_USER, ["put", "key/2", "v"], None),
+    (T_USER, ["get", "key", "--prefix"], None),
+    (T_USER, ["put", "ke", "v"], None),
+    (T_USER, ["put", "zzz", "v"], None),  # authTestFromKeyPerm
+    (T_USER, ["get", "z", "--from-key"], None),
+    (T_USER, ["get", "y", "--from-key"], None),
+    (T_USER, ["del", "z", "--from-key"], None),
+    (T_USER, ["del", "key", "--prefix"], None),
+    (T_USER, ["txn"], TXN_OK),  # authTestTxn
+    (T_USER, ["txn"], TXN_READ_DENIED),
+    (T_USER, ["txn"], TXN_WRITE_DENIED),
+    (T_USER, ["lease", "grant", "100"], None),  # authLeaseTest*
+    (T_USER, ["put", "foo", "v", "--lease={lease}"], None),
+    (ROOT, ["put", "x", "v", "--lease={lease}"], None),
+    (T_USER, ["lease", "revoke", "{lease}"], None),  # a key of the lease it may not write
+    (T_USER, ["put", "key5", "v", "--lease={lease}"], None),
+    (ROOT, ["lease", "revoke", "{lease}"], None),
+    (ROOT, ["get", "x"], None),
+    (T_USER, ["get", "foo"], None),
+    (T_USER, ["member", "add", "m2", "--peer-urls=http://127.0.0.1:1"], None),  # authTestMember*
+    (T_USER, ["member", "remove", "1234"], None),
+    (T_USER, ["member", "update", "1234", "--peer-urls=http://127.0.0.1:1"], None),
+    (T_USER, ["defrag"], None),  # authTestDefrag
+    (ROOT, ["defrag"], None),
+    ([], ["defrag"], None),
+    (T_USER, ["snapshot", "save", "{dir}/snap.db"], None),  # authTestSnapshot
+    (ROOT, ["snapshot", "save", "{dir}/snap.db"], None),
+    (T_USER, ["endpoint", "hashkv"], None),
+    (T_USER, ["endpoint", "health"], None),  # authTestEndpointHealth
+    (T_USER, ["role", "get", "test-role"], None),  # authTestRoleGet / UserGet / RoleList
+    (T_USER, ["user", "get", "test-user"], None),
+    (T_USER, ["user", "get", "root"], None),
+    (T_USER, ["role", "list"], None),
+    (ROOT, ["user", "add", "nopw", "--no-password"], None),
+    (ROOT, ["user", "get", "nopw"], None),
+    (["--user=nopw:x"], ["get", "foo"], None),
+    (ROOT, ["role", "delete", "root"], None),  # authTestInvalidMgmt
+    (ROOT, ["user", "revoke-role", "root", "root"], None),
+    (ROOT, ["role", "revoke-permission", "test-role", "foo"], None),  # authTestRevokeWithDelete
+    (T_USER, ["get", "foo"], None),
+    (ROOT, ["role", "delete", "test-role"], None),
+    (T_USER, ["put", "key6", "v"], None),
+    (ROOT, ["user", "delete", "test-user"], None),  # authUserDeleteDuringOpsTest
+    (T_USER, ["get", "foo"], None),
+    (ROOT, ["auth", "disable"], None),  # authDisableTest
+    ([], ["put", "foo", "v"], None),
+]
+
+
+def _shape_of(text: str, endpoint: str, root: Path) -> str:
+    """Output with what legitimately differs between two servers made equal: the endpoint,
+    the output directory, ids (leases, members), durations."""
+    text = text.replace(endpoint, "ENDPOINT").replace(str(root), "DIR")
+    text = re.sub(r"\b[0-9a-f]{16}\b", "ID", text)
+    text = re.sub(r"took = [0-9.]+[a-zµ]+", "took = T", text)
+    return "\n".join(normalised(text))
+
+
+def _run_e2e(endpoint: str, root: Path) -> list[tuple[int, str, str]]:
+    root.mkdir(parents=True, exist_ok=True)
+    values = {"dir": str(root), "lease": ""}
+    results = []
+    for flags, args, stdin in E2E_SEQUENCE:
+        argv = [a.format(**values) for a in args]
+        r = etcdctl(endpoint, *argv, flags=flags, stdin=stdin)
+        granted = re.match(r"lease ([0-9a-f]+) granted", r.stdout)
+        if granted:
+            values["lease"] = granted.group(1)
+        out, err = _shape_of(r.stdout, endpoint, root), _shape_of(r.stderr, endpoint, root)
+        results.append((r.returncode, out, err))
+    return results
+
+
+def test_etcds_own_e2e_auth_sequence_answers_the_same(tmp_path: Path) -> None:
+    with (
+        EtcdServer(tmp_path / "etcd") as etcd,
+        running_cluster(tmp_path / "ml", 1, extra_args=["--bcrypt-cost=4"]) as cluster,
+    ):
+        etcd.wait_ready()
+        theirs = _run_e2e(etcd.endpoint, tmp_path / "out-etcd")
+        ours = _run_e2e(cluster.endpoints[0], tmp_path / "out-ml")
+    diffs = [
+        f"etcdctl {' '.join(flags + args)}:\n  ours {o}\n  etcd {t}"
+        for (flags, args, _), o, t in zip(E2E_SEQUENCE, ours, theirs, strict=True)
+        if o != t
+    ]
+    assert not diffs, "\n".join(diffs)
 
 
 def _watch_stream(endpoint: str, user: str, password: str) -> list[rpc_pb2.WatchResponse]:
