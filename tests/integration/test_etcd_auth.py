@@ -189,6 +189,9 @@ E2E_SEQUENCE: list[tuple[list[str], list[str], str | None]] = [
     (T_USER, ["user", "get", "test-user"], None),
     (T_USER, ["user", "get", "root"], None),
     (T_USER, ["role", "list"], None),
+    (T_USER, ["auth", "disable"], None),
+    (ROOT, ["auth", "enable"], None),  # enabled already: etcd ignores it
+    (T_USER, ["user", "passwd", "test-user", "--interactive=false"], "pass2\n"),
     (ROOT, ["user", "add", "nopw", "--no-password"], None),
     (ROOT, ["user", "get", "nopw"], None),
     (["--user=nopw:x"], ["get", "foo"], None),
