@@ -9,7 +9,9 @@ I/O. Every change bumps the store's revision as etcd's ``commitRevision`` does.
 A request whose key permissions were checked carries, first, a ``check_revision`` entry
 with the auth revision it was checked at (:func:`revision_entry`); apply refuses the whole
 request ("revision of auth store is old") if the store changed since (etcd's
-``ErrAuthOldRevision``, ``auth/store.go`` ``isOpPermitted``).
+``ErrAuthOldRevision``, ``auth/store.go`` ``isOpPermitted``). A management operation names
+who asked (``by_user``), who must still be root when it applies (etcd's
+``authApplierV3.Apply``, ``IsAdminPermitted``).
 """
 
 from __future__ import annotations
@@ -208,4 +210,21 @@ def apply_auth_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Eff
     rule = OPERATIONS.get(op.op)
     if rule is None:
         raise InvalidArgument(f"auth entry: unknown operation {op.op!r}")
-    rule(delta.sub("auth"), op, effects)
+    auth = delta.sub("auth")
+    if op.by_user:
+        _admin_permitted(auth, op.by_user)
+    rule(auth, op, effects)
+
+
+def _admin_permitted(auth: AuthDelta, name: str) -> None:
+    """etcd's ``IsAdminPermitted`` at apply: while auth is on, the user who asked must still
+    exist and hold the root role. (An entry without ``by_user``, proposed while auth was off
+    or written before this check existed, is not checked: replaying old logs gives the
+    state they gave.)"""
+    if not auth.state().enabled:
+        return
+    user = auth.user(name)
+    if user is None:
+        raise errors.UserNotFound()
+    if not user.is_root:
+        raise errors.PermissionDenied()

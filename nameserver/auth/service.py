@@ -41,6 +41,10 @@ class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]
         return image.auth, image.revision
 
     async def _op(self, context: Any, **fields: Any) -> Any:
+        # who asks, checked again at apply (etcd's authApplierV3.Apply: IsAdminPermitted),
+        # so root's role revoked while this was in flight lets nothing through
+        if self.node.state.image.auth.enabled:
+            fields["by_user"] = self.authorizer.caller(context) or ""
         return self.node.header(await propose_auth(self.node, context, **fields))
 
     @rpc

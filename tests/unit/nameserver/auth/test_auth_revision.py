@@ -147,3 +147,26 @@ def test_a_watch_create_is_refused_with_etcds_cancel_reason() -> None:
     )
     node.apply(op("auth_disable"))
     assert node.authorizer.watch_refusal(Context(None))(b"bar", b"") is None
+
+
+def test_an_admin_demoted_between_check_and_apply_changes_nothing() -> None:
+    """etcd's authApplierV3.Apply: IsAdminPermitted again at apply for management requests."""
+    node = Node()
+    node.apply(op("user_add", name="admin"))
+    node.apply(op("user_grant_role", name="admin", role="root"))
+    # admin's user add was checked while admin was root; root revokes the role first
+    pending = op("user_add", name="mallory", by_user="admin")
+    node.apply(op("user_revoke_role", name="admin", role="root"))
+    before = node.sm.image.auth
+    with pytest.raises(errors.PermissionDenied):
+        node.apply(pending)
+    assert node.sm.image.auth == before and "mallory" not in node.sm.image.auth.users
+
+    node.apply(op("user_delete", name="admin"))
+    with pytest.raises(errors.UserNotFound):
+        node.apply(op("role_add", name="r9", by_user="admin"))
+    node.apply(op("role_add", name="r9", by_user="root"))
+    assert "r9" in node.sm.image.auth.roles
+    # an entry proposed while auth was off (or before the check existed) names nobody
+    node.apply(op("role_add", name="r10"))
+    assert "r10" in node.sm.image.auth.roles
