@@ -221,6 +221,7 @@ class Node:
             lambda: self.state.image,
             token_provider(config.auth_token, config.auth_token_ttl_s),
             node_credential(config.cluster_password or ""),
+            cert_names=config.client_tls.client_cert_auth,
         )
         floor_path = os.path.join(config.data_dir, FLOOR_FILE)
         self.watch_hub = WatchHub(
@@ -294,7 +295,11 @@ class Node:
         rpc_pb2_grpc.add_MaintenanceServicer_to_server(MaintenanceService(self.ctx), table)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.ctx), table)
         add_watch_service(
-            WatchService(self.watch_hub, self.config.watch_progress_notify_interval_ms / 1000),
+            WatchService(
+                self.watch_hub,
+                self.config.watch_progress_notify_interval_ms / 1000,
+                self.authorizer.watch_refusal,
+            ),
             table,
         )
         offsets_pb2_grpc.add_OffsetsServicer_to_server(OffsetsService(self.ctx, self.leases), table)

@@ -638,7 +638,7 @@ class AuthRecord(_message.Message):
     def __init__(self, user: _Optional[_Union[AuthUserRecord, _Mapping]] = ..., role: _Optional[_Union[AuthRoleRecord, _Mapping]] = ..., state: _Optional[_Union[AuthStateRecord, _Mapping]] = ...) -> None: ...
 
 class AuthOperation(_message.Message):
-    __slots__ = ("op", "name", "role", "password_hash", "no_password", "perm", "secret")
+    __slots__ = ("op", "name", "role", "password_hash", "no_password", "perm", "secret", "revision", "by_user")
     OP_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -646,6 +646,8 @@ class AuthOperation(_message.Message):
     NO_PASSWORD_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     SECRET_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    BY_USER_FIELD_NUMBER: _ClassVar[int]
     op: str
     name: str
     role: str
@@ -653,4 +655,6 @@ class AuthOperation(_message.Message):
     no_password: bool
     perm: AuthPermissionRecord
     secret: str
-    def __init__(self, op: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., password_hash: _Optional[bytes] = ..., no_password: _Optional[bool] = ..., perm: _Optional[_Union[AuthPermissionRecord, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+    revision: int
+    by_user: str
+    def __init__(self, op: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., password_hash: _Optional[bytes] = ..., no_password: _Optional[bool] = ..., perm: _Optional[_Union[AuthPermissionRecord, _Mapping]] = ..., secret: _Optional[str] = ..., revision: _Optional[int] = ..., by_user: _Optional[str] = ...) -> None: ...

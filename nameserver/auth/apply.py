@@ -5,6 +5,13 @@ rule that checks it against the store and changes it, with etcd 3.4's refusals (
 missing, user exists, role not granted, the root user or role kept while auth is on...).
 Passwords arrive hashed (the proposing node hashed them): apply has no clock, no salt, no
 I/O. Every change bumps the store's revision as etcd's ``commitRevision`` does.
+
+A request whose key permissions were checked carries, first, a ``check_revision`` entry
+with the auth revision it was checked at (:func:`revision_entry`); apply refuses the whole
+request ("revision of auth store is old") if the store changed since (etcd's
+``ErrAuthOldRevision``, ``auth/store.go`` ``isOpPermitted``). A management operation names
+who asked (``by_user``), who must still be root when it applies (etcd's
+``authApplierV3.Apply``, ``IsAdminPermitted``).
 """
 
 from __future__ import annotations
@@ -173,10 +180,51 @@ OPERATIONS: dict[str, Callable[[AuthDelta, Op, list[Effect]], None]] = {
 }
 
 
+#: the op of the entry that goes first in a request whose key permissions were checked
+CHECK_REVISION = "check_revision"
+
+
+def revision_entry(revision: int) -> Entry:
+    """The entry put before a request's own entries: "this request was permitted at auth
+    revision ``revision``" (etcd's ``RequestHeader.auth_revision``)."""
+    return Entry("auth", value=Op(op=CHECK_REVISION, revision=revision).SerializeToString())
+
+
+def _check_revision(delta: MetadataDelta, op: Op) -> None:
+    """etcd's ``isOpPermitted`` revision test at apply: a request permitted at an older auth
+    revision than the store's is refused whole (its other entries roll back with it), so a
+    permission revoked between the check and the apply lets nothing through. Read without
+    making the auth sub-delta (a write must not touch auth)."""
+    made: AuthDelta | None = delta.made("auth")
+    state = made.state() if made is not None else delta.image.auth.state
+    if state.enabled and op.revision < state.revision:
+        raise errors.AuthOldRevision()
+
+
 def apply_auth_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]) -> None:
     """One ``auth`` entry (an AuthOperation) applied to the auth sub-delta."""
     op = Op.FromString(e.value)
+    if op.op == CHECK_REVISION:
+        _check_revision(delta, op)
+        return
     rule = OPERATIONS.get(op.op)
     if rule is None:
         raise InvalidArgument(f"auth entry: unknown operation {op.op!r}")
-    rule(delta.sub("auth"), op, effects)
+    auth = delta.sub("auth")
+    if op.by_user:
+        _admin_permitted(auth, op.by_user)
+    rule(auth, op, effects)
+
+
+def _admin_permitted(auth: AuthDelta, name: str) -> None:
+    """etcd's ``IsAdminPermitted`` at apply: while auth is on, the user who asked must still
+    exist and hold the root role. (An entry without ``by_user``, proposed while auth was off
+    or written before this check existed, is not checked: replaying old logs gives the
+    state they gave.)"""
+    if not auth.state().enabled:
+        return
+    user = auth.user(name)
+    if user is None:
+        raise errors.UserNotFound()
+    if not user.is_root:
+        raise errors.PermissionDenied()

@@ -9,6 +9,9 @@ request's ranges are checked against them: a key is permitted when an interval h
 a range [key, range_end) when the intervals cover all of it (etcd's interval tree
 ``Contains``); range_end ``\\x00`` means "to the end of the keyspace" on both sides.
 
+A call without a token, on a node that verifies client certificates, is the user its
+certificate's common name names (etcd's ``AuthInfoFromTLS``).
+
 Errors as etcd answers them: no token -> "user name is empty" (INVALID_ARGUMENT); a token
 not valid here -> "invalid auth token" (UNAUTHENTICATED); not permitted -> "permission
 denied" (PERMISSION_DENIED); a token of a user since deleted -> "permission denied".
@@ -18,15 +21,43 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from nameserver.auth import errors
+from nameserver.auth.apply import revision_entry
 from nameserver.auth.records import READ, READWRITE, WRITE, AuthImage, User
-from nameserver.auth.rules import OPEN, ROLE_OR_ROOT, ROOT, RULES, SELF_OR_ROOT, USER, Need
+from nameserver.auth.rules import (
+    OPEN,
+    ROLE_OR_ROOT,
+    ROOT,
+    ROOT_UNCONVERTED,
+    RULES,
+    SELF_OR_ROOT,
+    USER,
+    Need,
+)
 from nameserver.auth.tokens import TokenProvider
+from nameserver.errors import Rejected
 from nameserver.state.image import MetadataImage
+from raftlog import Entry
 
 TOKEN_METADATA = "token"  # etcd's rpctypes.TokenFieldNameGRPC
+
+#: The auth revision the running gRPC call's key permissions were checked at (None: not
+#: checked, auth off, or not a key rule). Set by :meth:`Authorizer.check` in the call's own
+#: task; :func:`checked_entries` puts it in front of what the call proposes.
+CHECKED_AT: ContextVar[int | None] = ContextVar("metaledger_auth_checked_at", default=None)
+
+
+def checked_entries(entries: list[Entry]) -> tuple[list[Entry], bool]:
+    """``entries`` of the running call, preceded by its ``check_revision`` entry when its
+    permissions were checked (and whether they are)."""
+    revision = CHECKED_AT.get()
+    if revision is None:
+        return entries, False
+    return [revision_entry(revision), *entries], True
+
 
 #: sorted disjoint [start, end) intervals; end None = to the end of the keyspace
 Intervals = tuple[list[bytes], list[bytes | None]]
@@ -109,10 +140,15 @@ class Authorizer:
         image: Callable[[], MetadataImage],
         tokens: TokenProvider,
         node_token: str | None = None,
+        cert_names: bool = False,
     ) -> None:
+        """``cert_names``: the node verifies client certificates (``--client-cert-auth``);
+        a call without a token is then the user its certificate's common name names
+        (etcd's ``AuthInfoFromTLS``)."""
         self._image = image
         self.tokens = tokens
         self._node_token = node_token
+        self._cert_names = cert_names
         self._cache_of: AuthImage | None = None
         self._cache: dict[str, Permissions] = {}
 
@@ -222,9 +258,65 @@ class Authorizer:
         rule = RULES.get(path, ROOT)
         if rule == OPEN:
             return
-        metadata = context.invocation_metadata()
-        user = self.user_of_token(_token(metadata))  # from here on, an invalid token fails
+        if rule == ROOT_UNCONVERTED:
+            try:
+                self.check_needs(image, self.caller(context), ROOT, request)
+            except Rejected as exc:
+                raise errors.Unconverted.of(exc) from None
+            return
+        user = self.caller(context)  # from here on, an invalid token fails
         self.check_needs(image, user, rule, request)
+        # what the call proposes is refused at apply if auth changed since (etcd's
+        # ErrAuthOldRevision); set on every checked call: a stream's task reuses the var
+        CHECKED_AT.set(auth.revision if callable(rule) else None)
+
+    def caller(self, context: Any) -> str | None:
+        """The user of a call (etcd's ``EtcdServer.AuthInfoFromCtx``): its token's; without
+        one, under client-cert-auth, the common name of its verified certificate; else
+        None. Raises Unauthenticated for a token not valid here."""
+        user = self.user_of_token(_token(context.invocation_metadata()))
+        if user is None and self._cert_names:
+            user = _common_name(context)
+        return user
+
+    def watch_refusal(self, context: Any) -> Callable[[bytes, bytes], str | None]:
+        """The check of each watch create of one stream (etcd's ``isWatchPermitted``, per
+        create, with the stream's token): None when permitted or auth is off, else the
+        cancel reason the create is answered with (the stream stays open): the error's
+        Go status text, as etcd's ``rpctypes.ErrGRPC...Error()``."""
+
+        def refusal(key: bytes, range_end: bytes) -> str | None:
+            image = self._image()
+            auth = image.auth
+            if auth is not self._cache_of:
+                self._refresh(auth)
+            if not auth.enabled:
+                return None
+            try:
+                user = self.caller(context)
+                if user is None:
+                    raise errors.UserEmpty()
+                if not self._allowed(auth, user, ((key, range_end, "read"),)):
+                    raise errors.PermissionDenied()
+            except Rejected as exc:
+                return go_status_text(exc)
+            return None
+
+        return refusal
+
+
+def go_status_text(exc: Rejected) -> str:
+    """``exc`` as etcd puts a gRPC error into a cancel reason: the Go status error's text,
+    ``rpc error: code = PermissionDenied desc = etcdserver: permission denied``."""
+    code = "".join(part.capitalize() for part in exc.status.name.split("_"))
+    return f"rpc error: code = {code} desc = {exc}"
+
+
+def _common_name(context: Any) -> str | None:
+    """The CN of the call's verified client certificate (grpc's auth context)."""
+    auth_context = getattr(context, "auth_context", None)
+    names = auth_context().get("x509_common_name") if auth_context is not None else None
+    return bytes(names[0]).decode(errors="replace") if names else None
 
 
 def _token(metadata: Sequence[tuple[str, Any]] | None) -> str | None:

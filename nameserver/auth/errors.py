@@ -12,6 +12,10 @@ port :class:`PermissionDenied` and :class:`Unauthenticated` answer RocketMQ's NO
     │   ├── RoleNotGranted / PermissionNotGranted / AuthNotEnabled
     ├── InvalidArgument
     │   ├── UserEmpty / RoleEmpty / AuthFailed / InvalidAuthMgmt / AuthOldRevision
+    ├── NoPasswordUser             UNKNOWN "auth: authentication failed, password was given
+    │                              for no password user" (etcd 3.4 has no gRPC code for it)
+    ├── Unconverted                UNKNOWN "auth: permission denied" (Defragment, Snapshot,
+    │                              Hash, HashKV: etcd's maintenance server)
     ├── PermissionDenied           PERMISSION_DENIED "etcdserver: permission denied"
     └── Unauthenticated            UNAUTHENTICATED   "etcdserver: invalid auth token"
 """
@@ -87,6 +91,22 @@ class InvalidAuthMgmt(_Fixed, InvalidArgument):
 
 class AuthOldRevision(_Fixed, InvalidArgument):
     text = "etcdserver: revision of auth store is old"
+
+
+class NoPasswordUser(_Fixed, Rejected):
+    """etcd 3.4 maps this one to no gRPC code: UNKNOWN with the auth store's own text."""
+
+    text = "auth: authentication failed, password was given for no password user"
+
+
+class Unconverted(Rejected):
+    """An auth error as etcd's maintenance server returns it (``v3rpc/maintenance.go``
+    ``isAuthenticated``): the auth store's own error, never converted to a gRPC code, so
+    UNKNOWN with the store's text ("auth: permission denied")."""
+
+    @classmethod
+    def of(cls, exc: Rejected) -> Unconverted:
+        return cls("auth: " + str(exc).removeprefix("etcdserver: "))
 
 
 class PermissionDenied(_Fixed, Rejected):

@@ -2,7 +2,7 @@
 
 etcd checks key permissions per request (``etcdserver/apply_auth.go``: Range, Put,
 DeleteRange, every op and compare of a Txn, LeaseRevoke and a Put's lease by the keys
-attached to it, Watch's range in ``v3rpc/watch.go``) and the root role for admin requests
+attached to it, Watch's range in ``v3rpc/watch.go``, checked by the watch stream) and the root role for admin requests
 (``needAdminPermission``: every Auth management request; ``checkMembershipOperationPermission``:
 member add/remove/update/promote; ``v3rpc/maintenance.go``: Defragment, Snapshot, Hash,
 HashKV). metaledger also takes root for MoveLeader, Compact and activating or disarming an
@@ -19,6 +19,8 @@ A rule is one of:
 
 * :data:`OPEN` -- anyone, authenticated or not;
 * :data:`ROOT` -- a user with the root role;
+* :data:`ROOT_UNCONVERTED` -- the same, refused as etcd's maintenance server refuses
+  Defragment, Snapshot, Hash and HashKV (UNKNOWN, "auth: permission denied");
 * :data:`USER` -- any authenticated user;
 * a function ``(request, image) -> [(key, range_end, perm), ...]`` -- every range named
   must be permitted (``perm`` "read" or "write"); or it returns one of the names above,
@@ -41,6 +43,9 @@ KeysRule = Callable[[Any, MetadataImage], "Iterable[Need] | str"]
 OPEN = "open"
 ROOT = "root"
 USER = "user"
+#: root, refused with the auth store's own error unconverted (etcd's authMaintenanceServer:
+#: UNKNOWN "auth: permission denied", where other services answer PERMISSION_DENIED)
+ROOT_UNCONVERTED = "root, auth's errors"
 SELF_OR_ROOT = "self or root"
 ROLE_OR_ROOT = "role or root"
 
@@ -120,13 +125,6 @@ def _txn(r: Any, image: MetadataImage) -> Iterable[Need]:
 
 def _lease_revoke(r: Any, image: MetadataImage) -> Iterable[Need]:
     return _lease_keys(r.ID, image)
-
-
-def _watch(r: Any, image: MetadataImage) -> Iterable[Need]:
-    """One WatchRequest of the stream: a create needs read on its range."""
-    if r.WhichOneof("request_union") == "create_request":
-        return [(r.create_request.key, r.create_request.range_end, "read")]
-    return []
 
 
 def _alarm(r: Any, image: MetadataImage) -> str:
@@ -231,8 +229,9 @@ RULES: dict[str, Rule] = {
     _E + "KV/DeleteRange": _delete,
     _E + "KV/Txn": _txn,
     _E + "KV/Compact": ROOT,
-    # etcd Watch (per request of the stream)
-    _E + "Watch/Watch": _watch,
+    # etcd Watch: each create is checked by the watch stream itself and a refused one is
+    # answered in band, as etcd's (Authorizer.watch_refusal): the stream stays open
+    _E + "Watch/Watch": OPEN,
     # etcd Lease
     _E + "Lease/LeaseGrant": OPEN,
     _E + "Lease/LeaseRevoke": _lease_revoke,
@@ -248,10 +247,10 @@ RULES: dict[str, Rule] = {
     # etcd Maintenance
     _E + "Maintenance/Status": OPEN,
     _E + "Maintenance/Alarm": _alarm,
-    _E + "Maintenance/Defragment": ROOT,
-    _E + "Maintenance/Hash": ROOT,
-    _E + "Maintenance/HashKV": ROOT,
-    _E + "Maintenance/Snapshot": ROOT,
+    _E + "Maintenance/Defragment": ROOT_UNCONVERTED,
+    _E + "Maintenance/Hash": ROOT_UNCONVERTED,
+    _E + "Maintenance/HashKV": ROOT_UNCONVERTED,
+    _E + "Maintenance/Snapshot": ROOT_UNCONVERTED,
     _E + "Maintenance/MoveLeader": ROOT,
     # etcd Auth
     _E + "Auth/Authenticate": OPEN,

@@ -41,6 +41,10 @@ class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]
         return image.auth, image.revision
 
     async def _op(self, context: Any, **fields: Any) -> Any:
+        # who asks, checked again at apply (etcd's authApplierV3.Apply: IsAdminPermitted),
+        # so root's role revoked while this was in flight lets nothing through
+        if self.node.state.image.auth.enabled:
+            fields["by_user"] = self.authorizer.caller(context) or ""
         return self.node.header(await propose_auth(self.node, context, **fields))
 
     @rpc
@@ -59,8 +63,10 @@ class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]
         if not auth.enabled:
             raise errors.AuthNotEnabled()
         user = auth.users.get(request.name)
-        if user is None or user.no_password:
+        if user is None:
             raise errors.AuthFailed()
+        if user.no_password:  # CN based auth only (etcd's CheckPassword)
+            raise errors.NoPasswordUser()
         ok = await asyncio.to_thread(check_password, user.password_hash, request.password)
         if not ok:
             raise errors.AuthFailed()

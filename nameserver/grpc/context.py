@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from nameserver.auth.check import checked_entries
 from nameserver.auth.tokens import node_credential
 from nameserver.cluster.apply import alarm_entry
 from nameserver.cluster.nospace import SpaceCheck, no_space
@@ -236,7 +237,12 @@ class NodeContext:
             if refusal == "quota":  # etcd's quotaAlarmer: raise NOSPACE for this member
                 await self.raise_alarm(ALARM_NOSPACE)
             raise no_space()
-        applied = await self.log.propose([entry], self.timeout_s, client_id, seq)
+        # with auth on, a call whose key permissions were checked carries the auth revision
+        # it was checked at, ahead of its entry: apply refuses it if auth changed since
+        entries, checked = checked_entries([entry])
+        applied = await self.log.propose(entries, self.timeout_s, client_id, seq)
+        if checked and isinstance(applied.result, list):  # [check's None, the entry's]
+            applied = Applied(applied.offset, applied.result[-1], applied.duplicate)
         if isinstance(applied.result, ApplyFailure):
             error = applied.result.error  # the exception apply raised, untouched
             if isinstance(error, NameserverError):

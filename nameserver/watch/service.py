@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,11 @@ from nameserver.watch.hub import Watcher, WatchHub
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+#: auth's check of one watch create (etcd's ``isWatchPermitted``): (key, range_end) -> None
+#: when the stream's user may read the range, else the cancel reason (etcd's: the gRPC
+#: error's text, "rpc error: code = PermissionDenied desc = etcdserver: permission denied")
+Refusal = Callable[[bytes, bytes], "str | None"]
 
 # --------------------------------------------------------------------------- stream
 #: At most this many events are merged into one queued, unsent batch of a watcher.
@@ -50,9 +55,12 @@ class WatchStream:
     cannot keep up (many watchers, a slow client) sends fewer, larger responses, as etcd
     does for watchers that fell behind, instead of one gRPC message per watcher per write."""
 
-    def __init__(self, hub: WatchHub, progress_interval_s: float) -> None:
+    def __init__(
+        self, hub: WatchHub, progress_interval_s: float, refusal: Refusal | None = None
+    ) -> None:
         self.hub = hub
         self.progress_interval_s = progress_interval_s
+        self.refusal = refusal
         self.out: asyncio.Queue[rpc_pb2.WatchResponse | PendingEvents | None] = asyncio.Queue()
         self.watchers: dict[int, Watcher] = {}
         self._open: dict[int, PendingEvents] = {}  # watch id -> its queued, unsent events
@@ -118,10 +126,16 @@ class WatchStream:
     def _create(self, req: rpc_pb2.WatchCreateRequest) -> None:
         hub = self.hub
         error = ""
+        if self.refusal is not None:
+            # etcd checks the range first, and answers a refused create in band: the
+            # stream stays open for the client's other watches (v3rpc/watch.go recvLoop)
+            error = self.refusal(req.key or b"\x00", req.range_end) or ""
+        key: bytes = b""
+        end: bytes | None = None
         try:
             key, end = normalize_range(req.key, req.range_end)
         except ValueError as exc:
-            error = str(exc)
+            error = error or str(exc)
         record_type = req.record_type or "kv"
         record_types = default_registry().record_types
         if not error and record_type not in record_types:
@@ -218,14 +232,23 @@ def add_watch_service(service: WatchService, server: Any) -> None:
 
 
 class WatchService(rpc_pb2_grpc.WatchServicer):  # type: ignore[misc]
-    def __init__(self, hub: WatchHub, progress_interval_s: float) -> None:
+    def __init__(
+        self,
+        hub: WatchHub,
+        progress_interval_s: float,
+        refusal: Callable[[Any], Refusal | None] | None = None,
+    ) -> None:
+        """``refusal(context)``: auth's check of the watch creates of one stream (None,
+        or returning None, while auth is off)."""
         self.hub = hub
         self.progress_interval_s = progress_interval_s
+        self.refusal = refusal
 
     async def Watch(
         self, request_iterator: AsyncIterator[rpc_pb2.WatchRequest], context: Any
     ) -> AsyncIterator[rpc_pb2.WatchResponse | bytes]:
-        stream = WatchStream(self.hub, self.progress_interval_s)
+        refusal = self.refusal(context) if self.refusal is not None else None
+        stream = WatchStream(self.hub, self.progress_interval_s, refusal)
         loop = asyncio.get_running_loop()
 
         async def read() -> None:
