@@ -3,7 +3,9 @@
 Loaded by ``nameserver.cli`` through the entry-point group ``metaledger.commands``
 (``broker = "broker.cli:register"`` in pyproject.toml), so the nameserver never imports the
 broker. ``register(subparsers, common)`` adds the three commands; ``common`` is the parent
-parser of commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``).
+parser of commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``, and
+the connection options ``--user``/``--password`` and ``--cacert``/``--cert``/``--key`` of
+:mod:`nameserver.client.options`, which every client the broker makes uses).
 
 ``metaledger broker --group NAME --data-dir DIR`` runs one replica until SIGINT/SIGTERM:
 the remoting front on ``--listen`` (default ``0.0.0.0:10911``), registered in the routes of
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from broker.cli_messages import register_messages
 from broker.config import DEFAULT_PORT, BrokerConfig, ConfigError
 from broker.store import FlushMode
+from nameserver.client.options import OptionError, client_options
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -266,10 +269,11 @@ def run_broker(args: argparse.Namespace) -> int:
     )
     try:
         config = build_config(args)
-    except ConfigError as exc:
+        connection = client_options(args)
+    except (ConfigError, OptionError) as exc:
         print(f"metaledger: broker: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return _run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0)))
+    return _run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0), connection))
 
 
 def _run(main: Coroutine[Any, Any, int]) -> int:
@@ -283,11 +287,17 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
         return runner.run(main)
 
 
-async def _serve(config: BrokerConfig, timeout_s: float) -> int:
+async def _serve(config: BrokerConfig, timeout_s: float, connection: dict[str, Any]) -> int:
+    """Serve until a signal; ``connection``: the client library's user, password and TLS
+    files (``--user``, ``--cacert`` … of :mod:`nameserver.client.options`)."""
     from broker.replica import Replica
-    from nameserver.client import Client
+    from nameserver.client import Client, ClientError
 
-    client = Client(list(config.endpoints), timeout_s=timeout_s)
+    try:
+        client = Client(list(config.endpoints), timeout_s=timeout_s, **connection)
+    except (ClientError, OSError, ValueError) as exc:
+        print(f"metaledger: broker: cannot connect to metaledger: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         replica = Replica(config, client=client)
     except OSError as exc:

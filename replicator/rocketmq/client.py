@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from nameserver.client.acl import SessionCredentials
 from nameserver.client.errors import NotFound, Unavailable, UnknownError
 from nameserver.client.routing import BrokerGroup, Route
 from nameserver.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
@@ -90,8 +91,19 @@ def _split(namesrv: str) -> list[str]:
 
 
 class ClusterClient:
-    def __init__(self, namesrv: str, *, timeout_s: float = 5.0, group: str = DEFAULT_GROUP) -> None:
+    def __init__(
+        self,
+        namesrv: str,
+        *,
+        timeout_s: float = 5.0,
+        group: str = DEFAULT_GROUP,
+        credentials: SessionCredentials | None = None,
+    ) -> None:
+        """``credentials``: RocketMQ ACL 1.0 session credentials; every request to the
+        nameserver is then signed as ``AclClientRPCHook`` signs it (the nameserver checks
+        the ones that change state, e.g. PUT_KV_CONFIG)."""
         self.namesrv = _split(namesrv)
+        self.credentials = credentials
         self.timeout_s = timeout_s
         self.group = group  # the pulls' consumerGroup (subscription "*": no heartbeat needed)
         self._preferred = 0  # the nameserver that answered last
@@ -140,6 +152,10 @@ class ClusterClient:
         return await future
 
     async def _namesrv(self, request: RemotingCommand) -> RemotingCommand:
+        if self.credentials is not None:
+            ext = dict(request.ext_fields)
+            self.credentials.sign(ext, request.body)
+            request = request.replace(ext_fields=ext)
         failures: list[str] = []
         n = len(self.namesrv)
         for i in range(self._preferred, self._preferred + n):

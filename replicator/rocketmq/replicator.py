@@ -79,8 +79,8 @@ class RocketMQReplicator:
         self.config = config
         self.metrics = metrics
         self.source = ClusterClient(config.source_namesrv)
-        self.dest = ClusterClient(config.dest_namesrv)
-        self.client = Client(config.endpoints, timeout_s=10)
+        self.dest = ClusterClient(config.dest_namesrv, credentials=config.session_credentials())
+        self.client = Client(config.endpoints, timeout_s=10, **config.client_options)
         self.membership = Membership(self.client, config.job, config.worker, config.lease_ttl_s)
         self.limiter = RateLimiter(config.rate_limit)
         self.tasks: dict[str, QueueReplication] = {}
