@@ -1,0 +1,190 @@
+"""metaledger's own programs as clients of a cluster with auth or TLS on (docs/auth.md
+"Brokers and replicators", docs/tls.md).
+
+A real ``metaledger broker`` given ``--user`` with a role that covers exactly the keys
+docs/auth.md lists registers, becomes its group's master and serves a send; the same broker
+without credentials is refused (the refusal in its log, the process still running and
+retrying, not a silent crash loop). A Redis replicator commits its offsets under auth as a
+user whose role covers its job's offsets, election and status keys. Under TLS a broker given
+``--cacert --cert --key`` registers with a TLS-only node.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nameserver.client import Client, NotFound
+from nameserver.client.routing import QueueData
+from tests.etcd_harness import etcdctl
+from tests.harness import Cluster, free_ports, running_cluster, wait_until
+from tests.integration.broker.conftest import BrokerProcess, cli_env, metaledger
+from tests.tls_harness import Pki, TlsCluster
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
+]
+
+ROOT = ("root", "rootpw")
+GROUP = "broker-a"
+TOPIC = "AuthTopic"
+
+#: what a broker of group broker-a needs (docs/auth.md "Brokers and replicators")
+BROKER_GRANTS = [
+    ("readwrite", f"/_metaledger/broker/{GROUP}"),
+    ("readwrite", f"/_metaledger/replica_group/{GROUP}"),
+    ("readwrite", f"/brokers/{GROUP}/", "--prefix=true"),
+    ("read", "/_metaledger/topic/", "--prefix=true"),
+]
+
+
+def job_grants(job: str) -> list[tuple[str, ...]]:
+    """What a Redis replicator of ``job`` needs (docs/auth.md)."""
+    return [
+        ("readwrite", f"/_metaledger/offset/{job}/", "--prefix=true"),
+        ("readwrite", f"replicators/redis/{job}/", "--prefix=true"),  # the election
+        ("readwrite", f"/replicators/redis/{job}/", "--prefix=true"),  # the status
+        ("read", "/_metaledger/topic/", "--prefix=true"),  # the sink's routes
+    ]
+
+
+def set_up_auth(endpoint: str, role: str, grants: list[tuple[str, ...]], user: str) -> None:
+    """root, a role with ``grants``, ``user`` (password ``pw``) holding it; auth enabled."""
+    steps: list[list[str]] = [
+        ["user", "add", f"{ROOT[0]}:{ROOT[1]}"],
+        ["user", "grant-role", "root", "root"],
+        ["role", "add", role],
+    ]
+    steps += [["role", "grant-permission", role, *g] for g in grants]
+    steps += [["user", "add", f"{user}:pw"], ["user", "grant-role", user, role]]
+    steps += [["auth", "enable"]]
+    for args in steps:
+        r = etcdctl(endpoint, *args)
+        assert r.returncode == 0, f"etcdctl {args}: {r.stderr}"
+
+
+@pytest.fixture
+def auth_node(tmp_path: Path) -> Iterator[Cluster]:
+    with running_cluster(tmp_path / "node", 1, extra_args=["--bcrypt-cost=4"]) as cluster:
+        set_up_auth(cluster.endpoints[0], "broker-a", BROKER_GRANTS, "broker-a")
+        yield cluster
+
+
+def is_master(client: Client) -> bool:
+    try:
+        group = client.replica_group(GROUP)
+    except NotFound:
+        return False
+    return group.master_id > 0
+
+
+def test_a_broker_with_credentials_registers_becomes_master_and_serves(
+    tmp_path: Path, auth_node: Cluster
+) -> None:
+    ep = auth_node.endpoints[0]
+    broker = BrokerProcess(tmp_path, [ep], GROUP, "--user", "broker-a", "--password", "pw")
+    try:
+        with Client([ep], user=ROOT[0], password=ROOT[1], timeout_s=10) as root:
+            wait_until(lambda: root.route_cluster_info().brokers, 30, "registration")
+            wait_until(lambda: is_master(root), 30, "a master")
+            root.route_topic_create(TOPIC, [QueueData(GROUP, 2, 2, 6)])
+        r = metaledger(tmp_path, "send", TOPIC, "hello", "--endpoints", ep, "--user", "root:rootpw")
+        assert r.returncode == 0, r.stderr.decode() + broker.log_tail()
+        assert r.stdout.decode().startswith("SEND_OK")
+        assert "permission denied" not in broker.log_tail(400)
+    finally:
+        assert broker.stop() in (0, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [([], "user name is empty"), (["--user", "broker-a:wrong"], "authentication failed")],
+)
+def test_a_broker_without_valid_credentials_is_refused_and_says_so(
+    tmp_path: Path, auth_node: Cluster, flags: list[str], why: str
+) -> None:
+    ep = auth_node.endpoints[0]
+    broker = BrokerProcess(tmp_path, [ep], GROUP, *flags, start=False)
+    try:
+        broker.start()
+        wait_until(lambda: why in broker.log_tail(400), 30, f"{why!r} in the broker's log")
+        assert broker.proc is not None and broker.proc.poll() is None  # still running, retrying
+        with Client([ep], user=ROOT[0], password=ROOT[1], timeout_s=10) as root:
+            assert not root.route_cluster_info().brokers
+            assert not is_master(root)
+    finally:
+        assert broker.stop() in (0, None)
+
+
+def test_a_broker_registers_with_a_tls_only_node(tmp_path: Path) -> None:
+    pki = Pki.make(tmp_path / "pki", nodes=1)
+    node = TlsCluster(tmp_path / "node", 1, pki, pki.serve_flags("n0"))
+    try:
+        node.wait_ready(30)
+        ep = node.endpoints[0]
+        files = pki.client_files()
+        tls = ["--cacert", files["cacert"], "--cert", files["cert"], "--key", files["key"]]
+        broker = BrokerProcess(tmp_path, [ep], GROUP, *tls)
+        try:
+            with Client([ep], timeout_s=10, **files) as client:
+                wait_until(lambda: client.route_cluster_info().brokers, 30, "registration")
+                wait_until(lambda: is_master(client), 30, "a master")
+        finally:
+            assert broker.stop() in (0, None)
+    finally:
+        node.close()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+def test_a_redis_replicator_commits_its_offsets_under_auth(tmp_path: Path) -> None:
+    job = "job1"
+    with running_cluster(tmp_path / "node", 1, extra_args=["--bcrypt-cost=4"]) as cluster:
+        ep = cluster.endpoints[0]
+        set_up_auth(ep, "replicator-job1", job_grants(job), "repl")
+        redis_port = free_ports(1)[0]
+        redis = subprocess.Popen(
+            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        log = tmp_path / "replicator.log"
+        worker: subprocess.Popen[bytes] | None = None
+        try:
+            with log.open("ab") as out:
+                worker = subprocess.Popen(
+                    [sys.executable, "-m", "nameserver.cli", "replicate", "redis",
+                     "--source", f"redis://127.0.0.1:{redis_port}", "--topic", "T",
+                     "--job", job, "--sink", "file", "--sink-file", str(tmp_path / "out.jsonl"),
+                     "--endpoints", ep, "--user", "repl:pw"],
+                    env=cli_env(tmp_path), stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+            with Client([ep], user=ROOT[0], password=ROOT[1], timeout_s=10) as root:
+
+                def committed() -> bool:
+                    subprocess.run(
+                        ["redis-cli", "-p", str(redis_port), "set", "k", "v"],
+                        capture_output=True, timeout=10, check=False,
+                    )  # fmt: skip
+                    try:
+                        return bool(root.offsets_fetch(job, "redis").offset)
+                    except NotFound:
+                        return False
+
+                wait_until(committed, 60, lambda: "a committed offset:\n" + log.read_text())
+            assert "permission denied" not in log.read_text()
+        finally:
+            for proc in (worker, redis):
+                if proc is not None and proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(20)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(10)
