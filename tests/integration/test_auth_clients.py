@@ -12,6 +12,7 @@ user whose role covers its job's offsets, election and status keys. Under TLS a 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -188,3 +189,45 @@ def test_a_redis_replicator_commits_its_offsets_under_auth(tmp_path: Path) -> No
                     except subprocess.TimeoutExpired:
                         proc.kill()
                         proc.wait(10)
+
+
+def test_cluster_up_tls_with_a_broker(tmp_path: Path) -> None:
+    """``cluster up --tls --brokers 1``: the replica gets the cluster's client certificate
+    (``--cacert --cert --key``) and its group has a master."""
+    from nameserver.cli import certs, cluster_brokers
+    from nameserver.cli import cluster as cluster_cmd
+
+    for _ in range(50):
+        base = free_ports(1)[0] // 10 * 10
+        node, brokers = cluster_cmd.layout(1, base), cluster_brokers.broker_layout(1, base)
+        if base + 110 < 65535 and not cluster_cmd.busy_ports(node) + (
+            cluster_brokers.busy_ports(brokers)
+        ):
+            break
+    data = tmp_path / "up"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nameserver.cli", "cluster", "up", "--tls", "--nodes", "1",
+         "--brokers", "1", "--data-dir", str(data), "--base-port", str(base)],
+        env=cli_env(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        out = b""
+        for line in proc.stdout:  # ends if cluster up exits
+            out += line
+            if b"cluster up: 1 nodes" in line:
+                break
+        assert b"cluster up: 1 nodes" in out, out.decode()
+        assert proc.poll() is None
+        files = certs.client_files(str(data / certs.TLS_DIR))
+        with Client([node[0].client_endpoint], timeout_s=10, **files) as client:
+            assert client.replica_group("broker-a").master_id > 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
