@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 USER_ENV = "METALEDGER_USER"
@@ -105,3 +107,20 @@ def client_options(args: argparse.Namespace) -> dict[str, Any]:
         out["user"] = user
         out["password"] = password
     return out
+
+
+def remoting_tls(files: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """A client TLS context for a metaledger node's RocketMQ remoting port from the
+    ``cacert``/``cert``/``key`` files of :func:`tls_files` (or :func:`client_options`):
+    trusts ``cacert``, presents ``cert``/``key`` when given; None without ``cacert``.
+    Raises OptionError when a file cannot be used."""
+    cacert = files.get("cacert")
+    if not cacert:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=str(cacert))
+        if files.get("cert"):
+            context.load_cert_chain(str(files["cert"]), str(files["key"]))
+    except (OSError, ssl.SSLError) as exc:
+        raise OptionError(f"--cacert/--cert/--key: cannot use the TLS files: {exc}") from None
+    return context

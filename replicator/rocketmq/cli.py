@@ -82,6 +82,16 @@ def _acl_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _tls_args(p: argparse.ArgumentParser) -> None:
+    for side in ("source", "dest"):
+        p.add_argument(
+            f"--{side}-namesrv-tls",
+            action="store_true",
+            help=f"reach the {side} nameserver's remoting port over TLS (a metaledger node under"
+            " --cert-file), trusting --cacert and presenting --cert/--key",
+        )
+
+
 def _secret_key(args: argparse.Namespace) -> str:
     return str(getattr(args, "secret_key", None) or os.environ.get(SECRET_KEY_ENV, ""))
 
@@ -138,6 +148,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     r.add_argument("--listen-metrics", default="", metavar="HOST:PORT")
     r.add_argument("--log-level", default="INFO")
     _acl_args(r)
+    _tls_args(r)
     r.set_defaults(run=run_with_endpoints(run_rocketmq))
 
     t = sub.add_parser(
@@ -186,6 +197,8 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
         client_options=client_options(args),
         access_key=args.access_key,
         secret_key=_secret_key(args) if args.access_key else "",
+        source_namesrv_tls=args.source_namesrv_tls,
+        dest_namesrv_tls=args.dest_namesrv_tls,
     )
     if args.worker:
         config.worker = args.worker

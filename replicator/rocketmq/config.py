@@ -99,6 +99,10 @@ class RocketMQReplicatorConfig:
     #: that change state on a nameserver are signed with them (AclClientRPCHook)
     access_key: str = ""
     secret_key: str = field(default="", repr=False)
+    #: reach the source's / destination's nameserver over TLS (a metaledger node's remoting
+    #: port under ``--cert-file``), with the ``cacert``/``cert``/``key`` of client_options
+    source_namesrv_tls: bool = False
+    dest_namesrv_tls: bool = False
 
     def session_credentials(self) -> SessionCredentials | None:
         """The destination nameserver's ACL credentials, None unless given."""
@@ -111,6 +115,10 @@ class RocketMQReplicatorConfig:
             raise ConfigError(f"job: a non-empty name without '/', got {self.job!r}")
         if bool(self.access_key) != bool(self.secret_key):
             raise ConfigError("access_key: --access-key and --secret-key go together")
+        if (self.source_namesrv_tls or self.dest_namesrv_tls) and not self.client_options.get(
+            "cacert"
+        ):
+            raise ConfigError("namesrv_tls: --source/--dest-namesrv-tls need --cacert")
         for name in ("source_namesrv", "dest_namesrv"):
             if not getattr(self, name):
                 raise ConfigError(f"{name}: HOST:PORT of the cluster's nameserver is required")

@@ -11,17 +11,22 @@ user whose role covers its job's offsets, election and status keys. Under TLS a 
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from nameserver.client import Client, NotFound
+from nameserver.client.acl import SessionCredentials
+from nameserver.client.options import remoting_tls
 from nameserver.client.routing import QueueData
+from replicator.rocketmq.client import ClusterClient
+from replicator.rocketmq.errors import RocketMQError
 from tests.etcd_harness import etcdctl
 from tests.harness import Cluster, free_ports, running_cluster, wait_until
 from tests.integration.broker.conftest import BrokerProcess, cli_env, metaledger
@@ -55,7 +60,13 @@ def job_grants(job: str) -> list[tuple[str, ...]]:
     ]
 
 
-def set_up_auth(endpoint: str, role: str, grants: list[tuple[str, ...]], user: str) -> None:
+def set_up_auth(
+    endpoint: str,
+    role: str,
+    grants: Sequence[tuple[str, ...]],
+    user: str,
+    flags: Sequence[str] = (),
+) -> None:
     """root, a role with ``grants``, ``user`` (password ``pw``) holding it; auth enabled."""
     steps: list[list[str]] = [
         ["user", "add", f"{ROOT[0]}:{ROOT[1]}"],
@@ -66,7 +77,7 @@ def set_up_auth(endpoint: str, role: str, grants: list[tuple[str, ...]], user: s
     steps += [["user", "add", f"{user}:pw"], ["user", "grant-role", user, role]]
     steps += [["auth", "enable"]]
     for args in steps:
-        r = etcdctl(endpoint, *args)
+        r = etcdctl(endpoint, *args, flags=flags)
         assert r.returncode == 0, f"etcdctl {args}: {r.stderr}"
 
 
@@ -231,3 +242,43 @@ def test_cluster_up_tls_with_a_broker(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_the_rocketmq_replicators_nameserver_client_signs_writes_and_speaks_tls(
+    tmp_path: Path,
+) -> None:
+    """The RocketMQ replicator's remoting client of a destination nameserver that is a
+    metaledger node with TLS and auth on: with ``--dest-namesrv-tls`` and
+    ``--access-key/--secret-key`` its PUT_KV_CONFIG (a topic's order config) is served;
+    unsigned it is refused NO_PERMISSION; route reads work over TLS either way."""
+    pki = Pki.make(tmp_path / "pki", nodes=1)
+    node = TlsCluster(tmp_path / "node", 1, pki, [*pki.serve_flags("n0"), "--bcrypt-cost=4"])
+    try:
+        node.wait_ready(30)
+        files = pki.client_files()
+        grants = [("readwrite", "/_metaledger/kvconfig/ORDER_TOPIC_CONFIG/", "--prefix=true")]
+        flags = pki.etcdctl_flags()
+        set_up_auth(f"https://{node.endpoints[0]}", "replicator", grants, "repl", flags)
+        with Client(node.endpoints, timeout_s=10, user=ROOT[0], password=ROOT[1], **files) as root:
+            root.user_set_secret_key("repl", "repl-secret")
+        namesrv = f"127.0.0.1:{node.nodes[0].remoting_port}"
+        tls = remoting_tls(files)
+
+        async def order_conf(credentials: SessionCredentials | None) -> str:
+            async with ClusterClient(namesrv, credentials=credentials, namesrv_tls=tls) as c:
+                try:
+                    await c.set_order_conf("T", "broker-a:4")
+                except RocketMQError as exc:
+                    return str(exc)
+                return "OK"
+
+        assert "No accessKey is configured" in asyncio.run(order_conf(None))
+        wrong = SessionCredentials("repl", "not-the-secret")
+        assert "Check signature failed" in asyncio.run(order_conf(wrong))
+        assert asyncio.run(order_conf(SessionCredentials("repl", "repl-secret"))) == "OK"
+        with Client(node.endpoints, timeout_s=10, user=ROOT[0], password=ROOT[1], **files) as root:
+            assert root.kvconfig_get("ORDER_TOPIC_CONFIG", "T") == "broker-a:4"
+        with pytest.raises(NotFound):  # the blocking route read, over TLS too
+            ClusterClient(namesrv, namesrv_tls=tls).route_get("NoSuchTopic")
+    finally:
+        node.close()
