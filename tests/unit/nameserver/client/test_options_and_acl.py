@@ -7,6 +7,7 @@ import argparse
 import base64
 import hashlib
 import hmac
+import io
 import ssl
 import sys
 from pathlib import Path
@@ -46,7 +47,7 @@ def test_unusable_options_are_option_errors(monkeypatch: pytest.MonkeyPatch) -> 
         options.client_options(parse("--cert", "c.pem"))
     with pytest.raises(options.OptionError, match="user name is empty"):
         options.client_options(parse("--user", ":pw"))
-    monkeypatch.setattr(sys, "stdin", open("/dev/null"))  # a service: no terminal to ask
+    monkeypatch.setattr(sys, "stdin", io.StringIO())  # a service: no terminal to ask
     with pytest.raises(options.OptionError, match="no password"):
         options.client_options(parse("--user", "broker-a"))
 
