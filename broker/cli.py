@@ -276,6 +276,32 @@ def run_broker(args: argparse.Namespace) -> int:
     return _run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0), connection))
 
 
+async def _check_access(client: Any, config: BrokerConfig) -> None:
+    """Say once, at ERROR, when metaledger refuses this broker's credentials (auth on and no
+    ``--user``, a wrong password, a role without the group's keys): the replica keeps
+    running and retrying (an operator may fix the user), and its loops log each refusal."""
+    from nameserver.client import ClientError, InvalidArgument, PermissionDenied, Unauthenticated
+
+    if not config.endpoints:
+        return
+    try:
+        await asyncio.to_thread(client.replica_group, config.broker_name)
+    except (InvalidArgument, PermissionDenied, Unauthenticated) as exc:
+        name = config.broker_name
+        logging.getLogger("broker").error(
+            "metaledger refused this broker (%s): give --user NAME:PASSWORD of a user whose"
+            " role has readwrite on /_metaledger/broker/%s, /_metaledger/replica_group/%s and"
+            " the prefix /brokers/%s/, read on the prefix /_metaledger/topic/ (docs/auth.md);"
+            " retrying",
+            exc.message,
+            name,
+            name,
+            name,
+        )
+    except ClientError:  # a new group (NotFound), unreachable: the replica's loops say so
+        return
+
+
 def _run(main: Coroutine[Any, Any, int]) -> int:
     """Run the broker on uvloop (as the nameserver does): its transports and call_soon cost
     a fraction of the standard loop's, and the send path is event-loop bound."""
@@ -313,11 +339,13 @@ async def _serve(config: BrokerConfig, timeout_s: float, connection: dict[str, A
         await replica.stop()
         return EXIT_CANNOT_START
     print(f"broker {config.broker_name} serving on {config.address}", flush=True)
+    access = asyncio.ensure_future(_check_access(client, config))  # in the background
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    access.cancel()
     await replica.stop()
     with contextlib.suppress(Exception):
         client.close()

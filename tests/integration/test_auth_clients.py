@@ -126,6 +126,8 @@ def test_a_broker_without_valid_credentials_is_refused_and_says_so(
     try:
         broker.start()
         wait_until(lambda: why in broker.log_tail(400), 30, f"{why!r} in the broker's log")
+        refused = "ERROR broker: metaledger refused this broker"
+        wait_until(lambda: refused in broker.log_tail(400), 30, "one ERROR line that says why")
         assert broker.proc is not None and broker.proc.poll() is None  # still running, retrying
         with Client([ep], user=ROOT[0], password=ROOT[1], timeout_s=10) as root:
             assert not root.route_cluster_info().brokers
