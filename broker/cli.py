@@ -3,7 +3,9 @@
 Loaded by ``nameserver.cli`` through the entry-point group ``metaledger.commands``
 (``broker = "broker.cli:register"`` in pyproject.toml), so the nameserver never imports the
 broker. ``register(subparsers, common)`` adds the three commands; ``common`` is the parent
-parser of commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``).
+parser of commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``, and
+the connection options ``--user``/``--password`` and ``--cacert``/``--cert``/``--key`` of
+:mod:`nameserver.client.options`, which every client the broker makes uses).
 
 ``metaledger broker --group NAME --data-dir DIR`` runs one replica until SIGINT/SIGTERM:
 the remoting front on ``--listen`` (default ``0.0.0.0:10911``), registered in the routes of
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from broker.cli_messages import register_messages
 from broker.config import DEFAULT_PORT, BrokerConfig, ConfigError
 from broker.store import FlushMode
+from nameserver.client.options import OptionError, client_options
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -266,10 +269,37 @@ def run_broker(args: argparse.Namespace) -> int:
     )
     try:
         config = build_config(args)
-    except ConfigError as exc:
+        connection = client_options(args)
+    except (ConfigError, OptionError) as exc:
         print(f"metaledger: broker: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return _run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0)))
+    return _run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0), connection))
+
+
+async def _check_access(client: Any, config: BrokerConfig) -> None:
+    """Say once, at ERROR, when metaledger refuses this broker's credentials (auth on and no
+    ``--user``, a wrong password, a role without the group's keys): the replica keeps
+    running and retrying (an operator may fix the user), and its loops log each refusal."""
+    from nameserver.client import ClientError, InvalidArgument, PermissionDenied, Unauthenticated
+
+    if not config.endpoints:
+        return
+    try:
+        await asyncio.to_thread(client.replica_group, config.broker_name)
+    except (InvalidArgument, PermissionDenied, Unauthenticated) as exc:
+        name = config.broker_name
+        logging.getLogger("broker").error(
+            "metaledger refused this broker (%s): give --user NAME:PASSWORD of a user whose"
+            " role has readwrite on /_metaledger/broker/%s, /_metaledger/replica_group/%s and"
+            " the prefix /brokers/%s/, read on the prefix /_metaledger/topic/ (docs/auth.md);"
+            " retrying",
+            exc.message,
+            name,
+            name,
+            name,
+        )
+    except ClientError:  # a new group (NotFound), unreachable: the replica's loops say so
+        return
 
 
 def _run(main: Coroutine[Any, Any, int]) -> int:
@@ -283,11 +313,17 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
         return runner.run(main)
 
 
-async def _serve(config: BrokerConfig, timeout_s: float) -> int:
+async def _serve(config: BrokerConfig, timeout_s: float, connection: dict[str, Any]) -> int:
+    """Serve until a signal; ``connection``: the client library's user, password and TLS
+    files (``--user``, ``--cacert`` … of :mod:`nameserver.client.options`)."""
     from broker.replica import Replica
-    from nameserver.client import Client
+    from nameserver.client import Client, ClientError
 
-    client = Client(list(config.endpoints), timeout_s=timeout_s)
+    try:
+        client = Client(list(config.endpoints), timeout_s=timeout_s, **connection)
+    except (ClientError, OSError, ValueError) as exc:
+        print(f"metaledger: broker: cannot connect to metaledger: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         replica = Replica(config, client=client)
     except OSError as exc:
@@ -303,11 +339,13 @@ async def _serve(config: BrokerConfig, timeout_s: float) -> int:
         await replica.stop()
         return EXIT_CANNOT_START
     print(f"broker {config.broker_name} serving on {config.address}", flush=True)
+    access = asyncio.ensure_future(_check_access(client, config))  # in the background
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    access.cancel()
     await replica.stop()
     with contextlib.suppress(Exception):
         client.close()

@@ -30,6 +30,7 @@ from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
+from nameserver.client.options import add_auth_options, add_tls_options
 
 if TYPE_CHECKING:
     from nameserver.client.routing import Route
@@ -52,6 +53,8 @@ def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -
     c = subparsers.add_parser("consume", help="consume messages of a topic")
     c.add_argument("--endpoints", default=argparse.SUPPRESS, metavar="HOST:PORT,...")
     c.add_argument("-w", "--output", choices=["table", "json"], default=argparse.SUPPRESS)
+    add_tls_options(c)
+    add_auth_options(c)
     c.add_argument("topic")
     c.add_argument("--group", required=True, help="the consumer group (its offsets are committed)")
     c.add_argument("--tags", default="*", metavar="EXPR", help='tag expression, e.g. "a || b"')
@@ -72,9 +75,14 @@ def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -
 def _route(args: argparse.Namespace) -> Route:
     from broker.cli import endpoints_of
     from nameserver.client import Client
+    from nameserver.client.options import OptionError, client_options
 
     timeout_s = float(getattr(args, "timeout_s", None) or 5.0)
-    with Client(endpoints_of(args), timeout_s=timeout_s) as client:
+    try:
+        connection = client_options(args)
+    except OptionError as exc:
+        raise SystemExit(f"metaledger: {exc}") from None
+    with Client(endpoints_of(args), timeout_s=timeout_s, **connection) as client:
         return client.route_get(args.topic)
 
 

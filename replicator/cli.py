@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from nameserver.client.options import OptionError, client_options
+
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -143,9 +145,9 @@ def run_status(args: argparse.Namespace) -> int:
 
     timeout_s = float(getattr(args, "timeout_s", None) or 5.0)
     try:
-        with Client(endpoints_of(args), timeout_s=timeout_s) as client:
+        with Client(endpoints_of(args), timeout_s=timeout_s, **client_options(args)) as client:
             docs = read_statuses(client, args.kind, args.job)
-    except ClientError as exc:
+    except (ClientError, OptionError) as exc:
         print(f"metaledger: replicate status: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     now = time.time()
@@ -191,6 +193,7 @@ def run_redis(args: argparse.Namespace) -> int:
             sink_path=args.sink_file,
             namesrv=args.namesrv,
             cluster_shard=args.cluster_shard,
+            client_options=client_options(args),
         )
         if args.worker:
             config.worker = args.worker

@@ -23,37 +23,16 @@ runs: nothing changes. Sans-I/O: a request and an auth image in, a refusal or No
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 
 from nameserver.auth.check import permitted
 from nameserver.auth.records import AuthImage
 from nameserver.auth.rules import Need, record_key
+from nameserver.client.acl import ACCESS_KEY, SIGNATURE, content, sign, signature
 from nameserver.remoting.codes import RequestCode
 
-ACCESS_KEY = "AccessKey"  # SessionCredentials.ACCESS_KEY
-SIGNATURE = "Signature"  # SessionCredentials.SIGNATURE
-
-
-def content(ext_fields: Mapping[str, str], body: bytes) -> bytes:
-    """``AclUtils.combineRequestContent``: sorted ext field values but Signature, then body."""
-    text = "".join(v for k, v in sorted(ext_fields.items()) if k != SIGNATURE)
-    return text.encode() + (body or b"")
-
-
-def signature(secret_key: str, ext_fields: Mapping[str, str], body: bytes) -> str:
-    """``AclUtils.calSignature`` of a request: base64 of HmacSHA1(secret key, content)."""
-    mac = hmac.new(secret_key.encode(), content(ext_fields, body), hashlib.sha1).digest()
-    return base64.b64encode(mac).decode()
-
-
-def sign(access_key: str, secret_key: str, ext_fields: dict[str, str], body: bytes) -> None:
-    """Add ``AccessKey`` and ``Signature`` to ``ext_fields`` as ``AclClientRPCHook`` does."""
-    ext_fields[ACCESS_KEY] = access_key
-    ext_fields.pop(SIGNATURE, None)
-    ext_fields[SIGNATURE] = signature(secret_key, ext_fields, body)
+__all__ = ["ACCESS_KEY", "SIGNATURE", "WRITE_CODES", "content", "refusal", "sign", "signature"]
 
 
 def _broker(ext: Mapping[str, str]) -> list[Need]:

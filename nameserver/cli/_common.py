@@ -18,20 +18,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import OUTPUTS, Printer, get_printer
-from nameserver.client import Client, ClientError, InvalidArgument
+from nameserver.client import Client, ClientError, InvalidArgument, options
+from nameserver.client.options import add_auth_options, add_tls_options
 from nameserver.client.transport import normalize_endpoint
 
 #: the client port of ``serve`` and of node n0 of ``cluster up`` (its default base port)
 DEFAULT_CLIENT_PORT = 9877
 DEFAULT_ENDPOINTS = f"127.0.0.1:{DEFAULT_CLIENT_PORT}"
 ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
-USER_ENV = "METALEDGER_USER"
 DEFAULT_TIMEOUT_S = 5.0
 
 N = TypeVar("N", int, float)
@@ -60,72 +59,21 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     add_auth_options(parser)
 
 
-#: TLS options → (environment variable, help): PEM files for the client library.
-TLS_OPTIONS = {
-    "cacert": ("METALEDGER_CACERT", "verify the server's certificate with this CA (turns TLS on)"),
-    "cert": ("METALEDGER_CERT", "this client's certificate (for --client-cert-auth servers)"),
-    "key": ("METALEDGER_KEY", "the key of --cert"),
-}
-
-
-def add_tls_options(parser: argparse.ArgumentParser) -> None:
-    for name, (env, help_text) in TLS_OPTIONS.items():
-        parser.add_argument(
-            f"--{name}",
-            dest=f"tls_{name}",  # not "key": the kv commands' argument
-            default=argparse.SUPPRESS,
-            metavar="PEM",
-            help=f"{help_text} (env {env})",
-        )
-
-
 def tls_files(args: argparse.Namespace) -> dict[str, str]:
     """The client library's TLS arguments from ``--cacert/--cert/--key`` or their env."""
-    out = {}
-    for name, (env, _) in TLS_OPTIONS.items():
-        value = getattr(args, f"tls_{name}", None) or os.environ.get(env)
-        if value:
-            out[name] = value
-    if ("cert" in out) != ("key" in out):
-        raise UsageError("--cert and --key go together (a client certificate and its key)")
-    return out
-
-
-def add_auth_options(parser: argparse.ArgumentParser) -> None:
-    """etcdctl's ``--user name[:password]`` and ``--password`` (auth, docs/auth.md)."""
-    parser.add_argument(
-        "--user",
-        default=argparse.SUPPRESS,
-        metavar="NAME[:PASSWORD]",
-        help="authenticate as this user (etcdctl's --user; env METALEDGER_USER)",
-    )
-    parser.add_argument(
-        "--password",
-        default=argparse.SUPPRESS,
-        metavar="PASSWORD",
-        help="the user's password (else after ':' in --user, else asked on a terminal)",
-    )
+    try:
+        return options.tls_files(args)
+    except options.OptionError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def credentials(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """(user, password) of ``--user``/``--password`` (or ``$METALEDGER_USER``), as etcdctl
-    reads them; (None, None) without a user."""
-    raw = getattr(args, "user", None) or os.environ.get(USER_ENV)
-    if not raw:
-        return None, None
-    name, sep, password = raw.partition(":")
-    if not name:
-        raise UsageError("--user: the user name is empty")
-    given = getattr(args, "password", None)
-    if given is not None:
-        return name, given
-    if sep:
-        return name, password
-    if not sys.stdin.isatty():
-        raise UsageError(f"--user {name}: no password (give --user {name}:PASSWORD or --password)")
-    import getpass
-
-    return name, getpass.getpass("Password: ")
+    reads them; (None, None) without a user (:func:`nameserver.client.options.credentials`)."""
+    try:
+        return options.credentials(args)
+    except options.OptionError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:

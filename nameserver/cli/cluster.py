@@ -299,9 +299,6 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"metaledger: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    if args.tls and brokers:
-        print("metaledger: cluster up: --tls with --brokers is not supported", file=sys.stderr)
-        return ExitCode.USAGE
     busy = busy_ports(nodes) + brokers_state.busy_ports(brokers)
     if busy:
         print(
@@ -322,6 +319,8 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         print(f"metaledger: cluster up: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_START
     endpoints = ",".join(n.client_endpoint for n in nodes)
+    # --tls: the brokers connect with the command line's client certificate
+    broker_tls = certs.client_files(str(data_dir / TLS_DIR)) if args.tls else {}
     nodes_state.write_cluster_file(
         data_dir,
         {
@@ -332,7 +331,7 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         {
             b.id: {
                 "argv": brokers_state.broker_argv(
-                    b, endpoints, data_dir, args.log_level, len(brokers)
+                    b, endpoints, data_dir, args.log_level, len(brokers), broker_tls
                 )[3:],
                 "group": brokers_state.GROUP,
                 "address": b.address,
@@ -374,14 +373,18 @@ def run_cluster_up(args: argparse.Namespace) -> int:
             return ExitCode.ERROR
         if brokers:
             try:
-                brokers_state.set_policy(endpoints.split(","), len(brokers))
+                brokers_state.set_policy(endpoints.split(","), len(brokers), tls)
             except ClientError as exc:
                 print(f"metaledger: cluster up: broker group policy: {exc}", file=sys.stderr)
                 return ExitCode.ERROR
         for b in brokers:
-            group.append(brokers_state.start(b, endpoints, data_dir, args.log_level, len(brokers)))
+            group.append(
+                brokers_state.start(b, endpoints, data_dir, args.log_level, len(brokers), tls)
+            )
         if group:
-            why = brokers_state.wait_ready(group, endpoints.split(","), stop, args.startup_timeout)
+            why = brokers_state.wait_ready(
+                group, endpoints.split(","), stop, args.startup_timeout, tls
+            )
             if stop.is_set():
                 return ExitCode.OK
             if why:

@@ -79,9 +79,16 @@ def broker_layout(replicas: int, base_port: int) -> list[BrokerLayout]:
 
 
 def broker_argv(
-    b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str = "INFO", replicas: int = 1
+    b: BrokerLayout,
+    endpoints: str,
+    data_dir: Path,
+    log_level: str = "INFO",
+    replicas: int = 1,
+    tls: dict[str, str] | None = None,
 ) -> list[str]:
-    """The replica's command line (the same a person would type, as ``-m nameserver.cli``)."""
+    """The replica's command line (the same a person would type, as ``-m nameserver.cli``);
+    ``tls``: the client library's cacert/cert/key (``cluster up --tls``), as ``--cacert`` …"""
+    tls_flags = [a for name, path in (tls or {}).items() for a in (f"--{name}", path)]
     return [
         sys.executable,
         "-m",
@@ -105,6 +112,7 @@ def broker_argv(
         "SYNC_MASTER" if replicas > 1 else "ASYNC_MASTER",
         "--log-level",
         log_level,
+        *tls_flags,
     ]
 
 
@@ -117,8 +125,8 @@ def policy(replicas: int) -> GroupPolicy:
     )
 
 
-def set_policy(endpoints: list[str], replicas: int) -> None:
-    with Client(endpoints, timeout_s=5.0) as client:
+def set_policy(endpoints: list[str], replicas: int, tls: dict[str, str] | None = None) -> None:
+    with Client(endpoints, timeout_s=5.0, **(tls or {})) as client:
         client.replica_set_policy(GROUP, policy(replicas), cluster_name=CLUSTER)
 
 
@@ -174,9 +182,14 @@ def spawn(
 
 
 def start(
-    b: BrokerLayout, endpoints: str, data_dir: Path, log_level: str, replicas: int
+    b: BrokerLayout,
+    endpoints: str,
+    data_dir: Path,
+    log_level: str,
+    replicas: int,
+    tls: dict[str, str] | None = None,
 ) -> RunningBroker:
-    argv = broker_argv(b, endpoints, data_dir, log_level, replicas)
+    argv = broker_argv(b, endpoints, data_dir, log_level, replicas, tls)
     return RunningBroker(b, *spawn(b.id, argv, data_dir))
 
 
@@ -241,12 +254,13 @@ def wait_ready(
     endpoints: list[str],
     stop_event: threading.Event,
     timeout_s: float,
+    tls: dict[str, str] | None = None,
 ) -> str:
     """Wait until the group has a master and every replica is alive and in its in-sync set
     (a quorum write can be acknowledged); "" when ready, else why not."""
     deadline = time.monotonic() + timeout_s
     why = "no replica registered yet"
-    with Client(endpoints, timeout_s=1.0) as client:
+    with Client(endpoints, timeout_s=1.0, **(tls or {})) as client:
         while not stop_event.is_set():
             for r in running:
                 if r.proc.poll() is not None:

@@ -244,7 +244,10 @@ def _restart_broker(
     deadline = time.monotonic() + args.startup_timeout
     why = "not registered yet"
     role = ""
-    with Client(endpoints, timeout_s=min(timeout_s(args), 1.0)) as client:
+    tls = (  # a cluster up --tls broker: ask with the cluster's client certificate
+        certs.client_files(str(data_dir / certs.TLS_DIR)) if "--cacert" in broker["argv"] else {}
+    )
+    with Client(endpoints, timeout_s=min(timeout_s(args), 1.0), **tls) as client:
         while True:
             if proc.poll() is not None:
                 why = f"it exited with code {proc.returncode}"

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from nameserver.client import Client
@@ -84,6 +84,9 @@ class RedisReplicatorConfig:
     max_in_flight: int = 4096
     cluster_shard: str | None = None  # a Redis Cluster: a slot or a node id (cluster.py)
     cluster_check_interval_s: float = 2.0  # how often a pass checks its node is still master
+    #: the metaledger client's user, password and TLS files (``--user``, ``--cacert`` …,
+    #: :func:`nameserver.client.options.client_options`); not in repr (a password)
+    client_options: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def validate(self) -> None:
         if not self.topic:

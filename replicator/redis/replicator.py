@@ -85,7 +85,9 @@ class RedisReplicator:
         self.metrics = metrics or RedisMetrics(config.job)
         self._sink_factory = sink_factory or make_sink
         self._stop = asyncio.Event()
-        self.client = Client(config.endpoints, timeout_s=config.client_timeout_s)
+        self.client = Client(
+            config.endpoints, timeout_s=config.client_timeout_s, **config.client_options
+        )
         self.role = ActiveRole(
             self.client, "redis", config.job, config.worker, ttl_s=config.lease_ttl_s
         )

@@ -18,8 +18,11 @@ nothing of a topic the group consumes (has a source offset for).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Any
+
+from nameserver.client.options import client_options
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["queue_rows", "register"]
 
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_NOT_FOUND = 0, 2, 3, 4
+SECRET_KEY_ENV = "METALEDGER_SECRET_KEY"
 
 #: status rows for RocketMQ jobs: one per source queue
 QUEUE_COLUMNS = (
@@ -60,6 +64,36 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source-namesrv", required=True, metavar="HOST:PORT[;HOST:PORT]")
     p.add_argument("--dest-namesrv", required=True, metavar="HOST:PORT[;HOST:PORT]")
     p.add_argument("--job", required=True, metavar="NAME")
+
+
+def _acl_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--access-key",
+        default="",
+        metavar="AK",
+        help="RocketMQ ACL 1.0: sign requests to the destination's nameserver as this access key"
+        " (a metaledger user with a secret key: `metaledger user set-secret-key`)",
+    )
+    p.add_argument(
+        "--secret-key",
+        default=None,
+        metavar="SK",
+        help=f"the access key's secret key (env {SECRET_KEY_ENV})",
+    )
+
+
+def _tls_args(p: argparse.ArgumentParser) -> None:
+    for side in ("source", "dest"):
+        p.add_argument(
+            f"--{side}-namesrv-tls",
+            action="store_true",
+            help=f"reach the {side} nameserver's remoting port over TLS (a metaledger node under"
+            " --cert-file), trusting --cacert and presenting --cert/--key",
+        )
+
+
+def _secret_key(args: argparse.Namespace) -> str:
+    return str(getattr(args, "secret_key", None) or os.environ.get(SECRET_KEY_ENV, ""))
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -113,6 +147,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     r.add_argument("--sync-group-offsets", action="store_true")
     r.add_argument("--listen-metrics", default="", metavar="HOST:PORT")
     r.add_argument("--log-level", default="INFO")
+    _acl_args(r)
+    _tls_args(r)
     r.set_defaults(run=run_with_endpoints(run_rocketmq))
 
     t = sub.add_parser(
@@ -158,6 +194,11 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
         groups=_csv(args.groups),
         checkpoint_interval_s=args.checkpoint_interval,
         sync_group_offsets=args.sync_group_offsets,
+        client_options=client_options(args),
+        access_key=args.access_key,
+        secret_key=_secret_key(args) if args.access_key else "",
+        source_namesrv_tls=args.source_namesrv_tls,
+        dest_namesrv_tls=args.dest_namesrv_tls,
     )
     if args.worker:
         config.worker = args.worker
@@ -231,7 +272,7 @@ def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:
             await dest.close()
 
     try:
-        with Client(endpoints, timeout_s=10) as client:
+        with Client(endpoints, timeout_s=10, **client_options(args)) as client:
             return asyncio.run(go(client))
     except (ClientError, RocketMQError, CheckpointError, OSError) as exc:
         print(f"metaledger: replicate translate: {exc}", file=sys.stderr)

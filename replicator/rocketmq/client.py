@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from nameserver.client.acl import SessionCredentials
 from nameserver.client.errors import NotFound, Unavailable, UnknownError
 from nameserver.client.routing import BrokerGroup, Route
 from nameserver.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
@@ -90,8 +92,23 @@ def _split(namesrv: str) -> list[str]:
 
 
 class ClusterClient:
-    def __init__(self, namesrv: str, *, timeout_s: float = 5.0, group: str = DEFAULT_GROUP) -> None:
+    def __init__(
+        self,
+        namesrv: str,
+        *,
+        timeout_s: float = 5.0,
+        group: str = DEFAULT_GROUP,
+        credentials: SessionCredentials | None = None,
+        namesrv_tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """``credentials``: RocketMQ ACL 1.0 session credentials; every request to the
+        nameserver is then signed as ``AclClientRPCHook`` signs it (the nameserver checks
+        the ones that change state, e.g. PUT_KV_CONFIG). ``namesrv_tls``: reach the
+        nameservers (not the brokers) over TLS, as a metaledger node's remoting port under
+        ``--cert-file`` wants."""
         self.namesrv = _split(namesrv)
+        self.credentials = credentials
+        self.namesrv_tls = namesrv_tls
         self.timeout_s = timeout_s
         self.group = group  # the pulls' consumerGroup (subscription "*": no heartbeat needed)
         self._preferred = 0  # the nameserver that answered last
@@ -115,7 +132,8 @@ class ClusterClient:
 
     async def _open(self, addr: str) -> RemotingConnection:
         try:
-            conn = await RemotingConnection.open(addr, self.timeout_s)
+            tls = self.namesrv_tls if addr in self.namesrv else None
+            conn = await RemotingConnection.open(addr, self.timeout_s, tls)
             self._conns[addr] = conn
             return conn
         finally:
@@ -140,6 +158,10 @@ class ClusterClient:
         return await future
 
     async def _namesrv(self, request: RemotingCommand) -> RemotingCommand:
+        if self.credentials is not None:
+            ext = dict(request.ext_fields)
+            self.credentials.sign(ext, request.body)
+            request = request.replace(ext_fields=ext)
         failures: list[str] = []
         n = len(self.namesrv)
         for i in range(self._preferred, self._preferred + n):
@@ -214,7 +236,9 @@ class ClusterClient:
         for i in range(start, start + n):
             addr = self.namesrv[i % n]
             try:
-                answer = _blocking_call(addr, wire.route_request(topic), self.timeout_s)
+                answer = _blocking_call(
+                    addr, wire.route_request(topic), self.timeout_s, self.namesrv_tls
+                )
             except (OSError, ProtocolError) as exc:
                 failures.append(f"{addr}: {exc or 'timed out'}")
                 continue
@@ -294,13 +318,22 @@ class ClusterClient:
             wire.parse_ok(await self.call(addr, request), f"create topic {spec.topic} on {addr}")
 
 
-def _blocking_call(addr: str, request: RemotingCommand, timeout_s: float) -> RemotingCommand:
-    """One request on a fresh socket, its answer (OSError, TimeoutError included, or
-    ProtocolError when none comes in time or the stream breaks)."""
+def _blocking_call(
+    addr: str, request: RemotingCommand, timeout_s: float, tls: ssl.SSLContext | None = None
+) -> RemotingCommand:
+    """One request on a fresh socket (TLS with ``tls``), its answer (OSError, TimeoutError
+    included, or ProtocolError when none comes in time or the stream breaks)."""
     host, _, port = addr.rpartition(":")
     deadline = time.monotonic() + timeout_s
     decoder = FrameDecoder()
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+    sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+    if tls is not None:
+        try:
+            sock = tls.wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+    with sock:
         sock.sendall(encode(request.replace(opaque=1)))
         while True:
             remaining = deadline - time.monotonic()

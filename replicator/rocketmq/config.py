@@ -26,8 +26,9 @@ import re
 import socket
 import zlib
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
+from nameserver.client.acl import SessionCredentials
 from replicator.rocketmq.errors import ConfigError
 
 __all__ = ["HEARTBEAT_TOPIC", "RocketMQReplicatorConfig", "dest_queue"]
@@ -91,10 +92,33 @@ class RocketMQReplicatorConfig:
     checkpoint_interval_s: float = 10.0
     sync_group_offsets: bool = False
     status_interval_s: float = 1.0
+    #: the metaledger client's user, password and TLS files (``--user``, ``--cacert`` …,
+    #: :func:`nameserver.client.options.client_options`); not in repr (a password)
+    client_options: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: RocketMQ ACL 1.0 session credentials (``--access-key``/``--secret-key``): requests
+    #: that change state on a nameserver are signed with them (AclClientRPCHook)
+    access_key: str = ""
+    secret_key: str = field(default="", repr=False)
+    #: reach the source's / destination's nameserver over TLS (a metaledger node's remoting
+    #: port under ``--cert-file``), with the ``cacert``/``cert``/``key`` of client_options
+    source_namesrv_tls: bool = False
+    dest_namesrv_tls: bool = False
+
+    def session_credentials(self) -> SessionCredentials | None:
+        """The destination nameserver's ACL credentials, None unless given."""
+        if not self.access_key:
+            return None
+        return SessionCredentials(self.access_key, self.secret_key)
 
     def validate(self) -> None:
         if not self.job or "/" in self.job:
             raise ConfigError(f"job: a non-empty name without '/', got {self.job!r}")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ConfigError("access_key: --access-key and --secret-key go together")
+        if (self.source_namesrv_tls or self.dest_namesrv_tls) and not self.client_options.get(
+            "cacert"
+        ):
+            raise ConfigError("namesrv_tls: --source/--dest-namesrv-tls need --cacert")
         for name in ("source_namesrv", "dest_namesrv"):
             if not getattr(self, name):
                 raise ConfigError(f"{name}: HOST:PORT of the cluster's nameserver is required")

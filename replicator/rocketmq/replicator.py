@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from nameserver.client import Client
 from nameserver.client.errors import ClientError, NotFound
+from nameserver.client.options import remoting_tls
 from replicator.lease import Fence
 from replicator.rocketmq.assign import Membership, assignment
 from replicator.rocketmq.checkpoint import QueueCheckpoint
@@ -78,9 +79,16 @@ class RocketMQReplicator:
         config.validate()
         self.config = config
         self.metrics = metrics
-        self.source = ClusterClient(config.source_namesrv)
-        self.dest = ClusterClient(config.dest_namesrv)
-        self.client = Client(config.endpoints, timeout_s=10)
+        tls = remoting_tls(config.client_options)
+        self.source = ClusterClient(
+            config.source_namesrv, namesrv_tls=tls if config.source_namesrv_tls else None
+        )
+        self.dest = ClusterClient(
+            config.dest_namesrv,
+            credentials=config.session_credentials(),
+            namesrv_tls=tls if config.dest_namesrv_tls else None,
+        )
+        self.client = Client(config.endpoints, timeout_s=10, **config.client_options)
         self.membership = Membership(self.client, config.job, config.worker, config.lease_ttl_s)
         self.limiter = RateLimiter(config.rate_limit)
         self.tasks: dict[str, QueueReplication] = {}

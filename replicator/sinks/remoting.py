@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from nameserver.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
 from replicator.sinks.errors import SinkUnavailable
@@ -33,12 +34,18 @@ class RemotingConnection(asyncio.Protocol):
         self.lost: BaseException | None = None
 
     @classmethod
-    async def open(cls, address: str, timeout_s: float) -> RemotingConnection:
+    async def open(
+        cls, address: str, timeout_s: float, tls: ssl.SSLContext | None = None
+    ) -> RemotingConnection:
+        """Connect to ``address``; over TLS with ``tls`` (a metaledger node's remoting port
+        under ``--cert-file``), checking that its certificate names the host."""
         host, _, port = address.rpartition(":")
+        host = host.strip("[]")
         loop = asyncio.get_running_loop()
+        extra: dict[str, Any] = {"ssl": tls, "server_hostname": host} if tls else {}
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(address), host, int(port)), timeout_s
+                loop.create_connection(lambda: cls(address), host, int(port), **extra), timeout_s
             )
         except (OSError, TimeoutError, ValueError) as exc:
             raise SinkUnavailable(f"cannot connect to {address}: {exc or 'timed out'}") from None
