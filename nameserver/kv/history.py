@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from nameserver.kv.mvcc import check_read
+from nameserver.kv.mvcc import Compacted, check_read
 from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
 from nameserver.state.image import MetadataImage
 from raftlog import Change, Effect
@@ -73,7 +73,11 @@ class KvHistory:
         self._order: deque[tuple[int, bytes]] = deque()
         #: keys with a tombstone among their versions, sorted (ranges find deleted keys here)
         self._tombstoned: list[bytes] = []
-        self._lock = threading.Lock()  # guards _tombstoned (insort vs. a reader's slice)
+        self._lock = threading.Lock()  # guards _tombstoned (insort vs. a reader's slice), _pins
+        #: revisions a write txn of this node will read once applied: not pruned (count)
+        self._pins: dict[int, int] = {}
+        #: bumped by every reset (a pinned read made across one is not to be trusted)
+        self.generation = 0
         #: ``(offset, compaction revision)`` from the base on (HashKV at a revision)
         self._compactions: list[tuple[int, int]] = []
         self.reset(image)
@@ -93,6 +97,8 @@ class KvHistory:
         #: versions held (kept as they come and go: /metrics reads it)
         self.version_count = 0
         self.pruned_to = 0
+        self._pruned = 0  # the highest revision pruned at (pins may hold it below the floor)
+        self.generation += 1
         self.compacted = image.mvcc.compact_revision if base is None else compacted
         self._compactions = [(self.base, self.compacted)]
 
@@ -117,8 +123,8 @@ class KvHistory:
             self.image = self._current()
             retained = self._retained_from() if self._retained_from is not None else 0
             if retained - 1 > self.pruned_to:
-                self.prune(retained - 1)
-                self.pruned_to = retained - 1
+                self.pruned_to = retained - 1  # the floor rises first, then the index shrinks
+            self._prune_to(max(self.compacted, self.pruned_to))
         except Exception:  # never the apply thread's problem: start over, floor raised
             log.exception("kv history: dropped (floor now %d)", last_offset)
             self.reset(self._current())
@@ -149,8 +155,8 @@ class KvHistory:
                 compact = Compaction.from_record(eff.value).revision
                 self._compactions.append((rev, compact))
         if compact:
-            self.prune(compact)
             self.compacted = compact
+            self._prune_to(compact)
 
     def record(
         self, prior: Callable[[bytes], KeyValue | None], rev: int, key: bytes, value: Value
@@ -173,6 +179,38 @@ class KvHistory:
                 if i == len(self._tombstoned) or self._tombstoned[i] != key:
                     self._tombstoned.insert(i, key)
         self._order.append((rev, key))
+
+    def _prune_to(self, upto: int) -> None:
+        """Prune at ``upto``, or at the lowest pinned revision if lower (then again later)."""
+        with self._lock:
+            if self._pins:
+                upto = min(upto, min(self._pins))
+        if upto > self._pruned:
+            self.prune(upto)
+            self._pruned = upto
+
+    def pin(self, revisions: Iterable[int]) -> list[int]:
+        """Keep the index readable at ``revisions`` (those > 0) until :meth:`unpin`, even
+        past a compaction or the retention point: a write txn's ranges at a revision are
+        read here once it is applied. Compacted (OUT_OF_RANGE) if one is below the floor
+        now but not below the compaction revision (below that, apply fails the txn on every
+        node if it reads there: the log decides; this node only refuses what the log allows
+        but its own history no longer holds, before proposing)."""
+        with self._lock:
+            floor, compacted = self.floor, self.compacted
+            wanted = sorted(r for r in revisions if r > 0 and r >= compacted)
+            if wanted and wanted[0] < floor:
+                raise Compacted(floor)
+            for r in wanted:
+                self._pins[r] = self._pins.get(r, 0) + 1
+        return wanted
+
+    def unpin(self, pinned: list[int]) -> None:
+        with self._lock:
+            for r in pinned:
+                left = self._pins.pop(r, 1) - 1
+                if left > 0:
+                    self._pins[r] = left
 
     def prune(self, upto: int) -> None:
         """Drop what no read at ``upto`` or later needs: for each key its versions at or
