@@ -52,6 +52,42 @@ def _rev(version: tuple[int, Any]) -> int:
     return int(version[0])
 
 
+#: what a version costs against the backend quota beyond its bytes (etcd's kvOverhead)
+VERSION_OVERHEAD = 256
+
+
+def _varint_len(n: int) -> int:
+    return 10 if n < 0 else max(1, (n.bit_length() + 6) // 7)
+
+
+def _record_len(kv: KeyValue) -> int:
+    """``len(kv.to_record())`` without encoding it (KvRecord: fields 1-6, one-byte tags)."""
+    n = 0
+    for data in (kv.key, kv.value):
+        if data:
+            n += 1 + _varint_len(len(data)) + len(data)
+    for x in (kv.create_revision, kv.mod_revision, kv.version, kv.lease):
+        if x:
+            n += 1 + _varint_len(x)
+    return n
+
+
+def _cost(key: bytes, value: Value) -> int:
+    """A past version's bytes against the backend quota: its record's (the same encoded or
+    decoded: a read decodes versions in place), a tombstone its key's."""
+    if value is None:
+        return len(key) + VERSION_OVERHEAD
+    if isinstance(value, bytes):
+        return len(value) + VERSION_OVERHEAD
+    return _record_len(value) + VERSION_OVERHEAD
+
+
+def _past_bytes(key: bytes, versions: list[tuple[int, Value]]) -> int:
+    """The quota bytes of a key's versions but its current value (the image counts that)."""
+    n = sum(_cost(key, v) for _, v in versions[:-1])
+    return n + (_cost(key, None) if versions and versions[-1][1] is None else 0)
+
+
 class KvHistory:
     """Per-key versions of the kv store above this node's floor (see the module doc)."""
 
@@ -96,6 +132,9 @@ class KvHistory:
             self._tombstoned = []
         #: versions held (kept as they come and go: /metrics reads it)
         self.version_count = 0
+        #: bytes of the versions held but the keys' current values (the backend quota)
+        self.version_bytes = 0
+        self._key_bytes: dict[bytes, int] = {}
         self.pruned_to = 0
         self._pruned = 0  # the highest revision pruned at (pins may hold it below the floor)
         self.generation += 1
@@ -170,9 +209,15 @@ class KvHistory:
             versions.append((rev, value))
             self._versions[key] = versions
             self.version_count += len(versions)
+            added = _past_bytes(key, versions)
         else:
+            prev = versions[-1][1]
             versions.append((rev, value))
             self.version_count += 1
+            added = _cost(key, prev) if prev is not None else 0
+            added += _cost(key, None) if value is None else 0
+        self._key_bytes[key] = self._key_bytes.get(key, 0) + added
+        self.version_bytes += added
         if value is None:
             with self._lock:
                 i = bisect.bisect_left(self._tombstoned, key)
@@ -229,9 +274,13 @@ class KvHistory:
             if not keep or (len(keep) == 1 and keep[0][0] <= upto):
                 del self._versions[key]  # absent, or unchanged since: the image has it
                 self.version_count -= len(versions)
+                self.version_bytes -= self._key_bytes.pop(key, 0)
             else:
                 self._versions[key] = keep  # replaced whole (readers hold the old list)
                 self.version_count -= len(versions) - len(keep)
+                now = _past_bytes(key, keep)
+                self.version_bytes += now - self._key_bytes.get(key, 0)
+                self._key_bytes[key] = now
             if all(v is not None for _, v in keep):
                 gone.append(key)
         if gone:
