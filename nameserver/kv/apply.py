@@ -215,7 +215,8 @@ def _run(
             out.response_delete_range.CopyFrom(d)
         elif which == "request_txn":
             t = _run(kv, op.request_txn, next(nested), rev, before, start, effects, leases, budget)
-            out.response_txn.CopyFrom(t)  # etcd: a nested txn's header stays empty
+            out.response_txn.CopyFrom(t)
+            out.response_txn.header.SetInParent()  # etcd: a nested txn's header is empty
         else:
             raise InvalidArgument("etcdserver: txn op has no request")
     return resp

@@ -203,6 +203,11 @@ def do_range(
     order, target = req.sort_order, req.sort_target
     if order == RangeRequest.NONE and target != RangeRequest.KEY:
         order = RangeRequest.ASCEND  # etcd: a sort target without an order means ascending
+        if req.limit > 0 and total < 0:
+            # etcd (apply.go Range) fetches limit + 1 keys in key order when no order is
+            # given and no filter either, and sorts only those (count: all of the range)
+            every = list(kvs)
+            total, kvs = len(every), every[: req.limit + 1]
     if order != RangeRequest.NONE and not (
         order == RangeRequest.ASCEND and target == RangeRequest.KEY
     ):

@@ -102,7 +102,8 @@ def test_inner_headers_say_the_revision_before_the_first_change_then_the_txns(
         resp.responses[3].response_range.header.revision,
     ]
     assert revs == [3, 3, 4, 4]
-    assert not resp.responses[4].response_txn.HasField("header")  # etcd leaves it empty
+    nested_header = resp.responses[4].response_txn.header
+    assert resp.responses[4].response_txn.HasField("header") and not nested_header.revision
     assert resp.responses[4].response_txn.responses[0].response_range.header.revision == 4
 
 
