@@ -115,15 +115,19 @@ class Pair:
 
     def both(self, what: str, build: Callable[[Side], Any], method: str) -> tuple[Any, Any]:
         """Send ``build(side)`` to both, record the revisions, compare the answers."""
-        answers = []
+        answers, requests = [], []
         for side in (self.e, self.m):
             stub = side.lease if method.startswith("Lease") else side.kv
-            resp, rev = side.call(getattr(stub, method), build(side))
+            requests.append(build(side))
+            resp, rev = side.call(getattr(stub, method), requests[-1])
             side.revs.append(rev if rev is not None else side.revs[-1])
             answers.append(resp)
         got = [self.norm(s, r) for s, r in zip((self.e, self.m), answers, strict=True)]
         if got[0] != got[1]:
-            self.mismatches.append(f"{what}:\n  etcd:       {got[0]}\n  metaledger: {got[1]}")
+            asked = " | ".join(str(r).replace("\n", " ") for r in requests)
+            self.mismatches.append(
+                f"{what}:\n  etcd:       {got[0]}\n  metaledger: {got[1]}\n  asked: {asked}"
+            )
         return answers[0], answers[1]
 
 
@@ -173,7 +177,9 @@ class History:
             got = []  # the whole store after each op (not an op: no revision recorded)
             for side in (self.p.e, self.p.m):
                 resp, _ = side.call(side.kv.Range, whole)
-                got.append(self.p.norm(side, resp)["kvs"] if "kvs" in self.p.norm(side, resp) else [])
+                got.append(
+                    self.p.norm(side, resp)["kvs"] if "kvs" in self.p.norm(side, resp) else []
+                )
             if got[0] != got[1]:
                 self.p.mismatches.append(f"store after op {i + 1}:\n  {got[0]}\n  {got[1]}")
 
@@ -344,7 +350,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         ml.wait_ready(60)
         p = Pair(Side(etcd.address, etcd=True), Side(ml.endpoints[0], etcd=False))
         try:
-            for side in (p.e, p.m):
+            for side in (p.e, p.m):  # state 0: one write, so its revision is not 0 ("now")
+                side.kv.Put(pb.PutRequest(key=b"base", value=b"0"), timeout=10)
                 side.revs.append(side.current())
             yield p
         finally:
