@@ -20,6 +20,7 @@ history: ``METALEDGER_DIFF_OPS=2000`` is the long run.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 import os
 import random
 import shutil
@@ -79,6 +80,7 @@ class Pair:
     def __init__(self, etcd: Side, ml: Side) -> None:
         self.e, self.m = etcd, ml
         self.mismatches: list[str] = []
+        self.outcomes: Counter[str] = Counter()  # etcd's answers: method, or error text
         self.floor: int | None = None  # the state compacted at last, once the history ran
 
     def rev(self, side: Side, state: int) -> int:
@@ -123,6 +125,7 @@ class Pair:
             side.revs.append(rev if rev is not None else side.revs[-1])
             answers.append(resp)
         got = [self.norm(s, r) for s, r in zip((self.e, self.m), answers, strict=True)]
+        self.outcomes[got[0][1] if isinstance(got[0], tuple) else method] += 1
         if got[0] != got[1]:
             asked = " | ".join(str(r).replace("\n", " ") for r in requests)
             self.mismatches.append(
@@ -229,9 +232,15 @@ class History:
     def put(self, key: bytes) -> pb.PutRequest:
         rng = self.rng
         lease = rng.choice(self.leases) if self.leases and rng.random() < 0.25 else 0
-        return pb.PutRequest(
+        req = pb.PutRequest(
             key=key, value=rng.choice(VALUES), lease=lease, prev_kv=rng.random() < 0.3
         )
+        r = rng.random()
+        if r < 0.04:  # etcd: "key not found" when the key is absent (the whole txn fails)
+            req.ignore_value, req.value = True, b""
+        elif r < 0.08:
+            req.ignore_lease, req.lease = True, 0
+        return req
 
     def delete(self) -> pb.DeleteRangeRequest:
         rng = self.rng
@@ -265,7 +274,10 @@ class History:
             ops: list[Any] = []
             for _ in range(rng.randrange(0, 4)):
                 r = rng.random()
-                if r < 0.35 and keys:
+                if r < 0.02:  # a key written twice: refused whole by both
+                    ops.append(("put", self.put(KEYS[0])))
+                    ops.append(("del", pb.DeleteRangeRequest(key=b"d/", range_end=b"d0")))
+                elif r < 0.35 and keys:
                     key = keys.pop(rng.randrange(len(keys)))
                     ops.append(("put", self.put(key)))
                 elif r < 0.45 and keys:
@@ -364,6 +376,9 @@ def test_a_random_history_answers_as_etcds_op_by_op(pair: Pair) -> None:
     history.run(OPS)
     pair.floor = history.floor
     assert len(history.writers()) > OPS // 4  # the history did change the store
+    done = pair.outcomes  # the history went through every kind of answer
+    assert done["Txn"] and done["Compact"] and done["LeaseGrant"], done
+    assert sum(n for what, n in done.items() if what.startswith("etcdserver:")), done
     assert not pair.mismatches, f"{len(pair.mismatches)} differences:\n" + "\n".join(
         pair.mismatches[:8]
     )
