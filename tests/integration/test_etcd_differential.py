@@ -20,10 +20,10 @@ history: ``METALEDGER_DIFF_OPS=2000`` is the long run.
 from __future__ import annotations
 
 import bisect
-from collections import Counter
 import os
 import random
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -210,8 +210,8 @@ class History:
             req = self.put(rng.choice(KEYS))
             self.p.both(f"op {i} put {req}", lambda s: req, "Put")
         elif r < 0.52:
-            req = self.delete()
-            self.p.both(f"op {i} delete {req}", lambda s: req, "DeleteRange")
+            gone = self.delete()
+            self.p.both(f"op {i} delete {gone}", lambda s: gone, "DeleteRange")
         else:
             spec = self.txn_spec(depth=0, keys=list(KEYS))
             self.p.both(f"op {i} txn", lambda s: self.render(s, spec), "Txn")
@@ -339,15 +339,15 @@ class History:
 
 def range_options() -> list[pb.RangeRequest]:
     """The option sets every revision is read with."""
-    prefix = {"key": b"d/", "range_end": b"d0"}
+    d, d0 = b"d/", b"d0"
     return [
-        pb.RangeRequest(**prefix),
-        pb.RangeRequest(**prefix, limit=3),
-        pb.RangeRequest(**prefix, sort_order=pb.RangeRequest.DESCEND, sort_target=pb.RangeRequest.VALUE),
-        pb.RangeRequest(**prefix, sort_order=pb.RangeRequest.ASCEND, sort_target=pb.RangeRequest.CREATE, limit=2),
-        pb.RangeRequest(**prefix, sort_order=pb.RangeRequest.DESCEND, sort_target=pb.RangeRequest.MOD, keys_only=True),
-        pb.RangeRequest(**prefix, sort_target=pb.RangeRequest.VERSION, limit=4),
-        pb.RangeRequest(**prefix, count_only=True),
+        pb.RangeRequest(key=d, range_end=d0),
+        pb.RangeRequest(key=d, range_end=d0, limit=3),
+        pb.RangeRequest(key=d, range_end=d0, sort_order=pb.RangeRequest.DESCEND, sort_target=pb.RangeRequest.VALUE),
+        pb.RangeRequest(key=d, range_end=d0, sort_order=pb.RangeRequest.ASCEND, sort_target=pb.RangeRequest.CREATE, limit=2),
+        pb.RangeRequest(key=d, range_end=d0, sort_order=pb.RangeRequest.DESCEND, sort_target=pb.RangeRequest.MOD, keys_only=True),
+        pb.RangeRequest(key=d, range_end=d0, sort_target=pb.RangeRequest.VERSION, limit=4),
+        pb.RangeRequest(key=d, range_end=d0, count_only=True),
         pb.RangeRequest(key=b"d/3", range_end=b"\0", serializable=True),
         pb.RangeRequest(key=b"d/1"),
         pb.RangeRequest(key=b"d/2", range_end=b"d/7", sort_order=pb.RangeRequest.DESCEND, limit=2),
