@@ -366,6 +366,45 @@ def test_members_of_a_cluster_hash_alike_at_several_revisions(tmp_path: Path) ->
         )
 
 
+def test_a_write_txn_reading_a_past_revision_answers_alike_through_every_member(
+    tmp_path: Path,
+) -> None:
+    """Whichever member serves it (leader or follower), a txn that writes and reads at a
+    past revision answers the same, fails whole alike below the compaction revision, and
+    leaves every member with the same store."""
+    with Cluster(tmp_path / "txn", n=3) as c:
+        c.wait_ready(60)
+        c.wait_announced(30)
+        revs = [int(c.put(0, b"tr/k", b"v%d" % i).header.revision) for i in range(6)]
+        for node in range(3):
+            txn = pb.TxnRequest(
+                success=[
+                    pb.RequestOp(request_put=pb.PutRequest(key=b"tr/n%d" % node, value=b"x")),
+                    pb.RequestOp(request_range=pb.RangeRequest(key=b"tr/k", revision=revs[2])),
+                ]
+            )
+            resp = c.stub(node).Txn(txn, timeout=10)
+            assert [kv.value for kv in resp.responses[1].response_range.kvs] == [b"v2"], node
+        c.stub(0).Compact(pb.CompactionRequest(revision=revs[4]), timeout=10)
+        for node in range(3):
+            txn = pb.TxnRequest(
+                success=[
+                    pb.RequestOp(request_put=pb.PutRequest(key=b"tr/late", value=b"x")),
+                    pb.RequestOp(request_range=pb.RangeRequest(key=b"tr/k", revision=revs[2])),
+                ]
+            )
+            with pytest.raises(grpc.RpcError) as err:
+                c.stub(node).Txn(txn, timeout=10)
+            assert err.value.details() == COMPACTED, node
+        last = c.wait_converged()
+        hashes = {
+            i: c.maintenance(i).HashKV(pb.HashKVRequest(revision=last), timeout=30).hash
+            for i in range(3)
+        }
+        assert len(set(hashes.values())) == 1, hashes
+        assert not c.stub(1).Range(pb.RangeRequest(key=b"tr/late"), timeout=10).kvs
+
+
 @pytest.mark.parametrize("segment_bytes", [64 << 20, 1024])
 def test_history_outlives_a_restart(tmp_path: Path, segment_bytes: int) -> None:
     """With one big segment the whole history is replayed from offset 1; with small ones
