@@ -18,6 +18,12 @@ answers "required revision has been compacted", is the highest of the compaction
 the retention point and the index's base (a restart rebuilds from the oldest snapshot the
 kept segments follow: :func:`rebuild`; a snapshot installed from the leader resets it).
 
+A write txn's ranges at a revision are read here by the member that answers it, after
+apply (apply never reads a node's history): :meth:`KvHistory.pin` keeps those revisions
+from being pruned (by a compaction or the retention) until it has. ``version_bytes`` (the
+past versions' bytes) is what the backend quota adds to the image's size
+(:mod:`nameserver.cluster.nospace`).
+
 Threads: the apply thread writes; readers (event loop, worker threads) read without a lock:
 a version list is appended to or replaced whole (a reader only swaps an encoded version for
 its decoded equal), and a read checks the floor again when it is done (a compaction that

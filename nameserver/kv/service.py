@@ -134,15 +134,21 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             raise Unimplemented("metaledger: this node keeps no kv history")
         # ranges at a revision are read here once the txn is applied (apply checks them
         # against the log's compaction revision only): this node's history must keep them
+        generation = history.generation if history is not None else 0  # before the pin
         pinned = history.pin(revisions) if history is not None and revisions else []
         try:
-            return await self._write_txn(request, body, context, pinned)
+            return await self._write_txn(request, body, context, pinned, generation)
         finally:
             if pinned and history is not None:
                 history.unpin(pinned)
 
     async def _write_txn(
-        self, request: rpc_pb2.TxnRequest, body: bytes, context: Any, pinned: list[int]
+        self,
+        request: rpc_pb2.TxnRequest,
+        body: bytes,
+        context: Any,
+        pinned: list[int],
+        generation: int,
     ) -> rpc_pb2.TxnResponse:
         history = self.node.history
         image = self.node.state.image
@@ -157,7 +163,6 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         if not request.compare:  # the success branch is taken: its leases must exist
             for lease_id in _put_leases(request.success):
                 await require_lease(self.node, lease_id)
-        generation = history.generation if history is not None else 0
         applied = await self.node.propose(
             Entry("txn", value=length_delimited(_TXN_TXN, body)), context
         )
