@@ -348,6 +348,10 @@ def range_options() -> list[pb.RangeRequest]:
         pb.RangeRequest(key=d, range_end=d0, sort_order=pb.RangeRequest.DESCEND, sort_target=pb.RangeRequest.MOD, keys_only=True),
         pb.RangeRequest(key=d, range_end=d0, sort_target=pb.RangeRequest.VERSION, limit=4),
         pb.RangeRequest(key=d, range_end=d0, count_only=True),
+        pb.RangeRequest(key=d, range_end=d0, count_only=True, limit=2, keys_only=True),
+        pb.RangeRequest(key=d, range_end=d0, sort_target=pb.RangeRequest.VALUE, limit=1),
+        pb.RangeRequest(key=b"d/5", range_end=b"d/5\0"),
+        pb.RangeRequest(key=b"d/9", range_end=b"d/1"),  # an empty range (end before key)
         pb.RangeRequest(key=b"d/3", range_end=b"\0", serializable=True),
         pb.RangeRequest(key=b"d/1"),
         pb.RangeRequest(key=b"d/2", range_end=b"d/7", sort_order=pb.RangeRequest.DESCEND, limit=2),
@@ -390,8 +394,12 @@ def test_every_range_at_every_revision_equals_etcds(pair: Pair) -> None:
     e, m = pair.e, pair.m
     writers = [i for i in range(1, len(e.revs)) if e.revs[i] > e.revs[i - 1]]
     lo, hi = writers[len(writers) // 3], writers[2 * len(writers) // 3]
-    filtered = pb.RangeRequest(key=b"d/", range_end=b"d0")
-    options = [*range_options(), filtered]
+    by_mod = pb.RangeRequest(key=b"d/", range_end=b"d0")
+    by_create = pb.RangeRequest(
+        key=b"d/", range_end=b"d0", sort_target=pb.RangeRequest.MOD, limit=2
+    )
+    counted = pb.RangeRequest(key=b"d/", range_end=b"d0", count_only=True)
+    options = [*range_options(), by_mod, by_create, counted]
     diffs: list[str] = []
     checked = 0
     for rev in range(m.revs[floor], m.revs[-1] + 1):
@@ -402,8 +410,10 @@ def test_every_range_at_every_revision_equals_etcds(pair: Pair) -> None:
                 req = pb.RangeRequest()
                 req.CopyFrom(base)
                 req.revision = at
-                if base is filtered:
+                if base is by_mod or base is counted:  # etcd counts before the filters
                     req.min_mod_revision, req.max_create_revision = side.revs[lo], side.revs[hi]
+                elif base is by_create:
+                    req.min_create_revision, req.max_mod_revision = side.revs[lo], side.revs[hi]
                 resp, _ = side.call(side.kv.Range, req)
                 answers.append(pair.norm(side, resp))
                 if not isinstance(resp, tuple):
