@@ -13,7 +13,7 @@ the state of the last op with M[i] <= m, whose etcd revision is E[i]. Header ids
 member ids are left out. Compares and revision filters only use revisions of ops that
 changed the store (then their order is the same in both numberings).
 
-``METALEDGER_DIFF_OPS`` (default 120) and ``METALEDGER_DIFF_SEED`` (default 20) choose the
+``METALEDGER_DIFF_OPS`` (default 300) and ``METALEDGER_DIFF_SEED`` (default 20) choose the
 history: ``METALEDGER_DIFF_OPS=2000`` is the long run.
 """
 
@@ -41,7 +41,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd 3.4 is not installed"),
 ]
 
-OPS = int(os.environ.get("METALEDGER_DIFF_OPS", "120"))
+OPS = int(os.environ.get("METALEDGER_DIFF_OPS", "300"))
 SEED = int(os.environ.get("METALEDGER_DIFF_SEED", "20"))
 #: at most 12 keys in any range: etcd sorts with Go's sort.Sort, stable only up to 12
 KEYS = [b"d/%d" % i for i in range(10)]
