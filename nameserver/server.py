@@ -236,6 +236,7 @@ class Node:
             self.state, self.watch_hub, store, segments, read_floor(floor_path)
         )
         self.ctx.history = self.kv_history
+        self.ctx.space.history_bytes = lambda: self.kv_history.version_bytes
         self.compactor = AutoCompactor(
             self.ctx, config.auto_compaction_mode, config.auto_compaction_retention
         )

@@ -16,13 +16,16 @@ etcd 3.4 (``etcdserver/quota.go``, ``apply.go`` ``applierV3Capped``,
 
 The size is metaledger's, not a file's: the image's bytes as the quota accounting
 counts them (:mod:`nameserver.quotas.apply`: key and value bytes of the kinds with a
-quota) plus etcd's ``kvOverhead`` (256 bytes) per record. A request's cost is its
-entry's bytes plus 256 per put, or etcd's ``leaseOverhead`` (64) for a lease grant.
+quota) plus etcd's ``kvOverhead`` (256 bytes) per record, plus this member's kv history
+(etcd's db holds every revision until a compaction): the bytes of the past versions its
+index holds, 256 more each (:attr:`SpaceCheck.history_bytes`, node-local: the check runs on
+the serving member only, before proposing). A request's cost is its entry's bytes plus 256
+per put, or etcd's ``leaseOverhead`` (64) for a lease grant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nameserver.errors import ResourceExhausted
 from nameserver.state.image import MetadataDelta, MetadataImage
@@ -130,13 +133,15 @@ class SpaceCheck:
         self.quota = quota_bytes(configured_quota_bytes)
         self._image: MetadataImage | None = None
         self._size = 0
+        #: this member's past kv versions' bytes (set by the node: its history index)
+        self.history_bytes: Callable[[], int] | None = None
 
     def size(self, image: MetadataImage) -> int:
-        """:func:`image_bytes`, computed once per published image."""
+        """:func:`image_bytes` (computed once per published image) plus the history's."""
         if image is not self._image:
             self._size = image_bytes(image)
             self._image = image
-        return self._size
+        return self._size + (self.history_bytes() if self.history_bytes is not None else 0)
 
     def refuses(self, image: MetadataImage, e: Entry) -> str | None:
         """None if ``e`` may be proposed; "alarm" if a NOSPACE alarm is raised, "quota" if

@@ -1,16 +1,22 @@
 """The apply rules of ``kv`` and ``txn`` entries: etcd's Put, DeleteRange and Txn over a
 :class:`~nameserver.kv.records.KvDelta` (deterministic, no I/O), and a read-only Txn over
 one image.
+
+A Txn follows etcd 3.4's etcdserver/apply.go ``Txn``: every compare (nested ones too) is
+evaluated before any write (``compareToPath``), the taken ops are checked before any write
+(``checkRequests``: a failure fails the whole txn), and inner response headers carry the
+revision before the txn's first change, then its own (a nested txn's header stays empty).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from nameserver.errors import InvalidArgument, NameserverError, NotFound
 from nameserver.kv import semantics as kvops
-from nameserver.kv.records import KeyValue, KvDelta
+from nameserver.kv.mvcc import Compacted, FutureRevision
+from nameserver.kv.records import KeyValue, KvDelta, MvccDelta
 from nameserver.leases.apply import LEASE_NOT_FOUND
 from nameserver.leases.records import LeaseDelta
 from nameserver.state.image import MetadataDelta
@@ -37,7 +43,8 @@ def apply_txn_entry(
 ) -> rpc_pb2.TxnResponse:
     """One ``txn`` entry."""
     req = records_pb2.TxnOperation.FromString(e.value).txn
-    return txn(delta.kv, req, rev, effects, delta.leases)
+    mvcc: MvccDelta = delta.sub("mvcc")
+    return txn(delta.kv, req, rev, effects, delta.leases, compacted=mvcc.compacted)
 
 
 # ---------------------------------------------------------------------- kv ops
@@ -84,6 +91,72 @@ def delete_range(
     return resp
 
 
+#: which branch a txn takes, and the paths of the nested txns of that branch, in order
+Path = tuple[bool, list["Path"]]
+
+
+def compare_path(view: kvops.KvView, req: rpc_pb2.TxnRequest) -> Path:
+    """Every compare of a txn, nested ones too, against the state BEFORE any of its writes
+    (etcd's ``compareToPath``: a nested txn does not see its parent's earlier puts)."""
+    ok = all(kvops.evaluate_compare(view, c) for c in req.compare)
+    ops = req.success if ok else req.failure
+    return ok, [
+        compare_path(view, op.request_txn)
+        for op in ops
+        if op.WhichOneof("request") == "request_txn"
+    ]
+
+
+def taken_ops(req: rpc_pb2.TxnRequest, path: Path) -> Iterator[rpc_pb2.RequestOp]:
+    """The put, delete and range ops of the branches ``path`` takes, in etcd's order."""
+    ok, subs = path
+    nested = iter(subs)
+    for op in req.success if ok else req.failure:
+        if op.WhichOneof("request") == "request_txn":
+            yield from taken_ops(op.request_txn, next(nested))
+        else:
+            yield op
+
+
+def taken_revisions(view: kvops.KvView, req: rpc_pb2.TxnRequest) -> set[int]:
+    """The revisions the ranges of the branches a txn takes over ``view`` read at (etcd
+    checks only those: a bad revision in a branch not taken is never looked at)."""
+    return {
+        op.request_range.revision
+        for op in taken_ops(req, compare_path(view, req))
+        if op.WhichOneof("request") == "request_range" and op.request_range.revision
+    }
+
+
+def check_taken(
+    kv: kvops.KvView,
+    req: rpc_pb2.TxnRequest,
+    path: Path,
+    current: int,
+    compacted: int,
+    leases: LeaseDelta | None,
+) -> None:
+    """etcd's checks of a write txn before any of its writes (apply.go ``checkRequests``:
+    ``checkRequestPut`` over the taken ops, then ``checkRequestRange``): a put that needs the
+    key's previous value or names a lease, a range at a revision above ``current`` (the
+    revision before the txn) or below ``compacted`` (the log's compaction revision). Any
+    failure fails the whole txn; only the log decides it, never a node's history."""
+    ops = list(taken_ops(req, path))
+    for op in ops:
+        if op.WhichOneof("request") == "request_put":
+            p = op.request_put
+            if (p.ignore_value or p.ignore_lease) and kv.get(p.key) is None:
+                raise InvalidArgument("etcdserver: key not found")
+            if p.lease and not p.ignore_lease and (leases is None or leases.get(p.lease) is None):
+                raise NotFound(LEASE_NOT_FOUND)
+    for op in ops:
+        if op.WhichOneof("request") == "request_range" and op.request_range.revision:
+            if op.request_range.revision > current:
+                raise FutureRevision()
+            if op.request_range.revision < compacted:
+                raise Compacted(compacted)
+
+
 def txn(
     kv: KvDelta,
     req: rpc_pb2.TxnRequest,
@@ -91,33 +164,84 @@ def txn(
     effects: list[Effect],
     leases: LeaseDelta | None = None,
     budget: kvops.ResponseBudget | None = None,  # reads only; apply passes none
+    compacted: int | None = None,
 ) -> rpc_pb2.TxnResponse:
-    succeeded = all(kvops.evaluate_compare(kv, c) for c in req.compare)
-    resp = rpc_pb2.TxnResponse(succeeded=succeeded)
-    for op in req.success if succeeded else req.failure:
+    """A txn at revision ``rev``. Apply passes the log's ``compacted`` revision: the taken
+    ops are checked first (:func:`check_taken`), and a range at a ``revision`` is left
+    empty, to be read by the node that answers (:func:`fill_past_ranges`: the history at a
+    revision below ``rev`` is the same on every node that keeps it, and apply does not read
+    a node's history). A read-only txn (``compacted`` None) reads them through ``kv.at``."""
+    path = compare_path(kv, req)
+    before = rev
+    if compacted is not None:
+        before = rev - 1  # etcd: inner headers say the revision before the txn's first change
+        check_taken(kv, req, path, before, compacted, leases)
+    return _run(kv, req, path, rev, before, len(effects), effects, leases, budget)
+
+
+def _run(
+    kv: KvDelta,
+    req: rpc_pb2.TxnRequest,
+    path: Path,
+    rev: int,
+    before: int,
+    start: int,
+    effects: list[Effect],
+    leases: LeaseDelta | None,
+    budget: kvops.ResponseBudget | None,
+) -> rpc_pb2.TxnResponse:
+    ok, subs = path
+    nested = iter(subs)
+    resp = rpc_pb2.TxnResponse(succeeded=ok)
+    for op in req.success if ok else req.failure:
         which = op.WhichOneof("request")
         out = resp.responses.add()
         if which == "request_range":
-            src: kvops.KvView = kv
-            if op.request_range.revision and isinstance(kv, _ReadOnlyDelta):
-                src = kv.at(op.request_range.revision)  # checked by the caller
-            r = kvops.do_range(src, op.request_range, budget, out.response_range)
-            r.header.revision = rev
+            r = op.request_range
+            if r.revision > 0:
+                if isinstance(kv, _ReadOnlyDelta):
+                    kvops.do_range(kv.at(r.revision), r, budget, out.response_range)
+                # else: apply leaves it empty (fill_past_ranges)
+            else:
+                kvops.do_range(kv, r, budget, out.response_range)
+            out.response_range.header.revision = rev if len(effects) > start else before
         elif which == "request_put":
             p = put(kv, op.request_put, rev, effects, leases)
             p.header.revision = rev
             out.response_put.CopyFrom(p)
         elif which == "request_delete_range":
             d = delete_range(kv, op.request_delete_range, effects)
-            d.header.revision = rev
+            d.header.revision = rev if len(effects) > start else before
             out.response_delete_range.CopyFrom(d)
         elif which == "request_txn":
-            t = txn(kv, op.request_txn, rev, effects, leases, budget)
-            t.header.revision = rev
+            t = _run(kv, op.request_txn, next(nested), rev, before, start, effects, leases, budget)
             out.response_txn.CopyFrom(t)
+            out.response_txn.header.SetInParent()  # etcd: a nested txn's header is empty
         else:
             raise InvalidArgument("etcdserver: txn op has no request")
     return resp
+
+
+def fill_past_ranges(
+    req: rpc_pb2.TxnRequest,
+    resp: rpc_pb2.TxnResponse,
+    at: Callable[[int], kvops.KvView],
+    budget: kvops.ResponseBudget | None = None,
+) -> None:
+    """Read, into an applied write txn's ``resp``, its ranges at a ``revision`` (left empty
+    by apply) from ``at(revision)``: the node that answers does it, with its history kept
+    down to those revisions until then (:meth:`KvHistory.pin`)."""
+    nested = (req.success if resp.succeeded else req.failure, resp.responses)
+    for op, out in zip(*nested, strict=False):
+        which = op.WhichOneof("request")
+        if which == "request_range" and op.request_range.revision > 0:
+            header = out.response_range.header.revision
+            kvops.do_range(
+                at(op.request_range.revision), op.request_range, budget, out.response_range
+            )
+            out.response_range.header.revision = header
+        elif which == "request_txn":
+            fill_past_ranges(op.request_txn, out.response_txn, at, budget)
 
 
 def read_only_txn(

@@ -18,6 +18,12 @@ answers "required revision has been compacted", is the highest of the compaction
 the retention point and the index's base (a restart rebuilds from the oldest snapshot the
 kept segments follow: :func:`rebuild`; a snapshot installed from the leader resets it).
 
+A write txn's ranges at a revision are read here by the member that answers it, after
+apply (apply never reads a node's history): :meth:`KvHistory.pin` keeps those revisions
+from being pruned (by a compaction or the retention) until it has. ``version_bytes`` (the
+past versions' bytes) is what the backend quota adds to the image's size
+(:mod:`nameserver.cluster.nospace`).
+
 Threads: the apply thread writes; readers (event loop, worker threads) read without a lock:
 a version list is appended to or replaced whole (a reader only swaps an encoded version for
 its decoded equal), and a read checks the floor again when it is done (a compaction that
@@ -34,7 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from nameserver.kv.mvcc import check_read
+from nameserver.kv.mvcc import Compacted, check_read
 from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
 from nameserver.state.image import MetadataImage
 from raftlog import Change, Effect
@@ -50,6 +56,42 @@ UNTOUCHED: Any = object()
 
 def _rev(version: tuple[int, Any]) -> int:
     return int(version[0])
+
+
+#: what a version costs against the backend quota beyond its bytes (etcd's kvOverhead)
+VERSION_OVERHEAD = 256
+
+
+def _varint_len(n: int) -> int:
+    return 10 if n < 0 else max(1, (n.bit_length() + 6) // 7)
+
+
+def _record_len(kv: KeyValue) -> int:
+    """``len(kv.to_record())`` without encoding it (KvRecord: fields 1-6, one-byte tags)."""
+    n = 0
+    for data in (kv.key, kv.value):
+        if data:
+            n += 1 + _varint_len(len(data)) + len(data)
+    for x in (kv.create_revision, kv.mod_revision, kv.version, kv.lease):
+        if x:
+            n += 1 + _varint_len(x)
+    return n
+
+
+def _cost(key: bytes, value: Value) -> int:
+    """A past version's bytes against the backend quota: its record's (the same encoded or
+    decoded: a read decodes versions in place), a tombstone its key's."""
+    if value is None:
+        return len(key) + VERSION_OVERHEAD
+    if isinstance(value, bytes):
+        return len(value) + VERSION_OVERHEAD
+    return _record_len(value) + VERSION_OVERHEAD
+
+
+def _past_bytes(key: bytes, versions: list[tuple[int, Value]]) -> int:
+    """The quota bytes of a key's versions but its current value (the image counts that)."""
+    n = sum(_cost(key, v) for _, v in versions[:-1])
+    return n + (_cost(key, None) if versions and versions[-1][1] is None else 0)
 
 
 class KvHistory:
@@ -73,7 +115,11 @@ class KvHistory:
         self._order: deque[tuple[int, bytes]] = deque()
         #: keys with a tombstone among their versions, sorted (ranges find deleted keys here)
         self._tombstoned: list[bytes] = []
-        self._lock = threading.Lock()  # guards _tombstoned (insort vs. a reader's slice)
+        self._lock = threading.Lock()  # guards _tombstoned (insort vs. a reader's slice), _pins
+        #: revisions a write txn of this node will read once applied: not pruned (count)
+        self._pins: dict[int, int] = {}
+        #: bumped by every reset (a pinned read made across one is not to be trusted)
+        self.generation = 0
         #: ``(offset, compaction revision)`` from the base on (HashKV at a revision)
         self._compactions: list[tuple[int, int]] = []
         self.reset(image)
@@ -92,7 +138,12 @@ class KvHistory:
             self._tombstoned = []
         #: versions held (kept as they come and go: /metrics reads it)
         self.version_count = 0
+        #: bytes of the versions held but the keys' current values (the backend quota)
+        self.version_bytes = 0
+        self._key_bytes: dict[bytes, int] = {}
         self.pruned_to = 0
+        self._pruned = 0  # the highest revision pruned at (pins may hold it below the floor)
+        self.generation += 1
         self.compacted = image.mvcc.compact_revision if base is None else compacted
         self._compactions = [(self.base, self.compacted)]
 
@@ -117,8 +168,8 @@ class KvHistory:
             self.image = self._current()
             retained = self._retained_from() if self._retained_from is not None else 0
             if retained - 1 > self.pruned_to:
-                self.prune(retained - 1)
-                self.pruned_to = retained - 1
+                self.pruned_to = retained - 1  # the floor rises first, then the index shrinks
+            self._prune_to(max(self.compacted, self.pruned_to))
         except Exception:  # never the apply thread's problem: start over, floor raised
             log.exception("kv history: dropped (floor now %d)", last_offset)
             self.reset(self._current())
@@ -149,8 +200,8 @@ class KvHistory:
                 compact = Compaction.from_record(eff.value).revision
                 self._compactions.append((rev, compact))
         if compact:
-            self.prune(compact)
             self.compacted = compact
+            self._prune_to(compact)
 
     def record(
         self, prior: Callable[[bytes], KeyValue | None], rev: int, key: bytes, value: Value
@@ -164,15 +215,53 @@ class KvHistory:
             versions.append((rev, value))
             self._versions[key] = versions
             self.version_count += len(versions)
+            added = _past_bytes(key, versions)
         else:
+            prev = versions[-1][1]
             versions.append((rev, value))
             self.version_count += 1
+            added = _cost(key, prev) if prev is not None else 0
+            added += _cost(key, None) if value is None else 0
+        self._key_bytes[key] = self._key_bytes.get(key, 0) + added
+        self.version_bytes += added
         if value is None:
             with self._lock:
                 i = bisect.bisect_left(self._tombstoned, key)
                 if i == len(self._tombstoned) or self._tombstoned[i] != key:
                     self._tombstoned.insert(i, key)
         self._order.append((rev, key))
+
+    def _prune_to(self, upto: int) -> None:
+        """Prune at ``upto``, or at the lowest pinned revision if lower (then again later)."""
+        with self._lock:
+            if self._pins:
+                upto = min(upto, min(self._pins))
+        if upto > self._pruned:
+            self.prune(upto)
+            self._pruned = upto
+
+    def pin(self, revisions: Iterable[int]) -> list[int]:
+        """Keep the index readable at ``revisions`` (those > 0) until :meth:`unpin`, even
+        past a compaction or the retention point: a write txn's ranges at a revision are
+        read here once it is applied. Compacted (OUT_OF_RANGE) if one is below the floor
+        now but not below the compaction revision (below that, apply fails the txn on every
+        node if it reads there: the log decides; this node only refuses what the log allows
+        but its own history no longer holds, before proposing)."""
+        with self._lock:
+            floor, compacted = self.floor, self.compacted
+            wanted = sorted(r for r in revisions if r > 0 and r >= compacted)
+            if wanted and wanted[0] < floor:
+                raise Compacted(floor)
+            for r in wanted:
+                self._pins[r] = self._pins.get(r, 0) + 1
+        return wanted
+
+    def unpin(self, pinned: list[int]) -> None:
+        with self._lock:
+            for r in pinned:
+                left = self._pins.pop(r, 1) - 1
+                if left > 0:
+                    self._pins[r] = left
 
     def prune(self, upto: int) -> None:
         """Drop what no read at ``upto`` or later needs: for each key its versions at or
@@ -191,9 +280,13 @@ class KvHistory:
             if not keep or (len(keep) == 1 and keep[0][0] <= upto):
                 del self._versions[key]  # absent, or unchanged since: the image has it
                 self.version_count -= len(versions)
+                self.version_bytes -= self._key_bytes.pop(key, 0)
             else:
                 self._versions[key] = keep  # replaced whole (readers hold the old list)
                 self.version_count -= len(versions) - len(keep)
+                now = _past_bytes(key, keep)
+                self.version_bytes += now - self._key_bytes.get(key, 0)
+                self._key_bytes[key] = now
             if all(v is not None for _, v in keep):
                 gone.append(key)
         if gone:

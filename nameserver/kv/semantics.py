@@ -203,6 +203,11 @@ def do_range(
     order, target = req.sort_order, req.sort_target
     if order == RangeRequest.NONE and target != RangeRequest.KEY:
         order = RangeRequest.ASCEND  # etcd: a sort target without an order means ascending
+        if req.limit > 0 and total < 0:
+            # etcd (apply.go Range) fetches limit + 1 keys in key order when no order is
+            # given and no filter either, and sorts only those (count: all of the range)
+            every = list(kvs)
+            total, kvs = len(every), every[: req.limit + 1]
     if order != RangeRequest.NONE and not (
         order == RangeRequest.ASCEND and target == RangeRequest.KEY
     ):
@@ -243,9 +248,15 @@ def _range_cost(view: KvView, r: rpc_pb2.RangeRequest) -> Iterator[int]:
         yield from heapq.nlargest(r.limit, costs)
 
 
-def estimate_txn_reads(view: KvView, txn: rpc_pb2.TxnRequest, budget: ResponseBudget) -> None:
+def estimate_txn_reads(
+    view: KvView,
+    txn: rpc_pb2.TxnRequest,
+    budget: ResponseBudget,
+    at: Callable[[int], KvView | None] | None = None,
+) -> None:
     """Check before proposing that what a write txn reads back fits ``budget``: its ranges
-    (and deletes' prev_kv) against ``view``, the costlier branch, nested txns included.
+    (and deletes' prev_kv) against ``view`` (a range at a revision: ``at(revision)`` where
+    it gives one), the costlier branch, nested txns included.
 
     An estimate: the txn's own writes, and writes between now and its apply, are not seen.
     The state machine builds a txn's response at apply on every node and must not depend
@@ -257,14 +268,16 @@ def estimate_txn_reads(view: KvView, txn: rpc_pb2.TxnRequest, budget: ResponseBu
         for op in branch:
             which = op.WhichOneof("request")
             if which == "request_range":
-                for cost in _range_cost(view, op.request_range):
+                r = op.request_range
+                past = at(r.revision) if at is not None and r.revision > 0 else None
+                for cost in _range_cost(view if past is None else past, r):
                     trial.spend(cost)
             elif which == "request_delete_range" and op.request_delete_range.prev_kv:
                 d = op.request_delete_range
                 for kv in select_lazy(view, d.key, d.range_end):
                     trial.spend(len(kv.key) + len(kv.value) + KV_OVERHEAD_BYTES)
             elif which == "request_txn":
-                estimate_txn_reads(view, op.request_txn, trial)
+                estimate_txn_reads(view, op.request_txn, trial, at)
         costs.append(budget.left - trial.left)
     budget.spend(max(costs))
 

@@ -6,10 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from nameserver.errors import AlreadyExists, InvalidArgument, NameserverError, Unimplemented
+from nameserver.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NameserverError,
+    Unavailable,
+    Unimplemented,
+)
 from nameserver.grpc.context import NodeContext, require_lease, rpc
 from nameserver.kv import semantics as kvops
-from nameserver.kv.apply import read_only_txn
+from nameserver.kv.apply import fill_past_ranges, read_only_txn, taken_revisions
 from nameserver.kv.mvcc import check_compact
 from nameserver.state import consistency
 from protos import records_pb2
@@ -112,7 +118,7 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             budget = self.node.response_budget("txn")
             current = image.revision
             views: dict[int, kvops.KvView] = {}
-            for rev in sorted(_range_revisions(request)):  # etcd refuses the whole txn
+            for rev in sorted(taken_revisions(image.kv, request)):  # etcd refuses the whole txn
                 if 0 < rev < current:
                     views[rev] = await self.node.kv_at(rev, current)
                 else:
@@ -122,16 +128,38 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
                 self.node.recheck(rev, current)
             self.node.fill_header(resp.header, current)
             return resp
-        if _range_revisions(request):  # apply reads the image, which has no history
-            raise Unimplemented(
-                "metaledger: a range at a revision inside a txn that writes is not supported "
-                "(read it in a txn of its own)"
-            )
+        history = self.node.history
+        revisions = _range_revisions(request)
+        if revisions and history is None:
+            raise Unimplemented("metaledger: this node keeps no kv history")
+        # ranges at a revision are read here once the txn is applied (apply checks them
+        # against the log's compaction revision only): this node's history must keep them
+        generation = history.generation if history is not None else 0  # before the pin
+        pinned = history.pin(revisions) if history is not None and revisions else []
+        try:
+            return await self._write_txn(request, body, context, pinned, generation)
+        finally:
+            if pinned and history is not None:
+                history.unpin(pinned)
+
+    async def _write_txn(
+        self,
+        request: rpc_pb2.TxnRequest,
+        body: bytes,
+        context: Any,
+        pinned: list[int],
+        generation: int,
+    ) -> rpc_pb2.TxnResponse:
+        history = self.node.history
+        image = self.node.state.image
+
+        def at(revision: int) -> kvops.KvView | None:
+            ok = history is not None and 0 < revision < image.revision
+            return history.view(revision) if ok and history is not None else None
+
         # what it reads back is built at apply on every node, with no limit there: checked
         # here, against this node's image, before anything is proposed
-        kvops.estimate_txn_reads(
-            self.node.state.image.kv, request, self.node.response_budget("txn")
-        )
+        kvops.estimate_txn_reads(image.kv, request, self.node.response_budget("txn"), at)
         if not request.compare:  # the success branch is taken: its leases must exist
             for lease_id in _put_leases(request.success):
                 await require_lease(self.node, lease_id)
@@ -146,6 +174,15 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         resp = applied.result
         if not isinstance(resp, rpc_pb2.TxnResponse):
             raise NameserverError(f"metaledger: txn applied with no response ({resp!r})")
+        if pinned and history is not None:
+            await history.ready(applied.offset, self.node.timeout_s)
+            fill_past_ranges(request, resp, history.view)
+            if history.generation != generation:  # a snapshot install reset the history
+                raise Unavailable(
+                    f"metaledger: the txn was applied at revision {applied.offset}, but this "
+                    "node's history was reset meanwhile: its ranges at a revision could not "
+                    "be read (read them in a txn of their own)"
+                )
         self.node.fill_header(resp.header, applied.offset)
         return resp
 

@@ -225,3 +225,24 @@ def test_the_alarm_rpc_answers_as_etcd(pair: tuple[str, str]) -> None:
         [(7, 0)],
         [],
     ]
+
+
+def test_overwriting_one_key_fills_the_quota_with_history_until_compacted(
+    pair: tuple[str, str],
+) -> None:
+    """etcd's e2e alarm test as it is: one key overwritten, so only the history grows
+    (metaledger counts the past versions its index holds); compaction frees it."""
+    for endpoint in pair:
+        fitted = 0
+        while (done := outcome(endpoint, "put", "2nd_test", CHUNK))[0] == 0:
+            fitted += 1
+            assert fitted < 200, f"{endpoint}: 200 overwrites of 4 KiB and no NOSPACE"
+        assert done[2] == SPACE_EXCEEDED and fitted >= 2, (done, fitted)
+    assert both(pair, "alarm", "list") == (0, "memberID:ID alarm:NOSPACE \n", "")
+    assert both(pair, "put", "3rd_test", "a") == (1, "", SPACE_EXCEEDED)
+    for endpoint in pair:
+        assert outcome(endpoint, "compaction", "--physical", str(revision(endpoint)))[0] == 0
+    assert both(pair, "defrag") == (0, "Finished defragmenting etcd member[EP]\n", "")
+    assert both(pair, "alarm", "disarm") == (0, "memberID:ID alarm:NOSPACE \n", "")
+    assert both(pair, "put", "3rd_test", "a") == (0, "OK\n", "")
+    assert both(pair, "put", "2nd_test", CHUNK) == (0, "OK\n", "")

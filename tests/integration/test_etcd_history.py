@@ -78,8 +78,8 @@ class Side:
         self.maintenance = rpc_pb2_grpc.MaintenanceStub(self.channel)
         self.revs: list[int] = []
 
-    def ctl(self, *args: str) -> Any:
-        return etcdctl(self.endpoint, *args)
+    def ctl(self, *args: str, stdin: str | None = None) -> Any:
+        return etcdctl(self.endpoint, *args, stdin=stdin)
 
     def run_script(self) -> None:
         for step in SCRIPT:
@@ -232,26 +232,53 @@ def test_get_at_a_future_revision_fails_as_etcd(sides: tuple[Side, Side]) -> Non
         assert f"Error: {FUTURE}" in o.stderr, o.stderr
 
 
-def test_a_range_at_a_revision_in_a_txn_that_writes_is_refused_not_misread(
-    sides: tuple[Side, Side],
+def txn_script(side: Side, compare: str, success: list[str], failure: list[str]) -> str:
+    """``etcdctl txn``'s stdin; ``{N}`` in an op is the side's revision of step N."""
+
+    def fill(op: str) -> str:
+        return re.sub(r"\{(\d+)\}", lambda m: str(side.revs[int(m[1]) - 1]), op)
+
+    compares = [compare, ""] if compare else [""]  # no compare: one blank line ends them
+    return "\n".join([*compares, *map(fill, success), "", *map(fill, failure), "", ""])
+
+
+#: (compare, success ops, failure ops): ranges at past revisions in txns that also write
+WRITE_TXNS = [
+    ('value("h/a") = "back"', ["get h/a --rev={4}", "put tx/1 one", "get h/ --prefix --rev={7}"],
+     ["put tx/2 two"]),
+    ('value("h/a") = "nope"', ["put tx/3 three"],
+     ["get h/a --rev={1}", "put tx/4 four", "get h/ --prefix --keys-only --rev={5}",
+      "get tx/4"]),
+    ('value("h/a") = "back"', ["put tx/5 five"], ["get h/a --rev=99999999"]),  # not taken
+    ('value("h/a") = "back"', ["put tx/6 six", "get h/a --rev=99999999"], []),  # future
+    ('value("h/a") = "back"', ["get h/a --rev={10}", "del tx/1", "get tx/ --prefix"], []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(len(WRITE_TXNS)))
+def test_etcdctl_txn_with_get_rev_in_a_txn_that_writes_matches_etcd(
+    sides: tuple[Side, Side], case: int
 ) -> None:
-    _, m = sides
-    txn = pb.TxnRequest(
-        success=[
-            pb.RequestOp(request_range=pb.RangeRequest(key=b"h/a", revision=m.revs[0])),
-            pb.RequestOp(request_put=pb.PutRequest(key=b"h/z", value=b"z")),
-        ]
-    )
-    with pytest.raises(grpc.RpcError) as err:
-        m.kv.Txn(txn, timeout=10)
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert not m.kv.Range(pb.RangeRequest(key=b"h/z"), timeout=10).kvs
+    """etcd checks the taken branch's range revisions before any write (apply.go
+    checkRequestRange): a future one fails the whole txn, one in the branch not taken
+    is never looked at; the others read the store at their revision."""
+    outs = []
+    for side in sides:
+        compare, success, failure = WRITE_TXNS[case]
+        r = side.ctl("txn", stdin=txn_script(side, compare, success, failure))
+        after = side.ctl("get", "tx/", "--prefix")
+        outs.append((r.returncode, r.stdout, last_line(r.stderr), after.stdout))
+    assert outs[0] == outs[1], case
+    if case == 0:  # h/a was "two" at step 4
+        assert outs[0][0] == 0 and outs[0][1].startswith("SUCCESS\n\nh/a\ntwo\n"), outs[0]
+    if case == 3:
+        assert outs[0][0] == 1 and outs[0][2] == f"Error: {FUTURE}"
 
 
 def test_compaction_twice_watch_and_hashkv_below_it_fail_as_etcd(
     sides: tuple[Side, Side],
 ) -> None:
-    """Last in this module: it compacts both sides at step 5."""
+    """It compacts both sides at step 5 (only the next test comes after it)."""
     got: dict[str, list[Any]] = {}
     for side in sides:
         rev = side.revs[4]
@@ -280,6 +307,27 @@ def test_compaction_twice_watch_and_hashkv_below_it_fail_as_etcd(
     assert etcd_out[0] == (0, "compacted revision <step 5>\n")
     assert etcd_out[1] == (1, f"Error: {COMPACTED}")
     assert etcd_out[6][0] != 0 and f"watch was canceled ({COMPACTED})" in etcd_out[6][2]
+
+
+def test_etcdctl_txn_reading_below_the_compaction_fails_whole_as_etcd(
+    sides: tuple[Side, Side],
+) -> None:
+    """After the compaction at step 5 (the test above): a write txn whose taken branch reads
+    below it fails with nothing written; at the compaction revision itself it reads."""
+    outs = []
+    for side in sides:
+        below = side.ctl(
+            "txn", stdin=txn_script(side, "", ["put tx/c below", "get h/a --rev={3}"], [])
+        )
+        at = side.ctl(
+            "txn", stdin=txn_script(side, "", ["put tx/c at", "get h/ --prefix --rev={5}"], [])
+        )
+        after = side.ctl("get", "tx/c")
+        outs.append(
+            (below.returncode, last_line(below.stderr), at.returncode, at.stdout, after.stdout)
+        )
+    assert outs[0] == outs[1]
+    assert outs[0][:3] == (1, f"Error: {COMPACTED}", 0)
 
 
 def plain_lines(text: str) -> list[str]:
@@ -316,6 +364,45 @@ def test_members_of_a_cluster_hash_alike_at_several_revisions(tmp_path: Path) ->
             r.returncode == 0
             and len({line.split(", ")[1] for line in r.stdout.split("\n") if line}) == 1
         )
+
+
+def test_a_write_txn_reading_a_past_revision_answers_alike_through_every_member(
+    tmp_path: Path,
+) -> None:
+    """Whichever member serves it (leader or follower), a txn that writes and reads at a
+    past revision answers the same, fails whole alike below the compaction revision, and
+    leaves every member with the same store."""
+    with Cluster(tmp_path / "txn", n=3) as c:
+        c.wait_ready(60)
+        c.wait_announced(30)
+        revs = [int(c.put(0, b"tr/k", b"v%d" % i).header.revision) for i in range(6)]
+        for node in range(3):
+            txn = pb.TxnRequest(
+                success=[
+                    pb.RequestOp(request_put=pb.PutRequest(key=b"tr/n%d" % node, value=b"x")),
+                    pb.RequestOp(request_range=pb.RangeRequest(key=b"tr/k", revision=revs[2])),
+                ]
+            )
+            resp = c.stub(node).Txn(txn, timeout=10)
+            assert [kv.value for kv in resp.responses[1].response_range.kvs] == [b"v2"], node
+        c.stub(0).Compact(pb.CompactionRequest(revision=revs[4]), timeout=10)
+        for node in range(3):
+            txn = pb.TxnRequest(
+                success=[
+                    pb.RequestOp(request_put=pb.PutRequest(key=b"tr/late", value=b"x")),
+                    pb.RequestOp(request_range=pb.RangeRequest(key=b"tr/k", revision=revs[2])),
+                ]
+            )
+            with pytest.raises(grpc.RpcError) as err:
+                c.stub(node).Txn(txn, timeout=10)
+            assert err.value.details() == COMPACTED, node
+        last = c.wait_converged()
+        hashes = {
+            i: c.maintenance(i).HashKV(pb.HashKVRequest(revision=last), timeout=30).hash
+            for i in range(3)
+        }
+        assert len(set(hashes.values())) == 1, hashes
+        assert not c.stub(1).Range(pb.RangeRequest(key=b"tr/late"), timeout=10).kvs
 
 
 @pytest.mark.parametrize("segment_bytes", [64 << 20, 1024])
