@@ -34,6 +34,11 @@ def node_metrics(n: Node) -> list[Metric]:
         gauge("applied_lag", "commit_offset - apply_offset.", off.commit_offset - off.apply_offset),
         gauge("flushed_offset", "Last change-log offset written to disk.", off.flushed_offset),
         gauge("kv_history_versions", "Past kv versions kept.", n.kv_history.version_count),
+        gauge(
+            "kv_history_bytes",
+            "Bytes of past kv versions kept (counted against --quota-backend-bytes).",
+            n.kv_history.version_bytes,
+        ),
         gauge("kv_history_floor", "Oldest readable kv revision.", n.kv_history.floor),
         gauge("kv_compact_revision", "kv compaction revision.", image.mvcc.compact_revision),
         gauge("term", "Raft term.", st.term),
