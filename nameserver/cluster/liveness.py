@@ -9,8 +9,11 @@ keep filling the log this member must still write). The proposal goes through wh
 disk is full (``even_if_full``): the other members commit it, this one applies it when
 it has space again. It is proposed once per episode, again every
 :data:`RETRY_S` while the episode lasts and the alarm is not seen here (this member may
-not apply it before its disk has room). A one-member cluster proposes nothing: no one else
-could commit it, and the local state already answers ``alarm list``.
+not apply it before its disk has room). Once the disk has room again, the member that raised
+the alarm disarms it itself (the cluster heals without a restart, as a lone member does); a
+NOSPACE raised by the quota, or by a process since restarted, waits for ``alarm disarm`` as
+etcd's. A one-member cluster proposes nothing: no one else could commit it, and the local
+state already answers ``alarm list``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ class DiskAlarm(PeriodicDuties):
         self.member_id = member_id
         self.timeout_s = timeout_s
         self._proposed_at: float | None = None  # this episode's last proposal (monotonic)
+        #: this process raised the member's NOSPACE for its disk: it clears it once the disk
+        #: has room again (a quota's NOSPACE, or one from before a restart, waits for disarm)
+        self._raised_here = False
 
     def start(self) -> None:
         self.run_every((CHECK_S, self.raise_if_full))
@@ -59,7 +65,9 @@ class DiskAlarm(PeriodicDuties):
 
     async def raise_if_full(self) -> None:
         if not self.log.health.refuses_writes:
-            self._proposed_at = None  # the episode is over (the alarm stays until disarmed)
+            self._proposed_at = None  # the episode is over
+            if self._raised_here:
+                await self._clear()
             return
         if len(self.engine.members()) < 2:
             return
@@ -73,6 +81,20 @@ class DiskAlarm(PeriodicDuties):
             action=rpc_pb2.AlarmRequest.ACTIVATE, memberID=self.member_id, alarm=rpc_pb2.NOSPACE
         )
         log.warning("disk full: raising NOSPACE for member %x in the log", self.member_id)
+        self._raised_here = True
         # waits for this member's apply, which may not come before space does: a timeout
         # here is expected, the others have committed it
         await self.log.propose([alarm_entry(request)], self.timeout_s, even_if_full=True)
+
+    async def _clear(self) -> None:
+        """The disk has room again: disarm the NOSPACE this process raised for it (a write
+        past the quota raises it again at once, see :mod:`nameserver.cluster.nospace`)."""
+        if self.state.image.alarms.get(alarm_key(self.member_id, ALARM_NOSPACE)) is None:
+            self._raised_here = False  # disarmed by someone already
+            return
+        request = rpc_pb2.AlarmRequest(
+            action=rpc_pb2.AlarmRequest.DEACTIVATE, memberID=self.member_id, alarm=rpc_pb2.NOSPACE
+        )
+        log.warning("disk has room again: clearing NOSPACE for member %x", self.member_id)
+        await self.log.propose([alarm_entry(request)], self.timeout_s)
+        self._raised_here = False

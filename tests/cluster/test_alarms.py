@@ -205,8 +205,8 @@ def small_tmpfs(path: Path, size_bytes: int) -> Iterator[None]:
 
 def test_a_members_full_disk_raises_its_nospace_alarm_in_the_log(tmp_path: Path) -> None:
     """A follower's Raft log fills its disk: it proposes NOSPACE for itself, the other two
-    commit it and refuse growing writes; space returns, the follower catches up, and the
-    alarm stays (as etcd's) until disarmed."""
+    commit it and refuse growing writes; space returns, the follower catches up and clears
+    the alarm it raised: writes work again without a disarm or a restart."""
     c = Cluster(tmp_path, 3, start=False)
     victim = 2
     raft_dir = c.data_dir(victim) / "raft"
@@ -245,18 +245,9 @@ def test_a_members_full_disk_raises_its_nospace_alarm_in_the_log(tmp_path: Path)
 
             filler.unlink()
             wait_until(lambda: disk_ok(c, victim), 30, lambda: c.log_tail(victim))
-            c.wait_converged()  # the victim applies what it missed, the alarm included
+            # the victim clears the alarm it raised itself once its disk has room again
             for i in range(3):
-                assert raised_on(i), i
-                assert refused(put(c, i, b"still-refused/%d" % i))
-            c.maintenance(others[0]).Alarm(
-                rpc_pb2.AlarmRequest(
-                    action=rpc_pb2.AlarmRequest.DEACTIVATE,
-                    memberID=victim_id,
-                    alarm=rpc_pb2.NOSPACE,
-                ),
-                timeout=10,
-            )
+                wait_until(lambda i=i: alarms(c, i) == [], 30, f"alarm cleared on {i}")  # type: ignore[misc]
             c.wait_converged()
             for i in range(3):
                 assert alarms(c, i) == []
