@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,6 +80,27 @@ class EtcdServer:
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.extra = list(extra)
+        # until etcd holds both ports: a cluster started next picks its free ports then, and
+        # cannot pick one of these (free_ports probes by binding)
+        try:
+            for port in (client, peer):
+                wait_until(
+                    lambda port=port: self._listening(port),
+                    30,
+                    lambda: f"etcd does not listen:\n{self.log_tail()}",
+                )
+        except BaseException:
+            self.stop()
+            raise
+
+    def _listening(self, port: int) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"etcd exited {self.proc.returncode}:\n{self.log_tail()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
 
     def wait_ready(self, flags: Sequence[str] = (), timeout: float = 30.0) -> EtcdServer:
         """Until ``etcdctl endpoint health`` passes (``flags``: TLS or user options)."""

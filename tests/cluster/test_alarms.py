@@ -10,16 +10,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 
 from protos.etcdserverpb import rpc_pb2
+from tests.faults.inject import small_tmpfs
 from tests.harness import Cluster, grpc_code, running_cluster, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -183,24 +183,6 @@ def disk_ok(c: Cluster, i: int) -> bool:
     """Whether node ``i``'s own disk works (its /health may still be false for an alarm)."""
     status, reason = health(c, i)
     return status == 200 or reason.startswith("alarm raised: ")
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size_bytes: int) -> Iterator[None]:
-    """A tmpfs of ``size_bytes`` at ``path`` (root only: skips otherwise); always unmounted."""
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs needs root: {done.stderr.strip() or done.returncode}")
-    try:
-        yield
-    finally:
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def test_a_members_full_disk_raises_its_nospace_alarm_in_the_log(tmp_path: Path) -> None:

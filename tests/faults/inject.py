@@ -56,6 +56,27 @@ def tmpfs(path: Path, size_mb: int) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size_bytes: int) -> Iterator[None]:
+    """Mount a tmpfs of ``size_bytes`` at ``path`` (root only); always unmounted after."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(
+            "a disk-full test needs to mount a tmpfs (root or CAP_SYS_ADMIN): "
+            f"{done.stderr.strip() or done.returncode}"
+        )
+    try:
+        yield
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
 def free_bytes(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize

@@ -10,7 +10,6 @@ there, a handful of log lines and no traceback.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -18,13 +17,13 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
 from protos.etcdserverpb import rpc_pb2
+from tests.faults.inject import small_tmpfs
 from tests.harness import Cluster, grpc_code, wait_until
 
 pytestmark = [
@@ -37,27 +36,6 @@ TMPFS_BYTES = 8 * 1024 * 1024
 #: what the puts may use once the filler file is in: a few dozen puts fill it
 HEADROOM_BYTES = 1536 * 1024
 VALUE = b"v" * 16 * 1024
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size_bytes: int) -> Iterator[None]:
-    """Mount a tmpfs of ``size_bytes`` at ``path`` (root only); always unmounted after."""
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(
-            "a disk-full test needs to mount a tmpfs (root or CAP_SYS_ADMIN): "
-            f"{done.stderr.strip() or done.returncode}"
-        )
-    try:
-        yield
-    finally:
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def health(c: Cluster) -> tuple[int, dict[str, str]]:

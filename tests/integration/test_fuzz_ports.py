@@ -18,7 +18,7 @@ nor shows a Python traceback, to the client or in its log.
   the plain-text ports (where they are garbage from a TLS client pointed at the wrong port).
 
 Seeded: each test prints its seed; ``METALEDGER_FUZZ_SEED=<seed>`` replays it and
-``METALEDGER_FUZZ_CASES=<k>`` runs k times the cases (the ``slow`` tests run 8 times).
+``METALEDGER_FUZZ_CASES=<k>`` runs k times the cases (the ``slow`` tests run 4 times).
 Inputs come from :mod:`tests.fuzz_inputs`.
 """
 
@@ -234,7 +234,7 @@ def test_every_grpc_method_answers_malformed_requests_cleanly(node: Cluster) -> 
 
 @pytest.mark.slow
 def test_every_grpc_method_answers_malformed_requests_cleanly_many_cases(node: Cluster) -> None:
-    fuzz_grpc(node, 8 * fz.fuzz_scale(), "grpc-slow")
+    fuzz_grpc(node, 4 * fz.fuzz_scale(), "grpc-slow")
 
 
 # --------------------------------------------------------------------------- raw sockets
@@ -347,7 +347,7 @@ def test_the_remoting_port_answers_malformed_frames_cleanly(node: Cluster) -> No
 
 @pytest.mark.slow
 def test_the_remoting_port_answers_malformed_frames_cleanly_many_cases(node: Cluster) -> None:
-    fuzz_remoting(node, 8 * fz.fuzz_scale(), "remoting-slow")
+    fuzz_remoting(node, 4 * fz.fuzz_scale(), "remoting-slow")
 
 
 # --------------------------------------------------------------------------- metrics

@@ -99,7 +99,7 @@ def test_a_client_without_a_valid_certificate_is_refused_by_both(
     for name, ep in _both(node, etcd).items():
         if case == "plain text":
             ep = ep.replace("https://", "http://")
-        got[name] = etcdctl(ep, "get", "tls/a", flags=flags, command_timeout_s=3)
+        got[name] = etcdctl(ep, "get", "tls/a", flags=flags, command_timeout_s=1)
     assert got["metaledger"].returncode == got["etcd"].returncode == 1, got
     for result in got.values():
         assert result.stdout == ""
