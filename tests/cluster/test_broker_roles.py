@@ -156,10 +156,10 @@ async def scenario(client: Client) -> None:
         stops.append(rms[0].stop)
         await until(lambda: rms[0].role is Role.MASTER, 15, "replica 1 master")
         assert rms[0].broker_id == 1 and rms[0].epoch == 1 and rms[0].writable() is None
-        for rm in rms[1:]:
+        for n, rm in enumerate(rms[1:], 2):  # one at a time: registration order is the ids
             rm.start()
             stops.append(rm.stop)
-        await until(lambda: all(rm.role is Role.SLAVE for rm in rms[1:]), 15, "slaves")
+            await until(lambda rm=rm: rm.role is Role.SLAVE, 15, f"replica {n} slave")
         assert [rm.broker_id for rm in rms] == [1, 2, 3]
         assert [h.events[0][:3] for h in hooks] == [
             ("master", 1, 1),
