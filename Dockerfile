@@ -3,6 +3,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY protos protos
+COPY rmq rmq
 COPY raftlog raftlog
 COPY snapshots snapshots
 COPY nameserver nameserver
