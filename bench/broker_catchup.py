@@ -44,7 +44,7 @@ from bench.rmq_client import (  # noqa: E402
     pull_request,
     record_bodies,
 )
-from nameserver.remoting.codec import RemotingCommand  # noqa: E402
+from rmq.codec import RemotingCommand  # noqa: E402
 
 GET_MAX_OFFSET = 30
 

@@ -28,7 +28,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from nameserver.client.routing import BrokerGroup, QueueData, Route  # noqa: E402
-from nameserver.remoting.codec import RemotingCommand, encode  # noqa: E402
 from replicator import gctune  # noqa: E402
 from replicator.redis import replicator as rr  # noqa: E402
 from replicator.redis.checkpoint import Checkpoint  # noqa: E402
@@ -40,6 +39,7 @@ from replicator.redis.resp import NeedData, encode_command  # noqa: E402
 from replicator.redis.spool import EventSpool  # noqa: E402
 from replicator.sinks import remoting  # noqa: E402
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig  # noqa: E402
+from rmq.codec import RemotingCommand, encode  # noqa: E402
 
 REPLID = "a" * 40
 

@@ -1,6 +1,6 @@
 """A pipelined asyncio RocketMQ remoting client for the broker benchmark (load side only).
 
-Frames go through the sans-I/O codec (``nameserver.remoting.codec``: ``encode`` out, one
+Frames go through the sans-I/O codec (``rmq.codec``: ``encode`` out, one
 ``FrameDecoder`` per connection in); many requests are in flight on one connection and each
 reply is matched to its request by ``opaque``, as RocketMQ's own clients do
 (``NettyRemotingAbstract.responseTable``).
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from nameserver.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
 
 SEND_MESSAGE_V2 = 310
 PULL_MESSAGE = 11

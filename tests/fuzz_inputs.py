@@ -12,7 +12,7 @@ many). Nothing here opens a socket.
   (huge and negative numbers, empty and huge keys, enums out of range), invalid UTF-8 in a
   string field, nesting past protobuf's limit along the message's own recursion or as
   unknown groups, an empty payload.
-- Remoting (RocketMQ frames, ``nameserver/remoting/codec.py``): bad lengths, bad headers
+- Remoting (RocketMQ frames, ``rmq/codec.py``): bad lengths, bad headers
   (JSON and the binary "ROCKETMQ" one), unknown codes, and each code the nameserver serves
   with garbage ext fields and bodies (:func:`remoting_cases`).
 - Peer port (``raftlog/native``): frames to send after a valid handshake

@@ -10,7 +10,6 @@ import socket
 import ssl
 from collections.abc import Mapping
 
-from nameserver.remoting.codec import FrameDecoder, RemotingCommand, encode
 from nameserver.remoting.headers import (
     BrokerIdentityHeader,
     DataVersion,
@@ -19,6 +18,7 @@ from nameserver.remoting.headers import (
     TopicConfig,
     register_broker_request,
 )
+from rmq.codec import FrameDecoder, RemotingCommand, encode
 
 
 class AsyncRemotingClient:

@@ -40,7 +40,7 @@ from broker.topics import (
     TOPIC_NAME,
     TopicConfig,
 )
-from nameserver.remoting.codec import RemotingCommand
+from rmq.codec import RemotingCommand
 
 #: RocketMQ's PermName bits: PRIORITY 8, READ 4, WRITE 2, INHERIT 1.
 PERM_PRIORITY = 8

@@ -28,7 +28,7 @@ from broker.remoting.headers import (
 )
 from broker.remoting.server import Handler, Peer
 from broker.topics import RETRY_PREFIX, TOPIC_NAME
-from nameserver.remoting.codec import BadRequest, RemotingCommand, loads_lenient
+from rmq.codec import BadRequest, RemotingCommand, loads_lenient
 
 
 def _json_body(request: RemotingCommand, what: str) -> dict[str, Any]:

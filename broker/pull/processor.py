@@ -28,7 +28,7 @@ from broker.remoting.errors import BrokerRequestError, NoPermission, TopicNotExi
 from broker.remoting.headers import PullHeader
 from broker.remoting.server import Handler, Peer
 from broker.store import GetResult
-from nameserver.remoting.codec import RemotingCommand
+from rmq.codec import RemotingCommand
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2

@@ -1,6 +1,6 @@
 """The broker's RocketMQ remoting front: its asyncio frame server, code tables and typed headers.
 
-Frames are the shared sans-I/O codec's (``nameserver.remoting.codec``); the server and code
+Frames are the shared sans-I/O codec's (``rmq.codec``); the server and code
 tables are the broker's own, because import-linter lets a broker use only the nameserver's
 client and codec.
 """

@@ -11,7 +11,7 @@ import contextlib
 import itertools
 from collections.abc import Mapping
 
-from nameserver.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
 
 
 class RemotingClientError(Exception):

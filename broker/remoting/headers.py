@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from broker.remoting.codes import RequestCode
-from nameserver.remoting.codec import (
+from rmq.codec import (
     BadRequest,
     RemotingCommand,
     parse_bool_field,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from broker.remoting.codes import ResponseCode
 from broker.remoting.errors import BrokerRequestError
-from nameserver.remoting.codec import (
+from rmq.codec import (
     MAX_FRAME_BYTES,
     RPC_TYPE_RESPONSE,
     BadRequest,

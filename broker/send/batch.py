@@ -15,7 +15,7 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from nameserver.remoting.codec import BadRequest
+from rmq.codec import BadRequest
 
 _HEAD = struct.Struct(">iiiii")
 NAME_VALUE_SEP = "\x01"

@@ -38,7 +38,7 @@ from broker.topics import (
     SCHEDULE_TOPIC,
     TopicConfig,
 )
-from nameserver.remoting.codec import RemotingCommand
+from rmq.codec import RemotingCommand
 
 SYSFLAG_TRANSACTION_MASK = 0xC
 log = logging.getLogger(__name__)

@@ -17,11 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from nameserver.remoting.codec import (
-    BadRequest,
-    RemotingCommand,
-    dumps_fastjson,
-)
 from nameserver.remoting.codes import PERM_READ, PERM_WRITE, RequestCode
 from nameserver.remoting.jsonfields import (
     JAVA_LONG_MAX,
@@ -36,6 +31,11 @@ from nameserver.remoting.jsonfields import (
     show,
     text,
     utf8,
+)
+from rmq.codec import (
+    BadRequest,
+    RemotingCommand,
+    dumps_fastjson,
 )
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nameserver.remoting.codec import BadRequest, loads_lenient
+from rmq.codec import BadRequest, loads_lenient
 
 JAVA_INT_MIN, JAVA_INT_MAX = -(2**31), 2**31 - 1
 JAVA_LONG_MIN, JAVA_LONG_MAX = -(2**63), 2**63 - 1

@@ -36,7 +36,10 @@ from ssl import SSLContext
 from typing import Protocol
 
 from nameserver.metrics import REJECTIONS
-from nameserver.remoting.codec import (
+from nameserver.remoting.codes import ResponseCode
+from nameserver.remoting.status import internal_error_remark
+from nameserver.tls import tls_arguments
+from rmq.codec import (
     MAX_FRAME_BYTES,
     RPC_TYPE_RESPONSE,
     BadRequest,
@@ -45,9 +48,6 @@ from nameserver.remoting.codec import (
     RemotingCommand,
     encode,
 )
-from nameserver.remoting.codes import ResponseCode
-from nameserver.remoting.status import internal_error_remark
-from nameserver.tls import tls_arguments
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,6 @@ from typing import Any
 from nameserver.auth.acl import refusal as acl_refusal
 from nameserver.checks import check_name
 from nameserver.metrics import REJECTIONS
-from nameserver.remoting.codec import (
-    BadRequest,
-    RemotingCommand,
-    dumps_fastjson,
-    wants_standard_json,
-)
 from nameserver.remoting.codes import RequestCode, ResponseCode
 from nameserver.remoting.headers import (
     BrokerHeartbeatHeader,
@@ -73,6 +67,12 @@ from nameserver.routing.records import DataVersion, broker_key, kvconfig_key
 from nameserver.state.image import MetadataImage
 from protos import records_pb2
 from protos.metaledger.v1 import routing_pb2
+from rmq.codec import (
+    BadRequest,
+    RemotingCommand,
+    dumps_fastjson,
+    wants_standard_json,
+)
 
 log = logging.getLogger(__name__)
 

@@ -26,11 +26,11 @@ from typing import Final
 from nameserver.client.acl import SessionCredentials
 from nameserver.client.errors import NotFound, Unavailable, UnknownError
 from nameserver.client.routing import BrokerGroup, Route
-from nameserver.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
 from replicator.rocketmq import wire
 from replicator.rocketmq.errors import BadAnswer, ClusterUnavailable, RocketMQError, TopicNotFound
 from replicator.sinks.errors import SinkUnavailable
 from replicator.sinks.remoting import RemotingConnection
+from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
 
 __all__ = ["MASTER_ID", "PERM_READ", "ClusterClient", "ReadQueue", "read_queues", "write_queues"]
 

@@ -14,8 +14,8 @@ import re
 from typing import Any
 
 from nameserver.client.routing import BrokerGroup, QueueData, Route
-from nameserver.remoting.codec import RemotingCommand, loads_lenient
 from replicator.rocketmq.errors import BadAnswer, RemotingError, TopicNotFound
+from rmq.codec import RemotingCommand, loads_lenient
 
 __all__ = ["parse_cluster_info", "parse_route", "parse_topic_list"]
 

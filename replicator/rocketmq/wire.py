@@ -25,9 +25,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Final
 
-from nameserver.remoting.codec import RemotingCommand
 from replicator.rocketmq.errors import BadAnswer, RemotingError
 from replicator.rocketmq.routes import INTEGER, parse_cluster_info, parse_route, parse_topic_list
+from rmq.codec import RemotingCommand
 
 __all__ = [
     "SOURCE_PROPERTY",

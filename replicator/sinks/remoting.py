@@ -1,7 +1,7 @@
 """One pipelined RocketMQ remoting connection for the sinks: requests written in order, each
 answer matched to its request by ``opaque`` (RocketMQ's ``NettyRemotingAbstract.responseTable``).
 
-Frames go through the sans-I/O codec (``nameserver.remoting.codec``); this is the thin asyncio
+Frames go through the sans-I/O codec (``rmq.codec``); this is the thin asyncio
 part. Same shape as ``broker/remoting/client.py`` and ``bench/rmq_client.py`` (which the
 replicator may not import), but answers go to callbacks, not awaited futures, so a sink can
 keep thousands of sends in flight without a task each. Every request gets exactly one callback:
@@ -16,8 +16,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
-from nameserver.remoting.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
 from replicator.sinks.errors import SinkUnavailable
+from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
 
 Callback = Callable[[RemotingCommand | None, BaseException | None], None]
 

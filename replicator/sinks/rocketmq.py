@@ -60,7 +60,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from nameserver.client.errors import ClientError, NotFound
-from nameserver.remoting.codec import RemotingCommand
 from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties
 from replicator.sinks.capacity import Capacity
 from replicator.sinks.errors import (
@@ -84,6 +83,7 @@ from replicator.sinks.wire import (
     props_bytes,
     uniq_key,
 )
+from rmq.codec import RemotingCommand
 
 __all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 

@@ -1,4 +1,4 @@
-"""The bytes of a send that are not the frame (which ``nameserver.remoting.codec`` makes): the
+"""The bytes of a send that are not the frame (which ``rmq.codec`` makes): the
 batch body of SEND_BATCH_MESSAGE and the client-side message id, UNIQ_KEY.
 """
 

@@ -9,7 +9,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nameserver.remoting.codec import (
+from rmq.codec import (
     FrameDecoder,
     MalformedFrame,
     ProtocolError,

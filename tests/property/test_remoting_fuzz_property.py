@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nameserver.remoting.codec import (
+from nameserver.remoting.codes import ResponseCode
+from nameserver.remoting.headers import HEADERS
+from nameserver.remoting.server import RemotingServer
+from rmq.codec import (
     BadRequest,
     ProtocolError,
     RemotingCommand,
     decode_frame,
     encode,
 )
-from nameserver.remoting.codes import ResponseCode
-from nameserver.remoting.headers import HEADERS
-from nameserver.remoting.server import RemotingServer
 from tests.unit.nameserver.remoting.test_server import Client
 from tests.unit.nameserver.routing.test_remoting import Front, answer
 

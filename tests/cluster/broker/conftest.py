@@ -35,7 +35,7 @@ from broker.store.segments import list_segments
 from nameserver.client import Client
 from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo
 from nameserver.client.routing import QueueData
-from nameserver.remoting.codec import RemotingCommand
+from rmq.codec import RemotingCommand
 from tests.conftest import _failed
 from tests.harness import Cluster, free_port_pairs, free_ports, wait_until
 from tests.integration.broker.conftest import cli_env

@@ -30,7 +30,7 @@ from bench.rmq_client import (
 )
 from broker.store import Host, StoredMessage
 from broker.store import encode as encode_record
-from nameserver.remoting.codec import FrameDecoder, RemotingCommand, decode_frame, encode
+from rmq.codec import FrameDecoder, RemotingCommand, decode_frame, encode
 
 V2_FIELDS = set("abcdefghijkmn")  # l (maxReconsumeTimes) only for retry topics
 

@@ -14,7 +14,7 @@ from broker.remoting.client import RemotingClient
 from broker.replica import Replica
 from broker.replication import Replication
 from broker.topics import TopicConfig
-from nameserver.remoting.codec import RemotingCommand
+from rmq.codec import RemotingCommand
 
 TIMEOUT_S = 20.0
 TOPIC = "TopicA"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from broker.remoting.codes import RequestCode
 from broker.store import decode
-from nameserver.remoting.codec import RemotingCommand, encode
+from rmq.codec import RemotingCommand, encode
 from tests.unit.broker.front.conftest import Ctx, run_broker
 
 SERVED = [

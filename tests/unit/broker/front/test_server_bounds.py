@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.remoting.server import Peer, RemotingServer
-from nameserver.remoting.codec import RemotingCommand, encode
+from rmq.codec import RemotingCommand, encode
 
 
 async def boom(request: RemotingCommand, peer: Peer) -> RemotingCommand:

@@ -13,7 +13,7 @@ import pytest
 
 from broker.admin.topics import CreateTopicHeader, InvalidTopicRequest
 from broker.topics import TopicTable
-from nameserver.remoting.codec import RemotingCommand
+from rmq.codec import RemotingCommand
 from tests.unit.broker.front.conftest import Ctx, run_broker
 
 

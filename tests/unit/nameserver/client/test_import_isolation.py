@@ -21,7 +21,7 @@ from nameserver.grpc.env import SERVER_GRPC_ENV
 ROOT = Path(__file__).resolve().parents[3]
 
 #: what ``import nameserver.client`` may load of this project
-ALLOWED = ("nameserver", "nameserver.client", "nameserver.remoting", "nameserver.remoting.codec")
+ALLOWED = ("nameserver", "nameserver.client", "nameserver.remoting", "rmq.codec")
 
 #: every name users imported from nameserver.client before it became a package
 PUBLIC_NAMES = [

@@ -12,10 +12,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from nameserver.remoting.codec import FrameDecoder, RemotingCommand, dumps_fastjson, encode
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.errors import ClusterUnavailable, RemotingError
 from replicator.rocketmq.wire import TopicSpec
+from rmq.codec import FrameDecoder, RemotingCommand, dumps_fastjson, encode
 
 Answer = Callable[[RemotingCommand], RemotingCommand | None]  # None: never answer
 

@@ -22,11 +22,11 @@ from broker.remoting.headers import (
 )
 from broker.store.message import Host, StoredMessage, encode
 from nameserver.client.routing import BrokerGroup, QueueData, Route
-from nameserver.remoting.codec import RemotingCommand, decode_frame, dumps_fastjson
-from nameserver.remoting.codec import encode as encode_frame
 from replicator.rocketmq import routes, wire
 from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.errors import BadAnswer, RemotingError, TopicNotFound
+from rmq.codec import RemotingCommand, decode_frame, dumps_fastjson
+from rmq.codec import encode as encode_frame
 
 ALL_BYTES = bytes(range(256))
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nameserver.client.routing import BrokerGroup, QueueData, Route
-from nameserver.remoting.codec import FrameDecoder, RemotingCommand, encode
+from rmq.codec import FrameDecoder, RemotingCommand, encode
 
 Decision = int | None | str
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from nameserver.remoting.codec import RemotingCommand
 from replicator.sinks.base import OutMessage, Sink
 from replicator.sinks.errors import (
     MessageRejected,
@@ -21,6 +20,7 @@ from replicator.sinks.errors import (
     SinkUnavailable,
 )
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
+from rmq.codec import RemotingCommand
 from tests.unit.replicator.sinks.fake_broker import (
     Decision,
     FakeBroker,

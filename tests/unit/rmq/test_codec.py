@@ -10,20 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.remoting import codec
-from nameserver.remoting.codec import (
-    NEED_DATA,
-    BadRequest,
-    FrameDecoder,
-    FrameTooLarge,
-    MalformedFrame,
-    RemotingCommand,
-    decode_frame,
-    dumps_fastjson,
-    encode,
-    loads_lenient,
-    wants_standard_json,
-)
+from nameserver.remoting import codes as codes_module
 from nameserver.remoting.codes import (
     NAMESERVER_REQUEST_CODES,
     LanguageCode,
@@ -39,6 +26,20 @@ from nameserver.remoting.headers import (
     TopicConfig,
     java_crc32,
     register_broker_request,
+)
+from rmq import codec
+from rmq.codec import (
+    NEED_DATA,
+    BadRequest,
+    FrameDecoder,
+    FrameTooLarge,
+    MalformedFrame,
+    RemotingCommand,
+    decode_frame,
+    dumps_fastjson,
+    encode,
+    loads_lenient,
+    wants_standard_json,
 )
 
 # The header exactly as the research note (§1.1) shows Java's fastjson writing it.
@@ -347,9 +348,8 @@ def test_codes_have_rocketmq_values() -> None:
 def test_codec_modules_are_sans_io() -> None:
     """STYLE.md 1 and DESIGN.md §2: brokers and replicators share the codec, so it imports
     no sockets, no asyncio and nothing of metaledger."""
-    root = Path(codec.__file__).parent
-    for name in ("codec.py", "codes.py"):
-        tree = ast.parse((root / name).read_text())
+    for path in (codec.__file__, codes_module.__file__):
+        tree = ast.parse(Path(path).read_text())
         imported = {
             alias.name.split(".")[0]
             for node in ast.walk(tree)

@@ -15,7 +15,7 @@ so framing, both header encodings and the command type stay in one import.
 
 Brokers and replicators share this module with the nameserver (DESIGN.md §2), so it
 imports nothing from metaledger and touches neither sockets nor asyncio
-(``tests/unit/nameserver/remoting/test_codec.py`` checks that).
+(``tests/unit/rmq/test_codec.py`` checks that).
 
 Errors::
 
