@@ -92,7 +92,9 @@ _DEFER = re.compile(
     r"^(nameserver/(kv/semantics|\w+/records|state/(image|mapdelta|sortedmap)|errors|metrics|server)\.py"
     r"|nameserver/cli/|raftlog/(entry|errors|__init__)\.py|protos/|<frozen )"
 )
-_SERVICES = re.compile(r"^nameserver/(grpc/(context|admin)|\w+/service|leases/election)\.py$")
+_SERVICES = re.compile(
+    r"^nameserver/(node|grpc/(status|admin|context)|\w+/service|leases/election)\.py$"
+)
 _GRPC_LOOP_PATHS = re.compile(r"^(grpc/|asyncio/|uvloop/|concurrent/|selectors\.py)")
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
 _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?:: (?P<name>.*))?$")
@@ -101,7 +103,7 @@ _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?:: (?P<name>.*))
 @dataclass(frozen=True)
 class Frame:
     func: str  # qualified name as py-spy prints it, e.g. ReplicatedLog._apply_group
-    path: str  # as py-spy shortens it: nameserver/grpc/context.py, asyncio/runners.py
+    path: str  # as py-spy shortens it: nameserver/grpc/status.py, asyncio/runners.py
 
 
 def parse_frame(text: str) -> Frame:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from nameserver.checks import parse_go_duration
 from nameserver.tls import TlsFiles
 from nameserver.tls import check as check_tls
 from raftlog import ConfigError
@@ -273,22 +273,6 @@ class ServerConfig:
 
 
 AUTO_COMPACTION_MODES = ("periodic", "revision")
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` (what etcd's duration flags take: "1h30m", "10m", "5s",
-    "250ms"), in seconds. ValueError if it is not one."""
-    pos, total = 0, 0.0
-    for m in _GO_DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _GO_UNITS_S[m.group(2)]
-        pos = m.end()
-    if not text or pos != len(text):
-        raise ValueError(f"{text!r} is not a duration (e.g. 1h, 30m, 90s)")
-    return total
 
 
 def parse_auto_compaction_retention(mode: str, text: str) -> float:

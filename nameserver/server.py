@@ -30,15 +30,15 @@ from nameserver.config import ServerConfig
 from nameserver.errors import Rejected
 from nameserver.grpc.accept import HOT_METHODS, Acceptors
 from nameserver.grpc.admin import AdminService, MaintenanceService
-from nameserver.grpc.context import NodeContext
 from nameserver.grpc.methods import MethodTable
 from nameserver.kv.compactor import AutoCompactor
 from nameserver.kv.history_rebuild import open_history
 from nameserver.kv.service import KVService
-from nameserver.leases.election import ElectionService, LockService
 from nameserver.leases.expiry import LeaseKeeper
 from nameserver.leases.service import LeaseService
+from nameserver.locks.service import ElectionService, LockService
 from nameserver.metrics import MetricsServer
+from nameserver.node import NodeFacade
 from nameserver.node_metrics import node_metrics
 from nameserver.offsets.service import OffsetsService
 from nameserver.quotas.service import QuotasService
@@ -216,7 +216,7 @@ class Node:
                 segment_archive_dir=config.segment_archive_dir or None,
             )
         self.store = store
-        self.ctx = NodeContext(config, self.log, self.state, self.cluster_id, engine)
+        self.ctx = NodeFacade(config, self.log, self.state, self.cluster_id, engine)
         self.authorizer = Authorizer(
             lambda: self.state.image,
             token_provider(config.auth_token, config.auth_token_ttl_s),

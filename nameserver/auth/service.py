@@ -10,28 +10,33 @@ added anywhere in the cluster is seen. Who may call which method is
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nameserver.auth import errors
 from nameserver.auth.check import Authorizer
 from nameserver.auth.passwords import check_password, hash_password
 from nameserver.auth.records import AuthImage
-from nameserver.grpc.context import NodeContext, rpc
+from nameserver.grpc.status import rpc
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import auth_pb2, auth_pb2_grpc
 from raftlog import Entry
 
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
 
-async def propose_auth(node: NodeContext, context: Any, **fields: Any) -> int:
+
+async def propose_auth(node: NodeFacade, context: Any, **fields: Any) -> int:
     """Propose one auth operation; its offset (the store's new revision of the log)."""
     op = records_pb2.AuthOperation(**fields)
-    applied = await node.propose(Entry(type="auth", key=b"", value=op.SerializeToString()), context)
+    applied = await node.propose(
+        Entry(type="auth", key=b"", value=op.SerializeToString()), context.invocation_metadata()
+    )
     return int(applied.offset)
 
 
 class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]
-    def __init__(self, node: NodeContext, authorizer: Authorizer, bcrypt_cost: int) -> None:
+    def __init__(self, node: NodeFacade, authorizer: Authorizer, bcrypt_cost: int) -> None:
         self.node = node
         self.authorizer = authorizer
         self.cost = bcrypt_cost
@@ -188,7 +193,7 @@ class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]
 class AuthExtraService(auth_pb2_grpc.AuthExtraServicer):  # type: ignore[misc]
     """metaledger.v1.AuthExtra: a user's RocketMQ ACL secret key (root only)."""
 
-    def __init__(self, node: NodeContext) -> None:
+    def __init__(self, node: NodeFacade) -> None:
         self.node = node
 
     @rpc

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from nameserver.config import parse_go_duration
+from nameserver.checks import parse_go_duration
 from nameserver.errors import InvalidArgument
 
 DEFAULT_SIMPLE_TTL_S = 300  # etcd's simpleTokenTTLDefault

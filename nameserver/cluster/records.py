@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -13,6 +14,12 @@ from protos import records_pb2
 def host_port(url: str) -> str:
     """``host:port`` of a member URL (``http://host:port/``; a bare ``host:port`` as is)."""
     return url.removeprefix("http://").removeprefix("https://").rstrip("/")
+
+
+def member_id_of(peer_address: str) -> int:
+    """etcd member ids are uint64: ours is a stable hash of the member's peer address."""
+    text = "member:" + host_port(peer_address)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 @dataclass(frozen=True, slots=True)

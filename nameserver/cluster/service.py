@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from nameserver.cluster.records import host_port, member_id_of
 from nameserver.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -14,7 +15,7 @@ from nameserver.errors import (
     Unimplemented,
     from_status,
 )
-from nameserver.grpc.context import NodeContext, member_id_of, peer_address, rpc
+from nameserver.grpc.status import rpc
 from nameserver.state.image import MetadataImage
 from nameserver.tls import node_channel
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
@@ -22,9 +23,20 @@ from raftlog import (
     Entry,
 )
 
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
+
+
+def peer_address(url: str) -> str:
+    address = host_port(url)
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidArgument(f"peerURLs: {url!r} is not http://host:port")
+    return address
+
 
 class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
-    def __init__(self, node: NodeContext) -> None:
+    def __init__(self, node: NodeFacade) -> None:
         self.node = node
 
     def _list(self, image: MetadataImage) -> list[Any]:
@@ -37,7 +49,7 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
         ]
 
     async def _change(self, add: bool, address: str) -> None:
-        """One membership change (retried while refused, see NodeContext.engine_call)."""
+        """One membership change (retried while refused, see NodeFacade.engine_call)."""
         engine = self.node.engine
         if add:
             await self.node.engine_call(lambda cb: engine.add_member(address, cb))

@@ -10,7 +10,8 @@ Compact would (:mod:`nameserver.kv.mvcc`).
   (since this node leads), compact at the newest sample at least D old, then again every
   min(D, 1 h) (periodic.go).
 
-Only the leader compacts; a new leader starts counting afresh (etcd pauses and resumes its
+It proposes through the node's facade (:class:`nameserver.node.NodeFacade`), as the gRPC
+Compact does. Only the leader compacts; a new leader starts counting afresh (etcd pauses and resumes its
 compactor on leadership changes). A Compact that lost a race to another ("compacted") is
 not an error; any other failure is retried at the next tick.
 """
@@ -21,13 +22,16 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from nameserver.config import parse_auto_compaction_retention
-from nameserver.grpc.context import NodeContext
 from nameserver.kv.mvcc import Compacted
 from nameserver.state.duties import PeriodicDuties
 from protos import records_pb2
 from raftlog import Entry
+
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,7 @@ PERIODIC_MAX_INTERVAL_S = 3600.0
 class AutoCompactor(PeriodicDuties):
     def __init__(
         self,
-        node: NodeContext,
+        node: NodeFacade,
         mode: str,
         retention: str,
         clock_s: Callable[[], float] = time.monotonic,

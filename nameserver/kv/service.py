@@ -4,7 +4,7 @@ or propose an entry and wait until it is applied here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nameserver.errors import (
     AlreadyExists,
@@ -13,7 +13,7 @@ from nameserver.errors import (
     Unavailable,
     Unimplemented,
 )
-from nameserver.grpc.context import NodeContext, require_lease, rpc
+from nameserver.grpc.status import rpc
 from nameserver.kv import semantics as kvops
 from nameserver.kv.apply import fill_past_ranges, read_only_txn, taken_revisions
 from nameserver.kv.mvcc import check_compact
@@ -24,6 +24,9 @@ from raftlog import (
     Entry,
 )
 from raftlog.entry import length_delimited
+
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
 
 #: Field numbers of records.KvOperation.put / .delete_range and records.TxnOperation.txn.
 _KV_PUT = records_pb2.KvOperation.PUT_FIELD_NUMBER
@@ -37,7 +40,7 @@ def _require_key(key: bytes, what: str) -> None:
 
 
 class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
-    def __init__(self, node: NodeContext) -> None:
+    def __init__(self, node: NodeFacade) -> None:
         self.node = node
 
     @rpc
@@ -68,9 +71,9 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         body = request.SerializeToString()
         self.node.check_encoded_size(len(body))
         if request.lease and not request.ignore_lease:
-            await require_lease(self.node, request.lease)
+            await self.node.require_lease(request.lease)
         applied = await self.node.propose(
-            Entry("kv", request.key, length_delimited(_KV_PUT, body)), context
+            Entry("kv", request.key, length_delimited(_KV_PUT, body)), context.invocation_metadata()
         )
         result = applied.result
         resp = result if isinstance(result, rpc_pb2.PutResponse) else rpc_pb2.PutResponse()
@@ -91,7 +94,8 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
                 self.node.state.image.kv, rpc_pb2.TxnRequest(success=[op]), budget
             )
         applied = await self.node.propose(
-            Entry("kv", request.key, length_delimited(_KV_DELETE_RANGE, body)), context
+            Entry("kv", request.key, length_delimited(_KV_DELETE_RANGE, body)),
+            context.invocation_metadata(),
         )
         result = applied.result
         resp = (
@@ -162,9 +166,9 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         kvops.estimate_txn_reads(image.kv, request, self.node.response_budget("txn"), at)
         if not request.compare:  # the success branch is taken: its leases must exist
             for lease_id in _put_leases(request.success):
-                await require_lease(self.node, lease_id)
+                await self.node.require_lease(lease_id)
         applied = await self.node.propose(
-            Entry("txn", value=length_delimited(_TXN_TXN, body)), context
+            Entry("txn", value=length_delimited(_TXN_TXN, body)), context.invocation_metadata()
         )
         if applied.duplicate:
             raise AlreadyExists(
@@ -198,7 +202,9 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         body = records_pb2.MvccCompaction(
             revision=request.revision, physical=request.physical
         ).SerializeToString()
-        applied = await self.node.propose(Entry("compact", value=body), context)
+        applied = await self.node.propose(
+            Entry("compact", value=body), context.invocation_metadata()
+        )
         return rpc_pb2.CompactionResponse(header=self.node.header(applied.offset))
 
     def _check_value(self, value: bytes) -> None:

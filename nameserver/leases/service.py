@@ -5,17 +5,20 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from nameserver.errors import FailedPrecondition, InvalidArgument, OutOfRange
-from nameserver.grpc.context import NodeContext, abort_stream, require_lease, rpc
+from nameserver.grpc.status import abort_stream, rpc
 from nameserver.leases.apply import MAX_LEASE_TTL_S
 from nameserver.leases.expiry import LeaseKeeper, lease_entry
 from nameserver.state import consistency
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
 
 
 def new_lease_id() -> int:
@@ -30,7 +33,7 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
     keepalives are answered from this node's image and checkpointed in batches
     (:mod:`nameserver.leases.expiry`)."""
 
-    def __init__(self, node: NodeContext, keeper: LeaseKeeper) -> None:
+    def __init__(self, node: NodeFacade, keeper: LeaseKeeper) -> None:
         self.node = node
         self.keeper = keeper
 
@@ -55,7 +58,7 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
         lease_id = new_lease_id() if chosen else request.ID
         op = records_pb2.LeaseOperation()
         op.grant.id, op.grant.ttl_s = lease_id, request.TTL
-        applied = await self.node.propose(lease_entry(op, lease_id), context)
+        applied = await self.node.propose(lease_entry(op, lease_id), context.invocation_metadata())
         return rpc_pb2.LeaseGrantResponse(
             header=self.node.header(applied.offset), ID=lease_id, TTL=request.TTL
         )
@@ -64,10 +67,12 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
     async def LeaseRevoke(
         self, request: rpc_pb2.LeaseRevokeRequest, context: Any
     ) -> rpc_pb2.LeaseRevokeResponse:
-        await require_lease(self.node, request.ID)
+        await self.node.require_lease(request.ID)
         op = records_pb2.LeaseOperation()
         op.revoke.id = request.ID
-        applied = await self.node.propose(lease_entry(op, request.ID), context)
+        applied = await self.node.propose(
+            lease_entry(op, request.ID), context.invocation_metadata()
+        )
         return rpc_pb2.LeaseRevokeResponse(header=self.node.header(applied.offset))
 
     async def LeaseKeepAlive(

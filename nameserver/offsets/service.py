@@ -9,11 +9,11 @@ request never reaches the log), proposed, and answered. Reads follow the consist
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nameserver.checks import check_name
 from nameserver.errors import AlreadyExists, NotFound
-from nameserver.grpc.context import NodeContext, rpc
+from nameserver.grpc.status import rpc
 from nameserver.leases.expiry import LeaseKeeper
 from nameserver.offsets import apply as offsets
 from nameserver.offsets.records import CommittedOffset, offset_key
@@ -21,6 +21,9 @@ from nameserver.state import consistency
 from protos import records_pb2
 from protos.metaledger.v1 import offsets_pb2, offsets_pb2_grpc
 from raftlog import Applied, Entry
+
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
 
 
 def to_pb(c: CommittedOffset) -> offsets_pb2.Offset:
@@ -40,7 +43,7 @@ def to_pb(c: CommittedOffset) -> offsets_pb2.Offset:
 
 
 class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
-    def __init__(self, node: NodeContext, keeper: LeaseKeeper) -> None:
+    def __init__(self, node: NodeFacade, keeper: LeaseKeeper) -> None:
         self.node = node
         self.keeper = keeper
 
@@ -48,7 +51,8 @@ class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
         self, op: records_pb2.OffsetOperation, key: bytes, context: Any
     ) -> tuple[Applied, CommittedOffset]:
         applied = await self.node.propose(
-            Entry(type="offset", key=key, value=op.SerializeToString()), context
+            Entry(type="offset", key=key, value=op.SerializeToString()),
+            context.invocation_metadata(),
         )
         result = applied.result
         if not isinstance(result, CommittedOffset):  # a de-duplicated retry: no result kept

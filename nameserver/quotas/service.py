@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nameserver.grpc.context import NodeContext, rpc
+from nameserver.grpc.status import rpc
 from nameserver.quotas import apply as quotas
 from nameserver.state import consistency
 from nameserver.state.image import MetadataDelta, MetadataImage
 from protos import records_pb2
 from protos.metaledger.v1 import quotas_pb2, quotas_pb2_grpc
 from raftlog import Entry
+
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
 
 
 def quota_usage(image: MetadataImage) -> list[quotas_pb2.QuotaUsage]:
@@ -34,7 +37,7 @@ def quota_usage(image: MetadataImage) -> list[quotas_pb2.QuotaUsage]:
 
 
 class QuotasService(quotas_pb2_grpc.QuotasServicer):  # type: ignore[misc]
-    def __init__(self, node: NodeContext) -> None:
+    def __init__(self, node: NodeFacade) -> None:
         self.node = node
 
     @rpc
@@ -48,7 +51,8 @@ class QuotasService(quotas_pb2_grpc.QuotasServicer):  # type: ignore[misc]
         )
         quotas.validate(q, quotas.quota_types(self.node.state.image.registry))
         applied = await self.node.propose(
-            Entry(type="quota", key=q.record_type.encode(), value=q.SerializeToString()), context
+            Entry(type="quota", key=q.record_type.encode(), value=q.SerializeToString()),
+            context.invocation_metadata(),
         )
         return quotas_pb2.SetQuotaResponse(revision=applied.offset)
 

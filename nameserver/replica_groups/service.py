@@ -13,13 +13,13 @@ is never forwarded again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from nameserver.checks import check_name, check_non_negative
 from nameserver.errors import AlreadyExists, NotFound, Unavailable, from_status
-from nameserver.grpc.context import NodeContext, rpc
+from nameserver.grpc.status import rpc
 from nameserver.replica_groups import apply as replica_groups
 from nameserver.replica_groups.apply import GroupResult, controller_error
 from nameserver.replica_groups.liveness import ReplicaLiveness, liveness_entry
@@ -30,6 +30,9 @@ from protos import records_pb2
 from protos.metaledger.v1 import replica_groups_pb2 as pb
 from protos.metaledger.v1 import replica_groups_pb2_grpc as pb_grpc
 from raftlog import Applied, Entry
+
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
 
 FORWARDED_METADATA = "x-ml-forwarded"
 DEDUP_METADATA = ("x-ml-client-id", "x-ml-seq")
@@ -78,7 +81,7 @@ def _entry(broker_name: str, op: records_pb2.ReplicaGroupOperation) -> Entry:
 
 
 class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
-    def __init__(self, node: NodeContext, liveness: ReplicaLiveness) -> None:
+    def __init__(self, node: NodeFacade, liveness: ReplicaLiveness) -> None:
         self.node = node
         self.liveness = liveness
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -92,7 +95,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
     async def _propose(
         self, broker_name: str, op: records_pb2.ReplicaGroupOperation, context: Any
     ) -> tuple[Applied, GroupResult]:
-        applied = await self.node.propose(_entry(broker_name, op), context)
+        applied = await self.node.propose(_entry(broker_name, op), context.invocation_metadata())
         result = applied.result
         if not isinstance(result, GroupResult):  # a de-duplicated retry: no result kept
             group = self.node.state.image.replica_groups.get(broker_name)

@@ -4,14 +4,13 @@ from a request, and RocketMQ's words for what is not there.
 
 The gRPC service (:mod:`nameserver.routing.service`) and the RocketMQ remoting front
 (:mod:`nameserver.routing.remoting`) both call these; neither imports the other, and
-nothing here imports gRPC (the node is the :class:`Node` protocol, which
-:class:`nameserver.grpc.context.NodeContext` implements).
+nothing here imports gRPC: the node is the node's facade (:class:`nameserver.node.NodeFacade`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from nameserver.errors import Aborted, ConfigNotFound, TopicNotExist
 from nameserver.routing import apply as routing
@@ -19,10 +18,12 @@ from nameserver.routing.liveness import BrokerKeeper
 from nameserver.routing.records import DEFAULT_HEARTBEAT_TIMEOUT_MS, DataVersion, broker_key
 from nameserver.state import consistency
 from nameserver.state.image import MetadataImage
-from nameserver.state.machine import MetadataStateMachine
 from protos import records_pb2
 from protos.metaledger.v1 import routing_pb2
-from raftlog import Applied, Entry
+from raftlog import Applied
+
+if TYPE_CHECKING:
+    from nameserver.node import Metadata, NodeFacade
 
 log = logging.getLogger(__name__)
 
@@ -53,23 +54,11 @@ def namespace_not_found(namespace: str) -> ConfigNotFound:
     return ConfigNotFound(f"No config item, Namespace: {namespace}")
 
 
-class Node(Protocol):
-    """What :class:`RoutingNode` needs of the node (its state machine, reads, proposals)."""
-
-    state: MetadataStateMachine
-
-    async def read_image(self, serializable: bool) -> MetadataImage: ...
-
-    async def propose(self, entry: Entry, context: Any) -> Applied: ...
-
-    def check_encoded_size(self, size: int) -> None: ...
-
-
 class RoutingNode:
     """What the gRPC service and the remoting front share: eventual reads of this node's
     image and proposals of routing operations through the log."""
 
-    def __init__(self, node: Node, keeper: BrokerKeeper) -> None:
+    def __init__(self, node: NodeFacade, keeper: BrokerKeeper) -> None:
         self.node = node
         self.keeper = keeper
         self.route_reads = 0
@@ -81,23 +70,26 @@ class RoutingNode:
         log.debug("route read %s at apply offset %d", what, image.revision)
         return image
 
-    async def propose(self, op: records_pb2.RoutingOperation, context: Any = None) -> Applied:
-        """Propose ``op``; one larger than ``max_request_bytes`` (a registration of a great
-        many topics) is refused before it reaches the log."""
+    async def propose(
+        self, op: records_pb2.RoutingOperation, metadata: Metadata | None = None
+    ) -> Applied:
+        """Propose ``op`` (``metadata``: the request's, for de-duplication); one larger than
+        ``max_request_bytes`` (a registration of a great many topics) is refused before it
+        reaches the log."""
         entry = routing.routing_entry(op)
         self.node.check_encoded_size(len(entry.value))
-        return await self.node.propose(entry, context)
+        return await self.node.propose(entry, metadata)
 
     async def propose_count(
-        self, op: records_pb2.RoutingOperation, context: Any = None
+        self, op: records_pb2.RoutingOperation, metadata: Metadata | None = None
     ) -> tuple[int, int]:
         """:meth:`propose` an operation whose result is a count (brokers removed, topics
         deleted or changed): its revision and the count, 0 for a de-duplicated retry."""
-        applied = await self.propose(op, context)
+        applied = await self.propose(op, metadata)
         return applied.offset, applied.result if isinstance(applied.result, int) else 0
 
     async def register(
-        self, op: records_pb2.RegisterBrokerOp, context: Any = None
+        self, op: records_pb2.RegisterBrokerOp, metadata: Metadata | None = None
     ) -> tuple[int, routing.Registered]:
         """Register a broker. A re-registration that would change nothing in this node's
         image is a heartbeat only and writes nothing (the log holds changes of state)."""
@@ -107,7 +99,7 @@ class RoutingNode:
         if unchanged is not None:
             self.keeper.heartbeat(op.broker_name, op.broker_id, op.addr)
             return image.revision, unchanged
-        applied = await self.propose(records_pb2.RoutingOperation(register_broker=op), context)
+        applied = await self.propose(records_pb2.RoutingOperation(register_broker=op), metadata)
         result = applied.result
         if not isinstance(result, routing.Registered):  # a de-duplicated retry
             result = _unchanged_registration(self.node.state.image, op)

@@ -13,7 +13,7 @@ from typing import Any
 
 from nameserver.checks import check_name
 from nameserver.errors import InvalidArgument
-from nameserver.grpc.context import rpc
+from nameserver.grpc.status import rpc
 from nameserver.routing import apply as routing
 from nameserver.routing import queries
 from nameserver.routing.ops import (
@@ -68,7 +68,9 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
     async def RegisterBroker(
         self, request: routing_pb2.RegisterBrokerRequest, context: Any
     ) -> routing_pb2.RegisterBrokerResponse:
-        revision, r = await self.routes.register(register_op(request), context)
+        revision, r = await self.routes.register(
+            register_op(request), context.invocation_metadata()
+        )
         return routing_pb2.RegisterBrokerResponse(
             revision=revision,
             changed=r.changed,
@@ -88,7 +90,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         )
         check_name("broker_name", op.broker_name)
         revision, removed = await self.routes.propose_count(
-            records_pb2.RoutingOperation(unregister_broker=op), context
+            records_pb2.RoutingOperation(unregister_broker=op), context.invocation_metadata()
         )
         return routing_pb2.UnregisterBrokerResponse(revision=revision, removed=removed)
 
@@ -174,7 +176,9 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         )
         routing.check_create_topic(op)
         routing.check_queue_nums(op)
-        applied = await self.routes.propose(records_pb2.RoutingOperation(create_topic=op), context)
+        applied = await self.routes.propose(
+            records_pb2.RoutingOperation(create_topic=op), context.invocation_metadata()
+        )
         return routing_pb2.CreateTopicResponse(revision=applied.offset)
 
     @rpc
@@ -184,7 +188,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         check_name("topic", request.topic)
         op = records_pb2.DeleteTopicOp(topic=request.topic, cluster=request.cluster)
         revision, deleted = await self.routes.propose_count(
-            records_pb2.RoutingOperation(delete_topic=op), context
+            records_pb2.RoutingOperation(delete_topic=op), context.invocation_metadata()
         )
         return routing_pb2.DeleteTopicResponse(revision=revision, deleted=deleted)
 
@@ -196,7 +200,9 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         op = records_pb2.KvConfigRecord(
             namespace=request.namespace, key=request.key, value=request.value
         )
-        applied = await self.routes.propose(records_pb2.RoutingOperation(put_kv_config=op), context)
+        applied = await self.routes.propose(
+            records_pb2.RoutingOperation(put_kv_config=op), context.invocation_metadata()
+        )
         return routing_pb2.PutKvConfigResponse(revision=applied.offset)
 
     @rpc
@@ -217,7 +223,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         routing.check_kv(request.namespace, request.key)
         op = records_pb2.DeleteKvConfigOp(namespace=request.namespace, key=request.key)
         applied = await self.routes.propose(
-            records_pb2.RoutingOperation(delete_kv_config=op), context
+            records_pb2.RoutingOperation(delete_kv_config=op), context.invocation_metadata()
         )
         return routing_pb2.DeleteKvConfigResponse(
             revision=applied.offset, deleted=applied.result is True

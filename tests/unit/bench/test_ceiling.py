@@ -98,7 +98,7 @@ def stack(text: str) -> list[Frame]:
         (ROOT_FRAMES + ";wait (asyncio/tasks.py:428);_wait (asyncio/tasks.py:539)", GRPC_LOOP),
         # a Range handler's image lookup is the handler's (image/kv code defers to its caller)
         (
-            ROOT_FRAMES + ";rpc.<locals>.wrapper (nameserver/grpc/context.py:71);"
+            ROOT_FRAMES + ";rpc.<locals>.wrapper (nameserver/grpc/status.py:71);"
             "KVService.Range (nameserver/kv/service.py:245);do_range (nameserver/kv/semantics.py:74);"
             "KvImage.get (nameserver/kv/records.py:223);PersistentSortedMap.get "
             "(nameserver/state/sortedmap.py:336)",
@@ -106,7 +106,7 @@ def stack(text: str) -> list[Frame]:
         ),
         (
             ROOT_FRAMES + ";KVService.Put (nameserver/kv/service.py:260);"
-            "NodeContext.propose (nameserver/grpc/context.py:120);"
+            "NodeFacade.propose (nameserver/node.py:120);"
             "ReplicatedLog.propose (raftlog/log/group_commit.py:120);encode_batch (raftlog/entry.py:80)",
             PROPOSE,
         ),
@@ -136,8 +136,8 @@ def test_classify_by_the_frame_nearest_the_leaf(frames: str, category: str) -> N
 
 
 def test_parse_frame_keeps_qualified_names_and_paths() -> None:
-    assert parse_frame("rpc.<locals>.wrapper (nameserver/grpc/context.py:71)") == Frame(
-        "rpc.<locals>.wrapper", "nameserver/grpc/context.py"
+    assert parse_frame("rpc.<locals>.wrapper (nameserver/grpc/status.py:71)") == Frame(
+        "rpc.<locals>.wrapper", "nameserver/grpc/status.py"
     )
     assert parse_frame("<module> (<frozen runpy>:198)") == Frame("<module>", "<frozen runpy>")
     assert parse_frame("garbage") == Frame("garbage", "")

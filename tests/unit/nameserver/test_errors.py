@@ -19,9 +19,9 @@ from nameserver.errors import (
     TopicNotExist,
     from_status,
 )
-from nameserver.grpc.context import NodeContext
 from nameserver.grpc.status import to_status
 from nameserver.kv.semantics import ResponseTooLarge
+from nameserver.node import NodeFacade
 from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.status import internal_error_remark, to_remoting
 from nameserver.state.machine import MetadataStateMachine
@@ -110,7 +110,7 @@ class _Log:
 
 
 def _propose(result: Any) -> Applied:
-    node = NodeContext.__new__(NodeContext)
+    node = NodeFacade.__new__(NodeFacade)
     node.log, node.timeout_s = _Log(result), 1.0  # type: ignore[assignment]
     node.state, node.space = MetadataStateMachine(), SpaceCheck(-1)  # no quota, no alarm
     return asyncio.run(node.propose(Entry(type="kv", key=b"", value=b""), None))

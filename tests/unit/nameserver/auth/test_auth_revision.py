@@ -60,7 +60,7 @@ class Node:
 
     def check(self, path: str, request: Any, token: str) -> list[Entry]:
         """The guard's check of one call, in a task context of its own, and the entries
-        the call would propose (NodeContext.propose)."""
+        the call would propose (NodeFacade.propose)."""
 
         class Context:
             def invocation_metadata(self) -> tuple[tuple[str, str], ...]:

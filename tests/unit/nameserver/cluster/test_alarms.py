@@ -30,8 +30,8 @@ from nameserver.cluster.records import (
     alarm_text,
 )
 from nameserver.errors import InvalidArgument, ResourceExhausted
-from nameserver.grpc.context import NodeContext
 from nameserver.leases.expiry import lease_entry
+from nameserver.node import NodeFacade
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
@@ -313,7 +313,7 @@ class _CountingLog:
 def test_a_write_past_the_quota_raises_nospace_once_and_is_refused() -> None:
     """etcd's quotaAlarmer: the member proposes ACTIVATE NOSPACE for itself and refuses
     the write; concurrent refusals share one proposal."""
-    node = NodeContext.__new__(NodeContext)
+    node = NodeFacade.__new__(NodeFacade)
     counting = _CountingLog()
     node.log, node.timeout_s, node.member_id = counting, 1.0, 99  # type: ignore[assignment]
     node.state, node.space, node._raising = MetadataStateMachine(), SpaceCheck(10), {}

@@ -12,7 +12,7 @@ from nameserver.cli.lease import lease_id
 from nameserver.cli.lock import _lock_command
 from nameserver.client import Client, InvalidArgument
 from nameserver.kv.records import KeyValue, KvImage
-from nameserver.leases.election import first_created, owner_key
+from nameserver.locks.recipes import first_created, owner_key
 from nameserver.state.image import MetadataImage
 
 

@@ -41,7 +41,7 @@ A = "127.0.0.1:10911"
 
 
 class FakeNode:
-    """The part of NodeContext the routing front uses, applying proposals at once."""
+    """The part of NodeFacade the routing front uses, applying proposals at once."""
 
     def __init__(self) -> None:
         self.state = MetadataStateMachine()

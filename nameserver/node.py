@@ -1,42 +1,59 @@
-"""The request context every gRPC service shares: :class:`NodeContext` (propose and wait,
-read barriers, members), the :func:`rpc` decorator, member ids.
+"""The node's propose/read facade, :class:`NodeFacade`: what every front and every leader
+duty calls, whatever the transport (etcd's ``EtcdServer``, ``v3_server.go``).
 
-Handlers (each domain's ``service.py``) validate, then either read the image (after a read
-barrier unless the request is serializable) or propose an entry and wait until it is
-applied here. Every error leaves through :func:`nameserver.grpc.status.to_status`.
+- **Writes**: :meth:`NodeFacade.propose` checks the backend quota and a raised NOSPACE
+  (raising the alarm when the quota is exceeded), stamps the auth revision a checked call
+  was checked at, proposes the entry with the client's de-duplication identity and waits
+  until it is applied here; an apply refusal comes back as its own error.
+- **Reads**: :meth:`NodeFacade.read_image` (a read barrier, Raft's ReadIndex, unless
+  serializable), past kv revisions (:meth:`NodeFacade.kv_at`), request and response limits.
+- **Maintenance**: members, leadership transfer, alarms, hashes, a fresh snapshot file.
+
+The fronts are adapters: the gRPC services (each domain's ``service.py``, ``nameserver.grpc``:
+status conversion, method table) and the RocketMQ remoting front (``nameserver.remoting``,
+``<domain>/remoting.py``) translate requests into calls here; the leader duties
+(:mod:`nameserver.kv.compactor`, ...) call it too. Nothing here imports a front (an
+import-linter contract in ``pyproject.toml``), and the fronts and domains import this module
+for its types only (``if TYPE_CHECKING:``), so the domains' folders form no import cycle
+with it (``tests/unit/nameserver/test_layers.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
-import grpc
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from nameserver.auth.check import checked_entries
 from nameserver.auth.tokens import node_credential
 from nameserver.cluster.apply import alarm_entry
 from nameserver.cluster.nospace import SpaceCheck, no_space
-from nameserver.cluster.records import ALARM_NOSPACE, host_port
+from nameserver.cluster.records import (
+    ALARM_NONE,
+    ALARM_NOSPACE,
+    alarm_key,
+    alarm_text,
+    member_id_of,
+)
 from nameserver.config import ServerConfig
 from nameserver.errors import (
     DeadlineExceeded,
+    FailedPrecondition,
     InvalidArgument,
     NameserverError,
     NotFound,
 )
-from nameserver.grpc.status import to_status
 from nameserver.kv import semantics as kvops
+from nameserver.kv.hashing import kv_hash_at
 from nameserver.kv.history import KvHistory, RevisionView
 from nameserver.kv.mvcc import check_read
 from nameserver.leases.apply import LEASE_NOT_FOUND
-from nameserver.metrics import REJECTIONS
+from nameserver.state import image_hash
 from nameserver.state.image import MetadataImage
-from nameserver.state.machine import MetadataStateMachine
+from nameserver.state.machine import CapturedImage, MetadataStateMachine
 from protos.etcdserverpb import rpc_pb2
 from raftlog import (
     Applied,
@@ -47,64 +64,18 @@ from raftlog import (
     ReplicatedLog,
     UnsafeReconfigurationError,
 )
+from snapshots import SnapshotMeta, write_snapshot
 
 log = logging.getLogger(__name__)
 
-ETCD_VERSION = "3.4.0"  # the etcd API level we speak
-SNAPSHOT_CHUNK_BYTES = 1 << 20
-
-R = TypeVar("R")
-
-
-def member_id_of(peer_address: str) -> int:
-    """etcd member ids are uint64: ours is a stable hash of the member's peer address."""
-    text = "member:" + host_port(peer_address)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+#: A request's metadata, ``(key, value)`` pairs (gRPC's invocation metadata; None: none).
+#: The client's de-duplication identity travels in it as ``x-ml-client-id`` and ``x-ml-seq``.
+Metadata = Iterable[tuple[str, str | bytes]]
 
 
-def peer_address(url: str) -> str:
-    address = host_port(url)
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidArgument(f"peerURLs: {url!r} is not http://host:port")
-    return address
-
-
-def rpc(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Turn any error of a handler into its gRPC status (one place, STYLE.md 3)."""
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
-        try:
-            return await fn(self, request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            code, message = to_status(exc)
-            if code == grpc.StatusCode.INTERNAL:
-                log.exception("%s failed", fn.__name__)
-            else:
-                REJECTIONS.count("grpc", code.name, type(exc).__name__)
-            await context.abort(code, message)
-            raise  # unreachable: abort raises
-
-    return wrapper
-
-
-async def abort_stream(context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
-    """End a streaming handler on ``exc`` with its status (what :func:`rpc` does for unary
-    handlers); only a server fault (INTERNAL) is logged above DEBUG."""
-    code, message = to_status(exc)
-    if code == grpc.StatusCode.INTERNAL:
-        log.error("%s failed", method, exc_info=exc)
-    else:
-        REJECTIONS.count("grpc", code.name, type(exc).__name__)
-        log.debug("%s: %s", method, message)
-    await context.abort(code, message)
-
-
-class NodeContext:
-    """What the handlers share: config, the log, the state machine and identities."""
+class NodeFacade:
+    """The node as its fronts and duties see it: config, the log, the state machine and
+    identities; propose and wait, read barriers, alarms, members."""
 
     def __init__(
         self,
@@ -216,12 +187,11 @@ class NodeContext:
             await self.log.wait_applied(index, self.timeout_s)
         return self.state.image
 
-    async def propose(self, entry: Entry, context: grpc.aio.ServicerContext | None) -> Applied:
+    async def propose(self, entry: Entry, metadata: Metadata | None) -> Applied:
         """Propose ``entry`` and wait until it is applied here. The client's de-duplication
-        identity comes from ``context``'s metadata; None proposes without one (a handler that
-        proposes several entries for one request must not reuse the request's)."""
+        identity comes from the request's ``metadata``; None proposes without one (a handler
+        that proposes several entries for one request must not reuse the request's)."""
         client_id, seq = None, None
-        metadata = context.invocation_metadata() if context is not None else None
         for k, v in metadata or ():
             if k == "x-ml-client-id":
                 client_id = str(v)
@@ -274,6 +244,119 @@ class NodeContext:
         except Exception as exc:  # the write is refused anyway; the next one tries again
             log.warning("could not raise alarm %s: %s", rpc_pb2.AlarmType.Name(alarm), exc)
 
+    def alarms(self, image: MetadataImage, alarm: int = ALARM_NONE) -> list[tuple[int, int]]:
+        """(member id, alarm type) of the raised alarms of type ``alarm`` (NONE: all): the
+        image's, and this member's full disk while it lasts (raftlog.health: a local state
+        that leaves by itself when space returns, and that a one-member cluster could not
+        write to its log anyway)."""
+        out = [(a.member_id, a.alarm) for a in image.alarms.list(alarm)]
+        me = self.member_id
+        if (
+            self.log.health.refuses_writes  # this member's disk is full right now
+            and alarm in (ALARM_NONE, ALARM_NOSPACE)
+            and image.alarms.get(alarm_key(me, ALARM_NOSPACE)) is None
+        ):
+            out.append((me, ALARM_NOSPACE))
+        return out
+
+    async def change_alarm(
+        self, request: rpc_pb2.AlarmRequest, metadata: Metadata | None
+    ) -> rpc_pb2.AlarmResponse:
+        """ACTIVATE or DEACTIVATE an alarm (an ``alarm`` entry, :mod:`nameserver.cluster.apply`):
+        the alarm changed (none: DEACTIVATE of an alarm not raised, still OK)."""
+        applied = await self.propose(alarm_entry(request), metadata)
+        resp = applied.result
+        return resp if isinstance(resp, rpc_pb2.AlarmResponse) else rpc_pb2.AlarmResponse()
+
+    async def read_alarms(self, alarm: int) -> list[tuple[int, int]]:
+        """:meth:`alarms` read linearizably (etcd reads them through its log), except while
+        this member's own disk is full: its apply may be stuck behind the full change log,
+        and the alarm list must still answer."""
+        image = await self.read_image(self.log.health.refuses_writes)
+        return self.alarms(image, alarm)
+
+    def status_errors(self) -> list[str]:
+        """etcd's StatusResponse.errors: no leader, then each raised alarm in Go's text form
+        (``memberID:<id> alarm:NOSPACE ``), which ``etcdctl endpoint status`` prints."""
+        errors = [] if self.engine.leader_address() else ["etcdserver: no leader"]
+        for member_id, alarm in self.alarms(self.state.image):
+            errors.append(alarm_text(member_id, alarm))
+        return errors
+
+    def db_size_bytes(self) -> int:
+        """The store's size as etcd's dbSize: the change-log segments on disk."""
+        return sum(s.size for s in self.log.segments.segments())
+
+    async def move_leader(self, target_id: int) -> None:
+        """etcd's MoveLeader: hand leadership to the member ``target_id`` (0: the most
+        caught-up follower); this node must lead. Done at once if it is the target."""
+        target = [m for m in self.members(self.state.image) if m[1] == target_id]
+        if target_id and not target:
+            raise NotFound(f"etcdserver: member not found (ID {target_id:x})")
+        if not self.engine.is_leader():
+            raise FailedPrecondition("etcdserver: not leader")
+        if target and target[0][2] == self.config.listen_peer:
+            return
+        await self.transfer_leadership(target[0][2] if target else None)
+
+    async def hash_kv(self, revision: int) -> tuple[int, int]:
+        """(hash, compaction revision in force there) of the key-value store at ``revision``
+        (0: the current one; :func:`nameserver.kv.hashing.kv_hash_at`): the same on every
+        member at the same revision. OUT_OF_RANGE (etcd's texts) above the current revision
+        or below this node's history floor."""
+        image = self.state.image
+        current = image.revision
+        rev = revision if revision > 0 else current
+        if rev < current:
+            view = await self.kv_at(rev, current)
+            history = self.history
+            assert history is not None  # kv_at refuses a past revision without one
+            compact = history.compact_revision_at(rev)
+            digest = await asyncio.to_thread(kv_hash_at, view.items(), compact)
+            self.recheck(rev, current)
+        else:
+            self.check_revision(rev, current)
+            compact = image.mvcc.compact_revision
+            digest = await asyncio.to_thread(kv_hash_at, image.kv.data.items(), compact)
+        return digest, compact
+
+    async def image_hash(self, image: MetadataImage) -> int:
+        """A content hash of ``image``, every record type (etcd: the backend's hash)."""
+        return await asyncio.to_thread(image_hash.image_hash, image)
+
+    async def snapshot_file(self) -> tuple[str, MetadataImage]:
+        """A fresh snapshot of this node's image (read linearizably) written to a temporary
+        file under the data directory (our format): its path, which the caller deletes,
+        and the image."""
+        image = await self.read_image(False)
+        directory = os.path.join(self.config.data_dir, "snap")
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".stream-", suffix=".tmp", dir=directory)
+        os.close(fd)
+        try:
+            captured = CapturedImage(image)
+            meta = SnapshotMeta(
+                cluster_id=f"{self.cluster_id:016x}",
+                last_offset=captured.last_offset,
+                last_term=captured.last_term,
+            )
+            await asyncio.to_thread(write_snapshot, tmp, meta, captured.records)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return tmp, image
+
+    async def require_lease(self, lease_id: int) -> None:
+        """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
+
+        Apply checks again (the lease may go in between); its rejection keeps its code (the
+        NotFound in ``raftlog.ApplyFailure.error``), so the client gets NOT_FOUND either way."""
+        if self.state.image.leases.get(lease_id) is not None:
+            return
+        image = await self.read_image(False)
+        if image.leases.get(lease_id) is None:
+            raise NotFound(LEASE_NOT_FOUND)
+
     def check_size(self, request: Any) -> None:
         self.check_encoded_size(request.ByteSize())
 
@@ -319,18 +402,6 @@ class NodeContext:
         """After a read at ``revision``: compacted if a compaction passed it meanwhile."""
         if self.history is not None and 0 < revision < current:
             self.history.check(revision, current)
-
-
-async def require_lease(node: NodeContext, lease_id: int) -> None:
-    """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).
-
-    Apply checks again (the lease may go in between); its rejection keeps its code
-    (the NotFound in ``raftlog.ApplyFailure.error``), so the client gets NOT_FOUND either way."""
-    if node.state.image.leases.get(lease_id) is not None:
-        return
-    image = await node.read_image(False)
-    if image.leases.get(lease_id) is None:
-        raise NotFound(LEASE_NOT_FOUND)
 
 
 def _settle_future(fut: asyncio.Future[None], err: Exception | None) -> None:
