@@ -1,1 +1,1 @@
-"""etcd leases: records, apply rules, the Lease gRPC service, expiry (a leader duty), locks and elections."""
+"""etcd leases: records, apply rules, the Lease gRPC service, expiry (a leader duty)."""
