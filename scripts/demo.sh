@@ -4,12 +4,18 @@
 # command needs --endpoints) with a 3-replica quorum-write broker group beside it, write and
 # read a key, send and consume a message with a real RocketMQ client (the `rocketmq` wheel),
 # print every node's status, and keep serving until Ctrl-C.
-# Env: METALEDGER_DATA (default ./data/demo).
+# Env: METALEDGER_DATA (default ./data/demo), METALEDGER_BASE_PORT (default 9877: cluster up's
+# port layout; the README's examples assume it), METALEDGER_SKIP_INSTALL=1 (no pip install: the
+# README test runs this script against the tree it tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check -e '.[clients]' 2>&1 | grep -v -e '^WARNING: Location' -e 'Running pip as' || true
+if [ "${METALEDGER_SKIP_INSTALL:-0}" != 1 ]; then
+  python3 -m pip install -q --disable-pip-version-check -e '.[clients]' 2>&1 | grep -v -e '^WARNING: Location' -e 'Running pip as' || true
+fi
 data=${METALEDGER_DATA:-./data/demo}
-metaledger cluster up --nodes 3 --brokers 3 --data-dir "$data" &
+base=${METALEDGER_BASE_PORT:-9877}
+export METALEDGER_ENDPOINTS=${METALEDGER_ENDPOINTS:-127.0.0.1:$base}
+metaledger cluster up --nodes 3 --brokers 3 --data-dir "$data" --base-port "$base" &
 cluster=$!
 trap 'kill -INT $cluster 2>/dev/null; wait $cluster' EXIT  # also when a step fails
 trap 'exit 130' INT TERM
@@ -32,11 +38,11 @@ echo "\$ metaledger replica-group show broker-a"
 metaledger replica-group show broker-a
 echo "\$ metaledger route topic create Hello --broker broker-a"
 metaledger route topic create Hello --broker broker-a
-echo "\$ python3 scripts/rocketmq_hello.py 127.0.0.1:9879 Hello   # a real RocketMQ client"
-python3 scripts/rocketmq_hello.py 127.0.0.1:9879 Hello
+echo "\$ python3 scripts/rocketmq_hello.py 127.0.0.1:$((base + 2)) Hello   # a real RocketMQ client"
+python3 scripts/rocketmq_hello.py "127.0.0.1:$((base + 2))" Hello
 echo "\$ metaledger status"
 metaledger status
 echo "serving; try: metaledger status, metaledger send Hello hi, metaledger consume Hello --group g,"
 echo "  metaledger cluster restart n1 --data-dir $data"
-echo "(etcdctl works too: ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:9877 get greeting); Ctrl-C to stop"
+echo "(etcdctl works too: ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:$base get greeting); Ctrl-C to stop"
 wait $cluster

@@ -18,6 +18,7 @@ An ``entries_read`` of UINT64_MAX means "unknown" and comes out as -1 (research 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from replicator.redis.errors import RdbError
 from replicator.redis.rdb import encodings
@@ -160,3 +161,11 @@ class StreamReader(ValueReader):
                 ids.append(eid)
             consumers.append(StreamConsumer(cname, seen, active, ids))
         return p, StreamGroup(name, last, entries_read, pel, consumers)
+
+
+#: The stream value types: 15 (STREAM_LISTPACKS), 19 (_2, Redis 7.0), 21 (_3, Redis 7.2).
+STREAM_READERS: dict[int, Callable[[], ValueReader]] = {
+    15: lambda: StreamReader(15),
+    19: lambda: StreamReader(19),
+    21: lambda: StreamReader(21),
+}

@@ -312,21 +312,6 @@ def _zset_event(items: list[bytes], offset: int) -> Event:
     return ZSetMembers([(m, float(s)) for m, s in _pairs(items, "sorted set", offset)])
 
 
-def reader_for(rdb_type: int, offset: int) -> ValueReader:
-    make = _READERS.get(rdb_type)
-    if make is None:
-        raise RdbUnsupportedError(
-            f"value type {rdb_type} (Redis 7.0 neither writes nor reads it)", offset
-        )
-    return make()
-
-
-def _stream(rdb_type: int) -> ValueReader:
-    from replicator.redis.rdb.streams import StreamReader  # streams.py builds on this module
-
-    return StreamReader(rdb_type)
-
-
 def _list(items: list[object]) -> Event:
     return ListItems(cast(list[bytes], items))
 
@@ -343,7 +328,9 @@ def _hash(items: list[object]) -> Event:
     return HashFields(cast(list[tuple[bytes, bytes]], items))
 
 
-_READERS: dict[int, Callable[[], ValueReader]] = {
+#: RDB value type -> a new reader of it; the stream types (15, 19, 21) are
+#: ``streams.STREAM_READERS`` (streams.py builds on this module), and the parser looks both up.
+VALUE_READERS: dict[int, Callable[[], ValueReader]] = {
     0: lambda: StringValue(),
     1: lambda: Counted("list", _one, _list),
     2: lambda: Counted("set", _one, _set),
@@ -362,13 +349,10 @@ _READERS: dict[int, Callable[[], ValueReader]] = {
         "hash", lambda b, o: HashFields(_pairs(encodings.decode_ziplist(b, o), "hash ziplist", o))
     ),
     14: lambda: Quicklist(version2=False),
-    15: lambda: _stream(15),
     16: lambda: Blob(
         "hash", lambda b, o: HashFields(_pairs(encodings.decode_listpack(b, o), "hash listpack", o))
     ),
     17: lambda: Blob("zset", lambda b, o: _zset_event(encodings.decode_listpack(b, o), o)),
     18: lambda: Quicklist(version2=True),
-    19: lambda: _stream(19),
     20: lambda: Blob("set", lambda b, o: SetMembers(encodings.decode_listpack(b, o))),
-    21: lambda: _stream(21),
 }
