@@ -28,20 +28,6 @@ def test_a_removed_follower_knows_it_once_the_leader_went_quiet_4_2_3() -> None:
         assert not sim.cores[name].removed(sim.now + 60, QUIET_S)
 
 
-def test_a_removed_leader_knows_it_after_stepping_down_4_2_2() -> None:
-    sim = Sim(["a", "b", "c"], seed=17)
-    leader = elect(sim)
-    sim.run(0.5)
-    sim.cores[leader].propose_change("remove", leader)
-    sim.flush(leader)
-    sim.run_until(lambda: sim.leader() not in (None, leader), seconds=10)
-    sim.run(QUIET_S + 0.5)
-    assert sim.cores[leader].removed(sim.now, QUIET_S)
-    for name in sim.cores:
-        if name != leader:
-            assert not sim.cores[name].removed(sim.now, QUIET_S)
-
-
 def test_a_joiner_on_an_older_configuration_is_not_removed_4_2_1() -> None:
     """``e`` joins after ``d``: while it catches up, the newest configuration in its log is
     often the committed one that added ``d`` (without ``e``), but the leader writes to it
