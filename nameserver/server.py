@@ -25,6 +25,7 @@ from nameserver.auth.tokens import node_credential
 from nameserver.auth.tokens import provider as token_provider
 from nameserver.cluster.liveness import DiskAlarm
 from nameserver.cluster.records import Member, alarm_text
+from nameserver.cluster.removal import RemovedMember
 from nameserver.cluster.service import ClusterService
 from nameserver.config import ServerConfig
 from nameserver.errors import Rejected
@@ -248,6 +249,7 @@ class Node:
         self.disk_alarm = DiskAlarm(
             self.log, self.state, engine, self.ctx.member_id, self.ctx.timeout_s
         )
+        self.removal = RemovedMember(self.log, config.node_id)
         self.replica_groups = ReplicaGroupsService(self.ctx, self.replica_liveness)
         self.brokers = BrokerKeeper(
             self.log,
@@ -333,6 +335,7 @@ class Node:
         self.leases.start()
         self.replica_liveness.start()
         self.disk_alarm.start()
+        self.removal.start()
         self.compactor.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
         with binding("listen_remoting", self.config.listen_remoting):
@@ -393,6 +396,7 @@ class Node:
         await self.leases.stop()
         await self.replica_liveness.stop()
         await self.disk_alarm.stop()
+        await self.removal.stop()
         await self.compactor.stop()
         await self.brokers.stop()
         await self.remoting.close()
@@ -405,21 +409,22 @@ class Node:
         self.log.stop()
 
 
-async def _serve(config: ServerConfig) -> str:
-    """Run until a signal, or until the node cannot go on: then its reason."""
+async def _serve(config: ServerConfig) -> tuple[str, int]:
+    """Run until a signal, or until the node cannot go on: then its reason and exit code."""
     node = Node(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    fatal: list[str] = []
+    fatal: list[tuple[str, int]] = []
 
-    def on_fatal(reason: str) -> None:  # any thread
-        fatal.append(reason)
+    def on_fatal(reason: str, code: int = FATAL_EXIT_CODE) -> None:  # any thread
+        fatal.append((reason, code))
         with suppress(RuntimeError):  # the loop is closing anyway
             loop.call_soon_threadsafe(stop.set)
 
     node.log.set_on_fatal(on_fatal)
+    node.removal.on_removed = lambda reason: on_fatal(reason, REMOVED_EXIT_CODE)
     try:
         await node.start()
     except BaseException:
@@ -432,7 +437,7 @@ async def _serve(config: ServerConfig) -> str:
     finally:
         log.info("node %s stopping", config.node_id)
         await node.stop()
-    return fatal[0] if fatal else ""
+    return fatal[0] if fatal else ("", 0)
 
 
 #: Allocations between young-generation collections (CPython's default is 700). A request
@@ -453,6 +458,9 @@ def _tune_gc() -> None:
 #: The exit status of a node that stopped because it could not go on (a bug or damage on
 #: the apply path): non-zero, so a supervisor restarts it or a human looks.
 FATAL_EXIT_CODE = 70  # EX_SOFTWARE
+#: The exit status of a node removed from the cluster (``member remove``): a supervisor
+#: should not start it again on the same data dir.
+REMOVED_EXIT_CODE = 77  # EX_NOPERM: no longer a member
 
 
 def run(config: ServerConfig) -> int:
@@ -466,8 +474,7 @@ def run(config: ServerConfig) -> int:
             uvloop.install()
         except ImportError:  # pragma: no cover
             pass
-    reason = asyncio.run(_serve(config))
+    reason, code = asyncio.run(_serve(config))
     if reason:
         log.critical("node %s stopped: %s", config.node_id, reason)
-        return FATAL_EXIT_CODE
-    return 0
+    return code

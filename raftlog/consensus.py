@@ -117,6 +117,12 @@ class EngineConfig:
             raise ConfigError("leader_step_down_ms", "must be > 0")
 
 
+#: How many maximum election timeouts a removed member waits without a word from a leader
+#: before it says it was removed (a new leader, elected meanwhile, would have written to a
+#: member still catching up).
+REMOVED_QUIET_ELECTIONS = 2
+
+
 @dataclass(frozen=True)
 class EngineStatus:
     node_id: str
@@ -127,6 +133,10 @@ class EngineStatus:
     commit_offset: int  # highest index known committed
     has_quorum: bool
     members: dict[str, str] = field(default_factory=dict)  # node id -> peer address
+    #: this member was removed from the cluster (etcd's ErrMemberRemoved): the newest
+    #: configuration it holds is committed and leaves it out, and no leader has written to
+    #: it for :data:`REMOVED_QUIET_ELECTIONS` election timeouts (the native engine only)
+    removed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

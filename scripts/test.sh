@@ -43,7 +43,16 @@ echo "== import layering (the import-linter contracts in pyproject.toml)"
 lint-imports
 echo "== docker-compose.yml"
 METALEDGER_CLUSTER_PASSWORD=validate-only docker-compose -f docker-compose.yml config -q
+# Both pytest runs run whatever the first one's outcome; the script reports both and fails
+# if either failed (set -e would stop at the first and never say how the Spark run went).
 echo "== pytest (everything but Spark)"
-python3 -m pytest -m "not spark" "$@"
+main_rc=0
+python3 -m pytest -m "not spark" "$@" || main_rc=$?
 echo "== pytest (Spark: its own run, one JVM for the session)"
-python3 -m pytest -m spark tests/spark "$@"
+spark_rc=0
+python3 -m pytest -m spark tests/spark "$@" || spark_rc=$?
+outcome() { if [ "$1" -eq 0 ]; then echo passed; else echo "FAILED (exit $1)"; fi; }
+echo "== pytest (everything but Spark): $(outcome "$main_rc")"
+echo "== pytest (Spark): $(outcome "$spark_rc")"
+if [ "$main_rc" -ne 0 ]; then exit "$main_rc"; fi
+exit "$spark_rc"

@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     TIMEOUT = 7
     MEMBER_DOWN = 8
     FATAL = 70
+    REMOVED = 77
     CANNOT_START = 78
     INTERRUPTED = 130
 
@@ -41,6 +42,8 @@ MEANINGS: dict[ExitCode, str] = {
     ExitCode.TIMEOUT: "the request's deadline passed (a write may still be applied)",
     ExitCode.MEMBER_DOWN: "status: a member did not answer (the others are listed)",
     ExitCode.FATAL: "serve: the node stopped itself on damage or a bug on its apply path",
+    ExitCode.REMOVED: "serve: the member was removed from the cluster (member remove); wipe its"
+    " data dir before adding it back",
     ExitCode.CANNOT_START: "serve, cluster up: the node cannot start (a port in use, a data dir"
     " that cannot be used or is another node's or cluster's, an unreadable file)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",

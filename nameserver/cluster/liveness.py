@@ -14,6 +14,14 @@ the alarm disarms it itself (the cluster heals without a restart, as a lone memb
 NOSPACE raised by the quota, or by a process since restarted, waits for ``alarm disarm`` as
 etcd's. A one-member cluster proposes nothing: no one else could commit it, and the local
 state already answers ``alarm list``.
+
+The disarm is proposed whether or not the alarm is in this member's image yet, and the
+member forgets that it raised one only once its disarm has applied here. While the disk was
+full, the ACTIVATE may have waited uncommitted (every member's Raft log full) and commit
+only after the disk recovered, later than this member looks at its image (issue 29: the
+alarm then stayed for good). Both go through this member's one path to the leader, so the
+ACTIVATE is ahead of the DEACTIVATE in the log or never commits: once the DEACTIVATE
+applied, no NOSPACE of this episode can come back.
 """
 
 from __future__ import annotations
@@ -88,13 +96,15 @@ class DiskAlarm(PeriodicDuties):
 
     async def _clear(self) -> None:
         """The disk has room again: disarm the NOSPACE this process raised for it (a write
-        past the quota raises it again at once, see :mod:`nameserver.cluster.nospace`)."""
-        if self.state.image.alarms.get(alarm_key(self.member_id, ALARM_NOSPACE)) is None:
-            self._raised_here = False  # disarmed by someone already
-            return
+        past the quota raises it again at once, see :mod:`nameserver.cluster.nospace`).
+
+        Proposed even when the alarm is not in the image yet: the ACTIVATE may still be on
+        its way to commit (see the module docstring). A failed or timed-out proposal is
+        proposed again on the next check (a DEACTIVATE of an alarm not raised changes
+        nothing)."""
         request = rpc_pb2.AlarmRequest(
             action=rpc_pb2.AlarmRequest.DEACTIVATE, memberID=self.member_id, alarm=rpc_pb2.NOSPACE
         )
         log.warning("disk has room again: clearing NOSPACE for member %x", self.member_id)
         await self.log.propose([alarm_entry(request)], self.timeout_s)
-        self._raised_here = False
+        self._raised_here = False  # applied here: the episode's ACTIVATE, if any, is gone

@@ -52,6 +52,7 @@ class EngineBase:
         self._me = config.self_address
         self._by_address = {addr: nid for nid, addr in config.peers.items()}
         self._core: RaftCore | None = None
+        self._core_started = 0.0  # monotonic: when start() made the core
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._wal: RaftWal | None = None

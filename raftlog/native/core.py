@@ -313,6 +313,16 @@ class RaftCore:
             if told or now - pr.last_ack >= self.timing.step_down_s:
                 del self.progress[peer]
 
+    def removed(self, now: float, quiet_s: float) -> bool:
+        """Whether this member was removed from the cluster (§4.2.3; etcd's
+        ErrMemberRemoved): the newest configuration in its log leaves it out and is
+        committed, and no leader has written to it for ``quiet_s`` (a leader writes to a
+        removed member until it has sent it that commit, then never again; a new member
+        catching up through an older configuration without it is written to all along)."""
+        if self.me in self.voters or self.commit < self.config_index or self.role == Role.LEADER:
+            return False
+        return now - self.last_heard_leader >= quiet_s
+
     # ------------------------------------------------------------------ roles
     def become_follower(self, term: int, leader: str, now: float) -> None:
         was_leader = self.role == Role.LEADER

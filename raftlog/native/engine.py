@@ -44,6 +44,7 @@ import threading
 import time
 
 from raftlog.consensus import (
+    REMOVED_QUIET_ELECTIONS,
     CommitSink,
     EngineSnapshots,
     EngineStatus,
@@ -103,6 +104,7 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
                 now=time.monotonic(),
                 rng=random.Random(),
             )
+            self._core_started = time.monotonic()
         except ValueError as exc:
             raise RaftLogError(
                 f"{cfg.journal_dir}: the Raft log does not continue the snapshot "
@@ -280,7 +282,15 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
             commit_offset=core.commit,
             has_quorum=has_quorum,
             members={self._name(a): a for a in core.voters},
+            removed=self._removed(core),
         )
+
+    def _removed(self, core: RaftCore) -> bool:
+        """:attr:`EngineStatus.removed`: quiet counted from this start at the earliest (a
+        member restarted halfway through catching up hears from the leader again soon)."""
+        now = time.monotonic()
+        quiet_s = REMOVED_QUIET_ELECTIONS * core.timing.election_max_s
+        return now - self._core_started >= quiet_s and core.removed(now, quiet_s)
 
     def term(self) -> int:
         core = self._core

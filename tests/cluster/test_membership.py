@@ -382,3 +382,28 @@ def test_status_names_a_new_leader_by_its_node_id(cluster: Cluster) -> None:
         5,
         lambda: f"every node names n3: {[(s.id, s.leader) for s in cluster.statuses().values()]}",
     )
+
+
+def test_a_removed_member_stops_and_exits_removed(cluster: Cluster) -> None:
+    """§4.2.3, as etcd ("the member has been permanently removed from the cluster"): once
+    the change that removes it is committed, the removed member stops serving and exits
+    with REMOVED; started again on its data dir, it stops the same way. Before: after
+    ``member remove``, ``status`` against it listed it as a follower and it served ``get``."""
+    leader = cluster.wait_ready(20)
+    victim = next(i for i in range(cluster.n) if i != leader)
+    rest = [i for i in range(cluster.n) if i != victim]
+    cluster.put_retrying(leader, b"before-remove", b"ok")
+    cluster.wait_converged()
+    name = cluster.nodes[victim].id
+    endpoints = ",".join(cluster.endpoints[i] for i in rest)
+    code, out = run_cli("member", "remove", name, "--endpoints", endpoints, "--timeout", "20")
+    assert code == ExitCode.OK, out
+    assert cluster.wait_exit(victim, 30) == ExitCode.REMOVED, cluster.log_tail(victim)
+    assert "the member has been permanently removed from the cluster" in cluster.log_tail(victim)
+    code, _ = run_cli("status", "--endpoints", cluster.endpoints[victim], "--timeout", "2")
+    assert code != ExitCode.OK
+    cluster.start(victim)
+    assert cluster.wait_exit(victim, 30) == ExitCode.REMOVED, cluster.log_tail(victim)
+    cluster.wait_ready(20, rest)
+    cluster.put_retrying(cluster.leader(), b"after-remove", b"ok")
+    wait_members(cluster, rest, {cluster.nodes[i].id for i in rest}, 20)

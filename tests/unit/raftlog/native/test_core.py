@@ -320,6 +320,8 @@ def test_a_leader_that_removes_itself_steps_down_4_2_2() -> None:
     assert leader not in sim.cores[sim.leader() or ""].voters
     sim.run(5.0)
     assert sim.cores[leader].role == Role.FOLLOWER  # and it never campaigns again
+    quiet_s = 2 * TIMING.election_max_s  # and it knows it was removed (§4.2.3)
+    assert [n for n, c in sim.cores.items() if c.removed(sim.now, quiet_s)] == [leader]
 
 
 def test_leadership_transfer_3_10() -> None:

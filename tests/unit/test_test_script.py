@@ -1,0 +1,88 @@
+"""scripts/test.sh runs both pytest runs whatever the first one's outcome, prints both
+outcomes and fails if either failed (issue 29: a failing first run skipped the Spark run
+silently). Run on a copy of the script whose tools are fakes on PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: python3's stand-in: pytest exits with $FAKE_MAIN_RC (everything but Spark) or
+#: $FAKE_SPARK_RC (Spark) and notes each run; anything else (pip) succeeds.
+FAKE_PYTHON = """#!/usr/bin/env bash
+case "$*" in
+  *"-m pytest -m not spark"*) echo main >>"$FAKE_RUNS"; exit "$FAKE_MAIN_RC" ;;
+  *"-m pytest -m spark"*) echo spark >>"$FAKE_RUNS"; exit "$FAKE_SPARK_RC" ;;
+esac
+exit 0
+"""
+TOOLS = ["etcd", "etcdctl", "docker-compose", "redis-server", "redis-cli", "nats-server"]
+TOOLS += ["ruff", "mypy", "lint-imports", "npm"]
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
+    _executable(tmp_path / "scripts" / "gen_protos.sh", "#!/usr/bin/env bash\nexit 0\n")
+    (tmp_path / "tests" / "js" / "node_modules").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        _executable(bin_dir / tool, "#!/usr/bin/env bash\nexit 0\n")
+    _executable(bin_dir / "python3", FAKE_PYTHON)
+    return tmp_path
+
+
+def run(tree: Path, main_rc: int, spark_rc: int) -> tuple[int, str, list[str]]:
+    runs = tree / "runs"
+    env = {
+        **os.environ,
+        "PATH": f"{tree / 'bin'}:/usr/bin:/bin",
+        "FAKE_RUNS": str(runs),
+        "FAKE_MAIN_RC": str(main_rc),
+        "FAKE_SPARK_RC": str(spark_rc),
+    }
+    done = subprocess.run(
+        ["bash", str(tree / "scripts" / "test.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ran = runs.read_text().split() if runs.exists() else []
+    return done.returncode, done.stdout, ran
+
+
+@pytest.mark.parametrize(
+    ("main_rc", "spark_rc", "code"), [(0, 0, 0), (1, 0, 1), (0, 1, 1), (2, 1, 2)]
+)
+def test_both_runs_run_and_both_outcomes_are_reported(
+    tree: Path, main_rc: int, spark_rc: int, code: int
+) -> None:
+    rc, out, ran = run(tree, main_rc, spark_rc)
+    assert ran == ["main", "spark"], out
+    assert rc == code, out
+    main_line = "passed" if main_rc == 0 else f"FAILED (exit {main_rc})"
+    spark_line = "passed" if spark_rc == 0 else f"FAILED (exit {spark_rc})"
+    assert f"== pytest (everything but Spark): {main_line}" in out
+    assert f"== pytest (Spark): {spark_line}" in out
+
+
+def test_a_failing_static_check_still_stops_the_script(tree: Path) -> None:
+    _executable(tree / "bin" / "mypy", "#!/usr/bin/env bash\nexit 1\n")
+    rc, _, ran = run(tree, 0, 0)
+    assert rc == 1
+    assert ran == []
