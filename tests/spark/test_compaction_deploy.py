@@ -54,10 +54,26 @@ def _env(bare_bin: Path, **extra: str) -> dict[str, str]:
 def _run(
     cmd: list[str], timeout_s: float, *, env: dict[str, str], cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd)
-    if proc.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return proc
+    """`cmd` in its own process group, which is killed (the Spark JVM and Python workers a
+    compaction starts with it) if it outlives `timeout_s`; a non-zero exit fails the test."""
+    with subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    ) as p:
+        try:
+            out, err = p.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            pytest.fail(f"{' '.join(cmd)} ran past {timeout_s} s:\n{err[-3000:]}")
+    if p.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {p.returncode}:\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def _pins(*names: str) -> list[str]:
