@@ -32,7 +32,10 @@ Compact a node's change log (plus, optionally, a base snapshot) into a new snaps
 the state at offset --upto, last write wins per key, deleted keys dropped. --engine spark
 (default) runs a PySpark job on --master (local[*], spark://HOST:PORT, yarn; the segments must
 be readable at the same path on every executor); --engine local folds in this one process.
-Both write the same per-type counts and content hashes.
+Both write the same per-type counts and content hashes. Spark's Python workers run
+$PYSPARK_PYTHON if set, else this command's own Python on a local or loopback master (a
+virtualenv's install serves them), else python3 on the executors' PATH. On a cluster the
+job ships its code to the executors: their Python needs protobuf and crc32c, not metaledger.
 
 --segments is a node's change-log directory (<data-dir>/log), or the node's data dir itself:
 a directory with no segment files but a log/ directory that has some is read from there (said

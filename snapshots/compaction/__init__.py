@@ -91,12 +91,12 @@ if a profile on a many-core cluster says otherwise; the binary-segment path stay
 
 Modules: ``_plan`` (the driver's plan: segment files, read tasks, partition counts),
 ``_worker`` (what runs on the executors: read and pre-fold, partitioner, fold, digest,
-frame encoding), ``_session`` (the SparkContext and its JVM), ``_progress`` (the bar),
-``_job`` (:func:`compact_spark`), ``_extent`` (:func:`log_end`: where a segment directory's
-log ends, for checking a job's inputs before it starts), ``_errors`` (:class:`CompactionError`, a
-:class:`snapshots.SnapshotError`). The stage functions are public so that benchmarks can
-run a stage's work outside Spark. This package imports neither ``raftlog`` nor
-``nameserver``.
+frame encoding), ``_session`` (the SparkContext, its JVM and the workers' Python),
+``_progress`` (the bar), ``_job`` (:func:`compact_spark`), ``_extent`` (:func:`log_end`:
+where a segment directory's log ends, for checking a job's inputs before it starts),
+``_errors`` (:class:`CompactionError`, a :class:`snapshots.SnapshotError`). The stage
+functions are public so that benchmarks can run a stage's work outside Spark. This package
+imports neither ``raftlog`` nor ``nameserver``.
 """
 
 from snapshots.compaction._errors import CompactionError
@@ -119,6 +119,7 @@ from snapshots.compaction._session import (
     make_spark_context,
     make_spark_session,
     parse_memory_size,
+    worker_python,
 )
 from snapshots.compaction._worker import (
     FileStats,
@@ -162,4 +163,5 @@ __all__ = [
     "read_task_count",
     "shuffle_partitions",
     "window_bytes",
+    "worker_python",
 ]

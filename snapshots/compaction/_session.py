@@ -3,7 +3,9 @@ settings this project needs, the driver JVM's class-data-sharing archive, and th
 shipped to remote executors.
 
 Spark settings (research/spark-and-deps.md §2-3): loopback bind (SPARK_LOCAL_IP, driver host
-and bind address) for local and loopback masters, UI off, workers run ``sys.executable``,
+and bind address) for local and loopback masters, UI off, the Python workers run
+:func:`worker_python` (``sys.executable`` on local and loopback masters, so a virtualenv's
+packages reach them),
 ``spark.local.dir`` and ``java.io.tmpdir`` in a temp folder, a log4j2 file at ERROR (WARN on
 request) and, unless verbose, the JVM's stdout/stderr sent to a log file (the only way to
 drop ``WARNING: Using incubator modules``), the pandas-3 FutureWarning filtered, C1 JIT +
@@ -43,6 +45,7 @@ __all__ = [
     "make_spark_context",
     "make_spark_session",
     "parse_memory_size",
+    "worker_python",
 ]
 
 DEFAULT_MASTER: Final = "local[*]"
@@ -75,6 +78,40 @@ def parse_memory_size(text: str) -> int:
             "k, m, g or t (e.g. 512m)"
         )
     return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def worker_python(master: str, conf: Mapping[str, str] | None = None) -> str | None:
+    """The Python interpreter the job's Python workers run, or None for Spark's default
+    (``python3`` on the executors' PATH): ``spark.pyspark.python`` in `conf`, else
+    ``$PYSPARK_PYTHON``, else this process's own interpreter (``sys.executable``) when the
+    master is local or on loopback: the workers run on this machine, so the packages of a
+    virtualenv that runs the driver reach them. A cluster elsewhere has no such path: its
+    workers run ``python3`` unless told.
+
+    A SparkContext made in this process reads its workers' interpreter from
+    ``$PYSPARK_PYTHON`` alone (``spark.pyspark.python`` is spark-submit's and never reaches
+    them), so :func:`make_spark_context` hands the answer over in the environment."""
+    explicit = (conf or {}).get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if explicit:
+        return explicit
+    return sys.executable if _is_loopback(master) else None
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str | None) -> Iterator[None]:
+    """`name` set to `value` in os.environ while open (left alone for None), then restored."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def _is_loopback(master: str) -> bool:
@@ -127,9 +164,11 @@ def make_spark_context(
     ERROR, the JVM's own output (``<work_dir>/spark.log``); the caller removes it after
     ``stop()``. JVM options (`fast_jvm`, `driver_memory`, the log4j file) only take effect
     when this process starts its JVM: a later context in the same process reuses the first
-    JVM (PySpark never stops it). `ship_code` (default: for non-local masters) sends the
-    ``snapshots`` and ``protos`` packages to the executors with addPyFile; their Python must
-    still have protobuf and crc32c.
+    JVM (PySpark never stops it). The Python workers run :func:`worker_python` (from
+    ``spark.pyspark.python`` in `conf`, ``$PYSPARK_PYTHON``, or this interpreter on a local
+    or loopback master). `ship_code` (default: for non-local masters) sends the
+    ``snapshots`` and ``protos`` packages to the executors with addPyFile, so they need no
+    metaledger install; their Python must still have protobuf and crc32c.
 
     `class_archive_dir`: where the driver JVM's class-data-sharing archive lives (see
     :func:`_class_archive`): used when present, else recorded by this JVM for the next one
@@ -164,7 +203,6 @@ def make_spark_context(
         "spark.app.name": app_name,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.local.dir": str(local_dir),
         "spark.sql.shuffle.partitions": "4",
@@ -178,6 +216,9 @@ def make_spark_context(
         settings["spark.driver.memory"] = driver_memory
     if executor_memory:
         settings["spark.executor.memory"] = executor_memory
+    python = worker_python(master, conf)
+    if python is not None:
+        settings["spark.pyspark.python"] = python
     settings.update(conf or {})
     quiet = level in ("ERROR", "FATAL", "OFF")
     starting_jvm = SparkContext._gateway is None
@@ -195,7 +236,7 @@ def make_spark_context(
             spark_conf.set("spark.driver.extraJavaOptions", f"{flag} {driver_opts}")
         redirect = _child_output_to(work / "spark.log") if quiet and starting_jvm else None
         try:
-            with redirect or contextlib.nullcontext():
+            with redirect or contextlib.nullcontext(), _environ("PYSPARK_PYTHON", python):
                 sc = SparkContext.getOrCreate(spark_conf)
             break
         except Exception as e:
