@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         md.append(
             f"| {row['bench']} | {row['metric']} | {row['this']:,.1f} | {row['baseline']:,.1f} "
-            f"| {row['ratio']}× |"
+            f"| {row['ratio']}x |"
         )
     json_path, md_path = write_report("compare_trees", report, "\n".join(md), args.out_dir)
     print("\n".join(md))
