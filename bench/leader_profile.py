@@ -102,7 +102,7 @@ _THREAD = re.compile(r"^thread \((?P<tid>0x[0-9a-fA-F]+|\d+)\)(?:: (?P<name>.*))
 
 @dataclass(frozen=True)
 class Frame:
-    func: str  # qualified name as py-spy prints it, e.g. ReplicatedLog._apply_group
+    func: str  # qualified name as py-spy prints it, e.g. Apply._apply_group
     path: str  # as py-spy shortens it: nameserver/grpc/status.py, asyncio/runners.py
 
 

@@ -75,7 +75,7 @@ class ServerConfig:
     force_new_cluster: bool = False
     #: under load, a consensus item gathers requests before it is proposed (group commit)
     #: for 0.11 ms per request waiting at once, at least 3 ms, at most this
-    #: (raftlog.log.base.WINDOW_PER_REQUEST_S; 0 = propose as soon as the previous item is done).
+    #: (raftlog.log.group_commit.WINDOW_PER_REQUEST_S; 0 = propose as soon as the previous item is done).
     #: 3 since the extra gRPC accepts (nameserver.grpc.accept): 3 ms then beat 6 ms at 64
     #: clients in every pair measured; longer windows are for slower request paths
     batch_window_ms: float = 3.0

@@ -1,9 +1,10 @@
 """The replicated metadata log (DESIGN.md §3): consensus, group commit, apply, snapshots.
 
-:class:`ReplicatedLog` (:mod:`raftlog.log.replicated`) is the one object; its jobs live in
-:mod:`~raftlog.log.group_commit` (propose and wait), :mod:`~raftlog.log.apply` (the apply
-thread and inline apply) and :mod:`~raftlog.log.snapshot_duties`; what it drives and
-returns is in :mod:`~raftlog.log.contracts`.
+:class:`ReplicatedLog` (:mod:`raftlog.log.replicated`) builds and wires its parts, one
+object each, owning its fields: :mod:`~raftlog.log.group_commit` (propose and wait),
+:mod:`~raftlog.log.apply` (the apply thread and inline apply),
+:mod:`~raftlog.log.read_barrier` and :mod:`~raftlog.log.snapshot_duties`; what it drives
+and returns is in :mod:`~raftlog.log.contracts`.
 """
 
 from raftlog.log.contracts import (

@@ -1,6 +1,6 @@
 """Apply: committed items into the state machine, their effects into the change log.
 
-The engine hands each committed item to :meth:`Apply._on_commit` on its own thread; the
+The engine hands each committed item to :meth:`Apply.on_commit` on its own thread; the
 item's requests are numbered on from the last offset and applied either inline on the
 event loop (the engine runs there and nothing is queued) or by the apply thread. One
 group: decode, de-duplicate by (client id, seq), ``StateMachine.apply`` each request into
@@ -9,6 +9,10 @@ the pending state (a request that raises becomes a no-op whose result is an
 append the effects to the change-log segments, publish the new image, answer the
 proposers. A change log that cannot take a group (ENOSPC, EIO...) stalls it, retried with
 backoff on the apply thread; any other exception here stops this node (``on_fatal``).
+
+Snapshot duties put their work in the same order through :meth:`Apply.at_commit_point`
+and :meth:`Apply.jump_to`: a :class:`Marker` in the apply queue runs when everything
+committed before it is applied.
 """
 
 from __future__ import annotations
@@ -19,12 +23,22 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from raftlog.entry import decode_item, item_count
-from raftlog.health import Backoff
-from raftlog.log.base import Group, LogBase, Marker
-from raftlog.log.contracts import Applied, ApplyFailure, Change
-from raftlog.wait import run_on
+from raftlog.entry import Effect, decode_item, item_count
+from raftlog.errors import UnknownOutcomeError
+from raftlog.health import Backoff, Health
+from raftlog.log.contracts import (
+    Applied,
+    ApplyFailure,
+    ApplyObserver,
+    Captured,
+    Change,
+    StateMachine,
+)
+from raftlog.segments import SegmentLog
+from raftlog.wait import Wait, run_on, running_loop
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +48,129 @@ DEDUP_WINDOW = 4096
 DEDUP_CLIENTS = 10_000
 
 
-class Apply(LogBase):
-    """The apply path: inline on the loop or on the apply thread, one group at a time."""
+@dataclass(frozen=True)
+class Group:
+    """An apply group applied to the pending state, not yet in the change log."""
 
-    def _on_commit(self, index: int, term: int, data: bytes) -> None:
+    records: list[tuple[int, int, bytes]]
+    results: list[tuple[tuple[str, int], Applied]]
+    last: int
+    changes: list[Change]
+    published: Captured | None
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A non-item in the apply queue: ``run()`` once everything before it is applied
+    (take a snapshot here, or install one)."""
+
+    run: Callable[[], None]
+
+
+class Apply:
+    """The apply path: inline on the loop or on the apply thread, one group at a time. Owns
+    the numbering of committed items (the commit offset), the apply offset and what waits
+    for it, the apply queue and the de-duplication sessions."""
+
+    def __init__(
+        self,
+        state_machine: StateMachine,
+        segments: SegmentLog,
+        wait: Wait,
+        health: Health,
+        apply_batch_max: int,
+        apply_on_loop: bool,
+        refusals: tuple[type[Exception], ...],
+        on_fatal: Callable[[str], None] | None,
+    ) -> None:
+        """``wait``: the proposers' registry, answered with each group's results. The rest
+        as in :class:`~raftlog.log.replicated.ReplicatedLog`."""
+        self._sm = state_machine
+        self._segments = segments
+        self._wait = wait
+        self._health = health
+        self._apply_batch_max = apply_batch_max
+        self._apply_on_loop = apply_on_loop
+        self._refusals = refusals
+        self._on_fatal = on_fatal
+        self._observer: ApplyObserver | None = None
+        self._stopping = threading.Event()
+        self._queue: queue.SimpleQueue[tuple[int, int, bytes] | Marker | Group | None] = (
+            queue.SimpleQueue()
+        )
+        self._apply_offset = state_machine.last_offset
+        self._enqueued_offset = self._apply_offset
+        self._sessions: OrderedDict[str, OrderedDict[int, int]] = OrderedDict()
+        self._apply_thread: threading.Thread | None = None
+        self._apply_error: BaseException | None = None
+        self._loop_thread: int | None = None  # the thread of the loop start() ran on
+        self._apply_loop: asyncio.AbstractEventLoop | None = None
+        # committed on the loop, applied by the next callback as one group (a follower
+        # catching up gets hundreds of items in one engine pass: one publish, not hundreds)
+        self._inline: list[tuple[int, int, bytes]] = []
+        self._inline_scheduled = False
+        # items and markers handed to the apply thread and not yet done with; while there
+        # are any, later ones queue behind them (order), else the loop applies inline
+        self._backlog = 0
+        self._backlog_lock = threading.Lock()
+        # apply-offset waiters, touched on their loops only
+        self._offset_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._offset_lock = threading.Lock()
+        # the snapshot trigger by bytes (engine thread): see count_snapshot_bytes
+        self._snapshot_every_bytes = 0
+        self._bytes_since_snapshot = 0
+        self._snapshot_due: Callable[[], bool] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the apply thread; with ``apply_on_loop``, apply inline on the running loop."""
+        if self._apply_on_loop:
+            self._apply_loop = running_loop()
+            if self._apply_loop is not None:
+                self._loop_thread = threading.get_ident()
+        self._apply_thread = threading.Thread(target=self._run_apply, name="apply", daemon=True)
+        self._apply_thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()  # an apply group waiting for the disk gives up
+        self._queue.put(None)
+        if self._apply_thread is not None:
+            self._apply_thread.join(timeout=10)
+
+    def set_on_fatal(self, on_fatal: Callable[[str], None] | None) -> None:
+        self._on_fatal = on_fatal
+
+    def set_observer(self, observer: ApplyObserver | None) -> None:
+        self._observer = observer
+
+    @property
+    def apply_offset(self) -> int:
+        """The last offset built into the published state."""
+        return self._apply_offset
+
+    @property
+    def committed_offset(self) -> int:
+        """The last offset handed to apply (committed by definition)."""
+        return self._enqueued_offset
+
+    def number_after(self, offset: int) -> None:
+        """The next committed item's requests are numbered from ``offset + 1`` (the engine
+        replays its log from a snapshot that ends there)."""
+        self._enqueued_offset = offset
+
+    def count_snapshot_bytes(self, every_bytes: int, due: Callable[[], bool]) -> None:
+        """Call ``due()`` (engine thread) once ``every_bytes`` of items committed since the
+        last snapshot; True: it asked for one, and the count starts afresh."""
+        self._snapshot_every_bytes = every_bytes
+        self._snapshot_due = due
+
+    def restart_snapshot_bytes(self) -> None:
+        """A snapshot is being taken: count the bytes from here (engine thread)."""
+        self._bytes_since_snapshot = 0
+
+    # ------------------------------------------------------------------ the commit path
+    def on_commit(self, index: int, term: int, data: bytes) -> None:
+        """The engine's commit sink."""
         # Engine thread: number the item's requests and hand them to apply: the apply
         # thread, or (engine on our loop, nothing queued) a callback right after this pass.
         first = self._enqueued_offset + 1
@@ -54,10 +187,31 @@ class Apply(LogBase):
             self._bytes_since_snapshot += len(data)
             if (
                 self._bytes_since_snapshot >= self._snapshot_every_bytes
-                and self._snapshot_state == "idle"
+                and self._snapshot_due is not None
+                and self._snapshot_due()
             ):
                 self._bytes_since_snapshot = 0
-                self._engine.force_snapshot()
+
+    def at_commit_point(self, marker: Marker) -> None:
+        """Run ``marker`` once everything committed so far is applied: at once when this
+        thread runs the log's loop and nothing is queued (after what waits inline), else
+        on the apply thread, in order."""
+        if self._apply_here():
+            self._apply_inline()  # what committed before the marker, first
+        if self._apply_here():  # (still: an inline group may have stalled on the disk)
+            marker.run()  # a capture and a thread start: cheap
+        else:
+            self._enqueue(marker)
+
+    def jump_to(self, last_offset: int, marker: Marker) -> None:
+        """A snapshot ending at ``last_offset`` replaces the state: the items committed
+        from now on are numbered after it, and ``marker`` installs it on the apply thread
+        (never the loop: reading a big snapshot must not stall it), after the items
+        committed before."""
+        self._enqueued_offset = last_offset
+        if self._inline:
+            self._apply_inline()  # the items committed before it go first
+        self._enqueue(marker)
 
     def _apply_here(self) -> bool:
         """Apply on the calling thread: it runs the log's loop, nothing waits in the apply
@@ -106,7 +260,7 @@ class Apply(LogBase):
                 if item is None or self._apply_error is not None:
                     return  # stopping, or this node cannot go on (on_fatal was called)
                 if isinstance(item, Marker):
-                    self._on_marker(item)
+                    item.run()
                     self._done(1)
                     continue
                 if isinstance(item, Group):  # stalled on the loop: retried here
@@ -132,7 +286,7 @@ class Apply(LogBase):
                 if isinstance(pending_marker, Group):
                     self._finish_group(pending_marker, may_block=True)
                 elif pending_marker is not None:
-                    self._on_marker(pending_marker)
+                    pending_marker.run()
                 # only now may the loop apply inline again: everything before is applied
                 self._done(len(group) + (pending_marker is not None))
         except Stopped:
@@ -241,14 +395,14 @@ class Apply(LogBase):
             try:
                 self._segments.append_many(records)
             except OSError as exc:
-                self.health.fault("change-log", exc)
+                self._health.fault("change-log", exc)
                 if not may_block:
                     return False
                 backoff = backoff or Backoff()
                 if self._stopping.wait(backoff.failed(time.monotonic())):
                     raise Stopped from None
                 continue
-            self.health.clear("change-log")
+            self._health.clear("change-log")
             return True
 
     def _first_application(self, key: tuple[str, int], offset: int) -> int | None:
@@ -270,6 +424,42 @@ class Apply(LogBase):
         if len(seen) > DEDUP_WINDOW:
             seen.popitem(last=False)
         return None
+
+    def install(self, last_offset: int, last_term: int, effects: Sequence[Effect]) -> None:
+        """Apply thread: the state machine loaded a snapshot ending at ``last_offset``;
+        ``effects`` turn the old state into it. They go to the change log, then the new
+        state is published and becomes the applied one."""
+        if last_offset > self._segments.last_offset:
+            n = len(effects)
+            self._append_changes(
+                [
+                    (last_offset, sub, eff.encode(last_term, 0, n))
+                    for sub, eff in enumerate(effects)
+                ],
+                may_block=True,
+            )
+        self._sm.publish()
+        self._apply_offset = last_offset
+        if self._observer is not None:
+            self._observer.on_installed(last_offset)
+        if self._offset_waiters:
+            self._release_offset_waiters()
+
+    async def wait_applied(self, offset: int, timeout_s: float) -> None:
+        """Wait until this node's apply offset reaches ``offset``."""
+        if self._apply_offset >= offset:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._offset_lock:
+            self._offset_waiters.append((offset, fut))
+        if self._apply_offset >= offset:  # raced with the apply thread
+            self._release_offset_waiters()
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise UnknownOutcomeError(
+                f"apply offset {self._apply_offset} did not reach {offset} within {timeout_s:.1f}s"
+            ) from None
 
     def _release_offset_waiters(self) -> None:
         applied = self._apply_offset

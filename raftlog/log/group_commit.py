@@ -4,40 +4,103 @@ A proposer sends at once when nothing of its own is in flight, and otherwise gat
 everything that arrives meanwhile into the next item (at most ``max_item_requests``
 requests or ``max_item_bytes``); under load the next item gathers for a window sized by
 how many requests wait at once. Each caller waits, with a deadline, until its request is
-applied on this node. Linearizable reads share one read barrier: the engine's ReadIndex
-where it has one, else a ``noop`` entry through the log.
+applied on this node: :class:`GroupCommit` registers it in the :class:`~raftlog.wait.Wait`
+it shares with apply, which answers it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from raftlog.consensus import ProposeCallback
+from raftlog.deadlines import DeadlineSweep
 from raftlog.entry import Entry, encode_item, encode_request
 from raftlog.errors import NoSpaceError, ProposeError, UnknownOutcomeError
-from raftlog.health import State
-from raftlog.log.base import LogBase
+from raftlog.health import Health
 from raftlog.log.contracts import Applied
-from raftlog.wait import run_on, running_loop
+from raftlog.wait import Wait, running_loop
 
 log = logging.getLogger(__name__)
 
+#: An item with this many requests means the proposer is busy: it then keeps one item in
+#: flight, not ``max_in_flight``, so items fill up. On a 2-core machine one item in flight
+#: always meant ~22 requests per item instead of ~13 and ~55 µs less server CPU per put at
+#: 64 clients, but 22% fewer puts/s at 16 clients (bench/results/; docs/performance.md); with this rule 16
+#: clients keep pipelining.
+BUSY_ITEM_REQUESTS = 10
+#: Under load a consensus item gathers requests for this long per request waiting at once
+#: (the most seen over the last one or two ``PEAK_PERIOD_S``), from ``WINDOW_FLOOR_S`` up
+#: to the server's ``batch_window_ms``: with a 6 ms cap, the floor at 16 clients and ~6 ms
+#: at 64. Measured on 2 cores (bench/results/; docs/performance.md): fixed windows were best at 2-3 ms for
+#: 16 clients and at 6 ms for 64; how many requests wait at once tells the two apart, item
+#: sizes did not. Since the server's extra gRPC accepts, 3 ms is best at 64 too, and the
+#: server's default cap is 3 (the rule is for longer caps).
+WINDOW_PER_REQUEST_S = 0.00011
 PEAK_PERIOD_S = 0.2
 #: Never shorter: a short window makes small items, whose CPU per request then keeps the
 #: load from filling them (windows sized by the last item's size stayed short that way,
 #: at a third of the throughput).
 WINDOW_FLOOR_S = 0.003
-#: Linearizable reads confirm their read index by ReadIndex (a heartbeat round, nothing
-#: written) whenever the engine can, not only while the node is degraded; measured in
-#: bench/results/ (docs/performance.md) (get at 64 clients against the barrier entry).
-READ_INDEX_ALWAYS = True
+#: A proposed item that got no answer by then no longer holds up the next one.
+IN_FLIGHT_TIMEOUT_S = 5.0
 
 
-class GroupCommit(LogBase):
-    """Proposing (one item for many requests), waiting for apply, read barriers."""
+class GroupCommit:
+    """Proposing (one item for many requests) and waiting for apply; owns what is
+    pending, what is in flight and the batch window (all on the proposers' loop)."""
+
+    def __init__(
+        self,
+        propose_item: Callable[[bytes, ProposeCallback], None],
+        wait: Wait,
+        health: Health,
+        client_id: str,
+        max_item_requests: int,
+        max_item_bytes: int,
+        batch_window_s: float,
+        max_in_flight: int,
+        busy_item_requests: int,
+        window_per_request_s: float,
+    ) -> None:
+        """``propose_item``: the engine's ``propose``; ``wait``: the registry apply
+        answers; ``health``: while it refuses writes, proposals are refused."""
+        self._propose_item = propose_item
+        self._wait = wait
+        self._health = health
+        self._client_id = client_id
+        self._seq = itertools.count(1)
+        self._deadlines = DeadlineSweep(self._expire)
+        self._max_item_requests = max_item_requests
+        self._max_item_bytes = max_item_bytes
+        self._batch_window_s = batch_window_s
+        self._max_in_flight = max(1, max_in_flight)
+        self._busy_item_requests = busy_item_requests
+        self._window_per_request_s = window_per_request_s
+        self._window_elapsed = False  # a window closed while max_in_flight items were out
+        self._last_item_requests = 0  # requests in the item last sent (load detector)
+        self._window_timer: asyncio.TimerHandle | None = None
+        # the most requests waiting at once in this period and the one before: how many
+        # clients keep requests coming (a long window only helps when there are many)
+        self._waiting_peak = 0
+        self._waiting_peak_before = 0
+        self._peak_period_ends = 0.0
+        self._pending: list[tuple[bytes, tuple[str, int]]] = []
+        self._pending_bytes = 0
+        self._outstanding: set[int] = set()  # items proposed and not yet answered
+        self._item_seq = 0
+        self._in_flight_timeout_s = IN_FLIGHT_TIMEOUT_S
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.items_proposed = 0  # group-commit statistics of this node's proposals
+        self.requests_proposed = 0
+
+    @property
+    def client_id(self) -> str:
+        return self._client_id
 
     async def propose(
         self,
@@ -58,12 +121,12 @@ class GroupCommit(LogBase):
         when ``timeout_s`` passed: the request may still be applied later.
         """
         if (
-            self.health.refuses_writes
+            self._health.refuses_writes
             and not even_if_full
             and any(e.type != "noop" for e in entries)
         ):
             # read barriers (noop) still go through: reads keep their guarantees
-            raise NoSpaceError(f"database space exceeded: {self.health.reason()}")
+            raise NoSpaceError(f"database space exceeded: {self._health.reason()}")
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
         data = encode_request(entries, cid, s, int(time.time() * 1000))
@@ -130,7 +193,7 @@ class GroupCommit(LogBase):
             except RuntimeError:  # loop closed
                 pass
 
-        self._engine.propose(encode_item([data for data, _ in batch]), on_proposed)
+        self._propose_item(encode_item([data for data, _ in batch]), on_proposed)
 
     def _on_item_done(self, item_seq: int) -> None:
         if item_seq not in self._outstanding:
@@ -211,107 +274,3 @@ class GroupCommit(LogBase):
                     f"not applied within {timeout_s:.1f}s; the write may still be applied"
                 )
             )
-
-    async def wait_applied(self, offset: int, timeout_s: float) -> None:
-        """Wait until this node's apply offset reaches ``offset``."""
-        if self._apply_offset >= offset:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        with self._offset_lock:
-            self._offset_waiters.append((offset, fut))
-        if self._apply_offset >= offset:  # raced with the apply thread
-            self._release_offset_waiters()
-        try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            raise UnknownOutcomeError(
-                f"apply offset {self._apply_offset} did not reach {offset} within {timeout_s:.1f}s"
-            ) from None
-
-    async def read_barrier(self, timeout_s: float) -> int:
-        """A linearizable read index: returns an offset that this node has applied and
-        that includes every write acknowledged before the call.
-
-        Concurrent callers share one barrier entry (a ``noop`` through the log, which
-        followers forward to the leader) and one future: a caller that arrives while a
-        barrier is in flight waits for the next one, which starts after it arrived. The
-        barrier's proposal carries the deadline (``timeout_s``), so no caller needs a
-        timer of its own.
-        """
-        loop = asyncio.get_running_loop()
-        fut = self._barrier_next
-        if fut is None:
-            fut = self._barrier_next = loop.create_future()
-            fut.add_done_callback(_retrieve)
-        if not self._barrier_inflight:
-            self._barrier_inflight = True
-            # kept: the loop holds tasks weakly
-            self._barrier_task = loop.create_task(self._run_barriers(timeout_s))
-        return await asyncio.shield(fut)  # a caller that goes away leaves the others be
-
-    async def _run_barriers(self, timeout_s: float) -> None:
-        try:
-            while self._barrier_next is not None:
-                fut, self._barrier_next = self._barrier_next, None
-                try:
-                    if self._uses_read_index():
-                        offset = await self._read_index(timeout_s)
-                    else:
-                        offset = (await self.propose([Entry(type="noop")], timeout_s)).offset
-                except Exception as exc:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                    continue
-                if not fut.done():
-                    fut.set_result(offset)
-        finally:
-            self._barrier_inflight = False
-
-    def _uses_read_index(self) -> bool:
-        """Confirm reads by ReadIndex rather than a barrier entry: when the engine can
-        (the native one), always with :data:`READ_INDEX_ALWAYS`, else while this node is
-        degraded (a barrier entry cannot be persisted on a full disk)."""
-        if not callable(getattr(self._engine, "read_index", None)):
-            return False
-        return READ_INDEX_ALWAYS or self.health.state != State.OK
-
-    async def _read_index(self, timeout_s: float) -> int:
-        """The engine's ReadIndex (§6.4), translated to the offsets this log numbers:
-        the engine answers once it has handed this node every entry up to the read index
-        (``_on_commit``), so the offset enqueued at that moment covers every write
-        acknowledged before the call (offsets number requests; the Raft index is the
-        engine's, and its no-ops and configuration entries carry none)."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[int] = loop.create_future()
-        fut.add_done_callback(_retrieve)
-
-        def on_read(index: int | None, err: ProposeError | None) -> None:
-            # engine thread: everything up to ``index`` went through _on_commit
-            if err is not None:
-                run_on(loop, _settle_error, fut, err)
-            else:
-                run_on(loop, _settle_result, fut, self._enqueued_offset)
-
-        self._engine.read_index(on_read)  # type: ignore[attr-defined]
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            raise UnknownOutcomeError(
-                f"the read index was not confirmed within {timeout_s:.1f}s"
-            ) from None
-
-
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    """Mark a shared future's exception seen (its readers may all have gone away)."""
-    if not fut.cancelled():
-        fut.exception()
-
-
-def _settle_result(fut: asyncio.Future[int], value: int) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-def _settle_error(fut: asyncio.Future[int], err: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(err)

@@ -25,10 +25,10 @@ snapshot store, restore and ``metaledger snapshot`` work unchanged. A follower t
 behind the leader's compacted log gets the dump file streamed in 1 MiB chunks.
 
 This module holds the lifecycle (start, stop, the loop: shared or a thread of its own) and
-the public API; the engine's other jobs are mixins over :class:`raftlog.native.base.EngineBase`:
-the loop pass (:mod:`raftlog.native.flush`), forwarding (:mod:`raftlog.native.forwarding`),
-snapshots (:mod:`raftlog.native.snapshot_stream`) and the peer transport
-(:mod:`raftlog.native.transport`).
+the public API. At start the engine builds the loop pass (:class:`raftlog.native.flush.Flush`),
+which builds and drives the engine's other parts, one object each: forwarding
+(:mod:`raftlog.native.forwarding`), snapshots (:mod:`raftlog.native.snapshot_stream`) and
+the peer transport (:mod:`raftlog.native.transport`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from raftlog.consensus import (
     REMOVED_QUIET_ELECTIONS,
@@ -53,22 +55,46 @@ from raftlog.consensus import (
     claim_journal_dir,
 )
 from raftlog.errors import ProposeError, RaftLogError
-from raftlog.native.base import EngineBase
+from raftlog.health import Health
+from raftlog.native.config import NativeConfig
 from raftlog.native.core import RaftCore, Role, Timing
 from raftlog.native.flush import Flush
-from raftlog.native.forwarding import Forwarding
 from raftlog.native.messages import KIND_CONFIG, KIND_NORMAL, standalone_config
-from raftlog.native.snapshot_stream import SnapshotStream
-from raftlog.native.transport import Transport
 from raftlog.native.wal import RaftWal, WalState
 from raftlog.wait import running_loop
 
 log = logging.getLogger(__name__)
 
 
-class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
+class NativeEngine:
     """The native Raft engine (:class:`raftlog.consensus.ConsensusEngine`). Thread-safe:
     the public methods hand their work to the engine's loop."""
+
+    def __init__(self, config: NativeConfig) -> None:
+        config.validate()
+        self._config = config
+        self._me = config.self_address
+        self._by_address = {addr: nid for nid, addr in config.peers.items()}
+        #: transient WAL faults (ENOSPC, EIO...): reported here, retried by the loop pass
+        self.health = Health()
+        self._core: RaftCore | None = None
+        self._core_started = 0.0  # monotonic: when start() made the core
+        self._wal: RaftWal | None = None
+        self._sink: CommitSink | None = None
+        self._snapshots: EngineSnapshots | None = None
+        self._pass: Flush | None = None  # built on the loop, once the core is
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._loop_thread: int | None = None  # shared mode: the thread running our loop
+        self._serve_task: asyncio.Task[None] | None = None
+
+    @property
+    def dump_file(self) -> str:
+        """The current snapshot (a link the snapshot sink keeps); what lagging followers get."""
+        return os.path.join(self._config.journal_dir, "dump.snap")
 
     def start(self, sink: CommitSink, snapshots: EngineSnapshots | None = None) -> None:
         cfg = self._config
@@ -160,14 +186,27 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
         sock.setblocking(False)
         self._loop = loop
         self._loop_thread = threading.get_ident()
-
-        async def serve() -> None:
-            self._server = await asyncio.start_server(self._on_inbound, sock=sock, **self._tls())
-
-        self._serve_task = loop.create_task(serve())
-        loop.call_soon(self._deliver)  # what the log says was committed before a restart
-        loop.call_soon(self._tick)
+        loop_pass = self._build(loop)
+        self._serve_task = loop.create_task(loop_pass.transport.listen(sock))
+        loop.call_soon(loop_pass.deliver)  # what the log says was committed before a restart
+        loop.call_soon(loop_pass.tick)
         self._started.set()
+
+    def _build(self, loop: asyncio.AbstractEventLoop) -> Flush:
+        """The loop pass and the parts it drives, on ``loop`` (the core and WAL are open)."""
+        assert self._core is not None and self._wal is not None and self._sink is not None
+        self._pass = Flush(
+            self._config,
+            loop,
+            self._core,
+            self._wal,
+            self.health,
+            self._sink,
+            self._snapshots,
+            self.dump_file,
+            self._name,
+        )
+        return self._pass
 
     def _run(self) -> None:
         try:
@@ -178,34 +217,32 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
             loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        loop_pass = self._build(loop)
         try:
-            host, _, port = self._me.rpartition(":")
-            self._server = loop.run_until_complete(
-                asyncio.start_server(
-                    self._on_inbound, host, int(port), reuse_address=True, **self._tls()
-                )
-            )
+            loop.run_until_complete(loop_pass.transport.listen(None))
         except BaseException as exc:
             self._start_error = exc
             self._started.set()
             loop.close()
             return
-        loop.call_soon(self._deliver)  # what the log says was committed before a restart
-        loop.call_soon(self._tick)
+        loop.call_soon(loop_pass.deliver)  # what the log says was committed before a restart
+        loop.call_soon(loop_pass.tick)
         self._started.set()
         try:
             loop.run_forever()
         finally:
             with contextlib.suppress(Exception):
-                loop.run_until_complete(self._shutdown())
+                loop.run_until_complete(loop_pass.shutdown())
             loop.close()
 
     def stop(self) -> None:
         loop, thread = self._loop, self._thread
         if loop is None or self._stopping:
             return
+        self._stopping = True
+        if self._pass is not None:
+            self._pass.stop()
         if thread is None:  # shared mode
-            self._stopping = True
             if self._loop_thread == threading.get_ident() or not loop.is_running():
                 self._stop_shared()
             else:  # from another thread: close on the loop, then the log
@@ -217,45 +254,76 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
 
                 loop.call_soon_threadsafe(stop_there)
                 done.wait(10)
-            if self._wal is not None:
-                self._wal.close()
-            self._sink = None
+            self._closed()
             return
-        self._stopping = True
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
+        self._closed()
+
+    def _closed(self) -> None:
+        """The loop no longer runs for this engine: close the log, forget the sink."""
         if self._wal is not None:
             self._wal.close()
         self._sink = None
+        if self._pass is not None:
+            self._pass.detach_sink()
 
     def _stop_shared(self) -> None:
         """Close what is ours at once; the cancelled tasks finish on the loop's next turns."""
         if self._serve_task is not None:
             self._serve_task.cancel()
-        self._close()
+        if self._pass is not None:
+            self._pass.close()
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> bool:
+        """``fn(*args)`` on the engine's loop, soon; False if it is not running."""
+        loop = self._loop
+        if loop is None or self._stopping:
+            return False
+        if self._loop_thread == threading.get_ident():
+            loop.call_soon(fn, *args)  # shared mode, from the loop itself: no wake-up write
+            return True
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            return False
+        return True
+
+    def _name(self, address: str) -> str:
+        """The member's name (its node id) when this engine knows it (its peers at start,
+        :meth:`name_member` since), else its address."""
+        return self._by_address.get(address, address)
 
     def propose(self, data: bytes, callback: ProposeCallback) -> None:
-        if not self._call(self._propose, data, KIND_NORMAL, callback):
+        p = self._pass
+        if p is None or not self._call(p.forwarding.propose, data, KIND_NORMAL, callback):
             callback(None, ProposeError("engine not started"))
 
     def add_member(self, address: str, callback: ProposeCallback) -> None:
         """Add a voting member (one change at a time; the new node must already run with
         the existing members as its peers)."""
-        if not self._call(self._propose, f"add {address}".encode(), KIND_CONFIG, callback):
-            callback(None, ProposeError("engine not started"))
+        self._change(f"add {address}", callback)
 
     def remove_member(self, address: str, callback: ProposeCallback) -> None:
-        if not self._call(self._propose, f"remove {address}".encode(), KIND_CONFIG, callback):
+        self._change(f"remove {address}", callback)
+
+    def _change(self, change: str, callback: ProposeCallback) -> None:
+        p = self._pass
+        if p is None or not self._call(
+            p.forwarding.propose, change.encode(), KIND_CONFIG, callback
+        ):
             callback(None, ProposeError("engine not started"))
 
     def transfer_leadership(self, address: str | None, callback: ProposeCallback) -> None:
         """Ask the leader to hand over to ``address`` (or the most caught-up follower)."""
-        if not self._call(self._transfer, address, callback):
+        p = self._pass
+        if p is None or not self._call(p.forwarding.transfer, address, callback):
             callback(None, ProposeError("engine not started"))
 
     def force_snapshot(self) -> None:
-        self._call(self._force_snapshot)
+        if self._pass is not None:
+            self._call(self._pass.snapshots.force)
 
     def read_index(self, callback: ProposeCallback) -> None:
         """A linearizable read index (ReadIndex, §6.4): ``callback(index, None)`` on the
@@ -264,7 +332,8 @@ class NativeEngine(Flush, Forwarding, SnapshotStream, Transport, EngineBase):
         write acknowledged before the call); ``callback(None, err)`` with NotLeaderError
         (no leader, or it changed) or UnknownOutcomeError (no answer within
         ``wait_leader_ms``). Writes nothing to the log: works while the disks are full."""
-        if not self._call(self._read_index, callback, None):
+        p = self._pass
+        if p is None or not self._call(p.forwarding.read_index, callback, None):
             callback(None, ProposeError("engine not started"))
 
     def status(self) -> EngineStatus:

@@ -5,17 +5,31 @@ append messages to the followers first, then one write + fdatasync of the WAL, t
 acknowledgements that promise what is now on disk, then the committed entries to the sink
 and the answers to the callers waiting for them. The tick drives elections and
 heartbeats, expires what waited too long and keeps a connection open to every member.
+
+:class:`Flush` drives the engine's parts, and builds and wires them (one place): the peer
+:class:`~raftlog.native.transport.Transport`, :class:`~raftlog.native.forwarding.Forwarding`
+(proposals, reads, and the entries handed to the sink) and the
+:class:`~raftlog.native.snapshot_stream.SnapshotStream`. Each owns its fields; they reach
+each other only through the callables given here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
 
-from raftlog.errors import NotLeaderError, ProposalDroppedError, ProposeError, UnknownOutcomeError
-from raftlog.native.base import EngineBase
+from raftlog.consensus import CommitSink, EngineSnapshots
+from raftlog.errors import ProposeError
+from raftlog.health import Backoff, Health
+from raftlog.native.config import NativeConfig
 from raftlog.native.core import RaftCore, Role
-from raftlog.native.messages import KIND_NORMAL, Message, MsgType
+from raftlog.native.forwarding import Forwarding
+from raftlog.native.messages import Message, MsgType
+from raftlog.native.snapshot_stream import SnapshotStream
+from raftlog.native.transport import Transport
+from raftlog.native.wal import RaftWal
 
 log = logging.getLogger(__name__)
 
@@ -24,34 +38,98 @@ log = logging.getLogger(__name__)
 _MAX_HELD_ACKS = 4096
 
 
-class Flush(EngineBase):
-    """The loop pass: messages in, WAL synced, messages out, entries delivered."""
+class Flush:
+    """The loop pass: messages in, WAL synced, messages out, entries delivered. Runs on
+    the engine's loop; built when the engine starts (with its core and WAL)."""
+
+    def __init__(
+        self,
+        config: NativeConfig,
+        loop: asyncio.AbstractEventLoop,
+        core: RaftCore,
+        wal: RaftWal,
+        health: Health,
+        sink: CommitSink,
+        snapshots: EngineSnapshots | None,
+        dump_file: str,
+        name: Callable[[str], str],
+    ) -> None:
+        """``health``: where WAL faults are reported; ``sink``: the committed entries;
+        ``snapshots``: the snapshot hooks (None: off); ``name(address)``: a member's name."""
+        self._config = config
+        self._loop = loop
+        self._core = core
+        self._wal = wal
+        #: transient WAL faults (ENOSPC, EIO...): reported here, retried by _flush
+        self._health = health
+        self._wal_backoff = Backoff()
+        self._flush_scheduled = False
+        self._in_flush = False
+        self._stopping = False
+        self.transport = Transport(config, loop, core, self._on_message, self.kick, self._on_unsent)
+        self.forwarding = Forwarding(
+            config, core, sink, self.transport.send, self.transport.send_forward, self.kick, name
+        )
+        self.snapshots = SnapshotStream(
+            config,
+            loop,
+            core,
+            wal,
+            snapshots,
+            dump_file,
+            self.transport,
+            self.forwarding.snapshot_installed,
+        )
+
+    def stop(self) -> None:
+        """No more passes, ticks or dials."""
+        self._stopping = True
+        self.transport.stop()
+
+    def detach_sink(self) -> None:
+        """Nothing more to the sink (the engine stopped)."""
+        self.forwarding.detach_sink()
+
+    def close(self) -> list[asyncio.Task[None]]:
+        """Close the listener and every connection, cancel the peer tasks; return them."""
+        return [*self.transport.close(), *self.snapshots.close()]
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*self.close(), return_exceptions=True)
+
+    def kick(self) -> None:
+        """A pass is needed: soon, once (not while one runs: it ends with a write-out)."""
+        if self._stopping:
+            return
+        if not self._flush_scheduled and not self._in_flush:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _on_unsent(self, to: str, rids: list[int]) -> None:
+        self.forwarding.fail_forwards(to, rids)
 
     def _on_message(self, m: Message) -> None:
-        core = self.core
+        core = self._core
         try:
             if m.type == MsgType.PROPOSE:
-                self._on_propose(m)
+                self.forwarding.on_propose(m)
             elif m.type == MsgType.PROPOSE_RESP:
-                self._on_propose_resp(m)
+                self.forwarding.on_propose_resp(m)
             else:
                 core.step(m, time.monotonic())
                 if m.type == MsgType.SNAPSHOT:
-                    try:
-                        self._on_snapshot_chunk(m)
-                    except Exception:
-                        log.exception("installing the leader's snapshot failed")
-                        self._incoming = None
+                    self.snapshots.on_chunk(m)
         except Exception:  # a bug: keep it visible, keep the connection
             log.exception("handling a %s message from %s failed", MsgType(m.type).name, m.src)
-        self._kick()
+        self.kick()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._stopping:
             return  # shared mode: a flush scheduled before stop() closed the log
         self._in_flush = True
-        core = self.core
+        core = self._core
+        transport, forwarding = self.transport, self.forwarding
         now = time.monotonic()
         try:
             if core.replicate_pending:
@@ -59,7 +137,7 @@ class Flush(EngineBase):
             if core.read_pending:
                 core.start_reads(now)
             self._drain(core.outbox)
-            self._write_out()  # appends leave before this node's own fsync (in parallel)
+            transport.write_out()  # appends leave before this node's own fsync (in parallel)
             if self._sync_wal(core, now):
                 if core.replicate_pending:
                     core.replicate(now)
@@ -73,21 +151,22 @@ class Flush(EngineBase):
                 # candidate retries)
                 del core.after_persist[:-_MAX_HELD_ACKS]
             self._drain(core.outbox)
-            self._deliver()
+            if forwarding.deliver():  # (reads answered and delivered up to: answered there)
+                self.snapshots.maybe_snapshot()
             self._events()
             if core.read_pending:  # reads queued for a leader, asked again by _events
                 core.start_reads(now)
             self._drain(core.outbox)
-            if core.read_states or self._reads_ready:
-                self._answer_reads()
+            if core.read_states:
+                forwarding.answer_reads()
             for peer in list(core.need_snapshot):
                 core.need_snapshot.discard(peer)
-                self._start_snapshot_send(peer)
+                self.snapshots.start_send(peer)
         except Exception:
             log.exception("raft flush failed")
         finally:
             self._in_flush = False
-        self._write_out()
+        transport.write_out()
 
     def _sync_wal(self, core: RaftCore, now: float) -> bool:
         """Persist what the core holds unstable (one write + fdatasync); False while the
@@ -103,7 +182,6 @@ class Flush(EngineBase):
         first sync that succeeds clears the fault.
         """
         wal = self._wal
-        assert wal is not None
         backoff = self._wal_backoff
         failing = backoff.failing
         if failing and not backoff.due(now):
@@ -125,12 +203,12 @@ class Flush(EngineBase):
         except OSError as exc:
             # the core keeps all of it unstable and appends it again on the retry
             wal.drop_pending()
-            self.health.fault("raft-log", exc)
+            self._health.fault("raft-log", exc)
             backoff.failed(now)
             return False
         if failing:
             backoff.reset()
-            self.health.clear("raft-log")
+            self._health.clear("raft-log")
         if dirty:
             core.persisted(core.last_index)
         return True
@@ -140,100 +218,48 @@ class Flush(EngineBase):
             return
         items = box[:]
         box.clear()
+        send = self.transport.send
         for to, m in items:
-            self._send(to, m)
+            send(to, m)
 
-    def _deliver(self) -> None:
-        core = self.core
-        entries = core.committed_entries()
-        if not entries:
-            return
-        sink = self._sink
-        for e in entries:
-            if e.kind == KIND_NORMAL and sink is not None:
-                sink(e.index, e.term, e.data)
-            w = self._waiting.pop(e.index, None)
-            if w is not None:
-                term, callback = w
-                if term == e.term:
-                    callback(e.index, None)
-                else:
-                    callback(
-                        None, ProposalDroppedError("the entry was replaced by a new leader's log")
-                    )
-        self._maybe_snapshot()
+    def deliver(self) -> None:
+        """Hand what the log says is committed to the sink (at start: before a restart)."""
+        if self.forwarding.deliver():
+            self.snapshots.maybe_snapshot()
 
     def _events(self) -> None:
-        core = self.core
+        core = self._core
         if not core.events:
             return
         events, core.events = core.events, []
+        forwarding = self.forwarding
         for ev in events:
             if ev == "leader-changed":
-                # forwarded proposals the old leader never answered: the client retries
-                # (requests carry (client id, seq), so a retry is applied at most once)
-                forwards, self._forwards = self._forwards, {}
-                for callback, _ in forwards.values():
-                    callback(None, NotLeaderError("the leader changed", self._name(core.leader)))
-                # reads asked of the old leader may never be answered (the core refuses
-                # its own when it steps down): they ask again
-                reads, self._reads = self._reads, {}
-                for callback, _ in reads.values():
-                    callback(None, NotLeaderError("the leader changed", self._name(core.leader)))
-                if core.leader:
-                    queued, self._queued = self._queued, []
-                    for data, kind, callback, _ in queued:
-                        self._propose(data, kind, callback)
-                    waiting, self._reads_queued = self._reads_queued, []
-                    for callback, deadline in waiting:
-                        self._read_index(callback, deadline)
+                forwarding.leader_changed()
                 if core.role == Role.LEADER:
                     log.info("leader of term %d (%d members)", core.term, len(core.voters))
-            elif ev == "transfer-sent" and self._transfer_cb is not None:
-                cb, self._transfer_cb = self._transfer_cb, None
-                cb(0, None)
-            elif ev == "transfer-failed" and self._transfer_cb is not None:
-                cb, self._transfer_cb = self._transfer_cb, None
-                cb(None, ProposeError("leadership transfer refused: the target is not caught up"))
-            elif ev == "stepped-down" and self._transfer_cb is not None:
-                cb, self._transfer_cb = self._transfer_cb, None
-                cb(0, None)
-        if core.role == Role.LEADER and self._queued:
-            queued, self._queued = self._queued, []
-            for data, kind, callback, _ in queued:
-                self._propose_local(data, kind, callback)
+            elif ev in ("transfer-sent", "stepped-down"):
+                forwarding.transfer_done(None)
+            elif ev == "transfer-failed":
+                forwarding.transfer_done(
+                    ProposeError("leadership transfer refused: the target is not caught up")
+                )
+        if core.role == Role.LEADER:
+            forwarding.propose_queued()
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
         if self._stopping:
             return
-        loop = self._loop
-        assert loop is not None
-        loop.call_later(self._config.tick_ms / 1000, self._tick)
-        core = self.core
+        self._loop.call_later(self._config.tick_ms / 1000, self.tick)
+        core = self._core
         now = time.monotonic()
         try:
             core.tick(now)
-            self._expire(now)
-            self._poll_snapshot()
+            self.forwarding.expire(now)
+            self.snapshots.poll()
+            peer = self.transport.peer
             for address in core.peers:
-                self._peer(address)  # keep connections to every member open
+                peer(address)  # keep connections to every member open
         except Exception:
             log.exception("raft tick failed")
-        self._kick()
-
-    def _expire(self, now: float) -> None:
-        if self._queued and self._queued[0][3] <= now:
-            keep = []
-            for item in self._queued:
-                if item[3] <= now:
-                    item[2](None, NotLeaderError("no leader elected in time"))
-                else:
-                    keep.append(item)
-            self._queued = keep
-        if self._forwards:
-            for rid, (callback, deadline) in list(self._forwards.items()):
-                if deadline <= now:
-                    del self._forwards[rid]
-                    callback(None, UnknownOutcomeError("the leader did not answer in time"))
-        if self._reads or self._reads_queued or self._reads_ready:
-            self._expire_reads(now)
+        self.kick()

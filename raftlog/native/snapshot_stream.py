@@ -11,31 +11,63 @@ installs it and restores the core to it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
-from raftlog.errors import UnknownOutcomeError
-from raftlog.native.base import LEN, EngineBase, Peer
-from raftlog.native.core import Role
+from raftlog.consensus import EngineSnapshots
+from raftlog.native.config import NativeConfig
+from raftlog.native.core import RaftCore, Role
 from raftlog.native.messages import Message, MsgType, encode_message
+from raftlog.native.transport import LEN, Peer, Transport
+from raftlog.native.wal import RaftWal
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024
 
 
-class SnapshotStream(EngineBase):
-    """Taking, compacting behind, sending and receiving snapshots."""
+class SnapshotStream:
+    """Taking, compacting behind, sending and receiving snapshots (on the engine's loop)."""
 
-    def _force_snapshot(self) -> None:
+    def __init__(
+        self,
+        config: NativeConfig,
+        loop: asyncio.AbstractEventLoop,
+        core: RaftCore,
+        wal: RaftWal,
+        snapshots: EngineSnapshots | None,
+        dump_file: str,
+        transport: Transport,
+        on_installed: Callable[[int], None],
+    ) -> None:
+        """``snapshots``: the hooks (None: snapshots are off); ``dump_file``: the current
+        snapshot; ``transport``: where chunks go; ``on_installed(index)``: the leader's
+        snapshot up to ``index`` replaced this node's log."""
+        self._config = config
+        self._loop = loop
+        self._core = core
+        self._wal = wal
+        self._snapshots = snapshots
+        self._dump_file = dump_file
+        self._transport = transport
+        self._on_installed = on_installed
+        self._snap_pending: int | None = None
+        self._snap_forced = False
+        self._incoming: tuple[str, Any, int] | None = None  # (leader, file, next offset)
+        self._sending: dict[str, asyncio.Task[None]] = {}  # snapshot transfers, per peer
+
+    def force(self) -> None:
         self._snap_forced = True
-        self._maybe_snapshot()
+        self.maybe_snapshot()
 
-    def _maybe_snapshot(self) -> None:
-        core, snapshots = self.core, self._snapshots
+    def maybe_snapshot(self) -> None:
+        core, snapshots = self._core, self._snapshots
         if snapshots is None or self._snap_pending is not None:
             return
         since = core.delivered - core.snap_index
@@ -51,17 +83,17 @@ class SnapshotStream(EngineBase):
     def _margin(self) -> int:
         return min(self._config.snapshot_margin_items, self._config.snapshot_every_items)
 
-    def _poll_snapshot(self) -> None:
+    def poll(self) -> None:
+        """Tick: a snapshot asked for was written: compact the log behind it."""
         snapshots, index = self._snapshots, self._snap_pending
         if snapshots is None or index is None:
             return
         state = snapshots.state()
         if state == "done":
             self._snap_pending = None
-            core = self.core
+            core = self._core
             keep_from = max(core.snap_index, index - self._margin())
             core.compact(keep_from)
-            assert self._wal is not None
             try:
                 self._wal.rewrite(core.term, core.vote, core.commit, core.log)
             except OSError as exc:  # the old file stays the log (a superset): next time
@@ -71,24 +103,32 @@ class SnapshotStream(EngineBase):
         elif state == "failed":
             self._snap_pending = None
 
-    def _start_snapshot_send(self, address: str) -> None:
-        peer = self._peer(address)
-        if peer.snapshot_task is not None and not peer.snapshot_task.done():
+    def start_send(self, address: str) -> None:
+        """Stream the dump file to ``address`` (unless a transfer to it is under way)."""
+        peer = self._transport.peer(address)
+        task = self._sending.get(address)
+        if task is not None and not task.done():
             return
-        assert self._loop is not None
-        peer.snapshot_task = self._loop.create_task(self._send_snapshot(peer))
+        self._sending[address] = self._loop.create_task(self._send_snapshot(peer))
+
+    def close(self) -> list[asyncio.Task[None]]:
+        """Cancel the transfers under way; return their tasks."""
+        tasks = list(self._sending.values())
+        for task in tasks:
+            task.cancel()
+        return tasks
 
     async def _send_snapshot(self, peer: Peer) -> None:
-        core, snapshots = self.core, self._snapshots
+        core, snapshots = self._core, self._snapshots
         ok = False
         link = os.path.join(self._config.journal_dir, f"sending-{os.getpid()}-{id(peer)}.snap")
         try:
-            if snapshots is None or not os.path.exists(self.dump_file):
+            if snapshots is None or not os.path.exists(self._dump_file):
                 log.error("%s needs a snapshot, but this node has none", peer.address)
                 return
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(link)
-            os.link(self.dump_file, link)  # a later snapshot may replace the dump meanwhile
+            os.link(self._dump_file, link)  # a later snapshot may replace the dump meanwhile
             meta = json.loads(snapshots.engine_meta(link))
             size = os.path.getsize(link)
             log.info(
@@ -135,18 +175,26 @@ class SnapshotStream(EngineBase):
             if not ok:
                 core.snapshot_sent(peer.address, False, time.monotonic())
 
-    def _on_snapshot_chunk(self, m: Message) -> None:
-        core, snapshots = self.core, self._snapshots
+    def on_chunk(self, m: Message) -> None:
+        """A SNAPSHOT chunk from the leader (after the core stepped it)."""
+        try:
+            self._on_chunk(m)
+        except Exception:
+            log.exception("installing the leader's snapshot failed")
+            self._incoming = None
+
+    def _on_chunk(self, m: Message) -> None:
+        core, snapshots = self._core, self._snapshots
         if m.term != core.term or core.role != Role.FOLLOWER:
             return
-        tmp = self.dump_file + ".incoming"
+        tmp = self._dump_file + ".incoming"
         incoming = self._incoming
         if m.offset == 0:
             if incoming is not None:
                 incoming[1].close()
             if snapshots is None:
                 log.error("the leader sent a snapshot, but snapshots are off here")
-                self._send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, reject=True))
+                self._transport.send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, reject=True))
                 return
             self._incoming = incoming = (m.src, open(tmp, "wb"), 0)
             log.info("receiving the leader's snapshot at index %d", m.index)
@@ -163,16 +211,15 @@ class SnapshotStream(EngineBase):
         f.close()
         if m.index <= core.commit:
             os.unlink(tmp)
-            self._send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, index=core.commit))
+            self._transport.send(
+                m.src, Message(MsgType.SNAPSHOT_RESP, core.term, index=core.commit)
+            )
             return
         assert snapshots is not None
-        os.replace(tmp, self.dump_file)
-        meta = json.loads(snapshots.load(self.dump_file))
-        for index in [i for i in self._waiting if i <= meta["index"]]:
-            _, callback = self._waiting.pop(index)
-            callback(None, UnknownOutcomeError("the entry is inside the leader's snapshot"))
+        os.replace(tmp, self._dump_file)
+        meta = json.loads(snapshots.load(self._dump_file))
         core.restore(meta["index"], meta["term"], meta["voters"])
-        assert self._wal is not None
+        self._on_installed(meta["index"])
         self._wal.rewrite(core.term, core.vote, core.commit, core.log)
         log.info("installed the leader's snapshot at index %d", meta["index"])
-        self._send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, index=meta["index"]))
+        self._transport.send(m.src, Message(MsgType.SNAPSHOT_RESP, core.term, index=meta["index"]))

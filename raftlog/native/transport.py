@@ -15,16 +15,20 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Coroutine
+import struct
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from raftlog.native.auth import PeerAuthError, accept, dial
-from raftlog.native.base import LEN, EngineBase, Peer
-from raftlog.native.conns import FRAME, IDLE
+from raftlog.native.auth import PeerAuthError, PeerKey, accept, dial
+from raftlog.native.config import NativeConfig
+from raftlog.native.conns import FRAME, IDLE, InboundConnections, RateLimitedLog
+from raftlog.native.core import RaftCore
 from raftlog.native.messages import Message, decode_message, encode_message
 
 log = logging.getLogger(__name__)
 
+#: a frame's length prefix (every peer frame, a snapshot chunk's included)
+LEN = struct.Struct("<I")
 _MAX_FRAME = 64 * 1024 * 1024
 _KEEPALIVE = LEN.pack(0)  # an empty frame: keeps an idle authenticated connection open
 
@@ -54,8 +58,68 @@ class _Keepalive:
         self._handle.cancel()
 
 
-class Transport(EngineBase):
-    """Listening, dialling, and the frames between members."""
+class Peer:
+    """The outbound connection to one peer (messages to it go here; its replies come back
+    on its own outbound connection to us)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.writer: asyncio.StreamWriter | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
+class Transport:
+    """Listening, dialling, and the frames between members (on the engine's loop)."""
+
+    def __init__(
+        self,
+        config: NativeConfig,
+        loop: asyncio.AbstractEventLoop,
+        core: RaftCore,
+        on_message: Callable[[Message], None],
+        kick: Callable[[], None],
+        on_unsent: Callable[[str, list[int]], None],
+    ) -> None:
+        """``on_message``: each message a member sent; ``kick``: a flush is needed (frames
+        were queued); ``on_unsent(to, rids)``: the forwards queued with
+        :meth:`send_forward` whose frames could not be written (no connection to ``to``)."""
+        self._config = config
+        self._me = config.self_address
+        self._loop = loop
+        self._core = core
+        self._on_message = on_message
+        self._kick = kick
+        self._on_unsent = on_unsent
+        self._key = PeerKey(config.password or "")  # validate() refused an empty one
+        self._server: asyncio.base_events.Server | None = None
+        self._peers: dict[str, Peer] = {}
+        self._outbuf: dict[str, list[bytes]] = {}  # frames per peer, written once per flush
+        self._forwarding: dict[str, list[int]] = {}  # forwards queued per peer, this flush
+        self._inbound: set[asyncio.StreamWriter] = set()
+        self._inbound_conns = InboundConnections(
+            config.peer_max_connections,
+            config.peer_handshake_timeout_ms / 1000,
+            config.peer_idle_timeout_ms / 1000,
+            config.peer_frame_timeout_ms / 1000,
+        )
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._sweep_due = 0.0  # when the sweeper was meant to run (its lateness: a stall)
+        self._dial_warn = RateLimitedLog(60.0)  # our dials that the other end refused
+        self._stopping = False
+
+    async def listen(self, sock: socket.socket | None) -> None:
+        """Serve the peer port: on ``sock`` (bound already), else bind this member's address."""
+        if sock is not None:
+            self._server = await asyncio.start_server(self._on_inbound, sock=sock, **self._tls())
+            return
+        host, _, port = self._me.rpartition(":")
+        self._server = await asyncio.start_server(
+            self._on_inbound, host, int(port), reuse_address=True, **self._tls()
+        )
+
+    def stop(self) -> None:
+        """No more dials, no more sweeps (then :meth:`close`)."""
+        self._stopping = True
 
     async def _on_inbound(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conns = self._inbound_conns
@@ -115,7 +179,7 @@ class Transport(EngineBase):
 
     def _ensure_sweeper(self) -> None:
         """While inbound connections are open, close those past their deadline."""
-        if self._sweeper is None and self._loop is not None and not self._stopping:
+        if self._sweeper is None and not self._stopping:
             conns = self._inbound_conns
             interval = conns.sweep_interval_s
             self._sweep_due = conns.clock() + interval
@@ -132,12 +196,12 @@ class Transport(EngineBase):
         if len(self._inbound_conns):
             self._ensure_sweeper()
 
-    def _peer(self, address: str) -> Peer:
+    def peer(self, address: str) -> Peer:
+        """The connection to ``address``, dialled (again) if it is not up."""
         peer = self._peers.get(address)
         if peer is None:
             peer = self._peers[address] = Peer(address)
         if (peer.task is None or peer.task.done()) and not self._stopping:
-            assert self._loop is not None
             peer.task = self._loop.create_task(self._connect(peer))
         return peer
 
@@ -196,9 +260,7 @@ class Transport(EngineBase):
                 peer.writer = None
                 writer.close()
             if self._stopping or (
-                self._core is not None
-                and peer.address not in self._core.voters
-                and peer.address != self._core.leader
+                peer.address not in self._core.voters and peer.address != self._core.leader
             ):
                 return  # no longer a member: stop redialling
             await asyncio.sleep(delay)
@@ -218,7 +280,7 @@ class Transport(EngineBase):
             return asyncio.open_connection(host, port)
         return asyncio.open_connection(host, port, ssl=ctx, server_hostname=host.strip("[]"))
 
-    def _send(self, to: str, m: Message) -> None:
+    def send(self, to: str, m: Message) -> None:
         """Queue a message; the flush writes each peer's messages with one write (one
         send(2) per peer per flush, not per message)."""
         if to == self._me or not to:
@@ -231,15 +293,23 @@ class Transport(EngineBase):
         else:
             frames += (LEN.pack(len(payload)), payload)
 
-    def _write_out(self) -> None:
+    def send_forward(self, to: str, m: Message, rid: int) -> None:
+        """:meth:`send` a forwarded proposal (request id ``rid``): if its frame cannot be
+        written, ``on_unsent`` hears of it."""
+        self.send(to, m)
+        self._forwarding.setdefault(to, []).append(rid)
+
+    def write_out(self) -> None:
         if not self._outbuf:
             return
         out, self._outbuf = self._outbuf, {}
         forwarded, self._forwarding = self._forwarding, {}
         for to, frames in out.items():
-            writer = self._peer(to).writer
+            writer = self.peer(to).writer
             if writer is None:  # not connected: Raft retries (heartbeats, resends)
-                self._fail_forwards(to, forwarded.get(to, ()))
+                rids = forwarded.get(to)
+                if rids:
+                    self._on_unsent(to, rids)
                 continue
             writer.write(b"".join(frames))
             transport = writer.transport
@@ -247,16 +317,15 @@ class Transport(EngineBase):
                 log.warning("%s does not read its Raft messages; reconnecting", to)
                 transport.abort()
 
-    def _close(self) -> list[asyncio.Task[None]]:
+    def close(self) -> list[asyncio.Task[None]]:
         """Close the listener and every connection, cancel the peer tasks; return them."""
         if self._server is not None:
             self._server.close()
         tasks = []
         for peer in self._peers.values():
-            for task in (peer.task, peer.snapshot_task):
-                if task is not None:
-                    task.cancel()
-                    tasks.append(task)
+            if peer.task is not None:
+                peer.task.cancel()
+                tasks.append(peer.task)
             if peer.writer is not None:
                 peer.writer.close()
         tls = self._config.peer_ssl_server is not None
@@ -264,6 +333,3 @@ class Transport(EngineBase):
             # a TLS close waits for the peer's close_notify; the reader must end now
             w.transport.abort() if tls else w.close()
         return tasks
-
-    async def _shutdown(self) -> None:
-        await asyncio.gather(*self._close(), return_exceptions=True)

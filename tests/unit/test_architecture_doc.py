@@ -62,6 +62,18 @@ def classes() -> dict[str, set[str]]:
                     for item in node.body:
                         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                             members.add(item.name)
+                            # attributes set on the instance: ``self.propose = ...``
+                            members.update(
+                                t.attr
+                                for sub in ast.walk(item)
+                                if isinstance(sub, ast.Assign | ast.AnnAssign)
+                                for t in (
+                                    sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                                )
+                                if isinstance(t, ast.Attribute)
+                                and isinstance(t.value, ast.Name)
+                                and t.value.id == "self"
+                            )
                         elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                             members.add(item.target.id)
                         elif isinstance(item, ast.Assign):

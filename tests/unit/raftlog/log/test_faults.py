@@ -203,18 +203,20 @@ def test_a_snapshot_without_space_fails_quietly_and_is_tried_again_later(
 
     async def main() -> None:
         rlog.start()
+        snaps = rlog._snapshots
+        assert snaps is not None
         await rlog.propose([Entry("set", b"a", b"1")], 5)
-        rlog.take(1, b"{}")
+        snaps.take(1, b"{}")
         await until(lambda: rlog.health.state == State.NOSPACE)
-        await until(lambda: rlog.snapshot_state() == "failed")
-        assert rlog.state() == "failed" and not rlog.health.refuses_writes
+        await until(lambda: snaps._state == "failed")
+        assert snaps.state() == "failed" and not rlog.health.refuses_writes
         await rlog.propose([Entry("set", b"b", b"2")], 5)  # writes go on
-        rlog.take(2, b"{}")  # too soon: refused at once, nothing written
-        assert rlog.state() == "failed" and sink.writes == 1
+        snaps.take(2, b"{}")  # too soon: refused at once, nothing written
+        assert snaps.state() == "failed" and sink.writes == 1
         sink.failing = False
-        await until(lambda: time.monotonic() >= rlog._snapshot_retry_at)
-        rlog.take(2, b"{}")
-        await until(lambda: rlog.snapshot_state() == "done")
+        await until(lambda: time.monotonic() >= snaps._retry_at)
+        snaps.take(2, b"{}")
+        await until(lambda: snaps._state == "done")
         assert rlog.health.state == State.OK and sink.writes == 2
 
     with caplog.at_level(logging.INFO, logger="raftlog"):

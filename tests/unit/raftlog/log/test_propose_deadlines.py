@@ -42,7 +42,7 @@ def test_a_proposal_never_committed_times_out_on_time_and_forgets_its_waiter(
         for _ in range(2):  # a second event loop gets its own sweep
             elapsed = asyncio.run(main())
             assert 0.2 <= elapsed < 1.5
-            assert len(rlog._wait) == 0
+            assert len(rlog._group_commit._wait) == 0
     finally:
         rlog.stop()
 

@@ -228,6 +228,7 @@ def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
     from raftlog.entry import item_count
 
     rlog, engine = held_log(tmp_path, batch_window_s=1.0, window_per_request_s=1.0)
+    commit = rlog._group_commit  # its pending items, window, in-flight set
 
     async def scenario(put: Put) -> None:
         a = put(b"a")  # a lone writer goes at once
@@ -239,14 +240,14 @@ def test_group_commit_waits_a_window_only_under_load(tmp_path: Path) -> None:
         await a
         # under load: the next item gathers for the window instead of leaving at once
         d = put(b"d")
-        await until(lambda: len(rlog._pending) == 3)
-        assert rlog._window_timer is not None and engine.held == []  # gathering, not sent
+        await until(lambda: len(commit._pending) == 3)
+        assert commit._window_timer is not None and engine.held == []  # gathering, not sent
         await until(lambda: len(engine.held) == 1)
         assert item_count(engine.held[0][0]) == 3  # b, c and d in one item
         engine.release()
         await asyncio.gather(b, c, d)
         # the load is gone: after the last item drained, a lone write goes at once
-        await until(lambda: not rlog._outstanding)
+        await until(lambda: not commit._outstanding)
         e = put(b"e")
         await until(lambda: len(engine.held) == 1)
         assert item_count(engine.held[0][0]) == 1
@@ -260,6 +261,7 @@ def test_pipelined_items_leave_a_window_apart_up_to_max_in_flight(tmp_path: Path
     from raftlog.entry import item_count
 
     rlog, engine = held_log(tmp_path, batch_window_s=0.05, max_in_flight=2)
+    commit = rlog._group_commit  # its pending items, window, in-flight set
 
     async def scenario(put: Put) -> None:
         a = put(b"a")
@@ -268,8 +270,8 @@ def test_pipelined_items_leave_a_window_apart_up_to_max_in_flight(tmp_path: Path
         await until(lambda: len(engine.held) == 2)
         assert item_count(engine.held[1][0]) == 2
         d = put(b"d")  # two items out: d waits for an answer (then one more window)
-        await until(lambda: len(rlog._pending) == 1)
-        assert len(engine.held) == 2 and rlog._window_timer is None  # no slot, no window
+        await until(lambda: len(commit._pending) == 1)
+        assert len(engine.held) == 2 and commit._window_timer is None  # no slot, no window
         engine.release()
         await until(lambda: len(engine.held) == 1)
         assert item_count(engine.held[0][0]) == 1
@@ -283,6 +285,7 @@ def test_a_busy_proposer_keeps_one_item_in_flight(tmp_path: Path) -> None:
     from raftlog.entry import item_count
 
     rlog, engine = held_log(tmp_path, batch_window_s=0.05, max_in_flight=2, busy_item_requests=2)
+    commit = rlog._group_commit  # its pending items, window, in-flight set
 
     async def scenario(put: Put) -> None:
         a = put(b"a")
@@ -292,15 +295,15 @@ def test_a_busy_proposer_keeps_one_item_in_flight(tmp_path: Path) -> None:
         assert item_count(engine.held[1][0]) == 2  # a full item: the proposer is busy now
         engine.release(1)
         await a
-        await until(lambda: len(rlog._outstanding) == 1)
+        await until(lambda: len(commit._outstanding) == 1)
         d = put(b"d")  # one slot is free, but a busy proposer waits for the item out
-        await until(lambda: len(rlog._pending) == 1)
-        assert rlog._window_timer is None and len(engine.held) == 1
+        await until(lambda: len(commit._pending) == 1)
+        assert commit._window_timer is None and len(engine.held) == 1
         engine.release()
         await asyncio.gather(b, c)
         await until(lambda: len(engine.held) == 1)  # d leaves after b+c committed
         assert item_count(engine.held[0][0]) == 1
-        assert rlog._in_flight_limit() == 2  # a one-request item: pipelining again
+        assert commit._in_flight_limit() == 2  # a one-request item: pipelining again
         engine.release()
         await d
 
@@ -374,16 +377,16 @@ def test_apply_on_loop_applies_inline_and_queues_behind_an_install(tmp_path: Pat
 
         # a snapshot arrives from the leader (engine thread == this loop): the install
         # goes to the apply thread, and what commits meanwhile queues behind it
-        rlog.snapshot_load("snap")
+        rlog._snapshots.load("snap")  # type: ignore[union-attr]
         assert await asyncio.to_thread(sm.loading.wait, 5)
         b = asyncio.ensure_future(rlog.propose([Entry("set", b"b", b"2")], 5.0))
-        await until(lambda: rlog._backlog == 2)  # the install and b's item
+        await until(lambda: rlog._apply._backlog == 2)  # the install and b's item
         assert b"b" not in sm.applied_on and not b.done()
         sm.gate.set()
         applied_b = await b
         assert sm.applied_on[b"b"] != here  # the apply thread took it, after the install
         assert applied_b.offset == 11  # numbered after the snapshot's last offset
-        await until(lambda: rlog._backlog == 0)
+        await until(lambda: rlog._apply._backlog == 0)
 
         await rlog.propose([Entry("set", b"c", b"3")], 5.0)
         assert sm.applied_on[b"c"] == here  # backlog done: inline again
@@ -399,23 +402,24 @@ def test_apply_on_loop_applies_inline_and_queues_behind_an_install(tmp_path: Pat
 def test_busier_proposers_gather_longer(tmp_path: Path) -> None:
     """The batch window grows with the most requests waiting at once: the floor for a
     few clients, up to ``batch_window_s`` for many."""
-    from raftlog.log.base import WINDOW_FLOOR_S, WINDOW_PER_REQUEST_S
+    from raftlog.log.group_commit import WINDOW_FLOOR_S, WINDOW_PER_REQUEST_S
 
     rlog, engine = held_log(tmp_path, batch_window_s=0.006)
+    commit = rlog._group_commit  # its pending items, window, in-flight set
 
     async def scenario(put: Put) -> None:
         first = put(b"a")
         await until(lambda: len(engine.held) == 1)
-        assert rlog._window_s() == WINDOW_FLOOR_S  # one request waiting: the floor
+        assert commit._window_s() == WINDOW_FLOOR_S  # one request waiting: the floor
         few = [put(b"k%d" % i) for i in range(int(WINDOW_FLOOR_S / WINDOW_PER_REQUEST_S) + 10)]
-        await until(lambda: len(rlog._pending) == len(few))
+        await until(lambda: len(commit._pending) == len(few))
         expected = min(0.006, WINDOW_PER_REQUEST_S * (len(few) + 1))
-        assert rlog._window_s() == pytest.approx(expected)
+        assert commit._window_s() == pytest.approx(expected)
         many = [put(b"m%d" % i) for i in range(100)]
-        await until(lambda: len(rlog._pending) == len(few) + len(many))
-        assert rlog._window_s() == 0.006  # capped
+        await until(lambda: len(commit._pending) == len(few) + len(many))
+        assert commit._window_s() == 0.006  # capped
         async with asyncio.timeout(5):
-            while engine.held or rlog._pending:
+            while engine.held or commit._pending:
                 engine.release()
                 await asyncio.sleep(0.001)
             await asyncio.gather(first, *few, *many)
@@ -440,7 +444,7 @@ def test_items_committed_in_one_engine_pass_are_applied_as_one_group(tmp_path: P
             for i in range(5)
         ]
         for index, data in enumerate(items, 1):
-            rlog._on_commit(index, 1, data)  # what the engine does in one pass
+            rlog._apply.on_commit(index, 1, data)  # what the engine does in one pass
         assert sm.order == []  # not yet: after the pass
         await until(lambda: rlog.apply_offset == 5)
         assert sm.order == [b"k%d" % i for i in range(5)] and sm.publishes == 1

@@ -21,13 +21,20 @@ VOTERS = ("127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003")
 class _Leader(Forwarding):
     """Forwarding's PROPOSE handling with a fake core, a recorded outbox and log."""
 
-    def __init__(self) -> None:  # no engine: only what _on_propose touches
-        self._core: Any = SimpleNamespace(term=4, voters=VOTERS)
+    def __init__(self) -> None:
+        core: Any = SimpleNamespace(term=4, voters=VOTERS)
+        config: Any = None  # on_propose reads none of it
         self.sent: list[tuple[str, Message]] = []
         self.appended: list[tuple[bytes, int]] = []
-
-    def _send(self, to: str, m: Message) -> None:
-        self.sent.append((to, m))
+        super().__init__(
+            config,
+            core,
+            None,
+            lambda to, m: self.sent.append((to, m)),
+            lambda to, m, rid: None,
+            lambda: None,
+            lambda address: address,
+        )
 
     def _propose_here(self, data: bytes, kind: int, callback: object) -> tuple[int, int]:
         self.appended.append((data, kind))
@@ -40,7 +47,7 @@ def propose(src: str, data: bytes, kind: int = KIND_NORMAL) -> Message:
 
 def test_a_member_s_forwarded_proposal_is_appended() -> None:
     leader = _Leader()
-    leader._on_propose(propose(VOTERS[1], b"item"))
+    leader.on_propose(propose(VOTERS[1], b"item"))
     assert leader.appended == [(b"item", KIND_NORMAL)]
     [(to, resp)] = leader.sent
     assert to == VOTERS[1] and resp.type == MsgType.PROPOSE_RESP
@@ -51,7 +58,7 @@ def test_a_proposal_from_an_address_that_is_no_member_s_is_refused() -> None:
     leader = _Leader()
     remove = b"remove " + VOTERS[0].encode()
     for kind, data in ((KIND_NORMAL, b"\xff\xff\xff\x7fgarbage"), (KIND_CONFIG, remove)):
-        leader._on_propose(propose("127.0.0.1:1", data, kind))
+        leader.on_propose(propose("127.0.0.1:1", data, kind))
     assert leader.appended == []
     assert [to for to, _ in leader.sent] == ["127.0.0.1:1"] * 2
     for _, resp in leader.sent:
