@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from nameserver import defaults
 from nameserver.tls import TlsFiles
 from nameserver.tls import check as check_tls
 from raftlog import ConfigError
@@ -54,13 +55,14 @@ SNAPSHOT_WRITERS = ("process", "thread")
 class ServerConfig:
     node_id: str
     data_dir: str
-    listen_client: str = "127.0.0.1:9877"  # gRPC client API (etcd v3 + metaledger.v1)
-    listen_peer: str = "127.0.0.1:9878"  # Raft peers
-    listen_remoting: str = "127.0.0.1:9876"  # RocketMQ remoting (the nameserver's route front)
-    listen_metrics: str = "127.0.0.1:9879"  # metrics HTTP: GET /metrics (Prometheus text)
+    #: listen addresses and the cluster token: nameserver.defaults (loopback by default)
+    listen_client: str = defaults.LISTEN_CLIENT
+    listen_peer: str = defaults.LISTEN_PEER
+    listen_remoting: str = defaults.LISTEN_REMOTING
+    listen_metrics: str = defaults.LISTEN_METRICS
     initial_cluster: dict[str, str] = field(default_factory=dict)  # id -> peer host:port
     cluster_password: str | None = None
-    cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
+    cluster_token: str = defaults.CLUSTER_TOKEN  # etcd's --initial-cluster-token: the cluster id
     advertise_client: str = ""  # defaults to listen_client
     propose_timeout_ms: int = 5000
     #: the consensus engine: "native" (raftlog.native.engine: fsynced log, own transport)

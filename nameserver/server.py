@@ -49,7 +49,13 @@ from nameserver.routing.liveness import BrokerKeeper
 from nameserver.routing.ops import RoutingNode
 from nameserver.routing.remoting import NameserverRemoting
 from nameserver.routing.service import RoutingService
-from nameserver.startup import binding, check_bindable, claim_data_dir, prepare_data_dir
+from nameserver.startup import (
+    binding,
+    check_bindable,
+    claim_data_dir,
+    prepare_data_dir,
+    warn_default_token,
+)
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.state.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.watch.events import FLOOR_FILE
@@ -350,6 +356,7 @@ class Node:
             self.config.listen_metrics,
             self.config.data_dir,
         )
+        warn_default_token(self.config.cluster_token)
 
     def _health_reason(self) -> str:
         """Why ``/health`` says false: this node's own faults, else the alarms raised in the
