@@ -63,7 +63,11 @@ class ServerConfig:
     initial_cluster: dict[str, str] = field(default_factory=dict)  # id -> peer host:port
     cluster_password: str | None = None
     cluster_token: str = defaults.CLUSTER_TOKEN  # etcd's --initial-cluster-token: the cluster id
-    advertise_client: str = ""  # defaults to listen_client
+    #: client addresses to advertise, comma-separated (etcd's --advertise-client-urls); the
+    #: first is where the other members forward to, ``metaledger status`` tries each in
+    #: order (docker-compose.yml: the container's name, then the host's published port).
+    #: "" = listen_client
+    advertise_client: str = ""
     propose_timeout_ms: int = 5000
     #: the consensus engine: "native" (raftlog.native.engine: fsynced log, own transport)
     #: or "pysyncobj" (PySyncObj 0.3.17; its journal is never fsynced)
@@ -164,8 +168,14 @@ class ServerConfig:
 
     @property
     def client_url(self) -> str:
+        """The first advertised client URL: where the other members reach this node."""
+        return self.client_urls[0]
+
+    @property
+    def client_urls(self) -> tuple[str, ...]:
         scheme = "https://" if self.cert_file else "http://"
-        return scheme + (self.advertise_client or self.listen_client)
+        given = [a.strip() for a in self.advertise_client.split(",") if a.strip()]
+        return tuple(scheme + a for a in given or [self.listen_client])
 
     @property
     def peers(self) -> dict[str, str]:
@@ -180,6 +190,8 @@ class ServerConfig:
         _split_hostport("listen_remoting", self.listen_remoting)
         _split_hostport("listen_metrics", self.listen_metrics)
         _split_hostport("listen_peer", self.listen_peer)
+        for url in self.client_urls:
+            _split_hostport("advertise_client", url)
         peers = self.peers
         if self.node_id not in peers:
             raise ConfigError("initial_cluster", f"does not list this node {self.node_id!r}")

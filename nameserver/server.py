@@ -378,7 +378,7 @@ class Node:
             member_id=self.ctx.member_id,
             peer_url=("https://" if self.config.peer_cert_file else "http://")
             + self.config.listen_peer,
-            client_urls=(self.config.client_url,),
+            client_urls=self.config.client_urls,
         )
         delay = 0.2
         while True:

@@ -216,7 +216,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="the Raft peer port's password on the command line (visible to `ps`: prefer "
         "--cluster-password-file)",
     )
-    p.add_argument("--advertise-client", metavar="HOST:PORT", help="client URL to advertise")
+    p.add_argument(
+        "--advertise-client",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="client addresses to advertise (default --listen-client): the first is where "
+        "the other members forward to; `metaledger status` tries each in order",
+    )
     p.add_argument("--fsync-policy", help="batch (default), always or never")
     p.add_argument(
         "--snapshot-every-items",
