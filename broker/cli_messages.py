@@ -33,7 +33,6 @@ from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
-from nameserver.client.options import add_auth_options, add_tls_options
 
 if TYPE_CHECKING:
     from nameserver.client.routing import Route
@@ -52,11 +51,7 @@ def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -
     s.add_argument("--property", action="append", default=[], metavar="K=V", help="repeatable")
     s.add_argument("--producer-group", default="metaledger-cli")
     s.set_defaults(run=run_send)
-    c = subparsers.add_parser("consume", help="consume messages of a topic")
-    c.add_argument("--endpoints", default=argparse.SUPPRESS, metavar="HOST:PORT,...")
-    c.add_argument("-w", "--output", choices=["table", "json"], default=argparse.SUPPRESS)
-    add_tls_options(c)
-    add_auth_options(c)
+    c = subparsers.add_parser("consume", parents=[common], help="consume messages of a topic")
     c.add_argument("topic")
     c.add_argument("--group", required=True, help="the consumer group (its offsets are committed)")
     c.add_argument("--tags", default="*", metavar="EXPR", help='tag expression, e.g. "a || b"')
@@ -82,14 +77,6 @@ def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -
         default=1.0,
         metavar="SECONDS",
         help="without --count: stop once no message came for this long after the last (default 1)",
-    )
-    c.add_argument(
-        "--timeout",
-        dest="timeout_s",
-        type=float,
-        default=argparse.SUPPRESS,
-        metavar="SECONDS",
-        help="deadline of each request to metaledger (default 5)",
     )
     c.set_defaults(run=run_consume)
 
@@ -332,4 +319,4 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": args.group}
             )
             await c.close()
-    return state["n"]
+    return int(state["n"])

@@ -9,11 +9,12 @@ import pytest
 
 from broker.cli import build_config, register
 from broker.config import BrokerConfig, ConfigError, parse_delay_levels
+from nameserver.cli._common import common_parent
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"), argparse.ArgumentParser(add_help=False))
+    register(parser.add_subparsers(dest="command"), common_parent())
     return parser.parse_args(list(argv))
 
 

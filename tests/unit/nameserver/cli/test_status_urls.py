@@ -54,6 +54,17 @@ class Network:
         return fake
 
 
+def reachable(monkeypatch: pytest.MonkeyPatch, *endpoints: str) -> Network:
+    """``metaledger status`` in a network where the members answer at ``endpoints`` only."""
+    up = {}
+    for e in endpoints:
+        m = next(m for m in MEMBERS if any(u.endswith("//" + e) for u in m.client_urls))
+        up[e] = node(m.name, e, m.member_id)
+    net = Network(up)
+    monkeypatch.setattr(status, "make_client", net.client)
+    return net
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("METALEDGER_ENDPOINTS", raising=False)
@@ -62,14 +73,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_status_tries_each_advertised_url_in_turn(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    net = Network(
-        {
-            "127.0.0.1:9877": node("n0", "127.0.0.1:9877", 0x1),
-            "127.0.0.1:9887": node("n1", "127.0.0.1:9887", 0x2),
-            "127.0.0.1:9897": node("n2", "127.0.0.1:9897", 0x3),
-        }
-    )
-    monkeypatch.setattr(status, "make_client", net.client)
+    net = reachable(monkeypatch, "127.0.0.1:9877", "127.0.0.1:9887", "127.0.0.1:9897")
     assert cli.main(["status"]) == ExitCode.OK, capsys.readouterr().err
     out = capsys.readouterr().out
     assert all(f"n{i}" in out for i in range(3)), out
@@ -79,13 +83,7 @@ def test_status_tries_each_advertised_url_in_turn(
 def test_a_member_down_at_every_url_is_named_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    net = Network(
-        {
-            "127.0.0.1:9877": node("n0", "127.0.0.1:9877", 0x1),
-            "ml1:9877": node("n1", "ml1:9877", 0x2),
-        }
-    )
-    monkeypatch.setattr(status, "make_client", net.client)
+    reachable(monkeypatch, "127.0.0.1:9877", "ml1:9877")
     assert cli.main(["status"]) == ExitCode.MEMBER_DOWN
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["metaledger: member n2 (ml2:9877,127.0.0.1:9897) is down: unreachable"], err
@@ -100,5 +98,5 @@ def test_serve_advertises_several_client_urls() -> None:
     config = serve.build_config(cli.build_parser().parse_args(base))
     assert config.client_urls == ("http://0.0.0.0:9877",)
     args = cli.build_parser().parse_args([*base, "--advertise-client", "ml1:9877,ml1"])
-    with pytest.raises(ConfigError, match="^advertise_client: 'ml1' is not host:port"):
+    with pytest.raises(ConfigError, match=r"^advertise_client: 'ml1' is not host:port"):
         serve.build_config(args).validate()
