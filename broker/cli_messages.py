@@ -9,7 +9,10 @@ over the shared codec), as a RocketMQ client would (research/broker.md §2-§3):
 - consume: per readable queue, QUERY_CONSUMER_OFFSET (22 → GET_MAX_OFFSET: only new
   messages, as CONSUME_FROM_LAST_OFFSET), then PULL_MESSAGE with long polling and the tag
   expression; prints each message and commits the offsets (UPDATE_CONSUMER_OFFSET) before
-  leaving. Stops after ``--count`` messages or ``--timeout`` seconds (exit 7 if fewer came).
+  leaving. Stops after ``--count`` messages, or without ``--count`` once no message came for
+  ``--idle`` seconds after the last one; in any case after ``--wait`` seconds (exit 7 if
+  fewer than ``--count`` came). ``--timeout`` is the deadline of each request to metaledger,
+  as for every other command.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
-from nameserver.client.options import add_auth_options, add_tls_options
 
 if TYPE_CHECKING:
     from nameserver.client.routing import Route
@@ -49,25 +51,32 @@ def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -
     s.add_argument("--property", action="append", default=[], metavar="K=V", help="repeatable")
     s.add_argument("--producer-group", default="metaledger-cli")
     s.set_defaults(run=run_send)
-    # not the common parent: --timeout here is how long to consume, not a request deadline
-    c = subparsers.add_parser("consume", help="consume messages of a topic")
-    c.add_argument("--endpoints", default=argparse.SUPPRESS, metavar="HOST:PORT,...")
-    c.add_argument("-w", "--output", choices=["table", "json"], default=argparse.SUPPRESS)
-    add_tls_options(c)
-    add_auth_options(c)
+    c = subparsers.add_parser("consume", parents=[common], help="consume messages of a topic")
     c.add_argument("topic")
     c.add_argument("--group", required=True, help="the consumer group (its offsets are committed)")
     c.add_argument("--tags", default="*", metavar="EXPR", help='tag expression, e.g. "a || b"')
     c.add_argument(
-        "--count", type=int, default=0, help="stop after N messages (default: until --timeout)"
+        "--count",
+        type=int,
+        default=0,
+        metavar="N",
+        help="stop after N messages (default: once no message came for --idle seconds)",
     )
     c.add_argument(
-        "--timeout",
+        "--wait",
         dest="wait_s",
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="stop after this long (default 10)",
+        help="stop after this long whatever came (default 10)",
+    )
+    c.add_argument(
+        "--idle",
+        dest="idle_s",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="without --count: stop once no message came for this long after the last (default 1)",
     )
     c.set_defaults(run=run_consume)
 
@@ -222,7 +231,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
         if q.addr not in clients:
             clients[q.addr] = await RemotingClient.connect(*_addr(q.addr))
     deadline = time.monotonic() + args.wait_s
-    state = {"n": 0}
+    state = {"n": 0, "last": 0.0}  # messages printed; when the last came (monotonic)
     done = asyncio.Event()
     json_out = getattr(args, "output", None) == "json"
     client_id = f"{socket.gethostname()}@{os.getpid()}"
@@ -246,7 +255,12 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
             q.offset = int(r.ext_fields.get("offset", "0"))
         q.committed = q.offset
         while not done.is_set():
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
+            if not args.count and state["n"]:  # stop once idle after the last message
+                left = min(left, state["last"] + args.idle_s - now)
+                if left <= 0:
+                    done.set()
             if left <= 0:
                 return
             ext = {**ident, "queueOffset": q.offset, "maxMsgNums": 32, "sysFlag": 0x2 | 0x4,
@@ -275,6 +289,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                     done.set()
                     return
                 state["n"] += 1
+                state["last"] = time.monotonic()
                 q.committed = m.queue_offset + 1
                 msg_id = offset_msg_id(m.store_host.ip, m.store_host.port, m.physical_offset)
                 doc = {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
@@ -304,4 +319,4 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": args.group}
             )
             await c.close()
-    return state["n"]
+    return int(state["n"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nameserver import defaults
 from nameserver.checks import parse_go_duration
 from nameserver.tls import TlsFiles
 from nameserver.tls import check as check_tls
@@ -54,14 +55,19 @@ SNAPSHOT_WRITERS = ("process", "thread")
 class ServerConfig:
     node_id: str
     data_dir: str
-    listen_client: str = "127.0.0.1:9877"  # gRPC client API (etcd v3 + metaledger.v1)
-    listen_peer: str = "127.0.0.1:9878"  # Raft peers
-    listen_remoting: str = "127.0.0.1:9876"  # RocketMQ remoting (the nameserver's route front)
-    listen_metrics: str = "127.0.0.1:9879"  # metrics HTTP: GET /metrics (Prometheus text)
+    #: listen addresses and the cluster token: nameserver.defaults (loopback by default)
+    listen_client: str = defaults.LISTEN_CLIENT
+    listen_peer: str = defaults.LISTEN_PEER
+    listen_remoting: str = defaults.LISTEN_REMOTING
+    listen_metrics: str = defaults.LISTEN_METRICS
     initial_cluster: dict[str, str] = field(default_factory=dict)  # id -> peer host:port
     cluster_password: str | None = None
-    cluster_token: str = "metaledger"  # like etcd's --initial-cluster-token: names the cluster id
-    advertise_client: str = ""  # defaults to listen_client
+    cluster_token: str = defaults.CLUSTER_TOKEN  # etcd's --initial-cluster-token: the cluster id
+    #: client addresses to advertise, comma-separated (etcd's --advertise-client-urls); the
+    #: first is where the other members forward to, ``metaledger status`` tries each in
+    #: order (docker-compose.yml: the container's name, then the host's published port).
+    #: "" = listen_client
+    advertise_client: str = ""
     propose_timeout_ms: int = 5000
     #: the consensus engine: "native" (raftlog.native.engine: fsynced log, own transport)
     #: or "pysyncobj" (PySyncObj 0.3.17; its journal is never fsynced)
@@ -162,8 +168,14 @@ class ServerConfig:
 
     @property
     def client_url(self) -> str:
+        """The first advertised client URL: where the other members reach this node."""
+        return self.client_urls[0]
+
+    @property
+    def client_urls(self) -> tuple[str, ...]:
         scheme = "https://" if self.cert_file else "http://"
-        return scheme + (self.advertise_client or self.listen_client)
+        given = [a.strip() for a in self.advertise_client.split(",") if a.strip()]
+        return tuple(scheme + a for a in given or [self.listen_client])
 
     @property
     def peers(self) -> dict[str, str]:
@@ -178,6 +190,8 @@ class ServerConfig:
         _split_hostport("listen_remoting", self.listen_remoting)
         _split_hostport("listen_metrics", self.listen_metrics)
         _split_hostport("listen_peer", self.listen_peer)
+        for url in self.client_urls:
+            _split_hostport("advertise_client", url)
         peers = self.peers
         if self.node_id not in peers:
             raise ConfigError("initial_cluster", f"does not list this node {self.node_id!r}")

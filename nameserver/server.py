@@ -50,7 +50,13 @@ from nameserver.routing.liveness import BrokerKeeper
 from nameserver.routing.ops import RoutingNode
 from nameserver.routing.remoting import NameserverRemoting
 from nameserver.routing.service import RoutingService
-from nameserver.startup import binding, check_bindable, claim_data_dir, prepare_data_dir
+from nameserver.startup import (
+    binding,
+    check_bindable,
+    claim_data_dir,
+    prepare_data_dir,
+    warn_default_token,
+)
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.state.snapshotting import StoreSink, drop_incomplete_last_offset, restore
 from nameserver.watch.events import FLOOR_FILE
@@ -353,6 +359,7 @@ class Node:
             self.config.listen_metrics,
             self.config.data_dir,
         )
+        warn_default_token(self.config.cluster_token)
 
     def _health_reason(self) -> str:
         """Why ``/health`` says false: this node's own faults, else the alarms raised in the
@@ -374,7 +381,7 @@ class Node:
             member_id=self.ctx.member_id,
             peer_url=("https://" if self.config.peer_cert_file else "http://")
             + self.config.listen_peer,
-            client_urls=(self.config.client_url,),
+            client_urls=self.config.client_urls,
         )
         delay = 0.2
         while True:

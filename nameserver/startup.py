@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
+from nameserver import defaults
+
 log = logging.getLogger(__name__)
 
 IDENTITY_FILE = "identity.json"
@@ -218,6 +220,20 @@ def claim_data_dir(data_dir: str, node_id: str, cluster_id: int, cluster_token: 
             "new data dir"
         )
     return have
+
+
+def warn_default_token(cluster_token: str) -> None:
+    """One WARNING when a node runs with the default ``--initial-cluster-token``: every cluster
+    left at it has the same cluster id, so a snapshot of one seeds another without a word.
+    Logged once the node serves (a refused start stays one line)."""
+    if cluster_token == defaults.CLUSTER_TOKEN:
+        log.warning(
+            "%s is the default (%s): every cluster left at it has the same cluster id, so a "
+            "snapshot of one restores into another without a word; give each cluster its own "
+            "token (`cluster up` makes one)",
+            FLAGS["cluster_token"],
+            defaults.CLUSTER_TOKEN,
+        )
 
 
 # --------------------------------------------------------------------------- addresses

@@ -243,7 +243,10 @@ def run_worker(
     banner: str,
 ) -> int:
     """Run one replicator worker until SIGINT/SIGTERM: its metrics served on ``listen``, the
-    GC tuned, uvloop; exit 0 (2 when the metrics port cannot be bound)."""
+    GC tuned, uvloop; exit 0. Exit 2 when the metrics port cannot be bound, or when the
+    worker finds a setting that cannot work once it reached the clusters (its ``run()``
+    raises a ValueError, as the RocketMQ replicator's ConfigError is): one line, no
+    traceback."""
     import asyncio
     import signal
 
@@ -271,6 +274,9 @@ def run_worker(
         uvloop.run(main())
     except KeyboardInterrupt:
         pass
+    except ValueError as exc:
+        print(f"metaledger: replicate {kind}: {exc}", file=sys.stderr)
+        return 2
     finally:
         metrics.close()
     return EXIT_OK

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
+from nameserver import defaults
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import OUTPUTS, Printer, get_printer
 from nameserver.client import Client, ClientError, InvalidArgument, options
@@ -28,8 +29,8 @@ from nameserver.client.options import add_auth_options, add_tls_options
 from nameserver.client.transport import normalize_endpoint
 
 #: the client port of ``serve`` and of node n0 of ``cluster up`` (its default base port)
-DEFAULT_CLIENT_PORT = 9877
-DEFAULT_ENDPOINTS = f"127.0.0.1:{DEFAULT_CLIENT_PORT}"
+DEFAULT_CLIENT_PORT = int(defaults.LISTEN_CLIENT.rpartition(":")[2])
+DEFAULT_ENDPOINTS = defaults.LISTEN_CLIENT
 ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
 DEFAULT_TIMEOUT_S = 5.0
 

@@ -11,7 +11,8 @@ SIGINT/SIGTERM every node gets SIGTERM, then SIGKILL after a grace period (a nod
 The Raft peer ports authenticate with a password made for this cluster on its first start:
 ``DIR/cluster-password`` (mode 0600, a random token; kept and reused by later starts).
 Every node gets its path (``--cluster-password-file``), never the password itself on a
-command line that ``ps`` shows.
+command line that ``ps`` shows. The cluster's ``--initial-cluster-token`` is made the same
+way (``DIR/cluster-token``, random), so two clusters never share a cluster id.
 
 ``--tls``: a throwaway CA and a certificate per node and one for the command line, made on
 the first start in ``DIR/tls`` (:mod:`nameserver.cli.certs`) and reused later; every port
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -45,7 +47,7 @@ from nameserver.cli._common import (
     printer,
 )
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.serve import PARENT_PID_ENV
+from nameserver.cli.serve import LOG_LEVELS, PARENT_PID_ENV
 from nameserver.cli.status import split_results
 from nameserver.client import Client, ClientError, NodeStatus
 
@@ -60,6 +62,8 @@ STOP_GRACE_S = 10.0
 _POLL_S = 0.25
 #: the cluster's Raft password, in its data dir (mode 0600)
 PASSWORD_FILE = "cluster-password"
+#: the cluster's --initial-cluster-token (its cluster id derives from it), in its data dir
+TOKEN_FILE = "cluster-token"
 #: ``--tls``: the throwaway CA and certificates, in the data dir (nameserver.cli.certs)
 TLS_DIR = certs.TLS_DIR
 
@@ -106,6 +110,26 @@ def initial_cluster(nodes: list[NodeLayout]) -> str:
     return ",".join(f"{n.id}={n.peer_address}" for n in nodes)
 
 
+def cluster_token(data_dir: Path, node_ids: list[str]) -> str:
+    """The cluster's ``--initial-cluster-token``: ``DIR/cluster-token``, made on the first
+    start (random, as the password is, so no two clusters share a cluster id) and reused
+    later. Nodes that an older ``cluster up`` started keep the token their data dirs record
+    (``serve``'s default then). OSError if the file cannot be read or written;
+    :class:`~nameserver.startup.StartupError` if a node's identity cannot be read."""
+    from nameserver.startup import read_identity
+
+    path = data_dir / TOKEN_FILE
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token
+    recorded = (read_identity(str(data_dir / nid)) for nid in node_ids)
+    token = next((i.cluster_token for i in recorded if i is not None), "")
+    token = token or f"cluster-{secrets.token_hex(8)}"
+    path.write_text(token + "\n")
+    return token
+
+
 def serve_argv(
     node: NodeLayout,
     nodes: list[NodeLayout],
@@ -113,8 +137,11 @@ def serve_argv(
     log_level: str = "INFO",
     consensus: str | None = None,
     tls: bool = False,
+    token: str = "",
 ) -> list[str]:
     engine = ["--consensus", consensus] if consensus else []
+    if token:
+        engine += ["--initial-cluster-token", token]
     password_file = data_dir / PASSWORD_FILE
     if tls:  # the same pair on every port; client certificates required everywhere
         cert, key, ca = (str(data_dir / TLS_DIR / f) for f in certs.node_files(node.id))
@@ -168,8 +195,9 @@ def _start(
     log_level: str,
     consensus: str | None = None,
     tls: bool = False,
+    token: str = "",
 ) -> _Running:
-    argv = serve_argv(node, nodes, data_dir, log_level, consensus, tls)
+    argv = serve_argv(node, nodes, data_dir, log_level, consensus, tls, token)
     parent = {PARENT_PID_ENV: str(os.getpid())}
     proc, log_path, pid_path = brokers_state.spawn(node.id, argv, data_dir, parent)
     return _Running(node, proc, log_path, pid_path)
@@ -315,18 +343,20 @@ def run_cluster_up(args: argparse.Namespace) -> int:
         ids = [n.id for n in nodes] + [b.id for b in brokers]
         for path in (data_dir, *(data_dir / i for i in ids)):
             prepare_data_dir(str(path))
+        token = cluster_token(data_dir, [n.id for n in nodes])
     except StartupError as exc:
         print(f"metaledger: cluster up: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_START
+    except OSError as exc:
+        print(f"metaledger: cluster up: {data_dir / TOKEN_FILE}: {exc}", file=sys.stderr)
+        return ExitCode.CANNOT_START
+    node_flags = (args.log_level, args.consensus, args.tls, token)  # serve_argv's, after data_dir
     endpoints = ",".join(n.client_endpoint for n in nodes)
     # --tls: the brokers connect with the command line's client certificate
     broker_tls = certs.client_files(str(data_dir / TLS_DIR)) if args.tls else {}
     nodes_state.write_cluster_file(
         data_dir,
-        {
-            n.id: serve_argv(n, nodes, data_dir, args.log_level, args.consensus, args.tls)[3:]
-            for n in nodes
-        },
+        {n.id: serve_argv(n, nodes, data_dir, *node_flags)[3:] for n in nodes},
         {n.id: n.client_endpoint for n in nodes},
         {
             b.id: {
@@ -364,7 +394,7 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     group: list[brokers_state.RunningBroker] = []
     try:
         for node in nodes:
-            running.append(_start(node, nodes, data_dir, args.log_level, args.consensus, args.tls))
+            running.append(_start(node, nodes, data_dir, *node_flags))
         statuses, why = _wait_until_up(running, stop, args.startup_timeout, tls)
         if stop.is_set():
             return ExitCode.OK
@@ -421,8 +451,9 @@ B = --base-port (default {DEFAULT_BASE_PORT}: n0's client port is the CLI's defa
 so 'metaledger status' needs no --endpoints). Node i keeps its data in DIR/n<i>, its output
 in DIR/n<i>.log and its pid in DIR/n<i>.pid. The cluster's Raft password is made on the first
 start in DIR/{PASSWORD_FILE} (mode 0600) and reused later; nodes get its path, never the
-password. Each node's command line is kept in DIR/cluster.json, so one node can be started
-again while the others run:
+password. So is its --initial-cluster-token, in DIR/{TOKEN_FILE} (random: no two clusters
+share a cluster id). Each node's command line is kept in DIR/cluster.json, so one node can
+be started again while the others run:
 
   metaledger cluster restart n1 --data-dir DIR
 """
@@ -465,7 +496,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
             " B+100+10j (remoting), +1 (HA), +3 (metrics), data in DIR/broker-a-<j>"
         ),
     )
-    up.add_argument("--log-level", type=str.upper, default="INFO", help="the nodes' log level")
+    up.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="the nodes' log level (default INFO; DEBUG also logs tracebacks)",
+    )
     up.add_argument(
         "--consensus",
         choices=("native", "pysyncobj"),

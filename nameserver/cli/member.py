@@ -1,9 +1,14 @@
 """``metaledger member add|remove|list``: membership, through etcd's Cluster service.
 
-``member add PEER_URL`` prints the new member's id and the ``serve`` flags the new node must
-be started with (its id and peer address, and every member in ``--initial-cluster``), as
-``etcdctl member add`` prints the ``ETCD_INITIAL_CLUSTER`` to use. ``member remove`` takes the
-member's hex id (as ``member list`` shows it) or its name (the node id).
+``member add PEER_URL`` prints the new member's id and the whole ``serve`` command the new node
+runs with, as ``etcdctl member add`` prints the ``ETCD_INITIAL_CLUSTER`` to use: its id, data
+dir (``--data-dir``, default the node's name: ``cluster up``'s layout when run from its DIR),
+its ports (``cluster up``'s layout around the peer port: client one below, remoting and
+metrics one and two above), every member in ``--initial-cluster``, and the cluster's password
+file (``--cluster-password-file``, default ``cluster-password``, ``cluster up``'s) and token
+(``--initial-cluster-token``, when given). docs/operations.md's order is start, then add: the
+command is the one to start it with before, and to check it against after. ``member remove``
+takes the member's hex id (as ``member list`` shows it) or its name (the node id).
 """
 
 from __future__ import annotations
@@ -58,9 +63,18 @@ def _address(url: str) -> str:
     return url.removeprefix("http://").removeprefix("https://").rstrip("/")
 
 
-def serve_flags(members: Sequence[Member], new: Member, name: str) -> list[str]:
+def serve_flags(
+    members: Sequence[Member],
+    new: Member,
+    name: str,
+    data_dir: str = "",
+    password_file: str = "",
+    token: str = "",
+) -> list[str]:
     """``serve`` flags for the new member: its id and peer address, and every member (named,
-    or by hex id when unstarted) plus itself in ``--initial-cluster``."""
+    or by hex id when unstarted) plus itself in ``--initial-cluster``; then, when given, its
+    data dir, its other ports (``cluster up``'s layout around the peer port), the cluster
+    token and the password file."""
     peer = _address(new.peer_urls[0])
     cluster = [
         f"{m.name or member_id_text(m.member_id)}={_address(m.peer_urls[0])}"
@@ -68,7 +82,18 @@ def serve_flags(members: Sequence[Member], new: Member, name: str) -> list[str]:
         if m.member_id != new.member_id and m.peer_urls
     ]
     cluster.append(f"{name}={peer}")
-    return ["--id", name, "--listen-peer", peer, "--initial-cluster", ",".join(cluster)]
+    flags = ["--id", name, "--listen-peer", peer, "--initial-cluster", ",".join(cluster)]
+    if data_dir:
+        flags += ["--data-dir", data_dir]
+        host, _, port = peer.rpartition(":")
+        if 1 < int(port) < 65534:  # client B, peer B+1, remoting B+2, metrics B+3
+            for flag, at in (("client", -1), ("remoting", 1), ("metrics", 2)):
+                flags += [f"--listen-{flag}", f"{host}:{int(port) + at}"]
+    if token:
+        flags += ["--initial-cluster-token", token]
+    if password_file:
+        flags += ["--cluster-password-file", password_file]
+    return flags
 
 
 def add_report(new: Member, name: str, flags: list[str]) -> tuple[dict[str, Any], str]:
@@ -82,9 +107,9 @@ def add_report(new: Member, name: str, flags: list[str]) -> tuple[dict[str, Any]
         [
             f"Member {member_id_text(new.member_id)} added to the cluster",
             "",
-            "Start the new node (with an empty --data-dir and a --listen-client of its own, and"
-            " the members' cluster password) with:",
-            "metaledger serve " + " ".join(flags) + " --cluster-password-file PATH",
+            f"Node {name} runs with (start it so, from an empty data dir, if it is not running"
+            " yet: docs/operations.md starts a new member, then adds it):",
+            "metaledger serve " + " ".join(flags),
         ]
     )
     return doc, text
@@ -99,7 +124,10 @@ def run_member_add(args: argparse.Namespace) -> int:
             raise InvalidArgument(f"a member is already named {name!r}; choose --name")
         new = client.member_add(url)
         members = client.members()
-    doc, text = add_report(new, name, serve_flags(members, new, name))
+    flags = serve_flags(
+        members, new, name, args.data_dir or name, args.cluster_password_file, args.token
+    )
+    doc, text = add_report(new, name, flags)
     printer(args).report(doc, text)
     return ExitCode.OK
 
@@ -132,13 +160,33 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     add = actions.add_parser(
         "add",
         parents=[common],
-        help="add a voting member; prints the flags to start it with",
+        help="add a voting member; prints the serve command it runs with",
     )
     add.add_argument("peer_url", metavar="PEER_URL", help="the new node's http://host:port")
     add.add_argument(
         "--name",
         default="",
         help="the new node's id (default: the first n<i> no member uses)",
+    )
+    add.add_argument(
+        "--data-dir",
+        default="",
+        metavar="DIR",
+        help="the new node's data dir, in the printed command (default: its name)",
+    )
+    add.add_argument(
+        "--cluster-password-file",
+        default="cluster-password",
+        metavar="PATH",
+        help="the members' password file, in the printed command (default cluster-password:"
+        " `cluster up`'s, from its DIR)",
+    )
+    add.add_argument(
+        "--initial-cluster-token",
+        dest="token",
+        default="",
+        metavar="TOKEN",
+        help="the cluster's token, in the printed command (`cluster up`: DIR/cluster-token)",
     )
     add.set_defaults(run=run_member_add)
 

@@ -1,7 +1,11 @@
 """``metaledger serve``: run one metadata node until SIGINT/SIGTERM.
 
 Flags map one to one onto :class:`nameserver.config.ServerConfig` fields; a flag not given
-keeps the dataclass default (ports: client 9877, peer 9878, remoting 9876, metrics 9879).
+keeps the dataclass default, and the listen addresses' and the cluster token's defaults are
+:mod:`nameserver.defaults` (loopback: client 9877, peer 9878, remoting 9876, metrics 9879),
+which the help prints. A node left at the default ``--initial-cluster-token`` logs a WARNING
+once it serves (:func:`nameserver.startup.warn_default_token`): its cluster id is every such
+cluster's.
 A :class:`raftlog.ConfigError` exits with USAGE and names the field. A node that cannot
 start (a port in use, a data dir that cannot be used or is another node's or cluster's,
 an unreadable password file: :mod:`nameserver.startup`) prints one line
@@ -30,6 +34,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from nameserver import defaults
 from nameserver.cli.exitcodes import ExitCode
 
 if TYPE_CHECKING:
@@ -179,14 +184,20 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("serve", help="run one metadata node")
-    p.add_argument("--id", dest="node_id", default="", help="this node's id (required)")
-    p.add_argument("--data-dir", default="", help="where the node keeps its data (required)")
-    p.add_argument("--listen-client", metavar="HOST:PORT", help="gRPC client API (default :9877)")
-    p.add_argument("--listen-peer", metavar="HOST:PORT", help="Raft peers (default :9878)")
-    p.add_argument(
-        "--listen-remoting", metavar="HOST:PORT", help="RocketMQ remoting (default :9876)"
-    )
-    p.add_argument("--listen-metrics", metavar="HOST:PORT", help="metrics HTTP (default :9879)")
+    p.add_argument("--id", dest="node_id", required=True, help="this node's id")
+    p.add_argument("--data-dir", required=True, help="where the node keeps its data")
+    for flag, what, default in (
+        ("--listen-client", "gRPC client API", defaults.LISTEN_CLIENT),
+        ("--listen-peer", "Raft peers", defaults.LISTEN_PEER),
+        ("--listen-remoting", "RocketMQ remoting", defaults.LISTEN_REMOTING),
+        ("--listen-metrics", "metrics HTTP", defaults.LISTEN_METRICS),
+    ):
+        port = default.rpartition(":")[2]
+        p.add_argument(
+            flag,
+            metavar="HOST:PORT",
+            help=f"{what} (default {default}: this machine only; 0.0.0.0:{port} for other hosts)",
+        )
     p.add_argument(
         "--initial-cluster",
         metavar="ID=HOST:PEERPORT,...",
@@ -205,7 +216,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="the Raft peer port's password on the command line (visible to `ps`: prefer "
         "--cluster-password-file)",
     )
-    p.add_argument("--advertise-client", metavar="HOST:PORT", help="client URL to advertise")
+    p.add_argument(
+        "--advertise-client",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="client addresses to advertise (default --listen-client): the first is where "
+        "the other members forward to; `metaledger status` tries each in order",
+    )
     p.add_argument("--fsync-policy", help="batch (default), always or never")
     p.add_argument(
         "--snapshot-every-items",
@@ -358,7 +374,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--initial-cluster-token",
         metavar="TOKEN",
-        help="names the cluster; its id derives from it (default metaledger)",
+        help="names the cluster; its id derives from it (default "
+        f"{defaults.CLUSTER_TOKEN}, with a warning: every cluster left at the default has the "
+        "same id; `cluster up` makes one per cluster)",
     )
     _add_tls_flags(p)
     p.add_argument(

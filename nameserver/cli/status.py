@@ -1,7 +1,9 @@
 """``metaledger status``: Admin.Status of every member (role, term, leader, three offsets).
 
 The endpoints given are asked first; the member list of any that answers names the rest
-(their client URLs), so ``metaledger status`` against one node reports the whole cluster.
+(their client URLs), so ``metaledger status`` against one node reports the whole cluster. A
+member that advertises several client URLs (docker-compose.yml: its container's name, then
+the host's published port) is asked at each in turn until one answers.
 A member that does not answer is shown as ``down`` and named on stderr, and the exit code
 is ``MEMBER_DOWN``; ``UNAVAILABLE`` when no endpoint answers at all.
 """
@@ -30,8 +32,12 @@ def split_results(
     return nodes, errors
 
 
+def _client_endpoints(m: Member) -> list[str]:
+    return [normalize_endpoint(url) for url in m.client_urls]
+
+
 def _client_endpoint(m: Member) -> str:
-    return normalize_endpoint(m.client_urls[0]) if m.client_urls else ""
+    return next(iter(_client_endpoints(m)), "")
 
 
 def _answered(m: Member, results: list[NodeStatus | ClientError]) -> bool:
@@ -47,6 +53,26 @@ def down_row(name: str, endpoint: str) -> NodeStatus:
     return NodeStatus(name, endpoint, DOWN, 0, "", 0, 0, 0)
 
 
+def _ask_each_url(
+    args: argparse.Namespace, members: list[Member]
+) -> list[NodeStatus | ClientError]:
+    """Status of ``members`` at their client URLs: all members' first URLs at once, then the
+    next URL of those that did not answer, and so on; an error only for the last URL."""
+    left = {m.member_id: _client_endpoints(m) for m in members if m.client_urls}
+    out: list[NodeStatus | ClientError] = []
+    while left:
+        asked = list(left.items())
+        with make_client(args, [urls[0] for _, urls in asked]) as client:
+            answers = client.status_all()  # one per endpoint, in order
+        for (mid, urls), r in zip(asked, answers, strict=True):
+            if isinstance(r, NodeStatus) or len(urls) == 1:
+                out.append(r)
+                del left[mid]
+            else:
+                urls.pop(0)
+    return out
+
+
 def run_status(args: argparse.Namespace) -> int:
     with make_client(args) as client:
         results = client.status_all()
@@ -58,10 +84,7 @@ def run_status(args: argparse.Namespace) -> int:
             except ClientError as exc:  # the nodes answered; report what they said
                 print(error_line(exc), file=sys.stderr)
     rest = [m for m in members if not _answered(m, results) and _client_endpoint(m) not in asked]
-    rest_at = [_client_endpoint(m) for m in rest if m.client_urls]
-    if rest_at:
-        with make_client(args, rest_at) as client:
-            results += client.status_all()
+    results += _ask_each_url(args, rest)
     nodes, errors = split_results(results)
     by_endpoint = {e.endpoint: e for e in errors}
     rows = list(nodes)
@@ -69,9 +92,11 @@ def run_status(args: argparse.Namespace) -> int:
     for m in members:
         if _answered(m, results):
             continue
-        endpoint = _client_endpoint(m)
+        endpoints = _client_endpoints(m)
+        endpoint = ",".join(endpoints)
         name = m.name or f"{m.member_id:x} (unstarted)"
-        error = by_endpoint.pop(endpoint, None)
+        errors_of = [by_endpoint.pop(e) for e in endpoints if e in by_endpoint]
+        error = errors_of[-1] if errors_of else None
         if error:
             why = error.message.removeprefix("metaledger: ")
             down.append(f"member {name} ({endpoint}) is down: {why}")

@@ -156,7 +156,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):  # type: ignore[misc]
             db_size_bytes=self.node.db_size_bytes(),
             has_quorum=st.has_quorum,
             peer_url="http://" + cfg.listen_peer,
-            client_urls=[cfg.client_url],
+            client_urls=list(cfg.client_urls),
             items_proposed=self.node.log.items_proposed,
             requests_proposed=self.node.log.requests_proposed,
         )

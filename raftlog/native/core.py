@@ -661,7 +661,7 @@ class RaftCore:
         if self.commit_gap_warned:
             return
         self.commit_gap_warned = True
-        log.warning(
+        log.info(
             "this node's log ends at index %d, behind what the leader %s has committed "
             "(%d): catching up from the leader's log or a snapshot (a new member, one that "
             "was down, or one that lost its data)",

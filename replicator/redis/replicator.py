@@ -114,12 +114,26 @@ class RedisReplicator:
                     self.passes += 1
                     self.metrics.pass_started()
                     await self._active_pass(fence)
-                except (_Restart, LeaseLost, RedisReplicatorError, SinkError, ClientError) as exc:
-                    self.last_error = f"{type(exc).__name__}: {exc}"
-                    log.warning("replication pass %d ended: %s", self.passes, self.last_error)
-                except (OSError, TimeoutError) as exc:
-                    self.last_error = f"{type(exc).__name__}: {exc}"
-                    log.warning("replication pass %d ended: %s", self.passes, self.last_error)
+                except (
+                    _Restart,
+                    LeaseLost,
+                    RedisReplicatorError,
+                    SinkError,
+                    ClientError,
+                    OSError,
+                    TimeoutError,
+                ) as exc:
+                    if self._stop.is_set():  # Ctrl-C or SIGTERM: routine
+                        log.info("replication pass %d stopped", self.passes)
+                    else:
+                        # a restart's reason is its message; an error's, its class too
+                        why = (
+                            str(exc)
+                            if isinstance(exc, _Restart)
+                            else f"{type(exc).__name__}: {exc}"
+                        )
+                        self.last_error = why
+                        log.warning("replication pass %d ended: %s", self.passes, why)
                 self.metrics.pass_ended()
                 if not self.role.active:
                     await asyncio.to_thread(self.role.release)
@@ -281,7 +295,10 @@ class _Pass:
             self.generation += 1
         self.replid = event.replid
         self._snapshot = self.watermark.add(
-            Checkpoint(event.replid, event.offset, 0, self.generation), 0, sealed=False
+            Checkpoint(event.replid, event.offset, 0, self.generation),
+            0,
+            sealed=False,
+            at=time.monotonic(),  # the lag of a sync in progress is its age
         )
         self._rdb, self._replay, self._rdb_db = RdbParser(), CommandReplay(), 0
         self.rdb_bytes = 0

@@ -31,7 +31,7 @@ from typing import Any, Final
 from nameserver.client.acl import SessionCredentials
 from replicator.rocketmq.errors import ConfigError
 
-__all__ = ["HEARTBEAT_TOPIC", "RocketMQReplicatorConfig", "dest_queue"]
+__all__ = ["HEARTBEAT_TOPIC", "RocketMQReplicatorConfig", "dest_queue", "loop_names", "namesrv_set"]
 
 #: RIP-45's inner topic, in both clusters
 HEARTBEAT_TOPIC: Final = "rmq_sys_replicator_heartbeat"
@@ -58,7 +58,8 @@ class RocketMQReplicatorConfig:
     #: source topic → destination topic (others keep their name)
     rename: dict[str, str] = field(default_factory=dict)
     queue_map: str = "same"
-    #: the names loop prevention compares; "" = the ``cluster`` of the routes' broker groups
+    #: the RocketMQ cluster names; "" = the ``cluster`` of the routes' broker groups. Loop
+    #: prevention uses them, or NAME@nameservers when both are the same (:attr:`trail_names`)
     source_cluster: str = ""
     dest_cluster: str = ""
     worker: str = field(default_factory=_default_worker)
@@ -103,6 +104,13 @@ class RocketMQReplicatorConfig:
     #: port under ``--cert-file``), with the ``cacert``/``cert``/``key`` of client_options
     source_namesrv_tls: bool = False
     dest_namesrv_tls: bool = False
+
+    @property
+    def trail_names(self) -> tuple[str, str]:
+        """(source, destination) names in ``ROCKETMQ_REPLICATOR_SOURCE``: :func:`loop_names`."""
+        return loop_names(
+            self.source_cluster, self.source_namesrv, self.dest_cluster, self.dest_namesrv
+        )
 
     def session_credentials(self) -> SessionCredentials | None:
         """The destination nameserver's ACL credentials, None unless given."""
@@ -154,7 +162,15 @@ class RocketMQReplicatorConfig:
             if "," in value:
                 raise ConfigError(f"{name}: a cluster name cannot hold ','")
         if self.source_cluster and self.source_cluster == self.dest_cluster:
-            raise ConfigError("source_cluster and dest_cluster are the same cluster")
+            raise ConfigError(
+                f"source_cluster and dest_cluster are both {self.source_cluster!r}: loop"
+                " prevention needs two names (leave them out to tell the clusters apart by"
+                " their nameservers)"
+            )
+        if namesrv_set(self.source_namesrv) == namesrv_set(self.dest_namesrv):
+            raise ConfigError(
+                "dest_namesrv: the source's nameservers: replicate between two clusters"
+            )
         for name in ("lease_ttl_s", "max_in_flight", "pull_batch", "offset_sync_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be at least 1, got {getattr(self, name)}")
@@ -189,6 +205,27 @@ class RocketMQReplicatorConfig:
     @property
     def heartbeats(self) -> bool:
         return self.heartbeat_interval_s > 0
+
+
+def namesrv_set(namesrv: str) -> tuple[str, ...]:
+    """``HOST:PORT;HOST:PORT`` as a sorted tuple of its addresses (order and repeats aside)."""
+    return tuple(sorted({a.strip() for a in namesrv.split(";") if a.strip()}))
+
+
+def loop_names(
+    source_cluster: str, source_namesrv: str, dest_cluster: str, dest_namesrv: str
+) -> tuple[str, str]:
+    """The (source, destination) names loop prevention writes into and looks for in
+    ``ROCKETMQ_REPLICATOR_SOURCE``: the RocketMQ cluster names, or, when both are the same
+    (every fresh RocketMQ deployment is ``DefaultCluster``), ``NAME@HOST:PORT[;HOST:PORT]``
+    with each side's nameservers, so two default clusters replicate both ways. A job the
+    other way round, given the same addresses, computes the same two names."""
+    if source_cluster != dest_cluster:
+        return source_cluster, dest_cluster
+    return (
+        f"{source_cluster}@{';'.join(namesrv_set(source_namesrv))}",
+        f"{dest_cluster}@{';'.join(namesrv_set(dest_namesrv))}",
+    )
 
 
 def dest_queue(mode: str, source_index: int, keys: str, msg_id: str, dest_count: int) -> int:

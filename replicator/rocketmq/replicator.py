@@ -43,7 +43,7 @@ from replicator.rocketmq.checkpoint import QueueCheckpoint
 from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.config import HEARTBEAT_TOPIC, RocketMQReplicatorConfig
 from replicator.rocketmq.connectors import JobConnectors
-from replicator.rocketmq.errors import RocketMQError, TopicNotFound
+from replicator.rocketmq.errors import ConfigError, RocketMQError, TopicNotFound
 from replicator.rocketmq.metrics import RocketMQMetrics
 from replicator.rocketmq.source import QueueReplication, RateLimiter
 from replicator.sinks.errors import SinkError
@@ -148,24 +148,45 @@ class RocketMQReplicator:
             self.client.close()
 
     async def _resolve_cluster_names(self) -> None:
-        """Loop prevention needs both names: from the config, else from the nameservers."""
+        """Loop prevention needs both names: from the config, else from the nameservers.
+        Two clusters of one name (two fresh deployments are both ``DefaultCluster``) are told
+        apart by their nameservers (``config.trail_names``), unless they share a broker: then
+        they are one cluster, a ConfigError naming the flags."""
         config = self.config
-        while not config.source_cluster or not config.dest_cluster:
+        while True:
             try:
                 if not config.source_cluster:
                     config.source_cluster = await self.source.cluster_name()
                 if not config.dest_cluster:
                     config.dest_cluster = await self.dest.cluster_name()
+                if config.source_cluster == config.dest_cluster:
+                    await self._check_two_clusters()
+                return
+            except ConfigError:
+                raise
             except (RocketMQError, OSError) as exc:
                 log.warning("cluster names not known yet (%s); retrying", exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), 2.0)
                 if self._stop.is_set():
                     return
-        if config.source_cluster == config.dest_cluster:
-            raise RocketMQError(
-                f"source and destination are the same RocketMQ cluster {config.source_cluster!r}"
+
+    async def _check_two_clusters(self) -> None:
+        config = self.config
+        source = {a for g in await self.source.brokers() for a in g.addrs.values()}
+        shared = source & {a for g in await self.dest.brokers() for a in g.addrs.values()}
+        if shared:
+            raise ConfigError(
+                f"--source-namesrv {config.source_namesrv} and --dest-namesrv"
+                f" {config.dest_namesrv} serve the same RocketMQ cluster"
+                f" {config.source_cluster!r} (brokers {', '.join(sorted(shared))}):"
+                " replicate between two clusters"
             )
+        log.info(
+            "both clusters are named %s: loop prevention calls them %s and %s",
+            config.source_cluster,
+            *config.trail_names,
+        )
 
     async def _pass(self) -> None:
         config = self.config

@@ -145,7 +145,7 @@ class QueueReplication:
         """Pull and send until cancelled. ``check`` raises when this worker lost its lease
         (before every send); ``failed(reason)`` asks the worker to restart the pass."""
         offset = self.watermark.committable
-        source_cluster, dest_cluster = config.source_cluster, config.dest_cluster
+        source_cluster, dest_cluster = config.trail_names
         while True:
             result = await source.pull(
                 self.queue, offset, config.pull_batch, suspend_ms=PULL_SUSPEND_MS

@@ -134,7 +134,7 @@ def test_a_quorum_group_comes_up_serves_and_survives_its_master(up: Up) -> None:
         assert r.returncode == 0, r.stderr
         r = up.ml("send", "Orders", "first")
         assert r.returncode == 0 and r.stdout.startswith(b"SEND_OK"), r.stdout + r.stderr
-        r = up.ml("consume", "Orders", "--group", "g", "--count", "1", "--timeout", "20")
+        r = up.ml("consume", "Orders", "--group", "g", "--count", "1", "--wait", "20")
         assert r.returncode == 0 and b"first" in r.stdout, r.stdout + r.stderr
 
         master = next(b for b in up.brokers if b.address == g.master_address)

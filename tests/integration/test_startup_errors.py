@@ -201,6 +201,13 @@ def test_a_data_dir_records_its_node_and_refuses_another(tmp_path: Path) -> None
     assert "'other'" in line and "a new data dir" in line
 
 
+def test_a_node_at_the_default_cluster_token_warns_once_it_serves(tmp_path: Path) -> None:
+    out = _serve_until_up(_serve_argv(tmp_path / "n0"), tmp_path / "default.log")
+    assert out.count("WARNING") == 1 and "--initial-cluster-token is the default" in out, out
+    argv = [*_serve_argv(tmp_path / "n1", "n1"), "--initial-cluster-token", "orders-eu"]
+    assert "WARNING" not in _serve_until_up(argv, tmp_path / "own.log")
+
+
 def test_a_data_dir_without_an_identity_is_adopted(tmp_path: Path) -> None:
     data = tmp_path / "n0"
     _serve_until_up(_serve_argv(data), tmp_path / "first.log")

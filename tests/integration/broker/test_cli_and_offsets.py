@@ -4,6 +4,7 @@ metaledger: they survive a broker restart with its offsets nowhere else, and onl
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def consume(
     root: Path, node: Cluster, topic: str, group: str, count: int
 ) -> list[dict[str, object]]:
     r = metaledger(
-        root, "consume", topic, "--group", group, "--count", str(count), "--timeout", "20",
+        root, "consume", topic, "--group", group, "--count", str(count), "--wait", "20",
         "--endpoints", node.endpoints[0], "-w", "json",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr.decode()
@@ -74,6 +75,33 @@ def test_send_consume_and_offsets_across_a_broker_restart(
         assert r.returncode == 4 and b"no route" in r.stderr
     finally:
         assert broker.stop() in (0, None)
+
+
+def test_consume_without_count_stops_once_idle(
+    tmp_path: Path, node: Cluster, client: Client
+) -> None:
+    """Without ``--count``, consume stops once no message came for ``--idle`` seconds after
+    the last one, not at ``--wait``."""
+    broker = BrokerProcess(tmp_path, node.endpoints)
+    try:
+        wait_for("registration", lambda: client.route_cluster_info().brokers)
+        client.route_topic_create("IdleTopic", [QueueData("broker-a", 2, 2, 6)])
+        wait_for("route", lambda: has_route(client, "IdleTopic"))
+        base = ["consume", "IdleTopic", "--group", "idle", "--endpoints", node.endpoints[0]]
+        # the group's offsets start at the topic's end: a first run records them
+        first = metaledger(tmp_path, *base, "--wait", "1")
+        assert first.returncode == 0, first.stderr.decode()
+        send(tmp_path, node, "IdleTopic", "one")
+        send(tmp_path, node, "IdleTopic", "two")
+        started = time.monotonic()
+        r = metaledger(tmp_path, *base, "--wait", "90", "-w", "json")
+        took = time.monotonic() - started
+        assert r.returncode == 0, r.stderr.decode()
+        got = [json.loads(line)["body"] for line in r.stdout.decode().splitlines()]
+        assert sorted(got) == ["one", "two"]
+        assert took < 45, took  # gone about a second after the last message, not at --wait
+    finally:
+        assert broker.stop() == 0
 
 
 def test_kv_offsets_only_rise_and_survive_a_new_store(node: Cluster, client: Client) -> None:

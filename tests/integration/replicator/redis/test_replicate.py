@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,34 @@ def test_full_sync_and_stream_replay_equal_and_acked_is_confirmed(
     finally:
         assert rep.stop() == 0, rep.log()[-3000:]
     assert "Traceback" not in rep.log()
+
+
+def test_a_full_syncs_lag_is_its_age_and_a_stop_is_no_warning(
+    env: Env, redis_pair: tuple[RedisServer, RedisServer]
+) -> None:
+    """During the first full sync, ``lag_s`` is the age of what is unconfirmed (the sync
+    began moments ago), never the machine's uptime; Ctrl-C (SIGTERM here) ends the pass at
+    INFO, with no internal class name in the log."""
+    source, _ = redis_pair
+    topic, job = env.topic("redis-lag"), "lag"
+    source.client().execute_command("DEBUG", "POPULATE", 300_000, "lag", 200)
+    started = time.monotonic()
+    rep = ReplicatorProcess(env, source, topic, job, "w1")
+    seen: list[float] = []
+
+    def synced() -> bool:
+        st = status(env, job)
+        if st is not None:
+            seen.append(st["lag_s"])
+        return caught_up(env, job, source)
+
+    try:
+        wait_until(synced, 120, lambda: f"job {job} confirmed and acked: {rep.log()[-2000:]}")
+        assert seen and max(seen) <= time.monotonic() - started, seen
+    finally:
+        assert rep.stop() == 0, rep.log()[-3000:]
+    log = rep.log()
+    assert "WARNING" not in log and "_Restart" not in log, log[-3000:]
 
 
 def test_kill_9_resumes_with_continue_and_no_write_is_lost(

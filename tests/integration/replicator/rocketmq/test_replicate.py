@@ -27,7 +27,13 @@ import pytest
 
 from tests.harness import wait_until
 from tests.integration.broker.conftest import cli_env
-from tests.integration.replicator.rocketmq.clusters import Message, ProduceError, RmqCluster
+from tests.integration.replicator.rocketmq.clusters import (
+    Message,
+    ProduceError,
+    RmqCluster,
+    close_all,
+    start_clusters,
+)
 from tests.integration.replicator.rocketmq.process import (
     Worker,
     caught_up,
@@ -309,3 +315,55 @@ def test_rename_sends_a_topic_under_another_name(
         assert {q["dest_topic"] for q in qs.values() if not q["heartbeat"]} == {"Original-dr"}
     finally:
         assert w.stop() == 0, w.log()[-3000:]
+
+
+def test_two_default_clusters_replicate_both_ways(tmp_path: Path) -> None:
+    """Both sides of two fresh deployments are named ``DefaultCluster``: loop prevention
+    names each by its nameserver, so A→B and B→A at once deliver every message once and
+    none comes back. The same cluster on both sides (one nameserver under two addresses) is
+    one line and exit 2, no traceback."""
+    (a,) = start_clusters(tmp_path / "one", ["DefaultCluster"])
+    clusters = [a]
+    workers: list[Worker] = []
+    try:
+        (b,) = start_clusters(tmp_path / "two", ["DefaultCluster"])
+        clusters.append(b)
+        topic = "Both"
+        for c in (a, b):
+            c.topic(topic, queues=2)
+        extra = ("--topics", topic, "--heartbeat-interval", "0")
+        workers = [
+            Worker(tmp_path, a.namesrv, b.namesrv, b.endpoints, "a-b", "w", *extra),
+            Worker(tmp_path, b.namesrv, a.namesrv, a.endpoints, "b-a", "w", *extra),
+        ]
+        n = 10
+        mine = {
+            c.namesrv: {s.msg_id for s in c.produce(topic, [Message(b"%d" % i) for i in range(n)])}
+            for c in (a, b)
+        }
+
+        def settled() -> bool:
+            return (
+                caught_up(a, b, "a-b", topic)
+                and caught_up(b, a, "b-a", topic)
+                and all(len(c.all_messages(topic)) == 2 * n for c in (a, b))
+            )
+
+        wait_until(settled, 120, lambda: "\n".join(w.log()[-2000:] for w in workers))
+        for c, other in ((a, b), (b, a)):
+            got = ids(c.all_messages(topic))
+            assert set(got) == mine[a.namesrv] | mine[b.namesrv] and max(got.values()) == 1
+            for m in c.all_messages(topic):
+                if m.properties["UNIQ_KEY"] in mine[other.namesrv]:
+                    assert m.properties[SOURCE] == f"DefaultCluster@{other.namesrv}"
+        port = a.namesrv.rpartition(":")[2]
+        same = Worker(tmp_path, a.namesrv, f"localhost:{port}", a.endpoints, "same", "w", *extra)
+        assert same.proc is not None and same.proc.wait(60) == 2, same.log()
+        assert "Traceback" not in same.log(), same.log()
+        last = same.log().strip().splitlines()[-1]
+        assert last.startswith("metaledger: replicate rocketmq: --source-namesrv"), last
+        assert "same RocketMQ cluster 'DefaultCluster'" in last, last
+    finally:
+        for w in workers:
+            assert w.stop() == 0, w.log()[-3000:]
+        close_all(clusters)

@@ -9,11 +9,12 @@ import pytest
 
 from broker.cli import build_config, register
 from broker.config import BrokerConfig, ConfigError, parse_delay_levels
+from nameserver.cli._common import common_parent
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"), argparse.ArgumentParser(add_help=False))
+    register(parser.add_subparsers(dest="command"), common_parent())
     return parser.parse_args(list(argv))
 
 
@@ -41,8 +42,15 @@ def test_broker_flags() -> None:
 def test_send_and_consume_flags() -> None:
     a = parse("send", "T", "-", "--tags", "x", "--property", "k=v")
     assert (a.topic, a.body, a.tags, a.property) == ("T", "-", "x", ["k=v"])
-    a = parse("consume", "T", "--group", "g", "--count", "2", "--timeout", "3")
+    a = parse("consume", "T", "--group", "g", "--count", "2", "--wait", "3")
     assert (a.group, a.count, a.wait_s, a.tags) == ("g", 2, 3.0, "*")
+
+
+def test_consume_timeout_is_the_request_deadline_as_everywhere() -> None:
+    a = parse("consume", "T", "--group", "g", "--timeout", "2")
+    assert (a.timeout_s, a.wait_s, a.idle_s) == (2.0, 10.0, 1.0)  # not how long to consume
+    a = parse("consume", "T", "--group", "g", "--wait", "30", "--idle", "0.5")
+    assert (a.wait_s, a.idle_s) == (30.0, 0.5) and "timeout_s" not in vars(a)
 
 
 @pytest.mark.parametrize(

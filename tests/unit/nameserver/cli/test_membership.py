@@ -196,8 +196,10 @@ def test_member_add_prints_id_and_serve_flags(
     assert out[-1] == (
         "metaledger serve --id n2 --listen-peer 127.0.0.1:7031 --initial-cluster "
         "n0=127.0.0.1:7001,n1=127.0.0.1:7011,abc=127.0.0.1:7021,n2=127.0.0.1:7031"
-        " --cluster-password-file PATH"
+        " --data-dir n2 --listen-client 127.0.0.1:7030 --listen-remoting 127.0.0.1:7032"
+        " --listen-metrics 127.0.0.1:7033 --cluster-password-file cluster-password"
     )
+    assert "start it so" in out[-2] and "starts a new member, then adds it" in out[-2]
     assert ("member_add", "http://127.0.0.1:7031") in client.calls
 
     client = FakeClient(members=[MEMBERS, [*MEMBERS, NEW]], member_add=NEW)
@@ -207,6 +209,30 @@ def test_member_add_prints_id_and_serve_flags(
     assert doc["id"] == "3c" and doc["name"] == "n9"
     assert doc["member"]["peer_urls"] == ["http://127.0.0.1:7031"]
     assert doc["serve_flags"][:2] == ["--id", "n9"]
+
+
+def test_member_add_prints_a_serve_command_that_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """The printed command is complete: it parses, and its config validates (a data dir,
+    ports of its own, the password file given, the cluster's token)."""
+    from nameserver.cli import serve
+
+    password = tmp_path / "pw"
+    password.write_text("s3cret\n")
+    client = FakeClient(members=[MEMBERS, [*MEMBERS, NEW]], member_add=NEW)
+    use_client(monkeypatch, member, client)
+    argv = ["member", "add", "127.0.0.1:7031", "--data-dir", str(tmp_path / "n3"), "--name", "n3"]
+    argv += ["--cluster-password-file", str(password), "--initial-cluster-token", "orders-eu"]
+    assert cli.main(argv) == ExitCode.OK
+    command = capsys.readouterr().out.splitlines()[-1].split()
+    assert command[:2] == ["metaledger", "serve"]
+    config = serve.build_config(parse(*command[1:]))
+    config.validate()
+    assert (config.node_id, config.data_dir) == ("n3", str(tmp_path / "n3"))
+    assert (config.cluster_token, config.cluster_password) == ("orders-eu", "s3cret")
+    ports = [config.listen_client, config.listen_peer, config.listen_remoting]
+    assert [*ports, config.listen_metrics] == [f"127.0.0.1:{p}" for p in (7030, 7031, 7032, 7033)]
 
 
 def test_member_add_refuses_a_taken_name_or_a_bad_url(

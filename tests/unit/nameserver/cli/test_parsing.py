@@ -355,8 +355,9 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("argv", "field"),
     [
-        (["serve", "--data-dir", "/d"], "node_id"),
-        (["serve", "--id", "n0"], "data_dir"),
+        # missing, they are argparse's "required" (test_help_defaults.py); empty, the config's
+        (["serve", "--id", "", "--data-dir", "/d"], "node_id"),
+        (["serve", "--id", "n0", "--data-dir", ""], "data_dir"),
         (["serve", "--id", "n0", "--data-dir", "/d", "--initial-cluster", "n0"], "initial_cluster"),
         (
             ["serve", "--id", "n0", "--data-dir", "/d", "--listen-peer", "10.1.1.1:1"],

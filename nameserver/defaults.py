@@ -1,0 +1,17 @@
+"""A node's defaults that ``serve --help`` prints and :class:`nameserver.config.ServerConfig`
+takes, in one place (a module with no imports: the command line's help loads no server code).
+
+Listen addresses are loopback: a node answers only on this machine until its operator names
+an address other hosts reach (``0.0.0.0:PORT`` for every interface, as in docs/operations.md
+"Nodes on separate machines"). The ports are DESIGN.md §6's.
+"""
+
+from __future__ import annotations
+
+LISTEN_CLIENT = "127.0.0.1:9877"  # gRPC client API (etcd v3 + metaledger.v1)
+LISTEN_PEER = "127.0.0.1:9878"  # Raft peers
+LISTEN_REMOTING = "127.0.0.1:9876"  # RocketMQ remoting (the nameserver's route front)
+LISTEN_METRICS = "127.0.0.1:9879"  # metrics HTTP: GET /metrics, /health
+#: like etcd's --initial-cluster-token: the cluster id derives from it, so every cluster
+#: started with this one has the same id (``serve`` warns; ``cluster up`` makes one per cluster)
+CLUSTER_TOKEN = "metaledger"
