@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client, NotFound
+from nameserver.client import Client, NotFound, remoting_tls
 from nameserver.client.acl import SessionCredentials
-from nameserver.client.options import remoting_tls
 from nameserver.client.routing import QueueData
 from replicator.rocketmq.client import ClusterClient
 from replicator.rocketmq.errors import RocketMQError

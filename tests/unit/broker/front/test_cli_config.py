@@ -8,12 +8,13 @@ from dataclasses import replace
 import pytest
 
 from broker.cli import build_config, register
+from nameserver.cli._common import common_options
 from broker.config import BrokerConfig, ConfigError, parse_delay_levels
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"), argparse.ArgumentParser(add_help=False))
+    register(parser.add_subparsers(dest="command"), common_options())
     return parser.parse_args(list(argv))
 
 
