@@ -232,7 +232,7 @@ def register(subparsers: Subparsers, common: Common) -> None:
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(run=partial(run_broker, common=common))
-    register_messages(subparsers, common)
+    register_messages(subparsers, common.parent, common.connection_parent, common.connection)
 
 
 def build_config(

@@ -23,6 +23,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -31,28 +32,38 @@ from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
+from nameserver.client import ConnectionOptions
 
 if TYPE_CHECKING:
-    from broker.cli import Common
     from nameserver.client import Route
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 EXIT_OK, EXIT_ERROR, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT = 0, 1, 3, 4, 7
 
+#: the connection of a parsed command line (``Common.connection`` of :mod:`broker.cli`)
+Connect = Callable[[argparse.Namespace], ConnectionOptions]
 
-def register_messages(subparsers: Subparsers, common: Common) -> None:
-    s = subparsers.add_parser("send", parents=[common.parent], help="send one message to a topic")
+
+def register_messages(
+    subparsers: Subparsers,
+    parent: argparse.ArgumentParser,
+    connection_parent: argparse.ArgumentParser,
+    connect: Connect,
+) -> None:
+    """``send`` on ``parent`` (the cluster options), ``consume`` on ``connection_parent``
+    (its own ``--timeout``); ``connect`` reads what they parsed."""
+    s = subparsers.add_parser("send", parents=[parent], help="send one message to a topic")
     s.add_argument("topic")
     s.add_argument("body", help="the message body, or - to read it from stdin (bytes as they are)")
     s.add_argument("--tags", default="")
     s.add_argument("--keys", default="")
     s.add_argument("--property", action="append", default=[], metavar="K=V", help="repeatable")
     s.add_argument("--producer-group", default="metaledger-cli")
-    s.set_defaults(run=partial(run_send, common=common))
+    s.set_defaults(run=partial(run_send, connect=connect))
     # not the common parent: --timeout here is how long to consume, not a request deadline
     c = subparsers.add_parser(
-        "consume", parents=[common.connection_parent], help="consume messages of a topic"
+        "consume", parents=[connection_parent], help="consume messages of a topic"
     )
     c.add_argument("-w", "--output", choices=["table", "json"], default=argparse.SUPPRESS)
     c.add_argument("topic")
@@ -69,14 +80,14 @@ def register_messages(subparsers: Subparsers, common: Common) -> None:
         metavar="SECONDS",
         help="stop after this long (default 10)",
     )
-    c.set_defaults(run=partial(run_consume, common=common))
+    c.set_defaults(run=partial(run_consume, connect=connect))
 
 
-def _route(args: argparse.Namespace, common: Common) -> Route:
+def _route(args: argparse.Namespace, connect: Connect) -> Route:
     from nameserver.client import OptionError
 
     try:
-        connection = common.connection(args)
+        connection = connect(args)
     except OptionError as exc:
         raise SystemExit(f"metaledger: {exc}") from None
     with connection.connect() as client:
@@ -103,13 +114,13 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
     return props
 
 
-def run_send(args: argparse.Namespace, common: Common) -> int:
+def run_send(args: argparse.Namespace, connect: Connect) -> int:
     from nameserver.client import ClientError, NotFound
 
     body = sys.stdin.buffer.read() if args.body == "-" else args.body.encode()
     props = _properties(args)
     try:
-        route = _route(args, common)
+        route = _route(args, connect)
     except NotFound:
         print(f"metaledger: send: topic {args.topic} has no route", file=sys.stderr)
         return EXIT_NOT_FOUND
@@ -187,11 +198,11 @@ def _printable(body: bytes) -> str:
         return "0x" + body.hex()
 
 
-def run_consume(args: argparse.Namespace, common: Common) -> int:
+def run_consume(args: argparse.Namespace, connect: Connect) -> int:
     from nameserver.client import ClientError, NotFound
 
     try:
-        route = _route(args, common)
+        route = _route(args, connect)
     except NotFound:
         print(f"metaledger: consume: topic {args.topic} has no route", file=sys.stderr)
         return EXIT_NOT_FOUND

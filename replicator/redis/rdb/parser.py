@@ -44,6 +44,7 @@ from replicator.redis.rdb.events import (
     SelectDb,
     StringPart,
 )
+from replicator.redis.rdb.streams import STREAM_TYPES, StreamReader
 from replicator.redis.rdb.values import Short, module_name, read_len, read_string
 
 __all__ = ["MAX_VERSION", "NEED_DATA", "NeedData", "RdbParser"]
@@ -203,7 +204,9 @@ class RdbParser:
         op = buf[p]
         p += 1
         if op < 0xF4:  # 0xF4 SLOT_INFO (7.4+) and up are opcodes
-            reader = values.reader_for(op, self._off(p - 1))
+            reader = (
+                StreamReader(op) if op in STREAM_TYPES else values.reader_for(op, self._off(p - 1))
+            )
             key, p = read_string(buf, p, self._base)
             self._key = key
             self._events.append(

@@ -18,6 +18,7 @@ An ``entries_read`` of UINT64_MAX means "unknown" and comes out as -1 (research 
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from replicator.redis.errors import RdbError
 from replicator.redis.rdb import encodings
@@ -91,6 +92,10 @@ def _ms(buf: bytes, p: int) -> tuple[int, int]:
     if p + 8 > len(buf):
         raise Short(p + 8)
     return _MS.unpack_from(buf, p)[0], p + 8
+
+
+#: the RDB types of streams (RDB_TYPE_STREAM_LISTPACKS, _2 and _3)
+STREAM_TYPES: Final = frozenset((15, 19, 21))
 
 
 class StreamReader(ValueReader):

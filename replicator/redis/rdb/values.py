@@ -9,7 +9,9 @@ Types (research note §3.6, ``rdb.h``): 0 string; 1 list, 2 set, 3 zset (string 
 4 hash, 5 zset2 (binary scores) as hashtables; 9 zipmap, 10 list ziplist, 11 intset,
 12 zset ziplist, 13 hash ziplist, 14 quicklist of ziplists, 16 hash listpack, 17 zset
 listpack, 18 quicklist 2, 20 set listpack (7.2 writes it, 7.0 does not; the layout is the
-same listpack); 15, 19, 21 streams; 6/7 module values (refused, module named).
+same listpack); 6/7 module values (refused, module named). Streams (15, 19, 21) are read by
+streams.py, which builds on this module: the parser asks it for those types
+(:data:`~replicator.redis.rdb.streams.STREAM_TYPES`), and :func:`reader_for` for the rest.
 """
 
 from __future__ import annotations
@@ -321,12 +323,6 @@ def reader_for(rdb_type: int, offset: int) -> ValueReader:
     return make()
 
 
-def _stream(rdb_type: int) -> ValueReader:
-    from replicator.redis.rdb.streams import StreamReader  # streams.py builds on this module
-
-    return StreamReader(rdb_type)
-
-
 def _list(items: list[object]) -> Event:
     return ListItems(cast(list[bytes], items))
 
@@ -362,13 +358,10 @@ _READERS: dict[int, Callable[[], ValueReader]] = {
         "hash", lambda b, o: HashFields(_pairs(encodings.decode_ziplist(b, o), "hash ziplist", o))
     ),
     14: lambda: Quicklist(version2=False),
-    15: lambda: _stream(15),
     16: lambda: Blob(
         "hash", lambda b, o: HashFields(_pairs(encodings.decode_listpack(b, o), "hash listpack", o))
     ),
     17: lambda: Blob("zset", lambda b, o: _zset_event(encodings.decode_listpack(b, o), o)),
     18: lambda: Quicklist(version2=True),
-    19: lambda: _stream(19),
     20: lambda: Blob("set", lambda b, o: SetMembers(encodings.decode_listpack(b, o))),
-    21: lambda: _stream(21),
 }

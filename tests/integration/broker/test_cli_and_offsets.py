@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.consumers.offsets import KvOffsetStore
+from broker.state.offsets import KvOffsetStore
 from nameserver.client import Client, NotFound
 from nameserver.client.routing import QueueData
 from tests.harness import Cluster

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from broker.cli import build_config, register
-from nameserver.cli._common import common_options
 from broker.config import BrokerConfig, ConfigError, parse_delay_levels
+from nameserver.cli._common import common_options
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -19,6 +19,8 @@ import nameserver.client.connection as connection_module
 from nameserver import cli
 from nameserver.client import DEFAULT_ENDPOINTS, ENDPOINTS_ENV
 
+NAMESRVS = ["--source-namesrv", "127.0.0.1:1", "--dest-namesrv", "127.0.0.1:2"]
+
 #: a command line of every command that takes --endpoints (its required arguments only)
 COMMANDS = {
     "status": [],
@@ -67,10 +69,8 @@ COMMANDS = {
     "consume": ["T", "--group", "g"],
     "replicate status": [],
     "replicate redis": ["--source", "redis://127.0.0.1:1", "--topic", "T", "--job", "j"],
-    "replicate rocketmq": ["--source-namesrv", "127.0.0.1:1", "--dest-namesrv", "127.0.0.1:2"]
-    + ["--topics", "T", "--job", "j"],
-    "replicate translate": ["--source-namesrv", "127.0.0.1:1", "--dest-namesrv", "127.0.0.1:2"]
-    + ["--job", "j", "--group", "g"],
+    "replicate rocketmq": [*NAMESRVS, "--topics", "T", "--job", "j"],
+    "replicate translate": [*NAMESRVS, "--job", "j", "--group", "g"],
 }
 
 
