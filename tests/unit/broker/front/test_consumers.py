@@ -187,8 +187,7 @@ def test_query_offset_is_refused_until_the_offsets_are_loaded(tmp_path: Path) ->
 
 def test_kv_offsets_load_before_the_first_flush() -> None:
     from broker.state.offsets import KvOffsetStore
-    from nameserver.client import Unavailable
-    from nameserver.client.kv import KeyValue, RangeResult, TxnResult
+    from nameserver.client import KeyValue, RangeResult, TxnResult, Unavailable
 
     class Kv:
         down = True
