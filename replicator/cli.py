@@ -14,6 +14,10 @@ worker. Exit 0; 3 when no endpoint answered; 4 when ``--job`` names no running j
 
 ``redis`` runs one worker until SIGINT/SIGTERM; ``--listen-metrics`` serves its Prometheus
 metrics (replicator/redis/metrics.py); a full sync's progress goes to stderr each second.
+
+Every ``replicate`` command finds metaledger as every ``metaledger`` command does:
+``--endpoints``, else ``$METALEDGER_ENDPOINTS``, else ``127.0.0.1:9877`` (``common.connection``,
+:mod:`replicator.cli_common`).
 """
 
 from __future__ import annotations
