@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar
 from nameserver.cli.connection import (
     CommonOptions,
     add_auth_options,
+    add_connection_options,
     add_endpoints_option,
     add_tls_options,
     connection_options,
@@ -80,9 +81,7 @@ def common_parent() -> argparse.ArgumentParser:
 def common_options() -> CommonOptions:
     """What the command modules of other packages get (:class:`CommonOptions`)."""
     connection = argparse.ArgumentParser(add_help=False)
-    add_endpoints_option(connection)
-    add_tls_options(connection)
-    add_auth_options(connection)
+    add_connection_options(connection)
     return CommonOptions(parent=common_parent(), connection_parent=connection)
 
 
