@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from nameserver.client.routing import BrokerGroup, QueueData, Route  # noqa: E402
+from nameserver.client import BrokerGroup, QueueData, Route  # noqa: E402
 from replicator import gctune  # noqa: E402
 from replicator.redis import replicator as rr  # noqa: E402
 from replicator.redis.checkpoint import Checkpoint  # noqa: E402

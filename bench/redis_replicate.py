@@ -190,8 +190,7 @@ def idle(m: dict[str, float]) -> bool:
 
 
 def run_load(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[str, Any]:
-    from nameserver.client import Client
-    from nameserver.client.routing import QueueData
+    from nameserver.client import Client, QueueData
     from tests.redis_harness import RedisServer
 
     topic = "RedisLag"
@@ -355,8 +354,7 @@ def fill(r: Any, size_mb: int, value_bytes: int) -> int:
 
 
 def run_sync(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[str, Any]:
-    from nameserver.client import Client
-    from nameserver.client.routing import QueueData
+    from nameserver.client import Client, QueueData
     from tests.redis_harness import RedisServer
 
     topic = "RedisSync"

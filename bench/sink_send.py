@@ -34,8 +34,7 @@ if str(ROOT) not in sys.path:
 
 from bench.broker_group import GROUP, MODES, BrokerGroup  # noqa: E402
 from bench.report import RESULTS_DIR, fmt, machine, timestamp, write_report  # noqa: E402
-from nameserver.client import Client  # noqa: E402
-from nameserver.client.routing import QueueData  # noqa: E402
+from nameserver.client import Client, QueueData  # noqa: E402
 from replicator.sinks.base import OutMessage, Sink  # noqa: E402
 from replicator.sinks.errors import SinkError  # noqa: E402
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig  # noqa: E402

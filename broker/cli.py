@@ -2,10 +2,12 @@
 
 Loaded by ``nameserver.cli`` through the entry-point group ``metaledger.commands``
 (``broker = "broker.cli:register"`` in pyproject.toml), so the nameserver never imports the
-broker. ``register(subparsers, common)`` adds the three commands; ``common`` is the parent
-parser of commands that talk to a cluster (``--endpoints``, ``--output``, ``--timeout``, and
-the connection options ``--user``/``--password`` and ``--cacert``/``--cert``/``--key`` of
-:mod:`nameserver.client.options`, which every client the broker makes uses).
+broker. ``register(subparsers, common)`` adds the three commands; ``common`` (:class:`Common`)
+gives the parent parsers of commands that talk to a cluster (``--endpoints``, ``--output``,
+``--timeout``, ``--user``/``--password``, ``--cacert``/``--cert``/``--key``) and turns what
+they parsed into the :class:`nameserver.client.ConnectionOptions` every client the broker
+makes uses: the flags, else ``$METALEDGER_ENDPOINTS`` …, else ``127.0.0.1:9877``, decided in
+the client library alone.
 
 ``metaledger broker --group NAME --data-dir DIR`` runs one replica until SIGINT/SIGTERM:
 the remoting front on ``--listen`` (default ``0.0.0.0:10911``), registered in the routes of
@@ -21,29 +23,34 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cli_messages import register_messages
 from broker.config import DEFAULT_PORT, BrokerConfig, ConfigError
 from broker.store import FlushMode
-from nameserver.client.options import OptionError, client_options
+from nameserver.client import DEFAULT_ENDPOINTS, ConnectionOptions, OptionError
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CANNOT_START = 0, 1, 2, 78
-ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
-DEFAULT_ENDPOINTS = "127.0.0.1:9877"
 
 
-def endpoints_of(args: argparse.Namespace) -> list[str]:
-    raw = getattr(args, "endpoints", None) or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
-    return [e.strip() for e in raw.split(",") if e.strip()]
+class Common(Protocol):
+    """What ``register`` gets from ``nameserver.cli`` (its ``connection.CommonOptions``: this
+    package may not import it)."""
+
+    @property
+    def parent(self) -> argparse.ArgumentParser:
+        """``--endpoints``, ``--output``, ``--timeout``, TLS and auth."""
+
+    def connection(self, args: argparse.Namespace) -> ConnectionOptions:
+        """The flags, else the environment, else the defaults; OptionError when unusable."""
 
 
 def host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
@@ -75,10 +82,10 @@ def advertised(host: str) -> str:
         raise ConfigError(f"advertise: cannot resolve {host!r} to an address: {exc}") from None
 
 
-def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: Common) -> None:
     p = subparsers.add_parser(
         "broker",
-        parents=[common],
+        parents=[common.parent],
         help="run one RocketMQ-protocol broker replica",
         description="Run one broker replica until SIGINT/SIGTERM: the RocketMQ remoting front on"
         " --listen, registered with its topics in the routes of --endpoints under --cluster.",
@@ -220,11 +227,14 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         help="commit-log segment file size (RocketMQ mappedFileSizeCommitLog, 1 GiB)",
     )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.set_defaults(run=run_broker)
-    register_messages(subparsers, common)
+    p.set_defaults(run=partial(run_broker, common=common))
+    register_messages(subparsers, common.parent, common.connection)
 
 
-def build_config(args: argparse.Namespace) -> BrokerConfig:
+def build_config(
+    args: argparse.Namespace, endpoints: Sequence[str] = (DEFAULT_ENDPOINTS,)
+) -> BrokerConfig:
+    """The replica's config from its flags; ``endpoints``: the connection's."""
     host, port = args.listen
     kw: dict[str, Any] = {}
     if args.slave_read_lag_bytes is not None:
@@ -241,7 +251,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         advertised_host=advertised(args.advertise or host),
         flush_mode=FlushMode(args.flush),
         broker_role=args.broker_role,
-        endpoints=tuple(endpoints_of(args)),
+        endpoints=tuple(endpoints),
         retry_max_times=args.retry_max_times,
         slave_read_enable=args.slave_read_enable,
         retention_hours=args.retention_hours,
@@ -261,19 +271,19 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     ).validate()
 
 
-def run_broker(args: argparse.Namespace) -> int:
+def run_broker(args: argparse.Namespace, common: Common) -> int:
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
-        config = build_config(args)
-        connection = client_options(args)
+        connection = common.connection(args)
+        config = build_config(args, connection.endpoints)
     except (ConfigError, OptionError) as exc:
         print(f"metaledger: broker: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return _run(_serve(config, float(getattr(args, "timeout_s", None) or 5.0), connection))
+    return _run(_serve(config, connection))
 
 
 async def _check_access(client: Any, config: BrokerConfig) -> None:
@@ -313,14 +323,14 @@ def _run(main: Coroutine[Any, Any, int]) -> int:
         return runner.run(main)
 
 
-async def _serve(config: BrokerConfig, timeout_s: float, connection: dict[str, Any]) -> int:
-    """Serve until a signal; ``connection``: the client library's user, password and TLS
-    files (``--user``, ``--cacert`` … of :mod:`nameserver.client.options`)."""
+async def _serve(config: BrokerConfig, connection: ConnectionOptions) -> int:
+    """Serve until a signal; ``connection``: where metaledger is and as whom (``--user``,
+    ``--cacert`` …)."""
     from broker.replica import Replica
-    from nameserver.client import Client, ClientError
+    from nameserver.client import ClientError
 
     try:
-        client = Client(list(config.endpoints), timeout_s=timeout_s, **connection)
+        client = connection.connect(list(config.endpoints))
     except (ClientError, OSError, ValueError) as exc:
         print(f"metaledger: broker: cannot connect to metaledger: {exc}", file=sys.stderr)
         return EXIT_USAGE

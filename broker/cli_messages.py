@@ -26,32 +26,42 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
+from nameserver.client import ConnectionOptions
 
 if TYPE_CHECKING:
-    from nameserver.client.routing import Route
+    from nameserver.client import Route
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 EXIT_OK, EXIT_ERROR, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT = 0, 1, 3, 4, 7
 
+#: the connection of a parsed command line (``Common.connection`` of :mod:`broker.cli`)
+Connect = Callable[[argparse.Namespace], ConnectionOptions]
 
-def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    s = subparsers.add_parser("send", parents=[common], help="send one message to a topic")
+
+def register_messages(
+    subparsers: Subparsers, parent: argparse.ArgumentParser, connect: Connect
+) -> None:
+    """``send`` and ``consume`` on ``parent`` (the cluster options, ``--timeout`` the request
+    deadline as everywhere); ``connect`` reads what they parsed."""
+    s = subparsers.add_parser("send", parents=[parent], help="send one message to a topic")
     s.add_argument("topic")
     s.add_argument("body", help="the message body, or - to read it from stdin (bytes as they are)")
     s.add_argument("--tags", default="")
     s.add_argument("--keys", default="")
     s.add_argument("--property", action="append", default=[], metavar="K=V", help="repeatable")
     s.add_argument("--producer-group", default="metaledger-cli")
-    s.set_defaults(run=run_send)
-    c = subparsers.add_parser("consume", parents=[common], help="consume messages of a topic")
+    s.set_defaults(run=partial(run_send, connect=connect))
+    c = subparsers.add_parser("consume", parents=[parent], help="consume messages of a topic")
     c.add_argument("topic")
     c.add_argument("--group", required=True, help="the consumer group (its offsets are committed)")
     c.add_argument("--tags", default="*", metavar="EXPR", help='tag expression, e.g. "a || b"')
@@ -78,20 +88,17 @@ def register_messages(subparsers: Subparsers, common: argparse.ArgumentParser) -
         metavar="SECONDS",
         help="without --count: stop once no message came for this long after the last (default 1)",
     )
-    c.set_defaults(run=run_consume)
+    c.set_defaults(run=partial(run_consume, connect=connect))
 
 
-def _route(args: argparse.Namespace) -> Route:
-    from broker.cli import endpoints_of
-    from nameserver.client import Client
-    from nameserver.client.options import OptionError, client_options
+def _route(args: argparse.Namespace, connect: Connect) -> Route:
+    from nameserver.client import OptionError
 
-    timeout_s = float(getattr(args, "timeout_s", None) or 5.0)
     try:
-        connection = client_options(args)
+        connection = connect(args)
     except OptionError as exc:
         raise SystemExit(f"metaledger: {exc}") from None
-    with Client(endpoints_of(args), timeout_s=timeout_s, **connection) as client:
+    with connection.connect() as client:
         return client.route_get(args.topic)
 
 
@@ -115,13 +122,13 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
     return props
 
 
-def run_send(args: argparse.Namespace) -> int:
+def run_send(args: argparse.Namespace, connect: Connect) -> int:
     from nameserver.client import ClientError, NotFound
 
     body = sys.stdin.buffer.read() if args.body == "-" else args.body.encode()
     props = _properties(args)
     try:
-        route = _route(args)
+        route = _route(args, connect)
     except NotFound:
         print(f"metaledger: send: topic {args.topic} has no route", file=sys.stderr)
         return EXIT_NOT_FOUND
@@ -199,11 +206,11 @@ def _printable(body: bytes) -> str:
         return "0x" + body.hex()
 
 
-def run_consume(args: argparse.Namespace) -> int:
+def run_consume(args: argparse.Namespace, connect: Connect) -> int:
     from nameserver.client import ClientError, NotFound
 
     try:
-        route = _route(args)
+        route = _route(args, connect)
     except NotFound:
         print(f"metaledger: consume: topic {args.topic} has no route", file=sys.stderr)
         return EXIT_NOT_FOUND

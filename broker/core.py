@@ -10,6 +10,10 @@ A message with ``WAIT`` = false is not subject to the replicas' admission (Rocke
 needAckNums only to messages that wait, J5 ``CommitLog.needHandleHA``). After each append
 ``appended`` is called (the HA master wakes its streams), and after the replicas' wait the
 long polls are woken again (under a quorum, consumers see a message once it is confirmed).
+
+The core sits between the state it holds (``broker/state/``: consumer groups, queue locks,
+offsets, parked pulls) and the request handlers (``send/``, ``pull/``, ``consumers/``,
+``admin/``), which import it; it imports no handler, and ``replica.py`` wires them in.
 """
 
 from __future__ import annotations
@@ -23,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.config import BrokerConfig
-from broker.consumers.locks import LockManager
-from broker.consumers.offsets import OffsetStore
-from broker.consumers.registry import ConsumerRegistry
 from broker.metrics import BrokerMetrics
-from broker.pull.hold import PullHold
 from broker.replication import Admission, PutStatus, Replication, put_status
+from broker.state.consumers import ConsumerRegistry
+from broker.state.hold import PullHold
+from broker.state.locks import LockManager
+from broker.state.offsets import OffsetStore
 from broker.store import FlushMode, MessageStore, PutResult, StoredMessage
 from broker.topics import TopicTable
 

@@ -28,7 +28,6 @@ import os
 from broker.admin.processor import AdminProcessor
 from broker.admin.topics import TopicAdmin
 from broker.config import BrokerConfig
-from broker.consumers.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
 from broker.group_member import GroupMember, HASettings
@@ -41,6 +40,7 @@ from broker.replication import Replication, Standalone
 from broker.routes import RouteRegistrar
 from broker.send.processor import SendProcessor
 from broker.send.schedule import ScheduleService
+from broker.state.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.store import Host, MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
 from nameserver.client import Client, ClientError

@@ -1,5 +1,6 @@
 """A node's defaults that ``serve --help`` prints and :class:`nameserver.config.ServerConfig`
-takes, in one place (a module with no imports: the command line's help loads no server code).
+takes, in one place. The client port is where every client looks by default, so it comes
+from the client library (``nameserver.client.DEFAULT_ENDPOINTS``), the one place both read.
 
 Listen addresses are loopback: a node answers only on this machine until its operator names
 an address other hosts reach (``0.0.0.0:PORT`` for every interface, as in docs/operations.md
@@ -8,7 +9,9 @@ an address other hosts reach (``0.0.0.0:PORT`` for every interface, as in docs/o
 
 from __future__ import annotations
 
-LISTEN_CLIENT = "127.0.0.1:9877"  # gRPC client API (etcd v3 + metaledger.v1)
+from nameserver.client import DEFAULT_ENDPOINTS
+
+LISTEN_CLIENT = DEFAULT_ENDPOINTS  # gRPC client API (etcd v3 + metaledger.v1): 127.0.0.1:9877
 LISTEN_PEER = "127.0.0.1:9878"  # Raft peers
 LISTEN_REMOTING = "127.0.0.1:9876"  # RocketMQ remoting (the nameserver's route front)
 LISTEN_METRICS = "127.0.0.1:9879"  # metrics HTTP: GET /metrics, /health

@@ -14,26 +14,30 @@ worker. Exit 0; 3 when no endpoint answered; 4 when ``--job`` names no running j
 
 ``redis`` runs one worker until SIGINT/SIGTERM; ``--listen-metrics`` serves its Prometheus
 metrics (replicator/redis/metrics.py); a full sync's progress goes to stderr each second.
+
+Every ``replicate`` command finds metaledger as every ``metaledger`` command does:
+``--endpoints``, else ``$METALEDGER_ENDPOINTS``, else ``127.0.0.1:9877`` (``common.connection``,
+:mod:`replicator.cli_common`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from nameserver.client.options import OptionError, client_options
+from nameserver.client import OptionError
+from replicator.cli_common import EXIT_OK, parse_listen, run_worker, setup_logging
 
 if TYPE_CHECKING:
+    from replicator.cli_common import Common
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
-EXIT_OK, EXIT_UNAVAILABLE, EXIT_NOT_FOUND = 0, 3, 4
-ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
-DEFAULT_ENDPOINTS = "127.0.0.1:2379"
+EXIT_UNAVAILABLE, EXIT_NOT_FOUND = 3, 4
 
 #: status columns: (heading, the status document's field)
 COLUMNS = (
@@ -51,20 +55,7 @@ COLUMNS = (
 )
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` too) → (host, port); ValueError when malformed."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def endpoints_of(args: argparse.Namespace) -> list[str]:
-    raw = getattr(args, "endpoints", None) or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
-    return [e.strip() for e in raw.split(",") if e.strip()]
-
-
-def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
+def register(subparsers: Subparsers, common: Common) -> None:
     p = subparsers.add_parser(
         "replicate",
         help="run and inspect replicators (Redis → RocketMQ, RocketMQ → RocketMQ)",
@@ -73,16 +64,16 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="replicate_command", metavar="COMMAND", required=True)
     s = sub.add_parser(
         "status",
-        parents=[common],
+        parents=[common.parent],
         help="each job's source, offsets and lag, as its active worker last published them",
     )
     s.add_argument("--kind", choices=("redis", "rocketmq"), default="")
     s.add_argument("--job", default="", metavar="NAME")
-    s.set_defaults(run=run_status)
+    s.set_defaults(run=partial(run_status, common=common))
 
     r = sub.add_parser(
         "redis",
-        parents=[common],
+        parents=[common.parent],
         help="pose as a Redis replica and stream every write into a RocketMQ topic",
         description="Run one worker of a Redis replication job until SIGINT/SIGTERM. Several"
         " workers of one --job may run: one is active (metaledger lease), the others wait and"
@@ -127,25 +118,19 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
         help="serve Prometheus metrics on http://HOST:PORT/metrics (default: off)",
     )
     r.add_argument("--log-level", default="INFO")
-    r.set_defaults(run=run_redis)
+    r.set_defaults(run=partial(run_redis, common=common))
 
     from replicator.rocketmq import cli as rocketmq_cli
 
     rocketmq_cli.register(sub, common)
 
 
-def run_with_endpoints(run: Callable[[argparse.Namespace, list[str]], int]) -> Callable[..., int]:
-    """A command that needs the metaledger endpoints (``--endpoints`` or the environment)."""
-    return lambda args: run(args, endpoints_of(args))
-
-
-def run_status(args: argparse.Namespace) -> int:
-    from nameserver.client import Client, ClientError
+def run_status(args: argparse.Namespace, common: Common) -> int:
+    from nameserver.client import ClientError
     from replicator.status import read_statuses
 
-    timeout_s = float(getattr(args, "timeout_s", None) or 5.0)
     try:
-        with Client(endpoints_of(args), timeout_s=timeout_s, **client_options(args)) as client:
+        with common.connection(args).connect() as client:
             docs = read_statuses(client, args.kind, args.job)
     except (ClientError, OptionError) as exc:
         print(f"metaledger: replicate status: {exc}", file=sys.stderr)
@@ -170,7 +155,7 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def run_redis(args: argparse.Namespace) -> int:
+def run_redis(args: argparse.Namespace, common: Common) -> int:
     from replicator.redis.config import RedisReplicatorConfig, parse_source
     from replicator.redis.errors import ConfigError
     from replicator.redis.metrics import RedisMetrics, SyncProgress
@@ -178,11 +163,12 @@ def run_redis(args: argparse.Namespace) -> int:
 
     setup_logging(args.log_level)
     try:
+        connection = common.connection(args)
         config = RedisReplicatorConfig(
             source=parse_source(args.source),
             topic=args.topic,
             job=args.job,
-            endpoints=endpoints_of(args),
+            endpoints=list(connection.endpoints),
             lease_ttl_s=args.lease_ttl,
             spool_dir=args.spool_dir,
             spool_memory_bytes=args.spool_memory_mb * 1024 * 1024,
@@ -193,13 +179,13 @@ def run_redis(args: argparse.Namespace) -> int:
             sink_path=args.sink_file,
             namesrv=args.namesrv,
             cluster_shard=args.cluster_shard,
-            client_options=client_options(args),
+            client_options=connection.client_kwargs(),
         )
         if args.worker:
             config.worker = args.worker
         config.validate()
         listen = parse_listen(args.listen_metrics) if args.listen_metrics else None
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError) as exc:  # OptionError too
         print(f"metaledger: replicate redis: {exc}", file=sys.stderr)
         return 2
     metrics = RedisMetrics(config.job, SyncProgress(sys.stderr))
@@ -211,75 +197,6 @@ def run_redis(args: argparse.Namespace) -> int:
     return run_worker(
         "redis", lambda: RedisReplicator(config, metrics=metrics), metrics, listen, banner
     )
-
-
-class _Worker(Protocol):
-    def stop(self) -> None: ...
-
-    async def run(self) -> None: ...
-
-
-class _Metrics(Protocol):
-    def serve(self, host: str, port: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def setup_logging(level: str) -> None:
-    import logging
-
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def run_worker(
-    kind: str,
-    make: Callable[[], _Worker],
-    metrics: _Metrics,
-    listen: tuple[str, int] | None,
-    banner: str,
-) -> int:
-    """Run one replicator worker until SIGINT/SIGTERM: its metrics served on ``listen``, the
-    GC tuned, uvloop; exit 0. Exit 2 when the metrics port cannot be bound, or when the
-    worker finds a setting that cannot work once it reached the clusters (its ``run()``
-    raises a ValueError, as the RocketMQ replicator's ConfigError is): one line, no
-    traceback."""
-    import asyncio
-    import signal
-
-    from replicator import gctune
-
-    if listen is not None:
-        try:
-            metrics.serve(*listen)
-        except OSError as exc:
-            print(f"metaledger: replicate {kind}: --listen-metrics: {exc}", file=sys.stderr)
-            return 2
-
-    async def main() -> None:
-        replicator = make()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, replicator.stop)
-        print(banner, file=sys.stderr, flush=True)
-        await replicator.run()
-
-    gctune.tune()
-    try:
-        import uvloop
-
-        uvloop.run(main())
-    except KeyboardInterrupt:
-        pass
-    except ValueError as exc:
-        print(f"metaledger: replicate {kind}: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        metrics.close()
-    return EXIT_OK
 
 
 def render_table(docs: list[dict[str, Any]]) -> str:

@@ -17,10 +17,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from nameserver.client import Client
-from nameserver.client.errors import ClientError, LeaseLost
-from nameserver.client.kv import Compare, Comparison
-from nameserver.client.locks import Election
+from nameserver.client import Client, ClientError, Compare, Comparison, Election, LeaseLost
 
 __all__ = ["ActiveRole", "Fence", "LeaseLost"]
 

@@ -21,12 +21,12 @@ import asyncio
 import struct
 import time
 
-from broker.consumers.registry import Subscription, parse_expression
 from broker.core import BrokerCore
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError, NoPermission, TopicNotExist
 from broker.remoting.headers import PullHeader
 from broker.remoting.server import Handler, Peer
+from broker.state.consumers import Subscription, parse_expression
 from broker.store import GetResult
 from rmq.codec import RemotingCommand
 

@@ -1,6 +1,6 @@
 """GroupView: a replica's immutable picture of its replica group, as metaledger last answered.
 
-Built from :class:`nameserver.client.replica_groups.ReplicaGroupInfo` (GetGroup, Register,
+Built from :class:`nameserver.client.ReplicaGroupInfo` (GetGroup, Register,
 AlterSyncStateSet, ElectMaster answers). The role manager swaps the whole view on each
 answer with a master epoch not lower than the one it holds (research/broker.md §7: brokers
 act only on a higher master epoch), and the send path and the in-sync set upkeep read the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo
+from nameserver.client import GroupPolicy, ReplicaGroupInfo
 
 __all__ = ["GroupView"]
 

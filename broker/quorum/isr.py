@@ -39,8 +39,14 @@ from typing import Protocol
 
 from broker.quorum.group import GroupView
 from broker.quorum.replication import HAMasterLike, SlaveStateLike
-from nameserver.client import ClientError, FailedPrecondition, InvalidArgument, NotFound
-from nameserver.client.replica_groups import ReplicaGroupInfo, ReplicaGroupWrite
+from nameserver.client import (
+    ClientError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ReplicaGroupInfo,
+    ReplicaGroupWrite,
+)
 
 __all__ = ["IsrChange", "IsrKeeper", "IsrSettings", "plan"]
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.replication import PutStatus
-from nameserver.client.replica_groups import GroupPolicy
+from nameserver.client import GroupPolicy
 
 __all__ = [
     "RULES",

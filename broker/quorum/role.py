@@ -44,8 +44,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.quorum.group import GroupView
-from nameserver.client import ClientError, FailedPrecondition, NotFound
-from nameserver.client.replica_groups import (
+from nameserver.client import (
+    ClientError,
+    FailedPrecondition,
+    NotFound,
     ReplicaGroupInfo,
     ReplicaGroupWrite,
     ReplicaHeartbeat,

@@ -5,9 +5,11 @@ One module per command group (``serve``, ``cluster`` with ``cluster_restart``, `
 ``txn``, ``watch``, ``member``, ``leader``, ``lease``, ``lock`` for lock/elect, ``snapshot``,
 ``compact``, ``bench``, ``offsets`` for offsets and quotas, ``replica_group``, ``route`` for
 route and kvconfig), each with a
-``register(subparsers, common)``; command modules of other packages (``broker.cli``:
-``broker``, ``send``, ``consume``) come in through the entry-point group ``metaledger.commands``,
-so the nameserver never imports them; results go through ``printers`` (``--output table|json``)
+``register(subparsers, common)`` (``common``: the parent parser of commands that talk to a
+cluster); command modules of other packages (``broker.cli``: ``broker``, ``send``,
+``consume``; ``replicator.cli``: ``replicate``) come in through the entry-point group
+``metaledger.commands``, so the nameserver never imports them, and get the connection flags'
+parsing from it (``connection.CommonOptions``); results go through ``printers`` (``--output table|json``)
 and every exit status is an ``exitcodes.ExitCode`` (the table ``--help`` prints). Where
 commands connect is decided in ``_common`` alone; the cluster options (``--endpoints``,
 ``--timeout``) are given only to commands that talk to a cluster. Commands use the same
@@ -50,17 +52,10 @@ from nameserver.cli import (
     user,
     watch,
 )
-from nameserver.cli._common import (
-    DEFAULT_ENDPOINTS,
-    ENDPOINTS_ENV,
-    UsageError,
-    add_common_options,
-    common_parent,
-    error_line,
-)
+from nameserver.cli._common import UsageError, add_common_options, common_options, error_line
 from nameserver.cli.exitcodes import ExitCode, for_error
 from nameserver.cli.exitcodes import table as exit_code_table
-from nameserver.client import ClientError
+from nameserver.client import DEFAULT_ENDPOINTS, ENDPOINTS_ENV, ClientError
 
 __all__ = ["ExitCode", "build_parser", "main"]
 
@@ -85,9 +80,11 @@ _GROUPS = (
 )
 
 
-#: Command modules of other packages (``broker.cli``: ``metaledger broker|send|consume``) are
-#: found through this entry-point group, so the nameserver never imports them; each entry
-#: point names a ``register(subparsers, common)`` like the modules above.
+#: Command modules of other packages (``broker.cli``: ``metaledger broker|send|consume``;
+#: ``replicator.cli``: ``metaledger replicate …``) are found through this entry-point group, so
+#: the nameserver never imports them; each entry point names a ``register(subparsers, common)``
+#: whose ``common`` is a :class:`~nameserver.cli.connection.CommonOptions`: the parent parsers
+#: and the reading of the connection flags, which those packages may not import.
 COMMANDS_GROUP = "metaledger.commands"
 
 
@@ -121,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_common_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = common_parent()
+    common = common_options()
     for group in _GROUPS:
-        group.register(sub, common)
+        group.register(sub, common.parent)
     for _name, register in _plugin_commands():
         register(sub, common)
     return parser

@@ -2,10 +2,11 @@
 and TLS: ``--cacert``, ``--cert``, ``--key``, etcdctl's names; env ``METALEDGER_CACERT`` &c.,
 as etcdctl's ``ETCDCTL_CACERT``).
 
-This module is the one place that decides where the command line connects: ``--endpoints``,
-else the environment variable ``METALEDGER_ENDPOINTS`` (comma-separated, as etcdctl's
-``ETCDCTL_ENDPOINTS``), else ``127.0.0.1:9877``, which is the client port of node ``n0`` of
-``metaledger cluster up`` with its default base port, and ``serve``'s default client port.
+Where the command line connects is decided by the client library's one resolver
+(:meth:`nameserver.client.ConnectionOptions.resolve`: ``--endpoints``, else
+``$METALEDGER_ENDPOINTS``, else ``127.0.0.1:9877``, the client port of node ``n0`` of
+``metaledger cluster up`` with its default base port and ``serve``'s default client port), the
+same the broker and the replicators use; the flags are in :mod:`nameserver.cli.connection`.
 
 The options are accepted before and after the command name (``metaledger --output json status``
 and ``metaledger status --output json``): both parsers declare them with ``SUPPRESS`` defaults,
@@ -17,22 +18,26 @@ Commands that do not talk to a cluster but print a result take ``--output`` alon
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-from nameserver import defaults
+from nameserver.cli.connection import (
+    CommonOptions,
+    add_auth_options,
+    add_endpoints_option,
+    add_tls_options,
+    connection_options,
+)
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import OUTPUTS, Printer, get_printer
-from nameserver.client import Client, ClientError, InvalidArgument, options
-from nameserver.client.options import add_auth_options, add_tls_options
-from nameserver.client.transport import normalize_endpoint
-
-#: the client port of ``serve`` and of node n0 of ``cluster up`` (its default base port)
-DEFAULT_CLIENT_PORT = int(defaults.LISTEN_CLIENT.rpartition(":")[2])
-DEFAULT_ENDPOINTS = defaults.LISTEN_CLIENT
-ENDPOINTS_ENV = "METALEDGER_ENDPOINTS"
-DEFAULT_TIMEOUT_S = 5.0
+from nameserver.client import (
+    DEFAULT_TIMEOUT_S,
+    Client,
+    ClientError,
+    ConnectionOptions,
+    OptionError,
+    resolve_endpoints,
+)
 
 N = TypeVar("N", int, float)
 
@@ -41,12 +46,7 @@ if TYPE_CHECKING:
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--endpoints",
-        default=argparse.SUPPRESS,
-        metavar="HOST:PORT,...",
-        help=f"comma-separated gRPC endpoints (env {ENDPOINTS_ENV}; default {DEFAULT_ENDPOINTS})",
-    )
+    add_endpoints_option(parser)
     add_output_option(parser)
     parser.add_argument(
         "--timeout",
@@ -58,23 +58,6 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     )
     add_tls_options(parser)
     add_auth_options(parser)
-
-
-def tls_files(args: argparse.Namespace) -> dict[str, str]:
-    """The client library's TLS arguments from ``--cacert/--cert/--key`` or their env."""
-    try:
-        return options.tls_files(args)
-    except options.OptionError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def credentials(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """(user, password) of ``--user``/``--password`` (or ``$METALEDGER_USER``), as etcdctl
-    reads them; (None, None) without a user (:func:`nameserver.client.options.credentials`)."""
-    try:
-        return options.credentials(args)
-    except options.OptionError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def add_output_option(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +75,11 @@ def common_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     add_common_options(parent)
     return parent
+
+
+def common_options() -> CommonOptions:
+    """What the command modules of other packages get (:class:`CommonOptions`)."""
+    return CommonOptions(parent=common_parent())
 
 
 def output_parent() -> argparse.ArgumentParser:
@@ -139,22 +127,21 @@ class UsageError(Exception):
 
 
 def endpoints(args: argparse.Namespace) -> list[str]:
-    """``--endpoints``, else ``$METALEDGER_ENDPOINTS``, else ``127.0.0.1:9877``; each
-    endpoint checked to be HOST:PORT (``http://`` allowed), so none silently means port 443."""
-    flag = getattr(args, "endpoints", None)
-    raw = flag or os.environ.get(ENDPOINTS_ENV) or DEFAULT_ENDPOINTS
-    source = "--endpoints" if flag else ENDPOINTS_ENV if os.environ.get(ENDPOINTS_ENV) else ""
-    out = []
-    for item in raw.split(","):
-        if not item.strip():
-            continue
-        try:
-            out.append(normalize_endpoint(item))
-        except InvalidArgument as exc:
-            raise UsageError(f"{source}: {exc.message}" if source else exc.message) from None
-    if not out:
-        raise UsageError(f"{source or 'endpoints'}: no endpoint given")
-    return out
+    """``--endpoints``, else ``$METALEDGER_ENDPOINTS``, else ``127.0.0.1:9877``
+    (:func:`nameserver.client.resolve_endpoints`: each checked to be HOST:PORT)."""
+    try:
+        return list(resolve_endpoints(getattr(args, "endpoints", None)))
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def connection(args: argparse.Namespace) -> ConnectionOptions:
+    """The command's connection (:func:`nameserver.cli.connection.connection_options`); a
+    value it cannot use is a usage error."""
+    try:
+        return connection_options(args)
+    except OptionError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def output(args: argparse.Namespace) -> str:
@@ -167,14 +154,7 @@ def timeout_s(args: argparse.Namespace) -> float:
 
 def make_client(args: argparse.Namespace, at: list[str] | None = None) -> Client:
     """A client of the command's endpoints (or of ``at``), with its ``--timeout``."""
-    user, password = credentials(args)
-    return Client(
-        at if at is not None else endpoints(args),
-        timeout_s=timeout_s(args),
-        user=user,
-        password=password,
-        **tls_files(args),
-    )
+    return connection(args).connect(at)
 
 
 def printer(args: argparse.Namespace) -> Printer:

@@ -39,7 +39,6 @@ from nameserver.cli import certs
 from nameserver.cli import cluster_brokers as brokers_state
 from nameserver.cli import cluster_restart as nodes_state
 from nameserver.cli._common import (
-    DEFAULT_CLIENT_PORT,
     output,
     output_parent,
     positive_float,
@@ -49,7 +48,7 @@ from nameserver.cli._common import (
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.serve import LOG_LEVELS, PARENT_PID_ENV
 from nameserver.cli.status import split_results
-from nameserver.client import Client, ClientError, NodeStatus
+from nameserver.client import DEFAULT_CLIENT_PORT, Client, ClientError, NodeStatus
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers

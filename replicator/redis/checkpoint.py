@@ -29,8 +29,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from nameserver.client.errors import NotFound
-from nameserver.client.offsets import CommittedOffset, OffsetWrite
+from nameserver.client import CommittedOffset, NotFound, OffsetWrite
 from replicator.redis.errors import ConfigError
 
 __all__ = [

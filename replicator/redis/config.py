@@ -85,7 +85,7 @@ class RedisReplicatorConfig:
     cluster_shard: str | None = None  # a Redis Cluster: a slot or a node id (cluster.py)
     cluster_check_interval_s: float = 2.0  # how often a pass checks its node is still master
     #: the metaledger client's user, password and TLS files (``--user``, ``--cacert`` …,
-    #: :func:`nameserver.client.options.client_options`); not in repr (a password)
+    #: :meth:`nameserver.client.ConnectionOptions.client_kwargs`); not in repr (a password)
     client_options: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def validate(self) -> None:

@@ -32,8 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nameserver.client import Client
-from nameserver.client.errors import ClientError, LeaseLost
+from nameserver.client import Client, ClientError, LeaseLost
 from replicator.lease import ActiveRole, Fence
 from replicator.redis.checkpoint import Boundary, Checkpoint, CheckpointStore, Watermark
 from replicator.redis.cluster import ClusterResolver, parse_shard

@@ -33,10 +33,16 @@ import contextlib
 import hashlib
 import time
 
-from nameserver.client import Client
-from nameserver.client.errors import ClientError, LeaseLost, NotFound
-from nameserver.client.kv import Compare, Op, RangeResult
-from nameserver.client.leases import KeepAlive
+from nameserver.client import (
+    Client,
+    ClientError,
+    Compare,
+    KeepAlive,
+    LeaseLost,
+    NotFound,
+    Op,
+    RangeResult,
+)
 from replicator.lease import Fence
 
 __all__ = [

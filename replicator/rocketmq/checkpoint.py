@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from nameserver.client.offsets import OffsetList
+from nameserver.client import OffsetList
 
 __all__ = [
     "MAX_SYNCS",

@@ -20,11 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from nameserver.client.options import client_options
+from nameserver.client import ConnectionOptions, OptionError
 
 if TYPE_CHECKING:
+    from replicator.cli_common import Common
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = ["queue_rows", "register"]
@@ -96,12 +99,10 @@ def _secret_key(args: argparse.Namespace) -> str:
     return str(getattr(args, "secret_key", None) or os.environ.get(SECRET_KEY_ENV, ""))
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    from replicator.cli import run_with_endpoints
-
+def register(sub: Subparsers, common: Common) -> None:
     r = sub.add_parser(
         "rocketmq",
-        parents=[common],
+        parents=[common.parent],
         help="replicate topics from one RocketMQ cluster to another (at least once)",
         description="Run one worker of a RocketMQ replication job until SIGINT/SIGTERM. The"
         " job's source queues are spread over its live workers; offsets, leases and status"
@@ -149,27 +150,27 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     r.add_argument("--log-level", default="INFO")
     _acl_args(r)
     _tls_args(r)
-    r.set_defaults(run=run_with_endpoints(run_rocketmq))
+    r.set_defaults(run=partial(run_rocketmq, common=common))
 
     t = sub.add_parser(
         "translate",
-        parents=[common],
+        parents=[common.parent],
         help="where a consumer group resumes on the destination (through offset-syncs)",
     )
     _cluster_args(t)
     t.add_argument("--group", required=True)
     t.add_argument("--write", action="store_true", help="write them to the destination brokers")
-    t.set_defaults(run=run_with_endpoints(run_translate))
+    t.set_defaults(run=partial(run_translate, common=common))
 
 
-def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
+def config_of(args: argparse.Namespace, connection: ConnectionOptions) -> Any:
     from replicator.rocketmq.config import RocketMQReplicatorConfig
 
     config = RocketMQReplicatorConfig(
         source_namesrv=args.source_namesrv,
         dest_namesrv=args.dest_namesrv,
         job=args.job,
-        endpoints=endpoints,
+        endpoints=list(connection.endpoints),
         topics=_csv(args.topics),
         topic_pattern=args.topic_pattern,
         rename=_rename(args.rename),
@@ -194,7 +195,7 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
         groups=_csv(args.groups),
         checkpoint_interval_s=args.checkpoint_interval,
         sync_group_offsets=args.sync_group_offsets,
-        client_options=client_options(args),
+        client_options=connection.client_kwargs(),
         access_key=args.access_key,
         secret_key=_secret_key(args) if args.access_key else "",
         source_namesrv_tls=args.source_namesrv_tls,
@@ -206,17 +207,17 @@ def config_of(args: argparse.Namespace, endpoints: list[str]) -> Any:
     return config
 
 
-def run_rocketmq(args: argparse.Namespace, endpoints: list[str]) -> int:
-    from replicator.cli import parse_listen, run_worker, setup_logging
+def run_rocketmq(args: argparse.Namespace, common: Common) -> int:
+    from replicator.cli_common import parse_listen, run_worker, setup_logging
     from replicator.rocketmq.errors import ConfigError
     from replicator.rocketmq.metrics import RocketMQMetrics
     from replicator.rocketmq.replicator import RocketMQReplicator
 
     setup_logging(args.log_level)
     try:
-        config = config_of(args, endpoints)
+        config = config_of(args, common.connection(args))
         listen = parse_listen(args.listen_metrics) if args.listen_metrics else None
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, ValueError) as exc:  # OptionError too
         print(f"metaledger: replicate rocketmq: {exc}", file=sys.stderr)
         return EXIT_USAGE
     metrics = RocketMQMetrics(config.job)
@@ -230,7 +231,7 @@ def run_rocketmq(args: argparse.Namespace, endpoints: list[str]) -> int:
     )
 
 
-def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:
+def run_translate(args: argparse.Namespace, common: Common) -> int:
     import asyncio
 
     from nameserver.client import Client, ClientError
@@ -272,7 +273,14 @@ def run_translate(args: argparse.Namespace, endpoints: list[str]) -> int:
             await dest.close()
 
     try:
-        with Client(endpoints, timeout_s=10, **client_options(args)) as client:
+        connection = common.connection(args)
+    except OptionError as exc:
+        print(f"metaledger: replicate translate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with Client(
+            list(connection.endpoints), timeout_s=10, **connection.client_kwargs()
+        ) as client:
             return asyncio.run(go(client))
     except (ClientError, RocketMQError, CheckpointError, OSError) as exc:
         print(f"metaledger: replicate translate: {exc}", file=sys.stderr)

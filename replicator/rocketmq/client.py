@@ -23,9 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from nameserver.client.acl import SessionCredentials
-from nameserver.client.errors import NotFound, Unavailable, UnknownError
-from nameserver.client.routing import BrokerGroup, Route
+from nameserver.client import (
+    BrokerGroup,
+    NotFound,
+    Route,
+    SessionCredentials,
+    Unavailable,
+    UnknownError,
+)
 from replicator.rocketmq import wire
 from replicator.rocketmq.errors import BadAnswer, ClusterUnavailable, RocketMQError, TopicNotFound
 from replicator.sinks.errors import SinkUnavailable
@@ -228,7 +233,7 @@ class ClusterClient:
 
     def route_get(self, topic: str) -> Route:
         """Blocking ``route`` for ``sinks.routes.RouteSource``, with its errors: no route is
-        ``nameserver.client.errors.NotFound``, no answer ``Unavailable``, a bad one
+        ``nameserver.client.NotFound``, no answer ``Unavailable``, a bad one
         ``UnknownError`` (the sink turns every one into a retriable SinkUnavailable)."""
         failures: list[str] = []
         n = len(self.namesrv)

@@ -28,7 +28,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from nameserver.client.acl import SessionCredentials
+from nameserver.client import SessionCredentials
 from replicator.rocketmq.errors import ConfigError
 
 __all__ = ["HEARTBEAT_TOPIC", "RocketMQReplicatorConfig", "dest_queue", "loop_names", "namesrv_set"]
@@ -94,7 +94,7 @@ class RocketMQReplicatorConfig:
     sync_group_offsets: bool = False
     status_interval_s: float = 1.0
     #: the metaledger client's user, password and TLS files (``--user``, ``--cacert`` …,
-    #: :func:`nameserver.client.options.client_options`); not in repr (a password)
+    #: :meth:`nameserver.client.ConnectionOptions.client_kwargs`); not in repr (a password)
     client_options: dict[str, Any] = field(default_factory=dict, repr=False)
     #: RocketMQ ACL 1.0 session credentials (``--access-key``/``--secret-key``): requests
     #: that change state on a nameserver are signed with them (AclClientRPCHook)

@@ -42,8 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nameserver.client import Client
-from nameserver.client.errors import ClientError
+from nameserver.client import Client, ClientError
 from replicator.rocketmq.checkpoint import CheckpointError
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.config import HEARTBEAT_TOPIC, RocketMQReplicatorConfig

@@ -34,9 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nameserver.client import Client
-from nameserver.client.errors import ClientError, NotFound
-from nameserver.client.options import remoting_tls
+from nameserver.client import Client, ClientError, NotFound, remoting_tls
 from replicator.lease import Fence
 from replicator.rocketmq.assign import Membership, assignment
 from replicator.rocketmq.checkpoint import QueueCheckpoint

@@ -1,5 +1,5 @@
 """Nameserver bodies to typed values, sans I/O: GET_ROUTEINFO_BY_TOPIC (105) TopicRouteData →
-``nameserver.client.routing.Route``, GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) TopicList →
+``nameserver.client.Route``, GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) TopicList →
 topic names, GET_BROKER_CLUSTER_INFO (106) ClusterInfo → broker groups.
 
 Bodies may be fastjson's own dialect, integer map keys unquoted (``"brokerAddrs":{0:"..."}``,
@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from nameserver.client.routing import BrokerGroup, QueueData, Route
+from nameserver.client import BrokerGroup, QueueData, Route
 from replicator.rocketmq.errors import BadAnswer, RemotingError, TopicNotFound
 from rmq.codec import RemotingCommand, loads_lenient
 

@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from nameserver.client.errors import ClientError, NotFound
+from nameserver.client import ClientError, NotFound
 from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties
 from replicator.sinks.capacity import Capacity
 from replicator.sinks.errors import (

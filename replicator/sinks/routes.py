@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from nameserver.client.routing import Route
+from nameserver.client import Route
 
 __all__ = ["MASTER_ID", "PERM_WRITE", "RouteSource", "WriteQueue", "write_queues"]
 

@@ -25,8 +25,7 @@ from broker.quorum import IsrSettings, QuorumSettings, RoleSettings
 from broker.quorum.role import Role
 from broker.replication import Admission, PutStatus
 from broker.store import Host, MessageStore, StoreConfig, StoredMessage
-from nameserver.client import Client
-from nameserver.client.replica_groups import GroupPolicy
+from nameserver.client import Client, GroupPolicy
 from tests.harness import free_port_pairs, running_cluster
 
 pytestmark = pytest.mark.cluster

@@ -26,8 +26,14 @@ from broker.quorum.policy import QuorumSettings
 from broker.quorum.replication import QuorumAdmission, QuorumReplication
 from broker.quorum.role import Role, RoleManager, RoleSettings
 from broker.replication import PutStatus
-from nameserver.client import Client, FailedPrecondition, Unavailable
-from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo, ReplicaHeartbeat
+from nameserver.client import (
+    Client,
+    FailedPrecondition,
+    GroupPolicy,
+    ReplicaGroupInfo,
+    ReplicaHeartbeat,
+    Unavailable,
+)
 from tests.harness import running_cluster
 from tests.unit.broker.quorum.fakes import FakeHAMaster
 

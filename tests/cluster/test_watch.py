@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client, ClientError, WatchCompacted
-from nameserver.client.watch import SNAPSHOT_END, Watch, WatchEvent
+from nameserver.client import SNAPSHOT_END, Client, ClientError, Watch, WatchCompacted, WatchEvent
 from tests.cluster.test_snapshots import SnapshotCluster
 from tests.harness import Cluster, wait_until
 

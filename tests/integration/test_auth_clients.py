@@ -21,10 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client, NotFound
-from nameserver.client.acl import SessionCredentials
-from nameserver.client.options import remoting_tls
-from nameserver.client.routing import QueueData
+from nameserver.client import Client, NotFound, QueueData, SessionCredentials, remoting_tls
 from replicator.rocketmq.client import ClusterClient
 from replicator.rocketmq.errors import RocketMQError
 from tests.etcd_harness import etcdctl

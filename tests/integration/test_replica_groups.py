@@ -19,9 +19,15 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from nameserver.client import Client, FailedPrecondition, InvalidArgument, NotFound
-from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo
-from nameserver.client.watch import WatchEvent
+from nameserver.client import (
+    Client,
+    FailedPrecondition,
+    GroupPolicy,
+    InvalidArgument,
+    NotFound,
+    ReplicaGroupInfo,
+    WatchEvent,
+)
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import replica_groups_pb2, replica_groups_pb2_grpc

@@ -44,29 +44,8 @@ from replicator.redis.rdb.events import (
     SelectDb,
     StringPart,
 )
-from replicator.redis.rdb.streams import STREAM_READERS
-from replicator.redis.rdb.values import (
-    VALUE_READERS,
-    Short,
-    ValueReader,
-    module_name,
-    read_len,
-    read_string,
-)
-
-_READERS: dict[int, Callable[[], ValueReader]] = {**VALUE_READERS, **STREAM_READERS}
-
-
-def reader_for(rdb_type: int, offset: int) -> ValueReader:
-    """A new reader for a value of ``rdb_type`` (RdbUnsupportedError for a type Redis 7.0
-    neither writes nor reads: the parser cannot know its length)."""
-    make = _READERS.get(rdb_type)
-    if make is None:
-        raise RdbUnsupportedError(
-            f"value type {rdb_type} (Redis 7.0 neither writes nor reads it)", offset
-        )
-    return make()
-
+from replicator.redis.rdb.streams import STREAM_TYPES, StreamReader
+from replicator.redis.rdb.values import Short, module_name, read_len, read_string
 
 __all__ = ["MAX_VERSION", "NEED_DATA", "NeedData", "RdbParser"]
 
@@ -225,7 +204,9 @@ class RdbParser:
         op = buf[p]
         p += 1
         if op < 0xF4:  # 0xF4 SLOT_INFO (7.4+) and up are opcodes
-            reader = reader_for(op, self._off(p - 1))
+            reader = (
+                StreamReader(op) if op in STREAM_TYPES else values.reader_for(op, self._off(p - 1))
+            )
             key, p = read_string(buf, p, self._base)
             self._key = key
             self._events.append(

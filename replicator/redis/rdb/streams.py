@@ -18,7 +18,7 @@ An ``entries_read`` of UINT64_MAX means "unknown" and comes out as -1 (research 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from typing import Final
 
 from replicator.redis.errors import RdbError
 from replicator.redis.rdb import encodings
@@ -94,6 +94,10 @@ def _ms(buf: bytes, p: int) -> tuple[int, int]:
     return _MS.unpack_from(buf, p)[0], p + 8
 
 
+#: the RDB types of streams (RDB_TYPE_STREAM_LISTPACKS, _2 and _3)
+STREAM_TYPES: Final = frozenset((15, 19, 21))
+
+
 class StreamReader(ValueReader):
     kind = "stream"
 
@@ -161,11 +165,3 @@ class StreamReader(ValueReader):
                 ids.append(eid)
             consumers.append(StreamConsumer(cname, seen, active, ids))
         return p, StreamGroup(name, last, entries_read, pel, consumers)
-
-
-#: The stream value types: 15 (STREAM_LISTPACKS), 19 (_2, Redis 7.0), 21 (_3, Redis 7.2).
-STREAM_READERS: dict[int, Callable[[], ValueReader]] = {
-    15: lambda: StreamReader(15),
-    19: lambda: StreamReader(19),
-    21: lambda: StreamReader(21),
-}

@@ -9,7 +9,9 @@ Types (research note §3.6, ``rdb.h``): 0 string; 1 list, 2 set, 3 zset (string 
 4 hash, 5 zset2 (binary scores) as hashtables; 9 zipmap, 10 list ziplist, 11 intset,
 12 zset ziplist, 13 hash ziplist, 14 quicklist of ziplists, 16 hash listpack, 17 zset
 listpack, 18 quicklist 2, 20 set listpack (7.2 writes it, 7.0 does not; the layout is the
-same listpack); 15, 19, 21 streams; 6/7 module values (refused, module named).
+same listpack); 6/7 module values (refused, module named). Streams (15, 19, 21) are read by
+streams.py, which builds on this module: the parser asks it for those types
+(:data:`~replicator.redis.rdb.streams.STREAM_TYPES`), and :func:`reader_for` for the rest.
 """
 
 from __future__ import annotations
@@ -312,6 +314,15 @@ def _zset_event(items: list[bytes], offset: int) -> Event:
     return ZSetMembers([(m, float(s)) for m, s in _pairs(items, "sorted set", offset)])
 
 
+def reader_for(rdb_type: int, offset: int) -> ValueReader:
+    make = _READERS.get(rdb_type)
+    if make is None:
+        raise RdbUnsupportedError(
+            f"value type {rdb_type} (Redis 7.0 neither writes nor reads it)", offset
+        )
+    return make()
+
+
 def _list(items: list[object]) -> Event:
     return ListItems(cast(list[bytes], items))
 
@@ -328,9 +339,7 @@ def _hash(items: list[object]) -> Event:
     return HashFields(cast(list[tuple[bytes, bytes]], items))
 
 
-#: RDB value type -> a new reader of it; the stream types (15, 19, 21) are
-#: ``streams.STREAM_READERS`` (streams.py builds on this module), and the parser looks both up.
-VALUE_READERS: dict[int, Callable[[], ValueReader]] = {
+_READERS: dict[int, Callable[[], ValueReader]] = {
     0: lambda: StringValue(),
     1: lambda: Counted("list", _one, _list),
     2: lambda: Counted("set", _one, _set),

@@ -32,9 +32,7 @@ import pytest
 
 from broker.remoting.client import RemotingClient
 from broker.store.segments import list_segments
-from nameserver.client import Client
-from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo
-from nameserver.client.routing import QueueData
+from nameserver.client import Client, GroupPolicy, QueueData, ReplicaGroupInfo
 from rmq.codec import RemotingCommand
 from tests.conftest import _failed
 from tests.harness import Cluster, free_port_pairs, free_ports, wait_until

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import pytest
 
-from nameserver.client.replica_groups import GroupPolicy
+from nameserver.client import GroupPolicy
 from tests.cluster.broker.conftest import (
     FLUSH_SLAVE_TIMEOUT,
     SEND_OK,

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client
-from nameserver.client.errors import FailedPrecondition, LeaseLost, NotFound
+from nameserver.client import Client, FailedPrecondition, LeaseLost, NotFound
 from replicator.lease import ActiveRole, Fence
 from replicator.redis.checkpoint import Checkpoint, CheckpointStore
 from replicator.status import StatusPublisher, read_statuses

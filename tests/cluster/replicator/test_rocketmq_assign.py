@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client
-from nameserver.client.errors import FailedPrecondition, LeaseLost, NotFound
+from nameserver.client import Client, FailedPrecondition, LeaseLost, NotFound
 from replicator.lease import Fence
 from replicator.rocketmq.assign import Membership, assignment
 from replicator.rocketmq.checkpoint import QueueCheckpoint, load_checkpoints

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from nameserver.client import Client
-from nameserver.client.routing import QueueData
+from nameserver.client import Client, QueueData
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 from tests.integration.broker.test_wheel import FAST_LEVELS, _dlq

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.consumers.offsets import KvOffsetStore
-from nameserver.client import Client, NotFound
-from nameserver.client.routing import QueueData
+from broker.state.offsets import KvOffsetStore
+from nameserver.client import Client, NotFound, QueueData
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
 

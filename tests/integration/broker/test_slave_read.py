@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client
-from nameserver.client.routing import QueueData
+from nameserver.client import Client, QueueData
 from tests.harness import Cluster, free_ports
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 from tests.integration.broker.test_wheel import Env, consume, item, produce

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from broker.remoting.client import RemotingClient
-from nameserver.client import Client, NotFound
-from nameserver.client.routing import QueueData
+from nameserver.client import Client, NotFound, QueueData
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 

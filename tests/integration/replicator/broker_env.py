@@ -13,8 +13,7 @@ import pytest
 from broker.remoting.client import RemotingClient
 from broker.store import StoredMessage, decode
 from broker.store.message import peek_total
-from nameserver.client import Client
-from nameserver.client.routing import QueueData
+from nameserver.client import Client, QueueData
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 

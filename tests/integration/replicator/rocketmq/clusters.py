@@ -32,8 +32,7 @@ from pathlib import Path
 from broker.remoting.client import RemotingClient
 from broker.remoting.codes import RequestCode, ResponseCode
 from broker.store import StoredMessage
-from nameserver.client import Client
-from nameserver.client.routing import QueueData, Route
+from nameserver.client import Client, QueueData, Route
 from replicator.sinks.wire import uniq_key
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for

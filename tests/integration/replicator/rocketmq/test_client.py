@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nameserver.client.errors import NotFound, Unavailable
+from nameserver.client import NotFound, Unavailable
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.errors import ClusterUnavailable, TopicNotFound
 from replicator.rocketmq.wire import PulledMessage, PullStatus

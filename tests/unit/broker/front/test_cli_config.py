@@ -9,12 +9,12 @@ import pytest
 
 from broker.cli import build_config, register
 from broker.config import BrokerConfig, ConfigError, parse_delay_levels
-from nameserver.cli._common import common_parent
+from nameserver.cli._common import common_options
 
 
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"), common_parent())
+    register(parser.add_subparsers(dest="command"), common_options())
     return parser.parse_args(list(argv))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.consumers.offsets import InMemoryOffsetStore
+from broker.state.offsets import InMemoryOffsetStore
 from tests.unit.broker.front.conftest import TOPIC, Ctx, run_broker
 
 CPP_HEARTBEAT = {  # C++ 1.x: enum ordinals, subVersion as a string, codeSet = atoi(tag)
@@ -114,7 +114,7 @@ def test_queue_locks(tmp_path: Path) -> None:
 
 
 def test_lock_expiry() -> None:
-    from broker.consumers.locks import LockManager
+    from broker.state.locks import LockManager
 
     locks = LockManager(expiry_ms=1000)
     assert locks.try_lock("g", [("t", 0)], "a", now_ms=0) == [("t", 0)]
@@ -186,9 +186,8 @@ def test_query_offset_is_refused_until_the_offsets_are_loaded(tmp_path: Path) ->
 
 
 def test_kv_offsets_load_before_the_first_flush() -> None:
-    from broker.consumers.offsets import KvOffsetStore
-    from nameserver.client import Unavailable
-    from nameserver.client.kv import KeyValue, RangeResult, TxnResult
+    from broker.state.offsets import KvOffsetStore
+    from nameserver.client import KeyValue, RangeResult, TxnResult, Unavailable
 
     class Kv:
         down = True
@@ -216,8 +215,8 @@ def test_kv_offsets_load_before_the_first_flush() -> None:
 
 
 def test_registry_reports_member_and_subscription_changes_only() -> None:
-    from broker.consumers.registry import ConsumerRegistry
     from broker.remoting.server import Peer
+    from broker.state.consumers import ConsumerRegistry
 
     reg = ConsumerRegistry()
     peer = Peer(1, "127.0.0.1:5")

@@ -12,8 +12,7 @@ from typing import Any
 from broker.config import BrokerConfig
 from broker.routes import RouteRegistrar
 from broker.topics import TopicConfig, TopicTable
-from nameserver.client import NotFound, Unavailable
-from nameserver.client.routing import QueueData, Route
+from nameserver.client import NotFound, QueueData, Route, Unavailable
 
 
 class FakeClient:

@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from broker.quorum.group import GroupView
-from nameserver.client.replica_groups import GroupPolicy
+from nameserver.client import GroupPolicy
 
 
 @dataclass

@@ -12,8 +12,8 @@ import pytest
 
 from broker.quorum.group import GroupView
 from broker.quorum.isr import IsrKeeper, IsrSettings, plan
-from nameserver.client import FailedPrecondition
-from nameserver.client.replica_groups import (
+from nameserver.client import (
+    FailedPrecondition,
     GroupReplica,
     ReplicaGroupInfo,
     ReplicaGroupWrite,

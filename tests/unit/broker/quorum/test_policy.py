@@ -22,7 +22,7 @@ from broker.quorum.policy import (
     in_sync_slave_nums,
 )
 from broker.replication import PutStatus
-from nameserver.client.replica_groups import GroupPolicy
+from nameserver.client import GroupPolicy
 
 END = 1 << 30  # commit-log end before the append
 SIZE = 200  # the message's bytes

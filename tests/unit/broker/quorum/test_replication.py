@@ -10,7 +10,7 @@ import pytest
 from broker.quorum.policy import BrokerRole, QuorumSettings
 from broker.quorum.replication import QuorumAdmission, QuorumReplication
 from broker.replication import Admission, PutStatus
-from nameserver.client.replica_groups import GroupPolicy
+from nameserver.client import GroupPolicy
 from tests.unit.broker.quorum.fakes import FakeHAMaster, FakeRoles, bump_epoch, view
 
 END = 10_000

@@ -12,10 +12,11 @@ import pytest
 
 from broker.quorum.group import GroupView
 from broker.quorum.role import Role, RoleManager, RoleSettings
-from nameserver.client import FailedPrecondition, NotFound
-from nameserver.client.replica_groups import (
+from nameserver.client import (
+    FailedPrecondition,
     GroupPolicy,
     GroupReplica,
+    NotFound,
     ReplicaGroupInfo,
     ReplicaGroupWrite,
     ReplicaHeartbeat,

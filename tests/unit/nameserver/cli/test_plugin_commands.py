@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 import nameserver.cli as cli
+from nameserver.cli.connection import CommonOptions
 
 
 @dataclass
@@ -26,8 +26,8 @@ class FakeEntryPoint:
 def test_entry_points_register_commands_and_a_broken_one_is_skipped(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def register(sub: Any, common: argparse.ArgumentParser) -> None:
-        p = sub.add_parser("hello", parents=[common])
+    def register(sub: Any, common: CommonOptions) -> None:
+        p = sub.add_parser("hello", parents=[common.parent])
         p.set_defaults(run=lambda args: 0)
 
     eps = [

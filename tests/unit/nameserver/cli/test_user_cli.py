@@ -21,7 +21,7 @@ from nameserver import cli
 from nameserver.cli import _common, cluster_restart, kv, route, status
 from nameserver.cli import cluster as cluster_cmd
 from nameserver.cli.exitcodes import MEANINGS, ExitCode, table
-from nameserver.client import Member, NodeStatus, Unavailable
+from nameserver.client import DEFAULT_ENDPOINTS, Member, NodeStatus, Unavailable
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +49,7 @@ def walk(
 def test_the_default_endpoint_is_cluster_ups_node_n0(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _common.endpoints(parse("status")) == ["127.0.0.1:9877"]
     n0 = cluster_cmd.layout(3)[0]
-    assert n0.client_endpoint == _common.DEFAULT_ENDPOINTS
+    assert n0.client_endpoint == DEFAULT_ENDPOINTS
     assert parse("cluster", "up", "--data-dir", "d").base_port == 9877
     monkeypatch.setenv("METALEDGER_ENDPOINTS", "h:1, http://h:2")
     assert _common.endpoints(parse("status")) == ["h:1", "h:2"]

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nameserver.client.errors import FailedPrecondition, NotFound
-from nameserver.client.offsets import CommittedOffset, OffsetWrite
+from nameserver.client import CommittedOffset, FailedPrecondition, NotFound, OffsetWrite
 from replicator.redis.checkpoint import Checkpoint, CheckpointStore, Watermark
 from replicator.redis.errors import ConfigError
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from nameserver.client.offsets import CommittedOffset, OffsetList
+from nameserver.client import CommittedOffset, OffsetList
 from replicator.rocketmq.checkpoint import (
     MAX_SYNCS,
     RECENT_SYNCS,

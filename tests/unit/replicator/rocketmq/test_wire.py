@@ -21,7 +21,7 @@ from broker.remoting.headers import (
     SearchOffsetHeader,
 )
 from broker.store.message import Host, StoredMessage, encode
-from nameserver.client.routing import BrokerGroup, QueueData, Route
+from nameserver.client import BrokerGroup, QueueData, Route
 from replicator.rocketmq import routes, wire
 from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.errors import BadAnswer, RemotingError, TopicNotFound

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nameserver.client.routing import BrokerGroup, QueueData, Route
+from nameserver.client import BrokerGroup, QueueData, Route
 from rmq.codec import FrameDecoder, RemotingCommand, encode
 
 Decision = int | None | str
