@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.remoting.client import RemotingClient, RemotingClientError
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
 from nameserver.client.options import add_auth_options, add_tls_options
+from rmq.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from nameserver.client.routing import Route

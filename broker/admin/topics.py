@@ -28,23 +28,18 @@ import json
 from dataclasses import dataclass
 
 from broker.core import BrokerCore
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError
 from broker.remoting.server import Handler, Peer
 from broker.routes import RouteRegistrar
 from broker.topics import (
-    PERM_READ,
-    PERM_WRITE,
     REPLICA_OF,
     SCHEDULE_TOPIC,
     TOPIC_NAME,
     TopicConfig,
 )
 from rmq.codec import RemotingCommand
+from rmq.codes import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
 
-#: RocketMQ's PermName bits: PRIORITY 8, READ 4, WRITE 2, INHERIT 1.
-PERM_PRIORITY = 8
-PERM_INHERIT = 1
 PERM_ALL = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 MAX_QUEUE_NUMS = 1024
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")

@@ -18,7 +18,6 @@ import json
 from typing import Any
 
 from broker.core import BrokerCore, now_ms
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError
 from broker.remoting.headers import (
     ConsumerOffsetHeader,
@@ -29,6 +28,7 @@ from broker.remoting.headers import (
 from broker.remoting.server import Handler, Peer
 from broker.topics import RETRY_PREFIX, TOPIC_NAME
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
+from rmq.codes import RequestCode, ResponseCode
 
 
 def _json_body(request: RemotingCommand, what: str) -> dict[str, Any]:

@@ -5,8 +5,8 @@ tables are the broker's own, because import-linter lets a broker use only the na
 client and codec.
 """
 
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError
 from broker.remoting.server import Handler, Peer, RemotingServer
+from rmq.codes import RequestCode, ResponseCode
 
 __all__ = ["BrokerRequestError", "Handler", "Peer", "RemotingServer", "RequestCode", "ResponseCode"]

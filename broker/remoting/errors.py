@@ -13,7 +13,7 @@ byte stream is the codec's ``ProtocolError`` (that connection closed). The serve
 
 from __future__ import annotations
 
-from broker.remoting.codes import ResponseCode
+from rmq.codes import ResponseCode
 
 
 class BrokerRequestError(Exception):

@@ -16,13 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from broker.remoting.codes import RequestCode
 from rmq.codec import (
     BadRequest,
     RemotingCommand,
     parse_bool_field,
     parse_int_field,
 )
+from rmq.codes import RequestCode
 
 T = TypeVar("T")
 

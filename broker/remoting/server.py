@@ -32,7 +32,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from broker.remoting.codes import ResponseCode
 from broker.remoting.errors import BrokerRequestError
 from rmq.codec import (
     MAX_FRAME_BYTES,
@@ -43,6 +42,7 @@ from rmq.codec import (
     RemotingCommand,
     encode,
 )
+from rmq.codes import ResponseCode
 
 log = logging.getLogger(__name__)
 

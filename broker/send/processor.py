@@ -19,7 +19,6 @@ import logging
 import random
 
 from broker.core import BrokerCore
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import (
     BrokerRequestError,
     NoPermission,
@@ -39,6 +38,7 @@ from broker.topics import (
     TopicConfig,
 )
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
 
 SYSFLAG_TRANSACTION_MASK = 0xC
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from nameserver.remoting.codes import PERM_READ, PERM_WRITE, RequestCode
 from nameserver.remoting.jsonfields import (
     JAVA_LONG_MAX,
     JAVA_LONG_MIN,
@@ -37,6 +36,7 @@ from rmq.codec import (
     RemotingCommand,
     dumps_fastjson,
 )
+from rmq.codes import PERM_READ, PERM_WRITE, RequestCode
 
 
 def ext(name: str, default: Any = dataclasses.MISSING) -> Any:

@@ -36,7 +36,6 @@ from ssl import SSLContext
 from typing import Protocol
 
 from nameserver.metrics import REJECTIONS
-from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.status import internal_error_remark
 from nameserver.tls import tls_arguments
 from rmq.codec import (
@@ -48,6 +47,7 @@ from rmq.codec import (
     RemotingCommand,
     encode,
 )
+from rmq.codes import ResponseCode
 
 log = logging.getLogger(__name__)
 

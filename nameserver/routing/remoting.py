@@ -33,7 +33,6 @@ from typing import Any
 from nameserver.auth.acl import refusal as acl_refusal
 from nameserver.checks import check_name
 from nameserver.metrics import REJECTIONS
-from nameserver.remoting.codes import RequestCode, ResponseCode
 from nameserver.remoting.headers import (
     BrokerHeartbeatHeader,
     BrokerIdentityHeader,
@@ -73,6 +72,7 @@ from rmq.codec import (
     dumps_fastjson,
     wants_standard_json,
 )
+from rmq.codes import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 

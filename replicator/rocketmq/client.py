@@ -31,11 +31,10 @@ from replicator.rocketmq.errors import BadAnswer, ClusterUnavailable, RocketMQEr
 from replicator.sinks.errors import SinkUnavailable
 from replicator.sinks.remoting import RemotingConnection
 from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from rmq.codes import PERM_READ, PERM_WRITE
 
 __all__ = ["MASTER_ID", "PERM_READ", "ClusterClient", "ReadQueue", "read_queues", "write_queues"]
 
-PERM_READ: Final = 4
-PERM_WRITE: Final = 2
 DEFAULT_GROUP: Final = "ROCKETMQ_REPLICATOR"
 MASTER_ID: Final = 0
 

@@ -28,6 +28,7 @@ from typing import Final
 from replicator.rocketmq.errors import BadAnswer, RemotingError
 from replicator.rocketmq.routes import INTEGER, parse_cluster_info, parse_route, parse_topic_list
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
 
 __all__ = [
     "SOURCE_PROPERTY",
@@ -58,21 +59,6 @@ __all__ = [
     "with_source",
 ]
 
-PULL_MESSAGE: Final = 11
-QUERY_CONSUMER_OFFSET: Final = 14
-UPDATE_CONSUMER_OFFSET: Final = 15
-UPDATE_AND_CREATE_TOPIC: Final = 17
-SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
-GET_MAX_OFFSET: Final = 30
-GET_MIN_OFFSET: Final = 31
-PUT_KV_CONFIG: Final = 100
-GET_ROUTEINFO_BY_TOPIC: Final = 105
-GET_BROKER_CLUSTER_INFO: Final = 106
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Final = 206
-GET_TOPICS_BY_CLUSTER: Final = 224
-
-SUCCESS: Final = 0
-QUERY_NOT_FOUND: Final = 22
 LANGUAGE: Final = "PYTHON"
 
 PULL_SUSPEND: Final = 0x2
@@ -281,7 +267,7 @@ def pull_request(
     """PULL_MESSAGE from ``offset`` with subscription ``*`` (so no heartbeat is needed) and
     no offset commit; long polling for ``suspend_ms`` when ``sys_flag`` has SUSPEND."""
     return RemotingCommand.request(
-        PULL_MESSAGE,
+        RequestCode.PULL_MESSAGE,
         {
             "consumerGroup": group,
             "topic": topic,
@@ -336,28 +322,28 @@ def _queue_request(code: int, topic: str, queue_id: int, **more: object) -> Remo
 
 
 def min_offset_request(topic: str, queue_id: int) -> RemotingCommand:
-    return _queue_request(GET_MIN_OFFSET, topic, queue_id)
+    return _queue_request(RequestCode.GET_MIN_OFFSET, topic, queue_id)
 
 
 def max_offset_request(topic: str, queue_id: int) -> RemotingCommand:
     """GET_MAX_OFFSET: the answer is the next offset to be written (entry count)."""
-    return _queue_request(GET_MAX_OFFSET, topic, queue_id)
+    return _queue_request(RequestCode.GET_MAX_OFFSET, topic, queue_id)
 
 
 def search_offset_request(topic: str, queue_id: int, ts_ms: int) -> RemotingCommand:
-    return _queue_request(SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, timestamp=ts_ms)
+    return _queue_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, timestamp=ts_ms)
 
 
 def parse_offset(answer: RemotingCommand) -> int:
     """The ``offset`` of a GET_MIN/MAX_OFFSET or SEARCH_OFFSET_BY_TIMESTAMP answer."""
-    if answer.code != SUCCESS:
+    if answer.code != ResponseCode.SUCCESS:
         raise RemotingError(answer.code, answer.remark, "offset")
     return _ext_int(answer, "offset", "offset")
 
 
 def query_consumer_offset_request(group: str, topic: str, queue_id: int) -> RemotingCommand:
     return RemotingCommand.request(
-        QUERY_CONSUMER_OFFSET,
+        RequestCode.QUERY_CONSUMER_OFFSET,
         {"consumerGroup": group, "topic": topic, "queueId": queue_id},
         language=LANGUAGE,
     )
@@ -366,7 +352,7 @@ def query_consumer_offset_request(group: str, topic: str, queue_id: int) -> Remo
 def parse_consumer_offset(answer: RemotingCommand) -> int | None:
     """The group's offset; None for QUERY_NOT_FOUND (22: the group has none, research
     trap 12)."""
-    if answer.code == QUERY_NOT_FOUND:
+    if answer.code == ResponseCode.QUERY_NOT_FOUND:
         return None
     return parse_offset(answer)
 
@@ -377,7 +363,7 @@ def update_consumer_offset_request(
     """UPDATE_CONSUMER_OFFSET as a two-way request (C++ and ali-ons send it oneway; here the
     answer says it was taken)."""
     return RemotingCommand.request(
-        UPDATE_CONSUMER_OFFSET,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
         {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
         language=LANGUAGE,
     )
@@ -385,7 +371,7 @@ def update_consumer_offset_request(
 
 def parse_ok(answer: RemotingCommand, what: str) -> None:
     """An answer that carries nothing but SUCCESS."""
-    if answer.code != SUCCESS:
+    if answer.code != ResponseCode.SUCCESS:
         raise RemotingError(answer.code, answer.remark, what)
 
 
@@ -401,7 +387,7 @@ def order_conf_request(topic: str, conf: str) -> RemotingCommand:
     """PUT_KV_CONFIG of a topic's order config, as ``mqadmin updateTopic -o true`` sends it
     to the nameservers."""
     return RemotingCommand.request(
-        PUT_KV_CONFIG,
+        RequestCode.PUT_KV_CONFIG,
         {"namespace": ORDER_TOPIC_CONFIG, "key": topic, "value": conf},
         language=LANGUAGE,
     )
@@ -411,7 +397,7 @@ def route_request(topic: str) -> RemotingCommand:
     """GET_ROUTEINFO_BY_TOPIC; ``acceptStandardJsonOnly`` asks for quoted keys (the parser
     reads both forms anyway)."""
     return RemotingCommand.request(
-        GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
         {"topic": topic, "acceptStandardJsonOnly": True},
         language=LANGUAGE,
     )
@@ -421,13 +407,15 @@ def topic_list_request(cluster: str | None = None) -> RemotingCommand:
     """GET_ALL_TOPIC_LIST_FROM_NAMESERVER, or GET_TOPICS_BY_CLUSTER (224) for one cluster."""
     if cluster is not None:
         return RemotingCommand.request(
-            GET_TOPICS_BY_CLUSTER, {"cluster": cluster}, language=LANGUAGE
+            RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster}, language=LANGUAGE
         )
-    return RemotingCommand.request(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, language=LANGUAGE)
+    return RemotingCommand.request(
+        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, language=LANGUAGE
+    )
 
 
 def cluster_info_request() -> RemotingCommand:
-    return RemotingCommand.request(GET_BROKER_CLUSTER_INFO, language=LANGUAGE)
+    return RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, language=LANGUAGE)
 
 
 @dataclass(frozen=True)
@@ -448,7 +436,7 @@ def create_topic_request(spec: TopicSpec) -> RemotingCommand:
     (``CreateTopicRequestHeader``: topic, defaultTopic, readQueueNums, writeQueueNums, perm,
     topicFilterType, topicSysFlag, order)."""
     return RemotingCommand.request(
-        UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
         {
             "topic": spec.topic,
             "defaultTopic": DEFAULT_TOPIC,

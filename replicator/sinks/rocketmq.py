@@ -74,8 +74,6 @@ from replicator.sinks.errors import (
 from replicator.sinks.remoting import RemotingConnection
 from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
 from replicator.sinks.wire import (
-    SEND_BATCH_MESSAGE,
-    SEND_MESSAGE_V2,
     WAIT_ONLY,
     encode_batch,
     fits_batch,
@@ -84,6 +82,7 @@ from replicator.sinks.wire import (
     uniq_key,
 )
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode
 
 __all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 
@@ -334,7 +333,7 @@ class RocketMQSink:
         first = slots[0]
         batch = len(slots) > 1
         return RemotingCommand.request(
-            SEND_BATCH_MESSAGE if batch else SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
             {
                 "a": self.config.producer_group,
                 "b": first.msg.topic,

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.headers import HEADERS
 from nameserver.remoting.server import RemotingServer
 from rmq.codec import (
@@ -30,6 +29,7 @@ from rmq.codec import (
     decode_frame,
     encode,
 )
+from rmq.codes import ResponseCode
 from tests.unit.nameserver.remoting.test_server import Client
 from tests.unit.nameserver.routing.test_remoting import Front, answer
 

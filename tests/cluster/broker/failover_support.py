@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from broker.remoting.client import RemotingClient, RemotingClientError
-from broker.remoting.codes import RequestCode
 from broker.store import decode
 from nameserver.client import Client, NotFound
 from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo
 from nameserver.client.routing import QueueData
+from rmq.codes import RequestCode
 from tests.cluster.broker.failover_procs import Replica
 
 TOPIC = "FailoverTopic"

@@ -10,13 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.remoting import codes as codes_module
-from nameserver.remoting.codes import (
-    NAMESERVER_REQUEST_CODES,
-    LanguageCode,
-    RequestCode,
-    ResponseCode,
-)
+from nameserver.remoting.codes import NAMESERVER_REQUEST_CODES
 from nameserver.remoting.headers import (
     HEADERS,
     DataVersion,
@@ -28,6 +22,7 @@ from nameserver.remoting.headers import (
     register_broker_request,
 )
 from rmq import codec
+from rmq import codes as codes_module
 from rmq.codec import (
     NEED_DATA,
     BadRequest,
@@ -41,6 +36,7 @@ from rmq.codec import (
     loads_lenient,
     wants_standard_json,
 )
+from rmq.codes import LanguageCode, RequestCode, ResponseCode
 
 # The header exactly as the research note (§1.1) shows Java's fastjson writing it.
 GOLDEN_HEADER = (

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.remoting.client import RemotingClient
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.store import StoredMessage
 from nameserver.client import Client
 from nameserver.client.routing import QueueData, Route
 from replicator.sinks.wire import uniq_key
+from rmq.codes import RequestCode, ResponseCode
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 from tests.integration.replicator.broker_env import pull_all, scan

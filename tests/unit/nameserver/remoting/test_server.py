@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from nameserver.remoting.codes import RequestCode, ResponseCode
 from nameserver.remoting.server import HandlerTable, Peer, RemotingServer
 from rmq.codec import FrameDecoder, RemotingCommand, encode
+from rmq.codes import RequestCode, ResponseCode
 
 TIMEOUT_S = 10
 

@@ -11,7 +11,6 @@ import pytest
 
 from nameserver.config import MAX_REQUEST_BYTES
 from nameserver.errors import InvalidArgument, ResourceExhausted, Unavailable
-from nameserver.remoting.codes import RequestCode, ResponseCode
 from nameserver.remoting.headers import (
     BrokerHeartbeatHeader,
     BrokerIdentityHeader,
@@ -34,6 +33,7 @@ from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine
 from raftlog import Applied, Entry, NotLeaderError
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
+from rmq.codes import RequestCode, ResponseCode
 from tests.remoting_client import register_request, unregister_request
 
 PEER = Peer(1, "127.0.0.1:1")
