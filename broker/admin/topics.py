@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from broker.core import BrokerCore
 from broker.remoting.errors import BrokerRequestError
-from broker.remoting.server import Handler, Peer
 from broker.routes import RouteRegistrar
 from broker.topics import (
     REPLICA_OF,
@@ -39,6 +38,7 @@ from broker.topics import (
 )
 from rmq.codec import RemotingCommand
 from rmq.codes import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from rmq.server import Handler, Peer
 
 PERM_ALL = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 MAX_QUEUE_NUMS = 1024

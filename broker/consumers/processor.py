@@ -25,10 +25,10 @@ from broker.remoting.headers import (
     SearchOffsetHeader,
     UnregisterClientHeader,
 )
-from broker.remoting.server import Handler, Peer
 from broker.topics import RETRY_PREFIX, TOPIC_NAME
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
 from rmq.codes import RequestCode, ResponseCode
+from rmq.server import Handler, Peer
 
 
 def _json_body(request: RemotingCommand, what: str) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.remoting.errors import BrokerRequestError
-from broker.remoting.server import Peer
 from rmq.codes import ResponseCode
+from rmq.server import Peer
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from broker.consumers.registry import Subscription, parse_expression
 from broker.core import BrokerCore
 from broker.remoting.errors import BrokerRequestError, NoPermission, TopicNotExist
 from broker.remoting.headers import PullHeader
-from broker.remoting.server import Handler, Peer
 from broker.store import GetResult
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
+from rmq.server import Handler, Peer
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2

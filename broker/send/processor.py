@@ -26,7 +26,6 @@ from broker.remoting.errors import (
     TopicNotExist,
 )
 from broker.remoting.headers import SendBackHeader, SendHeader
-from broker.remoting.server import Handler, Peer
 from broker.replication import RESPONSE, PutStatus
 from broker.send.batch import decode_batch, offset_msg_id, parse_properties
 from broker.store import DecodeError, Host, PutResult, StoredMessage, StoreError, decode
@@ -39,6 +38,7 @@ from broker.topics import (
 )
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
+from rmq.server import Handler, Peer
 
 SYSFLAG_TRANSACTION_MASK = 0xC
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Bad input never kills the broker: a clear response code, or that one connection closed, and
 everyone else keeps being served (issue 17 "Bad input"; the server's contract in
-broker/remoting/server.py)."""
+rmq/server.py)."""
 
 from __future__ import annotations
 

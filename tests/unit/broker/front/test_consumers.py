@@ -217,7 +217,7 @@ def test_kv_offsets_load_before_the_first_flush() -> None:
 
 def test_registry_reports_member_and_subscription_changes_only() -> None:
     from broker.consumers.registry import ConsumerRegistry
-    from broker.remoting.server import Peer
+    from rmq.server import Peer
 
     reg = ConsumerRegistry()
     peer = Peer(1, "127.0.0.1:5")

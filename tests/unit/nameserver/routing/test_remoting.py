@@ -24,7 +24,6 @@ from nameserver.remoting.headers import (
     PutKvConfigHeader,
     RegisterTopicHeader,
 )
-from nameserver.remoting.server import Peer
 from nameserver.routing.liveness import BrokerKeeper
 from nameserver.routing.ops import RoutingNode
 from nameserver.routing.records import broker_key
@@ -34,6 +33,7 @@ from nameserver.state.machine import MetadataStateMachine
 from raftlog import Applied, Entry, NotLeaderError
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
 from rmq.codes import RequestCode, ResponseCode
+from rmq.server import Peer
 from tests.remoting_client import register_request, unregister_request
 
 PEER = Peer(1, "127.0.0.1:1")
