@@ -1,7 +1,7 @@
 """``metaledger send TOPIC ... BODY|-`` and ``metaledger consume TOPIC --group G ...``.
 
 For a person at a terminal: the topic's route comes from metaledger (``Client.route_get``);
-both then speak the remoting protocol to the brokers themselves (``broker.remoting.client``
+both then speak the remoting protocol to the brokers themselves (``rmq.connection``
 over the shared codec), as a RocketMQ client would (research/broker.md §2-§3):
 
 - send: SEND_MESSAGE (10) to the master (id 0) of a broker with writable queues, queue
@@ -26,11 +26,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
 from nameserver.client.options import add_auth_options, add_tls_options
 from rmq.codes import RequestCode, ResponseCode
+from rmq.connection import RemotingConnection
+
+
+class PullFailed(Exception):
+    """A pull answered a code no consumer expects, or a record that does not decode."""
+
 
 if TYPE_CHECKING:
     from nameserver.client.routing import Route
@@ -142,7 +147,7 @@ def run_send(args: argparse.Namespace) -> int:
     }  # fmt: skip
 
     async def go() -> Any:
-        client = await RemotingClient.connect(*_addr(addr))
+        client = await RemotingConnection.connect(*_addr(addr))
         try:
             return await client.request(RequestCode.SEND_MESSAGE, ext, body, timeout_s=10)
         finally:
@@ -150,7 +155,7 @@ def run_send(args: argparse.Namespace) -> int:
 
     try:
         r = asyncio.run(go())
-    except (OSError, RemotingClientError, TimeoutError) as exc:
+    except OSError as exc:  # rmq.connection's errors (TimeoutError included) are OSErrors
         print(f"metaledger: send: broker {addr}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     doc = {
@@ -210,17 +215,17 @@ def run_consume(args: argparse.Namespace) -> int:
     ]
     try:
         got = asyncio.run(_consume(args, queues))
-    except (OSError, RemotingClientError) as exc:
+    except (OSError, PullFailed) as exc:
         print(f"metaledger: consume: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return EXIT_OK if not args.count or got >= args.count else EXIT_TIMEOUT
 
 
 async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
-    clients: dict[str, RemotingClient] = {}
+    clients: dict[str, RemotingConnection] = {}
     for q in queues:
         if q.addr not in clients:
-            clients[q.addr] = await RemotingClient.connect(*_addr(q.addr))
+            clients[q.addr] = await RemotingConnection.connect(*_addr(q.addr))
     deadline = time.monotonic() + args.wait_s
     state = {"n": 0}
     done = asyncio.Event()
@@ -260,7 +265,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                     ResponseCode.PULL_RETRY_IMMEDIATELY,
                     ResponseCode.PULL_OFFSET_MOVED,
                 ):
-                    raise RemotingClientError(f"pull from {q.addr}: code {r.code}: {r.remark}")
+                    raise PullFailed(f"pull from {q.addr}: code {r.code}: {r.remark}")
                 continue
             pos = 0
             while pos < len(r.body):
@@ -270,7 +275,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 try:
                     m = decode(raw)
                 except DecodeError as exc:
-                    raise RemotingClientError(f"pull from {q.addr}: bad record: {exc}") from None
+                    raise PullFailed(f"pull from {q.addr}: bad record: {exc}") from None
                 if args.count and state["n"] >= args.count:
                     done.set()
                     return

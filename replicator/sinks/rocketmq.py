@@ -71,7 +71,6 @@ from replicator.sinks.errors import (
     SinkError,
     SinkUnavailable,
 )
-from replicator.sinks.remoting import RemotingConnection
 from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
 from replicator.sinks.wire import (
     WAIT_ONLY,
@@ -83,6 +82,7 @@ from replicator.sinks.wire import (
 )
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode
+from rmq.connection import ConnectionFailure, RemotingConnection
 
 __all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 
@@ -301,7 +301,7 @@ class RocketMQSink:
                 for slot in slots:
                     slot.token = token
                 lane.in_flight += 1
-                conn.request(
+                conn.send(
                     self._request(slots, target, self._counts[lane.topic]),
                     functools.partial(self._answered, lane, slots, token),
                     self.config.send_timeout_ms / 1000,
@@ -392,6 +392,9 @@ class RocketMQSink:
             )
             if answer.code in ROUTE_CODES:
                 lane.refresh_route = True
+        elif isinstance(exc, ConnectionFailure):  # no answer: connection lost, timed out
+            error = SinkUnavailable(str(exc))
+            lane.refresh_route = True
         elif isinstance(exc, SinkError):
             error = exc
             lane.refresh_route = True
@@ -489,9 +492,7 @@ class RocketMQSink:
             return target, conn
         pending = self._connecting.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(
-                RemotingConnection.open(target.master, self.config.connect_timeout_ms / 1000)
-            )
+            pending = asyncio.ensure_future(_open(target.master, self.config.connect_timeout_ms))
             self._connecting[key] = pending
             try:
                 self._conns[key] = await pending
@@ -499,6 +500,13 @@ class RocketMQSink:
                 del self._connecting[key]
             return target, self._conns[key]
         return target, await asyncio.shield(pending)
+
+
+async def _open(address: str, timeout_ms: int) -> RemotingConnection:
+    try:
+        return await RemotingConnection.open(address, timeout_ms / 1000)
+    except ConnectionFailure as exc:
+        raise SinkUnavailable(str(exc)) from None
 
 
 def _queue_offset(answer: RemotingCommand) -> int | None:

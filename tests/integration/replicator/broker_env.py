@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.remoting.client import RemotingClient
 from broker.store import StoredMessage, decode
 from broker.store.message import peek_total
 from nameserver.client import Client
 from nameserver.client.routing import QueueData
+from rmq.connection import RemotingConnection
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 
@@ -73,7 +73,7 @@ def scan(
 
     async def go() -> int:
         host, _, port = addr.rpartition(":")
-        c = await RemotingClient.connect(host, int(port))
+        c = await RemotingConnection.connect(host, int(port))
         offset = start
         try:
             while True:
