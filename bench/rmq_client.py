@@ -32,6 +32,7 @@ from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import ConnectionLost as ConnectionLost
 from rmq.connection import RemotingConnection as RemotingConnection
+from rmq.headers import DEFAULT_TOPIC, PullMessageHeader, SendMessageHeader
 
 SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
 PULL_MESSAGE = RequestCode.PULL_MESSAGE
@@ -41,7 +42,6 @@ PULL_NOT_FOUND = ResponseCode.PULL_NOT_FOUND
 PULL_RETRY_IMMEDIATELY = ResponseCode.PULL_RETRY_IMMEDIATELY
 PULL_OFFSET_MOVED = ResponseCode.PULL_OFFSET_MOVED
 PULL_SYSFLAG = 0x2 | 0x4  # SUSPEND | SUBSCRIPTION (PullSysFlag.java:20-24)
-DEFAULT_TOPIC = "TBW102"
 PRODUCER_GROUP = "bench-producer"
 CONSUMER_GROUP = "bench-consumer"
 _PROP_KV, _PROP_END = "\x01", "\x02"
@@ -74,26 +74,21 @@ def send_v2_request(
 ) -> RemotingCommand:
     """One SEND_MESSAGE_V2 request, fields as the Java client's ``createSendMessageRequestHeaderV2``."""
     props = properties({"UNIQ_KEY": f"{_uniq_prefix}{next(_uniq):016X}", "WAIT": "true"})
-    return RemotingCommand.request(
-        SEND_MESSAGE_V2,
-        {
-            "a": producer_group,
-            "b": topic,
-            "c": DEFAULT_TOPIC,
-            "d": queue_nums,
-            "e": queue_id,
-            "f": 0,
-            "g": int(time.time() * 1000),
-            "h": 0,
-            "i": props,
-            "j": 0,
-            "k": False,
-            "m": False,
-            "n": broker_name,
-        },
-        body,
-        language="PYTHON",
-    )
+    return SendMessageHeader(
+        producer_group=producer_group,
+        topic=topic,
+        default_topic=DEFAULT_TOPIC,
+        default_topic_queue_nums=queue_nums,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=props,
+        reconsume_times=0,
+        unit_mode=False,
+        batch=False,
+        broker_name=broker_name,
+    ).request_v2(body, language="PYTHON")
 
 
 def pull_request(
@@ -101,23 +96,19 @@ def pull_request(
 ) -> RemotingCommand:
     """PULL_MESSAGE from ``offset``, at most ``max_msgs`` messages (the Java consumer's
     ``pullBatchSize``, default 32)."""
-    return RemotingCommand.request(
-        PULL_MESSAGE,
-        {
-            "consumerGroup": CONSUMER_GROUP,
-            "topic": topic,
-            "queueId": queue_id,
-            "queueOffset": offset,
-            "maxMsgNums": max_msgs,
-            "sysFlag": PULL_SYSFLAG,
-            "commitOffset": 0,
-            "suspendTimeoutMillis": suspend_ms,
-            "subscription": "*",
-            "subVersion": 0,
-            "expressionType": "TAG",
-        },
-        language="PYTHON",
-    )
+    return PullMessageHeader(
+        consumer_group=CONSUMER_GROUP,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_msgs,
+        sys_flag=PULL_SYSFLAG,
+        commit_offset=0,
+        suspend_timeout_ms=suspend_ms,
+        sub_version=0,
+        subscription="*",
+        expression_type="TAG",
+    ).request(language="PYTHON")
 
 
 def heartbeat_request(topic: str) -> RemotingCommand:

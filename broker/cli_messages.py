@@ -31,6 +31,15 @@ from broker.store import DecodeError, decode
 from nameserver.client.options import add_auth_options, add_tls_options
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
+from rmq.headers import (
+    DEFAULT_TOPIC,
+    PullMessageHeader,
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SendMessageHeader,
+    UnregisterClientHeader,
+    UpdateConsumerOffsetHeader,
+)
 
 
 class PullFailed(Exception):
@@ -138,18 +147,25 @@ def run_send(args: argparse.Namespace) -> int:
         return EXIT_NOT_FOUND
     addr, queues = random.choice(targets)
     assert addr is not None
-    ext = {
-        "producerGroup": args.producer_group, "topic": args.topic, "defaultTopic": "TBW102",
-        "defaultTopicQueueNums": 4, "queueId": random.randrange(queues), "sysFlag": 0,
-        "bornTimestamp": int(time.time() * 1000), "flag": 0,
-        "properties": "".join(f"{k}\x01{v}\x02" for k, v in props.items()),
-        "reconsumeTimes": 0, "unitMode": False, "batch": False,
-    }  # fmt: skip
+    header = SendMessageHeader(
+        producer_group=args.producer_group,
+        topic=args.topic,
+        default_topic=DEFAULT_TOPIC,
+        default_topic_queue_nums=4,
+        queue_id=random.randrange(queues),
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties="".join(f"{k}\x01{v}\x02" for k, v in props.items()),
+        reconsume_times=0,
+        unit_mode=False,
+        batch=False,
+    )
 
     async def go() -> Any:
         client = await RemotingConnection.connect(*_addr(addr))
         try:
-            return await client.request(RequestCode.SEND_MESSAGE, ext, body, timeout_s=10)
+            return await client.call(header.request(body), timeout_s=10)
         finally:
             await client.close()
 
@@ -240,24 +256,31 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
 
     async def one(q: _Queue) -> None:
         c = clients[q.addr]
-        ident = {"consumerGroup": args.group, "topic": args.topic, "queueId": q.queue_id}
-        r = await c.request(RequestCode.QUERY_CONSUMER_OFFSET, ident)
+        r = await c.call(QueryConsumerOffsetHeader(args.group, args.topic, q.queue_id).request())
         if r.code == ResponseCode.SUCCESS:
             q.offset = int(r.ext_fields.get("offset", "0"))
         else:
-            r = await c.request(
-                RequestCode.GET_MAX_OFFSET, {"topic": args.topic, "queueId": q.queue_id}
-            )
+            r = await c.call(QueueHeader(args.topic, q.queue_id).request())
             q.offset = int(r.ext_fields.get("offset", "0"))
         q.committed = q.offset
         while not done.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            ext = {**ident, "queueOffset": q.offset, "maxMsgNums": 32, "sysFlag": 0x2 | 0x4,
-                   "commitOffset": 0, "suspendTimeoutMillis": int(min(left, 1) * 1000),
-                   "subVersion": 0, "subscription": args.tags, "expressionType": "TAG"}  # fmt: skip
-            r = await c.request(RequestCode.PULL_MESSAGE, ext, timeout_s=left + 10)
+            pull = PullMessageHeader(
+                consumer_group=args.group,
+                topic=args.topic,
+                queue_id=q.queue_id,
+                queue_offset=q.offset,
+                max_msg_nums=32,
+                sys_flag=0x2 | 0x4,  # SUSPEND | SUBSCRIPTION
+                commit_offset=0,
+                suspend_timeout_ms=int(min(left, 1) * 1000),
+                sub_version=0,
+                subscription=args.tags,
+                expression_type="TAG",
+            )
+            r = await c.call(pull.request(), timeout_s=left + 10)
             q.offset = int(r.ext_fields.get("nextBeginOffset", q.offset))
             if r.code != ResponseCode.SUCCESS:
                 if r.code not in (
@@ -301,12 +324,9 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
     finally:
         for q in queues:
             if q.committed >= 0:
-                await clients[q.addr].request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-                    "consumerGroup": args.group, "topic": args.topic, "queueId": q.queue_id,
-                    "commitOffset": q.committed})  # fmt: skip
+                update = UpdateConsumerOffsetHeader(args.group, args.topic, q.queue_id, q.committed)
+                await clients[q.addr].call(update.request())
         for c in clients.values():
-            await c.request(
-                RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": args.group}
-            )
+            await c.call(UnregisterClientHeader(client_id, consumer_group=args.group).request())
             await c.close()
     return state["n"]

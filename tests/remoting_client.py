@@ -7,15 +7,14 @@ import ssl
 from collections.abc import Mapping
 
 from nameserver.remoting.headers import (
-    BrokerIdentityHeader,
     DataVersion,
     RegisterBrokerBody,
-    RegisterBrokerHeader,
     TopicConfig,
     register_broker_request,
 )
 from rmq.codec import RemotingCommand
 from rmq.connection import RemotingConnection, blocking_call
+from rmq.headers import BrokerIdentityHeader, RegisterBrokerHeader
 
 
 class AsyncRemotingClient:

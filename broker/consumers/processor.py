@@ -19,15 +19,16 @@ from typing import Any
 
 from broker.core import BrokerCore, now_ms
 from broker.remoting.errors import BrokerRequestError
-from broker.remoting.headers import (
-    ConsumerOffsetHeader,
-    QueueHeader,
-    SearchOffsetHeader,
-    UnregisterClientHeader,
-)
 from broker.topics import RETRY_PREFIX, TOPIC_NAME
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
 from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UnregisterClientHeader,
+    UpdateConsumerOffsetHeader,
+)
 from rmq.server import Handler, Peer
 
 
@@ -109,7 +110,7 @@ class ConsumerProcessor:
         return request.response(ResponseCode.SUCCESS)
 
     async def unregister(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = UnregisterClientHeader.parse(request)
+        h = UnregisterClientHeader.from_command(request)
         if h.consumer_group:
             self.notify(self.core.consumers.unregister(h.client_id, h.consumer_group))
         return request.response(ResponseCode.SUCCESS)
@@ -146,7 +147,7 @@ class ConsumerProcessor:
 
     # ---------------------------------------------------------------- offsets
     async def query_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = ConsumerOffsetHeader.parse(request, with_offset=False)
+        h = QueryConsumerOffsetHeader.from_command(request)
         if not self.core.offsets.loaded:  # answering 0 or 22 now would rewind or skip
             raise BrokerRequestError("consumer offsets are not loaded from metaledger yet, retry")
         offset = self.core.offsets.load(h.consumer_group, h.topic, h.queue_id)
@@ -161,14 +162,13 @@ class ConsumerProcessor:
         return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
 
     async def update_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = ConsumerOffsetHeader.parse(request, with_offset=True)
-        assert h.commit_offset is not None
+        h = UpdateConsumerOffsetHeader.from_command(request)
         if h.commit_offset >= 0:
             self.core.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return request.response(ResponseCode.SUCCESS)
 
     async def max_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = QueueHeader.parse(request)
+        h = QueueHeader.from_command(request)
         return request.response(
             ResponseCode.SUCCESS,
             None,
@@ -176,7 +176,7 @@ class ConsumerProcessor:
         )
 
     async def min_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = QueueHeader.parse(request)
+        h = QueueHeader.from_command(request)
         return request.response(
             ResponseCode.SUCCESS,
             None,
@@ -184,7 +184,7 @@ class ConsumerProcessor:
         )
 
     async def search_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = SearchOffsetHeader.parse(request)
+        h = SearchOffsetHeader.from_command(request)
         offset = await self.core.run(
             self.core.store.search_offset_by_timestamp, h.topic, h.queue_id, h.timestamp
         )

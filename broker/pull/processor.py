@@ -24,10 +24,10 @@ import time
 from broker.consumers.registry import Subscription, parse_expression
 from broker.core import BrokerCore
 from broker.remoting.errors import BrokerRequestError, NoPermission, TopicNotExist
-from broker.remoting.headers import PullHeader
 from broker.store import GetResult
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import PullMessageHeader
 from rmq.server import Handler, Peer
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -44,7 +44,7 @@ class PullProcessor:
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull}
 
-    def _subscription(self, h: PullHeader) -> Subscription:
+    def _subscription(self, h: PullMessageHeader) -> Subscription:
         if h.sys_flag & FLAG_SUBSCRIPTION:
             return parse_expression(h.topic, h.subscription, h.expression_type)
         sub = self.core.consumers.subscription(h.consumer_group, h.topic)
@@ -56,7 +56,7 @@ class PullProcessor:
         return sub
 
     async def pull(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = PullHeader.parse(request)
+        h = PullMessageHeader.from_command(request)
         config = await self.core.topics.lookup(h.topic)
         if config is None:
             raise TopicNotExist(f"topic[{h.topic}] not exist, apply first please!")
@@ -91,7 +91,7 @@ class PullProcessor:
             await self.core.hold.wait(h.topic, h.queue_id, min(remaining, 1.0))
 
     async def _once(
-        self, request: RemotingCommand, h: PullHeader, sub: Subscription
+        self, request: RemotingCommand, h: PullMessageHeader, sub: Subscription
     ) -> RemotingCommand:
         store = self.core.store
         max_msgs = max(1, min(h.max_msg_nums, self.core.config.max_transfer_count))

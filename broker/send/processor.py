@@ -25,7 +25,6 @@ from broker.remoting.errors import (
     ServiceNotAvailable,
     TopicNotExist,
 )
-from broker.remoting.headers import SendBackHeader, SendHeader
 from broker.replication import RESPONSE, PutStatus
 from broker.send.batch import decode_batch, offset_msg_id, parse_properties
 from broker.store import DecodeError, Host, PutResult, StoredMessage, StoreError, decode
@@ -38,6 +37,7 @@ from broker.topics import (
 )
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import SendBackHeader, SendMessageHeader
 from rmq.server import Handler, Peer
 
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -94,7 +94,7 @@ class SendProcessor:
         return config
 
     async def send(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = SendHeader.parse(request)
+        h = SendMessageHeader.from_command(request)
         why = self.core.replication.writable()
         if why is not None:
             raise ServiceNotAvailable(why)
@@ -141,7 +141,7 @@ class SendProcessor:
 
     def _message(
         self,
-        h: SendHeader,
+        h: SendMessageHeader,
         topic: str,
         queue_id: int,
         body: bytes,
@@ -214,7 +214,7 @@ class SendProcessor:
 
     # ------------------------------------------------------------- send back
     async def send_back(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = SendBackHeader.parse(request)
+        h = SendBackHeader.from_command(request)
         why = self.core.replication.writable()
         if why is not None:
             raise ServiceNotAvailable(why)

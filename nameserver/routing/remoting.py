@@ -33,24 +33,8 @@ from typing import Any
 from nameserver.auth.acl import refusal as acl_refusal
 from nameserver.checks import check_name
 from nameserver.metrics import REJECTIONS
-from nameserver.remoting.headers import (
-    BrokerHeartbeatHeader,
-    BrokerIdentityHeader,
-    BrokerNameHeader,
-    DeleteTopicHeader,
-    GetBrokerMemberGroupHeader,
-    GetKvListByNamespaceHeader,
-    GetRouteInfoHeader,
-    GetTopicsByClusterHeader,
-    KvConfigKeyHeader,
-    PutKvConfigHeader,
-    QueueData,
-    RegisterBrokerBody,
-    RegisterBrokerHeader,
-    RegisterTopicHeader,
-    java_crc32,
-)
 from nameserver.remoting.headers import DataVersion as DataVersionBody
+from nameserver.remoting.headers import QueueData, RegisterBrokerBody, java_crc32
 from nameserver.remoting.status import rejection_of, to_remoting
 from nameserver.routing import apply as routing
 from nameserver.routing import queries
@@ -72,6 +56,20 @@ from rmq.codec import (
     wants_standard_json,
 )
 from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
+    BrokerHeartbeatHeader,
+    BrokerIdentityHeader,
+    BrokerNameHeader,
+    DeleteTopicHeader,
+    GetBrokerMemberGroupHeader,
+    GetKvListByNamespaceHeader,
+    GetRouteInfoHeader,
+    GetTopicsByClusterHeader,
+    KvConfigKeyHeader,
+    PutKvConfigHeader,
+    RegisterBrokerHeader,
+    RegisterTopicHeader,
+)
 from rmq.server import Handler, HandlerTable, Peer
 
 log = logging.getLogger(__name__)

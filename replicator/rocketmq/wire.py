@@ -29,6 +29,18 @@ from replicator.rocketmq.errors import BadAnswer, RemotingError
 from replicator.rocketmq.routes import INTEGER, parse_cluster_info, parse_route, parse_topic_list
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
+    DEFAULT_TOPIC,
+    CreateTopicHeader,
+    GetRouteInfoHeader,
+    GetTopicsByClusterHeader,
+    PullMessageHeader,
+    PutKvConfigHeader,
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UpdateConsumerOffsetHeader,
+)
 
 __all__ = [
     "SOURCE_PROPERTY",
@@ -63,7 +75,6 @@ LANGUAGE: Final = "PYTHON"
 
 PULL_SUSPEND: Final = 0x2
 PULL_SUBSCRIPTION: Final = 0x4
-DEFAULT_TOPIC: Final = "TBW102"
 
 # --- ROCKETMQ_REPLICATOR_SOURCE: the clusters a message has been copied from ----------------
 
@@ -266,23 +277,19 @@ def pull_request(
 ) -> RemotingCommand:
     """PULL_MESSAGE from ``offset`` with subscription ``*`` (so no heartbeat is needed) and
     no offset commit; long polling for ``suspend_ms`` when ``sys_flag`` has SUSPEND."""
-    return RemotingCommand.request(
-        RequestCode.PULL_MESSAGE,
-        {
-            "consumerGroup": group,
-            "topic": topic,
-            "queueId": queue_id,
-            "queueOffset": offset,
-            "maxMsgNums": max_msgs,
-            "sysFlag": sys_flag,
-            "commitOffset": 0,
-            "suspendTimeoutMillis": suspend_ms,
-            "subVersion": 0,
-            "subscription": "*",
-            "expressionType": "TAG",
-        },
-        language=LANGUAGE,
-    )
+    return PullMessageHeader(
+        consumer_group=group,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_msgs,
+        sys_flag=sys_flag,
+        commit_offset=0,
+        suspend_timeout_ms=suspend_ms,
+        sub_version=0,
+        subscription="*",
+        expression_type="TAG",
+    ).request(language=LANGUAGE)
 
 
 def _ext_int(answer: RemotingCommand, name: str, what: str, default: int | None = None) -> int:
@@ -315,23 +322,17 @@ def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
 # --- offsets ---------------------------------------------------------------------------------
 
 
-def _queue_request(code: int, topic: str, queue_id: int, **more: object) -> RemotingCommand:
-    return RemotingCommand.request(
-        code, {"topic": topic, "queueId": queue_id, **more}, language=LANGUAGE
-    )
-
-
 def min_offset_request(topic: str, queue_id: int) -> RemotingCommand:
-    return _queue_request(RequestCode.GET_MIN_OFFSET, topic, queue_id)
+    return QueueHeader(topic, queue_id).request(code=RequestCode.GET_MIN_OFFSET, language=LANGUAGE)
 
 
 def max_offset_request(topic: str, queue_id: int) -> RemotingCommand:
     """GET_MAX_OFFSET: the answer is the next offset to be written (entry count)."""
-    return _queue_request(RequestCode.GET_MAX_OFFSET, topic, queue_id)
+    return QueueHeader(topic, queue_id).request(code=RequestCode.GET_MAX_OFFSET, language=LANGUAGE)
 
 
 def search_offset_request(topic: str, queue_id: int, ts_ms: int) -> RemotingCommand:
-    return _queue_request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, timestamp=ts_ms)
+    return SearchOffsetHeader(topic, queue_id, ts_ms).request(language=LANGUAGE)
 
 
 def parse_offset(answer: RemotingCommand) -> int:
@@ -342,11 +343,7 @@ def parse_offset(answer: RemotingCommand) -> int:
 
 
 def query_consumer_offset_request(group: str, topic: str, queue_id: int) -> RemotingCommand:
-    return RemotingCommand.request(
-        RequestCode.QUERY_CONSUMER_OFFSET,
-        {"consumerGroup": group, "topic": topic, "queueId": queue_id},
-        language=LANGUAGE,
-    )
+    return QueryConsumerOffsetHeader(group, topic, queue_id).request(language=LANGUAGE)
 
 
 def parse_consumer_offset(answer: RemotingCommand) -> int | None:
@@ -362,11 +359,7 @@ def update_consumer_offset_request(
 ) -> RemotingCommand:
     """UPDATE_CONSUMER_OFFSET as a two-way request (C++ and ali-ons send it oneway; here the
     answer says it was taken)."""
-    return RemotingCommand.request(
-        RequestCode.UPDATE_CONSUMER_OFFSET,
-        {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
-        language=LANGUAGE,
-    )
+    return UpdateConsumerOffsetHeader(group, topic, queue_id, offset).request(language=LANGUAGE)
 
 
 def parse_ok(answer: RemotingCommand, what: str) -> None:
@@ -386,29 +379,19 @@ ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
 def order_conf_request(topic: str, conf: str) -> RemotingCommand:
     """PUT_KV_CONFIG of a topic's order config, as ``mqadmin updateTopic -o true`` sends it
     to the nameservers."""
-    return RemotingCommand.request(
-        RequestCode.PUT_KV_CONFIG,
-        {"namespace": ORDER_TOPIC_CONFIG, "key": topic, "value": conf},
-        language=LANGUAGE,
-    )
+    return PutKvConfigHeader(ORDER_TOPIC_CONFIG, topic, conf).request(language=LANGUAGE)
 
 
 def route_request(topic: str) -> RemotingCommand:
     """GET_ROUTEINFO_BY_TOPIC; ``acceptStandardJsonOnly`` asks for quoted keys (the parser
     reads both forms anyway)."""
-    return RemotingCommand.request(
-        RequestCode.GET_ROUTEINFO_BY_TOPIC,
-        {"topic": topic, "acceptStandardJsonOnly": True},
-        language=LANGUAGE,
-    )
+    return GetRouteInfoHeader(topic, True).request(language=LANGUAGE)
 
 
 def topic_list_request(cluster: str | None = None) -> RemotingCommand:
     """GET_ALL_TOPIC_LIST_FROM_NAMESERVER, or GET_TOPICS_BY_CLUSTER (224) for one cluster."""
     if cluster is not None:
-        return RemotingCommand.request(
-            RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": cluster}, language=LANGUAGE
-        )
+        return GetTopicsByClusterHeader(cluster).request(language=LANGUAGE)
     return RemotingCommand.request(
         RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, language=LANGUAGE
     )
@@ -435,18 +418,14 @@ def create_topic_request(spec: TopicSpec) -> RemotingCommand:
     """UPDATE_AND_CREATE_TOPIC (17) to one broker, the header as the Java admin sends it
     (``CreateTopicRequestHeader``: topic, defaultTopic, readQueueNums, writeQueueNums, perm,
     topicFilterType, topicSysFlag, order)."""
-    return RemotingCommand.request(
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        {
-            "topic": spec.topic,
-            "defaultTopic": DEFAULT_TOPIC,
-            "readQueueNums": spec.read_queue_nums,
-            "writeQueueNums": spec.write_queue_nums,
-            "perm": spec.perm,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": spec.topic_sys_flag,
-            "order": spec.order,
-            **({"attributes": spec.attributes} if spec.attributes else {}),
-        },
-        language=LANGUAGE,
-    )
+    return CreateTopicHeader(
+        topic=spec.topic,
+        default_topic=DEFAULT_TOPIC,
+        read_queue_nums=spec.read_queue_nums,
+        write_queue_nums=spec.write_queue_nums,
+        perm=spec.perm,
+        topic_filter_type="SINGLE_TAG",
+        topic_sys_flag=spec.topic_sys_flag,
+        order=spec.order,
+        attributes=spec.attributes or None,
+    ).request(language=LANGUAGE)

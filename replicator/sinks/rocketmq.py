@@ -81,15 +81,14 @@ from replicator.sinks.wire import (
     uniq_key,
 )
 from rmq.codec import RemotingCommand
-from rmq.codes import RequestCode
 from rmq.connection import ConnectionFailure, RemotingConnection
+from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
 
 __all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 
 log = logging.getLogger(__name__)
 
 PUT_OK: Final = 0
-DEFAULT_TOPIC: Final = "TBW102"
 
 
 @dataclass(frozen=True)
@@ -332,26 +331,21 @@ class RocketMQSink:
         ``batch``) for several, the body holding each in the store's batch encoding."""
         first = slots[0]
         batch = len(slots) > 1
-        return RemotingCommand.request(
-            RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
-            {
-                "a": self.config.producer_group,
-                "b": first.msg.topic,
-                "c": DEFAULT_TOPIC,
-                "d": queue_nums,
-                "e": target.queue_id,
-                "f": 0,
-                "g": int(time.time() * 1000),
-                "h": 0 if batch else first.msg.flag,
-                "i": WAIT_ONLY if batch else props_bytes(first).decode(),
-                "j": 0,
-                "k": False,
-                "m": batch,
-                "n": target.broker_name,
-            },
-            encode_batch(slots) if batch else first.msg.body,
-            language="PYTHON",
-        )
+        return SendMessageHeader(
+            producer_group=self.config.producer_group,
+            topic=first.msg.topic,
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=queue_nums,
+            queue_id=target.queue_id,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=0 if batch else first.msg.flag,
+            properties=WAIT_ONLY if batch else props_bytes(first).decode(),
+            reconsume_times=0,
+            unit_mode=False,
+            batch=batch,
+            broker_name=target.broker_name,
+        ).request_v2(encode_batch(slots) if batch else first.msg.body, language="PYTHON")
 
     def _answered(
         self,

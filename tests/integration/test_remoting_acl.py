@@ -15,7 +15,10 @@ import pytest
 
 from nameserver.auth.acl import sign
 from nameserver.client import Client
-from nameserver.remoting.headers import (
+from protos.metaledger.v1 import admin_pb2
+from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
     BrokerHeartbeatHeader,
     BrokerNameHeader,
     DeleteTopicHeader,
@@ -24,9 +27,6 @@ from nameserver.remoting.headers import (
     PutKvConfigHeader,
     RegisterTopicHeader,
 )
-from protos.metaledger.v1 import admin_pb2
-from rmq.codec import RemotingCommand
-from rmq.codes import RequestCode, ResponseCode
 from tests.etcd_harness import etcdctl
 from tests.harness import Cluster, running_cluster
 from tests.remoting_client import call, register_request, unregister_request

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from nameserver.remoting.headers import GetRouteInfoHeader
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import GetRouteInfoHeader
 from rmq.server import HandlerTable, Peer, RemotingServer
 from tests.harness import Cluster, wait_until
 from tests.integration.test_remoting_clients import (
