@@ -28,11 +28,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from replicator.rocketmq import wire
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import ConnectionLost as ConnectionLost
 from rmq.connection import RemotingConnection as RemotingConnection
-from rmq.headers import DEFAULT_TOPIC, PullMessageHeader, SendMessageHeader
+from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
 
 SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
 PULL_MESSAGE = RequestCode.PULL_MESSAGE
@@ -41,7 +42,6 @@ SUCCESS = ResponseCode.SUCCESS
 PULL_NOT_FOUND = ResponseCode.PULL_NOT_FOUND
 PULL_RETRY_IMMEDIATELY = ResponseCode.PULL_RETRY_IMMEDIATELY
 PULL_OFFSET_MOVED = ResponseCode.PULL_OFFSET_MOVED
-PULL_SYSFLAG = 0x2 | 0x4  # SUSPEND | SUBSCRIPTION (PullSysFlag.java:20-24)
 PRODUCER_GROUP = "bench-producer"
 CONSUMER_GROUP = "bench-consumer"
 _PROP_KV, _PROP_END = "\x01", "\x02"
@@ -96,19 +96,7 @@ def pull_request(
 ) -> RemotingCommand:
     """PULL_MESSAGE from ``offset``, at most ``max_msgs`` messages (the Java consumer's
     ``pullBatchSize``, default 32)."""
-    return PullMessageHeader(
-        consumer_group=CONSUMER_GROUP,
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=offset,
-        max_msg_nums=max_msgs,
-        sys_flag=PULL_SYSFLAG,
-        commit_offset=0,
-        suspend_timeout_ms=suspend_ms,
-        sub_version=0,
-        subscription="*",
-        expression_type="TAG",
-    ).request(language="PYTHON")
+    return wire.pull_request(CONSUMER_GROUP, topic, queue_id, offset, max_msgs, suspend_ms)
 
 
 def heartbeat_request(topic: str) -> RemotingCommand:
