@@ -16,7 +16,7 @@ for an ``int``), ``bool`` (``true``/``false``/``1``/``0`` in any case: C++ 1.x s
 ``ext(..., read=False)`` marks a field a server does not read (written by clients, skipped
 by :meth:`~Header.from_fields`). Headers are slotted and not frozen: they are built per send
 on the producers' path, where a frozen dataclass's ``__init__`` costs six times as much. The
-two whose optional fields come between required ones (send, create topic) are keyword-only.
+few whose optional fields come between required ones are keyword-only.
 
 SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) name the V1 fields ``a``…``m`` in order,
 plus ``n`` = brokerName (J4 ``SendMessageRequestHeaderV2.java:32-60``):
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Self
 
 from rmq.codec import (
+    RPC_TYPE_RESPONSE,
     SERVER_LANGUAGE,
     BadRequest,
     RemotingCommand,
@@ -180,6 +181,19 @@ class Header:
             language=language,
             opaque=opaque,
             flag=2 if oneway else 0,  # rmq.codec.RPC_ONEWAY
+            ext_fields=self.to_ext_fields(),
+            body=body,
+        )
+
+    def response(
+        self, request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        """The answer to ``request`` carrying this (response) header."""
+        return RemotingCommand(
+            code=code,
+            opaque=request.opaque,
+            flag=RPC_TYPE_RESPONSE,
+            remark=remark,
             ext_fields=self.to_ext_fields(),
             body=body,
         )
@@ -344,6 +358,41 @@ class CreateTopicHeader(Header):
     topic_sys_flag: int = ext("topicSysFlag", 0)
     order: bool = ext("order", False)
     attributes: str | None = ext("attributes", None)
+
+
+# --- brokers' answers (all numbers as strings: research/broker.md trap 6) ---------------------
+
+
+@dataclass(slots=True)
+class SendMessageResponseHeader(Header):
+    """A send's answer: the offset message id (a batch's, comma-joined), the queue and the
+    first message's queue offset."""
+
+    code = RequestCode.SEND_MESSAGE
+    msg_id: str = ext("msgId")
+    queue_id: int = ext("queueId", int32=True)
+    queue_offset: int = ext("queueOffset")
+
+
+@dataclass(slots=True, kw_only=True)
+class PullMessageResponseHeader(Header):
+    """A pull's answer: the broker to pull from next (0: the master), the offset to go on
+    at and the queue's bounds."""
+
+    code = RequestCode.PULL_MESSAGE
+    suggest_which_broker_id: int = ext("suggestWhichBrokerId", 0)
+    next_begin_offset: int = ext("nextBeginOffset")
+    min_offset: int = ext("minOffset")
+    max_offset: int = ext("maxOffset")
+
+
+@dataclass(slots=True)
+class OffsetResponseHeader(Header):
+    """The answer of GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP and
+    QUERY_CONSUMER_OFFSET."""
+
+    code = RequestCode.GET_MAX_OFFSET
+    offset: int = ext("offset")
 
 
 # --- brokers, clients and admin tools to the nameserver -----------------------------------

@@ -23,6 +23,7 @@ from broker.topics import RETRY_PREFIX, TOPIC_NAME
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
 from rmq.codes import RequestCode, ResponseCode
 from rmq.headers import (
+    OffsetResponseHeader,
     QueryConsumerOffsetHeader,
     QueueHeader,
     SearchOffsetHeader,
@@ -159,7 +160,7 @@ class ConsumerProcessor:
                     ResponseCode.QUERY_NOT_FOUND,
                     "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
                 )
-        return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)
 
     async def update_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = UpdateConsumerOffsetHeader.from_command(request)
@@ -169,23 +170,17 @@ class ConsumerProcessor:
 
     async def max_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = QueueHeader.from_command(request)
-        return request.response(
-            ResponseCode.SUCCESS,
-            None,
-            {"offset": str(self.core.store.max_offset(h.topic, h.queue_id))},
-        )
+        offset = self.core.store.max_offset(h.topic, h.queue_id)
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)
 
     async def min_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = QueueHeader.from_command(request)
-        return request.response(
-            ResponseCode.SUCCESS,
-            None,
-            {"offset": str(self.core.store.min_offset(h.topic, h.queue_id))},
-        )
+        offset = self.core.store.min_offset(h.topic, h.queue_id)
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)
 
     async def search_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = SearchOffsetHeader.from_command(request)
         offset = await self.core.run(
             self.core.store.search_offset_by_timestamp, h.topic, h.queue_id, h.timestamp
         )
-        return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)

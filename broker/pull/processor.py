@@ -27,7 +27,7 @@ from broker.remoting.errors import BrokerRequestError, NoPermission, TopicNotExi
 from broker.store import GetResult
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
-from rmq.headers import PullMessageHeader
+from rmq.headers import PullMessageHeader, PullMessageResponseHeader
 from rmq.server import Handler, Peer
 
 FLAG_COMMIT_OFFSET = 0x1
@@ -115,16 +115,13 @@ class PullProcessor:
                 suggest = self.core.suggest_broker(behind)
             else:
                 code, next_offset, body = ResponseCode.PULL_NOT_FOUND, h.queue_offset, b""
-        return request.response(
-            code,
-            None if code == ResponseCode.SUCCESS else _REMARKS.get(code),
-            {
-                "suggestWhichBrokerId": str(suggest),
-                "nextBeginOffset": str(next_offset),
-                "minOffset": str(got.min_offset),
-                "maxOffset": str(got.max_offset),
-            },
-            body,
+        return PullMessageResponseHeader(
+            suggest_which_broker_id=suggest,
+            next_begin_offset=next_offset,
+            min_offset=got.min_offset,
+            max_offset=got.max_offset,
+        ).response(
+            request, code, None if code == ResponseCode.SUCCESS else _REMARKS.get(code), body
         )
 
     @staticmethod

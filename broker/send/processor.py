@@ -37,7 +37,7 @@ from broker.topics import (
 )
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
-from rmq.headers import SendBackHeader, SendMessageHeader
+from rmq.headers import SendBackHeader, SendMessageHeader, SendMessageResponseHeader
 from rmq.server import Handler, Peer
 
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -202,14 +202,8 @@ class SendProcessor:
             offset_msg_id(host.advertised_host, host.listen_port, r.physical_offset)
             for r in results
         )
-        return request.response(
-            code,
-            remark,
-            {
-                "msgId": msg_ids,
-                "queueId": str(queue_id),
-                "queueOffset": str(results[0].queue_offset),
-            },
+        return SendMessageResponseHeader(msg_ids, queue_id, results[0].queue_offset).response(
+            request, code, remark
         )
 
     # ------------------------------------------------------------- send back

@@ -23,24 +23,29 @@ import enum
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 from replicator.rocketmq.errors import BadAnswer, RemotingError
-from replicator.rocketmq.routes import INTEGER, parse_cluster_info, parse_route, parse_topic_list
-from rmq.codec import RemotingCommand
+from replicator.rocketmq.routes import parse_cluster_info, parse_route, parse_topic_list
+from rmq.codec import BadRequest, RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.headers import (
     DEFAULT_TOPIC,
     CreateTopicHeader,
     GetRouteInfoHeader,
     GetTopicsByClusterHeader,
+    Header,
+    OffsetResponseHeader,
     PullMessageHeader,
+    PullMessageResponseHeader,
     PutKvConfigHeader,
     QueryConsumerOffsetHeader,
     QueueHeader,
     SearchOffsetHeader,
     UpdateConsumerOffsetHeader,
 )
+
+H = TypeVar("H", bound=Header)
 
 __all__ = [
     "SOURCE_PROPERTY",
@@ -292,13 +297,12 @@ def pull_request(
     ).request(language=LANGUAGE)
 
 
-def _ext_int(answer: RemotingCommand, name: str, what: str, default: int | None = None) -> int:
-    value = answer.ext_fields.get(name)
-    if value is None and default is not None:
-        return default
-    if value is None or not INTEGER.fullmatch(value.strip()):
-        raise BadAnswer(f"{what}: answer field {name} missing or not an integer: {value!r}")
-    return int(value)
+def _answer_header(header: type[H], answer: RemotingCommand, what: str) -> H:
+    """The answer's typed header; a field missing or of the wrong type is :class:`BadAnswer`."""
+    try:
+        return header.from_command(answer)
+    except BadRequest as exc:
+        raise BadAnswer(f"{what}: answer {exc}") from None
 
 
 def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
@@ -309,13 +313,14 @@ def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
     except ValueError:
         raise RemotingError(answer.code, answer.remark, "pull") from None
     messages = decode_messages(answer.body, check_crc) if status is PullStatus.FOUND else []
+    h = _answer_header(PullMessageResponseHeader, answer, "pull")
     return PullResult(
         status,
-        _ext_int(answer, "nextBeginOffset", "pull"),
-        _ext_int(answer, "minOffset", "pull"),
-        _ext_int(answer, "maxOffset", "pull"),
+        h.next_begin_offset,
+        h.min_offset,
+        h.max_offset,
         messages,
-        _ext_int(answer, "suggestWhichBrokerId", "pull", 0),
+        h.suggest_which_broker_id,
     )
 
 
@@ -339,7 +344,7 @@ def parse_offset(answer: RemotingCommand) -> int:
     """The ``offset`` of a GET_MIN/MAX_OFFSET or SEARCH_OFFSET_BY_TIMESTAMP answer."""
     if answer.code != ResponseCode.SUCCESS:
         raise RemotingError(answer.code, answer.remark, "offset")
-    return _ext_int(answer, "offset", "offset")
+    return _answer_header(OffsetResponseHeader, answer, "offset").offset
 
 
 def query_consumer_offset_request(group: str, topic: str, queue_id: int) -> RemotingCommand:
