@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from rmq.codec import RPC_ONEWAY, FrameDecoder, ProtocolError, RemotingCommand, encode
 
 __all__ = [
     "AnswerTimeout",
@@ -217,7 +217,7 @@ class RemotingConnection(asyncio.Protocol):
         if not self.usable:
             raise self.lost or ConnectionLost(f"connection to {self.address} closing")
         assert self._transport is not None
-        oneway = command.replace(opaque=next(self._opaque), flag=command.flag | 2)
+        oneway = command.replace(opaque=next(self._opaque), flag=command.flag | RPC_ONEWAY)
         self._transport.write(encode(oneway))
 
     async def oneway(

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Self
 
 from rmq.codec import (
+    RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
     SERVER_LANGUAGE,
     BadRequest,
@@ -179,7 +180,7 @@ class Header:
             code=self.code if code is None else code,
             language=language,
             opaque=opaque,
-            flag=2 if oneway else 0,  # rmq.codec.RPC_ONEWAY
+            flag=RPC_ONEWAY if oneway else 0,
             ext_fields=self.to_ext_fields(),
             body=body,
         )
