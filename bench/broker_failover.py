@@ -63,7 +63,7 @@ class FailoverProducer:
 
     async def _conn(self, addr: str) -> RemotingConnection:
         c = self._conns.get(addr)
-        if c is None or c._lost is not None:
+        if c is None or c.lost is not None:
             c = await asyncio.wait_for(RemotingConnection.open(addr), 2.0)
             self._opened.append(c)  # workers connect at once: every one is closed
             self._conns[addr] = c

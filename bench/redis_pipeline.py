@@ -37,8 +37,8 @@ from replicator.redis.metrics import RedisMetrics  # noqa: E402
 from replicator.redis.protocol import Phase, ReplicaConfig, ReplicaProtocol  # noqa: E402
 from replicator.redis.resp import NeedData, encode_command  # noqa: E402
 from replicator.redis.spool import EventSpool  # noqa: E402
-from replicator.sinks import remoting  # noqa: E402
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig  # noqa: E402
+from rmq import connection  # noqa: E402
 from rmq.codec import RemotingCommand, encode  # noqa: E402
 
 REPLID = "a" * 40
@@ -67,7 +67,7 @@ class _Conn:
         self.frames = 0
         self.bytes = 0
 
-    def request(self, command: RemotingCommand, callback: Any, timeout_s: float) -> None:
+    def send(self, command: RemotingCommand, callback: Any, timeout_s: float) -> None:
         data = encode(command.replace(opaque=1))
         self.frames += 1
         self.bytes += len(data)
@@ -95,7 +95,7 @@ async def run(writes: int, queues: int) -> dict[str, float]:
     async def fake_open(address: str, timeout_s: float) -> _Conn:
         return conn
 
-    remoting.RemotingConnection.open = fake_open  # type: ignore[assignment,method-assign]
+    connection.RemotingConnection.open = fake_open  # type: ignore[assignment,method-assign]
     sink = RocketMQSink(RocketMQSinkConfig(topics=("T",)), _Routes(queues))
     await sink.start()
     config = SimpleNamespace(

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.report import timestamp, write_report  # noqa: E402
-from nameserver.remoting.headers import GetRouteInfoHeader  # noqa: E402
 from rmq.codec import encode  # noqa: E402
+from rmq.headers import GetRouteInfoHeader  # noqa: E402
 from tests.harness import Cluster, wait_until  # noqa: E402
 from tests.remoting_client import AsyncRemotingClient, call, register_request  # noqa: E402
 

@@ -1,9 +1,8 @@
 """A pipelined asyncio RocketMQ remoting client for the broker benchmark (load side only).
 
-Frames go through the sans-I/O codec (``rmq.codec``: ``encode`` out, one
-``FrameDecoder`` per connection in); many requests are in flight on one connection and each
-reply is matched to its request by ``opaque``, as RocketMQ's own clients do
-(``NettyRemotingAbstract.responseTable``).
+Frames go through ``rmq.connection.RemotingConnection`` (the sans-I/O codec underneath); many
+requests are in flight on one connection and each reply is matched to its request by
+``opaque``, as RocketMQ's own clients do (``NettyRemotingAbstract.responseTable``).
 
 Requests, as real producers and consumers send them (research/broker.md §2, §3;
 rocketmq-clients.md §1.6):
@@ -27,19 +26,22 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from replicator.rocketmq import wire
+from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.connection import ConnectionLost as ConnectionLost
+from rmq.connection import RemotingConnection as RemotingConnection
+from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
 
-SEND_MESSAGE_V2 = 310
-PULL_MESSAGE = 11
-HEART_BEAT = 34
-SUCCESS = 0
-PULL_NOT_FOUND = 19
-PULL_RETRY_IMMEDIATELY = 20
-PULL_OFFSET_MOVED = 21
-PULL_SYSFLAG = 0x2 | 0x4  # SUSPEND | SUBSCRIPTION (PullSysFlag.java:20-24)
-DEFAULT_TOPIC = "TBW102"
+SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
+PULL_MESSAGE = RequestCode.PULL_MESSAGE
+HEART_BEAT = RequestCode.HEART_BEAT
+SUCCESS = ResponseCode.SUCCESS
+PULL_NOT_FOUND = ResponseCode.PULL_NOT_FOUND
+PULL_RETRY_IMMEDIATELY = ResponseCode.PULL_RETRY_IMMEDIATELY
+PULL_OFFSET_MOVED = ResponseCode.PULL_OFFSET_MOVED
 PRODUCER_GROUP = "bench-producer"
 CONSUMER_GROUP = "bench-consumer"
 _PROP_KV, _PROP_END = "\x01", "\x02"
@@ -51,74 +53,6 @@ class SendFailed(Exception):
     def __init__(self, code: int, remark: str | None) -> None:
         super().__init__(f"code {code}: {remark or ''}".rstrip(": "))
         self.code = code
-
-
-class ConnectionLost(Exception):
-    pass
-
-
-class RemotingConnection(asyncio.Protocol):
-    """One TCP connection; ``call`` may be awaited by many tasks at once."""
-
-    def __init__(self) -> None:
-        self._decoder = FrameDecoder()
-        self._transport: asyncio.Transport | None = None
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self._opaque = itertools.count(1)
-        self._lost: BaseException | None = None
-
-    @classmethod
-    async def open(cls, address: str) -> RemotingConnection:
-        host, _, port = address.rpartition(":")
-        loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(cls, host, int(port))
-        return conn
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TCPTransport is not an asyncio.Transport subclass: no isinstance check
-        self._transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            replies = self._decoder.feed(data)
-        except ProtocolError as exc:
-            self._fail(ConnectionLost(f"broken stream from the broker: {exc}"))
-            if self._transport is not None:
-                self._transport.close()
-            return
-        for reply in replies:
-            future = self._pending.pop(reply.opaque, None)
-            if future is not None and not future.done():
-                future.set_result(reply)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ConnectionLost(f"connection closed: {exc or 'by the peer'}"))
-
-    def _fail(self, exc: BaseException) -> None:
-        self._lost = exc
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(exc)
-        self._pending.clear()
-
-    async def call(self, request: RemotingCommand, timeout_s: float = 30.0) -> RemotingCommand:
-        if self._lost is not None:
-            raise self._lost
-        assert self._transport is not None
-        if self._transport.is_closing():  # closed, connection_lost not called yet
-            raise ConnectionLost("connection closing")
-        opaque = next(self._opaque)
-        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._pending[opaque] = future
-        self._transport.write(encode(request.replace(opaque=opaque)))
-        try:
-            return await asyncio.wait_for(future, timeout_s)
-        finally:
-            self._pending.pop(opaque, None)
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
 
 
 def properties(props: dict[str, str]) -> str:
@@ -140,26 +74,21 @@ def send_v2_request(
 ) -> RemotingCommand:
     """One SEND_MESSAGE_V2 request, fields as the Java client's ``createSendMessageRequestHeaderV2``."""
     props = properties({"UNIQ_KEY": f"{_uniq_prefix}{next(_uniq):016X}", "WAIT": "true"})
-    return RemotingCommand.request(
-        SEND_MESSAGE_V2,
-        {
-            "a": producer_group,
-            "b": topic,
-            "c": DEFAULT_TOPIC,
-            "d": queue_nums,
-            "e": queue_id,
-            "f": 0,
-            "g": int(time.time() * 1000),
-            "h": 0,
-            "i": props,
-            "j": 0,
-            "k": False,
-            "m": False,
-            "n": broker_name,
-        },
-        body,
-        language="PYTHON",
-    )
+    return SendMessageHeader(
+        producer_group=producer_group,
+        topic=topic,
+        default_topic=DEFAULT_TOPIC,
+        default_topic_queue_nums=queue_nums,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=props,
+        reconsume_times=0,
+        unit_mode=False,
+        batch=False,
+        broker_name=broker_name,
+    ).request_v2(body, language="PYTHON")
 
 
 def pull_request(
@@ -167,23 +96,7 @@ def pull_request(
 ) -> RemotingCommand:
     """PULL_MESSAGE from ``offset``, at most ``max_msgs`` messages (the Java consumer's
     ``pullBatchSize``, default 32)."""
-    return RemotingCommand.request(
-        PULL_MESSAGE,
-        {
-            "consumerGroup": CONSUMER_GROUP,
-            "topic": topic,
-            "queueId": queue_id,
-            "queueOffset": offset,
-            "maxMsgNums": max_msgs,
-            "sysFlag": PULL_SYSFLAG,
-            "commitOffset": 0,
-            "suspendTimeoutMillis": suspend_ms,
-            "subscription": "*",
-            "subVersion": 0,
-            "expressionType": "TAG",
-        },
-        language="PYTHON",
-    )
+    return wire.pull_request(CONSUMER_GROUP, topic, queue_id, offset, max_msgs, suspend_ms)
 
 
 def heartbeat_request(topic: str) -> RemotingCommand:

@@ -1,7 +1,7 @@
 """``metaledger send TOPIC ... BODY|-`` and ``metaledger consume TOPIC --group G ...``.
 
 For a person at a terminal: the topic's route comes from metaledger (``Client.route_get``);
-both then speak the remoting protocol to the brokers themselves (``broker.remoting.client``
+both then speak the remoting protocol to the brokers themselves (``rmq.connection``
 over the shared codec), as a RocketMQ client would (research/broker.md §2-§3):
 
 - send: SEND_MESSAGE (10) to the master (id 0) of a broker with writable queues, queue
@@ -31,11 +31,25 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.remoting.client import RemotingClient, RemotingClientError
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.send.batch import offset_msg_id
 from broker.store import DecodeError, decode
 from nameserver.client import ConnectionOptions
+from rmq.codes import RequestCode, ResponseCode
+from rmq.connection import RemotingConnection
+from rmq.headers import (
+    DEFAULT_TOPIC,
+    PullMessageHeader,
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SendMessageHeader,
+    UnregisterClientHeader,
+    UpdateConsumerOffsetHeader,
+)
+
+
+class PullFailed(Exception):
+    """A pull answered a code no consumer expects, or a record that does not decode."""
+
 
 if TYPE_CHECKING:
     from nameserver.client import Route
@@ -149,24 +163,31 @@ def run_send(args: argparse.Namespace, connect: Connect) -> int:
         return EXIT_NOT_FOUND
     addr, queues = random.choice(targets)
     assert addr is not None
-    ext = {
-        "producerGroup": args.producer_group, "topic": args.topic, "defaultTopic": "TBW102",
-        "defaultTopicQueueNums": 4, "queueId": random.randrange(queues), "sysFlag": 0,
-        "bornTimestamp": int(time.time() * 1000), "flag": 0,
-        "properties": "".join(f"{k}\x01{v}\x02" for k, v in props.items()),
-        "reconsumeTimes": 0, "unitMode": False, "batch": False,
-    }  # fmt: skip
+    header = SendMessageHeader(
+        producer_group=args.producer_group,
+        topic=args.topic,
+        default_topic=DEFAULT_TOPIC,
+        default_topic_queue_nums=4,
+        queue_id=random.randrange(queues),
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties="".join(f"{k}\x01{v}\x02" for k, v in props.items()),
+        reconsume_times=0,
+        unit_mode=False,
+        batch=False,
+    )
 
     async def go() -> Any:
-        client = await RemotingClient.connect(*_addr(addr))
+        client = await RemotingConnection.connect(*_addr(addr))
         try:
-            return await client.request(RequestCode.SEND_MESSAGE, ext, body, timeout_s=10)
+            return await client.call(header.request(body), timeout_s=10)
         finally:
             await client.close()
 
     try:
         r = asyncio.run(go())
-    except (OSError, RemotingClientError, TimeoutError) as exc:
+    except OSError as exc:  # rmq.connection's errors (TimeoutError included) are OSErrors
         print(f"metaledger: send: broker {addr}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     doc = {
@@ -226,17 +247,17 @@ def run_consume(args: argparse.Namespace, connect: Connect) -> int:
     ]
     try:
         got = asyncio.run(_consume(args, queues))
-    except (OSError, RemotingClientError) as exc:
+    except (OSError, PullFailed) as exc:
         print(f"metaledger: consume: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return EXIT_OK if not args.count or got >= args.count else EXIT_TIMEOUT
 
 
 async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
-    clients: dict[str, RemotingClient] = {}
+    clients: dict[str, RemotingConnection] = {}
     for q in queues:
         if q.addr not in clients:
-            clients[q.addr] = await RemotingClient.connect(*_addr(q.addr))
+            clients[q.addr] = await RemotingConnection.connect(*_addr(q.addr))
     deadline = time.monotonic() + args.wait_s
     state = {"n": 0, "last": 0.0}  # messages printed; when the last came (monotonic)
     done = asyncio.Event()
@@ -251,14 +272,11 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
 
     async def one(q: _Queue) -> None:
         c = clients[q.addr]
-        ident = {"consumerGroup": args.group, "topic": args.topic, "queueId": q.queue_id}
-        r = await c.request(RequestCode.QUERY_CONSUMER_OFFSET, ident)
+        r = await c.call(QueryConsumerOffsetHeader(args.group, args.topic, q.queue_id).request())
         if r.code == ResponseCode.SUCCESS:
             q.offset = int(r.ext_fields.get("offset", "0"))
         else:
-            r = await c.request(
-                RequestCode.GET_MAX_OFFSET, {"topic": args.topic, "queueId": q.queue_id}
-            )
+            r = await c.call(QueueHeader(args.topic, q.queue_id).request())
             q.offset = int(r.ext_fields.get("offset", "0"))
         q.committed = q.offset
         while not done.is_set():
@@ -270,10 +288,20 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                     done.set()
             if left <= 0:
                 return
-            ext = {**ident, "queueOffset": q.offset, "maxMsgNums": 32, "sysFlag": 0x2 | 0x4,
-                   "commitOffset": 0, "suspendTimeoutMillis": int(min(left, 1) * 1000),
-                   "subVersion": 0, "subscription": args.tags, "expressionType": "TAG"}  # fmt: skip
-            r = await c.request(RequestCode.PULL_MESSAGE, ext, timeout_s=left + 10)
+            pull = PullMessageHeader(
+                consumer_group=args.group,
+                topic=args.topic,
+                queue_id=q.queue_id,
+                queue_offset=q.offset,
+                max_msg_nums=32,
+                sys_flag=0x2 | 0x4,  # SUSPEND | SUBSCRIPTION
+                commit_offset=0,
+                suspend_timeout_ms=int(min(left, 1) * 1000),
+                sub_version=0,
+                subscription=args.tags,
+                expression_type="TAG",
+            )
+            r = await c.call(pull.request(), timeout_s=left + 10)
             q.offset = int(r.ext_fields.get("nextBeginOffset", q.offset))
             if r.code != ResponseCode.SUCCESS:
                 if r.code not in (
@@ -281,7 +309,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                     ResponseCode.PULL_RETRY_IMMEDIATELY,
                     ResponseCode.PULL_OFFSET_MOVED,
                 ):
-                    raise RemotingClientError(f"pull from {q.addr}: code {r.code}: {r.remark}")
+                    raise PullFailed(f"pull from {q.addr}: code {r.code}: {r.remark}")
                 continue
             pos = 0
             while pos < len(r.body):
@@ -291,7 +319,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 try:
                     m = decode(raw)
                 except DecodeError as exc:
-                    raise RemotingClientError(f"pull from {q.addr}: bad record: {exc}") from None
+                    raise PullFailed(f"pull from {q.addr}: bad record: {exc}") from None
                 if args.count and state["n"] >= args.count:
                     done.set()
                     return
@@ -318,12 +346,9 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
     finally:
         for q in queues:
             if q.committed >= 0:
-                await clients[q.addr].request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-                    "consumerGroup": args.group, "topic": args.topic, "queueId": q.queue_id,
-                    "commitOffset": q.committed})  # fmt: skip
+                update = UpdateConsumerOffsetHeader(args.group, args.topic, q.queue_id, q.committed)
+                await clients[q.addr].call(update.request())
         for c in clients.values():
-            await c.request(
-                RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "consumerGroup": args.group}
-            )
+            await c.call(UnregisterClientHeader(client_id, consumer_group=args.group).request())
             await c.close()
     return int(state["n"])

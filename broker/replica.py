@@ -3,7 +3,7 @@
 ``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
 ``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (trap 8), the topic table
 (``topics.json``), consumer offsets (in metaledger's KV when endpoints are given, else in
-memory), the send/pull/consumer/admin processors on one :class:`RemotingServer`, delayed
+memory), the send/pull/consumer/admin processors on one ``rmq.server.RemotingServer``, delayed
 delivery, the route registrar and the metrics endpoint.
 
 With a metaledger client the replica is a member of its replica group
@@ -35,7 +35,7 @@ from broker.metrics import BrokerMetrics, View
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
 from broker.quorum.role import Role
-from broker.remoting.server import Handler, RemotingServer
+from broker.remoting.front import remoting_server
 from broker.replication import Replication, Standalone
 from broker.routes import RouteRegistrar
 from broker.send.processor import SendProcessor
@@ -44,6 +44,7 @@ from broker.state.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.store import Host, MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
 from nameserver.client import Client, ClientError
+from rmq.server import Handler
 
 log = logging.getLogger(__name__)
 EXPIRE_EVERY_S = 10.0
@@ -105,7 +106,7 @@ class Replica:
             TopicAdmin(self.core, self.registrar),
         ):
             handlers.update(processor.handlers())
-        self.server = RemotingServer(handlers, on_close=self.consumers.connection_closed)
+        self.server = remoting_server(handlers, on_close=self.consumers.connection_closed)
         self.schedule = ScheduleService(
             self.core, os.path.join(config.data_dir, "delayOffset.json")
         )

@@ -22,7 +22,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.remoting.codes import ResponseCode
+from rmq.codes import ResponseCode
 
 
 class PutStatus(enum.Enum):

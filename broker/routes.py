@@ -26,9 +26,9 @@ from broker.config import BrokerConfig
 from broker.topics import TopicConfig, TopicTable
 from nameserver.client import Client, ClientError, NotFound
 from protos.metaledger.v1 import routing_pb2
+from rmq.codes import PERM_INHERIT
 
 log = logging.getLogger(__name__)
-PERM_INHERIT = 1
 NEGATIVE_CACHE_S = 1.0
 
 

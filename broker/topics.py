@@ -21,10 +21,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
-PERM_READ = 4
+from rmq.codes import PERM_READ, PERM_WRITE
+
 REPLICA_OF = "replica.of"
 REPLICATOR_SOURCE = "ROCKETMQ_REPLICATOR_SOURCE"
-PERM_WRITE = 2
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import grpc
 
-from nameserver.remoting.codes import ResponseCode
 from raftlog import (
     NoSpaceError,
     NotLeaderError,
@@ -49,6 +48,7 @@ from raftlog import (
     UnknownOutcomeError,
     UnsafeReconfigurationError,
 )
+from rmq.codes import ResponseCode
 
 
 class NameserverError(Exception):

@@ -43,7 +43,7 @@ from nameserver.node import NodeFacade
 from nameserver.node_metrics import node_metrics
 from nameserver.offsets.service import OffsetsService
 from nameserver.quotas.service import QuotasService
-from nameserver.remoting.server import RemotingServer
+from nameserver.remoting.server import remoting_server
 from nameserver.replica_groups.liveness import ReplicaLiveness
 from nameserver.replica_groups.service import ReplicaGroupsService
 from nameserver.routing.liveness import BrokerKeeper
@@ -266,7 +266,7 @@ class Node:
             node_metadata=self.ctx.node_metadata,
         )
         self.routes = RoutingNode(self.ctx, self.brokers)
-        self.remoting = RemotingServer(
+        self.remoting = remoting_server(
             NameserverRemoting(self.routes),
             idle_timeout_s=self.config.remoting_idle_timeout_ms / 1000,
             frame_timeout_s=self.config.remoting_frame_timeout_ms / 1000,

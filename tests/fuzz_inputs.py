@@ -38,7 +38,7 @@ from google.protobuf import descriptor as _d
 from google.protobuf import message_factory
 from google.protobuf.message import Message as ProtoMessage
 
-from nameserver.remoting.codes import NAMESERVER_REQUEST_CODES, LanguageCode, RequestCode
+from nameserver.remoting.codes import NAMESERVER_REQUEST_CODES
 from protos.etcdserverpb import rpc_pb2, v3election_pb2, v3lock_pb2
 from protos.metaledger.v1 import (
     admin_pb2,
@@ -47,6 +47,7 @@ from protos.metaledger.v1 import (
     replica_groups_pb2,
     routing_pb2,
 )
+from rmq.codes import LanguageCode, RequestCode
 
 SEED_ENV = "METALEDGER_FUZZ_SEED"
 CASES_ENV = "METALEDGER_FUZZ_CASES"

@@ -3,87 +3,43 @@ on the wire, built on our sans-I/O codec (requests matched to replies by ``opaqu
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
-import socket
 import ssl
 from collections.abc import Mapping
 
 from nameserver.remoting.headers import (
-    BrokerIdentityHeader,
     DataVersion,
     RegisterBrokerBody,
-    RegisterBrokerHeader,
     TopicConfig,
     register_broker_request,
 )
-from rmq.codec import FrameDecoder, RemotingCommand, encode
+from rmq.codec import RemotingCommand
+from rmq.connection import RemotingConnection, blocking_call
+from rmq.headers import BrokerIdentityHeader, RegisterBrokerHeader
 
 
 class AsyncRemotingClient:
-    """One connection; any number of concurrent calls."""
+    """One connection (``rmq.connection``); any number of concurrent calls."""
 
     def __init__(self, address: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self.address = address
         self.ssl_context = ssl_context  # TLS (a server started with --cert-file)
-        self._opaque = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._conn: RemotingConnection | None = None
 
     async def connect(self) -> AsyncRemotingClient:
-        host, _, port = self.address.rpartition(":")
-        self._reader, self._writer = await asyncio.open_connection(
-            host, int(port), ssl=self.ssl_context
-        )
-        self._task = asyncio.get_running_loop().create_task(self._read())
+        self._conn = await RemotingConnection.open(self.address, 10.0, self.ssl_context)
         return self
 
-    async def _read(self) -> None:
-        assert self._reader is not None
-        decoder = FrameDecoder()
-        try:
-            while True:
-                data = await self._reader.read(256 * 1024)
-                if not data:
-                    break
-                for reply in decoder.feed(data):
-                    fut = self._waiting.pop(reply.opaque, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(reply)
-        finally:
-            for fut in self._waiting.values():
-                if not fut.done():
-                    fut.set_exception(ConnectionError(f"{self.address} closed the connection"))
-            self._waiting.clear()
-
     async def call(self, request: RemotingCommand, timeout: float = 10.0) -> RemotingCommand:
-        assert self._writer is not None
-        opaque = next(self._opaque)
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._waiting[opaque] = fut
-        self._writer.write(encode(request.replace(opaque=opaque)))
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        finally:
-            self._waiting.pop(opaque, None)
+        assert self._conn is not None
+        return await self._conn.call(request, timeout)
 
     async def oneway(self, request: RemotingCommand) -> None:
-        assert self._writer is not None
-        self._writer.write(encode(request.replace(opaque=next(self._opaque), flag=2)))
-        await self._writer.drain()
+        assert self._conn is not None
+        self._conn.send_oneway(request)
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, ConnectionError):
-                pass
+        if self._conn is not None:
+            await self._conn.close()
 
 
 def call(
@@ -93,20 +49,7 @@ def call(
     ssl_context: ssl.SSLContext | None = None,
 ) -> RemotingCommand:
     """One blocking request on a fresh connection (TLS with ``ssl_context``)."""
-    host, _, port = address.rpartition(":")
-    with contextlib.ExitStack() as stack:
-        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout))
-        if ssl_context is not None:
-            sock = stack.enter_context(ssl_context.wrap_socket(sock, server_hostname=host))
-        sock.sendall(encode(request.replace(opaque=1)))
-        decoder = FrameDecoder()
-        while True:
-            data = sock.recv(256 * 1024)
-            if not data:
-                raise ConnectionError(f"{address} closed the connection")
-            replies = decoder.feed(data)
-            if replies:
-                return replies[0]
+    return blocking_call(address, request, timeout, ssl_context)
 
 
 def register_request(

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from broker.core import BrokerCore, now_ms
-from broker.remoting.codes import RequestCode, ResponseCode
-from broker.remoting.server import Handler, Peer
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.server import Handler, Peer
 
 VERSION_DESC = "V5_3_3"  # the protocol generation the front answers as (codec.SERVER_VERSION)
 

@@ -25,26 +25,21 @@ topic adopts it again from the routes (broker/topics.py).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from broker.core import BrokerCore
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError
-from broker.remoting.server import Handler, Peer
 from broker.routes import RouteRegistrar
 from broker.topics import (
-    PERM_READ,
-    PERM_WRITE,
     REPLICA_OF,
     SCHEDULE_TOPIC,
     TOPIC_NAME,
     TopicConfig,
 )
+from rmq import headers as rmq_headers
 from rmq.codec import RemotingCommand
+from rmq.codes import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, RequestCode, ResponseCode
+from rmq.server import Handler, Peer
 
-#: RocketMQ's PermName bits: PRIORITY 8, READ 4, WRITE 2, INHERIT 1.
-PERM_PRIORITY = 8
-PERM_INHERIT = 1
 PERM_ALL = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
 MAX_QUEUE_NUMS = 1024
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
@@ -97,33 +92,10 @@ def check_topic_name(topic: str, reserved: frozenset[str] = frozenset()) -> None
         raise InvalidTopicRequest(f"topic: the topic [{topic}] is conflict with system topic")
 
 
-@dataclass(frozen=True)
-class CreateTopicHeader:
-    """J5 ``CreateTopicRequestHeader`` (the fields the Java admin and our replicator send)."""
+class CreateTopicHeader(rmq_headers.CreateTopicHeader):
+    """RocketMQ's UPDATE_AND_CREATE_TOPIC header (``rmq.headers``) with the broker's checks."""
 
-    topic: str
-    default_topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_filter_type: str
-    topic_sys_flag: int
-    order: bool
-    attributes: str = ""
-
-    @classmethod
-    def parse(cls, request: RemotingCommand) -> CreateTopicHeader:
-        return cls(
-            topic=request.ext_str("topic"),
-            default_topic=request.ext_str("defaultTopic", "TBW102"),
-            read_queue_nums=request.ext_int("readQueueNums"),
-            write_queue_nums=request.ext_int("writeQueueNums"),
-            perm=request.ext_int("perm"),
-            topic_filter_type=request.ext_str("topicFilterType", "SINGLE_TAG"),
-            topic_sys_flag=request.ext_int("topicSysFlag", 0),
-            order=request.ext_bool("order", False),
-            attributes=request.ext_str("attributes", ""),
-        )
+    __slots__ = ()
 
     def config(
         self, reserved: frozenset[str] = frozenset(), existing: TopicConfig | None = None
@@ -149,7 +121,7 @@ class CreateTopicHeader:
         if not 0 <= self.topic_sys_flag <= 2**31 - 1:
             raise InvalidTopicRequest(f"topicSysFlag: {self.topic_sys_flag} is not in 0..2^31-1")
         attributes = apply_attributes(
-            dict(existing.attributes) if existing is not None else {}, self.attributes
+            dict(existing.attributes) if existing is not None else {}, self.attributes or ""
         )
         return TopicConfig(
             self.topic,
@@ -233,7 +205,7 @@ class TopicAdmin:
         )
 
     async def update_and_create(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        header = CreateTopicHeader.parse(request)
+        header = CreateTopicHeader.from_command(request)
         config = header.config(self._reserved(), self.core.topics.get(header.topic))
         self.core.topics.put(config)
         return await self._register(request)

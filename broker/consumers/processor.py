@@ -18,17 +18,19 @@ import json
 from typing import Any
 
 from broker.core import BrokerCore, now_ms
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError
-from broker.remoting.headers import (
-    ConsumerOffsetHeader,
+from broker.topics import RETRY_PREFIX, TOPIC_NAME
+from rmq.codec import BadRequest, RemotingCommand, loads_lenient
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
+    OffsetResponseHeader,
+    QueryConsumerOffsetHeader,
     QueueHeader,
     SearchOffsetHeader,
     UnregisterClientHeader,
+    UpdateConsumerOffsetHeader,
 )
-from broker.remoting.server import Handler, Peer
-from broker.topics import RETRY_PREFIX, TOPIC_NAME
-from rmq.codec import BadRequest, RemotingCommand, loads_lenient
+from rmq.server import Handler, Peer
 
 
 def _json_body(request: RemotingCommand, what: str) -> dict[str, Any]:
@@ -109,7 +111,7 @@ class ConsumerProcessor:
         return request.response(ResponseCode.SUCCESS)
 
     async def unregister(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = UnregisterClientHeader.parse(request)
+        h = UnregisterClientHeader.from_command(request)
         if h.consumer_group:
             self.notify(self.core.consumers.unregister(h.client_id, h.consumer_group))
         return request.response(ResponseCode.SUCCESS)
@@ -146,7 +148,7 @@ class ConsumerProcessor:
 
     # ---------------------------------------------------------------- offsets
     async def query_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = ConsumerOffsetHeader.parse(request, with_offset=False)
+        h = QueryConsumerOffsetHeader.from_command(request)
         if not self.core.offsets.loaded:  # answering 0 or 22 now would rewind or skip
             raise BrokerRequestError("consumer offsets are not loaded from metaledger yet, retry")
         offset = self.core.offsets.load(h.consumer_group, h.topic, h.queue_id)
@@ -158,34 +160,27 @@ class ConsumerProcessor:
                     ResponseCode.QUERY_NOT_FOUND,
                     "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
                 )
-        return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)
 
     async def update_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = ConsumerOffsetHeader.parse(request, with_offset=True)
-        assert h.commit_offset is not None
+        h = UpdateConsumerOffsetHeader.from_command(request)
         if h.commit_offset >= 0:
             self.core.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return request.response(ResponseCode.SUCCESS)
 
     async def max_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = QueueHeader.parse(request)
-        return request.response(
-            ResponseCode.SUCCESS,
-            None,
-            {"offset": str(self.core.store.max_offset(h.topic, h.queue_id))},
-        )
+        h = QueueHeader.from_command(request)
+        offset = self.core.store.max_offset(h.topic, h.queue_id)
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)
 
     async def min_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = QueueHeader.parse(request)
-        return request.response(
-            ResponseCode.SUCCESS,
-            None,
-            {"offset": str(self.core.store.min_offset(h.topic, h.queue_id))},
-        )
+        h = QueueHeader.from_command(request)
+        offset = self.core.store.min_offset(h.topic, h.queue_id)
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)
 
     async def search_offset(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = SearchOffsetHeader.parse(request)
+        h = SearchOffsetHeader.from_command(request)
         offset = await self.core.run(
             self.core.store.search_offset_by_timestamp, h.topic, h.queue_id, h.timestamp
         )
-        return request.response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        return OffsetResponseHeader(offset).response(request, ResponseCode.SUCCESS)

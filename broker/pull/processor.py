@@ -22,13 +22,13 @@ import struct
 import time
 
 from broker.core import BrokerCore
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError, NoPermission, TopicNotExist
-from broker.remoting.headers import PullHeader
-from broker.remoting.server import Handler, Peer
 from broker.state.consumers import Subscription, parse_expression
 from broker.store import GetResult
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import PullMessageHeader, PullMessageResponseHeader
+from rmq.server import Handler, Peer
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -44,7 +44,7 @@ class PullProcessor:
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull}
 
-    def _subscription(self, h: PullHeader) -> Subscription:
+    def _subscription(self, h: PullMessageHeader) -> Subscription:
         if h.sys_flag & FLAG_SUBSCRIPTION:
             return parse_expression(h.topic, h.subscription, h.expression_type)
         sub = self.core.consumers.subscription(h.consumer_group, h.topic)
@@ -56,7 +56,7 @@ class PullProcessor:
         return sub
 
     async def pull(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = PullHeader.parse(request)
+        h = PullMessageHeader.from_command(request)
         config = await self.core.topics.lookup(h.topic)
         if config is None:
             raise TopicNotExist(f"topic[{h.topic}] not exist, apply first please!")
@@ -91,7 +91,7 @@ class PullProcessor:
             await self.core.hold.wait(h.topic, h.queue_id, min(remaining, 1.0))
 
     async def _once(
-        self, request: RemotingCommand, h: PullHeader, sub: Subscription
+        self, request: RemotingCommand, h: PullMessageHeader, sub: Subscription
     ) -> RemotingCommand:
         store = self.core.store
         max_msgs = max(1, min(h.max_msg_nums, self.core.config.max_transfer_count))
@@ -115,16 +115,13 @@ class PullProcessor:
                 suggest = self.core.suggest_broker(behind)
             else:
                 code, next_offset, body = ResponseCode.PULL_NOT_FOUND, h.queue_offset, b""
-        return request.response(
-            code,
-            None if code == ResponseCode.SUCCESS else _REMARKS.get(code),
-            {
-                "suggestWhichBrokerId": str(suggest),
-                "nextBeginOffset": str(next_offset),
-                "minOffset": str(got.min_offset),
-                "maxOffset": str(got.max_offset),
-            },
-            body,
+        return PullMessageResponseHeader(
+            suggest_which_broker_id=suggest,
+            next_begin_offset=next_offset,
+            min_offset=got.min_offset,
+            max_offset=got.max_offset,
+        ).response(
+            request, code, None if code == ResponseCode.SUCCESS else _REMARKS.get(code), body
         )
 
     @staticmethod

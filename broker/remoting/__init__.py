@@ -1,12 +1,9 @@
-"""The broker's RocketMQ remoting front: its asyncio frame server, code tables and typed headers.
-
-Frames are the shared sans-I/O codec's (``rmq.codec``); the server and code
-tables are the broker's own, because import-linter lets a broker use only the nameserver's
-client and codec.
+"""The broker's RocketMQ remoting front: its error tree, typed headers and the wiring of
+``rmq``'s frame server (:mod:`broker.remoting.front`). Frames, codes and the server loop are
+``rmq``'s, shared with the nameserver and the replicators.
 """
 
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import BrokerRequestError
-from broker.remoting.server import Handler, Peer, RemotingServer
+from broker.remoting.front import remoting_server
 
-__all__ = ["BrokerRequestError", "Handler", "Peer", "RemotingServer", "RequestCode", "ResponseCode"]
+__all__ = ["BrokerRequestError", "remoting_server"]

@@ -7,13 +7,14 @@
     └── ServiceNotAvailable   SERVICE_NOT_AVAILABLE (14): not writable (slave, fenced, disk)
 
 Header problems are the codec's ``BadRequest`` (SYSTEM_ERROR, the field named); a broken
-byte stream is the codec's ``ProtocolError`` (that connection closed). The server
-(:mod:`broker.remoting.server`) converts all three; handlers only raise.
+byte stream is the codec's ``ProtocolError`` (that connection closed). The frame server
+(:mod:`rmq.server`, wired in :mod:`broker.remoting.front`) converts all three through
+:func:`answer_error`; handlers only raise.
 """
 
 from __future__ import annotations
 
-from broker.remoting.codes import ResponseCode
+from rmq.codes import ResponseCode
 
 
 class BrokerRequestError(Exception):
@@ -35,3 +36,14 @@ class NoPermission(BrokerRequestError):
 
 class ServiceNotAvailable(BrokerRequestError):
     response_code = ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+def answer_error(exc: Exception) -> tuple[int, str] | None:
+    """(response code, remark) of a refusal; None for anything else (a bug)."""
+    if isinstance(exc, BrokerRequestError):
+        return exc.response_code, str(exc)
+    return None
+
+
+def internal_error_remark(code: int) -> str:
+    return f"metaledger broker: internal error serving request code {code}; see the broker log"

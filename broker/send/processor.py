@@ -19,15 +19,12 @@ import logging
 import random
 
 from broker.core import BrokerCore
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.remoting.errors import (
     BrokerRequestError,
     NoPermission,
     ServiceNotAvailable,
     TopicNotExist,
 )
-from broker.remoting.headers import SendBackHeader, SendHeader
-from broker.remoting.server import Handler, Peer
 from broker.replication import RESPONSE, PutStatus
 from broker.send.batch import decode_batch, offset_msg_id, parse_properties
 from broker.store import DecodeError, Host, PutResult, StoredMessage, StoreError, decode
@@ -39,6 +36,9 @@ from broker.topics import (
     TopicConfig,
 )
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import SendBackHeader, SendMessageHeader, SendMessageResponseHeader
+from rmq.server import Handler, Peer
 
 SYSFLAG_TRANSACTION_MASK = 0xC
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class SendProcessor:
         return config
 
     async def send(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = SendHeader.parse(request)
+        h = SendMessageHeader.from_command(request)
         why = self.core.replication.writable()
         if why is not None:
             raise ServiceNotAvailable(why)
@@ -141,7 +141,7 @@ class SendProcessor:
 
     def _message(
         self,
-        h: SendHeader,
+        h: SendMessageHeader,
         topic: str,
         queue_id: int,
         body: bytes,
@@ -202,19 +202,13 @@ class SendProcessor:
             offset_msg_id(host.advertised_host, host.listen_port, r.physical_offset)
             for r in results
         )
-        return request.response(
-            code,
-            remark,
-            {
-                "msgId": msg_ids,
-                "queueId": str(queue_id),
-                "queueOffset": str(results[0].queue_offset),
-            },
+        return SendMessageResponseHeader(msg_ids, queue_id, results[0].queue_offset).response(
+            request, code, remark
         )
 
     # ------------------------------------------------------------- send back
     async def send_back(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        h = SendBackHeader.parse(request)
+        h = SendBackHeader.from_command(request)
         why = self.core.replication.writable()
         if why is not None:
             raise ServiceNotAvailable(why)

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.remoting.codes import ResponseCode
 from broker.remoting.errors import BrokerRequestError
-from broker.remoting.server import Peer
+from rmq.codes import ResponseCode
+from rmq.server import Peer
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from nameserver.auth.check import permitted
 from nameserver.auth.records import AuthImage
 from nameserver.auth.rules import Need, record_key
 from nameserver.client.acl import ACCESS_KEY, SIGNATURE, content, sign, signature
-from nameserver.remoting.codes import RequestCode
+from rmq.codes import RequestCode
 
 __all__ = ["ACCESS_KEY", "SIGNATURE", "WRITE_CODES", "content", "refusal", "sign", "signature"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import grpc
 
 from nameserver.errors import FailedPrecondition, InvalidArgument, Rejected
-from nameserver.remoting.codes import ResponseCode
+from rmq.codes import ResponseCode
 
 
 class _Fixed:

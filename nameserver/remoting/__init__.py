@@ -1,6 +1,7 @@
 """The RocketMQ remoting protocol (RIP-18's backward compatibility, DESIGN.md §1).
 
-``codec`` and ``codes`` are sans-I/O and shared with brokers and replicators;
-``headers`` names the ext fields of the nameserver's requests and builds REGISTER_BROKER
-frames; ``server`` is the asyncio front (one codec per connection, dispatch by code).
+RocketMQ's wire (frames, codes, headers, the frame server) is ``rmq``'s, shared with
+brokers and replicators. Here is the nameserver's policy on it: ``codes`` says which request
+codes it serves, ``headers`` the bodies of its requests, ``status`` turns its errors into
+response codes, and ``server`` wires ``rmq.server`` with those, its metrics and its TLS.
 """

@@ -1,12 +1,8 @@
-"""Request headers (ext fields) and bodies of the nameserver's remoting requests.
-
-Field names are RocketMQ's (``remoting/.../protocol/header/namesrv/*.java``,
-``research/rocketmq-clients.md`` §1.2): the ``ext`` name of each field below is what
-travels in ``extFields``. A header class parses a request (``from_command``: a missing
-required field or a bad number raises :class:`BadRequest` naming it, as RocketMQ's
-``decodeCommandCustomHeader`` does) and writes one (``to_ext_fields``), so the tests and
-the broker of a later issue build requests with the same definitions the nameserver
-reads them with. Like the codec, this module has no I/O.
+"""The nameserver's remoting requests: which header each code carries (the header classes
+are RocketMQ's, in :mod:`rmq.headers`, shared with brokers and replicators) and the bodies
+only the nameserver reads (REGISTER_BROKER, REGISTER_TOPIC_IN_NAMESRV, QUERY_DATA_VERSION).
+Every body field is checked for its type, and a bad one is named in the
+:class:`~rmq.codec.BadRequest`. Like the codec, this module has no I/O.
 """
 
 from __future__ import annotations
@@ -15,12 +11,30 @@ import dataclasses
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any
 
-from nameserver.remoting.codes import PERM_READ, PERM_WRITE, RequestCode
-from nameserver.remoting.jsonfields import (
-    JAVA_LONG_MAX,
-    JAVA_LONG_MIN,
+from rmq.codec import (
+    BadRequest,
+    RemotingCommand,
+    dumps_fastjson,
+)
+from rmq.codes import PERM_READ, PERM_WRITE, RequestCode
+from rmq.headers import (
+    BrokerHeartbeatHeader,
+    BrokerIdentityHeader,
+    BrokerNameHeader,
+    DeleteTopicHeader,
+    GetBrokerMemberGroupHeader,
+    GetKvListByNamespaceHeader,
+    GetRouteInfoHeader,
+    GetTopicsByClusterHeader,
+    Header,
+    KvConfigKeyHeader,
+    PutKvConfigHeader,
+    RegisterBrokerHeader,
+    RegisterTopicHeader,
+)
+from rmq.jsonfields import (
     boolean,
     integer,
     json_list,
@@ -32,190 +46,6 @@ from nameserver.remoting.jsonfields import (
     text,
     utf8,
 )
-from rmq.codec import (
-    BadRequest,
-    RemotingCommand,
-    dumps_fastjson,
-)
-
-
-def ext(name: str, default: Any = dataclasses.MISSING) -> Any:
-    """A header field travelling as ext field ``name``; without a default it is required
-    (RocketMQ's @CFNotNull)."""
-    return field(default=default, metadata={"ext": name})
-
-
-class Header:
-    """Base of the header dataclasses: fields typed ``str``, ``int`` or ``bool`` (or
-    ``... | None`` for optional ones), each declared with :func:`ext`."""
-
-    code: ClassVar[RequestCode]
-
-    @classmethod
-    def from_command(cls, command: RemotingCommand) -> Self:
-        values: dict[str, object] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            name = f.metadata["ext"]
-            kind = _kind(f.type)
-            required = f.default is dataclasses.MISSING
-            if name not in command.ext_fields:
-                if required:
-                    raise BadRequest(f"the custom field <{name}> is null")
-                continue
-            if kind is int:
-                number = command.ext_int(name)
-                if not JAVA_LONG_MIN <= number <= JAVA_LONG_MAX:
-                    raise BadRequest(f"the custom field <{name}> is out of the range of a long")
-                values[f.name] = number
-            elif kind is bool:
-                values[f.name] = command.ext_bool(name)
-            else:
-                values[f.name] = utf8(command.ext_str(name), f"the custom field <{name}>")
-        return cls(**values)
-
-    def to_ext_fields(self) -> dict[str, object]:
-        return {
-            f.metadata["ext"]: getattr(self, f.name)
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
-            if getattr(self, f.name) is not None
-        }
-
-    def request(
-        self,
-        body: bytes = b"",
-        *,
-        opaque: int = 0,
-        oneway: bool = False,
-        code: int | None = None,
-    ) -> RemotingCommand:
-        """A request carrying this header; ``code`` for the classes shared by two codes."""
-        return RemotingCommand.request(
-            self.code if code is None else code,
-            self.to_ext_fields(),
-            body,
-            opaque=opaque,
-            oneway=oneway,
-        )
-
-
-def _kind(annotation: object) -> type:
-    text = str(annotation)
-    if text.startswith("int"):
-        return int
-    if text.startswith("bool"):
-        return bool
-    return str
-
-
-@dataclass(frozen=True)
-class PutKvConfigHeader(Header):
-    code = RequestCode.PUT_KV_CONFIG
-    namespace: str = ext("namespace")
-    key: str = ext("key")
-    value: str = ext("value")
-
-
-@dataclass(frozen=True)
-class KvConfigKeyHeader(Header):
-    """GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102) carry the same fields."""
-
-    code = RequestCode.GET_KV_CONFIG
-    namespace: str = ext("namespace")
-    key: str = ext("key")
-
-
-@dataclass(frozen=True)
-class GetKvListByNamespaceHeader(Header):
-    code = RequestCode.GET_KVLIST_BY_NAMESPACE
-    namespace: str = ext("namespace")
-
-
-@dataclass(frozen=True)
-class RegisterBrokerHeader(Header):
-    """REGISTER_BROKER (103). ``zoneName`` is read raw from extFields by RocketMQ (it is
-    not a field of RegisterBrokerRequestHeader); ``bodyCrc32`` 0 means "not checked"."""
-
-    code = RequestCode.REGISTER_BROKER
-    broker_name: str = ext("brokerName")
-    broker_addr: str = ext("brokerAddr")
-    cluster_name: str = ext("clusterName")
-    ha_server_addr: str = ext("haServerAddr")
-    broker_id: int = ext("brokerId")
-    heartbeat_timeout_millis: int | None = ext("heartbeatTimeoutMillis", None)
-    enable_acting_master: bool | None = ext("enableActingMaster", None)
-    compressed: bool = ext("compressed", False)
-    body_crc32: int = ext("bodyCrc32", 0)
-    zone_name: str | None = ext("zoneName", None)
-
-
-@dataclass(frozen=True)
-class BrokerIdentityHeader(Header):
-    """UNREGISTER_BROKER (104) and QUERY_DATA_VERSION (322) carry the same fields."""
-
-    code = RequestCode.UNREGISTER_BROKER
-    broker_name: str = ext("brokerName")
-    broker_addr: str = ext("brokerAddr")
-    cluster_name: str = ext("clusterName")
-    broker_id: int = ext("brokerId")
-
-
-@dataclass(frozen=True)
-class GetRouteInfoHeader(Header):
-    code = RequestCode.GET_ROUTEINFO_BY_TOPIC
-    topic: str = ext("topic")
-    accept_standard_json_only: bool | None = ext("acceptStandardJsonOnly", None)
-
-
-@dataclass(frozen=True)
-class BrokerNameHeader(Header):
-    """WIPE_WRITE_PERM_OF_BROKER (205) and ADD_WRITE_PERM_OF_BROKER (327)."""
-
-    code = RequestCode.WIPE_WRITE_PERM_OF_BROKER
-    broker_name: str = ext("brokerName")
-
-
-@dataclass(frozen=True)
-class DeleteTopicHeader(Header):
-    code = RequestCode.DELETE_TOPIC_IN_NAMESRV
-    topic: str = ext("topic")
-    cluster_name: str | None = ext("clusterName", None)
-
-
-@dataclass(frozen=True)
-class RegisterTopicHeader(Header):
-    code = RequestCode.REGISTER_TOPIC_IN_NAMESRV
-    topic: str = ext("topic")
-
-
-@dataclass(frozen=True)
-class GetTopicsByClusterHeader(Header):
-    code = RequestCode.GET_TOPICS_BY_CLUSTER
-    cluster: str = ext("cluster")
-
-
-@dataclass(frozen=True)
-class GetBrokerMemberGroupHeader(Header):
-    code = RequestCode.GET_BROKER_MEMBER_GROUP
-    cluster_name: str = ext("clusterName")
-    broker_name: str = ext("brokerName")
-
-
-@dataclass(frozen=True)
-class BrokerHeartbeatHeader(Header):
-    """BROKER_HEARTBEAT (904, RocketMQ 5), usually sent oneway. ``heartbeatTimeoutMills``
-    is spelled that way in RocketMQ's BrokerHeartbeatRequestHeader."""
-
-    code = RequestCode.BROKER_HEARTBEAT
-    cluster_name: str = ext("clusterName")
-    broker_addr: str = ext("brokerAddr")
-    broker_name: str = ext("brokerName")
-    broker_id: int | None = ext("brokerId", None)
-    epoch: int | None = ext("epoch", None)
-    max_offset: int | None = ext("maxOffset", None)
-    confirm_offset: int | None = ext("confirmOffset", None)
-    heartbeat_timeout_mills: int | None = ext("heartbeatTimeoutMills", None)
-    election_priority: int | None = ext("electionPriority", None)
-
 
 #: The header class of each nameserver request code that has one.
 HEADERS: Mapping[RequestCode, type[Header]] = {

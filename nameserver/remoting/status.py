@@ -12,7 +12,7 @@ client; the caller logs it).
 from __future__ import annotations
 
 from nameserver.errors import Rejected, of_raftlog
-from nameserver.remoting.codes import ResponseCode
+from rmq.codes import ResponseCode
 
 
 def internal_error_remark(code: int) -> str:

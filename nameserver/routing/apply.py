@@ -40,7 +40,6 @@ from typing import Any
 
 from nameserver.checks import check_name, check_non_negative, invalid
 from nameserver.errors import FailedPrecondition, NotFound
-from nameserver.remoting.codes import PERM_READ, PERM_WRITE
 from nameserver.routing.records import (
     DEFAULT_HEARTBEAT_TIMEOUT_MS,
     Broker,
@@ -55,6 +54,7 @@ from nameserver.state.image import MetadataDelta
 from nameserver.state.mapdelta import RecordsDelta
 from protos import records_pb2
 from raftlog import Effect, Entry
+from rmq.codes import PERM_READ, PERM_WRITE
 
 #: The KV config namespace whose items are the order config of topics (RocketMQ's
 #: ``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``).

@@ -1,6 +1,6 @@
 """The RocketMQ nameserver on the remoting front: handlers of codes 100-106, 205, 206, 216,
-217, 219, 224, 304, 322, 327, 901 and 904 (research note §1.2), on the asyncio server of
-:mod:`nameserver.remoting.server`.
+217, 219, 224, 304, 322, 327, 901 and 904 (research note §1.2), on ``rmq``'s frame server as
+:mod:`nameserver.remoting.server` wires it.
 
 Every node answers reads from its own image (eventual, logged with the apply offset);
 writes go through the replicated log from any node (a follower forwards the proposal).
@@ -33,26 +33,8 @@ from typing import Any
 from nameserver.auth.acl import refusal as acl_refusal
 from nameserver.checks import check_name
 from nameserver.metrics import REJECTIONS
-from nameserver.remoting.codes import RequestCode, ResponseCode
-from nameserver.remoting.headers import (
-    BrokerHeartbeatHeader,
-    BrokerIdentityHeader,
-    BrokerNameHeader,
-    DeleteTopicHeader,
-    GetBrokerMemberGroupHeader,
-    GetKvListByNamespaceHeader,
-    GetRouteInfoHeader,
-    GetTopicsByClusterHeader,
-    KvConfigKeyHeader,
-    PutKvConfigHeader,
-    QueueData,
-    RegisterBrokerBody,
-    RegisterBrokerHeader,
-    RegisterTopicHeader,
-    java_crc32,
-)
 from nameserver.remoting.headers import DataVersion as DataVersionBody
-from nameserver.remoting.server import Handler, HandlerTable, Peer
+from nameserver.remoting.headers import QueueData, RegisterBrokerBody, java_crc32
 from nameserver.remoting.status import rejection_of, to_remoting
 from nameserver.routing import apply as routing
 from nameserver.routing import queries
@@ -73,6 +55,22 @@ from rmq.codec import (
     dumps_fastjson,
     wants_standard_json,
 )
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
+    BrokerHeartbeatHeader,
+    BrokerIdentityHeader,
+    BrokerNameHeader,
+    DeleteTopicHeader,
+    GetBrokerMemberGroupHeader,
+    GetKvListByNamespaceHeader,
+    GetRouteInfoHeader,
+    GetTopicsByClusterHeader,
+    KvConfigKeyHeader,
+    PutKvConfigHeader,
+    RegisterBrokerHeader,
+    RegisterTopicHeader,
+)
+from rmq.server import Handler, HandlerTable, Peer
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +148,7 @@ def _guarded(fn: Answer) -> Answer:
 
 
 class NameserverRemoting(HandlerTable):
-    """The nameserver's :class:`~nameserver.remoting.server.RemotingService`."""
+    """The nameserver's :class:`~rmq.server.RemotingService`."""
 
     def __init__(self, routes: RoutingNode) -> None:
         super().__init__()

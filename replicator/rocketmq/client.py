@@ -3,10 +3,11 @@ remoting port (``host:port[;host:port]``, each tried in turn): routes and topics
 nameserver, pulls and offsets from each queue's broker master (broker id 0).
 
 Requests and answers are built and parsed by ``replicator.rocketmq.wire`` (sans I/O); I/O goes
-through ``replicator.sinks.remoting.RemotingConnection`` (pipelined, one cached connection per
-address, reopened when it was lost). The client belongs to one event loop. ``route_get`` is the
+through ``rmq.connection.RemotingConnection`` (pipelined, one cached connection per address,
+reopened when it was lost). The client belongs to one event loop. ``route_get`` is the
 blocking twin of ``route`` for ``replicator.sinks.routes.RouteSource`` (a sink calls it with
-``asyncio.to_thread``): a plain socket per call, no shared state, safe from any thread.
+``asyncio.to_thread``): ``rmq.connection.blocking_call``, a plain socket per call, safe from
+any thread.
 
 Read queues (research/rocketmq-clients.md §1.3, RocketMQ's ``topicRouteData2TopicSubscribeInfo``):
 queue data with the READ permission bit (4) sorted by broker name, then queue ids
@@ -16,9 +17,7 @@ queue data with the READ permission bit (4) sorted by broker name, then queue id
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -33,14 +32,12 @@ from nameserver.client import (
 )
 from replicator.rocketmq import wire
 from replicator.rocketmq.errors import BadAnswer, ClusterUnavailable, RocketMQError, TopicNotFound
-from replicator.sinks.errors import SinkUnavailable
-from replicator.sinks.remoting import RemotingConnection
-from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from rmq.codec import ProtocolError, RemotingCommand
+from rmq.codes import PERM_READ, PERM_WRITE
+from rmq.connection import ConnectionFailure, RemotingConnection, blocking_call
 
 __all__ = ["MASTER_ID", "PERM_READ", "ClusterClient", "ReadQueue", "read_queues", "write_queues"]
 
-PERM_READ: Final = 4
-PERM_WRITE: Final = 2
 DEFAULT_GROUP: Final = "ROCKETMQ_REPLICATOR"
 MASTER_ID: Final = 0
 
@@ -132,7 +129,7 @@ class ClusterClient:
             self._connecting[addr] = pending
         try:
             return await asyncio.shield(pending)
-        except SinkUnavailable as exc:
+        except ConnectionFailure as exc:
             raise ClusterUnavailable(str(exc)) from None
 
     async def _open(self, addr: str) -> RemotingConnection:
@@ -149,18 +146,10 @@ class ClusterClient:
     ) -> RemotingCommand:
         """One request to ``addr``, its answer; no answer is :class:`ClusterUnavailable`."""
         conn = await self._conn(addr)
-        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-
-        def done(answer: RemotingCommand | None, exc: BaseException | None) -> None:
-            if future.done():  # the caller was cancelled
-                return
-            if answer is not None:
-                future.set_result(answer)
-            else:
-                future.set_exception(ClusterUnavailable(str(exc)))
-
-        conn.request(request, done, self.timeout_s if timeout_s is None else timeout_s)
-        return await future
+        try:
+            return await conn.call(request, self.timeout_s if timeout_s is None else timeout_s)
+        except ConnectionFailure as exc:
+            raise ClusterUnavailable(str(exc)) from None
 
     async def _namesrv(self, request: RemotingCommand) -> RemotingCommand:
         if self.credentials is not None:
@@ -241,7 +230,7 @@ class ClusterClient:
         for i in range(start, start + n):
             addr = self.namesrv[i % n]
             try:
-                answer = _blocking_call(
+                answer = blocking_call(
                     addr, wire.route_request(topic), self.timeout_s, self.namesrv_tls
                 )
             except (OSError, ProtocolError) as exc:
@@ -321,33 +310,3 @@ class ClusterClient:
         request = wire.create_topic_request(spec)
         for addr in brokers:
             wire.parse_ok(await self.call(addr, request), f"create topic {spec.topic} on {addr}")
-
-
-def _blocking_call(
-    addr: str, request: RemotingCommand, timeout_s: float, tls: ssl.SSLContext | None = None
-) -> RemotingCommand:
-    """One request on a fresh socket (TLS with ``tls``), its answer (OSError, TimeoutError
-    included, or ProtocolError when none comes in time or the stream breaks)."""
-    host, _, port = addr.rpartition(":")
-    deadline = time.monotonic() + timeout_s
-    decoder = FrameDecoder()
-    sock = socket.create_connection((host, int(port)), timeout=timeout_s)
-    if tls is not None:
-        try:
-            sock = tls.wrap_socket(sock, server_hostname=host)
-        except BaseException:
-            sock.close()
-            raise
-    with sock:
-        sock.sendall(encode(request.replace(opaque=1)))
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no answer from {addr} in {timeout_s} s")
-            sock.settimeout(remaining)
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError(f"{addr} closed the connection before answering")
-            for answer in decoder.feed(data):
-                if answer.is_response and answer.opaque == 1:
-                    return answer

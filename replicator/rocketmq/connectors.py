@@ -52,12 +52,11 @@ from replicator.rocketmq.wire import PullStatus, TopicSpec
 from replicator.sinks.base import OutMessage
 from replicator.sinks.errors import SinkError
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
+from rmq.codes import PERM_READ, PERM_WRITE
 
 __all__ = ["JobConnectors"]
 
 log = logging.getLogger(__name__)
-
-PERM_READ, PERM_WRITE = 4, 2
 
 
 @dataclass

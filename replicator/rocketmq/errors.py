@@ -11,19 +11,14 @@
     └── ConfigError               a setting of ``metaledger replicate rocketmq`` that cannot
                                   work (the message names the setting); also a ValueError
 
-``retriable`` is a class attribute (an instance attribute for ``RemotingError``), as in
-``replicator/sinks/errors.py``: callers read it, nobody matches on message text.
+``retriable`` is a class attribute (an instance attribute for ``RemotingError``: the code is in
+``rmq.codes.RETRIABLE_CODES``, what RocketMQ's clients retry), as in ``replicator/sinks/errors.py``:
+callers read it, nobody matches on message text.
 """
 
 from __future__ import annotations
 
-from typing import Final
-
-#: Answers that may succeed when asked again (research/broker.md §3.1): SYSTEM_ERROR 1 (our
-#: broker's "offsets not loaded yet, retry"), SYSTEM_BUSY 2, SERVICE_NOT_AVAILABLE 14,
-#: NO_PERMISSION 16 (a master that stepped down), TOPIC_NOT_EXIST 17 (a broker that has not
-#: loaded the topic yet), FLOW_CONTROL 215, GO_AWAY 1500.
-RETRIABLE_CODES: Final = frozenset({1, 2, 14, 16, 17, 215, 1500})
+from rmq.codes import RETRIABLE_CODES
 
 
 class RocketMQError(Exception):

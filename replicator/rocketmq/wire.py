@@ -23,11 +23,29 @@ import enum
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 from replicator.rocketmq.errors import BadAnswer, RemotingError
-from replicator.rocketmq.routes import INTEGER, parse_cluster_info, parse_route, parse_topic_list
-from rmq.codec import RemotingCommand
+from replicator.rocketmq.routes import parse_cluster_info, parse_route, parse_topic_list
+from rmq.codec import BadRequest, RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
+    DEFAULT_TOPIC,
+    CreateTopicHeader,
+    GetRouteInfoHeader,
+    GetTopicsByClusterHeader,
+    Header,
+    OffsetResponseHeader,
+    PullMessageHeader,
+    PullMessageResponseHeader,
+    PutKvConfigHeader,
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UpdateConsumerOffsetHeader,
+)
+
+H = TypeVar("H", bound=Header)
 
 __all__ = [
     "SOURCE_PROPERTY",
@@ -58,26 +76,10 @@ __all__ = [
     "with_source",
 ]
 
-PULL_MESSAGE: Final = 11
-QUERY_CONSUMER_OFFSET: Final = 14
-UPDATE_CONSUMER_OFFSET: Final = 15
-UPDATE_AND_CREATE_TOPIC: Final = 17
-SEARCH_OFFSET_BY_TIMESTAMP: Final = 29
-GET_MAX_OFFSET: Final = 30
-GET_MIN_OFFSET: Final = 31
-PUT_KV_CONFIG: Final = 100
-GET_ROUTEINFO_BY_TOPIC: Final = 105
-GET_BROKER_CLUSTER_INFO: Final = 106
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Final = 206
-GET_TOPICS_BY_CLUSTER: Final = 224
-
-SUCCESS: Final = 0
-QUERY_NOT_FOUND: Final = 22
 LANGUAGE: Final = "PYTHON"
 
 PULL_SUSPEND: Final = 0x2
 PULL_SUBSCRIPTION: Final = 0x4
-DEFAULT_TOPIC: Final = "TBW102"
 
 # --- ROCKETMQ_REPLICATOR_SOURCE: the clusters a message has been copied from ----------------
 
@@ -280,32 +282,27 @@ def pull_request(
 ) -> RemotingCommand:
     """PULL_MESSAGE from ``offset`` with subscription ``*`` (so no heartbeat is needed) and
     no offset commit; long polling for ``suspend_ms`` when ``sys_flag`` has SUSPEND."""
-    return RemotingCommand.request(
-        PULL_MESSAGE,
-        {
-            "consumerGroup": group,
-            "topic": topic,
-            "queueId": queue_id,
-            "queueOffset": offset,
-            "maxMsgNums": max_msgs,
-            "sysFlag": sys_flag,
-            "commitOffset": 0,
-            "suspendTimeoutMillis": suspend_ms,
-            "subVersion": 0,
-            "subscription": "*",
-            "expressionType": "TAG",
-        },
-        language=LANGUAGE,
-    )
+    return PullMessageHeader(
+        consumer_group=group,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_msgs,
+        sys_flag=sys_flag,
+        commit_offset=0,
+        suspend_timeout_ms=suspend_ms,
+        sub_version=0,
+        subscription="*",
+        expression_type="TAG",
+    ).request(language=LANGUAGE)
 
 
-def _ext_int(answer: RemotingCommand, name: str, what: str, default: int | None = None) -> int:
-    value = answer.ext_fields.get(name)
-    if value is None and default is not None:
-        return default
-    if value is None or not INTEGER.fullmatch(value.strip()):
-        raise BadAnswer(f"{what}: answer field {name} missing or not an integer: {value!r}")
-    return int(value)
+def _answer_header(header: type[H], answer: RemotingCommand, what: str) -> H:
+    """The answer's typed header; a field missing or of the wrong type is :class:`BadAnswer`."""
+    try:
+        return header.from_command(answer)
+    except BadRequest as exc:
+        raise BadAnswer(f"{what}: answer {exc}") from None
 
 
 def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
@@ -316,57 +313,48 @@ def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
     except ValueError:
         raise RemotingError(answer.code, answer.remark, "pull") from None
     messages = decode_messages(answer.body, check_crc) if status is PullStatus.FOUND else []
+    h = _answer_header(PullMessageResponseHeader, answer, "pull")
     return PullResult(
         status,
-        _ext_int(answer, "nextBeginOffset", "pull"),
-        _ext_int(answer, "minOffset", "pull"),
-        _ext_int(answer, "maxOffset", "pull"),
+        h.next_begin_offset,
+        h.min_offset,
+        h.max_offset,
         messages,
-        _ext_int(answer, "suggestWhichBrokerId", "pull", 0),
+        h.suggest_which_broker_id,
     )
 
 
 # --- offsets ---------------------------------------------------------------------------------
 
 
-def _queue_request(code: int, topic: str, queue_id: int, **more: object) -> RemotingCommand:
-    return RemotingCommand.request(
-        code, {"topic": topic, "queueId": queue_id, **more}, language=LANGUAGE
-    )
-
-
 def min_offset_request(topic: str, queue_id: int) -> RemotingCommand:
-    return _queue_request(GET_MIN_OFFSET, topic, queue_id)
+    return QueueHeader(topic, queue_id).request(code=RequestCode.GET_MIN_OFFSET, language=LANGUAGE)
 
 
 def max_offset_request(topic: str, queue_id: int) -> RemotingCommand:
     """GET_MAX_OFFSET: the answer is the next offset to be written (entry count)."""
-    return _queue_request(GET_MAX_OFFSET, topic, queue_id)
+    return QueueHeader(topic, queue_id).request(code=RequestCode.GET_MAX_OFFSET, language=LANGUAGE)
 
 
 def search_offset_request(topic: str, queue_id: int, ts_ms: int) -> RemotingCommand:
-    return _queue_request(SEARCH_OFFSET_BY_TIMESTAMP, topic, queue_id, timestamp=ts_ms)
+    return SearchOffsetHeader(topic, queue_id, ts_ms).request(language=LANGUAGE)
 
 
 def parse_offset(answer: RemotingCommand) -> int:
     """The ``offset`` of a GET_MIN/MAX_OFFSET or SEARCH_OFFSET_BY_TIMESTAMP answer."""
-    if answer.code != SUCCESS:
+    if answer.code != ResponseCode.SUCCESS:
         raise RemotingError(answer.code, answer.remark, "offset")
-    return _ext_int(answer, "offset", "offset")
+    return _answer_header(OffsetResponseHeader, answer, "offset").offset
 
 
 def query_consumer_offset_request(group: str, topic: str, queue_id: int) -> RemotingCommand:
-    return RemotingCommand.request(
-        QUERY_CONSUMER_OFFSET,
-        {"consumerGroup": group, "topic": topic, "queueId": queue_id},
-        language=LANGUAGE,
-    )
+    return QueryConsumerOffsetHeader(group, topic, queue_id).request(language=LANGUAGE)
 
 
 def parse_consumer_offset(answer: RemotingCommand) -> int | None:
     """The group's offset; None for QUERY_NOT_FOUND (22: the group has none, research
     trap 12)."""
-    if answer.code == QUERY_NOT_FOUND:
+    if answer.code == ResponseCode.QUERY_NOT_FOUND:
         return None
     return parse_offset(answer)
 
@@ -376,16 +364,12 @@ def update_consumer_offset_request(
 ) -> RemotingCommand:
     """UPDATE_CONSUMER_OFFSET as a two-way request (C++ and ali-ons send it oneway; here the
     answer says it was taken)."""
-    return RemotingCommand.request(
-        UPDATE_CONSUMER_OFFSET,
-        {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
-        language=LANGUAGE,
-    )
+    return UpdateConsumerOffsetHeader(group, topic, queue_id, offset).request(language=LANGUAGE)
 
 
 def parse_ok(answer: RemotingCommand, what: str) -> None:
     """An answer that carries nothing but SUCCESS."""
-    if answer.code != SUCCESS:
+    if answer.code != ResponseCode.SUCCESS:
         raise RemotingError(answer.code, answer.remark, what)
 
 
@@ -400,34 +384,26 @@ ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
 def order_conf_request(topic: str, conf: str) -> RemotingCommand:
     """PUT_KV_CONFIG of a topic's order config, as ``mqadmin updateTopic -o true`` sends it
     to the nameservers."""
-    return RemotingCommand.request(
-        PUT_KV_CONFIG,
-        {"namespace": ORDER_TOPIC_CONFIG, "key": topic, "value": conf},
-        language=LANGUAGE,
-    )
+    return PutKvConfigHeader(ORDER_TOPIC_CONFIG, topic, conf).request(language=LANGUAGE)
 
 
 def route_request(topic: str) -> RemotingCommand:
     """GET_ROUTEINFO_BY_TOPIC; ``acceptStandardJsonOnly`` asks for quoted keys (the parser
     reads both forms anyway)."""
-    return RemotingCommand.request(
-        GET_ROUTEINFO_BY_TOPIC,
-        {"topic": topic, "acceptStandardJsonOnly": True},
-        language=LANGUAGE,
-    )
+    return GetRouteInfoHeader(topic, True).request(language=LANGUAGE)
 
 
 def topic_list_request(cluster: str | None = None) -> RemotingCommand:
     """GET_ALL_TOPIC_LIST_FROM_NAMESERVER, or GET_TOPICS_BY_CLUSTER (224) for one cluster."""
     if cluster is not None:
-        return RemotingCommand.request(
-            GET_TOPICS_BY_CLUSTER, {"cluster": cluster}, language=LANGUAGE
-        )
-    return RemotingCommand.request(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, language=LANGUAGE)
+        return GetTopicsByClusterHeader(cluster).request(language=LANGUAGE)
+    return RemotingCommand.request(
+        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, language=LANGUAGE
+    )
 
 
 def cluster_info_request() -> RemotingCommand:
-    return RemotingCommand.request(GET_BROKER_CLUSTER_INFO, language=LANGUAGE)
+    return RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, language=LANGUAGE)
 
 
 @dataclass(frozen=True)
@@ -447,18 +423,14 @@ def create_topic_request(spec: TopicSpec) -> RemotingCommand:
     """UPDATE_AND_CREATE_TOPIC (17) to one broker, the header as the Java admin sends it
     (``CreateTopicRequestHeader``: topic, defaultTopic, readQueueNums, writeQueueNums, perm,
     topicFilterType, topicSysFlag, order)."""
-    return RemotingCommand.request(
-        UPDATE_AND_CREATE_TOPIC,
-        {
-            "topic": spec.topic,
-            "defaultTopic": DEFAULT_TOPIC,
-            "readQueueNums": spec.read_queue_nums,
-            "writeQueueNums": spec.write_queue_nums,
-            "perm": spec.perm,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": spec.topic_sys_flag,
-            "order": spec.order,
-            **({"attributes": spec.attributes} if spec.attributes else {}),
-        },
-        language=LANGUAGE,
-    )
+    return CreateTopicHeader(
+        topic=spec.topic,
+        default_topic=DEFAULT_TOPIC,
+        read_queue_nums=spec.read_queue_nums,
+        write_queue_nums=spec.write_queue_nums,
+        perm=spec.perm,
+        topic_filter_type="SINGLE_TAG",
+        topic_sys_flag=spec.topic_sys_flag,
+        order=spec.order,
+        attributes=spec.attributes or None,
+    ).request(language=LANGUAGE)

@@ -3,11 +3,11 @@ project's own remoting codec, and the ``rocketmq`` wheel) and a file/stdout sink
 
     base      OutMessage (the record a sink sends), the Sink protocol, QueueLedger
     errors    SinkError and its tree
-    rocketmq  RocketMQSink: asyncio producer on rmq.codec (routes from metaledger)
+    rocketmq  RocketMQSink: asyncio producer on rmq's codec and pipelined connection (routes
+              from metaledger)
     wheel     WheelSink: the rocketmq 0.4.4 wheel's C++ producer on a thread pool
     file      FileSink: JSON lines to a file or stdout
-    routes, wire, remoting   the RocketMQ sink's parts (route → write queues, batch bytes and
-              UNIQ_KEY, one pipelined connection)
+    routes, wire   the RocketMQ sink's parts (route → write queues, batch bytes and UNIQ_KEY)
 
 This package imports only ``base`` and ``errors`` (light: no gRPC); import a sink's module to
 use it.

@@ -10,23 +10,27 @@
     │                             is not confirmed either (per-queue order: nothing after a gap)
     └── SinkClosed                the sink was closed before the message was confirmed
 
-``retriable`` is a class attribute (an instance attribute for ``SendFailed``): the sink's retry
-loop reads it, nobody matches on message text.
+``retriable`` is a class attribute (an instance attribute for ``SendFailed``: the code is in
+``rmq.codes.RETRIABLE_CODES``, what RocketMQ's clients retry; a send's 10-12 are there too, as
+they mean stored on the master only): the sink's retry loop reads it, nobody matches on message
+text.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-#: Send answers that are not confirmations but may succeed when sent again (research/broker.md
-#: §3.1 and §6.2): SYSTEM_ERROR 1 (RocketMQ 5's "in-sync replicas not enough"), SYSTEM_BUSY 2,
-#: FLUSH_DISK_TIMEOUT 10, SLAVE_NOT_AVAILABLE 11, FLUSH_SLAVE_TIMEOUT 12, SERVICE_NOT_AVAILABLE 14,
-#: NO_PERMISSION 16 (the broker is no longer master: refresh the route), TOPIC_NOT_EXIST 17,
-#: FLOW_CONTROL 215, GO_AWAY 1500. The Java client retries the same set but for 10-12, which it
-#: takes as success; here 10-12 are stored on the master only, so they are never confirmations.
-RETRIABLE_CODES: Final = frozenset({1, 2, 10, 11, 12, 14, 16, 17, 215, 1500})
+from rmq.codes import RETRIABLE_CODES, ResponseCode
+
 #: Codes after which the route is fetched again before the resend (the master may have moved).
-ROUTE_CODES: Final = frozenset({14, 16, 17, 1500})
+ROUTE_CODES: Final = frozenset(
+    {
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.GO_AWAY,
+    }
+)
 
 
 class SinkError(Exception):

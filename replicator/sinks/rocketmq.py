@@ -71,11 +71,8 @@ from replicator.sinks.errors import (
     SinkError,
     SinkUnavailable,
 )
-from replicator.sinks.remoting import RemotingConnection
 from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
 from replicator.sinks.wire import (
-    SEND_BATCH_MESSAGE,
-    SEND_MESSAGE_V2,
     WAIT_ONLY,
     encode_batch,
     fits_batch,
@@ -84,13 +81,14 @@ from replicator.sinks.wire import (
     uniq_key,
 )
 from rmq.codec import RemotingCommand
+from rmq.connection import ConnectionFailure, RemotingConnection
+from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
 
 __all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 
 log = logging.getLogger(__name__)
 
 PUT_OK: Final = 0
-DEFAULT_TOPIC: Final = "TBW102"
 
 
 @dataclass(frozen=True)
@@ -302,7 +300,7 @@ class RocketMQSink:
                 for slot in slots:
                     slot.token = token
                 lane.in_flight += 1
-                conn.request(
+                conn.send(
                     self._request(slots, target, self._counts[lane.topic]),
                     functools.partial(self._answered, lane, slots, token),
                     self.config.send_timeout_ms / 1000,
@@ -333,26 +331,21 @@ class RocketMQSink:
         ``batch``) for several, the body holding each in the store's batch encoding."""
         first = slots[0]
         batch = len(slots) > 1
-        return RemotingCommand.request(
-            SEND_BATCH_MESSAGE if batch else SEND_MESSAGE_V2,
-            {
-                "a": self.config.producer_group,
-                "b": first.msg.topic,
-                "c": DEFAULT_TOPIC,
-                "d": queue_nums,
-                "e": target.queue_id,
-                "f": 0,
-                "g": int(time.time() * 1000),
-                "h": 0 if batch else first.msg.flag,
-                "i": WAIT_ONLY if batch else props_bytes(first).decode(),
-                "j": 0,
-                "k": False,
-                "m": batch,
-                "n": target.broker_name,
-            },
-            encode_batch(slots) if batch else first.msg.body,
-            language="PYTHON",
-        )
+        return SendMessageHeader(
+            producer_group=self.config.producer_group,
+            topic=first.msg.topic,
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=queue_nums,
+            queue_id=target.queue_id,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=0 if batch else first.msg.flag,
+            properties=WAIT_ONLY if batch else props_bytes(first).decode(),
+            reconsume_times=0,
+            unit_mode=False,
+            batch=batch,
+            broker_name=target.broker_name,
+        ).request_v2(encode_batch(slots) if batch else first.msg.body, language="PYTHON")
 
     def _answered(
         self,
@@ -393,6 +386,9 @@ class RocketMQSink:
             )
             if answer.code in ROUTE_CODES:
                 lane.refresh_route = True
+        elif isinstance(exc, ConnectionFailure):  # no answer: connection lost, timed out
+            error = SinkUnavailable(str(exc))
+            lane.refresh_route = True
         elif isinstance(exc, SinkError):
             error = exc
             lane.refresh_route = True
@@ -490,9 +486,7 @@ class RocketMQSink:
             return target, conn
         pending = self._connecting.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(
-                RemotingConnection.open(target.master, self.config.connect_timeout_ms / 1000)
-            )
+            pending = asyncio.ensure_future(_open(target.master, self.config.connect_timeout_ms))
             self._connecting[key] = pending
             try:
                 self._conns[key] = await pending
@@ -500,6 +494,13 @@ class RocketMQSink:
                 del self._connecting[key]
             return target, self._conns[key]
         return target, await asyncio.shield(pending)
+
+
+async def _open(address: str, timeout_ms: int) -> RemotingConnection:
+    try:
+        return await RemotingConnection.open(address, timeout_ms / 1000)
+    except ConnectionFailure as exc:
+        raise SinkUnavailable(str(exc)) from None
 
 
 def _queue_offset(answer: RemotingCommand) -> int | None:

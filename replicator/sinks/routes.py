@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from nameserver.client import Route
+from rmq.codes import PERM_WRITE
 
 __all__ = ["MASTER_ID", "PERM_WRITE", "RouteSource", "WriteQueue", "write_queues"]
 
-PERM_WRITE: Final = 2
 MASTER_ID: Final = 0
 
 

@@ -13,8 +13,6 @@ from replicator.sinks.base import Slot
 
 __all__ = [
     "MAX_PROPS",
-    "SEND_BATCH_MESSAGE",
-    "SEND_MESSAGE_V2",
     "WAIT_ONLY",
     "encode_batch",
     "fits_batch",
@@ -23,8 +21,6 @@ __all__ = [
     "uniq_key",
 ]
 
-SEND_MESSAGE_V2: Final = 310
-SEND_BATCH_MESSAGE: Final = 320
 WAIT_ONLY: Final = "WAIT\x01true\x02"
 BATCH_HEAD = struct.Struct(">iiiii")
 _PROPLEN = struct.Struct(">h")

@@ -21,10 +21,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nameserver.remoting.codes import ResponseCode
-from nameserver.remoting.headers import BrokerHeartbeatHeader, GetRouteInfoHeader
 from protos.metaledger.v1 import routing_pb2, routing_pb2_grpc
 from rmq.codec import RemotingCommand
+from rmq.codes import ResponseCode
+from rmq.headers import BrokerHeartbeatHeader, GetRouteInfoHeader
 from tests.harness import Cluster, wait_until
 from tests.remoting_client import AsyncRemotingClient, call, register_request, unregister_request
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.remoting.headers import GetRouteInfoHeader, KvConfigKeyHeader
+from rmq.headers import GetRouteInfoHeader, KvConfigKeyHeader
 from tests.harness import Cluster, wait_until
 from tests.integration.test_cli_coordination import ml
 from tests.remoting_client import call, register_request

@@ -37,10 +37,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nameserver.remoting.codes import RequestCode, ResponseCode
 from protos.etcdserverpb import rpc_pb2
 from raftlog.native.auth import GREETING_BYTES, MAGIC
 from rmq.codec import FrameDecoder, RemotingCommand, encode
+from rmq.codes import RequestCode, ResponseCode
 from tests import fuzz_inputs as fz
 from tests.harness import CHANNEL_OPTIONS, Cluster
 from tests.integration.peer_wire import connect, recv_exactly, wait_closed

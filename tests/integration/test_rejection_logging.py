@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from nameserver.client import Client, FailedPrecondition, NotFound, ResourceExhausted
-from nameserver.remoting.codes import ResponseCode
-from nameserver.remoting.headers import RegisterTopicHeader
+from rmq.codes import ResponseCode
+from rmq.headers import RegisterTopicHeader
 from tests.harness import Cluster, wait_until
 from tests.integration.test_metrics import scrape
 from tests.remoting_client import call

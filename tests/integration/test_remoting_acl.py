@@ -15,8 +15,10 @@ import pytest
 
 from nameserver.auth.acl import sign
 from nameserver.client import Client
-from nameserver.remoting.codes import RequestCode, ResponseCode
-from nameserver.remoting.headers import (
+from protos.metaledger.v1 import admin_pb2
+from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
     BrokerHeartbeatHeader,
     BrokerNameHeader,
     DeleteTopicHeader,
@@ -25,8 +27,6 @@ from nameserver.remoting.headers import (
     PutKvConfigHeader,
     RegisterTopicHeader,
 )
-from protos.metaledger.v1 import admin_pb2
-from rmq.codec import RemotingCommand
 from tests.etcd_harness import etcdctl
 from tests.harness import Cluster, running_cluster
 from tests.remoting_client import call, register_request, unregister_request

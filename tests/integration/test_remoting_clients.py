@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from nameserver.remoting.codes import RequestCode, ResponseCode
-from nameserver.remoting.server import HandlerTable, Peer, RemotingServer
 from rmq.codec import RemotingCommand, dumps_fastjson, wants_standard_json
+from rmq.codes import RequestCode, ResponseCode
+from rmq.server import HandlerTable, Peer, RemotingServer
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nameserver.remoting.codes import ResponseCode
-from nameserver.remoting.headers import GetRouteInfoHeader, RegisterTopicHeader
 from protos.etcdserverpb import rpc_pb2
 from protos.metaledger.v1 import routing_pb2, routing_pb2_grpc
+from rmq.codes import ResponseCode
+from rmq.headers import GetRouteInfoHeader, RegisterTopicHeader
 from tests.harness import Cluster, wait_until
 from tests.integration.test_metrics import scrape
 from tests.remoting_client import call, register_request

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from nameserver.remoting.codes import RequestCode, ResponseCode
-from nameserver.remoting.headers import GetRouteInfoHeader
-from nameserver.remoting.server import HandlerTable, Peer, RemotingServer
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import GetRouteInfoHeader
+from rmq.server import HandlerTable, Peer, RemotingServer
 from tests.harness import Cluster, wait_until
 from tests.integration.test_remoting_clients import (
     JS_DIR,

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from nameserver.client import Client, Unavailable
-from nameserver.remoting.codes import RequestCode, ResponseCode
 from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode
 from tests.etcd_harness import EtcdServer, etcdctl
 from tests.harness import NodeSpec
 from tests.remoting_client import call

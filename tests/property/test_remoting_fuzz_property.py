@@ -20,9 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.headers import HEADERS
-from nameserver.remoting.server import RemotingServer
+from nameserver.remoting.server import remoting_server
 from rmq.codec import (
     BadRequest,
     ProtocolError,
@@ -30,8 +29,9 @@ from rmq.codec import (
     decode_frame,
     encode,
 )
-from tests.unit.nameserver.remoting.test_server import Client
+from rmq.codes import ResponseCode
 from tests.unit.nameserver.routing.test_remoting import Front, answer
+from tests.unit.rmq.test_server import Client
 
 #: What Python's own exception texts look like; a remark must contain none of them. The
 #: fuzzed strings are drawn without spaces and colons, so an echoed value cannot match.
@@ -252,7 +252,7 @@ def test_frame_decoding_gives_a_command_or_a_protocol_error(header: bytes, body:
 )
 def test_a_real_server_survives_random_frames(front: Front, frames: list[bytes]) -> None:
     async def main() -> None:
-        server = RemotingServer(front.table)
+        server = remoting_server(front.table)
         await server.start("127.0.0.1", 0)
         try:
             fuzzed = await Client.connect(server.address)

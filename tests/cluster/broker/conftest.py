@@ -5,7 +5,7 @@ BEFORE any replica registers, starts R broker processes of one group on free por
 (remoting port p, HA port p + 1) with ``--broker-role`` and short timeouts, waits until the
 group has a master that takes writes and every replica is in the in-sync set, and creates a
 topic on it. :meth:`BrokerGroup.send` sends one SEND_MESSAGE_V2 through a
-:class:`~broker.remoting.client.RemotingClient` to the master metaledger names and returns
+:class:`~rmq.connection.RemotingConnection` to the master metaledger names and returns
 the ``(code, remark)`` the client gets. Faults are signals to one replica's process:
 SIGKILL ("down"), SIGSTOP ("hung", SIGCONT before teardown). Every process is stopped by
 its PID at teardown; the logs' tails are printed when the test failed.
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.remoting.client import RemotingClient
 from broker.store.segments import list_segments
 from nameserver.client import Client, GroupPolicy, QueueData, ReplicaGroupInfo
 from rmq.codec import RemotingCommand
+from rmq.connection import RemotingConnection
 from tests.conftest import _failed
 from tests.harness import Cluster, free_port_pairs, free_ports, wait_until
 from tests.integration.broker.conftest import cli_env
@@ -57,7 +57,7 @@ def props(**kv: str) -> str:
 async def _request(
     port: int, code: int, ext: dict[str, object], body: bytes, timeout: float
 ) -> RemotingCommand:
-    client = await RemotingClient.connect("127.0.0.1", port, timeout)
+    client = await RemotingConnection.connect("127.0.0.1", port, timeout)
     try:
         return await client.request(code, ext, body, timeout_s=timeout)
     finally:

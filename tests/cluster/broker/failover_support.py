@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.remoting.client import RemotingClient, RemotingClientError
-from broker.remoting.codes import RequestCode
 from broker.store import decode
 from nameserver.client import Client, GroupPolicy, NotFound, QueueData, ReplicaGroupInfo
+from rmq.codes import RequestCode
+from rmq.connection import ConnectionFailure, RemotingConnection
 from tests.cluster.broker.failover_procs import Replica
 
 TOPIC = "FailoverTopic"
@@ -62,8 +62,8 @@ class Producer:
     codes: collections.Counter[str] = field(default_factory=collections.Counter)
     stopping: bool = False
     master: str = ""
-    _conns: dict[str, RemotingClient] = field(default_factory=dict)
-    _opened: list[RemotingClient] = field(default_factory=list)
+    _conns: dict[str, RemotingConnection] = field(default_factory=dict)
+    _opened: list[RemotingConnection] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _seq: Iterator[int] = field(default_factory=itertools.count)
     _refreshed: float = 0.0
@@ -76,11 +76,11 @@ class Producer:
         g = await asyncio.to_thread(self.client.replica_group, self.group)
         self.master = g.master_address
 
-    async def conn(self, addr: str) -> RemotingClient:
+    async def conn(self, addr: str) -> RemotingConnection:
         c = self._conns.get(addr)
         if c is None or c.closed:
             host, _, port = addr.rpartition(":")
-            c = await RemotingClient.connect(host, int(port), timeout_s=2.0)
+            c = await RemotingConnection.connect(host, int(port), timeout_s=2.0)
             self._opened.append(c)  # workers connect at once: every one is closed
             self._conns[addr] = c
         return c
@@ -92,12 +92,12 @@ class Producer:
                 addr = self.master
                 try:
                     if not addr:
-                        raise RemotingClientError("no master yet")
+                        raise ConnectionFailure("no master yet")
                     c = await self.conn(addr)
                     reply = await c.request(
                         RequestCode.SEND_MESSAGE_V2, send_header(self.group, w % QUEUES), body, 5.0
                     )
-                except (RemotingClientError, OSError, TimeoutError) as exc:
+                except (ConnectionFailure, OSError, TimeoutError) as exc:
                     self.codes[type(exc).__name__] += 1
                     await self.refresh()
                     continue
@@ -137,7 +137,7 @@ def send_header(group: str, queue_id: int) -> dict[str, object]:
 
 async def request(addr: str, code: int, ext: dict[str, object], timeout: float = 5.0) -> Any:
     host, _, port = addr.rpartition(":")
-    c = await RemotingClient.connect(host, int(port))
+    c = await RemotingConnection.connect(host, int(port))
     try:
         return await c.request(code, ext, timeout_s=timeout)
     finally:
@@ -162,7 +162,7 @@ async def pull_all(addr: str, deadline_s: float = 30.0) -> list[bytes]:
     from broker.store.message import peek_total
 
     host, _, port = addr.rpartition(":")
-    c = await RemotingClient.connect(host, int(port))
+    c = await RemotingConnection.connect(host, int(port))
     bodies: list[bytes] = []
     try:
         for q in range(QUEUES):
@@ -203,7 +203,7 @@ async def until(pred: Callable[[], Any], timeout: float, what: str, every: float
             value = pred()
             if asyncio.iscoroutine(value):
                 value = await value
-        except (OSError, RemotingClientError, TimeoutError, NotFound, KeyError) as exc:
+        except (OSError, ConnectionFailure, TimeoutError, NotFound, KeyError) as exc:
             value = last = exc
         else:
             last = value

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from broker.remoting.client import RemotingClient
 from nameserver.client import Client, NotFound, QueueData
+from rmq.connection import RemotingConnection
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 
@@ -67,7 +67,7 @@ def test_create_and_update_a_topic_through_the_broker(
 
 
 async def scenario(broker: BrokerProcess, client: Client) -> None:
-    c = await RemotingClient.connect("127.0.0.1", broker.port)
+    c = await RemotingConnection.connect("127.0.0.1", broker.port)
     try:
         assert queue_data(client, "Made") is None
         r = await c.request(17, create("Made", 4))

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from broker.remoting.client import RemotingClient
 from broker.store import StoredMessage, decode
 from nameserver.client import Client, NotFound, QueueData
+from rmq.connection import RemotingConnection
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, cli_env, metaledger, wait_for
 
@@ -157,7 +157,7 @@ def test_a_restarted_group_resumes_from_its_committed_offset(env: Env) -> None:
 
 async def _heartbeat(addr: str, group: str) -> None:
     host, _, port = addr.rpartition(":")
-    c = await RemotingClient.connect(host, int(port))
+    c = await RemotingConnection.connect(host, int(port))
     body = {
         "clientID": "prime@1",
         "consumerDataSet": [{"groupName": group, "subscriptionDataSet": []}],
@@ -170,7 +170,7 @@ async def _heartbeat(addr: str, group: str) -> None:
 def _dlq_depth(addr: str, group: str) -> int:
     async def go() -> int:
         host, _, port = addr.rpartition(":")
-        c = await RemotingClient.connect(host, int(port))
+        c = await RemotingConnection.connect(host, int(port))
         r = await c.request(30, {"topic": f"%DLQ%{group}", "queueId": 0})
         await c.close()
         return int(r.ext_fields.get("offset", "0"))
@@ -181,7 +181,7 @@ def _dlq_depth(addr: str, group: str) -> int:
 def _dlq(addr: str, group: str) -> list[StoredMessage]:
     async def go() -> list[StoredMessage]:
         host, _, port = addr.rpartition(":")
-        c = await RemotingClient.connect(host, int(port))
+        c = await RemotingConnection.connect(host, int(port))
         r = await c.request(11, {
             "consumerGroup": "inspect", "topic": f"%DLQ%{group}", "queueId": 0, "queueOffset": 0,
             "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
@@ -239,7 +239,7 @@ def test_a_failed_message_is_retried_then_lands_in_the_dlq(env: Env) -> None:
 
 async def _try_lock(addr: str, group: str, topic: str, queues: int) -> list[object]:
     host, _, port = addr.rpartition(":")
-    c = await RemotingClient.connect(host, int(port))
+    c = await RemotingConnection.connect(host, int(port))
     mqs = [{"topic": topic, "brokerName": "broker-a", "queueId": q} for q in range(queues)]
     body = {"consumerGroup": group, "clientId": "intruder@1", "mqSet": mqs}
     r = await c.request(41, body=json.dumps(body).encode())

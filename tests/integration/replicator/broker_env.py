@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.remoting.client import RemotingClient
 from broker.store import StoredMessage, decode
 from broker.store.message import peek_total
 from nameserver.client import Client, QueueData
+from rmq.connection import RemotingConnection
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 
@@ -72,7 +72,7 @@ def scan(
 
     async def go() -> int:
         host, _, port = addr.rpartition(":")
-        c = await RemotingClient.connect(host, int(port))
+        c = await RemotingConnection.connect(host, int(port))
         offset = start
         try:
             while True:

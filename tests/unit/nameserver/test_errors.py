@@ -22,10 +22,10 @@ from nameserver.errors import (
 from nameserver.grpc.status import to_status
 from nameserver.kv.semantics import ResponseTooLarge
 from nameserver.node import NodeFacade
-from nameserver.remoting.codes import ResponseCode
 from nameserver.remoting.status import internal_error_remark, to_remoting
 from nameserver.state.machine import MetadataStateMachine
 from raftlog import Applied, ApplyFailure, Entry, NotLeaderError, QueueFullError
+from rmq.codes import ResponseCode
 
 S, R = grpc.StatusCode, ResponseCode
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import struct
 import zlib
@@ -10,24 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.remoting import codes as codes_module
-from nameserver.remoting.codes import (
-    NAMESERVER_REQUEST_CODES,
-    LanguageCode,
-    RequestCode,
-    ResponseCode,
-)
+from nameserver.remoting.codes import NAMESERVER_REQUEST_CODES
 from nameserver.remoting.headers import (
     HEADERS,
     DataVersion,
-    GetRouteInfoHeader,
     RegisterBrokerBody,
-    RegisterBrokerHeader,
     TopicConfig,
     java_crc32,
     register_broker_request,
 )
 from rmq import codec
+from rmq import codes as codes_module
 from rmq.codec import (
     NEED_DATA,
     BadRequest,
@@ -41,6 +35,8 @@ from rmq.codec import (
     loads_lenient,
     wants_standard_json,
 )
+from rmq.codes import LanguageCode, RequestCode, ResponseCode
+from rmq.headers import GetRouteInfoHeader, RegisterBrokerHeader
 
 # The header exactly as the research note (§1.1) shows Java's fastjson writing it.
 GOLDEN_HEADER = (
@@ -409,7 +405,7 @@ def test_register_broker_request_as_a_broker_sends_it() -> None:
     # What the nameserver will do with the frame: decode, check the CRC, parse both parts.
     (decoded,) = FrameDecoder().feed(encode(request))
     parsed = RegisterBrokerHeader.from_command(decoded)
-    assert parsed == header.__class__(**{**header.__dict__, "body_crc32": parsed.body_crc32})
+    assert parsed == dataclasses.replace(header, body_crc32=parsed.body_crc32)
     assert parsed.body_crc32 == java_crc32(decoded.body)
     assert RegisterBrokerBody.decode(decoded.body) == body
 

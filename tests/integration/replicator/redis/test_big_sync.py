@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.remoting.client import RemotingClient
+from rmq.connection import RemotingConnection
 from tests.harness import wait_until
 from tests.integration.replicator.broker_env import QUEUES, Env
 from tests.integration.replicator.redis.test_replicate import (
@@ -54,7 +54,7 @@ def messages_in(env: Env, topic: str) -> int:
 
     async def go() -> int:
         host, _, port = env.broker.addr.rpartition(":")
-        c = await RemotingClient.connect(host, int(port))
+        c = await RemotingConnection.connect(host, int(port))
         try:
             total = 0
             for q in range(QUEUES):

@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.remoting.client import RemotingClient
-from broker.remoting.codes import RequestCode, ResponseCode
 from broker.store import StoredMessage
 from nameserver.client import Client, QueueData, Route
 from replicator.sinks.wire import uniq_key
+from rmq.codes import RequestCode, ResponseCode
+from rmq.connection import RemotingConnection
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 from tests.integration.replicator.broker_env import pull_all, scan
@@ -211,7 +211,7 @@ class RmqCluster:
             lanes.setdefault(queue, []).append(i)
         out: list[Stored | None] = [None] * len(msgs)
         host, _, port = self.broker_addr.rpartition(":")
-        conn = await RemotingClient.connect(host, int(port))
+        conn = await RemotingConnection.connect(host, int(port))
         deadline = time.monotonic() + timeout
 
         async def lane(queue: int, indexes: list[int]) -> None:
@@ -226,7 +226,7 @@ class RmqCluster:
 
     async def _send(
         self,
-        conn: RemotingClient,
+        conn: RemotingConnection,
         topic: str,
         queue: int,
         queues: int,

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.remoting.client import RemotingClient
 from broker.store import StoredMessage
 from nameserver.client import NotFound
+from rmq.connection import RemotingConnection
 from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster
 
 pytestmark = [pytest.mark.integration]
@@ -116,7 +116,7 @@ def test_pause_and_resume(two_clusters: tuple[RmqCluster, RmqCluster]) -> None:
 
     async def send_while_paused() -> None:
         host, _, port = a.broker_addr.rpartition(":")
-        conn = await RemotingClient.connect(host, int(port))  # connected before the pause
+        conn = await RemotingConnection.connect(host, int(port))  # connected before the pause
         try:
             a.pause_broker()
             try:

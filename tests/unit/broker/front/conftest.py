@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.remoting.client import RemotingClient
 from broker.replica import Replica
 from broker.replication import Replication
 from broker.topics import TopicConfig
 from rmq.codec import RemotingCommand
+from rmq.connection import RemotingConnection
 
 TIMEOUT_S = 20.0
 TOPIC = "TopicA"
@@ -34,14 +34,14 @@ def props(**kv: str) -> str:
 @dataclass
 class Ctx:
     replica: Replica
-    client: RemotingClient
+    client: RemotingConnection
 
     @property
     def port(self) -> int:
         return self.replica.config.listen_port
 
-    async def connect(self) -> RemotingClient:
-        return await RemotingClient.connect("127.0.0.1", self.port)
+    async def connect(self) -> RemotingConnection:
+        return await RemotingConnection.connect("127.0.0.1", self.port)
 
     async def send(
         self,
@@ -50,7 +50,7 @@ class Ctx:
         queue_id: int = 0,
         properties: str = "",
         code: int = 10,
-        client: RemotingClient | None = None,
+        client: RemotingConnection | None = None,
         **extra: Any,
     ) -> RemotingCommand:
         ext: dict[str, Any] = {
@@ -114,7 +114,7 @@ def run_broker(
         replica = Replica(cfg, replication)
         replica.topics.put(TopicConfig(TOPIC, 4, 4))
         await replica.start()
-        client = await RemotingClient.connect("127.0.0.1", cfg.listen_port)
+        client = await RemotingConnection.connect("127.0.0.1", cfg.listen_port)
         try:
             await asyncio.wait_for(scenario(Ctx(replica, client)), TIMEOUT_S)
         finally:

@@ -215,8 +215,8 @@ def test_kv_offsets_load_before_the_first_flush() -> None:
 
 
 def test_registry_reports_member_and_subscription_changes_only() -> None:
-    from broker.remoting.server import Peer
     from broker.state.consumers import ConsumerRegistry
+    from rmq.server import Peer
 
     reg = ConsumerRegistry()
     peer = Peer(1, "127.0.0.1:5")

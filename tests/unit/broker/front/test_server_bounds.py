@@ -1,4 +1,4 @@
-"""The broker's remoting server bounds every connection (broker/remoting/server.py): at most
+"""The broker's remoting server bounds every connection (rmq/server.py wired by broker/remoting/front.py): at most
 ``max_connections`` open, an idle connection closed, a frame that does not complete in time
 closed; a handler's bug answers SYSTEM_ERROR without its text and the connection stays."""
 
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.remoting.server import Peer, RemotingServer
+from broker.remoting.front import remoting_server
 from rmq.codec import RemotingCommand, encode
+from rmq.server import Peer
 
 
 async def boom(request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -24,7 +25,7 @@ async def closed(reader: asyncio.StreamReader) -> bool:
 
 def test_bounds_and_handler_bugs() -> None:
     async def main() -> None:
-        server = RemotingServer(
+        server = remoting_server(
             {1: boom, 2: echo}, max_connections=1, idle_timeout_s=0.3, frame_timeout_s=0.3
         )
         host, port = await server.start("127.0.0.1", 0)

@@ -63,12 +63,12 @@ def test_an_invalid_header_names_the_field(over: dict[str, Any], field: str) -> 
     fields = create_fields("T", **over)
     request = RemotingCommand.request(17, fields)
     with pytest.raises(InvalidTopicRequest, match=f"^{field}:"):
-        CreateTopicHeader.parse(request).config()
+        CreateTopicHeader.from_command(request).config()
 
 
 def test_a_valid_header_gives_its_config() -> None:
     request = RemotingCommand.request(17, create_fields("T-1%x|y", perm=4, order=True))
-    c = CreateTopicHeader.parse(request).config()
+    c = CreateTopicHeader.from_command(request).config()
     assert (c.topic, c.read_queue_nums, c.write_queue_nums, c.perm, c.order) == (
         "T-1%x|y",
         4,
@@ -78,7 +78,7 @@ def test_a_valid_header_gives_its_config() -> None:
     )
     # the fields the Java admin may leave out take RocketMQ's defaults
     bare = create_fields("T", topicSysFlag=None, order=None, topicFilterType=None)
-    c = CreateTopicHeader.parse(RemotingCommand.request(17, bare)).config()
+    c = CreateTopicHeader.from_command(RemotingCommand.request(17, bare)).config()
     assert (c.topic_sys_flag, c.order, c.topic_filter_type) == (0, False, "SINGLE_TAG")
 
 
@@ -150,7 +150,7 @@ def test_create_update_delete_over_the_wire(tmp_path: Path) -> None:
     ],
 )
 def test_bad_attributes_are_refused_naming_the_field(text: str, field_problem: str) -> None:
-    header = CreateTopicHeader.parse(
+    header = CreateTopicHeader.from_command(
         RemotingCommand.request(17, create_fields("Attr", attributes=text))
     )
     with pytest.raises(InvalidTopicRequest, match=f"attributes: .*{re.escape(field_problem)}"):

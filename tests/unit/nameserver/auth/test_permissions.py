@@ -31,9 +31,9 @@ from nameserver.auth.tokens import (
     parse_token_spec,
 )
 from nameserver.errors import InvalidArgument
-from nameserver.remoting.codes import RequestCode
 from nameserver.state.image import MetadataImage
 from protos.etcdserverpb import rpc_pb2
+from rmq.codes import RequestCode
 
 
 def image_of(*items: User | Role | AuthState) -> AuthImage:

@@ -11,8 +11,16 @@ import pytest
 
 from nameserver.config import MAX_REQUEST_BYTES
 from nameserver.errors import InvalidArgument, ResourceExhausted, Unavailable
-from nameserver.remoting.codes import RequestCode, ResponseCode
-from nameserver.remoting.headers import (
+from nameserver.routing.liveness import BrokerKeeper
+from nameserver.routing.ops import RoutingNode
+from nameserver.routing.records import broker_key
+from nameserver.routing.remoting import NameserverRemoting
+from nameserver.state.image import MetadataImage
+from nameserver.state.machine import MetadataStateMachine
+from raftlog import Applied, Entry, NotLeaderError
+from rmq.codec import BadRequest, RemotingCommand, loads_lenient
+from rmq.codes import RequestCode, ResponseCode
+from rmq.headers import (
     BrokerHeartbeatHeader,
     BrokerIdentityHeader,
     BrokerNameHeader,
@@ -25,15 +33,7 @@ from nameserver.remoting.headers import (
     PutKvConfigHeader,
     RegisterTopicHeader,
 )
-from nameserver.remoting.server import Peer
-from nameserver.routing.liveness import BrokerKeeper
-from nameserver.routing.ops import RoutingNode
-from nameserver.routing.records import broker_key
-from nameserver.routing.remoting import NameserverRemoting
-from nameserver.state.image import MetadataImage
-from nameserver.state.machine import MetadataStateMachine
-from raftlog import Applied, Entry, NotLeaderError
-from rmq.codec import BadRequest, RemotingCommand, loads_lenient
+from rmq.server import Peer
 from tests.remoting_client import register_request, unregister_request
 
 PEER = Peer(1, "127.0.0.1:1")

@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 import pytest
 
-from nameserver.remoting.headers import GetRouteInfoHeader
 from nameserver.routing.service import RoutingService
 from protos import records_pb2
 from protos.metaledger.v1 import routing_pb2
+from rmq.headers import GetRouteInfoHeader
 from tests.unit.nameserver.routing.test_remoting import A, Front
 
 

@@ -14,12 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.remoting.headers import (
-    ConsumerOffsetHeader,
-    PullHeader,
-    QueueHeader,
-    SearchOffsetHeader,
-)
 from broker.store.message import Host, StoredMessage, encode
 from nameserver.client import BrokerGroup, QueueData, Route
 from replicator.rocketmq import routes, wire
@@ -27,6 +21,13 @@ from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.errors import BadAnswer, RemotingError, TopicNotFound
 from rmq.codec import RemotingCommand, decode_frame, dumps_fastjson
 from rmq.codec import encode as encode_frame
+from rmq.headers import (
+    PullMessageHeader,
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UpdateConsumerOffsetHeader,
+)
 
 ALL_BYTES = bytes(range(256))
 
@@ -150,7 +151,7 @@ def test_garbage_raises_only_bad_answer(garbage: bytes, at: int) -> None:
 
 def test_pull_request_is_what_the_broker_parses() -> None:
     req = wire.pull_request("g", "T", 2, 17, max_msgs=5, suspend_ms=3000)
-    h = PullHeader.parse(decode_frame(encode_frame(req)[4:]))
+    h = PullMessageHeader.from_command(decode_frame(encode_frame(req)[4:]))
     assert (h.consumer_group, h.topic, h.queue_id, h.queue_offset) == ("g", "T", 2, 17)
     assert (h.max_msg_nums, h.suspend_timeout_ms, h.commit_offset) == (5, 3000, 0)
     assert h.sys_flag == 0x2 | 0x4 and h.subscription == "*" and h.expression_type == "TAG"
@@ -219,17 +220,17 @@ def test_offset_requests_are_what_the_broker_parses() -> None:
         return decode_frame(encode_frame(req)[4:])
 
     for req, code in ((wire.min_offset_request("T", 1), 31), (wire.max_offset_request("T", 1), 30)):
-        assert req.code == code and QueueHeader.parse(back(req)) == QueueHeader("T", 1)
+        assert req.code == code and QueueHeader.from_command(back(req)) == QueueHeader("T", 1)
     s = back(wire.search_offset_request("T", 2, 1_700_000_000_000))
-    assert s.code == 29 and SearchOffsetHeader.parse(s) == SearchOffsetHeader(
+    assert s.code == 29 and SearchOffsetHeader.from_command(s) == SearchOffsetHeader(
         "T", 2, 1_700_000_000_000
     )
     q = back(wire.query_consumer_offset_request("g", "T", 3))
     assert q.code == 14
-    assert ConsumerOffsetHeader.parse(q, False) == ConsumerOffsetHeader("g", "T", 3, None)
+    assert QueryConsumerOffsetHeader.from_command(q) == QueryConsumerOffsetHeader("g", "T", 3)
     u = back(wire.update_consumer_offset_request("g", "T", 3, 99))
     assert u.code == 15 and not u.is_oneway
-    assert ConsumerOffsetHeader.parse(u, True) == ConsumerOffsetHeader("g", "T", 3, 99)
+    assert UpdateConsumerOffsetHeader.from_command(u) == UpdateConsumerOffsetHeader("g", "T", 3, 99)
 
 
 def test_offset_answers() -> None:

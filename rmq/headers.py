@@ -1,0 +1,508 @@
+"""RocketMQ's typed request headers: one mechanism, and the headers every side shares.
+
+A header is a dataclass whose fields each travel as one ext field (:func:`ext` names it;
+RocketMQ's ``CommandCustomHeader`` classes, ``remoting/.../protocol/header/**.java``). The
+same class parses a request (:meth:`Header.from_command`: a missing required field, a
+number that is not one or out of its Java range, a boolean that is none, or text that is
+not UTF-8 raises :class:`~rmq.codec.BadRequest` naming the field, as RocketMQ's
+``decodeCommandCustomHeader`` does) and writes one (:meth:`Header.request`: values as
+Java's ``toString`` writes them, None fields left out, in field order). So the nameserver,
+the broker, the replicators, the tests and the benchmarks build and read requests with one
+set of definitions.
+
+Field kinds come from the annotation: ``str``, ``int`` (a Java long; ``ext(..., int32=True)``
+for an ``int``), ``bool`` (``true``/``false``/``1``/``0`` in any case: C++ 1.x sends
+``"0"``/``"1"``, research/broker.md §0 trap 10), each ``... | None`` when optional.
+``ext(..., read=False)`` marks a field a server does not read (written by clients, skipped
+by :meth:`~Header.from_fields`). Headers are slotted and not frozen: they are built per send
+on the producers' path, where a frozen dataclass's ``__init__`` costs six times as much. The
+few whose optional fields come between required ones are keyword-only.
+
+SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) name the V1 fields ``a``…``m`` in order,
+plus ``n`` = brokerName (J4 ``SendMessageRequestHeaderV2.java:32-60``):
+:class:`SendMessageHeader` reads and writes both forms. Field lists: research/broker.md §2
+(PULL_MESSAGE) and §3, research/rocketmq-clients.md §1.2 (the nameserver's).
+
+Like the codec, this module has no I/O and imports nothing of metaledger. Over 500 lines on
+purpose: it is RocketMQ's one table of headers, which every side reads from the same place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Self
+
+from rmq.codec import (
+    RPC_ONEWAY,
+    RPC_TYPE_RESPONSE,
+    SERVER_LANGUAGE,
+    BadRequest,
+    RemotingCommand,
+    parse_bool_field,
+    parse_int_field,
+)
+from rmq.codes import RequestCode
+from rmq.jsonfields import JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
+
+
+def ext(
+    name: str, default: Any = dataclasses.MISSING, *, int32: bool = False, read: bool = True
+) -> Any:
+    """A header field travelling as ext field ``name``; without a default it is required
+    (RocketMQ's @CFNotNull)."""
+    return field(default=default, metadata={"ext": name, "int32": int32, "read": read})
+
+
+def parse_text(name: str, value: str) -> str:
+    """Text that can be stored as UTF-8 (a JSON ``\\ud800`` escape decodes to a lone
+    surrogate, which cannot)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(
+                f"the custom field <{name}> is not valid UTF-8 text (a lone surrogate)"
+            ) from None
+    return value
+
+
+def parse_long(name: str, value: str) -> int:
+    number = parse_int_field(name, value)
+    if not JAVA_LONG_MIN <= number <= JAVA_LONG_MAX:
+        raise BadRequest(f"the custom field <{name}> is out of the range of a long")
+    return number
+
+
+def parse_int32(name: str, value: str) -> int:
+    number = parse_int_field(name, value)
+    if not JAVA_INT_MIN <= number <= JAVA_INT_MAX:
+        raise BadRequest(f"the custom field <{name}> is out of the int range: {number}")
+    return number
+
+
+def _write_bool(value: Any) -> str:
+    return "true" if value else "false"
+
+
+Parse = Callable[[str, str], Any]
+Write = Callable[[Any], str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    attr: str
+    name: str
+    parse: Parse
+    write: Write
+    required: bool
+    read: bool
+    default: Any
+
+
+def _spec(cls: type) -> tuple[_Field, ...]:
+    """The fields of a header class, worked out once per class."""
+    spec: tuple[_Field, ...] | None = cls.__dict__.get("_ext_spec")
+    if spec is not None:
+        return spec
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        kinds = set(typing.get_args(hints[f.name]) or (hints[f.name],)) - {type(None)}
+        if kinds == {bool}:
+            parse: Parse = parse_bool_field
+            write: Write = _write_bool
+        elif kinds == {int}:
+            parse, write = (parse_int32 if f.metadata["int32"] else parse_long), str
+        elif kinds == {str}:
+            parse, write = parse_text, str
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: a header field is str, int or bool")
+        required = f.default is dataclasses.MISSING
+        if required and not f.metadata["read"]:
+            raise TypeError(f"{cls.__name__}.{f.name}: a field not read needs a default")
+        out.append(
+            _Field(f.name, f.metadata["ext"], parse, write, required, f.metadata["read"], f.default)
+        )
+    spec = tuple(out)
+    setattr(cls, "_ext_spec", spec)  # noqa: B010 (a slotted class: set on the class itself)
+    return spec
+
+
+class Header:
+    """Base of the header dataclasses (see the module docstring)."""
+
+    __slots__ = ()
+    code: ClassVar[int]
+    _ext_spec: ClassVar[tuple[_Field, ...]]
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str]) -> Self:
+        # Slots set one by one (no __init__, no keyword dict): this is per request on the
+        # broker's send and pull paths.
+        header = object.__new__(cls)
+        for f in _spec(cls):
+            raw = fields.get(f.name) if f.read else None
+            if raw is not None:
+                object.__setattr__(header, f.attr, f.parse(f.name, raw))
+            elif f.required:
+                raise BadRequest(f"the custom field <{f.name}> is null")
+            else:
+                object.__setattr__(header, f.attr, f.default)
+        return header
+
+    @classmethod
+    def from_command(cls, command: RemotingCommand) -> Self:
+        return cls.from_fields(command.ext_fields)
+
+    def to_ext_fields(self) -> dict[str, str]:
+        """The ext fields, as Java writes them (None left out), in field order."""
+        out: dict[str, str] = {}
+        for f in _spec(type(self)):
+            value = getattr(self, f.attr)
+            if value is not None:
+                out[f.name] = f.write(value)
+        return out
+
+    def request(
+        self,
+        body: bytes = b"",
+        *,
+        opaque: int = 0,
+        oneway: bool = False,
+        code: int | None = None,
+        language: str = SERVER_LANGUAGE,
+    ) -> RemotingCommand:
+        """A request carrying this header; ``code`` for the classes shared by two codes."""
+        return RemotingCommand(
+            code=self.code if code is None else code,
+            language=language,
+            opaque=opaque,
+            flag=RPC_ONEWAY if oneway else 0,
+            ext_fields=self.to_ext_fields(),
+            body=body,
+        )
+
+    def response(
+        self, request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        """The answer to ``request`` carrying this (response) header."""
+        return RemotingCommand(
+            code=code,
+            opaque=request.opaque,
+            flag=RPC_TYPE_RESPONSE,
+            remark=remark,
+            ext_fields=self.to_ext_fields(),
+            body=body,
+        )
+
+
+# --- clients to brokers -------------------------------------------------------------------
+
+DEFAULT_TOPIC: Final = "TBW102"
+
+#: V2 short name → V1 name, in the order of SendMessageRequestHeaderV2 (a..n).
+V2_FIELDS: Final = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+_V1_TO_V2: Final = {v1: v2 for v2, v1 in V2_FIELDS.items()}
+
+
+@dataclass(slots=True, kw_only=True)
+class SendMessageHeader(Header):
+    """SEND_MESSAGE (10), or SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) with the short
+    names (:meth:`request_v2`). The broker reads neither defaultTopic, defaultTopicQueueNums,
+    unitMode nor brokerName (RocketMQ's reads them to create topics automatically)."""
+
+    code = RequestCode.SEND_MESSAGE
+    producer_group: str = ext("producerGroup")
+    topic: str = ext("topic")
+    default_topic: str | None = ext("defaultTopic", None, read=False)
+    default_topic_queue_nums: int | None = ext("defaultTopicQueueNums", None, read=False)
+    queue_id: int = ext("queueId", int32=True)
+    sys_flag: int = ext("sysFlag", int32=True)
+    born_timestamp: int = ext("bornTimestamp")
+    flag: int = ext("flag", int32=True)
+    properties: str = ext("properties", "")
+    reconsume_times: int = ext("reconsumeTimes", 0, int32=True)
+    unit_mode: bool | None = ext("unitMode", None, read=False)
+    max_reconsume_times: int | None = ext("maxReconsumeTimes", None, int32=True)
+    batch: bool = ext("batch", False)
+    broker_name: str | None = ext("brokerName", None, read=False)
+
+    @classmethod
+    def from_command(cls, command: RemotingCommand) -> Self:
+        """Either form; SEND_BATCH_MESSAGE is a batch whatever ``batch`` says."""
+        code = command.code
+        if code == RequestCode.SEND_MESSAGE_V2 or code == RequestCode.SEND_BATCH_MESSAGE:
+            fields = command.ext_fields
+            header = cls.from_fields({V2_FIELDS.get(k, k): v for k, v in fields.items()})
+            if code == RequestCode.SEND_BATCH_MESSAGE:
+                header.batch = True
+            return header
+        return cls.from_fields(command.ext_fields)
+
+    def request_v2(self, body: bytes = b"", *, language: str = SERVER_LANGUAGE) -> RemotingCommand:
+        """SEND_MESSAGE_V2, or SEND_BATCH_MESSAGE when ``batch``: the short field names."""
+        short = _V1_TO_V2
+        return RemotingCommand(
+            code=RequestCode.SEND_BATCH_MESSAGE if self.batch else RequestCode.SEND_MESSAGE_V2,
+            language=language,
+            ext_fields={short[k]: v for k, v in self.to_ext_fields().items()},
+            body=body,
+        )
+
+
+@dataclass(slots=True)
+class PullMessageHeader(Header):
+    """PULL_MESSAGE (11). ``subVersion`` is required by RocketMQ (its value unused here)."""
+
+    code = RequestCode.PULL_MESSAGE
+    consumer_group: str = ext("consumerGroup")
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+    queue_offset: int = ext("queueOffset")
+    max_msg_nums: int = ext("maxMsgNums", int32=True)
+    sys_flag: int = ext("sysFlag", int32=True)
+    commit_offset: int = ext("commitOffset")
+    suspend_timeout_ms: int = ext("suspendTimeoutMillis")
+    sub_version: int = ext("subVersion")
+    subscription: str | None = ext("subscription", None)
+    expression_type: str = ext("expressionType", "TAG")
+
+
+@dataclass(slots=True)
+class QueueHeader(Header):
+    """topic + queueId: GET_MAX_OFFSET (30) and GET_MIN_OFFSET (31)."""
+
+    code = RequestCode.GET_MAX_OFFSET
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+
+
+@dataclass(slots=True)
+class SearchOffsetHeader(Header):
+    code = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+    timestamp: int = ext("timestamp")
+
+
+@dataclass(slots=True)
+class QueryConsumerOffsetHeader(Header):
+    code = RequestCode.QUERY_CONSUMER_OFFSET
+    consumer_group: str = ext("consumerGroup")
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+
+
+@dataclass(slots=True)
+class UpdateConsumerOffsetHeader(Header):
+    """UPDATE_CONSUMER_OFFSET (15); C++ and ali-ons send it oneway."""
+
+    code = RequestCode.UPDATE_CONSUMER_OFFSET
+    consumer_group: str = ext("consumerGroup")
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+    commit_offset: int = ext("commitOffset")
+
+
+@dataclass(slots=True)
+class SendBackHeader(Header):
+    """CONSUMER_SEND_MSG_BACK (36): C++ sends only group, delayLevel, offset (§3.3)."""
+
+    code = RequestCode.CONSUMER_SEND_MSG_BACK
+    offset: int = ext("offset")
+    group: str = ext("group")
+    delay_level: int = ext("delayLevel", int32=True)
+    origin_msg_id: str | None = ext("originMsgId", None)
+    origin_topic: str | None = ext("originTopic", None)
+    max_reconsume_times: int | None = ext("maxReconsumeTimes", None, int32=True)
+
+
+@dataclass(slots=True)
+class UnregisterClientHeader(Header):
+    code = RequestCode.UNREGISTER_CLIENT
+    client_id: str = ext("clientID")
+    producer_group: str | None = ext("producerGroup", None)
+    consumer_group: str | None = ext("consumerGroup", None)
+
+
+@dataclass(slots=True, kw_only=True)
+class CreateTopicHeader(Header):
+    """UPDATE_AND_CREATE_TOPIC (17), J5 ``CreateTopicRequestHeader`` (the fields the Java
+    admin sends). ``attributes``: RocketMQ 5's ``+name=value,-name``."""
+
+    code = RequestCode.UPDATE_AND_CREATE_TOPIC
+    topic: str = ext("topic")
+    default_topic: str = ext("defaultTopic", DEFAULT_TOPIC)
+    read_queue_nums: int = ext("readQueueNums")
+    write_queue_nums: int = ext("writeQueueNums")
+    perm: int = ext("perm")
+    topic_filter_type: str = ext("topicFilterType", "SINGLE_TAG")
+    topic_sys_flag: int = ext("topicSysFlag", 0)
+    order: bool = ext("order", False)
+    attributes: str | None = ext("attributes", None)
+
+
+# --- brokers' answers (all numbers as strings: research/broker.md trap 6) ---------------------
+
+
+@dataclass(slots=True)
+class SendMessageResponseHeader(Header):
+    """A send's answer: the offset message id (a batch's, comma-joined), the queue and the
+    first message's queue offset."""
+
+    code = RequestCode.SEND_MESSAGE
+    msg_id: str = ext("msgId")
+    queue_id: int = ext("queueId", int32=True)
+    queue_offset: int = ext("queueOffset")
+
+
+@dataclass(slots=True, kw_only=True)
+class PullMessageResponseHeader(Header):
+    """A pull's answer: the broker to pull from next (0: the master), the offset to go on
+    at and the queue's bounds."""
+
+    code = RequestCode.PULL_MESSAGE
+    suggest_which_broker_id: int = ext("suggestWhichBrokerId", 0)
+    next_begin_offset: int = ext("nextBeginOffset")
+    min_offset: int = ext("minOffset")
+    max_offset: int = ext("maxOffset")
+
+
+@dataclass(slots=True)
+class OffsetResponseHeader(Header):
+    """The answer of GET_MAX_OFFSET, GET_MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP and
+    QUERY_CONSUMER_OFFSET."""
+
+    code = RequestCode.GET_MAX_OFFSET
+    offset: int = ext("offset")
+
+
+# --- brokers, clients and admin tools to the nameserver -----------------------------------
+
+
+@dataclass(slots=True)
+class PutKvConfigHeader(Header):
+    code = RequestCode.PUT_KV_CONFIG
+    namespace: str = ext("namespace")
+    key: str = ext("key")
+    value: str = ext("value")
+
+
+@dataclass(slots=True)
+class KvConfigKeyHeader(Header):
+    """GET_KV_CONFIG (101) and DELETE_KV_CONFIG (102) carry the same fields."""
+
+    code = RequestCode.GET_KV_CONFIG
+    namespace: str = ext("namespace")
+    key: str = ext("key")
+
+
+@dataclass(slots=True)
+class GetKvListByNamespaceHeader(Header):
+    code = RequestCode.GET_KVLIST_BY_NAMESPACE
+    namespace: str = ext("namespace")
+
+
+@dataclass(slots=True)
+class RegisterBrokerHeader(Header):
+    """REGISTER_BROKER (103). ``zoneName`` is read raw from extFields by RocketMQ (it is
+    not a field of RegisterBrokerRequestHeader); ``bodyCrc32`` 0 means "not checked"."""
+
+    code = RequestCode.REGISTER_BROKER
+    broker_name: str = ext("brokerName")
+    broker_addr: str = ext("brokerAddr")
+    cluster_name: str = ext("clusterName")
+    ha_server_addr: str = ext("haServerAddr")
+    broker_id: int = ext("brokerId")
+    heartbeat_timeout_millis: int | None = ext("heartbeatTimeoutMillis", None)
+    enable_acting_master: bool | None = ext("enableActingMaster", None)
+    compressed: bool = ext("compressed", False)
+    body_crc32: int = ext("bodyCrc32", 0)
+    zone_name: str | None = ext("zoneName", None)
+
+
+@dataclass(slots=True)
+class BrokerIdentityHeader(Header):
+    """UNREGISTER_BROKER (104) and QUERY_DATA_VERSION (322) carry the same fields."""
+
+    code = RequestCode.UNREGISTER_BROKER
+    broker_name: str = ext("brokerName")
+    broker_addr: str = ext("brokerAddr")
+    cluster_name: str = ext("clusterName")
+    broker_id: int = ext("brokerId")
+
+
+@dataclass(slots=True)
+class GetRouteInfoHeader(Header):
+    code = RequestCode.GET_ROUTEINFO_BY_TOPIC
+    topic: str = ext("topic")
+    accept_standard_json_only: bool | None = ext("acceptStandardJsonOnly", None)
+
+
+@dataclass(slots=True)
+class BrokerNameHeader(Header):
+    """WIPE_WRITE_PERM_OF_BROKER (205) and ADD_WRITE_PERM_OF_BROKER (327)."""
+
+    code = RequestCode.WIPE_WRITE_PERM_OF_BROKER
+    broker_name: str = ext("brokerName")
+
+
+@dataclass(slots=True)
+class DeleteTopicHeader(Header):
+    code = RequestCode.DELETE_TOPIC_IN_NAMESRV
+    topic: str = ext("topic")
+    cluster_name: str | None = ext("clusterName", None)
+
+
+@dataclass(slots=True)
+class RegisterTopicHeader(Header):
+    code = RequestCode.REGISTER_TOPIC_IN_NAMESRV
+    topic: str = ext("topic")
+
+
+@dataclass(slots=True)
+class GetTopicsByClusterHeader(Header):
+    code = RequestCode.GET_TOPICS_BY_CLUSTER
+    cluster: str = ext("cluster")
+
+
+@dataclass(slots=True)
+class GetBrokerMemberGroupHeader(Header):
+    code = RequestCode.GET_BROKER_MEMBER_GROUP
+    cluster_name: str = ext("clusterName")
+    broker_name: str = ext("brokerName")
+
+
+@dataclass(slots=True)
+class BrokerHeartbeatHeader(Header):
+    """BROKER_HEARTBEAT (904, RocketMQ 5), usually sent oneway. ``heartbeatTimeoutMills``
+    is spelled that way in RocketMQ's BrokerHeartbeatRequestHeader."""
+
+    code = RequestCode.BROKER_HEARTBEAT
+    cluster_name: str = ext("clusterName")
+    broker_addr: str = ext("brokerAddr")
+    broker_name: str = ext("brokerName")
+    broker_id: int | None = ext("brokerId", None)
+    epoch: int | None = ext("epoch", None)
+    max_offset: int | None = ext("maxOffset", None)
+    confirm_offset: int | None = ext("confirmOffset", None)
+    heartbeat_timeout_mills: int | None = ext("heartbeatTimeoutMills", None)
+    election_priority: int | None = ext("electionPriority", None)
