@@ -30,6 +30,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from rmq.codec import FrameDecoder, ProtocolError, RemotingCommand, encode
+from rmq.message import decode_records, properties_text
+from rmq.msgid import uniq_key
 
 SEND_MESSAGE_V2 = 310
 PULL_MESSAGE = 11
@@ -42,7 +44,6 @@ PULL_SYSFLAG = 0x2 | 0x4  # SUSPEND | SUBSCRIPTION (PullSysFlag.java:20-24)
 DEFAULT_TOPIC = "TBW102"
 PRODUCER_GROUP = "bench-producer"
 CONSUMER_GROUP = "bench-consumer"
-_PROP_KV, _PROP_END = "\x01", "\x02"
 
 
 class SendFailed(Exception):
@@ -121,15 +122,6 @@ class RemotingConnection(asyncio.Protocol):
             self._transport.close()
 
 
-def properties(props: dict[str, str]) -> str:
-    """``MessageDecoder.messageProperties2String``: ``k\\x01v\\x02`` for each property."""
-    return "".join(f"{k}{_PROP_KV}{v}{_PROP_END}" for k, v in props.items())
-
-
-_uniq = itertools.count()
-_uniq_prefix = f"{os.getpid():08X}{int(time.time()):08X}"
-
-
 def send_v2_request(
     topic: str,
     queue_id: int,
@@ -139,7 +131,7 @@ def send_v2_request(
     queue_nums: int = 4,
 ) -> RemotingCommand:
     """One SEND_MESSAGE_V2 request, fields as the Java client's ``createSendMessageRequestHeaderV2``."""
-    props = properties({"UNIQ_KEY": f"{_uniq_prefix}{next(_uniq):016X}", "WAIT": "true"})
+    props = properties_text({"UNIQ_KEY": uniq_key(), "WAIT": "true"})
     return RemotingCommand.request(
         SEND_MESSAGE_V2,
         {
@@ -215,16 +207,7 @@ def heartbeat_request(topic: str) -> RemotingCommand:
 
 def record_bodies(data: bytes) -> list[bytes]:
     """The bodies of the stored records a PULL_MESSAGE answer carries (research §1)."""
-    from broker.store import decode
-    from broker.store.message import peek_total
-
-    out: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        total, _ = peek_total(data, pos)
-        out.append(decode(data[pos : pos + total], check_crc=False).body)
-        pos += total
-    return out
+    return [m.body for m in decode_records(data, check_crc=False)]
 
 
 class RmqTarget:

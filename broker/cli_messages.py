@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode, ResponseCode
-from broker.send.batch import offset_msg_id
-from broker.store import DecodeError, decode
 from nameserver.client.options import add_auth_options, add_tls_options
+from rmq.message import MessageError, decode, properties_text
+from rmq.msgid import offset_msg_id, uniq_key
 
 if TYPE_CHECKING:
     from nameserver.client.routing import Route
@@ -102,7 +102,7 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
         props["TAGS"] = args.tags
     if args.keys:
         props["KEYS"] = args.keys
-    props["UNIQ_KEY"] = os.urandom(16).hex().upper()
+    props["UNIQ_KEY"] = uniq_key()
     return props
 
 
@@ -137,7 +137,7 @@ def run_send(args: argparse.Namespace) -> int:
         "producerGroup": args.producer_group, "topic": args.topic, "defaultTopic": "TBW102",
         "defaultTopicQueueNums": 4, "queueId": random.randrange(queues), "sysFlag": 0,
         "bornTimestamp": int(time.time() * 1000), "flag": 0,
-        "properties": "".join(f"{k}\x01{v}\x02" for k, v in props.items()),
+        "properties": properties_text(props),
         "reconsumeTimes": 0, "unitMode": False, "batch": False,
     }  # fmt: skip
 
@@ -269,7 +269,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 pos += total
                 try:
                     m = decode(raw)
-                except DecodeError as exc:
+                except MessageError as exc:
                     raise RemotingClientError(f"pull from {q.addr}: bad record: {exc}") from None
                 if args.count and state["n"] >= args.count:
                     done.set()

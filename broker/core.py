@@ -29,8 +29,9 @@ from broker.consumers.registry import ConsumerRegistry
 from broker.metrics import BrokerMetrics
 from broker.pull.hold import PullHold
 from broker.replication import Admission, PutStatus, Replication, put_status
-from broker.store import FlushMode, MessageStore, PutResult, StoredMessage
+from broker.store import FlushMode, MessageStore, PutResult
 from broker.topics import TopicTable
+from rmq.message import StoredMessage
 
 T = TypeVar("T")
 

@@ -41,9 +41,10 @@ from broker.replication import Replication, Standalone
 from broker.routes import RouteRegistrar
 from broker.send.processor import SendProcessor
 from broker.send.schedule import ScheduleService
-from broker.store import Host, MessageStore, RetentionPolicy, StoreConfig
+from broker.store import MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
 from nameserver.client import Client, ClientError
+from rmq.message import Host
 
 log = logging.getLogger(__name__)
 EXPIRE_EVERY_S = 10.0

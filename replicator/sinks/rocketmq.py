@@ -81,9 +81,9 @@ from replicator.sinks.wire import (
     fits_batch,
     item_size,
     props_bytes,
-    uniq_key,
 )
 from rmq.codec import RemotingCommand
+from rmq.msgid import uniq_key
 
 __all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 

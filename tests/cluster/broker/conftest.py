@@ -36,6 +36,7 @@ from nameserver.client import Client
 from nameserver.client.replica_groups import GroupPolicy, ReplicaGroupInfo
 from nameserver.client.routing import QueueData
 from rmq.codec import RemotingCommand
+from rmq.message import properties_text
 from tests.conftest import _failed
 from tests.harness import Cluster, free_port_pairs, free_ports, wait_until
 from tests.integration.broker.conftest import cli_env
@@ -53,7 +54,7 @@ _names = itertools.count(1)
 
 
 def props(**kv: str) -> str:
-    return "".join(f"{k}\x01{v}\x02" for k, v in kv.items())
+    return properties_text(kv)
 
 
 async def _request(

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from broker.remoting.client import RemotingClient
-from broker.store import StoredMessage, decode
 from nameserver.client import Client, NotFound
 from nameserver.client.routing import QueueData
+from rmq.message import StoredMessage, decode
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, cli_env, metaledger, wait_for
 

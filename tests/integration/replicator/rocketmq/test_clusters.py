@@ -14,8 +14,8 @@ from collections.abc import Callable
 import pytest
 
 from broker.remoting.client import RemotingClient
-from broker.store import StoredMessage
 from nameserver.client import NotFound
+from rmq.message import StoredMessage
 from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster
 
 pytestmark = [pytest.mark.integration]

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.remoting.codes import RequestCode
-from broker.store import decode
 from rmq.codec import RemotingCommand, encode
+from rmq.message import decode
 from tests.unit.broker.front.conftest import Ctx, run_broker
 
 SERVED = [
