@@ -304,6 +304,28 @@ def inflate(body: bytes, sysflag: int) -> bytes:
     return out
 
 
+def _topic_and_properties(
+    buf: bytes | memoryview, pos: int, at: int, end: int, v2: bool
+) -> tuple[bytes, int]:
+    """(TOPIC, where PROPERTIES start) of the record in ``buf[at:end]``, read from ``pos``
+    (just after the body, at least 3 bytes before ``end``); the lengths must reach ``end``."""
+    if v2:
+        (topic_len,) = _I16.unpack_from(buf, pos)
+        pos += 2
+    else:
+        topic_len = buf[pos]
+        pos += 1
+    if topic_len < 0 or pos + topic_len + 2 > end:
+        raise MalformedMessage(f"topic length {topic_len} runs past the record")
+    topic = bytes(buf[pos : pos + topic_len])
+    pos += topic_len
+    (props_len,) = _I16.unpack_from(buf, pos)
+    pos += 2
+    if props_len < 0 or pos + props_len != end:
+        raise MalformedMessage(f"fields end at {pos - at + props_len}, TOTALSIZE says {end - at}")
+    return topic, pos
+
+
 def _decode(buf: bytes, at: int, end: int, check_crc: bool, inflate_body: bool) -> StoredMessage:
     """The record in ``buf[at:end]`` (``end - at`` is its TOTALSIZE, at least a header)."""
     _, magic, crc, qid, flag, qoff, phys, sysflag, born_ts = _HEAD.unpack_from(buf, at)
@@ -322,21 +344,7 @@ def _decode(buf: bytes, at: int, end: int, check_crc: bool, inflate_body: bool) 
     if body_len < 0 or pos + body_len + 3 > end:
         raise MalformedMessage(f"body length {body_len} runs past the record")
     body = buf[pos : pos + body_len]
-    pos += body_len
-    if magic == MAGIC_V2:
-        (topic_len,) = _I16.unpack_from(buf, pos)
-        pos += 2
-    else:
-        topic_len = buf[pos]
-        pos += 1
-    if topic_len < 0 or pos + topic_len + 2 > end:
-        raise MalformedMessage(f"topic length {topic_len} runs past the record")
-    topic = buf[pos : pos + topic_len]
-    pos += topic_len
-    (props_len,) = _I16.unpack_from(buf, pos)
-    pos += 2
-    if props_len < 0 or pos + props_len != end:
-        raise MalformedMessage(f"fields end at {pos - at + props_len}, TOTALSIZE says {end - at}")
+    topic, pos = _topic_and_properties(buf, pos + body_len, at, end, magic == MAGIC_V2)
     try:
         props = decode_properties(buf[pos:end])
         topic_text = topic.decode()
@@ -386,8 +394,7 @@ def decode_records(
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class DispatchInfo:
+class DispatchInfo(NamedTuple):
     """What a consume-queue unit needs from a record, read without copying its body."""
 
     topic: str
@@ -416,21 +423,7 @@ def dispatch_info(buf: bytes | memoryview) -> DispatchInfo:
     (body_len,) = _I32.unpack_from(buf, pos - 4)
     if body_len < 0 or pos + body_len + 3 > total:
         raise MalformedMessage(f"body length {body_len} runs past the record")
-    pos += body_len
-    if magic == MAGIC_V2:
-        (topic_len,) = _I16.unpack_from(buf, pos)
-        pos += 2
-    else:
-        topic_len = buf[pos]
-        pos += 1
-    if topic_len < 0 or pos + topic_len + 2 > total:
-        raise MalformedMessage(f"topic length {topic_len} runs past the record")
-    topic = bytes(buf[pos : pos + topic_len])
-    pos += topic_len
-    (props_len,) = _I16.unpack_from(buf, pos)
-    pos += 2
-    if props_len < 0 or pos + props_len != total:
-        raise MalformedMessage(f"fields end at {pos + props_len}, TOTALSIZE says {total}")
+    topic, pos = _topic_and_properties(buf, pos + body_len, 0, total, magic == MAGIC_V2)
     try:
         topic_text = topic.decode()
     except UnicodeDecodeError as exc:

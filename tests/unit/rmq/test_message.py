@@ -4,10 +4,10 @@ topics), properties, batch bodies, message ids; garbage raises only rmq's own er
 
 from __future__ import annotations
 
-import ast
 import struct
+import subprocess
+import sys
 import zlib
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -41,6 +41,7 @@ from rmq.message import (
     properties_text,
     property_value,
 )
+from tests.unit.rmq.records import ALL_BYTES, stored
 
 _prop_text = st.text(
     alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]),
@@ -193,26 +194,6 @@ def test_dispatch_info_reads_what_decode_reads(
 
 
 # --- records back to back, as a pull answer carries them (moved from the replicator) ---------
-
-ALL_BYTES = bytes(range(256))
-
-
-def stored(body: bytes = ALL_BYTES, **kw: object) -> StoredMessage:
-    fields: dict[str, object] = {
-        "topic": "T",
-        "body": body,
-        "queue_id": 3,
-        "flag": 7,
-        "queue_offset": 41,
-        "physical_offset": 123456,
-        "born_timestamp": 1_700_000_000_000,
-        "store_timestamp": 1_700_000_000_123,
-        "store_host": Host("10.1.2.3", 10911),
-        "reconsume_times": 2,
-        "properties": {"KEYS": "k1 k2", "TAGS": "tagA", "UNIQ_KEY": "AB12"},
-    }
-    fields.update(kw)
-    return StoredMessage(**fields)  # type: ignore[arg-type]
 
 
 def test_decodes_the_record_field_for_field() -> None:
@@ -483,18 +464,17 @@ def test_uniq_keys_are_32_hex_digits_and_new_each_time() -> None:
 
 
 def test_message_modules_are_sans_io_and_import_no_project_package() -> None:
-    root = Path(__file__).resolve().parents[3] / "rmq"
-    for name in ("message.py", "batch.py", "msgid.py"):
-        tree = ast.parse((root / name).read_text())
-        imported = {
-            alias.name.split(".")[0]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Import)
-            for alias in node.names
-        } | {
-            (node.module or "").split(".")[0]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom)
-        }
-        assert not imported & {"socket", "asyncio", "selectors", "ssl"}, name
-        assert not imported & {"broker", "replicator", "nameserver", "raftlog", "snapshots"}, name
+    """STYLE.md 1, DESIGN.md §2: what rmq.message, rmq.batch and rmq.msgid import, all the
+    way down, holds no socket, no asyncio and no other project package."""
+    code = (
+        "import sys, rmq.message, rmq.batch, rmq.msgid; "
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        ).stdout.split()
+    )
+    assert "rmq" in loaded
+    assert not loaded & {"socket", "asyncio", "selectors", "ssl", "protos", "grpc"}
+    assert not loaded & {"broker", "replicator", "nameserver", "raftlog", "snapshots", "bench"}

@@ -26,27 +26,8 @@ from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
 from replicator.rocketmq.errors import BadAnswer, RemotingError, TopicNotFound
 from rmq.codec import RemotingCommand, decode_frame, dumps_fastjson
 from rmq.codec import encode as encode_frame
-from rmq.message import Host, StoredMessage, encode
-
-ALL_BYTES = bytes(range(256))
-
-
-def stored(body: bytes = ALL_BYTES, **kw: object) -> StoredMessage:
-    fields: dict[str, object] = {
-        "topic": "T",
-        "body": body,
-        "queue_id": 3,
-        "flag": 7,
-        "queue_offset": 41,
-        "physical_offset": 123456,
-        "born_timestamp": 1_700_000_000_000,
-        "store_timestamp": 1_700_000_000_123,
-        "store_host": Host("10.1.2.3", 10911),
-        "reconsume_times": 2,
-        "properties": {"KEYS": "k1 k2", "TAGS": "tagA", "UNIQ_KEY": "AB12"},
-    }
-    fields.update(kw)
-    return StoredMessage(**fields)  # type: ignore[arg-type]
+from rmq.message import encode
+from tests.unit.rmq.records import ALL_BYTES, stored
 
 
 def answer(
