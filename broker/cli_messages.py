@@ -20,7 +20,6 @@ import json
 import os
 import random
 import socket
-import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from broker.remoting.client import RemotingClient, RemotingClientError
 from broker.remoting.codes import RequestCode, ResponseCode
 from nameserver.client.options import add_auth_options, add_tls_options
-from rmq.message import MessageError, decode, properties_text
+from rmq.message import MessageError, decode_records, properties_text
 from rmq.msgid import offset_msg_id, uniq_key
 
 if TYPE_CHECKING:
@@ -262,15 +261,11 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 ):
                     raise RemotingClientError(f"pull from {q.addr}: code {r.code}: {r.remark}")
                 continue
-            pos = 0
-            while pos < len(r.body):
-                (total,) = struct.unpack_from(">i", r.body, pos)
-                raw = r.body[pos : pos + total]
-                pos += total
-                try:
-                    m = decode(raw)
-                except MessageError as exc:
-                    raise RemotingClientError(f"pull from {q.addr}: bad record: {exc}") from None
+            try:
+                pulled = decode_records(r.body)
+            except MessageError as exc:
+                raise RemotingClientError(f"pull from {q.addr}: bad record: {exc}") from None
+            for m in pulled:
                 if args.count and state["n"] >= args.count:
                     done.set()
                     return

@@ -67,7 +67,8 @@ COMPRESSION_ZLIB: Final = 3 << 8
 
 NAME_VALUE_SEP: Final = "\x01"
 PROPERTY_SEP: Final = "\x02"
-PHYSICAL_OFFSET_AT: Final = 28  # TOTALSIZE..FLAG (4 each), QUEUEOFFSET (8)
+QUEUE_OFFSET_AT: Final = 20  # TOTALSIZE..FLAG, 4 bytes each: a record's QUEUEOFFSET (i64)
+PHYSICAL_OFFSET_AT: Final = 28  # and its PHYSICALOFFSET (i64), after QUEUEOFFSET
 
 _HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE..BORNTIMESTAMP: 48 bytes
 _I64 = struct.Struct(">q")

@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import json
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ import pytest
 from broker.remoting.client import RemotingClient
 from nameserver.client import Client, NotFound
 from nameserver.client.routing import QueueData
-from rmq.message import StoredMessage, decode
+from rmq.message import StoredMessage, decode_records
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, cli_env, metaledger, wait_for
 
@@ -188,12 +187,7 @@ def _dlq(addr: str, group: str) -> list[StoredMessage]:
             "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
             "subVersion": 0, "subscription": "*"})  # fmt: skip
         await c.close()
-        out, pos = [], 0
-        while pos < len(r.body):
-            (total,) = struct.unpack_from(">i", r.body, pos)
-            out.append(decode(r.body[pos : pos + total]))
-            pos += total
-        return out
+        return decode_records(r.body)
 
     return asyncio.run(go())
 
