@@ -182,10 +182,16 @@ class Host:
         return len(packed_ip(self.ip)) == 16
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
 def _host(raw: bytes) -> Host:
-    """The host in a record's 8 or 20 bytes (address, port), built once per address."""
-    return Host(str(ipaddress.ip_address(raw[:-4])), int.from_bytes(raw[-4:], "big", signed=True))
+    """The host in a record's 8 or 20 bytes (address, port), built once per host (born
+    hosts differ by the producer's port: a miss still finds the address parsed)."""
+    return Host(_ip_text(raw[:-4]), int.from_bytes(raw[-4:], "big", signed=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ip_text(packed: bytes) -> str:
+    return str(ipaddress.ip_address(packed))
 
 
 LOCALHOST: Final = Host("127.0.0.1", 0)
