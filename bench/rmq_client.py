@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import time
@@ -34,6 +33,8 @@ from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import ConnectionLost as ConnectionLost
 from rmq.connection import RemotingConnection as RemotingConnection
 from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
+from rmq.message import decode_records, properties_text
+from rmq.msgid import uniq_key
 
 SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
 PULL_MESSAGE = RequestCode.PULL_MESSAGE
@@ -44,7 +45,6 @@ PULL_RETRY_IMMEDIATELY = ResponseCode.PULL_RETRY_IMMEDIATELY
 PULL_OFFSET_MOVED = ResponseCode.PULL_OFFSET_MOVED
 PRODUCER_GROUP = "bench-producer"
 CONSUMER_GROUP = "bench-consumer"
-_PROP_KV, _PROP_END = "\x01", "\x02"
 
 
 class SendFailed(Exception):
@@ -53,15 +53,6 @@ class SendFailed(Exception):
     def __init__(self, code: int, remark: str | None) -> None:
         super().__init__(f"code {code}: {remark or ''}".rstrip(": "))
         self.code = code
-
-
-def properties(props: dict[str, str]) -> str:
-    """``MessageDecoder.messageProperties2String``: ``k\\x01v\\x02`` for each property."""
-    return "".join(f"{k}{_PROP_KV}{v}{_PROP_END}" for k, v in props.items())
-
-
-_uniq = itertools.count()
-_uniq_prefix = f"{os.getpid():08X}{int(time.time()):08X}"
 
 
 def send_v2_request(
@@ -73,7 +64,7 @@ def send_v2_request(
     queue_nums: int = 4,
 ) -> RemotingCommand:
     """One SEND_MESSAGE_V2 request, fields as the Java client's ``createSendMessageRequestHeaderV2``."""
-    props = properties({"UNIQ_KEY": f"{_uniq_prefix}{next(_uniq):016X}", "WAIT": "true"})
+    props = properties_text({"UNIQ_KEY": uniq_key(), "WAIT": "true"})
     return SendMessageHeader(
         producer_group=producer_group,
         topic=topic,
@@ -128,16 +119,7 @@ def heartbeat_request(topic: str) -> RemotingCommand:
 
 def record_bodies(data: bytes) -> list[bytes]:
     """The bodies of the stored records a PULL_MESSAGE answer carries (research §1)."""
-    from broker.store import decode
-    from broker.store.message import peek_total
-
-    out: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        total, _ = peek_total(data, pos)
-        out.append(decode(data[pos : pos + total], check_crc=False).body)
-        pos += total
-    return out
+    return [m.body for m in decode_records(data, check_crc=False)]
 
 
 class RmqTarget:

@@ -23,7 +23,6 @@ import json
 import os
 import random
 import socket
-import struct
 import sys
 import time
 from collections.abc import Callable
@@ -31,8 +30,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.send.batch import offset_msg_id
-from broker.store import DecodeError, decode
 from nameserver.client import ConnectionOptions
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
@@ -45,6 +42,8 @@ from rmq.headers import (
     UnregisterClientHeader,
     UpdateConsumerOffsetHeader,
 )
+from rmq.message import MessageError, decode_records, properties_text
+from rmq.msgid import offset_msg_id, uniq_key
 
 
 class PullFailed(Exception):
@@ -132,7 +131,7 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
         props["TAGS"] = args.tags
     if args.keys:
         props["KEYS"] = args.keys
-    props["UNIQ_KEY"] = os.urandom(16).hex().upper()
+    props["UNIQ_KEY"] = uniq_key()
     return props
 
 
@@ -172,7 +171,7 @@ def run_send(args: argparse.Namespace, connect: Connect) -> int:
         sys_flag=0,
         born_timestamp=int(time.time() * 1000),
         flag=0,
-        properties="".join(f"{k}\x01{v}\x02" for k, v in props.items()),
+        properties=properties_text(props),
         reconsume_times=0,
         unit_mode=False,
         batch=False,
@@ -311,15 +310,11 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 ):
                     raise PullFailed(f"pull from {q.addr}: code {r.code}: {r.remark}")
                 continue
-            pos = 0
-            while pos < len(r.body):
-                (total,) = struct.unpack_from(">i", r.body, pos)
-                raw = r.body[pos : pos + total]
-                pos += total
-                try:
-                    m = decode(raw)
-                except DecodeError as exc:
-                    raise PullFailed(f"pull from {q.addr}: bad record: {exc}") from None
+            try:
+                pulled = decode_records(r.body)
+            except MessageError as exc:
+                raise PullFailed(f"pull from {q.addr}: bad record: {exc}") from None
+            for m in pulled:
                 if args.count and state["n"] >= args.count:
                     done.set()
                     return

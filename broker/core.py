@@ -33,8 +33,9 @@ from broker.state.consumers import ConsumerRegistry
 from broker.state.hold import PullHold
 from broker.state.locks import LockManager
 from broker.state.offsets import OffsetStore
-from broker.store import FlushMode, MessageStore, PutResult, StoredMessage
+from broker.store import FlushMode, MessageStore, PutResult
 from broker.topics import TopicTable
+from rmq.message import StoredMessage
 
 T = TypeVar("T")
 

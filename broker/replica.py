@@ -41,9 +41,10 @@ from broker.routes import RouteRegistrar
 from broker.send.processor import SendProcessor
 from broker.send.schedule import ScheduleService
 from broker.state.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
-from broker.store import Host, MessageStore, RetentionPolicy, StoreConfig
+from broker.store import MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
 from nameserver.client import Client, ClientError
+from rmq.message import Host
 from rmq.server import Handler
 
 log = logging.getLogger(__name__)

@@ -28,13 +28,14 @@ from broker.store import GetResult
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.headers import PullMessageHeader, PullMessageResponseHeader
+from rmq.message import PHYSICAL_OFFSET_AT, QUEUE_OFFSET_AT
 from rmq.server import Handler, Peer
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 MAX_SUSPEND_MS = 60_000
-_QOFF = struct.Struct(">q")  # QUEUEOFFSET at byte 20, PHYSICALOFFSET at byte 28
+_QOFF = struct.Struct(">q")  # a record's QUEUEOFFSET and PHYSICALOFFSET
 
 
 class PullProcessor:
@@ -110,7 +111,7 @@ class PullProcessor:
             if records:
                 body = b"".join(records)
                 self.core.stats.pulled_messages += len(records)
-                (physical,) = _QOFF.unpack_from(records[-1], 28)
+                (physical,) = _QOFF.unpack_from(records[-1], PHYSICAL_OFFSET_AT)
                 behind = store.log.end_offset - (physical + len(records[-1]))
                 suggest = self.core.suggest_broker(behind)
             else:
@@ -152,10 +153,10 @@ class PullProcessor:
         out: list[bytes] = []
         size = 0
         for raw in records:
-            (physical,) = _QOFF.unpack_from(raw, 28)
+            (physical,) = _QOFF.unpack_from(raw, PHYSICAL_OFFSET_AT)
             over_limit = limit is not None and physical + len(raw) > limit
             if over_limit or (out and size + len(raw) > max_bytes):
-                (queue_offset,) = _QOFF.unpack_from(raw, 20)
+                (queue_offset,) = _QOFF.unpack_from(raw, QUEUE_OFFSET_AT)
                 return out, queue_offset
             out.append(raw)
             size += len(raw)

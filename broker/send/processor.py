@@ -26,8 +26,7 @@ from broker.remoting.errors import (
     TopicNotExist,
 )
 from broker.replication import RESPONSE, PutStatus
-from broker.send.batch import decode_batch, offset_msg_id, parse_properties
-from broker.store import DecodeError, Host, PutResult, StoredMessage, StoreError, decode
+from broker.store import PutResult, StoreError
 from broker.topics import (
     DLQ_PREFIX,
     REPLICATOR_SOURCE,
@@ -35,9 +34,19 @@ from broker.topics import (
     SCHEDULE_TOPIC,
     TopicConfig,
 )
-from rmq.codec import RemotingCommand
+from rmq.batch import BatchItem, decode_batch
+from rmq.codec import BadRequest, RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.headers import SendBackHeader, SendMessageHeader, SendMessageResponseHeader
+from rmq.message import (
+    Host,
+    MalformedMessage,
+    MessageError,
+    StoredMessage,
+    decode,
+    parse_properties,
+)
+from rmq.msgid import offset_msg_id
 from rmq.server import Handler, Peer
 
 SYSFLAG_TRANSACTION_MASK = 0xC
@@ -112,7 +121,7 @@ class SendProcessor:
         if h.batch:
             if h.topic.startswith(RETRY_PREFIX):
                 raise BrokerRequestError("batch message does not support retry group")
-            items = decode_batch(request.body)
+            items = _batch(request.body)
             if replica_of:
                 for it in items:
                     check_replica(h.topic, replica_of, it.properties)
@@ -215,7 +224,7 @@ class SendProcessor:
         try:
             raw = await self.core.run(self.core.store.log.read_record, h.offset)
             original = decode(raw)
-        except (StoreError, DecodeError, OSError, ValueError) as exc:
+        except (StoreError, MessageError, OSError, ValueError) as exc:
             raise BrokerRequestError(f"look message by offset failed, {h.offset}: {exc}") from None
         if original.physical_offset != h.offset:
             raise BrokerRequestError(
@@ -269,3 +278,12 @@ class SendProcessor:
         if status is not PutStatus.PUT_OK:
             return request.response(ResponseCode.SYSTEM_ERROR, status.value)
         return request.response(ResponseCode.SUCCESS)
+
+
+def _batch(body: bytes) -> list[BatchItem]:
+    """A batch body's messages; one that does not parse is a bad request (SYSTEM_ERROR with
+    the decoder's words as the remark, the connection kept)."""
+    try:
+        return decode_batch(body)
+    except MalformedMessage as exc:
+        raise BadRequest(str(exc)) from None

@@ -18,8 +18,8 @@ import tempfile
 
 from broker.core import BrokerCore, now_ms
 from broker.replication import PutStatus
-from broker.store import DecodeError, StoredMessage, decode
 from broker.topics import SCHEDULE_TOPIC
+from rmq.message import MessageError, StoredMessage, decode
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
@@ -73,7 +73,7 @@ class ScheduleService:
                 for raw in got.messages:
                     try:
                         m = decode(raw, check_crc=False)
-                    except DecodeError:
+                    except MessageError:
                         self.offsets[level] = offset + 1
                         offset += 1
                         continue

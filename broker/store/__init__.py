@@ -1,7 +1,7 @@
 """The broker's message store: RocketMQ's commit log, consume queues, flush, recovery, retention.
 
 MessageStore(root, StoreConfig(...))
-    .put(StoredMessage) -> PutResult(status, physical_offset, queue_offset, size)
+    .put(rmq.message.StoredMessage) -> PutResult(status, physical_offset, queue_offset, size)
     .get(topic, queue_id, offset, max_msgs, tags=None) -> GetResult(status, messages, next_offset, ...)
     .max_offset / .min_offset (topic, queue_id); .search_offset_by_timestamp(...)
     .checkpoint(); .delete_expired(RetentionPolicy); .close()
@@ -10,12 +10,10 @@ MessageStore(root, StoreConfig(...))
 from broker.store.errors import (
     DecodeError,
     DiskFullError,
-    MessageTooLargeError,
     StoreCorruptionError,
     StoreError,
 )
 from broker.store.flush import FlushMode
-from broker.store.message import Host, StoredMessage, decode, encode
 from broker.store.retention import RetentionPolicy
 from broker.store.store import GetResult, MessageStore, PutResult, StoreConfig
 
@@ -24,15 +22,10 @@ __all__ = [
     "DiskFullError",
     "FlushMode",
     "GetResult",
-    "Host",
     "MessageStore",
-    "MessageTooLargeError",
     "PutResult",
     "RetentionPolicy",
     "StoreConfig",
     "StoreCorruptionError",
     "StoreError",
-    "StoredMessage",
-    "decode",
-    "encode",
 ]

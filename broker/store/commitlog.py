@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.store.errors import DiskFullError, StoreError
-from broker.store.message import BLANK_MAGIC
 from broker.store.segments import fsync_dir, list_segments, segment_name
+from rmq.message import BLANK_MAGIC
 
 BLANK_HEADER = 8
 

@@ -3,8 +3,7 @@
     StoreError
     ├── DiskFullError          a write met ENOSPC: the put is refused (``send_status`` says what a
     │                          send answers), nothing acknowledged before is lost, reads keep working
-    ├── MessageTooLargeError   a message (or its properties) exceeds what the store encoding allows
-    ├── DecodeError            bytes are not a well-formed store record (names the reason)
+    ├── DecodeError            replicated bytes are not well-formed records (names where)
     ├── StoreCorruptionError   a record before the tail of a commit log or consume queue is bad:
     │                          recovery stops and names the file and the byte position
     └── ConsumeQueueBehindError  a unit would leave a gap in a consume queue (it lost units):
@@ -32,12 +31,9 @@ class DiskFullError(StoreError):
     send_status = "SERVICE_NOT_AVAILABLE"  # RocketMQ: store not writeable (disk full)
 
 
-class MessageTooLargeError(StoreError):
-    send_status = "MESSAGE_ILLEGAL"
-
-
 class DecodeError(StoreError, ValueError):
-    """The bytes are not one well-formed store record."""
+    """Replicated bytes are not well-formed store records (a record that does not decode is
+    ``rmq.message.MalformedMessage``)."""
 
 
 class StoreCorruptionError(StoreError):

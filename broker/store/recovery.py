@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.store.commitlog import CommitLog, Segment
-from broker.store.errors import DecodeError, StoreCorruptionError
-from broker.store.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, StoredMessage, decode
+from broker.store.errors import StoreCorruptionError
 from broker.store.segments import fsync_dir
+from rmq.message import BLANK_MAGIC, MAGIC_V1, MAGIC_V2, MalformedMessage, StoredMessage, decode
 
 _CHECKPOINT = struct.Struct(">qqq")
 _MAGIC_BYTES = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
@@ -66,7 +66,7 @@ def _valid_at(buf: bytes | mmap.mmap, pos: int, physical: int) -> StoredMessage 
         return None
     try:
         m = decode(bytes(buf[pos : pos + total]))
-    except DecodeError:
+    except MalformedMessage:
         return None
     return m if m.physical_offset == physical else None
 

@@ -30,11 +30,15 @@ from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueue, Unit, tags_code
 from broker.store.errors import ConsumeQueueBehindError, DecodeError, DiskFullError, StoreError
 from broker.store.flush import AsyncFlusher, FlushMode
-from broker.store.message import (
+from broker.store.recovery import Checkpoint, recover
+from broker.store.retention import RetentionPolicy, expired_segments
+from rmq.message import (
     BLANK_MAGIC,
     MAGIC_V1,
     MAGIC_V2,
     Host,
+    MalformedMessage,
+    MessageTooLarge,
     StoredMessage,
     at_physical_offset,
     decode,
@@ -43,10 +47,9 @@ from broker.store.message import (
     encode_stored,
     peek_total,
 )
-from broker.store.recovery import Checkpoint, recover
-from broker.store.retention import RetentionPolicy, expired_segments
 
 GIB = 1024 * 1024 * 1024
+MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # the PutMessageStatus of a message the encoding refuses
 Unit3 = tuple[int, int, int]  # a consume-queue unit as written: (commit-log offset, size, tags)
 
 
@@ -177,8 +180,11 @@ class MessageStore:
                         )
                         if not log.fits(len(data)):
                             raise StoreError(f"record of {len(data)} bytes cannot fit a segment")
-                    except StoreError as e:  # too large: refused, nothing written
+                    except StoreError as e:  # cannot fit a segment: refused, nothing written
                         refused[i] = PutResult(e.send_status)
+                        break
+                    except MessageTooLarge:  # past the encoding's limits: refused
+                        refused[i] = PutResult(MESSAGE_ILLEGAL)
                         break
                     next_qoff[key] = qoff + 1
                     records.append((i, cq, qoff, tags_code(message.tags)))
@@ -301,7 +307,7 @@ class MessageStore:
                 break
             try:
                 m = dispatch_info(read(p, total))
-            except DecodeError as e:
+            except MalformedMessage as e:
                 self._reject_replicated(p, str(e), units)
             if m.physical_offset != p:
                 self._reject_replicated(p, f"PHYSICALOFFSET says {m.physical_offset}", units)

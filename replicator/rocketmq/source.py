@@ -38,10 +38,11 @@ from replicator.rocketmq.checkpoint import QueueCheckpoint
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.config import RocketMQReplicatorConfig, dest_queue
 from replicator.rocketmq.watermark import QueueWatermark
-from replicator.rocketmq.wire import SOURCE_PROPERTY, PulledMessage, PullStatus, parse_sources
+from replicator.rocketmq.wire import SOURCE_PROPERTY, PullStatus, parse_sources
 from replicator.rocketmq.wire import with_source as add_source
 from replicator.sinks.base import OutMessage, Sink
 from replicator.sinks.errors import QueueFailed, SinkClosed, SinkError
+from rmq.message import StoredMessage
 
 __all__ = ["DROPPED", "QueueReplication", "RateLimiter"]
 
@@ -199,7 +200,7 @@ class QueueReplication:
             offset = max(offset, result.next_offset)
             self.next_pull = offset
 
-    def _out(self, m: PulledMessage, dq: int, source_cluster: str) -> OutMessage:
+    def _out(self, m: StoredMessage, dq: int, source_cluster: str) -> OutMessage:
         props = {k: v for k, v in m.properties.items() if k not in DROPPED}
         props[SOURCE_PROPERTY] = add_source(m.properties.get(SOURCE_PROPERTY), source_cluster)
         return OutMessage(

@@ -10,18 +10,14 @@ UPDATE_CONSUMER_OFFSET 15, UPDATE_AND_CREATE_TOPIC 17, SEARCH_OFFSET_BY_TIMESTAM
 GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, GET_ROUTEINFO_BY_TOPIC 105, GET_BROKER_CLUSTER_INFO 106,
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER 206, GET_TOPICS_BY_CLUSTER 224. Route bodies are parsed in ``routes``.
 
-A pull SUCCESS body is stored records back to back (research/broker.md §1, J5
-``MessageDecoder.decodes``): big-endian, V1 magic (1-byte topic length) or V2 (2-byte),
-hosts IPv4 or IPv6 by SYSFLAG 0x10 / 0x20, BODYCRC = ``crc32(body) & 0x7FFFFFFF``, SYSFLAG
-bit 0 = the body is compressed (compression type in bits 8-10: 0 or 3 = zlib; LZ4 and ZSTD
-are refused as :class:`BadAnswer`).
+A pull SUCCESS body is stored records back to back, decoded by ``rmq.message`` with their
+bodies inflated (zlib; LZ4 and ZSTD bodies, like records that do not decode, are
+:class:`BadAnswer`).
 """
 
 from __future__ import annotations
 
 import enum
-import struct
-import zlib
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -44,6 +40,7 @@ from rmq.headers import (
     SearchOffsetHeader,
     UpdateConsumerOffsetHeader,
 )
+from rmq.message import MessageError, StoredMessage, decode_records
 
 H = TypeVar("H", bound=Header)
 
@@ -51,11 +48,9 @@ __all__ = [
     "SOURCE_PROPERTY",
     "PullResult",
     "PullStatus",
-    "PulledMessage",
     "TopicSpec",
     "cluster_info_request",
     "create_topic_request",
-    "decode_messages",
     "max_offset_request",
     "min_offset_request",
     "order_conf_request",
@@ -99,158 +94,6 @@ def with_source(value: str | None, cluster: str) -> str:
     return ",".join(names)
 
 
-# --- stored records --------------------------------------------------------------------------
-
-MAGIC_V1: Final = -626843481  # 0xDAA320A7
-MAGIC_V2: Final = -626843477  # 0xDAA320AB
-SYSFLAG_COMPRESSED: Final = 0x1
-SYSFLAG_BORNHOST_V6: Final = 0x10
-SYSFLAG_STOREHOST_V6: Final = 0x20
-COMPRESSION_MASK: Final = 0x700  # bits 8-10: 1 LZ4, 2 ZSTD, 3 ZLIB (0: zlib, older clients)
-COMPRESSION_ZLIB: Final = 3 << 8
-MAX_BODY_INFLATED: Final = 64 * 1024 * 1024  # a zlib bomb stops here
-
-_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE..BORNTIMESTAMP, 48 bytes
-_I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
-_TAIL = struct.Struct(">iq")  # RECONSUMETIMES, PREPARED TX OFFSET
-
-
-@dataclass(frozen=True, slots=True)
-class PulledMessage:
-    topic: str
-    queue_id: int
-    queue_offset: int
-    commitlog_offset: int
-    body: bytes  # decompressed when the sysflag says compressed
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    store_timestamp: int
-    reconsume_times: int
-    properties: dict[str, str]
-    msg_id: str  # UNIQ_KEY, else the offset message id
-
-    @property
-    def tags(self) -> str:
-        return self.properties.get("TAGS", "")
-
-    @property
-    def keys(self) -> str:
-        return self.properties.get("KEYS", "")
-
-
-def decode_properties(raw: bytes) -> dict[str, str]:
-    """``key \\x01 value \\x02`` repeated (J5 ``MessageDecoder.string2messageProperties``)."""
-    out: dict[str, str] = {}
-    for item in raw.decode("utf-8").split("\x02"):
-        key, sep, value = item.partition("\x01")
-        if sep and key:
-            out[key] = value
-    return out
-
-
-def offset_msg_id(store_ip: bytes, store_port: int, commitlog_offset: int) -> str:
-    """The offset message id: store host IP + port i32 + commit-log offset i64, upper hex."""
-    return (store_ip + _I32.pack(store_port) + _I64.pack(commitlog_offset)).hex().upper()
-
-
-def _inflate(body: bytes, sys_flag: int, where: object) -> bytes:
-    kind = sys_flag & COMPRESSION_MASK
-    if kind not in (0, COMPRESSION_ZLIB):
-        raise BadAnswer(f"{where}: compression type {kind >> 8} (LZ4/ZSTD) is not supported")
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(body, MAX_BODY_INFLATED)
-    except zlib.error as exc:
-        raise BadAnswer(f"{where}: the compressed body does not inflate: {exc}") from None
-    if inflater.unconsumed_tail:
-        raise BadAnswer(f"{where}: the body inflates past {MAX_BODY_INFLATED} bytes")
-    return out
-
-
-def _record(buf: bytes, at: int, total: int, check_crc: bool) -> PulledMessage:
-    where = _Where(at)  # formatted only into an error
-    end = at + total
-    _, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts = _HEAD.unpack_from(buf, at)
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        raise BadAnswer(f"{where}: bad magic {magic & 0xFFFFFFFF:#010x}")
-    pos = at + _HEAD.size + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8)
-    (store_ts,) = _I64.unpack_from(buf, pos)
-    pos += 8
-    ip_len = 16 if sys_flag & SYSFLAG_STOREHOST_V6 else 4
-    store_ip = buf[pos : pos + ip_len]
-    (store_port,) = _I32.unpack_from(buf, pos + ip_len)
-    pos += ip_len + 4
-    reconsume, _prepared = _TAIL.unpack_from(buf, pos)
-    pos += _TAIL.size
-    (body_len,) = _I32.unpack_from(buf, pos)
-    pos += 4
-    if body_len < 0 or pos + body_len > end:
-        raise BadAnswer(f"{where}: body length {body_len} runs past the record")
-    body = buf[pos : pos + body_len]
-    pos += body_len
-    if magic == MAGIC_V2:
-        (topic_len,) = _I16.unpack_from(buf, pos)
-        pos += 2
-    else:
-        topic_len = buf[pos]
-        pos += 1
-    if topic_len < 0 or pos + topic_len > end:
-        raise BadAnswer(f"{where}: topic length {topic_len} runs past the record")
-    topic = buf[pos : pos + topic_len].decode("utf-8")
-    pos += topic_len
-    (props_len,) = _I16.unpack_from(buf, pos)
-    pos += 2
-    if props_len < 0 or pos + props_len > end:
-        raise BadAnswer(f"{where}: properties length {props_len} runs past the record")
-    props = decode_properties(buf[pos : pos + props_len])
-    pos += props_len
-    if pos != end:
-        raise BadAnswer(f"{where}: fields end at byte {pos}, TOTALSIZE says {end}")
-    if check_crc and crc != zlib.crc32(body) & 0x7FFFFFFF:
-        raise BadAnswer(f"{where}: body CRC {crc:#x} does not match the body")
-    if sys_flag & SYSFLAG_COMPRESSED:
-        body = _inflate(body, sys_flag, where)
-    msg_id = props.get("UNIQ_KEY") or offset_msg_id(store_ip, store_port, phys)
-    return PulledMessage(
-        topic, qid, qoff, phys, body, flag, sys_flag, born_ts, store_ts, reconsume, props, msg_id
-    )
-
-
-class _Where:
-    """``record at byte N``, formatted only when an error names it (once per record, on the
-    hot path of every pull, an f-string would cost more than the rest of the header)."""
-
-    __slots__ = ("at",)
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-
-    def __str__(self) -> str:
-        return f"record at byte {self.at}"
-
-
-def decode_messages(body: bytes, check_crc: bool = True) -> list[PulledMessage]:
-    """Every record of a pull SUCCESS body, in order; a record that is cut, of a bad magic
-    or CRC, or whose fields do not add up to its TOTALSIZE is :class:`BadAnswer`."""
-    out: list[PulledMessage] = []
-    at = 0
-    while at < len(body):
-        if len(body) - at < _HEAD.size:
-            raise BadAnswer(f"record at byte {at}: {len(body) - at} bytes, shorter than a header")
-        (total,) = _I32.unpack_from(body, at)
-        if total < _HEAD.size or at + total > len(body):
-            raise BadAnswer(f"record at byte {at}: TOTALSIZE {total} does not fit the body")
-        try:
-            out.append(_record(body, at, total, check_crc))
-        except (struct.error, IndexError, UnicodeDecodeError) as exc:
-            raise BadAnswer(f"record at byte {at}: fields run past TOTALSIZE ({exc})") from None
-        at += total
-    return out
-
-
 # --- PULL_MESSAGE ----------------------------------------------------------------------------
 
 
@@ -267,7 +110,7 @@ class PullResult:
     next_offset: int
     min_offset: int
     max_offset: int
-    messages: list[PulledMessage] = field(default_factory=list)
+    messages: list[StoredMessage] = field(default_factory=list)
     suggest_broker_id: int = 0
 
 
@@ -307,12 +150,19 @@ def _answer_header(header: type[H], answer: RemotingCommand, what: str) -> H:
 
 def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
     """A pull answer (research/broker.md §2): SUCCESS with its records, 19/20/21 with the
-    offsets to go on at; any other code is :class:`RemotingError`."""
+    offsets to go on at; any other code is :class:`RemotingError`. The messages' bodies are
+    inflated (``rmq.message.decode_records``); records that do not decode are
+    :class:`BadAnswer`."""
     try:
         status = PullStatus(answer.code)
     except ValueError:
         raise RemotingError(answer.code, answer.remark, "pull") from None
-    messages = decode_messages(answer.body, check_crc) if status is PullStatus.FOUND else []
+    messages: list[StoredMessage] = []
+    if status is PullStatus.FOUND:
+        try:
+            messages = decode_records(answer.body, check_crc, inflate=True)
+        except MessageError as exc:
+            raise BadAnswer(f"pull: {exc}") from None
     h = _answer_header(PullMessageResponseHeader, answer, "pull")
     return PullResult(
         status,

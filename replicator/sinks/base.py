@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from replicator.sinks.errors import MessageRejected
+from rmq.message import BadProperty, checked_properties_text
 
 __all__ = [
-    "PROPERTY_NAME_VALUE_SEP",
-    "PROPERTY_SEP",
     "RESERVED_PROPERTIES",
     "OutMessage",
     "QueueLedger",
@@ -37,8 +36,6 @@ __all__ = [
     "encode_properties",
 ]
 
-PROPERTY_NAME_VALUE_SEP: Final = "\x01"
-PROPERTY_SEP: Final = "\x02"
 #: Set by the sink itself (research/rocketmq-clients.md §1.6): a message may not carry them.
 RESERVED_PROPERTIES: Final = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY"})
 
@@ -64,12 +61,10 @@ class OutMessage:
 
 
 def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> str:
-    """RocketMQ's ``messageProperties2String``: ``name 0x01 value 0x02`` for KEYS, TAGS, the
-    message's own properties and ``extra`` (the sink's UNIQ_KEY, WAIT). MessageRejected when a
-    name or value holds a separator (the broker would split it) or a reserved name.
-
-    One pass per message (it runs for every replicated write): the text is joined first, and
-    a separator inside a name or value shows as more separators than properties."""
+    """RocketMQ's properties text (``rmq.message.checked_properties_text``) of KEYS, TAGS, the
+    message's own properties and ``extra`` (the sink's UNIQ_KEY, WAIT). MessageRejected for
+    a reserved name, an empty name or a separator in a name or value (the broker would split
+    it)."""
     own = msg.properties
     if not RESERVED_PROPERTIES.isdisjoint(own):
         name = next(n for n in own if n in RESERVED_PROPERTIES)
@@ -82,18 +77,10 @@ def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> s
     props.update(own)
     if extra:
         props.update(extra)
-    if "" in props:
-        raise MessageRejected("a property name is empty")
-    text = "".join([f"{name}\x01{value}\x02" for name, value in props.items()])
-    n = len(props)
-    if text.count(PROPERTY_NAME_VALUE_SEP) != n or text.count(PROPERTY_SEP) != n:
-        for name, value in props.items():
-            for part in (name, value):
-                if PROPERTY_NAME_VALUE_SEP in part or PROPERTY_SEP in part:
-                    raise MessageRejected(
-                        f"property {name!r} holds RocketMQ's separator 0x01 or 0x02: {part!r}"
-                    )
-    return text
+    try:
+        return checked_properties_text(props)
+    except BadProperty as exc:
+        raise MessageRejected(str(exc)) from None
 
 
 class Sink(Protocol):

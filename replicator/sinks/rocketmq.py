@@ -78,11 +78,11 @@ from replicator.sinks.wire import (
     fits_batch,
     item_size,
     props_bytes,
-    uniq_key,
 )
 from rmq.codec import RemotingCommand
 from rmq.connection import ConnectionFailure, RemotingConnection
 from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
+from rmq.msgid import uniq_key
 
 __all__ = ["RocketMQSink", "RocketMQSinkConfig"]
 

@@ -24,8 +24,9 @@ from broker.group_member import GroupMember, HASettings
 from broker.quorum import IsrSettings, QuorumSettings, RoleSettings
 from broker.quorum.role import Role
 from broker.replication import Admission, PutStatus
-from broker.store import Host, MessageStore, StoreConfig, StoredMessage
+from broker.store import MessageStore, StoreConfig
 from nameserver.client import Client, GroupPolicy
+from rmq.message import Host, StoredMessage
 from tests.harness import free_port_pairs, running_cluster
 
 pytestmark = pytest.mark.cluster
@@ -75,7 +76,7 @@ class Replica:
         return status, r.queue_offset
 
     def bodies(self) -> list[bytes]:
-        from broker.store import decode
+        from rmq.message import decode
 
         got = self.store.get(TOPIC, 0, 0, 100_000)
         return [decode(b).body for b in got.messages]

@@ -34,6 +34,7 @@ from broker.store.segments import list_segments
 from nameserver.client import Client, GroupPolicy, QueueData, ReplicaGroupInfo
 from rmq.codec import RemotingCommand
 from rmq.connection import RemotingConnection
+from rmq.message import properties_text
 from tests.conftest import _failed
 from tests.harness import Cluster, free_port_pairs, free_ports, wait_until
 from tests.integration.broker.conftest import cli_env
@@ -51,7 +52,7 @@ _names = itertools.count(1)
 
 
 def props(**kv: str) -> str:
-    return "".join(f"{k}\x01{v}\x02" for k, v in kv.items())
+    return properties_text(kv)
 
 
 async def _request(

@@ -12,10 +12,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from broker.store import decode
-from broker.store.errors import DecodeError
-from broker.store.message import MAGIC_V1, MAGIC_V2
 from broker.store.segments import list_segments
+from rmq.message import MAGIC_V1, MAGIC_V2, MalformedMessage, decode
 from tests.integration.broker.conftest import BrokerProcess
 
 HEARTBEAT_TIMEOUT_MS = 2000
@@ -57,7 +55,7 @@ def commit_log_bytes(data_dir: Path) -> bytes:
                 record = head + f.read(total - 8)
                 try:
                     decode(record)
-                except (DecodeError, struct.error, ValueError):
+                except (MalformedMessage, struct.error, ValueError):
                     break
                 out += record
         if len(segments) == 1:

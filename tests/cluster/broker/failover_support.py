@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.store import decode
 from nameserver.client import Client, GroupPolicy, NotFound, QueueData, ReplicaGroupInfo
 from rmq.codes import RequestCode
 from rmq.connection import ConnectionFailure, RemotingConnection
+from rmq.message import decode_records, properties_text
 from tests.cluster.broker.failover_procs import Replica
 
 TOPIC = "FailoverTopic"
@@ -130,7 +130,8 @@ def send_header(group: str, queue_id: int) -> dict[str, object]:
     """SEND_MESSAGE_V2's fields ``a``..``n`` (research/broker.md §3), WAIT=true."""
     return {
         "a": "fo-producer", "b": TOPIC, "c": "TBW102", "d": QUEUES, "e": queue_id, "f": 0,
-        "g": int(time.time() * 1000), "h": 0, "i": "WAIT\x01true\x02", "j": 0, "k": False,
+        "g": int(time.time() * 1000), "h": 0, "i": properties_text({"WAIT": "true"}), "j": 0,
+        "k": False,
         "m": False, "n": group,
     }  # fmt: skip
 
@@ -159,8 +160,6 @@ async def max_offset(addr: str, queue_id: int) -> int:
 
 async def pull_all(addr: str, deadline_s: float = 30.0) -> list[bytes]:
     """Every body of every queue of the topic on ``addr``, from offset 0 to the queue's max."""
-    from broker.store.message import peek_total
-
     host, _, port = addr.rpartition(":")
     c = await RemotingConnection.connect(host, int(port))
     bodies: list[bytes] = []
@@ -180,11 +179,7 @@ async def pull_all(addr: str, deadline_s: float = 30.0) -> list[bytes]:
                     },
                 )  # fmt: skip
                 if reply.code == 0:
-                    pos = 0
-                    while pos < len(reply.body):
-                        total, _ = peek_total(reply.body, pos)
-                        bodies.append(decode(reply.body[pos : pos + total]).body)
-                        pos += total
+                    bodies += (m.body for m in decode_records(reply.body))
                 elif reply.code not in (19, 20, 21):
                     raise AssertionError(f"pull queue {q} at {offset}: {reply.code} {reply.remark}")
                 else:

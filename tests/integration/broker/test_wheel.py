@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import json
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -21,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from broker.store import StoredMessage, decode
 from nameserver.client import Client, NotFound, QueueData
 from rmq.connection import RemotingConnection
+from rmq.message import StoredMessage, decode_records
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, cli_env, metaledger, wait_for
 
@@ -187,12 +186,7 @@ def _dlq(addr: str, group: str) -> list[StoredMessage]:
             "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
             "subVersion": 0, "subscription": "*"})  # fmt: skip
         await c.close()
-        out, pos = [], 0
-        while pos < len(r.body):
-            (total,) = struct.unpack_from(">i", r.body, pos)
-            out.append(decode(r.body[pos : pos + total]))
-            pos += total
-        return out
+        return decode_records(r.body)
 
     return asyncio.run(go())
 

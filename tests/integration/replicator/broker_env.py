@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import StoredMessage, decode
-from broker.store.message import peek_total
 from nameserver.client import Client, QueueData
 from rmq.connection import RemotingConnection
+from rmq.message import StoredMessage, decode_records
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 
@@ -83,11 +82,8 @@ def scan(
                 if r.code != 0:
                     assert r.code in (19, 20, 21), (r.code, r.remark)
                     return offset
-                pos = 0
-                while pos < len(r.body):
-                    total, _ = peek_total(r.body, pos)
-                    on_message(decode(r.body[pos : pos + total]))
-                    pos += total
+                for m in decode_records(r.body):
+                    on_message(m)
                 offset = int(r.ext_fields["nextBeginOffset"])
         finally:
             await c.close()

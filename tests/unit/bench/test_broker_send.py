@@ -27,9 +27,9 @@ from bench.rmq_client import (
     record_bodies,
     send_v2_request,
 )
-from broker.store import Host, StoredMessage
-from broker.store import encode as encode_record
 from rmq.codec import FrameDecoder, RemotingCommand, decode_frame, encode
+from rmq.message import Host, StoredMessage, parse_properties
+from rmq.message import encode as encode_record
 
 V2_FIELDS = set("abcdefghijkmn")  # l (maxReconsumeTimes) only for retry topics
 
@@ -129,7 +129,7 @@ def test_send_v2_request_carries_the_v2_header() -> None:
         "broker-a",
     )
     assert (f["f"], f["h"], f["j"], f["k"], f["m"]) == ("0", "0", "0", "false", "false")
-    props = dict(kv.split("\x01") for kv in f["i"].split("\x02") if kv)
+    props = parse_properties(f["i"])
     assert props["WAIT"] == "true" and len(props["UNIQ_KEY"]) == 32
     assert decoded.body == b"body"
     other = send_v2_request("T", 3, b"", "broker-a").ext_fields["i"]

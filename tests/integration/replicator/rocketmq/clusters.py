@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.store import StoredMessage
 from nameserver.client import Client, QueueData, Route
-from replicator.sinks.wire import uniq_key
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
+from rmq.message import StoredMessage, checked_properties_text
+from rmq.msgid import uniq_key
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 from tests.integration.replicator.broker_env import pull_all, scan
@@ -96,10 +96,7 @@ def _properties(msg: Message) -> tuple[str, str]:
     props.update(msg.properties)
     props.setdefault("UNIQ_KEY", uniq_key())
     props["WAIT"] = "true"
-    for name, value in props.items():
-        if not name or any(sep in name + value for sep in "\x01\x02"):
-            raise ValueError(f"property {name!r}: empty name or a 0x01/0x02 separator")
-    return "".join(f"{k}\x01{v}\x02" for k, v in props.items()), props["UNIQ_KEY"]
+    return checked_properties_text(props), props["UNIQ_KEY"]  # BadProperty: not sendable
 
 
 class RmqCluster:

@@ -9,12 +9,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from broker.store import StoredMessage
 from nameserver.client import Client
 from replicator.rocketmq.checkpoint import QueueCheckpoint
 from replicator.rocketmq.client import ClusterClient
 from replicator.rocketmq.wire import TopicSpec
 from replicator.status import read_statuses
+from rmq.message import StoredMessage
 from tests.integration.replicator.process import WorkerProcess
 from tests.integration.replicator.rocketmq.clusters import RmqCluster
 

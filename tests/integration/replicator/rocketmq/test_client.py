@@ -14,9 +14,10 @@ import pytest
 from nameserver.client import NotFound, Unavailable
 from replicator.rocketmq.client import ClusterClient, ReadQueue
 from replicator.rocketmq.errors import ClusterUnavailable, TopicNotFound
-from replicator.rocketmq.wire import PulledMessage, PullStatus
+from replicator.rocketmq.wire import PullStatus
 from replicator.sinks.base import OutMessage
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
+from rmq.message import StoredMessage
 from tests.harness import free_ports
 from tests.integration.replicator.broker_env import QUEUES, Env
 
@@ -55,8 +56,8 @@ def sent(env: Env) -> tuple[str, list[OutMessage]]:
     return topic, msgs
 
 
-async def pull_queue(c: ClusterClient, q: ReadQueue, start: int = 0) -> list[PulledMessage]:
-    out: list[PulledMessage] = []
+async def pull_queue(c: ClusterClient, q: ReadQueue, start: int = 0) -> list[StoredMessage]:
+    out: list[StoredMessage] = []
     offset = start
     while True:
         r = await c.pull(q, offset, max_msgs=5, suspend_ms=0)

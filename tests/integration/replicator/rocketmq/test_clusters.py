@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.store import StoredMessage
 from nameserver.client import NotFound
 from rmq.connection import RemotingConnection
+from rmq.message import StoredMessage
 from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster
 
 pytestmark = [pytest.mark.integration]

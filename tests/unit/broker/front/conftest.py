@@ -15,10 +15,10 @@ from broker.replication import Replication
 from broker.topics import TopicConfig
 from rmq.codec import RemotingCommand
 from rmq.connection import RemotingConnection
+from rmq.message import properties_text
 
 TIMEOUT_S = 20.0
 TOPIC = "TopicA"
-PROPS_SEP = "\x02"
 
 
 def free_port() -> int:
@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 def props(**kv: str) -> str:
-    return "".join(f"{k}\x01{v}\x02" for k, v in kv.items())
+    return properties_text(kv)
 
 
 @dataclass

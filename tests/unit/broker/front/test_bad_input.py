@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.store import decode
 from rmq.codec import RemotingCommand, encode
 from rmq.codes import RequestCode
+from rmq.message import decode
 from tests.unit.broker.front.conftest import Ctx, run_broker
 
 #: The codes the broker serves (the broker's own table before rmq.codes held every code).

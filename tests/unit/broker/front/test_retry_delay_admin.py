@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from broker.replication import Admission, PutStatus
-from broker.store import decode
+from rmq.message import decode
 from tests.unit.broker.front.conftest import TOPIC, Ctx, props, run_broker
 from tests.unit.broker.front.test_send_pull import records
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import FlushMode, PutResult, StoredMessage, decode
+from broker.store import FlushMode, PutResult
+from rmq.message import StoredMessage, decode
 from tests.unit.broker.front.conftest import TOPIC, Ctx, run_broker
 
 SENDS = 64

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.send.batch import BatchItem, encode_batch
-from broker.store import FlushMode, decode
+from broker.store import FlushMode
+from rmq.batch import BatchItem, encode_batch
+from rmq.message import decode
 from tests.unit.broker.front.conftest import TOPIC, Ctx, props, run_broker
 
 

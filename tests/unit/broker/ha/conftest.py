@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from broker.ha.master import HAMaster
-from broker.store import FlushMode, MessageStore, StoreConfig, StoredMessage
+from broker.store import FlushMode, MessageStore, StoreConfig
+from rmq.message import StoredMessage
 
 SEG = 4096
 HB, IDLE = 0.1, 2.0  # heartbeats every 100 ms, a silent peer dropped after 2 s

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from broker.store import FlushMode, MessageStore, StoreConfig, StoredMessage
+from broker.store import FlushMode, MessageStore, StoreConfig
+from rmq.message import StoredMessage
 
 SEG = 1024  # tiny segments: records cross file boundaries after a few puts
 

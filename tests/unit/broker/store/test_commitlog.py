@@ -6,9 +6,9 @@ import os
 import struct
 from pathlib import Path
 
-from broker.store import MessageStore, decode
+from broker.store import MessageStore
 from broker.store.consume_queue import UNIT_SIZE, tags_code
-from broker.store.message import BLANK_MAGIC
+from rmq.message import BLANK_MAGIC, decode
 
 from .conftest import SEG, msg, open_store
 
@@ -75,7 +75,7 @@ def test_consume_queue_units_and_files(tmp_path: Path) -> None:
 def test_reopen_keeps_offsets_and_search_by_time(tmp_path: Path) -> None:
     store = open_store(str(tmp_path))
     for i in range(5):
-        store.put(msg(i).__class__(**{**msg(i).__dict__, "store_timestamp": 1000 + 10 * i}))
+        store.put(msg(i)._replace(store_timestamp=1000 + 10 * i))
     store.close()
     store = MessageStore(str(tmp_path), store.config)
     assert store.max_offset("T", 0) == 5

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.store import DecodeError, FlushMode, MessageStore, StoreError, decode
+from broker.store import DecodeError, FlushMode, MessageStore, StoreError
+from rmq.message import decode
 
 from .conftest import SEG, msg, open_store
 

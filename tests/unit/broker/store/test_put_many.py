@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import DiskFullError, FlushMode, StoredMessage, decode
-from broker.store.message import MAX_BODY
+from broker.store import DiskFullError, FlushMode
+from rmq.message import MAX_BODY, StoredMessage, decode
 from tests.unit.broker.store.conftest import msg, open_store
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import MessageStore, PutResult, StoreCorruptionError, decode
+from broker.store import MessageStore, PutResult, StoreCorruptionError
+from rmq.message import decode
 
 from .conftest import msg, open_store
 

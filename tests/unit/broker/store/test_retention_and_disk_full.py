@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import DiskFullError, RetentionPolicy, decode
+from broker.store import DiskFullError, RetentionPolicy
+from rmq.message import decode
 
 from .conftest import SEG, msg, open_store
 

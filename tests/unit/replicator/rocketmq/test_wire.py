@@ -1,7 +1,7 @@
-"""replicator.rocketmq.wire and .routes: records the broker's own encoder wrote decode to the
-same fields (all byte values, empty and compressed bodies, unicode properties, IPv6 hosts, V2
-topics); requests parse with the broker's own header parsers; route, topic-list, pull and
-offset answers in every status, and answers that are errors or do not parse."""
+"""replicator.rocketmq.wire and .routes: a pull answer's records come inflated, and records
+that do not decode are BadAnswer (the records themselves: tests/unit/rmq/test_message.py);
+requests parse with the broker's own header parsers; route, topic-list, pull and offset
+answers in every status, and answers that are errors or do not parse."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.store.message import Host, StoredMessage, encode
 from nameserver.client import BrokerGroup, QueueData, Route
 from replicator.rocketmq import routes, wire
 from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
@@ -28,26 +27,8 @@ from rmq.headers import (
     SearchOffsetHeader,
     UpdateConsumerOffsetHeader,
 )
-
-ALL_BYTES = bytes(range(256))
-
-
-def stored(body: bytes = ALL_BYTES, **kw: object) -> StoredMessage:
-    fields: dict[str, object] = {
-        "topic": "T",
-        "body": body,
-        "queue_id": 3,
-        "flag": 7,
-        "queue_offset": 41,
-        "physical_offset": 123456,
-        "born_timestamp": 1_700_000_000_000,
-        "store_timestamp": 1_700_000_000_123,
-        "store_host": Host("10.1.2.3", 10911),
-        "reconsume_times": 2,
-        "properties": {"KEYS": "k1 k2", "TAGS": "tagA", "UNIQ_KEY": "AB12"},
-    }
-    fields.update(kw)
-    return StoredMessage(**fields)  # type: ignore[arg-type]
+from rmq.message import encode
+from tests.unit.rmq.records import ALL_BYTES, stored
 
 
 def answer(
@@ -58,82 +39,30 @@ def answer(
     return decode_frame(encode_frame(cmd)[4:])
 
 
-# --- records ---------------------------------------------------------------------------------
+# --- records (decoded by rmq.message: tests/unit/rmq/test_message.py) ------------------------
 
 
-def test_decodes_the_brokers_record_field_for_field() -> None:
-    m = stored()
-    [got] = wire.decode_messages(encode(m))
-    assert (got.topic, got.queue_id, got.queue_offset, got.commitlog_offset) == ("T", 3, 41, 123456)
-    assert got.body == ALL_BYTES
-    assert (got.flag, got.sys_flag, got.reconsume_times) == (7, 0, 2)
-    assert (got.born_timestamp, got.store_timestamp) == (1_700_000_000_000, 1_700_000_000_123)
-    assert got.properties == m.properties
-    assert (got.tags, got.keys, got.msg_id) == ("tagA", "k1 k2", "AB12")
-
-
-def test_many_records_back_to_back_in_order_with_every_body_shape() -> None:
-    bodies = [ALL_BYTES, b"", bytes(reversed(ALL_BYTES)) * 40, b"\x00", b"\x01\x02" * 3]
-    props = {"note": "δ ünïcode ✓ 日本", "中文键": "值", "empty": ""}
-    msgs = [stored(b, queue_offset=i, properties=props) for i, b in enumerate(bodies)]
-    got = wire.decode_messages(b"".join(encode(m) for m in msgs))
-    assert [g.body for g in got] == bodies
-    assert [g.queue_offset for g in got] == list(range(len(bodies)))
-    assert all(g.properties == props for g in got)
-    assert all(g.tags == "" and g.keys == "" for g in got)
-
-
-def test_offset_message_id_without_uniq_key() -> None:
-    [got] = wire.decode_messages(encode(stored(properties={})))
-    # IPv4 10.1.2.3, port 10911 = 0x2A9F, commit-log offset 123456 = 0x1E240
-    assert got.msg_id == "0A01020300002A9F000000000001E240"
-
-
-def test_ipv6_hosts_and_v2_topic() -> None:
-    topic = "t" * 200  # over 127 bytes: V2 magic, 2-byte topic length
-    m = stored(topic=topic, born_host=Host("::1", 5), store_host=Host("fe80::2", 10911))
-    [got] = wire.decode_messages(encode(m) + encode(stored()))[:1]
-    assert got.topic == topic and got.body == ALL_BYTES
-    assert got.sys_flag & 0x30 == 0x30
-    assert got.msg_id == "AB12"
-    [bare] = wire.decode_messages(encode(stored(store_host=Host("fe80::2", 1), properties={})))
-    assert bare.msg_id == ("FE80" + "0" * 27 + "2" + "00000001" + f"{123456:016X}")
-
-
-@pytest.mark.parametrize("sys_flag", [0x1, 0x1 | (3 << 8), 0x1 | 0x2])
-def test_compressed_bodies_are_inflated(sys_flag: int) -> None:
+def test_pull_inflates_bodies_and_bad_records_are_bad_answers() -> None:
     body = ALL_BYTES * 100
-    [got] = wire.decode_messages(encode(stored(zlib.compress(body), sysflag=sys_flag)))
-    assert got.body == body
-    assert got.sys_flag == sys_flag  # as stored: the caller sees it was compressed
-
-
-def test_lz4_zstd_and_broken_compression_are_bad_answers() -> None:
-    for kind in (1, 2):
-        with pytest.raises(BadAnswer, match="compression type"):
-            wire.decode_messages(encode(stored(b"x", sysflag=0x1 | kind << 8)))
-    with pytest.raises(BadAnswer, match="inflate"):
-        wire.decode_messages(encode(stored(b"not zlib", sysflag=0x1)))
-
-
-def test_corrupt_records_are_bad_answers() -> None:
+    [got] = wire.parse_pull(
+        answer(0, offsets(1), encode(stored(zlib.compress(body), sysflag=1)))
+    ).messages
+    assert (got.body, got.sysflag, got.msg_id, got.tags, got.keys) == (
+        body,
+        1,
+        "AB12",
+        "tagA",
+        "k1 k2",
+    )
     raw = encode(stored())
-    bad_crc = bytearray(raw)
-    bad_crc[100] ^= 0xFF  # inside the body
-    with pytest.raises(BadAnswer, match="CRC"):
-        wire.decode_messages(bytes(bad_crc))
-    assert wire.decode_messages(bytes(bad_crc), check_crc=False)[0].body != ALL_BYTES
-    with pytest.raises(BadAnswer, match="magic"):
-        wire.decode_messages(raw[:4] + b"\x00\x00\x00\x00" + raw[8:])
-    for cut in (1, 47, 48, len(raw) - 1):
-        with pytest.raises(BadAnswer):
-            wire.decode_messages(raw[:cut])
-    with pytest.raises(BadAnswer):
-        wire.decode_messages(raw + raw[:60])
-    too_long = (len(raw) + 5).to_bytes(4, "big") + raw[4:] + b"\x00" * 5
-    with pytest.raises(BadAnswer, match="TOTALSIZE"):
-        wire.decode_messages(too_long)
-    assert wire.decode_messages(b"") == []
+    for bad, why in (
+        (encode(stored(b"x", sysflag=0x1 | 1 << 8)), "compression type"),
+        (encode(stored(b"not zlib", sysflag=0x1)), "inflate"),
+        (raw[:4] + b"\x00\x00\x00\x00" + raw[8:], "record at byte 0: bad magic"),
+        (raw[:60], "shorter than a header|does not fit"),
+    ):
+        with pytest.raises(BadAnswer, match=why):
+            wire.parse_pull(answer(0, offsets(1), bad))
 
 
 @given(st.binary(max_size=300), st.integers(0, 200))
@@ -141,7 +70,7 @@ def test_garbage_raises_only_bad_answer(garbage: bytes, at: int) -> None:
     raw = encode(stored(b"abc"))
     for data in (garbage, raw[:at] + garbage, raw + garbage):
         try:
-            wire.decode_messages(data)
+            wire.parse_pull(answer(0, offsets(1), data))
         except BadAnswer:
             pass
 

@@ -10,12 +10,13 @@ what got which (queue, offset) -> UNIQ_KEY.
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nameserver.client import BrokerGroup, QueueData, Route
+from rmq import batch
 from rmq.codec import FrameDecoder, RemotingCommand, encode
+from rmq.message import parse_properties
 
 Decision = int | None | str
 
@@ -33,28 +34,8 @@ class Received:
         return self.props["UNIQ_KEY"]
 
 
-def parse_props(text: str) -> dict[str, str]:
-    out = {}
-    for item in text.split("\x02"):
-        k, sep, v = item.partition("\x01")
-        if sep:
-            out[k] = v
-    return out
-
-
 def decode_batch(body: bytes) -> list[tuple[bytes, dict[str, str]]]:
-    out = []
-    pos = 0
-    while pos < len(body):
-        total, _magic, _crc, _flag, body_len = struct.unpack_from(">iiiii", body, pos)
-        start = pos + 20
-        payload = body[start : start + body_len]
-        (props_len,) = struct.unpack_from(">h", body, start + body_len)
-        props = body[start + body_len + 2 : start + body_len + 2 + props_len].decode()
-        assert start + body_len + 2 + props_len == pos + total
-        out.append((payload, parse_props(props)))
-        pos += total
-    return out
+    return [(item.body, item.properties) for item in batch.decode_batch(body)]
 
 
 @dataclass
@@ -93,7 +74,7 @@ class FakeBroker:
                         ]
                     else:
                         assert cmd.code == 310
-                        props = parse_props(ext.get("i", ""))
+                        props = parse_properties(ext.get("i", ""))
                         items = [Received(conn, int(ext["e"]), cmd.body, ext, props)]
                     self.received += items
                     self.arrived.set()
