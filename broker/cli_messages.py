@@ -2,7 +2,7 @@
 
 For a person at a terminal: the topic's route comes from metaledger (``Client.route_get``);
 both then speak the remoting protocol to the brokers themselves (``rmq.connection``
-over the shared codec), as a RocketMQ client would (research/broker.md §2-§3):
+over the shared codec), as a RocketMQ client would:
 
 - send: SEND_MESSAGE (10) to the master (id 0) of a broker with writable queues, queue
   picked at random; prints the msgId, queue and offset.

@@ -1,7 +1,7 @@
 """One broker replica's settings: a frozen dataclass, units in the names, ``validate()``.
 
-Defaults are RocketMQ's (J4 ``BrokerConfig.java``, ``MessageStoreConfig.java``,
-``SubscriptionGroupConfig.java``; research/broker.md §2-§4): port 10911, retryMaxTimes 16,
+Defaults are RocketMQ's (RocketMQ 4.9's ``BrokerConfig.java``, ``MessageStoreConfig.java``,
+``SubscriptionGroupConfig.java``): port 10911, retryMaxTimes 16,
 the 18 delay levels, long polling with a 15 s client suspend, 60 s queue locks.
 """
 
@@ -53,7 +53,8 @@ class BrokerConfig:
     broker_id: int = 0
     listen_host: str = "0.0.0.0"
     listen_port: int = DEFAULT_PORT
-    #: the address clients and STOREHOST get (brokerIP1); must be reachable (trap 8)
+    #: the address clients and STOREHOST get (brokerIP1); must be reachable (C++ clients send
+    #: CONSUMER_SEND_MSG_BACK to a record's STOREHOST)
     advertised_host: str = "127.0.0.1"
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH
     broker_role: str = "ASYNC_MASTER"

@@ -7,7 +7,7 @@ one ``MessageStore.put_many`` (one thread hop, one commit-log write). :meth:`Bro
 is the one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
 the append, ``wait`` (broker/replication.py), then long polls of that queue are woken.
 A message with ``WAIT`` = false is not subject to the replicas' admission (RocketMQ applies
-needAckNums only to messages that wait, J5 ``CommitLog.needHandleHA``). After each append
+needAckNums only to messages that wait, RocketMQ 5's ``CommitLog.needHandleHA``). After each append
 ``appended`` is called (the HA master wakes its streams), and after the replicas' wait the
 long polls are woken again (under a quorum, consumers see a message once it is confirmed).
 

@@ -1,7 +1,8 @@
 """A replica's life in its replica group: the role hooks that start and stop HA.
 
 :class:`GroupMember` is what :class:`broker.quorum.RoleManager` calls when metaledger names
-this replica master or slave (research/broker.md §6.3, §7 "Master failure"):
+this replica master or slave (RocketMQ 5's ``ReplicasManager`` role change and
+``AutoSwitchHAService.changeToMaster``):
 
 - **become master** at epoch E: cut any half-copied record off the log's tail, record
   ``(E, log end)`` in the epoch file (unless E is already its last epoch: a restart at the

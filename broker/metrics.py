@@ -1,4 +1,5 @@
-"""A broker replica's metrics (issue 17 item 7), served as Prometheus text on ``--listen-metrics``.
+"""A broker replica's metrics (docs/broker.md, "Metrics"), as Prometheus text on
+``--listen-metrics``.
 
 Per replica: its role and epoch, the commit log's max and confirm offsets, each slave's
 acknowledged offset and lag (master only), the in-sync set's size, sends by status and pull

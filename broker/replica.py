@@ -1,7 +1,8 @@
 """One broker replica: the message store, the remoting front, its group and its place in the routes.
 
 ``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
-``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (trap 8), the topic table
+``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (where C++ clients send
+CONSUMER_SEND_MSG_BACK), the topic table
 (``topics.json``), consumer offsets (in metaledger's KV when endpoints are given, else in
 memory), the send/pull/consumer/admin processors on one ``rmq.server.RemotingServer``, delayed
 delivery, the route registrar and the metrics endpoint.

@@ -1,8 +1,7 @@
 """How a replica decides when a stored message may be acknowledged: the ``Replication`` protocol.
 
 The send path (``broker.send``) asks, in order (RocketMQ 5's ``CommitLog.asyncPutMessage``:
-needAckNums is evaluated before the append, the wait happens after it,
-research/broker.md §6.2):
+needAckNums is evaluated before the append, the wait happens after it, in ``handleHA``):
 
 1. ``writable()``: None, or why this replica refuses sends (a slave, a fenced master):
    SERVICE_NOT_AVAILABLE (14) with that remark;
@@ -11,7 +10,8 @@ research/broker.md §6.2):
 3. the store's append;
 4. ``await wait(next_offset, admission, wait_store_ok)``: the status the client gets.
 
-``readable_limit()`` bounds what consumers see (5.x: up to the confirm offset, trap 11).
+``readable_limit()`` bounds what consumers see (5.x: up to the confirm offset;
+4.x: every appended message).
 :class:`Standalone` is one replica: always writable, one ack (its own), PUT_OK at once.
 The HA/quorum implementations live in ``broker.quorum`` and ``broker.ha``.
 """
@@ -36,8 +36,9 @@ class PutStatus(enum.Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
-#: PutStatus → (response code, remark) as J5 ``SendMessageProcessor.java:378-449`` answers;
-#: the first four mean "stored on the master" (research/broker.md §3.1, trap 1).
+#: PutStatus → (response code, remark) as RocketMQ 5's ``SendMessageProcessor.java:378-449``
+#: answers; the first four mean "stored on the master". IN_SYNC_REPLICAS_NOT_ENOUGH has no
+#: code of its own: SYSTEM_ERROR, "in-sync replicas not enough", and the message is not stored.
 RESPONSE: dict[PutStatus, tuple[int, str | None]] = {
     PutStatus.PUT_OK: (ResponseCode.SUCCESS, None),
     PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),

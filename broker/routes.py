@@ -1,7 +1,8 @@
 """The broker in metaledger's routes: registration, heartbeats, topics adopted from the routes.
 
 RocketMQ's broker sends REGISTER_BROKER (103) with its whole topic table every 30 s and when
-a topic changes (research/broker.md §3.4, rocketmq-clients.md §1.4-1.5). Here the same goes
+a topic changes (``BrokerController.registerBrokerAll``; the nameserver's
+``RouteInfoManager``, ``RegisterBrokerBody``). Here the same goes
 through ``nameserver.client``: ``broker_register`` with every topic of the :class:`TopicTable`
 and a DataVersion whose counter is the table's version (so an unchanged re-registration is a
 heartbeat only and logs nothing), ``broker_heartbeat`` every ``heartbeat_interval_ms`` in
@@ -9,7 +10,8 @@ between (registering again when metaledger answers "not registered"), and at onc
 table changes (``%RETRY%<group>`` on a consumer's first heartbeat). ``broker_unregister`` at
 a clean stop. The table always holds the cluster-name and broker-name topics RocketMQ's
 ``TopicConfigManager`` creates (perm INHERIT only: nobody sends to them), which also keeps a
-first registration from carrying a single topic (refused by the routes, §1.4).
+first registration from carrying a single topic (refused by the routes, as RocketMQ's
+``RouteInfoManager`` does).
 
 Client calls block: they run in threads. A metaledger that cannot be reached is logged and
 retried; the broker keeps serving.

@@ -4,7 +4,7 @@ A topic is served when it is in the table. Topics come from four places: the rou
 metaledger (a topic created with ``metaledger route topic create`` on this broker name is
 looked up on first use and adopted), UPDATE_AND_CREATE_TOPIC (17, broker/admin/topics.py:
 created or its queue numbers / perm / order replaced), a consumer group's heartbeat
-(``%RETRY%<group>``, one queue, research/broker.md §3.2) and the DLQ (``%DLQ%<group>``, §3.3). The table is saved so
+(``%RETRY%<group>``, one queue) and the DLQ (``%DLQ%<group>``). The table is saved so
 a restarted broker registers every topic again (the routes drop a broker name's queue data
 when its last broker expires). ``on_change`` tells the registrar to register again.
 """

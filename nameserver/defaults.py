@@ -4,7 +4,7 @@ from the client library (``nameserver.client.DEFAULT_ENDPOINTS``), the one place
 
 Listen addresses are loopback: a node answers only on this machine until its operator names
 an address other hosts reach (``0.0.0.0:PORT`` for every interface, as in docs/operations.md
-"Nodes on separate machines"). The ports are DESIGN.md §6's.
+"Nodes on separate machines"). The ports are docs/operations.md's ("Ports").
 """
 
 from __future__ import annotations

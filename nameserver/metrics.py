@@ -1,4 +1,4 @@
-"""The metrics endpoint (DESIGN.md §6: metrics HTTP, ``--listen-metrics``): Prometheus text.
+"""The metrics endpoint (metrics HTTP, ``--listen-metrics``): Prometheus text.
 
 ``GET /metrics`` answers the node's offsets, role, term, group-commit counters, watchers
 and route reads in the Prometheus text exposition format (version 0.0.4); anything else

@@ -1,4 +1,4 @@
-"""The replicated metadata log (DESIGN.md §3). Imports only `snapshots` from the project."""
+"""The replicated metadata log (docs/architecture.md). Imports only `snapshots` from the project."""
 
 from raftlog.consensus import (
     CommitSink,

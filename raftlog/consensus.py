@@ -2,7 +2,8 @@
 
 An engine orders opaque proposals (bytes) into a log and hands every committed
 item, in log order, to one sink. It never interprets the bytes and never runs
-state-machine code: the sink only enqueues (STYLE.md 4). PySyncObj is the
+state-machine code: the sink only enqueues (consensus apart from apply, as etcd-io/raft's
+``Ready`` hands committed entries to the application). PySyncObj is the
 first implementation (:mod:`raftlog.pysyncobj_engine`), the native engine
 (:mod:`raftlog.native`) the default; :class:`InMemoryEngine`, beside the interface, is a
 single-node stand-in for unit tests.

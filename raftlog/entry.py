@@ -1,4 +1,4 @@
-"""The replicated log's entries and their encoding (DESIGN.md §3).
+"""The replicated log's entries and their encoding.
 
 An :class:`Entry` is RIP-18's ``(type, key, value)`` plus where it sits in the
 metadata log (``offset``, ``term``), when the proposer made it

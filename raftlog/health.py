@@ -1,8 +1,9 @@
 """A node's health: transient I/O faults on its durable paths, and how it leaves them.
 
 ENOSPC, EMFILE, EIO (and their kin) on the Raft log, the change log or a snapshot are
-states, not deaths (issue 14, STYLE.md §17): the path that met the error reports it here,
-retries with a :class:`Backoff`, and clears it when a retry succeeds. The node is then::
+states, not deaths (docs/operations.md, "Durability"; as etcd keeps serving reads under its
+NOSPACE alarm): the path that met the error reports it here, retries with a :class:`Backoff`, and
+clears it when a retry succeeds. The node is then::
 
     OK          nothing failing
     NOSPACE     a durable write met ENOSPC/EDQUOT: new writes are refused (etcd's NOSPACE

@@ -1,6 +1,6 @@
 """A :class:`~raftlog.consensus.ConsensusEngine` on PySyncObj 0.3.17.
 
-Mitigations from ``research/pysyncobj.md``, all applied here:
+What PySyncObj 0.3.17 gets wrong if used as is, and the mitigation of each, all applied here:
 
 * One replicated method, ``append(bytes)``. It never raises (an exception in
   PySyncObj's apply wedges every replica for good) and does nothing but hand
@@ -18,7 +18,8 @@ Mitigations from ``research/pysyncobj.md``, all applied here:
 * Election timeouts 1-2 s and ``leaderFallbackTimeout`` 2 s: a leader cut off
   from its peers steps down in about 2 s, not 30 s.
 * PySyncObj's own log compaction (an in-thread pickle that stalled the leader
-  for seconds) is switched off; snapshots are ours (a later issue).
+  for seconds) is switched off; snapshots are metaledger's own
+  (:class:`raftlog.consensus.EngineSnapshots`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Change-log segment files (DESIGN.md §3): the effects of applied entries, on disk.
+"""Change-log segment files: the effects of applied entries, on disk.
 
 The files' layout, and how ``open`` verifies and repairs them (torn tails cut, damage a
 :class:`~raftlog.segment_files.SegmentCorruptionError`): :mod:`raftlog.segment_files`.
@@ -27,10 +27,10 @@ and ``wait_flushed`` may be called from any thread. ``truncate_after`` and
 ``delete_before`` must not run while a ``read_from`` iterator is reading the segments they
 change.
 
-Transient errors (ENOSPC, EIO, EMFILE... issue 14): a call of :meth:`SegmentLog.append_many`
-is written with one write per file (no user-space buffer) and is all or nothing: when a
-write, a roll or (under "always") the fdatasync fails, the segment and its index are cut
-back to their last good length, segments the call started are removed, and the OSError is
+Transient errors (ENOSPC, EIO, EMFILE...; docs/operations.md, "Durability"): a call of
+:meth:`SegmentLog.append_many` is written with one write per file (no user-space buffer) and is all
+or nothing: when a write, a roll or (under "always") the fdatasync fails, the segment and its index
+are cut back to their last good length, segments the call started are removed, and the OSError is
 raised with the log usable: the caller retries the same records. The background flusher
 keeps the data dirty when an fdatasync fails and retries it with backoff, reporting the
 fault to :attr:`SegmentLog.health` (``change-log-sync``) and clearing it when a retry

@@ -1,14 +1,15 @@
 """One active worker per job: an election in metaledger, and the fence every action checks.
 
-Both replicators run as several processes per job, one active (issue 18 item 5, issue 19
-item 2). :class:`ActiveRole` campaigns in the election ``replicators/<kind>/<job>`` with a
-lease it keeps alive; the leader key's create revision is the fencing token every offset
-commit carries, so the server refuses a commit from a worker whose lease is gone or that a
-newer worker replaced. Sends are not fenced by the server (the broker knows nothing of
-leases), so :meth:`ActiveRole.check` runs before each one: it fails once the keeper has lost
-the lease *or* the local deadline (last renewal sent + TTL) has passed. A worker paused
-past its TTL wakes with its monotonic clock past the deadline and stops before it sends
-anything; it cannot be fooled by a keeper thread that has not run yet.
+Both replicators run as several processes per job, one active (docs/redis-replicator.md,
+"Active and standby"; docs/rocketmq-replicator.md, "Workers, leases and queue claims").
+:class:`ActiveRole` campaigns in the election ``replicators/<kind>/<job>`` with a lease it keeps
+alive; the leader key's create revision is the fencing token every offset commit carries, so the
+server refuses a commit from a worker whose lease is gone or that a newer worker replaced. Sends are
+not fenced by the server (the broker knows nothing of leases), so :meth:`ActiveRole.check` runs
+before each one: it fails once the keeper has lost the lease *or* the local deadline (last renewal
+sent + TTL) has passed. A worker paused past its TTL wakes with its monotonic clock past the
+deadline and stops before it sends anything; it cannot be fooled by a keeper thread that has not run
+yet.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The body of SEND_BATCH_MESSAGE (320), encoded and decoded here only.
 
-J5 ``MessageDecoder.encodeMessages`` / ``decodeMessages`` (research/broker.md §3.1), per
+RocketMQ 5's ``MessageDecoder.encodeMessages`` / ``decodeMessages`` (``SendMessageProcessor``), per
 message, back to back::
 
     TOTALSIZE i32 | MAGIC i32 (0) | BODYCRC i32 (0) | FLAG i32 | BODYLEN i32 | BODY

@@ -13,8 +13,8 @@ clients read the header length field without masking the serialize type off.
 Over 500 lines on purpose: this is the one protocol module brokers and replicators share,
 so framing, both header encodings and the command type stay in one import.
 
-Brokers and replicators share this module with the nameserver (DESIGN.md §2), so it
-imports nothing from metaledger and touches neither sockets nor asyncio
+Brokers and replicators share this module with the nameserver (docs/architecture.md,
+"Folders"), so it imports nothing from metaledger and touches neither sockets nor asyncio
 (``tests/unit/rmq/test_codec.py`` checks that).
 
 Errors::

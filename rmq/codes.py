@@ -1,8 +1,7 @@
 """RocketMQ remoting request, response and language codes: the one table (protocol facts).
 
 Values and names are RocketMQ's own (``RequestCode.java``, ``ResponseCode.java``,
-``RemotingSysResponseCode.java``, ``LanguageCode.java``, ``MQVersion.java``), as recorded
-in ``research/rocketmq-clients.md`` §1 and ``research/broker.md`` §3. They are wire
+``RemotingSysResponseCode.java``, ``LanguageCode.java``, ``MQVersion.java``). They are wire
 constants: never renumber. Which codes a program serves is its own policy (the
 nameserver's list is ``nameserver.remoting.NAMESERVER_REQUEST_CODES``); this module only
 names them. It imports nothing, like the codec.
@@ -91,7 +90,7 @@ class ResponseCode(IntEnum):
 
 
 #: Answers that may succeed when asked again, what RocketMQ's clients retry
-#: (``DefaultMQProducer.retryResponseCodes``, research/broker.md §3.1 and §6.2): SYSTEM_ERROR
+#: (``DefaultMQProducer.retryResponseCodes``): SYSTEM_ERROR
 #: (RocketMQ 5's "in-sync replicas not enough", our broker's "offsets not loaded yet"),
 #: SYSTEM_BUSY, SERVICE_NOT_AVAILABLE, NO_PERMISSION (a master that stepped down: refresh the
 #: route), TOPIC_NOT_EXIST (a broker that has not loaded the topic yet), FLOW_CONTROL and

@@ -12,16 +12,18 @@ set of definitions.
 
 Field kinds come from the annotation: ``str``, ``int`` (a Java long; ``ext(..., int32=True)``
 for an ``int``), ``bool`` (``true``/``false``/``1``/``0`` in any case: C++ 1.x sends
-``"0"``/``"1"``, research/broker.md §0 trap 10), each ``... | None`` when optional.
+``"0"``/``"1"`` in its heartbeat, rocketmq-client-cpp ``SubscriptionData.cpp``), each
+``... | None`` when optional.
 ``ext(..., read=False)`` marks a field a server does not read (written by clients, skipped
 by :meth:`~Header.from_fields`). Headers are slotted and not frozen: they are built per send
 on the producers' path, where a frozen dataclass's ``__init__`` costs six times as much. The
 few whose optional fields come between required ones are keyword-only.
 
 SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) name the V1 fields ``a``…``m`` in order,
-plus ``n`` = brokerName (J4 ``SendMessageRequestHeaderV2.java:32-60``):
-:class:`SendMessageHeader` reads and writes both forms. Field lists: research/broker.md §2
-(PULL_MESSAGE) and §3, research/rocketmq-clients.md §1.2 (the nameserver's).
+plus ``n`` = brokerName (RocketMQ 4.9's ``SendMessageRequestHeaderV2.java:32-60``):
+:class:`SendMessageHeader` reads and writes both forms. Field lists: RocketMQ's
+``*RequestHeader.java`` classes (``PullMessageRequestHeader``, ``SendMessageRequestHeader``,
+the nameserver's ``GetRouteInfoRequestHeader``, ``RegisterBrokerRequestHeader``...).
 
 Like the codec, this module has no I/O and imports nothing of metaledger. Over 500 lines on
 purpose: it is RocketMQ's one table of headers, which every side reads from the same place.
@@ -324,7 +326,8 @@ class UpdateConsumerOffsetHeader(Header):
 
 @dataclass(slots=True)
 class SendBackHeader(Header):
-    """CONSUMER_SEND_MSG_BACK (36): C++ sends only group, delayLevel, offset (§3.3)."""
+    """CONSUMER_SEND_MSG_BACK (36): C++ sends only group, delayLevel, offset
+    (rocketmq-client-cpp ``MQClientAPIImpl.cpp``)."""
 
     code = RequestCode.CONSUMER_SEND_MSG_BACK
     offset: int = ext("offset")
@@ -345,8 +348,8 @@ class UnregisterClientHeader(Header):
 
 @dataclass(slots=True, kw_only=True)
 class CreateTopicHeader(Header):
-    """UPDATE_AND_CREATE_TOPIC (17), J5 ``CreateTopicRequestHeader`` (the fields the Java
-    admin sends). ``attributes``: RocketMQ 5's ``+name=value,-name``."""
+    """UPDATE_AND_CREATE_TOPIC (17), RocketMQ 5's ``CreateTopicRequestHeader`` (the fields
+    the Java admin sends). ``attributes``: RocketMQ 5's ``+name=value,-name``."""
 
     code = RequestCode.UPDATE_AND_CREATE_TOPIC
     topic: str = ext("topic")
@@ -360,7 +363,8 @@ class CreateTopicHeader(Header):
     attributes: str | None = ext("attributes", None)
 
 
-# --- brokers' answers (all numbers as strings: research/broker.md trap 6) ---------------------
+# --- brokers' answers (all numbers as strings, as in RocketMQ's SendMessageResponseHeader: ----
+# --- C++ 1.x clients read a response ext field only when it is a JSON string) ---------------
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """RocketMQ's stored message record and message properties, encoded and decoded here only.
 
-The record (research/broker.md §1; J5 ``MessageDecoder.java``, ``CommitLog``'s layout) is at
+The record (RocketMQ 5's ``MessageDecoder.java``, ``CommitLog``'s layout) is at
 once a commit-log entry, one record of a PULL_MESSAGE answer's body and the HA payload::
 
     TOTALSIZE i32 | MAGICCODE i32 | BODYCRC i32 | QUEUEID i32 | FLAG i32 | QUEUEOFFSET i64

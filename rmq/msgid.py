@@ -1,10 +1,10 @@
 """RocketMQ's two message ids, made here only.
 
-- The **offset message id** (J5 ``MessageDecoder.createMessageId``): the store host's IP
+- The **offset message id** (RocketMQ 5's ``MessageDecoder.createMessageId``): the store host's IP
   (4 or 16 bytes), its port (int32) and the record's commit-log offset (int64), big-endian,
   as upper-case hex. A broker answers a send with it (``msgId``); a consumer falls back on
   it when a message has no UNIQ_KEY.
-- The **client message id**, the property ``UNIQ_KEY`` (J5 ``MessageClientIDSetter``): 32
+- The **client message id**, the property ``UNIQ_KEY`` (RocketMQ 5's ``MessageClientIDSetter``): 32
   hex digits a producer gives each message and keeps across resends, so consumers drop
   duplicates by it. Ours: process id (16 bits), 48 random bits, then a counter.
 

@@ -1,4 +1,4 @@
-"""Record-stream format, snapshots and offline compaction (DESIGN.md §4).
+"""Record-stream format, snapshots and offline compaction (docs/architecture.md).
 
 This package imports no other metaledger package (but the generated ``protos``).
 

@@ -1,4 +1,4 @@
-"""Snapshot files (DESIGN.md §4): the image at one offset, written as its own record stream.
+"""Snapshot files: the image at one offset, written as its own record stream.
 
 A snapshot is a record stream (``snapshots._recordstream``) of kind SNAPSHOT whose stream
 header's base offset is the snapshot's ``last_offset``. Every frame carries that offset,

@@ -32,8 +32,8 @@ its checks. Neither is a verdict on its own: a bit flip in a length field also m
 frame run past the end, and a power cut that wrote a frame's header but not its data page
 leaves a complete frame with a wrong CRC.
 
-Torn tail or corruption (issue 14). A stream written whole and renamed into place (a
-snapshot) has no torn tail: every error is corruption. For a stream appended in place (a
+Torn tail or corruption (docs/operations.md, "Durability"). A stream written whole and renamed into
+place (a snapshot) has no torn tail: every error is corruption. For a stream appended in place (a
 change-log segment), ``snapshots._tail.tail_verdict`` decides with the rule of the Raft
 WAL: the bad frame is a torn tail only when no valid frame starts anywhere after it (zeros
 to the end included), otherwise it is corruption. That search runs only once a reader has

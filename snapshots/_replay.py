@@ -1,4 +1,4 @@
-"""Record-level replay (DESIGN.md §3-§4), shared by the server and the compaction job.
+"""Record-level replay, shared by the server and the compaction job.
 
 The change log holds effects, not operations: every record is a whole new value of one
 ``(type, key)``, or a delete of it, at a position ``(offset, sub)``. So the state at an

@@ -1,4 +1,5 @@
-"""Snapshot stores (DESIGN.md §4, STYLE 8): where a node keeps its snapshots.
+"""Snapshot stores: where a node keeps its snapshots (an interface, and an in-memory
+implementation beside it, as hashicorp/raft's ``snapshot.go``).
 
 :class:`SnapshotStore` is the interface; :class:`FileSnapshotStore` keeps one file per
 snapshot in a directory, :class:`InMemorySnapshotStore` keeps the same bytes in a dict for

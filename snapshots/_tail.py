@@ -3,7 +3,7 @@
 A :class:`~snapshots._recordstream.RecordReader` reports the first bad frame of a stream
 and only what it sees there (the data ends inside it, or it is complete and fails its
 checks). For a stream appended in place, a change-log segment, :func:`tail_verdict` turns
-that into a verdict with the rule of the Raft WAL (``raftlog.native.wal``, issue 14):
+that into a verdict with the rule of the Raft WAL (``raftlog.native.wal``, as etcd's WAL):
 
 - a **torn tail**: no valid frame starts anywhere after the bad one, a run of zeros to the
   end included (space the file system extended but never filled). It is what a crash in

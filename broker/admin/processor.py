@@ -1,6 +1,5 @@
 """GET_BROKER_RUNTIME_INFO (28): ``{"table": {name: value}}``, every value a string, as
-RocketMQ's ``BrokerController.getRuntimeInfo`` writes its KVTable (admin tools only,
-research/broker.md §3)."""
+RocketMQ's ``BrokerController.getRuntimeInfo`` writes its KVTable (admin tools only)."""
 
 from __future__ import annotations
 

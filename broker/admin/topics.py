@@ -1,11 +1,11 @@
 """Topic administration: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
 DELETE_TOPIC_IN_BROKER (215), as RocketMQ's ``AdminBrokerProcessor`` answers them.
 
-UPDATE_AND_CREATE_TOPIC carries J5 ``CreateTopicRequestHeader``: ``topic``, ``defaultTopic``,
-``readQueueNums``, ``writeQueueNums``, ``perm``, ``topicFilterType`` (SINGLE_TAG/MULTI_TAG),
-``topicSysFlag`` (optional), ``order`` (default false). The topic is put in the broker's
-:class:`~broker.topics.TopicTable` (created, or its queue numbers / perm / order replaced) and
-the broker registers its table in metaledger's routes at once; the answer waits (up to
+UPDATE_AND_CREATE_TOPIC carries RocketMQ 5's ``CreateTopicRequestHeader``: ``topic``,
+``defaultTopic``, ``readQueueNums``, ``writeQueueNums``, ``perm``, ``topicFilterType``
+(SINGLE_TAG/MULTI_TAG), ``topicSysFlag`` (optional), ``order`` (default false). The topic is put in
+the broker's :class:`~broker.topics.TopicTable` (created, or its queue numbers / perm / order
+replaced) and the broker registers its table in metaledger's routes at once; the answer waits (up to
 ``REGISTER_WAIT_S``) for that registration, so a client that reads the route after SUCCESS
 sees the change (RocketMQ's ``registerIncrementBrokerData``). A request that cannot be
 applied is answered SYSTEM_ERROR (as RocketMQ answers a TopicValidator failure) with a remark

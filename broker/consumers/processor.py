@@ -1,4 +1,4 @@
-"""The consumer-side codes (research/broker.md §3, §3.2, §3.4, trap 12).
+"""The consumer-side codes (RocketMQ's ``ClientManageProcessor``, ``ConsumerManageProcessor``).
 
 - HEART_BEAT (34): body HeartbeatData JSON (C++ enum ordinals or names, both read); each
   consumer group is registered, its ``%RETRY%<group>`` topic created (1 queue) and, when the
@@ -8,7 +8,8 @@
 - LOCK_BATCH_MQ (41) / UNLOCK_BATCH_MQ (42): ``{consumerGroup, clientId, mqSet}`` →
   ``{"lockOKMQSet": [...]}``.
 - QUERY_CONSUMER_OFFSET (14): ``offset``; a group without one gets 0 when the queue still
-  starts at 0 (trap 12), else QUERY_NOT_FOUND (22). UPDATE_CONSUMER_OFFSET (15, often oneway).
+  starts at 0 (RocketMQ 4.9's ``ConsumerManageProcessor.java:118-152``), else
+  QUERY_NOT_FOUND (22). UPDATE_CONSUMER_OFFSET (15, often oneway).
 - GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29): ``offset``.
 """
 
@@ -154,7 +155,7 @@ class ConsumerProcessor:
         offset = self.core.offsets.load(h.consumer_group, h.topic, h.queue_id)
         if offset is None:
             if self.core.store.min_offset(h.topic, h.queue_id) <= 0:
-                offset = 0  # trap 12: a young queue starts a new group at 0
+                offset = 0  # as RocketMQ: a young queue starts a new group at 0
             else:
                 return request.response(
                     ResponseCode.QUERY_NOT_FOUND,

@@ -1,6 +1,7 @@
-"""The epoch file: which master epoch wrote which stretch of the commit log (research/broker.md §6.3).
+"""The epoch file: which master epoch wrote which stretch of the commit log.
 
-``<root>/epochFileCheckpoint`` (RocketMQ 5 ``EpochFileCache`` over ``CheckpointFile``)::
+``<root>/epochFileCheckpoint`` (RocketMQ 5 ``store/ha/autoswitch/EpochFileCache.java`` over
+``common/utils/CheckpointFile.java``)::
 
     2              entry count
     773307083      masked CRC32 (``crc32 & 0x7FFFFFFF``) of the entry lines, "\\n" included;

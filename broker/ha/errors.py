@@ -1,4 +1,4 @@
-"""Errors of the broker's HA replication (research/broker.md §5, §6.3).
+"""Errors of the broker's HA replication (docs/broker.md, "Replication and failover").
 
     HAError
     ├── HAProtocolError      bytes that are not a frame of the phase the stream is in (a bad

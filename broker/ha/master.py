@@ -1,6 +1,6 @@
 """The master's HA server: streams its commit log to slaves and counts their acks.
 
-RocketMQ 5 auto-switch HA (research/broker.md §5, §6.3, §6.4; J5 ``AutoSwitchHAConnection``):
+RocketMQ 5 auto-switch HA (its ``store/ha/autoswitch/AutoSwitchHAConnection.java``):
 per connection the slave sends its handshake (broker id), the master answers with its max
 offset and epoch list, the slave's first ack fixes where streaming starts (0 = the master's
 oldest byte, or the start of its last file when the slave asked ``isSyncFromLastFile``; an
@@ -10,10 +10,10 @@ frame as heartbeat when nothing was sent for ``heartbeat_interval`` s. A connect
 reads nothing for ``idle_timeout`` s is closed.
 
 Acks drive ``wait_for`` (futures resolved as acks arrive, no polling) and the per-slave
-``SlaveState``. ``confirm_offset`` (§6.4): the minimum ack over the ``sync_state_set``
-members (slave ids, the master itself excluded), the log end when there are none, unchanged
-while a member is disconnected, never lowered. The send path calls ``notify_appended`` after
-each append (from the loop or any thread) to wake the streams.
+``SlaveState``. ``confirm_offset`` (``AutoSwitchHAService.computeConfirmOffset``): the minimum ack
+over the ``sync_state_set`` members (slave ids, the master itself excluded), the log end when there
+are none, unchanged while a member is disconnected, never lowered. The send path calls
+``notify_appended`` after each append (from the loop or any thread) to wake the streams.
 """
 
 from __future__ import annotations

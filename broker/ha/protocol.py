@@ -1,6 +1,7 @@
 """Sans-I/O frames of RocketMQ 5's auto-switch HA: bytes in, events out, no sockets.
 
-Big-endian (research/broker.md §6.3, J5 ``store/ha/autoswitch/``)::
+Big-endian (RocketMQ 5's ``store/ha/autoswitch/``: ``AutoSwitchHAClient.java``,
+``AutoSwitchHAConnection.java``)::
 
     slave -> master handshake  16 bytes   state i32 = 1 | isSyncFromLastFile i16 |
                                           isAsyncLearner i16 | slaveBrokerId i64

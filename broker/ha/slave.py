@@ -1,6 +1,6 @@
 """The slave's HA client: copies the master's commit log byte for byte.
 
-RocketMQ 5 auto-switch HA (research/broker.md §6.3; J5 ``AutoSwitchHAClient``), per
+RocketMQ 5 auto-switch HA (its ``store/ha/autoswitch/AutoSwitchHAClient.java``), per
 connection: (1) drop any incomplete tail past the last dispatched record; (2) connect and
 send the 16-byte handshake with this replica's broker id; (3) on the master's epoch list,
 cut commit log and epoch file back to the consistent point (no local epochs: the log is

@@ -1,8 +1,8 @@
 """The one read loop both ends of an HA connection share: the next event of a sans-I/O decoder.
 
-Reads at most ``READ_BYTES`` at a time, each within ``idle_timeout`` (research/broker.md §5:
-a connection silent that long is closed), until the decoder has a whole event. A
-:class:`Deadline` keeps such a timeout (and the master's heartbeat interval) with one timer
+Reads at most ``READ_BYTES`` at a time, each within ``idle_timeout`` (a connection silent that
+long is closed, as RocketMQ's HA closes one after 20 s without reads), until the decoder has a whole
+event. A :class:`Deadline` keeps such a timeout (and the master's heartbeat interval) with one timer
 re-armed when it fires, not one per read or frame as ``asyncio.timeout`` makes: a timer
 costs more than the rest of reading an ack.
 """

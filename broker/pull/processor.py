@@ -1,18 +1,20 @@
-"""PULL_MESSAGE (11) (research/broker.md §2; J4 ``PullMessageProcessor.java``).
+"""PULL_MESSAGE (11) (RocketMQ 4.9's ``broker/processor/PullMessageProcessor.java``).
 
-Answers by the store's result, as the table of §2 says: ≥ 1 message → SUCCESS with the raw
-records concatenated; entries scanned but all filtered out → PULL_RETRY_IMMEDIATELY; caught
-up (offset == max) or an empty queue at offset 0 → PULL_NOT_FOUND, parked for long polling
+Answers by the store's result, as RocketMQ's ``PullMessageProcessor`` maps it: ≥ 1 message → SUCCESS
+with the raw records concatenated; entries scanned but all filtered out → PULL_RETRY_IMMEDIATELY;
+caught up (offset == max) or an empty queue at offset 0 → PULL_NOT_FOUND, parked for long polling
 when the request has SUSPEND (woken by a new message in that queue, else answered at the
 deadline); offset out of range → PULL_OFFSET_MOVED. Ext fields ``suggestWhichBrokerId``,
-``nextBeginOffset``, ``minOffset``, ``maxOffset`` are strings (trap 6).
+``nextBeginOffset``, ``minOffset``, ``maxOffset`` are strings (a number reads as 0 in C++
+1.x clients: rocketmq-client-cpp ``CommandHeader.cpp`` reads only JSON strings).
 
 Subscription: with SUBSCRIPTION in ``sysFlag`` the request's expression, else the group's
-heartbeat (SUBSCRIPTION_NOT_EXIST without one); tags are hashed here (trap 10). With
-COMMIT_OFFSET the request's ``commitOffset`` is stored as the group's offset. A batch stops
-at ``max_transfer_count`` messages or ``max_transfer_bytes`` (RocketMQ's 32 and 256 KiB; at
+heartbeat (SUBSCRIPTION_NOT_EXIST without one); tags are hashed here (C++ 1.x sends ``atoi(tag)`` as
+codeSet). With COMMIT_OFFSET the request's ``commitOffset`` is stored as the group's offset. A batch
+stops at ``max_transfer_count`` messages or ``max_transfer_bytes`` (RocketMQ's 32 and 256 KiB; at
 least one message), and at the replication's readable limit
-(5.x confirm offset, trap 11); ``nextBeginOffset`` then names the first record not sent.
+(RocketMQ 5: the confirm offset; 4.x exposes every appended message); ``nextBeginOffset`` then names
+the first record not sent.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Quorum write and role management of a broker replica (issue 17 item 5).
+"""Quorum write and role management of a broker replica (docs/broker.md).
 
-    policy        needAckNums (seed 004) and the sync/async rules (seed 001): pure functions, one table
+    policy        RocketMQ 5's needAckNums and RocketMQ 4's sync/async replication: pure
+                  functions, one table
     group         GroupView: the replica group as metaledger last answered it
     replication   QuorumReplication: the send path's Replication on a master replica
     role          RoleManager: register, heartbeat, follow master changes, fence

@@ -2,9 +2,9 @@
 
 Built from :class:`nameserver.client.ReplicaGroupInfo` (GetGroup, Register,
 AlterSyncStateSet, ElectMaster answers). The role manager swaps the whole view on each
-answer with a master epoch not lower than the one it holds (research/broker.md §7: brokers
-act only on a higher master epoch), and the send path and the in-sync set upkeep read the
-current reference without locks (STYLE.md 7).
+answer with a master epoch not lower than the one it holds (RocketMQ 5's ``ReplicasManager``:
+brokers act only on a higher master epoch), and the send path and the in-sync set upkeep
+read the current reference without locks (the view is immutable).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class GroupView:
 
     @property
     def alive_replicas(self) -> int:
-        """Seed 004's aliveReplicaNumInGroup."""
+        """RocketMQ 5's aliveReplicaNumInGroup (``DefaultMessageStore``)."""
         return len(self.alive)
 
     @property

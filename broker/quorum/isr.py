@@ -1,6 +1,7 @@
 """In-sync set (SyncStateSet) upkeep on the master, through metaledger's AlterSyncStateSet.
 
-RocketMQ 5's ``AutoSwitchHAService`` / ``ReplicasManager`` rules (research/broker.md §6.4):
+RocketMQ 5's ``AutoSwitchHAService`` / ``ReplicasManager`` rules (``store/ha/autoswitch/``,
+``broker/controller/``):
 
 * **Expand**: a slave joins when its ack is at least the confirm offset and at least the
   start of the master's current epoch (it holds everything every member holds, and nothing

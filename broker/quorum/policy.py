@@ -11,38 +11,45 @@ haMaxGapNotInSync -- is the replica group's, kept in metaledger):
 ============  ===============  =========  =====================================================
 role          inSyncReplicas   rule       behaviour
 ============  ===============  =========  =====================================================
-ASYNC_MASTER  any              ASYNC      PUT_OK after the master's own write (seed 001)
-SYNC_MASTER   <= 1             ONE_SLAVE  RocketMQ 4.x (seed 001; research/broker.md §0 traps 3-4,
-                                          §5 "SYNC_MASTER wait"): wait until one slave acked
+ASYNC_MASTER  any              ASYNC      PUT_OK after the master's own write (RocketMQ 4's
+                                          async replication)
+SYNC_MASTER   <= 1             ONE_SLAVE  RocketMQ 4.x sync replication (4.9's
+                                          ``CommitLog.java:888-905``, ``HAService.java:80-99``;
+                                          one slave is enough, not all: it waits for the best
+                                          ack, ``push2SlaveMaxOffset``): wait until one slave acked
                                           the message's end; SLAVE_NOT_AVAILABLE at once when
                                           no slave is connected or the best one lags
                                           >= haSlaveFallbehindMax (256 MiB); FLUSH_SLAVE_TIMEOUT
                                           after slaveTimeout (3 s). The message is stored either
                                           way (both statuses mean "stored on the master").
-SYNC_MASTER   >= 2             QUORUM     RocketMQ 5 quorum write (seed 004; §6.2): before the
+SYNC_MASTER   >= 2             QUORUM     RocketMQ 5 quorum write (5's ``CommitLog.java:995-1014,
+                                          1285-1292``; its QuorumACK design doc): before the
                                           append inSync = min(alive replicas, 1 + slaves less
                                           than haMaxGapNotInSync behind), needAckNums =
                                           calcNeedAckNums(inSync) (auto mode: clamp to
                                           [minInSyncReplicas, inSyncReplicas]);
                                           needAckNums > inSync -> IN_SYNC_REPLICAS_NOT_ENOUGH,
-                                          not stored (SYSTEM_ERROR 1 on the wire, trap 1);
+                                          not stored (SYSTEM_ERROR 1 on the wire: RocketMQ 5
+                                          has no response code for it);
                                           else wait for needAckNums - 1 slave acks,
                                           FLUSH_SLAVE_TIMEOUT after slaveTimeout.
 ============  ===============  =========  =====================================================
 
 Where this differs from RocketMQ, and why:
 
-* RocketMQ 5's SYNC_MASTER with the default inSyncReplicas 1 does not wait at all (trap 2;
-  seed 004's "compatibility" paragraph). Here it keeps RocketMQ 4.x's sync replication
-  (ONE_SLAVE), the behaviour seed 004 says an upgrading user wants, and which issue 17
-  item 4 asks of SYNC_MASTER; a group asks for a quorum by setting inSyncReplicas >= 2.
-* Degradation (seed 004) is RocketMQ's slaveActingMaster mode: the formula above. The
-  slaves it counts, and whose acks count, are only the in-sync set's members
-  (SyncStateSet, kept in metaledger by :mod:`broker.quorum.isr`): metaledger elects the
-  next master from that set, so an ack from any other slave would not make a message
-  survive the master (:mod:`broker.quorum.replication`). ONE_SLAVE counts the same slaves.
-* A message with ``WAIT`` = false answers after the master's own write in every rule (J5
-  ``CommitLog.needHandleHA``).
+* RocketMQ 5's SYNC_MASTER with the default inSyncReplicas 1 does not wait at all
+  (``handleHA`` skips the wait for needAckNums <= 1): a two-replica sync group upgraded from
+  4.x silently becomes async unless totalReplicas and inSyncReplicas are set to 2 (the
+  "compatibility" note of RocketMQ's QuorumACK design doc). Here SYNC_MASTER keeps RocketMQ
+  4.x's sync replication (ONE_SLAVE), what such a user wants (docs/broker.md, "Which answer
+  a send gets"); a group asks for a quorum by setting inSyncReplicas >= 2.
+* Degradation (enableAutoInSyncReplicas, down to minInSyncReplicas) is RocketMQ's
+  slaveActingMaster mode: the formula above. The slaves it counts, and whose acks count, are only
+  the in-sync set's members (SyncStateSet, kept in metaledger by :mod:`broker.quorum.isr`):
+  metaledger elects the next master from that set, so an ack from any other slave would not make a
+  message survive the master (:mod:`broker.quorum.replication`). ONE_SLAVE counts the same slaves.
+* A message with ``WAIT`` = false answers after the master's own write in every rule
+  (RocketMQ 5's ``CommitLog.needHandleHA``).
 """
 
 from __future__ import annotations
@@ -74,7 +81,7 @@ __all__ = [
     "slave_ok",
 ]
 
-#: RocketMQ 4.x ``haSlaveFallbehindMax`` (J4 ``MessageStoreConfig``): 256 MiB
+#: RocketMQ 4.x ``haSlaveFallbehindMax`` (4.9's ``MessageStoreConfig``): 256 MiB
 HA_SLAVE_FALLBEHIND_MAX = 256 * 1024 * 1024
 #: RocketMQ ``slaveTimeout`` (4.9.3+, and 5.x): 3 s
 SLAVE_TIMEOUT_S = 3.0
@@ -98,13 +105,14 @@ class Behaviour:
     """What a rule does, as flags the two decision functions read."""
 
     rule: Rule
-    #: needAckNums from seed 004's formula before the append (else a fixed count)
+    #: needAckNums from RocketMQ 5's formula before the append (else a fixed count)
     quorum_admission: bool
     #: replicas that must hold a message when not decided by the formula (incl. the master)
     fixed_need: int
     #: SLAVE_NOT_AVAILABLE at once after the append when no slave is close enough (4.x)
     slave_check: bool
-    #: consumers see only up to the confirm offset (5.x, trap 11); 4.x/async expose all
+    #: consumers see only up to the confirm offset (5.x, ``DefaultMessageStore.getMessage``);
+    #: 4.x/async expose all
     confirmed_reads: bool
     source: str
 
@@ -112,16 +120,16 @@ class Behaviour:
 #: The table: (role, group asks for a quorum: inSyncReplicas >= 2) -> behaviour.
 RULES: Mapping[tuple[BrokerRole, bool], Behaviour] = {
     (BrokerRole.ASYNC_MASTER, False): Behaviour(
-        Rule.ASYNC, False, 1, False, False, "seed 001: async replication"
+        Rule.ASYNC, False, 1, False, False, "RocketMQ 4: async replication"
     ),
     (BrokerRole.ASYNC_MASTER, True): Behaviour(
-        Rule.ASYNC, False, 1, False, False, "J5 CommitLog.needHandleHA: ASYNC_MASTER never waits"
+        Rule.ASYNC, False, 1, False, False, "RocketMQ 5 needHandleHA: ASYNC_MASTER never waits"
     ),
     (BrokerRole.SYNC_MASTER, False): Behaviour(
-        Rule.ONE_SLAVE, False, 2, True, False, "seed 001; J4 CommitLog.java:888-905"
+        Rule.ONE_SLAVE, False, 2, True, False, "RocketMQ 4.9 CommitLog.java:888-905"
     ),
     (BrokerRole.SYNC_MASTER, True): Behaviour(
-        Rule.QUORUM, True, 0, False, True, "seed 004; J5 CommitLog.java:995-1014, 1285-1292"
+        Rule.QUORUM, True, 0, False, True, "RocketMQ 5 CommitLog.java:995-1014, 1285-1292"
     ),
 }
 
@@ -176,10 +184,11 @@ class WaitFor:
     timeout_s: float
 
 
-# ------------------------------------------------------------------ seed 004
+# ------------------------------------------------------------------ RocketMQ 5 quorum write
 def in_sync_slave_nums(master_offset: int, slaves: Iterable[Acked], max_gap: int) -> int:
-    """Connected slaves less than ``max_gap`` (haMaxGapNotInSync) behind the master (J5
-    ``DefaultHAService.inSyncSlaveNums``: ``masterPutWhere - slaveAckOffset < haMaxGapNotInSync``)."""
+    """Connected slaves less than ``max_gap`` (haMaxGapNotInSync) behind the master
+    (RocketMQ 5's ``DefaultHAService.inSyncSlaveNums``:
+    ``masterPutWhere - slaveAckOffset < haMaxGapNotInSync``)."""
     n = 0
     for s in slaves:  # a loop, not sum(generator): this runs for every send
         if s.connected and master_offset - s.acked < max_gap:
@@ -188,12 +197,12 @@ def in_sync_slave_nums(master_offset: int, slaves: Iterable[Acked], max_gap: int
 
 
 def in_sync_replicas(alive_replicas: int, in_sync_slaves: int) -> int:
-    """Seed 004: ``min(aliveReplicaNumInGroup, inSyncSlaveNums + 1)``."""
+    """RocketMQ 5's ``min(aliveReplicaNumInGroup, inSyncSlaveNums + 1)`` (``CommitLog``)."""
     return min(alive_replicas, in_sync_slaves + 1)
 
 
 def calc_need_ack_nums(policy: GroupPolicy, in_sync: int) -> int:
-    """Seed 004's ``calcNeedAckNums``: inSyncReplicas, or in auto mode
+    """RocketMQ 5's ``CommitLog.calcNeedAckNums``: inSyncReplicas, or in auto mode
     ``max(min(inSyncReplicas, in_sync), minInSyncReplicas)``."""
     need = policy.in_sync_replicas
     if policy.enable_auto_in_sync_replicas:
@@ -210,7 +219,8 @@ def admit(
     slaves: Iterable[Acked],
 ) -> int | PutStatus:
     """Before the append, at commit-log end ``master_offset``: the replicas that must hold
-    the message (incl. the master), or IN_SYNC_REPLICAS_NOT_ENOUGH (seed 004: not stored).
+    the message (incl. the master), or IN_SYNC_REPLICAS_NOT_ENOUGH (the message is
+    not stored).
     ``slaves`` are the counted slaves (the in-sync set's, without the master)."""
     if not behaviour.quorum_admission:
         return behaviour.fixed_need
@@ -224,9 +234,9 @@ def admit(
     return need
 
 
-# ------------------------------------------------------------------ seed 001 (4.x)
+# ------------------------------------------------------------------ RocketMQ 4.x sync replication
 def slave_ok(master_offset: int, slaves: Iterable[Acked], fallbehind_max: int) -> bool:
-    """RocketMQ 4.x ``HAService.isSlaveOK`` (J4 ``HAService.java:80-87``): a slave is
+    """RocketMQ 4.x ``HAService.isSlaveOK`` (4.9's ``HAService.java:80-87``): a slave is
     connected and the best ack is less than ``fallbehind_max`` behind ``master_offset``."""
     acks = [s.acked for s in slaves if s.connected]
     return bool(acks) and master_offset - max(acks) < fallbehind_max
@@ -258,14 +268,14 @@ def _wait_for(count: int, timeout_s: float) -> WaitFor:
     return WaitFor(count, timeout_s)
 
 
-#: What a wait that ran out answers (J4/J5: the replica wait's deadline).
+#: What a wait that ran out answers (RocketMQ 4.x and 5: the replica wait's deadline).
 ON_TIMEOUT = PutStatus.FLUSH_SLAVE_TIMEOUT
 
 
 # ------------------------------------------------------------------ visibility
 def confirm_offset(master_end: int, members: Iterable[Acked | None], previous: int) -> int:
-    """The commit-log offset every in-sync set member holds (J5
-    ``AutoSwitchHAService.computeConfirmOffset``, research/broker.md §6.4): the least ack of
+    """The commit-log offset every in-sync set member holds (RocketMQ 5's
+    ``AutoSwitchHAService.computeConfirmOffset``): the least ack of
     the members (``None``: a member without an HA connection to this master), the master's
     end without members; unchanged (``previous``) while a member is disconnected; never
     lower than ``previous`` (consumers never see a message vanish)."""

@@ -9,7 +9,7 @@ and the HA master's slave acks (``broker/ha``, through :class:`HAMasterLike`).
 next one from the alive members of the SyncStateSet only (``elect`` in
 nameserver/replica_groups/apply.py, RocketMQ's ``DefaultElectPolicy``). A message held by
 the master and by a slave outside that set can be lost in a failover: the slave is never
-elected, and the new master truncates everyone to its own log. So the quorum of seed 004 is
+elected, and the new master truncates everyone to its own log. So RocketMQ 5's quorum is
 counted over set members: in-sync slaves (``inSyncSlaveNums``) and acks alike, and so is
 RocketMQ 4.x's "one slave" rule. A slave that caught up joins the set through
 :mod:`broker.quorum.isr` first, then its acks count.
@@ -20,9 +20,10 @@ master running". A send admitted before a fence and answered after it gets
 FLUSH_SLAVE_TIMEOUT (stored on this replica, replication not confirmed) instead of PUT_OK,
 also when the master epoch changed in between (the admission remembers its epoch).
 
-**Reads.** Under the QUORUM rule consumers see messages up to the confirm offset (5.x,
-research/broker.md §0 trap 11, §6.4): every in-sync set member holds them, so a failover
-never takes back a message a consumer saw. ASYNC and ONE_SLAVE expose everything (4.x).
+**Reads.** Under the QUORUM rule consumers see messages up to the confirm offset
+(RocketMQ 5's ``DefaultMessageStore.getMessage``, ``AutoSwitchHAService.computeConfirmOffset``):
+every in-sync set member holds them, so a failover never takes back a message a consumer saw. ASYNC
+and ONE_SLAVE expose everything (4.x).
 """
 
 from __future__ import annotations

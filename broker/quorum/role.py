@@ -1,7 +1,8 @@
 """RoleManager: a replica's membership in its replica group, kept in metaledger.
 
 RocketMQ 5's ``ReplicasManager`` against metaledger's ReplicaGroups service instead of a
-controller (research/broker.md §7 "Broker start", "Master failure"):
+controller (RocketMQ 5's ``broker/controller/ReplicasManager.java``, the controller's
+``DefaultBrokerHeartbeatManager`` and ``DefaultElectPolicy``):
 
 1. **Register** (``Client.replica_register``): metaledger assigns the broker id (or keeps
    the one this address has, so a restarted replica gets its id back) and answers the group.
@@ -11,7 +12,8 @@ controller (research/broker.md §7 "Broker start", "Master failure"):
    names the master, its epoch and the in-sync set epoch; a change re-reads the group, and so
    does every ``refresh_interval_s`` (alive set and policy change without an epoch).
    "Register first" (``CONTROLLER_BROKER_NEED_TO_BE_REGISTERED``) registers again.
-3. **Follow the master**, acting only on a master epoch not lower than the one held (§7):
+3. **Follow the master**, acting only on a master epoch not lower than the one held
+   (as RocketMQ 5's ``ReplicasManager``):
    named master at a new epoch -> ``hooks.become_master(view)`` (the replica appends
    ``(epoch, end)`` to its epoch file and starts its HA master); another replica named ->
    ``hooks.become_slave(view)`` (stop the HA master, connect an HA client to

@@ -1,13 +1,14 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
 
-Facts (research/broker.md §3.1, §3.3): bornHost = the peer, storeHost = the broker's reachable
-``ip:port`` (trap 8); ``queueId < 0`` picks a random write queue; the batch-or-not decision is
-the header's ``batch`` field for every send code (C++ sends batches as code 10 with
-``"batch":"1"``); a message for ``%RETRY%<group>`` whose ``reconsumeTimes`` reached the
-maximum (header ``maxReconsumeTimes`` else the group's ``retryMaxTimes``) goes to
-``%DLQ%<group>`` queue 0; a ``DELAY`` level > 0 goes to SCHEDULE_TOPIC_XXXX queue ``level-1``
-with ``REAL_TOPIC``/``REAL_QID``. The answer's ``msgId`` is the offset message id (batches:
-comma-joined), ``queueId`` and ``queueOffset`` (the first), all strings (trap 6); the status
+Facts (RocketMQ's ``SendMessageProcessor``): bornHost = the peer, storeHost = the broker's
+reachable ``ip:port`` (C++ clients send CONSUMER_SEND_MSG_BACK there); ``queueId < 0`` picks a
+random write queue; the batch-or-not decision is the header's ``batch`` field for every send code
+(C++ sends batches as code 10 with ``"batch":"1"``); a message for ``%RETRY%<group>`` whose
+``reconsumeTimes`` reached the maximum (header ``maxReconsumeTimes`` else the group's
+``retryMaxTimes``) goes to ``%DLQ%<group>`` queue 0; a ``DELAY`` level > 0 goes to
+SCHEDULE_TOPIC_XXXX queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``. The answer's ``msgId`` is
+the offset message id (batches: comma-joined), ``queueId`` and ``queueOffset`` (the first), all
+strings (as RocketMQ's ``SendMessageResponseHeader``: C++ 1.x reads only JSON strings); the status
 maps to a code by ``broker.replication.RESPONSE``.
 """
 

@@ -1,9 +1,9 @@
 """Delayed delivery: SCHEDULE_TOPIC_XXXX queue ``level-1`` → the real topic when due.
 
-RocketMQ's ``ScheduleMessageService`` (J4 ``store/schedule/ScheduleMessageService.java``,
-research/broker.md §3.3): one queue per delay level, read in order; a message is due at its
-store time + the level's delay; then it is stored again on ``REAL_TOPIC``/``REAL_QID`` without
-``DELAY``/``REAL_*``. Each level's delivered offset is kept in ``delayOffset.json`` (written
+RocketMQ's ``ScheduleMessageService`` (RocketMQ 4.9's
+``store/schedule/ScheduleMessageService.java``): one queue per delay level, read in order; a message
+is due at its store time + the level's delay; then it is stored again on ``REAL_TOPIC``/``REAL_QID``
+without ``DELAY``/``REAL_*``. Each level's delivered offset is kept in ``delayOffset.json`` (written
 after each round that moved), so a restart neither loses nor (beyond the last round) repeats.
 """
 

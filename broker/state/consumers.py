@@ -1,12 +1,12 @@
 """Consumer groups: who is in each group, on which connection, subscribed to what.
 
-RocketMQ's ``ConsumerManager`` (J4 ``broker/client/ConsumerManager.java``; research/broker.md
-§3.2): a HEART_BEAT registers each of the client's consumer groups with its subscriptions; a
-client leaves on UNREGISTER_CLIENT, when its connection closes, or after ``client_expiry_ms``
-without a heartbeat (120 s). A change of a group's members answers with the group's name, so
-the caller can send NOTIFY_CONSUMER_IDS_CHANGED to the others. Subscriptions are parsed as
-TAG expressions (``*``/empty = all, else ``a || b``, FilterAPI.java:39-64); the tag hash is
-the broker's own (trap 10: C++ sends ``atoi(tag)`` as codeSet).
+RocketMQ's ``ConsumerManager`` (RocketMQ 4.9's ``broker/client/ConsumerManager.java``): a HEART_BEAT
+registers each of the client's consumer groups with its subscriptions; a client leaves on
+UNREGISTER_CLIENT, when its connection closes, or after ``client_expiry_ms`` without a heartbeat
+(120 s). A change of a group's members answers with the group's name, so the caller can send
+NOTIFY_CONSUMER_IDS_CHANGED to the others. Subscriptions are parsed as TAG expressions (``*``/empty
+= all, else ``a || b``, FilterAPI.java:39-64); the tag hash is the broker's own (C++ 1.x clients
+send ``atoi(tag)`` as codeSet: rocketmq-client-cpp ``SubscriptionData.cpp``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class ConsumerGroup:
 
 
 def _enum(value: Any, names: dict[int, str]) -> str:
-    """C++ sends enum ordinals, ali-ons and Java names (§3.2): accept both."""
+    """C++ sends enum ordinals, ali-ons and Java names: accept both."""
     if isinstance(value, int) and not isinstance(value, bool):
         return names.get(value, str(value))
     return str(value or "")
@@ -85,7 +85,8 @@ class ConsumerRegistry:
 
     def heartbeat(self, client_id: str, peer: Peer, data: dict[str, Any], now_ms: int) -> list[str]:
         """Register one consumerData entry of a heartbeat; returns [group] if its members or
-        subscriptions changed (J4 ``ConsumerManager.registerConsumer``: ``r1 || r2``)."""
+        subscriptions changed (RocketMQ 4.9's ``ConsumerManager.registerConsumer``:
+        ``r1 || r2``)."""
         name = data.get("groupName")
         if not isinstance(name, str) or not name:
             raise BrokerRequestError("heartbeat: a consumerData entry has no groupName")

@@ -1,4 +1,5 @@
-"""Long polling's parking lot (J4 ``broker/longpolling/PullRequestHoldService.java:66-168``).
+"""Long polling's parking lot (RocketMQ 4.9's
+``broker/longpolling/PullRequestHoldService.java:66-168``).
 
 A PULL_MESSAGE that finds nothing new waits here, per ``topic@queueId``, until a message
 is stored in that queue (:meth:`notify`, called by the write path) or its time is up. The

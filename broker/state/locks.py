@@ -1,8 +1,9 @@
 """Queue locks of orderly consumers (LOCK_BATCH_MQ 41 / UNLOCK_BATCH_MQ 42).
 
-RocketMQ's ``RebalanceLockManager`` (J4 ``broker/client/rebalance/RebalanceLockManager.java:32-33``,
-research/broker.md §3.4): a lock is per (group, topic, queue), held by one client id, and
-expires ``expiry_ms`` (60 s) after its last renewal; a client re-locking what it holds renews.
+RocketMQ's ``RebalanceLockManager`` (RocketMQ 4.9's
+``broker/client/rebalance/RebalanceLockManager.java:32-33``): a lock is per (group, topic, queue),
+held by one client id, and expires ``expiry_ms`` (60 s) after its last renewal; a client re-locking
+what it holds renews.
 """
 
 from __future__ import annotations

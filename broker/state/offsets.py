@@ -5,8 +5,8 @@ broker, :class:`KvOffsetStore` for metaledger. In metaledger an offset is the ke
 ``/brokers/<brokerName>/offsets/<group>/<topic>/<queueId>`` with a decimal value, written by the
 master in one txn per flush (every ≤ 1 s and at stop) and only ever raised (max with what is
 there). Why there: a group's offsets then survive the master's death without a copy from the
-dead master (RocketMQ's slaves copy ``consumerOffset.json`` every 10 s, research/broker.md
-§3.4), and never go backwards; a new master loads them on promotion (:meth:`KvOffsetStore.load_all`).
+dead master (RocketMQ's slaves copy ``consumerOffset.json`` every 10 s), and never go
+backwards; a new master loads them on promotion (:meth:`KvOffsetStore.load_all`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The MessageStore facade: put, get by (topic, queue, offset), offsets, search by time.
 
-Layout under ``root`` (research/broker.md §4): ``commitlog/``, ``consumequeue/<topic>/<qid>/``,
+Layout under ``root`` (RocketMQ's ``store/``): ``commitlog/``, ``consumequeue/<topic>/<qid>/``,
 ``checkpoint``. Opening a store always runs recovery from the checkpoint (a clean stop
 writes a checkpoint at the end, so that scan is short). A put appends the record to the
 commit log and its unit to the consume queue under one lock (queue offsets are dense and
@@ -8,7 +8,7 @@ in commit-log order); under SYNC_FLUSH it returns once the record is durable, an
 shows only durable records. A background thread flushes (ASYNC_FLUSH), flushes the consume
 queues and writes the checkpoint every ``flush_interval_ms``.
 
-HA hooks (research/broker.md §5, §6.3): a master streams raw commit-log bytes with
+HA hooks (:mod:`broker.ha`): a master streams raw commit-log bytes with
 ``read_log``; a slave writes them with ``append_replicated`` at its own end (the bytes may
 split records; each record is dispatched to its consume queue once whole, and
 ``dispatched_offset`` says how far that got), and ``truncate`` cuts log and queues back to

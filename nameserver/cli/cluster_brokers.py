@@ -2,10 +2,11 @@
 
 The group is ``broker-a`` (cluster ``DefaultCluster``); replica j (0-based) is
 ``broker-a-j`` with remoting port ``B+100+10j``, HA port ``B+100+10j+1`` and metrics port
-``B+100+10j+3`` (DESIGN.md §6: scripts find replica j there without parsing output), data in
-``DIR/broker-a-j``, output in ``DIR/broker-a-j.log``, pid in ``DIR/broker-a-j.pid``. Each
-replica is a ``metaledger broker`` process talking to the nodes through their client ports,
-as any broker would; the nameserver never imports the broker (it runs its command line).
+``B+100+10j+3`` (docs/operations.md, "Ports": scripts find replica j there without parsing
+output), data in ``DIR/broker-a-j``, output in ``DIR/broker-a-j.log``, pid in
+``DIR/broker-a-j.pid``. Each replica is a ``metaledger broker`` process talking to the nodes through
+their client ports, as any broker would; the nameserver never imports the broker (it runs its
+command line).
 
 A group of R >= 2 replicas is a quorum-write group: its policy is set before the replicas
 start (totalReplicas R, inSyncReplicas a majority, R // 2 + 1, no automatic degradation) and

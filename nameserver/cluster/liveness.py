@@ -18,10 +18,10 @@ state already answers ``alarm list``.
 The disarm is proposed whether or not the alarm is in this member's image yet, and the
 member forgets that it raised one only once its disarm has applied here. While the disk was
 full, the ACTIVATE may have waited uncommitted (every member's Raft log full) and commit
-only after the disk recovered, later than this member looks at its image (issue 29: the
-alarm then stayed for good). Both go through this member's one path to the leader, so the
-ACTIVATE is ahead of the DEACTIVATE in the log or never commits: once the DEACTIVATE
-applied, no NOSPACE of this episode can come back.
+only after the disk recovered, later than this member looks at its image (a member that
+disarmed only what its image showed left that alarm raised for good). Both go through this member's
+one path to the leader, so the ACTIVATE is ahead of the DEACTIVATE in the log or never commits: once
+the DEACTIVATE applied, no NOSPACE of this episode can come back.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 permanently removed from the cluster": ``ErrMemberRemoved``, rafthttp's 410 Gone).
 
 Once ``member remove`` has committed, the removed member still holds its image and its
-ports: before, it listed itself as a follower in ``status`` and answered ``get`` from an
-image that no longer moves (issue 29). :class:`RemovedMember` looks at the engine's status
+ports: left alone, it would list itself as a follower in ``status`` and answer ``get`` from
+an image that no longer moves. :class:`RemovedMember` looks at the engine's status
 every :data:`CHECK_S`; once the engine says this member was removed
 (:attr:`raftlog.consensus.EngineStatus.removed`: its newest configuration, committed,
 leaves it out, and no leader has written to it for a couple of election timeouts), it

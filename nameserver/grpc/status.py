@@ -62,7 +62,7 @@ def to_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
 
 def rpc(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Turn any error of a handler into its gRPC status (one place, STYLE.md 3)."""
+    """Turn any error of a handler into its gRPC status (the one place that does)."""
 
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:

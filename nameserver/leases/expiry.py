@@ -1,6 +1,6 @@
-"""Lease duties of a node: keepalive checkpoints and, on the leader, expiry (DESIGN.md §5).
+"""Lease duties of a node: keepalive checkpoints and, on the leader, expiry.
 
-The state machine never reads a clock (STYLE.md 5). Time enters the log only through
+The state machine never reads a clock (apply is deterministic). Time enters the log only through
 entries proposed here, each stamped with the proposer's ``timestamp_ms``:
 
 * **Keepalives** arrive on any node (``LeaseKeepAlive``) and are answered at once from

@@ -10,7 +10,8 @@ warmup + duration; only requests that complete inside the measured window count.
     get-rev  linearizable Range of one random key at a past revision (the keys are written,
              the revision taken, the keys written again: each read is of history)
     txn      compare-and-swap, one key per client: If(mod_revision(k) == last)
-             Then Put(k) Else Range(k)  (research/etcd-baselines.md §1)
+             Then Put(k) Else Range(k)  (every CAS succeeds; etcd's benchmark txn-put has no
+             compare)
 
     python -m nameserver.loadgen --endpoints 127.0.0.1:2379 --op put --clients 64 --duration 10
     python -m nameserver.loadgen ... --json       # one JSON line (the dict run() returns)

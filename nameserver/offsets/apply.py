@@ -1,4 +1,5 @@
-"""Replicator offsets: the apply rules of ``offset`` entries (DESIGN.md §5).
+"""Replicator offsets: the apply rules of ``offset`` entries (docs/semantics.md, "Replicator
+offsets").
 
 A commit is a compare-and-set on (job, partition) that carries the worker's lease and
 fencing token. Every check runs here, inside apply, against the image as the entry finds

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rmq.codes import RequestCode
 
-#: The request codes the metaledger nameserver answers (issue 5, plus the unit-topic queries
+#: The request codes the metaledger nameserver answers (RocketMQ's nameserver codes for
+#: routes, broker registration and heartbeats and KV config, plus the unit-topic queries
 #: RocketMQ also answers); everything else gets REQUEST_CODE_NOT_SUPPORTED, as from RocketMQ's
 #: own nameserver.
 NAMESERVER_REQUEST_CODES: frozenset[RequestCode] = frozenset(

@@ -170,7 +170,7 @@ class RegisterBrokerBody:
     def decode(cls, body: bytes) -> RegisterBrokerBody:
         """The uncompressed JSON form; a body of a broker older than V3_0_11 is a bare
         TopicConfigSerializeWrapper and is accepted too. (The deflated form of
-        ``compressedRegister=true`` brokers is not decoded yet: issue 5.) Every field is
+        ``compressedRegister=true`` brokers is not decoded yet.) Every field is
         checked for its type, and a bad one is named in the :class:`BadRequest`."""
         where = "REGISTER_BROKER body"
         obj = json_object(loads_body(body, "REGISTER_BROKER"), where)

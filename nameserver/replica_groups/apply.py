@@ -4,9 +4,9 @@ Over 500 lines: the controller's rules (register, elect, alter the in-sync set, 
 share their pure helpers; they read as one RocketMQ class does.
 
 RocketMQ 5 controller semantics (``controller/.../ReplicasInfoManager.java``,
-``DefaultElectPolicy.java``, ``SyncStateInfo.java``) on the replicated log (DESIGN.md §5):
-per broker name the replicas (broker id -> address), the alive set, the master and its
-epoch, the in-sync set ("syncStateSet") and its epoch, and the quorum-write policy. Like
+``DefaultElectPolicy.java``, ``SyncStateInfo.java``) on the replicated log (docs/semantics.md,
+"Replica groups"): per broker name the replicas (broker id -> address), the alive set, the master
+and its epoch, the in-sync set ("syncStateSet") and its epoch, and the quorum-write policy. Like
 the rest of the state machine this module reads no clock and imports nothing from gRPC:
 every rule runs inside apply against the image as the entry finds it, so two racing
 requests cannot both win and every node decides alike. Liveness is the leader's
@@ -108,7 +108,8 @@ class NeedAck:
 
 
 def need_ack_nums(policy: QuorumPolicy, alive_replicas: int, in_sync_slaves: int) -> NeedAck:
-    """RocketMQ 5's quorum write, exactly as the seed defines it::
+    """RocketMQ 5's quorum write, exactly as its ``store/CommitLog.java`` computes it
+    (``asyncPutMessage``, ``calcNeedAckNums``; RocketMQ's QuorumACK design doc)::
 
     inSyncReplicas = min(aliveReplicaNumInGroup, inSyncSlaveNums + 1)
     needAckNums = config.inSyncReplicas

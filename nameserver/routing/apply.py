@@ -1,8 +1,8 @@
 """RocketMQ route data: the apply rules of ``broker``/``topic``/``kvconfig`` entries
-(DESIGN.md §5); the queries both fronts answer from an image are
+(docs/semantics.md, "RocketMQ routes"); the queries both fronts answer from an image are
 :mod:`nameserver.routing.queries`.
 
-The rules are RocketMQ's ``RouteInfoManager`` (research note §1.4), decided inside apply
+The rules are RocketMQ's ``namesrv/.../routeinfo/RouteInfoManager.java``, decided inside apply
 against the image as the entry finds it, so every node decides alike. Like the rest of the
 state machine this module reads no clock (time comes from ``entry.timestamp_ms``) and
 imports nothing from gRPC or asyncio.

@@ -1,4 +1,4 @@
-"""Broker liveness as a lease (issue 5): heartbeats live in the leader's memory; the log
+"""Broker liveness as a lease: heartbeats live in the leader's memory; the log
 records only changes of state (registered, expired, unregistered).
 
 KRaft does the same with broker heartbeats. Per broker record (``broker`` type) the log

@@ -1,4 +1,5 @@
-"""The records of RocketMQ's route data in the metadata image (DESIGN.md §5 Routing).
+"""The records of RocketMQ's route data in the metadata image (docs/semantics.md, "RocketMQ
+routes").
 
 Three record types, each one effect per (type, key) so the change log stays a compacted
 topic (last write per key wins):

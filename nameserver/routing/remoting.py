@@ -1,6 +1,7 @@
 """The RocketMQ nameserver on the remoting front: handlers of codes 100-106, 205, 206, 216,
-217, 219, 224, 304, 322, 327, 901 and 904 (research note §1.2), on ``rmq``'s frame server as
-:mod:`nameserver.remoting.server` wires it.
+217, 219, 224, 304, 322, 327, 901 and 904 (the route, registration and KV-config codes of
+RocketMQ's ``RequestCode.java`` that its nameserver's ``DefaultRequestProcessor`` answers),
+on ``rmq``'s frame server as :mod:`nameserver.remoting.server` wires it.
 
 Every node answers reads from its own image (eventual, logged with the apply offset);
 writes go through the replicated log from any node (a follower forwards the proposal).

@@ -1,4 +1,5 @@
-"""Consistency by record type (RIP-18, DESIGN.md §5): how each type is read.
+"""Consistency by record type (RIP-18; docs/semantics.md,
+"Consistency by type"): how each type is read.
 
 Each record kind declares its level (``RecordKind.consistency``, the registry of
 :mod:`nameserver.kinds`); this table is what the server's kinds declare, and why:

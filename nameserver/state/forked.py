@@ -2,7 +2,7 @@
 
 Why: a snapshot of a 1M-key image takes seconds of pure-Python encoding. On a thread it
 holds the GIL half of that time, and the apply, consensus and gRPC threads wait for it
-(commit stalls of 70-150 ms, issue 3). A forked child gets a copy-on-write view of the
+(commit stalls of 70-150 ms were measured). A forked child gets a copy-on-write view of the
 immutable image as of the fork, encodes and writes the file on its own interpreter, and
 exits; the parent's thread only waits in ``read``/``waitpid``, which release the GIL.
 

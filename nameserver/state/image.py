@@ -1,4 +1,5 @@
-"""The metadata image: immutable, one sub-image per record kind (STYLE.md 7).
+"""The metadata image: immutable, one sub-image per record kind (as Kafka's
+``MetadataImage``).
 
 Readers take ``state.image`` (one reference, no lock) and see one consistent
 offset. The apply thread builds a :class:`MetadataDelta` on top of the current

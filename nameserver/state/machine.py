@@ -1,7 +1,7 @@
-"""The metadata state machine: applies log entries to the image (DESIGN.md §5).
+"""The metadata state machine: applies log entries to the image.
 
-It imports nothing from consensus or gRPC (STYLE.md 4), and no domain: what each entry
-type does and which record types exist is the registry's
+It imports nothing from consensus or gRPC (consensus only hands it committed entries), and
+no domain: what each entry type does and which record types exist is the registry's
 (:mod:`nameserver.state.registry`), so unit tests drive it with lists of entries and any
 registry. ``apply`` is deterministic (no clock, no randomness, no I/O); each entry's
 changes are all-or-nothing; results are etcd response messages without headers, or a

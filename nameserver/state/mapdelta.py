@@ -1,4 +1,5 @@
-"""Generic map/delta machinery shared by every domain's sub-image (STYLE.md 7).
+"""Generic map/delta machinery shared by every domain's sub-image (as Kafka's
+``MetadataDelta``).
 
 :class:`Journal` is the undo log of one request, :class:`Journaled` a delta's begin, commit
 and rollback over it; :class:`MapDelta` is pending changes over a base mapping, undoable

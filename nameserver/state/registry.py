@@ -1,4 +1,5 @@
-"""The record-kind registry: every record type of the log, declared once (DESIGN.md §2).
+"""The record-kind registry: every record type of the log, declared once (docs/architecture.md,
+"Where a new thing goes").
 
 A record type (the ``type`` of change-log effects and snapshot records) is one
 :class:`RecordKind`: its name, the field of the composite image that holds its sub-image,

@@ -1,5 +1,6 @@
 """Snapshots on a node: the store-backed sink the replicated log writes through, and
-restart from the latest valid snapshot plus the change-log segments after it (DESIGN.md §4).
+restart from the latest valid snapshot plus the change-log segments after it (docs/operations.md,
+"Restarts").
 
 Files under ``<data-dir>``::
 

@@ -1,4 +1,5 @@
-"""Watch (DESIGN.md §5): the etcd v3 ``Watch`` stream, fed by this node's own apply thread.
+"""Watch (docs/semantics.md, "Watch"): the etcd v3 ``Watch`` stream, fed by this node's own apply
+thread.
 
 Data flow::
 

@@ -1,4 +1,5 @@
-"""The replicated metadata log (DESIGN.md §3): consensus, group commit, apply, snapshots.
+"""The replicated metadata log (docs/architecture.md): consensus, group commit, apply,
+snapshots.
 
 :class:`ReplicatedLog` (:mod:`raftlog.log.replicated`) builds and wires its parts, one
 object each, owning its fields: :mod:`~raftlog.log.group_commit` (propose and wait),

@@ -1,6 +1,6 @@
 """The replicated metadata log: consensus + apply thread + change-log segments.
 
-Data flow (DESIGN.md §3)::
+Data flow::
 
     propose(entries) ─▶ group commit ─▶ ConsensusEngine ──commit──▶ sink (count, enqueue)
       (one request)     (concurrent requests                          │
@@ -18,8 +18,8 @@ own no-ops carry none). Group commit: a proposer sends at once when nothing of
 its own is in flight, and otherwise gathers everything that arrives meanwhile
 into the next item (at most ``max_item_requests`` requests or ``max_item_bytes``).
 
-Faults (issue 14): an OSError while appending the change log (ENOSPC, EIO...) is
-transient: the apply group, already applied to the pending state, waits with its records
+Faults (docs/operations.md, "Durability"): an OSError while appending the change log (ENOSPC,
+EIO...) is transient: the apply group, already applied to the pending state, waits with its records
 and results until the append succeeds (retried with backoff on the apply thread; an inline
 group is handed to it), reported to :attr:`ReplicatedLog.health`. While the node is out
 of space, proposals other than read barriers are refused with :class:`NoSpaceError`;

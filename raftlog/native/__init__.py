@@ -1,5 +1,5 @@
-"""The native consensus engine (DESIGN.md §3): a sans-I/O Raft core, its WAL, the peer
-transport and the driver that runs them on one asyncio loop.
+"""The native consensus engine (docs/operations.md, "Consensus engines"): a sans-I/O Raft
+core, its WAL, the peer transport and the driver that runs them on one asyncio loop.
 
 :mod:`~raftlog.native.messages` and :mod:`~raftlog.native.core` hold the protocol (no
 I/O); :mod:`~raftlog.native.wal` the fdatasynced log; :mod:`~raftlog.native.auth`,

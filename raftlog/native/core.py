@@ -1,8 +1,8 @@
 """A Raft core without I/O: the native consensus engine's protocol logic.
 
-The shape is etcd-io/raft's (STYLE.md 4): the driver (:mod:`raftlog.native.engine`) feeds
-messages, ticks and proposals in; the core changes its state and leaves behind what the
-driver must do next, in this order:
+The shape is etcd-io/raft's (``raft.go``, ``Ready``/``Advance``): the driver
+(:mod:`raftlog.native.engine`) feeds messages, ticks and proposals in; the core changes its state
+and leaves behind what the driver must do next, in this order:
 
 1. send :attr:`RaftCore.outbox` (a leader's appends go out before its own fsync: the
    followers write while the leader writes);

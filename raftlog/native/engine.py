@@ -1,6 +1,6 @@
 """The native consensus engine: :mod:`raftlog.native.core` driven over TCP, with an fsynced log.
 
-What it does differently from the PySyncObj engine, and why (``research/python-ceiling.md``):
+What it does differently from the PySyncObj engine, and why (measured in docs/performance.md):
 
 * **Durable**: every group of entries is fdatasynced before a follower acknowledges it or
   the leader counts itself (:mod:`raftlog.native.wal`); PySyncObj never syncs its journal.

@@ -8,7 +8,7 @@ Two pieces, the first sans-I/O:
   back in any order (queues are independent); :meth:`Watermark.safe` is the last boundary
   with everything up to it confirmed. That is the offset the 1-second ``REPLCONF ACK`` clock
   reports and the only one ever checkpointed, so the master never believes we hold what the
-  broker does not, and a restart never skips a write (issue 18 item 4).
+  broker does not, and a restart never skips a write.
 - :class:`CheckpointStore` keeps ``(replid, offset, db)`` in metaledger as a fenced offset
   commit (``Offsets`` service: the active replicator's election lease and its token). A paused
   old active that lost its lease is refused by the server (NOT_FOUND / "stale

@@ -2,7 +2,7 @@
 
 A Redis Cluster is replicated by **one replicator job per shard** (a master and its replicas):
 each master has its own replication stream, replid and offsets, so one job's checkpoint
-``(replid, offset)`` is one shard's position (research §1: RedisShake's cluster mode also
+``(replid, offset)`` is one shard's position (RedisShake's cluster mode also
 runs one reader per master). A job names its shard on the command line::
 
     metaledger replicate redis --source redis://10.0.0.5:7000 --cluster-shard 0 --job orders-0 …
@@ -33,13 +33,14 @@ confirmed (the old master was killed and its replica is not promoted yet, for
 the next one resolves again after the retry delay.
 
 Why a failover costs no full sync: a promoted replica keeps the old master's replid as its
-``replid2`` with ``second_replid_offset`` = its offset + 1 at promotion (research §3.5, PSYNC2).
-The next pass PSYNCs the new master with the checkpoint ``(old replid, offset + 1)``; when the
-checkpoint is within the history the replica had received (always after ``CLUSTER FAILOVER``,
-which waits for the replica to catch up), the answer is ``+CONTINUE <new replid>``, which the
-pipeline persists at once. A checkpoint *beyond* that history (after a kill -9, the replicator
-confirmed writes the replica never got: the cluster lost them) gets ``+FULLRESYNC``: a new
-generation with SNAPSHOT markers, so the topic then follows the new master's history.
+``replid2`` with ``second_replid_offset`` = its offset + 1 at promotion (PSYNC2,
+``masterTryPartialResynchronization``). The next pass PSYNCs the new master with the checkpoint
+``(old replid, offset + 1)``; when the checkpoint is within the history the replica had received
+(always after ``CLUSTER FAILOVER``, which waits for the replica to catch up), the answer is
+``+CONTINUE <new replid>``, which the pipeline persists at once. A checkpoint *beyond* that history
+(after a kill -9, the replicator confirmed writes the replica never got: the cluster lost them) gets
+``+FULLRESYNC``: a new generation with SNAPSHOT markers, so the topic then follows the new master's
+history.
 
 While a pass runs, it checks every ``cluster_check_interval_s`` (2 s) that its node is still
 the shard's master (:meth:`ClusterResolver.moved`) and ends when another node is: an old

@@ -8,7 +8,7 @@ snapshot taken from redis-server 7.0.15 is checked in (``command_table.json``, w
 replicator works offline and tests are deterministic.
 
 Keys are found by the command's key specs exactly as Redis's ``getKeysUsingKeySpecs``
-(``db.c``) does (research/redis-and-replication.md §3.4 lists what the stream carries):
+(``db.c``) does:
 
 - ``begin_search``: ``index`` (argv position) or ``keyword`` (search from ``startfrom``,
   backwards when negative, for a token; the keys start after it);

@@ -7,7 +7,7 @@ and hands every event, in order, to an async consumer. Three tasks share the lin
   consumer: events go to an :class:`~replicator.redis.spool.EventSpool` (memory up to
   ``spool_memory_bytes``, then a spill file in ``spool_dir``; ``pending_events`` counts
   them), so the master never cuts the link for its output-buffer limit and memory stays
-  bounded however slow the sink is (research §3.4, issue 18 item 4). It answers
+  bounded however slow the sink is. It answers
   ``REPLCONF GETACK *`` at once.
 * the **ACK timer** sends ``REPLCONF ACK <offset>`` every ``ack_interval_s`` (1 s, as
   ``replicationCron`` does) with ``confirmed_offset()``, the offset the sink has confirmed,
@@ -19,13 +19,14 @@ and hands every event, in order, to an async consumer. Three tasks share the lin
 * the **consumer** task awaits ``consumer(event)`` for each event, one at a time.
 
 The ACK right after ``RdbEnd``: Redis 7.0 holds the command stream back after a diskless
-sync until a ``REPLCONF ACK`` arrives *after* its fork child was reaped (research §0.3,
-§3.3). The driver acks at once after ``RdbEnd`` so the stream starts as early as possible
-(when the child was already reaped), and the 1-second timer covers the case where it was
-not. Any value starts the stream, so that ACK too carries ``confirmed_offset()`` and
-nothing more: the snapshot's messages are not confirmed yet, and ``INFO replication`` (and
-``WAIT``) must never show the master an offset the sink does not hold. ``confirmed_offset``
-answers in the terms of the link's current history (0 until something of it is confirmed).
+sync until a ``REPLCONF ACK`` arrives *after* its fork child was reaped
+(``repl_start_cmd_stream_on_ack``; an ACK before ``checkChildrenDone`` saw the child exit is
+ignored). The driver acks at once after ``RdbEnd`` so the stream starts as early as possible (when
+the child was already reaped), and the 1-second timer covers the case where it was not. Any value
+starts the stream, so that ACK too carries ``confirmed_offset()`` and nothing more: the snapshot's
+messages are not confirmed yet, and ``INFO replication`` (and ``WAIT``) must never show the master
+an offset the sink does not hold. ``confirmed_offset`` answers in the terms of the link's current
+history (0 until something of it is confirmed).
 
 ``-LOADING`` / ``-NOMASTERLINK`` / ``-MASTERDOWN`` during the handshake (``MasterNotReady``,
 ``retriable``) are retried on a new connection after ``retry_delay_s``, up to

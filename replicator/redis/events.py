@@ -2,7 +2,8 @@
 
 :class:`EventBuilder` takes what the protocol object emits (``argv``, ``start``, ``end``: the
 master's offsets, ``[start, end)``) and the replid, and returns each time a :class:`Batch` of
-:class:`OutMessage` (often empty) with the checkpoint it allows. What it keeps (research/redis-and-replication.md §3.4, §6):
+:class:`OutMessage` (often empty) with the checkpoint it allows. What it keeps (the stream's
+offsets and SELECTs as Redis 7.0's ``replication.c`` writes them):
 
 - **The db.** ``SELECT n`` changes it and makes no message. The master sends SELECT only when
   the next command's db differs from what it last told this replica; after a full sync it

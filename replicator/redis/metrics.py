@@ -1,4 +1,5 @@
-"""A Redis replication job's metrics (issue 18 item 7), served as Prometheus text on
+"""A Redis replication job's metrics (docs/redis-replicator.md, "Metrics and progress"),
+served as Prometheus text on
 ``metaledger replicate redis --listen-metrics HOST:PORT``, and the full-sync progress line.
 
 Per job (label ``job``), the same numbers ``metaledger replicate status`` shows:

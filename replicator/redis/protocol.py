@@ -1,30 +1,31 @@
 """The replica side of Redis replication as a sans-I/O object: bytes in, events and bytes out.
 
-One table drives it (STYLE.md 2, etcd raft's ``r.step``): :data:`PHASES` maps each phase to the
-method that reads it, and :data:`TRANSITIONS` says which phase may follow which::
+One table drives it (as h11's ``_state.py`` and etcd raft's ``r.step``): :data:`PHASES` maps
+each phase to the method that reads it, and :data:`TRANSITIONS` says which phase may follow which::
 
     HANDSHAKE          [AUTH [user] password] → PING → [REPLCONF listening-port <port>]
                        → [REPLCONF capa eof capa psync2]; one request at a time, each reply
-                       checked (research §3.1)
+                       checked (Redis 7.0's ``syncWithMaster``)
     AWAIT_PSYNC_REPLY  PSYNC <replid> <offset+1> | PSYNC ? -1  →  +FULLRESYNC <replid> <offset>
-                       (→ RDB_PAYLOAD) or +CONTINUE [<new replid>] (→ COMMAND_STREAM) (§3.2)
+                       (→ RDB_PAYLOAD) or +CONTINUE [<new replid>] (→ COMMAND_STREAM)
     RDB_PAYLOAD        $<len>\\r\\n + len bytes (disk), or $EOF:<40-byte mark>\\r\\n … <mark>
                        (diskless); the mark is found across chunk boundaries and never
-                       handed out as payload (§3.3)
-    COMMAND_STREAM     RESP arrays of bulk strings; every byte counts toward the offset (§3.4)
+                       handed out as payload (``rdbSaveRioWithEOFMark``)
+    COMMAND_STREAM     RESP arrays of bulk strings; every byte counts toward the offset
 
 AUTH goes first, before PING (a real 7.0 replica pings first and accepts ``-NOAUTH``): then
 every refusal after AUTH is a real one, and PING checks the ACL user's ``+ping``.
 
 Bare ``\\n`` keepalives, which the master writes while it prepares the payload (before
-``+FULLRESYNC`` and before ``$``), are skipped and not counted (§3.2; RR issues #3, #27).
+``+FULLRESYNC`` and before ``$``), are skipped and not counted (redis-replicator's parser bugs
+leonchen83/redis-replicator#3 and #27 were on these).
 
 Offsets: :attr:`ReplicaProtocol.offset` is the replication offset *processed*, in the master's
 ``master_repl_offset`` terms: the ``+FULLRESYNC`` offset, then plus the bytes of every
 command consumed. A command is ``StreamCommand(argv, start, end)`` with ``end - start`` its
 exact size on the wire. Resuming from a processed offset ``o`` sends ``PSYNC <replid> o+1``
-(``cached_master->reploff+1``, §3.1). ``REPLCONF GETACK *`` is part of the stream: it is a
-``StreamCommand`` (counted, as the master counts it) followed by :class:`GetAck`.
+(``cached_master->reploff+1``, as ``syncWithMaster``). ``REPLCONF GETACK *`` is part of the stream:
+it is a ``StreamCommand`` (counted, as the master counts it) followed by :class:`GetAck`.
 
 Errors: bytes that break the protocol raise ``ProtocolError`` whose ``offset`` is the
 replication offset in COMMAND_STREAM and the byte position on the connection before it; a
@@ -153,7 +154,8 @@ class ReplicaConfig:
         if self.resume is not None:
             replid, offset = self.resume
             if not _REPLID.fullmatch(replid) or replid == "0" * 40:
-                # forty zeros is a cleared replid2, which PSYNC matches (research §3.5)
+                # forty zeros is a cleared replid2, which PSYNC matches
+                # (``masterTryPartialResynchronization``)
                 raise ConfigError("resume", f"{replid!r} is not a 40-hex-digit replication id")
             if offset < 0:
                 raise ConfigError("resume", f"offset {offset} is negative")

@@ -15,7 +15,7 @@ lost) ends it, and the next pass starts again from the last *committed* checkpoi
 ``replid offset+1`` (``+CONTINUE``: the stream resumes at a command boundary outside any
 transaction, in the checkpoint's db) or a full sync with SNAPSHOT markers. Messages sent after
 the checkpoint and before the failure are sent again: duplicates only within the in-flight
-window, never a gap (issue 18 item 4).
+window, never a gap (docs/redis-replicator.md, "Acks and checkpoints").
 
 The checkpoint's ``generation`` counts full syncs, so a new history (a master restarted after
 kill -9, a backlog overflow) still moves the stored position forward (checkpoint.py).

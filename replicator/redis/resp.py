@@ -25,7 +25,7 @@ chunks is parsed once, never re-scanned. It is bounded: a bulk string longer tha
 ``max_bulk_bytes``, an aggregate longer than ``max_aggregate_len``, nesting deeper than
 ``max_depth`` or a header line longer than ``max_line_bytes`` raises ``ProtocolError`` naming
 the limit. ``consumed`` counts the bytes of every complete top-level item returned so far:
-the replication offset is built on it (research §3.4: every byte of the stream counts).
+the replication offset is built on it (every byte of the stream counts).
 
 After a ``ProtocolError`` the parser stays broken (every later call raises the same error):
 nothing after a bad item can be trusted to start on an item boundary.
@@ -44,7 +44,7 @@ from typing import Final, TypeAlias
 from replicator.redis.errors import ProtocolError
 
 MAX_BULK_BYTES: Final = 512 * 1024 * 1024
-"""Redis's ``proto-max-bulk-len`` default (research §3.7)."""
+"""Redis's ``proto-max-bulk-len`` default (``config.c``)."""
 MAX_AGGREGATE_LEN: Final = 2**31 - 1
 """Redis accepts a multibulk length up to INT_MAX from its master (``processMultibulkBuffer``);
 memory stays proportional to bytes received, since nothing is allocated ahead of the items."""

@@ -3,8 +3,8 @@
 The master cuts a replica whose output buffer passes ``client-output-buffer-limit replica``
 (256 MB hard, 64 MB for 60 s by default), and ``repl-timeout`` after silence. So the reader
 never waits for the sink: it puts every chunk here and goes back to the socket, and the
-pipeline takes from here at the sink's pace (issue 18 item 4, "a reader that keeps draining
-the socket, spooling to disk when the sink is slow").
+pipeline takes from here at the sink's pace: a reader that keeps draining the socket,
+spooling to disk when the sink is slow.
 
 Up to ``memory_limit`` bytes stay in memory; past it, chunks are appended to one spill file
 in ``directory`` and read back in order; once the reader of the spool has drained the file,

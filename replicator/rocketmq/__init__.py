@@ -1,6 +1,6 @@
-"""The RocketMQ replicator (issue 19, RIP-45): topics of one RocketMQ cluster copied into
-another at least once, with fenced source offsets, offset-syncs and consumer-group offset
-translation, all kept in metaledger.
+"""The RocketMQ replicator (docs/rocketmq-replicator.md; RIP-45): topics of one RocketMQ cluster
+copied into another at least once, with fenced source offsets, offset-syncs and consumer-group
+offset translation, all kept in metaledger.
 
 - ``wire`` (sans-I/O requests, answers, the stored-record format), ``routes`` and ``client``
   (``ClusterClient``: one cluster through its nameserver): talking to RocketMQ;

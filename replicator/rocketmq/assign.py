@@ -1,9 +1,9 @@
 """Which worker replicates which source queue: live members, rendezvous assignment, and a
 fenced claim per queue.
 
-Issue 19 item 2: "workers hold leases; queues are spread over the live workers of a job and
-moved when one dies; a paused worker that lost its lease can neither send nor commit". Three
-pieces:
+Workers hold leases; queues are spread over the live workers of a job and moved when one
+dies; a paused worker that lost its lease can neither send nor commit
+(docs/rocketmq-replicator.md, "Workers, leases and queue claims"). Three pieces:
 
 - :class:`Membership` joins the job: a lease kept alive by a background keeper and the key
   ``/replicators/rocketmq/<job>/workers/<worker>`` attached to it, so a dead worker leaves by

@@ -1,6 +1,6 @@
 """What the replicator commits per source queue, and consumer-group offset translation.
 
-Issue 19 items 2 and 4. Per source queue (partition ``topic/broker/queue``) one fenced
+Per source queue (partition ``topic/broker/queue``) one fenced
 ``Offsets`` commit holds a :class:`QueueCheckpoint`: the next source offset to pull (the
 watermark of :mod:`replicator.rocketmq.watermark`, also the commit's ``position``), the count
 of dismissed messages, and the **offset-syncs**: pairs (source offset, destination offset)
@@ -12,7 +12,7 @@ queue go into a destination queue in source order (one sink lane per destination
 confirmed and resent in order; anything sent later lands at a higher destination offset). So a
 sync (s, d) says: every message of this source queue after s that goes to this destination
 queue is stored at an offset above d. A consumer group whose source offset is g (RocketMQ
-consumer offsets name the next message to consume, research/broker.md §3) has consumed
+consumer offsets name the next message to consume) has consumed
 nothing at or after g; with the newest sync (s, d) with s < g it resumes at d + 1 and misses
 nothing; a sync at g - 1 makes that exact. Without such a sync the answer is unknown
 (``None``: resume at the destination queue's min offset, which skips nothing either). A

@@ -9,7 +9,7 @@ blocking twin of ``route`` for ``replicator.sinks.routes.RouteSource`` (a sink c
 ``asyncio.to_thread``): ``rmq.connection.blocking_call``, a plain socket per call, safe from
 any thread.
 
-Read queues (research/rocketmq-clients.md §1.3, RocketMQ's ``topicRouteData2TopicSubscribeInfo``):
+Read queues (RocketMQ's ``topicRouteData2TopicSubscribeInfo``):
 queue data with the READ permission bit (4) sorted by broker name, then queue ids
 0..readQueueNums-1; each pulled from its group's master.
 """

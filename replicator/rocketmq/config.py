@@ -9,7 +9,7 @@ match against the source nameserver's topic list, re-read every ``refresh_s``). 
 ``--topics`` they are replicated. The heartbeat topic is always replicated when heartbeats
 are on (its counts are kept apart from the user topics').
 
-Queue mapping (research/redis-and-replication.md §6(B)):
+Queue mapping (the config says which):
 
 - ``same``: source read queue ``i`` (RocketMQ client order: broker name, then queue id) goes
   to destination write queue ``i mod n``. One source queue feeds one destination queue in

@@ -4,7 +4,8 @@ sorts first among the live workers: :meth:`JobConnectors.tick` is told whether i
 all three are idempotent, so a moment with two leaders during a membership change costs a
 duplicate heartbeat or write, nothing more.
 
-**Heartbeats** (issue 19 item 3; RIP-45's RocketMQHeartbeatConnector). Every
+**Heartbeats** (docs/rocketmq-replicator.md, "Heartbeats"; RIP-45's
+RocketMQHeartbeatConnector). Every
 ``heartbeat_interval_s`` a small JSON message (job, emitting worker, sequence, time) goes
 into ``rmq_sys_replicator_heartbeat`` of the *source* cluster; the source connector
 replicates that topic like a user topic (its counts kept apart); the leader reads the

@@ -1,5 +1,6 @@
 """Consumer-group offsets carried across: a group that consumed the source moves to the
-destination and resumes with no gap (issue 19 item 4).
+destination and resumes with no gap (docs/rocketmq-replicator.md,
+"Consumer-group failover: offset translation").
 
 The group's committed offset on each source queue (QUERY_CONSUMER_OFFSET at the source
 brokers) is translated through the offset-syncs the job committed with its source offsets
@@ -9,9 +10,9 @@ the smallest). A destination queue no sync says anything about resumes at its ea
 offset (never a gap; duplicates instead). A topic the group has no source offset for on any
 queue (QUERY_NOT_FOUND everywhere: it does not consume it) and the heartbeat topic are left
 out; a broker answers 0 rather than QUERY_NOT_FOUND on a queue that still starts at 0
-(research/broker.md trap 12), which translates to the destination's earliest: safe.
-Timestamps play no part: a destination queue's store times are the replication's, not the
-producer's, so a timestamp search there skips or repeats by however much replication lagged.
+(RocketMQ 4.9's ``ConsumerManageProcessor.java:118-152``), which translates to the destination's
+earliest: safe. Timestamps play no part: a destination queue's store times are the replication's,
+not the producer's, so a timestamp search there skips or repeats by however much replication lagged.
 
 Used by the checkpoint connector (every ``checkpoint_interval_s``) and by ``metaledger
 replicate translate --group G [--write]``.

@@ -1,4 +1,5 @@
-"""A RocketMQ replication worker's Prometheus metrics (issue 19 item 7), served on
+"""A RocketMQ replication worker's Prometheus metrics (docs/rocketmq-replicator.md, "Status and
+metrics"), served on
 ``metaledger replicate rocketmq --listen-metrics HOST:PORT``.
 
 Everything comes from the worker's status document (the one ``replicate status`` shows),

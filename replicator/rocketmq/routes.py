@@ -3,8 +3,9 @@
 topic names, GET_BROKER_CLUSTER_INFO (106) ClusterInfo → broker groups.
 
 Bodies may be fastjson's own dialect, integer map keys unquoted (``"brokerAddrs":{0:"..."}``,
-research/rocketmq-clients.md §1.3), or standard JSON; ``loads_lenient`` reads both. Every
-field is checked: a body of the wrong shape is :class:`BadAnswer`, never a KeyError.
+what RocketMQ's nameserver sends clients older than 4.9.4), or standard JSON; ``loads_lenient``
+reads both. Every field is checked: a body of the wrong shape is :class:`BadAnswer`, never a
+KeyError.
 """
 
 from __future__ import annotations

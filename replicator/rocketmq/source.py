@@ -1,6 +1,7 @@
 """The source connector's unit of work: one source queue this worker holds the claim of,
 pulled from the source cluster and sent to the destination, committed only up to what the
-destination acknowledged (issue 19 item 1).
+destination acknowledged (docs/rocketmq-replicator.md, "At least once, and what stops the
+commit").
 
 A :class:`QueueReplication` pulls in offset order and hands each message to the sink; the
 sink's future resolves with the destination queue offset of the stored copy, in any order

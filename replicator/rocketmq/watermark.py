@@ -1,10 +1,10 @@
 """The committable source offset of one source queue: the contiguous low watermark of messages
 the destination acknowledged (or the operator's policy dismissed).
 
-Issue 19 item 1: a source offset is committed "only up to the contiguous low watermark of
-messages the destination acknowledged"; a failed send holds the commit at its offset until it
+A source offset is committed only up to the contiguous low watermark of messages the
+destination acknowledged; a failed send holds the commit at its offset until it
 is acknowledged after a resend, or dismissed by the explicit dismiss policy, which counts it.
-RocketMQ offsets are consume-queue indices (research/broker.md §3: PULL_MESSAGE answers carry
+RocketMQ offsets are consume-queue indices (PULL_MESSAGE answers carry
 ``nextBeginOffset``; a consumer offset is the *next* message to consume), so the committed
 value is the lowest offset not yet done: a restart pulls from there and nothing is skipped.
 

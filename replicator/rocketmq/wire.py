@@ -2,7 +2,8 @@
 (no sockets, no asyncio): request builders return ``RemotingCommand``; parsers take the
 answer and return typed values or raise ``replicator.rocketmq.errors``.
 
-Codes and header fields (research/broker.md §2-§3, research/rocketmq-clients.md §1.2):
+Codes and header fields (RocketMQ's ``RequestCode.java``, ``PullMessageProcessor``,
+``ConsumerManageProcessor``):
 PULL_MESSAGE 11 (consumerGroup, topic, queueId, queueOffset, maxMsgNums, sysFlag,
 commitOffset, suspendTimeoutMillis, subVersion, subscription, expressionType; answer
 nextBeginOffset, minOffset, maxOffset, suggestWhichBrokerId), QUERY_CONSUMER_OFFSET 14,
@@ -149,7 +150,7 @@ def _answer_header(header: type[H], answer: RemotingCommand, what: str) -> H:
 
 
 def parse_pull(answer: RemotingCommand, check_crc: bool = True) -> PullResult:
-    """A pull answer (research/broker.md §2): SUCCESS with its records, 19/20/21 with the
+    """A pull answer (RocketMQ's ``PullMessageProcessor``): SUCCESS with its records, 19/20/21 with the
     offsets to go on at; any other code is :class:`RemotingError`. The messages' bodies are
     inflated (``rmq.message.decode_records``); records that do not decode are
     :class:`BadAnswer`."""
@@ -202,8 +203,9 @@ def query_consumer_offset_request(group: str, topic: str, queue_id: int) -> Remo
 
 
 def parse_consumer_offset(answer: RemotingCommand) -> int | None:
-    """The group's offset; None for QUERY_NOT_FOUND (22: the group has none, research
-    trap 12)."""
+    """The group's offset; None for QUERY_NOT_FOUND (22: the group has none; a broker answers
+    0 instead while the queue still starts at 0: RocketMQ 4.9's
+    ``ConsumerManageProcessor.java:118-152``)."""
     if answer.code == ResponseCode.QUERY_NOT_FOUND:
         return None
     return parse_offset(answer)

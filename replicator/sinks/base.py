@@ -36,13 +36,13 @@ __all__ = [
     "encode_properties",
 ]
 
-#: Set by the sink itself (research/rocketmq-clients.md §1.6): a message may not carry them.
+#: Set by the sink itself (SEND_MESSAGE's ``properties``): a message may not carry them.
 RESERVED_PROPERTIES: Final = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY"})
 
 
 @dataclass(frozen=True, slots=True)
 class OutMessage:
-    """What a sink sends (the shared record of issue 18; the replicator's events build it)."""
+    """What a sink sends (the record both replicators share; their events build it)."""
 
     topic: str
     queue_id: int

@@ -4,19 +4,20 @@ Routes come from metaledger (``nameserver.client`` ``route_get``; fetched at sta
 ``route_refresh_ms`` and before a resend that followed a route-type failure). A topic's write
 queues are numbered as RocketMQ clients number them (see :mod:`replicator.sinks.base`); each
 is a *lane* sent to its broker group's master (broker id 0) with SEND_MESSAGE_V2 (code 310),
-the V1 header fields renamed ``a``..``n`` (J4 ``SendMessageRequestHeaderV2.java``;
-research/rocketmq-clients.md §1.6): producerGroup, topic, defaultTopic ``TBW102``,
+the V1 header fields renamed ``a``..``n`` (RocketMQ 4.9's
+``SendMessageRequestHeaderV2.java``): producerGroup, topic, defaultTopic ``TBW102``,
 defaultTopicQueueNums, queueId, sysFlag 0 (bodies are never compressed: they are stored as
 given), bornTimestamp, flag (the message's), properties (KEYS, TAGS, the message's own,
 UNIQ_KEY: the message's ``uniq_key`` or one made here, WAIT=true; ``k 0x01 v 0x02``),
 reconsumeTimes 0, unitMode false, batch false, brokerName.
 
-Confirmation (research/broker.md §3.1, §6.2): only PUT_OK (0) confirms. FLUSH_DISK_TIMEOUT,
+Confirmation (RocketMQ 5's ``SendMessageProcessor``): only PUT_OK (0) confirms. FLUSH_DISK_TIMEOUT,
 SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT mean "stored on the master only" and SYSTEM_ERROR
 "in-sync replicas not enough" means "not stored": none is a confirmation. A confirmed message's
 future resolves with its destination queue offset: the answer's ``queueOffset`` (a batch's
 answer names its first message's; the broker stores a batch as one unit, so its messages take
-consecutive offsets from there: J5 ``CommitLog.putMessages``, broker/core.py ``put_batch``).
+consecutive offsets from there: RocketMQ 5's ``CommitLog.putMessages``, broker/core.py
+``put_batch``).
 A PUT_OK without a ``queueOffset`` fails the lane (a broker this sink cannot use).
 
 Order and batching. A broker may store the requests of one connection in any order (the
@@ -504,7 +505,8 @@ async def _open(address: str, timeout_ms: int) -> RemotingConnection:
 
 
 def _queue_offset(answer: RemotingCommand) -> int | None:
-    """A send answer's ``queueOffset`` (a string, trap 6), or None when absent or not a number."""
+    """A send answer's ``queueOffset`` (a string, as RocketMQ's SendMessageResponseHeader
+    sends it), or None when absent or not a number."""
     text = answer.ext_fields.get("queueOffset")
     try:
         return int(text) if text is not None else None

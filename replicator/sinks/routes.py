@@ -2,7 +2,7 @@
 turned into the write queues RocketMQ clients see (``TopicPublishInfo``: queue data sorted by
 broker name, then queue ids 0..writeQueueNums-1 of each; a queue goes to its group's master,
 broker id 0, ``MixAll.MASTER_ID``; only queue data with the WRITE permission bit, 2). Both
-RocketMQ sinks number queues this way (research/rocketmq-clients.md §1.3).
+RocketMQ sinks number queues this way (RocketMQ's ``topicRouteData2TopicPublishInfo``).
 """
 
 from __future__ import annotations

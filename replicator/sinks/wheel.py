@@ -12,7 +12,7 @@ the queue goes out, and the queue fails for good as in the codec sink.
 
 The core resolves routes itself through the metaledger node's remoting port (``namesrv``, the
 RocketMQ nameserver protocol); queue counts come from metaledger's ``route_get`` like the codec
-sink's. Status (research/broker.md §3.1 table): only SEND_OK confirms; the core's statuses
+sink's. Status (RocketMQ's ``SendStatus``): only SEND_OK confirms; the core's statuses
 FLUSH_DISK_TIMEOUT 1, FLUSH_SLAVE_TIMEOUT 2, SLAVE_NOT_AVAILABLE 3 become SendFailed with the
 remoting codes 10, 12, 11. Bodies go in with ``SetByteMessageBody`` (``set_body`` stops at a NUL
 byte). The core adds UNIQ_KEY and WAIT itself (it overwrites a UNIQ_KEY set as a property:

@@ -1,6 +1,6 @@
-"""Offline compaction on Spark (DESIGN.md §4): base snapshot + change-log segments up to an
-offset -> a new snapshot, with the same per-type counts and content hashes as the snapshot
-the server writes at that offset (and as :func:`snapshots.compact_local`).
+"""Offline compaction on Spark (docs/operations.md, "Offline compaction"): base snapshot +
+change-log segments up to an offset -> a new snapshot, with the same per-type counts and content
+hashes as the snapshot the server writes at that offset (and as :func:`snapshots.compact_local`).
 
 Plan of :func:`compact_spark` (classic PySpark RDDs on a bare SparkContext; no pandas,
 pyarrow or SparkSession needed)::

@@ -2,10 +2,10 @@
 settings this project needs, the driver JVM's class-data-sharing archive, and the code
 shipped to remote executors.
 
-Spark settings (research/spark-and-deps.md §2-3): loopback bind (SPARK_LOCAL_IP, driver host
-and bind address) for local and loopback masters, UI off, the Python workers run
-:func:`worker_python` (``sys.executable`` on local and loopback masters, so a virtualenv's
-packages reach them),
+Spark settings (each one measured or observed to matter on a small machine): loopback bind
+(SPARK_LOCAL_IP, driver host and bind address) for local and loopback masters, UI off, the Python
+workers run :func:`worker_python` (``sys.executable`` on local and loopback masters, so a
+virtualenv's packages reach them),
 ``spark.local.dir`` and ``java.io.tmpdir`` in a temp folder, a log4j2 file at ERROR (WARN on
 request) and, unless verbose, the JVM's stdout/stderr sent to a log file (the only way to
 drop ``WARNING: Using incubator modules``), the pandas-3 FutureWarning filtered, C1 JIT +

@@ -1,8 +1,8 @@
 """Redis's CRC-64 (``src/crc64.c``): Jones polynomial, reflected in and out, init 0, no final XOR.
 
 An RDB's trailer is this CRC of every byte from ``R`` of ``REDIS`` through the ``0xFF`` EOF
-opcode, 8 bytes little-endian; 0 means the server ran with ``rdbchecksum no`` (research note
-§3.6). Check value: ``crc64(0, b"123456789") == 0xE9C6D914C4B8D9CA``.
+opcode, 8 bytes little-endian; 0 means the server ran with ``rdbchecksum no`` (Redis's
+``rdb.c``). Check value: ``crc64(0, b"123456789") == 0xE9C6D914C4B8D9CA``.
 
 Computed by the ``anycrc`` package (a declared dependency: C with carry-less multiply, an abi3
 wheel; its catalogue calls this model ``CRC64-REDIS``), ~10 GB/s here. The pure-Python

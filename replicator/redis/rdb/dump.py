@@ -1,5 +1,6 @@
 """``DUMP`` payloads (the argument of ``RESTORE`` / ``RESTORE-ASKING``) decoded into the same
-events as an RDB value (research note §3.6, ``createDumpPayload`` / ``verifyDumpPayload``)::
+events as an RDB value (Redis 7.0's ``cluster.c``: ``createDumpPayload`` /
+``verifyDumpPayload``)::
 
     <type byte> <value, as in an RDB> <u16 RDB version, LE> <u64 CRC64, LE, over all before>
 

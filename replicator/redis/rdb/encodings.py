@@ -1,4 +1,5 @@
-"""Decoders of the compact encodings inside an RDB value (research note §3.6, Redis 7.0.15).
+"""Decoders of the compact encodings inside an RDB value (Redis 7.0.15's ``rdb.c``,
+``listpack.c``, ``ziplist.c``, ``intset.c``, ``zipmap.c``).
 
 Each takes the whole blob (one listpack, ziplist, intset or zipmap is a single RDB string,
 at most a quicklist node or a small collection) and returns its elements; ``offset`` is the

@@ -1,4 +1,4 @@
-"""Sans-I/O streaming parser of Redis RDB files, versions 1-10 (Redis 7.0; research note §3.6).
+"""Sans-I/O streaming parser of Redis RDB files, versions 1-10 (Redis 7.0's ``rdb.c``, ``rdb.h``).
 
     parser = RdbParser()
     parser.feed(chunk)                      # bytes as they arrive, any size

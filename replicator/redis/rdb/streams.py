@@ -12,7 +12,7 @@
 Each node listpack starts with a master entry ``count, deleted, n, field1..fieldN, 0``; an
 entry is ``flags, ms-diff, seq-diff``, then ``n, field, value...`` or, with SAMEFIELDS (2),
 the master's fields' values only, then its lp-count. DELETED (1) entries are skipped.
-An ``entries_read`` of UINT64_MAX means "unknown" and comes out as -1 (research note §3.6).
+An ``entries_read`` of UINT64_MAX means "unknown" and comes out as -1 (Redis 7.0's ``rdb.c``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ position; ``base`` is the RDB offset of ``buf[0]``, used only to name offsets in
 ``buf`` ends too soon they raise :class:`Short` with the position they need to reach, having
 changed nothing: a reader commits its state only after a whole unit was read (parser.py).
 
-Types (research note §3.6, ``rdb.h``): 0 string; 1 list, 2 set, 3 zset (string scores),
+Types (Redis 7.0's ``rdb.h``): 0 string; 1 list, 2 set, 3 zset (string scores),
 4 hash, 5 zset2 (binary scores) as hashtables; 9 zipmap, 10 list ziplist, 11 intset,
 12 zset ziplist, 13 hash ziplist, 14 quicklist of ziplists, 16 hash listpack, 17 zset
 listpack, 18 quicklist 2, 20 set listpack (7.2 writes it, 7.0 does not; the layout is the
