@@ -1,5 +1,8 @@
 """``metaledger cluster up``: a local cluster of N nodes in the foreground.
 
+(A little over 500 lines: the layout, the start, the wait and the stop of one command; its
+broker group and ``cluster restart`` have their own modules.)
+
 Node i (0-based) is ``n{i}`` on 127.0.0.1 with client port ``B+10i``, peer ``B+10i+1``,
 remoting ``B+10i+2`` and metrics ``B+10i+3`` (scripts rely on it), data in ``DIR/n{i}``,
 output in ``DIR/n{i}.log`` and its pid in ``DIR/n{i}.pid`` while it runs; each node's

@@ -1,5 +1,8 @@
 """A Raft core without I/O: the native consensus engine's protocol logic.
 
+Over 500 lines on purpose: one protocol state machine whose roles share every field (as
+etcd-io/raft's ``raft.go``); split, each part would read the others' state.
+
 The shape is etcd-io/raft's (``raft.go``, ``Ready``/``Advance``): the driver
 (:mod:`raftlog.native.engine`) feeds messages, ticks and proposals in; the core changes its state
 and leaves behind what the driver must do next, in this order:

@@ -1,5 +1,8 @@
 """The RocketMQ sink: an asyncio producer on the project's remoting codec.
 
+(A little over 500 lines: one producer's lanes, batches, answers and resends, which share
+the lane state.)
+
 Routes come from metaledger (``nameserver.client`` ``route_get``; fetched at start, every
 ``route_refresh_ms`` and before a resend that followed a route-type failure). A topic's write
 queues are numbered as RocketMQ clients number them (see :mod:`replicator.sinks.base`); each
