@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.watch.events import HubEvent
@@ -112,7 +113,7 @@ def make_items(
 
 class Bench:
     def __init__(self, data_dir: Path, watchers: int) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.segments = SegmentLog.open(data_dir / "log", SegmentConfig(fsync_policy="batch"))
         self.rlog = ReplicatedLog(InMemoryEngine(), self.sm, self.segments, "n0")
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nameserver.config import ServerConfig
+from nameserver.kinds import REGISTRY
 from nameserver.kv.service import KVService
 from nameserver.state.machine import MetadataStateMachine
 from protos.etcdserverpb import rpc_pb2
@@ -47,7 +48,7 @@ class _Context:
 
 
 async def _run(args: argparse.Namespace, data_dir: Path) -> tuple[float, float]:
-    sm = MetadataStateMachine()
+    sm = MetadataStateMachine.empty(REGISTRY)
     segments = SegmentLog.open(data_dir / "log", SegmentConfig(fsync_policy="batch"))
     engine = InMemoryEngine()
     rlog = ReplicatedLog(engine, sm, segments, "n0")

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue, KvImage
 from nameserver.state.image import MetadataImage, Provenance
 from nameserver.state.machine import CapturedImage, image_from_records
@@ -58,7 +59,7 @@ def snapshot_file(directory: Path, keys: int, value_size: int) -> Path:
         for k in (b"bench/%09d" % i,)
     ]
     last = 2 + keys // 128
-    image = MetadataImage(Provenance(last, 2), kv=KvImage.from_sorted_items(items))
+    image = MetadataImage(REGISTRY, Provenance(last, 2), kv=KvImage.from_sorted_items(items))
     started = time.process_time()
     write_snapshot(path, SnapshotMeta("bench", last, 2), CapturedImage(image).records)
     print(
@@ -83,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu("read_snapshot (verify, no hashes)", lambda: read_snapshot(path, False), old)
     image = cpu(
         "image_from_records(records)",
-        lambda: image_from_records(snap.records, snap.info.last_offset, snap.info.last_term),
+        lambda: image_from_records(
+            snap.records, snap.info.last_offset, snap.info.last_term, REGISTRY
+        ),
         old,
     )
 
@@ -99,12 +102,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         restored = cpu(
             "image_from_records(columns)",
-            lambda: image_from_records(cols, cols.info.last_offset, cols.info.last_term),
+            lambda: image_from_records(cols, cols.info.last_offset, cols.info.last_term, REGISTRY),
             new,
         )
     gc.collect()
     # the heap now holds two 1M-key images, as a node's would hold its image and a new one
-    cpu("image_from_records(columns), gc running", lambda: image_from_records(cols, 0, 0), new)
+    cpu(
+        "image_from_records(columns), gc running",
+        lambda: image_from_records(cols, 0, 0, REGISTRY),
+        new,
+    )
     assert len(image.kv) == len(restored.kv) == args.keys
 
     before = old["read_snapshot (verify, hashes)"] + old["image_from_records(records)"]
@@ -118,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with gc_paused():
             profiler.enable()
             cols = read_snapshot_columns(path)
-            image_from_records(cols, cols.info.last_offset, cols.info.last_term)
+            image_from_records(cols, cols.info.last_offset, cols.info.last_term, REGISTRY)
             profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
     return 0

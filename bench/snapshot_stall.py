@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue, KvImage
 from nameserver.state.image import MetadataImage, Provenance
 from nameserver.state.machine import CapturedImage
@@ -101,7 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i in range(args.keys)
         for k in (b"bench/%09d" % i,)
     ]
-    image = MetadataImage(Provenance(2 + args.keys // 128, 2), kv=KvImage.from_sorted_items(items))
+    image = MetadataImage(
+        REGISTRY, Provenance(2 + args.keys // 128, 2), kv=KvImage.from_sorted_items(items)
+    )
     del items
     print(f"load average {os.getloadavg()[0]:.2f} (other work on this machine skews wall times)")
     with tempfile.TemporaryDirectory(prefix="snapshot-stall-") as d:

@@ -3,6 +3,11 @@
 A new record type is a ``RecordKind`` declared beside its domain (``<domain>/kind.py``:
 records, apply rules, consistency, quota accounting) and one line in :data:`KINDS`. The
 order is the snapshot order and the order types are listed in (watch and quota errors).
+
+The state machinery (``nameserver/state/``) never imports this module: the server's wiring
+passes :data:`REGISTRY` to it (``nameserver/server.py``: the restored image, and with it the
+state machine, the node's reads and the watch hub), and so do the tools and tests that make
+images. The imports run one way: this module, the domains' kinds, the machinery.
 """
 
 from __future__ import annotations

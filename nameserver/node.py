@@ -54,6 +54,7 @@ from nameserver.leases.apply import LEASE_NOT_FOUND
 from nameserver.state import image_hash
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import CapturedImage, MetadataStateMachine
+from nameserver.state.registry import Registry
 from protos.etcdserverpb import rpc_pb2
 from raftlog import (
     Applied,
@@ -180,6 +181,11 @@ class NodeFacade:
         header.member_id = self.member_id
         header.revision = revision
         header.raft_term = self.log.term()
+
+    @property
+    def registry(self) -> Registry:
+        """The record kinds of the node's images (the state machine's)."""
+        return self.state.registry
 
     async def read_image(self, serializable: bool) -> MetadataImage:
         if not serializable:

@@ -32,6 +32,7 @@ from nameserver.errors import Rejected
 from nameserver.grpc.accept import HOT_METHODS, Acceptors
 from nameserver.grpc.admin import AdminService, MaintenanceService
 from nameserver.grpc.methods import MethodTable
+from nameserver.kinds import REGISTRY
 from nameserver.kv.compactor import AutoCompactor
 from nameserver.kv.history_rebuild import open_history
 from nameserver.kv.service import KVService
@@ -196,7 +197,7 @@ class Node:
             engine = PySyncObjEngine(PySyncObjConfig(**common))
         store = FileSnapshotStore(os.path.join(config.data_dir, "snap"), keep=config.snapshot_keep)
         cluster_hex = f"{self.cluster_id:016x}"
-        image, engine_base = restore(store, segments, engine.dump_file, cluster_hex)
+        image, engine_base = restore(store, segments, engine.dump_file, cluster_hex, REGISTRY)
         self.state = MetadataStateMachine(image)
         self.log = ReplicatedLog(
             engine,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from nameserver.state.registry import Registry, default_registry
+from nameserver.state.registry import Registry
 
 if TYPE_CHECKING:
     from nameserver.state.image import MetadataImage
@@ -42,18 +42,23 @@ AS_REQUESTED = "as requested"
 EVENTUAL = "eventual"
 
 
-def declared(record_type: str, registry: Registry | None = None) -> str:
-    """The consistency a record type (or read surface) declares in the registry (the
-    server's by default): its kind's ``consistency``, or :data:`nameserver.kinds.READS`.
+def declared(record_type: str, registry: Registry) -> str:
+    """The consistency a record type (or read surface) declares in ``registry``: its kind's
+    ``consistency``, or a read surface's (the server's: :data:`nameserver.kinds.READS`).
     Unknown types raise KeyError: a new record type declares its consistency in its kind."""
-    return (registry or default_registry()).consistency[record_type]
+    return registry.consistency[record_type]
 
 
 class ReadsImages(Protocol):
+    @property
+    def registry(self) -> Registry:
+        """The registry of the images it reads (whose kinds declare their consistency)."""
+        ...
+
     async def read_image(self, serializable: bool) -> MetadataImage: ...
 
 
-def read_mode(record_type: str, serializable: bool, registry: Registry | None = None) -> str:
+def read_mode(record_type: str, serializable: bool, registry: Registry) -> str:
     """How a read of ``record_type`` is served when the client asked ``serializable``:
     :data:`LINEARIZABLE` or :data:`SERIALIZABLE` (a local read)."""
     level = declared(record_type, registry)
@@ -68,5 +73,5 @@ async def read_image(
     node: ReadsImages, record_type: str, serializable: bool = False
 ) -> tuple[MetadataImage, str]:
     """The image to answer a read of ``record_type`` from, and how it was read."""
-    mode = read_mode(record_type, serializable)
+    mode = read_mode(record_type, serializable, node.registry)
     return await node.read_image(mode == SERIALIZABLE), mode

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nameserver.state.mapdelta import Journal, Journaled
-from nameserver.state.registry import Registry, default_registry
+from nameserver.state.registry import Registry
 
 if TYPE_CHECKING:
     from nameserver.auth.records import AuthDelta, AuthImage
@@ -85,14 +85,10 @@ class MetadataImage:
     auth: AuthImage
 
     def __init__(
-        self,
-        provenance: Provenance = _NO_PROVENANCE,
-        registry: Registry | None = None,
-        **subs: Any,
+        self, registry: Registry, provenance: Provenance = _NO_PROVENANCE, **subs: Any
     ) -> None:
-        """An image of ``registry``'s kinds (the server's by default): each empty unless
-        given by field name in ``subs``."""
-        registry = registry or default_registry()
+        """An image of ``registry``'s kinds (the server's is :data:`nameserver.kinds.REGISTRY`):
+        each empty unless given by field name in ``subs``."""
         attrs = self.__dict__
         attrs.update(registry.empty_subs)
         for name, sub in subs.items():
@@ -137,8 +133,8 @@ class MetadataImage:
         return new
 
     @staticmethod
-    def empty(registry: Registry | None = None) -> MetadataImage:
-        return MetadataImage(registry=registry)
+    def empty(registry: Registry) -> MetadataImage:
+        return MetadataImage(registry)
 
 
 class MetadataDelta(Journaled):

@@ -1,11 +1,12 @@
 """The metadata state machine: applies log entries to the image.
 
-It imports nothing from consensus or gRPC (consensus only hands it committed entries), and
-no domain: what each entry type does and which record types exist is the registry's
-(:mod:`nameserver.state.registry`), so unit tests drive it with lists of entries and any
-registry. ``apply`` is deterministic (no clock, no randomness, no I/O); each entry's
-changes are all-or-nothing; results are etcd response messages without headers, or a
-:class:`~nameserver.errors.Rejected`.
+It imports nothing from consensus or gRPC (consensus only hands it committed entries), and no domain: what each entry
+type does and which record types exist is the registry's
+(:mod:`nameserver.state.registry`) that its image carries, given by whoever makes it (the
+server passes :data:`nameserver.kinds.REGISTRY`), so unit tests drive it with lists of
+entries and any registry. ``apply`` is deterministic (no clock, no randomness, no I/O);
+each entry's changes are all-or-nothing; results are etcd response messages without
+headers, or a :class:`~nameserver.errors.Rejected`.
 """
 
 from __future__ import annotations
@@ -18,25 +19,26 @@ from google.protobuf.message import DecodeError
 
 from nameserver.errors import InvalidArgument
 from nameserver.state.image import MetadataDelta, MetadataImage, Provenance
-from nameserver.state.registry import Registry, default_registry
+from nameserver.state.registry import Registry
 from raftlog import Effect, Entry
 from snapshots import SnapshotColumns
 
 
 class MetadataStateMachine:
-    def __init__(
-        self, image: MetadataImage | None = None, registry: Registry | None = None
-    ) -> None:
-        """Over ``image`` (empty by default) with ``registry``'s kinds (the image's, or the
-        server's)."""
-        if registry is None:
-            registry = image.registry if image is not None else default_registry()
-        self.registry = registry
-        self._image = image or MetadataImage.empty(registry)
+    def __init__(self, image: MetadataImage) -> None:
+        """Over ``image``, with its registry's kinds (:meth:`empty` starts from nothing)."""
+        self.registry = registry = image.registry
+        self._image = image
         self._rules = registry.rules  # entry type -> apply rule: one dict lookup per entry
         self._guard = registry.guard  # the quota check around each request, if any
         self._delta: MetadataDelta | None = None
         self._applied = (0, 0)  # (offset, term) of the last request applied into the delta
+
+    @classmethod
+    def empty(cls, registry: Registry) -> MetadataStateMachine:
+        """Over the empty image of ``registry``'s kinds (the server's:
+        :data:`nameserver.kinds.REGISTRY`)."""
+        return cls(MetadataImage.empty(registry))
 
     @property
     def image(self) -> MetadataImage:
@@ -137,14 +139,14 @@ def image_from_records(
     records: Iterable[tuple[str, bytes, bytes]],
     last_offset: int,
     last_term: int,
-    registry: Registry | None = None,
+    registry: Registry,
 ) -> MetadataImage:
-    """Rebuild an image from snapshot records (record-level replay: no state-machine rules).
+    """Rebuild an image of ``registry``'s kinds from snapshot records (record-level replay:
+    no state-machine rules).
 
     Kinds with ``from_items`` are built in bulk from their decoded records, and given a
     :class:`snapshots.SnapshotColumns` (restore), kinds with ``from_columns`` from their
     columns whole (:meth:`KvImage.from_records`); the rest replay record by record."""
-    registry = registry or default_registry()
     columns: dict[str, tuple[list[bytes], list[bytes]]] = {}
     if isinstance(records, SnapshotColumns):
         taken = [k.name for k in registry.kinds if k.from_columns is not None]

@@ -14,14 +14,15 @@ consistency (:mod:`nameserver.state.consistency`) and quotas
 (:mod:`nameserver.quotas.apply`) are lookups and loops over a registry: adding a record
 type edits none of them. Dispatch stays one dict lookup per entry (:attr:`Registry.rules`).
 
-This module imports no domain package: :func:`default_registry` imports
-:mod:`nameserver.kinds` on first use, so ``state/`` machinery loads without the domains.
+This module, like the rest of ``state/``, imports no domain package and not
+:mod:`nameserver.kinds`: the machinery takes its registry as an argument (an image carries
+its own), and the server's wiring passes :data:`nameserver.kinds.REGISTRY`. So ``state/``
+loads without the domains, and no import runs back from the state machinery to them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -165,11 +166,3 @@ class Registry:
         if kind is None:
             raise UnknownRecordType(f"unknown record type {record_type!r}")
         return kind
-
-
-@functools.cache
-def default_registry() -> Registry:
-    """The server's registry (:data:`nameserver.kinds.REGISTRY`), imported on first use."""
-    from nameserver.kinds import REGISTRY  # the domains, wired in one place
-
-    return REGISTRY

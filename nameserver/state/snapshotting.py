@@ -23,6 +23,7 @@ from pathlib import Path
 from nameserver.state.forked import ChildFailedError, ForkError, can_fork, run_in_child
 from nameserver.state.image import MetadataDelta, MetadataImage, Provenance
 from nameserver.state.machine import CapturedImage, image_from_records, image_records
+from nameserver.state.registry import Registry
 from protos import records_pb2
 from raftlog import SegmentLog
 from raftlog.entry import Effect
@@ -199,9 +200,14 @@ def link_dump(snapshot: Path | str, dump_file: str) -> None:
 
 
 def restore(
-    store: FileSnapshotStore, segments: SegmentLog, dump_file: str, cluster_id: str
+    store: FileSnapshotStore,
+    segments: SegmentLog,
+    dump_file: str,
+    cluster_id: str,
+    registry: Registry,
 ) -> tuple[MetadataImage, int]:
-    """Rebuild the image at start: latest valid snapshot + the change log after it.
+    """Rebuild the image (of ``registry``'s kinds) at start: latest valid snapshot + the
+    change log after it.
 
     Returns the image and the engine's base offset (the last offset inside PySyncObj's
     dump, 0 without one). A corrupt newest snapshot is skipped with a WARNING naming it
@@ -209,14 +215,16 @@ def restore(
     rebuilt at the same offset from the previous snapshot and the change log.
     """
     latest: Path | None = None
-    image = MetadataImage.empty()
+    image = MetadataImage.empty(registry)
     for info in store.list():  # newest first; one read verifies and loads
         assert info.path is not None
         try:
             # the restored image is long-lived and immutable: frozen out of the collector
             with gc_paused(freeze=True):
                 snap = read_snapshot_columns(info.path)
-                image = image_from_records(snap, snap.info.last_offset, snap.info.last_term)
+                image = image_from_records(
+                    snap, snap.info.last_offset, snap.info.last_term, registry
+                )
                 del snap
         except SnapshotError as exc:
             log.warning("refusing snapshot %s: %s; falling back to an older one", info.path, exc)

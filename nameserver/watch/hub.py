@@ -193,6 +193,11 @@ class WatchHub:
         self._loop = loop
 
     @property
+    def record_types(self) -> tuple[str, ...]:
+        """The record types a watcher may watch: those of the images' registry."""
+        return self._image().registry.record_types
+
+    @property
     def delivered(self) -> int:
         """The last offset whose changes went to the watchers (or that nobody watched)."""
         return max(self._delivered, self._unwatched)

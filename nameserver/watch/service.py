@@ -11,7 +11,6 @@ from typing import Any
 import grpc
 
 from nameserver.errors import UndecodableRequest
-from nameserver.state.registry import default_registry
 from nameserver.watch.events import (
     ERR_DUPLICATE_ID,
     NO_WATCH_ID,
@@ -137,7 +136,7 @@ class WatchStream:
         except ValueError as exc:
             error = error or str(exc)
         record_type = req.record_type or "kv"
-        record_types = default_registry().record_types
+        record_types = hub.record_types
         if not error and record_type not in record_types:
             error = (
                 f"metaledger: unknown record_type {req.record_type!r} "

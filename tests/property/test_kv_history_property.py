@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.kv import semantics as kvops
 from nameserver.kv.history import KvHistory
 from nameserver.kv.mvcc import Compacted
@@ -94,7 +95,7 @@ RANGES = [(b"a", b""), (b"a", b"b"), (b"a/", b"a0"), (b"b", b"\x00"), (b"\x00", 
     st.data(),
 )
 def test_reads_at_every_revision_equal_the_model(groups: list[list[Any]], data: Any) -> None:
-    machine = MetadataStateMachine()
+    machine = MetadataStateMachine.empty(REGISTRY)
     history = KvHistory(machine.image, lambda: machine.image)
     states: dict[int, dict[bytes, KeyValue]] = {0: {}}
     state: dict[bytes, KeyValue] = {}
@@ -146,7 +147,7 @@ def test_reads_at_every_revision_equal_the_model(groups: list[list[Any]], data: 
 
 
 def test_compaction_at_the_current_revision_leaves_no_version() -> None:
-    machine = MetadataStateMachine()
+    machine = MetadataStateMachine.empty(REGISTRY)
     history = KvHistory(machine.image, lambda: machine.image)
     entries = [put(b"a", b"1"), put(b"a", b"2"), put(b"b", b"1"), delete(b"b", b"")]
     entries += [put(b"c", b"1"), delete(b"c", b""), put(b"c", b"2")]

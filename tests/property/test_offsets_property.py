@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.offsets.records import offset_key
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import (
@@ -60,7 +61,7 @@ def entry(type_: str, msg: object, ts: int = 1000) -> Entry:
 @SETTINGS
 @given(script=ops)
 def test_offsets_never_go_backwards_without_a_reset(script: list[tuple[object, ...]]) -> None:
-    sm = MetadataStateMachine()
+    sm = MetadataStateMachine.empty(REGISTRY)
     offset = 0
     grants: list[tuple[int, int]] = []  # (lease id, grant offset) in grant order
     locks: dict[int, int] = {}  # lease id -> create revision of a key attached to it
@@ -127,7 +128,7 @@ def test_offsets_never_go_backwards_without_a_reset(script: list[tuple[object, .
             assert len(after.offsets) <= quota.max_keys
     # snapshot round trip of everything the script built
     image = sm.image
-    again = image_from_records(list(image_records(image)), image.revision, 1)
+    again = image_from_records(list(image_records(image)), image.revision, 1, REGISTRY)
     assert list(again.offsets.data.items()) == list(image.offsets.data.items())
     assert again.offsets.value_bytes == image.offsets.value_bytes
     assert again.quotas == image.quotas and again.leases == image.leases

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.replica_groups.apply import group_need_ack
 from nameserver.state.image import MetadataDelta, MetadataImage
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
@@ -118,8 +119,8 @@ def check_invariants(before: MetadataImage, after: MetadataImage) -> None:
 def test_any_sequence_keeps_the_invariants_and_replays_to_the_same_image(
     ops: list[r.ReplicaGroupOperation],
 ) -> None:
-    sm = MetadataStateMachine()
-    replayed = MetadataDelta(MetadataImage.empty())
+    sm = MetadataStateMachine.empty(REGISTRY)
+    replayed = MetadataDelta(MetadataImage.empty(REGISTRY))
     for offset, op in enumerate(ops, start=1):
         before = sm.image
         name = op.WhichOneof("op")
@@ -141,5 +142,5 @@ def test_any_sequence_keeps_the_invariants_and_replays_to_the_same_image(
         check_invariants(before, sm.image)
     assert replayed.build().replica_groups.groups == sm.image.replica_groups.groups
     image = sm.image
-    rebuilt = image_from_records(image_records(image), image.revision, 1)
+    rebuilt = image_from_records(image_records(image), image.revision, 1, REGISTRY)
     assert rebuilt.replica_groups == image.replica_groups

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue, KvImage
 from nameserver.state.machine import image_from_records, image_records
 from nameserver.state.sortedmap import PersistentSortedMap
@@ -182,8 +183,8 @@ def test_an_image_from_columns_equals_one_from_records(records: list[Rec]) -> No
     members = [("member", b"m1", b"\x0a\x02m1")]
     image_records_in = [*kv, *members]
     cols = SnapshotColumns(read_info(), grouped(image_records_in))
-    from_cols = image_from_records(cols, 9, 2)
-    from_tuples = image_from_records(image_records_in, 9, 2)
+    from_cols = image_from_records(cols, 9, 2, REGISTRY)
+    from_tuples = image_from_records(image_records_in, 9, 2, REGISTRY)
     assert list(image_records(from_cols)) == list(image_records(from_tuples))
     assert from_cols.kv.by_lease == from_tuples.kv.by_lease
     assert from_cols.provenance == from_tuples.provenance

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.routing import apply as routing
 from nameserver.routing.records import prefix_range
 from nameserver.state.image import MetadataDelta, MetadataImage
@@ -111,7 +112,7 @@ def operations(draw: Any) -> records_pb2.RoutingOperation:
 def test_routes_round_trip_and_queue_data_never_outlive_brokers(
     ops: list[records_pb2.RoutingOperation],
 ) -> None:
-    sm = MetadataStateMachine()
+    sm = MetadataStateMachine.empty(REGISTRY)
     effects = []
     for offset, op in enumerate(ops, start=1):
         e = routing.routing_entry(op)
@@ -126,14 +127,14 @@ def test_routes_round_trip_and_queue_data_never_outlive_brokers(
     image = sm.image
     for q in image.topics.values():
         assert list(image.brokers.range(*prefix_range(q.broker_name))), q
-    back = image_from_records(list(image_records(image)), image.revision, 1)
+    back = image_from_records(list(image_records(image)), image.revision, 1, REGISTRY)
     assert diff_images(image, back) == []
     assert (back.brokers.value_bytes, back.topics.value_bytes, back.kvconfig.value_bytes) == (
         image.brokers.value_bytes,
         image.topics.value_bytes,
         image.kvconfig.value_bytes,
     )
-    delta = MetadataDelta(MetadataImage.empty())
+    delta = MetadataDelta(MetadataImage.empty(REGISTRY))
     for ef in effects:
         delta.replay(ef.type, ef.key, ef.value, ef.delete)
     assert diff_images(image, delta.build()) == []

@@ -20,6 +20,7 @@ from nameserver.errors import (
     from_status,
 )
 from nameserver.grpc.status import to_status
+from nameserver.kinds import REGISTRY
 from nameserver.kv.semantics import ResponseTooLarge
 from nameserver.node import NodeFacade
 from nameserver.remoting.status import internal_error_remark, to_remoting
@@ -112,7 +113,10 @@ class _Log:
 def _propose(result: Any) -> Applied:
     node = NodeFacade.__new__(NodeFacade)
     node.log, node.timeout_s = _Log(result), 1.0  # type: ignore[assignment]
-    node.state, node.space = MetadataStateMachine(), SpaceCheck(-1)  # no quota, no alarm
+    node.state, node.space = (
+        MetadataStateMachine.empty(REGISTRY),
+        SpaceCheck(-1),
+    )  # no quota, no alarm
     return asyncio.run(node.propose(Entry(type="kv", key=b"", value=b""), None))
 
 

@@ -12,14 +12,7 @@ from __future__ import annotations
 import grimp
 
 #: Module imports the folder graph leaves out, each with its reason.
-ALLOWED = {
-    # the record-kind registry wires the domains in, imported on first use (the state
-    # contract in pyproject.toml lets exactly this through)
-    ("nameserver.state.registry", "nameserver.kinds"),
-    # RocketMQ's response codes, which the errors carry, move to rmq/ (rmq-transport):
-    # then this import leaves nameserver.remoting and the entry goes
-    ("nameserver.errors", "nameserver.remoting.codes"),
-}
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def _unit(module: str) -> str:

@@ -15,6 +15,7 @@ import pytest
 from nameserver.cluster.records import ALARM_CORRUPT, ALARM_NOSPACE, alarm_text, member_id_of
 from nameserver.config import ServerConfig
 from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound
+from nameserver.kinds import REGISTRY
 from nameserver.kv.hashing import kv_hash_at
 from nameserver.node import NodeFacade
 from nameserver.state.machine import MetadataStateMachine
@@ -29,7 +30,7 @@ PEER = "127.0.0.1:9878"  # ServerConfig's listen_peer
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[NodeFacade]:
-    state = MetadataStateMachine()
+    state = MetadataStateMachine.empty(REGISTRY)
     segments = SegmentLog.open(str(tmp_path / "log"), SegmentConfig(fsync_policy="batch"))
     engine = InMemoryEngine("n0", PEER)
     rlog = ReplicatedLog(engine, state, segments, "n0")

@@ -15,6 +15,7 @@ from nameserver.auth.apply import revision_entry
 from nameserver.auth.check import CHECKED_AT, Authorizer, checked_entries
 from nameserver.auth.records import READWRITE
 from nameserver.auth.tokens import SimpleTokens
+from nameserver.kinds import REGISTRY
 from nameserver.state.machine import MetadataStateMachine
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
@@ -40,7 +41,7 @@ class Node:
     """A state machine and an authorizer over its image, as a node has them."""
 
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
         self.tokens = SimpleTokens(ttl_s=300)
         self.authorizer = Authorizer(lambda: self.sm.image, self.tokens)

@@ -13,6 +13,7 @@ from nameserver.auth.passwords import check_password, hash_password
 from nameserver.auth.records import READ, READWRITE, Permission
 from nameserver.errors import Rejected
 from nameserver.grpc.status import to_status
+from nameserver.kinds import REGISTRY
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
 from protos import records_pb2
@@ -30,7 +31,7 @@ def perm(key: bytes, range_end: bytes = b"", perm_type: int = READWRITE) -> Any:
 
 class Driver:
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
 
     def apply(self, *entries: Entry) -> Any:
@@ -148,10 +149,10 @@ def test_the_auth_records_survive_a_snapshot_round_trip() -> None:
     d.apply(op("user_set_secret", name="root", secret="s3"))
     d.apply(op("auth_enable"))
     image = d.sm.image
-    again = image_from_records(list(image_records(image)), image.revision, 1)
+    again = image_from_records(list(image_records(image)), image.revision, 1, REGISTRY)
     assert again.auth == image.auth
     assert again.auth.enabled and again.auth.user_by_access_key("root") is not None
-    assert MetadataImage.empty().auth.enabled is False
+    assert MetadataImage.empty(REGISTRY).auth.enabled is False
 
 
 def test_an_unknown_operation_is_refused_naming_it() -> None:

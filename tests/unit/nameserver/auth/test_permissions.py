@@ -31,6 +31,7 @@ from nameserver.auth.tokens import (
     parse_token_spec,
 )
 from nameserver.errors import InvalidArgument
+from nameserver.kinds import REGISTRY
 from nameserver.state.image import MetadataImage
 from protos.etcdserverpb import rpc_pb2
 from rmq.codes import RequestCode
@@ -110,7 +111,7 @@ class Checker:
 
 def _authorizer(auth: AuthImage) -> tuple[Checker, SimpleTokens]:
     tokens = SimpleTokens(300)
-    image = MetadataImage(auth=auth)
+    image = MetadataImage(REGISTRY, auth=auth)
     return Checker(Authorizer(lambda: image, tokens, node_credential("pw"))), tokens
 
 
@@ -347,7 +348,7 @@ def test_the_server_config_refuses_a_bad_token_spec_or_key_naming_the_field(
 def test_a_node_forgets_simple_tokens_when_it_applies_what_etcd_invalidates_them_for() -> None:
     from dataclasses import replace
 
-    images = [MetadataImage(auth=AUTH)]
+    images = [MetadataImage(REGISTRY, auth=AUTH)]
     tokens = SimpleTokens(300)
     authz = Authorizer(lambda: images[-1], tokens)
     ctx = Ctx([])
@@ -359,12 +360,12 @@ def test_a_node_forgets_simple_tokens_when_it_applies_what_etcd_invalidates_them
             for u in AUTH.records.values()
         )
     )
-    images.append(MetadataImage(auth=changed))  # alice's password changed (on any node)
+    images.append(MetadataImage(REGISTRY, auth=changed))  # alice's password changed (on any node)
     authz.check("/etcdserverpb.Maintenance/Status", None, ctx)
     assert tokens.info(alice) is None and tokens.info(bob) is not None
     off = image_of(
         *(AuthState(False, 4) if isinstance(i, AuthState) else i for i in changed.records.values())
     )
-    images.append(MetadataImage(auth=off))  # auth disabled: every token goes
+    images.append(MetadataImage(REGISTRY, auth=off))  # auth disabled: every token goes
     authz.check("/etcdserverpb.Maintenance/Status", None, ctx)
     assert tokens.info(bob) is None

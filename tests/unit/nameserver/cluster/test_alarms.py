@@ -30,6 +30,7 @@ from nameserver.cluster.records import (
     alarm_text,
 )
 from nameserver.errors import InvalidArgument, ResourceExhausted
+from nameserver.kinds import REGISTRY
 from nameserver.leases.expiry import lease_entry
 from nameserver.node import NodeFacade
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
@@ -78,7 +79,7 @@ class Node:
     """A state machine and its offsets (one request per apply unless grouped)."""
 
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
 
     def apply(self, *entries: Entry, publish: bool = True) -> object:
@@ -173,7 +174,7 @@ def test_alarms_are_records_a_snapshot_keeps() -> None:
     n.apply(alarm(ACTIVATE, 5, ALARM_NOSPACE))
     n.apply(alarm(ACTIVATE, 6, ALARM_CORRUPT))
     image = n.sm.image
-    again = image_from_records(image_records(image), image.revision, 1)
+    again = image_from_records(image_records(image), image.revision, 1, REGISTRY)
     assert again.alarms == image.alarms and again.alarms.nospace
     assert Alarm.from_record(Alarm(5, ALARM_NOSPACE).to_record()) == Alarm(5, ALARM_NOSPACE)
 
@@ -316,7 +317,7 @@ def test_a_write_past_the_quota_raises_nospace_once_and_is_refused() -> None:
     node = NodeFacade.__new__(NodeFacade)
     counting = _CountingLog()
     node.log, node.timeout_s, node.member_id = counting, 1.0, 99  # type: ignore[assignment]
-    node.state, node.space, node._raising = MetadataStateMachine(), SpaceCheck(10), {}
+    node.state, node.space, node._raising = MetadataStateMachine.empty(REGISTRY), SpaceCheck(10), {}
 
     async def main() -> list[BaseException | Applied]:
         writes = [node.propose(put(b"k%d" % i, b"x" * 100), None) for i in range(5)]

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from nameserver.cluster.apply import alarm_entry
 from nameserver.cluster.liveness import DiskAlarm
 from nameserver.cluster.records import ALARM_NOSPACE, alarm_key
+from nameserver.kinds import REGISTRY
 from nameserver.state.machine import MetadataStateMachine
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
@@ -62,7 +63,7 @@ class ThreeMembers:
 
 
 def disk_alarm() -> tuple[DiskAlarm, HeldLog, MetadataStateMachine]:
-    state = MetadataStateMachine()
+    state = MetadataStateMachine.empty(REGISTRY)
     rlog = HeldLog(state)
     alarm = DiskAlarm(rlog, state, ThreeMembers(), ME, timeout_s=1.0)  # type: ignore[arg-type]
     return alarm, rlog, state

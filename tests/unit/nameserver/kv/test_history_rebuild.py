@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.history import KvHistory
 from nameserver.kv.history_rebuild import rebuild
 from nameserver.kv.mvcc import Compacted
@@ -27,7 +28,7 @@ def history_of(
     n: int, compact_at: dict[int, int]
 ) -> tuple[list[MetadataImage], list[tuple[int, bytes]], list[dict[bytes, bytes]]]:
     """Images after each offset, the change log's records, and the model's values."""
-    machine = MetadataStateMachine()
+    machine = MetadataStateMachine.empty(REGISTRY)
     images, records, states = [machine.image], [], [{}]
     state: dict[bytes, bytes] = {}
     for offset in range(1, n + 1):

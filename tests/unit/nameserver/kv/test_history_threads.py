@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import threading
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.history import KvHistory
 from nameserver.state.machine import CapturedImage, MetadataStateMachine
 from raftlog import Change
@@ -16,7 +17,7 @@ KEYS = [b"t/%d" % i for i in range(8)]
 
 
 def test_a_reader_of_one_revision_sees_one_answer_while_apply_goes_on() -> None:
-    machine = MetadataStateMachine()
+    machine = MetadataStateMachine.empty(REGISTRY)
     history = KvHistory(machine.image, lambda: machine.image)
     rng = random.Random(7)
     offset = 0

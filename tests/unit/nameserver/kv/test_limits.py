@@ -10,6 +10,7 @@ from grpc import StatusCode
 
 from nameserver.config import MAX_RESPONSE_BYTES, ServerConfig
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.kv.apply import read_only_txn
 from nameserver.kv.records import KeyValue, KvImage
 from nameserver.kv.semantics import (
@@ -229,7 +230,7 @@ def test_write_txn_reads_are_estimated_on_the_costlier_branch() -> None:
 
 def test_apply_builds_ranges_without_a_budget() -> None:
     # the state machine must not depend on a node's max_response_bytes
-    sm = MetadataStateMachine()
+    sm = MetadataStateMachine.empty(REGISTRY)
     for i in range(3):
         op = records_pb2.KvOperation(put=pb.PutRequest(key=b"a%d" % i, value=b"x" * 100))
         sm.apply(i + 1, 1, [Entry("kv", op.put.key, op.SerializeToString())])
@@ -263,7 +264,7 @@ def test_max_response_bytes_flag() -> None:
 
 # ------------------------------------------------------------ hashes
 def _sm_with(puts: list[tuple[bytes, bytes]]) -> MetadataStateMachine:
-    sm = MetadataStateMachine()
+    sm = MetadataStateMachine.empty(REGISTRY)
     for i, (key, value) in enumerate(puts):
         op = records_pb2.KvOperation(put=pb.PutRequest(key=key, value=value))
         sm.apply(i + 1, 1, [Entry("kv", key, op.SerializeToString())])
@@ -284,4 +285,4 @@ def test_hashes_depend_on_content_only() -> None:
     assert image_hash.records_hash([("kv", b"ab", b"c")]) != image_hash.records_hash(
         [("kv", b"a", b"bc")]
     )
-    assert image_hash.kv_hash(MetadataImage.empty()) == 0
+    assert image_hash.kv_hash(MetadataImage.empty(REGISTRY)) == 0

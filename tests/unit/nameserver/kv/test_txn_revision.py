@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from nameserver.errors import InvalidArgument
+from nameserver.kinds import REGISTRY
 from nameserver.kv.apply import fill_past_ranges, read_only_txn, taken_revisions
 from nameserver.kv.history import KvHistory
 from nameserver.kv.mvcc import ERR_COMPACTED, ERR_FUTURE_REV, Compacted, FutureRevision
@@ -38,7 +39,7 @@ class Node:
     """A state machine with its history, fed as the apply thread feeds it."""
 
     def __init__(self) -> None:
-        self.machine = MetadataStateMachine()
+        self.machine = MetadataStateMachine.empty(REGISTRY)
         self.history = KvHistory(self.machine.image, lambda: self.machine.image)
         self.offset = 0
 

@@ -9,6 +9,7 @@ import pytest
 from grpc import StatusCode
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.leases.expiry import LeaseKeeper
 from nameserver.leases.records import Lease, lease_key
 from nameserver.state.image import MetadataDelta, MetadataImage
@@ -65,7 +66,7 @@ def delete(key: bytes) -> Entry:
 
 class Driver:
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
         self.effects: list[Effect] = []
 
@@ -222,7 +223,7 @@ def test_snapshot_round_trip_keeps_leases_and_attached_keys() -> None:
     image = leased_image()
     records = list(image_records(image))
     assert ("lease", lease_key(1), image.leases.get(1).to_record()) in records  # type: ignore[union-attr]
-    back = image_from_records(records, image.revision, 1)
+    back = image_from_records(records, image.revision, 1, REGISTRY)
     assert back.leases == image.leases
     assert dict(back.kv.by_lease) == dict(image.kv.by_lease)
     assert diff_images(image, back) == []
@@ -233,13 +234,13 @@ def test_change_log_replay_and_diff_carry_leases() -> None:
     d.apply(grant(1, 5, at=T0), grant(2, 30, at=T0))
     d.apply(put(b"a", 1), put(b"b", 2))
     d.apply(revoke(1))
-    delta = MetadataDelta(MetadataImage.empty())
+    delta = MetadataDelta(MetadataImage.empty(REGISTRY))
     for eff in d.effects:
         delta.replay(eff.type, eff.key, eff.value, eff.delete)
     replayed = delta.build()
     assert replayed.leases == d.image.leases
     assert dict(replayed.kv.by_lease) == {2: frozenset({b"b"})}
-    diff = diff_images(MetadataImage.empty(), d.image)
+    diff = diff_images(MetadataImage.empty(REGISTRY), d.image)
     assert Effect("lease", lease_key(2), d.image.leases.get(2).to_record()) in diff  # type: ignore[union-attr]
     assert Effect("lease", lease_key(1), delete=True) in diff_images(leased_image(), d.image)
 

@@ -11,6 +11,7 @@ from nameserver import cli
 from nameserver.cli.lease import lease_id
 from nameserver.cli.lock import _lock_command
 from nameserver.client import Client, InvalidArgument
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue, KvImage
 from nameserver.locks.recipes import first_created, owner_key
 from nameserver.state.image import MetadataImage
@@ -18,7 +19,7 @@ from nameserver.state.image import MetadataImage
 
 def image_of(*kvs: KeyValue) -> MetadataImage:
     items = sorted((kv.key, kv) for kv in kvs)
-    return MetadataImage(kv=KvImage.from_sorted_items(items))
+    return MetadataImage(REGISTRY, kv=KvImage.from_sorted_items(items))
 
 
 def kv(key: bytes, create: int) -> KeyValue:

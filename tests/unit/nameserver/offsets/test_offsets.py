@@ -9,6 +9,7 @@ import pytest
 from grpc import StatusCode
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.offsets.records import CommittedOffset, offset_key
 from nameserver.state.consistency import LINEARIZABLE, SERIALIZABLE, declared, read_mode
 from nameserver.state.image import MetadataImage
@@ -78,7 +79,7 @@ def quota(record_type: str, max_keys: int = 0, max_bytes: int = 0) -> Entry:
 
 class Driver:
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
 
     def apply(self, *entries: Entry) -> Any:
@@ -285,25 +286,27 @@ def test_offsets_and_quotas_round_trip_through_records() -> None:
     d.apply(quota("offset", 10, 1000))
     d.apply(put(b"k", b"vv"))
     image = d.sm.image
-    again = image_from_records(list(image_records(image)), image.revision, 1)
+    again = image_from_records(list(image_records(image)), image.revision, 1, REGISTRY)
     assert again.offsets.data.items() and list(again.offsets.data.items()) == list(
         image.offsets.data.items()
     )
     assert again.offsets.value_bytes == image.offsets.value_bytes
     assert again.kv.value_bytes == image.kv.value_bytes == 3
     assert again.quotas == image.quotas
-    effects = diff_images(MetadataImage.empty(), image)
+    effects = diff_images(MetadataImage.empty(REGISTRY), image)
     assert {e.type for e in effects} >= {"offset", "quota"}
-    assert diff_images(image, MetadataImage.empty()) and not diff_images(image, again)
+    assert diff_images(image, MetadataImage.empty(REGISTRY)) and not diff_images(image, again)
 
 
 # ------------------------------------------------------------ consistency by type
 def test_consistency_table() -> None:
-    assert declared("offset") == declared("lease") == LINEARIZABLE
-    assert read_mode("offset", serializable=True) == LINEARIZABLE
-    assert read_mode("lease", serializable=True) == LINEARIZABLE
-    assert read_mode("kv", serializable=True) == SERIALIZABLE
-    assert read_mode("kv", serializable=False) == LINEARIZABLE
-    assert read_mode("routing", serializable=False) == SERIALIZABLE  # eventual: local image
+    assert declared("offset", REGISTRY) == declared("lease", REGISTRY) == LINEARIZABLE
+    assert read_mode("offset", serializable=True, registry=REGISTRY) == LINEARIZABLE
+    assert read_mode("lease", serializable=True, registry=REGISTRY) == LINEARIZABLE
+    assert read_mode("kv", serializable=True, registry=REGISTRY) == SERIALIZABLE
+    assert read_mode("kv", serializable=False, registry=REGISTRY) == LINEARIZABLE
+    assert (
+        read_mode("routing", serializable=False, registry=REGISTRY) == SERIALIZABLE
+    )  # eventual: local image
     with pytest.raises(KeyError):
-        read_mode("nope", serializable=False)
+        read_mode("nope", serializable=False, registry=REGISTRY)

@@ -11,6 +11,7 @@ import pytest
 from grpc import StatusCode
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.replica_groups.apply import (
     IN_SYNC_REPLICAS_NOT_ENOUGH,
     PUT_OK,
@@ -130,7 +131,7 @@ def test_need_ack_nums_follows_the_seed(case: Case) -> None:
 # ------------------------------------------------------------------ state machine driver
 class Driver:
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
 
     def apply(self, **op: Any) -> Any:
@@ -360,8 +361,8 @@ def test_groups_round_trip_through_snapshot_records_and_replayed_effects() -> No
     d = three()
     d.live(dead=[1], m2=5)
     image = d.sm.image
-    rebuilt = image_from_records(image_records(image), image.revision, 1)
+    rebuilt = image_from_records(image_records(image), image.revision, 1, REGISTRY)
     assert rebuilt.replica_groups == image.replica_groups
     assert diff_images(image, rebuilt) == []
-    from_empty = diff_images(MetadataStateMachine().image, image)
+    from_empty = diff_images(MetadataStateMachine.empty(REGISTRY).image, image)
     assert [e.type for e in from_empty] == ["replica_group"]

@@ -11,12 +11,14 @@ import pytest
 
 from nameserver.config import MAX_REQUEST_BYTES
 from nameserver.errors import InvalidArgument, ResourceExhausted, Unavailable
+from nameserver.kinds import REGISTRY
 from nameserver.routing.liveness import BrokerKeeper
 from nameserver.routing.ops import RoutingNode
 from nameserver.routing.records import broker_key
 from nameserver.routing.remoting import NameserverRemoting
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine
+from nameserver.state.registry import Registry
 from raftlog import Applied, Entry, NotLeaderError
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
 from rmq.codes import RequestCode, ResponseCode
@@ -44,9 +46,13 @@ class FakeNode:
     """The part of NodeFacade the routing front uses, applying proposals at once."""
 
     def __init__(self) -> None:
-        self.state = MetadataStateMachine()
+        self.state = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
         self.clock = 1_000_000
+
+    @property
+    def registry(self) -> Registry:
+        return self.state.registry
 
     async def read_image(self, serializable: bool) -> MetadataImage:
         assert serializable, "route reads are eventual: no read barrier"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.routing import apply as routing
 from nameserver.routing import queries
 from nameserver.routing.records import DataVersion, broker_key, topic_key
@@ -64,7 +65,7 @@ def op_entry(ts: int = 1000, **kw: Any) -> Entry:
 
 class Machine:
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
         self.effects: list[Any] = []
 
@@ -304,11 +305,11 @@ def test_routes_round_trip_through_snapshot_records_and_effects() -> None:
     m.apply(register(broker_id=1, addr="127.0.0.2:10911", enable_acting_master=True, zone="z1"))
     m.apply(op_entry(put_kv_config=records_pb2.KvConfigRecord(namespace="ns", key="k", value="v")))
     image = m.image
-    back = image_from_records(list(image_records(image)), image.revision, 1)
+    back = image_from_records(list(image_records(image)), image.revision, 1, REGISTRY)
     assert diff_images(image, back) == []
     assert back.brokers.value_bytes == image.brokers.value_bytes
     # replaying the effects onto an empty image rebuilds it
-    d = MetadataDelta(MetadataImage.empty())
+    d = MetadataDelta(MetadataImage.empty(REGISTRY))
     for e in m.effects:
         d.replay(e.type, e.key, e.value, e.delete)
     assert diff_images(image, d.build()) == []

@@ -14,6 +14,7 @@ import pytest
 from grpc import StatusCode
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.state.machine import MetadataStateMachine, image_from_records, image_records
 from nameserver.watch.events import HubEvent
 from nameserver.watch.hub import Watcher, WatchHub
@@ -69,7 +70,7 @@ def test_a_rejected_request_rolls_back_every_type_it_touched() -> None:
     assert image.kv.get(b"k") is None and image.kv.get(b"keep") == before.kv.get(b"keep")
     assert len(image.kv) == 2 and image.kv.value_bytes == len(b"keepv") + len(b"othero")
     assert sorted(image_records(image)) == sorted(
-        image_records(image_from_records(image_records(image), 0, 0))
+        image_records(image_from_records(image_records(image), 0, 0, REGISTRY))
     )
 
 
@@ -98,7 +99,7 @@ class _CountingLoop(asyncio.SelectorEventLoop):
 
 
 def test_hub_is_not_woken_without_watchers_and_a_later_watcher_starts_after_the_skipped() -> None:
-    sm = MetadataStateMachine()
+    sm = MetadataStateMachine.empty(REGISTRY)
     loop = _CountingLoop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()

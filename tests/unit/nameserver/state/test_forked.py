@@ -16,6 +16,7 @@ from unittest import mock
 
 import pytest
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue, KvImage
 from nameserver.state.forked import ChildFailedError, ForkError, run_in_child
 from nameserver.state.image import MetadataImage, Provenance
@@ -67,7 +68,7 @@ def test_the_child_runs_below_the_parents_priority() -> None:
 
 def image_of(n: int, offset: int) -> MetadataImage:
     items = [(b"k%05d" % i, KeyValue(b"k%05d" % i, b"v" * 50, i + 1, offset, 1)) for i in range(n)]
-    return MetadataImage(Provenance(offset, 2), kv=KvImage.from_sorted_items(items))
+    return MetadataImage(REGISTRY, Provenance(offset, 2), kv=KvImage.from_sorted_items(items))
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue
 from nameserver.kv.semantics import do_range, validate_txn
 from nameserver.state.machine import MetadataStateMachine
@@ -33,7 +34,7 @@ def txn_entry(txn: rpc_pb2.TxnRequest) -> Entry:
 
 class Driver:
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.offset = 0
         self.effects: list[tuple[int, object]] = []
 
@@ -190,7 +191,7 @@ def test_effects_are_whole_records_so_replay_rebuilds_the_image() -> None:
     d.apply(put_entry(b"b", b"1"))
     d.apply(put_entry(b"a", b"2"))
     d.apply(del_entry(b"b"))
-    delta = MetadataDelta(MetadataImage.empty())
+    delta = MetadataDelta(MetadataImage.empty(REGISTRY))
     for _, eff in d.effects:
         delta.replay(eff.type, eff.key, eff.value, eff.delete)  # type: ignore[attr-defined]
     rebuilt = delta.build()

@@ -27,7 +27,6 @@ from nameserver.state.registry import (
     RecordKind,
     Registry,
     UnknownRecordType,
-    default_registry,
 )
 from protos import records_pb2
 from raftlog import Effect, Entry
@@ -109,7 +108,7 @@ def quota(record_type: str, max_keys: int) -> Entry:
 
 class Machine:
     def __init__(self) -> None:
-        self.sm = MetadataStateMachine(registry=TOYS)
+        self.sm = MetadataStateMachine.empty(TOYS)
         self.offset = 0
 
     def apply(self, *entries: Entry) -> tuple[list[Effect], Any]:
@@ -123,8 +122,7 @@ class Machine:
 
 
 # ------------------------------------------------------------------------ tests
-def test_the_server_registry_is_the_default_and_lists_every_type_once() -> None:
-    assert default_registry() is REGISTRY
+def test_the_server_registry_lists_every_type_once() -> None:
     assert REGISTRY.record_types == (
         "kv",
         "member",
@@ -140,7 +138,10 @@ def test_the_server_registry_is_the_default_and_lists_every_type_once() -> None:
         "auth",
     )
     assert "note" not in REGISTRY.by_name and "note" not in REGISTRY.rules
-    assert "notes" not in MetadataImage.empty().__dict__
+    assert "notes" not in MetadataImage.empty(REGISTRY).__dict__
+    # the machinery keeps the registry it is given: no other is taken behind its back
+    assert MetadataStateMachine.empty(REGISTRY).registry is REGISTRY
+    assert MetadataStateMachine.empty(TOYS).image.registry is TOYS
 
 
 def test_a_toy_kind_applies_and_rolls_back_with_the_request() -> None:
@@ -169,7 +170,7 @@ def test_a_toy_kind_with_usage_has_a_quota() -> None:
     assert "note" in str(info.value)
     assert m.notes() == {b"a": b"one"}
     with pytest.raises(InvalidArgument):  # the server's registry has no such type
-        MetadataStateMachine().apply(1, 1, [quota("note", 1)])
+        MetadataStateMachine.empty(REGISTRY).apply(1, 1, [quota("note", 1)])
 
 
 def test_a_toy_kind_goes_through_snapshot_records_replay_and_diff(tmp_path: Path) -> None:
@@ -205,19 +206,19 @@ def test_a_toy_kind_goes_through_snapshot_records_replay_and_diff(tmp_path: Path
         ("note", b"b", True),
     ]
     # a machine loads it (snapshot install) and reports the changes as effects
-    other = MetadataStateMachine(registry=TOYS)
+    other = MetadataStateMachine.empty(TOYS)
     assert len(other.load(image.revision, 1, records)) == 2
     assert list(image_records(other.image)) == records
     # the server's registry refuses the toy's records
     with pytest.raises(UnknownRecordType):
-        image_from_records(records, image.revision, 1)
+        image_from_records(records, image.revision, 1, REGISTRY)
 
 
 def test_a_toy_kind_declares_its_consistency() -> None:
     assert read_mode("note", serializable=True, registry=TOYS) == LINEARIZABLE
     assert read_mode("kv", serializable=True, registry=TOYS) == SERIALIZABLE
     with pytest.raises(KeyError):
-        read_mode("note", serializable=True)
+        read_mode("note", serializable=True, registry=REGISTRY)
 
 
 def test_a_registry_refuses_clashes() -> None:

@@ -7,6 +7,7 @@ import pytest
 from grpc import StatusCode
 
 from nameserver.errors import Rejected
+from nameserver.kinds import REGISTRY
 from nameserver.state.machine import MetadataStateMachine
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
@@ -23,7 +24,7 @@ def nested_txn(depth: int) -> rpc_pb2.TxnRequest:
 
 
 def test_a_txn_too_deep_to_decode_is_rejected_and_applies_nothing() -> None:
-    sm = MetadataStateMachine()
+    sm = MetadataStateMachine.empty(REGISTRY)
     value = records_pb2.TxnOperation(txn=nested_txn(50)).SerializeToString()
     with pytest.raises(Rejected) as info:
         sm.apply(1, 1, [Entry(type="txn", value=value)])

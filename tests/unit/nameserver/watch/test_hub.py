@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from nameserver.kinds import REGISTRY
 from nameserver.kv.records import KeyValue
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine
@@ -61,7 +62,7 @@ class Feed:
     """Applies requests like the apply thread, feeding the hub as the observer would."""
 
     def __init__(self, hub_history: FakeHistory) -> None:
-        self.sm = MetadataStateMachine()
+        self.sm = MetadataStateMachine.empty(REGISTRY)
         self.history = hub_history
         self.offset = 0
 
