@@ -130,7 +130,8 @@ def run_load(addresses: list[str], args: argparse.Namespace, echo: bool = False)
 
 # ------------------------------------------------------------------------ ceiling
 async def _echo_server(reply_size: int) -> tuple[asyncio.Server, int]:
-    """Answers every frame with its own header (so the client matches the ``opaque``) and a
+    """Answers every frame with its own header (so the client matches the ``opaque``), marked
+    a response (the JSON header's ``"flag":0`` becomes ``"flag":1``, the same length), and a
     body that pads the answer to ``reply_size`` bytes, the size of a route answer: the
     length prefixes are all it reads, nothing is decoded or looked up."""
 
@@ -140,7 +141,7 @@ async def _echo_server(reply_size: int) -> tuple[asyncio.Server, int]:
                 (length,) = struct.unpack(">i", await reader.readexactly(4))
                 frame = await reader.readexactly(length)
                 (header_field,) = struct.unpack_from(">i", frame)
-                header = frame[: 4 + (header_field & 0xFFFFFF)]
+                header = frame[: 4 + (header_field & 0xFFFFFF)].replace(b'"flag":0', b'"flag":1', 1)
                 body = b"x" * max(0, reply_size - 4 - len(header))
                 writer.write(struct.pack(">i", len(header) + len(body)) + header + body)
         except (asyncio.IncompleteReadError, ConnectionError):
