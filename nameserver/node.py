@@ -15,7 +15,7 @@ status conversion, method table) and the RocketMQ remoting front (``nameserver.r
 (:mod:`nameserver.kv.compactor`, ...) call it too. Nothing here imports a front (an
 import-linter contract in ``pyproject.toml``), and the fronts and domains import this module
 for its types only (``if TYPE_CHECKING:``), so the domains' folders form no import cycle
-with it (``tests/unit/nameserver/test_layers.py``).
+with it (``tests/unit/test_import_cycles.py``).
 """
 
 from __future__ import annotations
