@@ -364,6 +364,9 @@ def test_two_default_clusters_replicate_both_ways(tmp_path: Path) -> None:
         assert last.startswith("metaledger: replicate rocketmq: --source-namesrv"), last
         assert "same RocketMQ cluster 'DefaultCluster'" in last, last
     finally:
-        for w in workers:
-            assert w.stop() == 0, w.log()[-3000:]
-        close_all(clusters)
+        try:
+            codes = [(w.stop(), w.log()[-3000:]) for w in workers]
+        finally:
+            close_all(clusters)  # the clusters go even when a worker would not stop
+        for code, log in codes:
+            assert code == 0, log
