@@ -171,6 +171,14 @@ def register(subparsers: Subparsers, common: Common) -> None:
         help='delay levels, e.g. "1s 5s 10s" (RocketMQ\'s messageDelayLevel)',
     )
     p.add_argument(
+        "--auto-create-topic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a send to a topic nobody created creates it, and the default topic TBW102 is"
+        " registered for clients to find this broker by (RocketMQ's autoCreateTopicEnable; on"
+        " by default as in RocketMQ: turn it off in production)",
+    )
+    p.add_argument(
         "--slave-read-enable",
         action="store_true",
         help="send consumers that lag more than --slave-read-lag-bytes to an in-sync slave"
@@ -253,6 +261,7 @@ def build_config(
         broker_role=args.broker_role,
         endpoints=tuple(endpoints),
         retry_max_times=args.retry_max_times,
+        auto_create_topic=args.auto_create_topic,
         slave_read_enable=args.slave_read_enable,
         retention_hours=args.retention_hours,
         retention_bytes=args.retention_bytes,

@@ -60,6 +60,10 @@ class BrokerConfig:
     broker_role: str = "ASYNC_MASTER"
     #: metaledger gRPC endpoints; empty = no registration (tests, a lone broker)
     endpoints: tuple[str, ...] = ()
+    #: a send to a topic nobody created creates it (RocketMQ's autoCreateTopicEnable, on by
+    #: default as in RocketMQ; production turns it off): the default topic TBW102 has
+    #: ``default_queue_nums`` queues, a new topic at most that many
+    auto_create_topic: bool = True
     default_queue_nums: int = 4
     retry_max_times: int = 16
     message_delay_levels: str = DEFAULT_DELAY_LEVELS

@@ -82,6 +82,7 @@ class Replica:
             self.replication = replication or Standalone()
         self.metrics = BrokerMetrics(config.broker_name, self._view)
         self.topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
+        self.topics.keep_default_topic(config.auto_create_topic, config.default_queue_nums)
         self.registrar: RouteRegistrar | None = None
         offsets: OffsetStore
         if client is not None:

@@ -1,10 +1,14 @@
 """The topics this broker serves (RocketMQ's ``TopicConfigManager``), kept in ``topics.json``.
 
-A topic is served when it is in the table. Topics come from four places: the routes in
+A topic is served when it is in the table. Topics come from five places: the routes in
 metaledger (a topic created with ``metaledger route topic create`` on this broker name is
 looked up on first use and adopted), UPDATE_AND_CREATE_TOPIC (17, broker/admin/topics.py:
 created or its queue numbers / perm / order replaced), a consumer group's heartbeat
-(``%RETRY%<group>``, one queue) and the DLQ (``%DLQ%<group>``). The table is saved so
+(``%RETRY%<group>``, one queue), the DLQ (``%DLQ%<group>``) and a send to a topic nobody
+created while auto-creation is on (RocketMQ's ``autoCreateTopicEnable``: the table then holds
+the default topic ``TBW102``, perm INHERIT|READ|WRITE, whose route a 4.x client uses when its
+topic has none; :meth:`TopicTable.create_from_default` makes the new topic from it, as
+``createTopicInSendMessageMethod`` does). The table is saved so
 a restarted broker registers every topic again (the routes drop a broker name's queue data
 when its last broker expires). ``on_change`` tells the registrar to register again.
 """
@@ -21,7 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
-from rmq.codes import PERM_READ, PERM_WRITE
+from rmq.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
+from rmq.headers import DEFAULT_TOPIC
 
 REPLICA_OF = "replica.of"
 REPLICATOR_SOURCE = "ROCKETMQ_REPLICATOR_SOURCE"
@@ -30,6 +35,8 @@ DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: RocketMQ's TopicValidator: these characters, at most 127 (C++ decodes a 1-byte length).
 TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
+#: the default topic's perm: topics created from it inherit READ|WRITE
+AUTO_CREATE_PERM = PERM_INHERIT | PERM_READ | PERM_WRITE
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,41 @@ class TopicTable:
             return resolved
         finally:
             self._resolving.pop(topic, None)
+
+    def keep_default_topic(self, enabled: bool, queue_nums: int) -> None:
+        """Auto-creation on: the default topic ``TBW102`` with ``queue_nums`` queues and perm
+        INHERIT|READ|WRITE in the table (RocketMQ's TopicConfigManager with
+        ``autoCreateTopicEnable``); off: not in it (a table saved while it was on drops it)."""
+        if enabled:
+            self.put(TopicConfig(DEFAULT_TOPIC, queue_nums, queue_nums, AUTO_CREATE_PERM))
+        else:
+            self.remove(DEFAULT_TOPIC)
+
+    def create_from_default(
+        self, topic: str, default_topic: str, queue_nums: int | None
+    ) -> TopicConfig | None:
+        """``topic`` created from ``default_topic`` (RocketMQ's
+        ``createTopicInSendMessageMethod``): ``min(queue_nums, its write queues)`` read and
+        write queues (at least 1; all of them when the client sent no number), its perm less
+        INHERIT, its filter type. None when ``default_topic`` is not here or does not let
+        topics inherit from it. A topic already here is returned as it is."""
+        found = self._topics.get(topic)
+        if found is not None:
+            return found
+        default = self._topics.get(default_topic)
+        if default is None or not default.perm & PERM_INHERIT:
+            return None
+        n = default.write_queue_nums if queue_nums is None else queue_nums
+        n = max(1, min(n, default.write_queue_nums))
+        return self.put(
+            TopicConfig(
+                topic,
+                n,
+                n,
+                default.perm & ~PERM_INHERIT,
+                topic_filter_type=default.topic_filter_type,
+            )
+        )
 
     def ensure(self, topic: str, queues: int = 1) -> TopicConfig:
         """The topic, created with ``queues`` read/write queues if absent (retry, DLQ)."""

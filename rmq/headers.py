@@ -228,14 +228,15 @@ _V1_TO_V2: Final = {v1: v2 for v2, v1 in V2_FIELDS.items()}
 @dataclass(slots=True, kw_only=True)
 class SendMessageHeader(Header):
     """SEND_MESSAGE (10), or SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) with the short
-    names (:meth:`request_v2`). The broker reads neither defaultTopic, defaultTopicQueueNums,
-    unitMode nor brokerName (RocketMQ's reads them to create topics automatically)."""
+    names (:meth:`request_v2`). defaultTopic and defaultTopicQueueNums are what a broker
+    creates an unknown topic from (RocketMQ's autoCreateTopicEnable); the broker reads neither
+    unitMode nor brokerName."""
 
     code = RequestCode.SEND_MESSAGE
     producer_group: str = ext("producerGroup")
     topic: str = ext("topic")
-    default_topic: str | None = ext("defaultTopic", None, read=False)
-    default_topic_queue_nums: int | None = ext("defaultTopicQueueNums", None, read=False)
+    default_topic: str | None = ext("defaultTopic", None)
+    default_topic_queue_nums: int | None = ext("defaultTopicQueueNums", None, int32=True)
     queue_id: int = ext("queueId", int32=True)
     sys_flag: int = ext("sysFlag", int32=True)
     born_timestamp: int = ext("bornTimestamp")

@@ -60,6 +60,12 @@ MAX_TOPIC: Final = 32767
 MAX_BODY_INFLATED: Final = 64 * 1024 * 1024  # a zlib bomb stops here
 
 SYSFLAG_COMPRESSED: Final = 0x1
+#: bits 2-3: the transaction type (``MessageSysFlag``): 0 not a transaction, 0x4 a prepared
+#: (half) message, 0x8 committed, 0xC rolled back
+SYSFLAG_TRANSACTION_MASK: Final = 0xC
+SYSFLAG_TRANSACTION_PREPARED: Final = 0x4
+#: ``MessageConst.PROPERTY_TRANSACTION_PREPARED``: "true" on a transaction's half message
+PROPERTY_TRANSACTION_PREPARED: Final = "TRAN_MSG"
 SYSFLAG_BORNHOST_V6: Final = 0x10
 SYSFLAG_STOREHOST_V6: Final = 0x20
 COMPRESSION_MASK: Final = 0x700  # bits 8-10: 1 LZ4, 2 ZSTD, 3 ZLIB (0: zlib, older clients)

@@ -60,7 +60,7 @@ SYSTEM_TOPICS = frozenset(
 SYSTEM_PREFIX = "rmq_sys_"
 #: RIP-45's heartbeat topic: ``rmq_sys_`` by name, but the replicator creates it in both
 #: clusters through this request (RIP-45 names it; RocketMQ 5's validator would refuse it,
-#: leaving it to broker auto-creation, which this broker does not do)
+#: leaving it to broker auto-creation, which may be off: ``--no-auto-create-topic``)
 REPLICATOR_HEARTBEAT_TOPIC = "rmq_sys_replicator_heartbeat"
 REGISTER_WAIT_S = 5.0
 #: attribute name -> its value check

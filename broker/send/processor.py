@@ -10,6 +10,19 @@ SCHEDULE_TOPIC_XXXX queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``. The answ
 the offset message id (batches: comma-joined), ``queueId`` and ``queueOffset`` (the first), all
 strings (as RocketMQ's ``SendMessageResponseHeader``: C++ 1.x reads only JSON strings); the status
 maps to a code by ``broker.replication.RESPONSE``.
+
+A transaction's half message (property ``TRAN_MSG=true``, or a sysflag of the prepared type;
+a batch whose header or any message says so) is refused with NO_PERMISSION and RocketMQ's
+``rejectTransactionMessage`` remark, storing nothing: this broker has no half-message store,
+and storing it as a plain message would deliver what the producer may roll back
+(RocketMQ's ``SendMessageProcessor`` makes the same exception for a retried message of a
+client older than 4.6.1: reconsumeTimes and a DELAY level both > 0).
+
+A topic not in the table and not in the routes is created from the request's
+``defaultTopic`` (TBW102) when auto-creation is on (``BrokerConfig.auto_create_topic``,
+RocketMQ's ``AbstractSendMessageProcessor.msgCheck``): ``defaultTopicQueueNums`` queues,
+capped by the default topic's write queues (:meth:`broker.topics.TopicTable.create_from_default`);
+the table's change registers it in metaledger's routes. Otherwise TOPIC_NOT_EXIST.
 """
 
 from __future__ import annotations
@@ -19,6 +32,7 @@ import ipaddress
 import logging
 import random
 
+from broker.admin.topics import check_topic_name
 from broker.core import BrokerCore
 from broker.remoting.errors import (
     BrokerRequestError,
@@ -38,8 +52,16 @@ from broker.topics import (
 from rmq.batch import BatchItem, decode_batch
 from rmq.codec import BadRequest, RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
-from rmq.headers import SendBackHeader, SendMessageHeader, SendMessageResponseHeader
+from rmq.headers import (
+    DEFAULT_TOPIC,
+    SendBackHeader,
+    SendMessageHeader,
+    SendMessageResponseHeader,
+)
 from rmq.message import (
+    PROPERTY_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
     Host,
     MalformedMessage,
     MessageError,
@@ -50,8 +72,12 @@ from rmq.message import (
 from rmq.msgid import offset_msg_id
 from rmq.server import Handler, Peer
 
-SYSFLAG_TRANSACTION_MASK = 0xC
 log = logging.getLogger(__name__)
+#: what END_TRANSACTION (37) is answered, with REQUEST_CODE_NOT_SUPPORTED
+NO_TRANSACTIONS = (
+    "END_TRANSACTION (37) is not supported: this broker does not serve transactional messages "
+    "(no half-message store; a transaction's prepare half is refused with NO_PERMISSION)"
+)
 
 
 def peer_host(peer: Peer) -> Host:
@@ -79,6 +105,18 @@ def check_replica(topic: str, cluster: str, props: dict[str, str]) -> None:
         )
 
 
+def is_half_message(sys_flag: int, reconsume_times: int, props: dict[str, str]) -> bool:
+    """A transaction's prepare half: ``TRAN_MSG=true`` (Java's ``Boolean.parseBoolean``) or a
+    sysflag of the prepared type (what a producer sets for it), except a retried message from
+    a client older than 4.6.1, which keeps the property (reconsumeTimes and DELAY both > 0:
+    RocketMQ's ``SendMessageProcessor`` exempts it)."""
+    prepared = props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+    if not prepared and sys_flag & SYSFLAG_TRANSACTION_MASK != SYSFLAG_TRANSACTION_PREPARED:
+        return False
+    delay = props.get("DELAY", "").strip()
+    return not (reconsume_times > 0 and delay.isdigit() and int(delay) > 0)
+
+
 class SendProcessor:
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
@@ -89,26 +127,75 @@ class SendProcessor:
             RequestCode.SEND_MESSAGE_V2: self.send,
             RequestCode.SEND_BATCH_MESSAGE: self.send,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.END_TRANSACTION: self.end_transaction,
         }
 
+    async def end_transaction(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        """REQUEST_CODE_NOT_SUPPORTED, saying what is missing (the C++ and Java clients send
+        it oneway: a oneway request gets no answer)."""
+        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, NO_TRANSACTIONS)
+
     # ------------------------------------------------------------------ send
-    async def _topic(self, name: str) -> TopicConfig:
+    async def _topic(self, h: SendMessageHeader) -> TopicConfig:
+        name = h.topic
         topics = self.core.topics
         config = await topics.lookup(name)
         if config is None and name.startswith((RETRY_PREFIX, DLQ_PREFIX)) and len(name) > 7:
             config = topics.ensure(name, 1)
         if config is None:
-            raise TopicNotExist(f"topic[{name}] not exist, apply first please!")
+            config = self._auto_create(h)
         if not config.writable:
             raise NoPermission(f"the topic[{name}] sending message is forbidden")
         return config
+
+    def _auto_create(self, h: SendMessageHeader) -> TopicConfig:
+        """The unknown topic created from the request's default topic (TBW102) when
+        auto-creation is on; TopicNotExist otherwise, saying why."""
+        name = h.topic
+        missing = f"topic[{name}] not exist, apply first please!"
+        c = self.core.config
+        if not c.auto_create_topic:
+            raise TopicNotExist(missing)
+        try:
+            check_topic_name(name, frozenset({c.cluster, c.broker_name}))
+        except BrokerRequestError as exc:
+            raise TopicNotExist(f"{missing} (not created automatically: {exc})") from None
+        default = h.default_topic or DEFAULT_TOPIC
+        config = self.core.topics.create_from_default(name, default, h.default_topic_queue_nums)
+        if config is None:
+            raise TopicNotExist(
+                f"{missing} (not created automatically: the default topic[{default}] is not "
+                "here or does not let topics inherit from it)"
+            )
+        log.info(
+            "topic %s created on first send (from %s, %d queues)",
+            name,
+            default,
+            config.write_queue_nums,
+        )
+        return config
+
+    def _refuse_half_messages(self, h: SendMessageHeader, props: list[dict[str, str]]) -> None:
+        """NO_PERMISSION for a transaction's prepare half (RocketMQ's
+        ``rejectTransactionMessage`` remark), before anything is created or stored."""
+        if any(is_half_message(h.sys_flag, h.reconsume_times, p) for p in props):
+            raise NoPermission(
+                f"the broker[{self.core.config.advertised_host}] sending transaction message is "
+                "forbidden (transactional messages are not served: no half-message store)"
+            )
 
     async def send(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = SendMessageHeader.from_command(request)
         why = self.core.replication.writable()
         if why is not None:
             raise ServiceNotAvailable(why)
-        config = await self._topic(h.topic)
+        if h.batch:
+            items = _batch(request.body)
+            self._refuse_half_messages(h, [it.properties for it in items])
+        else:
+            props = parse_properties(h.properties)
+            self._refuse_half_messages(h, [props])
+        config = await self._topic(h)
         queue_id = h.queue_id
         if queue_id < 0:
             queue_id = random.randrange(config.write_queue_nums)
@@ -122,7 +209,6 @@ class SendProcessor:
         if h.batch:
             if h.topic.startswith(RETRY_PREFIX):
                 raise BrokerRequestError("batch message does not support retry group")
-            items = _batch(request.body)
             if replica_of:
                 for it in items:
                     check_replica(h.topic, replica_of, it.properties)
@@ -132,7 +218,6 @@ class SendProcessor:
             ]
             status, results = await self.core.put_batch(messages)
             return self._answer(request, status, results, queue_id)
-        props = parse_properties(h.properties)
         if replica_of:
             check_replica(h.topic, replica_of, props)
         topic, queue_id = h.topic, queue_id

@@ -57,7 +57,7 @@ def queue_data(client: Client, topic: str) -> QueueData | None:
 def test_create_and_update_a_topic_through_the_broker(
     tmp_path: Path, node: Cluster, client: Client
 ) -> None:
-    broker = BrokerProcess(tmp_path, node.endpoints)
+    broker = BrokerProcess(tmp_path, node.endpoints, "broker-a", "--no-auto-create-topic")
     try:
         wait_for("registration", lambda: client.route_cluster_info().brokers)
         asyncio.run(scenario(broker, client))

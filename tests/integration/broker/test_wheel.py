@@ -2,11 +2,21 @@
 real metaledger node (issue 17, "Real clients, end to end"): producer sync, oneway, tags, keys,
 properties; push consumer; bodies byte-exact (all 256 byte values, 4 MiB, empty); a restarted
 group resumes from its committed offset; a failed message is redelivered through the retry
-topic and lands in the DLQ after the maximum (``--retry-max-times 2``; fast delay levels)."""
+topic and lands in the DLQ after the maximum (``--retry-max-times 2``; fast delay levels).
+
+Issue 30: a transaction's prepare half is refused and never delivered; the producer sends to a
+topic nobody created (the broker's default: auto-creation on), and with
+``--no-auto-create-topic`` such a send fails. The wheel's Python API has no transactional
+producer (0.4.4 exports only ``Producer``, ``PushConsumer`` and ``PullConsumer``, and its
+``librocketmq.so`` no C function for RocketMQ's ``TransactionMQProducer``), so its ordinary
+producer sends the prepare half as a transactional producer puts it on the wire: the
+``TRAN_MSG=true`` property, from which the C++ core sets the sysflag's TRANSACTION_PREPARED
+type; ``rmq.connection`` checks the broker's answer itself."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import signal
@@ -21,10 +31,13 @@ from typing import Any
 import pytest
 
 from nameserver.client import Client, NotFound, QueueData
+from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
+from rmq.headers import SendMessageHeader
 from rmq.message import StoredMessage, decode_records
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, cli_env, metaledger, wait_for
+from tests.integration.replicator.broker_env import broker_env
 
 pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4")
 pytestmark = [pytest.mark.integration]
@@ -89,10 +102,10 @@ def produce(env: Env, spec: list[dict[str, Any]], group: str = "PG") -> list[dic
 
 
 def consume(
-    env: Env, group: str, expect: int, timeout_s: float = 60, fail: str = ""
+    env: Env, group: str, expect: int, timeout_s: float = 60, fail: str = "", topic: str = TOPIC
 ) -> list[dict[str, Any]]:
     r = subprocess.run(
-        [sys.executable, WHEEL, "consume", env.namesrv, group, TOPIC, str(expect), str(timeout_s), fail],
+        [sys.executable, WHEEL, "consume", env.namesrv, group, topic, str(expect), str(timeout_s), fail],
         capture_output=True, timeout=timeout_s + 60, env=wheel_env(env), check=False,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:]
@@ -276,3 +289,102 @@ def test_orderly_push_consumer_holds_queue_locks_and_consumes_in_order(env: Env)
         offsets = [d["queue_offset"] for d in lines if d["queue_id"] == q]
         assert offsets == sorted(offsets) and len(offsets) == 3, lines
     assert sorted(d["keys"] for d in lines) == [f"o-{i}" for i in range(6)]
+
+
+# --- issue 30: transactions refused, topics created on first send ----------------------------
+
+
+async def _request(addr: str, code: int, fields: dict[str, str], body: bytes = b"") -> Any:
+    host, _, port = addr.rpartition(":")
+    c = await RemotingConnection.connect(host, int(port))
+    try:
+        return await c.request(code, fields, body)
+    finally:
+        await c.close()
+
+
+def _send_v2(addr: str, topic: str, sys_flag: int = 0, properties: str = "") -> Any:
+    """SEND_MESSAGE_V2 as the C++ client writes it (defaultTopic TBW102, 4 queues)."""
+    header = SendMessageHeader(
+        producer_group="PG", topic=topic, default_topic="TBW102", default_topic_queue_nums=4,
+        queue_id=0, sys_flag=sys_flag, born_timestamp=1, flag=0, properties=properties,
+    )  # fmt: skip
+    request = header.request_v2(b"x")
+    return asyncio.run(_request(addr, request.code, request.ext_fields, b"x"))
+
+
+def _stored(env: Env, topic: str, queues: int) -> int:
+    """Messages the broker holds for ``topic`` (its queues' max offsets, summed)."""
+    fields = [{"topic": topic, "queueId": str(q)} for q in range(queues)]
+    return sum(
+        int(
+            asyncio.run(_request(env.broker.addr, RequestCode.GET_MAX_OFFSET, f)).ext_fields[
+                "offset"
+            ]
+        )
+        for f in fields
+    )
+
+
+def _route(client: Client, topic: str) -> Any:
+    try:
+        return client.route_get(topic)
+    except NotFound:
+        return None
+
+
+def test_a_transactional_send_is_refused_and_never_delivered(env: Env) -> None:
+    topic = "WheelTx"
+    env.client.route_topic_create(topic, [QueueData("broker-a", 4, 4, 6)])
+    half = item("half", b"prepare half", topic=topic, props={"TRAN_MSG": "true"}, expect_error=True)
+    results = produce(
+        env,
+        [
+            item("before", b"ordinary before", topic=topic),
+            half,
+            item("after", b"after", topic=topic),
+        ],
+    )
+    by_key = {r["keys"]: r for r in results}
+    assert by_key["before"]["status"] == 0 and by_key["after"]["status"] == 0, results
+    # refused: the C++ core retries NO_PERMISSION, then raises its own "No route info of this
+    # topic" without the broker's remark (the raw answer is checked below)
+    assert "ProducerSendSyncFailed" in by_key["half"].get("error", ""), results
+    assert _stored(env, topic, 4) == 2  # nothing of the half was stored
+
+    raw = _send_v2(env.broker.addr, topic, sys_flag=0x4, properties="TRAN_MSG\x01true\x02")
+    assert raw.code == ResponseCode.NO_PERMISSION
+    assert "sending transaction message is forbidden" in (raw.remark or "")
+
+    # a consumer of the topic gets the two ordinary messages and nothing else
+    seen = consume(env, "G-tx", expect=3, timeout_s=15, topic=topic)
+    assert sorted(d["keys"] for d in seen) == ["after", "before"], seen
+
+
+def test_the_wheel_sends_to_a_topic_nobody_created(env: Env) -> None:
+    topic = "NeverCreatedByAnyone"
+    assert _route(env.client, topic) is None
+    tbw = env.client.route_get("TBW102")  # registered by the broker: auto-creation is on
+    assert [(q.broker_name, q.perm) for q in tbw.queues] == [("broker-a", 7)]
+
+    results = produce(env, [item(f"auto-{i}", f"auto {i}".encode(), topic=topic) for i in range(3)])
+    assert [r.get("status") for r in results] == [0, 0, 0], results
+    route = wait_for("the new topic's route", lambda: _route(env.client, topic))
+    queues = [(q.broker_name, q.write_queue_nums, q.perm) for q in route.queues]
+    assert queues == [("broker-a", 4, 6)]
+    seen = consume(env, "G-auto", expect=3, timeout_s=60, topic=topic)
+    assert {d["keys"] for d in seen} == {"auto-0", "auto-1", "auto-2"}, seen
+
+
+def test_with_auto_create_off_a_send_to_an_unknown_topic_fails(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    start = contextlib.contextmanager(broker_env)
+    with start(tmp_path_factory, "--no-auto-create-topic") as off:
+        assert _route(off.client, "TBW102") is None  # nothing for a 4.x client to fall back to
+        raw = _send_v2(off.broker.addr, "Unknown")
+        assert raw.code == ResponseCode.TOPIC_NOT_EXIST, (raw.code, raw.remark)
+        wheel = Env(off.root, off.node, off.broker, off.client)
+        results = produce(wheel, [item("k", b"x", topic="Unknown", expect_error=True)])
+        assert "error" in results[0], results
+        assert _route(off.client, "Unknown") is None

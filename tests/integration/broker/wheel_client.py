@@ -1,9 +1,9 @@
 """The ``rocketmq`` 0.4.4 wheel (C++ core) as a subprocess: ``produce`` and ``consume``.
 
 Run as ``python wheel_client.py produce NAMESRV GROUP < spec.json`` (spec: a list of
-``{"topic", "body_hex", "tags", "keys", "props", "oneway"}``; prints one JSON result per
-message) or ``python wheel_client.py consume NAMESRV GROUP TOPIC EXPECT TIMEOUT_S
-[FAIL_KEYS] [ORDERLY]`` (prints one JSON line per message received: keys, tags, properties,
+``{"topic", "body_hex", "tags", "keys", "props", "oneway", "expect_error"}``; prints one JSON
+result per message, ``{"keys", "error"}`` for a send that raised when ``expect_error``) or
+``python wheel_client.py consume NAMESRV GROUP TOPIC EXPECT TIMEOUT_S [FAIL_KEYS] [ORDERLY]`` (prints one JSON line per message received: keys, tags, properties,
 reconsume times, body length and sha256; a message whose key is in FAIL_KEYS is failed,
 i.e. RECONSUME_LATER: returned by our own ctypes callback, see ``callback``). A subprocess, so the C++ core's threads and logs stay out of pytest.
 
@@ -53,6 +53,13 @@ def produce(namesrv: str, group: str) -> None:
             if item.get("oneway"):
                 producer.send_oneway(msg)
                 print(json.dumps({"keys": item.get("keys"), "oneway": True}), flush=True)
+            elif item.get("expect_error"):  # a refusal: print it, go on with the next
+                try:
+                    r = producer.send_sync(msg)
+                except Exception as exc:
+                    print(json.dumps({"keys": item.get("keys"), "error": repr(exc)}), flush=True)
+                else:
+                    print(json.dumps({"keys": item.get("keys"), "status": int(r.status)}))
             else:
                 r = producer.send_sync(msg)
                 print(

@@ -39,6 +39,13 @@ def test_broker_flags() -> None:
         parse("broker", "--group", "b1", "--data-dir", "d", "--listen", "h:99999")
 
 
+def test_auto_create_topic_is_on_unless_turned_off() -> None:
+    base = ("broker", "--group", "b", "--data-dir", "d")
+    assert build_config(parse(*base)).auto_create_topic is True  # RocketMQ's default
+    assert build_config(parse(*base, "--auto-create-topic")).auto_create_topic is True
+    assert build_config(parse(*base, "--no-auto-create-topic")).auto_create_topic is False
+
+
 def test_send_and_consume_flags() -> None:
     a = parse("send", "T", "-", "--tags", "x", "--property", "k=v")
     assert (a.topic, a.body, a.tags, a.property) == ("T", "-", "x", ["k=v"])

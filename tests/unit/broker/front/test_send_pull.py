@@ -106,7 +106,7 @@ def test_send_refusals_name_the_problem(tmp_path: Path) -> None:
         r = await ctx.send(b"ok", queue_id=-1)
         assert r.code == 0 and 0 <= int(r.ext_fields["queueId"]) < 4
 
-    run_broker(tmp_path, scenario)
+    run_broker(tmp_path, scenario, auto_create_topic=False)
 
 
 def test_pull_statuses_follow_the_table(tmp_path: Path) -> None:

@@ -136,7 +136,7 @@ def test_create_update_delete_over_the_wire(tmp_path: Path) -> None:
         r = await ctx.client.request(215, {"topic": "TBW102"})
         assert r.code == 1 and "topic" in (r.remark or "")
 
-    run_broker(tmp_path, scenario)
+    run_broker(tmp_path, scenario, auto_create_topic=False)  # a send to New: TOPIC_NOT_EXIST
 
 
 @pytest.mark.parametrize(
