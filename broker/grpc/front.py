@@ -22,6 +22,12 @@ from nameserver.client import Client, NotFound
 from rmq.headers import SendMessageHeader
 from rmq.message import MAX_BODY, Host
 
+#: a message of the broker's largest body fits in one request (gRPC's default is 4 MiB)
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_BODY + 1024 * 1024),
+    ("grpc.max_send_message_length", MAX_BODY + 1024 * 1024),
+]
+
 
 class ReplicaBackend:
     """The service's view of one replica: its routes and its send path."""
@@ -104,7 +110,7 @@ async def grpc_front(
 ) -> tuple[grpc.aio.Server, int]:
     """The started server and its bound port (``port`` 0: any free one); OSError when the
     address cannot be bound."""
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=GRPC_OPTIONS)
     add_to_server(service, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
