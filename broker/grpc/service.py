@@ -1,5 +1,5 @@
 """RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` on a broker replica: producers of
-normal messages (/work/shared/research/rocketmq5.md has what the official clients send).
+normal messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/`` module) use it.
 
 - **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
   gRPC endpoint, its permission and ``accept_message_types`` [NORMAL].
