@@ -22,8 +22,11 @@ from nameserver.client import Client, NotFound
 from rmq.headers import SendMessageHeader
 from rmq.message import MAX_BODY, Host
 
-#: a message of the broker's largest body fits in one request (gRPC's default is 4 MiB)
+#: a message of the broker's largest body fits in one request (gRPC's default is 4 MiB); no
+#: SO_REUSEPORT (gRPC's default on Linux), or a second replica on the same port would share
+#: the connections instead of failing to start
 GRPC_OPTIONS = [
+    ("grpc.so_reuseport", 0),
     ("grpc.max_receive_message_length", MAX_BODY + 1024 * 1024),
     ("grpc.max_send_message_length", MAX_BODY + 1024 * 1024),
 ]
