@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from nameserver.client import Client, QueueData
+from nameserver.client import Client, GroupPolicy, QueueData
 from rmq.connection import RemotingConnection
 from rmq.headers import PullMessageHeader
 from rmq.message import MAX_BODY, StoredMessage, decode_records
@@ -86,18 +86,26 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         node.close()
 
 
-def produce(python: Path, env: Env, spec: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def produce(
+    python: Path,
+    env: Env,
+    spec: list[dict[str, Any]],
+    broker: BrokerProcess | None = None,
+    grpc_port: int = 0,
+    topic: str = TOPIC,
+) -> list[dict[str, Any]]:
+    broker = broker or env.broker
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     clean["HOME"] = str(env.root)  # the client logs under $HOME/logs
     r = subprocess.run(
-        [str(python), PRODUCER, f"127.0.0.1:{env.grpc_port}", TOPIC],
+        [str(python), PRODUCER, f"127.0.0.1:{grpc_port or env.grpc_port}", topic],
         input=json.dumps(spec).encode(), capture_output=True, timeout=180, env=clean, check=False,
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:] + env.broker.log_tail()
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:] + broker.log_tail()
     return [json.loads(line) for line in r.stdout.decode().splitlines() if line.startswith("{")]
 
 
-async def _pull_all(port: int) -> list[StoredMessage]:
+async def _pull_all(port: int, topic: str = TOPIC) -> list[StoredMessage]:
     c = await RemotingConnection.connect("127.0.0.1", port)
     out: list[StoredMessage] = []
     try:
@@ -105,7 +113,7 @@ async def _pull_all(port: int) -> list[StoredMessage]:
             offset = 0
             while True:
                 pull = PullMessageHeader(
-                    consumer_group="inspect", topic=TOPIC, queue_id=q, queue_offset=offset,
+                    consumer_group="inspect", topic=topic, queue_id=q, queue_offset=offset,
                     max_msg_nums=32, sys_flag=0x4, commit_offset=0, suspend_timeout_ms=0,
                     sub_version=0, subscription="*",
                 )  # fmt: skip
@@ -172,3 +180,30 @@ def test_a_5x_producer_sends_and_the_4x_side_reads_every_field(
         }
         assert user == item.get("props", {}), user
         assert int(started) * 1000 - 1000 <= m.born_timestamp <= time.time() * 1000 + 1000
+
+
+def test_a_send_the_quorum_refuses_is_not_ok_for_the_5x_producer(
+    client_python: Path, env: Env
+) -> None:
+    """A SYNC_MASTER alone in a group whose policy wants 2 in-sync replicas stores nothing:
+    the 5.x producer gets HA_NOT_AVAILABLE with the reason, never a receipt."""
+    group, topic = "broker-q", "QuorumTopic"
+    with Client(env.node.endpoints, timeout_s=10) as client:
+        client.replica_set_policy(group, GroupPolicy(2, 2, 2), cluster_name="DefaultCluster")
+        grpc_port = free_ports(1)[0]
+        broker = BrokerProcess(
+            env.root, env.node.endpoints, group, "--broker-role", "SYNC_MASTER",
+            "--listen-grpc", f"127.0.0.1:{grpc_port}",
+        )  # fmt: skip
+        try:
+            wait_for(
+                f"{group} registered",
+                lambda: group in client.route_cluster_info().clusters.get("DefaultCluster", ()),
+            )
+            client.route_topic_create(topic, [QueueData(group, 1, 1, 6)])
+            results = produce(client_python, env, [{"body_hex": "61"}], broker, grpc_port, topic)
+            assert len(results) == 1 and "error" in results[0], results
+            assert "in-sync replicas not enough" in results[0]["error"], results
+            assert asyncio.run(_pull_all(broker.port, topic)) == []
+        finally:
+            assert broker.stop() == 0, broker.log_tail()
