@@ -2,10 +2,11 @@
 
 ``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
 ``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (where C++ clients send
-CONSUMER_SEND_MSG_BACK), the RocketMQ 5 gRPC front (``broker.grpc``, on ``grpc_listen``), the topic table
-(``topics.json``), consumer offsets (in metaledger's KV when endpoints are given, else in
-memory), the send/pull/consumer/admin processors on one ``rmq.server.RemotingServer``, delayed
-delivery, the route registrar and the metrics endpoint.
+CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
+KV when endpoints are given, else in memory), the send/pull/consumer/admin processors on one
+``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
+``grpc_listen``, sending through the same send processor), delayed delivery, the route
+registrar and the metrics endpoint.
 
 With a metaledger client the replica is a member of its replica group
 (:class:`~broker.group_member.GroupMember`): it registers there, takes the role metaledger
