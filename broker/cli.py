@@ -10,7 +10,8 @@ makes uses: the flags, else ``$METALEDGER_ENDPOINTS`` …, else ``127.0.0.1:9877
 the client library alone.
 
 ``metaledger broker --group NAME --data-dir DIR`` runs one replica until SIGINT/SIGTERM:
-the remoting front on ``--listen`` (default ``0.0.0.0:10911``), registered in the routes of
+the remoting front on ``--listen`` (default ``0.0.0.0:10911``), RocketMQ 5 gRPC on
+``--listen-grpc`` (default ``127.0.0.1:8081``), registered in the routes of
 ``--endpoints`` under ``--cluster``. It prints ``broker NAME serving on ADDR`` once serving.
 Send and consume are in :mod:`broker.cli_messages`. Exit codes are the ``metaledger`` table's
 numbers (``nameserver/cli/exitcodes.py``), repeated here because a broker may not import it.
@@ -31,7 +32,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cli_messages import register_messages
-from broker.config import DEFAULT_PORT, BrokerConfig, ConfigError
+from broker.config import DEFAULT_GRPC_LISTEN, DEFAULT_PORT, BrokerConfig, ConfigError
 from broker.store import FlushMode
 from nameserver.client import DEFAULT_ENDPOINTS, ConnectionOptions, OptionError
 
@@ -119,6 +120,13 @@ def register(subparsers: Subparsers, common: Common) -> None:
         metavar="HOST:PORT",
         help="HA address slaves connect to (default: the --listen port + 1, where slaves of this"
         " group look for it)",
+    )
+    p.add_argument(
+        "--listen-grpc",
+        default=None,
+        metavar="HOST:PORT",
+        help="RocketMQ 5 gRPC address for 5.x clients (producers of normal messages for now);"
+        f" default {DEFAULT_GRPC_LISTEN} (skipped with a warning when taken), 'off' for none",
     )
     p.add_argument(
         "--listen-metrics",
@@ -272,6 +280,8 @@ def build_config(
         ha_host=args.listen_ha[0] if args.listen_ha else "",
         ha_port=args.listen_ha[1] if args.listen_ha else 0,
         metrics_listen=args.listen_metrics,
+        grpc_listen="" if args.listen_grpc == "off" else (args.listen_grpc or DEFAULT_GRPC_LISTEN),
+        grpc_listen_is_default=args.listen_grpc is None,
         replica_heartbeat_timeout_ms=args.replica_heartbeat_timeout_ms,
         slave_timeout_ms=args.slave_timeout_ms,
         ha_max_time_slave_not_catchup_ms=args.ha_max_time_slave_not_catchup_ms,
@@ -352,7 +362,8 @@ async def _serve(config: BrokerConfig, connection: ConnectionOptions) -> int:
         await replica.start()
     except OSError as exc:
         print(
-            f"metaledger: broker: cannot listen on {config.listen_host}:{config.listen_port}: {exc}",
+            f"metaledger: broker: cannot listen on {config.listen_host}:{config.listen_port}"
+            f" (or gRPC {config.grpc_listen}): {exc}",
             file=sys.stderr,
         )
         await replica.stop()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from broker.store import FlushMode
 
 DEFAULT_PORT = 10911
+#: RocketMQ 5 gRPC (the RocketMQ proxy's default port; DESIGN §6)
+DEFAULT_GRPC_LISTEN = "127.0.0.1:8081"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -99,6 +101,10 @@ class BrokerConfig:
     ha_host: str = ""
     #: metrics HTTP ``host:port`` ("" = none)
     metrics_listen: str = ""
+    #: RocketMQ 5 gRPC ``host:port`` ("" = none); the CLI's default is 127.0.0.1:8081 (DESIGN
+    #: §6), which, being a default, is skipped with a warning when something else holds it
+    grpc_listen: str = ""
+    grpc_listen_is_default: bool = False
     #: replica group: a heartbeat this often; metaledger declares the replica dead (and a
     #: master is re-elected) after the timeout without one; a master fences itself then
     replica_heartbeat_interval_ms: int = 1000
@@ -136,6 +142,10 @@ class BrokerConfig:
             raise ConfigError(f"broker_role: {self.broker_role!r} is not one of {BROKER_ROLES}")
         if not 0 <= self.listen_port <= 65535:
             raise ConfigError(f"listen_port: {self.listen_port} is not a port")
+        if self.grpc_listen:
+            host, _, port = self.grpc_listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ConfigError(f"grpc_listen: {self.grpc_listen!r} is not HOST:PORT")
         if self.advertised_host in ("", "0.0.0.0", "::"):
             raise ConfigError("advertised_host: must be an address clients can reach")
         for name in (

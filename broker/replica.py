@@ -1,11 +1,12 @@
-"""One broker replica: the message store, the remoting front, its group and its place in the routes.
+"""One broker replica: the message store, the remoting and gRPC fronts, its group and its routes.
 
 ``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
 ``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (where C++ clients send
-CONSUMER_SEND_MSG_BACK), the topic table
-(``topics.json``), consumer offsets (in metaledger's KV when endpoints are given, else in
-memory), the send/pull/consumer/admin processors on one ``rmq.server.RemotingServer``, delayed
-delivery, the route registrar and the metrics endpoint.
+CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
+KV when endpoints are given, else in memory), the send/pull/consumer/admin processors on one
+``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
+``grpc_listen``, sending through the same send processor), delayed delivery, the route
+registrar and the metrics endpoint.
 
 With a metaledger client the replica is a member of its replica group
 (:class:`~broker.group_member.GroupMember`): it registers there, takes the role metaledger
@@ -26,12 +27,16 @@ import contextlib
 import logging
 import os
 
+import grpc
+
 from broker.admin.processor import AdminProcessor
 from broker.admin.topics import TopicAdmin
 from broker.config import BrokerConfig
 from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
 from broker.group_member import GroupMember, HASettings
+from broker.grpc.front import ReplicaBackend, grpc_front
+from broker.grpc.service import MessagingService
 from broker.metrics import BrokerMetrics, View
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
@@ -113,6 +118,8 @@ class Replica:
         self.schedule = ScheduleService(
             self.core, os.path.join(config.data_dir, "delayOffset.json")
         )
+        self.grpc: grpc.aio.Server | None = None
+        self.grpc_port = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_failing = False
 
@@ -127,6 +134,7 @@ class Replica:
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
             self.metrics.serve(host or "0.0.0.0", int(port))
+        await self._start_grpc()
         self.schedule.start()
         if self.registrar is not None:
             registrar = self.registrar
@@ -146,6 +154,34 @@ class Replica:
             asyncio.create_task(self._retention(), name="retention"),
         ]
         return address
+
+    async def _start_grpc(self) -> None:
+        """The RocketMQ 5 gRPC front on ``grpc_listen``. A default address something else
+        holds is skipped with a warning (several replicas on one machine); one given is not."""
+        c = self.config
+        if not c.grpc_listen:
+            return
+        host, _, port = c.grpc_listen.rpartition(":")
+        service = MessagingService(
+            ReplicaBackend(
+                self.sends,
+                self.topics,
+                self.client,
+                broker_name=c.broker_name,
+                remoting=(c.advertised_host, c.listen_port),
+                grpc_port=int(port),
+            )
+        )
+        try:
+            self.grpc, self.grpc_port = await grpc_front(service, host or "0.0.0.0", int(port))
+        except OSError as exc:
+            if not c.grpc_listen_is_default:
+                raise
+            log.warning("broker: RocketMQ 5 gRPC front off: %s (give --listen-grpc)", exc)
+            return
+        assert isinstance(service.backend, ReplicaBackend)
+        service.backend.grpc_port = self.grpc_port
+        log.info("broker: RocketMQ 5 gRPC on %s:%d", host, self.grpc_port)
 
     async def _flush_offsets(self) -> None:
         while True:
@@ -195,6 +231,8 @@ class Replica:
         if self.registrar is not None:
             await self.registrar.stop()
         await self.server.close()
+        if self.grpc is not None:
+            await self.grpc.stop(grace=1.0)
         await self.schedule.stop()
         await self.flush_offsets()
         self.core.close()

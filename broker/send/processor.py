@@ -186,24 +186,13 @@ class SendProcessor:
 
     async def send(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = SendMessageHeader.from_command(request)
-        why = self.core.replication.writable()
-        if why is not None:
-            raise ServiceNotAvailable(why)
         if h.batch:
             items = _batch(request.body)
             self._refuse_half_messages(h, [it.properties for it in items])
         else:
             props = parse_properties(h.properties)
             self._refuse_half_messages(h, [props])
-        config = await self._topic(h)
-        queue_id = h.queue_id
-        if queue_id < 0:
-            queue_id = random.randrange(config.write_queue_nums)
-        if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
-            raise BrokerRequestError(
-                f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
-                f"{config.write_queue_nums} write queues"
-            )
+        config, queue_id = await self.target(h)
         born = peer_host(peer)
         replica_of = config.replica_of
         if h.batch:
@@ -218,9 +207,44 @@ class SendProcessor:
             ]
             status, results = await self.core.put_batch(messages)
             return self._answer(request, status, results, queue_id)
+        status, results, queue_id = await self.put_one(
+            h, request.body, props, born, config, queue_id
+        )
+        return self._answer(request, status, results, queue_id)
+
+    async def target(self, h: SendMessageHeader) -> tuple[TopicConfig, int]:
+        """The topic's config and the queue a send goes to (``queueId < 0``: a random write
+        queue); refusals (not writable, no such topic, a bad queue) raise."""
+        why = self.core.replication.writable()
+        if why is not None:
+            raise ServiceNotAvailable(why)
+        config = await self._topic(h)
+        queue_id = h.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(config.write_queue_nums)
+        if queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            raise BrokerRequestError(
+                f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
+                f"{config.write_queue_nums} write queues"
+            )
+        return config, queue_id
+
+    async def put_one(
+        self,
+        h: SendMessageHeader,
+        body: bytes,
+        props: dict[str, str],
+        born: Host,
+        config: TopicConfig,
+        queue_id: int,
+    ) -> tuple[PutStatus, list[PutResult], int]:
+        """One message (not a batch) to ``queue_id`` of ``config`` (from :meth:`target`): the
+        replica check, retry to DLQ, DELAY, then the store and the group's quorum; the status,
+        the result and the queue it went to. The RocketMQ 5 gRPC front sends through it too."""
+        replica_of = config.replica_of
         if replica_of:
             check_replica(h.topic, replica_of, props)
-        topic, queue_id = h.topic, queue_id
+        topic = h.topic
         if topic.startswith(RETRY_PREFIX):
             limit = h.max_reconsume_times
             if limit is None:
@@ -229,10 +253,10 @@ class SendProcessor:
                 topic = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
                 self.core.topics.ensure(topic, 1)
                 queue_id = 0
-        message = self._message(h, topic, queue_id, request.body, h.flag, props, born)
+        message = self._message(h, topic, queue_id, body, h.flag, props, born)
         message = self.delayed(message)
         status, result = await self.core.put(message)
-        return self._answer(request, status, [result] if result else [], queue_id)
+        return status, [result] if result else [], queue_id
 
     def _message(
         self,

@@ -1,8 +1,8 @@
 """``metaledger cluster up --brokers R``: one broker replica group beside the local nodes.
 
 The group is ``broker-a`` (cluster ``DefaultCluster``); replica j (0-based) is
-``broker-a-j`` with remoting port ``B+100+10j``, HA port ``B+100+10j+1`` and metrics port
-``B+100+10j+3`` (docs/operations.md, "Ports": scripts find replica j there without parsing
+``broker-a-j`` with remoting port ``B+100+10j``, HA port ``B+100+10j+1``, RocketMQ 5 gRPC port
+``B+100+10j+2`` and metrics port ``B+100+10j+3`` (docs/operations.md, "Ports": scripts find replica j there without parsing
 output), data in ``DIR/broker-a-j``, output in ``DIR/broker-a-j.log``, pid in
 ``DIR/broker-a-j.pid``. Each replica is a ``metaledger broker`` process talking to the nodes through
 their client ports, as any broker would; the nameserver never imports the broker (it runs its
@@ -50,6 +50,7 @@ class BrokerLayout:
     id: str
     remoting_port: int
     ha_port: int
+    grpc_port: int
     metrics_port: int
 
     @property
@@ -57,7 +58,12 @@ class BrokerLayout:
         return f"{HOST}:{self.remoting_port}"
 
     def ports(self) -> dict[str, int]:
-        return {"remoting": self.remoting_port, "ha": self.ha_port, "metrics": self.metrics_port}
+        return {
+            "remoting": self.remoting_port,
+            "ha": self.ha_port,
+            "grpc": self.grpc_port,
+            "metrics": self.metrics_port,
+        }
 
 
 def broker_layout(replicas: int, base_port: int) -> list[BrokerLayout]:
@@ -73,6 +79,7 @@ def broker_layout(replicas: int, base_port: int) -> list[BrokerLayout]:
             f"{GROUP}-{j}",
             first + PORT_STRIDE * j,
             first + PORT_STRIDE * j + 1,
+            first + PORT_STRIDE * j + 2,
             first + PORT_STRIDE * j + 3,
         )
         for j in range(replicas)
@@ -105,6 +112,8 @@ def broker_argv(
         b.address,
         "--listen-ha",
         f"{HOST}:{b.ha_port}",
+        "--listen-grpc",
+        f"{HOST}:{b.grpc_port}",
         "--listen-metrics",
         f"{HOST}:{b.metrics_port}",
         "--endpoints",

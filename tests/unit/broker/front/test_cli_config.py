@@ -80,3 +80,14 @@ def test_validate_names_the_field(change: dict[str, object], field: str) -> None
 def test_delay_levels() -> None:
     assert parse_delay_levels("1s 5s 10s 30s 1m 2h")[-1] == 7_200_000
     assert parse_delay_levels("100ms")[0] == 100
+
+
+def test_listen_grpc_default_explicit_and_off() -> None:
+    base = ("broker", "--group", "b1", "--data-dir", "/tmp/x")
+    c = build_config(parse(*base))
+    assert (c.grpc_listen, c.grpc_listen_is_default) == ("127.0.0.1:8081", True)
+    c = build_config(parse(*base, "--listen-grpc", "0.0.0.0:9081"))
+    assert (c.grpc_listen, c.grpc_listen_is_default) == ("0.0.0.0:9081", False)
+    assert build_config(parse(*base, "--listen-grpc", "off")).grpc_listen == ""
+    with pytest.raises(ConfigError, match="grpc_listen"):
+        build_config(parse(*base, "--listen-grpc", "nonsense"))

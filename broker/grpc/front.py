@@ -1,0 +1,125 @@
+"""The replica's RocketMQ 5 gRPC port (``--listen-grpc``, DESIGN §6: 8081): a grpc.aio server
+with :class:`~broker.grpc.service.MessagingService` over :class:`ReplicaBackend`.
+
+A queue's endpoint is its group master's gRPC address. The routes hold remoting addresses
+only, so a master's gRPC port is its remoting port shifted by this replica's own gRPC minus
+remoting offset: the same on every replica of a ``cluster up --brokers`` layout (+2), and for
+replicas started with matching ``--listen``/``--listen-grpc`` pairs. (Publishing each
+replica's gRPC address in metaledger is for a later increment.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_server
+from broker.remoting.errors import TopicNotExist
+from broker.send.processor import SendProcessor
+from broker.topics import TopicTable
+from nameserver.client import Client, NotFound
+from rmq.headers import SendMessageHeader
+from rmq.message import MAX_BODY, Host
+
+#: a message of the broker's largest body fits in one request (gRPC's default is 4 MiB); no
+#: SO_REUSEPORT (gRPC's default on Linux), or a second replica on the same port would share
+#: the connections instead of failing to start
+GRPC_OPTIONS = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", MAX_BODY + 1024 * 1024),
+    ("grpc.max_send_message_length", MAX_BODY + 1024 * 1024),
+]
+
+
+class ReplicaBackend:
+    """The service's view of one replica: its routes and its send path."""
+
+    max_body_bytes = MAX_BODY
+
+    def __init__(
+        self,
+        sends: SendProcessor,
+        topics: TopicTable,
+        client: Client | None,
+        *,
+        broker_name: str,
+        remoting: tuple[str, int],
+        grpc_port: int,
+    ) -> None:
+        self.sends = sends
+        self.topics = topics
+        self.client = client
+        self.broker_name = broker_name
+        self.remoting = remoting
+        self.grpc_port = grpc_port
+
+    def endpoint(self, remoting_address: str) -> tuple[str, int]:
+        """A replica's gRPC ``(host, port)`` from its remoting ``host:port``."""
+        host, _, port = remoting_address.rpartition(":")
+        if (host, int(port)) == self.remoting:
+            return host, self.grpc_port
+        return host, int(port) + self.grpc_port - self.remoting[1]
+
+    async def queues(self, topic: str) -> list[RouteQueue]:
+        if self.client is None:  # a lone broker: its own topic table
+            config = await self.topics.lookup(topic)
+            if config is None:
+                raise TopicNotExist(f"topic {topic} not found")
+            n = max(config.read_queue_nums, config.write_queue_nums)
+            return [
+                RouteQueue(self.broker_name, 0, i, config.perm, (self.remoting[0], self.grpc_port))
+                for i in range(n)
+            ]
+        try:
+            route = await asyncio.to_thread(self.client.route_get, topic)
+        except NotFound:
+            raise TopicNotExist(f"topic {topic} not found in metaledger's routes") from None
+        masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
+        out = []
+        for q in route.queues:
+            master = masters.get(q.broker_name)
+            if not master:
+                continue  # no master now: not writable through any endpoint
+            for i in range(max(q.read_queue_nums, q.write_queue_nums)):
+                perm = q.perm
+                if i >= q.write_queue_nums:
+                    perm &= ~2
+                if i >= q.read_queue_nums:
+                    perm &= ~4
+                out.append(RouteQueue(q.broker_name, 0, i, perm, self.endpoint(master)))
+        if not out:
+            raise TopicNotExist(f"topic {topic} has no queue with a master in the routes")
+        return out
+
+    async def send(
+        self, topic: str, body: bytes, props: dict[str, str], born: Host, born_timestamp_ms: int
+    ) -> Sent:
+        h = SendMessageHeader(
+            producer_group="",
+            topic=topic,
+            queue_id=-1,
+            sys_flag=0,
+            born_timestamp=born_timestamp_ms,
+            flag=0,
+        )
+        config, queue_id = await self.sends.target(h)
+        status, results, queue_id = await self.sends.put_one(h, body, props, born, config, queue_id)
+        return Sent(status, queue_id, results[0].queue_offset if results else -1)
+
+
+async def grpc_front(
+    service: MessagingService, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
+    """The started server and its bound port (``port`` 0: any free one); OSError when the
+    address cannot be bound."""
+    server = grpc.aio.server(options=GRPC_OPTIONS)
+    add_to_server(service, server)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen on {host}:{port} (gRPC): {exc}") from None
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port} (gRPC)")
+    await server.start()
+    return server, bound

@@ -1,0 +1,382 @@
+"""RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` on a broker replica: producers of
+normal messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/`` module) use it.
+
+- **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
+  gRPC endpoint, its permission and ``accept_message_types`` [NORMAL].
+- **Telemetry**: on the client's ``settings`` the server answers with its ``Settings`` first
+  (backoff policy, max body size, request timeout); the clients wait for it.
+- **Heartbeat**: OK once the client sent its settings, UNRECOGNIZED_CLIENT_TYPE before (as
+  RocketMQ's proxy).
+- **SendMessage**: each message through the broker's send path (:class:`Backend`), so the
+  quorum-write rules hold: OK only for PUT_OK. The client's ``message_id`` is the UNIQ_KEY;
+  keys, tag and user properties are kept; the body is stored byte for byte.
+- **NotifyClientTermination**: forgets the client.
+
+Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
+the answer (the v2 way), never a gRPC error: :func:`refusal` is the one place the broker's
+error tree becomes a v2 ``Code``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple, Protocol
+
+import grpc
+
+from broker.remoting.errors import (
+    BrokerRequestError,
+    NoPermission,
+    ServiceNotAvailable,
+    TopicNotExist,
+)
+from broker.replication import RESPONSE, PutStatus
+from protos.apache.rocketmq.v2 import definition_pb2 as v2
+from protos.apache.rocketmq.v2 import service_pb2 as svc
+from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
+from rmq.message import Host
+
+log = logging.getLogger(__name__)
+CLIENT_ID = "x-mq-client-id"
+#: user property names the broker writes itself (RocketMQ's MessageConst reserved names)
+RESERVED = frozenset(
+    {"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY", "REAL_TOPIC", "REAL_QID", "TRAN_MSG"}
+)
+PERM_READ, PERM_WRITE = 4, 2
+
+#: a store status as a v2 Code: OK only for PUT_OK (the group's quorum policy said so)
+PUT_CODE: dict[PutStatus, int] = {
+    PutStatus.PUT_OK: v2.OK,
+    PutStatus.FLUSH_DISK_TIMEOUT: v2.MASTER_PERSISTENCE_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: v2.SLAVE_PERSISTENCE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: v2.HA_NOT_AVAILABLE,
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: v2.HA_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: v2.INTERNAL_SERVER_ERROR,
+    PutStatus.MESSAGE_ILLEGAL: v2.BAD_REQUEST,
+    PutStatus.UNKNOWN_ERROR: v2.INTERNAL_SERVER_ERROR,
+}
+
+
+class RouteQueue(NamedTuple):
+    """One queue of a topic as QueryRoute gives it."""
+
+    broker_name: str
+    broker_id: int
+    queue_id: int
+    perm: int  # RocketMQ 4.x bits: READ 4, WRITE 2
+    endpoint: tuple[str, int]
+
+
+class Sent(NamedTuple):
+    status: PutStatus
+    queue_id: int
+    queue_offset: int
+
+
+class Backend(Protocol):
+    """What the service needs from a replica (:class:`broker.grpc.front.ReplicaBackend`; the
+    unit tests' fake)."""
+
+    max_body_bytes: int
+
+    async def queues(self, topic: str) -> list[RouteQueue]:
+        """The topic's queues; raises TopicNotExist when the routes do not have it."""
+        ...
+
+    async def send(
+        self, topic: str, body: bytes, props: dict[str, str], born: Host, born_timestamp_ms: int
+    ) -> Sent:
+        """One message through the broker's send path; refusals raise BrokerRequestError."""
+        ...
+
+
+class Refused(Exception):
+    """Bad input: answered with ``code`` and the message (which names the field)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def status(code: int, message: str = "OK") -> v2.Status:
+    return v2.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+def refusal(exc: Exception) -> v2.Status | None:
+    """The v2 status of a refusal; None for anything else (a bug)."""
+    if isinstance(exc, Refused):
+        return status(exc.code, str(exc))
+    if isinstance(exc, TopicNotExist):
+        return status(v2.TOPIC_NOT_FOUND, str(exc))
+    if isinstance(exc, NoPermission):
+        return status(v2.FORBIDDEN, str(exc))
+    if isinstance(exc, ServiceNotAvailable):
+        return status(v2.HA_NOT_AVAILABLE, f"this replica cannot take writes now: {exc}")
+    if isinstance(exc, BrokerRequestError):
+        return status(v2.BAD_REQUEST, str(exc))
+    return None
+
+
+def put_status(s: PutStatus) -> v2.Status:
+    code = PUT_CODE[s]
+    if code == v2.OK:
+        return status(v2.OK)
+    return status(code, f"{s.value}: {RESPONSE[s][1] or s.value}")
+
+
+def permission(perm: int) -> int:
+    readable, writable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if readable and writable:
+        return v2.READ_WRITE
+    if writable:
+        return v2.WRITE
+    return v2.READ if readable else v2.NONE
+
+
+def endpoints(host: str, port: int) -> v2.Endpoints:
+    try:
+        ip = ipaddress.ip_address(host)
+        scheme = v2.IPv4 if ip.version == 4 else v2.IPv6
+    except ValueError:
+        scheme = v2.DOMAIN_NAME
+    return v2.Endpoints(scheme=scheme, addresses=[v2.Address(host=host, port=port)])
+
+
+def _metadata(context: Any, key: str) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == key:
+            return str(v)
+    return ""
+
+
+def _born(context: Any, claimed: str) -> Host:
+    """The message's bornHost: the client's claimed IP, else the peer's."""
+    for text in (claimed, str(context.peer() or "").partition(":")[2].rpartition(":")[0]):
+        try:
+            ipaddress.ip_address(text.strip("[]"))
+            return Host(text.strip("[]"), 0)
+        except ValueError:
+            continue
+    return Host("127.0.0.1", 0)
+
+
+def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
+    """The stored properties of ``messages[i]``, or Refused naming the bad field."""
+    field = f"messages[{i}]"
+    sp = m.system_properties
+    if not m.topic.name:
+        raise Refused(v2.ILLEGAL_TOPIC, f"{field}.topic.name: required")
+    if not m.body:
+        raise Refused(v2.MESSAGE_BODY_EMPTY, f"{field}.body: empty")
+    if len(m.body) > max_body_bytes:
+        raise Refused(
+            v2.MESSAGE_BODY_TOO_LARGE,
+            f"{field}.body: {len(m.body)} bytes exceeds the limit of {max_body_bytes}",
+        )
+    if not sp.message_id:
+        raise Refused(v2.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: required")
+    if sp.message_type not in (v2.NORMAL, v2.MESSAGE_TYPE_UNSPECIFIED):
+        raise Refused(
+            v2.UNSUPPORTED,
+            f"{field}.system_properties.message_type: {v2.MessageType.Name(sp.message_type)}"
+            " is not supported yet (only NORMAL)",
+        )
+    if sp.body_encoding not in (v2.IDENTITY, v2.ENCODING_UNSPECIFIED):
+        raise Refused(
+            v2.UNSUPPORTED,
+            f"{field}.system_properties.body_encoding: {v2.Encoding.Name(sp.body_encoding)}"
+            " is not supported yet (only IDENTITY)",
+        )
+    props: dict[str, str] = {}
+    for k, v in m.user_properties.items():
+        if not k or k in RESERVED or "\x01" in k + v or "\x02" in k + v:
+            raise Refused(
+                v2.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"{field}.user_properties[{k!r}]: reserved or holds a separator (\\x01, \\x02)",
+            )
+        props[k] = v
+    if sp.HasField("tag"):
+        if not sp.tag.strip() or "|" in sp.tag or "\x01" in sp.tag or "\x02" in sp.tag:
+            raise Refused(v2.ILLEGAL_MESSAGE_TAG, f"{field}.system_properties.tag: {sp.tag!r}")
+        props["TAGS"] = sp.tag
+    keys = list(sp.keys)
+    for k in keys:
+        if not k.strip() or " " in k or "\x01" in k or "\x02" in k:
+            raise Refused(v2.ILLEGAL_MESSAGE_KEY, f"{field}.system_properties.keys: {k!r}")
+    if keys:
+        props["KEYS"] = " ".join(keys)
+    props["UNIQ_KEY"] = sp.message_id
+    props["WAIT"] = "true"
+    return props
+
+
+class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        request_timeout_ms: int = 3000,
+        max_attempts: int = 3,
+    ) -> None:
+        self.backend = backend
+        self.request_timeout_ms = request_timeout_ms
+        self.max_attempts = max_attempts
+        #: client id -> its client type, from its Telemetry settings
+        self.clients: dict[str, int] = {}
+        for method in svc.DESCRIPTOR.services_by_name["MessagingService"].methods:
+            if method.name not in IMPLEMENTED:
+                setattr(self, method.name, _not_implemented(method))
+
+    # ------------------------------------------------------------------ routes
+    async def QueryRoute(self, request: svc.QueryRouteRequest, context: Any) -> Any:
+        topic = request.topic.name
+        if not topic:
+            return svc.QueryRouteResponse(status=status(v2.ILLEGAL_TOPIC, "topic.name: required"))
+        try:
+            queues = await self.backend.queues(topic)
+        except (Refused, BrokerRequestError) as exc:
+            return svc.QueryRouteResponse(status=refusal(exc))
+        return svc.QueryRouteResponse(
+            status=status(v2.OK),
+            message_queues=[
+                v2.MessageQueue(
+                    topic=request.topic,
+                    id=q.queue_id,
+                    permission=permission(q.perm),  # type: ignore[arg-type]
+                    broker=v2.Broker(
+                        name=q.broker_name, id=q.broker_id, endpoints=endpoints(*q.endpoint)
+                    ),
+                    accept_message_types=[v2.NORMAL],
+                )
+                for q in queues
+            ],
+        )
+
+    # --------------------------------------------------------------- telemetry
+    def settings(self, client: v2.Settings) -> v2.Settings:
+        """The server's answer to a client's settings: its own, with the limits filled in."""
+        out = v2.Settings()
+        out.CopyFrom(client)
+        out.request_timeout.FromMilliseconds(self.request_timeout_ms)
+        out.backoff_policy.Clear()
+        out.backoff_policy.max_attempts = self.max_attempts
+        backoff = out.backoff_policy.exponential_backoff
+        backoff.initial.FromMilliseconds(10)
+        backoff.max.FromMilliseconds(1000)
+        backoff.multiplier = 2.0
+        if client.HasField("publishing") or client.client_type == v2.PRODUCER:
+            out.publishing.max_body_size = self.backend.max_body_bytes
+            out.publishing.validate_message_type = True
+        return out
+
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[svc.TelemetryCommand], context: Any
+    ) -> AsyncIterator[svc.TelemetryCommand]:
+        client_id = _metadata(context, CLIENT_ID)
+        async for command in request_iterator:
+            if command.WhichOneof("command") != "settings":
+                continue  # verify/stack-trace results: nothing asked them yet
+            if not client_id:
+                yield svc.TelemetryCommand(
+                    status=status(v2.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID}: required")
+                )
+                continue
+            self.clients[client_id] = command.settings.client_type
+            yield svc.TelemetryCommand(
+                status=status(v2.OK), settings=self.settings(command.settings)
+            )
+
+    async def Heartbeat(self, request: svc.HeartbeatRequest, context: Any) -> Any:
+        client_id = _metadata(context, CLIENT_ID)
+        if not client_id:
+            return svc.HeartbeatResponse(
+                status=status(v2.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID}: required")
+            )
+        if client_id not in self.clients:
+            return svc.HeartbeatResponse(
+                status=status(
+                    v2.UNRECOGNIZED_CLIENT_TYPE,
+                    f"client {client_id} sent no settings over Telemetry yet",
+                )
+            )
+        return svc.HeartbeatResponse(status=status(v2.OK))
+
+    async def NotifyClientTermination(
+        self, request: svc.NotifyClientTerminationRequest, context: Any
+    ) -> Any:
+        self.clients.pop(_metadata(context, CLIENT_ID), None)
+        return svc.NotifyClientTerminationResponse(status=status(v2.OK))
+
+    # -------------------------------------------------------------------- send
+    async def SendMessage(self, request: svc.SendMessageRequest, context: Any) -> Any:
+        if not request.messages:
+            return svc.SendMessageResponse(
+                status=status(v2.BAD_REQUEST, "messages: at least one required")
+            )
+        entries = []
+        for i, m in enumerate(request.messages):
+            entries.append(await self._send_one(m, i, context))
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            overall = entries[0].status
+        else:
+            overall = status(v2.MULTIPLE_RESULTS, "the messages have different results")
+        return svc.SendMessageResponse(status=overall, entries=entries)
+
+    async def _send_one(self, m: v2.Message, i: int, context: Any) -> svc.SendResultEntry:
+        message_id = m.system_properties.message_id
+        try:
+            props = properties(m, i, self.backend.max_body_bytes)
+            sp = m.system_properties
+            born_ms = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
+            sent = await self.backend.send(
+                m.topic.name, m.body, props, _born(context, sp.born_host), born_ms or _now_ms()
+            )
+        except (Refused, BrokerRequestError) as exc:
+            return svc.SendResultEntry(status=refusal(exc), message_id=message_id)
+        return svc.SendResultEntry(
+            status=put_status(sent.status), message_id=message_id, offset=sent.queue_offset
+        )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+IMPLEMENTED = frozenset(
+    {"QueryRoute", "Telemetry", "Heartbeat", "SendMessage", "NotifyClientTermination"}
+)
+
+
+def _not_implemented(method: Any) -> Callable[..., Any]:
+    """A handler answering the method's own response type with NOT_IMPLEMENTED."""
+    response = getattr(svc, method.output_type.name)
+    text = f"{method.name} is not implemented by the metaledger broker yet"
+
+    def answer() -> Any:
+        out = response()
+        if "status" in response.DESCRIPTOR.fields_by_name:
+            out.status.CopyFrom(status(v2.NOT_IMPLEMENTED, text))
+        return out
+
+    if method.server_streaming:
+
+        async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+            yield answer()
+
+        return stream
+
+    async def unary(request: Any, context: Any) -> Any:
+        return answer()
+
+    return unary
+
+
+def add_to_server(service: MessagingService, server: grpc.aio.Server) -> None:
+    svc_grpc.add_MessagingServiceServicer_to_server(service, server)
+
+
+__all__ = ["Backend", "MessagingService", "Refused", "RouteQueue", "Sent", "add_to_server"]
