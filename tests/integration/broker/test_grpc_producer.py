@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,27 +31,8 @@ from tests.integration.broker.conftest import BrokerProcess, wait_for
 pytestmark = [pytest.mark.integration]
 
 PRODUCER = str(Path(__file__).with_name("grpc_producer.py"))
-CLIENT_PIN = "rocketmq-python-client==5.1.2"
-#: the project's pins (pyproject.toml), so the venv's client runs on the same gRPC stack
-PINS = ("grpcio==1.85.1", "protobuf==7.36.2")
 TOPIC = "GrpcTopic"
 QUEUES = 4
-
-
-@pytest.fixture(scope="session")
-def client_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    venv = tmp_path_factory.mktemp("rocketmq5") / "venv"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_USER")}
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=env)
-    python = venv / "bin" / "python"
-    r = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", CLIENT_PIN, *PINS],
-        capture_output=True, timeout=600, env=env, check=False,
-    )  # fmt: skip
-    assert r.returncode == 0, (
-        f"pip install {CLIENT_PIN}: {r.stderr.decode(errors='replace')[-3000:]}"
-    )
-    return python
 
 
 class Env:
@@ -147,7 +127,7 @@ def large_body(n: int) -> bytes:
 
 
 def test_a_5x_producer_sends_and_the_4x_side_reads_every_field(
-    client_python: Path, env: Env
+    rocketmq5_python: Path, env: Env
 ) -> None:
     spec = [
         {"body_hex": bytes(range(256)).hex(), "tag": "TagA", "keys": ["k1", "k2"],
@@ -158,7 +138,7 @@ def test_a_5x_producer_sends_and_the_4x_side_reads_every_field(
         {"body_hex": large_body(MAX_BODY + 1).hex()},  # over the limit the server announced
     ]  # fmt: skip
     started = time.time()
-    results = produce(client_python, env, spec)
+    results = produce(rocketmq5_python, env, spec)
     assert len(results) == len(spec), results
     assert "body" in results[3].get("error", ""), results[3]
     assert "exceeds" in results[4].get("error", "") and str(MAX_BODY) in results[4]["error"]
@@ -183,7 +163,7 @@ def test_a_5x_producer_sends_and_the_4x_side_reads_every_field(
 
 
 def test_a_send_the_quorum_refuses_is_not_ok_for_the_5x_producer(
-    client_python: Path, env: Env
+    rocketmq5_python: Path, env: Env
 ) -> None:
     """A SYNC_MASTER alone in a group whose policy wants 2 in-sync replicas stores nothing:
     the 5.x producer gets HA_NOT_AVAILABLE with the reason, never a receipt."""
@@ -201,7 +181,7 @@ def test_a_send_the_quorum_refuses_is_not_ok_for_the_5x_producer(
                 lambda: group in client.route_cluster_info().clusters.get("DefaultCluster", ()),
             )
             client.route_topic_create(topic, [QueueData(group, 1, 1, 6)])
-            results = produce(client_python, env, [{"body_hex": "61"}], broker, grpc_port, topic)
+            results = produce(rocketmq5_python, env, [{"body_hex": "61"}], broker, grpc_port, topic)
             assert len(results) == 1 and "error" in results[0], results
             assert "in-sync replicas not enough" in results[0]["error"], results
             assert asyncio.run(_pull_all(broker.port, topic)) == []
