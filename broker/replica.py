@@ -35,6 +35,7 @@ from broker.config import BrokerConfig
 from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
 from broker.group_member import GroupMember, HASettings
+from broker.grpc.forward import Forwarding, GroupFronts, role_view
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
 from broker.metrics import BrokerMetrics, View
@@ -120,6 +121,8 @@ class Replica:
         )
         self.grpc: grpc.aio.Server | None = None
         self.grpc_port = 0
+        self.fronts: GroupFronts | None = None
+        self.forwarding: Forwarding | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_failing = False
 
@@ -162,25 +165,39 @@ class Replica:
         if not c.grpc_listen:
             return
         host, _, port = c.grpc_listen.rpartition(":")
-        service = MessagingService(
-            ReplicaBackend(
-                self.sends,
-                self.topics,
-                self.client,
-                broker_name=c.broker_name,
-                remoting=(c.advertised_host, c.listen_port),
-                grpc_port=int(port),
-            )
+        backend = ReplicaBackend(
+            self.sends,
+            self.topics,
+            self.client,
+            broker_name=c.broker_name,
+            remoting=(c.advertised_host, c.listen_port),
+            grpc_port=int(port),
         )
+        interceptors = []
+        if self.client is not None and self.member is not None:
+            own = (c.advertised_host, int(port))
+            roles = self.member.roles
+            self.fronts = GroupFronts(
+                self.client, c.broker_name, own, backend.endpoint, lambda: role_view(roles)
+            )
+            self.forwarding = Forwarding(self.fronts.master_of, own)
+            backend.fronts = self.fronts
+            interceptors.append(self.forwarding)
+        service = MessagingService(backend)
         try:
-            self.grpc, self.grpc_port = await grpc_front(service, host or "0.0.0.0", int(port))
+            self.grpc, self.grpc_port = await grpc_front(
+                service, host or "0.0.0.0", int(port), interceptors
+            )
         except OSError as exc:
             if not c.grpc_listen_is_default:
                 raise
             log.warning("broker: RocketMQ 5 gRPC front off: %s (give --listen-grpc)", exc)
+            self.fronts = self.forwarding = None
             return
-        assert isinstance(service.backend, ReplicaBackend)
-        service.backend.grpc_port = self.grpc_port
+        backend.grpc_port = self.grpc_port
+        if self.fronts is not None and self.forwarding is not None:
+            self.fronts.own = (c.advertised_host, self.grpc_port)
+            self.forwarding.own = f"{c.advertised_host}:{self.grpc_port}"
         log.info("broker: RocketMQ 5 gRPC on %s:%d", host, self.grpc_port)
 
     async def _flush_offsets(self) -> None:
@@ -233,6 +250,8 @@ class Replica:
         await self.server.close()
         if self.grpc is not None:
             await self.grpc.stop(grace=1.0)
+        if self.forwarding is not None:
+            await self.forwarding.close()
         await self.schedule.stop()
         await self.flush_offsets()
         self.core.close()
@@ -273,6 +292,9 @@ class Replica:
         reloads the consumer offsets its predecessor flushed to metaledger."""
         if self.registrar is not None:
             self.registrar.set_route_id(route_id)
+        if self.fronts is not None and self.member is not None:
+            publish = self.fronts.keep_published(self.member.roles.broker_id)
+            self._tasks.append(asyncio.get_running_loop().create_task(publish))
         if master and isinstance(self.offsets, KvOffsetStore):
             task = asyncio.get_running_loop().create_task(self._load_offsets())
             self._tasks.append(task)

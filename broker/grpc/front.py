@@ -1,19 +1,22 @@
 """The replica's RocketMQ 5 gRPC port (``--listen-grpc``, DESIGN §6: 8081): a grpc.aio server
 with :class:`~broker.grpc.service.MessagingService` over :class:`ReplicaBackend`.
 
-A queue's endpoint is its group master's gRPC address. The routes hold remoting addresses
-only, so a master's gRPC port is its remoting port shifted by this replica's own gRPC minus
-remoting offset: the same on every replica of a ``cluster up --brokers`` layout (+2), and for
-replicas started with matching ``--listen``/``--listen-grpc`` pairs. (Publishing each
-replica's gRPC address in metaledger is for a later increment.)
+A queue's endpoints are its group's live replicas' gRPC addresses, the master's first: each
+replica publishes its own in metaledger (``/brokers/<group>/grpc/<replica id>``) and forwards
+what only the master serves (:mod:`broker.grpc.forward`). A replica that published nothing
+is found by its remoting port shifted by this replica's own gRPC minus remoting offset: the
+same on every replica of a ``cluster up --brokers`` layout (+2), and for replicas started
+with matching ``--listen``/``--listen-grpc`` pairs.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import grpc
 
+from broker.grpc.forward import GroupFronts
 from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_server
 from broker.remoting.errors import TopicNotExist
 from broker.send.processor import SendProcessor
@@ -53,6 +56,8 @@ class ReplicaBackend:
         self.broker_name = broker_name
         self.remoting = remoting
         self.grpc_port = grpc_port
+        #: where the groups' gRPC fronts are (None: a lone broker, or the master's only)
+        self.fronts: GroupFronts | None = None
 
     def endpoint(self, remoting_address: str) -> tuple[str, int]:
         """A replica's gRPC ``(host, port)`` from its remoting ``host:port``."""
@@ -81,13 +86,16 @@ class ReplicaBackend:
             master = masters.get(q.broker_name)
             if not master:
                 continue  # no master now: not writable through any endpoint
+            fronts = [self.endpoint(master)]
+            if self.fronts is not None:
+                fronts = await self.fronts.endpoints(q.broker_name, master)
             for i in range(max(q.read_queue_nums, q.write_queue_nums)):
                 perm = q.perm
                 if i >= q.write_queue_nums:
                     perm &= ~2
                 if i >= q.read_queue_nums:
                     perm &= ~4
-                out.append(RouteQueue(q.broker_name, 0, i, perm, self.endpoint(master)))
+                out.append(RouteQueue(q.broker_name, 0, i, perm, fronts[0], tuple(fronts[1:])))
         if not out:
             raise TopicNotExist(f"topic {topic} has no queue with a master in the routes")
         return out
@@ -109,11 +117,14 @@ class ReplicaBackend:
 
 
 async def grpc_front(
-    service: MessagingService, host: str, port: int
+    service: MessagingService,
+    host: str,
+    port: int,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """The started server and its bound port (``port`` 0: any free one); OSError when the
     address cannot be bound."""
-    server = grpc.aio.server(options=GRPC_OPTIONS)
+    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=list(interceptors))
     add_to_server(service, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")

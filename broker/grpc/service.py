@@ -2,7 +2,8 @@
 normal messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/`` module) use it.
 
 - **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
-  gRPC endpoint, its permission and ``accept_message_types`` [NORMAL].
+  gRPC endpoints (the master's, then the other live replicas', which forward to the master:
+  :mod:`broker.grpc.forward`), its permission and ``accept_message_types`` [NORMAL].
 - **Telemetry**: on the client's ``settings`` the server answers with its ``Settings`` first
   (backoff policy, max body size, request timeout); the clients wait for it.
 - **Heartbeat**: OK once the client sent its settings, UNRECOGNIZED_CLIENT_TYPE before (as
@@ -68,6 +69,8 @@ class RouteQueue(NamedTuple):
     queue_id: int
     perm: int  # RocketMQ 4.x bits: READ 4, WRITE 2
     endpoint: tuple[str, int]
+    #: the group's other live replicas, which forward to the master (broker/grpc/forward.py)
+    replicas: tuple[tuple[str, int], ...] = ()
 
 
 class Sent(NamedTuple):
@@ -136,13 +139,25 @@ def permission(perm: int) -> int:
     return v2.READ if readable else v2.NONE
 
 
-def endpoints(host: str, port: int) -> v2.Endpoints:
+def _scheme(host: str) -> int:
     try:
-        ip = ipaddress.ip_address(host)
-        scheme = v2.IPv4 if ip.version == 4 else v2.IPv6
+        return v2.IPv4 if ipaddress.ip_address(host).version == 4 else v2.IPv6
     except ValueError:
-        scheme = v2.DOMAIN_NAME
-    return v2.Endpoints(scheme=scheme, addresses=[v2.Address(host=host, port=port)])
+        return v2.DOMAIN_NAME
+
+
+def endpoints(host: str, port: int, *more: tuple[str, int]) -> v2.Endpoints:
+    """One ``Endpoints``: the address, then those of ``more`` of the same scheme (a client
+    picks any of them; the 5.x clients refuse several DOMAIN_NAME addresses)."""
+    scheme = _scheme(host)
+    addresses = [(host, port)]
+    for a in more if scheme != v2.DOMAIN_NAME else ():
+        if a not in addresses and _scheme(a[0]) == scheme:
+            addresses.append(a)
+    return v2.Endpoints(
+        scheme=scheme,  # type: ignore[arg-type]
+        addresses=[v2.Address(host=h, port=p) for h, p in addresses],
+    )
 
 
 def _metadata(context: Any, key: str) -> str:
@@ -247,7 +262,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                     id=q.queue_id,
                     permission=permission(q.perm),  # type: ignore[arg-type]
                     broker=v2.Broker(
-                        name=q.broker_name, id=q.broker_id, endpoints=endpoints(*q.endpoint)
+                        name=q.broker_name,
+                        id=q.broker_id,
+                        endpoints=endpoints(*q.endpoint, *q.replicas),
                     ),
                     accept_message_types=[v2.NORMAL],
                 )
