@@ -23,11 +23,13 @@ class Replica(BrokerProcess):
     """One ``metaledger broker`` replica of the failover group (SYNC_MASTER, a short replica
     heartbeat timeout), not started until :meth:`start`."""
 
-    def __init__(self, root: Path, endpoints: list[str], group: str, index: int) -> None:
+    def __init__(
+        self, root: Path, endpoints: list[str], group: str, index: int, *extra: str
+    ) -> None:
         flags = [
             "--cluster", "fo-cluster", "--broker-role", "SYNC_MASTER",
             "--replica-heartbeat-timeout-ms", str(HEARTBEAT_TIMEOUT_MS),
-            "--slave-timeout-ms", "2000", "--flush", "ASYNC_FLUSH",
+            "--slave-timeout-ms", "2000", "--flush", "ASYNC_FLUSH", *extra,
         ]  # fmt: skip
         super().__init__(root, endpoints, group, *flags, replica=f"{group}-r{index}", start=False)
         self.index = index

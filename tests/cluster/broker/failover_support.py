@@ -244,7 +244,7 @@ async def run_failover(
     reps = [Replica(root, endpoints, group, i) for i in range(3)]
     producer = Producer(client, group)
     try:
-        await _setup(reps, client, group)
+        await setup_group(reps, client, group)
         results = []
         for kill_after in kill_points:
             results.append(await _kill_round(reps, client, group, producer, kill_after, rng))
@@ -266,7 +266,7 @@ def group_info(client: Client, group: str) -> ReplicaGroupInfo:
     return client.replica_group(group)
 
 
-async def _setup(reps: list[Replica], client: Client, group: str) -> None:
+async def setup_group(reps: list[Replica], client: Client, group: str) -> None:
     call = asyncio.to_thread
     # replica 0 first: the first to register is the master; the policy before the slaves
     await call(reps[0].start)
