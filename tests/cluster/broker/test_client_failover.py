@@ -34,8 +34,7 @@ from tests.cluster.broker.failover_support import TOPIC, pull_all, setup_group, 
 from tests.harness import free_ports, running_cluster
 
 HERE = Path(__file__).parent
-GRPC_PRODUCER = str(HERE / "grpc_failover_producer.py")
-WHEEL_PRODUCER = str(HERE / "wheel_failover_producer.py")
+PRODUCER = str(HERE / "failover_producer.py")
 #: the producer's command line from the replicas' gRPC ports (it gets MAX_S and STOP_FILE)
 Command = Callable[[list[int]], list[str]]
 
@@ -110,7 +109,7 @@ def test_a_5x_producer_given_every_replica_sends_again_within_seconds_of_a_maste
 ) -> None:
     def command(ports: list[int]) -> list[str]:
         access = ";".join(f"127.0.0.1:{p}" for p in ports)
-        return [str(rocketmq5_python), GRPC_PRODUCER, access, TOPIC]
+        return [str(rocketmq5_python), PRODUCER, "grpc", access, TOPIC]
 
     with running_cluster(tmp_path / "ml", n=1) as node:
         coro = scenario(tmp_path, node.endpoints, "fo-grpc", command)
@@ -126,7 +125,7 @@ def test_a_4x_wheel_producer_sends_again_after_its_route_refresh(tmp_path: Path)
         namesrv = f"127.0.0.1:{node.nodes[0].remoting_port}"
 
         def command(ports: list[int]) -> list[str]:
-            return [sys.executable, WHEEL_PRODUCER, namesrv, TOPIC]
+            return [sys.executable, PRODUCER, "wheel", namesrv, TOPIC]
 
         # the kill 2 s after the C++ core's first route refresh (3 s after its start)
         coro = scenario(tmp_path, node.endpoints, "fo-wheel", command, settle_s=5.0)
