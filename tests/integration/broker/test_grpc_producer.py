@@ -187,3 +187,17 @@ def test_a_send_the_quorum_refuses_is_not_ok_for_the_5x_producer(
             assert asyncio.run(_pull_all(broker.port, topic)) == []
         finally:
             assert broker.stop() == 0, broker.log_tail()
+
+
+def test_the_replica_publishes_its_grpc_front_in_metaledger(env: Env) -> None:
+    """``/brokers/<group>/grpc/<replica id>`` (broker/grpc/forward.py), where the other
+    replicas find it to forward to it and QueryRoute lists it."""
+    with Client(env.node.endpoints, timeout_s=10) as client:
+        replica_id = client.replica_group("broker-a").master_id
+        key = f"/brokers/broker-a/grpc/{replica_id}"
+
+        def published() -> bool:
+            kvs = client.get(key).kvs
+            return bool(kvs) and kvs[0].value == f"127.0.0.1:{env.grpc_port}".encode()
+
+        wait_for(f"{key} published", published)

@@ -9,13 +9,15 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
 
-from broker.grpc.forward import FORWARDED, Forwarding, GroupFronts, grpc_key
+from broker.grpc.forward import FORWARDED, Forwarding, GroupFronts, grpc_key, role_view
 from broker.grpc.front import grpc_front
 from broker.grpc.service import MessagingService, RouteQueue, endpoints
+from broker.quorum.role import Role
 from nameserver.client import NotFound
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
@@ -246,3 +248,15 @@ def test_query_route_endpoints_hold_every_address_but_one_domain_name() -> None:
     assert [(a.host, a.port) for a in e.addresses] == [("10.0.0.3", 7003), ("10.0.0.1", 6002)]
     named = endpoints("broker-a.local", 8081, ("broker-b.local", 8081))
     assert named.scheme == v2.DOMAIN_NAME and len(named.addresses) == 1
+
+
+def test_role_view_from_the_role_manager() -> None:
+    def roles(role: Role, view: Any) -> Any:
+        return SimpleNamespace(role=role, view=view, broker_id=2)
+
+    slave_of_1 = SimpleNamespace(is_master=False, master_id=1, master_address="h:1")
+    assert role_view(roles(Role.MASTER, None)) == (True, 2, "")
+    assert role_view(roles(Role.UNKNOWN, None)) is None
+    assert role_view(roles(Role.SLAVE, slave_of_1)) == (False, 1, "h:1")
+    named = SimpleNamespace(is_master=True, master_id=2, master_address="h:2")
+    assert role_view(roles(Role.UNKNOWN, named)) == (True, 2, "")
