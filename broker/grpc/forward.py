@@ -59,6 +59,8 @@ LOCAL = frozenset(
 )
 #: how long a read of the published addresses and of a group's live replicas is reused
 CACHE_S = 1.0
+#: a master not among the published addresses is looked up again after this long at most
+MISS_S = 0.2
 #: the forwarding channels reconnect quickly (gRPC's default first backoff is 1 s, up to 120)
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -110,6 +112,8 @@ class GroupFronts:
         self._published: dict[str, tuple[float, dict[int, Address]]] = {}
         #: group -> (read at, [(replica id, remoting address)] of the live replicas, master first)
         self._alive: dict[str, tuple[float, list[tuple[int, str]]]] = {}
+        #: one read of metaledger at a time: calls arriving together share its answer
+        self._reading = asyncio.Lock()
 
     # ------------------------------------------------------------ publishing
     def publish(self, replica_id: int) -> None:
@@ -129,11 +133,16 @@ class GroupFronts:
                 log.warning("broker: cannot publish the gRPC front yet (retrying): %s", exc)
             await asyncio.sleep(retry_s)
 
-    async def published(self, group: str, *, fresh: bool = False) -> dict[int, Address]:
-        """Replica id -> gRPC address under ``/brokers/<group>/grpc/`` (cached ``CACHE_S``)."""
-        hit = self._published.get(group)
-        if hit is not None and not fresh and time.monotonic() - hit[0] < CACHE_S:
-            return hit[1]
+    async def published(self, group: str, max_age_s: float = CACHE_S) -> dict[int, Address]:
+        """Replica id -> gRPC address under ``/brokers/<group>/grpc/``, read at most
+        ``max_age_s`` ago."""
+        async with self._reading:
+            hit = self._published.get(group)
+            if hit is not None and time.monotonic() - hit[0] < max_age_s:
+                return hit[1]
+            return await self._read_published(group)
+
+    async def _read_published(self, group: str) -> dict[int, Address]:
         prefix = grpc_key(group, 0)[:-1]
         try:
             kvs = (await asyncio.to_thread(self.client.get, prefix, prefix=True)).kvs
@@ -161,7 +170,7 @@ class GroupFronts:
             return self.NO_MASTER
         found = (await self.published(self.group)).get(master_id)
         if found is None:  # a new master may have published just now
-            found = (await self.published(self.group, fresh=True)).get(master_id)
+            found = (await self.published(self.group, MISS_S)).get(master_id)
         return found or self.derive(master_address)
 
     # ------------------------------------------------------------ QueryRoute
@@ -182,9 +191,13 @@ class GroupFronts:
         return out or [self.derive(master_address)]
 
     async def _live(self, group: str) -> list[tuple[int, str]]:
-        hit = self._alive.get(group)
-        if hit is not None and time.monotonic() - hit[0] < CACHE_S:
-            return hit[1]
+        async with self._reading:
+            hit = self._alive.get(group)
+            if hit is not None and time.monotonic() - hit[0] < CACHE_S:
+                return hit[1]
+            return await self._read_live(group)
+
+    async def _read_live(self, group: str) -> list[tuple[int, str]]:
         g = await asyncio.to_thread(self.client.replica_group, group)
         live = sorted(
             ((r.broker_id, r.address) for r in g.replicas if r.alive),
