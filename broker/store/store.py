@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
+from broker.index import IndexConfig, IndexService
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueue, Unit, tags_code
 from broker.store.errors import ConsumeQueueBehindError, DecodeError, DiskFullError, StoreError
@@ -46,7 +47,9 @@ from rmq.message import (
     encode,
     encode_stored,
     peek_total,
+    property_value,
 )
+from rmq.msgid import UNIQ_KEY
 
 GIB = 1024 * 1024 * 1024
 MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # the PutMessageStatus of a message the encoding refuses
@@ -62,6 +65,7 @@ class StoreConfig:
     # queues are flushed and the checkpoint written (bounds the scan after a crash)
     flush_interval_ms: int = 500
     store_host: Host = dataclasses.field(default_factory=lambda: Host("127.0.0.1", 10911))
+    index: IndexConfig | None = dataclasses.field(default_factory=IndexConfig)  # None: no index
 
 
 @dataclass(frozen=True)
@@ -100,12 +104,17 @@ class MessageStore:
         self._load_consume_queues()
         self._checkpoint_path = os.path.join(root, "checkpoint")
         cp = Checkpoint.load(self._checkpoint_path)
+        self.index: IndexService | None = None
+        start = cp
+        if self.config.index is not None:  # the index is rebuilt from where it was flushed
+            self.index = IndexService(os.path.join(root, "index"), self.config.index)
+            start = dataclasses.replace(cp, logics=min(cp.logics, cp.index))
         self._full_dispatch = False
         try:
-            self.recovered_end = recover(self.log, cp, self._dispatch)
+            self.recovered_end = recover(self.log, start, self._recovered)
         except ConsumeQueueBehindError:  # a queue lost units before the checkpoint: dispatch all
             self._full_dispatch = True
-            self.recovered_end = recover(self.log, Checkpoint(physic=cp.physic), self._dispatch)
+            self.recovered_end = recover(self.log, Checkpoint(physic=cp.physic), self._recovered)
         self._last_checkpoint = cp
         self._dispatched = self.recovered_end  # whole records up to here are in their queues
         self._pending_end = 0  # a replicated record cut by a frame: bytes it needs to be whole
@@ -142,6 +151,14 @@ class MessageStore:
             m.queue_offset, unit, may_start_later=self._full_dispatch or size > 0
         )
 
+    def _recovered(self, physical: int, m: StoredMessage) -> None:
+        self._dispatch(physical, m)
+        if self.index is not None:
+            props = m.properties
+            self.index.put(
+                physical, m.topic, props.get("KEYS", ""), props.get(UNIQ_KEY, ""), m.store_timestamp
+            )
+
     # -- writes -----------------------------------------------------------------
     def put(self, message: StoredMessage) -> PutResult:
         """Store one message (topic, queue id, body, properties, born fields from the caller)."""
@@ -168,6 +185,7 @@ class MessageStore:
             expect = log.end_offset  # where the next record lands unless a segment rolls
             next_qoff: dict[tuple[str, int], int] = {}
             records: list[tuple[int, ConsumeQueue, int, int]] = []  # request, cq, qoff, tags
+            stamped: list[tuple[StoredMessage, int]] = []  # each record's message, store time
             encoders: list[Callable[[int], bytes]] = []
             for i, request in enumerate(requests):
                 for message in request:
@@ -187,6 +205,7 @@ class MessageStore:
                         refused[i] = PutResult(MESSAGE_ILLEGAL)
                         break
                     next_qoff[key] = qoff + 1
+                    stamped.append((message, message.store_timestamp or now))
                     records.append((i, cq, qoff, tags_code(message.tags)))
                     encoders.append(_placed(data, expect))
                     expect += len(data)
@@ -201,6 +220,12 @@ class MessageStore:
             ):
                 ok[i].append(PutResult("PUT_OK", offset, qoff, size))
                 self._dispatched = end = offset + size
+            if self.index is not None:
+                for (offset, _size), (m, stamp) in zip(placed[:stored], stamped, strict=False):
+                    props = m.properties
+                    self.index.put(
+                        offset, m.topic, props.get("KEYS", ""), props.get(UNIQ_KEY, ""), stamp
+                    )
             if status:  # a request's first record not stored ends it (its refusal comes first)
                 for i, _cq, _qoff, _tags in records[stored:]:
                     refused[i] = PutResult(status)
@@ -318,6 +343,14 @@ class MessageStore:
                     self._cq(*key).append_many(batch[0], batch[1], may_start_later=True)
                 units[key] = batch = (m.queue_offset, [])
             batch[1].append((p, total, tags_code(m.tags)))
+            if self.index is not None:
+                self.index.put(
+                    p,
+                    m.topic,
+                    property_value(m.properties, b"KEYS\x01"),
+                    property_value(m.properties, b"UNIQ_KEY\x01"),
+                    m.store_timestamp,
+                )
             p += total
         self._append_units(units)
         self._dispatched, self._pending_end = p, need
@@ -350,12 +383,14 @@ class MessageStore:
         for cq in self._cqs.values():
             cq.truncate_physical(end)
         self._dispatched = min(self._dispatched, self.log.end_offset)
+        if self.index is not None:
+            self.index.cut(self.log.end_offset)
         self._pending_end = 0
         self._cuts += 1
         with self._checkpoint_lock:
             cp = self._last_checkpoint
             if cp.physic > end or cp.logics > end:  # a crash must not look for cut bytes
-                cp = Checkpoint(physic=min(cp.physic, end), logics=min(cp.logics, end))
+                cp = Checkpoint(min(cp.physic, end), min(cp.logics, end), min(cp.index, end))
                 cp.save(self._checkpoint_path)
                 self._last_checkpoint = cp
 
@@ -434,8 +469,10 @@ class MessageStore:
             cuts = self._cuts
         for cq in cqs:
             cq.flush()
+        if self.index is not None:
+            self.index.flush()  # indexed as far as dispatched: the store feeds both at once
         physic = min(self.log.flush(), logics)
-        cp = Checkpoint(physic=physic, logics=logics)
+        cp = Checkpoint(physic=physic, logics=logics, index=logics)
         with self._checkpoint_lock:
             if cp != self._last_checkpoint and cuts == self._cuts:
                 cp.save(self._checkpoint_path)
@@ -446,10 +483,14 @@ class MessageStore:
         if n:
             for cq in list(self._cqs.values()):
                 cq.delete_below(self.log.min_offset)
+            if self.index is not None:
+                self.index.delete_below(self.log.min_offset)
         return n
 
     def close(self) -> None:
         self._flusher.stop()  # and a last checkpoint
         for cq in self._cqs.values():
             cq.close()
+        if self.index is not None:
+            self.index.close()
         self.log.close()
