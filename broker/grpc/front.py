@@ -14,6 +14,7 @@ import asyncio
 
 import grpc
 
+from broker.grpc.admin import AdminService, add_admin_to_server
 from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_server
 from broker.remoting.errors import TopicNotExist
 from broker.send.processor import SendProcessor
@@ -109,12 +110,14 @@ class ReplicaBackend:
 
 
 async def grpc_front(
-    service: MessagingService, host: str, port: int
+    service: MessagingService, host: str, port: int, admin: AdminService | None = None
 ) -> tuple[grpc.aio.Server, int]:
     """The started server and its bound port (``port`` 0: any free one); OSError when the
-    address cannot be bound."""
+    address cannot be bound. ``admin``: the Admin service beside it (:mod:`broker.grpc.admin`)."""
     server = grpc.aio.server(options=GRPC_OPTIONS)
     add_to_server(service, server)
+    if admin is not None:
+        add_admin_to_server(admin, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as exc:

@@ -30,23 +30,26 @@ _KEYS = b"KEYS\x01"
 _UNIQ_KEY = b"UNIQ_KEY\x01"
 
 
-def _visible_end(store: MessageStore) -> int:
+def _visible_end(store: MessageStore, limit: int | None) -> int:
+    end = store.log.end_offset
     if store.config.flush_mode is FlushMode.SYNC_FLUSH:
-        return store.log.durable_offset
-    return store.log.end_offset
+        end = store.log.durable_offset
+    return end if limit is None else min(end, limit)
 
 
-def record_at(store: MessageStore, offset: int) -> tuple[bytes, DispatchInfo] | None:
+def record_at(
+    store: MessageStore, offset: int, limit: int | None = None
+) -> tuple[bytes, DispatchInfo] | None:
     """The record starting at commit-log ``offset`` and what it says, or None when no
-    whole record starts there (RocketMQ's ``selectOneMessageByOffset``)."""
+    whole record starts there below ``limit`` (RocketMQ's ``selectOneMessageByOffset``)."""
     log = store.log
-    if offset < log.min_offset or offset + 8 > _visible_end(store):
+    if offset < log.min_offset or offset + 8 > _visible_end(store, limit):
         return None
     try:
         total, magic = peek_total(log.read_raw(offset, 8))
         if magic not in (MAGIC_V1, MAGIC_V2) or total <= 8:
             return None
-        if offset + total > _visible_end(store):
+        if offset + total > _visible_end(store, limit):
             return None
         raw = log.read(offset, total)
         info = dispatch_info(raw)
@@ -72,15 +75,17 @@ def query_messages(
     begin_ms: int,
     end_ms: int,
     unique: bool = False,
+    limit: int | None = None,
 ) -> tuple[list[bytes], IndexHits]:
-    """The records of ``topic`` with ``key`` stored in [begin_ms, end_ms], oldest first, at
-    most ``max_num`` (≤ 64), and the index's answer (how far it got)."""
+    """The records of ``topic`` with ``key`` stored in [begin_ms, end_ms] and ending by
+    ``limit``, oldest first, at most ``max_num`` (≤ 64), and the index's answer (how far
+    it got)."""
     if store.index is None:
         return [], IndexHits([], 0, 0)
     hits = store.index.query(topic, key, max_num, begin_ms, end_ms)
     out = []
     for offset in sorted(hits.offsets):
-        found = record_at(store, offset)
+        found = record_at(store, offset, limit)
         if found is not None and holds_key(found[1], topic, key, unique):
             out.append(found[0])
     return out, hits
