@@ -28,7 +28,14 @@ import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.cli_messages import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNAVAILABLE, Connect, _printable
+from broker.cli_messages import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    Connect,
+    _printable,
+    _route,
+)
 from rmq.codes import ResponseCode
 from rmq.connection import RemotingConnection
 from rmq.headers import QueryMessageHeader, ViewMessageHeader
@@ -36,8 +43,6 @@ from rmq.message import MessageError, StoredMessage, decode, decode_records
 from rmq.msgid import UNIQ_KEY, OffsetMsgId, offset_msg_id, parse_offset_msg_id
 
 if TYPE_CHECKING:
-    from nameserver.client import Route
-
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 EXIT_USAGE = 2
@@ -82,17 +87,6 @@ def _add_common(parser: argparse.ArgumentParser, parent: argparse.ArgumentParser
             action.option_strings = ["--tls-key"]
             action.help = "the key of --cert (--key in other commands)"
         parser._add_action(action)
-
-
-def _route(args: argparse.Namespace, connect: Connect) -> Route:
-    from nameserver.client import OptionError
-
-    try:
-        connection = connect(args)
-    except OptionError as exc:
-        raise SystemExit(f"metaledger: {exc}") from None
-    with connection.connect() as client:
-        return client.route_get(args.topic)
 
 
 def run_get(args: argparse.Namespace, connect: Connect) -> int:
@@ -167,7 +161,7 @@ async def _find(
         if args.key is None:
             query.ext_fields[UNIQUE_KEY_QUERY] = "true"
         answers = await asyncio.gather(*(_ask(a, query, timeout_s) for a in masters))
-        found = []
+        found: list[tuple[str, StoredMessage]] = []
         for addr, r in zip(masters, answers, strict=True):
             if r.code != ResponseCode.SUCCESS:
                 continue

@@ -62,14 +62,10 @@ class IndexFile:
             self._map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.slot_count,
-            self.count,
-        ) = HEADER.unpack_from(self._map, 0)
+        fields: tuple[int, ...] = HEADER.unpack_from(self._map, 0)
+        self.begin_timestamp, self.end_timestamp = fields[0], fields[1]
+        self.begin_phy_offset, self.end_phy_offset = fields[2], fields[3]
+        self.slot_count, self.count = fields[4], fields[5]
         if self.count < 1:  # a new file: entry 0 stays unused
             self.count = 1
             self.end_phy_offset = -1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +23,10 @@ from rmq.message import StoredMessage, decode, decode_records
 from rmq.msgid import parse_offset_msg_id
 from tests.harness import Cluster, free_ports
 from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
+from tests.integration.broker.test_grpc_producer import Env, produce
 
 pytestmark = [pytest.mark.integration]
 
-PRODUCER = str(Path(__file__).with_name("grpc_producer.py"))
 TOPIC = "LookupTopic"
 FOREVER = 2**62
 
@@ -76,14 +75,7 @@ def cli(g: Group, *args: str) -> subprocess.CompletedProcess[bytes]:
 
 
 def produce_5x(python: Path, g: Group, spec: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    clean["HOME"] = str(g.root)  # the client logs under $HOME/logs
-    r = subprocess.run(
-        [str(python), PRODUCER, f"127.0.0.1:{g.grpc_port}", TOPIC],
-        input=json.dumps(spec).encode(), capture_output=True, timeout=180, env=clean, check=False,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:]
-    return [json.loads(line) for line in r.stdout.decode().splitlines() if line.startswith("{")]
+    return produce(python, Env(g.root, g.node, g.replicas[0], g.grpc_port), spec, topic=TOPIC)
 
 
 async def _call(addr: str, request: Any) -> Any:
