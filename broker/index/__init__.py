@@ -17,7 +17,9 @@ from broker.index.service import (
     IndexConfig,
     IndexHits,
     IndexService,
+    Record,
     index_keys,
+    index_record,
 )
 
 __all__ = [
@@ -26,5 +28,7 @@ __all__ = [
     "IndexConfig",
     "IndexHits",
     "IndexService",
+    "Record",
     "index_keys",
+    "index_record",
 ]

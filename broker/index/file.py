@@ -69,13 +69,15 @@ class IndexFile:
         if self.count < 1:  # a new file: entry 0 stays unused
             self.count = 1
             self.end_phy_offset = -1
-            self._write_header()
+            self.write_header()
 
     @property
     def full(self) -> bool:
         return self.count >= self.entries
 
-    def _write_header(self) -> None:
+    def write_header(self) -> None:
+        """Write the header fields into the file (:meth:`put` and :meth:`seen` leave that
+        to the caller, once per batch)."""
         HEADER.pack_into(
             self._map,
             0,
@@ -88,43 +90,44 @@ class IndexFile:
         )
 
     def put(self, hashes: list[int], phy_offset: int, store_timestamp: int) -> int:
-        """Index one record under each of ``hashes``; how many fitted (fewer when full)."""
-        m = self._map
-        if self.count <= 1:
+        """Index one record under each of ``hashes``; how many fitted (fewer when full).
+        The header is written by :meth:`write_header`."""
+        m, slots, count = self._map, self.slots, self.count
+        if count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
-        diff = min(max((store_timestamp - self.begin_timestamp) // 1000, 0), INT32_MAX)
-        entries_at = HEADER.size + self.slots * SLOT.size
-        done = 0
-        for h in hashes:
-            if self.count >= self.entries:
-                break
-            slot_at = HEADER.size + (h % self.slots) * SLOT.size
+        diff = (store_timestamp - self.begin_timestamp) // 1000
+        diff = 0 if diff < 0 else min(diff, INT32_MAX)
+        entries_at = HEADER.size + slots * SLOT.size
+        n = min(len(hashes), self.entries - count)
+        for h in hashes[:n]:
+            slot_at = HEADER.size + (h % slots) * SLOT.size
             (prev,) = SLOT.unpack_from(m, slot_at)
-            if prev <= 0 or prev >= self.count:  # empty, or garbage past the last entry
+            if prev <= 0 or prev >= count:  # empty, or garbage past the last entry
                 prev = 0
                 self.slot_count += 1
-            ENTRY.pack_into(m, entries_at + self.count * ENTRY.size, h, phy_offset, diff, prev)
-            SLOT.pack_into(m, slot_at, self.count)
-            self.count += 1
-            done += 1
-        self.end_phy_offset = max(self.end_phy_offset, phy_offset)
-        self.end_timestamp = max(self.end_timestamp, store_timestamp)
-        self._write_header()
-        return done
-
-    def seen(self, phy_offset: int) -> None:
-        """Records up to ``phy_offset`` were given to the index (none had keys)."""
+            ENTRY.pack_into(m, entries_at + count * ENTRY.size, h, phy_offset, diff, prev)
+            SLOT.pack_into(m, slot_at, count)
+            count += 1
+        self.count = count
         if phy_offset > self.end_phy_offset:
             self.end_phy_offset = phy_offset
-            self._write_header()
+        if store_timestamp > self.end_timestamp:
+            self.end_timestamp = store_timestamp
+        return max(n, 0)
+
+    def seen(self, phy_offset: int) -> None:
+        """Records up to ``phy_offset`` were given to the index (none had keys); the
+        header is written by :meth:`write_header`."""
+        if phy_offset > self.end_phy_offset:
+            self.end_phy_offset = phy_offset
 
     def cut(self, end: int) -> None:
         """The commit log was cut back to ``end``: records from there are indexed again
         (entries already pointing there stay; lookups check what they point at)."""
         if self.end_phy_offset >= end:
             self.end_phy_offset = end - 1
-            self._write_header()
+            self.write_header()
 
     def time_matched(self, begin: int, end: int) -> bool:
         """Whether this file may hold entries stored in [begin, end] (IndexFile.isTimeMatched)."""

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from broker.index.file import IndexFile, key_hash
+from rmq.message import StoredMessage
+from rmq.msgid import UNIQ_KEY
 
 log = logging.getLogger(__name__)
 MAX_MSGS_NUM_BATCH = 64  # MessageStoreConfig.maxMsgsNumBatch
@@ -48,6 +50,10 @@ class IndexConfig:
         return self
 
 
+#: a record offered to the index: (commit-log offset, topic, KEYS, UNIQ_KEY, store time ms)
+Record = tuple[int, str, str, str, int]
+
+
 class IndexHits(NamedTuple):
     """A query's candidate commit-log offsets (newest first, no repeats) and how far the
     index got: its newest entry's store time and commit-log offset."""
@@ -55,6 +61,12 @@ class IndexHits(NamedTuple):
     offsets: list[int]
     last_timestamp: int
     last_phy_offset: int
+
+
+def index_record(offset: int, m: StoredMessage, store_timestamp: int) -> Record:
+    """What the index takes of a message stored at ``offset``."""
+    props = m.properties
+    return (offset, m.topic, props.get("KEYS", ""), props.get(UNIQ_KEY, ""), store_timestamp)
 
 
 def index_keys(topic: str, keys: str, uniq_key: str) -> list[str]:
@@ -99,18 +111,26 @@ class IndexService:
                 self.config.entries_per_file,
             )
             if self._files:  # the new file starts where the full one ended
-                f.seen(self._files[-1][1].end_phy_offset)
+                full = self._files[-1][1]
+                full.write_header()
+                f.seen(full.end_phy_offset)
             self._files.append((seq, f))
         return self._files[-1][1]
 
     def put(
         self, phy_offset: int, topic: str, keys: str, uniq_key: str, store_timestamp: int
     ) -> None:
-        """Index the record at ``phy_offset`` (skipped when the index has seen it). A new
-        file the disk cannot hold is logged and the record left out: a send never fails
-        for its index."""
+        """Index the record at ``phy_offset`` (:meth:`put_many` of one)."""
+        self.put_many([(phy_offset, topic, keys, uniq_key, store_timestamp)])
+
+    def put_many(self, records: list[Record]) -> None:
+        """Index records given in commit-log order, each (commit-log offset, topic, KEYS,
+        UNIQ_KEY, store time), under one lock hold and one header write; a record the
+        index has seen is skipped. A new file the disk cannot hold is logged and the
+        records from there left out: a send never fails for its index."""
         try:
-            self._put(phy_offset, topic, keys, uniq_key, store_timestamp)
+            with self._lock:
+                self._put_many(records)
         except OSError as exc:
             if not self.failing:
                 log.warning("broker: index: cannot start a new file (records not indexed): %s", exc)
@@ -118,23 +138,23 @@ class IndexService:
         else:
             self.failing = False
 
-    def _put(
-        self, phy_offset: int, topic: str, keys: str, uniq_key: str, store_timestamp: int
-    ) -> None:
-        with self._lock:
-            f = self._active()
-            if phy_offset <= f.end_phy_offset:
-                return
-            names = index_keys(topic, keys, uniq_key)
-            if not names:
-                f.seen(phy_offset)
-                return
-            hashes = [key_hash(k) for k in names]
-            while hashes:
-                done = f.put(hashes, phy_offset, store_timestamp)
-                hashes = hashes[done:]
-                if hashes:
-                    f = self._active()  # full: the rest go to a new file
+    def _put_many(self, records: list[Record]) -> None:
+        f = self._active()
+        try:
+            for phy_offset, topic, keys, uniq_key, store_timestamp in records:
+                if phy_offset <= f.end_phy_offset:
+                    continue
+                hashes = [key_hash(k) for k in index_keys(topic, keys, uniq_key)]
+                if not hashes:
+                    f.seen(phy_offset)
+                    continue
+                while hashes:
+                    done = f.put(hashes, phy_offset, store_timestamp)
+                    hashes = hashes[done:]
+                    if hashes:
+                        f = self._active()  # full: the rest go to a new file
+        finally:
+            f.write_header()
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> IndexHits:
         """Candidate offsets of records of ``topic`` indexed under ``key`` stored in

@@ -13,6 +13,11 @@ HA hooks (:mod:`broker.ha`): a master streams raw commit-log bytes with
 split records; each record is dispatched to its consume queue once whole, and
 ``dispatched_offset`` says how far that got), and ``truncate`` cuts log and queues back to
 a consistent point. A slave acknowledges bytes before they are fsynced, as RocketMQ does.
+
+The message index (:mod:`broker.index`, ``<root>/index/``) is fed where the consume queues
+are (put, replicated bytes, recovery from the checkpoint's ``index`` offset), cut with them
+and trimmed with retention. About 500 lines: those three paths share one lock and one
+dispatch state, so they stay in one class.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from broker.index import IndexConfig, IndexService
+from broker.index import IndexConfig, IndexService, Record, index_record
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueue, Unit, tags_code
 from broker.store.errors import ConsumeQueueBehindError, DecodeError, DiskFullError, StoreError
@@ -49,10 +54,10 @@ from rmq.message import (
     peek_total,
     property_value,
 )
-from rmq.msgid import UNIQ_KEY
 
 GIB = 1024 * 1024 * 1024
 MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # the PutMessageStatus of a message the encoding refuses
+_KEYS, _UNIQ = b"KEYS\x01", b"UNIQ_KEY\x01"  # property names as encoded
 Unit3 = tuple[int, int, int]  # a consume-queue unit as written: (commit-log offset, size, tags)
 
 
@@ -154,10 +159,7 @@ class MessageStore:
     def _recovered(self, physical: int, m: StoredMessage) -> None:
         self._dispatch(physical, m)
         if self.index is not None:
-            props = m.properties
-            self.index.put(
-                physical, m.topic, props.get("KEYS", ""), props.get(UNIQ_KEY, ""), m.store_timestamp
-            )
+            self.index.put_many([index_record(physical, m, m.store_timestamp)])
 
     # -- writes -----------------------------------------------------------------
     def put(self, message: StoredMessage) -> PutResult:
@@ -221,11 +223,8 @@ class MessageStore:
                 ok[i].append(PutResult("PUT_OK", offset, qoff, size))
                 self._dispatched = end = offset + size
             if self.index is not None:
-                for (offset, _size), (m, stamp) in zip(placed[:stored], stamped, strict=False):
-                    props = m.properties
-                    self.index.put(
-                        offset, m.topic, props.get("KEYS", ""), props.get(UNIQ_KEY, ""), stamp
-                    )
+                at_and_stamp = zip(placed[:stored], stamped, strict=False)
+                self.index.put_many([index_record(at, m, t) for (at, _), (m, t) in at_and_stamp])
             if status:  # a request's first record not stored ends it (its refusal comes first)
                 for i, _cq, _qoff, _tags in records[stored:]:
                     refused[i] = PutResult(status)
@@ -311,6 +310,7 @@ class MessageStore:
             return self.log.read_raw(at, n)
 
         units: dict[tuple[str, int], tuple[int, list[Unit3]]] = {}
+        indexed: list[Record] = []  # what the records completed here give the index
         while p < end:
             seg_end = p - p % seg_size + seg_size
             if min(end, seg_end) - p < 8:
@@ -325,7 +325,7 @@ class MessageStore:
                 continue
             if magic not in (MAGIC_V1, MAGIC_V2) or not 8 < total <= seg_end - p:
                 self._reject_replicated(
-                    p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}", units
+                    p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}", units, indexed
                 )
             if end - p < total:
                 need = p + total
@@ -333,9 +333,11 @@ class MessageStore:
             try:
                 m = dispatch_info(read(p, total))
             except MalformedMessage as e:
-                self._reject_replicated(p, str(e), units)
+                self._reject_replicated(p, str(e), units, indexed)
             if m.physical_offset != p:
-                self._reject_replicated(p, f"PHYSICALOFFSET says {m.physical_offset}", units)
+                self._reject_replicated(
+                    p, f"PHYSICALOFFSET says {m.physical_offset}", units, indexed
+                )
             key = (m.topic, m.queue_id)
             batch = units.get(key)
             if batch is None or batch[0] + len(batch[1]) != m.queue_offset:
@@ -344,28 +346,36 @@ class MessageStore:
                 units[key] = batch = (m.queue_offset, [])
             batch[1].append((p, total, tags_code(m.tags)))
             if self.index is not None:
-                self.index.put(
-                    p,
-                    m.topic,
-                    property_value(m.properties, b"KEYS\x01"),
-                    property_value(m.properties, b"UNIQ_KEY\x01"),
-                    m.store_timestamp,
-                )
+                props = m.properties
+                indexed.append(
+                    (p, m.topic, property_value(props, _KEYS), property_value(props, _UNIQ),
+                     m.store_timestamp)
+                )  # fmt: skip
             p += total
-        self._append_units(units)
+        self._append_units(units, indexed)
         self._dispatched, self._pending_end = p, need
 
-    def _append_units(self, units: dict[tuple[str, int], tuple[int, list[Unit3]]]) -> None:
+    def _append_units(
+        self, units: dict[tuple[str, int], tuple[int, list[Unit3]]], indexed: list[Record]
+    ) -> None:
         """One consume-queue write per queue for the records one replicated frame completed
-        (consecutive queue offsets per queue, as the master assigned them)."""
+        (consecutive queue offsets per queue, as the master assigned them), and one index
+        batch."""
         for (topic, queue_id), (first, batch) in units.items():
             self._cq(topic, queue_id).append_many(first, batch, may_start_later=True)
         units.clear()
+        if self.index is not None and indexed:
+            self.index.put_many(indexed)
+        indexed.clear()
 
     def _reject_replicated(
-        self, at: int, reason: str, units: dict[tuple[str, int], tuple[int, list[Unit3]]]
+        self,
+        at: int,
+        reason: str,
+        units: dict[tuple[str, int], tuple[int, list[Unit3]]],
+        indexed: list[Record],
     ) -> NoReturn:
-        self._append_units(units)
+        self._append_units(units, indexed)
         self._dispatched = at  # every record before it went to its queue
         self._truncate_locked(at)
         raise DecodeError(f"replicated record at commit-log offset {at}: {reason}")
