@@ -3,11 +3,14 @@ index points at: only whole records of the asked topic holding the key."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
+import pytest
+
 from broker.index.query import query_messages, record_at
-from broker.store import FlushMode, MessageStore, RetentionPolicy
+from broker.store import DecodeError, FlushMode, MessageStore, RetentionPolicy
 from broker.store.recovery import Checkpoint
 from rmq.message import StoredMessage, decode
 from tests.unit.broker.store.conftest import open_store
@@ -124,4 +127,44 @@ def test_no_index_configured_answers_nothing(tmp_path: Path) -> None:
     store.put(keyed(0, "k"))
     assert query_messages(store, "T", "k", 64, *ALL)[0] == []
     assert not os.path.exists(tmp_path / "index")
+    store.close()
+
+
+def test_a_replicated_frame_cut_at_a_bad_record_indexes_the_good_ones(tmp_path: Path) -> None:
+    master = open_store(str(tmp_path / "m"), FlushMode.ASYNC_FLUSH, segment_size=4096)
+    slave = open_store(str(tmp_path / "s"), FlushMode.ASYNC_FLUSH, segment_size=4096)
+    for i in range(3):
+        master.put(keyed(i, "k"))
+    data = bytearray(master.read_log(0, 4096))
+    third = record_offsets(master)[2]
+    data[third + 4 : third + 8] = b"\x00\x00\x00\x00"  # the third record's magic
+    with pytest.raises(DecodeError):
+        slave.append_replicated(0, bytes(data))
+    assert _bodies(slave, "T", "k") == [0, 1]
+    master.close()
+    slave.close()
+
+
+def record_offsets(store: MessageStore) -> list[int]:
+    records, _ = query_messages(store, "T", "k", 64, *ALL)
+    return [decode(r).physical_offset for r in records]
+
+
+def test_an_index_file_the_disk_cannot_hold_never_fails_a_put(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mp = monkeypatch
+    real = os.posix_fallocate
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    store = open_store(str(tmp_path), segment_size=4096)
+    mp.setattr(os, "posix_fallocate", full)
+    assert store.put(keyed(0, "k")).status == "PUT_OK"  # no index file: left out, logged
+    assert store.index is not None and store.index.failing
+    mp.setattr(os, "posix_fallocate", real)
+    assert store.put(keyed(1, "k")).status == "PUT_OK"  # the disk has room again
+    assert not store.index.failing
+    assert _bodies(store, "T", "k") == [1]
     store.close()
