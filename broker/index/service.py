@@ -164,7 +164,7 @@ class IndexService:
         h = key_hash(f"{topic}#{key}")
         found: list[int] = []
         with self._lock:
-            last = self._files[-1][1] if self._files else None
+            last = next((f for _seq, f in reversed(self._files) if f.count > 1), None)
             for _seq, f in reversed(self._files):
                 if len(found) >= max_num:
                     break
@@ -172,10 +172,7 @@ class IndexService:
                     f.lookup(h, begin, end, found, max_num)
                 if f.count > 1 and f.begin_timestamp < begin:
                     break
-        if last is None or last.count <= 1:
-            stamp, phy = 0, 0
-        else:
-            stamp, phy = last.end_timestamp, last.end_phy_offset
+        stamp, phy = (0, 0) if last is None else (last.end_timestamp, last.end_phy_offset)
         return IndexHits(list(dict.fromkeys(found)), stamp, phy)
 
     def cut(self, end: int) -> None:

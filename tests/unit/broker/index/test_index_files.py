@@ -74,6 +74,10 @@ def test_rollover_to_a_new_file_when_full_and_queries_span_files(tmp_path: Path)
     assert len([n for n in os.listdir(tmp_path) if n.isdigit()]) >= 5
     assert idx.query("T", "k", 64, *ALL).offsets == [i * 10 for i in reversed(range(10))]
     assert idx.query("T", "U7", 64, *ALL).offsets == [70]
+    idx.put(100, "T", "k", "", T0 + 10)  # fills the newest file: the next one starts empty
+    idx.put(110, "T", "", "", T0 + 11)
+    hits = idx.query("T", "none", 64, *ALL)
+    assert (hits.last_timestamp, hits.last_phy_offset) == (T0 + 10, 100)
     idx.close()
 
 
