@@ -1,4 +1,4 @@
-"""``metaledger broker``, ``metaledger send`` and ``metaledger consume``.
+"""``metaledger broker``, ``metaledger send``, ``metaledger consume`` and ``metaledger message``.
 
 Loaded by ``nameserver.cli`` through the entry-point group ``metaledger.commands``
 (``broker = "broker.cli:register"`` in pyproject.toml), so the nameserver never imports the
@@ -13,7 +13,7 @@ the client library alone.
 the remoting front on ``--listen`` (default ``0.0.0.0:10911``), RocketMQ 5 gRPC on
 ``--listen-grpc`` (default ``127.0.0.1:8081``), registered in the routes of
 ``--endpoints`` under ``--cluster``. It prints ``broker NAME serving on ADDR`` once serving.
-Send and consume are in :mod:`broker.cli_messages`. Exit codes are the ``metaledger`` table's
+Send and consume are in :mod:`broker.cli_messages`, ``message get`` in :mod:`broker.index.cli`. Exit codes are the ``metaledger`` table's
 numbers (``nameserver/cli/exitcodes.py``), repeated here because a broker may not import it.
 """
 
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.cli_messages import register_messages
 from broker.config import DEFAULT_GRPC_LISTEN, DEFAULT_PORT, BrokerConfig, ConfigError
+from broker.index.cli import register_lookup
 from broker.store import FlushMode
 from nameserver.client import DEFAULT_ENDPOINTS, ConnectionOptions, OptionError
 
@@ -245,6 +246,7 @@ def register(subparsers: Subparsers, common: Common) -> None:
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(run=partial(run_broker, common=common))
     register_messages(subparsers, common.parent, common.connection)
+    register_lookup(subparsers, common.parent, common.connection)
 
 
 def build_config(

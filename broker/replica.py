@@ -1,9 +1,9 @@
 """One broker replica: the message store, the remoting and gRPC fronts, its group and its routes.
 
 ``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
-``<data_dir>/store`` whose STOREHOST is the advertised ``ip:port`` (where C++ clients send
+``<data_dir>/store`` (with its message index, :mod:`broker.index`) whose STOREHOST is the advertised ``ip:port`` (where C++ clients send
 CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
-KV when endpoints are given, else in memory), the send/pull/consumer/admin processors on one
+KV when endpoints are given, else in memory), the send/pull/consumer/admin/query processors on one
 ``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
 ``grpc_listen``, sending through the same send processor), delayed delivery, the route
 registrar and the metrics endpoint.
@@ -35,9 +35,11 @@ from broker.config import BrokerConfig
 from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
 from broker.group_member import GroupMember, HASettings
+from broker.grpc.admin import AdminService
 from broker.grpc.forward import Forwarding, GroupFronts, role_view
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
+from broker.index.processor import QueryProcessor
 from broker.metrics import BrokerMetrics, View
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
@@ -106,6 +108,7 @@ class Replica:
                 self.core.suggest_broker = self._suggest_broker
         self.sends = SendProcessor(self.core)
         self.consumers = ConsumerProcessor(self.core)
+        self.queries = QueryProcessor(self.core)  # QUERY_MESSAGE, VIEW_MESSAGE_BY_ID
         handlers: dict[int, Handler] = {}
         for processor in (
             self.sends,
@@ -113,6 +116,7 @@ class Replica:
             self.consumers,
             AdminProcessor(self.core),
             TopicAdmin(self.core, self.registrar),
+            self.queries,
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(handlers, on_close=self.consumers.connection_closed)
@@ -186,7 +190,11 @@ class Replica:
         service = MessagingService(backend)
         try:
             self.grpc, self.grpc_port = await grpc_front(
-                service, host or "0.0.0.0", int(port), interceptors
+                service,
+                host or "0.0.0.0",
+                int(port),
+                interceptors,
+                admin=AdminService(self.queries.lookup),
             )
         except OSError as exc:
             if not c.grpc_listen_is_default:

@@ -17,6 +17,7 @@ class RequestCode(IntEnum):
     # Clients and admin tools to brokers.
     SEND_MESSAGE = 10
     PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
@@ -25,6 +26,7 @@ class RequestCode(IntEnum):
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
+    VIEW_MESSAGE_BY_ID = 33
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36

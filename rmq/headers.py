@@ -364,6 +364,30 @@ class CreateTopicHeader(Header):
     attributes: str | None = ext("attributes", None)
 
 
+@dataclass(slots=True)
+class QueryMessageHeader(Header):
+    """QUERY_MESSAGE (12): messages of ``topic`` whose KEYS hold ``key`` (or whose UNIQ_KEY is
+    ``key`` when the request has the ext field ``_UNIQUE_KEY_QUERY`` = true), stored between
+    the two timestamps (RocketMQ 5's ``QueryMessageRequestHeader``)."""
+
+    code = RequestCode.QUERY_MESSAGE
+    topic: str = ext("topic")
+    key: str = ext("key")
+    max_num: int = ext("maxNum", int32=True)
+    begin_timestamp: int = ext("beginTimestamp")
+    end_timestamp: int = ext("endTimestamp")
+
+
+@dataclass(slots=True)
+class ViewMessageHeader(Header):
+    """VIEW_MESSAGE_BY_ID (33): the record at commit-log ``offset`` (RocketMQ 5's
+    ``ViewMessageRequestHeader``; ``topic`` is optional there too)."""
+
+    code = RequestCode.VIEW_MESSAGE_BY_ID
+    offset: int = ext("offset")
+    topic: str | None = ext("topic", None)
+
+
 # --- brokers' answers (all numbers as strings, as in RocketMQ's SendMessageResponseHeader: ----
 # --- C++ 1.x clients read a response ext field only when it is a JSON string) ---------------
 
@@ -389,6 +413,16 @@ class PullMessageResponseHeader(Header):
     next_begin_offset: int = ext("nextBeginOffset")
     min_offset: int = ext("minOffset")
     max_offset: int = ext("maxOffset")
+
+
+@dataclass(slots=True)
+class QueryMessageResponseHeader(Header):
+    """QUERY_MESSAGE's answer: how far the index got (its last entry's store time and
+    commit-log offset), so a client can tell "not there" from "not indexed yet"."""
+
+    code = RequestCode.QUERY_MESSAGE
+    index_last_update_timestamp: int = ext("indexLastUpdateTimestamp")
+    index_last_update_phyoffset: int = ext("indexLastUpdatePhyoffset")
 
 
 @dataclass(slots=True)

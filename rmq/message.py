@@ -415,6 +415,8 @@ class DispatchInfo(NamedTuple):
     queue_offset: int
     physical_offset: int
     tags: str
+    store_timestamp: int = 0
+    properties: bytes = b""  # the encoded properties (:func:`property_value` reads one)
 
 
 def dispatch_info(buf: bytes | memoryview) -> DispatchInfo:
@@ -429,8 +431,11 @@ def dispatch_info(buf: bytes | memoryview) -> DispatchInfo:
         raise MalformedMessage(f"bad magic {magic & 0xFFFFFFFF:#010x}")
     if size != total:
         raise MalformedMessage(f"TOTALSIZE {size} but the record has {total} bytes")
-    pos = _HEAD.size + (20 if sysflag & SYSFLAG_BORNHOST_V6 else 8) + 8
-    pos += (20 if sysflag & SYSFLAG_STOREHOST_V6 else 8) + _TAIL.size
+    pos = _HEAD.size + (20 if sysflag & SYSFLAG_BORNHOST_V6 else 8)
+    if pos + 8 > total:
+        raise MalformedMessage(f"fields run past TOTALSIZE {total}")
+    (store_timestamp,) = _I64.unpack_from(buf, pos)
+    pos += 8 + (20 if sysflag & SYSFLAG_STOREHOST_V6 else 8) + _TAIL.size
     if pos > total:
         raise MalformedMessage(f"fields run past TOTALSIZE {total}")
     (body_len,) = _I32.unpack_from(buf, pos - 4)
@@ -441,8 +446,10 @@ def dispatch_info(buf: bytes | memoryview) -> DispatchInfo:
         topic_text = topic.decode()
     except UnicodeDecodeError as exc:
         raise MalformedMessage(f"the topic is not UTF-8: {exc}") from None
-    tags = property_value(bytes(buf[pos:total]), _TAGS_NAME)
-    return DispatchInfo(topic_text, qid, qoff, phys, tags)
+    props = bytes(buf[pos:total])
+    return DispatchInfo(
+        topic_text, qid, qoff, phys, property_value(props, _TAGS_NAME), store_timestamp, props
+    )
 
 
 def at_physical_offset(record: bytes, physical_offset: int) -> bytes:

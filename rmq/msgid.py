@@ -18,9 +18,16 @@ import ipaddress
 import itertools
 import os
 import struct
-from typing import Final
+from typing import Final, NamedTuple
 
-__all__ = ["UNIQ_KEY", "offset_msg_id", "packed_ip", "uniq_key"]
+__all__ = [
+    "UNIQ_KEY",
+    "OffsetMsgId",
+    "offset_msg_id",
+    "packed_ip",
+    "parse_offset_msg_id",
+    "uniq_key",
+]
 
 UNIQ_KEY: Final = "UNIQ_KEY"
 """The property holding the client message id (``MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX``)."""
@@ -40,6 +47,31 @@ def offset_msg_id(ip: str | bytes, port: int, commit_log_offset: int) -> str:
     (``ip`` as text or already packed)."""
     raw = ip if isinstance(ip, bytes) else packed_ip(ip)
     return (raw + _PORT_OFFSET.pack(port, commit_log_offset)).hex().upper()
+
+
+class OffsetMsgId(NamedTuple):
+    """An offset message id's parts: the store host and the record's commit-log offset."""
+
+    ip: str
+    port: int
+    offset: int
+
+
+def parse_offset_msg_id(text: str) -> OffsetMsgId:
+    """The parts of an offset message id (RocketMQ 5's ``MessageDecoder.decodeMessageId``:
+    32 hex digits for an IPv4 store host, 56 for IPv6); ValueError saying why otherwise."""
+    if len(text) not in (32, 56):
+        raise ValueError(
+            f"message id {text!r}: an offset message id has 32 or 56 hex digits, not {len(text)}"
+        )
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise ValueError(f"message id {text!r} is not hexadecimal") from None
+    port, offset = _PORT_OFFSET.unpack(raw[-12:])
+    if offset < 0 or port < 0:
+        raise ValueError(f"message id {text!r}: negative port or offset")
+    return OffsetMsgId(str(ipaddress.ip_address(raw[:-12])), port, offset)
 
 
 _uniq = itertools.count()

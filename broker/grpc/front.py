@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from broker.grpc.admin import AdminService, add_admin_to_server
 from broker.grpc.forward import GroupFronts
 from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_server
 from broker.remoting.errors import TopicNotExist
@@ -121,11 +122,14 @@ async def grpc_front(
     host: str,
     port: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    admin: AdminService | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """The started server and its bound port (``port`` 0: any free one); OSError when the
-    address cannot be bound."""
+    address cannot be bound. ``admin``: the Admin service beside it (:mod:`broker.grpc.admin`)."""
     server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=list(interceptors))
     add_to_server(service, server)
+    if admin is not None:
+        add_admin_to_server(admin, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as exc:

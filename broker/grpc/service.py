@@ -368,9 +368,10 @@ IMPLEMENTED = frozenset(
 )
 
 
-def _not_implemented(method: Any) -> Callable[..., Any]:
-    """A handler answering the method's own response type with NOT_IMPLEMENTED."""
-    response = getattr(svc, method.output_type.name)
+def _not_implemented(method: Any, messages: Any = svc) -> Callable[..., Any]:
+    """A handler answering the method's own response type (in ``messages``, the generated
+    module) with NOT_IMPLEMENTED."""
+    response = getattr(messages, method.output_type.name)
     text = f"{method.name} is not implemented by the metaledger broker yet"
 
     def answer() -> Any:

@@ -13,6 +13,11 @@ HA hooks (:mod:`broker.ha`): a master streams raw commit-log bytes with
 split records; each record is dispatched to its consume queue once whole, and
 ``dispatched_offset`` says how far that got), and ``truncate`` cuts log and queues back to
 a consistent point. A slave acknowledges bytes before they are fsynced, as RocketMQ does.
+
+The message index (:mod:`broker.index`, ``<root>/index/``) is fed where the consume queues
+are (put, replicated bytes, recovery from the checkpoint's ``index`` offset), cut with them
+and trimmed with retention. About 500 lines: those three paths share one lock and one
+dispatch state, so they stay in one class.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
+from broker.index import IndexConfig, IndexService, Record, index_record
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueue, Unit, tags_code
 from broker.store.errors import ConsumeQueueBehindError, DecodeError, DiskFullError, StoreError
@@ -46,10 +52,12 @@ from rmq.message import (
     encode,
     encode_stored,
     peek_total,
+    property_value,
 )
 
 GIB = 1024 * 1024 * 1024
 MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # the PutMessageStatus of a message the encoding refuses
+_KEYS, _UNIQ = b"KEYS\x01", b"UNIQ_KEY\x01"  # property names as encoded
 Unit3 = tuple[int, int, int]  # a consume-queue unit as written: (commit-log offset, size, tags)
 
 
@@ -62,6 +70,7 @@ class StoreConfig:
     # queues are flushed and the checkpoint written (bounds the scan after a crash)
     flush_interval_ms: int = 500
     store_host: Host = dataclasses.field(default_factory=lambda: Host("127.0.0.1", 10911))
+    index: IndexConfig | None = dataclasses.field(default_factory=IndexConfig)  # None: no index
 
 
 @dataclass(frozen=True)
@@ -100,12 +109,17 @@ class MessageStore:
         self._load_consume_queues()
         self._checkpoint_path = os.path.join(root, "checkpoint")
         cp = Checkpoint.load(self._checkpoint_path)
+        self.index: IndexService | None = None
+        start = cp
+        if self.config.index is not None:  # the index is rebuilt from where it was flushed
+            self.index = IndexService(os.path.join(root, "index"), self.config.index)
+            start = dataclasses.replace(cp, logics=min(cp.logics, cp.index))
         self._full_dispatch = False
         try:
-            self.recovered_end = recover(self.log, cp, self._dispatch)
+            self.recovered_end = recover(self.log, start, self._recovered)
         except ConsumeQueueBehindError:  # a queue lost units before the checkpoint: dispatch all
             self._full_dispatch = True
-            self.recovered_end = recover(self.log, Checkpoint(physic=cp.physic), self._dispatch)
+            self.recovered_end = recover(self.log, Checkpoint(physic=cp.physic), self._recovered)
         self._last_checkpoint = cp
         self._dispatched = self.recovered_end  # whole records up to here are in their queues
         self._pending_end = 0  # a replicated record cut by a frame: bytes it needs to be whole
@@ -142,6 +156,11 @@ class MessageStore:
             m.queue_offset, unit, may_start_later=self._full_dispatch or size > 0
         )
 
+    def _recovered(self, physical: int, m: StoredMessage) -> None:
+        self._dispatch(physical, m)
+        if self.index is not None:
+            self.index.put_many([index_record(physical, m, m.store_timestamp)])
+
     # -- writes -----------------------------------------------------------------
     def put(self, message: StoredMessage) -> PutResult:
         """Store one message (topic, queue id, body, properties, born fields from the caller)."""
@@ -168,6 +187,7 @@ class MessageStore:
             expect = log.end_offset  # where the next record lands unless a segment rolls
             next_qoff: dict[tuple[str, int], int] = {}
             records: list[tuple[int, ConsumeQueue, int, int]] = []  # request, cq, qoff, tags
+            stamped: list[tuple[StoredMessage, int]] = []  # each record's message, store time
             encoders: list[Callable[[int], bytes]] = []
             for i, request in enumerate(requests):
                 for message in request:
@@ -187,6 +207,7 @@ class MessageStore:
                         refused[i] = PutResult(MESSAGE_ILLEGAL)
                         break
                     next_qoff[key] = qoff + 1
+                    stamped.append((message, message.store_timestamp or now))
                     records.append((i, cq, qoff, tags_code(message.tags)))
                     encoders.append(_placed(data, expect))
                     expect += len(data)
@@ -201,6 +222,9 @@ class MessageStore:
             ):
                 ok[i].append(PutResult("PUT_OK", offset, qoff, size))
                 self._dispatched = end = offset + size
+            if self.index is not None:
+                at_and_stamp = zip(placed[:stored], stamped, strict=False)
+                self.index.put_many([index_record(at, m, t) for (at, _), (m, t) in at_and_stamp])
             if status:  # a request's first record not stored ends it (its refusal comes first)
                 for i, _cq, _qoff, _tags in records[stored:]:
                     refused[i] = PutResult(status)
@@ -286,6 +310,7 @@ class MessageStore:
             return self.log.read_raw(at, n)
 
         units: dict[tuple[str, int], tuple[int, list[Unit3]]] = {}
+        indexed: list[Record] = []  # what the records completed here give the index
         while p < end:
             seg_end = p - p % seg_size + seg_size
             if min(end, seg_end) - p < 8:
@@ -300,7 +325,7 @@ class MessageStore:
                 continue
             if magic not in (MAGIC_V1, MAGIC_V2) or not 8 < total <= seg_end - p:
                 self._reject_replicated(
-                    p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}", units
+                    p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}", units, indexed
                 )
             if end - p < total:
                 need = p + total
@@ -308,9 +333,11 @@ class MessageStore:
             try:
                 m = dispatch_info(read(p, total))
             except MalformedMessage as e:
-                self._reject_replicated(p, str(e), units)
+                self._reject_replicated(p, str(e), units, indexed)
             if m.physical_offset != p:
-                self._reject_replicated(p, f"PHYSICALOFFSET says {m.physical_offset}", units)
+                self._reject_replicated(
+                    p, f"PHYSICALOFFSET says {m.physical_offset}", units, indexed
+                )
             key = (m.topic, m.queue_id)
             batch = units.get(key)
             if batch is None or batch[0] + len(batch[1]) != m.queue_offset:
@@ -318,21 +345,37 @@ class MessageStore:
                     self._cq(*key).append_many(batch[0], batch[1], may_start_later=True)
                 units[key] = batch = (m.queue_offset, [])
             batch[1].append((p, total, tags_code(m.tags)))
+            if self.index is not None:
+                props = m.properties
+                indexed.append(
+                    (p, m.topic, property_value(props, _KEYS), property_value(props, _UNIQ),
+                     m.store_timestamp)
+                )  # fmt: skip
             p += total
-        self._append_units(units)
+        self._append_units(units, indexed)
         self._dispatched, self._pending_end = p, need
 
-    def _append_units(self, units: dict[tuple[str, int], tuple[int, list[Unit3]]]) -> None:
+    def _append_units(
+        self, units: dict[tuple[str, int], tuple[int, list[Unit3]]], indexed: list[Record]
+    ) -> None:
         """One consume-queue write per queue for the records one replicated frame completed
-        (consecutive queue offsets per queue, as the master assigned them)."""
+        (consecutive queue offsets per queue, as the master assigned them), and one index
+        batch."""
         for (topic, queue_id), (first, batch) in units.items():
             self._cq(topic, queue_id).append_many(first, batch, may_start_later=True)
         units.clear()
+        if self.index is not None and indexed:
+            self.index.put_many(indexed)
+        indexed.clear()
 
     def _reject_replicated(
-        self, at: int, reason: str, units: dict[tuple[str, int], tuple[int, list[Unit3]]]
+        self,
+        at: int,
+        reason: str,
+        units: dict[tuple[str, int], tuple[int, list[Unit3]]],
+        indexed: list[Record],
     ) -> NoReturn:
-        self._append_units(units)
+        self._append_units(units, indexed)
         self._dispatched = at  # every record before it went to its queue
         self._truncate_locked(at)
         raise DecodeError(f"replicated record at commit-log offset {at}: {reason}")
@@ -350,12 +393,14 @@ class MessageStore:
         for cq in self._cqs.values():
             cq.truncate_physical(end)
         self._dispatched = min(self._dispatched, self.log.end_offset)
+        if self.index is not None:
+            self.index.cut(self.log.end_offset)
         self._pending_end = 0
         self._cuts += 1
         with self._checkpoint_lock:
             cp = self._last_checkpoint
             if cp.physic > end or cp.logics > end:  # a crash must not look for cut bytes
-                cp = Checkpoint(physic=min(cp.physic, end), logics=min(cp.logics, end))
+                cp = Checkpoint(min(cp.physic, end), min(cp.logics, end), min(cp.index, end))
                 cp.save(self._checkpoint_path)
                 self._last_checkpoint = cp
 
@@ -434,8 +479,10 @@ class MessageStore:
             cuts = self._cuts
         for cq in cqs:
             cq.flush()
+        if self.index is not None:
+            self.index.flush()  # indexed as far as dispatched: the store feeds both at once
         physic = min(self.log.flush(), logics)
-        cp = Checkpoint(physic=physic, logics=logics)
+        cp = Checkpoint(physic=physic, logics=logics, index=logics)
         with self._checkpoint_lock:
             if cp != self._last_checkpoint and cuts == self._cuts:
                 cp.save(self._checkpoint_path)
@@ -446,10 +493,14 @@ class MessageStore:
         if n:
             for cq in list(self._cqs.values()):
                 cq.delete_below(self.log.min_offset)
+            if self.index is not None:
+                self.index.delete_below(self.log.min_offset)
         return n
 
     def close(self) -> None:
         self._flusher.stop()  # and a last checkpoint
         for cq in self._cqs.values():
             cq.close()
+        if self.index is not None:
+            self.index.close()
         self.log.close()

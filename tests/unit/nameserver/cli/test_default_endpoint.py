@@ -67,6 +67,7 @@ COMMANDS = {
     "broker": ["--group", "g", "--data-dir", "DATA"],
     "send": ["T", "body"],
     "consume": ["T", "--group", "g"],
+    "message get": ["--key", "k", "--topic", "T"],
     "replicate status": [],
     "replicate redis": ["--source", "redis://127.0.0.1:1", "--topic", "T", "--job", "j"],
     "replicate rocketmq": [*NAMESRVS, "--topics", "T", "--job", "j"],
