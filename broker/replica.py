@@ -5,8 +5,9 @@
 CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
 KV when endpoints are given, else in memory), the send/pull/consumer/admin processors on one
 ``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
-``grpc_listen``, sending through the same send processor), delayed delivery, the route
-registrar and the metrics endpoint.
+``grpc_listen``, sending through the same send processor), delayed delivery, transactions
+(:mod:`broker.transactions`: END_TRANSACTION and the check-back), the route registrar and the
+metrics endpoint.
 
 With a metaledger client the replica is a member of its replica group
 (:class:`~broker.group_member.GroupMember`): it registers there, takes the role metaledger
@@ -16,8 +17,9 @@ broker id 0 while master, its replica id while slave (a slave must never claim i
 loads the consumer offsets from metaledger on each promotion. Without a client (unit tests)
 it is :class:`Standalone`, or the ``replication`` given.
 
-Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
-silent consumers expired every 10 s.
+Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop
+(with them the transaction check's progress); silent consumers and producers expired every
+10 s; half messages checked every ``transaction_check_interval_ms``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from broker.core import BrokerCore
 from broker.group_member import GroupMember, HASettings
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
+from broker.grpc.transactions import GrpcTransactions
 from broker.metrics import BrokerMetrics, View
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
@@ -49,6 +52,9 @@ from broker.send.schedule import ScheduleService
 from broker.state.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.store import MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
+from broker.transactions.check import CheckService
+from broker.transactions.processor import TransactionProcessor
+from broker.transactions.service import TransactionService
 from nameserver.client import Client, ClientError
 from rmq.message import Host
 from rmq.server import Handler
@@ -105,9 +111,12 @@ class Replica:
                 self.core.suggest_broker = self._suggest_broker
         self.sends = SendProcessor(self.core)
         self.consumers = ConsumerProcessor(self.core)
+        self.transactions = TransactionService(self.core)
+        self.checks = CheckService(self.transactions, self.core.producers)
         handlers: dict[int, Handler] = {}
         for processor in (
             self.sends,
+            TransactionProcessor(self.transactions),
             PullProcessor(self.core),
             self.consumers,
             AdminProcessor(self.core),
@@ -136,6 +145,7 @@ class Replica:
             self.metrics.serve(host or "0.0.0.0", int(port))
         await self._start_grpc()
         self.schedule.start()
+        self.checks.start()
         if self.registrar is not None:
             registrar = self.registrar
             loop = asyncio.get_running_loop()
@@ -170,7 +180,10 @@ class Replica:
                 broker_name=c.broker_name,
                 remoting=(c.advertised_host, c.listen_port),
                 grpc_port=int(port),
-            )
+            ),
+            transactions=GrpcTransactions(
+                self.transactions, self.core.producers, (c.advertised_host, c.listen_port)
+            ),
         )
         try:
             self.grpc, self.grpc_port = await grpc_front(service, host or "0.0.0.0", int(port))
@@ -234,6 +247,7 @@ class Replica:
         if self.grpc is not None:
             await self.grpc.stop(grace=1.0)
         await self.schedule.stop()
+        await self.checks.stop()
         await self.flush_offsets()
         self.core.close()
         self.metrics.close()
@@ -273,6 +287,7 @@ class Replica:
         reloads the consumer offsets its predecessor flushed to metaledger."""
         if self.registrar is not None:
             self.registrar.set_route_id(route_id)
+        self.checks.reset()
         if master and isinstance(self.offsets, KvOffsetStore):
             task = asyncio.get_running_loop().create_task(self._load_offsets())
             self._tasks.append(task)

@@ -30,6 +30,7 @@ class RequestCode(IntEnum):
     CONSUMER_SEND_MSG_BACK = 36
     END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39  # broker to a producer, oneway
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
