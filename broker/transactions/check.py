@@ -89,8 +89,8 @@ class CheckService:
     async def check_round(self) -> int:
         """One pass over the half queue; returns how many halves were asked about."""
         core = self.service.core
-        if core.replication.writable() is not None:
-            return 0  # only a master checks
+        if core.replication.writable() is not None or not core.offsets.loaded:
+            return 0  # only a master checks, from the progress it loaded
         svc = self.service
         await svc.refresh()
         now = self.clock()

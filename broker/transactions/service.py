@@ -96,6 +96,7 @@ class TransactionService:
         self.pending_ops: list[tuple[int, int]] = []
         self._loaded_half_progress = 0
         self._loaded = False
+        self._provisional = False
         self._ending: dict[int, asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ the op index
@@ -114,6 +115,8 @@ class TransactionService:
         self.half_progress = max(half or 0, store.min_offset(HALF_TOPIC, 0))
         self.op_progress = max(op or 0, store.min_offset(OP_TOPIC, 0))
         self._loaded_half_progress = self.half_progress
+        #: loaded before the offset store was (metaledger unreachable): loaded again once it is
+        self._provisional = not offsets.loaded
         self.ended = Ended()
         self.pending_ops = []
         self.op_from = self.op_read = self.op_progress
@@ -122,6 +125,8 @@ class TransactionService:
 
     async def refresh(self) -> None:
         """Read the ops written since the last read into the index."""
+        if self._loaded and self._provisional and self.core.offsets.loaded:
+            self._loaded = False
         await self.load()
         for op in await self.read(OP_TOPIC, self.op_read, None):
             offsets = op_offsets(op)
