@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
 from rmq.headers import CheckTransactionStateHeader, PullMessageHeader, SendMessageHeader
 from rmq.message import StoredMessage, decode_records, properties_text
-from tests.harness import Cluster
+from tests.harness import Cluster, free_ports
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -239,3 +241,71 @@ def test_a_restart_between_prepare_and_commit(env: Env) -> None:
     time.sleep(1.5)  # the check after the restart asks nothing and shows nothing twice
     assert seen(env, "tx-restart-a") == 1
     assert seen(env, "tx-restart-b") == 1
+
+
+TX_PRODUCER = str(Path(__file__).with_name("grpc_transaction.py"))
+
+
+def test_a_5x_transactional_producer_commits_rolls_back_and_answers_checks(
+    rocketmq5_python: Path, tmp_path: Path
+) -> None:
+    """The 5.x client's Transaction (commit, rollback) and its TransactionChecker answering
+    the server's recover_orphaned_transaction_command with COMMIT; the 4.x pull reads back
+    exactly the committed ones, once each."""
+    node = Cluster(tmp_path / "node", n=1)
+    broker = None
+    try:
+        node.wait_ready(30)
+        grpc_port = free_ports(1)[0]
+        broker = BrokerProcess(
+            tmp_path, node.endpoints, "broker-g", "--listen-grpc", f"127.0.0.1:{grpc_port}",
+            *FAST_CHECKS,
+        )  # fmt: skip
+        with Client(node.endpoints, timeout_s=10) as client:
+            wait_for(
+                "broker-g registered",
+                lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
+            )
+            client.route_topic_create(TOPIC, [QueueData("broker-g", 1, 1, 6)])
+        spec = [
+            {"body_hex": b"committed".hex(), "action": "commit"},
+            {"body_hex": b"rolled back".hex(), "action": "rollback"},
+            {"body_hex": b"checked".hex(), "action": "check"},
+        ]
+        clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        clean["HOME"] = str(tmp_path)  # the client logs under $HOME/logs
+        r = subprocess.run(
+            [str(rocketmq5_python), TX_PRODUCER, f"127.0.0.1:{grpc_port}", TOPIC],
+            input=json.dumps(spec).encode(), capture_output=True, timeout=180, env=clean,
+            check=False,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:] + broker.log_tail()
+        lines = [json.loads(x) for x in r.stdout.decode().splitlines() if x.startswith("{")]
+        *sent, checked = lines
+        assert all("transaction_id" in s for s in sent), lines
+        ids = [s["message_id"] for s in sent]
+        assert checked == {"checked": [ids[2]]}, (lines, broker.log_tail())
+
+        async def pulled() -> list[StoredMessage]:
+            c = await RemotingConnection.connect("127.0.0.1", broker.port)  # type: ignore[union-attr]
+            try:
+                return await pull_all(c)
+            finally:
+                await c.close()
+
+        found: list[StoredMessage] = []
+
+        def both() -> bool:
+            found[:] = asyncio.run(pulled())
+            return len(found) >= 2
+
+        wait_for("the committed messages", both, timeout=30, every=0.2)
+        time.sleep(1.5)  # and nothing more, nothing twice
+        found[:] = asyncio.run(pulled())
+        assert sorted(m.body for m in found) == [b"checked", b"committed"]
+        assert sorted(m.properties["UNIQ_KEY"] for m in found) == sorted([ids[0], ids[2]])
+    finally:
+        if broker is not None:
+            code = broker.stop()
+            assert code == 0, broker.log_tail()
+        node.close()
