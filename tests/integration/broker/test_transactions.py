@@ -24,7 +24,7 @@ from rmq.connection import RemotingConnection
 from rmq.headers import CheckTransactionStateHeader, PullMessageHeader, SendMessageHeader
 from rmq.message import StoredMessage, decode_records, properties_text
 from tests.harness import Cluster, free_ports
-from tests.integration.broker.conftest import BrokerProcess, wait_for
+from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -241,6 +241,29 @@ def test_a_restart_between_prepare_and_commit(env: Env) -> None:
     time.sleep(1.5)  # the check after the restart asks nothing and shows nothing twice
     assert seen(env, "tx-restart-a") == 1
     assert seen(env, "tx-restart-b") == 1
+
+
+def test_metaledger_send_transaction_commit_and_rollback(env: Env) -> None:
+    ends = {"commit": "cli-commit", "rollback": "cli-rollback"}
+    for resolution, body in ends.items():
+        r = metaledger(
+            env.root, "send", TOPIC, body, "--transaction", resolution,
+            "--producer-group", GROUP, "--endpoints", env.node.endpoints[0],
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr.decode()
+        assert f"transaction={resolution}" in r.stdout.decode()
+
+    async def bodies() -> list[bytes]:
+        c = await connect(env)
+        try:
+            return [m.body for m in await pull_all(c)]
+        finally:
+            await c.close()
+
+    wait_for("the committed one", lambda: b"cli-commit" in asyncio.run(bodies()))
+    time.sleep(1.5)  # past the check timeout: still once, the rolled back one never
+    got = asyncio.run(bodies())
+    assert got.count(b"cli-commit") == 1 and b"cli-rollback" not in got
 
 
 TX_PRODUCER = str(Path(__file__).with_name("grpc_transaction.py"))
