@@ -102,17 +102,7 @@ def renewed(half: StoredMessage) -> StoredMessage:
     props = dict(half.properties)
     props[CHECK_TIMES] = str(check_times(half) + 1)
     props[PREPARED_QUEUE_OFFSET] = str(root_offset(half))
-    return StoredMessage(
-        topic=HALF_TOPIC,
-        body=half.body,
-        queue_id=0,
-        flag=half.flag,
-        sysflag=half.sysflag,
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        reconsume_times=half.reconsume_times,
-        properties=props,
-    )
+    return half._replace(topic=HALF_TOPIC, queue_id=0, properties=props)
 
 
 def op_record(

@@ -7,6 +7,7 @@ restart between prepare and commit neither loses it nor shows it twice."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -40,22 +41,20 @@ class Env:
         self.root, self.node, self.broker = root, node, broker
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    root = tmp_path_factory.mktemp("tx")
+@contextlib.contextmanager
+def running(root: Path, name: str, *flags: str) -> Iterator[Env]:
+    """One metaledger node and one broker replica with fast checks, serving TOPIC."""
     node = Cluster(root / "node", n=1)
     broker = None
     try:
         node.wait_ready(30)
-        broker = BrokerProcess(
-            root, node.endpoints, "broker-a", "--listen-grpc", "off", *FAST_CHECKS
-        )
+        broker = BrokerProcess(root, node.endpoints, name, *flags, *FAST_CHECKS)
         with Client(node.endpoints, timeout_s=10) as client:
             wait_for(
-                "broker-a registered",
+                f"{name} registered",
                 lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
             )
-            client.route_topic_create(TOPIC, [QueueData("broker-a", 1, 1, 6)])
+            client.route_topic_create(TOPIC, [QueueData(name, 1, 1, 6)])
         yield Env(root, node, broker)
     finally:
         if broker is not None:
@@ -63,6 +62,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             print(broker.log_tail())
             assert code == 0, f"broker exited {code}"
         node.close()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with running(tmp_path_factory.mktemp("tx"), "broker-a", "--listen-grpc", "off") as e:
+        yield e
 
 
 async def connect(env: Env) -> RemotingConnection:
@@ -275,21 +280,9 @@ def test_a_5x_transactional_producer_commits_rolls_back_and_answers_checks(
     """The 5.x client's Transaction (commit, rollback) and its TransactionChecker answering
     the server's recover_orphaned_transaction_command with COMMIT; the 4.x pull reads back
     exactly the committed ones, once each."""
-    node = Cluster(tmp_path / "node", n=1)
-    broker = None
-    try:
-        node.wait_ready(30)
-        grpc_port = free_ports(1)[0]
-        broker = BrokerProcess(
-            tmp_path, node.endpoints, "broker-g", "--listen-grpc", f"127.0.0.1:{grpc_port}",
-            *FAST_CHECKS,
-        )  # fmt: skip
-        with Client(node.endpoints, timeout_s=10) as client:
-            wait_for(
-                "broker-g registered",
-                lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
-            )
-            client.route_topic_create(TOPIC, [QueueData("broker-g", 1, 1, 6)])
+    grpc_port = free_ports(1)[0]
+    with running(tmp_path, "broker-g", "--listen-grpc", f"127.0.0.1:{grpc_port}") as e:
+        broker = e.broker
         spec = [
             {"body_hex": b"committed".hex(), "action": "commit"},
             {"body_hex": b"rolled back".hex(), "action": "rollback"},
@@ -310,7 +303,7 @@ def test_a_5x_transactional_producer_commits_rolls_back_and_answers_checks(
         assert checked == {"checked": [ids[2]]}, (lines, broker.log_tail())
 
         async def pulled() -> list[StoredMessage]:
-            c = await RemotingConnection.connect("127.0.0.1", broker.port)  # type: ignore[union-attr]
+            c = await connect(e)
             try:
                 return await pull_all(c)
             finally:
@@ -327,8 +320,3 @@ def test_a_5x_transactional_producer_commits_rolls_back_and_answers_checks(
         found[:] = asyncio.run(pulled())
         assert sorted(m.body for m in found) == [b"checked", b"committed"]
         assert sorted(m.properties["UNIQ_KEY"] for m in found) == sorted([ids[0], ids[2]])
-    finally:
-        if broker is not None:
-            code = broker.stop()
-            assert code == 0, broker.log_tail()
-        node.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from rmq.connection import RemotingConnection
 from rmq.headers import CheckTransactionStateHeader
 from rmq.message import StoredMessage, decode
 from tests.unit.broker.front.conftest import TOPIC, Ctx, props, run_broker
+from tests.unit.broker.front.test_send_pull import records
 
 FORBIDDEN = "sending transaction message is forbidden"
 
@@ -55,15 +55,6 @@ async def max_offset(ctx: Ctx, topic: str = TOPIC, queue_id: int = 0) -> int:
     r = await ctx.client.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
     assert r.code == ResponseCode.SUCCESS, r.remark
     return int(r.ext_fields["offset"])
-
-
-def records(body: bytes) -> list[bytes]:
-    out, pos = [], 0
-    while pos < len(body):
-        (total,) = struct.unpack_from(">i", body, pos)
-        out.append(body[pos : pos + total])
-        pos += total
-    return out
 
 
 async def visible(ctx: Ctx, topic: str = TOPIC, queue_id: int = 0) -> list[StoredMessage]:
