@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from broker.send.processor import is_half_message
-from broker.transactions.half import HALF_TOPIC, OP_TOPIC, physical_offset
+from broker.transactions.half import CHECK_GROUP, HALF_TOPIC, OP_TOPIC, physical_offset
 from rmq.batch import BatchItem, encode_batch
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
@@ -350,5 +350,33 @@ def test_no_live_producer_still_counts_the_check(tmp_path: Path) -> None:
         assert await checks.check_round() == 1
         assert checks.checks_sent == 0
         assert await max_offset(ctx, HALF_TOPIC) == 2
+
+    run_broker(tmp_path, scenario)
+
+
+def test_the_progress_is_kept_and_a_reloaded_index_still_knows_old_ends(tmp_path: Path) -> None:
+    async def scenario(ctx: Ctx) -> None:
+        svc, checks = ctx.replica.transactions, ctx.replica.checks
+        first = await prepare(ctx, b"t10")
+        assert (await end(ctx, first, COMMIT)).code == ResponseCode.SUCCESS
+        await prepare(ctx, b"t11")
+        checks.clock = lambda: int(time.time() * 1000 + 10_000)
+        assert await checks.check_round() == 1  # t11; t10 ended
+        # passed: both prepares; the op of t10 ends only a half below that
+        assert (svc.half_progress, svc.op_progress) == (2, 1)
+        offsets = ctx.replica.offsets
+        assert offsets.load(CHECK_GROUP, HALF_TOPIC, 0) == 2
+        assert offsets.load(CHECK_GROUP, OP_TOPIC, 0) == 1
+
+        checks.reset()  # as after a role change: loaded again from the offset store
+        await svc.refresh()
+        assert svc.op_from == 1  # t10's op is below the progress: not read at load
+        log_end = ctx.replica.store.log.end_offset
+        late = await end(ctx, first, COMMIT)  # an old root: the older ops are read then
+        assert late.code == ResponseCode.SUCCESS and "already committed" in (late.remark or "")
+        assert svc.op_from == 0
+        assert ctx.replica.store.log.end_offset == log_end
+        assert await checks.check_round() == 1  # only t11's copy, due again
+        assert [m.body for m in await visible(ctx)] == [b"t10"]
 
     run_broker(tmp_path, scenario)
