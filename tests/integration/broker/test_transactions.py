@@ -74,9 +74,11 @@ async def connect(env: Env) -> RemotingConnection:
     return await RemotingConnection.connect("127.0.0.1", env.broker.port)
 
 
-async def prepare(c: RemotingConnection, body: bytes, uniq: str) -> RemotingCommand:
+async def prepare(
+    c: RemotingConnection, body: bytes, uniq: str, topic: str = TOPIC
+) -> RemotingCommand:
     h = SendMessageHeader(
-        producer_group=GROUP, topic=TOPIC, queue_id=0, sys_flag=0x4,
+        producer_group=GROUP, topic=topic, queue_id=0, sys_flag=0x4,
         born_timestamp=int(time.time() * 1000), flag=0,
         properties=properties_text({"TRAN_MSG": "true", "PGROUP": GROUP, "UNIQ_KEY": uniq}),
     )  # fmt: skip
@@ -110,12 +112,12 @@ async def end_sent(
     return await end(c, int(sent.ext_fields["queueOffset"]), offset, msg_id, resolution)
 
 
-async def pull_all(c: RemotingConnection) -> list[StoredMessage]:
+async def pull_all(c: RemotingConnection, topic: str = TOPIC) -> list[StoredMessage]:
     out: list[StoredMessage] = []
     offset = 0
     while True:
         pull = PullMessageHeader(
-            consumer_group="inspect", topic=TOPIC, queue_id=0, queue_offset=offset,
+            consumer_group="inspect", topic=topic, queue_id=0, queue_offset=offset,
             max_msg_nums=32, sys_flag=0x4, commit_offset=0, suspend_timeout_ms=0,
             sub_version=0, subscription="*",
         )  # fmt: skip
