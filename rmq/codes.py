@@ -88,6 +88,7 @@ class ResponseCode(IntEnum):
     CONSUMER_NOT_ONLINE = 206
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604  # RocketMQ 5: an end past the producer's own check immunity
     GO_AWAY = 1500
 
 

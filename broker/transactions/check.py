@@ -1,7 +1,7 @@
 """The check-back: half messages left without an end are asked about at their producer.
 
 RocketMQ's ``TransactionalMessageCheckService`` + ``TransactionalMessageServiceImpl.check``
-(broker/.../transaction/queue/TransactionalMessageServiceImpl.java:150-330), on the master only,
+(broker/.../transaction/queue/TransactionalMessageServiceImpl.java:108-354), on the master only,
 every ``transaction_check_interval_ms``: the half queue is read from the check's progress;
 a half with an op (or whose root has one) is passed; one checked ``transaction_check_max``
 times already is left for good (``needDiscard``; RocketMQ moves it to

@@ -10,7 +10,7 @@ RocketMQ's design (``broker/.../transaction/queue/TransactionalMessageBridge.jav
 - a commit stores the real message from the half: real topic and queue, ``REAL_*`` and
   ``TRAN_MSG`` removed (RocketMQ ≥ 4.6.1 clears ``TRAN_MSG``, #1649: a retried copy would
   otherwise be taken for a new prepare), sysflag of the commit type (0x8), the same UNIQ_KEY
-  (``endMessageTransaction``, EndTransactionProcessor.java:281-305);
+  (``endMessageTransaction``, EndTransactionProcessor.java:250-273);
 - commit and rollback both write an op record on ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag
   ``d``, body the half's queue offset(s), comma-separated (``TransactionalMessageUtil.REMOVE_TAG``,
   ``OFFSET_SEPARATOR``);

@@ -7,13 +7,16 @@ The prepare itself is a send: the send path turns a half message into its half-t
 
 :meth:`TransactionService.end` finds the half by its commit-log offset, checks it is the one
 named (half topic, queue offset, producer group: ``checkPrepareMessage``,
-EndTransactionProcessor.java:239-268), then
+EndTransactionProcessor.java:220-248), then
 
 - COMMIT: the real message and the op record in one append (one admission, one quorum wait),
   so a crash cannot leave the message without its op, which a later check would commit again;
 - ROLLBACK: the op record only;
 - a half already ended the same way: SUCCESS, nothing written (a second commit, a late check
-  answer); the other way: :class:`AlreadyEnded`.
+  answer); the other way: :class:`AlreadyEnded`;
+- a producer's own end (not a check's answer) of a half whose ``CHECK_IMMUNITY_TIME_IN_SECONDS``
+  has passed: :class:`LateEnd`, ILLEGAL_OPERATION (``rejectCommitOrRollback``,
+  EndTransactionProcessor.java:199-213).
 
 Ends of one root are serialised (a second waits for the first, then answers from the index).
 The index (:class:`~broker.transactions.half.Ended`) holds every op from the op queue's check
@@ -34,14 +37,22 @@ from broker.core import BrokerCore, now_ms
 from broker.remoting.errors import ServiceNotAvailable
 from broker.replication import RESPONSE, PutStatus
 from broker.store import StoreError
-from broker.transactions.errors import AlreadyEnded, HalfMismatch, HalfNotFound, TransactionError
+from broker.transactions.errors import (
+    AlreadyEnded,
+    HalfMismatch,
+    HalfNotFound,
+    LateEnd,
+    TransactionError,
+)
 from broker.transactions.half import (
     CHECK_GROUP,
+    CHECK_IMMUNITY,
     HALF_TOPIC,
     OP_TOPIC,
     PRODUCER_GROUP,
     Ended,
     Resolution,
+    immunity_ms,
     op_offsets,
     op_record,
     root_offset,
@@ -238,12 +249,14 @@ class TransactionService:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._ending[root] = done
         try:
-            return await self._end(half, request.resolution)
+            return await self._end(half, request.resolution, request.from_check)
         finally:
             del self._ending[root]
             done.set_result(None)
 
-    async def _end(self, half: StoredMessage, resolution: Resolution) -> EndResult:
+    async def _end(
+        self, half: StoredMessage, resolution: Resolution, from_check: bool
+    ) -> EndResult:
         before = await self.ended_as(half)
         if before is resolution:
             return EndResult(half, resolution, written=False)
@@ -251,6 +264,13 @@ class TransactionService:
             raise AlreadyEnded(
                 f"the transaction of the half at {half.physical_offset} was already {PAST[before]}"
             )
+        if not from_check and CHECK_IMMUNITY in half.properties:
+            immunity = immunity_ms(half, self.core.config.transaction_timeout_ms)
+            if now_ms() - half.born_timestamp > immunity:
+                raise LateEnd(
+                    f"the producer's end comes after its check immunity ({immunity} ms since "
+                    f"the message was born): only the answer to a check may end it now"
+                )
         c = self.core.config
         op = op_record(half, resolution, Host(c.advertised_host, c.listen_port), now_ms())
         if resolution is Resolution.COMMIT:

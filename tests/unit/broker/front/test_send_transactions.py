@@ -380,3 +380,23 @@ def test_the_progress_is_kept_and_a_reloaded_index_still_knows_old_ends(tmp_path
         assert [m.body for m in await visible(ctx)] == [b"t10"]
 
     run_broker(tmp_path, scenario)
+
+
+def test_an_end_after_the_producers_own_immunity_is_illegal_unless_a_checks_answer(
+    tmp_path: Path,
+) -> None:
+    async def scenario(ctx: Ctx) -> None:
+        immune = props(TRAN_MSG="true", PGROUP="PG", CHECK_IMMUNITY_TIME_IN_SECONDS="1")
+        born = int(time.time() * 1000) - 7000  # past max(1 s, transactionTimeOut 6 s)
+        sent = await ctx.send(b"t12", properties=immune, bornTimestamp=born)
+        assert sent.code == ResponseCode.SUCCESS
+        log_end = ctx.replica.store.log.end_offset
+        late = await end(ctx, sent, COMMIT)
+        assert late.code == ResponseCode.ILLEGAL_OPERATION == 604
+        assert "check immunity" in (late.remark or "")
+        assert ctx.replica.store.log.end_offset == log_end
+        checked = await end(ctx, sent, COMMIT, fromTransactionCheck=True)
+        assert checked.code == ResponseCode.SUCCESS, checked.remark
+        assert [m.body for m in await visible(ctx)] == [b"t12"]
+
+    run_broker(tmp_path, scenario)
