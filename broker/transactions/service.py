@@ -139,11 +139,10 @@ class TransactionService:
         if self._loaded and self._provisional and self.core.offsets.loaded:
             self._loaded = False
         await self.load()
-        for op in await self.read(OP_TOPIC, self.op_read, None):
-            offsets = op_offsets(op)
+        ops, self.op_read = await self.read_on(OP_TOPIC, self.op_read, None)
+        for op in ops:
             self.ended.replay(op)
-            self.pending_ops.append((op.queue_offset, max(offsets, default=-1)))
-            self.op_read = op.queue_offset + 1
+            self.pending_ops.append((op.queue_offset, max(op_offsets(op), default=-1)))
 
     async def _read_older(self) -> None:
         """The ops below ``op_from`` (once, when an old root is asked about)."""
@@ -166,6 +165,12 @@ class TransactionService:
     async def read(self, topic: str, start: int, stop: int | None) -> list[StoredMessage]:
         """The records of ``topic`` queue 0 in [start, stop) (stop None: to the end), decoded;
         a record that does not decode is skipped with a warning."""
+        return (await self.read_on(topic, start, stop))[0]
+
+    async def read_on(
+        self, topic: str, start: int, stop: int | None
+    ) -> tuple[list[StoredMessage], int]:
+        """:meth:`read`, and the queue offset to go on from (past a record skipped too)."""
         store = self.core.store
         out: list[StoredMessage] = []
         offset = max(start, store.min_offset(topic, 0))
@@ -183,7 +188,7 @@ class TransactionService:
                     )
                 offset += 1
             offset = max(offset, got.next_offset)
-        return out
+        return out, max(offset, start)
 
     def advance(self, half_progress: int) -> None:
         """The check passed every half below ``half_progress``: the op progress moves past the
