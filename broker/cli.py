@@ -35,6 +35,7 @@ from broker.cli_messages import register_messages
 from broker.config import DEFAULT_GRPC_LISTEN, DEFAULT_PORT, BrokerConfig, ConfigError
 from broker.index.cli import register_lookup
 from broker.store import FlushMode
+from broker.transactions.flags import add_transaction_flags, transaction_settings
 from nameserver.client import DEFAULT_ENDPOINTS, ConnectionOptions, OptionError
 
 if TYPE_CHECKING:
@@ -243,6 +244,7 @@ def register(subparsers: Subparsers, common: Common) -> None:
         metavar="BYTES",
         help="commit-log segment file size (RocketMQ mappedFileSizeCommitLog, 1 GiB)",
     )
+    add_transaction_flags(p)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(run=partial(run_broker, common=common))
     register_messages(subparsers, common.parent, common.connection)
@@ -288,6 +290,7 @@ def build_config(
         slave_timeout_ms=args.slave_timeout_ms,
         ha_max_time_slave_not_catchup_ms=args.ha_max_time_slave_not_catchup_ms,
         ha_slave_fallbehind_max_bytes=args.ha_slave_fallbehind_max_bytes,
+        **transaction_settings(args),
         **kw,
     ).validate()
 

@@ -5,7 +5,9 @@ both then speak the remoting protocol to the brokers themselves (``rmq.connectio
 over the shared codec), as a RocketMQ client would:
 
 - send: SEND_MESSAGE (10) to the master (id 0) of a broker with writable queues, queue
-  picked at random; prints the msgId, queue and offset.
+  picked at random; prints the msgId, queue and offset. With ``--transaction commit|rollback``
+  the message is a transaction's prepare, then END_TRANSACTION ends it on the same connection
+  (:mod:`broker.transactions.client`).
 - consume: per readable queue, QUERY_CONSUMER_OFFSET (22 → GET_MAX_OFFSET: only new
   messages, as CONSUME_FROM_LAST_OFFSET), then PULL_MESSAGE with long polling and the tag
   expression; prints each message and commits the offsets (UPDATE_CONSUMER_OFFSET) before
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from broker.transactions.client import PREPARED_SYSFLAG, end_request, mark_prepare
 from nameserver.client import ConnectionOptions
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
@@ -73,6 +76,11 @@ def register_messages(
     s.add_argument("--keys", default="")
     s.add_argument("--property", action="append", default=[], metavar="K=V", help="repeatable")
     s.add_argument("--producer-group", default="metaledger-cli")
+    s.add_argument(
+        "--transaction",
+        choices=["commit", "rollback"],
+        help="send it as a transaction's prepare, then commit or roll it back",
+    )
     s.set_defaults(run=partial(run_send, connect=connect))
     c = subparsers.add_parser("consume", parents=[parent], help="consume messages of a topic")
     c.add_argument("topic")
@@ -140,6 +148,8 @@ def run_send(args: argparse.Namespace, connect: Connect) -> int:
 
     body = sys.stdin.buffer.read() if args.body == "-" else args.body.encode()
     props = _properties(args)
+    if args.transaction:
+        mark_prepare(props, args.producer_group)
     try:
         route = _route(args, connect)
     except NotFound:
@@ -168,7 +178,7 @@ def run_send(args: argparse.Namespace, connect: Connect) -> int:
         default_topic=DEFAULT_TOPIC,
         default_topic_queue_nums=4,
         queue_id=random.randrange(queues),
-        sys_flag=0,
+        sys_flag=PREPARED_SYSFLAG if args.transaction else 0,
         born_timestamp=int(time.time() * 1000),
         flag=0,
         properties=properties_text(props),
@@ -180,12 +190,16 @@ def run_send(args: argparse.Namespace, connect: Connect) -> int:
     async def go() -> Any:
         client = await RemotingConnection.connect(*_addr(addr))
         try:
-            return await client.call(header.request(body), timeout_s=10)
+            r = await client.call(header.request(body), timeout_s=10)
+            if args.transaction and r.code == ResponseCode.SUCCESS:
+                end = end_request(r, args.producer_group, args.transaction)
+                return r, await client.call(end, timeout_s=10)
+            return r, None
         finally:
             await client.close()
 
     try:
-        r = asyncio.run(go())
+        r, ended = asyncio.run(go())
     except OSError as exc:  # rmq.connection's errors (TimeoutError included) are OSErrors
         print(f"metaledger: send: broker {addr}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
@@ -201,12 +215,21 @@ def run_send(args: argparse.Namespace, connect: Connect) -> int:
             f"metaledger: send: broker {addr} answered {doc['status']}: {r.remark}", file=sys.stderr
         )
         return EXIT_ERROR
+    if ended is not None:
+        doc["transaction"] = args.transaction
+        if ended.code != ResponseCode.SUCCESS:
+            print(
+                f"metaledger: send: broker {addr} refused the {args.transaction}: {ended.remark}",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
     if getattr(args, "output", None) == "json":
         print(json.dumps(doc))
     else:
         print(
             f"SEND_OK msgId={r.ext_fields.get('msgId')} queue={r.ext_fields.get('queueId')} "
             f"offset={r.ext_fields.get('queueOffset')} broker={addr}"
+            + (f" transaction={args.transaction}" if ended is not None else "")
         )
     return EXIT_OK
 

@@ -119,6 +119,13 @@ class BrokerConfig:
     #: HA connections: heartbeat frame interval and idle timeout (RocketMQ: 5 s, 20 s)
     ha_heartbeat_interval_ms: int = 5000
     ha_idle_timeout_ms: int = 20_000
+    #: transactions (RocketMQ 5's BrokerConfig): a half without an end is checked back with its
+    #: producer once this old (transactionTimeOut; a message's CHECK_IMMUNITY_TIME_IN_SECONDS
+    #: may ask more), every ``transaction_check_interval_ms`` (transactionCheckInterval), at
+    #: most ``transaction_check_max`` times (transactionCheckMax), then left
+    transaction_timeout_ms: int = 6000
+    transaction_check_interval_ms: int = 30_000
+    transaction_check_max: int = 15
 
     @property
     def ha_listen_port(self) -> int:
@@ -170,6 +177,9 @@ class BrokerConfig:
             "ha_slave_fallbehind_max_bytes",
             "ha_heartbeat_interval_ms",
             "ha_idle_timeout_ms",
+            "transaction_timeout_ms",
+            "transaction_check_interval_ms",
+            "transaction_check_max",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")

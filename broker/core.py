@@ -33,6 +33,7 @@ from broker.state.consumers import ConsumerRegistry
 from broker.state.hold import PullHold
 from broker.state.locks import LockManager
 from broker.state.offsets import OffsetStore
+from broker.state.producers import ProducerRegistry
 from broker.store import FlushMode, MessageStore, PutResult
 from broker.topics import TopicTable
 from rmq.message import StoredMessage
@@ -68,6 +69,7 @@ class BrokerCore:
         self.topics = topics
         self.offsets = offsets
         self.consumers = ConsumerRegistry(config.client_expiry_ms)
+        self.producers = ProducerRegistry(config.client_expiry_ms)
         self.locks = LockManager(config.lock_expiry_ms)
         self.hold = PullHold()
         self.stats = Stats()

@@ -5,8 +5,9 @@
 CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
 KV when endpoints are given, else in memory), the send/pull/consumer/admin/query processors on one
 ``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
-``grpc_listen``, sending through the same send processor), delayed delivery, the route
-registrar and the metrics endpoint.
+``grpc_listen``, sending through the same send processor), delayed delivery, transactions
+(:mod:`broker.transactions`: END_TRANSACTION and the check-back), the route registrar and the
+metrics endpoint.
 
 With a metaledger client the replica is a member of its replica group
 (:class:`~broker.group_member.GroupMember`): it registers there, takes the role metaledger
@@ -16,8 +17,9 @@ broker id 0 while master, its replica id while slave (a slave must never claim i
 loads the consumer offsets from metaledger on each promotion. Without a client (unit tests)
 it is :class:`Standalone`, or the ``replication`` given.
 
-Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
-silent consumers expired every 10 s.
+Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop
+(with them the transaction check's progress); silent consumers and producers expired every
+10 s; half messages checked every ``transaction_check_interval_ms``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from broker.grpc.forward import Forwarding, GroupFronts, role_view
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
 from broker.index.processor import QueryProcessor
+from broker.grpc.transactions import GrpcTransactions
 from broker.metrics import BrokerMetrics, View
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
@@ -52,6 +55,9 @@ from broker.send.schedule import ScheduleService
 from broker.state.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.store import MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
+from broker.transactions.check import CheckService
+from broker.transactions.processor import TransactionProcessor
+from broker.transactions.service import TransactionService
 from nameserver.client import Client, ClientError
 from rmq.message import Host
 from rmq.server import Handler
@@ -109,9 +115,12 @@ class Replica:
         self.sends = SendProcessor(self.core)
         self.consumers = ConsumerProcessor(self.core)
         self.queries = QueryProcessor(self.core)  # QUERY_MESSAGE, VIEW_MESSAGE_BY_ID
+        self.transactions = TransactionService(self.core)
+        self.checks = CheckService(self.transactions, self.core.producers)
         handlers: dict[int, Handler] = {}
         for processor in (
             self.sends,
+            TransactionProcessor(self.transactions),
             PullProcessor(self.core),
             self.consumers,
             AdminProcessor(self.core),
@@ -143,6 +152,7 @@ class Replica:
             self.metrics.serve(host or "0.0.0.0", int(port))
         await self._start_grpc()
         self.schedule.start()
+        self.checks.start()
         if self.registrar is not None:
             registrar = self.registrar
             loop = asyncio.get_running_loop()
@@ -187,7 +197,12 @@ class Replica:
             self.forwarding = Forwarding(self.fronts.master_of, own)
             backend.fronts = self.fronts
             interceptors.append(self.forwarding)
-        service = MessagingService(backend)
+        service = MessagingService(
+            backend,
+            transactions=GrpcTransactions(
+                self.transactions, self.core.producers, (c.advertised_host, c.listen_port)
+            ),
+        )
         try:
             self.grpc, self.grpc_port = await grpc_front(
                 service,
@@ -261,6 +276,7 @@ class Replica:
         if self.forwarding is not None:
             await self.forwarding.close()
         await self.schedule.stop()
+        await self.checks.stop()
         await self.flush_offsets()
         self.core.close()
         self.metrics.close()

@@ -32,6 +32,7 @@ class RequestCode(IntEnum):
     CONSUMER_SEND_MSG_BACK = 36
     END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    CHECK_TRANSACTION_STATE = 39  # broker to a producer, oneway
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
@@ -89,6 +90,7 @@ class ResponseCode(IntEnum):
     CONSUMER_NOT_ONLINE = 206
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604  # RocketMQ 5: an end past the producer's own check immunity
     GO_AWAY = 1500
 
 

@@ -404,6 +404,39 @@ class SendMessageResponseHeader(Header):
 
 
 @dataclass(slots=True, kw_only=True)
+class EndTransactionHeader(Header):
+    """END_TRANSACTION (37): a producer commits or rolls back the half at ``commitLogOffset``
+    (queue offset ``tranStateTableOffset`` of the half topic); ``commitOrRollback`` is a
+    sysflag transaction type (0 unknown, 8 commit, 12 rollback). RocketMQ's
+    ``EndTransactionRequestHeader.java``."""
+
+    code = RequestCode.END_TRANSACTION
+    topic: str | None = ext("topic", None)
+    producer_group: str = ext("producerGroup")
+    tran_state_table_offset: int = ext("tranStateTableOffset")
+    commit_log_offset: int = ext("commitLogOffset")
+    commit_or_rollback: int = ext("commitOrRollback", int32=True)
+    from_transaction_check: bool = ext("fromTransactionCheck", False)
+    msg_id: str = ext("msgId")
+    transaction_id: str | None = ext("transactionId", None)
+
+
+@dataclass(slots=True, kw_only=True)
+class CheckTransactionStateHeader(Header):
+    """CHECK_TRANSACTION_STATE (39, broker to producer, oneway; the half as the body):
+    RocketMQ's ``CheckTransactionStateRequestHeader.java`` (``bname`` is the broker name)."""
+
+    code = RequestCode.CHECK_TRANSACTION_STATE
+    topic: str | None = ext("topic", None)
+    tran_state_table_offset: int = ext("tranStateTableOffset")
+    commit_log_offset: int = ext("commitLogOffset")
+    msg_id: str | None = ext("msgId", None)
+    transaction_id: str | None = ext("transactionId", None)
+    offset_msg_id: str | None = ext("offsetMsgId", None)
+    broker_name: str | None = ext("bname", None)
+
+
+@dataclass(slots=True, kw_only=True)
 class PullMessageResponseHeader(Header):
     """A pull's answer: the broker to pull from next (0: the master), the offset to go on
     at and the queue's bounds."""

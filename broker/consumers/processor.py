@@ -2,7 +2,9 @@
 
 - HEART_BEAT (34): body HeartbeatData JSON (C++ enum ordinals or names, both read); each
   consumer group is registered, its ``%RETRY%<group>`` topic created (1 queue) and, when the
-  group's members changed, NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) sent to its members.
+  group's members changed, NOTIFY_CONSUMER_IDS_CHANGED (40, oneway) sent to its members; each
+  producer group of ``producerDataSet`` registers the connection (where a transaction's
+  check goes: ``broker.state.producers``).
 - UNREGISTER_CLIENT (35): the client leaves its group(s) (same notification).
 - GET_CONSUMER_LIST_BY_GROUP (38): ``{"consumerIdList": [...]}``, SYSTEM_ERROR without members.
 - LOCK_BATCH_MQ (41) / UNLOCK_BATCH_MQ (42): ``{consumerGroup, clientId, mqSet}`` →
@@ -20,6 +22,7 @@ from typing import Any
 
 from broker.core import BrokerCore, now_ms
 from broker.remoting.errors import BrokerRequestError
+from broker.state.producers import PeerChannel
 from broker.topics import RETRY_PREFIX, TOPIC_NAME
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
 from rmq.codes import RequestCode, ResponseCode
@@ -32,6 +35,10 @@ from rmq.headers import (
     UpdateConsumerOffsetHeader,
 )
 from rmq.server import Handler, Peer
+
+#: every Java client's own producer (``MixAll.CLIENT_INNER_PRODUCER_GROUP``): never a sender of
+#: transactions, not registered
+INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
 
 
 def _json_body(request: RemotingCommand, what: str) -> dict[str, Any]:
@@ -90,9 +97,11 @@ class ConsumerProcessor:
                 )
 
     def connection_closed(self, peer: Peer) -> None:
+        self.core.producers.connection_closed(PeerChannel(peer).key)
         self.notify(self.core.consumers.connection_closed(peer))
 
     def expire(self) -> None:
+        self.core.producers.expire(now_ms())
         self.notify(self.core.consumers.expire(now_ms()))
 
     async def heartbeat(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -108,11 +117,17 @@ class ConsumerProcessor:
             if isinstance(group, str) and TOPIC_NAME.fullmatch(RETRY_PREFIX + group):
                 self.core.topics.ensure(RETRY_PREFIX + group, 1)
             changed += self.core.consumers.heartbeat(client_id, peer, data, now_ms())
+        for data in doc.get("producerDataSet") or []:
+            group = data.get("groupName") if isinstance(data, dict) else None
+            if isinstance(group, str) and group and group != INNER_PRODUCER:
+                self.core.producers.heartbeat(group, client_id, PeerChannel(peer), now_ms())
         self.notify(changed)
         return request.response(ResponseCode.SUCCESS)
 
     async def unregister(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = UnregisterClientHeader.from_command(request)
+        if h.producer_group:
+            self.core.producers.unregister(h.producer_group, h.client_id)
         if h.consumer_group:
             self.notify(self.core.consumers.unregister(h.client_id, h.consumer_group))
         return request.response(ResponseCode.SUCCESS)

@@ -114,7 +114,9 @@ class ReplicaBackend:
         )
         config, queue_id = await self.sends.target(h)
         status, results, queue_id = await self.sends.put_one(h, body, props, born, config, queue_id)
-        return Sent(status, queue_id, results[0].queue_offset if results else -1)
+        if not results:
+            return Sent(status, queue_id, -1)
+        return Sent(status, queue_id, results[0].queue_offset, results[0].physical_offset)
 
 
 async def grpc_front(

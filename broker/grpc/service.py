@@ -1,16 +1,19 @@
 """RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` on a broker replica: producers of
-normal messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/`` module) use it.
+normal and transactional messages, as the official 5.x clients and RocketMQ's proxy (its
+``proxy/`` module) use it.
 
 - **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
   gRPC endpoints (the master's, then the other live replicas', which forward to the master:
-  :mod:`broker.grpc.forward`), its permission and ``accept_message_types`` [NORMAL].
+  :mod:`broker.grpc.forward`), its permission and ``accept_message_types`` [NORMAL, TRANSACTION].
 - **Telemetry**: on the client's ``settings`` the server answers with its ``Settings`` first
-  (backoff policy, max body size, request timeout); the clients wait for it.
+  (backoff policy, max body size, request timeout); the clients wait for it. The stream also
+  carries what the server sends unasked (a transaction's check: :mod:`broker.grpc.transactions`).
 - **Heartbeat**: OK once the client sent its settings, UNRECOGNIZED_CLIENT_TYPE before (as
   RocketMQ's proxy).
 - **SendMessage**: each message through the broker's send path (:class:`Backend`), so the
   quorum-write rules hold: OK only for PUT_OK. The client's ``message_id`` is the UNIQ_KEY;
-  keys, tag and user properties are kept; the body is stored byte for byte.
+  keys, tag and user properties are kept; the body is stored byte for byte. A TRANSACTION
+  message is stored as a half; **EndTransaction** commits or rolls it back.
 - **NotifyClientTermination**: forgets the client.
 
 Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
@@ -20,6 +23,8 @@ error tree becomes a v2 ``Code``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import logging
 import time
@@ -28,6 +33,7 @@ from typing import Any, NamedTuple, Protocol
 
 import grpc
 
+from broker.grpc.transactions import GrpcTransactions, half_properties
 from broker.remoting.errors import (
     BrokerRequestError,
     NoPermission,
@@ -77,6 +83,7 @@ class Sent(NamedTuple):
     status: PutStatus
     queue_id: int
     queue_offset: int
+    physical_offset: int = -1
 
 
 class Backend(Protocol):
@@ -193,11 +200,11 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         )
     if not sp.message_id:
         raise Refused(v2.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: required")
-    if sp.message_type not in (v2.NORMAL, v2.MESSAGE_TYPE_UNSPECIFIED):
+    if sp.message_type not in (v2.NORMAL, v2.MESSAGE_TYPE_UNSPECIFIED, v2.TRANSACTION):
         raise Refused(
             v2.UNSUPPORTED,
             f"{field}.system_properties.message_type: {v2.MessageType.Name(sp.message_type)}"
-            " is not supported yet (only NORMAL)",
+            " is not supported yet (only NORMAL and TRANSACTION)",
         )
     if sp.body_encoding not in (v2.IDENTITY, v2.ENCODING_UNSPECIFIED):
         raise Refused(
@@ -225,6 +232,8 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         props["KEYS"] = " ".join(keys)
     props["UNIQ_KEY"] = sp.message_id
     props["WAIT"] = "true"
+    if sp.message_type == v2.TRANSACTION:
+        half_properties(props, m.topic.name)
     return props
 
 
@@ -235,8 +244,10 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         *,
         request_timeout_ms: int = 3000,
         max_attempts: int = 3,
+        transactions: GrpcTransactions | None = None,
     ) -> None:
         self.backend = backend
+        self.transactions = transactions
         self.request_timeout_ms = request_timeout_ms
         self.max_attempts = max_attempts
         #: client id -> its client type, from its Telemetry settings
@@ -266,7 +277,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                         id=q.broker_id,
                         endpoints=endpoints(*q.endpoint, *q.replicas),
                     ),
-                    accept_message_types=[v2.NORMAL],
+                    accept_message_types=[v2.NORMAL, v2.TRANSACTION],
                 )
                 for q in queues
             ],
@@ -293,18 +304,44 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         self, request_iterator: AsyncIterator[svc.TelemetryCommand], context: Any
     ) -> AsyncIterator[svc.TelemetryCommand]:
         client_id = _metadata(context, CLIENT_ID)
-        async for command in request_iterator:
-            if command.WhichOneof("command") != "settings":
-                continue  # verify/stack-trace results: nothing asked them yet
-            if not client_id:
-                yield svc.TelemetryCommand(
-                    status=status(v2.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID}: required")
-                )
-                continue
-            self.clients[client_id] = command.settings.client_type
-            yield svc.TelemetryCommand(
-                status=status(v2.OK), settings=self.settings(command.settings)
+        outbound: asyncio.Queue[svc.TelemetryCommand | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for command in request_iterator:
+                    answer = self._telemetry(client_id, command)
+                    if answer is not None:
+                        outbound.put_nowait(answer)
+            finally:
+                outbound.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        if self.transactions is not None and client_id:
+            self.transactions.attach(client_id, outbound)
+        try:
+            while (item := await outbound.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            if self.transactions is not None and client_id:
+                self.transactions.detach(client_id)
+
+    def _telemetry(
+        self, client_id: str, command: svc.TelemetryCommand
+    ) -> svc.TelemetryCommand | None:
+        """The answer to one command a client sent on its Telemetry stream."""
+        if command.WhichOneof("command") != "settings":
+            return None  # verify/stack-trace results: nothing asked them yet
+        if not client_id:
+            return svc.TelemetryCommand(
+                status=status(v2.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID}: required")
             )
+        self.clients[client_id] = command.settings.client_type
+        if self.transactions is not None:
+            self.transactions.settings(client_id, command.settings)
+        return svc.TelemetryCommand(status=status(v2.OK), settings=self.settings(command.settings))
 
     async def Heartbeat(self, request: svc.HeartbeatRequest, context: Any) -> Any:
         client_id = _metadata(context, CLIENT_ID)
@@ -319,13 +356,28 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                     f"client {client_id} sent no settings over Telemetry yet",
                 )
             )
+        if self.transactions is not None:
+            self.transactions.heartbeat(client_id)
         return svc.HeartbeatResponse(status=status(v2.OK))
 
     async def NotifyClientTermination(
         self, request: svc.NotifyClientTerminationRequest, context: Any
     ) -> Any:
-        self.clients.pop(_metadata(context, CLIENT_ID), None)
+        client_id = _metadata(context, CLIENT_ID)
+        self.clients.pop(client_id, None)
+        if self.transactions is not None:
+            self.transactions.detach(client_id)
         return svc.NotifyClientTerminationResponse(status=status(v2.OK))
+
+    async def EndTransaction(self, request: svc.EndTransactionRequest, context: Any) -> Any:
+        if self.transactions is None:
+            return svc.EndTransactionResponse(
+                status=status(v2.NOT_IMPLEMENTED, "EndTransaction: no transactions here")
+            )
+        try:
+            return await self.transactions.end(request)
+        except (Refused, BrokerRequestError) as exc:
+            return svc.EndTransactionResponse(status=refusal(exc))
 
     # -------------------------------------------------------------------- send
     async def SendMessage(self, request: svc.SendMessageRequest, context: Any) -> Any:
@@ -354,9 +406,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
             )
         except (Refused, BrokerRequestError) as exc:
             return svc.SendResultEntry(status=refusal(exc), message_id=message_id)
-        return svc.SendResultEntry(
+        out = svc.SendResultEntry(
             status=put_status(sent.status), message_id=message_id, offset=sent.queue_offset
         )
+        tx = self.transactions
+        if tx is not None and m.system_properties.message_type == v2.TRANSACTION:
+            out.transaction_id = tx.transaction_id(sent.physical_offset)
+        return out
 
 
 def _now_ms() -> int:
@@ -364,7 +420,14 @@ def _now_ms() -> int:
 
 
 IMPLEMENTED = frozenset(
-    {"QueryRoute", "Telemetry", "Heartbeat", "SendMessage", "NotifyClientTermination"}
+    {
+        "QueryRoute",
+        "Telemetry",
+        "Heartbeat",
+        "SendMessage",
+        "NotifyClientTermination",
+        "EndTransaction",
+    }
 )
 
 

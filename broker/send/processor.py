@@ -11,12 +11,13 @@ the offset message id (batches: comma-joined), ``queueId`` and ``queueOffset`` (
 strings (as RocketMQ's ``SendMessageResponseHeader``: C++ 1.x reads only JSON strings); the status
 maps to a code by ``broker.replication.RESPONSE``.
 
-A transaction's half message (property ``TRAN_MSG=true``, or a sysflag of the prepared type;
-a batch whose header or any message says so) is refused with NO_PERMISSION and RocketMQ's
-``rejectTransactionMessage`` remark, storing nothing: this broker has no half-message store,
-and storing it as a plain message would deliver what the producer may roll back
-(RocketMQ's ``SendMessageProcessor`` makes the same exception for a retried message of a
-client older than 4.6.1: reconsumeTimes and a DELAY level both > 0).
+A transaction's half message (property ``TRAN_MSG=true``, or a sysflag of the prepared type)
+is stored on the half topic (:func:`broker.transactions.half.to_half`), invisible until
+END_TRANSACTION commits it (:mod:`broker.transactions`); RocketMQ's ``SendMessageProcessor``
+exempts a retried message of a client older than 4.6.1 (reconsumeTimes and a DELAY level both
+> 0). A batch whose header or any message says so is refused with NO_PERMISSION and RocketMQ's
+``rejectTransactionMessage`` remark, storing nothing (RocketMQ's ``CommitLog.asyncPutMessages``
+refuses transactional batches too).
 
 A topic not in the table and not in the routes is created from the request's
 ``defaultTopic`` (TBW102) when auto-creation is on (``BrokerConfig.auto_create_topic``,
@@ -49,6 +50,7 @@ from broker.topics import (
     SCHEDULE_TOPIC,
     TopicConfig,
 )
+from broker.transactions.half import to_half
 from rmq.batch import BatchItem, decode_batch
 from rmq.codec import BadRequest, RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
@@ -73,11 +75,6 @@ from rmq.msgid import offset_msg_id
 from rmq.server import Handler, Peer
 
 log = logging.getLogger(__name__)
-#: what END_TRANSACTION (37) is answered, with REQUEST_CODE_NOT_SUPPORTED
-NO_TRANSACTIONS = (
-    "END_TRANSACTION (37) is not supported: this broker does not serve transactional messages "
-    "(no half-message store; a transaction's prepare half is refused with NO_PERMISSION)"
-)
 
 
 def peer_host(peer: Peer) -> Host:
@@ -127,13 +124,7 @@ class SendProcessor:
             RequestCode.SEND_MESSAGE_V2: self.send,
             RequestCode.SEND_BATCH_MESSAGE: self.send,
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
-            RequestCode.END_TRANSACTION: self.end_transaction,
         }
-
-    async def end_transaction(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
-        """REQUEST_CODE_NOT_SUPPORTED, saying what is missing (the C++ and Java clients send
-        it oneway: a oneway request gets no answer)."""
-        return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, NO_TRANSACTIONS)
 
     # ------------------------------------------------------------------ send
     async def _topic(self, h: SendMessageHeader) -> TopicConfig:
@@ -176,12 +167,12 @@ class SendProcessor:
         return config
 
     def _refuse_half_messages(self, h: SendMessageHeader, props: list[dict[str, str]]) -> None:
-        """NO_PERMISSION for a transaction's prepare half (RocketMQ's
+        """NO_PERMISSION for a batch holding a transaction's prepare half (RocketMQ's
         ``rejectTransactionMessage`` remark), before anything is created or stored."""
         if any(is_half_message(h.sys_flag, h.reconsume_times, p) for p in props):
             raise NoPermission(
                 f"the broker[{self.core.config.advertised_host}] sending transaction message is "
-                "forbidden (transactional messages are not served: no half-message store)"
+                "forbidden (a transaction's half message cannot be part of a batch)"
             )
 
     async def send(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
@@ -191,7 +182,6 @@ class SendProcessor:
             self._refuse_half_messages(h, [it.properties for it in items])
         else:
             props = parse_properties(h.properties)
-            self._refuse_half_messages(h, [props])
         config, queue_id = await self.target(h)
         born = peer_host(peer)
         replica_of = config.replica_of
@@ -239,8 +229,9 @@ class SendProcessor:
         queue_id: int,
     ) -> tuple[PutStatus, list[PutResult], int]:
         """One message (not a batch) to ``queue_id`` of ``config`` (from :meth:`target`): the
-        replica check, retry to DLQ, DELAY, then the store and the group's quorum; the status,
-        the result and the queue it went to. The RocketMQ 5 gRPC front sends through it too."""
+        replica check, retry to DLQ, DELAY (a transaction's prepare: the half topic instead),
+        then the store and the group's quorum; the status, the result and the queue it went
+        to. The RocketMQ 5 gRPC front sends through it too."""
         replica_of = config.replica_of
         if replica_of:
             check_replica(h.topic, replica_of, props)
@@ -254,7 +245,10 @@ class SendProcessor:
                 self.core.topics.ensure(topic, 1)
                 queue_id = 0
         message = self._message(h, topic, queue_id, body, h.flag, props, born)
-        message = self.delayed(message)
+        if is_half_message(h.sys_flag, h.reconsume_times, props):
+            message = to_half(message)  # RocketMQ's prepareMessage: no delay for a half
+        else:
+            message = self.delayed(message)
         status, result = await self.core.put(message)
         return status, [result] if result else [], queue_id
 

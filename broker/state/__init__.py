@@ -1,6 +1,7 @@
 """What the request handlers share, below the core: the state they read and change together.
 
     consumers   ConsumerRegistry: each consumer group's clients, connections, subscriptions
+    producers   ProducerRegistry: each producer group's live connections (transaction checks)
     locks       LockManager: queue locks of orderly consumers
     offsets     OffsetStore (in memory, or in metaledger's KV): consumer offsets
     hold        PullHold: parked long polls, woken by the write path

@@ -4,7 +4,8 @@ properties; push consumer; bodies byte-exact (all 256 byte values, 4 MiB, empty)
 group resumes from its committed offset; a failed message is redelivered through the retry
 topic and lands in the DLQ after the maximum (``--retry-max-times 2``; fast delay levels).
 
-Issue 30: a transaction's prepare half is refused and never delivered; the producer sends to a
+Issue 30: a transaction's prepare half is held on the half topic and never delivered without
+an end; the producer sends to a
 topic nobody created (the broker's default: auto-creation on), and with
 ``--no-auto-create-topic`` such a send fails. The wheel's Python API has no transactional
 producer (0.4.4 exports only ``Producer``, ``PushConsumer`` and ``PullConsumer``, and its
@@ -291,7 +292,7 @@ def test_orderly_push_consumer_holds_queue_locks_and_consumes_in_order(env: Env)
     assert sorted(d["keys"] for d in lines) == [f"o-{i}" for i in range(6)]
 
 
-# --- issue 30: transactions refused, topics created on first send ----------------------------
+# --- issue 30: prepares held until ended, topics created on first send ----------------------
 
 
 async def _request(addr: str, code: int, fields: dict[str, str], body: bytes = b"") -> Any:
@@ -333,7 +334,7 @@ def _route(client: Client, topic: str) -> Any:
         return None
 
 
-def test_a_transactional_send_is_refused_and_never_delivered(env: Env) -> None:
+def test_a_transactional_prepare_is_held_and_never_delivered_without_an_end(env: Env) -> None:
     topic = "WheelTx"
     env.client.route_topic_create(topic, [QueueData("broker-a", 4, 4, 6)])
     half = item("half", b"prepare half", topic=topic, props={"TRAN_MSG": "true"}, expect_error=True)
@@ -347,14 +348,13 @@ def test_a_transactional_send_is_refused_and_never_delivered(env: Env) -> None:
     )
     by_key = {r["keys"]: r for r in results}
     assert by_key["before"]["status"] == 0 and by_key["after"]["status"] == 0, results
-    # refused: the C++ core retries NO_PERMISSION, then raises its own "No route info of this
-    # topic" without the broker's remark (the raw answer is checked below)
-    assert "ProducerSendSyncFailed" in by_key["half"].get("error", ""), results
-    assert _stored(env, topic, 4) == 2  # nothing of the half was stored
+    # accepted (SEND_OK), stored on the half topic: nothing of it is on the topic's queues
+    assert by_key["half"].get("status") == 0, results
+    assert _stored(env, topic, 4) == 2
 
     raw = _send_v2(env.broker.addr, topic, sys_flag=0x4, properties="TRAN_MSG\x01true\x02")
-    assert raw.code == ResponseCode.NO_PERMISSION
-    assert "sending transaction message is forbidden" in (raw.remark or "")
+    assert raw.code == ResponseCode.SUCCESS, raw.remark
+    assert _stored(env, topic, 4) == 2
 
     # a consumer of the topic gets the two ordinary messages and nothing else
     seen = consume(env, "G-tx", expect=3, timeout_s=15, topic=topic)

@@ -80,7 +80,7 @@ def send(service: MessagingService, *messages: v2.Message) -> Any:
     return run(service.SendMessage(svc.SendMessageRequest(messages=messages), Context()))
 
 
-def test_query_route_gives_queues_endpoints_permissions_and_normal_only() -> None:
+def test_query_route_gives_queues_endpoints_permissions_and_message_types() -> None:
     service = MessagingService(FakeBackend())
     req = svc.QueryRouteRequest()
     req.topic.name = "T"
@@ -92,7 +92,7 @@ def test_query_route_gives_queues_endpoints_permissions_and_normal_only() -> Non
     assert q.broker.name == "broker-a" and q.broker.id == 0
     assert q.broker.endpoints.scheme == v2.IPv4
     assert [(a.host, a.port) for a in q.broker.endpoints.addresses] == [("127.0.0.1", 8081)]
-    assert list(q.accept_message_types) == [v2.NORMAL]
+    assert list(q.accept_message_types) == [v2.NORMAL, v2.TRANSACTION]
 
 
 def test_query_route_refusals_name_the_topic() -> None:
