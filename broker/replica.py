@@ -41,8 +41,8 @@ from broker.grpc.admin import AdminService
 from broker.grpc.forward import Forwarding, GroupFronts, role_view
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
-from broker.index.processor import QueryProcessor
 from broker.grpc.transactions import GrpcTransactions
+from broker.index.processor import QueryProcessor
 from broker.metrics import BrokerMetrics, View
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
