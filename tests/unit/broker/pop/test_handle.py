@@ -28,7 +28,15 @@ def test_seven_fields_take_the_offset_apart() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "x", "1 2 3", "a 1 2 0 0 b 3 4", "1 2 3 0 0 b -1 4", "1 2 3 0 0 b 1 2 3 4", "1 2 3 0 0 b 1"],
+    [
+        "",
+        "x",
+        "1 2 3",
+        "a 1 2 0 0 b 3 4",
+        "1 2 3 0 0 b -1 4",
+        "1 2 3 0 0 b 1 2 3 4",
+        "1 2 3 0 0 b 1",
+    ],
 )
 def test_malformed_handles_are_invalid(text: str) -> None:
     with pytest.raises(InvalidReceiptHandle):
