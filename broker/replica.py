@@ -239,6 +239,7 @@ class Replica:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        pop_master = self.pop.is_master()
         if self.member is not None:
             await self.member.stop()
         if self.registrar is not None:
@@ -248,7 +249,7 @@ class Replica:
             await self.grpc.stop(grace=1.0)
         await self.schedule.stop()
         await self.flush_offsets()
-        await self.pop.flush()
+        await self.pop.flush(pop_master)
         self.pop.close()
         self.core.close()
         self.metrics.close()

@@ -445,13 +445,18 @@ class PopService:
                 self._committed(key, book)
         return len(stored)
 
-    async def flush(self) -> None:
-        """Sync the books' files and write their progress to metaledger (every second and
-        at stop); a failure is logged once per outage and retried next time."""
+    def is_master(self) -> bool:
+        return self.core.replication.writable() is None
+
+    async def flush(self, master: bool | None = None) -> None:
+        """Sync the books' files and, on a master (``master``: whether this replica was one
+        until now, at stop), write their progress to metaledger (every second and at stop;
+        a slave's books are stale); a failure is logged once per outage and retried."""
         books = {k: b.progress() for k, b in self.table.books.items()}
+        if master is None:
+            master = self.is_master()
         try:
             await asyncio.to_thread(self.table.flush)
-            master = self.core.replication.writable() is None  # a slave's books are stale
             if self.progress is not None and books and master:
                 await asyncio.to_thread(self.progress.flush, books)
         except (ClientError, OSError) as exc:
