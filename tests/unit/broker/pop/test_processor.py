@@ -213,6 +213,17 @@ def test_long_polling_answers_when_a_message_arrives(tmp_path: Path) -> None:
     run_broker(tmp_path, scenario)
 
 
+def test_long_polling_answers_when_an_invisible_time_ends(tmp_path: Path) -> None:
+    async def scenario(ctx: Ctx) -> None:
+        await send_n(ctx, 1)
+        assert (await pop(ctx, invisible_ms=300)).code == 0
+        started = time.monotonic()
+        (m, _h), = handles(await pop(ctx, poll_ms=5000))  # fmt: skip
+        assert m.reconsume_times == 1 and 0.1 < time.monotonic() - started < 2
+
+    run_broker(tmp_path, scenario)
+
+
 def test_restart_keeps_every_handles_fate(tmp_path: Path) -> None:
     kept: dict[str, Any] = {}
 
