@@ -17,8 +17,9 @@ broker id 0 while master, its replica id while slave (a slave must never claim i
 loads the consumer offsets from metaledger on each promotion. Without a client (unit tests)
 it is :class:`Standalone`, or the ``replication`` given.
 
-Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop
-(with them the transaction check's progress); silent consumers and producers expired every
+Upkeep tasks: consumer offsets, POP progress (:mod:`broker.pop`: one PopService per replica,
+served by the master only) and the transaction check's progress flushed every
+``offset_flush_interval_ms`` (≤ 1 s) and at stop; silent consumers and producers expired every
 10 s; half messages checked every ``transaction_check_interval_ms``.
 """
 
@@ -44,6 +45,9 @@ from broker.grpc.service import MessagingService
 from broker.grpc.transactions import GrpcTransactions
 from broker.index.processor import QueryProcessor
 from broker.metrics import BrokerMetrics, View
+from broker.pop.processor import PopProcessor
+from broker.pop.progress import KvPopProgress
+from broker.pop.service import PopService
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
 from broker.quorum.role import Role
@@ -117,6 +121,12 @@ class Replica:
         self.queries = QueryProcessor(self.core)  # QUERY_MESSAGE, VIEW_MESSAGE_BY_ID
         self.transactions = TransactionService(self.core)
         self.checks = CheckService(self.transactions, self.core.producers)
+        self.pop = PopService(
+            self.core,
+            os.path.join(config.data_dir, "pop"),
+            config.broker_name,
+            KvPopProgress(client, config.broker_name) if client is not None else None,
+        )
         handlers: dict[int, Handler] = {}
         for processor in (
             self.sends,
@@ -126,6 +136,7 @@ class Replica:
             AdminProcessor(self.core),
             TopicAdmin(self.core, self.registrar),
             self.queries,
+            PopProcessor(self.pop),
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(handlers, on_close=self.consumers.connection_closed)
@@ -146,6 +157,7 @@ class Replica:
                 log.info("broker: %d consumer offsets loaded from metaledger", n)
             except ClientError as exc:
                 log.warning("broker: cannot load consumer offsets yet: %s", exc)
+        await self._load_pop()
         address = await self.server.start(self.config.listen_host, self.config.listen_port)
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
@@ -228,10 +240,12 @@ class Replica:
             await asyncio.sleep(self.config.offset_flush_interval_ms / 1000)
             await self.flush_offsets()
 
-    async def flush_offsets(self) -> None:
+    async def flush_offsets(self, pop_master: bool | None = None) -> None:
+        """Consumer offsets, then POP progress (``pop_master``: see PopService.flush)."""
         try:
             await asyncio.to_thread(self.offsets.flush)
-        except ClientError as exc:
+            await self.pop.flush(pop_master)
+        except (ClientError, OSError) as exc:
             if not self._flush_failing:  # once per outage, not every second
                 log.warning("broker: consumer offsets not flushed (retrying): %s", exc)
             self._flush_failing = True
@@ -266,6 +280,7 @@ class Replica:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        pop_master = self.pop.is_master()
         if self.member is not None:
             await self.member.stop()
         if self.registrar is not None:
@@ -277,7 +292,8 @@ class Replica:
             await self.forwarding.close()
         await self.schedule.stop()
         await self.checks.stop()
-        await self.flush_offsets()
+        await self.flush_offsets(pop_master)
+        self.pop.close()
         self.core.close()
         self.metrics.close()
         self.store.close()
@@ -322,6 +338,8 @@ class Replica:
         if master and isinstance(self.offsets, KvOffsetStore):
             task = asyncio.get_running_loop().create_task(self._load_offsets())
             self._tasks.append(task)
+        if master:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._load_pop()))
 
     async def _load_offsets(self) -> None:
         assert isinstance(self.offsets, KvOffsetStore)
@@ -330,6 +348,16 @@ class Replica:
             log.info("broker: master now; %d consumer offsets loaded from metaledger", n)
         except ClientError as exc:
             log.warning("broker: cannot load consumer offsets yet: %s", exc)
+
+    async def _load_pop(self) -> None:
+        """POP progress a predecessor flushed, merged into this replica's books."""
+        try:
+            n = await self.pop.load()
+        except ClientError as exc:
+            log.warning("broker: cannot load POP progress yet: %s", exc)
+            return
+        if n:
+            log.info("broker: POP progress of %d queue(s) loaded from metaledger", n)
 
     def _suggest_broker(self, behind: int) -> int:
         """RocketMQ's slaveReadEnable: a consumer lagging more than ``slave_read_lag_bytes``
