@@ -13,7 +13,7 @@ the client library alone.
 the remoting front on ``--listen`` (default ``0.0.0.0:10911``), RocketMQ 5 gRPC on
 ``--listen-grpc`` (default ``127.0.0.1:8081``), registered in the routes of
 ``--endpoints`` under ``--cluster``. It prints ``broker NAME serving on ADDR`` once serving.
-Send and consume are in :mod:`broker.cli_messages`, ``message get`` in :mod:`broker.index.cli`. Exit codes are the ``metaledger`` table's
+Send and consume are in :mod:`broker.cli_messages`, ``message get`` in :mod:`broker.cli_lookup`. Exit codes are the ``metaledger`` table's
 numbers (``nameserver/cli/exitcodes.py``), repeated here because a broker may not import it.
 """
 
@@ -31,9 +31,9 @@ from collections.abc import Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.cli_lookup import register_lookup
 from broker.cli_messages import register_messages
 from broker.config import DEFAULT_GRPC_LISTEN, DEFAULT_PORT, BrokerConfig, ConfigError
-from broker.index.cli import register_lookup
 from broker.store import FlushMode
 from broker.transactions.flags import add_transaction_flags, transaction_settings
 from nameserver.client import DEFAULT_ENDPOINTS, ConnectionOptions, OptionError

@@ -1,7 +1,7 @@
 """One broker replica: the message store, the remoting and gRPC fronts, its group and its routes.
 
 ``Replica(config, replication)`` wires the parts: a :class:`MessageStore` under
-``<data_dir>/store`` (with its message index, :mod:`broker.index`) whose STOREHOST is the advertised ``ip:port`` (where C++ clients send
+``<data_dir>/store`` (with its message index, :mod:`broker.store.index`) whose STOREHOST is the advertised ``ip:port`` (where C++ clients send
 CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
 KV when endpoints are given, else in memory), the send/pull/consumer/admin/query processors on one
 ``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
@@ -43,7 +43,7 @@ from broker.grpc.forward import Forwarding, GroupFronts, role_view
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
 from broker.grpc.transactions import GrpcTransactions
-from broker.index.processor import QueryProcessor
+from broker.lookup.processor import QueryProcessor
 from broker.metrics import BrokerMetrics, View
 from broker.pop.processor import PopProcessor
 from broker.pop.progress import KvPopProgress

@@ -2,7 +2,7 @@
 
 ``rpc QueryMessage(ListMessageRequest) returns (ListMessageResponse)`` (protos/apache/rocketmq/
 v2/admin.proto) looks up messages of ``topic`` in this replica's index
-(:class:`broker.index.processor.MessageLookup`, the one QUERY_MESSAGE uses):
+(:class:`broker.lookup.processor.MessageLookup`, the one QUERY_MESSAGE uses):
 
 - ``message_key``: the messages whose KEYS hold it;
 - ``message_id``: the message with that UNIQ_KEY (the id a 5.x producer gives), else, when
@@ -25,8 +25,8 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.grpc.service import RESERVED, Refused, _not_implemented, status
-from broker.index.processor import MessageLookup
-from broker.index.service import DEFAULT_QUERY_MAX_NUM
+from broker.lookup.processor import MessageLookup
+from broker.store.index import DEFAULT_QUERY_MAX_NUM
 from protos.apache.rocketmq.v2 import admin_pb2 as adm
 from protos.apache.rocketmq.v2 import admin_pb2_grpc as adm_grpc
 from protos.apache.rocketmq.v2 import definition_pb2 as v2

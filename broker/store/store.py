@@ -14,7 +14,7 @@ split records; each record is dispatched to its consume queue once whole, and
 ``dispatched_offset`` says how far that got), and ``truncate`` cuts log and queues back to
 a consistent point. A slave acknowledges bytes before they are fsynced, as RocketMQ does.
 
-The message index (:mod:`broker.index`, ``<root>/index/``) is fed where the consume queues
+The message index (:mod:`broker.store.index`, ``<root>/index/``) is fed where the consume queues
 are (put, replicated bytes, recovery from the checkpoint's ``index`` offset), cut with them
 and trimmed with retention. About 500 lines: those three paths share one lock and one
 dispatch state, so they stay in one class.
@@ -31,11 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from broker.index import IndexConfig, IndexService, Record, index_record
 from broker.store.commitlog import CommitLog
 from broker.store.consume_queue import ConsumeQueue, Unit, tags_code
 from broker.store.errors import ConsumeQueueBehindError, DecodeError, DiskFullError, StoreError
 from broker.store.flush import AsyncFlusher, FlushMode
+from broker.store.index import IndexConfig, IndexService, Record, index_record
 from broker.store.recovery import Checkpoint, recover
 from broker.store.retention import RetentionPolicy, expired_segments
 from rmq.message import (

@@ -20,8 +20,8 @@ offset). A header missing a field is the codec's BadRequest naming it.
 from __future__ import annotations
 
 from broker.core import BrokerCore
-from broker.index.query import query_messages, record_at
-from broker.index.service import DEFAULT_QUERY_MAX_NUM, IndexHits
+from broker.lookup.query import query_messages, record_at
+from broker.store.index import DEFAULT_QUERY_MAX_NUM, IndexHits
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.headers import QueryMessageHeader, QueryMessageResponseHeader, ViewMessageHeader

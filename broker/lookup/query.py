@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import struct
 
-from broker.index.service import KEY_SEPARATOR, IndexHits
 from broker.store import FlushMode, MessageStore, StoreError
+from broker.store.index import KEY_SEPARATOR, IndexHits
 from rmq.message import (
     MAGIC_V1,
     MAGIC_V2,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.index.query import query_messages, record_at
+from broker.lookup.query import query_messages, record_at
 from broker.store import DecodeError, FlushMode, MessageStore, RetentionPolicy
 from broker.store.recovery import Checkpoint
 from rmq.message import StoredMessage, decode
@@ -99,8 +99,8 @@ def test_a_truncated_record_is_not_served_and_its_offset_is_indexed_again(tmp_pa
 
 
 def test_retention_trims_index_files_below_the_log(tmp_path: Path) -> None:
-    from broker.index import IndexConfig
     from broker.store import StoreConfig
+    from broker.store.index import IndexConfig
 
     cfg = StoreConfig(
         segment_size=1024,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.index import IndexConfig, IndexService, index_keys
-from broker.index.file import IndexFile, file_size, key_hash
+from broker.store.index import IndexConfig, IndexService, index_keys
+from broker.store.index_file import IndexFile, file_size, key_hash
 
 T0 = 1_700_000_000_000
 ALL = (0, 2**62)

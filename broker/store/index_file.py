@@ -16,7 +16,7 @@ CRC32 of the UTF-8 key (RocketMQ takes Java's ``String.hashCode``; nothing outsi
 broker reads the files), so colliding keys share chains: a hit is only a candidate, and the
 store checks the record it points at. ``endPhyOffset`` is how far the index has seen the
 commit log (:meth:`IndexFile.cut` lowers it after a truncation). Sans I/O apart from the
-mapping; not thread-safe (:class:`broker.index.service.IndexService` locks).
+mapping; not thread-safe (:class:`broker.store.index.IndexService` locks).
 """
 
 from __future__ import annotations

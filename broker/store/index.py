@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.index.file import IndexFile, key_hash
+from broker.store.index_file import IndexFile, key_hash
 from rmq.message import StoredMessage
 from rmq.msgid import UNIQ_KEY
 
