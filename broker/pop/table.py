@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import os
+import threading
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -42,32 +43,45 @@ class _Files:
     def __init__(self, limit: int = MAX_OPEN_FILES) -> None:
         self.limit = limit
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
+        #: the event loop opens, evicts and drops while a worker thread syncs (``flush``)
+        self._lock = threading.Lock()
 
     def fd(self, path: str) -> int:
-        fd = self._fds.get(path)
-        if fd is not None:
-            self._fds.move_to_end(path)
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is not None:
+                self._fds.move_to_end(path)
+                return fd
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fds[path] = fd
+            while len(self._fds) > self.limit:
+                _, old = self._fds.popitem(last=False)
+                os.close(old)
             return fd
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._fds[path] = fd
-        while len(self._fds) > self.limit:
-            _, old = self._fds.popitem(last=False)
-            os.close(old)
-        return fd
 
     def drop(self, path: str) -> None:
-        fd = self._fds.pop(path, None)
-        if fd is not None:
-            os.close(fd)
+        with self._lock:
+            fd = self._fds.pop(path, None)
+            if fd is not None:
+                os.close(fd)
 
     def sync(self) -> None:
-        for fd in self._fds.values():
-            os.fsync(fd)
+        """fsync every open file: on duplicates taken under the lock, so the loop may evict or
+        drop a file meanwhile (a dropped file's data is not needed any more)."""
+        with self._lock:
+            dups = [os.dup(fd) for fd in self._fds.values()]
+        try:
+            for fd in dups:
+                os.fsync(fd)
+        finally:
+            for fd in dups:
+                os.close(fd)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
 
 class FileSlots:
