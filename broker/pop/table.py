@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import collections
 import os
-import threading
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from urllib.parse import quote, unquote
