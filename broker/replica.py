@@ -182,6 +182,7 @@ class Replica:
             broker_name=c.broker_name,
             remoting=(c.advertised_host, c.listen_port),
             grpc_port=int(port),
+            pops=self.pop,
         )
         consumers = Consumers(backend, ConsumeConfig(fifo_groups=frozenset(c.fifo_groups)))
         service = MessagingService(backend, consumers=consumers)

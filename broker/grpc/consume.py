@@ -273,18 +273,15 @@ def handle_of(text: str, field: str) -> str:
     return text
 
 
-#: the POP errors' v2 codes; other BrokerRequestErrors go through service.refusal
-POP_CODES: dict[type[Exception], int] = {
-    InvalidReceiptHandle: v2.INVALID_RECEIPT_HANDLE,
-    IllegalInvisibleTime: v2.ILLEGAL_INVISIBLE_TIME,
-}
-
-
-def refused(exc: Exception, field: str = "") -> v2.Status:
-    """The v2 status of a refusal (``field``, when given, prefixes a POP error's message)."""
-    for kind, code in POP_CODES.items():
-        if isinstance(exc, kind):
-            return status(code, f"{field}: {exc}" if field else str(exc))
+def refused(exc: Exception, handle_field: str = "") -> v2.Status:
+    """The v2 status of a refusal: the POP errors' own codes (a bad handle names
+    ``handle_field``, a bad invisible time ``invisible_duration``), the rest through
+    :func:`broker.grpc.service.refusal`."""
+    if isinstance(exc, InvalidReceiptHandle):
+        text = f"{handle_field}: {exc}" if handle_field else str(exc)
+        return status(v2.INVALID_RECEIPT_HANDLE, text)
+    if isinstance(exc, IllegalInvisibleTime):
+        return status(v2.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: {exc}")
     out = refusal(exc)
     if out is None:
         raise exc
