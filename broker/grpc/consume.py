@@ -292,7 +292,7 @@ def overall(codes: set[int]) -> v2.Status:
     """One code for all entries, else MULTIPLE_RESULTS (``AckMessageActivity.java``:196)."""
     if len(codes) == 1:
         code = next(iter(codes))
-        return status(code, v2.Code.Name(code))  # type: ignore[arg-type]
+        return status(code, v2.Code.Name(code))
     return status(v2.MULTIPLE_RESULTS, "the entries have different results")
 
 
