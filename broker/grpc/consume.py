@@ -45,12 +45,13 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.grpc.service import Refused, RouteQueue, endpoints, permission, refusal, status
 from broker.pop.errors import IllegalInvisibleTime, InvalidReceiptHandle
+from broker.pop.service import Popped, PopService
 from broker.remoting.errors import BrokerRequestError
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
@@ -116,53 +117,12 @@ class ConsumeConfig:
         return self
 
 
-class Popped(Protocol):
-    """One delivery (:class:`broker.pop.service.Popped`)."""
-
-    @property
-    def message(self) -> StoredMessage: ...
-    @property
-    def handle(self) -> str: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def visible_at_ms(self) -> int: ...
-
-
-class Pops(Protocol):
-    """The POP model (:class:`broker.pop.service.PopService`); refusals raise
-    BrokerRequestError (its PopError among them)."""
-
-    async def pop(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        max_messages: int,
-        invisible_ms: int,
-        *,
-        fifo: bool = False,
-        expression: str = "*",
-        wait_ms: int = 0,
-    ) -> Sequence[Popped]: ...
-
-    async def ack(self, group: str, topic: str, handle: str) -> None: ...
-
-    async def change_invisible(
-        self, group: str, topic: str, handle: str, invisible_ms: int
-    ) -> Popped: ...
-
-    async def forward_to_dlq(self, group: str, topic: str, handle: str) -> None: ...
-
-    def max_attempts(self, group: str) -> int: ...
-
-
 class ConsumerBackend(Protocol):
     """What the consumer handlers need from a replica (:class:`broker.grpc.front.ReplicaBackend`;
     the unit tests' fake)."""
 
     @property
-    def pops(self) -> Pops: ...
+    def pops(self) -> PopService: ...
 
     async def queues(self, topic: str) -> list[RouteQueue]:
         """The topic's queues; raises TopicNotExist when the routes do not have it."""
@@ -413,7 +373,7 @@ class Consumers:
         done.delivery_timestamp.FromMilliseconds(_now_ms())
         yield done
 
-    async def _receive(self, request: svc.ReceiveMessageRequest, context: Any) -> Sequence[Popped]:
+    async def _receive(self, request: svc.ReceiveMessageRequest, context: Any) -> list[Popped]:
         c = self.config
         group = group_name(request.group)
         topic = topic_name(request.message_queue.topic, "message_queue.topic")
@@ -476,9 +436,7 @@ class Consumers:
         self, request: svc.ChangeInvisibleDurationRequest, context: Any
     ) -> Any:
         try:
-            group = group_name(request.group)
-            topic = topic_name(request.topic)
-            handle = handle_of(request.receipt_handle, "receipt_handle")
+            group, topic, handle = _handle_target(request)
             ms = invisible(
                 request.invisible_duration.ToMilliseconds(),
                 0,
@@ -496,9 +454,7 @@ class Consumers:
         self, request: svc.ForwardMessageToDeadLetterQueueRequest, context: Any
     ) -> Any:
         try:
-            group = group_name(request.group)
-            topic = topic_name(request.topic)
-            handle = handle_of(request.receipt_handle, "receipt_handle")
+            group, topic, handle = _handle_target(request)
             await self.backend.pops.forward_to_dlq(group, topic, handle)
         except (Refused, BrokerRequestError) as exc:
             return svc.ForwardMessageToDeadLetterQueueResponse(
@@ -553,3 +509,12 @@ class Consumers:
         except (Refused, BrokerRequestError) as exc:
             return svc.QueryOffsetResponse(status=refused(exc))
         return svc.QueryOffsetResponse(status=status(v2.OK, "OK"), offset=offset)
+
+
+def _handle_target(request: Any) -> tuple[str, str, str]:
+    """The group, topic and receipt handle a handle's request names, each checked."""
+    return (
+        group_name(request.group),
+        topic_name(request.topic),
+        handle_of(request.receipt_handle, "receipt_handle"),
+    )

@@ -23,15 +23,19 @@ from typing import Any
 import grpc
 import pytest
 
-from nameserver.client import Client, QueueData
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
 from rmq.message import MAX_BODY
-from tests.harness import Cluster, free_ports
 from tests.integration.broker import test_wheel
-from tests.integration.broker.conftest import BrokerProcess, wait_for
-from tests.integration.broker.test_grpc_producer import Env, _pull_all, large_body, produce
+from tests.integration.broker.conftest import wait_for
+from tests.integration.broker.test_grpc_producer import (
+    Env,
+    _pull_all,
+    grpc_env,
+    large_body,
+    produce,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -43,30 +47,12 @@ MAX_ATTEMPTS = 3  # --retry-max-times 2, + 1
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    root = tmp_path_factory.mktemp("grpcc")
-    node = Cluster(root / "node", n=1)
-    broker = None
-    try:
-        node.wait_ready(30)
-        grpc_port = free_ports(1)[0]
-        broker = BrokerProcess(
-            root, node.endpoints, "broker-a", "--listen-grpc", f"127.0.0.1:{grpc_port}",
-            "--fifo-group", FIFO_GROUP, "--retry-max-times", str(MAX_ATTEMPTS - 1),
-        )  # fmt: skip
-        with Client(node.endpoints, timeout_s=10) as client:
-            wait_for(
-                "broker-a registered",
-                lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
-            )
-            for topic in TOPICS:
-                client.route_topic_create(topic, [QueueData("broker-a", 4, 4, 6)])
-        yield Env(root, node, broker, grpc_port)
-    finally:
-        if broker is not None:
-            code = broker.stop()
-            print(broker.log_tail())
-            assert code == 0, f"broker exited {code}"
-        node.close()
+    with grpc_env(
+        tmp_path_factory.mktemp("grpcc"),
+        "--fifo-group", FIFO_GROUP, "--retry-max-times", str(MAX_ATTEMPTS - 1),
+        topics=TOPICS,
+    ) as e:  # fmt: skip
+        yield e
 
 
 def consume(
