@@ -38,6 +38,10 @@ a consumer gets (``common/GrpcClientSettingsManager.java``:106-130): ``receive_b
 stored message. Bad input answers with the v2 code and a message naming the field, and
 changes nothing; :func:`refused` is where the POP errors become v2 codes (the rest goes
 through :func:`broker.grpc.service.refusal`).
+
+A little over 500 lines, on purpose: the eight consumer methods, their validation and the
+conversion every one of them (and a message lookup) shares are one unit; split, each part
+would import the others' privates.
 """
 
 from __future__ import annotations
