@@ -90,7 +90,7 @@ def test_a_simple_consumer_receives_every_field_and_acks(rocketmq5_python: Path,
     ]
     out = consume(rocketmq5_python, env, topic, "SimpleG", "simple", {"steps": steps})
     got = {m["message_id"]: m for m in events(out, "received")}
-    assert list(got) == ids or set(got) == set(ids), out
+    assert set(got) == set(ids), out
     assert len(events(out, "received")) == 3, "an acked message came back"
     assert len(events(out, "acked")) == 3 and not events(out, "error"), out
     for item, message_id in zip(spec, ids, strict=True):
@@ -139,7 +139,7 @@ def test_a_push_consumer_consumes_and_a_failure_is_redelivered(
             for i in range(6)]  # fmt: skip
     ids = [r["message_id"] for r in produce(rocketmq5_python, env, spec, topic=topic)]
     out = consume(rocketmq5_python, env, topic, "PushG", "push", {"expect": 6, "within_s": 60})
-    assert events(out, "started") == [] or events(out, "started")[0]["fifo"] is False
+    assert events(out, "started")[0]["fifo"] is False
     calls = events(out, "consume")
     ok = {c["message_id"] for c in calls if c["ok"]}
     assert ok == set(ids), out
