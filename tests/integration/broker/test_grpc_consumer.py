@@ -148,29 +148,42 @@ def test_a_push_consumer_consumes_and_a_failure_is_redelivered(
 
 
 def test_a_fifo_group_gets_each_message_group_in_order(rocketmq5_python: Path, env: Env) -> None:
+    """g1-2 fails once and is consumed again before g1-3; g2-4 always fails: after the group's
+    max attempts (local retries, FIFO) the client forwards it to the DLQ and g2 goes on."""
     topic = "FifoTopic"
+    fail = {("g1", 2): "1", ("g2", 4): "99"}
     spec = [
         {"body_hex": f"{g}-{n}".encode().hex(), "group": g,
-         "props": {"fail": "1" if (g, n) == ("g1", 2) else "0"}}
+         "props": {"fail": fail.get((g, n), "0")}}
         for n in range(6) for g in ("g0", "g1", "g2")
     ]  # fmt: skip
     sent = produce(rocketmq5_python, env, spec, topic=topic)
     assert all("message_id" in r for r in sent), sent
     stored = asyncio.run(_pull_all(env.broker.port, topic))
-    queues = {m.properties["__SHARDINGKEY"]: set() for m in stored}
+    queues: dict[str, set[int]] = {}
     for m in stored:
-        queues[m.properties["__SHARDINGKEY"]].add(m.queue_id)
+        queues.setdefault(m.properties["__SHARDINGKEY"], set()).add(m.queue_id)
     assert all(len(q) == 1 for q in queues.values()), queues  # one group, one queue
     out = consume(
-        rocketmq5_python, env, topic, FIFO_GROUP, "push", {"expect": len(spec), "within_s": 90}
-    )
+        rocketmq5_python, env, topic, FIFO_GROUP, "push",
+        {"expect": len(spec) - 1, "within_s": 90, "linger_s": 3},
+    )  # fmt: skip
     assert events(out, "started")[0]["fifo"] is True
     for g in ("g0", "g1", "g2"):
         ok = [bytes.fromhex(c["body_hex"]).decode() for c in events(out, "consume")
               if c["ok"] and c["message_group"] == g]  # fmt: skip
-        assert ok[:6] == [f"{g}-{n}" for n in range(6)], (g, ok)
+        assert ok == [f"{g}-{n}" for n in range(6) if (g, n) != ("g2", 4)], (g, ok)
     retried = [c for c in events(out, "consume") if bytes.fromhex(c["body_hex"]) == b"g1-2"]
-    assert [c["ok"] for c in retried[:2]] == [False, True]
+    assert [c["ok"] for c in retried] == [False, True]
+    dead = [c for c in events(out, "consume") if bytes.fromhex(c["body_hex"]) == b"g2-4"]
+    assert [c["ok"] for c in dead] == [False] * MAX_ATTEMPTS
+
+    def in_dlq() -> bool:
+        return [m.body for m in asyncio.run(_pull_all(env.broker.port, f"%DLQ%{FIFO_GROUP}"))] == [
+            b"g2-4"
+        ]
+
+    wait_for("g2-4 in the DLQ", in_dlq, timeout=30, every=0.5)
 
 
 def test_both_protocols_on_one_topic(rocketmq5_python: Path, env: Env) -> None:
