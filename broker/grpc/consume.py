@@ -13,7 +13,8 @@ redelivery, DLQ, FIFO) and the consumer offsets. Copies RocketMQ's proxy
   deadline under 5 s is ILLEGAL_POLLING_TIME (``consumer/ReceiveMessageActivity.java``:49-77).
   The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (the proxy
   renews it; metaledger does not yet: a push consumer that holds a message past 60 s sees it
-  again) (:79-86). POP always reads the whole broker (queue id -1), as the proxy's
+  again) (:79-86). Messages a broken stream did not carry are visible again after 1 s
+  (``ReceiveMessageResponseStreamWriter.java``:133-150). POP always reads the whole broker (queue id -1), as the proxy's
   ``ReceiveMessageQueueSelector`` does, FIFO groups included (the POP service keeps a queue's
   order).
 - **AckMessage**: each entry's receipt handle; the answer's status is the entries' one code, or
@@ -46,7 +47,9 @@ would import the others' privates.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -61,6 +64,8 @@ from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from rmq.message import SYSFLAG_COMPRESSED, StoredMessage, inflate
 
+log = logging.getLogger(__name__)
+NACK_INVISIBLE_MS = 1_000
 #: RocketMQ's ``Validators.checkGroup``: at most 255 of these characters
 GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
 TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
@@ -274,6 +279,26 @@ class Consumers:
     def __init__(self, backend: ConsumerBackend, config: ConsumeConfig | None = None) -> None:
         self.backend = backend
         self.config = (config or ConsumeConfig()).validate()
+        self._nacks: set[asyncio.Task[None]] = set()
+
+    def _nack(self, group: str, topic: str, unsent: list[Popped]) -> None:
+        """Messages popped for a stream that broke before they went out: visible again after
+        :data:`NACK_INVISIBLE_MS` (``ReceiveMessageResponseStreamWriter.java``:133-150)."""
+
+        async def nack() -> None:
+            for p in unsent:
+                try:
+                    await self.backend.pops.change_invisible(
+                        group, topic, p.handle, NACK_INVISIBLE_MS
+                    )
+                except BrokerRequestError as exc:
+                    log.info(
+                        "gRPC receive: %s not put back after a broken stream: %s", p.handle, exc
+                    )
+
+        task = asyncio.get_running_loop().create_task(nack())
+        self._nacks.add(task)
+        task.add_done_callback(self._nacks.discard)
 
     def fifo(self, group: str) -> bool:
         return group in self.config.fifo_groups
@@ -364,11 +389,16 @@ class Consumers:
             yield svc.ReceiveMessageResponse(status=refused(exc))
         else:
             if popped:
-                yield svc.ReceiveMessageResponse(status=status(v2.OK, "OK"))
-                for p in popped:
-                    yield svc.ReceiveMessageResponse(
-                        message=to_message(p.message, receipt_handle=p.handle, attempt=p.attempt)
-                    )
+                unsent = list(popped)
+                try:
+                    yield svc.ReceiveMessageResponse(status=status(v2.OK, "OK"))
+                    while unsent:
+                        p = unsent.pop(0)  # handed to gRPC: sent, as far as we can know
+                        m = to_message(p.message, receipt_handle=p.handle, attempt=p.attempt)
+                        yield svc.ReceiveMessageResponse(message=m)
+                finally:
+                    if unsent:  # the stream broke: visible again in a second
+                        self._nack(request.group.name, request.message_queue.topic.name, unsent)
             else:
                 yield svc.ReceiveMessageResponse(
                     status=status(v2.MESSAGE_NOT_FOUND, "no new message")
