@@ -60,6 +60,7 @@ from broker.grpc.service import Refused, RouteQueue, endpoints, permission, refu
 from broker.pop.errors import IllegalInvisibleTime, InvalidReceiptHandle
 from broker.pop.service import Popped, PopService
 from broker.remoting.errors import BrokerRequestError
+from broker.topics import TOPIC_NAME
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from rmq.message import SYSFLAG_COMPRESSED, StoredMessage, inflate
@@ -68,7 +69,6 @@ log = logging.getLogger(__name__)
 NACK_INVISIBLE_MS = 1_000
 #: RocketMQ's ``Validators.checkGroup``: at most 255 of these characters
 GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
-TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 PERM_READ = 4
 MAX_BATCH = 32  # a POP's most messages (PopMessageProcessor.java)
 SHARDING_KEY = "__SHARDINGKEY"
@@ -213,18 +213,22 @@ def message_type(props: Mapping[str, str]) -> int:
 
 # ------------------------------------------------------------------------------ validation
 def group_name(resource: v2.Resource, field: str = "group") -> str:
-    name = str(resource.name)
-    if not GROUP_NAME.fullmatch(name):
-        why = "required" if not name else f"{name!r} is not a group name ([%|a-zA-Z0-9_-], ≤ 255)"
-        raise Refused(v2.ILLEGAL_CONSUMER_GROUP, f"{field}.name: {why}")
-    return name
+    return _named(resource, field, GROUP_NAME, v2.ILLEGAL_CONSUMER_GROUP, "group", 255)
 
 
 def topic_name(resource: v2.Resource, field: str = "topic") -> str:
+    return _named(resource, field, TOPIC_NAME, v2.ILLEGAL_TOPIC, "topic", 127)
+
+
+def _named(
+    resource: v2.Resource, field: str, pattern: re.Pattern[str], code: int, kind: str, most: int
+) -> str:
     name = str(resource.name)
-    if not TOPIC_NAME.fullmatch(name):
-        why = "required" if not name else f"{name!r} is not a topic name ([%|a-zA-Z0-9_-], ≤ 127)"
-        raise Refused(v2.ILLEGAL_TOPIC, f"{field}.name: {why}")
+    if not pattern.fullmatch(name):
+        why = (
+            "required" if not name else f"{name!r} is not a {kind} name ([%|a-zA-Z0-9_-], ≤ {most})"
+        )
+        raise Refused(code, f"{field}.name: {why}")
     return name
 
 
