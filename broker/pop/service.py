@@ -53,7 +53,12 @@ import time
 from dataclasses import dataclass
 
 from broker.core import BrokerCore
-from broker.pop.errors import IllegalInvisibleTime, IllegalPopRequest, InvalidReceiptHandle
+from broker.pop.errors import (
+    IllegalInvisibleTime,
+    IllegalPopRequest,
+    InvalidReceiptHandle,
+    PopError,
+)
 from broker.pop.handle import NORMAL_TOPIC, ORDER_REVIVE_QID, Handle, decode
 from broker.pop.progress import KvPopProgress
 from broker.pop.state import QueueBook, Stale
@@ -62,7 +67,6 @@ from broker.remoting.errors import NoPermission, ServiceNotAvailable, TopicNotEx
 from broker.replication import PutStatus
 from broker.state.consumers import parse_expression
 from broker.topics import DLQ_PREFIX, TopicConfig
-from nameserver.client import ClientError
 from rmq.message import PHYSICAL_OFFSET_AT, QUEUE_OFFSET_AT, StoredMessage
 from rmq.message import decode as decode_message
 from rmq.msgid import offset_msg_id
@@ -103,7 +107,6 @@ class PopService:
         self.progress = progress
         self._locks: dict[Key, asyncio.Lock] = {}
         self._max_attempts: dict[str, int] = {}
-        self._flush_failing = False
 
     # ------------------------------------------------------------------ settings
     def max_attempts(self, group: str) -> int:
@@ -416,6 +419,8 @@ class PopService:
             return book
         group, topic, queue_id = key
         store = self.core.store
+        if not self.core.offsets.loaded:  # a new book now could rewind or skip the group
+            raise PopError("consumer offsets are not loaded from metaledger yet, retry")
         committed = self.core.offsets.load(group, topic, queue_id)
         if committed is not None:
             low = committed
@@ -439,29 +444,30 @@ class PopService:
             return 0
         stored = await asyncio.to_thread(self.progress.load_all)
         for key, (low, nxt, acked) in stored.items():
+            # never past this log's end (messages an async failover lost): new ones take
+            # those offsets again and must not be skipped
+            end = self.core.store.max_offset(key[1], key[2])
+            low, nxt = min(low, end), min(nxt, end)
             async with self._lock(key):
                 book = self.table.open(key, functools.partial(int, low))
                 book.merge(low, nxt, acked)
                 self._committed(key, book)
         return len(stored)
 
-    async def flush(self) -> None:
-        """Sync the books' files and write their progress to metaledger (every second and
-        at stop); a failure is logged once per outage and retried next time."""
+    def is_master(self) -> bool:
+        return self.core.replication.writable() is None
+
+    async def flush(self, master: bool | None = None) -> None:
+        """Sync the books' files and, on a master (``master``: whether this replica was one
+        until now, at stop), write their progress to metaledger (every second and at stop;
+        a slave's books are stale). Raises ClientError or OSError (the replica logs it
+        once per outage; the next flush writes what is still different)."""
         books = {k: b.progress() for k, b in self.table.books.items()}
-        try:
-            await asyncio.to_thread(self.table.flush)
-            master = self.core.replication.writable() is None  # a slave's books are stale
-            if self.progress is not None and books and master:
-                await asyncio.to_thread(self.progress.flush, books)
-        except (ClientError, OSError) as exc:
-            if not self._flush_failing:
-                log.warning("pop: progress not flushed (retrying): %s", exc)
-            self._flush_failing = True
-            return
-        if self._flush_failing:
-            log.info("pop: progress flushed again")
-        self._flush_failing = False
+        if master is None:
+            master = self.is_master()
+        await asyncio.to_thread(self.table.flush)
+        if self.progress is not None and books and master:
+            await asyncio.to_thread(self.progress.flush, books)
 
     def close(self) -> None:
         self.table.close()

@@ -105,10 +105,12 @@ class QueueBook:
         self.acked: set[int] = set()
         self.inflight = 0
         self.earliest = NEVER
-        for _off, vis, att in slots.scan(self.low, self.next):
+        for off, vis, att in slots.scan(self.low, self.next):
             if att:
                 self.inflight += 1
                 self.earliest = min(self.earliest, vis)
+            elif len(self.acked) < MAX_ACKED_KEPT:
+                self.acked.add(off)  # done above low: again in the progress
         self._advance()
         slots.save_bounds(self.low, self.next)
 

@@ -137,3 +137,8 @@ def test_reopen_recounts_in_flight_from_the_slots() -> None:
     b.ack(0, 50)
     again = QueueBook(slots, *slots.bounds)
     assert (again.low, again.next, again.inflight, again.earliest) == (1, 2, 1, 70)
+    again.deliver_new(2, 90)
+    again.save()  # as a pop does once it handed out its messages
+    again.ack(2, 90)
+    third = QueueBook(slots, *slots.bounds)
+    assert third.progress() == (1, 3, [2])  # acks above low are read back from the slots
