@@ -76,6 +76,9 @@ log = logging.getLogger(__name__)
 INIT_MIN, INIT_MAX = 0, 1
 MAX_BATCH = 32  # PopMessageProcessor.java:266: "pop message's num is greater than 32"
 MAX_INVISIBLE_MS = 24 * 3600 * 1000
+#: a long poll looks again at least this long after a pop found nothing (an expiry bound
+#: in the past but nothing handed out: a FIFO queue waiting for an earlier message)
+MIN_RECHECK_S = 0.05
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 
@@ -170,8 +173,9 @@ class PopService:
             if out or remaining <= 0:
                 return out
             # a new message in one of the queues, or the next expiry, or 1 s (readable limit)
-            wake = min(remaining, 1.0, *(self._until_expiry(group, topic, q) for q in queues))
-            await self.core.hold.wait_any([(topic, q) for q in queues], max(wake, 0.001))
+            expiry = min(self._until_expiry(group, topic, q) for q in queues)
+            wake = min(remaining, 1.0, max(expiry, MIN_RECHECK_S))  # FIFO may wait on a bound
+            await self.core.hold.wait_any([(topic, q) for q in queues], wake)
 
     def _until_expiry(self, group: str, topic: str, queue_id: int) -> float:
         book = self.table.books.get((group, topic, queue_id))

@@ -78,7 +78,8 @@ async def session(broker: BrokerProcess, scenario: Any) -> None:
     c = Conn(conn)
     try:
         # a started replica serves POP once metaledger made it the master (14 until then)
-        while await c.ack(StoredMessage(TOPIC, b""), "not a handle") == 14:
+        probe = StoredMessage(TOPIC, b"")
+        while await c.ack(probe, "0 0 1 0 0 broker-a 0 0", group="probe") == 14:
             await asyncio.sleep(0.1)
         await asyncio.wait_for(scenario(c), 60)
     finally:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import json
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from broker.replication import Standalone
 from rmq.codec import RemotingCommand
@@ -213,6 +216,17 @@ def test_long_polling_answers_when_a_message_arrives(tmp_path: Path) -> None:
     run_broker(tmp_path, scenario)
 
 
+def test_long_polling_answers_when_an_invisible_time_ends(tmp_path: Path) -> None:
+    async def scenario(ctx: Ctx) -> None:
+        await send_n(ctx, 1)
+        assert (await pop(ctx, invisible_ms=300)).code == 0
+        started = time.monotonic()
+        (m, _h), = handles(await pop(ctx, poll_ms=5000))  # fmt: skip
+        assert m.reconsume_times == 1 and 0.1 < time.monotonic() - started < 2
+
+    run_broker(tmp_path, scenario)
+
+
 def test_restart_keeps_every_handles_fate(tmp_path: Path) -> None:
     kept: dict[str, Any] = {}
 
@@ -257,3 +271,32 @@ def test_bad_requests_and_a_slave(tmp_path: Path) -> None:
         assert r.code == 14 and "slave" in (r.remark or "")
 
     run_broker(tmp_path / "slave", slave, replication=Slave())
+
+
+def test_a_slot_write_that_fails_leaves_the_book_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from broker.pop.table import FileSlots
+
+    real = FileSlots.write
+    failures = iter([OSError(errno.ENOSPC, "No space left on device")])
+
+    def write(self: FileSlots, offset: int, visible_at_ms: int, attempt: int) -> None:
+        exc = next(failures, None)
+        if exc is not None:
+            raise exc
+        real(self, offset, visible_at_ms, attempt)
+
+    async def scenario(ctx: Ctx) -> None:
+        await send_n(ctx, 2)
+        monkeypatch.setattr(FileSlots, "write", write)
+        r = await pop(ctx)
+        assert r.code == 1  # the disk refused: an error answer, nothing handed out
+        got = handles(await pop(ctx))
+        assert [(m.body, m.reconsume_times) for m, _ in got] == [(b"m0", 0), (b"m1", 0)]
+        for m, h in got:
+            assert (await ack(ctx, m, h)).code == 0
+        book = ctx.replica.pop.table.books[("PG", TOPIC, 0)]
+        assert book.progress() == (2, 2, [])
+
+    run_broker(tmp_path, scenario)
