@@ -39,6 +39,7 @@ from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
 from broker.group_member import GroupMember, HASettings
 from broker.grpc.admin import AdminService
+from broker.grpc.consume import ConsumeConfig, Consumers
 from broker.grpc.forward import Forwarding, GroupFronts, role_view
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
@@ -198,6 +199,7 @@ class Replica:
             broker_name=c.broker_name,
             remoting=(c.advertised_host, c.listen_port),
             grpc_port=int(port),
+            pops=self.pop,
         )
         interceptors = []
         if self.client is not None and self.member is not None:
@@ -214,6 +216,7 @@ class Replica:
             transactions=GrpcTransactions(
                 self.transactions, self.core.producers, (c.advertised_host, c.listen_port)
             ),
+            consumers=Consumers(backend, ConsumeConfig(fifo_groups=frozenset(c.fifo_groups))),
         )
         try:
             self.grpc, self.grpc_port = await grpc_front(

@@ -1,10 +1,12 @@
 """RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` on a broker replica: producers of
-normal and transactional messages, as the official 5.x clients and RocketMQ's proxy (its
-``proxy/`` module) use it.
+normal, FIFO and transactional messages, as the official 5.x clients and RocketMQ's proxy
+(its ``proxy/`` module) use it, and consumers through :mod:`broker.grpc.consume` (its handlers
+are registered here by method name; the Settings of a consumer are filled in there).
 
 - **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
   gRPC endpoints (the master's, then the other live replicas', which forward to the master:
-  :mod:`broker.grpc.forward`), its permission and ``accept_message_types`` [NORMAL, TRANSACTION].
+  :mod:`broker.grpc.forward`), its permission and ``accept_message_types`` [NORMAL, FIFO,
+  TRANSACTION].
 - **Telemetry**: on the client's ``settings`` the server answers with its ``Settings`` first
   (backoff policy, max body size, request timeout); the clients wait for it. The stream also
   carries what the server sends unasked (a transaction's check: :mod:`broker.grpc.transactions`).
@@ -12,8 +14,9 @@ normal and transactional messages, as the official 5.x clients and RocketMQ's pr
   RocketMQ's proxy).
 - **SendMessage**: each message through the broker's send path (:class:`Backend`), so the
   quorum-write rules hold: OK only for PUT_OK. The client's ``message_id`` is the UNIQ_KEY;
-  keys, tag and user properties are kept; the body is stored byte for byte. A TRANSACTION
-  message is stored as a half; **EndTransaction** commits or rolls it back.
+  keys, tag and user properties are kept; the body is stored byte for byte; a message group
+  is stored as ``__SHARDINGKEY`` and picks the queue (one group, one queue: its order holds).
+  A TRANSACTION message is stored as a half; **EndTransaction** commits or rolls it back.
 - **NotifyClientTermination**: forgets the client.
 
 Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
@@ -29,7 +32,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import grpc
 
@@ -45,6 +48,9 @@ from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
 from rmq.message import Host
+
+if TYPE_CHECKING:
+    from broker.grpc.consume import Consumers
 
 log = logging.getLogger(__name__)
 CLIENT_ID = "x-mq-client-id"
@@ -200,11 +206,11 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         )
     if not sp.message_id:
         raise Refused(v2.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: required")
-    if sp.message_type not in (v2.NORMAL, v2.MESSAGE_TYPE_UNSPECIFIED, v2.TRANSACTION):
+    if sp.message_type not in (v2.NORMAL, v2.FIFO, v2.MESSAGE_TYPE_UNSPECIFIED, v2.TRANSACTION):
         raise Refused(
             v2.UNSUPPORTED,
             f"{field}.system_properties.message_type: {v2.MessageType.Name(sp.message_type)}"
-            " is not supported yet (only NORMAL and TRANSACTION)",
+            " is not supported yet (only NORMAL, FIFO and TRANSACTION)",
         )
     if sp.body_encoding not in (v2.IDENTITY, v2.ENCODING_UNSPECIFIED):
         raise Refused(
@@ -232,9 +238,40 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         props["KEYS"] = " ".join(keys)
     props["UNIQ_KEY"] = sp.message_id
     props["WAIT"] = "true"
+    props.update(message_group(m, field))
     if sp.message_type == v2.TRANSACTION:
         half_properties(props, m.topic.name)
     return props
+
+
+#: RocketMQ's ``MessageConst.PROPERTY_SHARDING_KEY``: where a message group is stored
+SHARDING_KEY = "__SHARDINGKEY"
+MAX_MESSAGE_GROUP_BYTES = 64  # the proxy's maxMessageGroupSize
+
+
+def message_group(m: v2.Message, field: str) -> dict[str, str]:
+    """A FIFO message's group as the stored ``__SHARDINGKEY`` (``SendMessageActivity.java``
+    :160-175, :271-275); required by FIFO, blank or control characters or 64 bytes refused."""
+    sp = m.system_properties
+    if not sp.HasField("message_group"):
+        if sp.message_type == v2.FIFO:
+            raise Refused(
+                v2.ILLEGAL_MESSAGE_GROUP,
+                f"{field}.system_properties.message_group: required by a FIFO message",
+            )
+        return {}
+    group = sp.message_group
+    if (
+        not group.strip()
+        or len(group.encode()) >= MAX_MESSAGE_GROUP_BYTES
+        or any(ord(c) < 32 or ord(c) == 127 for c in group)
+    ):
+        raise Refused(
+            v2.ILLEGAL_MESSAGE_GROUP,
+            f"{field}.system_properties.message_group: {group!r} is blank, holds a control"
+            f" character or has {MAX_MESSAGE_GROUP_BYTES} bytes or more",
+        )
+    return {SHARDING_KEY: group}
 
 
 class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -245,15 +282,20 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         request_timeout_ms: int = 3000,
         max_attempts: int = 3,
         transactions: GrpcTransactions | None = None,
+        consumers: Consumers | None = None,
     ) -> None:
         self.backend = backend
         self.transactions = transactions
+        self.consumers = consumers
         self.request_timeout_ms = request_timeout_ms
         self.max_attempts = max_attempts
         #: client id -> its client type, from its Telemetry settings
         self.clients: dict[str, int] = {}
+        handlers = consumers.handlers() if consumers is not None else {}
         for method in svc.DESCRIPTOR.services_by_name["MessagingService"].methods:
-            if method.name not in IMPLEMENTED:
+            if method.name in handlers:
+                setattr(self, method.name, handlers[method.name])
+            elif method.name not in IMPLEMENTED:
                 setattr(self, method.name, _not_implemented(method))
 
     # ------------------------------------------------------------------ routes
@@ -277,7 +319,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                         id=q.broker_id,
                         endpoints=endpoints(*q.endpoint, *q.replicas),
                     ),
-                    accept_message_types=[v2.NORMAL, v2.TRANSACTION],
+                    accept_message_types=[v2.NORMAL, v2.FIFO, v2.TRANSACTION],
                 )
                 for q in queues
             ],
@@ -298,6 +340,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         if client.HasField("publishing") or client.client_type == v2.PRODUCER:
             out.publishing.max_body_size = self.backend.max_body_bytes
             out.publishing.validate_message_type = True
+        if client.HasField("subscription") and self.consumers is not None:
+            self.consumers.settings(out)
         return out
 
     async def Telemetry(
