@@ -5,8 +5,9 @@
 CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
 KV when endpoints are given, else in memory), the send/pull/consumer/admin processors on one
 ``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
-``grpc_listen``, sending through the same send processor), delayed delivery, the route
-registrar and the metrics endpoint.
+``grpc_listen``, sending through the same send processor), delayed delivery and timer
+messages (``<data_dir>/timer``; their positions in metaledger too: :mod:`broker.timer`), the
+route registrar and the metrics endpoint.
 
 With a metaledger client the replica is a member of its replica group
 (:class:`~broker.group_member.GroupMember`): it registers there, takes the role metaledger
@@ -16,7 +17,7 @@ broker id 0 while master, its replica id while slave (a slave must never claim i
 loads the consumer offsets from metaledger on each promotion. Without a client (unit tests)
 it is :class:`Standalone`, or the ``replication`` given.
 
-Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
+Upkeep tasks: consumer offsets (and the delivery positions) flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
 silent consumers expired every 10 s.
 """
 
@@ -48,6 +49,8 @@ from broker.send.processor import SendProcessor
 from broker.send.schedule import ScheduleService
 from broker.state.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.store import MessageStore, RetentionPolicy, StoreConfig
+from broker.timer.progress import DeliveryProgress
+from broker.timer.service import TimerService, TimerSettings
 from broker.topics import TopicTable
 from nameserver.client import Client, ClientError
 from rmq.message import Host
@@ -90,12 +93,16 @@ class Replica:
         self.topics.keep_default_topic(config.auto_create_topic, config.default_queue_nums)
         self.registrar: RouteRegistrar | None = None
         offsets: OffsetStore
+        #: where the delayed and timer deliveries got to (broker/timer/progress.py)
+        self.delivery: OffsetStore
         if client is not None:
             self.registrar = RouteRegistrar(client, config, self.topics)
             self.topics.resolver = self.registrar.resolve
             offsets = KvOffsetStore(client, config.broker_name)
+            self.delivery = KvOffsetStore(client, config.broker_name, kind="delivery")
         else:
             offsets = InMemoryOffsetStore()
+            self.delivery = InMemoryOffsetStore()
         self.offsets = offsets
         self.core = BrokerCore(config, self.store, self.replication, self.topics, offsets)
         self.core.metrics = self.metrics
@@ -115,8 +122,17 @@ class Replica:
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(handlers, on_close=self.consumers.connection_closed)
+        reload = self.delivery.load_all if isinstance(self.delivery, KvOffsetStore) else None
         self.schedule = ScheduleService(
-            self.core, os.path.join(config.data_dir, "delayOffset.json")
+            self.core,
+            os.path.join(config.data_dir, "delayOffset.json"),
+            DeliveryProgress(self.delivery, reload, "schedule"),
+        )
+        self.timer = TimerService(
+            self.core,
+            os.path.join(config.data_dir, "timer"),
+            DeliveryProgress(self.delivery, reload, "timer"),
+            TimerSettings(max_delay_sec=config.timer_max_delay_sec),
         )
         self.grpc: grpc.aio.Server | None = None
         self.grpc_port = 0
@@ -136,6 +152,7 @@ class Replica:
             self.metrics.serve(host or "0.0.0.0", int(port))
         await self._start_grpc()
         self.schedule.start()
+        self.timer.start()
         if self.registrar is not None:
             registrar = self.registrar
             loop = asyncio.get_running_loop()
@@ -191,6 +208,7 @@ class Replica:
     async def flush_offsets(self) -> None:
         try:
             await asyncio.to_thread(self.offsets.flush)
+            await asyncio.to_thread(self.delivery.flush)
         except ClientError as exc:
             if not self._flush_failing:  # once per outage, not every second
                 log.warning("broker: consumer offsets not flushed (retrying): %s", exc)
@@ -234,6 +252,7 @@ class Replica:
         if self.grpc is not None:
             await self.grpc.stop(grace=1.0)
         await self.schedule.stop()
+        await self.timer.stop()
         await self.flush_offsets()
         self.core.close()
         self.metrics.close()

@@ -6,7 +6,9 @@ random write queue; the batch-or-not decision is the header's ``batch`` field fo
 (C++ sends batches as code 10 with ``"batch":"1"``); a message for ``%RETRY%<group>`` whose
 ``reconsumeTimes`` reached the maximum (header ``maxReconsumeTimes`` else the group's
 ``retryMaxTimes``) goes to ``%DLQ%<group>`` queue 0; a ``DELAY`` level > 0 goes to
-SCHEDULE_TOPIC_XXXX queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``. The answer's ``msgId`` is
+SCHEDULE_TOPIC_XXXX queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``; a timer message
+(``TIMER_DELIVER_MS``/``TIMER_DELAY_MS``/``TIMER_DELAY_SEC``) to ``rmq_sys_wheel_timer``
+(:mod:`broker.timer`). The answer's ``msgId`` is
 the offset message id (batches: comma-joined), ``queueId`` and ``queueOffset`` (the first), all
 strings (as RocketMQ's ``SendMessageResponseHeader``: C++ 1.x reads only JSON strings); the status
 maps to a code by ``broker.replication.RESPONSE``.
@@ -33,7 +35,7 @@ import logging
 import random
 
 from broker.admin.topics import check_topic_name
-from broker.core import BrokerCore
+from broker.core import BrokerCore, now_ms
 from broker.remoting.errors import (
     BrokerRequestError,
     NoPermission,
@@ -42,6 +44,7 @@ from broker.remoting.errors import (
 )
 from broker.replication import RESPONSE, PutStatus
 from broker.store import PutResult, StoreError
+from broker.timer.message import to_timer
 from broker.topics import (
     DLQ_PREFIX,
     REPLICATOR_SOURCE,
@@ -239,7 +242,7 @@ class SendProcessor:
         queue_id: int,
     ) -> tuple[PutStatus, list[PutResult], int]:
         """One message (not a batch) to ``queue_id`` of ``config`` (from :meth:`target`): the
-        replica check, retry to DLQ, DELAY, then the store and the group's quorum; the status,
+        replica check, retry to DLQ, a timer, DELAY, then the store and the group's quorum; the status,
         the result and the queue it went to. The RocketMQ 5 gRPC front sends through it too."""
         replica_of = config.replica_of
         if replica_of:
@@ -254,6 +257,7 @@ class SendProcessor:
                 self.core.topics.ensure(topic, 1)
                 queue_id = 0
         message = self._message(h, topic, queue_id, body, h.flag, props, born)
+        message = to_timer(message, now_ms(), self.core.config.timer_max_delay_sec)
         message = self.delayed(message)
         status, result = await self.core.put(message)
         return status, [result] if result else [], queue_id
