@@ -5,7 +5,8 @@ both then speak the remoting protocol to the brokers themselves (``rmq.connectio
 over the shared codec), as a RocketMQ client would:
 
 - send: SEND_MESSAGE (10) to the master (id 0) of a broker with writable queues, queue
-  picked at random; prints the msgId, queue and offset.
+  picked at random; prints the msgId, queue and offset. ``--deliver-at`` makes it a timer
+  message (``TIMER_DELIVER_MS``: :func:`broker.timer.message.parse_deliver_at`).
 - consume: per readable queue, QUERY_CONSUMER_OFFSET (22 → GET_MAX_OFFSET: only new
   messages, as CONSUME_FROM_LAST_OFFSET), then PULL_MESSAGE with long polling and the tag
   expression; prints each message and commits the offsets (UPDATE_CONSUMER_OFFSET) before
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from broker.timer.message import TIMER_DELIVER_MS, parse_deliver_at
 from nameserver.client import ConnectionOptions
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
@@ -73,6 +75,13 @@ def register_messages(
     s.add_argument("--keys", default="")
     s.add_argument("--property", action="append", default=[], metavar="K=V", help="repeatable")
     s.add_argument("--producer-group", default="metaledger-cli")
+    s.add_argument(
+        "--deliver-at",
+        metavar="WHEN",
+        help="a timer message: delivered at WHEN: +10s (ms, s, m, h, d) from now, epoch ms, or"
+        " ISO-8601 (2026-12-05T18:00:00Z; UTC without an offset); at most the broker's"
+        " timerMaxDelaySec ahead (3 days)",
+    )
     s.set_defaults(run=partial(run_send, connect=connect))
     c = subparsers.add_parser("consume", parents=[parent], help="consume messages of a topic")
     c.add_argument("topic")
@@ -132,6 +141,13 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
     if args.keys:
         props["KEYS"] = args.keys
     props["UNIQ_KEY"] = uniq_key()
+    if args.deliver_at:
+        try:
+            props[TIMER_DELIVER_MS] = str(
+                parse_deliver_at(args.deliver_at, int(time.time() * 1000))
+            )
+        except ValueError as exc:
+            raise SystemExit(f"metaledger: send: --deliver-at {exc}") from None
     return props
 
 

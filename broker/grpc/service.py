@@ -2,14 +2,17 @@
 normal messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/`` module) use it.
 
 - **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
-  gRPC endpoint, its permission and ``accept_message_types`` [NORMAL].
+  gRPC endpoint, its permission and ``accept_message_types`` [NORMAL, DELAY].
 - **Telemetry**: on the client's ``settings`` the server answers with its ``Settings`` first
   (backoff policy, max body size, request timeout); the clients wait for it.
 - **Heartbeat**: OK once the client sent its settings, UNRECOGNIZED_CLIENT_TYPE before (as
   RocketMQ's proxy).
 - **SendMessage**: each message through the broker's send path (:class:`Backend`), so the
   quorum-write rules hold: OK only for PUT_OK. The client's ``message_id`` is the UNIQ_KEY;
-  keys, tag and user properties are kept; the body is stored byte for byte.
+  keys, tag and user properties are kept; the body is stored byte for byte. A DELAY message's
+  ``delivery_timestamp`` becomes ``TIMER_DELIVER_MS`` (RocketMQ's proxy,
+  SendMessageActivity.fillDelayMessageProperty): a timer message (:mod:`broker.timer`); a
+  missing one, or one beyond ``timerMaxDelaySec``, is ILLEGAL_DELIVERY_TIME.
 - **NotifyClientTermination**: forgets the client.
 
 Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
@@ -34,6 +37,12 @@ from broker.remoting.errors import (
     TopicNotExist,
 )
 from broker.replication import RESPONSE, PutStatus
+from broker.timer.message import (
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+    TIMER_PROPERTIES,
+    TimerMessageIllegal,
+)
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
@@ -44,6 +53,7 @@ CLIENT_ID = "x-mq-client-id"
 #: user property names the broker writes itself (RocketMQ's MessageConst reserved names)
 RESERVED = frozenset(
     {"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY", "REAL_TOPIC", "REAL_QID", "TRAN_MSG"}
+    | {*TIMER_PROPERTIES, TIMER_OUT_MS}
 )
 PERM_READ, PERM_WRITE = 4, 2
 
@@ -178,11 +188,16 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         )
     if not sp.message_id:
         raise Refused(v2.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: required")
-    if sp.message_type not in (v2.NORMAL, v2.MESSAGE_TYPE_UNSPECIFIED):
+    if sp.message_type not in (v2.NORMAL, v2.DELAY, v2.MESSAGE_TYPE_UNSPECIFIED):
         raise Refused(
             v2.UNSUPPORTED,
             f"{field}.system_properties.message_type: {v2.MessageType.Name(sp.message_type)}"
-            " is not supported yet (only NORMAL)",
+            " is not supported yet (only NORMAL and DELAY)",
+        )
+    if sp.message_type == v2.DELAY and not sp.HasField("delivery_timestamp"):
+        raise Refused(
+            v2.ILLEGAL_DELIVERY_TIME,
+            f"{field}.system_properties.delivery_timestamp: required for a DELAY message",
         )
     if sp.body_encoding not in (v2.IDENTITY, v2.ENCODING_UNSPECIFIED):
         raise Refused(
@@ -210,6 +225,8 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         props["KEYS"] = " ".join(keys)
     props["UNIQ_KEY"] = sp.message_id
     props["WAIT"] = "true"
+    if sp.HasField("delivery_timestamp"):
+        props[TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
     return props
 
 
@@ -249,7 +266,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                     broker=v2.Broker(
                         name=q.broker_name, id=q.broker_id, endpoints=endpoints(*q.endpoint)
                     ),
-                    accept_message_types=[v2.NORMAL],
+                    accept_message_types=[v2.NORMAL, v2.DELAY],
                 )
                 for q in queues
             ],
@@ -334,6 +351,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
             born_ms = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
             sent = await self.backend.send(
                 m.topic.name, m.body, props, _born(context, sp.born_host), born_ms or _now_ms()
+            )
+        except TimerMessageIllegal as exc:
+            where = f"messages[{i}].system_properties.delivery_timestamp"
+            return svc.SendResultEntry(
+                status=status(v2.ILLEGAL_DELIVERY_TIME, f"{where}: {exc}"), message_id=message_id
             )
         except (Refused, BrokerRequestError) as exc:
             return svc.SendResultEntry(status=refusal(exc), message_id=message_id)

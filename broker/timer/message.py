@@ -23,6 +23,8 @@ message's ``delivery_timestamp`` from it: GrpcConverter.java:208).
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from collections.abc import Mapping
 
 from broker.remoting.errors import BrokerRequestError
@@ -39,6 +41,8 @@ TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
 TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC)
 PRECISION_MS = 1000
+_RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 class TimerMessageIllegal(BrokerRequestError):
@@ -129,3 +133,24 @@ def to_real(m: StoredMessage, dequeue_ms: int) -> StoredMessage:
         reconsume_times=m.reconsume_times,
         properties=props,
     )
+
+
+def parse_deliver_at(text: str, now_ms: int) -> int:
+    """``metaledger send --deliver-at``: ``+10s`` (``ms``, ``s``, ``m``, ``h``, ``d``) from now,
+    epoch milliseconds (digits only), or an ISO-8601 time (``2026-12-05T18:00:00Z``; without an
+    offset it is UTC). ValueError saying what is accepted otherwise."""
+    text = text.strip()
+    m = _RELATIVE.fullmatch(text)
+    if m:
+        return now_ms + int(m.group(1)) * _UNITS_MS[m.group(2)]
+    if text.isdigit():
+        return int(text)
+    try:
+        at = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not +N(ms|s|m|h|d), epoch milliseconds or an ISO-8601 time"
+        ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=dt.UTC)
+    return int(at.timestamp() * 1000)

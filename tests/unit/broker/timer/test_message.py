@@ -8,6 +8,7 @@ from broker.timer.message import (
     TIMER_TOPIC,
     TimerMessageIllegal,
     deliver_ms,
+    parse_deliver_at,
     to_real,
     to_timer,
 )
@@ -78,3 +79,26 @@ def test_delivered_back_to_its_real_queue() -> None:
     assert real.properties["TIMER_ENQUEUE_MS"] == str(NOW)
     assert real.properties["TIMER_DEQUEUE_MS"] == str(NOW + 5001)
     assert to_timer(real, NOW + 5001, 3 * DAY_S) is real  # TIMER_OUT_MS: never again
+
+
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("+10s", NOW + 10_000),
+        ("+250ms", NOW + 250),
+        ("+2m", NOW + 120_000),
+        ("+1d", NOW + DAY_S * 1000),
+        ("1700000060000", 1_700_000_060_000),
+        ("2023-11-14T22:14:20Z", 1_700_000_060_000),
+        ("2023-11-14T22:14:20", 1_700_000_060_000),  # no offset: UTC
+        ("2023-11-14T23:14:20+01:00", 1_700_000_060_000),
+    ],
+)
+def test_deliver_at_forms(text: str, at: int) -> None:
+    assert parse_deliver_at(text, NOW) == at
+
+
+@pytest.mark.parametrize("text", ["tomorrow", "+10", "-5s", "10s"])
+def test_deliver_at_says_what_it_takes(text: str) -> None:
+    with pytest.raises(ValueError, match="epoch milliseconds or an ISO-8601 time"):
+        parse_deliver_at(text, NOW)
