@@ -226,7 +226,12 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
     props["UNIQ_KEY"] = sp.message_id
     props["WAIT"] = "true"
     if sp.HasField("delivery_timestamp"):
-        props[TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
+        try:
+            props[TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
+        except ValueError as exc:  # e.g. milliseconds in the seconds field
+            raise Refused(
+                v2.ILLEGAL_DELIVERY_TIME, f"{field}.system_properties.delivery_timestamp: {exc}"
+            ) from None
     return props
 
 

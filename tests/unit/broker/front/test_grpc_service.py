@@ -289,3 +289,14 @@ def test_bad_delivery_times_are_illegal_delivery_time(
     field = "user_properties" if m.user_properties else "system_properties.delivery_timestamp"
     assert field in out.status.message
     assert backend.sent == []
+
+
+def test_milliseconds_in_the_seconds_field_are_illegal_delivery_time() -> None:
+    """What rocketmq-python-client 5.1.2 sends for ``delivery_timestamp = <ms>``."""
+    backend = FakeBackend()
+    m = delay_message(None)
+    m.system_properties.delivery_timestamp.seconds = 1_700_000_060_000
+    out = send(MessagingService(backend), m)
+    assert out.status.code == v2.ILLEGAL_DELIVERY_TIME
+    assert "messages[0].system_properties.delivery_timestamp" in out.status.message
+    assert backend.sent == []
