@@ -6,7 +6,8 @@ RocketMQ 5's layout (``store/timer/TimerWheel.java``, ``TimerLog.java``), simpli
   ``enqueue_next``: the next ``rmq_sys_wheel_timer`` queue offset to dispatch) and
   ``slots`` fixed-size slots (second, position of the chain's last entry, entry count),
   memory-mapped. Slot ``i`` serves every second ``s`` with ``s % slots == i``; a slot whose
-  second is not the one asked for is stale (a second one wheel-turn ago) and counts as empty.
+  second is not the one asked for is stale (a second one wheel-turn ago, or 0: never used)
+  and counts as empty.
 - ``<dir>/timerlog``: fixed-size entries (previous entry of the same slot, the slot's second,
   the delivery time, the message's commit-log offset and size, its timer-queue offset, a
   CRC32), appended only. A slot is walked backwards from its last entry (RocketMQ's
@@ -80,6 +81,8 @@ class TimerWheel:
         os.ftruncate(self._wheel_fd, size)
         self._map = mmap.mmap(self._wheel_fd, size)
         self._log_fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._waiting = 0
+        self._fired = 0
         if fresh:
             self.reset(start_s, 0)
         else:
@@ -88,7 +91,6 @@ class TimerWheel:
                 self.close()
                 raise TimerWheelError(f"{self.wheel_path}: not a wheel of {slots} slots")
             self._recover()
-        self._fired = 0
 
     # ------------------------------------------------------------------ header
     @property
@@ -117,7 +119,7 @@ class TimerWheel:
         """(last position, entries) of ``second``'s slot; (-1, 0) when empty or stale."""
         at = HEADER.size + (second % self.slots) * SLOT.size
         s, last, count = SLOT.unpack_from(self._map, at)
-        return (last, count) if s == second else (-1, 0)
+        return (int(last), int(count)) if s == second else (-1, 0)
 
     def count(self, second: int) -> int:
         """How many entries ``second``'s slot holds (0 when empty or stale)."""
@@ -189,7 +191,11 @@ class TimerWheel:
     def reset(self, read_s: int, enqueue_next: int) -> None:
         """Empty the wheel: nothing waits, firing resumes at ``read_s``, dispatch at
         ``enqueue_next`` (a new wheel; a master rebuilding from the timer queue)."""
-        self._map[:] = b"\xff" * len(self._map)  # every slot's second -1: stale
+        size = len(self._map)
+        self._map.close()
+        os.ftruncate(self._wheel_fd, 0)  # every slot's second 0: stale (sparse, nothing written)
+        os.ftruncate(self._wheel_fd, size)
+        self._map = mmap.mmap(self._wheel_fd, size)
         self._set_header(read_s, enqueue_next)
         os.ftruncate(self._log_fd, 0)
         self._waiting = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from broker.config import BrokerConfig
@@ -30,11 +31,13 @@ class Clock:
         return self.ms
 
 
-def run(tmp_path: Path, scenario: Callable[[BrokerCore], Awaitable[None]], **config: str) -> None:
+def run(
+    tmp_path: Path, scenario: Callable[[BrokerCore], Awaitable[None]], delay_levels: str = ""
+) -> None:
     async def main() -> None:
         cfg = BrokerConfig(broker_name="broker-a", data_dir=str(tmp_path / "broker"))
-        if config:
-            cfg = BrokerConfig(broker_name="broker-a", data_dir=str(tmp_path / "broker"), **config)
+        if delay_levels:
+            cfg = replace(cfg, message_delay_levels=delay_levels)
         replica = Replica(cfg)  # not started: its own delivery loops stay idle
         try:
             await scenario(replica.core)
@@ -187,7 +190,7 @@ def test_delay_levels_after_a_failover_resume_from_metaledger(tmp_path: Path) ->
         assert await new.deliver_due() == 0
         assert len(delivered(core)) == 2
 
-    run(tmp_path, scenario, message_delay_levels="100ms 200ms")
+    run(tmp_path, scenario, delay_levels="100ms 200ms")
 
 
 def test_timer_topic_name() -> None:
