@@ -44,7 +44,7 @@ from broker.remoting.errors import (
 )
 from broker.replication import RESPONSE, PutStatus
 from broker.store import PutResult, StoreError
-from broker.timer.message import to_timer
+from broker.timer.message import park, to_timer
 from broker.topics import (
     DLQ_PREFIX,
     REPLICATOR_SOURCE,
@@ -295,19 +295,7 @@ class SendProcessor:
         level = min(level, len(self.core.config.delay_levels_ms))
         props = dict(m.properties)
         props["DELAY"] = str(level)
-        props["REAL_TOPIC"] = m.topic
-        props["REAL_QID"] = str(m.queue_id)
-        return StoredMessage(
-            topic=SCHEDULE_TOPIC,
-            body=m.body,
-            queue_id=level - 1,
-            flag=m.flag,
-            sysflag=m.sysflag,
-            born_timestamp=m.born_timestamp,
-            born_host=m.born_host,
-            reconsume_times=m.reconsume_times,
-            properties=props,
-        )
+        return park(m, SCHEDULE_TOPIC, level - 1, props)
 
     def _answer(
         self, request: RemotingCommand, status: PutStatus, results: list[PutResult], queue_id: int

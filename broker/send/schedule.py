@@ -25,6 +25,7 @@ import tempfile
 
 from broker.core import BrokerCore, now_ms
 from broker.state.offsets import InMemoryOffsetStore
+from broker.timer.message import unpark
 from broker.timer.progress import DeliveryProgress
 from broker.timer.service import STORED
 from broker.topics import SCHEDULE_TOPIC
@@ -117,20 +118,8 @@ class ScheduleService:
     @staticmethod
     def _real(m: StoredMessage) -> StoredMessage:
         props = dict(m.properties)
-        topic = props.pop("REAL_TOPIC", m.topic)
-        qid_text = props.pop("REAL_QID", "0")
         props.pop("DELAY", None)
-        return StoredMessage(
-            topic=topic,
-            body=m.body,
-            queue_id=int(qid_text) if qid_text.isdigit() else 0,
-            flag=m.flag,
-            sysflag=m.sysflag,
-            born_timestamp=m.born_timestamp,
-            born_host=m.born_host,
-            reconsume_times=m.reconsume_times,
-            properties=props,
-        )
+        return unpark(m, props)
 
     def _save(self) -> None:
         if not self.path:

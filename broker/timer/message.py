@@ -103,9 +103,7 @@ def to_timer(m: StoredMessage, now_ms: int, max_delay_sec: int) -> StoredMessage
     at = at - PRECISION_MS if at % PRECISION_MS == 0 else at // PRECISION_MS * PRECISION_MS
     stored = dict(props)
     stored[TIMER_OUT_MS] = str(at)
-    stored["REAL_TOPIC"] = m.topic
-    stored["REAL_QID"] = str(m.queue_id)
-    return m._replace(topic=TIMER_TOPIC, queue_id=0, properties=stored)
+    return park(m, TIMER_TOPIC, 0, stored)
 
 
 def timer_out_ms(m: StoredMessage) -> int | None:
@@ -114,14 +112,19 @@ def timer_out_ms(m: StoredMessage) -> int | None:
     return int(text) if text.lstrip("-").isdigit() else None
 
 
-def to_real(m: StoredMessage, dequeue_ms: int) -> StoredMessage:
-    """A due timer message as it is delivered: its real topic and queue (REAL_* removed),
-    ``TIMER_ENQUEUE_MS`` (its store time) and ``TIMER_DEQUEUE_MS`` added."""
-    props = dict(m.properties)
+def park(m: StoredMessage, topic: str, queue_id: int, props: dict[str, str]) -> StoredMessage:
+    """``m`` with ``props`` on a system ``topic`` (the timer's, a delay level's) until it is
+    due, its real topic and queue kept in ``REAL_TOPIC``/``REAL_QID``."""
+    props["REAL_TOPIC"] = m.topic
+    props["REAL_QID"] = str(m.queue_id)
+    return m._replace(topic=topic, queue_id=queue_id, properties=props)
+
+
+def unpark(m: StoredMessage, props: dict[str, str]) -> StoredMessage:
+    """A stored parked message as it is put again: on its real topic and queue (``props``
+    without ``REAL_*``), the rest of its store-side fields left behind."""
     topic = props.pop("REAL_TOPIC", m.topic)
     qid = props.pop("REAL_QID", "0")
-    props[TIMER_ENQUEUE_MS] = str(m.store_timestamp)
-    props[TIMER_DEQUEUE_MS] = str(dequeue_ms)
     return StoredMessage(
         topic=topic,
         body=m.body,
@@ -133,6 +136,15 @@ def to_real(m: StoredMessage, dequeue_ms: int) -> StoredMessage:
         reconsume_times=m.reconsume_times,
         properties=props,
     )
+
+
+def to_real(m: StoredMessage, dequeue_ms: int) -> StoredMessage:
+    """A due timer message as it is delivered: its real topic and queue (REAL_* removed),
+    ``TIMER_ENQUEUE_MS`` (its store time) and ``TIMER_DEQUEUE_MS`` added."""
+    props = dict(m.properties)
+    props[TIMER_ENQUEUE_MS] = str(m.store_timestamp)
+    props[TIMER_DEQUEUE_MS] = str(dequeue_ms)
+    return unpark(m, props)
 
 
 def parse_deliver_at(text: str, now_ms: int) -> int:

@@ -16,11 +16,11 @@ from nameserver.client import Client, QueueData
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from rmq.codes import ResponseCode
 from rmq.connection import RemotingConnection
-from rmq.headers import PullMessageHeader, SendMessageHeader
-from rmq.message import StoredMessage, decode_records, properties_text
+from rmq.headers import SendMessageHeader
+from rmq.message import StoredMessage, properties_text
 from tests.harness import Cluster, free_ports
 from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
-from tests.integration.broker.test_grpc_producer import Env, produce
+from tests.integration.broker.test_grpc_producer import Env, _pull_all, produce
 
 pytestmark = [pytest.mark.integration]
 TOPIC = "TimerTopic"
@@ -44,33 +44,8 @@ def send(port: int, body: bytes, **props: str) -> tuple[int, str]:
     return asyncio.run(_send(port, body, **props))
 
 
-async def _pull(port: int, topic: str = TOPIC) -> list[StoredMessage]:
-    c = await RemotingConnection.connect("127.0.0.1", port)
-    out: list[StoredMessage] = []
-    try:
-        for q in range(2):
-            offset = 0
-            while True:
-                pull = PullMessageHeader(
-                    consumer_group="inspect", topic=topic, queue_id=q, queue_offset=offset,
-                    max_msg_nums=32, sys_flag=0x4, commit_offset=0, suspend_timeout_ms=0,
-                    sub_version=0, subscription="*",
-                )  # fmt: skip
-                r = await c.call(pull.request(), timeout_s=10)
-                if r.code != 0:
-                    break
-                got = decode_records(r.body)
-                out.extend(got)
-                offset = int(r.ext_fields["nextBeginOffset"])
-                if not got:
-                    break
-    finally:
-        await c.close()
-    return out
-
-
 def pull(broker: BrokerProcess) -> list[StoredMessage]:
-    return asyncio.run(_pull(broker.port))
+    return asyncio.run(_pull_all(broker.port, TOPIC))  # its 2 queues: the others answer none
 
 
 def pull_until(broker: BrokerProcess, n: int, timeout: float = 30) -> list[StoredMessage]:
