@@ -13,8 +13,10 @@ dequeue and checkpoint services), in one loop on the master, every :data:`TICK_S
 **Progress survives.** The wheel's files hold ``read_s`` and ``enqueue_next``: a restart
 resumes there (a second that was firing when the process died fires again whole). The pair
 (``read_s`` as ms, ``enqueue_next``) is also kept in metaledger (:class:`DeliveryProgress`,
-flushed with the consumer offsets, every ≤ 1 s), written right after each second fired; it
-says: every timer-queue message below that offset and due before that time was delivered.
+flushed with the consumer offsets, every ≤ 1 s), written right after a second that had
+entries fired, or one after new messages were linked (idle seconds write nothing: the pair
+stays true); it says: every timer-queue message below that offset and due before that time
+was delivered.
 A replica that becomes master compares it with its own wheel; when metaledger's is ahead (an
 other master delivered meanwhile) the wheel is rebuilt: emptied, firing at that time, and
 dispatched again from the first timer-queue message stored ``timer_max_delay_sec`` (+ 1 min
@@ -100,6 +102,8 @@ class TimerService:
         self.skips: list[tuple[int, int]] = []
         self._promotions = 0
         self._done = 0  # entries of the slot being fired delivered already (this process)
+        self._changed = False  # a slot with entries fired since the last commit
+        self._committed_enqueue = -1
         self._flushed_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
@@ -206,10 +210,15 @@ class TimerService:
                     else:
                         return delivered  # retried next tick from this entry
                     self._done += 1
+                self._changed = True
             self._done = 0
             wheel.advance(second + 1)
-            self.progress.commit(TIMER_TOPIC, READ_MS_QUEUE, wheel.read_s * 1000)
-            self.progress.commit(TIMER_TOPIC, ENQUEUE_QUEUE, wheel.enqueue_next)
+            if self._changed or wheel.enqueue_next != self._committed_enqueue:
+                # idle seconds are not written: metaledger's older pair stays true
+                self.progress.commit(TIMER_TOPIC, READ_MS_QUEUE, wheel.read_s * 1000)
+                self.progress.commit(TIMER_TOPIC, ENQUEUE_QUEUE, wheel.enqueue_next)
+                self._committed_enqueue = wheel.enqueue_next
+                self._changed = False
             if second % 1000 == 0:
                 await asyncio.sleep(0)  # a long gap (a restart after hours): let others run
         return delivered
