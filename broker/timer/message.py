@@ -12,7 +12,8 @@ when none of those is there. A value that is not a number, or a time more than
 SendMessageProcessor.java:412). A time not after now is stored as is: not a
 timer message. Otherwise the message goes to ``rmq_sys_wheel_timer`` queue 0 with
 ``TIMER_OUT_MS`` (the delivery time rounded down to the second, RocketMQ's precision),
-``REAL_TOPIC`` and ``REAL_QID``.
+``REAL_TOPIC`` and ``REAL_QID``. A timer message deleting another (``TIMER_DEL_UNIQKEY``) is
+refused with MESSAGE_ILLEGAL: not served here (delivered, it would be a message of its own).
 
 On delivery (``TimerMessageStore.convert``/``convertMessage``, store/timer/
 TimerMessageStore.java:1137-1236) the message goes back to its real topic and queue without
@@ -39,6 +40,7 @@ TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
 TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
+TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC)
 PRECISION_MS = 1000
 _RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
@@ -96,6 +98,11 @@ def to_timer(m: StoredMessage, now_ms: int, max_delay_sec: int) -> StoredMessage
         kept = {k: v for k, v in props.items() if k not in TIMER_PROPERTIES}
         return m._replace(properties=kept)
     at = deliver_ms(props, now_ms)
+    if at is not None and TIMER_DEL_UNIQKEY in props:
+        raise TimerMessageIllegal(
+            f"timer message illegal: {TIMER_DEL_UNIQKEY} (deleting a timer message) is not "
+            "served by this broker"
+        )
     if at is None or at <= now_ms:
         return m
     check_deliver_ms(at, now_ms, max_delay_sec)

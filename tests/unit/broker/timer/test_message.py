@@ -64,6 +64,11 @@ def test_beyond_the_max_delay_is_refused_naming_the_property() -> None:
     assert to_timer(msg(TIMER_DELAY_SEC=str(3 * DAY_S)), NOW, 3 * DAY_S).topic == TIMER_TOPIC
 
 
+def test_deleting_a_timer_message_is_refused() -> None:
+    with pytest.raises(TimerMessageIllegal, match="TIMER_DEL_UNIQKEY"):
+        to_timer(msg(TIMER_DELIVER_MS=str(NOW + 5000), TIMER_DEL_UNIQKEY="x"), NOW, 3 * DAY_S)
+
+
 def test_a_value_that_is_not_a_number_is_refused() -> None:
     with pytest.raises(TimerMessageIllegal, match="TIMER_DELIVER_MS='soon'"):
         to_timer(msg(TIMER_DELIVER_MS="soon"), NOW, 3 * DAY_S)
