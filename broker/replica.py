@@ -17,8 +17,8 @@ broker id 0 while master, its replica id while slave (a slave must never claim i
 loads the consumer offsets from metaledger on each promotion. Without a client (unit tests)
 it is :class:`Standalone`, or the ``replication`` given.
 
-Upkeep tasks: consumer offsets (and the delivery positions) flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
-silent consumers expired every 10 s.
+Upkeep tasks: consumer offsets and the delivery positions flushed every
+``offset_flush_interval_ms`` (≤ 1 s) and at stop; silent consumers expired every 10 s.
 """
 
 from __future__ import annotations

@@ -242,8 +242,9 @@ class SendProcessor:
         queue_id: int,
     ) -> tuple[PutStatus, list[PutResult], int]:
         """One message (not a batch) to ``queue_id`` of ``config`` (from :meth:`target`): the
-        replica check, retry to DLQ, a timer, DELAY, then the store and the group's quorum; the status,
-        the result and the queue it went to. The RocketMQ 5 gRPC front sends through it too."""
+        replica check, retry to DLQ, a timer, DELAY, then the store and the group's quorum; the
+        status, the result and the queue it went to. The RocketMQ 5 gRPC front sends through
+        it too."""
         replica_of = config.replica_of
         if replica_of:
             check_replica(h.topic, replica_of, props)
