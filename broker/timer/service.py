@@ -26,13 +26,16 @@ second that was firing; after a failover, those the old master delivered after i
 (messages due within the last flush interval before the crash). Nothing is lost: delivery is
 at least once.
 
-Only a master runs the loop; a slave's wheel waits untouched (its timer queue is replicated
+The wheel's files are read and written on the event loop (small reads and writes; one
+second's entries at a time), its fsync every second on the store's threads. Only a master
+runs the loop; a slave's wheel waits untouched (its timer queue is replicated
 like any topic and dispatched when it is promoted).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable
@@ -105,6 +108,8 @@ class TimerService:
         self._changed = False  # a slot with entries fired since the last commit
         self._committed_enqueue = -1
         self._flushed_at = 0.0
+        #: the wheel's fsync on the store's threads (waited for before the files close)
+        self._flushing: concurrent.futures.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -115,6 +120,8 @@ class TimerService:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._flushing is not None:
+            await asyncio.wrap_future(self._flushing)  # a cancelled step's, still running
         self.wheel.flush()
         self.wheel.close()
 
@@ -140,7 +147,8 @@ class TimerService:
         loop = asyncio.get_running_loop()
         if loop.time() - self._flushed_at >= FLUSH_EVERY_S:
             self._flushed_at = loop.time()
-            await self.core.run(self.wheel.flush)
+            self._flushing = self.core.executor.submit(self.wheel.flush)
+            await asyncio.wrap_future(self._flushing)
         return delivered
 
     async def _rebuild_if_behind(self) -> None:
@@ -156,7 +164,7 @@ class TimerService:
             self.core.store.search_offset_by_timestamp, TIMER_TOPIC, 0, since
         )
         self.skips = [(enqueued, read_ms), mine]
-        await self.core.run(wheel.reset, max(read_ms // 1000, wheel.read_s), start)
+        wheel.reset(max(read_ms // 1000, wheel.read_s), start)
         self._done = 0
         log.info(
             "timer: wheel rebuilt from the timer queue at offset %d (delivered before: "
@@ -201,7 +209,7 @@ class TimerService:
         while wheel.read_s < now_s:  # a second fires once it is over (RocketMQ's dequeue)
             second = wheel.read_s
             if wheel.count(second):
-                entries = await self.core.run(wheel.due, second)
+                entries = wheel.due(second)  # one second's entries: small reads, here
                 for entry in entries[self._done :]:
                     if entry.deliver_ms // 1000 > second:
                         wheel.add(entry)  # rolled: beyond the window when linked
