@@ -4,11 +4,15 @@ and the delayed delivery's positions across a failover."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from broker.config import BrokerConfig
 from broker.core import BrokerCore
@@ -223,6 +227,37 @@ def test_a_refused_put_is_retried_from_that_message(tmp_path: Path) -> None:
         assert await timer.step() == 1
         assert timer.wheel.read_s == clock.ms // 1000 - 1  # the second is not over for it
         assert await timer.step() == 2
+        assert [m.body for m in delivered(core)] == [b"m0", b"m1", b"m2"]
+        await timer.stop()
+
+    run(tmp_path, scenario)
+
+
+def test_a_full_disk_while_linking_is_retried_and_delivers_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario(core: BrokerCore) -> None:
+        clock = Clock()
+        timer = service(core, tmp_path / "wheel", clock, InMemoryOffsetStore())
+        for i in range(3):
+            await send_at(core, clock, b"m%d" % i, clock.ms + 1500)
+        real_pwrite = os.pwrite
+        writes = 0
+
+        def half_then_full(fd: int, data: bytes, offset: int) -> int:
+            nonlocal writes
+            writes += 1
+            if writes == 2:  # the second entry: half written, then ENOSPC
+                real_pwrite(fd, data[: len(data) // 2], offset)
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_pwrite(fd, data, offset)
+
+        monkeypatch.setattr("broker.timer.wheel.os.pwrite", half_then_full)
+        with pytest.raises(OSError, match="No space"):
+            await timer.step()
+        assert timer.wheel.enqueue_next == 1
+        clock.ms += 2000
+        assert await timer.step() == 3
         assert [m.body for m in delivered(core)] == [b"m0", b"m1", b"m2"]
         await timer.stop()
 
