@@ -189,6 +189,14 @@ def register(subparsers: Subparsers, common: Common) -> None:
         help='delay levels, e.g. "1s 5s 10s" (RocketMQ\'s messageDelayLevel)',
     )
     p.add_argument(
+        "--timer-max-delay-sec",
+        type=int,
+        default=3 * 86_400,
+        metavar="SECONDS",
+        help="timer messages: the furthest delivery time a send may ask for"
+        " (RocketMQ's timerMaxDelaySec, default 3 days)",
+    )
+    p.add_argument(
         "--auto-create-topic",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -282,6 +290,7 @@ def build_config(
         endpoints=tuple(endpoints),
         retry_max_times=args.retry_max_times,
         fifo_groups=tuple(args.fifo_group),
+        timer_max_delay_sec=args.timer_max_delay_sec,
         auto_create_topic=args.auto_create_topic,
         slave_read_enable=args.slave_read_enable,
         retention_hours=args.retention_hours,

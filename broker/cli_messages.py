@@ -8,6 +8,8 @@ over the shared codec), as a RocketMQ client would:
   picked at random; prints the msgId, queue and offset. With ``--transaction commit|rollback``
   the message is a transaction's prepare, then END_TRANSACTION ends it on the same connection
   (:mod:`broker.transactions.client`).
+  ``--deliver-at`` makes it a timer message (``TIMER_DELIVER_MS``:
+  :func:`broker.timer.message.parse_deliver_at`).
 - consume: per readable queue, QUERY_CONSUMER_OFFSET (22 → GET_MAX_OFFSET: only new
   messages, as CONSUME_FROM_LAST_OFFSET), then PULL_MESSAGE with long polling and the tag
   expression; prints each message and commits the offsets (UPDATE_CONSUMER_OFFSET) before
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from broker.timer.message import TIMER_DELIVER_MS, parse_deliver_at
 from broker.transactions.client import PREPARED_SYSFLAG, end_request, mark_prepare
 from nameserver.client import ConnectionOptions
 from rmq.codes import RequestCode, ResponseCode
@@ -80,6 +83,13 @@ def register_messages(
         "--transaction",
         choices=["commit", "rollback"],
         help="send it as a transaction's prepare, then commit or roll it back",
+    )
+    s.add_argument(
+        "--deliver-at",
+        metavar="WHEN",
+        help="a timer message: delivered at WHEN: +10s (ms, s, m, h, d) from now, epoch ms, or"
+        " ISO-8601 (2026-12-05T18:00:00Z; UTC without an offset); at most the broker's"
+        " timerMaxDelaySec ahead (3 days)",
     )
     s.set_defaults(run=partial(run_send, connect=connect))
     c = subparsers.add_parser("consume", parents=[parent], help="consume messages of a topic")
@@ -140,6 +150,13 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
     if args.keys:
         props["KEYS"] = args.keys
     props["UNIQ_KEY"] = uniq_key()
+    if args.deliver_at:
+        try:
+            props[TIMER_DELIVER_MS] = str(
+                parse_deliver_at(args.deliver_at, int(time.time() * 1000))
+            )
+        except ValueError as exc:
+            raise SystemExit(f"metaledger: send: --deliver-at {exc}") from None
     return props
 
 

@@ -72,6 +72,9 @@ class BrokerConfig:
     #: ``consumeMessageOrderly``): their 5.x consumers get FIFO settings, assignments and POP
     fifo_groups: tuple[str, ...] = ()
     message_delay_levels: str = DEFAULT_DELAY_LEVELS
+    #: timer messages: the furthest delivery time a send may ask for (RocketMQ's
+    #: timerMaxDelaySec, 3 days); a later one is refused with MESSAGE_ILLEGAL
+    timer_max_delay_sec: int = 3 * 86_400
     long_polling: bool = True
     short_polling_ms: int = 1000
     lock_expiry_ms: int = 60_000
@@ -197,5 +200,7 @@ class BrokerConfig:
             )
         if self.offset_flush_interval_ms > 1000:
             raise ConfigError("offset_flush_interval_ms: consumer offsets are flushed within 1 s")
+        if self.timer_max_delay_sec <= 0:
+            raise ConfigError(f"timer_max_delay_sec: must be > 0, got {self.timer_max_delay_sec}")
         self.delay_levels_ms  # noqa: B018  (raises ConfigError when malformed)
         return self

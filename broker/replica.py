@@ -5,9 +5,10 @@
 CONSUMER_SEND_MSG_BACK), the topic table (``topics.json``), consumer offsets (in metaledger's
 KV when endpoints are given, else in memory), the send/pull/consumer/admin/query processors on one
 ``rmq.server.RemotingServer``, the RocketMQ 5 gRPC front (:mod:`broker.grpc`, on
-``grpc_listen``, sending through the same send processor), delayed delivery, transactions
-(:mod:`broker.transactions`: END_TRANSACTION and the check-back), the route registrar and the
-metrics endpoint.
+``grpc_listen``, sending through the same send processor), delayed delivery and timer
+messages (``<data_dir>/timer``; their positions in metaledger too: :mod:`broker.timer`),
+transactions (:mod:`broker.transactions`: END_TRANSACTION and the check-back), the route
+registrar and the metrics endpoint.
 
 With a metaledger client the replica is a member of its replica group
 (:class:`~broker.group_member.GroupMember`): it registers there, takes the role metaledger
@@ -18,9 +19,10 @@ loads the consumer offsets from metaledger on each promotion. Without a client (
 it is :class:`Standalone`, or the ``replication`` given.
 
 Upkeep tasks: consumer offsets, POP progress (:mod:`broker.pop`: one PopService per replica,
-served by the master only) and the transaction check's progress flushed every
-``offset_flush_interval_ms`` (≤ 1 s) and at stop; silent consumers and producers expired every
-10 s; half messages checked every ``transaction_check_interval_ms``.
+served by the master only), the delivery positions of delay levels and timers, and the
+transaction check's progress flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
+silent consumers and producers expired every 10 s; half messages checked every
+``transaction_check_interval_ms``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ from broker.send.processor import SendProcessor
 from broker.send.schedule import ScheduleService
 from broker.state.offsets import InMemoryOffsetStore, KvOffsetStore, OffsetStore
 from broker.store import MessageStore, RetentionPolicy, StoreConfig
+from broker.timer.progress import DeliveryProgress
+from broker.timer.service import TimerService, TimerSettings
 from broker.topics import TopicTable
 from broker.transactions.check import CheckService
 from broker.transactions.processor import TransactionProcessor
@@ -104,12 +108,16 @@ class Replica:
         self.topics.keep_default_topic(config.auto_create_topic, config.default_queue_nums)
         self.registrar: RouteRegistrar | None = None
         offsets: OffsetStore
+        #: where the delayed and timer deliveries got to (broker/timer/progress.py)
+        self.delivery: OffsetStore
         if client is not None:
             self.registrar = RouteRegistrar(client, config, self.topics)
             self.topics.resolver = self.registrar.resolve
             offsets = KvOffsetStore(client, config.broker_name)
+            self.delivery = KvOffsetStore(client, config.broker_name, kind="delivery")
         else:
             offsets = InMemoryOffsetStore()
+            self.delivery = InMemoryOffsetStore()
         self.offsets = offsets
         self.core = BrokerCore(config, self.store, self.replication, self.topics, offsets)
         self.core.metrics = self.metrics
@@ -141,8 +149,17 @@ class Replica:
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(handlers, on_close=self.consumers.connection_closed)
+        reload = self.delivery.load_all if isinstance(self.delivery, KvOffsetStore) else None
         self.schedule = ScheduleService(
-            self.core, os.path.join(config.data_dir, "delayOffset.json")
+            self.core,
+            os.path.join(config.data_dir, "delayOffset.json"),
+            DeliveryProgress(self.delivery, reload, "schedule"),
+        )
+        self.timer = TimerService(
+            self.core,
+            os.path.join(config.data_dir, "timer"),
+            DeliveryProgress(self.delivery, reload, "timer"),
+            TimerSettings(max_delay_sec=config.timer_max_delay_sec),
         )
         self.grpc: grpc.aio.Server | None = None
         self.grpc_port = 0
@@ -166,6 +183,7 @@ class Replica:
         await self._start_grpc()
         self.schedule.start()
         self.checks.start()
+        self.timer.start()
         if self.registrar is not None:
             registrar = self.registrar
             loop = asyncio.get_running_loop()
@@ -244,9 +262,11 @@ class Replica:
             await self.flush_offsets()
 
     async def flush_offsets(self, pop_master: bool | None = None) -> None:
-        """Consumer offsets, then POP progress (``pop_master``: see PopService.flush)."""
+        """Consumer offsets, delivery positions, then POP progress (``pop_master``: see
+        PopService.flush)."""
         try:
             await asyncio.to_thread(self.offsets.flush)
+            await asyncio.to_thread(self.delivery.flush)
             await self.pop.flush(pop_master)
         except (ClientError, OSError) as exc:
             if not self._flush_failing:  # once per outage, not every second
@@ -295,6 +315,7 @@ class Replica:
             await self.forwarding.close()
         await self.schedule.stop()
         await self.checks.stop()
+        await self.timer.stop()
         await self.flush_offsets(pop_master)
         self.pop.close()
         self.core.close()

@@ -6,7 +6,7 @@ are registered here by method name; the Settings of a consumer are filled in the
 - **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
   gRPC endpoints (the master's, then the other live replicas', which forward to the master:
   :mod:`broker.grpc.forward`), its permission and ``accept_message_types`` [NORMAL, FIFO,
-  TRANSACTION].
+  DELAY, TRANSACTION].
 - **Telemetry**: on the client's ``settings`` the server answers with its ``Settings`` first
   (backoff policy, max body size, request timeout); the clients wait for it. The stream also
   carries what the server sends unasked (a transaction's check: :mod:`broker.grpc.transactions`).
@@ -17,6 +17,9 @@ are registered here by method name; the Settings of a consumer are filled in the
   keys, tag and user properties are kept; the body is stored byte for byte; a message group
   is stored as ``__SHARDINGKEY`` and picks the queue (one group, one queue: its order holds).
   A TRANSACTION message is stored as a half; **EndTransaction** commits or rolls it back.
+  A DELAY message's ``delivery_timestamp`` becomes ``TIMER_DELIVER_MS`` (RocketMQ's proxy,
+  SendMessageActivity.fillDelayMessageProperty): a timer message (:mod:`broker.timer`); a
+  missing one, or one beyond ``timerMaxDelaySec``, is ILLEGAL_DELIVERY_TIME.
 - **NotifyClientTermination**: forgets the client.
 
 Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
@@ -44,6 +47,12 @@ from broker.remoting.errors import (
     TopicNotExist,
 )
 from broker.replication import RESPONSE, PutStatus
+from broker.timer.message import (
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+    TIMER_PROPERTIES,
+    TimerMessageIllegal,
+)
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
@@ -57,6 +66,7 @@ CLIENT_ID = "x-mq-client-id"
 #: user property names the broker writes itself (RocketMQ's MessageConst reserved names)
 RESERVED = frozenset(
     {"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY", "REAL_TOPIC", "REAL_QID", "TRAN_MSG"}
+    | {*TIMER_PROPERTIES, TIMER_OUT_MS}
 )
 PERM_READ, PERM_WRITE = 4, 2
 
@@ -206,11 +216,22 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         )
     if not sp.message_id:
         raise Refused(v2.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: required")
-    if sp.message_type not in (v2.NORMAL, v2.FIFO, v2.MESSAGE_TYPE_UNSPECIFIED, v2.TRANSACTION):
+    if sp.message_type not in (
+        v2.NORMAL,
+        v2.FIFO,
+        v2.DELAY,
+        v2.TRANSACTION,
+        v2.MESSAGE_TYPE_UNSPECIFIED,
+    ):
         raise Refused(
             v2.UNSUPPORTED,
             f"{field}.system_properties.message_type: {v2.MessageType.Name(sp.message_type)}"
-            " is not supported yet (only NORMAL, FIFO and TRANSACTION)",
+            " is not supported yet (only NORMAL, FIFO, DELAY and TRANSACTION)",
+        )
+    if sp.message_type == v2.DELAY and not sp.HasField("delivery_timestamp"):
+        raise Refused(
+            v2.ILLEGAL_DELIVERY_TIME,
+            f"{field}.system_properties.delivery_timestamp: required for a DELAY message",
         )
     if sp.body_encoding not in (v2.IDENTITY, v2.ENCODING_UNSPECIFIED):
         raise Refused(
@@ -239,6 +260,13 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
     props["UNIQ_KEY"] = sp.message_id
     props["WAIT"] = "true"
     props.update(message_group(m, field))
+    if sp.HasField("delivery_timestamp"):
+        try:
+            props[TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
+        except ValueError as exc:  # e.g. milliseconds in the seconds field
+            raise Refused(
+                v2.ILLEGAL_DELIVERY_TIME, f"{field}.system_properties.delivery_timestamp: {exc}"
+            ) from None
     if sp.message_type == v2.TRANSACTION:
         half_properties(props, m.topic.name)
     return props
@@ -319,7 +347,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                         id=q.broker_id,
                         endpoints=endpoints(*q.endpoint, *q.replicas),
                     ),
-                    accept_message_types=[v2.NORMAL, v2.FIFO, v2.TRANSACTION],
+                    accept_message_types=[v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION],
                 )
                 for q in queues
             ],
@@ -447,6 +475,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
             born_ms = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
             sent = await self.backend.send(
                 m.topic.name, m.body, props, _born(context, sp.born_host), born_ms or _now_ms()
+            )
+        except TimerMessageIllegal as exc:
+            where = f"messages[{i}].system_properties.delivery_timestamp"
+            return svc.SendResultEntry(
+                status=status(v2.ILLEGAL_DELIVERY_TIME, f"{where}: {exc}"), message_id=message_id
             )
         except (Refused, BrokerRequestError) as exc:
             return svc.SendResultEntry(status=refusal(exc), message_id=message_id)

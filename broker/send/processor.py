@@ -6,7 +6,9 @@ random write queue; the batch-or-not decision is the header's ``batch`` field fo
 (C++ sends batches as code 10 with ``"batch":"1"``); a message for ``%RETRY%<group>`` whose
 ``reconsumeTimes`` reached the maximum (header ``maxReconsumeTimes`` else the group's
 ``retryMaxTimes``) goes to ``%DLQ%<group>`` queue 0; a ``DELAY`` level > 0 goes to
-SCHEDULE_TOPIC_XXXX queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``. The answer's ``msgId`` is
+SCHEDULE_TOPIC_XXXX queue ``level-1`` with ``REAL_TOPIC``/``REAL_QID``; a timer message
+(``TIMER_DELIVER_MS``/``TIMER_DELAY_MS``/``TIMER_DELAY_SEC``) to ``rmq_sys_wheel_timer``
+(:mod:`broker.timer`). The answer's ``msgId`` is
 the offset message id (batches: comma-joined), ``queueId`` and ``queueOffset`` (the first), all
 strings (as RocketMQ's ``SendMessageResponseHeader``: C++ 1.x reads only JSON strings); the status
 maps to a code by ``broker.replication.RESPONSE``.
@@ -34,7 +36,7 @@ import logging
 import random
 
 from broker.admin.topics import check_topic_name
-from broker.core import BrokerCore
+from broker.core import BrokerCore, now_ms
 from broker.remoting.errors import (
     BrokerRequestError,
     NoPermission,
@@ -43,6 +45,7 @@ from broker.remoting.errors import (
 )
 from broker.replication import RESPONSE, PutStatus
 from broker.store import PutResult, StoreError
+from broker.timer.message import park, to_timer
 from broker.topics import (
     DLQ_PREFIX,
     REPLICATOR_SOURCE,
@@ -229,9 +232,9 @@ class SendProcessor:
         queue_id: int,
     ) -> tuple[PutStatus, list[PutResult], int]:
         """One message (not a batch) to ``queue_id`` of ``config`` (from :meth:`target`): the
-        replica check, retry to DLQ, DELAY (a transaction's prepare: the half topic instead),
-        then the store and the group's quorum; the status, the result and the queue it went
-        to. The RocketMQ 5 gRPC front sends through it too."""
+        replica check, retry to DLQ, a timer, DELAY (a transaction's prepare: the half topic
+        instead), then the store and the group's quorum; the status, the result and the queue
+        it went to. The RocketMQ 5 gRPC front sends through it too.
         replica_of = config.replica_of
         if replica_of:
             check_replica(h.topic, replica_of, props)
@@ -248,6 +251,7 @@ class SendProcessor:
         if is_half_message(h.sys_flag, h.reconsume_times, props):
             message = to_half(message)  # RocketMQ's prepareMessage: no delay for a half
         else:
+            message = to_timer(message, now_ms(), self.core.config.timer_max_delay_sec)
             message = self.delayed(message)
         status, result = await self.core.put(message)
         return status, [result] if result else [], queue_id
@@ -285,19 +289,7 @@ class SendProcessor:
         level = min(level, len(self.core.config.delay_levels_ms))
         props = dict(m.properties)
         props["DELAY"] = str(level)
-        props["REAL_TOPIC"] = m.topic
-        props["REAL_QID"] = str(m.queue_id)
-        return StoredMessage(
-            topic=SCHEDULE_TOPIC,
-            body=m.body,
-            queue_id=level - 1,
-            flag=m.flag,
-            sysflag=m.sysflag,
-            born_timestamp=m.born_timestamp,
-            born_host=m.born_host,
-            reconsume_times=m.reconsume_times,
-            properties=props,
-        )
+        return park(m, SCHEDULE_TOPIC, level - 1, props)
 
     def _answer(
         self, request: RemotingCommand, status: PutStatus, results: list[PutResult], queue_id: int

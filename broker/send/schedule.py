@@ -5,6 +5,13 @@ RocketMQ's ``ScheduleMessageService`` (RocketMQ 4.9's
 is due at its store time + the level's delay; then it is stored again on ``REAL_TOPIC``/``REAL_QID``
 without ``DELAY``/``REAL_*``. Each level's delivered offset is kept in ``delayOffset.json`` (written
 after each round that moved), so a restart neither loses nor (beyond the last round) repeats.
+
+Only a master delivers. The offsets are also kept in metaledger (:class:`DeliveryProgress`,
+group ``schedule``, queue ``level-1``, flushed with the consumer offsets), and a replica that
+becomes master takes the higher of its file's and metaledger's before it delivers: a new master
+after a failover (whose ``delayOffset.json`` is its own, as a slave never moved: RocketMQ's
+slaves copy the master's every 10 s) would otherwise deliver every level again from its
+first message. It repeats only what the old master delivered after its last flush.
 """
 
 from __future__ import annotations
@@ -17,7 +24,10 @@ import os
 import tempfile
 
 from broker.core import BrokerCore, now_ms
-from broker.replication import PutStatus
+from broker.state.offsets import InMemoryOffsetStore
+from broker.timer.message import unpark
+from broker.timer.progress import DeliveryProgress
+from broker.timer.service import STORED
 from broker.topics import SCHEDULE_TOPIC
 from rmq.message import MessageError, StoredMessage, decode
 
@@ -26,13 +36,17 @@ TICK_S = 0.1
 
 
 class ScheduleService:
-    def __init__(self, core: BrokerCore, path: str | None) -> None:
+    def __init__(
+        self, core: BrokerCore, path: str | None, progress: DeliveryProgress | None = None
+    ) -> None:
         self.core = core
         self.path = path
         self.offsets: dict[int, int] = {}
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 self.offsets = {int(k): int(v) for k, v in json.load(f).items()}
+        self.progress = progress or DeliveryProgress(InMemoryOffsetStore(), None, "schedule")
+        self._promotions = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -57,7 +71,16 @@ class ScheduleService:
             await asyncio.sleep(TICK_S)
 
     async def deliver_due(self) -> int:
-        """Deliver every due message of every level; returns how many."""
+        """Deliver every due message of every level (a master's); returns how many."""
+        progress = self.progress
+        if not await progress.ready(self.core.replication.writable()):
+            return 0
+        if progress.promotions != self._promotions:
+            self._promotions = progress.promotions
+            for level in range(1, len(self.core.config.delay_levels_ms) + 1):
+                stored = progress.load(SCHEDULE_TOPIC, level - 1) or 0
+                if stored > self.offsets.get(level, 0):
+                    self.offsets[level] = stored
         delivered = 0
         for level, delay_ms in enumerate(self.core.config.delay_levels_ms, start=1):
             qid = level - 1
@@ -81,16 +104,12 @@ class ScheduleService:
                         stop = True
                         break
                     status, _ = await self.core.put(self._real(m))
-                    if status not in (
-                        PutStatus.PUT_OK,
-                        PutStatus.FLUSH_DISK_TIMEOUT,
-                        PutStatus.FLUSH_SLAVE_TIMEOUT,
-                        PutStatus.SLAVE_NOT_AVAILABLE,
-                    ):
+                    if status not in STORED:
                         stop = True  # retried next tick
                         break
                     offset = m.queue_offset + 1
                     self.offsets[level] = offset
+                    progress.commit(SCHEDULE_TOPIC, qid, offset)
                     delivered += 1
                 if stop:
                     break
@@ -99,20 +118,8 @@ class ScheduleService:
     @staticmethod
     def _real(m: StoredMessage) -> StoredMessage:
         props = dict(m.properties)
-        topic = props.pop("REAL_TOPIC", m.topic)
-        qid_text = props.pop("REAL_QID", "0")
         props.pop("DELAY", None)
-        return StoredMessage(
-            topic=topic,
-            body=m.body,
-            queue_id=int(qid_text) if qid_text.isdigit() else 0,
-            flag=m.flag,
-            sysflag=m.sysflag,
-            born_timestamp=m.born_timestamp,
-            born_host=m.born_host,
-            reconsume_times=m.reconsume_times,
-            properties=props,
-        )
+        return unpark(m, props)
 
     def _save(self) -> None:
         if not self.path:

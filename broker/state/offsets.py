@@ -78,10 +78,12 @@ class KvOffsetStore(InMemoryOffsetStore):
     the broker's prefix and writes, in one txn guarded by their mod revisions, every offset
     that is higher here; a concurrent writer fails the guard and the next flush retries."""
 
-    def __init__(self, client: Client, broker_name: str) -> None:
+    def __init__(self, client: Client, broker_name: str, kind: str = "offsets") -> None:
+        """``kind``: the key prefix's last part (``delivery``: the delayed and timer delivery
+        loops' positions, :mod:`broker.timer.progress`)."""
         super().__init__()
         self.client = client
-        self.prefix = f"/brokers/{broker_name}/offsets/"
+        self.prefix = f"/brokers/{broker_name}/{kind}/"
         self._flushed: dict[OffsetKey, int] = {}
         self._loaded = False
 

@@ -3,8 +3,8 @@
 Run as ``python grpc_producer.py ENDPOINT TOPIC < spec.json`` with the 5.x client's own venv
 (it ships a ``rocketmq`` package, as the 4.x ``rocketmq`` wheel does, and its own generated
 ``apache.rocketmq.v2``, which cannot share a process with metaledger's). The spec: a list of
-``{"body_hex", "tag", "keys", "props", "group"}`` (``group``: the message group of a FIFO
-message); prints one JSON line per message: ``{"message_id"}``
+``{"body_hex", "tag", "keys", "props", "group", "delivery_timestamp"}`` (``group``: the
+message group of a FIFO message); prints one JSON line per message: ``{"message_id"}``
 or ``{"error"}`` (what the client raised).
 """
 
@@ -35,6 +35,9 @@ def main() -> int:
                     m.keys = key
                 for k, v in item.get("props", {}).items():
                     m.add_property(k, v)
+                if item.get("delivery_timestamp"):  # a DELAY message (timer)
+                    # 5.1.2 writes this into Timestamp.seconds as given: seconds, then
+                    m.delivery_timestamp = item["delivery_timestamp"]
                 receipt = producer.send(m)
                 out = {"message_id": receipt.message_id}
             except Exception as exc:  # reported, the next message still goes

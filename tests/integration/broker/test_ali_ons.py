@@ -1,7 +1,8 @@
 """``ali-ons`` (pure JS, npm) producer and push consumer against a real ``metaledger broker``
 (issue 17, "Real clients, end to end"): bodies byte-exact (all 256 byte values, empty, 4 MiB),
 tags, keys and properties; a failed message goes back through CONSUMER_SEND_MSG_BACK with
-the client's ``maxReconsumeTimes`` and lands in the DLQ after it."""
+the client's ``maxReconsumeTimes`` and lands in the DLQ after it; a timed message
+(``__STARTDELIVERTIME``) waits for its time (issue 30)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,3 +123,20 @@ def test_ali_ons_failed_message_reaches_the_dlq_after_max_reconsume(env: Env) ->
     assert tries == [0, 1, 2], seen
     (dead,) = _dlq(env.broker.addr, "GID_ONS_RETRY")
     assert dead.body == b"fails" and dead.properties["RETRY_TOPIC"] == "OnsRetried"
+
+
+def test_ali_ons_start_deliver_time_is_a_timer_message(env: Env) -> None:
+    """What ali-ons' ``Message.setStartDeliverTime(ms)`` sets: ``__STARTDELIVERTIME``, epoch ms
+    (Aliyun ONS's timed messages): delivered at that time, not before (issue 30)."""
+    topic = "OnsTimed"
+    env.client.route_topic_create(topic, [QueueData("broker-a", 1, 1, 6)])
+    at = int(time.time() * 1000) + 4000
+    item = spec(topic, "later", b"at its time", props={"__STARTDELIVERTIME": str(at)})
+    sent = node_js(env, "produce", env.namesrv, stdin=json.dumps([item]))
+    assert sent[0]["ok"] and sent[0]["status"] == "SEND_OK", sent
+    assert time.time() * 1000 < at, "the send took too long to see the wait"
+    got = node_js(env, "consume", env.namesrv, "GID_ONS_TIMED", topic, "1", "30000", "", "16")
+    assert time.time() * 1000 >= at
+    (d,) = [d for d in got if d["keys"] == "later"]
+    assert d["topic"] == topic and d["props"]["__STARTDELIVERTIME"] == str(at)
+    assert int(d["props"]["TIMER_DEQUEUE_MS"]) >= at

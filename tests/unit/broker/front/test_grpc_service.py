@@ -13,6 +13,7 @@ import pytest
 from broker.grpc.service import MessagingService, RouteQueue, Sent
 from broker.remoting.errors import ServiceNotAvailable, TopicNotExist
 from broker.replication import PutStatus
+from broker.timer.message import TimerMessageIllegal
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from rmq.message import Host
@@ -92,7 +93,7 @@ def test_query_route_gives_queues_endpoints_permissions_and_message_types() -> N
     assert q.broker.name == "broker-a" and q.broker.id == 0
     assert q.broker.endpoints.scheme == v2.IPv4
     assert [(a.host, a.port) for a in q.broker.endpoints.addresses] == [("127.0.0.1", 8081)]
-    assert list(q.accept_message_types) == [v2.NORMAL, v2.FIFO, v2.TRANSACTION]
+    assert list(q.accept_message_types) == [v2.NORMAL, v2.FIFO, v2.DELAY, v2.TRANSACTION]
 
 
 def test_query_route_refusals_name_the_topic() -> None:
@@ -251,3 +252,51 @@ def test_every_other_method_answers_not_implemented_naming_it() -> None:
         assert len(answers) == 1, m.name
         assert answers[0].status.code == v2.NOT_IMPLEMENTED, m.name
         assert m.name in answers[0].status.message
+
+
+def delay_message(at_ms: int | None) -> v2.Message:
+    m = message(message_type=v2.DELAY)
+    if at_ms is not None:
+        m.system_properties.delivery_timestamp.FromMilliseconds(at_ms)
+    return m
+
+
+def test_a_delay_message_carries_its_delivery_timestamp_as_timer_deliver_ms() -> None:
+    backend = FakeBackend()
+    out = send(MessagingService(backend), delay_message(1_700_000_060_000))
+    assert out.status.code == v2.OK
+    (_, _, props, _, _) = backend.sent[0]
+    assert props["TIMER_DELIVER_MS"] == "1700000060000"
+
+
+@pytest.mark.parametrize(
+    ("m", "refuse"),
+    [
+        (delay_message(None), None),
+        (message(), TimerMessageIllegal("timer message illegal ... (timerMaxDelaySec=259200)")),
+        (message(props={"TIMER_DELAY_SEC": "5"}), None),
+    ],
+)
+def test_bad_delivery_times_are_illegal_delivery_time(
+    m: v2.Message, refuse: Exception | None
+) -> None:
+    backend = FakeBackend()
+    backend.refuse = refuse
+    out = send(MessagingService(backend), m)
+    wanted = v2.ILLEGAL_DELIVERY_TIME if refuse or not m.user_properties else (
+        v2.ILLEGAL_MESSAGE_PROPERTY_KEY)  # fmt: skip
+    assert out.status.code == wanted
+    field = "user_properties" if m.user_properties else "system_properties.delivery_timestamp"
+    assert field in out.status.message
+    assert backend.sent == []
+
+
+def test_milliseconds_in_the_seconds_field_are_illegal_delivery_time() -> None:
+    """What rocketmq-python-client 5.1.2 sends for ``delivery_timestamp = <ms>``."""
+    backend = FakeBackend()
+    m = delay_message(None)
+    m.system_properties.delivery_timestamp.seconds = 1_700_000_060_000
+    out = send(MessagingService(backend), m)
+    assert out.status.code == v2.ILLEGAL_DELIVERY_TIME
+    assert "messages[0].system_properties.delivery_timestamp" in out.status.message
+    assert backend.sent == []
