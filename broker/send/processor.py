@@ -234,7 +234,7 @@ class SendProcessor:
         """One message (not a batch) to ``queue_id`` of ``config`` (from :meth:`target`): the
         replica check, retry to DLQ, a timer, DELAY (a transaction's prepare: the half topic
         instead), then the store and the group's quorum; the status, the result and the queue
-        it went to. The RocketMQ 5 gRPC front sends through it too.
+        it went to. The RocketMQ 5 gRPC front sends through it too."""
         replica_of = config.replica_of
         if replica_of:
             check_replica(h.topic, replica_of, props)
