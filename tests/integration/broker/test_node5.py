@@ -1,0 +1,126 @@
+"""RocketMQ 5's Node.js client (npm ``rocketmq-client-nodejs`` 1.0.8, gRPC) against a real
+``metaledger broker``'s gRPC front: its producer's messages are read back over remoting (PULL
+through ``rmq.connection``) with the body byte for byte (all 256 byte values, 4 MiB), keys, tag,
+properties and message id. The client is driven by ``tests/js/grpc_client.js``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nameserver.client import Client, QueueData
+from rmq.message import MAX_BODY
+from tests.harness import Cluster, free_ports
+from tests.integration.broker.conftest import BrokerProcess, wait_for
+from tests.integration.broker.test_grpc_producer import large_body, pull_all
+
+JS_DIR = Path(__file__).resolve().parents[2] / "js"
+CLIENT = "rocketmq-client-nodejs"
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        shutil.which("node") is None or not (JS_DIR / "node_modules" / CLIENT).is_dir(),
+        reason=f"{CLIENT} is not installed (scripts/test.sh runs npm ci --prefix tests/js)",
+    ),
+]
+TOPIC = "GrpcTopic"  # the name pull_all reads
+QUEUES = 4
+
+
+@dataclass
+class Env:
+    root: Path
+    node: Cluster
+    broker: BrokerProcess
+    client: Client
+    grpc_port: int
+    metrics_port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    root = tmp_path_factory.mktemp("node5")
+    node = Cluster(root / "node", n=1)
+    broker = None
+    try:
+        node.wait_ready(30)
+        grpc_port, metrics_port = free_ports(2)
+        broker = BrokerProcess(
+            root, node.endpoints, "broker-a", "--listen-grpc", f"127.0.0.1:{grpc_port}",
+            "--listen-metrics", f"127.0.0.1:{metrics_port}",
+        )  # fmt: skip
+        with Client(node.endpoints, timeout_s=10) as client:
+            wait_for("broker-a registered", lambda: client.route_cluster_info().brokers)
+            client.route_topic_create(TOPIC, [QueueData("broker-a", QUEUES, QUEUES, 6)])
+            yield Env(root, node, broker, client, grpc_port, metrics_port)
+    finally:
+        if broker is not None:
+            code = broker.stop()
+            print(broker.log_tail())
+            assert code == 0, f"broker exited {code}"
+        node.close()
+
+
+def node_js(env: Env, *args: str, stdin: Any = None, timeout: float = 120) -> list[dict[str, Any]]:
+    """``grpc_client.js`` with ``args``; its JSON lines."""
+    r = subprocess.run(
+        ["node", str(JS_DIR / "grpc_client.js"), *args],
+        cwd=JS_DIR, env={"PATH": os.environ.get("PATH", ""), "HOME": str(env.root)},
+        input=None if stdin is None else json.dumps(stdin), capture_output=True, text=True,
+        timeout=timeout, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:] + env.broker.log_tail()
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def b64(body: bytes) -> str:
+    return base64.b64encode(body).decode()
+
+
+def test_node5_producer_bodies_keys_tag_and_properties_read_back_over_remoting(env: Env) -> None:
+    four_mib = large_body(4 * 1024 * 1024)
+    assert len(four_mib) <= MAX_BODY
+    spec = [
+        {"body_b64": b64(bytes(range(256))), "tag": "TagA", "keys": ["k1", "k2"],
+         "props": {"p1": "v1", "unicode": "h\u00e9llo \u4e16\u754c"}},
+        {"body_b64": b64(four_mib), "tag": "Big", "keys": ["big"]},
+        {"body_b64": b64(b"\x00")},
+        {"body_b64": b64(large_body(MAX_BODY + 1))},  # over the limit the server announced
+    ]  # fmt: skip
+    started = time.time()
+    results = node_js(env, "produce", env.endpoint, TOPIC, stdin=spec)
+    assert len(results) == len(spec), results
+    assert "exceeds" in results[3].get("error", {}).get("message", ""), results[3]
+    sent = results[:3]
+    assert all("message_id" in r for r in sent), sent
+    ids = [r["message_id"] for r in sent]
+    assert len(set(ids)) == 3
+
+    stored = {m.properties.get("UNIQ_KEY"): m for m in pull_all(env, 3)}
+    assert set(stored) == set(ids)
+    for item, result in zip(spec[:3], sent, strict=True):
+        m = stored[result["message_id"]]
+        assert m.topic == TOPIC and 0 <= m.queue_id < QUEUES
+        assert m.body == base64.b64decode(item["body_b64"]), result
+        assert m.queue_offset == result["offset"], result
+        assert m.tags == item.get("tag", "")
+        assert set(filter(None, m.keys.split(" "))) == set(item.get("keys", []))
+        user = {
+            k: v for k, v in m.properties.items() if k not in ("UNIQ_KEY", "KEYS", "TAGS", "WAIT")
+        }
+        assert user == item.get("props", {}), user
+        assert int(started) * 1000 - 1000 <= m.born_timestamp <= time.time() * 1000 + 1000
