@@ -17,13 +17,14 @@ loads the consumer offsets from metaledger on each promotion. Without a client (
 it is :class:`Standalone`, or the ``replication`` given.
 
 Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
-silent consumers expired every 10 s.
+silent consumers and gRPC clients (:mod:`broker.clients`) expired every 10 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 
@@ -31,6 +32,7 @@ import grpc
 
 from broker.admin.processor import AdminProcessor
 from broker.admin.topics import TopicAdmin
+from broker.clients import ConnectedClients
 from broker.config import BrokerConfig
 from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
@@ -51,7 +53,7 @@ from broker.store import MessageStore, RetentionPolicy, StoreConfig
 from broker.topics import TopicTable
 from nameserver.client import Client, ClientError
 from rmq.message import Host
-from rmq.server import Handler
+from rmq.server import Handler, Peer
 
 log = logging.getLogger(__name__)
 EXPIRE_EVERY_S = 10.0
@@ -85,6 +87,7 @@ class Replica:
             self.replication: Replication = self.member.replication
         else:
             self.replication = replication or Standalone()
+        self.clients = ConnectedClients()  # by protocol, language and version, for the metrics
         self.metrics = BrokerMetrics(config.broker_name, self._view)
         self.topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
         self.topics.keep_default_topic(config.auto_create_topic, config.default_queue_nums)
@@ -114,7 +117,9 @@ class Replica:
             TopicAdmin(self.core, self.registrar),
         ):
             handlers.update(processor.handlers())
-        self.server = remoting_server(handlers, on_close=self.consumers.connection_closed)
+        self.server = remoting_server(
+            handlers, on_close=self._connection_closed, on_request=self.clients.remoting.request
+        )
         self.schedule = ScheduleService(
             self.core, os.path.join(config.data_dir, "delayOffset.json")
         )
@@ -170,7 +175,8 @@ class Replica:
                 broker_name=c.broker_name,
                 remoting=(c.advertised_host, c.listen_port),
                 grpc_port=int(port),
-            )
+            ),
+            agents=self.clients.grpc,
         )
         try:
             self.grpc, self.grpc_port = await grpc_front(service, host or "0.0.0.0", int(port))
@@ -219,6 +225,7 @@ class Replica:
         while True:
             await asyncio.sleep(EXPIRE_EVERY_S)
             self.consumers.expire()
+            self.clients.expire()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -298,7 +305,13 @@ class Replica:
         slaves = sorted(view.in_sync_slaves) if view is not None else []
         return slaves[0] if slaves else 0
 
+    def _connection_closed(self, peer: Peer) -> None:
+        self.consumers.connection_closed(peer)
+        self.clients.remoting.closed(peer)
+
     def _view(self) -> View:
         if self.member is not None:
-            return self.member.view()
-        return View(role="MASTER", max_offset=self.store.log.end_offset)
+            view = self.member.view()
+        else:
+            view = View(role="MASTER", max_offset=self.store.log.end_offset)
+        return dataclasses.replace(view, clients=self.clients.counts())

@@ -10,7 +10,8 @@ normal messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/`
 - **SendMessage**: each message through the broker's send path (:class:`Backend`), so the
   quorum-write rules hold: OK only for PUT_OK. The client's ``message_id`` is the UNIQ_KEY;
   keys, tag and user properties are kept; the body is stored byte for byte.
-- **NotifyClientTermination**: forgets the client.
+- **NotifyClientTermination**: forgets the client, as do 120 s without settings or a heartbeat
+  (:mod:`broker.clients`, which the metrics count).
 
 Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
 the answer (the v2 way), never a gRPC error: :func:`refusal` is the one place the broker's
@@ -27,6 +28,7 @@ from typing import Any, NamedTuple, Protocol
 
 import grpc
 
+from broker.clients import GrpcClients
 from broker.remoting.errors import (
     BrokerRequestError,
     NoPermission,
@@ -220,12 +222,16 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         *,
         request_timeout_ms: int = 3000,
         max_attempts: int = 3,
+        agents: GrpcClients | None = None,
     ) -> None:
         self.backend = backend
         self.request_timeout_ms = request_timeout_ms
         self.max_attempts = max_attempts
         #: client id -> its client type, from its Telemetry settings
         self.clients: dict[str, int] = {}
+        #: their user agents for the metrics; forgets the gone ones here too (broker.clients)
+        self.agents = agents if agents is not None else GrpcClients()
+        self.agents.on_gone = lambda client_id: self.clients.pop(client_id, None)
         for method in svc.DESCRIPTOR.services_by_name["MessagingService"].methods:
             if method.name not in IMPLEMENTED:
                 setattr(self, method.name, _not_implemented(method))
@@ -285,6 +291,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                 )
                 continue
             self.clients[client_id] = command.settings.client_type
+            self.agents.settings(client_id, command.settings.user_agent)
             yield svc.TelemetryCommand(
                 status=status(v2.OK), settings=self.settings(command.settings)
             )
@@ -302,12 +309,14 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                     f"client {client_id} sent no settings over Telemetry yet",
                 )
             )
+        self.agents.seen(client_id)
         return svc.HeartbeatResponse(status=status(v2.OK))
 
     async def NotifyClientTermination(
         self, request: svc.NotifyClientTerminationRequest, context: Any
     ) -> Any:
         self.clients.pop(_metadata(context, CLIENT_ID), None)
+        self.agents.forget(_metadata(context, CLIENT_ID))
         return svc.NotifyClientTerminationResponse(status=status(v2.OK))
 
     # -------------------------------------------------------------------- send

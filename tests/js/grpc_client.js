@@ -5,6 +5,9 @@
 //   node grpc_client.js produce ENDPOINT TOPIC < SPEC_JSON
 //     SPEC_JSON: a list of {body_b64, tag, keys: [...], props: {...}}; prints one JSON line per
 //     message: {message_id, offset} or {error: {name, code, message}} (what the client threw)
+//   node grpc_client.js hold ENDPOINT TOPIC
+//     starts a producer, prints {ready: CLIENT_ID}, and shuts it down (NotifyClientTermination)
+//     when its stdin closes; then prints {closed: CLIENT_ID}
 // The client's own log goes to stderr when RMQ5_DEBUG is set (warnings and errors always).
 const { Producer } = require('rocketmq-client-nodejs');
 
@@ -52,7 +55,16 @@ async function produce(endpoints, topic) {
   }
 }
 
-const MODES = { produce };
+async function hold(endpoints, topic) {
+  const producer = new Producer({ endpoints, namespace: '', topics: [ topic ], logger });
+  await producer.startup();
+  process.stdout.write(JSON.stringify({ ready: producer.clientId }) + '\n');
+  for await (const _ of process.stdin); // eslint-disable-line no-unused-vars
+  await producer.shutdown();
+  process.stdout.write(JSON.stringify({ closed: producer.clientId }) + '\n');
+}
+
+const MODES = { produce, hold };
 
 async function main() {
   const [ mode, ...args ] = process.argv.slice(2);

@@ -1,16 +1,20 @@
 """RocketMQ 5's Node.js client (npm ``rocketmq-client-nodejs`` 1.0.8, gRPC) against a real
 ``metaledger broker``'s gRPC front: its producer's messages are read back over remoting (PULL
 through ``rmq.connection``) with the body byte for byte (all 256 byte values, 4 MiB), keys, tag,
-properties and message id. The client is driven by ``tests/js/grpc_client.js``."""
+properties and message id; the broker's metrics count it by protocol, language and version
+beside a remoting connection, and forget both when they go. The client is driven by
+``tests/js/grpc_client.js``."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +23,9 @@ from typing import Any
 import pytest
 
 from nameserver.client import Client, QueueData
+from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode
+from rmq.connection import RemotingConnection
 from rmq.message import MAX_BODY
 from tests.harness import Cluster, free_ports
 from tests.integration.broker.conftest import BrokerProcess, wait_for
@@ -124,3 +131,53 @@ def test_node5_producer_bodies_keys_tag_and_properties_read_back_over_remoting(e
         }
         assert user == item.get("props", {}), user
         assert int(started) * 1000 - 1000 <= m.born_timestamp <= time.time() * 1000 + 1000
+
+
+def clients(env: Env) -> dict[tuple[str, str, str], float]:
+    """``metaledger_broker_clients`` of a scrape: (protocol, language, version) -> count."""
+    url = f"http://127.0.0.1:{env.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    out: dict[tuple[str, str, str], float] = {}
+    for line in text.splitlines():
+        if line.startswith("metaledger_broker_clients{"):
+            labels, _, value = line.rpartition(" ")
+            pairs = (part.split("=", 1) for part in labels[labels.index("{") + 1 : -1].split(","))
+            f = {k: v.strip('"') for k, v in pairs}
+            out[(f["protocol"], f["language"], f["version"])] = float(value)
+    return out
+
+
+def test_metrics_count_clients_by_protocol_language_and_version(env: Env) -> None:
+    node = ("grpc", "node_js", "1.0.8")
+    go = ("remoting", "go", "v5_0_0")
+    holder = subprocess.Popen(
+        ["node", str(JS_DIR / "grpc_client.js"), "hold", env.endpoint, TOPIC],
+        cwd=JS_DIR, env={"PATH": os.environ.get("PATH", ""), "HOME": str(env.root)},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert "ready" in json.loads(holder.stdout.readline()), env.broker.log_tail()
+
+        async def remoting() -> None:
+            c = await RemotingConnection.connect("127.0.0.1", env.broker.port)
+            try:
+                request = RemotingCommand.request(
+                    RequestCode.GET_ALL_TOPIC_CONFIG, language="GO", version=413
+                )
+                assert (await c.call(request, timeout_s=10)).code == 0
+                seen = clients(env)
+                assert seen.get(node) == 1 and seen.get(go) == 1, seen
+            finally:
+                await c.close()
+
+        asyncio.run(remoting())
+        wait_for("the closed connection forgotten", lambda: go not in clients(env))
+        assert clients(env).get(node) == 1
+        holder.stdin.close()  # the client shuts down: NotifyClientTermination
+        assert "closed" in json.loads(holder.stdout.readline())
+        wait_for("the terminated client forgotten", lambda: node not in clients(env))
+    finally:
+        holder.kill()
+        holder.wait(10)
