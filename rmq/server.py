@@ -35,10 +35,9 @@ What differs between programs comes in as parameters, so this module knows no me
 package: the service (handler lookup and a connection-closed hook), the error mapper, the
 fault remark, a rejection counter (``count_rejection(status, reason)``: an unknown code is
 ``("UNIMPLEMENTED", "RequestCodeNotSupported")``, a bad header ``("INVALID_ARGUMENT",
-"BadRequest")``), a request observer (``on_request(request, peer)``, before each dispatch: the
-broker counts its clients by language and version with it), TLS (an ``ssl.SSLContext``; a failed handshake closes that connection
-only) and ``batch_writes`` (the answers ready in one turn of the event loop go out in one
-write: a batch of puts completes together).
+"BadRequest")``), a request observer (``on_request(request, peer)`` before each dispatch),
+TLS (an ``ssl.SSLContext``; a failed handshake closes that connection only) and
+``batch_writes`` (the answers ready in one turn of the event loop go out in one write).
 
 A server may send requests of its own over a client's connection (the broker's
 NOTIFY_CONSUMER_IDS_CHANGED, oneway): :meth:`Peer.send_oneway`.
