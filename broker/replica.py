@@ -16,8 +16,9 @@ broker id 0 while master, its replica id while slave (a slave must never claim i
 loads the consumer offsets from metaledger on each promotion. Without a client (unit tests)
 it is :class:`Standalone`, or the ``replication`` given.
 
-Upkeep tasks: consumer offsets flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
-silent consumers and gRPC clients (:mod:`broker.clients`) expired every 10 s.
+Upkeep tasks: consumer offsets and POP progress (:mod:`broker.pop`: one PopService per
+replica, served by the master only) flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at
+stop; silent consumers and gRPC clients (:mod:`broker.clients`) expired every 10 s.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from broker.group_member import GroupMember, HASettings
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
 from broker.metrics import BrokerMetrics, View
+from broker.pop.processor import PopProcessor
+from broker.pop.progress import KvPopProgress
+from broker.pop.service import PopService
 from broker.pull.processor import PullProcessor
 from broker.quorum import BrokerRole, IsrSettings, QuorumSettings, RoleSettings
 from broker.quorum.role import Role
@@ -108,6 +112,12 @@ class Replica:
                 self.core.suggest_broker = self._suggest_broker
         self.sends = SendProcessor(self.core)
         self.consumers = ConsumerProcessor(self.core)
+        self.pop = PopService(
+            self.core,
+            os.path.join(config.data_dir, "pop"),
+            config.broker_name,
+            KvPopProgress(client, config.broker_name) if client is not None else None,
+        )
         handlers: dict[int, Handler] = {}
         for processor in (
             self.sends,
@@ -115,6 +125,7 @@ class Replica:
             self.consumers,
             AdminProcessor(self.core),
             TopicAdmin(self.core, self.registrar),
+            PopProcessor(self.pop),
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(
@@ -135,6 +146,7 @@ class Replica:
                 log.info("broker: %d consumer offsets loaded from metaledger", n)
             except ClientError as exc:
                 log.warning("broker: cannot load consumer offsets yet: %s", exc)
+        await self._load_pop()
         address = await self.server.start(self.config.listen_host, self.config.listen_port)
         if self.config.metrics_listen:
             host, _, port = self.config.metrics_listen.rpartition(":")
@@ -193,6 +205,7 @@ class Replica:
         while True:
             await asyncio.sleep(self.config.offset_flush_interval_ms / 1000)
             await self.flush_offsets()
+            await self.pop.flush()
 
     async def flush_offsets(self) -> None:
         try:
@@ -242,6 +255,8 @@ class Replica:
             await self.grpc.stop(grace=1.0)
         await self.schedule.stop()
         await self.flush_offsets()
+        await self.pop.flush()
+        self.pop.close()
         self.core.close()
         self.metrics.close()
         self.store.close()
@@ -283,6 +298,8 @@ class Replica:
         if master and isinstance(self.offsets, KvOffsetStore):
             task = asyncio.get_running_loop().create_task(self._load_offsets())
             self._tasks.append(task)
+        if master:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._load_pop()))
 
     async def _load_offsets(self) -> None:
         assert isinstance(self.offsets, KvOffsetStore)
@@ -291,6 +308,16 @@ class Replica:
             log.info("broker: master now; %d consumer offsets loaded from metaledger", n)
         except ClientError as exc:
             log.warning("broker: cannot load consumer offsets yet: %s", exc)
+
+    async def _load_pop(self) -> None:
+        """POP progress a predecessor flushed, merged into this replica's books."""
+        try:
+            n = await self.pop.load()
+        except ClientError as exc:
+            log.warning("broker: cannot load POP progress yet: %s", exc)
+            return
+        if n:
+            log.info("broker: POP progress of %d queue(s) loaded from metaledger", n)
 
     def _suggest_broker(self, behind: int) -> int:
         """RocketMQ's slaveReadEnable: a consumer lagging more than ``slave_read_lag_bytes``

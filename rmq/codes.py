@@ -60,6 +60,11 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_BROKER_MEMBER_GROUP = 901
     BROKER_HEARTBEAT = 904
+    # RocketMQ 5's POP consumption (clients to brokers).
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(IntEnum):
@@ -86,6 +91,8 @@ class ResponseCode(IntEnum):
     INVALID_PARAMETER = 29
     CONSUMER_NOT_ONLINE = 206
     NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
     GO_AWAY = 1500
 

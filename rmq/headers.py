@@ -364,6 +364,56 @@ class CreateTopicHeader(Header):
     attributes: str | None = ext("attributes", None)
 
 
+@dataclass(slots=True, kw_only=True)
+class PopMessageHeader(Header):
+    """POP_MESSAGE (200050), RocketMQ 5's ``PopMessageRequestHeader``: pop up to
+    ``maxMsgNums`` messages of a queue (-1: any queue), invisible for ``invisibleTime`` ms,
+    waiting up to ``pollTime`` ms; ``initMode`` 0 (MIN) or 1 (MAX) places a new group;
+    ``order`` is a FIFO pop; ``expType``/``exp`` the subscription (TAG)."""
+
+    code = RequestCode.POP_MESSAGE
+    consumer_group: str = ext("consumerGroup")
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+    max_msg_nums: int = ext("maxMsgNums", int32=True)
+    invisible_time: int = ext("invisibleTime")
+    poll_time: int = ext("pollTime")
+    born_time: int = ext("bornTime")
+    init_mode: int = ext("initMode", int32=True)
+    exp_type: str | None = ext("expType", None)
+    exp: str | None = ext("exp", None)
+    order: bool = ext("order", False)
+    attempt_id: str | None = ext("attemptId", None)
+
+
+@dataclass(slots=True)
+class AckMessageHeader(Header):
+    """ACK_MESSAGE (200051), RocketMQ 5's ``AckMessageRequestHeader``: ``extraInfo`` is the
+    message's receipt handle (its POP_CK property)."""
+
+    code = RequestCode.ACK_MESSAGE
+    consumer_group: str = ext("consumerGroup")
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+    extra_info: str = ext("extraInfo")
+    offset: int = ext("offset")
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeHeader(Header):
+    """CHANGE_MESSAGE_INVISIBLETIME (200053), RocketMQ 5's
+    ``ChangeInvisibleTimeRequestHeader``: the message invisible for ``invisibleTime`` ms
+    from now."""
+
+    code = RequestCode.CHANGE_MESSAGE_INVISIBLETIME
+    consumer_group: str = ext("consumerGroup")
+    topic: str = ext("topic")
+    queue_id: int = ext("queueId", int32=True)
+    extra_info: str = ext("extraInfo")
+    offset: int = ext("offset")
+    invisible_time: int = ext("invisibleTime")
+
+
 # --- brokers' answers (all numbers as strings, as in RocketMQ's SendMessageResponseHeader: ----
 # --- C++ 1.x clients read a response ext field only when it is a JSON string) ---------------
 
@@ -398,6 +448,36 @@ class OffsetResponseHeader(Header):
 
     code = RequestCode.GET_MAX_OFFSET
     offset: int = ext("offset")
+
+
+@dataclass(slots=True, kw_only=True)
+class PopMessageResponseHeader(Header):
+    """A POP's answer (RocketMQ 5's ``PopMessageResponseHeader``): every message of it is
+    invisible until ``popTime + invisibleTime``; ``reviveQid`` 999 marks a FIFO pop. The
+    client builds each message's receipt handle from these and the ``;``-joined infos
+    (``ExtraInfoUtil``): ``startOffsetInfo`` "<retry> <queueId> <offset>" per queue,
+    ``msgOffsetInfo`` "<retry> <queueId> <o1>,<o2>...", ``orderCountInfo``
+    "<retry> qo<queueId>%<offset> <count>" per message of a FIFO pop."""
+
+    code = RequestCode.POP_MESSAGE
+    pop_time: int = ext("popTime")
+    invisible_time: int = ext("invisibleTime")
+    revive_qid: int = ext("reviveQid", int32=True)
+    rest_num: int = ext("restNum")
+    start_offset_info: str | None = ext("startOffsetInfo", None)
+    msg_offset_info: str | None = ext("msgOffsetInfo", None)
+    order_count_info: str | None = ext("orderCountInfo", None)
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeResponseHeader(Header):
+    """CHANGE_MESSAGE_INVISIBLETIME's answer: the new handle is the old one with this
+    ``popTime`` and ``invisibleTime``."""
+
+    code = RequestCode.CHANGE_MESSAGE_INVISIBLETIME
+    pop_time: int = ext("popTime")
+    invisible_time: int = ext("invisibleTime")
+    revive_qid: int = ext("reviveQid", int32=True)
 
 
 # --- brokers, clients and admin tools to the nameserver -----------------------------------

@@ -34,19 +34,26 @@ class PullHold:
 
     async def wait(self, topic: str, queue_id: int, timeout_s: float) -> bool:
         """True if woken by a new message before ``timeout_s``."""
+        return await self.wait_any([(topic, queue_id)], timeout_s)
+
+    async def wait_any(self, keys: list[Key], timeout_s: float) -> bool:
+        """True if woken by a new message in any of ``keys`` before ``timeout_s`` (a POP
+        across every queue of a topic waits on all of them)."""
         if timeout_s <= 0:
             return False
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._waiters.setdefault((topic, queue_id), set())
-        waiters.add(fut)
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(fut)
         try:
             await asyncio.wait_for(fut, timeout_s)
             return True
         except TimeoutError:
             return False
         finally:
-            waiters.discard(fut)
-            if not waiters:
-                with contextlib.suppress(KeyError):
-                    if not self._waiters[(topic, queue_id)]:
-                        del self._waiters[(topic, queue_id)]
+            for key in keys:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        with contextlib.suppress(KeyError):
+                            del self._waiters[key]
