@@ -173,6 +173,14 @@ def register(subparsers: Subparsers, common: Common) -> None:
         help="a consumer group's retryMaxTimes: reconsumes before the DLQ (default 16)",
     )
     p.add_argument(
+        "--fifo-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a consumer group that consumes in order (RocketMQ's consumeMessageOrderly):"
+        " its RocketMQ 5 consumers get FIFO delivery; repeat for more, same on every replica",
+    )
+    p.add_argument(
         "--message-delay-level",
         default=None,
         metavar="LEVELS",
@@ -269,6 +277,7 @@ def build_config(
         broker_role=args.broker_role,
         endpoints=tuple(endpoints),
         retry_max_times=args.retry_max_times,
+        fifo_groups=tuple(args.fifo_group),
         auto_create_topic=args.auto_create_topic,
         slave_read_enable=args.slave_read_enable,
         retention_hours=args.retention_hours,

@@ -68,6 +68,9 @@ class BrokerConfig:
     auto_create_topic: bool = True
     default_queue_nums: int = 4
     retry_max_times: int = 16
+    #: consumer groups that consume in order (RocketMQ's subscription group
+    #: ``consumeMessageOrderly``): their 5.x consumers get FIFO settings, assignments and POP
+    fifo_groups: tuple[str, ...] = ()
     message_delay_levels: str = DEFAULT_DELAY_LEVELS
     long_polling: bool = True
     short_polling_ms: int = 1000
@@ -173,6 +176,9 @@ class BrokerConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")
+        bad = [g for g in self.fifo_groups if not _NAME.fullmatch(g)]
+        if bad:
+            raise ConfigError(f"fifo_groups: {bad} must be 1-127 of [A-Za-z0-9_%|-]")
         if self.retry_max_times < 0:
             raise ConfigError(f"retry_max_times: must be >= 0, got {self.retry_max_times}")
         if self.retention_bytes < 0:

@@ -38,6 +38,7 @@ from broker.config import BrokerConfig
 from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
 from broker.group_member import GroupMember, HASettings
+from broker.grpc.consume import ConsumeConfig, Consumers
 from broker.grpc.front import ReplicaBackend, grpc_front
 from broker.grpc.service import MessagingService
 from broker.metrics import BrokerMetrics, View
@@ -179,17 +180,17 @@ class Replica:
         if not c.grpc_listen:
             return
         host, _, port = c.grpc_listen.rpartition(":")
-        service = MessagingService(
-            ReplicaBackend(
-                self.sends,
-                self.topics,
-                self.client,
-                broker_name=c.broker_name,
-                remoting=(c.advertised_host, c.listen_port),
-                grpc_port=int(port),
-            ),
-            agents=self.clients.grpc,
+        backend = ReplicaBackend(
+            self.sends,
+            self.topics,
+            self.client,
+            broker_name=c.broker_name,
+            remoting=(c.advertised_host, c.listen_port),
+            grpc_port=int(port),
+            pops=self.pop,
         )
+        consumers = Consumers(backend, ConsumeConfig(fifo_groups=frozenset(c.fifo_groups)))
+        service = MessagingService(backend, consumers=consumers, agents=self.clients.grpc)
         try:
             self.grpc, self.grpc_port = await grpc_front(service, host or "0.0.0.0", int(port))
         except OSError as exc:

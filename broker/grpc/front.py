@@ -6,19 +6,28 @@ only, so a master's gRPC port is its remoting port shifted by this replica's own
 remoting offset: the same on every replica of a ``cluster up --brokers`` layout (+2), and for
 replicas started with matching ``--listen``/``--listen-grpc`` pairs. (Publishing each
 replica's gRPC address in metaledger is for a later increment.)
+
+A message with a message group (FIFO) goes to write queue ``crc32(group) % writeQueueNums``, so
+one group's messages share one queue and keep their order (the proxy hashes the group too,
+``SendMessageActivity.java``:381-388, with Guava's consistent hash; any stable hash will do).
+The consumer side (:class:`~broker.grpc.consume.ConsumerBackend`) is the replica's POP service,
+its consumer offsets and its store's queue offsets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 import grpc
 
-from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_server
-from broker.remoting.errors import TopicNotExist
+from broker.grpc.consume import Pops
+from broker.grpc.service import SHARDING_KEY, MessagingService, RouteQueue, Sent, add_to_server
+from broker.remoting.errors import ServiceNotAvailable, TopicNotExist
 from broker.send.processor import SendProcessor
 from broker.topics import TopicTable
 from nameserver.client import Client, NotFound
+from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from rmq.headers import SendMessageHeader
 from rmq.message import MAX_BODY, Host
 
@@ -33,7 +42,8 @@ GRPC_OPTIONS = [
 
 
 class ReplicaBackend:
-    """The service's view of one replica: its routes and its send path."""
+    """The service's view of one replica: its routes, its send path, its POP service and its
+    offsets."""
 
     max_body_bytes = MAX_BODY
 
@@ -46,8 +56,10 @@ class ReplicaBackend:
         broker_name: str,
         remoting: tuple[str, int],
         grpc_port: int,
+        pops: Pops | None = None,
     ) -> None:
         self.sends = sends
+        self._pops = pops
         self.topics = topics
         self.client = client
         self.broker_name = broker_name
@@ -104,8 +116,37 @@ class ReplicaBackend:
             flag=0,
         )
         config, queue_id = await self.sends.target(h)
+        group = props.get(SHARDING_KEY)
+        if group is not None and config.write_queue_nums > 0:
+            queue_id = zlib.crc32(group.encode()) % config.write_queue_nums
         status, results, queue_id = await self.sends.put_one(h, body, props, born, config, queue_id)
         return Sent(status, queue_id, results[0].queue_offset if results else -1)
+
+    # ------------------------------------------------------------------ consumers
+    @property
+    def pops(self) -> Pops:
+        if self._pops is None:
+            raise ServiceNotAvailable("this replica serves no POP consumers")
+        return self._pops
+
+    def offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        offsets = self.sends.core.offsets
+        if not offsets.loaded:
+            raise ServiceNotAvailable("consumer offsets are not loaded from metaledger yet")
+        return offsets.load(group, topic, queue_id)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.sends.core.offsets.commit(group, topic, queue_id, offset)
+
+    async def queue_offset(self, topic: str, queue_id: int, policy: int, timestamp_ms: int) -> int:
+        store = self.sends.core.store
+        if policy == v2.BEGINNING:
+            return store.min_offset(topic, queue_id)
+        if policy == v2.END:
+            return store.max_offset(topic, queue_id)
+        return await self.sends.core.run(
+            store.search_offset_by_timestamp, topic, queue_id, timestamp_ms
+        )
 
 
 async def grpc_front(

@@ -1,15 +1,18 @@
 """RocketMQ 5's ``apache.rocketmq.v2.MessagingService`` on a broker replica: producers of
-normal messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/`` module) use it.
+normal and FIFO messages, as the official 5.x clients and RocketMQ's proxy (its ``proxy/``
+module) use it, and consumers through :mod:`broker.grpc.consume` (its handlers are registered
+here by method name; the Settings of a consumer are filled in there).
 
 - **QueryRoute**: the topic's queues from metaledger's routes, each with the replica group's
-  gRPC endpoint, its permission and ``accept_message_types`` [NORMAL].
+  gRPC endpoint, its permission and ``accept_message_types`` [NORMAL, FIFO].
 - **Telemetry**: on the client's ``settings`` the server answers with its ``Settings`` first
   (backoff policy, max body size, request timeout); the clients wait for it.
 - **Heartbeat**: OK once the client sent its settings, UNRECOGNIZED_CLIENT_TYPE before (as
   RocketMQ's proxy).
 - **SendMessage**: each message through the broker's send path (:class:`Backend`), so the
   quorum-write rules hold: OK only for PUT_OK. The client's ``message_id`` is the UNIQ_KEY;
-  keys, tag and user properties are kept; the body is stored byte for byte.
+  keys, tag and user properties are kept; the body is stored byte for byte; a message group
+  is stored as ``__SHARDINGKEY`` and picks the queue (one group, one queue: its order holds).
 - **NotifyClientTermination**: forgets the client, as do 120 s without settings or a heartbeat
   (:mod:`broker.clients`, which the metrics count).
 
@@ -24,7 +27,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import grpc
 
@@ -40,6 +43,9 @@ from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
 from rmq.message import Host
+
+if TYPE_CHECKING:
+    from broker.grpc.consume import Consumers
 
 log = logging.getLogger(__name__)
 CLIENT_ID = "x-mq-client-id"
@@ -180,11 +186,11 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         )
     if not sp.message_id:
         raise Refused(v2.ILLEGAL_MESSAGE_ID, f"{field}.system_properties.message_id: required")
-    if sp.message_type not in (v2.NORMAL, v2.MESSAGE_TYPE_UNSPECIFIED):
+    if sp.message_type not in (v2.NORMAL, v2.FIFO, v2.MESSAGE_TYPE_UNSPECIFIED):
         raise Refused(
             v2.UNSUPPORTED,
             f"{field}.system_properties.message_type: {v2.MessageType.Name(sp.message_type)}"
-            " is not supported yet (only NORMAL)",
+            " is not supported yet (only NORMAL and FIFO)",
         )
     if sp.body_encoding not in (v2.IDENTITY, v2.ENCODING_UNSPECIFIED):
         raise Refused(
@@ -212,7 +218,38 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
         props["KEYS"] = " ".join(keys)
     props["UNIQ_KEY"] = sp.message_id
     props["WAIT"] = "true"
+    props.update(message_group(m, field))
     return props
+
+
+#: RocketMQ's ``MessageConst.PROPERTY_SHARDING_KEY``: where a message group is stored
+SHARDING_KEY = "__SHARDINGKEY"
+MAX_MESSAGE_GROUP_BYTES = 64  # the proxy's maxMessageGroupSize
+
+
+def message_group(m: v2.Message, field: str) -> dict[str, str]:
+    """A FIFO message's group as the stored ``__SHARDINGKEY`` (``SendMessageActivity.java``
+    :160-175, :271-275); required by FIFO, blank or control characters or 64 bytes refused."""
+    sp = m.system_properties
+    if not sp.HasField("message_group"):
+        if sp.message_type == v2.FIFO:
+            raise Refused(
+                v2.ILLEGAL_MESSAGE_GROUP,
+                f"{field}.system_properties.message_group: required by a FIFO message",
+            )
+        return {}
+    group = sp.message_group
+    if (
+        not group.strip()
+        or len(group.encode()) >= MAX_MESSAGE_GROUP_BYTES
+        or any(ord(c) < 32 or ord(c) == 127 for c in group)
+    ):
+        raise Refused(
+            v2.ILLEGAL_MESSAGE_GROUP,
+            f"{field}.system_properties.message_group: {group!r} is blank, holds a control"
+            f" character or has {MAX_MESSAGE_GROUP_BYTES} bytes or more",
+        )
+    return {SHARDING_KEY: group}
 
 
 class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -222,9 +259,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         *,
         request_timeout_ms: int = 3000,
         max_attempts: int = 3,
+        consumers: Consumers | None = None,
         agents: GrpcClients | None = None,
     ) -> None:
         self.backend = backend
+        self.consumers = consumers
         self.request_timeout_ms = request_timeout_ms
         self.max_attempts = max_attempts
         #: client id -> its client type, from its Telemetry settings
@@ -232,8 +271,11 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         #: their user agents for the metrics; forgets the gone ones here too (broker.clients)
         self.agents = agents if agents is not None else GrpcClients()
         self.agents.on_gone = lambda client_id: self.clients.pop(client_id, None)
+        handlers = consumers.handlers() if consumers is not None else {}
         for method in svc.DESCRIPTOR.services_by_name["MessagingService"].methods:
-            if method.name not in IMPLEMENTED:
+            if method.name in handlers:
+                setattr(self, method.name, handlers[method.name])
+            elif method.name not in IMPLEMENTED:
                 setattr(self, method.name, _not_implemented(method))
 
     # ------------------------------------------------------------------ routes
@@ -255,7 +297,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                     broker=v2.Broker(
                         name=q.broker_name, id=q.broker_id, endpoints=endpoints(*q.endpoint)
                     ),
-                    accept_message_types=[v2.NORMAL],
+                    accept_message_types=[v2.NORMAL, v2.FIFO],
                 )
                 for q in queues
             ],
@@ -276,6 +318,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         if client.HasField("publishing") or client.client_type == v2.PRODUCER:
             out.publishing.max_body_size = self.backend.max_body_bytes
             out.publishing.validate_message_type = True
+        if client.HasField("subscription") and self.consumers is not None:
+            self.consumers.settings(out)
         return out
 
     async def Telemetry(

@@ -91,3 +91,12 @@ def test_listen_grpc_default_explicit_and_off() -> None:
     assert build_config(parse(*base, "--listen-grpc", "off")).grpc_listen == ""
     with pytest.raises(ConfigError, match="grpc_listen"):
         build_config(parse(*base, "--listen-grpc", "nonsense"))
+
+
+def test_fifo_groups_are_named_by_a_repeatable_flag() -> None:
+    base = ("broker", "--group", "b", "--data-dir", "d")
+    assert build_config(parse(*base)).fifo_groups == ()
+    c = build_config(parse(*base, "--fifo-group", "G1", "--fifo-group", "G2"))
+    assert c.fifo_groups == ("G1", "G2")
+    with pytest.raises(ConfigError, match="fifo_groups"):
+        replace(c, fifo_groups=("bad group",)).validate()

@@ -80,7 +80,7 @@ def send(service: MessagingService, *messages: v2.Message) -> Any:
     return run(service.SendMessage(svc.SendMessageRequest(messages=messages), Context()))
 
 
-def test_query_route_gives_queues_endpoints_permissions_and_normal_only() -> None:
+def test_query_route_gives_queues_endpoints_permissions_and_normal_and_fifo() -> None:
     service = MessagingService(FakeBackend())
     req = svc.QueryRouteRequest()
     req.topic.name = "T"
@@ -92,7 +92,7 @@ def test_query_route_gives_queues_endpoints_permissions_and_normal_only() -> Non
     assert q.broker.name == "broker-a" and q.broker.id == 0
     assert q.broker.endpoints.scheme == v2.IPv4
     assert [(a.host, a.port) for a in q.broker.endpoints.addresses] == [("127.0.0.1", 8081)]
-    assert list(q.accept_message_types) == [v2.NORMAL]
+    assert list(q.accept_message_types) == [v2.NORMAL, v2.FIFO]
 
 
 def test_query_route_refusals_name_the_topic() -> None:
@@ -204,7 +204,7 @@ def test_send_refusals_from_the_send_path() -> None:
         ({"body": b""}, v2.MESSAGE_BODY_EMPTY, "messages[0].body"),
         ({"body": b"x" * 1025}, v2.MESSAGE_BODY_TOO_LARGE, "messages[0].body"),
         ({"message_id": ""}, v2.ILLEGAL_MESSAGE_ID, "system_properties.message_id"),
-        ({"message_type": v2.FIFO}, v2.UNSUPPORTED, "system_properties.message_type"),
+        ({"message_type": v2.LITE}, v2.UNSUPPORTED, "system_properties.message_type"),
         ({"tag": "a|b"}, v2.ILLEGAL_MESSAGE_TAG, "system_properties.tag"),
         ({"keys": ["a b"]}, v2.ILLEGAL_MESSAGE_KEY, "system_properties.keys"),
         ({"props": {"UNIQ_KEY": "x"}}, v2.ILLEGAL_MESSAGE_PROPERTY_KEY, "user_properties"),
