@@ -8,8 +8,19 @@
 //   node grpc_client.js hold ENDPOINT TOPIC
 //     starts a producer, prints {ready: CLIENT_ID}, and shuts it down (NotifyClientTermination)
 //     when its stdin closes; then prints {closed: CLIENT_ID}
+//   node grpc_client.js simple ENDPOINT GROUP TOPIC EXPECT TIMEOUT_MS
+//     a SimpleConsumer receives until EXPECT distinct messages are acked (or TIMEOUT_MS): each
+//     is acked at once, but one whose keys include "later" gets a 1 s invisible duration
+//     (ChangeInvisibleDuration) on its first delivery and is acked on its second; then one
+//     more receive must find nothing. Prints one line per delivery (see view()) with its
+//     action, then {idle: true} when that last receive found nothing
+//   node grpc_client.js push ENDPOINT GROUP TOPIC EXPECT TIMEOUT_MS
+//     a PushConsumer consumes until EXPECT distinct messages succeeded (or TIMEOUT_MS); one
+//     whose keys include "fail" fails its first delivery (FAILURE: redelivered after the
+//     server's backoff). One line per delivery, with its result
 // The client's own log goes to stderr when RMQ5_DEBUG is set (warnings and errors always).
-const { Producer } = require('rocketmq-client-nodejs');
+const crypto = require('crypto');
+const { Producer, SimpleConsumer, PushConsumer, ConsumeResult } = require('rocketmq-client-nodejs');
 
 const toStderr = (...args) => process.stderr.write(args.map(String).join(' ') + '\n');
 const logger = {
@@ -55,6 +66,72 @@ async function produce(endpoints, topic) {
   }
 }
 
+function view(m) {
+  return {
+    message_id: m.messageId, topic: m.topic, tag: m.tag || '', keys: m.keys,
+    props: Object.fromEntries(m.properties), len: m.body.length,
+    sha256: crypto.createHash('sha256').update(m.body).digest('hex'),
+    attempt: m.deliveryAttempt, corrupted: Boolean(m.corrupted), offset: m.offset,
+  };
+}
+
+const print = obj => process.stdout.write(JSON.stringify(obj) + '\n');
+
+async function simple(endpoints, consumerGroup, topic, expect, timeoutMs) {
+  const consumer = new SimpleConsumer({
+    endpoints, namespace: '', consumerGroup, logger, awaitDuration: 5000,
+    subscriptions: new Map([[ topic, '*' ]]),
+  });
+  await consumer.startup();
+  const acked = new Set();
+  const deadline = Date.now() + Number(timeoutMs);
+  try {
+    while (acked.size < Number(expect) && Date.now() < deadline) {
+      for (const m of await consumer.receive(16, 15000)) {
+        if (m.keys.includes('later') && m.deliveryAttempt === 1) {
+          await consumer.changeInvisibleDuration(m, 1000);
+          print({ ...view(m), action: 'later' });
+        } else {
+          await consumer.ack(m);
+          acked.add(m.messageId);
+          print({ ...view(m), action: 'ack' });
+        }
+      }
+    }
+    if (acked.size >= Number(expect)) {
+      const more = await consumer.receive(16, 15000);
+      for (const m of more) print({ ...view(m), action: 'extra' });
+      if (!more.length) print({ idle: true });
+    }
+  } finally {
+    await consumer.shutdown();
+  }
+}
+
+async function push(endpoints, consumerGroup, topic, expect, timeoutMs) {
+  const done = new Set();
+  let finish;
+  const finished = new Promise(resolve => { finish = resolve; });
+  const consumer = new PushConsumer({
+    endpoints, namespace: '', consumerGroup, logger,
+    subscriptions: new Map([[ topic, '*' ]]),
+    messageListener: {
+      consume(m) {
+        const fail = m.keys.includes('fail') && m.deliveryAttempt === 1;
+        print({ ...view(m), result: fail ? 'FAILURE' : 'SUCCESS' });
+        if (!fail) done.add(m.messageId);
+        if (done.size >= Number(expect)) finish();
+        return fail ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+      },
+    },
+  });
+  await consumer.startup();
+  const timer = setTimeout(finish, Number(timeoutMs));
+  await finished;
+  clearTimeout(timer);
+  await consumer.shutdown();
+}
+
 async function hold(endpoints, topic) {
   const producer = new Producer({ endpoints, namespace: '', topics: [ topic ], logger });
   await producer.startup();
@@ -64,7 +141,7 @@ async function hold(endpoints, topic) {
   process.stdout.write(JSON.stringify({ closed: producer.clientId }) + '\n');
 }
 
-const MODES = { produce, hold };
+const MODES = { produce, hold, simple, push };
 
 async function main() {
   const [ mode, ...args ] = process.argv.slice(2);

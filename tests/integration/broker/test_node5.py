@@ -1,14 +1,18 @@
 """RocketMQ 5's Node.js client (npm ``rocketmq-client-nodejs`` 1.0.8, gRPC) against a real
-``metaledger broker``'s gRPC front: its producer's messages are read back over remoting (PULL
-through ``rmq.connection``) with the body byte for byte (all 256 byte values, 4 MiB), keys, tag,
-properties and message id; the broker's metrics count it by protocol, language and version
-beside a remoting connection, and forget both when they go. The client is driven by
-``tests/js/grpc_client.js``."""
+``metaledger broker``'s gRPC front, driven by ``tests/js/grpc_client.js``:
+
+- its producer's messages are read back over remoting (PULL through ``rmq.connection``) with
+  the body byte for byte (all 256 byte values, 4 MiB), keys, tag, properties and message id;
+- its SimpleConsumer receives, acks and changes a message's invisible duration (redelivered as
+  attempt 2), and its PushConsumer sees a failed message again, over the POP model;
+- the broker's metrics count it by protocol, language and version beside a remoting
+  connection, and forget both when they go."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -42,6 +46,7 @@ pytestmark = [
 ]
 TOPIC = "GrpcTopic"  # the name pull_all reads
 QUEUES = 4
+SIMPLE, PUSH = "Node5Simple", "Node5Push"  # the consumers' topics
 
 
 @dataclass
@@ -73,6 +78,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         with Client(node.endpoints, timeout_s=10) as client:
             wait_for("broker-a registered", lambda: client.route_cluster_info().brokers)
             client.route_topic_create(TOPIC, [QueueData("broker-a", QUEUES, QUEUES, 6)])
+            for topic in (SIMPLE, PUSH):
+                client.route_topic_create(topic, [QueueData("broker-a", 2, 2, 6)])
             yield Env(root, node, broker, client, grpc_port, metrics_port)
     finally:
         if broker is not None:
@@ -181,3 +188,51 @@ def test_metrics_count_clients_by_protocol_language_and_version(env: Env) -> Non
     finally:
         holder.kill()
         holder.wait(10)
+
+
+def consumer_spec() -> list[dict[str, Any]]:
+    return [
+        {"body_b64": b64(bytes(range(256))), "tag": "TagA", "keys": ["all256"],
+         "props": {"p1": "v1", "unicode": "h\u00e9llo"}},
+        {"body_b64": b64(large_body(4 * 1024 * 1024 - 1024)), "tag": "Big", "keys": ["big"]},
+        {"body_b64": b64(b"again"), "keys": ["later", "fail"]},
+        {"body_b64": b64(b"\x00"), "keys": ["zero"]},
+    ]  # fmt: skip
+
+
+def check_delivered(spec: list[dict[str, Any]], sent: list[dict[str, Any]], got: Any) -> None:
+    """Every sent message arrived once per attempt with its body, tag, keys and properties."""
+    by_id = {s["message_id"]: item for s, item in zip(sent, spec, strict=True)}
+    assert {d["message_id"] for d in got} == set(by_id)
+    for d in got:
+        item = by_id[d["message_id"]]
+        body = base64.b64decode(item["body_b64"])
+        assert (d["len"], d["sha256"]) == (len(body), hashlib.sha256(body).hexdigest()), d
+        assert not d["corrupted"] and d["tag"] == item.get("tag", "")
+        assert sorted(d["keys"]) == sorted(item["keys"]) and d["props"] == item.get("props", {})
+
+
+def test_node5_simple_consumer_receives_acks_and_changes_invisible_duration(env: Env) -> None:
+    spec = consumer_spec()
+    sent = node_js(env, "produce", env.endpoint, SIMPLE, stdin=spec)
+    assert all("message_id" in r for r in sent), sent
+    got = node_js(env, "simple", env.endpoint, "GID_NODE5_SIMPLE", SIMPLE, "4", "60000")
+    assert got[-1] == {"idle": True}, got  # acked messages never come back
+    deliveries = got[:-1]
+    check_delivered(spec, sent, deliveries)
+    later = [d for d in deliveries if "later" in d["keys"]]
+    assert [(d["attempt"], d["action"]) for d in later] == [(1, "later"), (2, "ack")], later
+    others = [d for d in deliveries if "later" not in d["keys"]]
+    assert sorted(d["attempt"] for d in others) == [1, 1, 1] and len(others) == 3
+
+
+def test_node5_push_consumer_consumes_and_a_failure_comes_back(env: Env) -> None:
+    spec = consumer_spec()
+    sent = node_js(env, "produce", env.endpoint, PUSH, stdin=spec)
+    assert all("message_id" in r for r in sent), sent
+    got = node_js(env, "push", env.endpoint, "GID_NODE5_PUSH", PUSH, "4", "90000")
+    check_delivered(spec, sent, got)
+    failing = [d for d in got if "fail" in d["keys"]]
+    assert [(d["attempt"], d["result"]) for d in failing][:2] == [(1, "FAILURE"), (2, "SUCCESS")]
+    ok = {d["message_id"] for d in got if d["result"] == "SUCCESS"}
+    assert ok == {s["message_id"] for s in sent}
