@@ -26,14 +26,14 @@ from typing import Any
 
 import pytest
 
-from nameserver.client import Client, QueueData
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode
 from rmq.connection import RemotingConnection
 from rmq.message import MAX_BODY
-from tests.harness import Cluster, free_ports
-from tests.integration.broker.conftest import BrokerProcess, wait_for
-from tests.integration.broker.test_grpc_producer import large_body, pull_all
+from tests.harness import free_ports
+from tests.integration.broker.conftest import wait_for
+from tests.integration.broker.test_grpc_producer import large_body, read_back
+from tests.integration.replicator import broker_env
 
 JS_DIR = Path(__file__).resolve().parents[2] / "js"
 CLIENT = "rocketmq-client-nodejs"
@@ -44,19 +44,14 @@ pytestmark = [
         reason=f"{CLIENT} is not installed (scripts/test.sh runs npm ci --prefix tests/js)",
     ),
 ]
-TOPIC = "GrpcTopic"  # the name pull_all reads
-QUEUES = 4
+TOPIC = "GrpcTopic"  # the name read_back pulls
 SIMPLE, PUSH = "Node5Simple", "Node5Push"  # the consumers' topics
 
 
 @dataclass
-class Env:
-    root: Path
-    node: Cluster
-    broker: BrokerProcess
-    client: Client
-    grpc_port: int
-    metrics_port: int
+class Env(broker_env.Env):
+    grpc_port: int = 0
+    metrics_port: int = 0
 
     @property
     def endpoint(self) -> str:
@@ -65,28 +60,17 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    root = tmp_path_factory.mktemp("node5")
-    node = Cluster(root / "node", n=1)
-    broker = None
-    try:
-        node.wait_ready(30)
-        grpc_port, metrics_port = free_ports(2)
-        broker = BrokerProcess(
-            root, node.endpoints, "broker-a", "--listen-grpc", f"127.0.0.1:{grpc_port}",
-            "--listen-metrics", f"127.0.0.1:{metrics_port}",
-        )  # fmt: skip
-        with Client(node.endpoints, timeout_s=10) as client:
-            wait_for("broker-a registered", lambda: client.route_cluster_info().brokers)
-            client.route_topic_create(TOPIC, [QueueData("broker-a", QUEUES, QUEUES, 6)])
-            for topic in (SIMPLE, PUSH):
-                client.route_topic_create(topic, [QueueData("broker-a", 2, 2, 6)])
-            yield Env(root, node, broker, client, grpc_port, metrics_port)
-    finally:
-        if broker is not None:
-            code = broker.stop()
-            print(broker.log_tail())
-            assert code == 0, f"broker exited {code}"
-        node.close()
+    grpc_port, metrics_port = free_ports(2)
+    flags = (
+        "--listen-grpc",
+        f"127.0.0.1:{grpc_port}",
+        "--listen-metrics",
+        f"127.0.0.1:{metrics_port}",
+    )
+    for base in broker_env.broker_env(tmp_path_factory, *flags):  # once; stopped after
+        for topic in (TOPIC, SIMPLE, PUSH):
+            base.topic(topic)
+        yield Env(**vars(base), grpc_port=grpc_port, metrics_port=metrics_port)
 
 
 def node_js(env: Env, *args: str, stdin: Any = None, timeout: float = 120) -> list[dict[str, Any]]:
@@ -122,22 +106,9 @@ def test_node5_producer_bodies_keys_tag_and_properties_read_back_over_remoting(e
     sent = results[:3]
     assert all("message_id" in r for r in sent), sent
     ids = [r["message_id"] for r in sent]
-    assert len(set(ids)) == 3
-
-    stored = {m.properties.get("UNIQ_KEY"): m for m in pull_all(env, 3)}
-    assert set(stored) == set(ids)
-    for item, result in zip(spec[:3], sent, strict=True):
-        m = stored[result["message_id"]]
-        assert m.topic == TOPIC and 0 <= m.queue_id < QUEUES
-        assert m.body == base64.b64decode(item["body_b64"]), result
-        assert m.queue_offset == result["offset"], result
-        assert m.tags == item.get("tag", "")
-        assert set(filter(None, m.keys.split(" "))) == set(item.get("keys", []))
-        user = {
-            k: v for k, v in m.properties.items() if k not in ("UNIQ_KEY", "KEYS", "TAGS", "WAIT")
-        }
-        assert user == item.get("props", {}), user
-        assert int(started) * 1000 - 1000 <= m.born_timestamp <= time.time() * 1000 + 1000
+    bodies = [base64.b64decode(item["body_b64"]) for item in spec[:3]]
+    stored = read_back(env, spec[:3], ids, bodies, started)
+    assert [stored[r["message_id"]].queue_offset for r in sent] == [r["offset"] for r in sent]
 
 
 def clients(env: Env) -> dict[tuple[str, str, str], float]:
