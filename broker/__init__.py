@@ -15,6 +15,8 @@ Packages, the store at the bottom and the fronts on top::
     quorum/       who must acknowledge a send (policy), the in-sync set, the replica's role
     send/, pull/, consumers/, admin/
                   the remoting handlers, one processor per concern
+    pop/          POP consumption (receipt handles, invisible time, redelivery, DLQ, FIFO)
+                  for the remoting and gRPC fronts
     remoting/     the broker's wiring of rmq's frame server: its handler table and errors
     replica.py    one replica wired together; cli.py runs it
 

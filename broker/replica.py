@@ -206,12 +206,13 @@ class Replica:
         while True:
             await asyncio.sleep(self.config.offset_flush_interval_ms / 1000)
             await self.flush_offsets()
-            await self.pop.flush()
 
-    async def flush_offsets(self) -> None:
+    async def flush_offsets(self, pop_master: bool | None = None) -> None:
+        """Consumer offsets, then POP progress (``pop_master``: see PopService.flush)."""
         try:
             await asyncio.to_thread(self.offsets.flush)
-        except ClientError as exc:
+            await self.pop.flush(pop_master)
+        except (ClientError, OSError) as exc:
             if not self._flush_failing:  # once per outage, not every second
                 log.warning("broker: consumer offsets not flushed (retrying): %s", exc)
             self._flush_failing = True
@@ -247,6 +248,7 @@ class Replica:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        pop_master = self.pop.is_master()
         if self.member is not None:
             await self.member.stop()
         if self.registrar is not None:
@@ -255,8 +257,7 @@ class Replica:
         if self.grpc is not None:
             await self.grpc.stop(grace=1.0)
         await self.schedule.stop()
-        await self.flush_offsets()
-        await self.pop.flush()
+        await self.flush_offsets(pop_master)
         self.pop.close()
         self.core.close()
         self.metrics.close()

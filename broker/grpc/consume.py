@@ -13,7 +13,8 @@ redelivery, DLQ, FIFO) and the consumer offsets. Copies RocketMQ's proxy
   deadline under 5 s is ILLEGAL_POLLING_TIME (``consumer/ReceiveMessageActivity.java``:49-77).
   The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (the proxy
   renews it; metaledger does not yet: a push consumer that holds a message past 60 s sees it
-  again) (:79-86). POP always reads the whole broker (queue id -1), as the proxy's
+  again) (:79-86). Messages a broken stream did not carry are visible again after 1 s
+  (``ReceiveMessageResponseStreamWriter.java``:133-150). POP always reads the whole broker (queue id -1), as the proxy's
   ``ReceiveMessageQueueSelector`` does, FIFO groups included (the POP service keeps a queue's
   order).
 - **AckMessage**: each entry's receipt handle; the answer's status is the entries' one code, or
@@ -38,27 +39,36 @@ a consumer gets (``common/GrpcClientSettingsManager.java``:106-130): ``receive_b
 stored message. Bad input answers with the v2 code and a message naming the field, and
 changes nothing; :func:`refused` is where the POP errors become v2 codes (the rest goes
 through :func:`broker.grpc.service.refusal`).
+
+A little over 500 lines, on purpose: the eight consumer methods, their validation and the
+conversion every one of them (and a message lookup) shares are one unit; split, each part
+would import the others' privates.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.grpc.service import Refused, RouteQueue, endpoints, permission, refusal, status
 from broker.pop.errors import IllegalInvisibleTime, InvalidReceiptHandle
+from broker.pop.service import Popped, PopService
 from broker.remoting.errors import BrokerRequestError
+from broker.topics import TOPIC_NAME
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from rmq.message import SYSFLAG_COMPRESSED, StoredMessage, inflate
 
+log = logging.getLogger(__name__)
+NACK_INVISIBLE_MS = 1_000
 #: RocketMQ's ``Validators.checkGroup``: at most 255 of these characters
 GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
-TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 PERM_READ = 4
 MAX_BATCH = 32  # a POP's most messages (PopMessageProcessor.java)
 SHARDING_KEY = "__SHARDINGKEY"
@@ -116,53 +126,12 @@ class ConsumeConfig:
         return self
 
 
-class Popped(Protocol):
-    """One delivery (:class:`broker.pop.service.Popped`)."""
-
-    @property
-    def message(self) -> StoredMessage: ...
-    @property
-    def handle(self) -> str: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def visible_at_ms(self) -> int: ...
-
-
-class Pops(Protocol):
-    """The POP model (:class:`broker.pop.service.PopService`); refusals raise
-    BrokerRequestError (its PopError among them)."""
-
-    async def pop(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        max_messages: int,
-        invisible_ms: int,
-        *,
-        fifo: bool = False,
-        expression: str = "*",
-        wait_ms: int = 0,
-    ) -> Sequence[Popped]: ...
-
-    async def ack(self, group: str, topic: str, handle: str) -> None: ...
-
-    async def change_invisible(
-        self, group: str, topic: str, handle: str, invisible_ms: int
-    ) -> Popped: ...
-
-    async def forward_to_dlq(self, group: str, topic: str, handle: str) -> None: ...
-
-    def max_attempts(self, group: str) -> int: ...
-
-
 class ConsumerBackend(Protocol):
     """What the consumer handlers need from a replica (:class:`broker.grpc.front.ReplicaBackend`;
     the unit tests' fake)."""
 
     @property
-    def pops(self) -> Pops: ...
+    def pops(self) -> PopService: ...
 
     async def queues(self, topic: str) -> list[RouteQueue]:
         """The topic's queues; raises TopicNotExist when the routes do not have it."""
@@ -244,18 +213,22 @@ def message_type(props: Mapping[str, str]) -> int:
 
 # ------------------------------------------------------------------------------ validation
 def group_name(resource: v2.Resource, field: str = "group") -> str:
-    name = str(resource.name)
-    if not GROUP_NAME.fullmatch(name):
-        why = "required" if not name else f"{name!r} is not a group name ([%|a-zA-Z0-9_-], ≤ 255)"
-        raise Refused(v2.ILLEGAL_CONSUMER_GROUP, f"{field}.name: {why}")
-    return name
+    return _named(resource, field, GROUP_NAME, v2.ILLEGAL_CONSUMER_GROUP, "group", 255)
 
 
 def topic_name(resource: v2.Resource, field: str = "topic") -> str:
+    return _named(resource, field, TOPIC_NAME, v2.ILLEGAL_TOPIC, "topic", 127)
+
+
+def _named(
+    resource: v2.Resource, field: str, pattern: re.Pattern[str], code: int, kind: str, most: int
+) -> str:
     name = str(resource.name)
-    if not TOPIC_NAME.fullmatch(name):
-        why = "required" if not name else f"{name!r} is not a topic name ([%|a-zA-Z0-9_-], ≤ 127)"
-        raise Refused(v2.ILLEGAL_TOPIC, f"{field}.name: {why}")
+    if not pattern.fullmatch(name):
+        why = (
+            "required" if not name else f"{name!r} is not a {kind} name ([%|a-zA-Z0-9_-], ≤ {most})"
+        )
+        raise Refused(code, f"{field}.name: {why}")
     return name
 
 
@@ -273,18 +246,15 @@ def handle_of(text: str, field: str) -> str:
     return text
 
 
-#: the POP errors' v2 codes; other BrokerRequestErrors go through service.refusal
-POP_CODES: dict[type[Exception], int] = {
-    InvalidReceiptHandle: v2.INVALID_RECEIPT_HANDLE,
-    IllegalInvisibleTime: v2.ILLEGAL_INVISIBLE_TIME,
-}
-
-
-def refused(exc: Exception, field: str = "") -> v2.Status:
-    """The v2 status of a refusal (``field``, when given, prefixes a POP error's message)."""
-    for kind, code in POP_CODES.items():
-        if isinstance(exc, kind):
-            return status(code, f"{field}: {exc}" if field else str(exc))
+def refused(exc: Exception, handle_field: str = "") -> v2.Status:
+    """The v2 status of a refusal: the POP errors' own codes (a bad handle names
+    ``handle_field``, a bad invisible time ``invisible_duration``), the rest through
+    :func:`broker.grpc.service.refusal`."""
+    if isinstance(exc, InvalidReceiptHandle):
+        text = f"{handle_field}: {exc}" if handle_field else str(exc)
+        return status(v2.INVALID_RECEIPT_HANDLE, text)
+    if isinstance(exc, IllegalInvisibleTime):
+        return status(v2.ILLEGAL_INVISIBLE_TIME, f"invisible_duration: {exc}")
     out = refusal(exc)
     if out is None:
         raise exc
@@ -295,7 +265,7 @@ def overall(codes: set[int]) -> v2.Status:
     """One code for all entries, else MULTIPLE_RESULTS (``AckMessageActivity.java``:196)."""
     if len(codes) == 1:
         code = next(iter(codes))
-        return status(code, v2.Code.Name(code))  # type: ignore[arg-type]
+        return status(code, v2.Code.Name(code))
     return status(v2.MULTIPLE_RESULTS, "the entries have different results")
 
 
@@ -313,6 +283,26 @@ class Consumers:
     def __init__(self, backend: ConsumerBackend, config: ConsumeConfig | None = None) -> None:
         self.backend = backend
         self.config = (config or ConsumeConfig()).validate()
+        self._nacks: set[asyncio.Task[None]] = set()
+
+    def _nack(self, group: str, topic: str, unsent: list[Popped]) -> None:
+        """Messages popped for a stream that broke before they went out: visible again after
+        :data:`NACK_INVISIBLE_MS` (``ReceiveMessageResponseStreamWriter.java``:133-150)."""
+
+        async def nack() -> None:
+            for p in unsent:
+                try:
+                    await self.backend.pops.change_invisible(
+                        group, topic, p.handle, NACK_INVISIBLE_MS
+                    )
+                except BrokerRequestError as exc:
+                    log.info(
+                        "gRPC receive: %s not put back after a broken stream: %s", p.handle, exc
+                    )
+
+        task = asyncio.get_running_loop().create_task(nack())
+        self._nacks.add(task)
+        task.add_done_callback(self._nacks.discard)
 
     def fifo(self, group: str) -> bool:
         return group in self.config.fifo_groups
@@ -403,11 +393,16 @@ class Consumers:
             yield svc.ReceiveMessageResponse(status=refused(exc))
         else:
             if popped:
-                yield svc.ReceiveMessageResponse(status=status(v2.OK, "OK"))
-                for p in popped:
-                    yield svc.ReceiveMessageResponse(
-                        message=to_message(p.message, receipt_handle=p.handle, attempt=p.attempt)
-                    )
+                unsent = list(popped)
+                try:
+                    yield svc.ReceiveMessageResponse(status=status(v2.OK, "OK"))
+                    while unsent:
+                        p = unsent.pop(0)  # handed to gRPC: sent, as far as we can know
+                        m = to_message(p.message, receipt_handle=p.handle, attempt=p.attempt)
+                        yield svc.ReceiveMessageResponse(message=m)
+                finally:
+                    if unsent:  # the stream broke: visible again in a second
+                        self._nack(request.group.name, request.message_queue.topic.name, unsent)
             else:
                 yield svc.ReceiveMessageResponse(
                     status=status(v2.MESSAGE_NOT_FOUND, "no new message")
@@ -416,7 +411,7 @@ class Consumers:
         done.delivery_timestamp.FromMilliseconds(_now_ms())
         yield done
 
-    async def _receive(self, request: svc.ReceiveMessageRequest, context: Any) -> Sequence[Popped]:
+    async def _receive(self, request: svc.ReceiveMessageRequest, context: Any) -> list[Popped]:
         c = self.config
         group = group_name(request.group)
         topic = topic_name(request.message_queue.topic, "message_queue.topic")
@@ -479,9 +474,7 @@ class Consumers:
         self, request: svc.ChangeInvisibleDurationRequest, context: Any
     ) -> Any:
         try:
-            group = group_name(request.group)
-            topic = topic_name(request.topic)
-            handle = handle_of(request.receipt_handle, "receipt_handle")
+            group, topic, handle = _handle_target(request)
             ms = invisible(
                 request.invisible_duration.ToMilliseconds(),
                 0,
@@ -499,9 +492,7 @@ class Consumers:
         self, request: svc.ForwardMessageToDeadLetterQueueRequest, context: Any
     ) -> Any:
         try:
-            group = group_name(request.group)
-            topic = topic_name(request.topic)
-            handle = handle_of(request.receipt_handle, "receipt_handle")
+            group, topic, handle = _handle_target(request)
             await self.backend.pops.forward_to_dlq(group, topic, handle)
         except (Refused, BrokerRequestError) as exc:
             return svc.ForwardMessageToDeadLetterQueueResponse(
@@ -556,3 +547,12 @@ class Consumers:
         except (Refused, BrokerRequestError) as exc:
             return svc.QueryOffsetResponse(status=refused(exc))
         return svc.QueryOffsetResponse(status=status(v2.OK, "OK"), offset=offset)
+
+
+def _handle_target(request: Any) -> tuple[str, str, str]:
+    """The group, topic and receipt handle a handle's request names, each checked."""
+    return (
+        group_name(request.group),
+        topic_name(request.topic),
+        handle_of(request.receipt_handle, "receipt_handle"),
+    )

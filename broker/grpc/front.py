@@ -21,8 +21,8 @@ import zlib
 
 import grpc
 
-from broker.grpc.consume import Pops
 from broker.grpc.service import SHARDING_KEY, MessagingService, RouteQueue, Sent, add_to_server
+from broker.pop.service import PopService
 from broker.remoting.errors import ServiceNotAvailable, TopicNotExist
 from broker.send.processor import SendProcessor
 from broker.topics import TopicTable
@@ -56,7 +56,7 @@ class ReplicaBackend:
         broker_name: str,
         remoting: tuple[str, int],
         grpc_port: int,
-        pops: Pops | None = None,
+        pops: PopService | None = None,
     ) -> None:
         self.sends = sends
         self._pops = pops
@@ -124,7 +124,7 @@ class ReplicaBackend:
 
     # ------------------------------------------------------------------ consumers
     @property
-    def pops(self) -> Pops:
+    def pops(self) -> PopService:
         if self._pops is None:
             raise ServiceNotAvailable("this replica serves no POP consumers")
         return self._pops

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from broker.state.offsets import parse_queue_key
 from nameserver.client import Client, Compare, Op
 
 Key = tuple[str, str, int]
@@ -41,17 +42,11 @@ class KvPopProgress:
     def key(self, k: Key) -> str:
         return f"{self.prefix}{k[0]}/{k[1]}/{k[2]}"
 
-    def _parse_key(self, key: bytes) -> Key | None:
-        parts = key.decode("utf-8", "replace")[len(self.prefix) :].split("/")
-        if len(parts) != 3 or not parts[2].isdigit():
-            return None
-        return parts[0], parts[1], int(parts[2])
-
     def _stored(self) -> dict[Key, tuple[Progress, int]]:
         """Every stored progress of this broker name and its mod revision."""
         out = {}
         for kv in self.client.get(self.prefix, prefix=True).kvs:
-            k = self._parse_key(kv.key)
+            k = parse_queue_key(self.prefix, kv.key)
             p = _parse_value(kv.value)
             if k is not None and p is not None:
                 out[k] = (p, kv.mod_revision)

@@ -53,7 +53,12 @@ import time
 from dataclasses import dataclass
 
 from broker.core import BrokerCore
-from broker.pop.errors import IllegalInvisibleTime, IllegalPopRequest, InvalidReceiptHandle
+from broker.pop.errors import (
+    IllegalInvisibleTime,
+    IllegalPopRequest,
+    InvalidReceiptHandle,
+    PopError,
+)
 from broker.pop.handle import NORMAL_TOPIC, ORDER_REVIVE_QID, Handle, decode
 from broker.pop.progress import KvPopProgress
 from broker.pop.state import QueueBook, Stale
@@ -62,7 +67,6 @@ from broker.remoting.errors import NoPermission, ServiceNotAvailable, TopicNotEx
 from broker.replication import PutStatus
 from broker.state.consumers import parse_expression
 from broker.topics import DLQ_PREFIX, TopicConfig
-from nameserver.client import ClientError
 from rmq.message import PHYSICAL_OFFSET_AT, QUEUE_OFFSET_AT, StoredMessage
 from rmq.message import decode as decode_message
 from rmq.msgid import offset_msg_id
@@ -72,6 +76,9 @@ log = logging.getLogger(__name__)
 INIT_MIN, INIT_MAX = 0, 1
 MAX_BATCH = 32  # PopMessageProcessor.java:266: "pop message's num is greater than 32"
 MAX_INVISIBLE_MS = 24 * 3600 * 1000
+#: a long poll looks again at least this long after a pop found nothing (an expiry bound
+#: in the past but nothing handed out: a FIFO queue waiting for an earlier message)
+MIN_RECHECK_S = 0.05
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 
@@ -103,7 +110,6 @@ class PopService:
         self.progress = progress
         self._locks: dict[Key, asyncio.Lock] = {}
         self._max_attempts: dict[str, int] = {}
-        self._flush_failing = False
 
     # ------------------------------------------------------------------ settings
     def max_attempts(self, group: str) -> int:
@@ -167,8 +173,9 @@ class PopService:
             if out or remaining <= 0:
                 return out
             # a new message in one of the queues, or the next expiry, or 1 s (readable limit)
-            wake = min(remaining, 1.0, *(self._until_expiry(group, topic, q) for q in queues))
-            await self.core.hold.wait_any([(topic, q) for q in queues], max(wake, 0.001))
+            expiry = min(self._until_expiry(group, topic, q) for q in queues)
+            wake = min(remaining, 1.0, max(expiry, MIN_RECHECK_S))  # FIFO may wait on a bound
+            await self.core.hold.wait_any([(topic, q) for q in queues], wake)
 
     def _until_expiry(self, group: str, topic: str, queue_id: int) -> float:
         book = self.table.books.get((group, topic, queue_id))
@@ -417,6 +424,8 @@ class PopService:
             return book
         group, topic, queue_id = key
         store = self.core.store
+        if not self.core.offsets.loaded:  # a new book now could rewind or skip the group
+            raise PopError("consumer offsets are not loaded from metaledger yet, retry")
         committed = self.core.offsets.load(group, topic, queue_id)
         if committed is not None:
             low = committed
@@ -440,29 +449,30 @@ class PopService:
             return 0
         stored = await asyncio.to_thread(self.progress.load_all)
         for key, (low, nxt, acked) in stored.items():
+            # never past this log's end (messages an async failover lost): new ones take
+            # those offsets again and must not be skipped
+            end = self.core.store.max_offset(key[1], key[2])
+            low, nxt = min(low, end), min(nxt, end)
             async with self._lock(key):
                 book = self.table.open(key, functools.partial(int, low))
                 book.merge(low, nxt, acked)
                 self._committed(key, book)
         return len(stored)
 
-    async def flush(self) -> None:
-        """Sync the books' files and write their progress to metaledger (every second and
-        at stop); a failure is logged once per outage and retried next time."""
+    def is_master(self) -> bool:
+        return self.core.replication.writable() is None
+
+    async def flush(self, master: bool | None = None) -> None:
+        """Sync the books' files and, on a master (``master``: whether this replica was one
+        until now, at stop), write their progress to metaledger (every second and at stop;
+        a slave's books are stale). Raises ClientError or OSError (the replica logs it
+        once per outage; the next flush writes what is still different)."""
         books = {k: b.progress() for k, b in self.table.books.items()}
-        try:
-            await asyncio.to_thread(self.table.flush)
-            master = self.core.replication.writable() is None  # a slave's books are stale
-            if self.progress is not None and books and master:
-                await asyncio.to_thread(self.progress.flush, books)
-        except (ClientError, OSError) as exc:
-            if not self._flush_failing:
-                log.warning("pop: progress not flushed (retrying): %s", exc)
-            self._flush_failing = True
-            return
-        if self._flush_failing:
-            log.info("pop: progress flushed again")
-        self._flush_failing = False
+        if master is None:
+            master = self.is_master()
+        await asyncio.to_thread(self.table.flush)
+        if self.progress is not None and books and master:
+            await asyncio.to_thread(self.progress.flush, books)
 
     def close(self) -> None:
         self.table.close()

@@ -105,10 +105,12 @@ class QueueBook:
         self.acked: set[int] = set()
         self.inflight = 0
         self.earliest = NEVER
-        for _off, vis, att in slots.scan(self.low, self.next):
+        for off, vis, att in slots.scan(self.low, self.next):
             if att:
                 self.inflight += 1
                 self.earliest = min(self.earliest, vis)
+            elif len(self.acked) < MAX_ACKED_KEPT:
+                self.acked.add(off)  # done above low: again in the progress
         self._advance()
         slots.save_bounds(self.low, self.next)
 
@@ -143,20 +145,29 @@ class QueueBook:
 
     # ------------------------------------------------------------------ changes
     def deliver_new(self, offset: int, visible_at_ms: int) -> None:
-        """``offset`` (≥ next; those between are done) handed out for the first time."""
-        self.pass_over(offset)
+        """``offset`` (≥ next; those between are done) handed out for the first time. The
+        bounds are saved by :meth:`save` (once per pop): a crash before it hands these out
+        again as new, which at-least-once allows."""
+        if offset > self.next:
+            self.slots.clear(self.next, offset)
         self.slots.write(offset, visible_at_ms, 1)
         self.next = offset + 1
         self.inflight += 1
-        self.earliest = min(self.earliest, visible_at_ms)
+        if visible_at_ms < self.earliest:
+            self.earliest = visible_at_ms
+        if self.inflight == 1:  # nothing else in flight: low may move up to it
+            self._advance()
+
+    def save(self) -> None:
+        """Write the bounds (after :meth:`deliver_new`)."""
         self.slots.save_bounds(self.low, self.next)
 
     def pass_over(self, upto: int) -> None:
-        """Offsets [next, upto) are done without delivery (filtered out, or gone)."""
-        if upto <= self.next:
-            return
-        self.slots.clear(self.next, upto)
-        self.next = upto
+        """Offsets [next, upto) are done without delivery (filtered out, or gone); saves
+        the bounds."""
+        if upto > self.next:
+            self.slots.clear(self.next, upto)
+            self.next = upto
         self._advance()
         self.slots.save_bounds(self.low, self.next)
 

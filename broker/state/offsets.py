@@ -19,6 +19,15 @@ from nameserver.client import Client, Compare, Op
 OffsetKey = tuple[str, str, int]  # group, topic, queue id
 
 
+def parse_queue_key(prefix: str, key: bytes) -> OffsetKey | None:
+    """(group, topic, queue id) of a metaledger key ``<prefix><group>/<topic>/<queueId>``
+    (consumer offsets here, POP progress in :mod:`broker.pop.progress`); None for another."""
+    parts = key.decode("utf-8", "replace")[len(prefix) :].split("/")
+    if len(parts) != 3 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
+
+
 class OffsetStore(Protocol):
     @property
     def loaded(self) -> bool:
@@ -80,10 +89,7 @@ class KvOffsetStore(InMemoryOffsetStore):
         return f"{self.prefix}{group}/{topic}/{queue_id}"
 
     def _parse(self, key: bytes) -> OffsetKey | None:
-        parts = key.decode("utf-8", "replace")[len(self.prefix) :].split("/")
-        if len(parts) != 3 or not parts[2].isdigit():
-            return None
-        return parts[0], parts[1], int(parts[2])
+        return parse_queue_key(self.prefix, key)
 
     def load_all(self) -> int:
         """Read every stored offset of this broker name into memory (at start and on

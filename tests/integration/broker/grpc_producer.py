@@ -3,7 +3,8 @@
 Run as ``python grpc_producer.py ENDPOINT TOPIC < spec.json`` with the 5.x client's own venv
 (it ships a ``rocketmq`` package, as the 4.x ``rocketmq`` wheel does, and its own generated
 ``apache.rocketmq.v2``, which cannot share a process with metaledger's). The spec: a list of
-``{"body_hex", "tag", "keys", "props"}``; prints one JSON line per message: ``{"message_id"}``
+``{"body_hex", "tag", "keys", "props", "group"}`` (``group``: the message group of a FIFO
+message); prints one JSON line per message: ``{"message_id"}``
 or ``{"error"}`` (what the client raised).
 """
 
@@ -28,6 +29,8 @@ def main() -> int:
                 m.body = bytes.fromhex(item["body_hex"])
                 if item.get("tag"):
                     m.tag = item["tag"]
+                if item.get("group"):
+                    m.message_group = item["group"]
                 for key in item.get("keys", []):
                     m.keys = key
                 for k, v in item.get("props", {}).items():

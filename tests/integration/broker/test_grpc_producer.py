@@ -10,6 +10,7 @@ The 5.x client runs in a venv of its own, made once per session: it ships a top-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -40,23 +41,25 @@ class Env:
         self.root, self.node, self.broker, self.grpc_port = root, node, broker, grpc_port
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    root = tmp_path_factory.mktemp("grpc")
+@contextlib.contextmanager
+def grpc_env(root: Path, *broker_args: str, topics: tuple[str, ...] = (TOPIC,)) -> Iterator[Env]:
+    """A node and broker-a with a gRPC port (and ``broker_args``), ``topics`` of 4 queues."""
     node = Cluster(root / "node", n=1)
     broker = None
     try:
         node.wait_ready(30)
         grpc_port = free_ports(1)[0]
         broker = BrokerProcess(
-            root, node.endpoints, "broker-a", "--listen-grpc", f"127.0.0.1:{grpc_port}"
-        )
+            root, node.endpoints, "broker-a", "--listen-grpc", f"127.0.0.1:{grpc_port}",
+            *broker_args,
+        )  # fmt: skip
         with Client(node.endpoints, timeout_s=10) as client:
             wait_for(
                 "broker-a registered",
                 lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
             )
-            client.route_topic_create(TOPIC, [QueueData("broker-a", QUEUES, QUEUES, 6)])
+            for topic in topics:
+                client.route_topic_create(topic, [QueueData("broker-a", QUEUES, QUEUES, 6)])
         yield Env(root, node, broker, grpc_port)
     finally:
         if broker is not None:
@@ -64,6 +67,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             print(broker.log_tail())
             assert code == 0, f"broker exited {code}"
         node.close()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with grpc_env(tmp_path_factory.mktemp("grpc")) as e:
+        yield e
 
 
 def produce(

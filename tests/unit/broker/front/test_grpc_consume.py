@@ -264,6 +264,28 @@ def test_receive_streams_status_messages_then_the_delivery_timestamp() -> None:
     assert expression == "a || b" and wait == 20_000  # 30 s left: clamped to the 20 s max
 
 
+def test_messages_a_broken_stream_did_not_carry_are_visible_again_in_a_second() -> None:
+    backend = FakeBackend()
+    backend.pops.ready = [stored(0), stored(1), stored(2)]
+    c = consumers(backend)
+    req = svc.ReceiveMessageRequest(batch_size=3)
+    req.group.name, req.message_queue.topic.name = "G", "T"
+    req.invisible_duration.FromSeconds(30)
+
+    async def go() -> None:
+        stream = c.ReceiveMessage(req, Context())
+        assert (await anext(stream)).status.code == v2.OK
+        assert (await anext(stream)).message.system_properties.receipt_handle == "G:0:1"
+        await stream.aclose()  # the client went away
+        await asyncio.sleep(0)
+        await asyncio.gather(*c._nacks)
+
+    run(go())
+    assert {h: p.visible_at_ms for h, p in backend.pops.inflight.items()} == {
+        "G:0:1": 31_000, "G:1:1'": 2_000, "G:2:1'": 2_000,
+    }  # fmt: skip
+
+
 def test_receive_with_nothing_is_message_not_found() -> None:
     out = receive(consumers())
     assert [r.WhichOneof("content") for r in out] == ["status", "delivery_timestamp"]

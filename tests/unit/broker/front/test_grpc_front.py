@@ -146,3 +146,73 @@ def test_routes_become_queues_at_their_masters_grpc_endpoints() -> None:
     ]
     with pytest.raises(TopicNotExist, match="T"):
         asyncio.run(backend(None).queues("T"))
+
+
+def test_a_consumer_call_sequence_over_the_real_port(tmp_path: Path) -> None:
+    """FIFO sends of one message group land in one queue; a FIFO group's assignment is per
+    queue; receive, ack and the offset calls run on the replica's POP service and store."""
+
+    async def scenario(ctx: Ctx) -> None:
+        meta = [("x-mq-client-id", "c2")]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ctx.replica.grpc_port}") as channel:
+            stub = svc_grpc.MessagingServiceStub(channel)
+            send = svc.SendMessageRequest()
+            for i in range(4):
+                m = send.messages.add(body=b"fifo-%d" % i)
+                m.topic.name = TOPIC
+                m.system_properties.message_id = f"F{i}"
+                m.system_properties.message_type = v2.FIFO
+                m.system_properties.message_group = "order-7"
+            sent = await stub.SendMessage(send, metadata=meta)
+            assert sent.status.code == v2.OK, sent.status.message
+
+            query = svc.QueryAssignmentRequest()
+            query.topic.name, query.group.name = TOPIC, "Fifo"
+            assigned = await stub.QueryAssignment(query, metadata=meta)
+            assert [a.message_queue.id for a in assigned.assignments] == [0, 1, 2, 3]
+
+            receive = svc.ReceiveMessageRequest(batch_size=32)
+            receive.group.name = "Fifo"
+            receive.message_queue.topic.name = TOPIC
+            receive.invisible_duration.FromSeconds(30)
+            receive.long_polling_timeout.FromSeconds(5)
+            out = [r async for r in stub.ReceiveMessage(receive, metadata=meta, timeout=15)]
+            assert out[0].status.code == v2.OK, out[0]
+            got = [r.message for r in out if r.HasField("message")]
+            assert [m.body for m in got] == [b"fifo-%d" % i for i in range(4)]
+            assert {m.system_properties.queue_id for m in got} == {
+                got[0].system_properties.queue_id
+            }
+            assert {m.system_properties.message_group for m in got} == {"order-7"}
+            queue_id = got[0].system_properties.queue_id
+
+            ack = svc.AckMessageRequest(
+                entries=[svc.AckMessageEntry(message_id=m.system_properties.message_id,
+                                             receipt_handle=m.system_properties.receipt_handle)
+                         for m in got]
+            )  # fmt: skip
+            ack.group.name, ack.topic.name = "Fifo", TOPIC
+            acked = await stub.AckMessage(ack, metadata=meta)
+            assert acked.status.code == v2.OK, acked
+
+            mq = v2.MessageQueue(id=queue_id)
+            mq.topic.name = TOPIC
+            query_offset = svc.QueryOffsetRequest(message_queue=mq, query_offset_policy=v2.END)
+            end = await stub.QueryOffset(query_offset, metadata=meta)
+            assert (end.status.code, end.offset) == (v2.OK, 4)
+            query_offset.query_offset_policy = v2.BEGINNING
+            assert (await stub.QueryOffset(query_offset, metadata=meta)).offset == 0
+            query_offset.query_offset_policy = v2.TIMESTAMP
+            query_offset.timestamp.FromMilliseconds(0)
+            assert (await stub.QueryOffset(query_offset, metadata=meta)).offset == 0
+
+            group = v2.Resource(name="Offsets")
+            get = svc.GetOffsetRequest(group=group, message_queue=mq)
+            none = await stub.GetOffset(get, metadata=meta)
+            assert none.status.code == v2.OFFSET_NOT_FOUND
+            update = svc.UpdateOffsetRequest(group=group, message_queue=mq, offset=3)
+            assert (await stub.UpdateOffset(update, metadata=meta)).status.code == v2.OK
+            assert (await stub.GetOffset(get, metadata=meta)).offset == 3
+            assert ctx.replica.offsets.load("Offsets", TOPIC, queue_id) == 3
+
+    run_broker(tmp_path, scenario, grpc_listen="127.0.0.1:0", fifo_groups=("Fifo",))
