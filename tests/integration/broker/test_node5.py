@@ -20,7 +20,6 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,9 @@ from rmq.codes import RequestCode
 from rmq.connection import RemotingConnection
 from rmq.message import MAX_BODY
 from tests.harness import free_ports
+from tests.integration.broker import test_grpc_producer as producer5
 from tests.integration.broker.conftest import wait_for
-from tests.integration.broker.test_grpc_producer import large_body, read_back
-from tests.integration.replicator import broker_env
+from tests.integration.broker.test_grpc_producer import TOPIC, large_body, read_back
 
 JS_DIR = Path(__file__).resolve().parents[2] / "js"
 CLIENT = "rocketmq-client-nodejs"
@@ -44,14 +43,13 @@ pytestmark = [
         reason=f"{CLIENT} is not installed (scripts/test.sh runs npm ci --prefix tests/js)",
     ),
 ]
-TOPIC = "GrpcTopic"  # the name read_back pulls
 SIMPLE, PUSH = "Node5Simple", "Node5Push"  # the consumers' topics
 
 
-@dataclass
-class Env(broker_env.Env):
-    grpc_port: int = 0
-    metrics_port: int = 0
+class Env(producer5.Env):
+    def __init__(self, e: producer5.Env, metrics_port: int) -> None:
+        super().__init__(e.root, e.node, e.broker, e.grpc_port)
+        self.metrics_port = metrics_port
 
     @property
     def endpoint(self) -> str:
@@ -60,17 +58,11 @@ class Env(broker_env.Env):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    grpc_port, metrics_port = free_ports(2)
-    flags = (
-        "--listen-grpc",
-        f"127.0.0.1:{grpc_port}",
-        "--listen-metrics",
-        f"127.0.0.1:{metrics_port}",
-    )
-    for base in broker_env.broker_env(tmp_path_factory, *flags):  # once; stopped after
-        for topic in (TOPIC, SIMPLE, PUSH):
-            base.topic(topic)
-        yield Env(**vars(base), grpc_port=grpc_port, metrics_port=metrics_port)
+    (metrics_port,) = free_ports(1)
+    root, metrics = tmp_path_factory.mktemp("node5"), f"127.0.0.1:{metrics_port}"
+    topics = (TOPIC, SIMPLE, PUSH)
+    with producer5.grpc_env(root, "--listen-metrics", metrics, topics=topics) as e:
+        yield Env(e, metrics_port)
 
 
 def node_js(env: Env, *args: str, stdin: Any = None, timeout: float = 120) -> list[dict[str, Any]]:
