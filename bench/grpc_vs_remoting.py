@@ -62,7 +62,7 @@ import grpc  # noqa: E402
 
 from bench import broker_group  # noqa: E402
 from bench.broker_send import _machine_pct, _reason, _run_loop, latency_summary, measure  # noqa: E402
-from bench.report import RESULTS_DIR, fmt, machine, result_stem, timestamp, write_report  # noqa: E402
+from bench.report import RESULTS_DIR, fmt, machine, pyplot, result_stem, timestamp, write_report  # noqa: E402
 from bench.rmq_client import RemotingConnection, RmqTarget, SendFailed, pull_request  # noqa: E402
 from broker.grpc.front import GRPC_OPTIONS  # noqa: E402
 from nameserver.loadgen.procstats import machine_busy_jiffies, process_cpu_s  # noqa: E402
@@ -519,12 +519,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 def plot(report: dict[str, Any], path: Path) -> Path | None:
     """Ops/s per path, sends and receives side by side; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, kind, names in ((axes[0], "sends/s", SENDS), (axes[1], "messages/s", RECEIVES)):
