@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report import fmt
+from bench.report import fmt, pyplot
 
 #: (numerator, denominator, what the ratio says)
 RATIOS = (
@@ -105,12 +105,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 def plot(report: dict[str, Any], path: Path) -> Path | None:
     """Sends/s and p50/p99 per system, side by side; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     done = [r for r in report["results"] if "sends_per_s" in r]
     if not done:

@@ -20,7 +20,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS_DIR", "fmt", "machine", "result_stem", "timestamp", "write_report"]
+__all__ = ["RESULTS_DIR", "fmt", "machine", "pyplot", "result_stem", "timestamp", "write_report"]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -69,3 +69,16 @@ def fmt(value: Any, spec: str = ".0f") -> str:
         return "-"
     text = format(value, spec)
     return text[1:] if text.startswith("-") and not text.strip("-0.") else text
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` drawing to files only (the Agg backend), or None without
+    matplotlib (``pip install -e .[bench]``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt

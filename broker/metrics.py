@@ -3,7 +3,8 @@
 
 Per replica: its role and epoch, the commit log's max and confirm offsets, each slave's
 acknowledged offset and lag (master only), the in-sync set's size, sends by status and pull
-latency. State that the replica already holds (role, offsets, slaves) is read when scraped,
+latency, and the connected clients by protocol (remoting, grpc), language and version
+(:mod:`broker.clients`). State that the replica already holds (role, offsets, slaves) is read when scraped,
 through :class:`View` (a scrape never waits on the store or on metaledger); what happens
 per request (sends, pulls) is counted as it happens.
 
@@ -14,13 +15,15 @@ thread); each replica has its own registry, so several replicas can live in one 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from broker.clients import ClientKey
 
 __all__ = ["BrokerMetrics", "SlaveView", "View"]
 
@@ -44,6 +47,8 @@ class View:
     confirm_offset: int = 0
     in_sync_replicas: int = 1
     slaves: list[SlaveView] = field(default_factory=list)
+    #: connected clients by (protocol, language, version)
+    clients: Mapping[ClientKey, int] = field(default_factory=dict)
 
 
 class _StateCollector(Collector):
@@ -102,6 +107,15 @@ class _StateCollector(Collector):
         yield acked
         yield lag
         yield connected
+        clients = GaugeMetricFamily(
+            "metaledger_broker_clients",
+            "connected clients by protocol (remoting: open connections; grpc: client ids),"
+            " language and version",
+            labels=[*names, "protocol", "language", "version"],
+        )
+        for key, n in sorted(v.clients.items(), key=lambda kv: astuple(kv[0])):
+            clients.add_metric([*values, key.protocol, key.language, key.version], float(n))
+        yield clients
 
 
 class BrokerMetrics:

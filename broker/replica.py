@@ -21,7 +21,8 @@ it is :class:`Standalone`, or the ``replication`` given.
 Upkeep tasks: consumer offsets, POP progress (:mod:`broker.pop`: one PopService per replica,
 served by the master only), the delivery positions of delay levels and timers, and the
 transaction check's progress flushed every ``offset_flush_interval_ms`` (≤ 1 s) and at stop;
-silent consumers and producers expired every 10 s; half messages checked every
+silent consumers, producers and gRPC clients (:mod:`broker.clients`) expired every
+10 s; half messages checked every
 ``transaction_check_interval_ms``.
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 
@@ -36,6 +38,7 @@ import grpc
 
 from broker.admin.processor import AdminProcessor
 from broker.admin.topics import TopicAdmin
+from broker.clients import ConnectedClients
 from broker.config import BrokerConfig
 from broker.consumers.processor import ConsumerProcessor
 from broker.core import BrokerCore
@@ -69,7 +72,7 @@ from broker.transactions.processor import TransactionProcessor
 from broker.transactions.service import TransactionService
 from nameserver.client import Client, ClientError
 from rmq.message import Host
-from rmq.server import Handler
+from rmq.server import Handler, Peer
 
 log = logging.getLogger(__name__)
 EXPIRE_EVERY_S = 10.0
@@ -103,6 +106,7 @@ class Replica:
             self.replication: Replication = self.member.replication
         else:
             self.replication = replication or Standalone()
+        self.clients = ConnectedClients()  # by protocol, language and version, for the metrics
         self.metrics = BrokerMetrics(config.broker_name, self._view)
         self.topics = TopicTable(os.path.join(config.data_dir, "topics.json"))
         self.topics.keep_default_topic(config.auto_create_topic, config.default_queue_nums)
@@ -148,7 +152,9 @@ class Replica:
             PopProcessor(self.pop),
         ):
             handlers.update(processor.handlers())
-        self.server = remoting_server(handlers, on_close=self.consumers.connection_closed)
+        self.server = remoting_server(
+            handlers, on_close=self._connection_closed, on_request=self.clients.remoting.request
+        )
         reload = self.delivery.load_all if isinstance(self.delivery, KvOffsetStore) else None
         self.schedule = ScheduleService(
             self.core,
@@ -235,6 +241,7 @@ class Replica:
                 self.transactions, self.core.producers, (c.advertised_host, c.listen_port)
             ),
             consumers=Consumers(backend, ConsumeConfig(fifo_groups=frozenset(c.fifo_groups))),
+            agents=self.clients.grpc,
         )
         try:
             self.grpc, self.grpc_port = await grpc_front(
@@ -296,6 +303,7 @@ class Replica:
         while True:
             await asyncio.sleep(EXPIRE_EVERY_S)
             self.consumers.expire()
+            self.clients.expire()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -396,7 +404,13 @@ class Replica:
         slaves = sorted(view.in_sync_slaves) if view is not None else []
         return slaves[0] if slaves else 0
 
+    def _connection_closed(self, peer: Peer) -> None:
+        self.consumers.connection_closed(peer)
+        self.clients.remoting.closed(peer)
+
     def _view(self) -> View:
         if self.member is not None:
-            return self.member.view()
-        return View(role="MASTER", max_offset=self.store.log.end_offset)
+            view = self.member.view()
+        else:
+            view = View(role="MASTER", max_offset=self.store.log.end_offset)
+        return dataclasses.replace(view, clients=self.clients.counts())

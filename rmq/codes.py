@@ -157,6 +157,38 @@ class Version(IntEnum):
     V5_3_3 = 479
 
 
+def version_name(ordinal: int) -> str:
+    """``MQVersion.getVersionDesc``: the name of a ``version`` header's ordinal (401:
+    ``"V4_9_4"``); one past the last is ``HIGHER_VERSION``, as in RocketMQ.
+
+    ``MQVersion.Version`` lists 16 betas of 3.0.0 (``V3_0_0_SNAPSHOT`` .. ``V3_0_0_FINAL``),
+    then a ``_SNAPSHOT`` and a release per version: 3.0.1-3.0.15, 3.1.0-3.2.9, x.y.1-x.y.9 for
+    3.3-3.9, and x.y.0-x.y.9 for 4.0-5.9."""
+    if ordinal < 0:
+        return "UNKNOWN"
+    if ordinal < len(_V3_0_0):
+        return _V3_0_0[ordinal]
+    index, snapshot = divmod(ordinal - len(_V3_0_0), 2)
+    for major, minor, patches in _RELEASES:
+        if index < len(patches):
+            return f"V{major}_{minor}_{patches[index]}" + ("" if snapshot else "_SNAPSHOT")
+        index -= len(patches)
+    return "HIGHER_VERSION"
+
+
+_V3_0_0: Final = tuple(
+    "V3_0_0_" + s
+    for s in "SNAPSHOT ALPHA1 BETA1 BETA2 BETA3 BETA4 BETA5 BETA6_SNAPSHOT BETA6 BETA7_SNAPSHOT"
+    " BETA7 BETA8_SNAPSHOT BETA8 BETA9_SNAPSHOT BETA9 FINAL".split()
+)
+_RELEASES: Final = (
+    [(3, 0, range(1, 16))]
+    + [(3, minor, range(10)) for minor in (1, 2)]
+    + [(3, minor, range(1, 10)) for minor in range(3, 10)]
+    + [(major, minor, range(10)) for major in (4, 5) for minor in range(10)]
+)
+
+
 #: Permission bits of queue data (``PermName.java``).
 PERM_PRIORITY: Final = 0x8
 PERM_READ: Final = 0x4

@@ -35,9 +35,9 @@ What differs between programs comes in as parameters, so this module knows no me
 package: the service (handler lookup and a connection-closed hook), the error mapper, the
 fault remark, a rejection counter (``count_rejection(status, reason)``: an unknown code is
 ``("UNIMPLEMENTED", "RequestCodeNotSupported")``, a bad header ``("INVALID_ARGUMENT",
-"BadRequest")``), TLS (an ``ssl.SSLContext``; a failed handshake closes that connection
-only) and ``batch_writes`` (the answers ready in one turn of the event loop go out in one
-write: a batch of puts completes together).
+"BadRequest")``), a request observer (``on_request(request, peer)`` before each dispatch),
+TLS (an ``ssl.SSLContext``; a failed handshake closes that connection only) and
+``batch_writes`` (the answers ready in one turn of the event loop go out in one write).
 
 A server may send requests of its own over a client's connection (the broker's
 NOTIFY_CONSUMER_IDS_CHANGED, oneway): :meth:`Peer.send_oneway`.
@@ -176,6 +176,7 @@ class RemotingServer:
         answer_error: ErrorAnswer = _no_answer,
         internal_error_remark: Callable[[int], str] = internal_error_remark,
         count_rejection: Callable[[str, str], None] | None = None,
+        on_request: Callable[[RemotingCommand, Peer], None] | None = None,
         ssl: SSLContext | None = None,
         ssl_handshake_timeout_s: float | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
@@ -190,6 +191,7 @@ class RemotingServer:
         self.answer_error = answer_error
         self.internal_error_remark = internal_error_remark
         self.count_rejection = count_rejection
+        self.on_request = on_request
         self.ssl = ssl
         self.ssl_handshake_timeout_s = ssl_handshake_timeout_s
         self.max_frame_bytes = max_frame_bytes
@@ -298,6 +300,8 @@ class RemotingServer:
     async def dispatch(self, request: RemotingCommand, peer: Peer) -> RemotingCommand | None:
         """One request's answer, its opaque and response bit set (also for tests without a
         socket); None when the handler gives none."""
+        if self.on_request is not None:
+            self.on_request(request, peer)
         handler = self.service.lookup(request.code)
         if handler is None:
             if self.count_rejection is not None:

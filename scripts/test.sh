@@ -7,7 +7,7 @@
 #                         redis-server and redis-tools (the Redis replicator's source, redis-cli,
 #                         redis-check-rdb: tests/integration/replicator/redis/);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
-#   npm: tests/js's pinned RocketMQ client (npm ci; needs Node.js and npm).
+#   npm: tests/js's pinned RocketMQ clients (npm ci; needs Node.js and npm).
 # The Spark tests need a Java runtime, which it does not install.
 # Usage: scripts/test.sh [extra pytest args]
 set -euo pipefail
@@ -28,8 +28,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 echo "== pip install -e .[dev]"
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v -e '^WARNING: Location' -e 'Running pip as' || true
-if [ ! -d tests/js/node_modules ]; then
-  echo "== npm ci (tests/js: ali-ons, a real RocketMQ client)"
+# every pinned package, not only the folder: an older checkout's node_modules lacks the newer ones
+if ! node -e 'for (const d in require("./tests/js/package.json").dependencies) require.resolve(d, {paths: ["tests/js"]})' 2>/dev/null; then
+  echo "== npm ci (tests/js: ali-ons and rocketmq-client-nodejs, real RocketMQ clients)"
   npm ci --prefix tests/js --no-audit --no-fund --silent
 fi
 echo "== generated protobuf code matches protos/"

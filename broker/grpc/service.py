@@ -20,7 +20,8 @@ are registered here by method name; the Settings of a consumer are filled in the
   A DELAY message's ``delivery_timestamp`` becomes ``TIMER_DELIVER_MS`` (RocketMQ's proxy,
   SendMessageActivity.fillDelayMessageProperty): a timer message (:mod:`broker.timer`); a
   missing one, or one beyond ``timerMaxDelaySec``, is ILLEGAL_DELIVERY_TIME.
-- **NotifyClientTermination**: forgets the client.
+- **NotifyClientTermination**: forgets the client, as do 120 s without settings or a heartbeat
+  (:mod:`broker.clients`, which the metrics count).
 
 Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
 the answer (the v2 way), never a gRPC error: :func:`refusal` is the one place the broker's
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import grpc
 
+from broker.clients import GrpcClients
 from broker.grpc.transactions import GrpcTransactions, half_properties
 from broker.remoting.errors import (
     BrokerRequestError,
@@ -311,6 +313,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         max_attempts: int = 3,
         transactions: GrpcTransactions | None = None,
         consumers: Consumers | None = None,
+        agents: GrpcClients | None = None,
     ) -> None:
         self.backend = backend
         self.transactions = transactions
@@ -319,6 +322,9 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         self.max_attempts = max_attempts
         #: client id -> its client type, from its Telemetry settings
         self.clients: dict[str, int] = {}
+        #: their user agents for the metrics; forgets the gone ones here too (broker.clients)
+        self.agents = agents if agents is not None else GrpcClients()
+        self.agents.on_gone = lambda client_id: self.clients.pop(client_id, None)
         handlers = consumers.handlers() if consumers is not None else {}
         for method in svc.DESCRIPTOR.services_by_name["MessagingService"].methods:
             if method.name in handlers:
@@ -411,6 +417,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
                 status=status(v2.CLIENT_ID_REQUIRED, f"metadata {CLIENT_ID}: required")
             )
         self.clients[client_id] = command.settings.client_type
+        self.agents.settings(client_id, command.settings.user_agent)
         if self.transactions is not None:
             self.transactions.settings(client_id, command.settings)
         return svc.TelemetryCommand(status=status(v2.OK), settings=self.settings(command.settings))
@@ -430,6 +437,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
             )
         if self.transactions is not None:
             self.transactions.heartbeat(client_id)
+        self.agents.seen(client_id)
         return svc.HeartbeatResponse(status=status(v2.OK))
 
     async def NotifyClientTermination(
@@ -439,6 +447,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         self.clients.pop(client_id, None)
         if self.transactions is not None:
             self.transactions.detach(client_id)
+        self.agents.forget(client_id)
         return svc.NotifyClientTerminationResponse(status=status(v2.OK))
 
     async def EndTransaction(self, request: svc.EndTransactionRequest, context: Any) -> Any:

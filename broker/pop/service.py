@@ -364,8 +364,9 @@ class PopService:
     async def change_invisible(
         self, group: str, topic: str, handle: str, invisible_ms: int
     ) -> Popped:
-        """A new invisibility for a message in flight (from now); the new handle."""
-        _check_invisible(invisible_ms)
+        """A new invisibility for a message in flight (from now; 0: visible again at once, as
+        the proxy allows, ``GrpcValidator.validateInvisibleTime(..., 0)``); the new handle."""
+        _check_invisible(invisible_ms, low=0)
         key, book, h = self._find(group, topic, handle)
         try:
             attempt = book.check(h.offset, h.visible_at_ms)
@@ -477,8 +478,8 @@ class PopService:
         self.table.close()
 
 
-def _check_invisible(invisible_ms: int) -> None:
-    if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
+def _check_invisible(invisible_ms: int, low: int = 1) -> None:
+    if not low <= invisible_ms <= MAX_INVISIBLE_MS:
         raise IllegalInvisibleTime(
-            f"invisible time {invisible_ms} ms is not in 1..{MAX_INVISIBLE_MS} ms"
+            f"invisible time {invisible_ms} ms is not in {low}..{MAX_INVISIBLE_MS} ms"
         )

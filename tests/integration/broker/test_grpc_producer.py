@@ -154,14 +154,22 @@ def test_a_5x_producer_sends_and_the_4x_side_reads_every_field(
     sent = results[:3]
     assert all("message_id" in r for r in sent), sent
     ids = [r["message_id"] for r in sent]
-    assert len(set(ids)) == 3
+    bodies = [bytes.fromhex(item["body_hex"]) for item in spec[:3]]
+    read_back(env, spec[:3], ids, bodies, started)
 
-    stored = {m.properties.get("UNIQ_KEY"): m for m in pull_all(env, 3)}
+
+def read_back(
+    env: Any, items: list[dict[str, Any]], ids: list[str], bodies: list[bytes], started: float
+) -> dict[str, StoredMessage]:
+    """Every sent message pulled back by its message id (``env.broker``'s ``TOPIC``): its
+    body, and the tag, keys and properties of its spec ``items``; the stored messages."""
+    assert len(set(ids)) == len(ids)
+    stored = {m.properties.get("UNIQ_KEY"): m for m in pull_all(env, len(ids))}
     assert set(stored) == set(ids)
-    for item, message_id in zip(spec[:3], ids, strict=True):
+    for item, message_id, body in zip(items, ids, bodies, strict=True):
         m = stored[message_id]
         assert m.topic == TOPIC and 0 <= m.queue_id < QUEUES
-        assert m.body == bytes.fromhex(item["body_hex"]), message_id
+        assert m.body == body, message_id
         assert m.tags == item.get("tag", "")
         assert set(filter(None, m.keys.split(" "))) == set(item.get("keys", []))
         user = {
@@ -169,6 +177,7 @@ def test_a_5x_producer_sends_and_the_4x_side_reads_every_field(
         }
         assert user == item.get("props", {}), user
         assert int(started) * 1000 - 1000 <= m.born_timestamp <= time.time() * 1000 + 1000
+    return {k: m for k, m in stored.items() if k is not None}
 
 
 def test_a_send_the_quorum_refuses_is_not_ok_for_the_5x_producer(

@@ -59,3 +59,25 @@ def test_the_view_is_read_at_each_scrape() -> None:
     assert b'metaledger_broker_commitlog_max_offset{group="g"} 1.0' in generate_latest(m.registry)
     state["offset"] = 7
     assert b'metaledger_broker_commitlog_max_offset{group="g"} 7.0' in generate_latest(m.registry)
+
+
+def test_scrape_shows_clients_by_protocol_language_and_version() -> None:
+    from prometheus_client import generate_latest
+
+    from broker.clients import ClientKey
+
+    view = View(
+        clients={
+            ClientKey("remoting", "java", "v4_9_4"): 2,
+            ClientKey("grpc", "node_js", "1.0.8"): 1,
+        }
+    )
+    lines = set(generate_latest(BrokerMetrics("g", lambda: view).registry).decode().splitlines())
+    assert (
+        'metaledger_broker_clients{group="g",language="java",protocol="remoting",'
+        'version="v4_9_4"} 2.0' in lines
+    )
+    assert (
+        'metaledger_broker_clients{group="g",language="node_js",protocol="grpc",'
+        'version="1.0.8"} 1.0' in lines
+    )

@@ -360,3 +360,25 @@ def test_bad_ext_field_numbers_name_the_field() -> None:
         c.close()
 
     run(table, scenario)
+
+
+def test_on_request_sees_every_request_with_its_peer_before_its_handler() -> None:
+    seen: list[RemotingCommand] = []
+    observed: list[tuple[int, str, int, int]] = []
+
+    def observe(request: RemotingCommand, peer: Peer) -> None:
+        assert len(seen) == len(observed)  # before the handler
+        observed.append((request.code, request.language, request.version, peer.connection_id))
+
+    async def scenario(server: RemotingServer) -> None:
+        a, b = await Client.connect(server.address), await Client.connect(server.address)
+        await a.send(RemotingCommand.request(105, {"topic": "T"}, language="GO", version=401))
+        await a.receive()
+        await b.send(RemotingCommand.request(999, language="CPP", version=7))  # unknown code
+        await b.receive()
+        a.close()
+        b.close()
+
+    run(route_table(seen), scenario, on_request=observe)
+    assert [o[:3] for o in observed] == [(105, "GO", 401), (999, "CPP", 7)]
+    assert observed[0][3] != observed[1][3]

@@ -300,3 +300,35 @@ def test_milliseconds_in_the_seconds_field_are_illegal_delivery_time() -> None:
     assert out.status.code == v2.ILLEGAL_DELIVERY_TIME
     assert "messages[0].system_properties.delivery_timestamp" in out.status.message
     assert backend.sent == []
+
+
+def test_clients_are_counted_by_user_agent_and_silent_ones_forgotten() -> None:
+    from broker.clients import ClientKey, GrpcClients
+
+    now = [0.0]
+    service = MessagingService(FakeBackend(), agents=GrpcClients(120, clock=lambda: now[0]))
+
+    async def settings() -> AsyncIterator[svc.TelemetryCommand]:
+        c = svc.TelemetryCommand()
+        c.settings.client_type = v2.PRODUCER
+        c.settings.user_agent.language = v2.NODE_JS
+        c.settings.user_agent.version = "1.0.8"
+        yield c
+
+    run(_collect(service.Telemetry(settings(), Context("c1"))))
+    run(_collect(service.Telemetry(settings(), Context("c2"))))
+    assert service.agents.keys() == [ClientKey("grpc", "node_js", "1.0.8")] * 2
+    run(service.NotifyClientTermination(svc.NotifyClientTerminationRequest(), Context("c2")))
+    assert "c2" not in service.agents and "c2" not in service.clients
+    now[0] = 100.0
+    assert run(service.Heartbeat(svc.HeartbeatRequest(), Context("c1"))).status.code == v2.OK
+    now[0] = 219.0
+    assert service.agents.expire() == []  # the heartbeat at 100 keeps it until 220
+    now[0] = 221.0
+    assert service.agents.expire() == ["c1"] and service.clients == {}
+    beat = run(service.Heartbeat(svc.HeartbeatRequest(), Context("c1")))
+    assert beat.status.code == v2.UNRECOGNIZED_CLIENT_TYPE  # it must send its settings again
+
+
+async def _collect(stream: AsyncIterator[Any]) -> list[Any]:
+    return [item async for item in stream]
