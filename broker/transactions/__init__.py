@@ -1,4 +1,4 @@
-"""Transactional messages, RocketMQ's half/op design (issue 30).
+"""Transactional messages, RocketMQ's half/op design.
 
     half.py       half, op and committed records, and how ops match halves (pure)
     service.py    TransactionService: ending a transaction (idempotent), the op index, the
