@@ -14,61 +14,25 @@ v2/admin.proto) looks up messages of ``topic`` in this replica's index
 Nothing found is MESSAGE_NOT_FOUND; a missing topic ILLEGAL_TOPIC, no search key or an
 empty one BAD_REQUEST, ``subscription``/``lite_topic`` keys UNSUPPORTED, each naming the
 field. Every other Admin method answers NOT_IMPLEMENTED. Messages are converted here with
-:func:`to_v2` (system properties from the record; the rest as user properties).
+:func:`broker.grpc.consume.to_message`, as a consumer receives them.
 """
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
-from broker.grpc.service import RESERVED, Refused, _not_implemented, status
+from broker.grpc.consume import to_message
+from broker.grpc.service import Refused, _not_implemented, status
 from broker.lookup.processor import MessageLookup
 from broker.store.index import DEFAULT_QUERY_MAX_NUM
 from protos.apache.rocketmq.v2 import admin_pb2 as adm
 from protos.apache.rocketmq.v2 import admin_pb2_grpc as adm_grpc
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
-from rmq.message import StoredMessage, decode
+from rmq.message import decode
 from rmq.msgid import parse_offset_msg_id
 
 IMPLEMENTED = frozenset({"QueryMessage"})
 END_OF_TIME_MS = 2**63 - 1
-#: properties the broker or the client library sets: not a message's user properties
-SYSTEM = RESERVED | {"MIN_OFFSET", "MAX_OFFSET", "CLUSTER", "PGROUP", "TRACE_ON", "MSG_REGION"}
-
-
-def _timestamp(ms: int) -> Timestamp:
-    t = Timestamp()
-    t.FromMilliseconds(ms)
-    return t
-
-
-def to_v2(m: StoredMessage) -> v2.Message:
-    """A stored message (body inflated) as a v2 ``Message``."""
-    props = m.properties
-    sp = v2.SystemProperties(
-        keys=[k for k in m.keys.split(" ") if k],
-        message_id=m.msg_id,
-        body_digest=v2.Digest(type=v2.CRC32, checksum=f"{zlib.crc32(m.body):08X}"),
-        body_encoding=v2.IDENTITY,
-        message_type=v2.NORMAL,
-        born_timestamp=_timestamp(m.born_timestamp),
-        born_host=f"{m.born_host.ip}:{m.born_host.port}",
-        store_timestamp=_timestamp(m.store_timestamp),
-        store_host=f"{m.store_host.ip}:{m.store_host.port}",
-        queue_id=m.queue_id,
-        queue_offset=m.queue_offset,
-    )
-    if m.tags:
-        sp.tag = m.tags
-    return v2.Message(
-        topic=v2.Resource(name=m.topic),
-        user_properties={k: v for k, v in props.items() if k not in SYSTEM},
-        system_properties=sp,
-        body=m.body,
-    )
 
 
 class AdminService(adm_grpc.AdminServicer):  # type: ignore[misc]
@@ -83,7 +47,7 @@ class AdminService(adm_grpc.AdminServicer):  # type: ignore[misc]
             records = await self._query(request)
         except Refused as exc:
             return adm.ListMessageResponse(status=status(exc.code, str(exc)))
-        messages = [to_v2(decode(raw, check_crc=False, inflate=True)) for raw in records]
+        messages = [to_message(decode(raw, check_crc=False)) for raw in records]
         if not messages:
             return adm.ListMessageResponse(
                 status=status(v2.MESSAGE_NOT_FOUND, "no message matches in this replica")
