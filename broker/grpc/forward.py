@@ -532,8 +532,6 @@ class Relay:
             asyncio.create_task(self._down(call, outbox)),
             asyncio.create_task(self._watch(target, outbox)),
         ]
-        if replay:
-            log.info("broker: %s stream re-attached to %s:%d", self.name, *target)
         try:
             while True:
                 item = await outbox.get()
@@ -542,6 +540,9 @@ class Relay:
                 if isinstance(item, _Ended):
                     await self._ended(target, item.error)
                     return
+                if replay:  # the new master answered the client's settings
+                    log.info("broker: %s stream re-attached to %s:%d", self.name, *target)
+                    replay = False
                 yield item
         finally:
             call.cancel()
