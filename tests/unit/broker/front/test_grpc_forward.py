@@ -51,11 +51,13 @@ def free_port() -> int:
 def scenario(
     body: Callable[[svc_grpc.MessagingServiceStub, RecordingService, Forwarding], Awaitable[None]],
     where: Callable[[Address], Awaitable[Address | None]] | None = None,
+    master_service: Callable[[], RecordingService] = RecordingService,
+    slave: MessagingService | None = None,
 ) -> None:
     """A master and a slave forwarding to it (``where(master)`` says where, per call)."""
 
     async def main() -> None:
-        master = RecordingService()
+        master = master_service()
         m_server, m_port = await grpc_front(master, "127.0.0.1", 0)
         target = ("127.0.0.1", m_port)
 
@@ -63,9 +65,8 @@ def scenario(
             return target if where is None else await where(target)
 
         forwarding = Forwarding(to_master, ("127.0.0.1", 1))
-        s_server, s_port = await grpc_front(
-            MessagingService(FakeBackend()), "127.0.0.1", 0, [forwarding]
-        )
+        here = slave if slave is not None else MessagingService(FakeBackend())
+        s_server, s_port = await grpc_front(here, "127.0.0.1", 0, [forwarding])
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{s_port}") as ch:
                 await body(svc_grpc.MessagingServiceStub(ch), master, forwarding)
@@ -216,51 +217,37 @@ async def until(condition: Callable[[], bool], timeout: float = 10) -> None:
 
 
 def test_telemetry_through_a_slave_carries_settings_and_the_masters_check_back() -> None:
-    async def main() -> None:
-        master = TelemetryMaster()
-        m_server, m_port = await grpc_front(master, "127.0.0.1", 0)
+    slave = MessagingService(FakeBackend())
 
-        async def to_master() -> Address | None:
-            return "127.0.0.1", m_port
+    async def body(stub: Any, master: TelemetryMaster, fwd: Forwarding) -> None:
+        stream = stub.Telemetry(metadata=META)
+        await stream.write(producer_settings())
+        answer = await asyncio.wait_for(stream.read(), 5)
+        assert answer.status.code == v2.OK and answer.HasField("settings")
+        assert answer.settings.publishing.max_body_size > 0
+        assert master.clients == {"c1": v2.PRODUCER} and slave.clients == {}
+        (meta,) = master.streams
+        assert meta["x-mq-client-id"] == "c1" and meta[FORWARDED] == "127.0.0.1:1"
+        assert master.checks.topics == {"c1": ["T"]}
 
-        fwd = Forwarding(to_master, ("127.0.0.1", 1))
-        slave = MessagingService(FakeBackend())
-        s_server, s_port = await grpc_front(slave, "127.0.0.1", 0, [fwd])
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{s_port}") as ch:
-                stub = svc_grpc.MessagingServiceStub(ch)
-                stream = stub.Telemetry(metadata=META)
-                await stream.write(producer_settings())
-                answer = await asyncio.wait_for(stream.read(), 5)
-                assert answer.status.code == v2.OK and answer.HasField("settings")
-                assert answer.settings.publishing.max_body_size > 0
-                assert master.clients == {"c1": v2.PRODUCER} and slave.clients == {}
-                (meta,) = master.streams
-                assert meta["x-mq-client-id"] == "c1" and meta[FORWARDED] == "127.0.0.1:1"
-                assert master.checks.topics == {"c1": ["T"]}
+        beat = await stub.Heartbeat(svc.HeartbeatRequest(), metadata=META)
+        assert beat.status.code == v2.OK  # the master knows the client's settings
 
-                beat = await stub.Heartbeat(svc.HeartbeatRequest(), metadata=META)
-                assert beat.status.code == v2.OK  # the master knows the client's settings
+        master.checks.check("c1", "TX-1")  # the master's check, back through the slave
+        command = await asyncio.wait_for(stream.read(), 5)
+        recover = command.recover_orphaned_transaction_command
+        assert recover.transaction_id == "TX-1" and recover.message.body == b"half"
 
-                master.checks.check("c1", "TX-1")  # the master's check, back through the slave
-                command = await asyncio.wait_for(stream.read(), 5)
-                recover = command.recover_orphaned_transaction_command
-                assert recover.transaction_id == "TX-1" and recover.message.body == b"half"
+        bye = await stub.NotifyClientTermination(
+            svc.NotifyClientTerminationRequest(), metadata=META
+        )
+        assert bye.status.code == v2.OK and master.clients == {}
+        await stream.done_writing()
+        assert await asyncio.wait_for(stream.read(), 5) is grpc.aio.EOF
+        assert await stream.code() == grpc.StatusCode.OK
+        await until(lambda: not master.checks.outbound)
 
-                bye = await stub.NotifyClientTermination(
-                    svc.NotifyClientTerminationRequest(), metadata=META
-                )
-                assert bye.status.code == v2.OK and master.clients == {}
-                await stream.done_writing()
-                assert await asyncio.wait_for(stream.read(), 5) is grpc.aio.EOF
-                assert await stream.code() == grpc.StatusCode.OK
-                await until(lambda: not master.checks.outbound)
-        finally:
-            await fwd.close()
-            await s_server.stop(None)
-            await m_server.stop(None)
-
-    asyncio.run(main())
+    scenario(body, master_service=TelemetryMaster, slave=slave)
 
 
 def test_a_relayed_stream_moves_to_the_next_master_with_the_clients_settings(
@@ -319,37 +306,24 @@ def test_a_relayed_stream_moves_to_the_next_master_with_the_clients_settings(
     asyncio.run(main())
 
 
+class Refusing(RecordingService):
+    async def Telemetry(self, requests: Any, context: Any) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no telemetry for you")
+        yield  # pragma: no cover
+
+
 def test_a_relayed_stream_passes_on_the_masters_refusal() -> None:
-    class Refusing(RecordingService):
-        async def Telemetry(self, requests: Any, context: Any) -> Any:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no telemetry for you")
-            yield  # pragma: no cover
-
-    async def main() -> None:
-        master = Refusing()
-        m_server, m_port = await grpc_front(master, "127.0.0.1", 0)
-
-        async def where() -> Address | None:
-            return "127.0.0.1", m_port
-
-        fwd = Forwarding(where, ("127.0.0.1", 1))
-        s_server, s_port = await grpc_front(MessagingService(FakeBackend()), "127.0.0.1", 0, [fwd])
+    async def body(stub: Any, master: RecordingService, fwd: Forwarding) -> None:
+        stream = stub.Telemetry(metadata=META)
+        await stream.write(producer_settings())
         try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{s_port}") as ch:
-                stream = svc_grpc.MessagingServiceStub(ch).Telemetry(metadata=META)
-                await stream.write(producer_settings())
-                try:
-                    await asyncio.wait_for(stream.read(), 5)
-                    raise AssertionError("the refusal was not passed on")
-                except grpc.aio.AioRpcError as exc:
-                    assert exc.code() == grpc.StatusCode.PERMISSION_DENIED
-                    assert exc.details() == "no telemetry for you"
-        finally:
-            await fwd.close()
-            await s_server.stop(None)
-            await m_server.stop(None)
+            await asyncio.wait_for(stream.read(), 5)
+            raise AssertionError("the refusal was not passed on")
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert exc.details() == "no telemetry for you"
 
-    asyncio.run(main())
+    scenario(body, master_service=Refusing)
 
 
 # ---------------------------------------------------------------- published addresses
