@@ -26,18 +26,32 @@ ClusterMessageService`` resolves the master and sends there; ``ProxyStartup`` in
   retry it at once (``Producer.__check_send_retry_condition`` ends retries only on
   TOO_MANY_REQUESTS or when attempts run out), where TOO_MANY_REQUESTS would end them.
 
-Telemetry (settings) and Heartbeat are answered by the replica the client talks to: the
-settings are the same on every replica, and a replica the client's channel moved to learns
-the client's settings when the client writes them again (it rebuilds its stream on a failed
-write, and syncs every 300 s).
+- **The Telemetry stream** (:class:`Relay`): relayed to the master's front as a stream of its
+  own (same metadata, the marker), both directions pumped, so the master knows the client's
+  settings, registers it for transaction check-backs (``recover_orphaned_transaction_command``
+  comes back through the replica) and counts it; Heartbeat and NotifyClientTermination are
+  forwarded as unary calls, so they reach the master that holds those settings. When the
+  master dies or changes (a watch of :meth:`GroupFronts.master_of`), the relay re-attaches
+  the client's stream to the new master (or to this replica's own service when it became
+  the master) and writes the client's last settings there first. The client's stream is not
+  ended: the 5.x Python client only logs a Telemetry read error
+  (``RpcStreamStreamCall.start_stream_read``) and rebuilds the stream after its next settings
+  write fails, which its 300 s sync does (``ClientTelemetryManager``), so an ended stream
+  would leave the client unknown to the new master for up to 5 minutes.
+
+QueryRoute and QueryAssignment are answered by the replica called: routes and assignments
+are read from metaledger and the same on every replica. The module is over 500 lines because
+the stream relay shares the unary forwarding's channels, metadata and master lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -47,20 +61,33 @@ from nameserver.client import Client, ClientError
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 
-__all__ = ["FORWARDED", "LOCAL", "Forwarding", "GroupFronts", "grpc_key", "role_view"]
+__all__ = [
+    "FORWARDED",
+    "LOCAL",
+    "RELAYED",
+    "Forwarding",
+    "GroupFronts",
+    "Relay",
+    "grpc_key",
+    "role_view",
+]
 
 log = logging.getLogger(__name__)
 
 #: metadata a forwarded call carries (the forwarding replica's gRPC address)
 FORWARDED = "x-metaledger-forwarded"
 #: answered by whichever replica the client calls
-LOCAL = frozenset(
-    {"QueryRoute", "Telemetry", "Heartbeat", "NotifyClientTermination", "QueryAssignment"}
-)
+LOCAL = frozenset({"QueryRoute", "QueryAssignment"})
+#: bidirectional streams relayed to the master (:class:`Relay`); others are served here
+RELAYED = frozenset({"Telemetry"})
 #: how long a read of the published addresses and of a group's live replicas is reused
 CACHE_S = 1.0
 #: a master not among the published addresses is looked up again after this long at most
 MISS_S = 0.2
+#: a relayed stream checks this often whether its group's master changed
+WATCH_S = 1.0
+#: a relayed stream whose master is unreachable or unknown tries again after this long
+RETRY_S = 0.2
 #: the forwarding channels reconnect quickly (gRPC's default first backoff is 1 s, up to 120)
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -279,10 +306,16 @@ class Forwarding(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         path: str = details.method
-        if handler is None or not path.startswith(self.SERVICE) or handler.request_streaming:
+        if handler is None or not path.startswith(self.SERVICE):
             return handler
         name = path[len(self.SERVICE) :]
-        if name in LOCAL:
+        if name in RELAYED and handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(
+                self._relay(name, path, handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if name in LOCAL or handler.request_streaming:
             return handler
         if handler.response_streaming:
             return grpc.unary_stream_rpc_method_handler(
@@ -367,6 +400,20 @@ class Forwarding(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return call
 
+    def _relay(
+        self, name: str, path: str, local: Callable[[Any, Any], AsyncIterator[Any]]
+    ) -> Callable[[Any, Any], AsyncIterator[Any]]:
+        async def call(requests: Any, context: Any) -> AsyncIterator[Any]:
+            target = None if _was_forwarded(context) else await self.where()
+            if target is None:
+                async for item in local(requests, context):
+                    yield item
+                return
+            async for item in Relay(self, name, path, local, requests, context).run(target):
+                yield item
+
+        return call
+
     async def _failed(
         self, name: str, target: Address, exc: grpc.aio.AioRpcError, context: Any
     ) -> Any:
@@ -381,3 +428,157 @@ class Forwarding(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 def _serialize(message: Any) -> bytes:
     return bytes(message.SerializeToString())
+
+
+class _Moved:
+    """The relayed stream's group has another master now."""
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """The master's side of a relayed stream ended (``error`` None: with OK)."""
+
+    error: grpc.aio.AioRpcError | None
+
+
+class Relay:
+    """One client's bidirectional stream (Telemetry), relayed by a replica that is not its
+    group's master to the master's front, re-attached to the next master when this one dies
+    or steps down.
+
+    The client's commands are read once (``_inbox``) and written to whichever master the
+    stream is attached to; the last ``settings`` command is kept and written first to a new
+    master. Upstream ending with UNAVAILABLE (the master died) or CANCELLED is a reason to
+    re-attach; another error code is passed on to the client as it came; OK ends the
+    client's stream too (the master ended it: the client half-closed)."""
+
+    def __init__(
+        self,
+        forwarding: Forwarding,
+        name: str,
+        path: str,
+        local: Callable[[Any, Any], AsyncIterator[Any]],
+        requests: AsyncIterator[Any],
+        context: Any,
+    ) -> None:
+        self.forwarding = forwarding
+        self.name = name
+        self.path = path
+        self.local = local
+        self.context = context
+        self.deserialize = _response_type(name).FromString
+        #: the client's last settings command, written first to a new master
+        self.settings: Any | None = None
+        self._inbox: asyncio.Queue[Any | None] = asyncio.Queue()
+        self._reader = asyncio.create_task(self._read(requests))
+        #: the master's side ended the stream (or the client's ended): no re-attaching
+        self.finished = False
+
+    async def _read(self, requests: AsyncIterator[Any]) -> None:
+        try:
+            async for command in requests:
+                if command.WhichOneof("command") == "settings":
+                    self.settings = command
+                self._inbox.put_nowait(command)
+        finally:
+            self._inbox.put_nowait(None)
+
+    async def run(self, target: Address | None) -> AsyncIterator[Any]:
+        """What the client gets: the answers of each master the stream is attached to."""
+        where = self.forwarding.where
+        replay = False
+        try:
+            while True:
+                if target is None:  # this replica is the master now: its own service
+                    async for item in self.local(self._commands(replay), self.context):
+                        yield item
+                    return
+                if target != GroupFronts.NO_MASTER:
+                    async for item in self._attached(target, replay):
+                        yield item
+                    if self.finished:
+                        return
+                    replay = True
+                await asyncio.sleep(RETRY_S)
+                target = await where()
+        finally:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+
+    async def _commands(self, replay: bool) -> AsyncIterator[Any]:
+        if replay and self.settings is not None:
+            yield self.settings
+        while (command := await self._next()) is not None:
+            yield command
+
+    async def _next(self) -> Any | None:
+        """The client's next command; None (for every later reader too) once it half-closed."""
+        command = await self._inbox.get()
+        if command is None:
+            self._inbox.put_nowait(None)
+        return command
+
+    async def _attached(self, target: Address, replay: bool) -> AsyncIterator[Any]:
+        """One upstream stream to ``target``: its answers, until it ends or the master moved."""
+        fwd = self.forwarding
+        call = fwd.channel(target).stream_stream(
+            self.path, request_serializer=_serialize, response_deserializer=self.deserialize
+        )(metadata=_passed_metadata(self.context, fwd.own))
+        fwd.forwarded += 1
+        outbox: asyncio.Queue[Any] = asyncio.Queue()
+        tasks = [
+            asyncio.create_task(self._up(call, replay)),
+            asyncio.create_task(self._down(call, outbox)),
+            asyncio.create_task(self._watch(target, outbox)),
+        ]
+        try:
+            while True:
+                item = await outbox.get()
+                if isinstance(item, _Moved):
+                    return
+                if isinstance(item, _Ended):
+                    await self._ended(target, item.error)
+                    return
+                if replay:  # the new master answered the client's settings
+                    log.info("broker: %s stream re-attached to %s:%d", self.name, *target)
+                    replay = False
+                yield item
+        finally:
+            call.cancel()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _up(self, call: Any, replay: bool) -> None:
+        """The client's commands to the master (its last settings first on a new master)."""
+        try:
+            if replay and self.settings is not None:
+                await call.write(self.settings)
+            while (command := await self._next()) is not None:
+                await call.write(command)
+            await call.done_writing()
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+            log.debug("broker: relayed %s write failed: %s", self.name, exc)
+
+    async def _down(self, call: Any, outbox: asyncio.Queue[Any]) -> None:
+        try:
+            while (item := await call.read()) is not grpc.aio.EOF:
+                outbox.put_nowait(item)
+            outbox.put_nowait(_Ended(None))
+        except grpc.aio.AioRpcError as exc:
+            outbox.put_nowait(_Ended(exc))
+
+    async def _watch(self, target: Address, outbox: asyncio.Queue[Any]) -> None:
+        while await self.forwarding.where() == target:
+            await asyncio.sleep(WATCH_S)
+        outbox.put_nowait(_Moved())
+
+    async def _ended(self, target: Address, error: grpc.aio.AioRpcError | None) -> None:
+        if error is None:
+            self.finished = True
+        elif error.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            self.finished = True
+            await self.context.abort(error.code(), error.details() or "")
+        else:
+            log.debug("broker: relayed %s to %s:%d ended: %s", self.name, *target, error.code())

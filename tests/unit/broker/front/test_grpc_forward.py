@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 import grpc
 
+from broker.grpc import forward
 from broker.grpc.forward import FORWARDED, Forwarding, GroupFronts, grpc_key, role_view
 from broker.grpc.front import grpc_front
 from broker.grpc.service import MessagingService, RouteQueue, endpoints
@@ -49,11 +51,13 @@ def free_port() -> int:
 def scenario(
     body: Callable[[svc_grpc.MessagingServiceStub, RecordingService, Forwarding], Awaitable[None]],
     where: Callable[[Address], Awaitable[Address | None]] | None = None,
+    master_service: Callable[[], RecordingService] = RecordingService,
+    slave: MessagingService | None = None,
 ) -> None:
     """A master and a slave forwarding to it (``where(master)`` says where, per call)."""
 
     async def main() -> None:
-        master = RecordingService()
+        master = master_service()
         m_server, m_port = await grpc_front(master, "127.0.0.1", 0)
         target = ("127.0.0.1", m_port)
 
@@ -61,9 +65,8 @@ def scenario(
             return target if where is None else await where(target)
 
         forwarding = Forwarding(to_master, ("127.0.0.1", 1))
-        s_server, s_port = await grpc_front(
-            MessagingService(FakeBackend()), "127.0.0.1", 0, [forwarding]
-        )
+        here = slave if slave is not None else MessagingService(FakeBackend())
+        s_server, s_port = await grpc_front(here, "127.0.0.1", 0, [forwarding])
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{s_port}") as ch:
                 await body(svc_grpc.MessagingServiceStub(ch), master, forwarding)
@@ -94,15 +97,16 @@ def test_a_send_to_a_slave_is_stored_by_the_master_with_metadata_and_deadline() 
     scenario(body)
 
 
-def test_local_methods_are_answered_by_the_replica_called() -> None:
+def test_routes_are_answered_by_the_replica_called_heartbeats_by_the_master() -> None:
     async def body(stub: Any, master: RecordingService, fwd: Forwarding) -> None:
         req = svc.QueryRouteRequest()
         req.topic.name = "T"
         route = await stub.QueryRoute(req, metadata=META)
         assert route.status.code == v2.OK
-        beat = await stub.Heartbeat(svc.HeartbeatRequest(), metadata=META)
-        assert beat.status.code == v2.UNRECOGNIZED_CLIENT_TYPE  # no settings on this one
         assert fwd.forwarded == 0
+        beat = await stub.Heartbeat(svc.HeartbeatRequest(), metadata=META)
+        assert beat.status.code == v2.UNRECOGNIZED_CLIENT_TYPE  # no settings on the master
+        assert fwd.forwarded == 1
 
     scenario(body)
 
@@ -149,6 +153,177 @@ def test_a_server_streaming_call_is_forwarded_by_the_same_code() -> None:
         assert ack.status.code == v2.NOT_IMPLEMENTED and fwd.forwarded == 2
 
     scenario(body)
+
+
+# ---------------------------------------------------------------- the Telemetry relay
+
+
+class Checks:
+    """A master's transactions as the Telemetry stream sees them: the attached streams."""
+
+    def __init__(self) -> None:
+        self.outbound: dict[str, asyncio.Queue[Any]] = {}
+        self.topics: dict[str, list[str]] = {}
+
+    def attach(self, client_id: str, outbound: asyncio.Queue[Any]) -> None:
+        self.outbound[client_id] = outbound
+
+    def detach(self, client_id: str) -> None:
+        self.outbound.pop(client_id, None)
+
+    def settings(self, client_id: str, settings: v2.Settings) -> None:
+        self.topics[client_id] = [t.name for t in settings.publishing.topics]
+
+    def heartbeat(self, client_id: str) -> None:
+        pass
+
+    def check(self, client_id: str, transaction_id: str) -> None:
+        """What GrpcTransactions' check puts on the stream."""
+        self.outbound[client_id].put_nowait(
+            svc.TelemetryCommand(
+                recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
+                    message=message(body=b"half"), transaction_id=transaction_id
+                )
+            )
+        )
+
+
+class TelemetryMaster(RecordingService):
+    """A master with transactions: records the metadata each Telemetry stream came with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = Checks()
+        self.transactions = self.checks  # type: ignore[assignment]
+        self.streams: list[dict[str, str]] = []
+
+    async def Telemetry(self, requests: Any, context: Any) -> AsyncIterator[Any]:
+        self.streams.append(dict(context.invocation_metadata()))
+        async for item in super().Telemetry(requests, context):
+            yield item
+
+
+def producer_settings() -> svc.TelemetryCommand:
+    settings = v2.Settings(client_type=v2.PRODUCER)
+    settings.publishing.topics.add(name="T")
+    return svc.TelemetryCommand(settings=settings)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def test_telemetry_through_a_slave_carries_settings_and_the_masters_check_back() -> None:
+    slave = MessagingService(FakeBackend())
+
+    async def body(stub: Any, master: TelemetryMaster, fwd: Forwarding) -> None:
+        stream = stub.Telemetry(metadata=META)
+        await stream.write(producer_settings())
+        answer = await asyncio.wait_for(stream.read(), 5)
+        assert answer.status.code == v2.OK and answer.HasField("settings")
+        assert answer.settings.publishing.max_body_size > 0
+        assert master.clients == {"c1": v2.PRODUCER} and slave.clients == {}
+        (meta,) = master.streams
+        assert meta["x-mq-client-id"] == "c1" and meta[FORWARDED] == "127.0.0.1:1"
+        assert master.checks.topics == {"c1": ["T"]}
+
+        beat = await stub.Heartbeat(svc.HeartbeatRequest(), metadata=META)
+        assert beat.status.code == v2.OK  # the master knows the client's settings
+
+        master.checks.check("c1", "TX-1")  # the master's check, back through the slave
+        command = await asyncio.wait_for(stream.read(), 5)
+        recover = command.recover_orphaned_transaction_command
+        assert recover.transaction_id == "TX-1" and recover.message.body == b"half"
+
+        bye = await stub.NotifyClientTermination(
+            svc.NotifyClientTerminationRequest(), metadata=META
+        )
+        assert bye.status.code == v2.OK and master.clients == {}
+        await stream.done_writing()
+        assert await asyncio.wait_for(stream.read(), 5) is grpc.aio.EOF
+        assert await stream.code() == grpc.StatusCode.OK
+        await until(lambda: not master.checks.outbound)
+
+    scenario(body, master_service=TelemetryMaster, slave=slave)
+
+
+def test_a_relayed_stream_moves_to_the_next_master_with_the_clients_settings(
+    monkeypatch: Any,
+) -> None:
+    """The master dies (its stream ends UNAVAILABLE), then another is elected, then this
+    replica becomes the master: the client's one stream is re-attached each time, the last
+    settings written first, and the new master's check reaches the client."""
+    monkeypatch.setattr(forward, "WATCH_S", 0.05)
+
+    async def main() -> None:
+        first, second = TelemetryMaster(), TelemetryMaster()
+        a_server, a_port = await grpc_front(first, "127.0.0.1", 0)
+        b_server, b_port = await grpc_front(second, "127.0.0.1", 0)
+        now: list[Address | None] = [("127.0.0.1", a_port)]
+
+        async def where() -> Address | None:
+            return now[0]
+
+        fwd = Forwarding(where, ("127.0.0.1", 1))
+        slave = TelemetryMaster()
+        s_server, s_port = await grpc_front(slave, "127.0.0.1", 0, [fwd])
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{s_port}") as ch:
+                stream = svc_grpc.MessagingServiceStub(ch).Telemetry(metadata=META)
+                await stream.write(producer_settings())
+                assert (await asyncio.wait_for(stream.read(), 5)).HasField("settings")
+                assert "c1" in first.clients
+
+                await a_server.stop(None)  # killed: no master known for a while
+                now[0] = GroupFronts.NO_MASTER
+                await asyncio.sleep(0.3)
+                now[0] = ("127.0.0.1", b_port)  # elected
+                again = await asyncio.wait_for(stream.read(), 5)
+                assert again.status.code == v2.OK and again.HasField("settings")
+                assert second.clients == {"c1": v2.PRODUCER}
+                assert second.checks.topics == {"c1": ["T"]}
+                second.checks.check("c1", "TX-2")
+                command = await asyncio.wait_for(stream.read(), 5)
+                assert command.recover_orphaned_transaction_command.transaction_id == "TX-2"
+
+                now[0] = None  # this replica is the master now: its own service
+                here = await asyncio.wait_for(stream.read(), 5)
+                assert here.HasField("settings") and slave.clients == {"c1": v2.PRODUCER}
+                await until(lambda: not second.checks.outbound)  # the old stream ended
+                slave.checks.check("c1", "TX-3")
+                command = await asyncio.wait_for(stream.read(), 5)
+                assert command.recover_orphaned_transaction_command.transaction_id == "TX-3"
+                assert fwd.forwarded == 2
+                stream.cancel()
+        finally:
+            await fwd.close()
+            await s_server.stop(None)
+            await b_server.stop(None)
+
+    asyncio.run(main())
+
+
+class Refusing(RecordingService):
+    async def Telemetry(self, requests: Any, context: Any) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "no telemetry for you")
+        yield  # pragma: no cover
+
+
+def test_a_relayed_stream_passes_on_the_masters_refusal() -> None:
+    async def body(stub: Any, master: RecordingService, fwd: Forwarding) -> None:
+        stream = stub.Telemetry(metadata=META)
+        await stream.write(producer_settings())
+        try:
+            await asyncio.wait_for(stream.read(), 5)
+            raise AssertionError("the refusal was not passed on")
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert exc.details() == "no telemetry for you"
+
+    scenario(body, master_service=Refusing)
 
 
 # ---------------------------------------------------------------- published addresses
