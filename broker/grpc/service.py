@@ -404,7 +404,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
             if self.transactions is not None and client_id:
-                self.transactions.detach(client_id)
+                self.transactions.detach(client_id, outbound)
 
     def _telemetry(
         self, client_id: str, command: svc.TelemetryCommand

@@ -126,7 +126,12 @@ class GrpcTransactions:
     def attach(self, client_id: str, outbound: asyncio.Queue[Any]) -> None:
         self.channels[client_id] = TelemetryChannel(client_id, outbound)
 
-    def detach(self, client_id: str) -> None:
+    def detach(self, client_id: str, outbound: asyncio.Queue[Any] | None = None) -> None:
+        """Forget the client's stream; with ``outbound``, only if that stream is still the one
+        registered (a stream that ends after the client opened its next keeps the next)."""
+        current = self.channels.get(client_id)
+        if outbound is not None and current is not None and current.outbound is not outbound:
+            return
         channel = self.channels.pop(client_id, None)
         if channel is not None:
             channel.closed = True

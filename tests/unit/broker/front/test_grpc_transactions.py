@@ -142,3 +142,22 @@ def test_the_check_goes_out_on_the_producers_telemetry_stream(tmp_path: Path) ->
         assert ctx.replica.core.producers.channel(TOPIC) is None  # the stream's end forgets it
 
     run_broker(tmp_path, scenario)
+
+
+def test_a_stream_ending_after_the_clients_next_one_opened_keeps_the_next() -> None:
+    """The Telemetry stream a client reopened (a relay moving it to a new master) stays
+    registered when the old stream's cleanup comes after it."""
+    import asyncio
+
+    from broker.grpc.transactions import GrpcTransactions
+    from broker.state.producers import ProducerRegistry
+
+    tx = GrpcTransactions(None, ProducerRegistry(), ("127.0.0.1", 1))  # type: ignore[arg-type]
+    old: asyncio.Queue[object] = asyncio.Queue()
+    new: asyncio.Queue[object] = asyncio.Queue()
+    tx.attach("c1", old)
+    tx.attach("c1", new)
+    tx.detach("c1", old)
+    assert tx.channels["c1"].outbound is new
+    tx.detach("c1", new)
+    assert "c1" not in tx.channels
