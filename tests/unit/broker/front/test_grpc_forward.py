@@ -168,7 +168,7 @@ class Checks:
     def attach(self, client_id: str, outbound: asyncio.Queue[Any]) -> None:
         self.outbound[client_id] = outbound
 
-    def detach(self, client_id: str) -> None:
+    def detach(self, client_id: str, outbound: object = None) -> None:
         self.outbound.pop(client_id, None)
 
     def settings(self, client_id: str, settings: v2.Settings) -> None:
