@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 from broker.core import now_ms
@@ -56,7 +57,9 @@ def half_properties(props: dict[str, str], topic: str) -> None:
 
 
 def to_v2(half: StoredMessage) -> v2.Message:
-    """A half message as the 5.x clients read one: its real topic and queue."""
+    """A half message as the 5.x clients read one: its real topic and queue, and its body's
+    MD5 digest, as the proxy's ``GrpcConverter.buildMessage`` gives every message (the Node.js
+    client's ``MessageView`` cannot read a message without one: it never answered a check)."""
     props = half.properties
     qid = props.get("REAL_QID", "0")
     out = v2.Message(body=half.body)
@@ -69,6 +72,8 @@ def to_v2(half: StoredMessage) -> v2.Message:
         sp.tag = props["TAGS"]
     sp.keys.extend(k for k in props.get("KEYS", "").split(" ") if k)
     sp.message_id = half.msg_id
+    sp.body_digest.type = v2.MD5
+    sp.body_digest.checksum = hashlib.md5(half.body).hexdigest().upper()
     sp.body_encoding = v2.IDENTITY
     sp.message_type = v2.TRANSACTION
     sp.born_timestamp.FromMilliseconds(half.born_timestamp)

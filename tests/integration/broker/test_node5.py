@@ -3,8 +3,15 @@
 
 - its producer's messages are read back over remoting (PULL through ``rmq.connection``) with
   the body byte for byte (all 256 byte values, 4 MiB), keys, tag, properties and message id;
+- its producer's FIFO messages (messageGroup) reach a PushConsumer of a ``--fifo-group`` one
+  message group in order (a failure goes to the DLQ at once: the client has no policy for the
+  customized backoff the broker announces, as RocketMQ's proxy does); its timer message
+  (deliveryTimestamp) is received not before its time; its transactional producer commits,
+  rolls back and answers the broker's check-back; an empty body is refused by the broker;
 - its SimpleConsumer receives, acks and changes a message's invisible duration (redelivered as
-  attempt 2), and its PushConsumer sees a failed message again, over the POP model;
+  attempt 2), gets a message it never acks again after the invisible time and, after the
+  group's max attempts, not at all (it is in ``%DLQ%<group>``); its PushConsumer sees a failed
+  message again, over the POP model;
 - the broker's metrics count it by protocol, language and version beside a remoting
   connection, and forget both when they go."""
 
@@ -25,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode
 from rmq.connection import RemotingConnection
@@ -32,7 +40,7 @@ from rmq.message import MAX_BODY
 from tests.harness import free_ports
 from tests.integration.broker import test_grpc_producer as producer5
 from tests.integration.broker.conftest import wait_for
-from tests.integration.broker.test_grpc_producer import TOPIC, large_body, read_back
+from tests.integration.broker.test_grpc_producer import TOPIC, _pull_all, large_body, read_back
 
 JS_DIR = Path(__file__).resolve().parents[2] / "js"
 CLIENT = "rocketmq-client-nodejs"
@@ -44,6 +52,10 @@ pytestmark = [
     ),
 ]
 SIMPLE, PUSH = "Node5Simple", "Node5Push"  # the consumers' topics
+FIFO, TIMER, TX, DEAD = "Node5Fifo", "Node5Timer", "Node5Tx", "Node5Dead"
+FIFO_GROUP = "GID_NODE5_FIFO"
+MAX_ATTEMPTS = 3  # --retry-max-times 2, + 1
+FAST_CHECKS = ("--transaction-timeout-ms", "1000", "--transaction-check-interval-ms", "300")
 
 
 class Env(producer5.Env):
@@ -60,8 +72,9 @@ class Env(producer5.Env):
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     (metrics_port,) = free_ports(1)
     root, metrics = tmp_path_factory.mktemp("node5"), f"127.0.0.1:{metrics_port}"
-    topics = (TOPIC, SIMPLE, PUSH)
-    with producer5.grpc_env(root, "--listen-metrics", metrics, topics=topics) as e:
+    topics = (TOPIC, SIMPLE, PUSH, FIFO, TIMER, TX, DEAD)
+    flags = ("--fifo-group", FIFO_GROUP, "--retry-max-times", str(MAX_ATTEMPTS - 1), *FAST_CHECKS)
+    with producer5.grpc_env(root, "--listen-metrics", metrics, *flags, topics=topics) as e:
         yield Env(e, metrics_port)
 
 
@@ -199,3 +212,119 @@ def test_node5_push_consumer_consumes_and_a_failure_comes_back(env: Env) -> None
     assert [(d["attempt"], d["result"]) for d in failing][:2] == [(1, "FAILURE"), (2, "SUCCESS")]
     ok = {d["message_id"] for d in got if d["result"] == "SUCCESS"}
     assert ok == {s["message_id"] for s in sent}
+
+
+def test_node5_an_empty_body_is_refused_by_the_broker(env: Env) -> None:
+    """The client sends an empty body as it is; the broker answers MESSAGE_BODY_EMPTY."""
+    (result,) = node_js(env, "produce", env.endpoint, TOPIC, stdin=[{"body_b64": ""}])
+    error = result.get("error", {})
+    assert error.get("code") == v2.MESSAGE_BODY_EMPTY, result
+    assert "messages[0].body: empty" in error.get("message", ""), result
+
+
+def test_node5_fifo_producer_and_push_consumer_keep_each_message_group_in_order(env: Env) -> None:
+    """One message group, one queue; a FIFO group's PushConsumer consumes each group in order.
+    The client has no retry policy for the customized backoff the broker announces (as
+    RocketMQ's proxy does for a group's default retry policy; its PushSubscriptionSettings
+    skips CUSTOMIZED_BACKOFF): a FIFO failure is at its max attempts (1) at once, so the client
+    forwards g1-2 to ``%DLQ%<group>`` and g1 goes on with g1-3."""
+    spec = [
+        {"body_b64": b64(f"{g}-{n}".encode()), "group": g,
+         "keys": [f"{g}-{n}", *(["fail"] if (g, n) == ("g1", 2) else [])]}
+        for n in range(5) for g in ("g0", "g1", "g2")
+    ]  # fmt: skip
+    sent = node_js(env, "produce", env.endpoint, FIFO, stdin=spec)
+    assert all("message_id" in r for r in sent), sent
+    stored = asyncio.run(_pull_all(env.broker.port, FIFO))
+    queues: dict[str, set[int]] = {}
+    for m in stored:
+        queues.setdefault(m.properties["__SHARDINGKEY"], set()).add(m.queue_id)
+    assert set(queues) == {"g0", "g1", "g2"} and all(len(q) == 1 for q in queues.values())
+    got = node_js(env, "push", env.endpoint, FIFO_GROUP, FIFO, str(len(spec) - 1), "90000")
+    check_delivered(spec, sent, got)
+    for g in ("g0", "g1", "g2"):
+        seen = [(d["keys"][-1] if d["keys"][0] == "fail" else d["keys"][0], d["result"], d["attempt"])
+                for d in got if d["group"] == g]  # fmt: skip
+        expect = [(f"{g}-{n}", "SUCCESS", 1) for n in range(5)]
+        if g == "g1":
+            expect[2] = ("g1-2", "FAILURE", 1)
+        assert seen == expect, (g, seen)
+    failed = next(
+        s["message_id"] for s, item in zip(sent, spec, strict=True) if "fail" in item["keys"]
+    )
+
+    def in_dlq() -> bool:
+        dead = asyncio.run(_pull_all(env.broker.port, f"%DLQ%{FIFO_GROUP}"))
+        return [(m.body, m.properties.get("DLQ_ORIGIN_MESSAGE_ID")) for m in dead] == [
+            (b"g1-2", failed)
+        ]
+
+    wait_for("g1-2 in the DLQ", in_dlq, timeout=30, every=0.5)
+
+
+def test_node5_a_timer_message_is_not_received_before_its_time(env: Env) -> None:
+    at = int(time.time() * 1000) + 4000
+    spec = [{"body_b64": b64(b"timed"), "tag": "TagT", "keys": ["tk"], "at_ms": at}]
+    sent = node_js(env, "produce", env.endpoint, TIMER, stdin=spec)
+    assert "message_id" in sent[0], sent
+    assert time.time() * 1000 < at, "the send took too long to see the wait"
+    assert asyncio.run(_pull_all(env.broker.port, TIMER)) == []
+    got = node_js(env, "simple", env.endpoint, "GID_NODE5_TIMER", TIMER, "1", "60000")
+    assert got[-1] == {"idle": True}, got
+    (d,) = got[:-1]
+    check_delivered(spec, sent, [d])
+    assert d["now_ms"] >= at - 5 and d["delivery_ms"] == at, (d, at)
+    (m,) = asyncio.run(_pull_all(env.broker.port, TIMER))
+    assert m.properties["TIMER_DELIVER_MS"] == str(at)
+
+
+def test_node5_transactional_producer_commits_rolls_back_and_answers_checks(env: Env) -> None:
+    """Commit and rollback from the Transaction; two left open are checked back and the
+    TransactionChecker answers COMMIT for one, ROLLBACK for the other: exactly the two
+    committed are read back over remoting, once each."""
+    spec = [
+        {"body_b64": b64(b"committed"), "keys": ["c"], "action": "commit"},
+        {"body_b64": b64(b"rolled back"), "action": "rollback"},
+        {"body_b64": b64(b"checked"), "action": "check", "props": {"answer": "COMMIT"}},
+        {"body_b64": b64(b"checked away"), "action": "check", "props": {"answer": "ROLLBACK"}},
+    ]
+    *sent, checked = node_js(env, "transact", env.endpoint, TX, "30000", stdin=spec)
+    assert all(s.get("transaction_id") for s in sent), sent
+    ids = [s["message_id"] for s in sent]
+    assert sorted(checked["checked"]) == sorted(ids[2:]), (checked, env.broker.log_tail())
+    found: list[Any] = []
+
+    def both() -> bool:
+        found[:] = asyncio.run(_pull_all(env.broker.port, TX))
+        return len(found) >= 2
+
+    wait_for("the committed messages", both, timeout=30, every=0.2)
+    time.sleep(1.5)  # and nothing more, nothing twice
+    found[:] = asyncio.run(_pull_all(env.broker.port, TX))
+    assert sorted(m.body for m in found) == [b"checked", b"committed"]
+    assert sorted(m.properties["UNIQ_KEY"] for m in found) == sorted([ids[0], ids[2]])
+
+
+def test_node5_simple_consumer_redelivery_after_the_invisible_time_then_the_dlq(env: Env) -> None:
+    """Never acked: back after the receive's 10 s invisible time, then after 1 s each; after
+    the group's max attempts it is in ``%DLQ%<group>`` and not received again."""
+    group = "GID_NODE5_DEAD"
+    sent = node_js(env, "produce", env.endpoint, DEAD, stdin=[{"body_b64": b64(b"dead")}])
+    assert "message_id" in sent[0], sent
+    got = node_js(env, "neglect", env.endpoint, group, DEAD, str(MAX_ATTEMPTS), "90000")
+    assert got[-1] == {"idle": True}, got
+    deliveries = got[:-1]
+    assert {d["message_id"] for d in deliveries} == {sent[0]["message_id"]}
+    assert [(d["attempt"], d["action"]) for d in deliveries] == [
+        (1, "expire"),
+        *((n, "later") for n in range(2, MAX_ATTEMPTS + 1)),
+    ]
+    assert deliveries[1]["now_ms"] - deliveries[0]["now_ms"] >= 10_000 - 500, deliveries
+
+    def in_dlq() -> bool:
+        dead = asyncio.run(_pull_all(env.broker.port, f"%DLQ%{group}"))
+        return [(m.body, m.properties.get("DLQ_ORIGIN_MESSAGE_ID")) for m in dead] == [
+            (b"dead", sent[0]["message_id"])
+        ]
+
+    wait_for("the message in the DLQ", in_dlq, timeout=30, every=0.5)

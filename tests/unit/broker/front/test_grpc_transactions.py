@@ -6,6 +6,7 @@ check goes out on the producer's Telemetry stream as recover_orphaned_transactio
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,6 +127,8 @@ def test_the_check_goes_out_on_the_producers_telemetry_stream(tmp_path: Path) ->
         assert m.topic.name == TOPIC and m.body == b"g3"
         assert m.system_properties.message_id == "MSG-G3"
         assert m.system_properties.message_type == v2.TRANSACTION
+        md5 = hashlib.md5(b"g3").hexdigest().upper()  # the Node.js client needs a digest
+        assert m.system_properties.body_digest == v2.Digest(type=v2.MD5, checksum=md5)
         assert "TRAN_MSG" not in m.user_properties and "PGROUP" not in m.user_properties
         assert recover.transaction_id != entry.transaction_id  # it names the check's copy
 
