@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.grpc.consume import to_message
+from broker.grpc.convert import to_message
 from broker.grpc.service import Refused, _not_implemented, status
 from broker.lookup.processor import MessageLookup
 from broker.store.index import DEFAULT_QUERY_MAX_NUM

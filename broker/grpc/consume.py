@@ -34,28 +34,23 @@ a consumer gets (``common/GrpcClientSettingsManager.java``:106-130): ``receive_b
 ``CustomizedRetryPolicy``: 1 s, 5 s, 10 s, 30 s, 1 min … 2 h) with ``max_attempts`` the group's
 (retryMaxTimes + 1, from the POP service).
 
-:func:`to_message` is the one stored-message → ``v2.Message`` conversion
-(``common/GrpcConverter.java``:50-206), for ReceiveMessage and for anyone answering with a
-stored message. Bad input answers with the v2 code and a message naming the field, and
+Messages are converted by :func:`broker.grpc.convert.to_message`, the one stored-message →
+``v2.Message`` conversion. Bad input answers with the v2 code and a message naming the field, and
 changes nothing; :func:`refused` is where the POP errors become v2 codes (the rest goes
 through :func:`broker.grpc.service.refusal`).
-
-A little over 500 lines, on purpose: the eight consumer methods, their validation and the
-conversion every one of them (and a message lookup) shares are one unit; split, each part
-would import the others' privates.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from broker.grpc.convert import to_message
 from broker.grpc.service import Refused, RouteQueue, endpoints, permission, refusal, status
 from broker.pop.errors import IllegalInvisibleTime, InvalidReceiptHandle
 from broker.pop.service import Popped, PopService
@@ -63,7 +58,6 @@ from broker.remoting.errors import BrokerRequestError
 from broker.topics import TOPIC_NAME
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
-from rmq.message import SYSFLAG_COMPRESSED, StoredMessage, inflate
 
 log = logging.getLogger(__name__)
 NACK_INVISIBLE_MS = 1_000
@@ -71,25 +65,6 @@ NACK_INVISIBLE_MS = 1_000
 GROUP_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
 PERM_READ = 4
 MAX_BATCH = 32  # a POP's most messages (PopMessageProcessor.java)
-SHARDING_KEY = "__SHARDINGKEY"
-RETRY_PREFIX = "%RETRY%"
-#: RocketMQ's ``MessageConst.STRING_HASH_SET`` (properties a client never sees as its own),
-#: and ``__SHARDINGKEY``, which a 5.x client sees as the message group instead
-SYSTEM_PROPERTIES = frozenset(
-    {
-        "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
-        "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
-        "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
-        "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
-        "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
-        "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
-        "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS",
-        "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
-        "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
-        "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
-        SHARDING_KEY,
-    }
-)  # fmt: skip
 #: RocketMQ's default ``CustomizedRetryPolicy.next`` (remoting/.../subscription), in ms
 DEFAULT_BACKOFF_MS = (
     1_000, 5_000, 10_000, 30_000, *(m * 60_000 for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30)),
@@ -150,67 +125,6 @@ class ConsumerBackend(Protocol):
 
 
 # --------------------------------------------------------------------- the message conversion
-def to_message(
-    m: StoredMessage, *, receipt_handle: str = "", attempt: int = 0, broker_name: str = ""
-) -> v2.Message:
-    """A stored message as a 5.x consumer sees it (``GrpcConverter.java``:50-206): the body
-    inflated (IDENTITY, with its MD5), the message id (UNIQ_KEY, else the offset id), tag,
-    keys, type, born/store timestamps and hosts, queue id and offset, message group, delivery
-    attempt (``attempt``, else RECONSUME_TIMES + 1), receipt handle when given, and the user
-    properties (all but :data:`SYSTEM_PROPERTIES`). A retried message carries its topic
-    (RETRY_TOPIC), not ``%RETRY%<group>``."""
-    props = m.properties
-    body = inflate(m.body, m.sysflag) if m.sysflag & SYSFLAG_COMPRESSED else m.body
-    out = v2.Message(body=body)
-    topic = m.topic
-    if topic.startswith(RETRY_PREFIX) and props.get("RETRY_TOPIC"):
-        topic = props["RETRY_TOPIC"]
-    out.topic.name = topic
-    for k, v in props.items():
-        if k not in SYSTEM_PROPERTIES:
-            out.user_properties[k] = v
-    sp = out.system_properties
-    if "TAGS" in props:
-        sp.tag = props["TAGS"]
-    sp.keys.extend(k for k in props.get("KEYS", "").split(" ") if k)
-    sp.message_id = m.msg_id
-    sp.body_digest.type = v2.MD5
-    sp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
-    sp.body_encoding = v2.IDENTITY
-    sp.message_type = message_type(props)  # type: ignore[assignment]
-    sp.born_timestamp.FromMilliseconds(m.born_timestamp)
-    sp.born_host = props.get("__BORNHOST") or m.born_host.ip
-    sp.store_timestamp.FromMilliseconds(m.store_timestamp)
-    sp.store_host = f"{m.store_host.ip}:{m.store_host.port}"
-    deliver = props.get("TIMER_DELIVER_MS", "")
-    if deliver.isdigit():
-        sp.delivery_timestamp.FromMilliseconds(int(deliver))
-    if SHARDING_KEY in props:
-        sp.message_group = props[SHARDING_KEY]
-    if receipt_handle:
-        sp.receipt_handle = receipt_handle
-    sp.queue_id = m.queue_id
-    sp.queue_offset = m.queue_offset
-    sp.delivery_attempt = attempt or m.reconsume_times + 1
-    if "TRACE_CONTEXT" in props:
-        sp.trace_context = props["TRACE_CONTEXT"]
-    if "DLQ_ORIGIN_TOPIC" in props and "DLQ_ORIGIN_MESSAGE_ID" in props:
-        sp.dead_letter_queue.topic = props["DLQ_ORIGIN_TOPIC"]
-        sp.dead_letter_queue.message_id = props["DLQ_ORIGIN_MESSAGE_ID"]
-    return out
-
-
-def message_type(props: Mapping[str, str]) -> int:
-    """``GrpcConverter.java``:117-130: TRANSACTION, DELAY, FIFO (a message group), NORMAL."""
-    if props.get("TRAN_MSG") == "true":
-        return v2.TRANSACTION
-    if {"DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC"} & props.keys():
-        return v2.DELAY
-    if SHARDING_KEY in props:
-        return v2.FIFO
-    return v2.NORMAL
-
-
 # ------------------------------------------------------------------------------ validation
 def group_name(resource: v2.Resource, field: str = "group") -> str:
     return _named(resource, field, GROUP_NAME, v2.ILLEGAL_CONSUMER_GROUP, "group", 255)

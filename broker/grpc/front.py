@@ -24,8 +24,9 @@ from collections.abc import Sequence
 import grpc
 
 from broker.grpc.admin import AdminService, add_admin_to_server
+from broker.grpc.convert import SHARDING_KEY
 from broker.grpc.forward import GroupFronts
-from broker.grpc.service import SHARDING_KEY, MessagingService, RouteQueue, Sent, add_to_server
+from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_server
 from broker.pop.service import PopService
 from broker.remoting.errors import ServiceNotAvailable, TopicNotExist
 from broker.send.processor import SendProcessor

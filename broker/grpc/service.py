@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import grpc
 
 from broker.clients import GrpcClients
+from broker.grpc.convert import SHARDING_KEY
 from broker.grpc.transactions import GrpcTransactions, half_properties
 from broker.remoting.errors import (
     BrokerRequestError,
@@ -275,7 +276,6 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
 
 
 #: RocketMQ's ``MessageConst.PROPERTY_SHARDING_KEY``: where a message group is stored
-SHARDING_KEY = "__SHARDINGKEY"
 MAX_MESSAGE_GROUP_BYTES = 64  # the proxy's maxMessageGroupSize
 
 

@@ -18,10 +18,10 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from typing import Any
 
 from broker.core import now_ms
+from broker.grpc.convert import to_message
 from broker.state.producers import ProducerRegistry
 from broker.transactions.errors import HalfNotFound
 from broker.transactions.half import PRODUCER_GROUP, TRANSACTION_ID, Resolution, physical_offset
@@ -57,31 +57,19 @@ def half_properties(props: dict[str, str], topic: str) -> None:
 
 
 def to_v2(half: StoredMessage) -> v2.Message:
-    """A half message as the 5.x clients read one: its real topic and queue, and its body's
-    MD5 digest, as the proxy's ``GrpcConverter.buildMessage`` gives every message (the Node.js
-    client's ``MessageView`` cannot read a message without one: it never answered a check)."""
+    """A half message as the 5.x clients read one: :func:`broker.grpc.consume.to_message`
+    (its body's MD5 digest included: the Node.js client's ``MessageView`` cannot read a
+    message without one) with its real topic and queue, and none of the half's own properties
+    among the user ones."""
+    out = to_message(half)
     props = half.properties
-    qid = props.get("REAL_QID", "0")
-    out = v2.Message(body=half.body)
     out.topic.name = props.get("REAL_TOPIC", half.topic)
-    for k, v in props.items():
-        if k not in SYSTEM:
-            out.user_properties[k] = v
+    qid = props.get("REAL_QID", "0")
     sp = out.system_properties
-    if props.get("TAGS"):
-        sp.tag = props["TAGS"]
-    sp.keys.extend(k for k in props.get("KEYS", "").split(" ") if k)
-    sp.message_id = half.msg_id
-    sp.body_digest.type = v2.MD5
-    sp.body_digest.checksum = hashlib.md5(half.body).hexdigest().upper()
-    sp.body_encoding = v2.IDENTITY
-    sp.message_type = v2.TRANSACTION
-    sp.born_timestamp.FromMilliseconds(half.born_timestamp)
-    sp.born_host = half.born_host.ip
-    sp.store_timestamp.FromMilliseconds(half.store_timestamp)
-    sp.store_host = f"{half.store_host.ip}:{half.store_host.port}"
     sp.queue_id = int(qid) if qid.isdigit() else 0
-    sp.queue_offset = half.queue_offset
+    sp.message_type = v2.TRANSACTION
+    for k in SYSTEM:
+        out.user_properties.pop(k, None)
     return out
 
 

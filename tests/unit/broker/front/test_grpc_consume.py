@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from broker.grpc.consume import ConsumeConfig, Consumers, to_message
+from broker.grpc.consume import ConsumeConfig, Consumers
+from broker.grpc.convert import to_message
 from broker.grpc.service import MessagingService, RouteQueue, Sent
 from broker.pop.errors import IllegalPopRequest, InvalidReceiptHandle
 from broker.pop.service import Popped
