@@ -36,6 +36,7 @@ class RequestCode(IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
+    GET_CONSUME_STATS = 208  # (a request code; the response table's 208 is NO_MESSAGE)
     DELETE_TOPIC_IN_BROKER = 215
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
