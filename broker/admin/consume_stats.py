@@ -28,7 +28,7 @@ same numbers as a pull group, and ``lag`` = never delivered (``broker - pull``) 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from broker.core import BrokerCore
 from broker.pop.service import PopService
@@ -41,7 +41,7 @@ from rmq.headers import GetConsumeStatsHeader
 from rmq.message import MessageError, decode
 from rmq.server import Handler, Peer
 
-__all__ = ["ConsumeStatsProcessor", "consumer_queues", "queue_offsets"]
+__all__ = ["ConsumeStatsProcessor", "consumer_queues", "group_rows", "queue_offsets"]
 
 TOPIC_SEPARATOR = ";"  # GetConsumeStatsRequestHeader.TOPIC_NAME_SEPARATOR
 
@@ -72,25 +72,42 @@ def queue_offsets(
     )
 
 
+def group_rows(
+    core: BrokerCore, group: str, topics: list[str], book: Callable[[Key], QueueBook | None]
+) -> list[QueueOffsets]:
+    """The group's row of every read queue of ``topics`` (a topic this broker does not know
+    is skipped, as RocketMQ's "topic config does not exist"); ``book`` gives a POP book."""
+    out = []
+    for topic in topics:
+        config = core.topics.get(topic)
+        if config is None:
+            continue
+        for q in range(config.read_queue_nums):
+            out.append(
+                queue_offsets(
+                    core.config.broker_name,
+                    topic,
+                    q,
+                    core.store.max_offset(topic, q),
+                    core.offsets.load(group, topic, q),
+                    book((group, topic, q)),
+                )
+            )
+    return out
+
+
 def consumer_queues(
     core: BrokerCore, books: Mapping[Key, QueueBook]
 ) -> list[tuple[str, QueueOffsets]]:
-    """(group, row) for every queue a group committed an offset of here: the metrics' lag
-    gauges (label sets bounded by the offsets this broker holds). Memory only: called from
-    the metrics thread."""
-    store, offsets = core.store, core.offsets
-    out = []
-    for group, topic, queue_id in sorted(offsets.keys()):
-        row = queue_offsets(
-            core.config.broker_name,
-            topic,
-            queue_id,
-            store.max_offset(topic, queue_id),
-            offsets.load(group, topic, queue_id),
-            books.get((group, topic, queue_id)),
-        )
-        out.append((group, row))
-    return out
+    """(group, row) for every read queue of every topic a group committed an offset of here:
+    the metrics' lag gauges (label sets bounded by the offsets this broker holds). Memory
+    only (the books open in memory): called from the metrics thread."""
+    pairs = sorted({(group, topic) for group, topic, _q in core.offsets.keys()})
+    return [(g, row) for g, t in pairs for row in group_rows(core, g, [t], books.get)]
+
+
+def _no_book(key: Key) -> QueueBook | None:
+    return None
 
 
 class ConsumeStatsProcessor:
@@ -107,27 +124,6 @@ class ConsumeStatsProcessor:
         if h.topic and h.topic.strip():
             return [h.topic]
         return sorted({t for g, t, _q in self.core.offsets.keys() if g == h.consumer_group})
-
-    def rows(self, group: str, topics: list[str]) -> list[QueueOffsets]:
-        core = self.core
-        out = []
-        for topic in topics:
-            config = core.topics.get(topic)
-            if config is None:
-                continue  # "topic config does not exist"
-            for q in range(config.read_queue_nums):
-                book = self.pop.table.get((group, topic, q)) if self.pop is not None else None
-                out.append(
-                    queue_offsets(
-                        core.config.broker_name,
-                        topic,
-                        q,
-                        core.store.max_offset(topic, q),
-                        core.offsets.load(group, topic, q),
-                        book,
-                    )
-                )
-        return out
 
     def last_timestamp(self, row: QueueOffsets) -> int:
         """Store time of the last consumed message (blocking: on the store's pool)."""
@@ -148,7 +144,8 @@ class ConsumeStatsProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 "consumer offsets are not loaded from metaledger yet, retry",
             )
-        rows = self.rows(h.consumer_group, self.topics(h))
+        book = self.pop.table.get if self.pop is not None else _no_book
+        rows = group_rows(self.core, h.consumer_group, self.topics(h), book)
 
         def stamped() -> list[QueueOffsets]:
             return [dataclasses.replace(r, last_timestamp=self.last_timestamp(r)) for r in rows]

@@ -66,14 +66,17 @@ def test_get_consume_stats_for_pull_and_pop_groups(tmp_path: Path) -> None:
         assert (p0.consumer_offset, p0.pull_offset, p0.inflight, p0.lag) == (2, 6, 2, 6)
         assert await stats(ctx, "NOBODY") == []  # no offsets here: no topic
         assert [r.topic for r in await stats(ctx, "NOBODY", "NoSuchTopic")] == []
-        # the metrics' view: only the queues a group committed
+        # the metrics' view: every read queue of a topic a group committed offsets of
         rows = {
             (g, r.topic, r.queue_id): r
             for g, r in consumer_queues(ctx.replica.core, pop.table.books)
         }
-        assert set(rows) == {("PULL", TOPIC, 0), ("POP", TOPIC, 0)}
+        assert set(rows) == {(g, TOPIC, q) for g in ("PULL", "POP") for q in range(4)}
         assert (rows["POP", TOPIC, 0].lag, rows["POP", TOPIC, 0].inflight) == (6, 2)
         view = ctx.replica._view()
-        assert {(g, r.lag) for g, r in view.consumer_queues} == {("PULL", 7), ("POP", 6)}
+        assert {(g, r.queue_id, r.lag) for g, r in view.consumer_queues if r.queue_id == 0} == {
+            ("PULL", 0, 7),
+            ("POP", 0, 6),
+        }
 
     run_broker(tmp_path, scenario)
