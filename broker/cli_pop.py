@@ -123,7 +123,7 @@ async def _pop(args: argparse.Namespace, queues: list[tuple[str, str, int]]) -> 
         if addr not in clients:
             host, _, port = addr.rpartition(":")
             clients[addr] = await RemotingConnection.connect(host, int(port))
-    deadline = time.monotonic() + args.wait_s
+    deadline = time.monotonic() + float(args.wait_s)
     state = {"n": 0, "last": 0.0}
     done = asyncio.Event()
     json_out = getattr(args, "output", None) == "json"
