@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.cli_pop import add_pop_flags, run_pop
+from broker.cli_pop import PopFailed, add_pop_flags, pop_consume
 from broker.timer.message import TIMER_DELIVER_MS, parse_deliver_at
 from broker.topics import SHARDING_KEY, message_group_queue
 from broker.transactions.client import PREPARED_SYSFLAG, end_request, mark_prepare
@@ -51,7 +51,7 @@ from rmq.headers import (
     UnregisterClientHeader,
     UpdateConsumerOffsetHeader,
 )
-from rmq.message import MessageError, decode_records, properties_text
+from rmq.message import MessageError, StoredMessage, decode_records, properties_text
 from rmq.msgid import offset_msg_id, uniq_key
 
 
@@ -284,6 +284,21 @@ def _printable(body: bytes) -> str:
         return "0x" + body.hex()
 
 
+def print_message(m: StoredMessage, json_out: bool, fields: dict[str, Any], text: str = "") -> None:
+    """One consumed message: a JSON object (``fields`` after its queue offset), or a line
+    ``TOPIC qQUEUE@OFFSET <text>tags=… keys=… BODY``."""
+    keys, body = m.properties.get("KEYS", ""), _printable(m.body)
+    if json_out:
+        doc = {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset, **fields,
+               "tags": m.tags, "keys": keys, "properties": m.properties, "body": body}  # fmt: skip
+        print(json.dumps(doc), flush=True)
+    else:
+        print(
+            f"{m.topic} q{m.queue_id}@{m.queue_offset} {text}tags={m.tags!r} keys={keys!r} {body}",
+            flush=True,
+        )
+
+
 def run_consume(args: argparse.Namespace, connect: Connect) -> int:
     from nameserver.client import ClientError, NotFound
 
@@ -295,18 +310,20 @@ def run_consume(args: argparse.Namespace, connect: Connect) -> int:
     except ClientError as exc:
         print(f"metaledger: consume: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    if args.pop:
-        return run_pop(args, route)
     masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
-    queues = [
-        _Queue(masters[q.broker_name] or "", i)
+    readable = [
+        (q.broker_name, masters[q.broker_name] or "", i)
         for q in route.queues
         if q.perm & 4 and masters.get(q.broker_name)
         for i in range(q.read_queue_nums)
     ]
+    if args.pop:
+        consuming = pop_consume(args, readable)
+    else:
+        consuming = _consume(args, [_Queue(addr, i) for _name, addr, i in readable])
     try:
-        got = asyncio.run(_consume(args, queues))
-    except (OSError, PullFailed) as exc:
+        got = asyncio.run(consuming)
+    except (OSError, PullFailed, PopFailed) as exc:
         print(f"metaledger: consume: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return EXIT_OK if not args.count or got >= args.count else EXIT_TIMEOUT
@@ -382,17 +399,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 state["last"] = time.monotonic()
                 q.committed = m.queue_offset + 1
                 msg_id = offset_msg_id(m.store_host.ip, m.store_host.port, m.physical_offset)
-                doc = {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
-                       "msgId": msg_id, "tags": m.tags, "keys": m.properties.get("KEYS", ""),
-                       "properties": m.properties, "body": _printable(m.body)}  # fmt: skip
-                if json_out:
-                    print(json.dumps(doc), flush=True)
-                else:
-                    print(
-                        f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags!r} "
-                        f"keys={doc['keys']!r} {doc['body']}",
-                        flush=True,
-                    )
+                print_message(m, json_out, {"msgId": msg_id})
                 if args.count and state["n"] >= args.count:
                     done.set()
 

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 import time
-from typing import TYPE_CHECKING
 
 from broker.pop.handle import NORMAL_TOPIC, Handle
 from broker.topics import SHARDING_KEY
@@ -29,10 +26,7 @@ from rmq.connection import RemotingConnection
 from rmq.headers import AckMessageHeader, PopMessageHeader
 from rmq.message import MessageError, StoredMessage, decode_records
 
-if TYPE_CHECKING:
-    from nameserver.client import Route
-
-__all__ = ["PopFailed", "add_pop_flags", "run_pop"]
+__all__ = ["PopFailed", "add_pop_flags", "pop_consume"]
 
 INIT_MAX = 1  # RocketMQ's ConsumeInitMode.MAX
 MAX_BATCH = 32
@@ -97,26 +91,10 @@ def handles(
     return out
 
 
-def run_pop(args: argparse.Namespace, route: Route) -> int:
-    from broker.cli_messages import EXIT_OK, EXIT_TIMEOUT, EXIT_UNAVAILABLE
-
-    masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
-    queues = [
-        (q.broker_name, masters[q.broker_name] or "", i)
-        for q in route.queues
-        if q.perm & 4 and masters.get(q.broker_name)
-        for i in range(q.read_queue_nums)
-    ]
-    try:
-        got = asyncio.run(_pop(args, queues))
-    except (OSError, PopFailed) as exc:
-        print(f"metaledger: consume: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    return EXIT_OK if not args.count or got >= args.count else EXIT_TIMEOUT
-
-
-async def _pop(args: argparse.Namespace, queues: list[tuple[str, str, int]]) -> int:
-    from broker.cli_messages import _printable
+async def pop_consume(args: argparse.Namespace, queues: list[tuple[str, str, int]]) -> int:
+    """Pop from each (broker name, master address, queue id) until ``--count``, ``--idle``
+    or ``--wait`` says stop; how many messages were printed."""
+    from broker.cli_messages import print_message
 
     clients: dict[str, RemotingConnection] = {}
     for _broker, addr, _q in queues:
@@ -172,7 +150,14 @@ async def _pop(args: argparse.Namespace, queues: list[tuple[str, str, int]]) -> 
                     return  # not acked: delivered again after --invisible
                 state["n"] += 1
                 state["last"] = time.monotonic()
-                _print(m, json_out, _printable(m.body))
+                group = m.properties.get(SHARDING_KEY, "")
+                attempt = m.reconsume_times + 1
+                print_message(
+                    m,
+                    json_out,
+                    {"attempt": attempt, "messageGroup": group},
+                    f"attempt={attempt} group={group!r} ",
+                )
                 ack = AckMessageHeader(args.group, args.topic, m.queue_id, handle, m.queue_offset)
                 a = await c.call(ack.request())
                 if a.code != ResponseCode.SUCCESS:
@@ -186,19 +171,3 @@ async def _pop(args: argparse.Namespace, queues: list[tuple[str, str, int]]) -> 
         for c in clients.values():
             await c.close()
     return int(state["n"])
-
-
-def _print(m: StoredMessage, json_out: bool, body: str) -> None:
-    attempt = m.reconsume_times + 1
-    group = m.properties.get(SHARDING_KEY, "")
-    if json_out:
-        doc = {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
-               "attempt": attempt, "messageGroup": group, "tags": m.tags,
-               "keys": m.properties.get("KEYS", ""), "properties": m.properties, "body": body}  # fmt: skip
-        print(json.dumps(doc), flush=True)
-    else:
-        print(
-            f"{m.topic} q{m.queue_id}@{m.queue_offset} attempt={attempt} group={group!r} "
-            f"tags={m.tags!r} keys={m.properties.get('KEYS', '')!r} {body}",
-            flush=True,
-        )
