@@ -14,7 +14,8 @@ the remoting front on ``--listen`` (default ``0.0.0.0:10911``), RocketMQ 5 gRPC 
 ``--listen-grpc`` (default ``127.0.0.1:8081``), registered in the routes of
 ``--endpoints`` under ``--cluster``. It prints ``broker NAME serving on ADDR`` once serving.
 Send and consume are in :mod:`broker.cli_messages`, ``message get`` in :mod:`broker.cli_lookup`,
-``consumer lag`` in :mod:`broker.cli_lag`. Exit codes are the ``metaledger`` table's
+``consumer lag`` in :mod:`broker.cli_lag`, ``consume --pop`` in :mod:`broker.cli_pop`, how
+they print a message in :mod:`broker.cli_print`. Exit codes are the ``metaledger`` table's
 numbers (``nameserver/cli/exitcodes.py``), repeated here because a broker may not import it.
 """
 

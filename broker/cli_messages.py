@@ -36,6 +36,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from broker.cli_pop import PopFailed, add_pop_flags, pop_consume
+from broker.cli_print import print_message
 from broker.timer.message import TIMER_DELIVER_MS, parse_deliver_at
 from broker.topics import SHARDING_KEY, message_group_queue
 from broker.transactions.client import PREPARED_SYSFLAG, end_request, mark_prepare
@@ -51,7 +52,7 @@ from rmq.headers import (
     UnregisterClientHeader,
     UpdateConsumerOffsetHeader,
 )
-from rmq.message import MessageError, StoredMessage, decode_records, properties_text
+from rmq.message import MessageError, decode_records, properties_text
 from rmq.msgid import offset_msg_id, uniq_key
 
 
@@ -275,28 +276,6 @@ class _Queue:
     queue_id: int
     offset: int = 0
     committed: int = -1
-
-
-def _printable(body: bytes) -> str:
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        return "0x" + body.hex()
-
-
-def print_message(m: StoredMessage, json_out: bool, fields: dict[str, Any], text: str = "") -> None:
-    """One consumed message: a JSON object (``fields`` after its queue offset), or a line
-    ``TOPIC qQUEUE@OFFSET <text>tags=… keys=… BODY``."""
-    keys, body = m.properties.get("KEYS", ""), _printable(m.body)
-    if json_out:
-        doc = {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset, **fields,
-               "tags": m.tags, "keys": keys, "properties": m.properties, "body": body}  # fmt: skip
-        print(json.dumps(doc), flush=True)
-    else:
-        print(
-            f"{m.topic} q{m.queue_id}@{m.queue_offset} {text}tags={m.tags!r} keys={keys!r} {body}",
-            flush=True,
-        )
 
 
 def run_consume(args: argparse.Namespace, connect: Connect) -> int:

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import time
 
+from broker.cli_print import print_message
 from broker.pop.handle import NORMAL_TOPIC, Handle
 from broker.topics import SHARDING_KEY
 from rmq.codes import ResponseCode
@@ -94,8 +95,6 @@ def handles(
 async def pop_consume(args: argparse.Namespace, queues: list[tuple[str, str, int]]) -> int:
     """Pop from each (broker name, master address, queue id) until ``--count``, ``--idle``
     or ``--wait`` says stop; how many messages were printed."""
-    from broker.cli_messages import print_message
-
     clients: dict[str, RemotingConnection] = {}
     for _broker, addr, _q in queues:
         if addr not in clients:
