@@ -79,9 +79,9 @@ def decode_consume_stats(body: bytes) -> tuple[list[QueueOffsets], float]:
     try:
         text = body.decode("utf-8")
         return _decode(text, json.JSONDecoder())
-    except (UnicodeDecodeError, ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
-        if isinstance(exc, ConsumeStatsError):
-            raise
+    except ConsumeStatsError:
+        raise
+    except (ValueError, LookupError, TypeError, AttributeError, RecursionError) as exc:
         raise ConsumeStatsError(f"ConsumeStats: {exc}") from None
 
 
