@@ -36,6 +36,7 @@ import os
 
 import grpc
 
+from broker.admin.connections import ConnectionsProcessor
 from broker.admin.consume_stats import ConsumeStatsProcessor, consumer_queues
 from broker.admin.processor import AdminProcessor
 from broker.admin.topics import TopicAdmin
@@ -152,6 +153,7 @@ class Replica:
             self.queries,
             PopProcessor(self.pop),
             ConsumeStatsProcessor(self.core, self.pop),
+            ConnectionsProcessor(self.core, self.clients.grpc),
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(

@@ -326,6 +326,14 @@ class UpdateConsumerOffsetHeader(Header):
 
 
 @dataclass(slots=True)
+class GetConsumerConnectionListHeader(Header):
+    """GET_CONSUMER_CONNECTION_LIST (203), RocketMQ's ``GetConsumerConnectionListRequestHeader``."""
+
+    code = RequestCode.GET_CONSUMER_CONNECTION_LIST
+    consumer_group: str = ext("consumerGroup")
+
+
+@dataclass(slots=True)
 class GetConsumeStatsHeader(Header):
     """GET_CONSUME_STATS (208), RocketMQ's ``GetConsumeStatsRequestHeader``: one group's
     offsets on a broker, of ``topic`` (blank: every topic the group has offsets of) or of
