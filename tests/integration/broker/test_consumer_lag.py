@@ -4,16 +4,19 @@ gRPC SimpleConsumer group (``rocketmq-python-client`` 5.1.2): GET_CONSUME_STATS 
 ``metaledger consumer lag`` and the metrics' ``metaledger_broker_consumer_lag`` /
 ``_inflight`` agree (10 sent, 4 consumed, 2 in flight → lag 6 with 2 in flight); and
 ``metaledger send --fifo-group`` puts a group in one queue, which ``consume --pop --fifo``
-reads in order."""
+reads in order; a live gRPC consumer is in its group's GET_CONSUMER_CONNECTION_LIST (203)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,15 +24,16 @@ from rmq.connection import RemotingConnection
 from rmq.consume_stats import QueueOffsets, decode_consume_stats
 from rmq.headers import (
     AckMessageHeader,
+    GetConsumerConnectionListHeader,
     GetConsumeStatsHeader,
     PopMessageHeader,
     SendMessageHeader,
     UpdateConsumerOffsetHeader,
 )
-from rmq.message import decode_records
+from rmq.message import StoredMessage, decode_records
 from tests.harness import free_ports
 from tests.integration.broker.conftest import metaledger, wait_for
-from tests.integration.broker.test_grpc_consumer import consume, events
+from tests.integration.broker.test_grpc_consumer import CONSUMER, consume, events
 from tests.integration.broker.test_grpc_producer import QUEUES, Env, grpc_env
 
 pytestmark = [pytest.mark.integration]
@@ -62,7 +66,7 @@ async def _setup(port: int) -> None:
         for q, offset in ((0, 3), (1, 1)):
             r = await c.call(UpdateConsumerOffsetHeader("PULLG", TOPIC, q, offset).request())
             assert r.code == 0
-        popped = []
+        popped: list[tuple[StoredMessage, str]] = []
         for q in range(QUEUES):
             pop = PopMessageHeader(
                 consumer_group="POPG", topic=TOPIC, queue_id=q, max_msg_nums=6 - len(popped),
@@ -171,3 +175,48 @@ def test_send_fifo_group_and_consume_pop_fifo(env: tuple[Env, int]) -> None:
     r = metaledger(e.root, "consumer", "lag", "--group", "FIFOREADER", "--topic", FIFO_TOPIC,
                    "-w", "json", *endpoints)  # fmt: skip
     assert r.returncode == 0 and json.loads(r.stdout)["lag"] == 0, r.stdout
+
+
+async def _connections(port: int, group: str) -> tuple[int, bytes]:
+    c = await RemotingConnection.connect("127.0.0.1", port)
+    try:
+        r = await c.call(GetConsumerConnectionListHeader(group).request())
+    finally:
+        await c.close()
+    return r.code, r.body
+
+
+def test_a_live_grpc_consumer_is_in_its_groups_connection_list(
+    rocketmq5_python: Path, env: tuple[Env, int]
+) -> None:
+    e, _ = env
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    clean["HOME"] = str(e.root)
+    spec = {"steps": [{"op": "sleep", "s": 8}]}
+    proc = subprocess.Popen(
+        [str(rocketmq5_python), CONSUMER, f"127.0.0.1:{e.grpc_port}", TOPIC, "LIVEG", "simple"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean,
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        found: dict[str, Any] = {}
+
+        def listed() -> bool:
+            code, body = asyncio.run(_connections(e.broker.port, "LIVEG"))
+            if code == 0:
+                found.update(json.loads(body))
+            return code == 0
+
+        wait_for("the gRPC consumer listed", listed, timeout=8)
+        (conn,) = found["connectionSet"]
+        assert conn["language"] == "PYTHON" and conn["clientAddr"].startswith("127.0.0.1:")
+        assert found["consumeType"] == "CONSUME_POP"
+        assert proc.wait(timeout=60) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # it terminated: its group is not online any more
+    assert asyncio.run(_connections(e.broker.port, "LIVEG"))[0] == 206
