@@ -192,7 +192,7 @@ def test_a_live_grpc_consumer_is_in_its_groups_connection_list(
     e, _ = env
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     clean["HOME"] = str(e.root)
-    spec = {"steps": [{"op": "sleep", "s": 8}]}
+    spec = {"steps": [{"op": "sleep", "s": 20}]}  # heartbeats at 1 s, then every 10 s
     proc = subprocess.Popen(
         [str(rocketmq5_python), CONSUMER, f"127.0.0.1:{e.grpc_port}", TOPIC, "LIVEG", "simple"],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean,
@@ -209,7 +209,7 @@ def test_a_live_grpc_consumer_is_in_its_groups_connection_list(
                 found.update(json.loads(body))
             return code == 0
 
-        wait_for("the gRPC consumer listed", listed, timeout=8)
+        wait_for("the gRPC consumer listed", listed, timeout=20)
         (conn,) = found["connectionSet"]
         assert conn["language"] == "PYTHON" and conn["clientAddr"].startswith("127.0.0.1:")
         assert found["consumeType"] == "CONSUME_POP"
