@@ -13,7 +13,9 @@ the client library alone.
 the remoting front on ``--listen`` (default ``0.0.0.0:10911``), RocketMQ 5 gRPC on
 ``--listen-grpc`` (default ``127.0.0.1:8081``), registered in the routes of
 ``--endpoints`` under ``--cluster``. It prints ``broker NAME serving on ADDR`` once serving.
-Send and consume are in :mod:`broker.cli_messages`, ``message get`` in :mod:`broker.cli_lookup`. Exit codes are the ``metaledger`` table's
+Send and consume are in :mod:`broker.cli_messages`, ``message get`` in :mod:`broker.cli_lookup`,
+``consumer lag`` in :mod:`broker.cli_lag`, ``consume --pop`` in :mod:`broker.cli_pop`, how
+they print a message in :mod:`broker.cli_print`. Exit codes are the ``metaledger`` table's
 numbers (``nameserver/cli/exitcodes.py``), repeated here because a broker may not import it.
 """
 
@@ -31,6 +33,7 @@ from collections.abc import Coroutine, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.cli_lag import register_consumer
 from broker.cli_lookup import register_lookup
 from broker.cli_messages import register_messages
 from broker.config import DEFAULT_GRPC_LISTEN, DEFAULT_PORT, BrokerConfig, ConfigError
@@ -265,6 +268,7 @@ def register(subparsers: Subparsers, common: Common) -> None:
     p.set_defaults(run=partial(run_broker, common=common))
     register_messages(subparsers, common.parent, common.connection)
     register_lookup(subparsers, common.parent, common.connection)
+    register_consumer(subparsers, common.parent, common.connection)
 
 
 def build_config(

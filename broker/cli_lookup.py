@@ -33,9 +33,9 @@ from broker.cli_messages import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     Connect,
-    _printable,
     _route,
 )
+from broker.cli_print import _printable
 from rmq.codes import ResponseCode
 from rmq.connection import RemotingConnection
 from rmq.headers import QueryMessageHeader, ViewMessageHeader

@@ -5,7 +5,8 @@ both then speak the remoting protocol to the brokers themselves (``rmq.connectio
 over the shared codec), as a RocketMQ client would:
 
 - send: SEND_MESSAGE (10) to the master (id 0) of a broker with writable queues, queue
-  picked at random; prints the msgId, queue and offset. With ``--transaction commit|rollback``
+  picked at random (``--fifo-group G``: the message's group, ``__SHARDINGKEY``, and one queue
+  for all of G, :func:`broker.topics.message_group_queue`); prints the msgId, queue and offset. With ``--transaction commit|rollback``
   the message is a transaction's prepare, then END_TRANSACTION ends it on the same connection
   (:mod:`broker.transactions.client`).
   ``--deliver-at`` makes it a timer message (``TIMER_DELIVER_MS``:
@@ -16,7 +17,7 @@ over the shared codec), as a RocketMQ client would:
   leaving. Stops after ``--count`` messages, or without ``--count`` once no message came for
   ``--idle`` seconds after the last one; in any case after ``--wait`` seconds (exit 7 if
   fewer than ``--count`` came). ``--timeout`` is the deadline of each request to metaledger,
-  as for every other command.
+  as for every other command. ``--pop`` consumes by POP instead (:mod:`broker.cli_pop`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from broker.cli_pop import PopFailed, add_pop_flags, pop_consume
+from broker.cli_print import print_message
 from broker.timer.message import TIMER_DELIVER_MS, parse_deliver_at
+from broker.topics import SHARDING_KEY, message_group_queue
 from broker.transactions.client import PREPARED_SYSFLAG, end_request, mark_prepare
 from nameserver.client import ConnectionOptions
 from rmq.codes import RequestCode, ResponseCode
@@ -91,6 +95,12 @@ def register_messages(
         " ISO-8601 (2026-12-05T18:00:00Z; UTC without an offset); at most the broker's"
         " timerMaxDelaySec ahead (3 days)",
     )
+    s.add_argument(
+        "--fifo-group",
+        metavar="G",
+        help="the message's group (FIFO, property __SHARDINGKEY): every message of G goes to one"
+        " queue, crc32(G) %% writeQueueNums (as the gRPC front places a 5.x FIFO message)",
+    )
     s.set_defaults(run=partial(run_send, connect=connect))
     c = subparsers.add_parser("consume", parents=[parent], help="consume messages of a topic")
     c.add_argument("topic")
@@ -119,6 +129,7 @@ def register_messages(
         metavar="SECONDS",
         help="without --count: stop once no message came for this long after the last (default 1)",
     )
+    add_pop_flags(c)
     c.set_defaults(run=partial(run_consume, connect=connect))
 
 
@@ -149,6 +160,8 @@ def _properties(args: argparse.Namespace) -> dict[str, str]:
         props["TAGS"] = args.tags
     if args.keys:
         props["KEYS"] = args.keys
+    if args.fifo_group:
+        props[SHARDING_KEY] = args.fifo_group
     props["UNIQ_KEY"] = uniq_key()
     if args.deliver_at:
         try:
@@ -187,14 +200,20 @@ def run_send(args: argparse.Namespace, connect: Connect) -> int:
             file=sys.stderr,
         )
         return EXIT_NOT_FOUND
-    addr, queues = random.choice(targets)
+    if args.fifo_group:  # one broker group and one queue per message group
+        targets.sort()
+        addr, queues = targets[message_group_queue(args.fifo_group, len(targets))]
+        queue_id = message_group_queue(args.fifo_group, queues)
+    else:
+        addr, queues = random.choice(targets)
+        queue_id = random.randrange(queues)
     assert addr is not None
     header = SendMessageHeader(
         producer_group=args.producer_group,
         topic=args.topic,
         default_topic=DEFAULT_TOPIC,
         default_topic_queue_nums=4,
-        queue_id=random.randrange(queues),
+        queue_id=queue_id,
         sys_flag=PREPARED_SYSFLAG if args.transaction else 0,
         born_timestamp=int(time.time() * 1000),
         flag=0,
@@ -259,13 +278,6 @@ class _Queue:
     committed: int = -1
 
 
-def _printable(body: bytes) -> str:
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        return "0x" + body.hex()
-
-
 def run_consume(args: argparse.Namespace, connect: Connect) -> int:
     from nameserver.client import ClientError, NotFound
 
@@ -278,15 +290,19 @@ def run_consume(args: argparse.Namespace, connect: Connect) -> int:
         print(f"metaledger: consume: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     masters = {b.broker_name: b.addrs.get(0) for b in route.brokers}
-    queues = [
-        _Queue(masters[q.broker_name] or "", i)
+    readable = [
+        (q.broker_name, masters[q.broker_name] or "", i)
         for q in route.queues
         if q.perm & 4 and masters.get(q.broker_name)
         for i in range(q.read_queue_nums)
     ]
+    if args.pop:
+        consuming = pop_consume(args, readable)
+    else:
+        consuming = _consume(args, [_Queue(addr, i) for _name, addr, i in readable])
     try:
-        got = asyncio.run(_consume(args, queues))
-    except (OSError, PullFailed) as exc:
+        got = asyncio.run(consuming)
+    except (OSError, PullFailed, PopFailed) as exc:
         print(f"metaledger: consume: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return EXIT_OK if not args.count or got >= args.count else EXIT_TIMEOUT
@@ -362,17 +378,7 @@ async def _consume(args: argparse.Namespace, queues: list[_Queue]) -> int:
                 state["last"] = time.monotonic()
                 q.committed = m.queue_offset + 1
                 msg_id = offset_msg_id(m.store_host.ip, m.store_host.port, m.physical_offset)
-                doc = {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
-                       "msgId": msg_id, "tags": m.tags, "keys": m.properties.get("KEYS", ""),
-                       "properties": m.properties, "body": _printable(m.body)}  # fmt: skip
-                if json_out:
-                    print(json.dumps(doc), flush=True)
-                else:
-                    print(
-                        f"{m.topic} q{m.queue_id}@{m.queue_offset} tags={m.tags!r} "
-                        f"keys={doc['keys']!r} {doc['body']}",
-                        flush=True,
-                    )
+                print_message(m, json_out, {"msgId": msg_id})
                 if args.count and state["n"] >= args.count:
                     done.set()
 

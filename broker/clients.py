@@ -32,7 +32,14 @@ from rmq.codec import RemotingCommand
 from rmq.codes import version_name
 from rmq.server import Peer
 
-__all__ = ["CLIENT_TIMEOUT_S", "ClientKey", "ConnectedClients", "GrpcClients", "RemotingClients"]
+__all__ = [
+    "CLIENT_TIMEOUT_S",
+    "ClientKey",
+    "ConnectedClients",
+    "GrpcClients",
+    "GrpcConsumer",
+    "RemotingClients",
+]
 
 #: a gRPC client silent this long is gone (RocketMQ's ``channelExpiredTimeout``)
 CLIENT_TIMEOUT_S = 120.0
@@ -78,6 +85,16 @@ class RemotingClients:
 class _Agent:
     key: ClientKey
     seen: float
+    #: a consumer's group and address, from its heartbeats (GET_CONSUMER_CONNECTION_LIST)
+    group: str = ""
+    address: str = ""
+
+
+@dataclass(frozen=True)
+class GrpcConsumer:
+    client_id: str
+    address: str
+    language: str  # v2.Language's name in RocketMQ's LanguageCode spelling (PYTHON, NODE_JS)
 
 
 class GrpcClients:
@@ -108,6 +125,23 @@ class GrpcClients:
         agent = self._agents.get(client_id)
         if agent is not None:
             agent.seen = self._clock()
+
+    def consumer(self, client_id: str, group: str, address: str) -> None:
+        """A consumer's heartbeat named its group (RocketMQ's proxy registers a gRPC consumer
+        in its group at each heartbeat, ``ClientActivity.heartbeat``)."""
+        agent = self._agents.get(client_id)
+        if agent is not None and group:
+            agent.group, agent.address = group, address.removeprefix("ipv4:")
+
+    def consumers(self, group: str) -> list[GrpcConsumer]:
+        """The live consumers of ``group``."""
+        return [
+            GrpcConsumer(
+                cid, agent.address, agent.key.language.upper().replace("DOT_NET", "DOTNET")
+            )
+            for cid, agent in list(self._agents.items())
+            if agent.group == group
+        ]
 
     def forget(self, client_id: str) -> None:
         if self._agents.pop(client_id, None) is not None:

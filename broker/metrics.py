@@ -3,7 +3,8 @@
 
 Per replica: its role and epoch, the commit log's max and confirm offsets, each slave's
 acknowledged offset and lag (master only), the in-sync set's size, sends by status and pull
-latency, and the connected clients by protocol (remoting, grpc), language and version
+latency, consumer lag and POP messages in flight per consumer group and queue
+(:mod:`broker.admin.consume_stats`), and the connected clients by protocol (remoting, grpc), language and version
 (:mod:`broker.clients`). State that the replica already holds (role, offsets, slaves) is read when scraped,
 through :class:`View` (a scrape never waits on the store or on metaledger); what happens
 per request (sends, pulls) is counted as it happens.
@@ -15,7 +16,7 @@ thread); each replica has its own registry, so several replicas can live in one 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from broker.clients import ClientKey
+from rmq.consume_stats import QueueOffsets
 
 __all__ = ["BrokerMetrics", "SlaveView", "View"]
 
@@ -49,6 +51,9 @@ class View:
     slaves: list[SlaveView] = field(default_factory=list)
     #: connected clients by (protocol, language, version)
     clients: Mapping[ClientKey, int] = field(default_factory=dict)
+    #: (group, queue row) of every queue a group committed an offset of here
+    #: (:func:`broker.admin.consume_stats.consumer_queues`)
+    consumer_queues: Sequence[tuple[str, QueueOffsets]] = ()
 
 
 class _StateCollector(Collector):
@@ -116,6 +121,32 @@ class _StateCollector(Collector):
         for key, n in sorted(v.clients.items(), key=lambda kv: astuple(kv[0])):
             clients.add_metric([*values, key.protocol, key.language, key.version], float(n))
         yield clients
+        yield from _lag_gauges(names, values, v.consumer_queues)
+
+
+def _lag_gauges(
+    names: list[str], values: list[str], queues: Sequence[tuple[str, QueueOffsets]]
+) -> Iterator[Metric]:
+    """Consumer lag per (consumer group, topic, queue): pull, POP and gRPC groups alike. The
+    label ``group`` is the replica's broker name, as on every series; the consumer group is
+    ``consumer_group``."""
+    labels = [*names, "consumer_group", "topic", "queue"]
+    lag = GaugeMetricFamily(
+        "metaledger_broker_consumer_lag",
+        "messages of the queue the consumer group has not consumed (in flight included)",
+        labels=labels,
+    )
+    inflight = GaugeMetricFamily(
+        "metaledger_broker_consumer_inflight",
+        "messages of the queue the consumer group popped and did not ack yet (POP, gRPC)",
+        labels=labels,
+    )
+    for group, row in queues:
+        key = [*values, group, row.topic, str(row.queue_id)]
+        lag.add_metric(key, float(row.lag))
+        inflight.add_metric(key, float(row.inflight))
+    yield lag
+    yield inflight
 
 
 class BrokerMetrics:

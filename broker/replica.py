@@ -36,6 +36,8 @@ import os
 
 import grpc
 
+from broker.admin.connections import ConnectionsProcessor
+from broker.admin.consume_stats import ConsumeStatsProcessor, consumer_queues
 from broker.admin.processor import AdminProcessor
 from broker.admin.topics import TopicAdmin
 from broker.clients import ConnectedClients
@@ -150,6 +152,8 @@ class Replica:
             TopicAdmin(self.core, self.registrar),
             self.queries,
             PopProcessor(self.pop),
+            ConsumeStatsProcessor(self.core, self.pop),
+            ConnectionsProcessor(self.core, self.clients.grpc),
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(
@@ -413,4 +417,6 @@ class Replica:
             view = self.member.view()
         else:
             view = View(role="MASTER", max_offset=self.store.log.end_offset)
-        return dataclasses.replace(view, clients=self.clients.counts())
+        # the registry reads the view once as it is made, before the core and the books are
+        queues = consumer_queues(self.core, self.pop.table.books) if hasattr(self, "pop") else ()
+        return dataclasses.replace(view, clients=self.clients.counts(), consumer_queues=queues)

@@ -22,6 +22,7 @@ import re
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
@@ -37,6 +38,17 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TOPIC_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,127}")
 #: the default topic's perm: topics created from it inherit READ|WRITE
 AUTO_CREATE_PERM = PERM_INHERIT | PERM_READ | PERM_WRITE
+#: RocketMQ's ``MessageConst.PROPERTY_SHARDING_KEY``: where a message group is stored
+SHARDING_KEY = "__SHARDINGKEY"
+
+
+def message_group_queue(group: str, write_queue_nums: int) -> int:
+    """The write queue of a message group (FIFO): ``crc32(group) % writeQueueNums``, so one
+    group's messages share one queue and keep their order. The gRPC front and ``metaledger
+    send --fifo-group`` both pick it here (the proxy hashes the group too,
+    ``SendMessageActivity.java``:381-388, with Guava's consistent hash; any stable hash will
+    do)."""
+    return zlib.crc32(group.encode()) % write_queue_nums
 
 
 @dataclass(frozen=True)

@@ -326,6 +326,26 @@ class UpdateConsumerOffsetHeader(Header):
 
 
 @dataclass(slots=True)
+class GetConsumerConnectionListHeader(Header):
+    """GET_CONSUMER_CONNECTION_LIST (203), RocketMQ's ``GetConsumerConnectionListRequestHeader``."""
+
+    code = RequestCode.GET_CONSUMER_CONNECTION_LIST
+    consumer_group: str = ext("consumerGroup")
+
+
+@dataclass(slots=True)
+class GetConsumeStatsHeader(Header):
+    """GET_CONSUME_STATS (208), RocketMQ's ``GetConsumeStatsRequestHeader``: one group's
+    offsets on a broker, of ``topic`` (blank: every topic the group has offsets of) or of
+    ``topicList`` (topics joined by ``;``)."""
+
+    code = RequestCode.GET_CONSUME_STATS
+    consumer_group: str = ext("consumerGroup")
+    topic: str | None = ext("topic", None)
+    topic_list: str | None = ext("topicList", None)
+
+
+@dataclass(slots=True)
 class SendBackHeader(Header):
     """CONSUMER_SEND_MSG_BACK (36): C++ sends only group, delayLevel, offset
     (rocketmq-client-cpp ``MQClientAPIImpl.cpp``)."""

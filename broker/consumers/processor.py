@@ -116,7 +116,9 @@ class ConsumerProcessor:
             group = data.get("groupName")
             if isinstance(group, str) and TOPIC_NAME.fullmatch(RETRY_PREFIX + group):
                 self.core.topics.ensure(RETRY_PREFIX + group, 1)
-            changed += self.core.consumers.heartbeat(client_id, peer, data, now_ms())
+            changed += self.core.consumers.heartbeat(
+                client_id, peer, data, now_ms(), request.language, request.version
+            )
         for data in doc.get("producerDataSet") or []:
             group = data.get("groupName") if isinstance(data, dict) else None
             if isinstance(group, str) and group and group != INNER_PRODUCER:

@@ -8,9 +8,9 @@ is found by its remoting port shifted by this replica's own gRPC minus remoting 
 same on every replica of a ``cluster up --brokers`` layout (+2), and for replicas started
 with matching ``--listen``/``--listen-grpc`` pairs.
 
-A message with a message group (FIFO) goes to write queue ``crc32(group) % writeQueueNums``, so
-one group's messages share one queue and keep their order (the proxy hashes the group too,
-``SendMessageActivity.java``:381-388, with Guava's consistent hash; any stable hash will do).
+A message with a message group (FIFO) goes to write queue ``crc32(group) % writeQueueNums``
+(:func:`broker.topics.message_group_queue`, shared with ``metaledger send --fifo-group``), so
+one group's messages share one queue and keep their order.
 The consumer side (:class:`~broker.grpc.consume.ConsumerBackend`) is the replica's POP service,
 its consumer offsets and its store's queue offsets.
 """
@@ -18,7 +18,6 @@ its consumer offsets and its store's queue offsets.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import Sequence
 
 import grpc
@@ -30,7 +29,7 @@ from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_serve
 from broker.pop.service import PopService
 from broker.remoting.errors import ServiceNotAvailable, TopicNotExist
 from broker.send.processor import SendProcessor
-from broker.topics import TopicTable
+from broker.topics import TopicTable, message_group_queue
 from nameserver.client import Client, NotFound
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from rmq.headers import SendMessageHeader
@@ -128,7 +127,7 @@ class ReplicaBackend:
         config, queue_id = await self.sends.target(h)
         group = props.get(SHARDING_KEY)
         if group is not None and config.write_queue_nums > 0:
-            queue_id = zlib.crc32(group.encode()) % config.write_queue_nums
+            queue_id = message_group_queue(group, config.write_queue_nums)
         status, results, queue_id = await self.sends.put_one(h, body, props, born, config, queue_id)
         if not results:
             return Sent(status, queue_id, -1)

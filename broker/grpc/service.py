@@ -438,6 +438,8 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         if self.transactions is not None:
             self.transactions.heartbeat(client_id)
         self.agents.seen(client_id)
+        if self.clients[client_id] in (v2.PUSH_CONSUMER, v2.SIMPLE_CONSUMER):
+            self.agents.consumer(client_id, request.group.name, context.peer())
         return svc.HeartbeatResponse(status=status(v2.OK))
 
     async def NotifyClientTermination(

@@ -50,6 +50,8 @@ class Member:
     client_id: str
     peer: Peer
     last_seen_ms: int
+    language: str = "JAVA"  # the heartbeat's language and version header fields
+    version: int = 0
 
 
 @dataclass
@@ -83,7 +85,15 @@ class ConsumerRegistry:
         self.client_expiry_ms = client_expiry_ms
         self.groups: dict[str, ConsumerGroup] = {}
 
-    def heartbeat(self, client_id: str, peer: Peer, data: dict[str, Any], now_ms: int) -> list[str]:
+    def heartbeat(
+        self,
+        client_id: str,
+        peer: Peer,
+        data: dict[str, Any],
+        now_ms: int,
+        language: str = "JAVA",
+        version: int = 0,
+    ) -> list[str]:
         """Register one consumerData entry of a heartbeat; returns [group] if its members or
         subscriptions changed (RocketMQ 4.9's ``ConsumerManager.registerConsumer``:
         ``r1 || r2``)."""
@@ -104,7 +114,7 @@ class ConsumerRegistry:
         group.message_model = _enum(data.get("messageModel"), MESSAGE_MODELS)
         group.consume_from_where = _enum(data.get("consumeFromWhere"), CONSUME_FROM)
         old = group.members.get(client_id)
-        group.members[client_id] = Member(client_id, peer, now_ms)
+        group.members[client_id] = Member(client_id, peer, now_ms, language, version)
         changed = old is None or old.peer.connection_id != peer.connection_id
         return [name] if changed or resubscribed else []
 

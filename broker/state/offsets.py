@@ -44,6 +44,11 @@ class OffsetStore(Protocol):
         """Raise the committed offset to ``offset`` (a lower one is ignored). Memory only."""
         ...
 
+    def keys(self) -> list[OffsetKey]:
+        """Every (group, topic, queue id) with a committed offset (consumer lag: the groups
+        that consumed here). Memory only; safe from another thread (a scrape)."""
+        ...
+
     def flush(self) -> None:
         """Make committed offsets durable. Blocks (call it off the event loop); raises the
         backend's error when it cannot (the offsets stay pending for the next flush)."""
@@ -68,6 +73,10 @@ class InMemoryOffsetStore:
         with self._lock:
             if offset > self.offsets.get(key, -1):
                 self.offsets[key] = offset
+
+    def keys(self) -> list[OffsetKey]:
+        with self._lock:
+            return list(self.offsets)
 
     def flush(self) -> None:
         pass

@@ -81,3 +81,29 @@ def test_scrape_shows_clients_by_protocol_language_and_version() -> None:
         'metaledger_broker_clients{group="g",language="node_js",protocol="grpc",'
         'version="1.0.8"} 1.0' in lines
     )
+
+
+def test_scrape_shows_consumer_lag_and_inflight_per_group_and_queue() -> None:
+    from prometheus_client import generate_latest
+
+    from rmq.consume_stats import QueueOffsets
+
+    view = View(
+        consumer_queues=[
+            ("PULL", QueueOffsets("T", "g", 0, 10, 3, 3)),
+            ("POP", QueueOffsets("T", "g", 1, 10, 2, 6, inflight=2)),
+        ]
+    )
+    lines = set(generate_latest(BrokerMetrics("g", lambda: view).registry).decode().splitlines())
+    assert (
+        'metaledger_broker_consumer_lag{consumer_group="PULL",group="g",queue="0",topic="T"} 7.0'
+        in lines
+    )
+    assert (
+        'metaledger_broker_consumer_lag{consumer_group="POP",group="g",queue="1",topic="T"} 6.0'
+        in lines
+    )
+    assert (
+        'metaledger_broker_consumer_inflight{consumer_group="POP",group="g",queue="1",topic="T"}'
+        " 2.0" in lines
+    )

@@ -1,0 +1,92 @@
+"""GET_CONSUMER_CONNECTION_LIST (203): a consumer group's connections, remoting and gRPC.
+
+As RocketMQ's ``AdminBrokerProcessor.getConsumerConnectionList`` (``AdminBrokerProcessor.java``
+:1749-1786): SUCCESS with a ``ConsumerConnection`` body (``connectionSet`` of ``{clientAddr,
+clientId, language, version}``, ``consumeFromWhere``, ``consumeType``, ``messageModel``,
+``subscriptionTable`` of ``SubscriptionData``), or CONSUMER_NOT_ONLINE (206) "the consumer
+group[G] not online" when the group has no member here. Fastjson's layout: fields in
+alphabetical order, enums by name.
+
+Members: the remoting consumers that sent a heartbeat (``broker.state.consumers``, with the
+heartbeat's language and version), and the gRPC consumers (5.x SimpleConsumer and
+PushConsumer) whose heartbeat named the group (:meth:`broker.clients.GrpcClients.consumer`),
+as RocketMQ's proxy registers them: the language of their user agent and version
+``V5_3_3``'s ordinal (the proxy's ``parseClientVersion`` of a version like ``5.1.2`` falls
+back to its own, ``MQVersion.CURRENT_VERSION``). A group with only gRPC members answers
+``CONSUME_POP`` / ``CLUSTERING`` and no subscriptions (they are in the clients' settings,
+which the broker does not keep per group).
+"""
+
+from __future__ import annotations
+
+import json
+
+from broker.clients import GrpcClients
+from broker.core import BrokerCore
+from broker.store.consume_queue import tags_code
+from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode, ResponseCode, Version
+from rmq.headers import GetConsumerConnectionListHeader
+from rmq.server import Handler, Peer
+
+__all__ = ["ConnectionsProcessor"]
+
+GRPC_VERSION = Version.V5_3_3  # what the front answers as (broker/admin/processor.py)
+
+
+class ConnectionsProcessor:
+    def __init__(self, core: BrokerCore, grpc: GrpcClients) -> None:
+        self.core = core
+        self.grpc = grpc
+
+    def handlers(self) -> dict[int, Handler]:
+        return {RequestCode.GET_CONSUMER_CONNECTION_LIST: self.connection_list}
+
+    def body(self, group_name: str) -> dict[str, object] | None:
+        """The ConsumerConnection of the group; None when nobody of it is here."""
+        group = self.core.consumers.groups.get(group_name)
+        connections = [
+            {"clientAddr": m.peer.address, "clientId": m.client_id, "language": m.language,
+             "version": m.version}
+            for m in (group.members.values() if group is not None else ())
+        ] + [
+            {"clientAddr": c.address, "clientId": c.client_id, "language": c.language,
+             "version": int(GRPC_VERSION)}
+            for c in self.grpc.consumers(group_name)
+        ]  # fmt: skip
+        if not connections:
+            return None
+        if group is not None and group.members:
+            where, kind, model = group.consume_from_where, group.consume_type, group.message_model
+        else:
+            where, kind, model = "CONSUME_FROM_LAST_OFFSET", "CONSUME_POP", "CLUSTERING"
+        subscriptions = {
+            topic: {
+                "classFilterMode": False,
+                "codeSet": sorted({tags_code(t) for t in s.tags or ()}),
+                "expressionType": "TAG",
+                "subString": s.expression,
+                "subVersion": 0,
+                "tagsSet": sorted(s.tags or ()),
+                "topic": topic,
+            }
+            for topic, s in (sorted(group.subscriptions.items()) if group is not None else [])
+        }
+        return {
+            "connectionSet": sorted(connections, key=lambda c: str(c["clientId"])),
+            "consumeFromWhere": where,
+            "consumeType": kind,
+            "messageModel": model,
+            "subscriptionTable": subscriptions,
+        }
+
+    async def connection_list(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        h = GetConsumerConnectionListHeader.from_command(request)
+        body = self.body(h.consumer_group)
+        if body is None:
+            return request.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"the consumer group[{h.consumer_group}] not online",
+            )
+        text = json.dumps(body, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+        return request.response(ResponseCode.SUCCESS, body=text.encode())
