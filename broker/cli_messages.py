@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from broker.cli_pop import PopFailed, add_pop_flags, pop_consume
+from broker.cli_pop import PopFailed, add_pop_flags, pop_consume, pop_flags_error
 from broker.cli_print import print_message
 from broker.timer.message import TIMER_DELIVER_MS, parse_deliver_at
 from broker.topics import SHARDING_KEY, message_group_queue
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
-EXIT_OK, EXIT_ERROR, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT = 0, 1, 3, 4, 7
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT = 0, 1, 2, 3, 4, 7
 
 #: the connection of a parsed command line (``Common.connection`` of :mod:`broker.cli`)
 Connect = Callable[[argparse.Namespace], ConnectionOptions]
@@ -281,6 +281,10 @@ class _Queue:
 def run_consume(args: argparse.Namespace, connect: Connect) -> int:
     from nameserver.client import ClientError, NotFound
 
+    wrong = pop_flags_error(args)
+    if wrong is not None:
+        print(f"metaledger: consume: {wrong}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         route = _route(args, connect)
     except NotFound:

@@ -27,7 +27,7 @@ from rmq.connection import RemotingConnection
 from rmq.headers import AckMessageHeader, PopMessageHeader
 from rmq.message import MessageError, StoredMessage, decode_records
 
-__all__ = ["PopFailed", "add_pop_flags", "pop_consume"]
+__all__ = ["PopFailed", "add_pop_flags", "pop_consume", "pop_flags_error"]
 
 INIT_MAX = 1  # RocketMQ's ConsumeInitMode.MAX
 MAX_BATCH = 32
@@ -49,7 +49,7 @@ def add_pop_flags(parser: argparse.ArgumentParser) -> None:
         "--invisible",
         dest="invisible_s",
         type=float,
-        default=60.0,
+        default=None,
         metavar="SECONDS",
         help="with --pop: a popped message is delivered again after this long unless acked"
         " (default 60)",
@@ -59,6 +59,18 @@ def add_pop_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --pop: an orderly pop (one message group in order)",
     )
+
+
+def pop_flags_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the POP flags given (``--invisible``/``--fifo`` need ``--pop``);
+    fills in ``--invisible``'s default."""
+    if not args.pop and (args.invisible_s is not None or args.fifo):
+        return "--invisible and --fifo need --pop (a pull consumer has no invisible time)"
+    if args.invisible_s is None:
+        args.invisible_s = 60.0
+    if args.invisible_s <= 0:
+        return f"--invisible {args.invisible_s:g}: must be above 0 seconds"
+    return None
 
 
 def _start_offsets(info: str) -> dict[int, int]:

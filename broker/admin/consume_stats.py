@@ -16,7 +16,7 @@ the replica's :class:`~broker.pop.service.PopService`) has a book per queue: its
 ``consumerOffset`` is the book's ``low`` (everything below is done: what it commits,
 docs/broker.md "POP consumption"), ``pullOffset`` its ``next`` (never popped from there),
 ``inflight`` the messages popped and not acked. RocketMQ's dashboard shows -1 for POP
-groups (its dashboard issue 381: RocketMQ 5 commits no offset for them); here they get the
+groups (RocketMQ 5 commits no offset for them); here they get the
 same numbers as a pull group, and ``lag`` = never delivered (``broker - pull``) + in flight
 (:attr:`rmq.consume_stats.QueueOffsets.lag`): 10 sent, 6 popped, 4 of them acked → lag 6,
 2 in flight.

@@ -39,7 +39,7 @@ def test_send_fifo_group_and_consume_pop_flags() -> None:
     a = parse("consume", "T", "--group", "G", "--pop", "--invisible", "5", "--fifo")
     assert (a.pop, a.invisible_s, a.fifo) == (True, 5.0, True)
     a = parse("consume", "T", "--group", "G")
-    assert (a.pop, a.invisible_s, a.fifo, a.wait_s) == (False, 60.0, False, 10.0)
+    assert (a.pop, a.invisible_s, a.fifo, a.wait_s) == (False, None, False, 10.0)
 
 
 def test_a_message_group_has_one_queue() -> None:
@@ -79,3 +79,20 @@ def test_lag_report_and_table(capsys: pytest.CaptureFixture[str]) -> None:
                               "INFLIGHT", "LAG", "LAST_CONSUMED"]  # fmt: skip
     assert out[2].split() == ["b", "T", "1", "10", "2", "2", "6", "-"]
     assert out[-1] == "total lag 13 inflight 2"
+
+
+def test_pop_flags_without_pop_are_refused_and_the_invisible_time_defaults() -> None:
+    import argparse
+
+    from broker.cli_pop import pop_flags_error
+
+    args = argparse.Namespace(pop=False, invisible_s=5.0, fifo=False)
+    assert "need --pop" in (pop_flags_error(args) or "")
+    args = argparse.Namespace(pop=False, invisible_s=None, fifo=True)
+    assert "need --pop" in (pop_flags_error(args) or "")
+    args = argparse.Namespace(pop=True, invisible_s=None, fifo=False)
+    assert pop_flags_error(args) is None and args.invisible_s == 60.0
+    args = argparse.Namespace(pop=True, invisible_s=0.0, fifo=False)
+    assert "above 0" in (pop_flags_error(args) or "")
+    args = argparse.Namespace(pop=False, invisible_s=None, fifo=False)
+    assert pop_flags_error(args) is None

@@ -68,6 +68,7 @@ COMMANDS = {
     "send": ["T", "body"],
     "consume": ["T", "--group", "g"],
     "message get": ["--key", "k", "--topic", "T"],
+    "consumer lag": ["--group", "g"],
     "replicate status": [],
     "replicate redis": ["--source", "redis://127.0.0.1:1", "--topic", "T", "--job", "j"],
     "replicate rocketmq": [*NAMESRVS, "--topics", "T", "--job", "j"],
