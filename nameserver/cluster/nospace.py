@@ -87,14 +87,29 @@ def cost(e: Entry) -> int:
     return len(e.value) + KV_OVERHEAD * puts
 
 
-def image_bytes(image: MetadataImage) -> int:
-    """The size the backend quota is checked against (see the module docstring)."""
-    delta = MetadataDelta(image)  # reads only: the usage counters of an untouched delta
+def image_bytes(image: MetadataImage, known: dict[str, tuple[object, int]] | None = None) -> int:
+    """The size the backend quota is checked against (see the module docstring).
+
+    ``known``: each kind's size by field, with the sub-image it was counted on (read and
+    updated here): a sub-image that a new image shares with an older one (a put changes
+    only ``kv``) is not counted again, and no delta is made for it."""
+    delta: MetadataDelta | None = None  # reads only: the usage counters of an untouched delta
     size = 0
     for kind in image.registry.quota_kinds:
+        field = kind.field
+        sub = image.__dict__[field]
+        seen = known.get(field) if known is not None else None
+        if seen is not None and seen[0] is sub:
+            size += seen[1]
+            continue
         assert kind.usage is not None
-        keys, nbytes = kind.usage(delta.sub(kind.field))
-        size += nbytes + KV_OVERHEAD * keys
+        if delta is None:
+            delta = MetadataDelta(image)
+        keys, nbytes = kind.usage(delta.sub(field))
+        counted = nbytes + KV_OVERHEAD * keys
+        if known is not None:
+            known[field] = (sub, counted)
+        size += counted
     return size
 
 
@@ -133,13 +148,15 @@ class SpaceCheck:
         self.quota = quota_bytes(configured_quota_bytes)
         self._image: MetadataImage | None = None
         self._size = 0
+        # each quota kind's size, with the sub-image it was counted on (see image_bytes)
+        self._known: dict[str, tuple[object, int]] = {}
         #: this member's past kv versions' bytes (set by the node: its history index)
         self.history_bytes: Callable[[], int] | None = None
 
     def size(self, image: MetadataImage) -> int:
         """:func:`image_bytes` (computed once per published image) plus the history's."""
         if image is not self._image:
-            self._size = image_bytes(image)
+            self._size = image_bytes(image, self._known)
             self._image = image
         return self._size + (self.history_bytes() if self.history_bytes is not None else 0)
 

@@ -283,6 +283,19 @@ def test_space_check_refuses_past_the_quota_then_while_the_alarm_is_raised() -> 
     assert SpaceCheck(0).quota == DEFAULT_QUOTA_BYTES
 
 
+def test_space_check_recounts_only_the_kinds_a_new_image_changed() -> None:
+    n = Node()
+    check = SpaceCheck(DEFAULT_QUOTA_BYTES)
+    steps = [put(b"a", b"x" * 100), grant(7), put(b"a", b"y"), delete(b"a"), revoke(7)]
+    for step in steps:
+        n.apply(step)
+        assert check.size(n.sm.image) == image_bytes(n.sm.image)  # the cache, uncached
+    before = n.sm.image
+    n.apply(put(b"b", b"z" * 50))
+    assert n.sm.image.leases is before.leases  # untouched: counted once, not per image
+    assert check.size(n.sm.image) == image_bytes(n.sm.image) == len(b"b") + 50 + KV_OVERHEAD
+
+
 def big_put() -> rpc_pb2.PutRequest:
     return rpc_pb2.PutRequest(key=b"t", value=b"z" * 4000)
 
