@@ -93,7 +93,6 @@ def image_bytes(image: MetadataImage, known: dict[str, tuple[object, int]] | Non
     ``known``: each kind's size by field, with the sub-image it was counted on (read and
     updated here): a sub-image that a new image shares with an older one (a put changes
     only ``kv``) is not counted again, and no delta is made for it."""
-    delta: MetadataDelta | None = None  # reads only: the usage counters of an untouched delta
     size = 0
     for kind in image.registry.quota_kinds:
         field = kind.field
@@ -103,9 +102,8 @@ def image_bytes(image: MetadataImage, known: dict[str, tuple[object, int]] | Non
             size += seen[1]
             continue
         assert kind.usage is not None
-        if delta is None:
-            delta = MetadataDelta(image)
-        keys, nbytes = kind.usage(delta.sub(field))
+        # reads only: the usage counters of an untouched sub-delta (its own undo log)
+        keys, nbytes = kind.usage(kind.delta(sub))
         counted = nbytes + KV_OVERHEAD * keys
         if known is not None:
             known[field] = (sub, counted)
