@@ -148,13 +148,15 @@ class RemotingCommand:
         body: bytes = b"",
     ) -> RemotingCommand:
         """The answer to this request: same ``opaque``, response bit set."""
-        return RemotingCommand(
-            code=code,
-            opaque=self.opaque,
-            flag=RPC_TYPE_RESPONSE,
-            remark=remark,
-            ext_fields=ext_strings(ext_fields or {}),
-            body=body,
+        return _command(
+            code,
+            SERVER_LANGUAGE,
+            SERVER_VERSION,
+            self.opaque,
+            RPC_TYPE_RESPONSE,
+            remark,
+            ext_strings(ext_fields or {}),
+            body,
         )
 
     def replace(self, **changes: Any) -> RemotingCommand:
@@ -223,6 +225,32 @@ def _java_string(value: object) -> str:
         return json.dumps(value)
     # fastjson's castToString of a nested object is its JSON text.
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _command(
+    code: int,
+    language: str,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str],
+    body: bytes,
+) -> RemotingCommand:
+    """``RemotingCommand(...)`` of every field, without the frozen dataclass's eight
+    ``object.__setattr__`` calls (once or twice per request on the hot paths)."""
+    command = object.__new__(RemotingCommand)
+    command.__dict__.update(
+        code=code,
+        language=language,
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext_fields,
+        body=body,
+    )
+    return command
 
 
 # --- encoding -------------------------------------------------------------------------
@@ -375,15 +403,15 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     remark = obj.get("remark")
     if remark is not None and not isinstance(remark, str):
         remark = _nested_string(remark, "remark")
-    return RemotingCommand(
-        code=_header_int(obj, "code"),
-        language=language,
-        version=_header_int(obj, "version"),
-        opaque=_header_int(obj, "opaque"),
-        flag=_header_int(obj, "flag"),
-        remark=remark,
-        ext_fields=_ext_fields(obj.get("extFields")),
-        body=body,
+    return _command(
+        _header_int(obj, "code"),
+        language,
+        _header_int(obj, "version"),
+        _header_int(obj, "opaque"),
+        _header_int(obj, "flag"),
+        remark,
+        _ext_fields(obj.get("extFields")),
+        body,
     )
 
 

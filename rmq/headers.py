@@ -39,7 +39,6 @@ from typing import Any, ClassVar, Final, Self
 
 from rmq.codec import (
     RPC_ONEWAY,
-    RPC_TYPE_RESPONSE,
     SERVER_LANGUAGE,
     BadRequest,
     RemotingCommand,
@@ -199,14 +198,7 @@ class Header:
         self, request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
     ) -> RemotingCommand:
         """The answer to ``request`` carrying this (response) header."""
-        return RemotingCommand(
-            code=code,
-            opaque=request.opaque,
-            flag=RPC_TYPE_RESPONSE,
-            remark=remark,
-            ext_fields=self.to_ext_fields(),
-            body=body,
-        )
+        return request.response(code, remark, self.to_ext_fields(), body)
 
 
 # --- clients to brokers -------------------------------------------------------------------
