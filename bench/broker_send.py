@@ -93,13 +93,16 @@ async def measure(
     args: argparse.Namespace,
     server_cpu_s: Callable[[], float],
     log: Callable[[str], None] = print,
+    per_process: Callable[[], list[float]] | None = None,
 ) -> dict[str, Any]:
     """Drive ``target`` with ``args.concurrency`` senders; the measured window starts
     ``args.warmup`` s after the first send and ends after ``args.duration`` s or
     ``args.count`` measured sends. A send counts when it started and was acknowledged
-    inside the window."""
+    inside the window. The servers' CPU per send is their CPU over the whole run (warm-up
+    included) over every send acknowledged in it; ``per_process`` (each server's CPU
+    seconds) adds it per process."""
     try:
-        return await _measure(name, target, args, server_cpu_s, log)
+        return await _measure(name, target, args, server_cpu_s, log, per_process)
     finally:
         await target.close()
 
@@ -110,6 +113,7 @@ async def _measure(
     args: argparse.Namespace,
     server_cpu_s: Callable[[], float],
     log: Callable[[str], None],
+    per_process: Callable[[], list[float]] | None = None,
 ) -> dict[str, Any]:
     await target.open()
     pad = b"x" * (args.size - _STAMP.size)
@@ -121,6 +125,7 @@ async def _measure(
     window_from = t0 + int(args.warmup * 1e9)
     window_to = window_from + int(args.duration * 1e9)
     ended_at = window_to
+    acked = 0  # every acknowledged send, warm-up included (the CPU per send)
 
     def on_payload(payload: bytes) -> None:
         (sent,) = _STAMP.unpack_from(payload)
@@ -131,7 +136,7 @@ async def _measure(
         await target.consume(on_payload)
 
     async def sender(worker: int) -> None:
-        nonlocal ended_at
+        nonlocal ended_at, acked
         while not stop.is_set():
             start = time.perf_counter_ns()
             try:
@@ -141,6 +146,7 @@ async def _measure(
                 await asyncio.sleep(0.01)  # no hot loop against a refusing server
                 continue
             end = time.perf_counter_ns()
+            acked += 1
             if stop.is_set():
                 return  # acknowledged after the window closed
             if start >= window_from and end <= window_to:
@@ -171,6 +177,8 @@ async def _measure(
 
     wall0, cpu0 = time.perf_counter_ns(), time.process_time()
     server0, machine0 = server_cpu_s(), machine_busy_jiffies()
+    each0 = per_process() if per_process is not None else []
+    acked0 = acked
     tasks = [asyncio.create_task(sender(w)) for w in range(args.concurrency)]
     helpers = [asyncio.create_task(progress()), asyncio.create_task(timer())]
     try:
@@ -182,6 +190,8 @@ async def _measure(
         window_s = max(1e-9, (min(ended_at, window_to) - window_from) / 1e9)
         elapsed_total = (time.perf_counter_ns() - wall0) / 1e9
         client_cpu, server_cpu = time.process_time() - cpu0, server_cpu_s() - server0
+        each = [b - a for a, b in zip(each0, per_process(), strict=True)] if per_process else []
+        sends_total = max(1, acked - acked0)
         machine_pct = _machine_pct(machine0, machine_busy_jiffies())
         if args.e2e:  # the window's last messages arrive: wait until none came for 0.3 s
             last, deadline = -1, time.monotonic() + 3.0
@@ -200,6 +210,7 @@ async def _measure(
         "errors": dict(errors),
         "client_cpu_pct": round(100 * client_cpu / elapsed_total),
         "server_cpu_pct": round(100 * server_cpu / elapsed_total),
+        "server_cpu_us_per_send": round(1e6 * server_cpu / sends_total, 1),
         "machine_cpu_pct": machine_pct,
         "foreign_cpu_pct": (
             None
@@ -207,6 +218,8 @@ async def _measure(
             else round(machine_pct - 100 * (client_cpu + server_cpu) / elapsed_total)
         ),
     }
+    if each:
+        result["process_cpu_us_per_send"] = [round(1e6 * s / sends_total, 1) for s in each]
     if args.e2e:
         result.update(latency_summary(e2e, "e2e_"))
         result["e2e_received"] = len(e2e)
@@ -277,8 +290,17 @@ def run_broker(name: str, args: argparse.Namespace) -> dict[str, Any]:
             queues=args.queues,
             connections=args.connections,
         )
-        pids = [p.pid for n, p in group.procs.items() if n != "meta"]
-        result = _run_loop(measure(name, target, args, lambda: _cpu_s(pids)), args.loop)
+        pids = [p.pid for n, p in group.procs.items() if n != "meta"]  # r0 (the master) first
+        result = _run_loop(
+            measure(
+                name,
+                target,
+                args,
+                lambda: _cpu_s(pids),
+                per_process=lambda: [s or 0.0 for s in process_cpu_s(pids)],
+            ),
+            args.loop,
+        )
     finally:
         group.stop()
     result["setup"] = mode.what

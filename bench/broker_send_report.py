@@ -72,6 +72,22 @@ def markdown(report: dict[str, Any]) -> str:
         if p["e2e"]:
             row += f" {fmt(r.get('e2e_p50_ms'), '.2f')} | {fmt(r.get('e2e_p99_ms'), '.2f')} |"
         lines.append(row)
+    per_send = [
+        f"{r['system']} {r['server_cpu_us_per_send']}"
+        + (
+            f" ({' + '.join(str(v) for v in r['process_cpu_us_per_send'])})"
+            if "process_cpu_us_per_send" in r
+            else ""
+        )
+        for r in report["results"]
+        if "server_cpu_us_per_send" in r
+    ]
+    if per_send:
+        lines += [
+            "",
+            "Servers' CPU per acknowledged send, warm-up included, µs (per process: the "
+            "broker's master first): " + "; ".join(per_send) + ".",
+        ]
     if p.get("rounds", 1) > 1:
         lines += [
             "",

@@ -41,7 +41,13 @@ Extract = Callable[[dict[str, Any]], dict[str, float]]
 
 def _broker_send(report: dict[str, Any]) -> dict[str, float]:
     (row,) = [r for r in report["results"] if r["system"] == "quorum2of3"]
-    return {"quorum 2 of 3 sends/s": row["sends_per_s"], "quorum 2 of 3 p99 ms": row["p99_ms"]}
+    out = {"quorum 2 of 3 sends/s": row["sends_per_s"], "quorum 2 of 3 p99 ms": row["p99_ms"]}
+    if "server_cpu_us_per_send" in row:  # a tree whose bench reports it
+        out["quorum 2 of 3 server CPU us/send"] = row["server_cpu_us_per_send"]
+        names = ("master", "slave 1", "slave 2")
+        for name, us in zip(names, row["process_cpu_us_per_send"], strict=True):
+            out[f"quorum 2 of 3 {name} CPU us/send"] = us
+    return out
 
 
 def _remoting(report: dict[str, Any]) -> dict[str, float]:
@@ -134,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, metrics in numbers.items():
         for metric, by_tree in metrics.items():
+            if set(by_tree) != {"this", "baseline"}:  # one tree's bench does not report it
+                continue
             this, baseline = (
                 statistics.median(by_tree["this"]),
                 statistics.median(by_tree["baseline"]),

@@ -67,6 +67,8 @@ _INT32: Final = struct.Struct(">i")
 #: An integer ext field: decimal ASCII digits, at most 20 (a Java long has 19).
 _DECIMAL: Final = re.compile(r"[-+]?[0-9]{1,20}", re.ASCII)
 _BINARY_FIXED: Final = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+#: ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` made once, not per frame
+_JSON_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class RemotingError(Exception):
@@ -146,13 +148,15 @@ class RemotingCommand:
         body: bytes = b"",
     ) -> RemotingCommand:
         """The answer to this request: same ``opaque``, response bit set."""
-        return RemotingCommand(
-            code=code,
-            opaque=self.opaque,
-            flag=RPC_TYPE_RESPONSE,
-            remark=remark,
-            ext_fields=ext_strings(ext_fields or {}),
-            body=body,
+        return _command(
+            code,
+            SERVER_LANGUAGE,
+            SERVER_VERSION,
+            self.opaque,
+            RPC_TYPE_RESPONSE,
+            remark,
+            ext_strings(ext_fields or {}),
+            body,
         )
 
     def replace(self, **changes: Any) -> RemotingCommand:
@@ -179,6 +183,8 @@ class RemotingCommand:
 
 
 def parse_int_field(name: str, value: str) -> int:
+    if value.isdigit() and value.isascii() and len(value) <= 20:  # what clients send
+        return int(value)
     text = value.strip()
     if not _DECIMAL.fullmatch(text):
         raise BadRequest(f"the custom field <{name}> must be an integer, got {_brief(value)}")
@@ -200,6 +206,8 @@ def parse_bool_field(name: str, value: str) -> bool:
 
 def ext_strings(fields: Mapping[str, object]) -> dict[str, str]:
     """Ext field values as the strings Java would put on the wire (None dropped)."""
+    if type(fields) is dict and all(type(v) is str for v in fields.values()):
+        return dict(fields)  # every value a string already (the usual header)
     out: dict[str, str] = {}
     for key, value in fields.items():
         if value is None:
@@ -219,6 +227,32 @@ def _java_string(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _command(
+    code: int,
+    language: str,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext_fields: dict[str, str],
+    body: bytes,
+) -> RemotingCommand:
+    """``RemotingCommand(...)`` of every field, without the frozen dataclass's eight
+    ``object.__setattr__`` calls (once or twice per request on the hot paths)."""
+    command = object.__new__(RemotingCommand)
+    command.__dict__.update(
+        code=code,
+        language=language,
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext_fields,
+        body=body,
+    )
+    return command
+
+
 # --- encoding -------------------------------------------------------------------------
 
 
@@ -235,7 +269,7 @@ def encode_header(command: RemotingCommand) -> bytes:
         header["remark"] = command.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = command.version
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _JSON_ENCODER.encode(header).encode("utf-8")
 
 
 def encode(command: RemotingCommand) -> bytes:
@@ -369,21 +403,23 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
     remark = obj.get("remark")
     if remark is not None and not isinstance(remark, str):
         remark = _nested_string(remark, "remark")
-    return RemotingCommand(
-        code=_header_int(obj, "code"),
-        language=language,
-        version=_header_int(obj, "version"),
-        opaque=_header_int(obj, "opaque"),
-        flag=_header_int(obj, "flag"),
-        remark=remark,
-        ext_fields=_ext_fields(obj.get("extFields")),
-        body=body,
+    return _command(
+        _header_int(obj, "code"),
+        language,
+        _header_int(obj, "version"),
+        _header_int(obj, "opaque"),
+        _header_int(obj, "flag"),
+        remark,
+        _ext_fields(obj.get("extFields")),
+        body,
     )
 
 
 def _header_int(obj: dict[str, Any], name: str) -> int:
     """Header integers; a decimal string is accepted too (lenient, like fastjson)."""
     value = obj.get(name)
+    if type(value) is int and -(2**31) <= value < 2**31:  # the usual header
+        return value
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | str):

@@ -39,7 +39,6 @@ from typing import Any, ClassVar, Final, Self
 
 from rmq.codec import (
     RPC_ONEWAY,
-    RPC_TYPE_RESPONSE,
     SERVER_LANGUAGE,
     BadRequest,
     RemotingCommand,
@@ -142,11 +141,19 @@ class Header:
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> Self:
+        return cls._from_fields(fields, _spec(cls), None)
+
+    @classmethod
+    def _from_fields(
+        cls, fields: Mapping[str, str], spec: tuple[_Field, ...], keys: tuple[str, ...] | None
+    ) -> Self:
+        """The header of ``fields``, each field of ``spec`` read under its name, or under
+        the parallel ``keys`` (the same fields under other names: SEND_MESSAGE_V2's)."""
         # Slots set one by one (no __init__, no keyword dict): this is per request on the
         # broker's send and pull paths.
         header = object.__new__(cls)
-        for f in _spec(cls):
-            raw = fields.get(f.name) if f.read else None
+        for n, f in enumerate(spec):
+            raw = fields.get(f.name if keys is None else keys[n]) if f.read else None
             if raw is not None:
                 object.__setattr__(header, f.attr, f.parse(f.name, raw))
             elif f.required:
@@ -191,14 +198,7 @@ class Header:
         self, request: RemotingCommand, code: int, remark: str | None = None, body: bytes = b""
     ) -> RemotingCommand:
         """The answer to ``request`` carrying this (response) header."""
-        return RemotingCommand(
-            code=code,
-            opaque=request.opaque,
-            flag=RPC_TYPE_RESPONSE,
-            remark=remark,
-            ext_fields=self.to_ext_fields(),
-            body=body,
-        )
+        return request.response(code, remark, self.to_ext_fields(), body)
 
 
 # --- clients to brokers -------------------------------------------------------------------
@@ -254,7 +254,10 @@ class SendMessageHeader(Header):
         code = command.code
         if code == RequestCode.SEND_MESSAGE_V2 or code == RequestCode.SEND_BATCH_MESSAGE:
             fields = command.ext_fields
-            header = cls.from_fields({V2_FIELDS.get(k, k): v for k, v in fields.items()})
+            if fields.keys() <= V2_FIELDS.keys():  # only short names: read them as they are
+                header = cls._from_fields(fields, _spec(cls), _V2_KEYS)
+            else:
+                header = cls.from_fields({V2_FIELDS.get(k, k): v for k, v in fields.items()})
             if code == RequestCode.SEND_BATCH_MESSAGE:
                 header.batch = True
             return header
@@ -269,6 +272,10 @@ class SendMessageHeader(Header):
             ext_fields={short[k]: v for k, v in self.to_ext_fields().items()},
             body=body,
         )
+
+
+#: SendMessageHeader's fields under their SEND_MESSAGE_V2 names, in field order
+_V2_KEYS: Final = tuple(_V1_TO_V2[f.name] for f in _spec(SendMessageHeader))
 
 
 @dataclass(slots=True)

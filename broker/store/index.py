@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.store.index_file import IndexFile, key_hash
+from broker.store.index_file import INT32_MAX, IndexFile, key_hash
 from rmq.message import StoredMessage
 from rmq.msgid import UNIQ_KEY
 
@@ -144,7 +145,12 @@ class IndexService:
             for phy_offset, topic, keys, uniq_key, store_timestamp in records:
                 if phy_offset <= f.end_phy_offset:
                     continue
-                hashes = [key_hash(k) for k in index_keys(topic, keys, uniq_key)]
+                if keys:
+                    hashes = [key_hash(k) for k in index_keys(topic, keys, uniq_key)]
+                elif uniq_key:  # the usual record: its UNIQ_KEY only (index_keys' first)
+                    hashes = [zlib.crc32(f"{topic}#{uniq_key}".encode()) & INT32_MAX]
+                else:
+                    hashes = []
                 if not hashes:
                     f.seen(phy_offset)
                     continue

@@ -31,6 +31,13 @@ HEADER: Final = struct.Struct(">qqqqii")
 SLOT: Final = struct.Struct(">i")
 ENTRY: Final = struct.Struct(">iqii")
 INT32_MAX: Final = 0x7FFFFFFF
+# bound once: :meth:`IndexFile.put` runs per indexed key on the send and replication paths
+_SLOT_READ: Final = SLOT.unpack_from
+_SLOT_WRITE: Final = SLOT.pack_into
+_ENTRY_WRITE: Final = ENTRY.pack_into
+_HEADER_SIZE: Final = HEADER.size
+_SLOT_SIZE: Final = SLOT.size
+_ENTRY_SIZE: Final = ENTRY.size
 
 
 def key_hash(key: str) -> int:
@@ -98,18 +105,20 @@ class IndexFile:
             self.begin_timestamp = store_timestamp
         diff = (store_timestamp - self.begin_timestamp) // 1000
         diff = 0 if diff < 0 else min(diff, INT32_MAX)
-        entries_at = HEADER.size + slots * SLOT.size
+        entries_at = _HEADER_SIZE + slots * _SLOT_SIZE
         n = min(len(hashes), self.entries - count)
-        for h in hashes[:n]:
-            slot_at = HEADER.size + (h % slots) * SLOT.size
-            (prev,) = SLOT.unpack_from(m, slot_at)
+        new_slots = 0
+        for h in hashes if n == len(hashes) else hashes[:n]:
+            slot_at = _HEADER_SIZE + (h % slots) * _SLOT_SIZE
+            (prev,) = _SLOT_READ(m, slot_at)
             if prev <= 0 or prev >= count:  # empty, or garbage past the last entry
                 prev = 0
-                self.slot_count += 1
-            ENTRY.pack_into(m, entries_at + count * ENTRY.size, h, phy_offset, diff, prev)
-            SLOT.pack_into(m, slot_at, count)
+                new_slots += 1
+            _ENTRY_WRITE(m, entries_at + count * _ENTRY_SIZE, h, phy_offset, diff, prev)
+            _SLOT_WRITE(m, slot_at, count)
             count += 1
         self.count = count
+        self.slot_count += new_slots
         if phy_offset > self.end_phy_offset:
             self.end_phy_offset = phy_offset
         if store_timestamp > self.end_timestamp:

@@ -430,3 +430,32 @@ def test_register_broker_body_from_an_old_broker_and_fastjson_keys() -> None:
     body = RegisterBrokerBody.decode(old)
     assert body.topics == (TopicConfig("T"),)
     assert body.data_version == DataVersion(counter=1, timestamp=5)
+
+
+def test_send_v2_header_reads_short_names_and_a_mix_alike() -> None:
+    """SEND_MESSAGE_V2's short names are read as they are; a request that mixes in a long
+    name is renamed first, as before: both give the same header."""
+    from rmq.headers import V2_FIELDS, SendMessageHeader
+
+    h = SendMessageHeader(
+        producer_group="g",
+        topic="T",
+        queue_id=3,
+        sys_flag=0,
+        born_timestamp=1_700_000_000_000,
+        flag=7,
+        properties="KEYS\x01k\x02",
+        max_reconsume_times=16,
+        batch=False,
+    )
+    request = decode_frame(encode(h.request_v2(b"body"))[4:])
+    assert request.ext_fields.keys() <= V2_FIELDS.keys()
+    assert SendMessageHeader.from_command(request) == h
+    mixed = dict(request.ext_fields)
+    mixed["topic"] = mixed.pop("b")
+    assert SendMessageHeader.from_command(request.replace(ext_fields=mixed)) == h
+    mixed["e"] = " +3"  # not plain digits: the lenient parse, as before
+    assert SendMessageHeader.from_command(request.replace(ext_fields=mixed)) == h
+    del mixed["a"]
+    with pytest.raises(BadRequest, match="producerGroup"):
+        SendMessageHeader.from_command(request.replace(ext_fields=mixed))
