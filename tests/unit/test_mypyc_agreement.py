@@ -17,7 +17,6 @@ import importlib
 import importlib.util
 import os
 import random
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.mypyc_bench import both
+from bench.mypyc_bench import source_module as pure
+from raftlog import Entry
 from tests.unit.raftlog.native import test_core as sim_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,27 +37,8 @@ LISTED = [
     for line in (ROOT / "scripts" / "mypyc_modules.txt").read_text().splitlines()
 ]
 MODULES = [src[: -len(".py")].replace("/", ".") for src in LISTED if src]
-_pure: dict[str, ModuleType] = {}
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def pure(name: str) -> ModuleType:
-    """The module's ``.py`` source, executed as a separate module ``_pure.<name>``."""
-    if name not in _pure:
-        source = ROOT / (name.replace(".", "/") + ".py")
-        alias = f"_pure.{name}"
-        spec = importlib.util.spec_from_file_location(alias, source)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[alias] = module  # dataclasses look their module up while decorating
-        spec.loader.exec_module(module)
-        _pure[name] = module
-    return _pure[name]
-
-
-def both(name: str) -> tuple[ModuleType, ModuleType]:
-    return importlib.import_module(name), pure(name)
 
 
 def plain(value: Any) -> Any:
@@ -170,7 +153,7 @@ def _raft_trace(
     return trace
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     proposals=st.lists(st.binary(max_size=30), min_size=1, max_size=5),
@@ -377,3 +360,57 @@ def test_the_source_loads_as_a_second_module(name: str) -> None:
     assert pure(name).__file__ != importlib.import_module(
         name
     ).__file__ or not importlib.import_module(name).__file__.endswith(".so")
+
+
+# ---------------------------------------------------------------- kv apply
+keys = st.sampled_from([b"a", b"b", b"c", b"d"])
+kv_ops = st.one_of(
+    st.tuples(st.just("put"), keys, st.binary(max_size=8), st.booleans()),
+    st.tuples(st.just("delete"), keys, st.sampled_from([b"", b"c", b"\x00"]), st.booleans()),
+    st.tuples(st.just("txn"), keys, st.binary(max_size=8), st.integers(0, 6)),
+)
+
+
+def _kv_entry(op: tuple[Any, ...]) -> tuple[str, Entry]:
+    from protos import records_pb2
+    from protos.etcdserverpb import rpc_pb2
+
+    what, key, arg, flag = op
+    if what == "put":
+        kv_op = records_pb2.KvOperation(put=rpc_pb2.PutRequest(key=key, value=arg, prev_kv=flag))
+        return "kv", Entry("kv", b"", kv_op.SerializeToString())
+    if what == "delete":
+        req = rpc_pb2.DeleteRangeRequest(key=key, range_end=arg, prev_kv=flag)
+        return "kv", Entry("kv", b"", records_pb2.KvOperation(delete_range=req).SerializeToString())
+    cmp = rpc_pb2.Compare(key=key, target=rpc_pb2.Compare.MOD, mod_revision=flag)
+    txn = rpc_pb2.TxnRequest(
+        compare=[cmp],
+        success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=key, value=arg))],
+        failure=[
+            rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=b"a", range_end=b"\x00"))
+        ],
+    )
+    return "txn", Entry("txn", b"", records_pb2.TxnOperation(txn=txn).SerializeToString())
+
+
+def _kv_run(apply: ModuleType, ops: list[tuple[Any, ...]]) -> list[Any]:
+    from nameserver.kinds import REGISTRY
+    from nameserver.state.image import MetadataDelta, MetadataImage
+
+    delta = MetadataDelta(MetadataImage.empty(REGISTRY))
+    trace: list[Any] = []
+    for rev, op in enumerate(ops, start=2):
+        kind, entry = _kv_entry(op)
+        effects: list[Any] = []
+        fn = apply.apply_kv_entry if kind == "kv" else apply.apply_txn_entry
+        got = outcome(lambda: fn(delta, entry, rev, effects).SerializeToString())  # noqa: B023
+        trace.append((got, plain(effects)))
+    trace.append(plain(list(delta.kv.range(b"\x00", b"\x00"))))
+    return trace
+
+
+@SETTINGS
+@given(ops=st.lists(kv_ops, min_size=1, max_size=12))
+def test_kv_apply(ops: list[tuple[Any, ...]]) -> None:
+    compiled, source = both("nameserver.kv.apply")
+    assert _kv_run(compiled, ops) == _kv_run(source, ops)
