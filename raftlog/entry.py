@@ -196,7 +196,7 @@ def decode_item(data: bytes, first_offset: int, term: int) -> list[list[Entry]]:
 _SET_TYPE, _SET_KEY, _SET_VALUE, _SET_OFFSET, _SET_TERM, _SET_TS, _SET_CLIENT, _SET_SEQ = (
     getattr(Entry, f.name).__set__ for f in fields(Entry)
 )
-_NEW = object.__new__
+_NEW = Entry.__new__  # object.__new__ for the Python class; the native one's when compiled
 
 
 def _entry(

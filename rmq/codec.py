@@ -37,7 +37,7 @@ import re
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 T = TypeVar("T")
 
@@ -72,11 +72,11 @@ _JSON_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=Fals
 
 
 class RemotingError(Exception):
-    closes_connection: bool = False
+    closes_connection: ClassVar[bool] = False
 
 
 class ProtocolError(RemotingError):
-    closes_connection = True
+    closes_connection: ClassVar[bool] = True
 
 
 class FrameTooLarge(ProtocolError):
@@ -91,7 +91,7 @@ class BadRequest(RemotingError):
     """Answered with SYSTEM_ERROR (code 1) and this message as the remark, as RocketMQ
     answers a RemotingCommandException from header decoding."""
 
-    response_code: int = 1
+    response_code: ClassVar[int] = 1
 
 
 @dataclass(frozen=True)

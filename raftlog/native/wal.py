@@ -53,6 +53,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import crc32c
 
@@ -84,7 +85,7 @@ _ftruncate = os.ftruncate
 class WalCorruptError(RaftLogError):
     """A record of the newest WAL file is bad and valid records follow it (not a torn tail)."""
 
-    recovery = (
+    recovery: ClassVar[str] = (
         "this member cannot start from its Raft log: stop it, wipe its data directory and "
         'let it rejoin from the other members (README, "Recovering a member")'
     )

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The optional mypyc build (issue 31), in place: a .so beside each module listed in
+# scripts/mypyc_modules.txt (Python imports it before the .py), plus mypyc's shared runtime
+# library at the repository root. Needs mypy (the dev extras). Remove with --clean.
+# Usage: scripts/build_mypyc.sh [--clean]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+clean() {
+  # the compiled modules and mypyc's group library (<hash>__mypyc.*.so at the root)
+  grep -v -e '^\s*#' -e '^\s*$' scripts/mypyc_modules.txt | while read -r src; do
+    rm -f "${src%.py}".cpython-*.so
+  done
+  rm -f ./*__mypyc.cpython-*.so
+}
+if [ "${1:-}" = "--clean" ]; then
+  clean
+  exit 0
+fi
+clean
+METALEDGER_MYPYC=1 python3 setup.py -q build_ext --inplace 2>&1 \
+  | grep -v -e '^\s*$' -e 'SetuptoolsDeprecationWarning' -e '^!!' -e '^\s*\*\*\*' \
+      -e 'project.license' -e 'By 2027' -e 'or your builds' -e 'See https' -e 'corresp(dist' || true
+python3 - <<'PY'
+import importlib, pathlib
+for line in pathlib.Path("scripts/mypyc_modules.txt").read_text().splitlines():
+    src = line.split("#", 1)[0].strip()
+    if src:
+        name = src[: -len(".py")].replace("/", ".")
+        origin = importlib.import_module(name).__file__ or ""
+        assert origin.endswith(".so"), f"{name} is not compiled: {origin}"
+print("mypyc build: every listed module imports compiled")
+PY
