@@ -62,11 +62,12 @@ def grpc_env(root: Path, *broker_args: str, topics: tuple[str, ...] = (TOPIC,)) 
                 client.route_topic_create(topic, [QueueData("broker-a", QUEUES, QUEUES, 6)])
         yield Env(root, node, broker, grpc_port)
     finally:
+        code = 0
         if broker is not None:
             code = broker.stop()
             print(broker.log_tail())
-            assert code == 0, f"broker exited {code}"
-        node.close()
+        node.close()  # before the assert: a failed broker must not leave the node running
+        assert code == 0, f"broker exited {code}"
 
 
 @pytest.fixture(scope="module")

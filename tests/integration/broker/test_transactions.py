@@ -57,11 +57,12 @@ def running(root: Path, name: str, *flags: str) -> Iterator[Env]:
             client.route_topic_create(TOPIC, [QueueData(name, 1, 1, 6)])
         yield Env(root, node, broker)
     finally:
+        code = 0
         if broker is not None:
             code = broker.stop()
             print(broker.log_tail())
-            assert code == 0, f"broker exited {code}"
-        node.close()
+        node.close()  # before the assert: a failed broker must not leave the node running
+        assert code == 0, f"broker exited {code}"
 
 
 @pytest.fixture(scope="module")

@@ -80,11 +80,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             client.route_topic_create(TOPIC, [QueueData("broker-a", 4, 4, 6)])
             yield Env(root, node, broker, client)
     finally:
+        code = 0
         if broker is not None:
             code = broker.stop()
             print(broker.log_tail())
-            assert code == 0, f"broker exited {code}"
-        node.close()
+        node.close()  # before the assert: a failed broker must not leave the node running
+        assert code == 0, f"broker exited {code}"
 
 
 def wheel_env(env: Env) -> dict[str, str]:
