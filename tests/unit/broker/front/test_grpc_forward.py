@@ -89,7 +89,9 @@ def test_a_send_to_a_slave_is_stored_by_the_master_with_metadata_and_deadline() 
         assert [s[1] for s in master.backend.sent] == [b"fwd"]  # type: ignore[attr-defined]
         ((meta, remaining),) = master.seen
         assert meta["x-mq-client-id"] == "c1" and meta[FORWARDED] == "127.0.0.1:1"
-        assert remaining is not None and 0 < remaining <= 5
+        # the caller's deadline travels on; gRPC converts it between clocks on each hop,
+        # so allow a little slack above the 5 s the caller gave
+        assert remaining is not None and 0 < remaining <= 5.5
         # the channel to the master is reused
         await stub.SendMessage(send_request(), metadata=META)
         assert fwd.forwarded == 2 and len(fwd._channels) == 1
