@@ -54,14 +54,18 @@ class KeySpec:
     firstkey: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen (read-only by convention, hashable as before): a frozen dataclass's __init__
+# sets each field through object.__setattr__, and this one is built once a message
+@dataclass(slots=True, unsafe_hash=True)
 class KeyRef:
     index: int  # position in argv
     key: bytes
     flags: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen (read-only by convention, hashable as before): a frozen dataclass's __init__
+# sets each field through object.__setattr__, and this one is built once a message
+@dataclass(slots=True, unsafe_hash=True)
 class FoundKeys:
     keys: tuple[KeyRef, ...]
     complete: (
