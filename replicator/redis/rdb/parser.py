@@ -337,7 +337,14 @@ class RdbParser:
         buf, p = self._buf, self._pos
         length, encoded, p = values.read_len_or_encoding(buf, p, self._base)
         if encoded or length <= STRING_PART_BYTES:
-            data, p = read_string(buf, self._pos, self._base)
+            if encoded:
+                data, p = read_string(buf, self._pos, self._base)
+            else:  # raw: its length is read already
+                end = p + length
+                if end > len(buf):
+                    raise Short(end)
+                data = buf[p:end]
+                p = end
             self._events.append(StringPart(data))
             self._events.append(KeyEnd(self._key))
             self._pos = p
