@@ -220,11 +220,6 @@ class EventBuilder:
     def _batch(self, messages: Sequence[OutMessage]) -> Batch:
         return Batch(tuple(messages), self.replid, self.boundary, self.boundary_db)
 
-    def batch_of(self, messages: Sequence[OutMessage]) -> Batch:
-        """Messages handed out by several :meth:`snapshot_entry` calls, as one Batch (what
-        each of theirs said: no checkpoint inside a snapshot)."""
-        return self._batch(messages)
-
     def on_continue(self, offset: int, db: int, new_replid: str | None = None) -> None:
         """``+CONTINUE [newid]`` after ``PSYNC replid offset+1``: the master resends from
         ``offset`` (our checkpoint, a boundary outside any transaction) without SELECT, so the
@@ -341,8 +336,8 @@ class EventBuilder:
         return self._batch(self.snapshot_messages(db, argv))
 
     def snapshot_messages(self, db: int, argv: Sequence[bytes]) -> list[OutMessage]:
-        """:meth:`snapshot_entry`'s messages without their Batch, for a caller that hands out
-        many entries as one (:meth:`batch_of`)."""
+        """:meth:`snapshot_entry`'s messages without their Batch (there is no checkpoint
+        inside a snapshot: the caller accounts them to the snapshot's boundary)."""
         if self._snapshot is None:
             raise ProtocolError("a snapshot entry outside SNAPSHOT_BEGIN…SNAPSHOT_END")
         _replid, offset = self._snapshot

@@ -186,8 +186,8 @@ class ValueReader:
 Element = Callable[[bytes, int, int], tuple[object, int]]
 
 
-# The element readers below inline read_string's common case (a raw string under 64 bytes):
-# a hashtable-encoded collection is read element by element, and the calls were a fifth of it.
+# _pair inlines read_string's common case (a raw string under 64 bytes): a hashtable-encoded
+# hash is read element by element, and the calls were a fifth of it.
 
 _one: Element = read_string
 
@@ -220,15 +220,8 @@ _DOUBLE: Final = struct.Struct("<d")
 
 
 def _zset_binary(buf: bytes, p: int, base: int) -> tuple[object, int]:
-    n = len(buf)
-    if p < n and buf[p] < 0x40:
-        q = p + 1 + buf[p]
-        if q > n:
-            raise Short(q)
-        a = buf[p + 1 : q]
-    else:
-        a, q = read_string(buf, p, base)
-    if q + 8 > n:
+    a, q = read_string(buf, p, base)
+    if q + 8 > len(buf):
         raise Short(q + 8)
     return (a, _DOUBLE.unpack_from(buf, q)[0]), q + 8
 
