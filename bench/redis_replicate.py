@@ -3,7 +3,8 @@ transfer of the same RDB.
 
     python -m bench.redis_replicate [--rate 20000] [--duration 20] [--load paced|redis-benchmark]
                                     [--size-mb 200] [--value-bytes 512] [--parts load,sync]
-                                    [--queues 4] [--note TEXT] [--out-dir DIR]
+                                    [--queues 4] [--baseline-tree DIR] [--note TEXT]
+                                    [--out-dir DIR]
 
 Issue 18's performance section: "Under redis-benchmark SET load: events/s delivered and
 end-to-end lag p50/p99 (write on the master → message acknowledged by the broker). Goal: lag
@@ -31,6 +32,10 @@ values; raw transfer: ``redis-cli --rdb`` (a replica connection that only stores
 payload) on the same server; then a new job does its full sync, timed from the worker's start
 to the last confirmation of the snapshot (its checkpoint stored), with the RDB phase (first
 to last RDB byte parsed) beside it and the worker's peak RSS.
+Also the CPU per MB of RDB of the worker (whole, and from its first RDB byte: the sync
+without the start-up) and of the broker. ``--baseline-tree DIR``: the same full sync by
+another checkout's replicator first (a job of its own, the same source and broker), for a
+before/after in one run.
 
 Results: ``bench/results/redis_replicate-<date>.json`` and ``.md`` (bench.report), and a
 ``.png`` (lag and delivered rate over time) when matplotlib is there.
