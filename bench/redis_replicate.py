@@ -3,7 +3,8 @@ transfer of the same RDB.
 
     python -m bench.redis_replicate [--rate 20000] [--duration 20] [--load paced|redis-benchmark]
                                     [--size-mb 200] [--value-bytes 512] [--parts load,sync]
-                                    [--queues 4] [--note TEXT] [--out-dir DIR]
+                                    [--queues 4] [--baseline-tree DIR] [--note TEXT]
+                                    [--out-dir DIR]
 
 Issue 18's performance section: "Under redis-benchmark SET load: events/s delivered and
 end-to-end lag p50/p99 (write on the master → message acknowledged by the broker). Goal: lag
@@ -31,6 +32,10 @@ values; raw transfer: ``redis-cli --rdb`` (a replica connection that only stores
 payload) on the same server; then a new job does its full sync, timed from the worker's start
 to the last confirmation of the snapshot (its checkpoint stored), with the RDB phase (first
 to last RDB byte parsed) beside it and the worker's peak RSS.
+Also the CPU per MB of RDB of the worker (whole, and from its first RDB byte: the sync
+without the start-up) and of the broker. ``--baseline-tree DIR``: the same full sync by
+another checkout's replicator first (a job of its own, the same source and broker), for a
+before/after in one run.
 
 Results: ``bench/results/redis_replicate-<date>.json`` and ``.md`` (bench.report), and a
 ``.png`` (lag and delivered rate over time) when matplotlib is there.
@@ -109,7 +114,15 @@ def writer(port: int, rate: int, duration: float, prefix: str) -> dict[str, Any]
 class Worker:
     """``metaledger replicate redis`` with ``--listen-metrics``; stopped by its PID."""
 
-    def __init__(self, root: Path, endpoints: str, source_port: int, topic: str, job: str):
+    def __init__(
+        self,
+        root: Path,
+        endpoints: str,
+        source_port: int,
+        topic: str,
+        job: str,
+        tree: Path | None = None,
+    ):
         from tests.harness import free_ports
         from tests.integration.broker.conftest import cli_env
 
@@ -122,9 +135,12 @@ class Worker:
             "--endpoints", endpoints, "--listen-metrics", f"127.0.0.1:{self.port}",
         ]  # fmt: skip
         self.started = time.monotonic()
+        env = cli_env(root)
+        if tree is not None:  # another checkout's code (--baseline-tree) first on the path
+            env["PYTHONPATH"] = os.pathsep.join([str(tree), env["PYTHONPATH"]])
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                argv, env=cli_env(root), stdin=subprocess.DEVNULL, stdout=out,
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
 
@@ -374,54 +390,92 @@ def run_sync(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[st
         rdb_bytes = rdb.stat().st_size
         rdb.unlink()
         progress(f"raw: {rdb_bytes / 1e6:.1f} MB in {raw_s:.2f} s; the replicator's full sync")
-        w = Worker(tmp, group.endpoints, source.port, topic, "sync")
-        try:
-            first_rdb = rdb_done = None
-            confirmed_at: tuple[float, float] | None = None  # (value, since)
-            deadline = time.monotonic() + 3600
-            shown = 0.0
-            while True:
-                m = w.scrape()
-                now = time.monotonic() - w.started
-                if first_rdb is None and m.get("rdb_bytes", 0) > 0:
-                    first_rdb = now
-                if (
-                    first_rdb is not None
-                    and rdb_done is None
-                    and not m.get("full_sync_in_progress")
-                ):
-                    rdb_done = now
-                c = m.get("messages_confirmed_total")
-                if c is not None and (confirmed_at is None or c != confirmed_at[0]):
-                    confirmed_at = (c, now)
-                if rdb_done is not None and idle(m):
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"full sync not done in an hour: {m}")
-                if now - shown >= 5:
-                    shown = now
-                    progress(
-                        f"t={now:.0f}s rdb {m.get('rdb_bytes', 0) / 1e6:.0f} MB, confirmed {c}"
-                    )
-                time.sleep(0.1)
-            assert confirmed_at is not None
-            peak = w.peak_rss_mib()
-            total_s = confirmed_at[1]
-        finally:
-            w.stop()
-    return {
+        runs = {}
+        trees: list[tuple[str, Path | None]] = [("this tree", None)]
+        if args.baseline_tree:
+            trees.insert(0, ("baseline", args.baseline_tree))
+        for i, (name, tree) in enumerate(trees):
+            progress(f"full sync by the {name}'s replicator")
+            runs[name] = one_sync(group, tmp, source.port, topic, f"sync{i}", tree, rdb_bytes)
+    main_run = runs["this tree"]
+    out = {
         "keys": keys,
         "value_bytes": args.value_bytes,
         "rdb_bytes": rdb_bytes,
         "raw_transfer_s": raw_s,
         "raw_mb_per_s": rdb_bytes / 1e6 / raw_s,
+        **main_run,
+        "ratio_to_raw": main_run["full_sync_s"] / raw_s,
+    }
+    if "baseline" in runs:
+        base = runs["baseline"]
+        out["baseline"] = base | {
+            "tree": str(args.baseline_tree),
+            "ratio_to_raw": base["full_sync_s"] / raw_s,
+        }
+    return out
+
+
+def one_sync(
+    group: BrokerGroup,
+    tmp: Path,
+    port: int,
+    topic: str,
+    job: str,
+    tree: Path | None,
+    rdb_bytes: int,
+) -> dict[str, Any]:
+    """One job's full sync from ``port``: its time, and the worker's and broker's CPU."""
+    broker_pids = group.pids
+    broker0 = sum(cpu_seconds(p) or 0.0 for p in broker_pids)
+    w = Worker(tmp, group.endpoints, port, topic, job, tree)
+    try:
+        first_rdb = rdb_done = None
+        cpu_at_first_rdb: float | None = None
+        confirmed_at: tuple[float, float] | None = None  # (value, since)
+        deadline = time.monotonic() + 3600
+        shown = 0.0
+        while True:
+            m = w.scrape()
+            now = time.monotonic() - w.started
+            if first_rdb is None and m.get("rdb_bytes", 0) > 0:
+                first_rdb = now
+                cpu_at_first_rdb = cpu_seconds(w.proc.pid)
+            if first_rdb is not None and rdb_done is None and not m.get("full_sync_in_progress"):
+                rdb_done = now
+            c = m.get("messages_confirmed_total")
+            if c is not None and (confirmed_at is None or c != confirmed_at[0]):
+                confirmed_at = (c, now)
+            if rdb_done is not None and idle(m):
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"full sync not done in an hour: {m}")
+            if now - shown >= 5:
+                shown = now
+                progress(f"t={now:.0f}s rdb {m.get('rdb_bytes', 0) / 1e6:.0f} MB, confirmed {c}")
+            time.sleep(0.1)
+        assert confirmed_at is not None
+        peak = w.peak_rss_mib()
+        worker_cpu = cpu_seconds(w.proc.pid)
+        broker_cpu = sum(cpu_seconds(p) or 0.0 for p in broker_pids) - broker0
+        total_s = confirmed_at[1]
+    finally:
+        w.stop()
+    mb = rdb_bytes / 1e6
+    return {
         "full_sync_s": total_s,
-        "full_sync_mb_per_s": rdb_bytes / 1e6 / total_s,
+        "full_sync_mb_per_s": mb / total_s,
         "rdb_phase_s": (rdb_done - first_rdb) if rdb_done and first_rdb else None,
         "worker_start_to_first_rdb_byte_s": first_rdb,
-        "ratio_to_raw": total_s / raw_s,
         "messages": m.get("messages_confirmed_total"),
         "replicator_peak_rss_mib": peak,
+        "worker_cpu_s": worker_cpu,
+        "worker_cpu_s_per_mb": worker_cpu / mb if worker_cpu is not None else None,
+        # from the first RDB byte on: the sync's own CPU, without the worker's start-up
+        "worker_sync_cpu_s_per_mb": (worker_cpu - cpu_at_first_rdb) / mb
+        if worker_cpu is not None and cpu_at_first_rdb is not None
+        else None,
+        "broker_cpu_s_per_mb": broker_cpu / mb,
     }
 
 
@@ -492,8 +546,22 @@ def render(report: dict[str, Any]) -> str:
             "",
             f"Ratio full sync / raw transfer: **{sync['ratio_to_raw']:.1f}x**;"
             f" {sync['messages']:.0f} messages; worker peak RSS"
-            f" {fmt(sync['replicator_peak_rss_mib'], '.0f')} MiB.",
+            f" {fmt(sync['replicator_peak_rss_mib'], '.0f')} MiB; CPU s per MB of RDB:"
+            f" worker {fmt(sync['worker_cpu_s_per_mb'], '.3f')}"
+            f" ({fmt(sync['worker_sync_cpu_s_per_mb'], '.3f')} from the first RDB byte),"
+            f" broker {fmt(sync['broker_cpu_s_per_mb'], '.3f')}.",
         ]
+        base = sync.get("baseline")
+        if base:
+            lines += [
+                "",
+                f"Baseline tree {base['tree']}, same source, same run: "
+                f"{base['full_sync_s']:.2f} s, {base['full_sync_mb_per_s']:.1f} MB/s,"
+                f" **{base['ratio_to_raw']:.1f}x** the raw transfer; CPU s per MB: worker"
+                f" {fmt(base['worker_cpu_s_per_mb'], '.3f')}"
+                f" ({fmt(base['worker_sync_cpu_s_per_mb'], '.3f')} from the first RDB byte),"
+                f" broker {fmt(base['broker_cpu_s_per_mb'], '.3f')}.",
+            ]
     return "\n".join(lines)
 
 
@@ -547,6 +615,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-bytes", type=int, default=512)
     ap.add_argument("--parts", default="load,sync")
     ap.add_argument("--queues", type=int, default=QUEUES)
+    ap.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="sync: also run the full sync with this checkout's replicator first (same source)",
+    )
     ap.add_argument("--note", default="")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--writer", type=int, metavar="PORT", help=argparse.SUPPRESS)

@@ -54,14 +54,18 @@ class KeySpec:
     firstkey: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen (read-only by convention, hashable as before): a frozen dataclass's __init__
+# sets each field through object.__setattr__, and this one is built once a message
+@dataclass(slots=True, unsafe_hash=True)
 class KeyRef:
     index: int  # position in argv
     key: bytes
     flags: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen (read-only by convention, hashable as before): a frozen dataclass's __init__
+# sets each field through object.__setattr__, and this one is built once a message
+@dataclass(slots=True, unsafe_hash=True)
 class FoundKeys:
     keys: tuple[KeyRef, ...]
     complete: (
@@ -170,6 +174,9 @@ class CommandTable:
     def __init__(self, specs: Mapping[str, CommandSpec], redis_version: str = "") -> None:
         self.specs = dict(specs)
         self.redis_version = redis_version
+        # argv[0] as sent → the spec of a command that is no container (the hot path: one
+        # lookup a command); containers resolve by argv[1] each time
+        self._plain: dict[bytes, CommandSpec] = {}
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -183,10 +190,17 @@ class CommandTable:
         table does not know (a newer server, a module): the caller must assume the worst."""
         if not argv:
             return None
+        spec = self._plain.get(argv[0])
+        if spec is not None:
+            return spec
         name = argv[0].decode("utf-8", "replace").lower()
         spec = self.specs.get(name)
-        if spec is not None and spec.subcommands and len(argv) > 1:
-            return self.specs.get(f"{name}|{argv[1].decode('utf-8', 'replace').lower()}")
+        if spec is not None and spec.subcommands:
+            if len(argv) > 1:
+                return self.specs.get(f"{name}|{argv[1].decode('utf-8', 'replace').lower()}")
+            return spec
+        if spec is not None and len(self._plain) < 1024:
+            self._plain[bytes(argv[0])] = spec
         return spec
 
     # ---- (de)serialisation: the raw dict is the JSON snapshot's content ----

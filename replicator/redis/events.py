@@ -185,6 +185,7 @@ class EventBuilder:
         self._tx: _Tx | None = None
         self._snapshot: tuple[str, int] | None = None
         self._snapshot_id = ""
+        self._snapshot_heads: dict[int, dict[str, str]] = {}
         self._seq = 0
         # the stream's control commands, keyed by NAME (they change this builder's state and
         # are never messages): SELECT (db), MULTI/EXEC/DISCARD (transaction framing)
@@ -325,21 +326,35 @@ class EventBuilder:
         self._tx = None
         self._snapshot = (replid, offset)
         self._snapshot_id = snapshot_id
+        self._snapshot_heads = {}
         self._seq = 0
         self.boundary = NO_CHECKPOINT
         return self._batch(self._markers(SNAPSHOT_BEGIN, offset, NO_CHECKPOINT))
 
     def snapshot_entry(self, db: int, argv: Sequence[bytes]) -> Batch:
         """One replayable command rebuilt from the RDB (rdb/commands.py), in ``db``."""
+        return self._batch(self.snapshot_messages(db, argv))
+
+    def snapshot_messages(self, db: int, argv: Sequence[bytes]) -> list[OutMessage]:
+        """:meth:`snapshot_entry`'s messages without their Batch (there is no checkpoint
+        inside a snapshot: the caller accounts them to the snapshot's boundary)."""
         if self._snapshot is None:
             raise ProtocolError("a snapshot entry outside SNAPSHOT_BEGIN…SNAPSHOT_END")
         _replid, offset = self._snapshot
         spec = self.table.lookup(argv)
         _route, pieces = plan(spec, argv, self.queue_count)
         self._seq += 1
-        props = {**self._props(offset, offset, db), **self._snapshot_props(self._seq)}
+        # the same properties, in the same order, as _props + _snapshot_props: only REDIS_DB
+        # and REDIS_SEQ change within a snapshot, so the head is built once per db
+        head = self._snapshot_heads.get(db)
+        if head is None:
+            head = self._snapshot_heads[db] = self._props(offset, offset, db)
+        props = head.copy()
+        props["REDIS_SEQ"] = str(self._seq)
+        if self._snapshot_id:
+            props["REDIS_SNAPSHOT"] = self._snapshot_id
         tag = (spec.name.split("|")[0] if spec else argv[0].decode("utf-8", "replace")).upper()
-        return self._batch(self._messages(pieces, props, tag, KIND_SNAPSHOT, NO_CHECKPOINT))
+        return self._messages(pieces, props, tag, KIND_SNAPSHOT, NO_CHECKPOINT)
 
     def end_snapshot(self) -> Batch:
         """The RDB was read whole: SNAPSHOT_END to every queue, carrying the FULLRESYNC offset

@@ -29,7 +29,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nameserver.client import Client, ClientError, LeaseLost
@@ -313,13 +313,24 @@ class _Pass:
         await self._rdb_drain()
 
     async def _rdb_drain(self) -> None:
-        assert self._rdb is not None and self._replay is not None
-        while not isinstance(ev := self._rdb.next_event(), NeedData):
-            for argv in self._replay.commands(ev):
+        """Every command the bytes fed so far give, each sent as soon as it is built (the
+        sends overlap the parse): what :meth:`_emit` does for a snapshot entry, without a
+        Batch a command (every one counts toward the same unsealed snapshot boundary)."""
+        rdb, replay, snapshot = self._rdb, self._replay, self._snapshot
+        assert rdb is not None and replay is not None
+        assert snapshot is not None, "RDB data outside a full sync"
+        next_event, commands = rdb.next_event, replay.commands
+        entry, grow, failed = self.builder.snapshot_messages, self.watermark.grow, self._failed
+        while not isinstance(ev := next_event(), NeedData):
+            for argv in commands(ev):
                 if argv[0] == b"SELECT":
                     self._rdb_db = int(argv[1])
                     continue
-                await self._emit(self.builder.snapshot_entry(self._rdb_db, argv))
+                messages = entry(self._rdb_db, argv)
+                if failed.done():
+                    failed.result()  # raises why the pass failed
+                grow(snapshot, len(messages))
+                await self._send(messages, snapshot)
 
     async def _rdb_end(self) -> None:
         assert self._rdb is not None and self._snapshot is not None
@@ -346,7 +357,7 @@ class _Pass:
         if batch.messages:
             await self._send(batch.messages, boundary)
 
-    async def _send(self, messages: tuple[OutMessage, ...], boundary: Boundary) -> None:
+    async def _send(self, messages: Sequence[OutMessage], boundary: Boundary) -> None:
         role, submit = self.owner.role, self.sink.submit
         confirmed = functools.partial(self._confirmed, boundary=boundary)
         metrics = self.owner.metrics

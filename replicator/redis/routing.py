@@ -52,7 +52,9 @@ class Route(StrEnum):
     ALL = "all"
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen (read-only by convention, hashable as before): a frozen dataclass's __init__
+# sets each field through object.__setattr__, and this one is built once a message
+@dataclass(slots=True, unsafe_hash=True)
 class Piece:
     queue_id: int
     argv: tuple[bytes, ...]

@@ -40,7 +40,9 @@ __all__ = [
 RESERVED_PROPERTIES: Final = frozenset({"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "DELAY"})
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen (read-only by convention, hashable as before): a frozen dataclass's __init__
+# sets each field through object.__setattr__, and this one is built once a message
+@dataclass(slots=True, unsafe_hash=True)
 class OutMessage:
     """What a sink sends (the record both replicators share; their events build it)."""
 

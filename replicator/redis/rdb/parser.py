@@ -65,6 +65,17 @@ OP_SELECTDB: Final = 0xFE
 OP_EOF: Final = 0xFF
 
 
+#: what a reader raises on bytes that make no sense (RdbError besides): malformed input
+_MALFORMED: Final = (
+    RdbError,
+    IndexError,
+    ValueError,
+    OverflowError,
+    struct.error,
+    UnicodeDecodeError,
+)
+
+
 class NeedData:
     def __repr__(self) -> str:
         return "NEED_DATA"
@@ -148,7 +159,7 @@ class RdbParser:
                 self._need = self._base + short.need
             except RdbError as err:
                 self._fail(err)
-            except (IndexError, ValueError, OverflowError, struct.error, UnicodeDecodeError) as err:
+            except _MALFORMED as err:
                 self._fail(RdbError(f"malformed value ({err})", self.offset))
         return self._events.popleft()
 
@@ -204,30 +215,47 @@ class RdbParser:
         op = buf[p]
         p += 1
         if op < 0xF4:  # 0xF4 SLOT_INFO (7.4+) and up are opcodes
-            reader = (
-                StreamReader(op) if op in STREAM_TYPES else values.reader_for(op, self._off(p - 1))
-            )
+            if op == values.TYPE_STRING:
+                kind = "string"
+                reader = None
+            else:
+                reader = (
+                    StreamReader(op)
+                    if op in STREAM_TYPES
+                    else values.reader_for(op, self._off(p - 1))
+                )
+                kind = reader.kind
             key, p = read_string(buf, p, self._base)
             self._key = key
             self._events.append(
                 KeyBegin(
                     self.db,
                     key,
-                    reader.kind,
+                    kind,
                     op,
                     self._expire_ms,
                     self._idle,
                     self._freq,
-                    self._off(self._pos),
+                    self._base + self._pos,
                 )
             )
             self._expire_ms = self._idle = self._freq = None
             self._pos = p
-            if op == values.TYPE_STRING:
+            if reader is None:
                 self._phase = self._string_value
             else:
                 self._value = reader
                 self._phase = self._collection
+                if type(reader) is not values.Blob:
+                    return
+            # a string or a one-blob value that is all there already: read in this unit. Those
+            # phases change nothing before they succeed, so on a short or malformed value
+            # nothing happened: the next call runs the phase again and reports it, after the
+            # KeyBegin as always
+            try:
+                self._phase()
+            except (Short, *_MALFORMED):
+                pass
             return
         if op == OP_AUX:
             key, p = read_string(buf, p, self._base)
@@ -309,7 +337,14 @@ class RdbParser:
         buf, p = self._buf, self._pos
         length, encoded, p = values.read_len_or_encoding(buf, p, self._base)
         if encoded or length <= STRING_PART_BYTES:
-            data, p = read_string(buf, self._pos, self._base)
+            if encoded:
+                data, p = read_string(buf, self._pos, self._base)
+            else:  # raw: its length is read already
+                end = p + length
+                if end > len(buf):
+                    raise Short(end)
+                data = buf[p:end]
+                p = end
             self._events.append(StringPart(data))
             self._events.append(KeyEnd(self._key))
             self._pos = p
