@@ -227,6 +227,14 @@ def _java_string(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _compiled() -> bool:
+    """True when this module runs compiled by mypyc (its functions carry no Python code)."""
+    return not hasattr(_compiled, "__code__")
+
+
+_COMPILED = _compiled()
+
+
 def _command(
     code: int,
     language: str,
@@ -238,7 +246,10 @@ def _command(
     body: bytes,
 ) -> RemotingCommand:
     """``RemotingCommand(...)`` of every field, without the frozen dataclass's eight
-    ``object.__setattr__`` calls (once or twice per request on the hot paths)."""
+    ``object.__setattr__`` calls (once or twice per request on the hot paths). Compiled by
+    mypyc, the class is native (no instance ``__dict__``) and its constructor is cheap."""
+    if _COMPILED:
+        return RemotingCommand(code, language, version, opaque, flag, remark, ext_fields, body)
     command = object.__new__(RemotingCommand)
     command.__dict__.update(
         code=code,
