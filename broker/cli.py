@@ -367,7 +367,7 @@ async def _check_access(client: Any, config: BrokerConfig) -> None:
 GC_THRESHOLD = (50_000, 20, 100)
 
 
-def _tune_gc() -> None:
+def tune_gc() -> None:
     """After start-up: move what exists (imports, the recovered store's tables) out of the
     collector's generations, and collect young objects less often."""
     gc.collect(1)
@@ -412,7 +412,7 @@ async def _serve(config: BrokerConfig, connection: ConnectionOptions) -> int:
         )
         await replica.stop()
         return EXIT_CANNOT_START
-    _tune_gc()
+    tune_gc()
     print(f"broker {config.broker_name} serving on {config.address}", flush=True)
     access = asyncio.ensure_future(_check_access(client, config))  # in the background
     stop = asyncio.Event()
