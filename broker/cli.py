@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import logging
 import signal
@@ -358,6 +359,22 @@ async def _check_access(client: Any, config: BrokerConfig) -> None:
         return
 
 
+#: Allocations between young-generation collections (CPython's default is 700). A send
+#: allocates a few dozen objects (its frame, header, message, futures, answer) that live for
+#: its few milliseconds: at 700 a young collection ran every ~20 sends with most of them
+#: still alive, and the full ones walked every object imported at start-up. At 50,000 most
+#: die first (the nameserver's and the replicators' setting; measured in the commit).
+GC_THRESHOLD = (50_000, 20, 100)
+
+
+def tune_gc() -> None:
+    """After start-up: move what exists (imports, the recovered store's tables) out of the
+    collector's generations, and collect young objects less often."""
+    gc.collect(1)
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 def _run(main: Coroutine[Any, Any, int]) -> int:
     """Run the broker on uvloop (as the nameserver does): its transports and call_soon cost
     a fraction of the standard loop's, and the send path is event-loop bound."""
@@ -395,6 +412,7 @@ async def _serve(config: BrokerConfig, connection: ConnectionOptions) -> int:
         )
         await replica.stop()
         return EXIT_CANNOT_START
+    tune_gc()
     print(f"broker {config.broker_name} serving on {config.address}", flush=True)
     access = asyncio.ensure_future(_check_access(client, config))  # in the background
     stop = asyncio.Event()

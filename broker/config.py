@@ -8,6 +8,7 @@ the 18 delay levels, long polling with a 15 s client suspend, 60 s queue locks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -27,8 +28,10 @@ class ConfigError(ValueError):
     """A setting that cannot be used; the message names the field."""
 
 
+@functools.lru_cache(maxsize=16)
 def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """``messageDelayLevel`` ("1s 5s ... 2h") as milliseconds per level (level 1 first)."""
+    """``messageDelayLevel`` ("1s 5s ... 2h") as milliseconds per level (level 1 first).
+    Cached: the delay-level service reads the levels ten times a second."""
     out = []
     for item in text.split():
         m = re.fullmatch(r"(\d+)(ms|s|m|h|d)", item)

@@ -69,6 +69,24 @@ _DECIMAL: Final = re.compile(r"[-+]?[0-9]{1,20}", re.ASCII)
 _BINARY_FIXED: Final = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 #: ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)`` made once, not per frame
 _JSON_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+#: The C encoder ``_JSON_ENCODER.encode`` builds anew for every call, built once (without
+#: the circular-reference check: a header is strings and ints). None without ``_json``.
+_C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_HEADER_CHUNKS: Any = (
+    None
+    if _C_MAKE_ENCODER is None
+    else _C_MAKE_ENCODER(
+        None, _JSON_ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+        False, False, True,
+    )
+)  # fmt: skip
+
+
+def _json_text(obj: dict[str, object]) -> str:
+    """``_JSON_ENCODER.encode(obj)``, without its per-call set-up (every answer's header)."""
+    if _HEADER_CHUNKS is None:
+        return _JSON_ENCODER.encode(obj)
+    return "".join(_HEADER_CHUNKS(obj, 0))
 
 
 class RemotingError(Exception):
@@ -280,7 +298,7 @@ def encode_header(command: RemotingCommand) -> bytes:
         header["remark"] = command.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = command.version
-    return _JSON_ENCODER.encode(header).encode("utf-8")
+    return _json_text(header).encode("utf-8")
 
 
 def encode(command: RemotingCommand) -> bytes:

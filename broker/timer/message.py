@@ -42,6 +42,8 @@ TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 START_DELIVER_TIME = "__STARTDELIVERTIME"
 TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 TIMER_PROPERTIES = (TIMER_DELIVER_MS, TIMER_DELAY_MS, TIMER_DELAY_SEC)
+#: any of these makes a message a timer message (one set test per send)
+_TIMER_KEYS = frozenset((*TIMER_PROPERTIES, START_DELIVER_TIME))
 PRECISION_MS = 1000
 _RELATIVE = re.compile(r"\+(\d+)(ms|s|m|h|d)")
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -89,9 +91,7 @@ def check_deliver_ms(at_ms: int, now_ms: int, max_delay_sec: int) -> None:
 def to_timer(m: StoredMessage, now_ms: int, max_delay_sec: int) -> StoredMessage:
     """``m`` as it is stored: on the timer topic when it is a timer message, else as is."""
     props = m.properties
-    if m.topic == TIMER_TOPIC or not any(
-        k in props for k in (*TIMER_PROPERTIES, START_DELIVER_TIME)
-    ):
+    if m.topic == TIMER_TOPIC or props.keys().isdisjoint(_TIMER_KEYS):
         return m
     level = props.get("DELAY", "").strip()
     if level.lstrip("-").isdigit() and int(level) > 0:

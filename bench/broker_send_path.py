@@ -1,0 +1,150 @@
+"""Micro-benchmark of one broker replica's send path, in one process, without sockets.
+
+What the master does per SEND_MESSAGE_V2 between the bytes arriving and the answer's bytes
+leaving, minus the sockets and the slaves: decode the frames (``rmq.codec.FrameDecoder``),
+one task per request through the broker's frame server's ``dispatch`` (the send processor,
+the topic lookup, the put pipeline with its store thread, a real store with consume queues
+and index), and encode the answer. ``--in-flight`` requests (64) are decoded from one buffer
+and answered together, as 64 producers on one connection are. One replica, no quorum wait
+(``Standalone`` replication), the garbage collector set as ``metaledger broker`` sets it.
+
+Prints the process CPU per send (``time.process_time``: the event loop and the store's
+threads), the median of ``--repeat`` runs. On a shared machine this moves far less than
+``bench.broker_send``'s per-replica CPU (one process, no cross-process scheduling), so it
+is the quick check of a change to the send path; ``bench.broker_send`` stays the measure.
+
+    python -m bench.broker_send_path [--sends 20000] [--repeat 3]
+    python -m bench.broker_send_path --baseline-tree /work/main   # both trees, taking turns
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def _run(sends: int, in_flight: int, size: int) -> float:
+    import broker.cli
+    from bench.rmq_client import send_v2_request
+    from broker.config import BrokerConfig
+    from broker.replica import Replica
+    from broker.topics import TopicConfig
+    from rmq.codec import FrameDecoder, RemotingCommand, encode
+    from rmq.server import Peer
+
+    with tempfile.TemporaryDirectory(prefix="broker-send-path-") as tmp:
+        config = BrokerConfig(
+            broker_name="broker-a",
+            data_dir=tmp,
+            listen_host="127.0.0.1",
+            listen_port=10911,  # written as STOREHOST only: nothing listens
+            grpc_listen="",
+        )
+        replica = Replica(config)
+        replica.topics.put(TopicConfig("bench", 4, 4))
+        server, peer = replica.server, Peer(1, "127.0.0.1:40000")
+        frames = b"".join(
+            encode(send_v2_request("bench", i % 4, b"x" * size, "broker-a").replace(opaque=i))
+            for i in range(in_flight)
+        )
+
+        async def answer(request: RemotingCommand) -> bytes:
+            response = await server.dispatch(request, peer)
+            assert response is not None and response.code == 0, response
+            return encode(response)
+
+        async def one_round() -> None:
+            decoder = FrameDecoder()
+            decoder.receive_data(frames)
+            tasks = []
+            while isinstance(event := decoder.next_event(), RemotingCommand):
+                tasks.append(asyncio.create_task(answer(event)))
+            await asyncio.gather(*tasks)
+
+        for _ in range(50):  # warm-up: the queues' files, the caches
+            await one_round()
+        tune_gc = getattr(broker.cli, "tune_gc", None)  # a tree from before it: the default
+        if tune_gc is not None:
+            tune_gc()
+        rounds = max(1, sends // in_flight)
+        started = time.process_time()
+        for _ in range(rounds):
+            await one_round()
+        spent = time.process_time() - started
+        replica.core.close()
+        replica.metrics.close()
+        replica.store.close()
+        return 1e6 * spent / (rounds * in_flight)
+
+
+def _once(sends: int, in_flight: int, size: int) -> float:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - a dependency of the broker
+        return asyncio.run(_run(sends, in_flight, size))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_run(sends, in_flight, size))
+
+
+def _in_tree(tree: Path, args: argparse.Namespace) -> float:
+    """One run in ``tree`` (its own process, that tree first on the path)."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+    )
+    argv = [sys.executable, __file__, "--one"]  # this file, whatever the tree has
+    argv += [
+        "--sends",
+        str(args.sends),
+        "--in-flight",
+        str(args.in_flight),
+        "--size",
+        str(args.size),
+    ]
+    out = subprocess.run(
+        argv, cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True
+    )
+    return float(out.stdout.split()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--sends", type=int, default=20000)
+    p.add_argument("--in-flight", type=int, default=64)
+    p.add_argument("--size", type=int, default=1024, help="message body bytes")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--baseline-tree", type=Path, help="also run in this checkout, taking turns")
+    p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(f"{_once(args.sends, args.in_flight, args.size):.2f}")
+        return
+    trees = {"this tree": ROOT}
+    if args.baseline_tree is not None:
+        trees["baseline"] = args.baseline_tree.resolve()
+    runs: dict[str, list[float]] = {name: [] for name in trees}
+    for n in range(args.repeat):
+        order = list(trees.items()) if n % 2 == 0 else list(reversed(trees.items()))
+        for name, tree in order:
+            runs[name].append(_in_tree(tree, args))
+    for name, values in runs.items():
+        shown = ", ".join(f"{v:.1f}" for v in values)
+        print(f"{name}: {statistics.median(values):.1f} us of CPU a send (runs: {shown})")
+    if args.baseline_tree is not None:
+        ratio = statistics.median(runs["this tree"]) / statistics.median(runs["baseline"])
+        print(f"this tree / baseline: {ratio:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
