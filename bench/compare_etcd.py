@@ -410,7 +410,7 @@ def start_metaledger(
 # --------------------------------------------------------------------------- noop (the ceiling)
 
 #: how the aio noop serves: as metaledger's server does (nameserver.grpc.accept)
-NOOP_AIO_ARGS = ("--methods", "table", "--acceptors", "8")
+NOOP_AIO_ARGS = ("--methods", "table", "--acceptors", "32")
 
 
 def start_noop(cluster: Cluster, mode: str, workers: int, workdir: Path) -> None:

@@ -336,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="aio mode, --methods table: pending accepts per hot method besides grpc.aio's "
-        "own loop, as the server keeps (its default: 8)",
+        "own loop, as the server keeps (its default: 32)",
     )
     return p
 

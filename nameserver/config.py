@@ -89,7 +89,7 @@ class ServerConfig:
     items_in_flight: int = 2
     #: pending gRPC accepts per hot unary method (etcd KV, lease grant/revoke), beside
     #: grpc.aio's one accept loop (nameserver.grpc.accept); 0 = as gRPC ships it
-    grpc_acceptors: int = 8
+    grpc_acceptors: int = 32
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
     leader_step_down_ms: int = 2000

@@ -296,7 +296,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="pending gRPC accepts per hot KV/lease method besides grpc.aio's own one "
-        "(default 8; 0 = one accept loop, as gRPC ships it)",
+        "(default 32; 0 = one accept loop, as gRPC ships it)",
     )
     p.add_argument(
         "--quota-backend-bytes",

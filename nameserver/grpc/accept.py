@@ -47,9 +47,11 @@ HOT_METHODS: tuple[str, ...] = (
     "/etcdserverpb.Lease/LeaseRevoke",
 )
 
-#: Pending accepts per hot method. 2, 4, 8 and 16 all gained about the same on 2 cores
-#: (4.2-4.5k puts/s against 3.6-4.0k without); 8 leaves room for bursts.
-DEFAULT_PER_METHOD = 8
+#: Pending accepts per hot method. Against none, 2-16 all gained about the same puts/s on
+#: 2 cores (4.2-4.5k against 3.6-4.0k); in CPU per call, at 64 clients, the do-nothing server
+#: (bench/noop_kv.py) spent 117-130 µs with 2, 99-108 with 8 and 87-93 with 16, 32 or 64:
+#: with as many pending accepts as calls in flight, a call rarely waits for one.
+DEFAULT_PER_METHOD = 32
 
 #: cygrpc functions used, with the parameters they must have (grpcio 1.85.1)
 _SIGNATURES = {

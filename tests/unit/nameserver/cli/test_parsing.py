@@ -304,7 +304,7 @@ def test_serve_defaults_come_from_server_config() -> None:
     assert (config.listen_remoting, config.listen_metrics) == ("127.0.0.1:9876", "127.0.0.1:9879")
     assert config.cluster_password is None
     assert config.consensus_loop == "shared"
-    assert config.grpc_acceptors == 8
+    assert config.grpc_acceptors == 32
     with pytest.raises(ConfigError, match=r"^cluster_password: required.*--cluster-password-file"):
         config.validate()  # the peer port always authenticates, loopback included
 
