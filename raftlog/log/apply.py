@@ -365,10 +365,13 @@ class Apply:
                     ts = entries[0].timestamp_ms
                     if offset > seg_last:
                         n = len(effects)
-                        records.extend(
-                            (offset, sub, eff.encode(term, ts, n))
-                            for sub, eff in enumerate(effects)
-                        )
+                        if n == 1:  # a put: no generator for one record
+                            records.append((offset, 0, effects[0].encode(term, ts, 1)))
+                        else:
+                            records.extend(
+                                (offset, sub, eff.encode(term, ts, n))
+                                for sub, eff in enumerate(effects)
+                            )
                     if observer is not None:
                         changes.append(Change(offset, term, ts, effects))
                 results.append((key, Applied(offset, result)))
