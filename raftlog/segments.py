@@ -66,7 +66,6 @@ from raftlog.segment_files import (
     check_header,
     cut_segment,
     fdatasync,
-    index_due,
     scan_directory,
 )
 from snapshots import (
@@ -256,24 +255,34 @@ class SegmentLog:
                     self._open_active()  # closed by a roll-back (or EMFILE before)
                 segment = self._segments[-1] if self._segments else None
                 last = self._last
+                # the active segment's size and last key in locals, stored back before a
+                # roll and at the end (all under the lock; the file is written after)
+                size, indexed = 0, 0
+                if segment is not None:
+                    size = segment.size
+                    indexed = segment.index[-1][1] if segment.index else HEADER_BYTES
                 for offset, sub, frame in frames:
                     key = (offset, sub)
                     if last is not None and key <= last:
                         refused = ValueError(f"record {key} does not follow the last record {last}")
                         break
-                    if segment is None or (
-                        segment.size + len(frame) > max_bytes and segment.first_offset != offset
-                    ):
+                    n = len(frame)
+                    if segment is None or (size + n > max_bytes and segment.first_offset != offset):
+                        if segment is not None:
+                            self._store(segment, size, last)
                         self._write_out(data, index_data)
                         segment = self._roll(offset)
-                    position = segment.size
+                        size = segment.size
+                        indexed = segment.index[-1][1] if segment.index else HEADER_BYTES
                     data.append(frame)
-                    segment.size += len(frame)
-                    segment.last = key
-                    self._last = last = key
-                    if index_due(segment.index, index_every, position):
-                        segment.index.append((offset, position))
-                        index_data.append(INDEX_ENTRY.pack(offset, position))
+                    if size - indexed >= index_every:  # index_due, with its last position kept
+                        segment.index.append((offset, size))
+                        index_data.append(INDEX_ENTRY.pack(offset, size))
+                        indexed = size
+                    size += n
+                    last = key
+                if segment is not None:
+                    self._store(segment, size, last)
                 self._write_out(data, index_data)
                 if self._last != mark.last:
                     self._written()
@@ -282,6 +291,13 @@ class SegmentLog:
                 raise
             if refused is not None:
                 raise refused
+
+    def _store(self, segment: Segment, size: int, last: tuple[int, int] | None) -> None:
+        """append_many's running size and last key, into ``segment`` and the log (lock
+        held); nothing when no record went to ``segment`` since it was read."""
+        if last is not None and last != self._last:
+            segment.size, segment.last = size, last
+            self._last = last
 
     def _write_out(self, data: list[bytes], index_data: list[bytes]) -> None:
         """Write the frames (and index entries) gathered for the active segment (lock held)."""
