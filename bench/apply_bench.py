@@ -4,8 +4,9 @@ What one node's apply thread does per consensus item, without consensus or gRPC:
 item, de-duplicate, ``MetadataStateMachine.apply`` each request, append the effects to real
 change-log segments (fsync policy ``batch``, as the server runs), publish the image, tell
 the observer (a live :class:`~nameserver.watch.hub.WatchHub` on its own event-loop thread, with
-``--watchers`` watchers on keys outside the written range, or none at all) and answer the
-(absent) proposers.
+``--watchers`` watchers on keys outside the written range, or none at all; with
+``--history`` the kv history of past revisions first, as the server chains them) and answer
+the (absent) proposers.
 
 The entries are built exactly as ``KVService.Put`` builds them (a ``KvOperation`` holding
 the ``PutRequest``), stamped as ``ReplicatedLog.propose`` stamps them, and framed as group
