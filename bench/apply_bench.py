@@ -4,8 +4,9 @@ What one node's apply thread does per consensus item, without consensus or gRPC:
 item, de-duplicate, ``MetadataStateMachine.apply`` each request, append the effects to real
 change-log segments (fsync policy ``batch``, as the server runs), publish the image, tell
 the observer (a live :class:`~nameserver.watch.hub.WatchHub` on its own event-loop thread, with
-``--watchers`` watchers on keys outside the written range, or none at all) and answer the
-(absent) proposers.
+``--watchers`` watchers on keys outside the written range, or none at all; with
+``--history`` the kv history of past revisions first, as the server chains them) and answer
+the (absent) proposers.
 
 The entries are built exactly as ``KVService.Put`` builds them (a ``KvOperation`` holding
 the ``PutRequest``), stamped as ``ReplicatedLog.propose`` stamps them, and framed as group
@@ -16,7 +17,7 @@ timed run, so puts overwrite as in ``nameserver.loadgen --op put``.
 Prints the apply thread's CPU per put (``time.thread_time``; the segment flusher's and the
 event loop's threads are reported apart), best of ``--repeat`` runs; asserts nothing.
 
-    python -m bench.apply_bench [--puts 40000] [--requests-per-item 8] [--watchers 0]
+    python -m bench.apply_bench [--puts 40000] [--requests-per-item 8] [--watchers 0] [--history]
     python -m bench.apply_bench --profile          # a cProfile top list of one run
 """
 
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from nameserver.kinds import REGISTRY
+from nameserver.kv.history import KvHistory
 from nameserver.kv.records import KeyValue
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.watch.events import HubEvent
@@ -112,7 +114,7 @@ def make_items(
 
 
 class Bench:
-    def __init__(self, data_dir: Path, watchers: int) -> None:
+    def __init__(self, data_dir: Path, watchers: int, history: bool = False) -> None:
         self.sm = MetadataStateMachine.empty(REGISTRY)
         self.segments = SegmentLog.open(data_dir / "log", SegmentConfig(fsync_policy="batch"))
         self.rlog = ReplicatedLog(InMemoryEngine(), self.sm, self.segments, "n0")
@@ -123,6 +125,10 @@ class Bench:
         self.seq = 1
         if watchers >= 0:
             self._start_hub(data_dir, watchers)
+        if history:  # the server's chain: the kv history first, then the hub
+            self.rlog.set_observer(
+                KvHistory(self.sm.image, lambda: self.sm.image, self.hub, lambda: 1)
+            )
 
     def _start_hub(self, data_dir: Path, watchers: int) -> None:
         loop = self.loop = asyncio.new_event_loop()
@@ -185,7 +191,7 @@ def run_once(args: argparse.Namespace, profile: cProfile.Profile | None) -> tupl
     """One fresh node: populate the key space, then time ``args.puts`` puts; returns the
     apply thread's and the event loop's CPU microseconds per put."""
     with tempfile.TemporaryDirectory(prefix="apply-bench-") as tmp:
-        bench = Bench(Path(tmp), args.watchers)
+        bench = Bench(Path(tmp), args.watchers, args.history)
         try:
             populate = [
                 encode_item(
@@ -229,6 +235,11 @@ def main() -> None:
         type=int,
         default=0,
         help="watchers on a live hub (keys nobody writes); -1: no hub (no observer) at all",
+    )
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="the server's observer chain: the kv history (past revisions) before the hub",
     )
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)

@@ -66,7 +66,6 @@ from raftlog.segment_files import (
     check_header,
     cut_segment,
     fdatasync,
-    index_due,
     scan_directory,
 )
 from snapshots import (
@@ -148,6 +147,10 @@ class SegmentLog:
         self._last: tuple[int, int] | None = segments[-1].last if segments else None
         self._flushed = self.last_offset  # open fdatasynced every segment
         self._dirty = False  # appended since the last fdatasync
+        #: the flusher waits for data to sync (not an interval): an append must wake it.
+        #: Under load it finds new data when its interval ends, and appends wake no thread
+        #: (a wake-up per apply group cost the appender more than the append)
+        self._flusher_idle = False
         self._generation = 0  # bumped by truncate_after: a sync in flight must not count
         self._failure: OSError | None = None  # truncate_after failed: the log is unusable
         self._broken: str = ""  # a roll-back failed (ChangeLogBrokenError)
@@ -252,24 +255,34 @@ class SegmentLog:
                     self._open_active()  # closed by a roll-back (or EMFILE before)
                 segment = self._segments[-1] if self._segments else None
                 last = self._last
+                # the active segment's size and last key in locals, stored back before a
+                # roll and at the end (all under the lock; the file is written after)
+                size, indexed = 0, 0
+                if segment is not None:
+                    size = segment.size
+                    indexed = segment.index[-1][1] if segment.index else HEADER_BYTES
                 for offset, sub, frame in frames:
                     key = (offset, sub)
                     if last is not None and key <= last:
                         refused = ValueError(f"record {key} does not follow the last record {last}")
                         break
-                    if segment is None or (
-                        segment.size + len(frame) > max_bytes and segment.first_offset != offset
-                    ):
+                    n = len(frame)
+                    if segment is None or (size + n > max_bytes and segment.first_offset != offset):
+                        if segment is not None:
+                            self._store(segment, size, last)
                         self._write_out(data, index_data)
                         segment = self._roll(offset)
-                    position = segment.size
+                        size = segment.size
+                        indexed = segment.index[-1][1] if segment.index else HEADER_BYTES
                     data.append(frame)
-                    segment.size += len(frame)
-                    segment.last = key
-                    self._last = last = key
-                    if index_due(segment.index, index_every, position):
-                        segment.index.append((offset, position))
-                        index_data.append(INDEX_ENTRY.pack(offset, position))
+                    if size - indexed >= index_every:  # index_due, with its last position kept
+                        segment.index.append((offset, size))
+                        index_data.append(INDEX_ENTRY.pack(offset, size))
+                        indexed = size
+                    size += n
+                    last = key
+                if segment is not None:
+                    self._store(segment, size, last)
                 self._write_out(data, index_data)
                 if self._last != mark.last:
                     self._written()
@@ -278,6 +291,13 @@ class SegmentLog:
                 raise
             if refused is not None:
                 raise refused
+
+    def _store(self, segment: Segment, size: int, last: tuple[int, int] | None) -> None:
+        """append_many's running size and last key, into ``segment`` and the log (lock
+        held); nothing when no record went to ``segment`` since it was read."""
+        if last is not None and last != self._last:
+            segment.size, segment.last = size, last
+            self._last = last
 
     def _write_out(self, data: list[bytes], index_data: list[bytes]) -> None:
         """Write the frames (and index entries) gathered for the active segment (lock held)."""
@@ -346,7 +366,8 @@ class SegmentLog:
             self._cond.notify_all()
         elif not self._dirty:
             self._dirty = True
-            self._cond.notify_all()
+            if self._flusher_idle:  # else it looks by itself when its interval ends
+                self._cond.notify_all()
 
     def flush(self) -> None:
         """Hand buffered data to the OS (no fdatasync; appends are unbuffered, so this only
@@ -622,7 +643,12 @@ class SegmentLog:
         backoff = Backoff()
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._dirty or self._closing)
+                if not (self._dirty or self._closing):
+                    self._flusher_idle = True
+                    try:
+                        self._cond.wait_for(lambda: self._dirty or self._closing)
+                    finally:
+                        self._flusher_idle = False
                 if self._closing or self._failure is not None or self._broken:
                     return
             try:

@@ -16,13 +16,14 @@ from typing import Any
 from nameserver.errors import InvalidArgument, NameserverError, NotFound
 from nameserver.kv import semantics as kvops
 from nameserver.kv.mvcc import Compacted, FutureRevision
-from nameserver.kv.records import KeyValue, KvDelta, MvccDelta
+from nameserver.kv.records import KeyValue, KvDelta, MvccDelta, new_kv
 from nameserver.leases.apply import LEASE_NOT_FOUND
 from nameserver.leases.records import LeaseDelta
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Effect, Entry
+from raftlog.entry import put_effect
 
 
 # ------------------------------------------------------------------- entry rules
@@ -31,8 +32,9 @@ def apply_kv_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effec
     op = records_pb2.KvOperation.FromString(e.value)
     which = op.WhichOneof("op")
     if which == "put":
+        req = op.put
         # the lease sub-delta only when the put names a lease (else it is not read)
-        return put(delta.kv, op.put, rev, effects, delta.leases if op.put.lease else None)
+        return put(delta.kv, req, rev, effects, delta.leases if req.lease else None)
     if which == "delete_range":
         return delete_range(delta.kv, op.delete_range, effects)
     raise InvalidArgument("kv entry carries no operation")
@@ -55,23 +57,25 @@ def put(
     effects: list[Effect],
     leases: LeaseDelta | None = None,
 ) -> rpc_pb2.PutResponse:
-    prev = kv.get(req.key)
-    if (req.ignore_value or req.ignore_lease) and prev is None:
+    key = req.key
+    prev = kv.get(key)
+    ignore_value, ignore_lease = req.ignore_value, req.ignore_lease
+    if (ignore_value or ignore_lease) and prev is None:
         raise InvalidArgument("etcdserver: key not found")
-    value = prev.value if (req.ignore_value and prev is not None) else req.value
-    lease = prev.lease if (req.ignore_lease and prev is not None) else req.lease
-    if lease and not req.ignore_lease and (leases is None or leases.get(lease) is None):
+    value = prev.value if (ignore_value and prev is not None) else req.value
+    lease = prev.lease if (ignore_lease and prev is not None) else req.lease
+    if lease and not ignore_lease and (leases is None or leases.get(lease) is None):
         raise NotFound(LEASE_NOT_FOUND)
-    new = KeyValue(
-        key=req.key,
-        value=value,
-        create_revision=prev.create_revision if prev else rev,
-        mod_revision=rev,
-        version=prev.version + 1 if prev else 1,
-        lease=lease,
+    new = new_kv(
+        key,
+        value,
+        prev.create_revision if prev else rev,
+        rev,
+        prev.version + 1 if prev else 1,
+        lease,
     )
     kv.put_over(prev, new)
-    effects.append(Effect("kv", new.key, new.to_record()))
+    effects.append(put_effect("kv", key, new.to_record()))
     resp = rpc_pb2.PutResponse()
     if req.prev_kv and prev is not None:
         resp.prev_kv.CopyFrom(kvops.to_pb(prev))

@@ -37,7 +37,7 @@ import bisect
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from nameserver.kv.mvcc import Compacted, check_read
@@ -185,20 +185,31 @@ class KvHistory:
                 self._then.on_installed(offset)
 
     def _apply(self, prior: Callable[[bytes], KeyValue | None], changes: list[Change]) -> None:
-        self.replay(prior, ((c.offset, eff) for c in changes for eff in c.effects))
+        self._replay(prior, [(c.offset, c.effects) for c in changes])
 
     def replay(
         self, prior: Callable[[bytes], KeyValue | None], effects: Iterable[tuple[int, Effect]]
     ) -> None:
         """Record ``(offset, effect)`` in order (kv changes, compactions; other types are
         passed over); ``prior(key)`` is a key's value before the first of them."""
+        self._replay(prior, ((rev, (eff,)) for rev, eff in effects))
+
+    def _replay(
+        self,
+        prior: Callable[[bytes], KeyValue | None],
+        changes: Iterable[tuple[int, Sequence[Effect]]],
+    ) -> None:
+        """:meth:`replay` of ``(offset, its effects)`` pairs (an apply group's changes as
+        they come: no pair per effect made on the apply path)."""
         compact = 0
-        for rev, eff in effects:
-            if eff.type == "kv":
-                self.record(prior, rev, eff.key, None if eff.delete else eff.value)
-            elif eff.type == "mvcc" and eff.key == COMPACT_KEY and not eff.delete:
-                compact = Compaction.from_record(eff.value).revision
-                self._compactions.append((rev, compact))
+        record = self.record
+        for rev, effects in changes:
+            for eff in effects:
+                if eff.type == "kv":
+                    record(prior, rev, eff.key, None if eff.delete else eff.value)
+                elif eff.type == "mvcc" and eff.key == COMPACT_KEY and not eff.delete:
+                    compact = Compaction.from_record(eff.value).revision
+                    self._compactions.append((rev, compact))
         if compact:
             self.compacted = compact
             self._prune_to(compact)
@@ -211,11 +222,18 @@ class KvHistory:
         versions = self._versions.get(key)
         if versions is None:
             before = prior(key)
-            versions = [(before.mod_revision, before)] if before is not None else []
-            versions.append((rev, value))
+            # _past_bytes of the new list, without walking it: the version before, if any,
+            # and the tombstone when this is a delete
+            if before is not None:
+                versions = [(before.mod_revision, before), (rev, value)]
+                added = _cost(key, before)
+            else:
+                versions = [(rev, value)]
+                added = 0
+            if value is None:
+                added += _cost(key, None)
             self._versions[key] = versions
             self.version_count += len(versions)
-            added = _past_bytes(key, versions)
         else:
             prev = versions[-1][1]
             versions.append((rev, value))

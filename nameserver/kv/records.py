@@ -11,7 +11,7 @@ rebuild it from the kv records alone.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 from nameserver.state.mapdelta import _MISSING, MapDelta
@@ -43,6 +43,28 @@ class KeyValue:
     def from_record(data: bytes) -> KeyValue:
         r = records_pb2.KvRecord.FromString(data)
         return KeyValue(r.key, r.value, r.create_revision, r.mod_revision, r.version, r.lease)
+
+
+#: KeyValue's slot descriptors' setters, in field order (see new_kv)
+_SET_KEY, _SET_VALUE, _SET_CREATE, _SET_MOD, _SET_VERSION, _SET_LEASE = (
+    getattr(KeyValue, f.name).__set__ for f in fields(KeyValue)
+)
+
+
+def new_kv(
+    key: bytes, value: bytes, create_revision: int, mod_revision: int, version: int, lease: int
+) -> KeyValue:
+    """``KeyValue(...)`` with every field given, at half the cost (the apply path's Put on
+    every node): through the slot descriptors, not a frozen ``__init__``'s
+    ``object.__setattr__`` per field (:func:`raftlog.entry._entry` does the same)."""
+    kv: KeyValue = object.__new__(KeyValue)
+    _SET_KEY(kv, key)
+    _SET_VALUE(kv, value)
+    _SET_CREATE(kv, create_revision)
+    _SET_MOD(kv, mod_revision)
+    _SET_VERSION(kv, version)
+    _SET_LEASE(kv, lease)
+    return kv
 
 
 _NO_KEYS: frozenset[bytes] = frozenset()

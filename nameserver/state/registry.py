@@ -109,8 +109,14 @@ class _Guards:
         self.guards = tuple(guards)
 
     def before(self, delta: MetadataDelta, entries: Sequence[Entry]) -> Any:
-        tokens = [g.before(delta, entries) for g in self.guards]
-        return tokens if any(t is not None for t in tokens) else None
+        tokens: list[Any] | None = None  # made only when some guard counts (rarely)
+        for i, guard in enumerate(self.guards):
+            token = guard.before(delta, entries)
+            if token is not None:
+                if tokens is None:
+                    tokens = [None] * len(self.guards)
+                tokens[i] = token
+        return tokens
 
     def after(self, delta: MetadataDelta, before: Any) -> None:
         for guard, token in zip(self.guards, before, strict=True):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -640,6 +641,20 @@ def test_fsync_batch_group_commit(tmp_path: Path) -> None:
     assert not log.wait_flushed(32, timeout_s=10)  # closed: returns at once
     with SegmentLog.open(tmp_path, SMALL) as reopened:
         assert reopened.last_offset == 31
+
+
+def test_fsync_batch_wakes_an_idle_flusher(tmp_path: Path) -> None:
+    """Once nothing is dirty the flusher waits for data, and an append wakes it (under load
+    it finds new data when its interval ends, and appends wake no thread)."""
+    log = SegmentLog.open(tmp_path, replace(SMALL, fsync_policy="batch", fsync_interval_ms=20))
+    for offset in (1, 2, 3):
+        deadline = time.monotonic() + 10
+        while not log._flusher_idle:  # idle again after the last sync and its interval
+            assert time.monotonic() < deadline, "the flusher did not go idle"
+            time.sleep(0.001)
+        log.append(offset, 0, b"x")
+        assert log.wait_flushed(offset, timeout_s=10)
+    log.close()
 
 
 def test_fsync_never(tmp_path: Path) -> None:
