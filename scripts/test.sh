@@ -9,19 +9,21 @@
 #   pip: this project with its dev extras (pip install -e '.[dev]');
 #   npm: tests/js's pinned RocketMQ clients (npm ci; needs Node.js and npm).
 # The Spark tests need a Java runtime, which it does not install.
-# Usage: scripts/test.sh [--mypyc] [extra pytest args]
-#   --mypyc (off by default; issue 31): the unit and property tests run first on the plain
-#   (pure-Python) build, then scripts/build_mypyc.sh compiles scripts/mypyc_modules.txt in place
-#   and every pytest layer below runs against the compiled build (METALEDGER_MYPYC_EXPECT=1:
+# Usage: scripts/test.sh [--pure] [extra pytest args]
+#   By default the unit and property tests run first on the plain (pure-Python) build, then
+#   scripts/build_mypyc.sh compiles scripts/mypyc_modules.txt in place and every pytest layer
+#   below runs against the compiled build (METALEDGER_MYPYC_EXPECT=1:
 #   tests/unit/test_mypyc_agreement.py checks each listed module imported compiled); the .so
 #   files are removed at the end. Only unit+property run twice, so the suite does not double.
+#   --pure: no compiled build; every layer runs once on the .py files. (--mypyc, the old
+#   opt-in, is accepted and changes nothing.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mypyc=0
-if [ "${1:-}" = "--mypyc" ]; then
-  mypyc=1
-  shift
-fi
+mypyc=1
+case "${1:-}" in
+  --pure) mypyc=0; shift ;;
+  --mypyc) shift ;;
+esac
 export DEBIAN_FRONTEND=noninteractive
 need_apt=()
 command -v etcd >/dev/null || need_apt+=(etcd-server)
@@ -57,7 +59,12 @@ METALEDGER_CLUSTER_PASSWORD=validate-only docker-compose -f docker-compose.yml c
 if [ "$mypyc" -eq 1 ]; then
   echo "== pytest (unit and property, pure-Python build)"
   bash scripts/build_mypyc.sh --clean
-  python3 -m pytest -m "not spark" tests/unit tests/property "$@"
+  pure_rc=0
+  python3 -m pytest -m "not spark" tests/unit tests/property "$@" || pure_rc=$?
+  if [ "$pure_rc" -ne 0 ]; then
+    echo "== pytest (unit and property, pure-Python build): FAILED (exit $pure_rc); the compiled build's runs are not started"
+    exit "$pure_rc"
+  fi
   echo "== mypyc build (scripts/mypyc_modules.txt)"
   bash scripts/build_mypyc.sh
   trap 'bash scripts/build_mypyc.sh --clean' EXIT

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: $FAKE_SPARK_RC (Spark) and notes each run; anything else (pip) succeeds.
 FAKE_PYTHON = """#!/usr/bin/env bash
 case "$*" in
+  *"-m pytest -m not spark tests/unit tests/property"*) echo pure >>"$FAKE_RUNS"; exit "${FAKE_PURE_RC:-0}" ;;
   *"-m pytest -m not spark"*) echo main >>"$FAKE_RUNS"; exit "$FAKE_MAIN_RC" ;;
   *"-m pytest -m spark"*) echo spark >>"$FAKE_RUNS"; exit "$FAKE_SPARK_RC" ;;
 esac
@@ -37,6 +38,11 @@ def tree(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
     _executable(tmp_path / "scripts" / "gen_protos.sh", "#!/usr/bin/env bash\nexit 0\n")
+    # the compiled build's stand-in notes a build (no argument) and leaves cleans unnoted
+    _executable(
+        tmp_path / "scripts" / "build_mypyc.sh",
+        '#!/usr/bin/env bash\n[ -z "${1:-}" ] && echo build >>"$FAKE_RUNS"\nexit 0\n',
+    )
     (tmp_path / "tests" / "js" / "node_modules").mkdir(parents=True)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -46,17 +52,20 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(tree: Path, main_rc: int, spark_rc: int) -> tuple[int, str, list[str]]:
+def run(
+    tree: Path, main_rc: int, spark_rc: int, *args: str, pure_rc: int = 0
+) -> tuple[int, str, list[str]]:
     runs = tree / "runs"
     env = {
         **os.environ,
+        "FAKE_PURE_RC": str(pure_rc),
         "PATH": f"{tree / 'bin'}:/usr/bin:/bin",
         "FAKE_RUNS": str(runs),
         "FAKE_MAIN_RC": str(main_rc),
         "FAKE_SPARK_RC": str(spark_rc),
     }
     done = subprocess.run(
-        ["bash", str(tree / "scripts" / "test.sh")],
+        ["bash", str(tree / "scripts" / "test.sh"), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -73,7 +82,7 @@ def test_both_runs_run_and_both_outcomes_are_reported(
     tree: Path, main_rc: int, spark_rc: int, code: int
 ) -> None:
     rc, out, ran = run(tree, main_rc, spark_rc)
-    assert ran == ["main", "spark"], out
+    assert ran == ["pure", "build", "main", "spark"], out
     assert rc == code, out
     main_line = "passed" if main_rc == 0 else f"FAILED (exit {main_rc})"
     spark_line = "passed" if spark_rc == 0 else f"FAILED (exit {spark_rc})"
@@ -86,3 +95,14 @@ def test_a_failing_static_check_still_stops_the_script(tree: Path) -> None:
     rc, _, ran = run(tree, 0, 0)
     assert rc == 1
     assert ran == []
+
+
+def test_pure_runs_every_layer_once_without_the_compiled_build(tree: Path) -> None:
+    rc, out, ran = run(tree, 0, 0, "--pure")
+    assert (rc, ran) == (0, ["main", "spark"]), out
+
+
+def test_a_failing_pure_run_stops_before_the_compiled_build_and_says_so(tree: Path) -> None:
+    rc, out, ran = run(tree, 0, 0, pure_rc=3)
+    assert (rc, ran) == (3, ["pure"]), out
+    assert "pure-Python build): FAILED (exit 3)" in out
