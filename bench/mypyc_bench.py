@@ -1,6 +1,6 @@
 """The mypyc build's modules against their Python source, side by side in one process (issue 31).
 
-    scripts/build_mypyc.sh && python -m bench.mypyc_bench [--ops 20000] [--repeat 3]
+    scripts/build_mypyc.sh && python -m bench.mypyc_bench [--ops 20000] [--repeat 3] [--only NAME]
 
 Each module of ``scripts/mypyc_modules.txt`` that has an operation here is imported (the .so
 in the compiled build) and loaded a second time from its ``.py`` (:func:`source_module`); both
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,45 @@ def source_module(name: str) -> ModuleType:
 def both(name: str) -> tuple[ModuleType, ModuleType]:
     """(what ``import`` gives, the source loaded beside it)."""
     return importlib.import_module(name), source_module(name)
+
+
+#: modules compiled together whose sources are compared as a family: the source of the last
+#: one runs on the sources of the others (:func:`source_family`), never on their .so files
+RDB_FAMILY: tuple[str, ...] = tuple(
+    f"replicator.redis.rdb.{m}" for m in ("events", "encodings", "values", "streams", "parser")
+)
+
+
+def source_family(names: Sequence[str]) -> ModuleType:
+    """The ``.py`` files of ``names`` (each after the modules it imports), executed as separate
+    modules ``_pure.<name>`` whose imports of one another give these copies: while a copy is
+    executed, ``sys.modules`` and the parent packages name the copies made before it, then they
+    are put back. Returns the last one's copy (e.g. the RDB parser on its sources)."""
+    key = "+".join(names)
+    if key not in _loaded:
+        copies: dict[str, ModuleType] = {}
+        for name in names:
+            importlib.import_module(name)  # what the copies stand in for, restored below
+            saved = {n: sys.modules[n] for n in copies}
+            parents = {n: sys.modules[n.rsplit(".", 1)[0]] for n in copies}
+            try:
+                for n, copy in copies.items():
+                    sys.modules[n] = copy
+                    setattr(parents[n], n.rsplit(".", 1)[1], copy)
+                alias = f"_pure.{key}.{name}"
+                path = ROOT / (name.replace(".", "/") + ".py")
+                spec = importlib.util.spec_from_file_location(alias, path)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[alias] = module  # dataclasses look their module up while decorating
+                spec.loader.exec_module(module)
+                copies[name] = module
+            finally:
+                for n, original in saved.items():
+                    sys.modules[n] = original
+                    setattr(parents[n], n.rsplit(".", 1)[1], original)
+        _loaded[key] = copies[names[-1]]
+    return _loaded[key]
 
 
 def _messages(m: ModuleType) -> Callable[[], object]:
@@ -92,6 +132,63 @@ def _entry(m: ModuleType) -> Callable[[], object]:
     return lambda: m.decode_item(m.encode_item([m.encode_request(es, "c", 1, 2)]), 1, 1)
 
 
+def mixed_rdb(keys: int) -> bytes:
+    """An RDB of ``keys`` keys of mixed types, about as bench.rdb_parse's fill mixes them:
+    short, int and LZF strings, listpack lists, hashes and zsets, hashtable hashes, sets and
+    zsets, intsets (tests/unit/.../rdbgen.py's encoders)."""
+    from tests.unit.replicator.redis.rdb import rdbgen as g
+
+    s = g.string
+    body = [b"\xfe\x00\xfb" + g.length(keys) + g.length(0)]
+    for i in range(keys):
+        k = s(b"key:%d" % i)
+        m = i % 10
+        if m < 3:
+            body.append(b"\x00" + k + s(b"value-%d-" % i + b"x" * 40))
+        elif m == 3:
+            body.append(b"\x00" + k + g.int_string(i * 7919 % 100_000))
+        elif m == 4:
+            body.append(b"\x00" + k + g.lzf_literal_string(b"v" * 90 + b"%d" % i))
+        elif m == 5:
+            lp = g.listpack([b"item-%d-%d" % (j, i) for j in range(8)])
+            body.append(b"\x12" + k + g.length(1) + g.length(2) + s(lp))
+        elif m == 6:
+            body.append(
+                b"\x10"
+                + k
+                + s(
+                    g.listpack(
+                        [b"field%d" % j if j % 2 == 0 else b"val%d" % (i + j) for j in range(12)]
+                    )
+                )
+            )
+        elif m == 7:
+            fields = b"".join(s(b"f%d" % j) + s(b"%d" % (i + j)) for j in range(16))
+            body.append(b"\x04" + k + g.length(16) + fields)
+        elif m == 8:
+            body.append(b"\x0b" + k + s(g.intset([i + j * 1000 for j in range(12)], 4)))
+        else:
+            members = b"".join(s(b"z%d" % j) + struct.pack("<d", j * 1.5) for j in range(16))
+            body.append(b"\x05" + k + g.length(16) + members)
+    return g.rdb(b"".join(body), version=10)
+
+
+def _rdb_parse(m: ModuleType) -> Callable[[], object]:
+    """A whole parse of :func:`mixed_rdb` (1000 keys), fed in 64 KiB chunks, CRC64 checked."""
+    data = mixed_rdb(1000)
+
+    def op() -> object:
+        parser = m.RdbParser()
+        n = 0
+        for i in range(0, len(data), 65536):
+            parser.feed(data[i : i + 65536])
+            n += len(parser.events())
+        parser.close()
+        return n
+
+    return op
+
+
 #: (module, what one operation is, its builder)
 OPS: list[tuple[str, str, Callable[[ModuleType], Callable[[], object]]]] = [
     ("raftlog.native.messages", "peer message encode+decode, 8 entries", _messages),
@@ -104,6 +201,7 @@ OPS: list[tuple[str, str, Callable[[ModuleType], Callable[[], object]]]] = [
     ("raftlog.entry", "encode_request + item + decode_item, 8 entries", _entry),
     ("rmq.codec", "remoting frame encode + decode", _codec),
     ("rmq.message", "stored record encode + decode", _stored),
+    ("replicator.redis.rdb.parser", "parse of an RDB of 1000 mixed keys", _rdb_parse),
 ]
 
 
@@ -121,10 +219,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=20000, help="operations per timed run")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default="", help="only the modules whose name contains this")
     args = ap.parse_args(argv)
     print(f"{'module':24} {'operation':52} {'import µs':>9} {'source µs':>9} {'ratio':>6}")
     for name, what, build in OPS:
-        imported, source = both(name)
+        if args.only not in name:
+            continue
+        imported = importlib.import_module(name)
+        source = source_family(RDB_FAMILY) if name in RDB_FAMILY else source_module(name)
         kind = "compiled" if (imported.__file__ or "").endswith(".so") else "source"
         a = cpu_per_op(build(imported), args.ops, args.repeat)
         b = cpu_per_op(build(source), args.ops, args.repeat)

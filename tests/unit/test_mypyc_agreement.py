@@ -4,10 +4,12 @@ For every module in ``scripts/mypyc_modules.txt`` the test loads the ``.py`` fil
 time under another name (:func:`pure`), beside whatever ``import`` gives (the ``.so`` in the
 compiled build, the same source otherwise), and feeds both the same generated inputs: Raft core
 runs (a simulated cluster with drops and a partition), peer messages, WAL records and their
-scan, log entries and consensus items, remoting frames and stored-message records. Outputs and
-errors (type and text) must be equal. In the plain build both sides are the source, so the test
-only proves itself; ``scripts/test.sh --mypyc`` runs it (and the rest) against the compiled build,
-where ``METALEDGER_MYPYC_EXPECT=1`` also checks that every listed module did import compiled.
+scan, log entries and consensus items, remoting frames and stored-message records, RDB files
+(the source parser runs on the sources of its readers, encodings and events:
+``bench.mypyc_bench.source_family``). Outputs and errors (type and text) must be equal. In the
+plain build both sides are the source, so the test only proves itself; ``scripts/test.sh
+--mypyc`` runs it (and the rest) against the compiled build, where ``METALEDGER_MYPYC_EXPECT=1``
+also checks that every listed module did import compiled.
 """
 
 from __future__ import annotations
@@ -414,3 +416,82 @@ def _kv_run(apply: ModuleType, ops: list[tuple[Any, ...]]) -> list[Any]:
 def test_kv_apply(ops: list[tuple[Any, ...]]) -> None:
     compiled, source = both("nameserver.kv.apply")
     assert _kv_run(compiled, ops) == _kv_run(source, ops)
+
+
+# ---------------------------------------------------------------- the RDB parser
+def _rdb_events(parser_module: ModuleType, data: bytes, cuts: list[int], verify: bool) -> Any:
+    """Every event (or the error) of ``data`` fed in the pieces ``cuts`` make."""
+    parser = parser_module.RdbParser(verify_checksum=verify)
+    out: list[Any] = []
+
+    def run() -> list[Any]:
+        at = 0
+        for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
+            parser.feed(data[at:cut])
+            out.extend(parser.events())
+            at = max(at, cut)
+        parser.close()
+        return out
+
+    return outcome(run), plain(out), parser.offset
+
+
+def _rdb_samples() -> list[bytes]:
+    from bench.mypyc_bench import mixed_rdb
+    from tests.property.test_rdb_property import SAMPLE
+
+    data = ROOT / "tests" / "unit" / "replicator" / "redis" / "data"
+    return [SAMPLE, mixed_rdb(60), *(f.read_bytes() for f in sorted(data.glob("*.bin")))]
+
+
+RDB_SAMPLES = _rdb_samples()
+
+
+def test_the_rdb_parser_is_compared_with_its_whole_source_family() -> None:
+    from bench.mypyc_bench import RDB_FAMILY, source_family
+
+    source = source_family(RDB_FAMILY)
+    assert source.__file__ is not None and source.__file__.endswith("parser.py")
+    # the source parser reads through the sources of its readers, not through the .so files
+    assert source.values.__file__.endswith("values.py")
+    assert source.StreamReader.__module__.startswith("_pure.")
+    assert importlib.import_module("replicator.redis.rdb.values").read_string is not (
+        source.values.read_string
+    )
+
+
+@SETTINGS
+@given(
+    sample=st.integers(0, len(RDB_SAMPLES) - 1),
+    cuts=st.lists(st.integers(0, 200_000), max_size=6),
+    flip=st.none() | st.tuples(st.integers(0, 10**6), st.integers(0, 7)),
+    verify=st.booleans(),
+    tail=st.binary(max_size=40),
+)
+def test_rdb_parser_events_and_errors(
+    sample: int, cuts: list[int], flip: tuple[int, int] | None, verify: bool, tail: bytes
+) -> None:
+    """The compiled parser (parser, readers, encodings, events) and its source give the same
+    events, the same error (type, text, offset) and stop at the same offset: whole files,
+    any chunking, a flipped bit anywhere (the checksum off, so malformed values are parsed),
+    bytes after the end."""
+    from bench.mypyc_bench import RDB_FAMILY, source_family
+
+    data = bytearray(RDB_SAMPLES[sample])
+    if flip is not None:
+        data[flip[0] % len(data)] ^= 1 << flip[1]
+    compiled = importlib.import_module("replicator.redis.rdb.parser")
+    source = source_family(RDB_FAMILY)
+    for blob in (bytes(data), bytes(data) + tail):
+        assert _rdb_events(compiled, blob, cuts, verify) == _rdb_events(source, blob, cuts, verify)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=300), header=st.booleans())
+def test_rdb_parser_on_garbage(data: bytes, header: bool) -> None:
+    from bench.mypyc_bench import RDB_FAMILY, source_family
+
+    blob = b"REDIS0010" + data if header else data
+    compiled = importlib.import_module("replicator.redis.rdb.parser")
+    source = source_family(RDB_FAMILY)
+    assert _rdb_events(compiled, blob, [], False) == _rdb_events(source, blob, [], False)

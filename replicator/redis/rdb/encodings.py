@@ -48,40 +48,38 @@ def lzf_decompress(data: bytes, expected: int, offset: int = 0) -> bytes:
     slice copies; an overlapping reference (distance < length) repeats its period.
     """
     out = bytearray()
-    i = olen = 0
+    i = 0
     n = len(data)
     try:
         while i < n:
             ctrl = data[i]
-            i += 1
             if ctrl < 32:
-                ctrl += 1
-                out += data[i : i + ctrl]
-                i += ctrl
-                olen += ctrl
+                j = i + 2 + ctrl
+                out += data[i + 1 : j]
+                i = j
                 continue
             length = ctrl >> 5
             if length == 7:
-                length += data[i]
                 i += 1
+                length += data[i]
             length += 2
-            start = olen - ((ctrl & 0x1F) << 8) - data[i] - 1
-            i += 1
+            distance = ((ctrl & 0x1F) << 8) + data[i + 1] + 1
+            i += 2
+            start = len(out) - distance
             if start < 0:
                 raise RdbError("LZF back reference before the start of the output", offset)
-            if olen - start >= length:
+            if distance >= length:
                 out += out[start : start + length]
+            elif distance == 1:  # a run of one byte
+                out += out[start:] * length
             else:
-                period = out[start:]
-                reps, rest = divmod(length, olen - start)
-                out += period * reps + period[:rest]
-            olen += length
+                out += (out[start:] * (length // distance + 1))[:length]
     except IndexError:
         raise RdbError("LZF data ends inside a back reference", offset) from None
     if i != n:
         raise RdbError("LZF literal runs past the compressed data", offset)
-    if olen != expected:
-        raise RdbError(f"LZF output is {olen} bytes, the header said {expected}", offset)
+    if len(out) != expected:
+        raise RdbError(f"LZF output is {len(out)} bytes, the header said {expected}", offset)
     return bytes(out)
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Callable
 from typing import Final
 
 from replicator.redis.errors import RdbChecksumError, RdbError, RdbUnsupportedError
@@ -76,6 +75,14 @@ _MALFORMED: Final = (
 )
 
 
+# what the parser reads next (RdbParser._phase)
+_HEADER: Final = 0
+_TOP: Final = 1
+_STRING: Final = 2
+_STRING_PARTS: Final = 3
+_COLLECTION: Final = 4
+
+
 class NeedData:
     def __repr__(self) -> str:
         return "NEED_DATA"
@@ -100,7 +107,7 @@ class RdbParser:
         self._need = 0  # absolute offset the next unit needs the input to reach
         self._events: deque[Event] = deque()
         self._error: RdbError | None = None
-        self._phase: Callable[[], None] = self._header
+        self._phase = _HEADER
         self._value: values.ValueReader | None = None
         self._expire_ms: int | None = None
         self._idle: int | None = None
@@ -152,7 +159,7 @@ class RdbParser:
                     return NEED_DATA
                 self._merge()
             try:
-                self._phase()
+                self._run_phase()
             except Short as short:
                 if short.need <= len(self._buf):  # a reader that asks for what it has: never loop
                     self._fail(RdbError("parser stalled inside a value", self.offset))
@@ -191,6 +198,21 @@ class RdbParser:
 
     # phases -------------------------------------------------------------------------------
 
+    def _run_phase(self) -> None:
+        # a number and direct calls, not a bound method kept in an attribute: compiled
+        # (scripts/mypyc_modules.txt), these are native calls
+        phase = self._phase
+        if phase == _TOP:
+            self._top()
+        elif phase == _COLLECTION:
+            self._collection()
+        elif phase == _STRING:
+            self._string_value()
+        elif phase == _STRING_PARTS:
+            self._string_parts()
+        else:
+            self._header()
+
     def _header(self) -> None:
         buf = self._buf
         if len(buf) < 9:
@@ -206,7 +228,7 @@ class RdbParser:
         self.version = version
         self._pos = 9
         self._events.append(Header(version))
-        self._phase = self._top
+        self._phase = _TOP
 
     def _top(self) -> None:
         buf, p = self._buf, self._pos
@@ -242,18 +264,18 @@ class RdbParser:
             self._expire_ms = self._idle = self._freq = None
             self._pos = p
             if reader is None:
-                self._phase = self._string_value
+                self._phase = _STRING
             else:
                 self._value = reader
-                self._phase = self._collection
-                if type(reader) is not values.Blob:
+                self._phase = _COLLECTION
+                if not isinstance(reader, values.Blob):
                     return
             # a string or a one-blob value that is all there already: read in this unit. Those
             # phases change nothing before they succeed, so on a short or malformed value
             # nothing happened: the next call runs the phase again and reports it, after the
             # KeyBegin as always
             try:
-                self._phase()
+                self._run_phase()
             except (Short, *_MALFORMED):
                 pass
             return
@@ -348,11 +370,11 @@ class RdbParser:
             self._events.append(StringPart(data))
             self._events.append(KeyEnd(self._key))
             self._pos = p
-            self._phase = self._top
+            self._phase = _TOP
             return
         self._pos = p
         self._string_left = length
-        self._phase = self._string_parts
+        self._phase = _STRING_PARTS
 
     def _string_parts(self) -> None:
         buf, p = self._buf, self._pos
@@ -364,7 +386,7 @@ class RdbParser:
         self._string_left -= n
         if not self._string_left:
             self._events.append(KeyEnd(self._key))
-            self._phase = self._top
+            self._phase = _TOP
 
     def _collection(self) -> None:
         reader = self._value
@@ -377,7 +399,7 @@ class RdbParser:
             if finished:
                 self._events.append(KeyEnd(self._key))
                 self._value = None
-                self._phase = self._top
+                self._phase = _TOP
                 return
             if event is not None:
                 return

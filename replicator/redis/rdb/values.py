@@ -175,7 +175,11 @@ def _pairs(items: list[bytes], what: str, offset: int) -> list[tuple[bytes, byte
 
 
 class ValueReader:
-    """Reads one collection value unit by unit; ``step`` returns (position, event, finished)."""
+    """Reads one collection value unit by unit; ``step`` returns (position, event, finished).
+
+    The readers are subclasses with methods, not objects holding functions: compiled
+    (scripts/mypyc_modules.txt), a method is a native call where a function in an attribute
+    goes through Python's calling convention."""
 
     kind = ""
 
@@ -183,59 +187,23 @@ class ValueReader:
         raise NotImplementedError
 
 
-Element = Callable[[bytes, int, int], tuple[object, int]]
-
-
-# _pair inlines read_string's common case (a raw string under 64 bytes): a hashtable-encoded
-# hash is read element by element, and the calls were a fifth of it.
-
-_one: Element = read_string
-
-
-def _pair(buf: bytes, p: int, base: int) -> tuple[object, int]:
-    n = len(buf)
-    if p < n and buf[p] < 0x40:
-        q = p + 1 + buf[p]
-        if q > n:
-            raise Short(q)
-        a = buf[p + 1 : q]
-    else:
-        a, q = read_string(buf, p, base)
-    if q < n and buf[q] < 0x40:
-        end = q + 1 + buf[q]
-        if end > n:
-            raise Short(end)
-        return (a, buf[q + 1 : end]), end
-    b, end = read_string(buf, q, base)
-    return (a, b), end
-
-
-def _zset_text(buf: bytes, p: int, base: int) -> tuple[object, int]:
-    a, p = read_string(buf, p, base)
-    score, p = read_double_string(buf, p, base)
-    return (a, score), p
-
-
 _DOUBLE: Final = struct.Struct("<d")
 
 
-def _zset_binary(buf: bytes, p: int, base: int) -> tuple[object, int]:
-    a, q = read_string(buf, p, base)
-    if q + 8 > len(buf):
-        raise Short(q + 8)
-    return (a, _DOUBLE.unpack_from(buf, q)[0]), q + 8
-
-
 class Counted(ValueReader):
-    """A hashtable-encoded value: a count, then that many elements, batched."""
+    """A hashtable-encoded value: a count, then that many elements (``element``), batched
+    into events (``make``)."""
 
-    def __init__(self, kind: str, element: Element, make: Callable[[list[object]], Event]) -> None:
-        self.kind = kind
-        self._element = element
-        self._make = make
+    def __init__(self) -> None:
         self._left: int | None = None
         self._batch: list[object] = []
         self._batch_bytes = 0
+
+    def element(self, buf: bytes, p: int, base: int) -> tuple[object, int]:
+        raise NotImplementedError
+
+    def make(self, items: list[object]) -> Event:
+        raise NotImplementedError
 
     def step(self, buf: bytes, p: int, base: int) -> tuple[int, Event | None, bool]:
         if self._left is None:
@@ -243,12 +211,12 @@ class Counted(ValueReader):
             return p, None, self._left == 0
         # as many whole elements as the buffer holds, up to a batch; each is committed
         # (position, batch) as soon as it is read, so a Short after the first loses nothing
-        element, batch = self._element, self._batch
+        batch = self._batch
         left, size = self._left, self._batch_bytes
         read_any = False
         try:
             while left and len(batch) < BATCH_ITEMS and size < BATCH_BYTES:
-                item, q = element(buf, p, base)
+                item, q = self.element(buf, p, base)
                 batch.append(item)
                 size += q - p
                 p = q
@@ -264,49 +232,183 @@ class Counted(ValueReader):
             self._batch_bytes = size
             return p, None, False
         self._batch, self._batch_bytes = [], 0
-        return p, self._make(batch), not left
+        return p, self.make(batch), not left
+
+
+# The element readers inline read_string's common case (a raw string under 64 bytes): the
+# calls were a fifth of a hashtable-encoded value's time.
+
+
+class CountedList(Counted):
+    kind = "list"
+
+    def element(self, buf: bytes, p: int, base: int) -> tuple[object, int]:
+        if p < len(buf) and buf[p] < 0x40:
+            end = p + 1 + buf[p]
+            if end > len(buf):
+                raise Short(end)
+            return buf[p + 1 : end], end
+        return read_string(buf, p, base)
+
+    def make(self, items: list[object]) -> Event:
+        return ListItems(cast(list[bytes], items))
+
+
+class CountedSet(CountedList):
+    kind = "set"
+
+    def make(self, items: list[object]) -> Event:
+        return SetMembers(cast(list[bytes], items))
+
+
+class CountedHash(Counted):
+    kind = "hash"
+
+    def element(self, buf: bytes, p: int, base: int) -> tuple[object, int]:
+        n = len(buf)
+        if p < n and buf[p] < 0x40:
+            q = p + 1 + buf[p]
+            if q > n:
+                raise Short(q)
+            a = buf[p + 1 : q]
+        else:
+            a, q = read_string(buf, p, base)
+        if q < n and buf[q] < 0x40:
+            end = q + 1 + buf[q]
+            if end > n:
+                raise Short(end)
+            return (a, buf[q + 1 : end]), end
+        b, end = read_string(buf, q, base)
+        return (a, b), end
+
+    def make(self, items: list[object]) -> Event:
+        return HashFields(cast(list[tuple[bytes, bytes]], items))
+
+
+class CountedZSetText(Counted):
+    """Type 3: scores as text (``rdbLoadDoubleValue``)."""
+
+    kind = "zset"
+
+    def element(self, buf: bytes, p: int, base: int) -> tuple[object, int]:
+        a, p = read_string(buf, p, base)
+        score, p = read_double_string(buf, p, base)
+        return (a, score), p
+
+    def make(self, items: list[object]) -> Event:
+        return ZSetMembers(cast(list[tuple[bytes, float]], items))
+
+
+class CountedZSet(CountedZSetText):
+    """Type 5: scores as 8-byte little-endian doubles."""
+
+    def element(self, buf: bytes, p: int, base: int) -> tuple[object, int]:
+        a, q = read_string(buf, p, base)
+        if q + 8 > len(buf):
+            raise Short(q + 8)
+        return (a, _DOUBLE.unpack_from(buf, q)[0]), q + 8
 
 
 class Blob(ValueReader):
-    """A value that is one string blob (intset, listpack, ziplist, zipmap)."""
+    """A value that is one string blob (intset, listpack, ziplist, zipmap), read by
+    ``decode``."""
 
-    def __init__(self, kind: str, decode: Callable[[bytes, int], Event]) -> None:
-        self.kind = kind
-        self._decode = decode
+    def decode(self, blob: bytes, offset: int) -> Event:
+        raise NotImplementedError
 
     def step(self, buf: bytes, p: int, base: int) -> tuple[int, Event | None, bool]:
         blob, q = read_string(buf, p, base)
-        return q, self._decode(blob, base + p), True
+        return q, self.decode(blob, base + p), True
+
+
+class ZipmapHash(Blob):
+    kind = "hash"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return HashFields(_pairs(encodings.decode_zipmap(blob, offset), "zipmap", offset))
+
+
+class ZiplistList(Blob):
+    kind = "list"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return ListItems(encodings.decode_ziplist(blob, offset))
+
+
+class IntsetSet(Blob):
+    kind = "set"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return SetMembers(encodings.decode_intset(blob, offset))
+
+
+class ZiplistZSet(Blob):
+    kind = "zset"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return _zset_event(encodings.decode_ziplist(blob, offset), offset)
+
+
+class ZiplistHash(Blob):
+    kind = "hash"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return HashFields(_pairs(encodings.decode_ziplist(blob, offset), "hash ziplist", offset))
+
+
+class ListpackHash(Blob):
+    kind = "hash"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return HashFields(_pairs(encodings.decode_listpack(blob, offset), "hash listpack", offset))
+
+
+class ListpackZSet(Blob):
+    kind = "zset"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return _zset_event(encodings.decode_listpack(blob, offset), offset)
+
+
+class ListpackSet(Blob):
+    kind = "set"
+
+    def decode(self, blob: bytes, offset: int) -> Event:
+        return SetMembers(encodings.decode_listpack(blob, offset))
 
 
 class Quicklist(ValueReader):
-    """Types 14 (nodes are ziplists) and 18 (``<len container>``: 1 plain, 2 packed listpack)."""
+    """Type 14: a quicklist whose nodes are ziplists."""
 
     kind = "list"
 
-    def __init__(self, version2: bool) -> None:
-        self._v2 = version2
+    def __init__(self) -> None:
         self._left: int | None = None
+
+    def node(self, buf: bytes, p: int, base: int) -> tuple[list[bytes], int]:
+        blob, q = read_string(buf, p, base)
+        return encodings.decode_ziplist(blob, base + p), q
 
     def step(self, buf: bytes, p: int, base: int) -> tuple[int, Event | None, bool]:
         if self._left is None:
             self._left, p = read_len(buf, p, base)
             return p, None, self._left == 0
-        start = p
-        container = 2
-        if self._v2:
-            container, p = read_len(buf, p, base)
-            if container not in (1, 2):
-                raise RdbError(f"quicklist node container {container}", base + start)
-        blob, p = read_string(buf, p, base)
+        items, p = self.node(buf, p, base)
         self._left -= 1
-        if container == 1:
-            items = [blob]
-        elif self._v2:
-            items = encodings.decode_listpack(blob, base + start)
-        else:
-            items = encodings.decode_ziplist(blob, base + start)
         return p, ListItems(items) if items else None, not self._left
+
+
+class Quicklist2(Quicklist):
+    """Type 18: each node is ``<len container>`` (1 plain, 2 packed listpack), then a string."""
+
+    def node(self, buf: bytes, p: int, base: int) -> tuple[list[bytes], int]:
+        container, q = read_len(buf, p, base)
+        if container not in (1, 2):
+            raise RdbError(f"quicklist node container {container}", base + p)
+        blob, q = read_string(buf, q, base)
+        if container == 1:
+            return [blob], q
+        return encodings.decode_listpack(blob, base + p), q
 
 
 class StringValue(ValueReader):
@@ -342,45 +444,23 @@ def reader_for(rdb_type: int, offset: int) -> ValueReader:
     return make()
 
 
-def _list(items: list[object]) -> Event:
-    return ListItems(cast(list[bytes], items))
-
-
-def _set(items: list[object]) -> Event:
-    return SetMembers(cast(list[bytes], items))
-
-
-def _zset(items: list[object]) -> Event:
-    return ZSetMembers(cast(list[tuple[bytes, float]], items))
-
-
-def _hash(items: list[object]) -> Event:
-    return HashFields(cast(list[tuple[bytes, bytes]], items))
-
-
 _READERS: dict[int, Callable[[], ValueReader]] = {
-    0: lambda: StringValue(),
-    1: lambda: Counted("list", _one, _list),
-    2: lambda: Counted("set", _one, _set),
-    3: lambda: Counted("zset", _zset_text, _zset),
-    4: lambda: Counted("hash", _pair, _hash),
-    5: lambda: Counted("zset", _zset_binary, _zset),
+    0: StringValue,
+    1: CountedList,
+    2: CountedSet,
+    3: CountedZSetText,
+    4: CountedHash,
+    5: CountedZSet,
     6: Module,
     7: Module,
-    9: lambda: Blob(
-        "hash", lambda b, o: HashFields(_pairs(encodings.decode_zipmap(b, o), "zipmap", o))
-    ),
-    10: lambda: Blob("list", lambda b, o: ListItems(encodings.decode_ziplist(b, o))),
-    11: lambda: Blob("set", lambda b, o: SetMembers(encodings.decode_intset(b, o))),
-    12: lambda: Blob("zset", lambda b, o: _zset_event(encodings.decode_ziplist(b, o), o)),
-    13: lambda: Blob(
-        "hash", lambda b, o: HashFields(_pairs(encodings.decode_ziplist(b, o), "hash ziplist", o))
-    ),
-    14: lambda: Quicklist(version2=False),
-    16: lambda: Blob(
-        "hash", lambda b, o: HashFields(_pairs(encodings.decode_listpack(b, o), "hash listpack", o))
-    ),
-    17: lambda: Blob("zset", lambda b, o: _zset_event(encodings.decode_listpack(b, o), o)),
-    18: lambda: Quicklist(version2=True),
-    20: lambda: Blob("set", lambda b, o: SetMembers(encodings.decode_listpack(b, o))),
+    9: ZipmapHash,
+    10: ZiplistList,
+    11: IntsetSet,
+    12: ZiplistZSet,
+    13: ZiplistHash,
+    14: Quicklist,
+    16: ListpackHash,
+    17: ListpackZSet,
+    18: Quicklist2,
+    20: ListpackSet,
 }
