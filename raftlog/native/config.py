@@ -32,8 +32,8 @@ class NativeConfig(EngineConfig):
     #: an inbound peer connection that has not authenticated by then is closed
     peer_handshake_timeout_ms: int = 5000
     #: an authenticated inbound connection with no frame for this long is closed (members
-    #: send heartbeats every heartbeat_ms, and a keepalive every quarter of this)
-    peer_idle_timeout_ms: int = 10_000
+    #: send heartbeats every heartbeat_ms, and keepalives: :attr:`peer_keepalive_s`)
+    peer_idle_timeout_ms: int = 30_000
     #: this member's connection to a peer is closed and dialled again when nothing was
     #: heard from that peer for this long, or when data written to it stays unacknowledged
     #: this long (TCP_USER_TIMEOUT, where the platform has it): a black-holed connection

@@ -10,6 +10,8 @@ forwards waiting for the leader's answer on a broken connection are answered at 
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +22,7 @@ from raftlog.native.config import NativeConfig
 from raftlog.native.conns import FRAME, IDLE, InboundConnections, OutboundDeadline
 from raftlog.native.forwarding import Forwarding
 from raftlog.native.messages import KIND_NORMAL
+from raftlog.native.transport import set_peer_socket_options
 
 PEERS = {"n0": "127.0.0.1:7001", "n1": "127.0.0.1:7002"}
 
@@ -105,3 +108,22 @@ def test_forwards_to_the_leader_are_answered_when_its_connection_breaks() -> Non
     assert len(answers) == 1 and isinstance(answers[0][1], UnknownOutcomeError)
     f.connection_lost(PEERS["n1"])  # answered once
     assert len(answers) == 1
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="TCP_USER_TIMEOUT is Linux's")
+def test_peer_sockets_bound_unacknowledged_data_by_the_dead_timeout() -> None:
+    async def main() -> tuple[int, int]:
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        set_peer_socket_options(writer, 4000)
+        sock = writer.get_extra_info("socket")
+        got = (
+            int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)),
+            int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)),
+        )
+        writer.close()
+        server.close()
+        return got
+
+    assert asyncio.run(main()) == (4000, 1)
