@@ -52,7 +52,7 @@ class HAClient:
         heartbeat_interval: float = 1.0,
         idle_timeout: float = 5.0,
         backoff_initial_s: float = 0.5,
-        backoff_max_s: float = 5.0,
+        backoff_max_s: float = 1.0,
         sync_from_last_file: bool = False,
     ) -> None:
         self.store = store
