@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from raftlog.native.auth import create_password_file
 from tests.faults.net import checker
 from tests.faults.net.nemesis import FAULTS
 from tests.faults.net.netns import Net, unavailable_reason
+from tests.harness import stop_processes
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CLIENT_PORT, PEER_PORT, REMOTING_PORT, METRICS_PORT = 2379, 2380, 2381, 2382
@@ -141,22 +141,9 @@ class NetCluster:
         stop_all(self.procs)
 
 
-def stop_all(procs: list[subprocess.Popen[bytes] | None], timeout: float = 15.0) -> None:
-    """SIGTERM each (by PID), SIGKILL its group after ``timeout``."""
-    for p in procs:
-        if p is not None and p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        if p is None:
-            continue
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait(10.0)
+def stop_all(procs: list[subprocess.Popen[bytes] | None]) -> None:
+    """Stop each (by PID: SIGTERM, then SIGKILL of its group after 15 s)."""
+    stop_processes(procs, timeout=15.0)
 
 
 @dataclass
@@ -251,7 +238,13 @@ def run_once(
                 ]
                 with open(root / f"client-{i}.log", "ab") as log:
                     clients.append(
-                        subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env())
+                        subprocess.Popen(
+                            cmd,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=_env(),
+                            start_new_session=True,
+                        )
                     )
             began = time.monotonic()
             waiter.wait(warmup_s)

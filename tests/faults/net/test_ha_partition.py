@@ -76,7 +76,11 @@ def test_the_slave_catches_up_within_5_s_of_the_heal(tmp_path: Path) -> None:
                     str(tmp_path / role),
                     *extra,
                 ]
-                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, env=_env()))
+                procs.append(
+                    subprocess.Popen(
+                        cmd, stdout=subprocess.PIPE, env=_env(), start_new_session=True
+                    )
+                )
             master, slave = Lines(procs[0]), Lines(procs[1])  # type: ignore[arg-type]
             _wait(lambda: slave.last()["end"] > 0, 30, "the slave did not start copying")
             net.cut(0, 1)

@@ -64,17 +64,8 @@ def test_a_late_beat_does_not_count_this_process_s_stall_against_the_peer() -> N
     assert d2.beat(130.5, 100.4)  # still nothing heard after the stall: dead
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_last_heard_reads_the_newest_frame_of_any_connection_from_the_member() -> None:
-    clock = Clock()
-    conns = InboundConnections(10, 5.0, 30.0, 20.0, clock=clock)
+    conns = InboundConnections(10, 5.0, 30.0, 20.0, clock=lambda: 1000.0)
     old, new, other, hand = (conns.open(lambda: None) for _ in range(4))
     assert old and new and other and hand
     assert conns.last_heard("a") is None
