@@ -9,6 +9,10 @@ history stays short). ``status``: one line of each member's Admin.Status (or its
 
     python -m tests.faults.net.client ops --endpoint IP:PORT --proc P --out FILE
     python -m tests.faults.net.client status IP:PORT ...
+    python -m tests.faults.net.client failover IP:PORT ...
+
+``failover``: puts through the project's client library with every endpoint (its
+failover), one JSON line each: ``[start, end, ok]``.
 """
 
 from __future__ import annotations
@@ -73,6 +77,29 @@ def run_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_failover(args: argparse.Namespace) -> int:
+    """Puts through ``nameserver.client.Client`` (every endpoint, failover on), one JSON
+    line each: ``[start, end, ok]``."""
+    from nameserver.client import Client
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Client(args.endpoints, timeout_s=args.timeout_s) as client:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            start = time.monotonic()
+            try:
+                client.put(b"failover/%d" % n, b"v")
+                ok = True
+            except Exception:
+                ok = False
+            end = time.monotonic()
+            print(json.dumps([start, end, ok]), flush=True)
+            stop.wait(args.pause_s)
+    return 0
+
+
 def run_status(endpoints: list[str]) -> int:
     for ep in endpoints:
         with grpc.insecure_channel(ep, options=_OPTIONS) as ch:
@@ -98,11 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--key-epoch-s", type=float, default=3.0)
     o.add_argument("--timeout-s", type=float, default=1.0)
     o.add_argument("--pause-s", type=float, default=0.02)
+    f = sub.add_parser("failover")
+    f.add_argument("endpoints", nargs="+")
+    f.add_argument("--timeout-s", type=float, default=5.0)
+    f.add_argument("--pause-s", type=float, default=0.05)
     s = sub.add_parser("status")
     s.add_argument("endpoints", nargs="+")
     args = p.parse_args(argv)
     if args.cmd == "ops":
         return run_ops(args)
+    if args.cmd == "failover":
+        return run_failover(args)
     return run_status(args.endpoints)
 
 

@@ -13,7 +13,8 @@ gone (a test that died before its cleanup), by name, and only those.
 
 The drops: :meth:`Net.cut` drops packets between two members (in both namespaces), one
 way or both, all of them or a random share (iptables' ``statistic`` match); :meth:`Net.heal`
-flushes the rules of the members' namespaces. Clients (10.77.1.1) are never dropped.
+flushes the rules of the members' namespaces. Clients (10.77.1.1) are dropped only by
+:meth:`Net.cut_client`.
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ class Net:
         self._iptables(b, "-A", "INPUT", "-s", self.ips[a], *match, "-j", "DROP")
         if not one_way:
             self._iptables(a, "-A", "INPUT", "-s", self.ips[b], *match, "-j", "DROP")
+
+    def cut_client(self, i: int) -> None:
+        """Drop every packet from the clients to member ``i`` (their connections to it go
+        silent; the member's answers are never acknowledged)."""
+        self._iptables(i, "-A", "INPUT", "-s", CLIENT_IP, "-j", "DROP")
 
     def partition(self, groups: Sequence[Sequence[int]]) -> None:
         """Members in different groups do not see each other."""
