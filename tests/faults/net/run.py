@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the checkout whose server code the nodes run (default: this one)",
     )
     args = p.parse_args(argv)
-    results = []
+    results: list[RunResult] = []
     for k in range(args.runs):
         seed = args.seed + k
         faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s)
@@ -322,27 +322,28 @@ def main(argv: list[str] | None = None) -> int:
             healed_s=args.healed_s,
             code_tree=args.code_tree,
         )
-        s = res.summary()
-        results.append(s)
+        results.append(res)
+        worst = res.summary()["worst_recovery_s"]
         print(
             f"seed {seed}: {res.ops} ops, {len(res.anomalies)} anomalies, worst recovery "
-            f"{s['worst_recovery_s']} s, longest gap {res.longest_gap_s} s, "
+            f"{worst} s, longest gap {res.longest_gap_s} s, "
             f"{'ok' if not res.problems() else 'PROBLEMS ' + '; '.join(res.problems())}",
             flush=True,
         )
         Path(args.out).write_text(json.dumps(_totals(results), indent=1) + "\n")
-    return 0 if all(not r["problems"] for r in results) else 1
+    return 0 if all(not r.problems() for r in results) else 1
 
 
-def _totals(results: list[dict[str, object]]) -> dict[str, object]:
+def _totals(runs: list[RunResult]) -> dict[str, object]:
+    summaries = [r.summary() for r in runs]
     return {
-        "runs": len(results),
-        "ops": sum(int(str(r["ops"])) for r in results),
-        "anomalies": sum(len(r["anomalies"]) for r in results),  # type: ignore[arg-type]
-        "worst_recovery_s": max(float(str(r["worst_recovery_s"])) for r in results),
-        "longest_gap_s": max(float(str(r["longest_gap_s"])) for r in results),
-        "failed_runs": [r["seed"] for r in results if r["problems"]],
-        "results": results,
+        "runs": len(runs),
+        "ops": sum(r.ops for r in runs),
+        "anomalies": sum(len(r.anomalies) for r in runs),
+        "worst_recovery_s": max(float(str(s["worst_recovery_s"])) for s in summaries),
+        "longest_gap_s": max(r.longest_gap_s for r in runs),
+        "failed_runs": [r.seed for r in runs if r.problems()],
+        "results": summaries,
     }
 
 
