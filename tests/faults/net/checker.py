@@ -65,12 +65,17 @@ def check_key(ops: Sequence[Op], max_states: int = 2_000_000) -> str | None:
         done, value = stack.pop()
         if done == full:
             return None
-        # an op may go next only if it started before every pending op ended
+        # an op may go next only if it started before every pending op ended; sorted by
+        # start, the scans begin at the first pending op and stop at one that started
+        # after that bound (it ends later still)
+        first = (~done & (done + 1)).bit_length() - 1
         min_end = math.inf
-        for i in range(n):
+        for i in range(first, n):
+            if keep[i].start > min_end:
+                break
             if not done >> i & 1 and keep[i].end < min_end:
                 min_end = keep[i].end
-        for i in range(n):
+        for i in range(first, n):
             if done >> i & 1:
                 continue
             o = keep[i]
