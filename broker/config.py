@@ -125,9 +125,11 @@ class BrokerConfig:
     #: SYNC_MASTER with inSyncReplicas <= 1 (RocketMQ 4.x haSlaveFallbehindMax): a slave this
     #: many bytes behind is not available (SLAVE_NOT_AVAILABLE)
     ha_slave_fallbehind_max_bytes: int = 256 * 1024 * 1024
-    #: HA connections: heartbeat frame interval and idle timeout (RocketMQ: 5 s, 20 s)
-    ha_heartbeat_interval_ms: int = 5000
-    ha_idle_timeout_ms: int = 20_000
+    #: HA connections: heartbeat frame interval and idle timeout (RocketMQ: 5 s, 20 s; here
+    #: etcd's 5 s peer deadline, so a partitioned stream is noticed and dialled again soon
+    #: after a heal; the idle timeout also bounds unacknowledged writes, TCP_USER_TIMEOUT)
+    ha_heartbeat_interval_ms: int = 1000
+    ha_idle_timeout_ms: int = 5000
     #: transactions (RocketMQ 5's BrokerConfig): a half without an end is checked back with its
     #: producer once this old (transactionTimeOut; a message's CHECK_IMMUNITY_TIME_IN_SECONDS
     #: may ask more), every ``transaction_check_interval_ms`` (transactionCheckInterval), at

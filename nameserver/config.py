@@ -128,6 +128,9 @@ class ServerConfig:
     peer_idle_timeout_ms: int = 30_000
     peer_frame_timeout_ms: int = 30_000
     peer_max_connections: int = 64
+    #: a member closes its connection to a peer it heard nothing from for this long (or
+    #: whose data stays unacknowledged this long: TCP_USER_TIMEOUT) and dials again
+    peer_dead_timeout_ms: int = 4000
     #: TLS (etcd's flags; nameserver.tls): the client set covers the client gRPC, remoting
     #: and metrics ports, the peer set the native engine's Raft port ("" = plain TCP)
     cert_file: str = ""
@@ -252,6 +255,7 @@ class ServerConfig:
             "peer_idle_timeout_ms",
             "peer_frame_timeout_ms",
             "peer_max_connections",
+            "peer_dead_timeout_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "must be > 0")

@@ -110,6 +110,11 @@ GRPC_SERVER_OPTIONS = [
     # Queue them instead, as etcd does; a request still waiting at its deadline times out
     # on its own.
     ("grpc.server.max_pending_requests", GRPC_MAX_PENDING_CALLS),
+    # clients ping every few seconds while a call is open (nameserver.client's keepalive:
+    # 6 s; etcd clients' DialKeepAliveTime): allowed, as etcd allows one per 5 s,
+    # rather than answered with GOAWAY "too many pings" after gRPC's 5-minute default
+    ("grpc.http2.min_ping_interval_without_data_ms", 4000),
+    ("grpc.http2.max_ping_strikes", 0),
     ("grpc.server.max_pending_requests_hard_limit", 2 * GRPC_MAX_PENDING_CALLS),
 ]
 
@@ -189,6 +194,7 @@ class Node:
                     peer_idle_timeout_ms=config.peer_idle_timeout_ms,
                     peer_frame_timeout_ms=config.peer_frame_timeout_ms,
                     peer_max_connections=config.peer_max_connections,
+                    peer_dead_timeout_ms=config.peer_dead_timeout_ms,
                     peer_ssl_server=tls.server_context(config.peer_tls),
                     peer_ssl_client=tls.client_context(config.peer_tls),
                 )

@@ -5,7 +5,8 @@
 #                         docker-compose (to validate docker-compose.yml), nats-server (NATS
 #                         JetStream, the broker benchmark's peer: tests/integration/test_bench_jetstream.py),
 #                         redis-server and redis-tools (the Redis replicator's source, redis-cli,
-#                         redis-check-rdb: tests/integration/replicator/redis/);
+#                         redis-check-rdb: tests/integration/replicator/redis/), iptables (the
+#                         network fault tests drop packets in their own namespaces: tests/faults/net/);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
 #   npm: tests/js's pinned RocketMQ clients (npm ci; needs Node.js and npm).
 # The Spark tests need a Java runtime, which it does not install.
@@ -33,6 +34,8 @@ command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 # Debian installs it in /usr/sbin, which a non-login PATH may lack
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(nats-server)
+# the network fault tests (tests/faults/net) drop packets with iptables in their namespaces
+command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq

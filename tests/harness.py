@@ -179,6 +179,25 @@ def grpc_code(exc: BaseException) -> grpc.StatusCode | None:
 
 
 # --------------------------------------------------------------------------- cluster
+def stop_processes(procs: Sequence[subprocess.Popen[bytes] | None], timeout: float = 10.0) -> None:
+    """SIGTERM each running one (by its PID), then SIGKILL the process group of those not
+    gone within ``timeout``."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        if p is None:
+            continue
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10.0)
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     id: str
@@ -423,20 +442,7 @@ class Cluster:
         the tails of the node logs first."""
         if failed:
             print(self.logs_tail(), file=sys.stderr)
-        for p in self.procs:
-            if p is not None and p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10.0
-        for p in self.procs:
-            if p is None:
-                continue
-            try:
-                p.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10.0)
+        stop_processes(self.procs)
         for i in list(self._channels):
             self._drop_channel(i)
 

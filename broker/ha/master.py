@@ -29,6 +29,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from broker.ha.deadlines import set_ha_socket_options
 from broker.ha.epochs import EpochEntry, EpochFile, entry_for
 from broker.ha.errors import HAError, HAProtocolError
 from broker.ha.protocol import (
@@ -101,8 +102,8 @@ class HAMaster:
         port: int,
         epochs: EpochFile,
         *,
-        heartbeat_interval: float = 5.0,
-        idle_timeout: float = 20.0,
+        heartbeat_interval: float = 1.0,
+        idle_timeout: float = 5.0,
         batch_bytes: int = TRANSFER_BATCH_BYTES,
     ) -> None:
         self.store = store
@@ -290,6 +291,7 @@ class HAMaster:
         assert task is not None
         self._tasks.add(task)
         peer = writer.get_extra_info("peername")
+        set_ha_socket_options(writer, self.idle_timeout)
         try:
             await self._serve(reader, writer, f"{peer[0]}:{peer[1]}" if peer else "?")
         except (HAError, StoreError, OSError, TimeoutError) as e:

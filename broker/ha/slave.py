@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 
+from broker.ha.deadlines import set_ha_socket_options
 from broker.ha.epochs import EpochFile, consistent_point
 from broker.ha.errors import HAError, HAProtocolError, NoConsistentPoint
 from broker.ha.protocol import (
@@ -48,10 +49,10 @@ class HAClient:
         broker_id: int,
         master_ha: tuple[str, int],
         *,
-        heartbeat_interval: float = 5.0,
-        idle_timeout: float = 20.0,
+        heartbeat_interval: float = 1.0,
+        idle_timeout: float = 5.0,
         backoff_initial_s: float = 0.5,
-        backoff_max_s: float = 5.0,
+        backoff_max_s: float = 1.0,
         sync_from_last_file: bool = False,
     ) -> None:
         self.store = store
@@ -110,6 +111,7 @@ class HAClient:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port), self.idle_timeout
         )
+        set_ha_socket_options(writer, self.idle_timeout)
         beats: asyncio.Task[None] | None = None
         idle: Deadline | None = None
         try:

@@ -79,6 +79,7 @@ _OPTIONAL_FIELDS = {
     "peer_idle_timeout_ms": "peer_idle_timeout_ms",
     "peer_frame_timeout_ms": "peer_frame_timeout_ms",
     "peer_max_connections": "peer_max_connections",
+    "peer_dead_timeout_ms": "peer_dead_timeout_ms",
     "cert_file": "cert_file",
     "key_file": "key_file",
     "trusted_ca_file": "trusted_ca_file",
@@ -349,7 +350,14 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         type=int,
         metavar="MS",
         help="close a Raft peer connection with no frame for MS; members send a keepalive "
-        "every quarter of it (default 30000)",
+        "every quarter of it or of --peer-dead-timeout-ms, whichever is shorter (default 30000)",
+    )
+    p.add_argument(
+        "--peer-dead-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="close this member's connection to a peer heard from not once in MS, or whose "
+        "data stays unacknowledged MS (TCP_USER_TIMEOUT), and dial again (default 4000)",
     )
     p.add_argument(
         "--peer-frame-timeout-ms",

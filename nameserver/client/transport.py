@@ -45,6 +45,18 @@ __all__ = [
     "normalize_endpoint",
 ]
 
+#: HTTP/2 keepalive while calls are open: a connection black-holed by a partition (no
+#: error, no end-of-file) is closed after a ping goes unanswered, its calls fail UNAVAILABLE
+#: and the transport fails over, instead of every call on it timing out until TCP gives up
+#: (minutes). gRPC also bounds unacknowledged data by the ping timeout (TCP_USER_TIMEOUT).
+#: Every 6 s: metaledger allows a ping every 4 s, etcd's default enforcement one per 5 s.
+_CHANNEL_OPTIONS = (
+    ("grpc.keepalive_time_ms", 6000),
+    ("grpc.keepalive_timeout_ms", 3000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
 CLIENT_ID_METADATA = "x-ml-client-id"
 SEQ_METADATA = "x-ml-seq"
 
@@ -186,9 +198,9 @@ class Transport:
             stubs = self._stubs.get(endpoint)
             if stubs is None:
                 channel = (
-                    grpc.insecure_channel(endpoint)
+                    grpc.insecure_channel(endpoint, options=_CHANNEL_OPTIONS)
                     if self._credentials is None
-                    else grpc.secure_channel(endpoint, self._credentials)
+                    else grpc.secure_channel(endpoint, self._credentials, options=_CHANNEL_OPTIONS)
                 )
                 if self._user is not None:
                     channel = authenticated_channel(

@@ -32,8 +32,14 @@ class NativeConfig(EngineConfig):
     #: an inbound peer connection that has not authenticated by then is closed
     peer_handshake_timeout_ms: int = 5000
     #: an authenticated inbound connection with no frame for this long is closed (members
-    #: send heartbeats every heartbeat_ms, and a keepalive every quarter of this)
+    #: send heartbeats every heartbeat_ms, and keepalives: :attr:`peer_keepalive_s`)
     peer_idle_timeout_ms: int = 30_000
+    #: this member's connection to a peer is closed and dialled again when nothing was
+    #: heard from that peer for this long, or when data written to it stays unacknowledged
+    #: this long (TCP_USER_TIMEOUT, where the platform has it): a black-holed connection
+    #: gives no error, and TCP's own retransmissions back off to over 10 s. etcd puts 5 s
+    #: deadlines on its peer connections; two election timeouts here
+    peer_dead_timeout_ms: int = 4000
     #: a frame that started must complete within this (a 1 MiB snapshot chunk included)
     peer_frame_timeout_ms: int = 30_000
     #: inbound peer connections at once (handshakes included); more are closed at once
@@ -56,6 +62,7 @@ class NativeConfig(EngineConfig):
             "peer_handshake_timeout_ms",
             "peer_idle_timeout_ms",
             "peer_frame_timeout_ms",
+            "peer_dead_timeout_ms",
             "peer_max_connections",
         ):
             if getattr(self, name) <= 0:
@@ -66,3 +73,15 @@ class NativeConfig(EngineConfig):
                 f"must be more than twice heartbeat_ms ({self.heartbeat_ms}), "
                 "or live connections are closed",
             )
+        if self.peer_dead_timeout_ms <= 2 * self.heartbeat_ms:
+            raise ConfigError(
+                "peer_dead_timeout_ms",
+                f"must be more than twice heartbeat_ms ({self.heartbeat_ms}), "
+                "or live connections are closed",
+            )
+
+    @property
+    def peer_keepalive_s(self) -> float:
+        """How often a member writes a keepalive on its connection to each peer: often
+        enough for the listener's idle timeout and for the dead-connection deadline."""
+        return min(self.peer_idle_timeout_ms, self.peer_dead_timeout_ms) / 4000

@@ -11,6 +11,11 @@ this process did not run (a sweep that comes late: SIGSTOP, a blocked loop) does
 against the peers.
 Above ``max_connections`` a new connection is closed at once.
 
+The other way, :class:`OutboundDeadline` decides when this member's own connection to a
+peer is dead: nothing heard from that peer (on any of its connections to us, keepalives
+included) for ``silence_s``. A black-holed connection gives neither an error nor an
+end-of-file; without this the dialler would write into it until TCP gives up.
+
 Nothing here touches sockets: a slot holds the callable that aborts its connection, so
 the table is unit-tested with fakes. What it closes is logged at most once per
 ``log_every_s`` per reason (with the count since the last line): an outsider opening
@@ -62,12 +67,14 @@ class RateLimitedLog:
 class Slot:
     """One inbound connection: how to abort it and until when it may stay as it is."""
 
-    __slots__ = ("abort", "deadline", "waiting_for")
+    __slots__ = ("abort", "address", "deadline", "waiting_for")
 
     def __init__(self, abort: Callable[[], None], deadline: float) -> None:
         self.abort = abort
         self.deadline = deadline
         self.waiting_for = HANDSHAKE
+        #: the member it authenticated as ("" during the handshake)
+        self.address = ""
 
 
 class InboundConnections:
@@ -116,6 +123,23 @@ class InboundConnections:
     def close(self, slot: Slot) -> None:
         self._slots.discard(slot)
 
+    def last_heard(self, address: str) -> float | None:
+        """When a frame from ``address`` last started or ended on any of its connections
+        (None: none authenticated). Read off the deadlines, nothing stored per frame."""
+        heard = None
+        for slot in self._slots:
+            if slot.address != address:
+                continue
+            if slot.waiting_for is IDLE:
+                at = slot.deadline - self.idle_s
+            elif slot.waiting_for is FRAME:
+                at = slot.deadline - self.frame_s
+            else:
+                continue
+            if heard is None or at > heard:
+                heard = at
+        return heard
+
     def sweep(self, now: float | None = None, late_s: float = 0.0) -> int:
         """Abort every connection past its deadline; return how many.
 
@@ -139,3 +163,28 @@ class InboundConnections:
             except Exception as exc:  # a transport already gone: nothing left to close
                 log.debug("aborting a peer connection: %s", exc)
         return len(expired)
+
+
+class OutboundDeadline:
+    """When to give up this member's connection to a peer: checked on each keepalive
+    beat (every ``beat_s``). Dead once nothing was heard from the peer for ``silence_s``
+    since the connection opened; a live peer is heard at least every keepalive (its own
+    connection to us carries them). A beat that comes late (this process did not run)
+    skips the check once: what the peer sent meanwhile waits unread in our buffers."""
+
+    __slots__ = ("_beat_s", "_due", "_opened", "silence_s")
+
+    def __init__(self, opened: float, silence_s: float, beat_s: float) -> None:
+        self._opened = opened
+        self.silence_s = silence_s
+        self._beat_s = beat_s
+        self._due = opened + beat_s
+
+    def beat(self, now: float, last_heard: float | None) -> bool:
+        """True: the connection is dead (close it and dial again)."""
+        late = now - self._due > self._beat_s
+        self._due = now + self._beat_s
+        if late:
+            return False
+        heard = self._opened if last_heard is None else max(last_heard, self._opened)
+        return now - heard > self.silence_s

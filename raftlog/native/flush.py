@@ -66,7 +66,9 @@ class Flush:
         self._flush_scheduled = False
         self._in_flush = False
         self._stopping = False
-        self.transport = Transport(config, loop, core, self._on_message, self.kick, self._on_unsent)
+        self.transport = Transport(
+            config, loop, core, self._on_message, self.kick, self._on_unsent, self._on_lost
+        )
         self.forwarding = Forwarding(
             config, core, sink, self.transport.send, self.transport.send_forward, self.kick, name
         )
@@ -107,6 +109,9 @@ class Flush:
 
     def _on_unsent(self, to: str, rids: list[int]) -> None:
         self.forwarding.fail_forwards(to, rids)
+
+    def _on_lost(self, to: str) -> None:
+        self.forwarding.connection_lost(to)
 
     def _on_message(self, m: Message) -> None:
         core = self._core

@@ -195,6 +195,18 @@ class Forwarding:
                 name = self._name(leader)
                 entry[0](None, NotLeaderError(f"no connection to the leader {name} yet", name))
 
+    def connection_lost(self, address: str) -> None:
+        """The connection to ``address`` broke. If it leads, the proposals forwarded to it
+        and not yet answered may or may not have arrived: answer them now (the outcome is
+        unknown) rather than at their deadline, and a forward written into a dead
+        connection never lands long after its client gave up (the kernel drops it with
+        the connection)."""
+        if address != self._core.leader or not self._forwards:
+            return
+        forwards, self._forwards = self._forwards, {}
+        for callback, _ in forwards.values():
+            callback(None, UnknownOutcomeError("the connection to the leader broke"))
+
     def transfer(self, address: str | None, callback: ProposeCallback) -> None:
         core = self._core
         try:

@@ -6,22 +6,37 @@ replies come back on the other member's own connection. A connection starts with
 mutual handshake of :mod:`raftlog.native.auth` (over TLS when the config carries ssl
 contexts, ``peer_ssl_server``/``peer_ssl_client``: etcd's peer TLS); inbound connections are bounded by
 :mod:`raftlog.native.conns` (a cap, and deadlines for the handshake, between frames and
-within a frame); the dialer sends a keepalive (an empty frame) when idle.
+within a frame); the dialer sends a keepalive (an empty frame) every :attr:`NativeConfig.peer_keepalive_s`.
+
+A dialled connection that goes silent is given up after ``peer_dead_timeout_ms`` and
+dialled again (a black-holed connection gives no error or end-of-file, and TCP's
+retransmissions back off past 10 s): nothing heard from that peer for that long
+(:class:`raftlog.native.conns.OutboundDeadline`), or data written to it unacknowledged
+that long (``TCP_USER_TIMEOUT`` on every peer socket). The forwards waiting for the
+leader's answer are then failed at once (``on_lost``) rather than at their deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from raftlog.native.auth import PeerAuthError, PeerKey, accept, dial
 from raftlog.native.config import NativeConfig
-from raftlog.native.conns import FRAME, IDLE, InboundConnections, RateLimitedLog
+from raftlog.native.conns import (
+    FRAME,
+    IDLE,
+    InboundConnections,
+    OutboundDeadline,
+    RateLimitedLog,
+)
 from raftlog.native.core import RaftCore
 from raftlog.native.messages import Message, decode_message, encode_message
 
@@ -38,18 +53,45 @@ def _peername(writer: asyncio.StreamWriter) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
 
 
+def set_peer_socket_options(writer: asyncio.StreamWriter, dead_timeout_ms: int) -> None:
+    """No Nagle delay; and the kernel aborts the connection when data written to it stays
+    unacknowledged for ``dead_timeout_ms`` (TCP_USER_TIMEOUT: Linux's; elsewhere only
+    :class:`OutboundDeadline` notices)."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)
+        if user_timeout is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, user_timeout, dead_timeout_ms)
+
+
 class _Keepalive:
     """Writes an empty frame on an outbound peer connection every ``every_s`` (so the
-    listener's idle timeout never closes a live connection that has nothing to say)."""
+    listener's idle timeout never closes a live connection that has nothing to say, and
+    the kernel always has data in flight to time out), and aborts the connection once
+    ``deadline`` says the peer went silent."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, writer: asyncio.StreamWriter, every_s: float
+        self,
+        loop: asyncio.AbstractEventLoop,
+        writer: asyncio.StreamWriter,
+        every_s: float,
+        deadline: OutboundDeadline,
+        last_heard: Callable[[], float | None],
     ) -> None:
         self._loop, self._writer, self._every_s = loop, writer, every_s
+        self._deadline, self._last_heard = deadline, last_heard
+        self.silent = False  # aborted by the deadline
         self._handle = loop.call_later(every_s, self._beat)
 
     def _beat(self) -> None:
         if self._writer.is_closing():
+            return
+        if self._deadline.beat(time.monotonic(), self._last_heard()):
+            self.silent = True
+            self._writer.transport.abort()
             return
         self._writer.write(_KEEPALIVE)
         self._handle = self._loop.call_later(self._every_s, self._beat)
@@ -79,10 +121,13 @@ class Transport:
         on_message: Callable[[Message], None],
         kick: Callable[[], None],
         on_unsent: Callable[[str, list[int]], None],
+        on_lost: Callable[[str], None] = lambda address: None,
     ) -> None:
         """``on_message``: each message a member sent; ``kick``: a flush is needed (frames
         were queued); ``on_unsent(to, rids)``: the forwards queued with
-        :meth:`send_forward` whose frames could not be written (no connection to ``to``)."""
+        :meth:`send_forward` whose frames could not be written (no connection to ``to``);
+        ``on_lost(to)``: the connection to ``to`` broke (what was written to it since its
+        last answer may or may not have arrived)."""
         self._config = config
         self._me = config.self_address
         self._loop = loop
@@ -90,6 +135,7 @@ class Transport:
         self._on_message = on_message
         self._kick = kick
         self._on_unsent = on_unsent
+        self._on_lost = on_lost
         self._key = PeerKey(config.password or "")  # validate() refused an empty one
         self._server: asyncio.base_events.Server | None = None
         self._peers: dict[str, Peer] = {}
@@ -148,7 +194,9 @@ class Transport:
                         exc,
                     )
                 return
+            set_peer_socket_options(writer, self._config.peer_dead_timeout_ms)
             clock, idle_s, frame_s = conns.clock, conns.idle_s, conns.frame_s
+            slot.address = address
             slot.waiting_for = IDLE
             slot.deadline = clock() + idle_s
             while True:
@@ -209,8 +257,10 @@ class Transport:
         host, _, port = peer.address.rpartition(":")
         delay = 0.05
         handshake_s = self._config.peer_handshake_timeout_ms / 1000
-        keepalive_s = self._config.peer_idle_timeout_ms / 4000
+        keepalive_s = self._config.peer_keepalive_s
+        dead_ms = self._config.peer_dead_timeout_ms
         loop = asyncio.get_running_loop()
+        inbound = self._inbound_conns
         while not self._stopping:
             try:
                 reader, writer = await asyncio.wait_for(self._open(host, int(port)), 2.0)
@@ -225,17 +275,25 @@ class Transport:
                 delay = min(1.0, delay * 2)
                 continue
             try:
+                set_peer_socket_options(writer, dead_ms)
                 await asyncio.wait_for(dial(reader, writer, self._key, self._me), handshake_s)
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 peer.writer = writer
                 delay = 0.05
-                beat = _Keepalive(loop, writer, keepalive_s)
+                deadline = OutboundDeadline(time.monotonic(), dead_ms / 1000, keepalive_s)
+                beat = _Keepalive(
+                    loop, writer, keepalive_s, deadline, lambda: inbound.last_heard(peer.address)
+                )
                 try:
                     await reader.read(1)  # the listener never writes after its proof: EOF
                 finally:
                     beat.cancel()
+                    if beat.silent:
+                        self._dial_warn.warning(
+                            peer.address,
+                            "heard nothing from %s for %.1f s; dialling it again",
+                            peer.address,
+                            dead_ms / 1000,
+                        )
             except PeerAuthError as exc:
                 self._dial_warn.warning(
                     peer.address, "the Raft port of %s failed the handshake: %s", peer.address, exc
@@ -257,8 +315,11 @@ class Transport:
             except (OSError, TimeoutError):
                 pass
             finally:
+                lost = peer.writer is not None
                 peer.writer = None
                 writer.close()
+                if lost and not self._stopping:
+                    self._on_lost(peer.address)
             if self._stopping or (
                 peer.address not in self._core.voters and peer.address != self._core.leader
             ):

@@ -1,0 +1,77 @@
+"""The partition nemesis: which packets to drop, chosen from who leads now.
+
+Each fault is a function ``(net, leader, rng) -> description`` that installs iptables
+drops through :class:`tests.faults.net.netns.Net`; ``net.heal()`` removes them all.
+Clients are never cut off: they reach every member throughout (on both sides of a split).
+
+- ``isolate-leader``: the leader sees no member.
+- ``split``: a random minority apart from the majority (with 3 members: one follower).
+- ``bridge``: one member sees both halves, the halves do not see each other.
+- ``one-way``: the leader hears no member, its own packets still go out.
+- ``loss``: a fifth of the packets between members dropped at random, both ways.
+
+Delay needs a queueing helper (this kernel has no netem); it is not here yet.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from tests.faults.net.netns import Net
+
+Fault = Callable[[Net, int, random.Random], str]
+
+
+def _names(members: list[int]) -> str:
+    return ",".join(f"n{i}" for i in members)
+
+
+def isolate_leader(net: Net, leader: int, rng: random.Random) -> str:
+    others = [i for i in range(len(net.members)) if i != leader]
+    net.partition([[leader], others])
+    return f"isolate-leader n{leader}"
+
+
+def split(net: Net, leader: int, rng: random.Random) -> str:
+    n = len(net.members)
+    followers = [i for i in range(n) if i != leader]
+    minority = sorted(rng.sample(followers, (n - 1) // 2))
+    majority = [i for i in range(n) if i not in minority]
+    net.partition([minority, majority])
+    return f"split {_names(minority)} | {_names(majority)}"
+
+
+def bridge(net: Net, leader: int, rng: random.Random) -> str:
+    n = len(net.members)
+    order = list(range(n))
+    rng.shuffle(order)
+    middle, rest = order[0], order[1:]
+    left, right = rest[: len(rest) // 2], rest[len(rest) // 2 :]
+    net.partition([left, right])
+    return f"bridge n{middle} sees {_names(left)} and {_names(right)}"
+
+
+def one_way(net: Net, leader: int, rng: random.Random) -> str:
+    for i in range(len(net.members)):
+        if i != leader:
+            net.cut(i, leader, one_way=True)
+    return f"one-way: n{leader} (leader) hears nobody"
+
+
+def loss(net: Net, leader: int, rng: random.Random) -> str:
+    n = len(net.members)
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                net.cut(a, b, one_way=True, probability=0.2)
+    return "loss 20 % between members"
+
+
+FAULTS: dict[str, Fault] = {
+    "isolate-leader": isolate_leader,
+    "split": split,
+    "bridge": bridge,
+    "one-way": one_way,
+    "loss": loss,
+}

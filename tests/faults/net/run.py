@@ -1,0 +1,351 @@
+"""One seeded partition run against a 3-node metaledger cluster in network namespaces,
+and a campaign of them.
+
+A run: every node in its own namespace (:mod:`tests.faults.net.netns`), one client per
+node in the bridge's namespace (:mod:`tests.faults.net.client`) putting and reading keys
+linearizably throughout; after a warm-up, faults from :mod:`tests.faults.net.nemesis` in
+the seed's order, each held ``fault_s`` and then healed for ``healed_s``. What it checks
+(:func:`RunResult.problems`): no key's history is non-linearizable, every node serves a
+write again within ``recover_s`` of every heal, and no stretch longer than ``gap_s`` goes
+without an acknowledged write.
+
+    python -m tests.faults.net.run --runs 3 --seconds 60 --seed 1 --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from raftlog.native.auth import create_password_file
+from tests.faults.net import checker
+from tests.faults.net.nemesis import FAULTS
+from tests.faults.net.netns import Net, unavailable_reason
+from tests.harness import stop_processes
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CLIENT_PORT, PEER_PORT, REMOTING_PORT, METRICS_PORT = 2379, 2380, 2381, 2382
+
+
+def _env(code_tree: Path = REPO_ROOT) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code_tree), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("METALEDGER_PARENT_PID", None)
+    return env
+
+
+class NetCluster:
+    """``n`` metaledger nodes, node i in ``net.members[i]`` at ``net.ips[i]``, running the
+    code of ``code_tree`` (another checkout: a baseline to compare with)."""
+
+    def __init__(self, net: Net, root: Path, code_tree: Path = REPO_ROOT) -> None:
+        self.net, self.root, self.code_tree = net, root, code_tree
+        self.n = len(net.members)
+        self.password_file = root / "cluster-password"
+        create_password_file(self.password_file)
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * self.n
+        self.initial = ",".join(f"n{i}={ip}:{PEER_PORT}" for i, ip in enumerate(net.ips))
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [f"{ip}:{CLIENT_PORT}" for ip in self.net.ips]
+
+    def start(self, i: int) -> None:
+        ip = self.net.ips[i]
+        cmd = [
+            *self.net.exec_prefix(self.net.members[i]),
+            sys.executable,
+            "-m",
+            "nameserver.cli",
+            "serve",
+            "--id",
+            f"n{i}",
+            "--data-dir",
+            str(self.root / f"n{i}"),
+            "--listen-client",
+            f"{ip}:{CLIENT_PORT}",
+            "--listen-peer",
+            f"{ip}:{PEER_PORT}",
+            "--listen-remoting",
+            f"{ip}:{REMOTING_PORT}",
+            "--listen-metrics",
+            f"{ip}:{METRICS_PORT}",
+            "--initial-cluster",
+            self.initial,
+            "--cluster-password-file",
+            str(self.password_file),
+        ]
+        with open(self.root / f"n{i}.log", "ab") as out:
+            self.procs[i] = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+                env=_env(self.code_tree),
+                start_new_session=True,
+            )
+
+    def statuses(self) -> list[dict[str, object]]:
+        """Each node's Admin.Status, asked from the bridge's namespace."""
+        out = subprocess.run(
+            [
+                *self.net.exec_prefix(self.net.bridge_ns),
+                sys.executable,
+                "-m",
+                "tests.faults.net.client",
+                "status",
+                *self.endpoints,
+            ],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            timeout=60,
+        ).stdout
+        rows: list[dict[str, object]] = [json.loads(line) for line in out.splitlines() if line]
+        return rows
+
+    def leader(self, timeout: float) -> int:
+        """The node every node names as leader (it says so itself), waiting for one."""
+        deadline = time.monotonic() + timeout
+        rows: list[dict[str, object]] = []
+        while time.monotonic() < deadline:
+            for i, p in enumerate(self.procs):
+                if p is not None and p.poll() is not None:
+                    raise AssertionError(f"n{i} exited with {p.returncode}: {self.log_tail(i)}")
+            rows = self.statuses()
+            leaders = {r.get("leader") for r in rows}
+            if len(rows) == self.n and len(leaders) == 1 and "" not in leaders:
+                name = str(leaders.pop())
+                if name.startswith("n") and rows[int(name[1:])].get("role") == "leader":
+                    return int(name[1:])
+            time.sleep(0.2)  # polling a condition with a deadline
+        raise AssertionError(f"no agreed leader within {timeout} s: {rows}")
+
+    def log_tail(self, i: int, lines: int = 30) -> str:
+        path = self.root / f"n{i}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        stop_all(self.procs)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes] | None]) -> None:
+    """Stop each (by PID: SIGTERM, then SIGKILL of its group after 15 s)."""
+    stop_processes(procs, timeout=15.0)
+
+
+@dataclass
+class Phase:
+    fault: str
+    description: str
+    start: float
+    heal: float
+    #: seconds from the heal to each node's first acknowledged write (None: none in time)
+    recovery_s: list[float | None] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    seed: int
+    ops: int
+    ok_writes: int
+    uncertain_writes: int
+    anomalies: list[str]
+    phases: list[Phase]
+    longest_gap_s: float
+    longest_gap_at_s: float  # seconds since the clients started
+    recover_s: float
+    gap_s: float
+
+    def problems(self) -> list[str]:
+        out = [f"not linearizable: {a}" for a in self.anomalies]
+        for ph in self.phases:
+            for i, r in enumerate(ph.recovery_s):
+                if r is None or r > self.recover_s:
+                    out.append(f"n{i} served again {r} s after healing {ph.description}")
+        if self.longest_gap_s > self.gap_s:
+            out.append(
+                f"no write acknowledged for {self.longest_gap_s:.2f} s "
+                f"(from {self.longest_gap_at_s:.1f} s in)"
+            )
+        return out
+
+    def summary(self) -> dict[str, object]:
+        d = asdict(self)
+        d["worst_recovery_s"] = max(
+            (r if r is not None else float("inf") for ph in self.phases for r in ph.recovery_s),
+            default=0.0,
+        )
+        d["problems"] = self.problems()
+        return d
+
+
+def run_once(
+    root: Path,
+    seed: int,
+    faults: list[str],
+    *,
+    n: int = 3,
+    warmup_s: float = 3.0,
+    fault_s: float = 10.0,
+    healed_s: float = 8.0,
+    recover_s: float = 5.0,
+    gap_s: float = 5.0,
+    code_tree: Path = REPO_ROOT,
+) -> RunResult:
+    """One run: the ``faults`` in order (names from :data:`FAULTS`)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    waiter = threading.Event()  # never set: its wait() holds a phase for its length
+    phases: list[Phase] = []
+    clients: list[subprocess.Popen[bytes] | None] = []
+    with Net(n) as net:
+        cluster = NetCluster(net, root, code_tree)
+        try:
+            for i in range(n):
+                cluster.start(i)
+            cluster.leader(60)
+            for i, ep in enumerate(cluster.endpoints):
+                cmd = [
+                    *net.exec_prefix(net.bridge_ns),
+                    sys.executable,
+                    "-m",
+                    "tests.faults.net.client",
+                    "ops",
+                    "--endpoint",
+                    ep,
+                    "--proc",
+                    str(i),
+                    "--seed",
+                    str(seed),
+                    "--out",
+                    str(root / f"history-{i}.jsonl"),
+                ]
+                with open(root / f"client-{i}.log", "ab") as log:
+                    clients.append(
+                        subprocess.Popen(
+                            cmd,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=_env(),
+                            start_new_session=True,
+                        )
+                    )
+            began = time.monotonic()
+            waiter.wait(warmup_s)
+            for name in faults:
+                leader = cluster.leader(30)
+                start = time.monotonic()
+                description = FAULTS[name](net, leader, rng)
+                waiter.wait(fault_s)
+                net.heal()
+                phases.append(Phase(name, description, start, time.monotonic()))
+                waiter.wait(healed_s)
+            ended = time.monotonic()
+        finally:
+            stop_all(clients)
+            cluster.close()
+    ops = []
+    for i in range(n):
+        path = root / f"history-{i}.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            with contextlib.suppress(ValueError):
+                ops.append(checker.Op(*json.loads(line)))
+    for ph in phases:
+        ph.recovery_s = [
+            checker.recovery(ops, i, ph.heal, ph.heal + healed_s + 30) for i in range(n)
+        ]
+    gap, gap_at = checker.longest_gap(ops, began + warmup_s, ended)
+    return RunResult(
+        seed=seed,
+        ops=len(ops),
+        ok_writes=sum(1 for o in ops if o.kind == "w" and o.status == "ok"),
+        uncertain_writes=sum(1 for o in ops if o.kind == "w" and o.status == "info"),
+        anomalies=[f"{a.key}: {a.reason}" for a in checker.check(ops)],
+        phases=phases,
+        longest_gap_s=round(gap, 3),
+        longest_gap_at_s=round(gap_at - began, 1),
+        recover_s=recover_s,
+        gap_s=gap_s,
+    )
+
+
+def campaign_faults(seed: int, seconds: float, fault_s: float, healed_s: float) -> list[str]:
+    """The faults of one run of the campaign: as many as fit, rotating from the seed."""
+    count = max(1, int((seconds - 3.0) // (fault_s + healed_s)))
+    names = sorted(FAULTS)
+    first = random.Random(seed).randrange(len(names))
+    return [names[(first + k) % len(names)] for k in range(count)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tests.faults.net.run", description=__doc__)
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="run k uses seed + k")
+    p.add_argument("--seconds", type=float, default=60.0, help="each run's fault schedule")
+    p.add_argument("--fault-s", type=float, default=10.0)
+    p.add_argument("--healed-s", type=float, default=8.0)
+    p.add_argument("--dir", default="/tmp/metaledger-net-runs", help="data dirs and logs")
+    p.add_argument("--out", required=True, help="the summary (JSON)")
+    p.add_argument(
+        "--code-tree",
+        type=Path,
+        default=REPO_ROOT,
+        help="the checkout whose server code the nodes run (default: this one)",
+    )
+    args = p.parse_args(argv)
+    results: list[RunResult] = []
+    for k in range(args.runs):
+        seed = args.seed + k
+        faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s)
+        root = Path(args.dir) / f"seed-{seed}-{int(time.time())}"
+        res = run_once(
+            root,
+            seed,
+            faults,
+            fault_s=args.fault_s,
+            healed_s=args.healed_s,
+            code_tree=args.code_tree,
+        )
+        results.append(res)
+        worst = res.summary()["worst_recovery_s"]
+        print(
+            f"seed {seed}: {res.ops} ops, {len(res.anomalies)} anomalies, worst recovery "
+            f"{worst} s, longest gap {res.longest_gap_s} s, "
+            f"{'ok' if not res.problems() else 'PROBLEMS ' + '; '.join(res.problems())}",
+            flush=True,
+        )
+        Path(args.out).write_text(json.dumps(_totals(results), indent=1) + "\n")
+    return 0 if all(not r.problems() for r in results) else 1
+
+
+def _totals(runs: list[RunResult]) -> dict[str, object]:
+    summaries = [r.summary() for r in runs]
+    return {
+        "runs": len(runs),
+        "ops": sum(r.ops for r in runs),
+        "anomalies": sum(len(r.anomalies) for r in runs),
+        "worst_recovery_s": max(float(str(s["worst_recovery_s"])) for s in summaries),
+        "longest_gap_s": max(r.longest_gap_s for r in runs),
+        "failed_runs": [r.seed for r in runs if r.problems()],
+        "results": summaries,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
