@@ -27,7 +27,9 @@ leader's own term §3.6.2 (a new leader appends a no-op); single-server membersh
 §4.1 (a configuration applies as soon as it is in the log, one at a time, and only after
 the leader's no-op committed §4.1 "bug in single-server changes"); leadership transfer
 §3.10 (TimeoutNow); check quorum §6.2 (a leader that has not heard from a majority for
-``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file);
+``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file; the leader
+heartbeats the follower meanwhile, and the answers say when it has read the file, and whether
+it needs a newer one: the log may have been compacted past it before a paused follower read it);
 linearizable reads by ReadIndex §6.4 (:meth:`RaftCore.read_index`: the leader, once it
 committed an entry of its term, takes its commit index and confirms that it still leads
 with one heartbeat round a majority answers; every read waiting at the round's start
@@ -107,7 +109,7 @@ class Progress:
     heard: float = -1e18  # when it last answered this leader (strict reconfiguration check)
     last_sent: float = 0.0  # when this leader last sent it anything (heartbeats)
     sent_commit: int = 0
-    snapshot_until: float = 0.0  # a snapshot is being sent until then (no appends meanwhile)
+    snapshot_until: float = 0.0  # a snapshot is being sent until then (heartbeats only meanwhile)
     # once its last chunk is written (the follower may read it much later: SIGSTOP): the
     # read_seq of this leader's messages from then on, and the snapshot's index
     snapshot_seq: int = 0
