@@ -27,7 +27,9 @@ leader's own term §3.6.2 (a new leader appends a no-op); single-server membersh
 §4.1 (a configuration applies as soon as it is in the log, one at a time, and only after
 the leader's no-op committed §4.1 "bug in single-server changes"); leadership transfer
 §3.10 (TimeoutNow); check quorum §6.2 (a leader that has not heard from a majority for
-``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file);
+``step_down_s`` steps down); InstallSnapshot §5.3 (the driver streams the file; the leader
+heartbeats the follower meanwhile, and the answers say when it has read the file, and whether
+it needs a newer one: the log may have been compacted past it before a paused follower read it);
 linearizable reads by ReadIndex §6.4 (:meth:`RaftCore.read_index`: the leader, once it
 committed an entry of its term, takes its commit index and confirms that it still leads
 with one heartbeat round a majority answers; every read waiting at the round's start
@@ -107,7 +109,11 @@ class Progress:
     heard: float = -1e18  # when it last answered this leader (strict reconfiguration check)
     last_sent: float = 0.0  # when this leader last sent it anything (heartbeats)
     sent_commit: int = 0
-    snapshot_until: float = 0.0  # a snapshot is being sent until then (no appends meanwhile)
+    snapshot_until: float = 0.0  # a snapshot is being sent until then (heartbeats only meanwhile)
+    # once its last chunk is written (the follower may read it much later: SIGSTOP): the
+    # read_seq of this leader's messages from then on, and the snapshot's index
+    snapshot_seq: int = 0
+    snapshot_index: int = 0
 
 
 @dataclass(slots=True)
@@ -686,6 +692,8 @@ class RaftCore:
         pr.last_ack = pr.heard = now
         if self._read_rounds and m.offset:
             self._read_acked(m.src, m.offset)
+        if pr.snapshot_until > now and not self._snapshot_over(pr, m, now):
+            return  # the snapshot is still on its way
         if m.reject:
             if m.flag and m.index < pr.match:
                 self._lost_log(m.src, pr, m.index, m.hint)
@@ -703,6 +711,29 @@ class RaftCore:
             self._maybe_send_timeout_now(now)
         if pr.next <= self.last_index or pr.sent_commit < self.commit:
             self._send_append(m.src, now)
+
+    def _snapshot_over(self, pr: Progress, m: Message, now: float) -> bool:
+        """``m`` answers this leader while a snapshot is on its way to ``m.src`` (§5.3):
+        whether the transfer is over (its index: the follower's match, or its last index
+        when it rejects). It is when the follower holds every entry before this log's start
+        (whatever it installed, the log catches it up from there), or when it answered a
+        message sent after the snapshot's last chunk, so it read them all (the same
+        connection) and did install it, but this log has since been compacted past it (a
+        newer snapshot, at once). If such an answer shows its log still ending before the
+        snapshot, the chunks were lost (the connection closed before it read them) or not
+        installed: sent again after an election timeout (not in a loop)."""
+        holds_log_start = not m.reject and m.index >= self.snap_index
+        if not holds_log_start:
+            if not pr.snapshot_seq or m.offset < pr.snapshot_seq:
+                return False  # it answers a message sent before the last chunk
+            if m.index < pr.snapshot_index:
+                pr.snapshot_seq = 0
+                pr.snapshot_until = min(pr.snapshot_until, now + self.timing.election_min_s)
+                return False
+        pr.snapshot_until = 0.0
+        pr.snapshot_seq = 0
+        pr.next = pr.match + 1  # from where its answer says (a reject: a snapshot again)
+        return True
 
     def _lost_log(self, peer: str, pr: Progress, last: int, hint: int) -> None:
         """``peer``'s log ends below what it had acknowledged: it lost its data (a wiped
@@ -729,10 +760,12 @@ class RaftCore:
         if self.role != Role.LEADER or pr is None:
             return
         pr.last_ack = pr.heard = now
+        sending = pr.snapshot_until > now
         pr.snapshot_until = 0.0
         if not m.reject:
             pr.match = max(pr.match, m.index)
-            pr.next = pr.match + 1
+            # (the answer to a transfer the log took over from: appends go on where they are)
+            pr.next = pr.match + 1 if sending else max(pr.next, pr.match + 1)
             self._maybe_commit()
         self._send_append(m.src, now)
 
@@ -762,10 +795,24 @@ class RaftCore:
         it at once, even while its disk cannot take the entries)."""
         pr = self.progress[peer]
         if pr.snapshot_until > now:
+            if heartbeat:
+                # a snapshot is on its way: the follower keeps its leader meanwhile, and
+                # its answer says how far its log goes (_snapshot_over)
+                m = Message(
+                    MsgType.APPEND,
+                    self.term,
+                    index=self.snap_index,
+                    log_term=self.snap_term,
+                    commit=self.commit,
+                    offset=self.read_seq,
+                )
+                pr.last_sent = now
+                self._send(peer, m)
             return
         prev = pr.next - 1
         if prev < self.snap_index:
             pr.snapshot_until = now + self.timing.snapshot_send_s
+            pr.snapshot_seq = 0
             self.need_snapshot.add(peer)
             return
         room = MAX_INFLIGHT_ENTRIES - (prev - pr.match)
@@ -794,11 +841,21 @@ class RaftCore:
         pr.last_sent = now
         self._send(peer, m)
 
-    def snapshot_sent(self, peer: str, ok: bool, now: float) -> None:
-        """The driver finished (or gave up) streaming a snapshot to ``peer``."""
+    def snapshot_sent(self, peer: str, ok: bool, now: float, index: int = 0) -> None:
+        """The driver wrote the last chunk of the snapshot at ``index`` to ``peer`` (ok),
+        or gave up streaming it."""
         pr = self.progress.get(peer)
-        if pr is not None and not ok:
+        if pr is None or pr.snapshot_until <= now:
+            return
+        if not ok:
             pr.snapshot_until = 0.0
+            return
+        # written, maybe not read yet (a stopped follower reads it when it runs again): an
+        # answer to a message sent from now on comes after the follower read all of it.
+        # (A read round's acks count for the rounds started before what they answer:
+        # a step of read_seq without a round keeps that true.)
+        self.read_seq += 1
+        pr.snapshot_seq, pr.snapshot_index = self.read_seq, index
 
     # ------------------------------------------------------------------ reads (§6.4)
     def read_index(self, read_id: int) -> None:

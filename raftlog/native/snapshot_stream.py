@@ -121,6 +121,7 @@ class SnapshotStream:
     async def _send_snapshot(self, peer: Peer) -> None:
         core, snapshots = self._core, self._snapshots
         ok = False
+        index = 0
         link = os.path.join(self._config.journal_dir, f"sending-{os.getpid()}-{id(peer)}.snap")
         try:
             if snapshots is None or not os.path.exists(self._dump_file):
@@ -130,6 +131,7 @@ class SnapshotStream:
                 os.unlink(link)
             os.link(self._dump_file, link)  # a later snapshot may replace the dump meanwhile
             meta = json.loads(snapshots.engine_meta(link))
+            index = meta["index"]
             size = os.path.getsize(link)
             log.info(
                 "sending the snapshot at index %d (%.1f MB) to %s",
@@ -172,8 +174,8 @@ class SnapshotStream:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(link)
-            if not ok:
-                core.snapshot_sent(peer.address, False, time.monotonic())
+            # ok: written, not necessarily read (the follower's answers tell the core)
+            core.snapshot_sent(peer.address, ok, time.monotonic(), index)
 
     def on_chunk(self, m: Message) -> None:
         """A SNAPSHOT chunk from the leader (after the core stepped it)."""

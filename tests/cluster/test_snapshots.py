@@ -42,6 +42,7 @@ RETRIABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _CONFIG_FIELDS = {
     "--snapshot-every-items": "snapshot_every_items",
     "--snapshot-keep": "snapshot_keep",
+    "--peer-idle-timeout-ms": "peer_idle_timeout_ms",
 }
 
 
@@ -398,6 +399,68 @@ def test_lagging_follower_catches_up_by_installing_the_leaders_snapshot(
     assert f"{at:020d}.snap" not in own_snapshots
     assert f"snapshot at offset {at} (raft index" not in cluster.log_text(lagging)
 
+    assert_acked_readable(image, warm)
+    assert_acked_readable(image, acked)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_follower_paused_past_the_leaders_snapshot_and_its_idle_timeout_catches_up_in_seconds(
+    make_cluster: Any,
+) -> None:
+    """Raft §7, as the loaded machine once saw it: a follower stopped (SIGSTOP) while the
+    leader writes it a snapshot (the bytes wait in its socket buffer), compacts past that
+    snapshot too, and closes the follower's silent connection (the peer idle timeout). On
+    SIGCONT the follower installs the stale snapshot and its answer is lost: the leader's
+    heartbeats keep it a follower, their answers show where it is, and it gets the newer
+    snapshot within seconds (not the 120 s transfer timeout)."""
+    idle_s = 2.0
+    every = 100
+    cluster: SnapshotCluster = make_cluster(
+        "--snapshot-every-items", str(every), "--peer-idle-timeout-ms", str(int(idle_s * 1000))
+    )
+    leader = cluster.wait_ready(30)
+    lagging = _followers(cluster, leader)[0]
+    serving = [i for i in range(cluster.n) if i != lagging]
+    warm = write_keys(cluster.endpoints, (key_of(b"warm/", i) for i in range(1000)), clients=16)
+    cluster.wait_converged()
+    mark = cluster.log_mark(leader)
+    to = cluster.nodes[lagging].peer_addr
+    cluster.kill(lagging, signal.SIGSTOP)
+    stopped = time.monotonic()
+    writer = BackgroundWriter(
+        [cluster.endpoints[i] for i in serving], (key_of(b"lag/", i) for i in range(10**6)), 16
+    )
+    try:
+
+        def stale_snapshot_sent() -> bool:
+            """The leader wrote the paused follower a snapshot and then compacted its log
+            past it, and the follower was silent for longer than the idle timeout."""
+            lines = cluster.log_since(leader, mark).splitlines()
+            sent = [
+                int(ln.split("sending the snapshot at index ")[1].split()[0])
+                for ln in lines
+                if "sending the snapshot at index " in ln and ln.endswith(to)
+            ]
+            compacted = [
+                int(ln.rsplit(" ", 1)[1])
+                for ln in lines
+                if "raft log compacted behind the snapshot at index" in ln
+            ]
+            return (
+                bool(sent)
+                and any(c - every > sent[0] for c in compacted)
+                and (time.monotonic() - stopped > 2 * idle_s)
+            )
+
+        wait_until(stale_snapshot_sent, 150, "a stale snapshot written to the paused follower")
+    finally:
+        cluster.kill(lagging, signal.SIGCONT)
+        acked = writer.join()
+    assert writer.error is None, writer.error
+    resumed = time.monotonic()
+    image = assert_all_equal(cluster, timeout=40)
+    print(f"{len(acked)} writes; caught up {time.monotonic() - resumed:.1f} s after SIGCONT")
     assert_acked_readable(image, warm)
     assert_acked_readable(image, acked)
 
