@@ -31,6 +31,8 @@ command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 # Debian installs it in /usr/sbin, which a non-login PATH may lack
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(nats-server)
+# libfuse 2 for fusepy: tests/faults/lazyfs.py, the filesystem that drops unsynced writes
+ldconfig -p | grep -q 'libfuse\.so\.2' || need_apt+=(libfuse2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq
