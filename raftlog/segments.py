@@ -79,6 +79,7 @@ from snapshots import (
     encode_header,
     encode_record,
     fsync_dir,
+    makedirs_durable,
 )
 
 __all__ = [
@@ -177,7 +178,7 @@ class SegmentLog:
         config = config if config is not None else SegmentConfig()
         config.validate()
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(path)
         segments = scan_directory(path, config.index_every_bytes)
         return cls(path, config, segments)
 

@@ -61,6 +61,8 @@ class LazyTree:
         self.state = state
         self._ids = itertools.count(1)
         self.buried: dict[int, FileNode] = {}
+        #: what each cut dropped, a line a file (the FUSE process prints it)
+        self.report: list[str] = []
         state.mkdir(parents=True, exist_ok=True)
         for leftover in state.iterdir():
             _remove(leftover)
@@ -219,8 +221,19 @@ class LazyTree:
         """Put the backing directory back to what was synced (nothing may have it open)."""
         files = self._current_files(self.root, str(self.backing))
         files += [(node, node.grave) for node in self.buried.values() if node.grave]
+        synced = {n.id for n, _ in self._synced_files(self.root, str(self.backing))}
         parked: dict[int, str] = {}
         for node, real in files:
+            if node.id not in synced:
+                name = "a removed file" if node.grave else os.path.relpath(real, self.backing)
+                self.report.append(f"dropped {name} (its entry was never synced)")
+            else:
+                size = os.path.getsize(real)
+                if size != node.synced_size or node.undo:
+                    self.report.append(
+                        f"rolled back {os.path.relpath(real, self.backing)}: {size} -> "
+                        f"{node.synced_size} bytes, {len(node.undo)} blocks restored"
+                    )
             _roll_back(node, real)
             dest = os.path.join(self.state, str(node.id))
             if real != dest:
@@ -233,6 +246,16 @@ class LazyTree:
             _remove(leftover)
         self.buried.clear()
         self.root = self._scan(self.backing)
+
+    def _synced_files(self, node: DirNode, real: str) -> list[tuple[FileNode, str]]:
+        out: list[tuple[FileNode, str]] = []
+        for name, child in node.synced.items():
+            path = os.path.join(real, name)
+            if isinstance(child, FileNode):
+                out.append((child, path))
+            else:
+                out.extend(self._synced_files(child, path))
+        return out
 
     def _current_files(self, node: DirNode, real: str) -> list[tuple[FileNode, str]]:
         out: list[tuple[FileNode, str]] = []
@@ -292,6 +315,9 @@ def serve(backing: Path, mountpoint: Path, state: Path) -> int:
     tree = LazyTree(backing, state)
     mount(tree, mountpoint)
     tree.cut()
+    print(f"lazyfs: power cut of {backing}", flush=True)
+    for line in tree.report:
+        print("lazyfs:", line, flush=True)
     return 0
 
 

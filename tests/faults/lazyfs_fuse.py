@@ -16,6 +16,9 @@ from fuse import FUSE, FuseOSError, Operations  # type: ignore[import-untyped]
 
 from tests.faults.lazyfs import FileNode, LazyTree
 
+#: print each namespace call (LAZYFS_TRACE=1), to see what a program syncs
+TRACE = os.environ.get("LAZYFS_TRACE") == "1"
+
 
 def _stat(st: os.stat_result) -> dict[str, Any]:
     keys = ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size")
@@ -30,6 +33,8 @@ class LazyOps(Operations):  # type: ignore[misc]
         self.handles: dict[int, FileNode] = {}
 
     def __call__(self, op: str, *args: Any) -> Any:
+        if TRACE and op not in ("getattr", "read", "write", "access", "statfs"):
+            print("lazyfs op:", op, *args[:2], flush=True)
         try:
             return super().__call__(op, *args)
         except FuseOSError:
