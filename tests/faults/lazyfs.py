@@ -219,9 +219,9 @@ class LazyTree:
     # ------------------------------------------------------------------ the cut
     def cut(self) -> None:
         """Put the backing directory back to what was synced (nothing may have it open)."""
-        files = self._current_files(self.root, str(self.backing))
+        files = self._files(self.root, str(self.backing), synced=False)
         files += [(node, node.grave) for node in self.buried.values() if node.grave]
-        synced = {n.id for n, _ in self._synced_files(self.root, str(self.backing))}
+        synced = {n.id for n, _ in self._files(self.root, str(self.backing), synced=True)}
         parked: dict[int, str] = {}
         for node, real in files:
             if node.id not in synced:
@@ -247,24 +247,15 @@ class LazyTree:
         self.buried.clear()
         self.root = self._scan(self.backing)
 
-    def _synced_files(self, node: DirNode, real: str) -> list[tuple[FileNode, str]]:
+    def _files(self, node: DirNode, real: str, synced: bool) -> list[tuple[FileNode, str]]:
+        """Every file below ``node`` by its current entries (or its synced ones)."""
         out: list[tuple[FileNode, str]] = []
-        for name, child in node.synced.items():
+        for name, child in (node.synced if synced else node.entries).items():
             path = os.path.join(real, name)
             if isinstance(child, FileNode):
                 out.append((child, path))
             else:
-                out.extend(self._synced_files(child, path))
-        return out
-
-    def _current_files(self, node: DirNode, real: str) -> list[tuple[FileNode, str]]:
-        out: list[tuple[FileNode, str]] = []
-        for name, child in node.entries.items():
-            path = os.path.join(real, name)
-            if isinstance(child, FileNode):
-                out.append((child, path))
-            else:
-                out.extend(self._current_files(child, path))
+                out.extend(self._files(child, path, synced))
         return out
 
     def _rebuild(
