@@ -165,3 +165,50 @@ def _exits_within(cluster: Cluster, i: int, seconds: float) -> int | None:
     proc = cluster.procs[i]
     assert proc is not None
     return proc.poll()
+
+
+@pytest.mark.xfail(
+    reason="the leader streams its damaged dump unverified; the follower's restore finds the "
+    "CRC mismatch (file and byte named) and the node stops with exit 70, so it cannot rejoin",
+    strict=False,
+)
+def test_a_flipped_byte_in_the_running_leaders_snapshot_is_not_installed_on_a_follower(
+    tmp_path: Path,
+) -> None:
+    """The leader's newest snapshot (the dump it streams to a follower behind its
+    compacted log) gets a flipped byte while it runs; a follower wiped and restarted
+    needs a snapshot: it must end with the others' image, never the damaged one.
+
+    Safe today but not live (xfail): the leader sends the dump as it is on disk; the
+    follower's restore stops at "corrupt record at byte N: CRC mismatch" naming the file,
+    and the node exits 70 ("apply failed at offsets 0..") before serving anything. Needed:
+    the leader verifies the dump before streaming it (or takes a fresh one when a follower
+    reports a bad snapshot), and the follower refuses an install without stopping."""
+    from tests.cluster.test_snapshots import (
+        SnapshotCluster,
+        assert_acked_readable,
+        assert_all_equal,
+        key_of,
+        write_keys,
+    )
+
+    cluster = SnapshotCluster(tmp_path / "c", 3, ["--snapshot-every-items", "20"])
+    failed = True
+    try:
+        leader = cluster.wait_ready(30)
+        acked = write_keys(cluster.endpoints, (key_of(b"s/", i) for i in range(600)), clients=8)
+        dump = cluster.data_dir(leader) / "raft" / "dump.snap"
+        assert dump.exists(), sorted(p.name for p in (cluster.data_dir(leader) / "raft").iterdir())
+        size = dump.stat().st_size
+        flip_byte(dump, size // 2)
+        victim = next(i for i in range(3) if i != leader)
+        assert cluster.stop(victim) == 0, cluster.log_tail(victim)
+        shutil.rmtree(cluster.data_dir(victim))
+        mark = len(cluster.log_text(victim))
+        cluster.start(victim)
+        image = assert_all_equal(cluster, timeout=60)
+        assert_acked_readable(image, acked)
+        assert "CRC mismatch" not in cluster.log_text(victim)[mark:]
+        failed = False
+    finally:
+        cluster.close(failed=failed)
