@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
+from broker.store.segments import fsync_dir
 from rmq.codes import PERM_INHERIT, PERM_READ, PERM_WRITE
 from rmq.headers import DEFAULT_TOPIC
 
@@ -222,3 +223,4 @@ class TopicTable:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        fsync_dir(directory)  # the rename survives a power cut

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 
 from nameserver import defaults
+from snapshots import makedirs_durable
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def prepare_data_dir(path: str) -> None:
     if os.path.lexists(path) and not os.path.isdir(path):
         raise DataDirError(path, "it is a file, not a directory")
     try:
-        os.makedirs(path, exist_ok=True)
+        makedirs_durable(path)
     except (FileExistsError, NotADirectoryError):
         parent = _first_non_directory(path)
         raise DataDirError(path, f"cannot create it: {parent} is not a directory") from None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from raftlog.errors import ConfigError, ProposeError
+from snapshots import makedirs_durable
 
 #: Receives every committed item in log order: (offset, term, data). Runs on the
 #: engine's thread; must only enqueue, and must not raise.
@@ -63,7 +64,7 @@ def is_loopback(host: str) -> bool:
 def claim_journal_dir(journal_dir: str, foreign: str, what: str, engine: str) -> None:
     """Create ``journal_dir``; refuse it when it holds ``foreign`` (another engine's log):
     the two engines' logs are not interchangeable."""
-    os.makedirs(journal_dir, exist_ok=True)
+    makedirs_durable(journal_dir)
     if os.path.exists(os.path.join(journal_dir, foreign)):
         raise ConfigError(
             "consensus",

@@ -78,6 +78,7 @@ from snapshots import (
     encode_header,
     encode_record,
     fsync_dir,
+    makedirs_durable,
 )
 
 __all__ = [
@@ -180,7 +181,7 @@ class SegmentLog:
         config = config if config is not None else SegmentConfig()
         config.validate()
         path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(path)
         segments = scan_directory(path, config.index_every_bytes)
         return cls(path, config, segments)
 
@@ -303,12 +304,33 @@ class SegmentLog:
         """Write the frames (and index entries) gathered for the active segment (lock held)."""
         if data:
             assert self._file is not None
-            _write_all(self._file, b"".join(data))
+            blob = b"".join(data)
+            self._check_length(len(blob))
+            _write_all(self._file, blob)
             data.clear()
         if index_data:
             assert self._index_file is not None
             _write_all(self._index_file, b"".join(index_data))
             index_data.clear()
+
+    def _check_length(self, adding: int) -> None:
+        """The active file must be as long as what this log wrote to it (lock held; one
+        fstat a write): a file cut or extended from outside under a running member would
+        have the next records land after a hole or a gap, which a restart reads as whole.
+        Breaks the log (ChangeLogBrokenError, the node stops) naming the file and byte."""
+        assert self._file is not None
+        segment = self._segments[-1]
+        expected = segment.size - adding
+        size = os.fstat(self._file.fileno()).st_size
+        if size != expected:
+            self._broken = (
+                f"{segment.path}: changed under the running member at byte {min(size, expected)}"
+                f" (the file is {size} bytes, {expected} were written); stop it, wipe its data "
+                'directory and let it rejoin from the other members (README, "Recovering a '
+                'member")'
+            )
+            self._cond.notify_all()
+            raise ChangeLogBrokenError(f"{self._dir}: {self._broken}")
 
     def _mark(self) -> _Mark:
         segment = self._segments[-1] if self._segments else None

@@ -36,6 +36,8 @@ command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(nats-server)
 # the network fault tests (tests/faults/net) drop packets with iptables in their namespaces
 command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
+# libfuse 2 for fusepy: tests/faults/lazyfs.py, the filesystem that drops unsynced writes
+ldconfig -p | grep -q 'libfuse\.so\.2' || need_apt+=(libfuse2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq

@@ -85,6 +85,7 @@ from snapshots._writer import (
     encode_snapshot,
     etcd_trailer,
     fsync_dir,
+    makedirs_durable,
     write_snapshot,
     write_snapshot_frames,
 )
@@ -133,6 +134,7 @@ __all__ = [
     "find_valid_frame",
     "fsync_dir",
     "inspect",
+    "makedirs_durable",
     "open_snapshot",
     "read_segments",
     "read_snapshot",

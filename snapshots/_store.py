@@ -28,7 +28,7 @@ from typing import Protocol
 
 from snapshots._format import RecordSource, SnapshotCorruptError, SnapshotInfo, SnapshotMeta
 from snapshots._reader import SnapshotReader, open_snapshot
-from snapshots._writer import encode_snapshot, write_snapshot
+from snapshots._writer import encode_snapshot, makedirs_durable, write_snapshot
 
 __all__ = ["FileSnapshotStore", "InMemorySnapshotStore", "SnapshotStore", "snapshot_name"]
 
@@ -143,7 +143,7 @@ class FileSnapshotStore(_Listing):
     def __init__(self, directory: str | os.PathLike[str], keep: int = 2) -> None:
         self.directory = Path(directory)
         self.keep = _check_keep(keep)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(self.directory)
         self.remove_temp_files()
 
     def remove_temp_files(self) -> None:

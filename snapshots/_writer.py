@@ -5,6 +5,7 @@ or from frames encoded elsewhere (:func:`encode_frames`, e.g. on Spark's executo
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tempfile
@@ -345,6 +346,26 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def makedirs_durable(directory: str | os.PathLike[str]) -> None:
+    """``mkdir -p`` whose new entries survive a power cut: each directory it makes is
+    fsynced into its parent, top down (an fsync of a file in a directory that a crash can
+    lose keeps nothing). Raises what :meth:`Path.mkdir` raises; exists already: no-op."""
+    path = Path(directory)
+    missing: list[Path] = []
+    while not os.path.lexists(path) and path.parent != path:
+        missing.append(path)
+        path = path.parent
+    if not missing and not path.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(path))
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+        fsync_dir(d.parent)
 
 
 def etcd_trailer(content_size: int, sha256: Any) -> bytes:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from broker.store.errors import DiskFullError, StoreError
-from broker.store.segments import fsync_dir, list_segments, segment_name
+from broker.store.segments import fsync_dir, list_segments, makedirs_durable, segment_name
 from rmq.message import BLANK_MAGIC
 
 BLANK_HEADER = 8
@@ -44,7 +44,7 @@ class CommitLog:
     def __init__(self, directory: str, segment_size: int) -> None:
         self.directory = directory
         self.segment_size = segment_size
-        os.makedirs(directory, exist_ok=True)
+        makedirs_durable(directory)
         self._lock = threading.Lock()  # appends, rolls, deletes
         self._segments: list[Segment] = []
         for start, path in list_segments(directory):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.store.errors import ConsumeQueueBehindError
-from broker.store.segments import fsync_dir, list_segments, segment_name
+from broker.store.segments import fsync_dir, list_segments, makedirs_durable, segment_name
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
@@ -84,7 +84,7 @@ class ConsumeQueue:
             os.close(self._fd)
             self._fd = None
         if not self._files or self._end >= self._files[-1][0] + self.file_size:
-            os.makedirs(self.directory, exist_ok=True)
+            makedirs_durable(self.directory)
             path = os.path.join(self.directory, segment_name(self._end))
             self._files.append((self._end, path))
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from broker.store.index_file import INT32_MAX, IndexFile, key_hash
+from broker.store.segments import makedirs_durable
 from rmq.message import StoredMessage
 from rmq.msgid import UNIQ_KEY
 
@@ -82,7 +83,7 @@ class IndexService:
         self.directory = directory
         self.config = (config or IndexConfig()).validate()
         self._lock = threading.Lock()
-        os.makedirs(directory, exist_ok=True)
+        makedirs_durable(directory)
         self._files: list[tuple[int, IndexFile]] = []
         self.failing = False  # the last put could not start a file
         for name in sorted(os.listdir(directory)):

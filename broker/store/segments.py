@@ -32,3 +32,17 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def makedirs_durable(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)`` whose new directories survive a power cut:
+    each one made is fsynced into its parent, top down (an fsynced segment in a directory
+    a crash drops is lost with it)."""
+    made: list[str] = []
+    path = os.path.abspath(directory)
+    while not os.path.lexists(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    for d in reversed(made):
+        fsync_dir(os.path.dirname(d))

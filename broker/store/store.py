@@ -38,6 +38,7 @@ from broker.store.flush import AsyncFlusher, FlushMode
 from broker.store.index import IndexConfig, IndexService, Record, index_record
 from broker.store.recovery import Checkpoint, recover
 from broker.store.retention import RetentionPolicy, expired_segments
+from broker.store.segments import makedirs_durable
 from rmq.message import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -100,7 +101,7 @@ class MessageStore:
     def __init__(self, root: str, config: StoreConfig | None = None) -> None:
         self.root = root
         self.config = config or StoreConfig()
-        os.makedirs(root, exist_ok=True)
+        makedirs_durable(root)
         self._put_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()  # orders checkpoint writes after a truncate
         self._cuts = 0  # truncations so far: a checkpoint taken across one is not written

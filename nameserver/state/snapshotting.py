@@ -34,6 +34,7 @@ from snapshots import (
     SnapshotError,
     SnapshotMeta,
     inspect,
+    makedirs_durable,
     open_snapshot,
     read_snapshot_columns,
     verify_snapshot,
@@ -176,7 +177,7 @@ def seed_data_dir(snapshot_file: str, data_dir: str) -> int:
     shutil.copyfile(snapshot_file, tmp)
     os.replace(tmp, target)
     raft_dir = os.path.join(data_dir, "raft")
-    os.makedirs(raft_dir, exist_ok=True)
+    makedirs_durable(raft_dir)
     with open(os.path.join(raft_dir, BASE_OFFSET_FILE), "w") as f:
         f.write(f"{info.last_offset}\n")
         f.flush()

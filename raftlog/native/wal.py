@@ -60,6 +60,7 @@ import crc32c
 from raftlog.errors import RaftLogError
 from raftlog.native.messages import LogEntry
 from snapshots import fsync_dir as _fsync_dir
+from snapshots import makedirs_durable
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ class RaftWal:
         module docstring); a torn tail is cut off and logged.
         """
         d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(d)
         names = os.listdir(d)
         seqs = sorted(int(m.group(1)) for n in names if (m := _NAME.match(n)))
         state = WalState()

@@ -1,0 +1,112 @@
+"""Mount :mod:`tests.faults.lazyfs` for a test, cut its power, mount it again, clean up.
+
+``LazyMount(root)`` makes ``root/backing``, ``root/mnt`` (and the filesystem's side
+directory) and serves ``root/mnt`` from a child process; :meth:`LazyMount.cut` unmounts it
+(lazily, by that path), which makes the child drop every unsynced write and exit, then
+mounts it again. :meth:`LazyMount.close` unmounts and stops the child (by its PID) even
+after a failure. ``fuse_unavailable()`` says why a test must skip, or None.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.harness import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fuse_unavailable() -> str | None:
+    """Why this machine cannot serve a FUSE filesystem (None when it can)."""
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse on this machine"
+    if os.geteuid() != 0:
+        return "mounting FUSE here needs root"
+    if ctypes.util.find_library("fuse") is None:
+        return "libfuse 2 is not installed (Debian: libfuse2)"
+    try:
+        import fuse  # type: ignore[import-untyped]  # noqa: F401
+    except (ImportError, OSError) as exc:
+        return f"fusepy does not load: {exc}"
+    return None
+
+
+def _mounted(path: Path) -> bool:
+    target = str(path)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == target for line in f)
+
+
+class LazyMount:
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.backing = self.root / "backing"
+        self.mnt = self.root / "mnt"
+        self.backing.mkdir(parents=True, exist_ok=True)
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        self.log = self.root / "lazyfs.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.cuts = 0
+
+    def mount(self, timeout: float = 20.0) -> None:
+        assert self.proc is None, "already mounted"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.faults.lazyfs", str(self.backing), str(self.mnt)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=REPO,
+            )
+        proc = self.proc
+
+        def up() -> bool:
+            assert proc.poll() is None, f"lazyfs exited {proc.returncode}: {self.log_text()}"
+            return _mounted(self.mnt)
+
+        wait_until(up, timeout, f"lazyfs to mount {self.mnt}", interval=0.02)
+
+    def _unmount(self, timeout: float) -> int | None:
+        """Lazy unmount by our path, then wait for the child (its exit code, None if it
+        had to be killed)."""
+        if _mounted(self.mnt):
+            subprocess.run(["umount", "-l", str(self.mnt)], check=False, capture_output=True)
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return 0
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            return None
+
+    def cut(self, timeout: float = 60.0) -> None:
+        """Power cut: drop every unsynced write and entry, then mount again. Whatever had
+        files open under the mount must be gone (SIGKILLed) first."""
+        code = self._unmount(timeout)
+        assert code == 0, f"lazyfs did not finish its cut (exit {code}): {self.log_text()}"
+        self.cuts += 1
+        self.mount()
+
+    def close(self) -> None:
+        self._unmount(30)
+
+    def __enter__(self) -> LazyMount:
+        self.mount()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
