@@ -64,6 +64,9 @@ class OutMessage:
     #: replicator keeps the source message's id, so consumers drop duplicates across clusters)
     uniq_key: str = ""
     flag: int = 0  # RocketMQ's message flag (the send header's ``flag``, a batch item's FLAG)
+    #: ``checked_properties_text(properties)`` when the maker has it already (the full sync
+    #: builds it from a template per db), else "": a sink sends it as is
+    properties_text: str = field(default="", compare=False)
 
 
 def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> str:
@@ -94,8 +97,8 @@ def wire_properties(msg: OutMessage, uniq: str) -> bytes:
     building the merged dict (it runs for every message); anything doubtful (a reserved or
     bad name, a separator) goes through ``encode_properties``, for its refusal."""
     own, keys, tags = msg.properties, msg.keys, msg.tags
-    text = None
-    if (
+    text = msg.properties_text or None
+    if text is None and (
         RESERVED_PROPERTIES.isdisjoint(own)
         and "\x01" not in keys
         and "\x02" not in keys

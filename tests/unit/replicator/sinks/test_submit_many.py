@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -98,6 +99,12 @@ def test_the_same_bytes_as_one_submit_a_message(
 
         run(t, decide=lambda r: None, max_batch_messages=batch, max_in_flight_per_queue=64)
     assert seen["submit"] == seen["submit_many"]
+    # and each message's properties as the old encoding (the merged dict) gives them
+    for m in sample():
+        u = m.uniq_key or "0" * 32
+        old = encode_properties(replace(m, properties_text=""), {"UNIQ_KEY": u, "WAIT": "true"})
+        assert wire_properties(m, u) == old.encode()
+    assert any(m.properties_text for m in sample())
     codes = {code for sent in seen["submit"].values() for code, _b, _e in sent}
     assert (320 in codes) == (batch > 1) and len(seen["submit"]) == 3
 
