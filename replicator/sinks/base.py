@@ -249,6 +249,20 @@ class QueueLedger:
         the slots confirmed by it (in order)."""
         slot.done = True
         slot.stored_at = stored_at
+        return self._pop_done()
+
+    def mark_run_done(self, slots: list[Slot], first_stored_at: int) -> int:
+        """:meth:`mark_done` for ``slots`` stored one after the other from
+        ``first_stored_at`` on (a batch's answer); returns how many it confirmed."""
+        at = first_stored_at
+        for slot in slots:
+            slot.done = True
+            slot.stored_at = at
+            at += 1
+        return len(self._pop_done())
+
+    def _pop_done(self) -> list[Slot]:
+        """Confirm and pop the head run of done slots."""
         out: list[Slot] = []
         slots = self._slots
         while slots and slots[0].done:

@@ -77,13 +77,8 @@ from replicator.sinks.errors import (
     SinkUnavailable,
 )
 from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
-from replicator.sinks.wire import (
-    WAIT_ONLY,
-    encode_batch,
-    fits_batch,
-    item_size,
-    props_bytes,
-)
+from replicator.sinks.wire import WAIT_ONLY, encode_batch, props_bytes
+from rmq.batch import ITEM_OVERHEAD, fits_batch
 from rmq.codec import RemotingCommand
 from rmq.connection import ConnectionFailure, RemotingConnection
 from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
@@ -351,20 +346,24 @@ class RocketMQSink:
         """The next slots to send in one request: up to ``max_batch_messages`` and
         ``max_batch_bytes``; a message over the byte limit, or whose properties are too long
         for a batch item, goes alone (as SEND_MESSAGE_V2)."""
+        ledger, start = lane.ledger, lane.next_send
+        limit = 1 if start < lane.solo_until else self.config.max_batch_messages
+        end = min(len(ledger), start + limit)
+        max_bytes = self.config.max_batch_bytes
         slots: list[Slot] = []
         size = 0
-        limit = 1 if lane.next_send < lane.solo_until else self.config.max_batch_messages
-        while lane.next_send < len(lane.ledger) and len(slots) < limit:
-            slot = lane.ledger[lane.next_send]
-            item = item_size(slot)
-            alone = not fits_batch(slot)
-            if slots and (alone or size + item > self.config.max_batch_bytes):
+        for i in range(start, end):
+            slot = ledger[i]
+            wire = props_bytes(slot)
+            item = ITEM_OVERHEAD + len(slot.msg.body) + len(wire)
+            alone = not fits_batch(wire)  # its length is an int16 in a batch item
+            if slots and (alone or size + item > max_bytes):
                 break
             slots.append(slot)
             size += item
-            lane.next_send += 1
             if alone:
                 break
+        lane.next_send = start + len(slots)
         return slots
 
     def _request(self, slots: list[Slot], target: WriteQueue, queue_nums: int) -> RemotingCommand:
@@ -414,9 +413,7 @@ class RocketMQSink:
                 where = f"{lane.topic} queue {lane.index}"
                 self._fail_lane(lane, first, SendFailed(0, "PUT_OK without a queueOffset", where))
                 return
-            confirmed = 0
-            for i, slot in enumerate(slots):
-                confirmed += len(lane.ledger.mark_done(slot, first_offset + i))
+            confirmed = lane.ledger.mark_run_done(slots, first_offset)
             lane.next_send -= confirmed
             lane.solo_until = max(0, lane.solo_until - confirmed)
             self._capacity.give(confirmed)
