@@ -33,20 +33,13 @@ if str(ROOT) not in sys.path:
 
 from nameserver.client import BrokerGroup, QueueData, Route  # noqa: E402
 from replicator import gctune  # noqa: E402
+from replicator.redis import protocol as rp  # noqa: E402
 from replicator.redis import replicator as rr  # noqa: E402
 from replicator.redis.checkpoint import Checkpoint  # noqa: E402
 from replicator.redis.commands import snapshot  # noqa: E402
 from replicator.redis.driver import READ_BYTES  # noqa: E402
 from replicator.redis.metrics import RedisMetrics  # noqa: E402
-from replicator.redis.protocol import (  # noqa: E402
-    FullSync,
-    Phase,
-    RdbBegin,
-    RdbChunk,
-    RdbEnd,
-    ReplicaConfig,
-    ReplicaProtocol,
-)
+from replicator.redis.protocol import Phase, ReplicaConfig, ReplicaProtocol  # noqa: E402
 from replicator.redis.resp import NeedData, encode_command  # noqa: E402
 from replicator.redis.spool import EventSpool  # noqa: E402
 from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig  # noqa: E402
@@ -180,11 +173,11 @@ async def run(writes: int, queues: int, full_sync: bool = False) -> dict[str, fl
 async def _sync(p: Any, sink: RocketMQSink, conn: _Conn, keys: int) -> dict[str, float]:
     rdb = snapshot_rdb(keys)
     t0, c0 = time.monotonic(), time.process_time()
-    await p.on_event(FullSync(REPLID, 1000))
-    await p.on_event(RdbBegin(len(rdb)))
+    await p.on_event(rp.FullSync(REPLID, 1000))
+    await p.on_event(rp.RdbBegin(len(rdb)))
     for pos in range(0, len(rdb), READ_BYTES):
-        await p.on_event(RdbChunk(rdb[pos : pos + READ_BYTES]))
-    await p.on_event(RdbEnd())
+        await p.on_event(rp.RdbChunk(rdb[pos : pos + READ_BYTES]))
+    await p.on_event(rp.RdbEnd())
     while p.watermark.safe().offset != 1000:
         await asyncio.sleep(0.001)
     c1, t1 = time.process_time(), time.monotonic()

@@ -349,20 +349,8 @@ class _Pass:
         future = await self.sink.submit_many(messages)
         self.sent += len(messages)
         self.owner.metrics.sent(len(messages))
-        future.add_done_callback(functools.partial(self._run_confirmed, boundary=boundary))
-
-    def _run_confirmed(self, future: asyncio.Future[int], boundary: Boundary) -> None:
-        if future.cancelled():
-            self.fail(_Restart("a send was cancelled"))
-            return
-        error = future.exception()
-        if error is not None:
-            self.fail(error)
-            return
-        n = future.result()
-        self.confirmed += n
-        self.owner.metrics.confirmed(n)
-        self.watermark.confirm(boundary, n)
+        confirmed = functools.partial(self._confirmed, boundary=boundary, messages=len(messages))
+        future.add_done_callback(confirmed)
 
     async def _rdb_end(self) -> None:
         assert self._rdb is not None and self._snapshot is not None
@@ -402,7 +390,10 @@ class _Pass:
             metrics.sent(1)
             future.add_done_callback(confirmed)
 
-    def _confirmed(self, future: asyncio.Future[int], boundary: Boundary) -> None:
+    def _confirmed(
+        self, future: asyncio.Future[int], boundary: Boundary, messages: int = 1
+    ) -> None:
+        """A ``submit`` future (one message) or a ``submit_many`` one (``messages``)."""
         if future.cancelled():
             self.fail(_Restart("a send was cancelled"))
             return
@@ -410,9 +401,9 @@ class _Pass:
         if error is not None:
             self.fail(error)
             return
-        self.confirmed += 1
-        self.owner.metrics.confirmed()
-        self.watermark.confirm(boundary)
+        self.confirmed += messages
+        self.owner.metrics.confirmed(messages)
+        self.watermark.confirm(boundary, messages)
 
     def fail(self, error: BaseException) -> None:
         if not self._failed.done():

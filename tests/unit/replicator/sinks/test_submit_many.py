@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,8 +19,9 @@ from replicator.sinks import rocketmq as rocketmq_sink
 from replicator.sinks.base import OutMessage, encode_properties, wire_properties
 from replicator.sinks.errors import MessageRejected, QueueFailed, SendFailed
 from replicator.sinks.file import FileSink
-from replicator.sinks.rocketmq import RocketMQSink, RocketMQSinkConfig
-from tests.unit.replicator.sinks.fake_broker import FakeBroker, FakeRoutes, Received
+from replicator.sinks.rocketmq import RocketMQSink
+from tests.unit.replicator.sinks.fake_broker import FakeBroker
+from tests.unit.replicator.sinks.test_rocketmq import run
 
 TOPIC = "T"
 
@@ -39,26 +39,6 @@ def sample() -> list[OutMessage]:
     out += b.end_snapshot().messages
     out.append(OutMessage(TOPIC, 1, b"given", "", "", {"A": "1"}, 7, uniq_key="U" * 32, flag=3))
     return out
-
-
-def run(
-    test: Callable[[FakeBroker, RocketMQSink], Awaitable[None]],
-    decide: Callable[[Received], Any] = lambda r: 0,
-    **settings: Any,
-) -> None:
-    async def main() -> None:
-        broker = FakeBroker(decide)
-        addr = await broker.start()
-        config = RocketMQSinkConfig(topics=(TOPIC,), retry_backoff_ms=1, **settings)
-        sink = RocketMQSink(config, FakeRoutes(addr, 3))
-        await sink.start()
-        try:
-            await asyncio.wait_for(test(broker, sink), 20)
-        finally:
-            await sink.close()
-            await broker.close()
-
-    asyncio.run(main())
 
 
 def wire(broker: FakeBroker) -> dict[str, list[tuple[int, bytes, dict[str, str]]]]:
@@ -97,7 +77,7 @@ def test_the_same_bytes_as_one_submit_a_message(
                 n = sum(m.queue_id == q for m in msgs)
                 assert sink.confirmed(TOPIC, q) == n
 
-        run(t, decide=lambda r: None, max_batch_messages=batch, max_in_flight_per_queue=64)
+        run(t, decide=lambda r: None, queues=3, max_batch_messages=batch)
     assert seen["submit"] == seen["submit_many"]
     # and each message's properties as the old encoding (the merged dict) gives them
     for m in sample():
@@ -149,7 +129,7 @@ def test_one_confirmation_after_every_message_of_the_run() -> None:
         assert sink.confirmed_offset(TOPIC, 0) == 27 and sink.unconfirmed() == 0
         assert await (await sink.submit_many([])) == 0
 
-    run(t, decide=lambda r: None)
+    run(t, decide=lambda r: None, queues=3)
 
 
 def test_a_run_over_the_in_flight_bound_goes_in_pieces() -> None:
