@@ -1,6 +1,6 @@
 """The Redis replicator's CPU per replicated write, in one process, without sockets.
 
-    python -m bench.redis_pipeline [--writes 100000] [--queues 4] [--profile]
+    python -m bench.redis_pipeline [--writes 100000] [--queues 4] [--profile] [--snapshot]
 
 ``bench/redis_replicate.py`` measures the whole system on a shared machine, where the
 replicator's CPU share decides what it delivers. This isolates the replicator: a replication
@@ -9,6 +9,10 @@ driver does, through the protocol object, the event spool, the pass (``_Pass.on_
 EventBuilder, Watermark, fencing) and the RocketMQ sink, whose connection is replaced by one
 that encodes each request frame and answers PUT_OK on the next loop turn. The result is the
 process CPU (user + system) per write, and its profile with ``--profile``.
+
+``--snapshot``: a full sync instead, an RDB of ``--writes`` 512-byte random strings (what
+``bench.redis_replicate --parts sync`` fills) fed in 256 KiB chunks after ``+FULLRESYNC``
+(parse, replay, snapshot messages, the sink), timed to the confirmation of SNAPSHOT_END.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ if str(ROOT) not in sys.path:
 
 from nameserver.client import BrokerGroup, QueueData, Route  # noqa: E402
 from replicator import gctune  # noqa: E402
+from replicator.redis import protocol as rp  # noqa: E402
 from replicator.redis import replicator as rr  # noqa: E402
 from replicator.redis.checkpoint import Checkpoint  # noqa: E402
 from replicator.redis.commands import snapshot  # noqa: E402
@@ -71,7 +76,7 @@ class _Conn:
         data = encode(command.replace(opaque=1))
         self.frames += 1
         self.bytes += len(data)
-        answer = command.response(0)
+        answer = command.response(0, ext_fields={"queueOffset": "0"})
         asyncio.get_running_loop().call_soon(callback, answer, None)
 
     def close(self) -> None:
@@ -89,7 +94,19 @@ def stream(writes: int, value: bytes = b"1764170000000000000") -> bytes:
     return b"".join(encode_command([b"SET", b"bench:%d" % i, value]) for i in range(writes))
 
 
-async def run(writes: int, queues: int) -> dict[str, float]:
+def snapshot_rdb(keys: int, value_bytes: int = 512) -> bytes:
+    """An RDB (version 10, db 0) of ``keys`` random strings of ``value_bytes``."""
+    import os
+
+    from tests.unit.replicator.redis.rdb import rdbgen as g
+
+    s = g.string
+    body = [b"\xfe\x00\xfb" + g.length(keys) + g.length(0)]
+    body += [b"\x00" + s(b"key:%d" % i) + s(os.urandom(value_bytes)) for i in range(keys)]
+    return g.rdb(b"".join(body), version=10)
+
+
+async def run(writes: int, queues: int, full_sync: bool = False) -> dict[str, float]:
     conn = _Conn()
 
     async def fake_open(address: str, timeout_s: float) -> _Conn:
@@ -111,12 +128,14 @@ async def run(writes: int, queues: int) -> dict[str, float]:
     )
     owner = SimpleNamespace(config=config, role=_Role(), metrics=RedisMetrics("bench"))
     fence = SimpleNamespace(lease_id=1, token=1)
-    p = rr._Pass(owner, fence, Checkpoint(REPLID, 0), sink, snapshot())  # type: ignore[arg-type]
+    p = rr._Pass(owner, fence, Checkpoint(REPLID, 0), sink, snapshot(), config.source)  # type: ignore[arg-type]
     proto = ReplicaProtocol(ReplicaConfig(resume=(REPLID, 0)))
     proto.phase = Phase.RDB_PAYLOAD  # straight to the command stream (no handshake here)
     proto.offset = 0
     proto._start_stream()
     p.replid = REPLID
+    if full_sync:
+        return await _sync(p, sink, conn, writes)
     data = stream(writes)
     spool = EventSpool(None, 64 << 20)
 
@@ -151,11 +170,34 @@ async def run(writes: int, queues: int) -> dict[str, float]:
     }
 
 
+async def _sync(p: Any, sink: RocketMQSink, conn: _Conn, keys: int) -> dict[str, float]:
+    rdb = snapshot_rdb(keys)
+    t0, c0 = time.monotonic(), time.process_time()
+    await p.on_event(rp.FullSync(REPLID, 1000))
+    await p.on_event(rp.RdbBegin(len(rdb)))
+    for pos in range(0, len(rdb), READ_BYTES):
+        await p.on_event(rp.RdbChunk(rdb[pos : pos + READ_BYTES]))
+    await p.on_event(rp.RdbEnd())
+    while p.watermark.safe().offset != 1000:
+        await asyncio.sleep(0.001)
+    c1, t1 = time.process_time(), time.monotonic()
+    await sink.close()
+    return {
+        "keys": keys,
+        "cpu_us_per_key": (c1 - c0) / keys * 1e6,
+        "cpu_s_per_mb": (c1 - c0) / (len(rdb) / 1e6),
+        "wall_s": t1 - t0,
+        "frames": conn.frames,
+        "msgs_per_frame": p.sent / max(conn.frames, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--writes", type=int, default=100_000)
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--snapshot", action="store_true", help="a full sync of --writes keys")
     ap.add_argument("--default-gc", action="store_true", help="without replicator.gctune")
     args = ap.parse_args(argv)
     if not args.default_gc:
@@ -169,11 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
-        out = asyncio.run(run(args.writes, args.queues))
+        out = asyncio.run(run(args.writes, args.queues, args.snapshot))
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
     else:
-        out = asyncio.run(run(args.writes, args.queues))
+        out = asyncio.run(run(args.writes, args.queues, args.snapshot))
     print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in out.items()))
     return 0
 

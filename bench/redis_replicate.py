@@ -139,9 +139,11 @@ class Worker:
         if tree is not None:  # another checkout's code (--baseline-tree) first on the path
             env["PYTHONPATH"] = os.pathsep.join([str(tree), env["PYTHONPATH"]])
         with open(self.log, "ab") as out:
+            # run in the tree: ``python -m`` puts the working directory first on sys.path,
+            # before PYTHONPATH (from this checkout's root, a baseline ran this checkout)
             self.proc = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                stderr=subprocess.STDOUT, start_new_session=True, cwd=tree or root,
             )  # fmt: skip
 
     def scrape(self) -> dict[str, float]:

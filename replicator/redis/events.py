@@ -54,11 +54,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from replicator.redis.commands import CommandTable, snapshot
+from replicator.redis.commands import CommandSpec, CommandTable, snapshot
 from replicator.redis.errors import ProtocolError
 from replicator.redis.resp import encode_command as encode_command  # re-exported
-from replicator.redis.routing import Piece, plan
+from replicator.redis.routing import Piece, plan, queue_of
 from replicator.sinks.base import OutMessage as OutMessage  # re-exported: the shared record
+from rmq.message import BadProperty, checked_properties_text
 
 KIND_COMMAND = "command"
 KIND_SNAPSHOT = "snapshot"
@@ -186,6 +187,12 @@ class EventBuilder:
         self._snapshot: tuple[str, int] | None = None
         self._snapshot_id = ""
         self._snapshot_heads: dict[int, dict[str, str]] = {}
+        #: per db: the snapshot properties before and after REDIS_SEQ, and their texts
+        self._snapshot_templates: dict[
+            int, tuple[dict[str, str], dict[str, str], tuple[str, str] | None]
+        ] = {}
+        #: argv[0] → its tag when argv[1] is the command's one key, else None (learnt)
+        self._one_key: dict[bytes, str | None] = {}
         self._seq = 0
         # the stream's control commands, keyed by NAME (they change this builder's state and
         # are never messages): SELECT (db), MULTI/EXEC/DISCARD (transaction framing)
@@ -327,6 +334,7 @@ class EventBuilder:
         self._snapshot = (replid, offset)
         self._snapshot_id = snapshot_id
         self._snapshot_heads = {}
+        self._snapshot_templates = {}
         self._seq = 0
         self.boundary = NO_CHECKPOINT
         return self._batch(self._markers(SNAPSHOT_BEGIN, offset, NO_CHECKPOINT))
@@ -340,10 +348,30 @@ class EventBuilder:
         inside a snapshot: the caller accounts them to the snapshot's boundary)."""
         if self._snapshot is None:
             raise ProtocolError("a snapshot entry outside SNAPSHOT_BEGIN…SNAPSHOT_END")
+        self._seq += 1
+        one_key = self._one_key.get(argv[0]) if argv else None
+        if one_key is not None and len(argv) > 1:
+            # what plan() and _messages() make of a command whose one key is argv[1] (SET,
+            # RPUSH, HSET, … : what the RDB replays to), without the Piece and its key refs
+            key = argv[1]
+            body = encode_command(argv)
+            if len(body) <= self.max_body_bytes:
+                props, text = self._snapshot_props_of(db)
+                return [
+                    OutMessage(
+                        self.topic,
+                        queue_of(key, self.queue_count),
+                        body,
+                        one_key,
+                        keys_header((key,)),
+                        props,
+                        NO_CHECKPOINT,
+                        properties_text=text,
+                    )
+                ]
         _replid, offset = self._snapshot
         spec = self.table.lookup(argv)
         _route, pieces = plan(spec, argv, self.queue_count)
-        self._seq += 1
         # the same properties, in the same order, as _props + _snapshot_props: only REDIS_DB
         # and REDIS_SEQ change within a snapshot, so the head is built once per db
         head = self._snapshot_heads.get(db)
@@ -354,7 +382,52 @@ class EventBuilder:
         if self._snapshot_id:
             props["REDIS_SNAPSHOT"] = self._snapshot_id
         tag = (spec.name.split("|")[0] if spec else argv[0].decode("utf-8", "replace")).upper()
+        if spec is not None and argv[0] not in self._one_key and len(self._one_key) < 1024:
+            self._learn_one_key(argv[0], spec, tag)
         return self._messages(pieces, props, tag, KIND_SNAPSHOT, NO_CHECKPOINT)
+
+    def _snapshot_props_of(self, db: int) -> tuple[dict[str, str], str]:
+        """A one-piece snapshot entry's properties (as the general path orders them: _props,
+        REDIS_SEQ, REDIS_SNAPSHOT, REDIS_KIND) and their properties text, from a template
+        per db; an empty text (the sink encodes and checks the dict) if the template's
+        values would not pass ``checked_properties_text``."""
+        template = self._snapshot_templates.get(db)
+        if template is None:
+            assert self._snapshot is not None
+            _replid, offset = self._snapshot
+            head = self._props(offset, offset, db)
+            tail = {"REDIS_KIND": KIND_SNAPSHOT}
+            if self._snapshot_id:
+                tail = {"REDIS_SNAPSHOT": self._snapshot_id, **tail}
+            try:
+                text = (checked_properties_text(head), checked_properties_text(tail))
+            except BadProperty:
+                text = None
+            template = self._snapshot_templates[db] = (head, tail, text)
+        head, tail, texts = template
+        seq = str(self._seq)
+        props = head.copy()
+        props["REDIS_SEQ"] = seq
+        props.update(tail)
+        if texts is None:
+            return props, ""
+        return props, f"{texts[0]}REDIS_SEQ\x01{seq}\x02{texts[1]}"
+
+    def _learn_one_key(self, name: bytes, spec: CommandSpec, tag: str) -> None:
+        """Whether every ``name …`` command names argv[1] as its only key (one key spec:
+        index 1, range of one, no ``not_key``/``incomplete``), remembered by ``name``."""
+        ks = spec.key_specs
+        one = (
+            not spec.subcommands
+            and len(ks) == 1
+            and ks[0].begin_search == "index"
+            and ks[0].index == 1
+            and ks[0].find_keys == "range"
+            and ks[0].lastkey == 0
+            and ks[0].keystep >= 1
+            and not {"not_key", "incomplete"} & ks[0].flags
+        )
+        self._one_key[bytes(name)] = tag if one else None
 
     def end_snapshot(self) -> Batch:
         """The RDB was read whole: SNAPSHOT_END to every queue, carrying the FULLRESYNC offset

@@ -185,8 +185,8 @@ class RedisMetrics:
     def sent(self, n: int = 1) -> None:
         self._sent.value += n
 
-    def confirmed(self) -> None:
-        self._confirmed.value += 1
+    def confirmed(self, n: int = 1) -> None:
+        self._confirmed.value += n
 
     def full_sync(self) -> None:
         self._full_syncs.inc()

@@ -62,6 +62,10 @@ __all__ = ["RedisReplicator"]
 
 log = logging.getLogger(__name__)
 
+#: snapshot messages sent together (one ``Sink.submit_many``, one confirmation): about a
+#: 256 KiB read of 512-byte strings; well under the sink's ``max_in_flight``
+SNAPSHOT_RUN = 512
+
 #: before the first full sync there is no history: its replid is a placeholder, never stored
 NO_REPLID = "?"
 
@@ -313,24 +317,40 @@ class _Pass:
         await self._rdb_drain()
 
     async def _rdb_drain(self) -> None:
-        """Every command the bytes fed so far give, each sent as soon as it is built (the
-        sends overlap the parse): what :meth:`_emit` does for a snapshot entry, without a
-        Batch a command (every one counts toward the same unsealed snapshot boundary)."""
+        """Every command the bytes fed so far give, sent in runs of up to
+        :data:`SNAPSHOT_RUN` messages (one ``submit_many`` and one confirmation each; the
+        sends overlap the parse of the next chunk): what :meth:`_emit` does for a snapshot
+        entry, without a Batch a command (every one counts toward the same unsealed snapshot
+        boundary)."""
         rdb, replay, snapshot = self._rdb, self._replay, self._snapshot
         assert rdb is not None and replay is not None
         assert snapshot is not None, "RDB data outside a full sync"
         next_event, commands = rdb.next_event, replay.commands
-        entry, grow, failed = self.builder.snapshot_messages, self.watermark.grow, self._failed
+        entry = self.builder.snapshot_messages
+        run: list[OutMessage] = []
         while not isinstance(ev := next_event(), NeedData):
             for argv in commands(ev):
                 if argv[0] == b"SELECT":
                     self._rdb_db = int(argv[1])
                     continue
-                messages = entry(self._rdb_db, argv)
-                if failed.done():
-                    failed.result()  # raises why the pass failed
-                grow(snapshot, len(messages))
-                await self._send(messages, snapshot)
+                run += entry(self._rdb_db, argv)
+            if len(run) >= SNAPSHOT_RUN:
+                await self._send_run(run, snapshot)
+                run = []
+        if run:
+            await self._send_run(run, snapshot)
+
+    async def _send_run(self, messages: list[OutMessage], boundary: Boundary) -> None:
+        """Snapshot messages in one ``submit_many``, confirmed to ``boundary`` together."""
+        if self._failed.done():
+            self._failed.result()  # raises why the pass failed
+        self.watermark.grow(boundary, len(messages))
+        self.owner.role.check()  # a worker that lost its lease sends nothing more
+        future = await self.sink.submit_many(messages)
+        self.sent += len(messages)
+        self.owner.metrics.sent(len(messages))
+        confirmed = functools.partial(self._confirmed, boundary=boundary, messages=len(messages))
+        future.add_done_callback(confirmed)
 
     async def _rdb_end(self) -> None:
         assert self._rdb is not None and self._snapshot is not None
@@ -370,7 +390,10 @@ class _Pass:
             metrics.sent(1)
             future.add_done_callback(confirmed)
 
-    def _confirmed(self, future: asyncio.Future[int], boundary: Boundary) -> None:
+    def _confirmed(
+        self, future: asyncio.Future[int], boundary: Boundary, messages: int = 1
+    ) -> None:
+        """A ``submit`` future (one message) or a ``submit_many`` one (``messages``)."""
         if future.cancelled():
             self.fail(_Restart("a send was cancelled"))
             return
@@ -378,9 +401,9 @@ class _Pass:
         if error is not None:
             self.fail(error)
             return
-        self.confirmed += 1
-        self.owner.metrics.confirmed()
-        self.watermark.confirm(boundary)
+        self.confirmed += messages
+        self.owner.metrics.confirmed(messages)
+        self.watermark.confirm(boundary, messages)
 
     def fail(self, error: BaseException) -> None:
         if not self._failed.done():

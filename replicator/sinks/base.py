@@ -21,19 +21,23 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from replicator.sinks.errors import MessageRejected
+from replicator.sinks.errors import MessageRejected, SinkClosed
 from rmq.message import BadProperty, checked_properties_text
 
 __all__ = [
     "RESERVED_PROPERTIES",
+    "Confirmation",
     "OutMessage",
     "QueueLedger",
     "Sink",
     "Slot",
     "encode_properties",
+    "submit_each",
+    "wire_properties",
 ]
 
 #: Set by the sink itself (SEND_MESSAGE's ``properties``): a message may not carry them.
@@ -60,6 +64,9 @@ class OutMessage:
     #: replicator keeps the source message's id, so consumers drop duplicates across clusters)
     uniq_key: str = ""
     flag: int = 0  # RocketMQ's message flag (the send header's ``flag``, a batch item's FLAG)
+    #: ``checked_properties_text(properties)`` when the maker has it already (the full sync
+    #: builds it from a template per db), else "": a sink sends it as is
+    properties_text: str = field(default="", compare=False)
 
 
 def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> str:
@@ -85,6 +92,31 @@ def encode_properties(msg: OutMessage, extra: dict[str, str] | None = None) -> s
         raise MessageRejected(str(exc)) from None
 
 
+def wire_properties(msg: OutMessage, uniq: str) -> bytes:
+    """``encode_properties(msg, {"UNIQ_KEY": uniq, "WAIT": "true"})`` as UTF-8, without
+    building the merged dict (it runs for every message); anything doubtful (a reserved or
+    bad name, a separator) goes through ``encode_properties``, for its refusal."""
+    own, keys, tags = msg.properties, msg.keys, msg.tags
+    text = msg.properties_text or None
+    if text is None and (
+        RESERVED_PROPERTIES.isdisjoint(own)
+        and "\x01" not in keys
+        and "\x02" not in keys
+        and "\x01" not in tags
+        and "\x02" not in tags
+    ):
+        try:
+            text = checked_properties_text(own) if own else ""
+        except BadProperty:
+            pass
+    if text is None:
+        return encode_properties(msg, {"UNIQ_KEY": uniq, "WAIT": "true"}).encode()
+    head = f"KEYS\x01{keys}\x02" if keys else ""
+    if tags:
+        head = f"{head}TAGS\x01{tags}\x02"
+    return f"{head}{text}UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02".encode()
+
+
 class Sink(Protocol):
     """Where replicated writes go. All methods run on the event loop of ``start``.
 
@@ -106,6 +138,12 @@ class Sink(Protocol):
         unconfirmed, never for this one's confirmation. Raises MessageRejected at once for a
         message that can never be sent, SinkClosed after ``close``."""
 
+    async def submit_many(self, msgs: Sequence[OutMessage]) -> asyncio.Future[int]:
+        """``submit`` each of ``msgs`` in order, with one future for them all: it resolves
+        with ``len(msgs)`` once every one is confirmed, and fails (SinkError) as soon as one
+        fails. Raises as ``submit`` does (the messages before the one it raised for may be
+        queued: the caller restarts from its checkpoint either way)."""
+
     def confirmed(self, topic: str, queue_id: int) -> int:
         """How many messages of this queue are confirmed with every earlier one confirmed."""
 
@@ -116,18 +154,71 @@ class Sink(Protocol):
         """Stop; futures not yet confirmed fail with SinkClosed. Idempotent."""
 
 
-@dataclass(eq=False)
+class Confirmation:
+    """The one future of several messages (``Sink.submit_many``): resolves with their number
+    once each is confirmed, fails with the first failure."""
+
+    __slots__ = ("count", "future", "remaining")
+
+    def __init__(self, future: asyncio.Future[int], count: int) -> None:
+        self.future = future
+        self.count = count
+        self.remaining = count
+        if count == 0:
+            future.set_result(0)
+
+    def confirm_one(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0 and not self.future.done():
+            self.future.set_result(self.count)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+    def on_future(self, future: asyncio.Future[int]) -> None:
+        """A done-callback for one message's own future."""
+        if future.cancelled():
+            self.fail(SinkClosed("a send was cancelled"))
+        elif (exc := future.exception()) is not None:
+            self.fail(exc)
+        else:
+            self.confirm_one()
+
+
+async def submit_each(
+    submit: Callable[[OutMessage], Awaitable[asyncio.Future[int]]], msgs: Sequence[OutMessage]
+) -> asyncio.Future[int]:
+    """``Sink.submit_many`` by one ``submit`` a message (a sink with nothing faster)."""
+    group = Confirmation(asyncio.get_running_loop().create_future(), len(msgs))
+    for msg in msgs:
+        (await submit(msg)).add_done_callback(group.on_future)
+    return group.future
+
+
+@dataclass(eq=False, slots=True)
 class Slot:
     """One unconfirmed message; ``attempts``, ``token`` and ``wire`` belong to the sink.
-    ``stored_at``: where the destination stored it (set with ``done``; the future's result)."""
+    ``stored_at``: where the destination stored it (set with ``done``; the future's result).
+    Its confirmation goes to ``future`` (``submit``) or to ``group`` (``submit_many``)."""
 
     msg: OutMessage
-    future: asyncio.Future[int]
+    future: asyncio.Future[int] | None
+    group: Confirmation | None = None
     done: bool = False
     stored_at: int = -1
     attempts: int = 0
     token: int | None = None
     wire: object = None
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail this message's future (or its group's) with ``exc`` unless already done."""
+        future = self.future
+        if future is not None:
+            if not future.done():
+                future.set_exception(exc)
+        elif self.group is not None:
+            self.group.fail(exc)
 
 
 @dataclass
@@ -143,8 +234,10 @@ class QueueLedger:
     confirmed_offset: int | None = None
     _slots: deque[Slot] = field(default_factory=deque)
 
-    def add(self, msg: OutMessage, future: asyncio.Future[int]) -> Slot:
-        slot = Slot(msg, future)
+    def add(
+        self, msg: OutMessage, future: asyncio.Future[int] | None, group: Confirmation | None = None
+    ) -> Slot:
+        slot = Slot(msg, future, group)
         self._slots.append(slot)
         return slot
 
@@ -156,13 +249,32 @@ class QueueLedger:
         the slots confirmed by it (in order)."""
         slot.done = True
         slot.stored_at = stored_at
+        return self._pop_done()
+
+    def mark_run_done(self, slots: list[Slot], first_stored_at: int) -> int:
+        """:meth:`mark_done` for ``slots`` stored one after the other from
+        ``first_stored_at`` on (a batch's answer); returns how many it confirmed."""
+        at = first_stored_at
+        for slot in slots:
+            slot.done = True
+            slot.stored_at = at
+            at += 1
+        return len(self._pop_done())
+
+    def _pop_done(self) -> list[Slot]:
+        """Confirm and pop the head run of done slots."""
         out: list[Slot] = []
-        while self._slots and self._slots[0].done:
-            head = self._slots.popleft()
+        slots = self._slots
+        while slots and slots[0].done:
+            head = slots.popleft()
             self.confirmed += 1
             self.confirmed_offset = head.msg.offset
-            if not head.future.done():
-                head.future.set_result(head.stored_at)
+            future = head.future
+            if future is not None:
+                if not future.done():
+                    future.set_result(head.stored_at)
+            elif head.group is not None:
+                head.group.confirm_one()
             out.append(head)
         return out
 
@@ -171,8 +283,7 @@ class QueueLedger:
         out = list(self._slots)
         self._slots.clear()
         for slot in out:
-            if not slot.future.done():
-                slot.future.set_exception(exc)
+            slot.fail(exc)
         return out
 
     def __getitem__(self, index: int) -> Slot:

@@ -22,9 +22,10 @@ import base64
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import IO, Literal
 
-from replicator.sinks.base import OutMessage, QueueLedger, encode_properties
+from replicator.sinks.base import OutMessage, QueueLedger, encode_properties, submit_each
 from replicator.sinks.errors import MessageRejected, QueueFailed, SinkClosed, SinkUnavailable
 
 __all__ = ["FileSink", "message_line"]
@@ -114,6 +115,9 @@ class FileSink:
         ledger.mark_done(slot, self._lines)
         self._lines += 1
         return future
+
+    async def submit_many(self, msgs: Sequence[OutMessage]) -> asyncio.Future[int]:
+        return await submit_each(self.submit, msgs)
 
     def confirmed(self, topic: str, queue_id: int) -> int:
         return self._ledgers[(topic, queue_id)].confirmed

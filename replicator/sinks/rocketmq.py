@@ -60,11 +60,12 @@ import functools
 import itertools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from nameserver.client import ClientError, NotFound
-from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties
+from replicator.sinks.base import Confirmation, OutMessage, QueueLedger, Slot, wire_properties
 from replicator.sinks.capacity import Capacity
 from replicator.sinks.errors import (
     ROUTE_CODES,
@@ -76,13 +77,8 @@ from replicator.sinks.errors import (
     SinkUnavailable,
 )
 from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
-from replicator.sinks.wire import (
-    WAIT_ONLY,
-    encode_batch,
-    fits_batch,
-    item_size,
-    props_bytes,
-)
+from replicator.sinks.wire import WAIT_ONLY, encode_batch, props_bytes
+from rmq.batch import ITEM_OVERHEAD, fits_batch
 from rmq.codec import RemotingCommand
 from rmq.connection import ConnectionFailure, RemotingConnection
 from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
@@ -210,13 +206,7 @@ class RocketMQSink:
 
     async def submit(self, msg: OutMessage) -> asyncio.Future[int]:
         lane = self._lane_for(msg)
-        if len(msg.body) > self.config.max_message_bytes:
-            raise MessageRejected(
-                f"a body of {len(msg.body)} bytes is over the {self.config.max_message_bytes}-byte"
-                " limit (max_message_bytes)"
-            )
-        uniq = msg.uniq_key or uniq_key()
-        wire = encode_properties(msg, {"UNIQ_KEY": uniq, "WAIT": "true"}).encode()
+        wire = self._wire(msg)
         capacity = self._capacity
         if not capacity.try_take():
             await capacity.take()
@@ -231,6 +221,48 @@ class RocketMQSink:
         slot.wire = wire
         lane.wake.set()
         return future
+
+    async def submit_many(self, msgs: Sequence[OutMessage]) -> asyncio.Future[int]:
+        """``submit`` each, one future for all (:meth:`Sink.submit_many`): every message is
+        checked and encoded before any is queued, and no future or callback is made per
+        message (a slot of the lane's ledger is: answers and resends stay per message)."""
+        lane_of = [self._lane_for(msg) for msg in msgs]
+        wires = [self._wire(msg) for msg in msgs]
+        group = Confirmation(asyncio.get_running_loop().create_future(), len(msgs))
+        capacity = self._capacity
+        touched: set[_Lane] = set()
+        try:
+            for msg, lane, wire in zip(msgs, lane_of, wires, strict=True):
+                if not capacity.try_take():
+                    for t in touched:
+                        t.wake.set()  # what is queued must go before capacity comes back
+                    await capacity.take()
+                    try:
+                        lane = self._lane_for(msg)
+                    except SinkError:
+                        capacity.give(1)
+                        raise
+                elif lane.failed is not None or self._closed:
+                    lane = self._lane_for(msg)  # raises why
+                lane.ledger.add(msg, None, group).wire = wire
+                touched.add(lane)
+        except BaseException:
+            group.future.cancel()  # nobody holds it: the queued ones confirm into nothing
+            raise
+        finally:
+            for t in touched:
+                t.wake.set()
+        return group.future
+
+    def _wire(self, msg: OutMessage) -> bytes:
+        """The message's properties as sent (UNIQ_KEY: its own or a new one; WAIT=true);
+        MessageRejected for a body over ``max_message_bytes`` or a bad property."""
+        if len(msg.body) > self.config.max_message_bytes:
+            raise MessageRejected(
+                f"a body of {len(msg.body)} bytes is over the {self.config.max_message_bytes}-byte"
+                " limit (max_message_bytes)"
+            )
+        return wire_properties(msg, msg.uniq_key or uniq_key())
 
     def confirmed(self, topic: str, queue_id: int) -> int:
         return self._lanes[(topic, queue_id)].ledger.confirmed
@@ -314,20 +346,24 @@ class RocketMQSink:
         """The next slots to send in one request: up to ``max_batch_messages`` and
         ``max_batch_bytes``; a message over the byte limit, or whose properties are too long
         for a batch item, goes alone (as SEND_MESSAGE_V2)."""
+        ledger, start = lane.ledger, lane.next_send
+        limit = 1 if start < lane.solo_until else self.config.max_batch_messages
+        end = min(len(ledger), start + limit)
+        max_bytes = self.config.max_batch_bytes
         slots: list[Slot] = []
         size = 0
-        limit = 1 if lane.next_send < lane.solo_until else self.config.max_batch_messages
-        while lane.next_send < len(lane.ledger) and len(slots) < limit:
-            slot = lane.ledger[lane.next_send]
-            item = item_size(slot)
-            alone = not fits_batch(slot)
-            if slots and (alone or size + item > self.config.max_batch_bytes):
+        for i in range(start, end):
+            slot = ledger[i]
+            wire = props_bytes(slot)
+            item = ITEM_OVERHEAD + len(slot.msg.body) + len(wire)
+            alone = not fits_batch(wire)  # its length is an int16 in a batch item
+            if slots and (alone or size + item > max_bytes):
                 break
             slots.append(slot)
             size += item
-            lane.next_send += 1
             if alone:
                 break
+        lane.next_send = start + len(slots)
         return slots
 
     def _request(self, slots: list[Slot], target: WriteQueue, queue_nums: int) -> RemotingCommand:
@@ -377,9 +413,7 @@ class RocketMQSink:
                 where = f"{lane.topic} queue {lane.index}"
                 self._fail_lane(lane, first, SendFailed(0, "PUT_OK without a queueOffset", where))
                 return
-            confirmed = 0
-            for i, slot in enumerate(slots):
-                confirmed += len(lane.ledger.mark_done(slot, first_offset + i))
+            confirmed = lane.ledger.mark_run_done(slots, first_offset)
             lane.next_send -= confirmed
             lane.solo_until = max(0, lane.solo_until - confirmed)
             self._capacity.give(confirmed)
@@ -449,8 +483,7 @@ class RocketMQSink:
     def _fail_lane(self, lane: _Lane, slot: Slot, error: SinkError) -> None:
         log.warning("sink %s queue %d failed for good: %s", lane.topic, lane.index, error)
         lane.failed = error
-        if not slot.future.done():
-            slot.future.set_exception(error)
+        slot.fail(error)
         self._capacity.give(len(lane.ledger.fail_all(QueueFailed(lane.topic, lane.index, error))))
         lane.wake.set()
 

@@ -29,11 +29,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties
+from replicator.sinks.base import OutMessage, QueueLedger, Slot, encode_properties, submit_each
 from replicator.sinks.errors import (
     MessageRejected,
     QueueFailed,
@@ -155,6 +156,9 @@ class WheelSink:
         lane.wake.set()
         return future
 
+    async def submit_many(self, msgs: Sequence[OutMessage]) -> asyncio.Future[int]:
+        return await submit_each(self.submit, msgs)
+
     def confirmed(self, topic: str, queue_id: int) -> int:
         return self._lanes[(topic, queue_id)].ledger.confirmed
 
@@ -204,8 +208,7 @@ class WheelSink:
                 if not exc.retriable or slot.attempts >= self.config.max_attempts:
                     log.warning("wheel sink %s queue %d failed: %s", lane.topic, lane.index, exc)
                     lane.failed = exc
-                    if not slot.future.done():
-                        slot.future.set_exception(exc)
+                    slot.fail(exc)
                     lane.ledger.fail_all(QueueFailed(lane.topic, lane.index, exc))
                     return
                 backoff_ms = self.config.retry_backoff_ms * 2 ** min(slot.attempts - 1, 30)

@@ -13,8 +13,6 @@ from rmq.message import properties_text
 __all__ = [
     "WAIT_ONLY",
     "encode_batch",
-    "fits_batch",
-    "item_size",
     "props_bytes",
 ]
 
@@ -27,17 +25,7 @@ def props_bytes(slot: Slot) -> bytes:
     return wire if isinstance(wire, bytes) else str(wire).encode("utf-8")
 
 
-def item_size(slot: Slot) -> int:
-    """A slot's bytes in a batch body."""
-    return batch.ITEM_OVERHEAD + len(slot.msg.body) + len(props_bytes(slot))
-
-
-def fits_batch(slot: Slot) -> bool:
-    """Whether a slot can be a batch item: its properties' length is an int16 there."""
-    return batch.fits_batch(props_bytes(slot))
-
-
 def encode_batch(slots: list[Slot]) -> bytes:
     """The batch body of ``slots`` (``rmq.batch``), each with its own properties (UNIQ_KEY
     included)."""
-    return batch.encode_batch_raw((s.msg.flag, s.msg.body, props_bytes(s)) for s in slots)
+    return batch.encode_batch_raw([(s.msg.flag, s.msg.body, props_bytes(s)) for s in slots])
