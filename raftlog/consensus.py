@@ -51,6 +51,11 @@ class EngineSnapshots(Protocol):
     def engine_meta(self, path: str) -> bytes:
         """The engine meta stored in a snapshot file (its header only)."""
 
+    def verify(self, path: str) -> str | None:
+        """Check a whole snapshot file as a follower's install does (CRCs, checksums);
+        None when it verifies, else what is wrong (naming the file and the byte). Blocks
+        (reads the file): call it off the event loop."""
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":

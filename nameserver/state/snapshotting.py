@@ -31,8 +31,10 @@ from raftlog.log import Captured, gc_paused
 from snapshots import (
     FileSnapshotStore,
     RecordSource,
+    SnapshotCorruptError,
     SnapshotError,
     SnapshotMeta,
+    SnapshotMismatchError,
     inspect,
     makedirs_durable,
     open_snapshot,
@@ -133,6 +135,13 @@ class StoreSink:
         info = snap.info
         return info.last_offset, info.last_term, info.engine_meta, snap
 
+    def verify(self, path: str) -> str | None:
+        try:
+            verify_snapshot(path)
+        except SnapshotCorruptError as exc:
+            return str(exc)
+        return None
+
     def header(self, path: str) -> tuple[int, bytes]:
         info = inspect(path)
         return info.last_offset, info.engine_meta
@@ -213,7 +222,8 @@ def restore(
     Returns the image and the engine's base offset (the last offset inside PySyncObj's
     dump, 0 without one). A corrupt newest snapshot is skipped with a WARNING naming it
     (the store falls back to the previous one); if it was the engine's dump, the dump is
-    rebuilt at the same offset from the previous snapshot and the change log.
+    rebuilt at the same offset from the previous snapshot and the change log, and must
+    hold what the damaged one's header says it held: else SnapshotError naming the file.
     """
     latest: Path | None = None
     image = MetadataImage.empty(registry)
@@ -327,18 +337,27 @@ def _repair_dump(
             header.last_offset,
         )
     captured = CapturedImage(image)
+    # the damaged file's header (its own CRC verified) says what it held: the rebuild must
+    # hold the same records, or it is refused (an older snapshot whose change log after it
+    # was deleted, or lost with power, would silently rebuild a smaller state)
     meta = SnapshotMeta(
         cluster_id=cluster_id,
         last_offset=header.last_offset,
         last_term=header.last_term,
         raft_index=header.raft_index,
         engine_meta=header.engine_meta,
+        counts=dict(header.counts),
+        hashes=dict(header.hashes),
     )
-    os.unlink(dump_file)
-    stale = store.path_of(header.last_offset)
-    if stale.exists():
-        stale.unlink()
-    info = store.save(meta, captured.records)
+    try:
+        info = store.save(meta, captured.records)  # replaces the damaged file atomically
+    except SnapshotMismatchError as exc:
+        raise SnapshotError(
+            f"{error}; the snapshot at offset {base.provenance.last_offset} and "
+            f"the change log after it do not rebuild it ({exc}); restore this node from "
+            "another member's snapshot (metaledger snapshot restore), or wipe its data dir "
+            "to have the leader send one"
+        ) from exc
     assert info.path is not None
     link_dump(info.path, dump_file)
     log.warning("rebuilt the engine's snapshot at offset %d: %s", header.last_offset, info.path)

@@ -96,6 +96,10 @@ class SnapshotSink(Protocol):
     def retention_offset(self) -> int:
         """Change-log segments wholly below this offset may be deleted."""
 
+    def verify(self, path: str) -> str | None:
+        """Check a whole snapshot file as :meth:`read` does; None when it verifies, else
+        what is wrong (naming the file and the byte). Raises OSError."""
+
 
 @dataclass(frozen=True)
 class Applied:

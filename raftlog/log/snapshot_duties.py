@@ -117,6 +117,9 @@ class SnapshotDuties:
     def engine_meta(self, path: str) -> bytes:
         return self._sink.header(path)[1]
 
+    def verify(self, path: str) -> str | None:
+        return self._sink.verify(path)
+
     # ---------------------------------------------------------------- the rest
     def due_by_bytes(self) -> bool:
         """Enough bytes committed since the last snapshot: ask the engine for one unless

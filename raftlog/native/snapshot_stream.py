@@ -7,6 +7,12 @@ and once it is written, rewrites the WAL without the entries it covers. A follow
 needs entries the leader no longer holds gets the dump file in 1 MiB SNAPSHOT chunks on
 the leader's outbound connection; the follower writes them to a temp file, fsyncs,
 installs it and restores the core to it.
+
+The leader checks the whole dump (CRCs and checksums, as the follower's install does)
+before it sends a byte of it. A damaged dump is never sent: the leader logs an ERROR naming
+the file and the byte, takes a fresh snapshot of its state (which replaces the dump; the
+follower gets that one when the core asks again), and if that fails too hands leadership
+to another member so that member serves the follower.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 from raftlog.consensus import EngineSnapshots
 from raftlog.native.config import NativeConfig
 from raftlog.native.core import RaftCore, Role
-from raftlog.native.messages import Message, MsgType, encode_message
+from raftlog.native.messages import ChangeRefused, Message, MsgType, NotLeader, encode_message
 from raftlog.native.transport import LEN, Peer, Transport
 from raftlog.native.wal import RaftWal
 
@@ -61,6 +67,9 @@ class SnapshotStream:
         self._snap_forced = False
         self._incoming: tuple[str, Any, int] | None = None  # (leader, file, next offset)
         self._sending: dict[str, asyncio.Task[None]] = {}  # snapshot transfers, per peer
+        # the dump found damaged ((device, inode): a fresh one is a new file), not sent again
+        self._damaged: tuple[int, int] | None = None
+        self._retaking = False  # a fresh snapshot asked for to replace a damaged dump
 
     def force(self) -> None:
         self._snap_forced = True
@@ -72,7 +81,9 @@ class SnapshotStream:
             return
         since = core.delivered - core.snap_index
         every = self._config.snapshot_every_items
-        if since <= 0 or not (self._snap_forced or since >= every + self._margin()):
+        if since < 0 or (since == 0 and not self._retaking):
+            return  # (a damaged dump is replaced even when nothing was delivered since)
+        if not (self._snap_forced or since >= every + self._margin()):
             return
         self._snap_forced = False
         index = core.delivered
@@ -91,6 +102,7 @@ class SnapshotStream:
         state = snapshots.state()
         if state == "done":
             self._snap_pending = None
+            self._retaking = False
             core = self._core
             keep_from = max(core.snap_index, index - self._margin())
             core.compact(keep_from)
@@ -102,6 +114,30 @@ class SnapshotStream:
             log.info("raft log compacted behind the snapshot at index %d", index)
         elif state == "failed":
             self._snap_pending = None
+            if self._retaking:
+                self._retaking = False
+                self._hand_over()
+
+    def _retake(self) -> None:
+        """The dump is damaged: take a fresh snapshot to replace it."""
+        self._retaking = True
+        self.force()
+        if self._snap_pending is None:  # (none could be asked for)
+            self._retaking = False
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """No good snapshot to send here: another member serves the followers that need one
+        (leadership to the most caught-up follower)."""
+        core = self._core
+        if core.role != Role.LEADER:
+            return
+        try:
+            target = core.transfer(None, time.monotonic())
+        except (NotLeader, ChangeRefused) as exc:
+            log.error("no good snapshot to send, and leadership not handed over: %s", exc)
+            return
+        log.error("no good snapshot to send: handing leadership to %s", target)
 
     def start_send(self, address: str) -> None:
         """Stream the dump file to ``address`` (unless a transfer to it is under way)."""
@@ -130,6 +166,8 @@ class SnapshotStream:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(link)
             os.link(self._dump_file, link)  # a later snapshot may replace the dump meanwhile
+            if not await self._verified(link, peer.address):
+                return
             meta = json.loads(snapshots.engine_meta(link))
             index = meta["index"]
             size = os.path.getsize(link)
@@ -176,6 +214,27 @@ class SnapshotStream:
                 os.unlink(link)
             # ok: written, not necessarily read (the follower's answers tell the core)
             core.snapshot_sent(peer.address, ok, time.monotonic(), index)
+
+    async def _verified(self, link: str, address: str) -> bool:
+        """Whether the dump (``link``, a hard link to it) verifies whole; a damaged one is
+        reported once and replaced by a fresh snapshot."""
+        snapshots = self._snapshots
+        assert snapshots is not None
+        st = os.stat(link)
+        ident = (st.st_dev, st.st_ino)
+        if ident == self._damaged:
+            return False  # reported; a fresh one is on its way
+        problem = await asyncio.to_thread(snapshots.verify, link)
+        if problem is None:
+            return True
+        self._damaged = ident
+        log.error(
+            "not sending the snapshot to %s: %s; taking a fresh snapshot to replace it",
+            address,
+            problem.replace(link, self._dump_file),
+        )
+        self._retake()
+        return False
 
     def on_chunk(self, m: Message) -> None:
         """A SNAPSHOT chunk from the leader (after the core stepped it)."""

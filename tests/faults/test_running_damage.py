@@ -19,6 +19,7 @@ import re
 import shutil
 import signal
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -167,11 +168,20 @@ def _exits_within(cluster: Cluster, i: int, seconds: float) -> int | None:
     return proc.poll()
 
 
-@pytest.mark.xfail(
-    reason="the leader streams its damaged dump unverified; the follower's restore finds the "
-    "CRC mismatch (file and byte named) and the node stops with exit 70, so it cannot rejoin",
-    strict=False,
-)
+def _settled(path: Path, quiet_s: float = 1.0) -> None:
+    """Wait until ``path`` was not replaced (a new snapshot) for ``quiet_s``: the snapshots
+    the last writes triggered are written, so a byte flipped in it stays in the file."""
+    seen: list[tuple[int, float]] = []
+
+    def quiet() -> bool:
+        ino, now = path.stat().st_ino, time.monotonic()
+        if not seen or seen[-1][0] != ino:
+            seen.append((ino, now))
+        return now - seen[-1][1] >= quiet_s
+
+    wait_until(quiet, 30, f"{path} keeps being replaced")
+
+
 def test_a_flipped_byte_in_the_running_leaders_snapshot_is_not_installed_on_a_follower(
     tmp_path: Path,
 ) -> None:
@@ -179,11 +189,10 @@ def test_a_flipped_byte_in_the_running_leaders_snapshot_is_not_installed_on_a_fo
     compacted log) gets a flipped byte while it runs; a follower wiped and restarted
     needs a snapshot: it must end with the others' image, never the damaged one.
 
-    Safe today but not live (xfail): the leader sends the dump as it is on disk; the
-    follower's restore stops at "corrupt record at byte N: CRC mismatch" naming the file,
-    and the node exits 70 ("apply failed at offsets 0..") before serving anything. Needed:
-    the leader verifies the dump before streaming it (or takes a fresh one when a follower
-    reports a bad snapshot), and the follower refuses an install without stopping."""
+    The leader checks the whole dump before it streams it: it logs the damage (file and
+    byte) as an ERROR, takes a fresh snapshot, and sends that one. (Unchecked, the follower's
+    restore stopped at "corrupt record at byte N: CRC mismatch" and the node exited 70
+    before serving anything: safe, but it could never rejoin.)"""
     from tests.cluster.test_snapshots import (
         SnapshotCluster,
         assert_acked_readable,
@@ -199,6 +208,7 @@ def test_a_flipped_byte_in_the_running_leaders_snapshot_is_not_installed_on_a_fo
         acked = write_keys(cluster.endpoints, (key_of(b"s/", i) for i in range(600)), clients=8)
         dump = cluster.data_dir(leader) / "raft" / "dump.snap"
         assert dump.exists(), sorted(p.name for p in (cluster.data_dir(leader) / "raft").iterdir())
+        _settled(dump)
         size = dump.stat().st_size
         flip_byte(dump, size // 2)
         victim = next(i for i in range(3) if i != leader)
@@ -209,6 +219,7 @@ def test_a_flipped_byte_in_the_running_leaders_snapshot_is_not_installed_on_a_fo
         image = assert_all_equal(cluster, timeout=60)
         assert_acked_readable(image, acked)
         assert "CRC mismatch" not in cluster.log_text(victim)[mark:]
+        assert "not sending the snapshot" in cluster.log_text(leader), cluster.log_tail(leader)
         failed = False
     finally:
         cluster.close(failed=failed)
