@@ -181,6 +181,36 @@ def _index_file(m: ModuleType) -> Callable[[], object]:
     return op
 
 
+def _replicated_scan(m: ModuleType) -> Callable[[], object]:
+    """A replica's scan of a master's 16 records of 256 bytes over 2 queues (keys indexed)."""
+    import shutil
+    import tempfile
+
+    from broker.store import MessageStore
+    from rmq.message import StoredMessage
+
+    root = tempfile.mkdtemp(prefix="mypyc_bench_log_")
+    store = MessageStore(root)
+    try:
+        for i in range(16):
+            props = {"KEYS": f"k{i}", "UNIQ_KEY": f"u{i}", "TAGS": "a"}
+            message = StoredMessage("T", b"x" * 256, queue_id=i % 2, properties=props)
+            store.put_many([[message]], wait_durable=False)
+        data = store.read_log(0, store.log.end_offset)
+    finally:
+        store.close()
+        shutil.rmtree(root, True)
+    view = memoryview(data)
+
+    def read(at: int, n: int) -> memoryview:
+        return view[at : at + n]
+
+    def write(topic: str, queue_id: int, first: int, units: object) -> None:
+        pass
+
+    return lambda: m.scan_replicated(read, 0, len(data), 1 << 30, True, {}, [], write)
+
+
 def mixed_rdb(keys: int) -> bytes:
     """An RDB of ``keys`` keys of mixed types, about as bench.rdb_parse's fill mixes them:
     short, int and LZF strings, listpack lists, hashes and zsets, hashtable hashes, sets and
@@ -252,6 +282,7 @@ OPS: list[tuple[str, str, Callable[[ModuleType], Callable[[], object]]]] = [
     ("rmq.message", "stored record encode + decode", _stored),
     ("broker.send.processor", "a send's stored message, DELAY check and answer", _send_processor),
     ("broker.store.index_file", "index put of one record under two keys", _index_file),
+    ("broker.store.replicated", "a replica's scan of 16 records (units, index)", _replicated_scan),
     ("replicator.redis.rdb.parser", "parse of an RDB of 1000 mixed keys", _rdb_parse),
 ]
 

@@ -27,7 +27,7 @@ from rmq.headers import SendMessageHeader
 from rmq.message import Host
 from rmq.message import encode as encode_record
 from rmq.server import Peer
-from tests.unit.test_mypyc_agreement import SETTINGS, agree, plain
+from tests.unit.test_mypyc_agreement import SETTINGS, agree, outcome, plain
 
 PROCESSOR = "broker.send.processor"
 INDEX = "broker.store.index_file"
@@ -168,3 +168,66 @@ def test_index_file_bytes_and_lookups(
         trace.append(path.read_bytes())
         got.append(trace)
     assert got[0] == got[1]
+
+
+def _master_log(tmp: Path, count: int, segment_size: int) -> bytes:
+    """A master's commit log of ``count`` messages over three queues (keys, tags, a blank at
+    each segment's end)."""
+    from broker.store import MessageStore, StoreConfig
+    from rmq.message import StoredMessage
+
+    store = MessageStore(str(tmp), StoreConfig(segment_size=segment_size))
+    try:
+        for i in range(count):
+            props = {"KEYS": f"k{i % 3}", "UNIQ_KEY": f"u{i}", "TAGS": "ab"[i % 2]}
+            m = StoredMessage("TQ"[i % 2], b"x" * (i % 40), queue_id=i % 3, properties=props,
+                              store_timestamp=1_700_000_000_000 + i)  # fmt: skip
+            store.put_many([[m]], wait_durable=False)
+        return store.read_log(0, store.log.end_offset)
+    finally:
+        store.close()
+
+
+@SETTINGS
+@given(
+    count=st.integers(1, 30),
+    start=st.integers(0, 10**5),
+    cut=st.integers(0, 10**5),
+    flip=st.none() | st.tuples(st.integers(0, 10**5), st.integers(0, 7)),
+    keep_index=st.booleans(),
+)
+def test_replicated_scan(
+    tmp_path_factory: Any,
+    count: int,
+    start: int,
+    cut: int,
+    flip: tuple[int, int] | None,
+    keep_index: bool,
+) -> None:
+    """A replica's scan of the master's bytes from any point to any end, a flipped bit
+    included: the same stop, need, refusal, units, index records and queue writes."""
+    data = bytearray(_master_log(Path(tmp_path_factory.mktemp("log")), count, 1024))
+    if flip is not None:
+        data[flip[0] % len(data)] ^= 1 << flip[1]
+    end = cut % (len(data) + 1)
+    p = min(start % (len(data) + 1), end)
+    traces = []
+    for m in both("broker.store.replicated"):
+        writes: list[Any] = []
+        units: dict[Any, Any] = {}
+        indexed: list[Any] = []
+        got = outcome(
+            m.scan_replicated,
+            lambda at, n: bytes(data[at : at + n]),
+            p,
+            end,
+            1024,
+            keep_index,
+            units,
+            indexed,
+            lambda *a, w=writes: w.append(a),
+        )
+        traces.append((got, units, indexed, writes))
+    assert traces[0] == traces[1]
+    if p == 0 and flip is None and end == len(data):  # the whole log: every record scanned
+        assert traces[0][0] == ("ok", (end, 0, None))
