@@ -132,6 +132,85 @@ def _entry(m: ModuleType) -> Callable[[], object]:
     return lambda: m.decode_item(m.encode_item([m.encode_request(es, "c", 1, 2)]), 1, 1)
 
 
+def _send_processor(m: ModuleType) -> Callable[[], object]:
+    """The send processor's own Python per SEND_MESSAGE_V2: the stored message from the
+    header, the DELAY check and the answer (the header parse and the store are not in it)."""
+    from broker.config import BrokerConfig
+    from broker.core import BrokerCore
+    from broker.replication import PutStatus
+    from broker.store import PutResult
+    from rmq.codec import RemotingCommand
+    from rmq.headers import SendMessageHeader
+    from rmq.server import Peer
+
+    core = object.__new__(BrokerCore)  # the processor reads only its config here
+    core.config = BrokerConfig(broker_name="b", data_dir="/nonexistent")
+    proc = m.SendProcessor(core)
+    h = SendMessageHeader(
+        producer_group="g", topic="T", queue_id=1, sys_flag=0, born_timestamp=1, flag=0
+    )
+    request = RemotingCommand(310, opaque=7, ext_fields={"a": "g", "b": "T"})
+    results = [PutResult("PUT_OK", 123456, 42, 300)]
+    peer = Peer(1, "10.0.0.7:4100")
+    props = {"TAGS": "a", "UNIQ_KEY": "k"}
+
+    def op() -> object:
+        born = m.peer_host(peer)
+        is_half = m.is_half_message(h.sys_flag, h.reconsume_times, props)
+        msg = proc.delayed(proc._message(h, "T", 1, b"x" * 256, 0, props, born))
+        return is_half, msg, proc._answer(request, PutStatus.PUT_OK, results, 1)
+
+    return op
+
+
+def _index_file(m: ModuleType) -> Callable[[], object]:
+    """Index puts of one record under two keys into a mapped file (reset when full)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="mypyc_bench_")) / f"index_{id(m)}"
+    f = m.IndexFile(str(path), 5000, 20000)
+    hashes = [m.key_hash("T#k1"), m.key_hash("T#UNIQ")]
+    state = {"phy": 0}
+
+    def op() -> object:
+        if f.full:
+            f.count = 1
+        state["phy"] += 300
+        return f.put(hashes, state["phy"], 1700000000000 + state["phy"])
+
+    return op
+
+
+def _replicated_scan(m: ModuleType) -> Callable[[], object]:
+    """A replica's scan of a master's 16 records of 256 bytes over 2 queues (keys indexed)."""
+    import shutil
+    import tempfile
+
+    from broker.store import MessageStore
+    from rmq.message import StoredMessage
+
+    root = tempfile.mkdtemp(prefix="mypyc_bench_log_")
+    store = MessageStore(root)
+    try:
+        for i in range(16):
+            props = {"KEYS": f"k{i}", "UNIQ_KEY": f"u{i}", "TAGS": "a"}
+            message = StoredMessage("T", b"x" * 256, queue_id=i % 2, properties=props)
+            store.put_many([[message]], wait_durable=False)
+        data = store.read_log(0, store.log.end_offset)
+    finally:
+        store.close()
+        shutil.rmtree(root, True)
+    view = memoryview(data)
+
+    def read(at: int, n: int) -> memoryview:
+        return view[at : at + n]
+
+    def write(topic: str, queue_id: int, first: int, units: object) -> None:
+        pass
+
+    return lambda: m.scan_replicated(read, 0, len(data), 1 << 30, True, {}, [], write)
+
+
 def mixed_rdb(keys: int) -> bytes:
     """An RDB of ``keys`` keys of mixed types, about as bench.rdb_parse's fill mixes them:
     short, int and LZF strings, listpack lists, hashes and zsets, hashtable hashes, sets and
@@ -201,6 +280,9 @@ OPS: list[tuple[str, str, Callable[[ModuleType], Callable[[], object]]]] = [
     ("raftlog.entry", "encode_request + item + decode_item, 8 entries", _entry),
     ("rmq.codec", "remoting frame encode + decode", _codec),
     ("rmq.message", "stored record encode + decode", _stored),
+    ("broker.send.processor", "a send's stored message, DELAY check and answer", _send_processor),
+    ("broker.store.index_file", "index put of one record under two keys", _index_file),
+    ("broker.store.replicated", "a replica's scan of 16 records (units, index)", _replicated_scan),
     ("replicator.redis.rdb.parser", "parse of an RDB of 1000 mixed keys", _rdb_parse),
 ]
 

@@ -37,29 +37,21 @@ from broker.store.errors import ConsumeQueueBehindError, DecodeError, DiskFullEr
 from broker.store.flush import AsyncFlusher, FlushMode
 from broker.store.index import IndexConfig, IndexService, Record, index_record
 from broker.store.recovery import Checkpoint, recover
+from broker.store.replicated import Unit3, scan_replicated
 from broker.store.retention import RetentionPolicy, expired_segments
 from broker.store.segments import makedirs_durable
 from rmq.message import (
-    BLANK_MAGIC,
-    MAGIC_V1,
-    MAGIC_V2,
     Host,
-    MalformedMessage,
     MessageTooLarge,
     StoredMessage,
     at_physical_offset,
     decode,
-    dispatch_info,
     encode,
     encode_stored,
-    peek_total,
-    property_value,
 )
 
 GIB = 1024 * 1024 * 1024
 MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # the PutMessageStatus of a message the encoding refuses
-_KEYS, _UNIQ = b"KEYS\x01", b"UNIQ_KEY\x01"  # property names as encoded
-Unit3 = tuple[int, int, int]  # a consume-queue unit as written: (commit-log offset, size, tags)
 
 
 @dataclass(frozen=True)
@@ -301,7 +293,7 @@ class MessageStore:
 
     def _dispatch_replicated(self, end: int, data_at: int = 0, data: bytes = b"") -> None:
         seg_size = self.config.segment_size
-        p, need = self._dispatched, 0
+        p = self._dispatched
         data_end = data_at + len(data)
         view = memoryview(data)
 
@@ -312,49 +304,16 @@ class MessageStore:
 
         units: dict[tuple[str, int], tuple[int, list[Unit3]]] = {}
         indexed: list[Record] = []  # what the records completed here give the index
-        while p < end:
-            seg_end = p - p % seg_size + seg_size
-            if min(end, seg_end) - p < 8:
-                need = p + 8
-                break
-            total, magic = peek_total(read(p, 8))
-            if magic == BLANK_MAGIC and total == seg_end - p:  # the segment's closing blank
-                if seg_end > end:
-                    need = seg_end
-                    break
-                p = seg_end
-                continue
-            if magic not in (MAGIC_V1, MAGIC_V2) or not 8 < total <= seg_end - p:
-                self._reject_replicated(
-                    p, f"TOTALSIZE {total} or magic {magic & 0xFFFFFFFF:#x}", units, indexed
-                )
-            if end - p < total:
-                need = p + total
-                break
-            try:
-                m = dispatch_info(read(p, total))
-            except MalformedMessage as e:
-                self._reject_replicated(p, str(e), units, indexed)
-            if m.physical_offset != p:
-                self._reject_replicated(
-                    p, f"PHYSICALOFFSET says {m.physical_offset}", units, indexed
-                )
-            key = (m.topic, m.queue_id)
-            batch = units.get(key)
-            if batch is None or batch[0] + len(batch[1]) != m.queue_offset:
-                if batch is not None:  # not the next offset: the queue says what it makes of it
-                    self._cq(*key).append_many(batch[0], batch[1], may_start_later=True)
-                units[key] = batch = (m.queue_offset, [])
-            batch[1].append((p, total, tags_code(m.tags)))
-            if self.index is not None:
-                props = m.properties
-                indexed.append(
-                    (p, m.topic, property_value(props, _KEYS), property_value(props, _UNIQ),
-                     m.store_timestamp)
-                )  # fmt: skip
-            p += total
+        p, need, reject = scan_replicated(
+            read, p, end, seg_size, self.index is not None, units, indexed, self._write_queue
+        )
+        if reject is not None:
+            self._reject_replicated(p, reject, units, indexed)
         self._append_units(units, indexed)
         self._dispatched, self._pending_end = p, need
+
+    def _write_queue(self, topic: str, queue_id: int, first: int, units: list[Unit3]) -> None:
+        self._cq(topic, queue_id).append_many(first, units, may_start_later=True)
 
     def _append_units(
         self, units: dict[tuple[str, int], tuple[int, list[Unit3]]], indexed: list[Record]
