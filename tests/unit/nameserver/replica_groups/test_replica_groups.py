@@ -308,8 +308,31 @@ def test_masterless_group_elects_when_an_in_sync_replica_comes_back() -> None:
     d.alter(1, 1, d.group.sync_state_set_epoch, [1])
     d.live(dead=[1])
     assert (d.group.master_id, d.group.master_epoch) == (0, 2)  # 2, 3 are not in sync
-    d.live(alive=[1])
+    d.live(alive=[1], b1=70)  # its heartbeat carries its offsets
     assert (d.group.master_id, d.group.master_epoch) == (1, 3)
+
+
+def test_group_restarted_whole_waits_for_a_quorum_of_in_sync_replicas_and_takes_the_longest() -> (
+    None
+):
+    """Every replica died at once (a power cut): acknowledged messages are on 2 of the in-sync
+    set {1, 2, 3} (in_sync_replicas 2), so the election waits for 2 reported offsets and takes
+    the longer log, not the first one back; a replica that registered but did not report its
+    offsets yet does not count."""
+    d = three()
+    policy = r.ReplicaGroupPolicy(total_replicas=3, in_sync_replicas=2, min_in_sync_replicas=1)
+    d.apply(set_policy=r.SetReplicaGroupPolicy(broker_name="g", policy=policy))
+    d.live(dead=[2, 3])
+    d.live(dead=[1])
+    assert d.group.master_id == 0 and d.group.sync_state_set == (1, 2, 3)
+    assert d.register("h:2").broker_id == 2  # registers, no offsets yet: no election
+    assert d.group.master_id == 0
+    d.live(alive=[3], b3=3411)
+    assert d.group.master_id == 0  # one of three in-sync replicas reported: wait
+    with pytest.raises(Rejected, match="CONTROLLER_ELECT_MASTER_FAILED"):
+        d.elect(b3=3411)
+    d.elect(b3=3411, b2=129618)
+    assert d.group.master_id == 2 and d.group.sync_state_set == (2,)
 
 
 def test_liveness_of_unknown_groups_and_ids_is_skipped() -> None:
