@@ -20,6 +20,7 @@ from nameserver.replica_groups.apply import (
     in_sync_slave_nums,
     need_ack_nums,
 )
+from nameserver.replica_groups.liveness import ReplicaLiveness
 from nameserver.replica_groups.records import QuorumPolicy, ReplicaGroup
 from nameserver.state.machine import (
     MetadataStateMachine,
@@ -389,3 +390,18 @@ def test_groups_round_trip_through_snapshot_records_and_replayed_effects() -> No
     assert diff_images(image, rebuilt) == []
     from_empty = diff_images(MetadataStateMachine.empty(REGISTRY).image, image)
     assert [e.type for e in from_empty] == ["replica_group"]
+
+
+def test_a_replica_that_registers_again_has_no_offsets_until_its_next_heartbeat() -> None:
+    """The leader's heartbeat memory feeds elections: offsets reported before a restart may
+    be gone from the replica's disk, so a register forgets them."""
+    live = ReplicaLiveness(None, None, 1.0, clock_ms=lambda: 5)  # type: ignore[arg-type]
+    live.heartbeat("g", 1, 129618, 1)
+    live.heartbeat("g", 2, 3411, 1)
+    live.heartbeat("h", 1, 7, 1)
+    assert [(s.broker_id, s.max_offset) for s in live.states("g")] == [(1, 129618), (2, 3411)]
+    live.noticed("g", 1)  # registered again (restarted)
+    live.noticed("g", 3)  # registered, never beat
+    assert [(s.broker_id, s.max_offset) for s in live.states("g")] == [(2, 3411)]
+    live.heartbeat("g", 1, 100, 1)
+    assert [(s.broker_id, s.max_offset) for s in live.states("g")] == [(1, 100), (2, 3411)]
