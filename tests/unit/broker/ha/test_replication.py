@@ -16,7 +16,7 @@ from broker.ha.master import HAMaster, SlaveState, _Conn
 from broker.ha.slave import HAClient
 from broker.store import FlushMode, MessageStore, StoreConfig
 
-from .conftest import HB, IDLE, SEG, files, put, run, same, store_at, until
+from .conftest import HB, IDLE, SEG, files, put, run, same, slave_of, store_at, until
 
 
 def test_slave_log_ends_byte_identical(tmp_path: Path) -> None:
@@ -394,14 +394,7 @@ def test_a_sync_flush_slave_acks_only_what_it_fsynced(tmp_path: Path) -> None:
         mep.append(1, 0)
         master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE)
         await master.start()
-        slave = HAClient(
-            ss,
-            EpochFile(str(root / "s.ep")),
-            2,
-            ("127.0.0.1", master.port),
-            heartbeat_interval=HB,
-            idle_timeout=IDLE,
-        )
+        slave = slave_of(ss, root / "s.ep", 2, master)
         await slave.start()
         try:
             await until(lambda: 2 in master.slaves(), what="slave connected")
