@@ -3,7 +3,8 @@
     python -m bench.broker_send [--systems jetstream-r3,jetstream-r1,single,async,async3,sync2,quorum2of3]
                                 [--size 1024] [--concurrency 64] [--duration 3] [--warmup 1]
                                 [--count N] [--connections 4] [--queues 4] [--e2e] [--rounds 1]
-                                [--loop uvloop|asyncio] [--out-dir DIR] [--no-plot]
+                                [--loop uvloop|asyncio] [--flush ASYNC_FLUSH|SYNC_FLUSH]
+                                [--out-dir DIR] [--no-plot]
 
 Issue 17's performance section: one run, every system with the same message size and the
 same number of concurrent producers (each a task that sends, awaits the acknowledgement,
@@ -279,7 +280,8 @@ def run_broker(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if reason is not None:
         return {"system": name, "skipped": reason}
     mode = broker_group.MODES[name]
-    group = broker_group.BrokerGroup(mode, queues=args.queues)
+    flush = ("--flush", args.flush) if args.flush else ()
+    group = broker_group.BrokerGroup(mode, queues=args.queues, extra_args=flush)
     print(f"{name}: starting a metaledger node and {mode.replicas} broker replica(s)", flush=True)
     group.start()
     try:
@@ -349,6 +351,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rounds", type=int, default=1, help="run the systems in turn N times; report medians"
     )
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    ap.add_argument(
+        "--flush",
+        choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
+        default=None,
+        help="the broker replicas' --flush (default: theirs, ASYNC_FLUSH)",
+    )
     ap.add_argument("--progress", type=float, default=1.0, help="seconds between progress lines")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--no-plot", action="store_true")

@@ -12,7 +12,11 @@ and ack the new end (once for all the data frames one read brought in). An ack a
 ``idle_timeout`` s closes the connection. Any failure closes it and the client reconnects
 after a backoff doubling from ``backoff_initial_s`` to ``backoff_max_s``.
 
-A slave acks bytes it has written but not fsynced, as RocketMQ's does.
+What an ack promises follows the store's flush mode. Under ``SYNC_FLUSH`` a slave acks only
+bytes it has fsynced (one fdatasync per read's worth of frames, before its ack; the
+handshake's ack and the heartbeats' too), so a master's quorum of acks means "durable on a
+quorum" and a power cut of every replica loses nothing acknowledged. Under ``ASYNC_FLUSH`` it
+acks bytes it has written but not fsynced, as RocketMQ's does.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from broker.ha.protocol import (
     encode_slave_handshake,
 )
 from broker.ha.stream import Deadline, next_event
-from broker.store import MessageStore, StoreError
+from broker.store import FlushMode, MessageStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,8 @@ class HAClient:
         self.sync_from_last_file = sync_from_last_file
         self.connected = False
         self.confirm_offset = 0
+        #: the offset the last ack carried (under SYNC_FLUSH: fsynced up to there)
+        self.acked_offset = 0
         self.sessions = 0  # connections that got past the handshake
         self.last_error: str | None = None
         self._stopping = asyncio.Event()
@@ -126,7 +132,9 @@ class HAClient:
             if not isinstance(hello, MasterHandshake):
                 raise HAProtocolError("a data frame before the master's handshake")
             dec.start(self._truncate_to(hello))
-            writer.write(encode_ack(self.store.log.end_offset if dec.offset is not None else 0))
+            if dec.offset is None:
+                self.acked_offset = 0
+            writer.write(encode_ack(await self._durable_end() if dec.offset is not None else 0))
             await writer.drain()
             self.connected = True
             self.sessions += 1
@@ -144,7 +152,7 @@ class HAClient:
                     ack = ack or not frame.is_heartbeat
                     frame = dec.next_event()
                 if ack:
-                    writer.write(encode_ack(self.store.log.end_offset))
+                    writer.write(encode_ack(await self._durable_end()))
                     await writer.drain()
         finally:
             if idle is not None:
@@ -156,6 +164,15 @@ class HAClient:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _durable_end(self) -> int:
+        """The offset to ack: the log's end, fsynced first under SYNC_FLUSH."""
+        if self.store.config.flush_mode is FlushMode.SYNC_FLUSH:
+            end = await asyncio.to_thread(self.store.log.flush)
+        else:
+            end = self.store.log.end_offset
+        self.acked_offset = end
+        return end
 
     async def _next(
         self, reader: asyncio.StreamReader, dec: MasterStreamDecoder
@@ -201,5 +218,5 @@ class HAClient:
     async def _heartbeats(self, writer: asyncio.StreamWriter) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
-            writer.write(encode_ack(self.store.log.end_offset))
+            writer.write(encode_ack(self.acked_offset))
             await writer.drain()

@@ -160,10 +160,22 @@ def elect(
     of the in-sync set, then (``unclean`` only) among all alive replicas. In each tier a
     still alive old master is kept unless another replica is ``preferred``; a ``preferred``
     replica is taken if it is in the tier, else the tier yields nothing; otherwise the best
-    by (reported epoch, max offset) descending, then the lowest broker id. None: no one."""
+    by (reported epoch, max offset) descending, then the lowest broker id. None: no one.
+
+    A quorum-write group (``in_sync_replicas`` >= 2) without a master (every in-sync replica
+    was dead at once: a restart of the whole group) elects without ``preferred`` or
+    ``unclean`` only among the alive in-sync replicas
+    that reported their offsets, and only once :func:`restart_quorum` of them did: every
+    acknowledged message is on ``need_ack_nums`` members of the in-sync set, so that many
+    include one that holds them all, and the longest of them is elected, never a short log
+    first back."""
     alive = set(group.alive)
     registered = {r.broker_id for r in group.replicas}
     tiers = [[i for i in group.sync_state_set if i in alive and i in registered]]
+    if not group.master_id and not preferred and not unclean and restart_quorum(group):
+        tiers[0] = [i for i in tiers[0] if i in states]
+        if len(tiers[0]) < restart_quorum(group):
+            return None
     if unclean:
         tiers.append([r.broker_id for r in group.replicas if r.broker_id in alive])
     old = group.master_id
@@ -183,6 +195,20 @@ def elect(
 
         return min(tier, key=rank)
     return None
+
+
+def restart_quorum(group: ReplicaGroup) -> int:
+    """How many in-sync replicas a quorum-write group without a master waits for before it
+    elects: any that many members of the in-sync set include one of the ``need_ack_nums``
+    that acked each message (need_ack_nums: the policy's ``in_sync_replicas``, or with auto
+    mode on its floor ``min_in_sync_replicas``). 0: not a quorum-write group
+    (``in_sync_replicas`` 1), which elects the first in-sync replica back, as RocketMQ's
+    controller does."""
+    p = group.policy
+    if p.in_sync_replicas < 2:
+        return 0
+    acks = p.min_in_sync_replicas if p.enable_auto_in_sync_replicas else p.in_sync_replicas
+    return max(1, len(group.sync_state_set) - acks + 1)
 
 
 def with_master(group: ReplicaGroup, master_id: int) -> ReplicaGroup:

@@ -43,6 +43,8 @@ class Seen:
     at_ms: int
     max_offset: int = 0
     epoch: int = 0
+    #: offsets came in a heartbeat since the replica last registered
+    reported: bool = False
 
 
 def liveness_entry(op: records_pb2.ReplicaLiveness) -> Entry:
@@ -70,23 +72,20 @@ class ReplicaLiveness(PeriodicDuties):
 
     # -------------------------------------------------------------- heartbeats
     def heartbeat(self, broker_name: str, broker_id: int, max_offset: int, epoch: int) -> None:
-        self._seen[(broker_name, broker_id)] = Seen(self.clock_ms(), max_offset, epoch)
+        self._seen[(broker_name, broker_id)] = Seen(self.clock_ms(), max_offset, epoch, True)
 
     def noticed(self, broker_name: str, broker_id: int) -> None:
-        """A replica registered here: its timeout runs from now (offsets not known yet)."""
-        key = (broker_name, broker_id)
-        seen = self._seen.get(key)
-        if seen is None:
-            self._seen[key] = Seen(self.clock_ms())
-        else:
-            seen.at_ms = self.clock_ms()
+        """A replica registered here: its timeout runs from now, and the offsets it reported
+        before (a restart may have lost some) are forgotten until its next heartbeat."""
+        self._seen[(broker_name, broker_id)] = Seen(self.clock_ms())
 
     def states(self, broker_name: str) -> list[records_pb2.ReplicaState]:
-        """What the replicas of a group last reported here (for elections)."""
+        """What the replicas of a group last reported here since they registered (for
+        elections)."""
         return [
             records_pb2.ReplicaState(broker_id=i, max_offset=s.max_offset, epoch=s.epoch)
             for (name, i), s in sorted(self._seen.items())
-            if name == broker_name
+            if name == broker_name and s.reported
         ]
 
     # -------------------------------------------------------------- expiry

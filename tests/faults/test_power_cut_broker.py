@@ -3,14 +3,15 @@ totalReplicas 3, inSyncReplicas 2), each replica's data dir on :mod:`tests.fault
 SIGKILL of all three, every unsynced write dropped, restart. Every message the producer saw
 acknowledged must be consumable from the master afterwards.
 
-It does not hold yet, and the test says so (xfail): a slave acknowledges bytes before it
-fsyncs them (as RocketMQ does), so the quorum's second ack can be unsynced; after the cut
-the master had every acknowledged message synced, the slaves 3,411 and 72,389 of 129,618
-bytes, and the group came back with the shortest log's replica as master and lost 333 of
-342 acknowledged messages. Needed: an election after a restart that prefers the longest
-synced log (RocketMQ 5's DefaultElectPolicy orders by epoch, then max offset), or slaves
-that fsync before acknowledging under SYNC_FLUSH. The directories of the store were lost
-outright before (made without an fsync of their parents): every message gone."""
+It did not hold before: a slave acknowledged bytes before it fsynced them (as RocketMQ does),
+so the quorum's second ack could be unsynced; after the cut the master had every
+acknowledged message synced, the slaves 3,411 and 72,389 of 129,618 bytes, and the group
+came back with the shortest log's replica as master and lost 333 of 342 acknowledged
+messages. Now a slave under SYNC_FLUSH acks only what it fsynced, and a group without a
+master elects only once a quorum of its in-sync replicas reported their offsets, the longest
+first (RocketMQ 5's DefaultElectPolicy orders by epoch, then max offset). The directories of
+the store were lost outright before (made without an fsync of their parents): every message
+gone."""
 
 from __future__ import annotations
 
@@ -67,11 +68,6 @@ async def _scenario(reps: list[Replica], mounts: list[LazyMount], endpoints: lis
         client.close()
 
 
-@pytest.mark.xfail(
-    reason="slaves acknowledge unsynced bytes and the restart elects the shortest log: "
-    "see the module docstring",
-    strict=False,
-)
 def test_power_cut_of_every_replica_loses_no_acknowledged_message(tmp_path: Path) -> None:
     with contextlib.ExitStack() as stack:
         node = stack.enter_context(running_cluster(tmp_path / "ml", n=1))

@@ -8,7 +8,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from broker.ha.epochs import EpochFile
 from broker.ha.master import HAMaster
+from broker.ha.slave import HAClient
 from broker.store import FlushMode, MessageStore, StoreConfig
 from rmq.message import StoredMessage
 
@@ -24,6 +26,14 @@ def store_at(root: Path) -> MessageStore:
         flush_interval_ms=60_000,
     )
     return MessageStore(str(root), cfg)
+
+
+def slave_of(store: MessageStore, epochs: Path, broker_id: int, master: HAMaster) -> HAClient:
+    """An HA client of ``master`` with the tests' heartbeat and idle timeout."""
+    address = ("127.0.0.1", master.port)
+    return HAClient(
+        store, EpochFile(str(epochs)), broker_id, address, heartbeat_interval=HB, idle_timeout=IDLE
+    )
 
 
 def put(store: MessageStore, n: int, tag: str = "a", master: HAMaster | None = None) -> None:

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 import time
 from pathlib import Path
 
 from broker.ha.epochs import EpochEntry, EpochFile
 from broker.ha.master import HAMaster, SlaveState, _Conn
 from broker.ha.slave import HAClient
+from broker.store import FlushMode, MessageStore, StoreConfig
 
-from .conftest import HB, IDLE, SEG, files, put, run, same, store_at, until
+from .conftest import HB, IDLE, SEG, files, put, run, same, slave_of, store_at, until
 
 
 def test_slave_log_ends_byte_identical(tmp_path: Path) -> None:
@@ -367,3 +369,53 @@ def test_the_slaves_streams_share_a_frame_until_the_log_is_cut(tmp_path: Path) -
     assert fresh != first and size == n
     assert fresh[-n:] == ms.read_log(0, n)
     ms.close()
+
+
+def test_a_sync_flush_slave_acks_only_what_it_fsynced(tmp_path: Path) -> None:
+    """Under SYNC_FLUSH the slave's ack (and so the master's quorum count) stops at its last
+    fdatasync: bytes written but not synced are not acknowledged; under ASYNC_FLUSH it acks on
+    write and never syncs on the ack's account."""
+
+    async def main(mode: FlushMode) -> None:
+        root = tmp_path / mode.value
+        ms = store_at(root / "m")
+        cfg = StoreConfig(
+            segment_size=SEG, cq_units_per_file=16, flush_mode=mode, flush_interval_ms=60_000
+        )
+        ss = MessageStore(str(root / "s"), cfg)
+        gate, synced = threading.Event(), []
+
+        def fdatasync(fd: int) -> None:
+            gate.wait(10)
+            synced.append(ss.log.end_offset)
+
+        ss.log.fdatasync = fdatasync
+        mep = EpochFile(str(root / "m.ep"))
+        mep.append(1, 0)
+        master = HAMaster(ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE)
+        await master.start()
+        slave = slave_of(ss, root / "s.ep", 2, master)
+        await slave.start()
+        try:
+            await until(lambda: 2 in master.slaves(), what="slave connected")
+            put(ms, 10, "a", master)
+            end = ms.log.end_offset
+            await until(lambda: ss.log.end_offset == end, what="written on the slave")
+            if mode is FlushMode.SYNC_FLUSH:
+                await asyncio.sleep(5 * HB)  # heartbeats come and go: still nothing acked
+                assert master.slaves()[2].acked == 0 and not synced
+                gate.set()
+                await until(lambda: master.slaves()[2].acked == end, what="ack after sync")
+                assert synced and synced[-1] == end and slave.acked_offset == end
+            else:
+                await until(lambda: master.slaves()[2].acked == end, what="ack on write")
+                assert not synced
+        finally:
+            gate.set()
+            await slave.stop()
+            await master.stop()
+        ss.close()
+        ms.close()
+
+    run(main(FlushMode.SYNC_FLUSH))
+    run(main(FlushMode.ASYNC_FLUSH))

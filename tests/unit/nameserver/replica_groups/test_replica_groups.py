@@ -20,6 +20,7 @@ from nameserver.replica_groups.apply import (
     in_sync_slave_nums,
     need_ack_nums,
 )
+from nameserver.replica_groups.liveness import ReplicaLiveness
 from nameserver.replica_groups.records import QuorumPolicy, ReplicaGroup
 from nameserver.state.machine import (
     MetadataStateMachine,
@@ -312,6 +313,29 @@ def test_masterless_group_elects_when_an_in_sync_replica_comes_back() -> None:
     assert (d.group.master_id, d.group.master_epoch) == (1, 3)
 
 
+def test_group_restarted_whole_waits_for_a_quorum_of_in_sync_replicas_and_takes_the_longest() -> (
+    None
+):
+    """Every replica died at once (a power cut): acknowledged messages are on 2 of the in-sync
+    set {1, 2, 3} (in_sync_replicas 2), so the election waits for 2 reported offsets and takes
+    the longer log, not the first one back; a replica that registered but did not report its
+    offsets yet does not count."""
+    d = three()
+    policy = r.ReplicaGroupPolicy(total_replicas=3, in_sync_replicas=2, min_in_sync_replicas=1)
+    d.apply(set_policy=r.SetReplicaGroupPolicy(broker_name="g", policy=policy))
+    d.live(dead=[2, 3])
+    d.live(dead=[1])
+    assert d.group.master_id == 0 and d.group.sync_state_set == (1, 2, 3)
+    assert d.register("h:2").broker_id == 2  # registers, no offsets yet: no election
+    assert d.group.master_id == 0
+    d.live(alive=[3], b3=3411)
+    assert d.group.master_id == 0  # one of three in-sync replicas reported: wait
+    with pytest.raises(Rejected, match="CONTROLLER_ELECT_MASTER_FAILED"):
+        d.elect(b3=3411)
+    d.elect(b3=3411, b2=129618)
+    assert d.group.master_id == 2 and d.group.sync_state_set == (2,)
+
+
 def test_liveness_of_unknown_groups_and_ids_is_skipped() -> None:
     d = Driver()
     assert d.live(alive=[1]) is None
@@ -366,3 +390,18 @@ def test_groups_round_trip_through_snapshot_records_and_replayed_effects() -> No
     assert diff_images(image, rebuilt) == []
     from_empty = diff_images(MetadataStateMachine.empty(REGISTRY).image, image)
     assert [e.type for e in from_empty] == ["replica_group"]
+
+
+def test_a_replica_that_registers_again_has_no_offsets_until_its_next_heartbeat() -> None:
+    """The leader's heartbeat memory feeds elections: offsets reported before a restart may
+    be gone from the replica's disk, so a register forgets them."""
+    live = ReplicaLiveness(None, None, 1.0, clock_ms=lambda: 5)  # type: ignore[arg-type]
+    live.heartbeat("g", 1, 129618, 1)
+    live.heartbeat("g", 2, 3411, 1)
+    live.heartbeat("h", 1, 7, 1)
+    assert [(s.broker_id, s.max_offset) for s in live.states("g")] == [(1, 129618), (2, 3411)]
+    live.noticed("g", 1)  # registered again (restarted)
+    live.noticed("g", 3)  # registered, never beat
+    assert [(s.broker_id, s.max_offset) for s in live.states("g")] == [(2, 3411)]
+    live.heartbeat("g", 1, 100, 1)
+    assert [(s.broker_id, s.max_offset) for s in live.states("g")] == [(1, 100), (2, 3411)]
