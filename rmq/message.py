@@ -452,6 +452,33 @@ def dispatch_info(buf: bytes | memoryview) -> DispatchInfo:
     )
 
 
+def verify_record(buf: bytes | memoryview, pos: int = 0, total: int = -1) -> None:
+    """Check the record at ``buf[pos:]`` before it is handed out: its magic, that its
+    TOTALSIZE is ``total`` (when given) and fits ``buf``, that its fixed fields and body
+    fit, and its BODYCRC (RocketMQ's ``UtilAll.crc32``: java.util.zip.CRC32, zlib's,
+    masked to 31 bits). :class:`MalformedMessage` says what is wrong; the body is not
+    copied from a memoryview (zlib reads the buffer)."""
+    if len(buf) - pos < _HEAD.size:
+        raise MalformedMessage(f"{len(buf) - pos} bytes are shorter than a record header")
+    size, magic, crc, _qid, _flag, _qoff, _phys, sysflag, _born = _HEAD.unpack_from(buf, pos)
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        raise MalformedMessage(f"bad magic {magic & 0xFFFFFFFF:#010x}")
+    if total >= 0 and size != total:
+        raise MalformedMessage(f"TOTALSIZE {size}, expected {total}")
+    if size < _HEAD.size or pos + size > len(buf):
+        raise MalformedMessage(f"TOTALSIZE {size} does not fit the {len(buf) - pos} bytes read")
+    at = pos + _HEAD.size + (20 if sysflag & SYSFLAG_BORNHOST_V6 else 8) + 8
+    at += (20 if sysflag & SYSFLAG_STOREHOST_V6 else 8) + _TAIL.size
+    if at > pos + size:
+        raise MalformedMessage(f"fields run past TOTALSIZE {size}")
+    (body_len,) = _I32.unpack_from(buf, at - 4)
+    if body_len < 0 or at + body_len + 3 > pos + size:
+        raise MalformedMessage(f"body length {body_len} runs past the record")
+    body = buf[at : at + body_len]
+    if crc != zlib.crc32(body) & 0x7FFFFFFF:
+        raise MalformedMessage(f"body CRC {crc:#x} != computed {zlib.crc32(body) & 0x7FFFFFFF:#x}")
+
+
 def at_physical_offset(record: bytes, physical_offset: int) -> bytes:
     """``record`` (as :func:`encode` made it) with its PHYSICALOFFSET set to ``physical_offset``."""
     at = PHYSICAL_OFFSET_AT

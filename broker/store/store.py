@@ -39,6 +39,7 @@ from broker.store.index import IndexConfig, IndexService, Record, index_record
 from broker.store.recovery import Checkpoint, recover
 from broker.store.retention import RetentionPolicy, expired_segments
 from broker.store.segments import makedirs_durable
+from broker.store.verify import ReadGuard
 from rmq.message import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -107,6 +108,7 @@ class MessageStore:
         self._cuts = 0  # truncations so far: a checkpoint taken across one is not written
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.log = CommitLog(os.path.join(root, "commitlog"), self.config.segment_size)
+        self.guard = ReadGuard(self.log, self.config.segment_size)  # checks what is handed out
         self._load_consume_queues()
         self._checkpoint_path = os.path.join(root, "checkpoint")
         cp = Checkpoint.load(self._checkpoint_path)
@@ -282,8 +284,15 @@ class MessageStore:
         return self._dispatched
 
     def read_log(self, offset: int, max_bytes: int) -> bytes:
-        """Raw commit-log bytes from ``offset``, at most ``max_bytes``, within one segment."""
-        return self.log.read_raw(offset, max_bytes)
+        """Raw commit-log bytes from ``offset``, at most ``max_bytes``, within one segment;
+        their records checked (DamagedRecordError: none are handed out)."""
+        data = self.log.read_raw(offset, max_bytes)
+        self.guard.chunk(offset, data)
+        return data
+
+    def read_record(self, offset: int) -> bytes:
+        """The record starting at commit-log ``offset``, checked (a lookup by offset)."""
+        return self.guard.record_at(offset)
 
     def append_replicated(self, offset: int, data: bytes) -> int:
         """Append a master's raw bytes at ``offset`` (must be the log's end); the new end.
@@ -418,6 +427,7 @@ class MessageStore:
         self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: set[str] | None = None
     ) -> GetResult:
         """Up to ``max_msgs`` raw records from ``offset`` (filtered by tag when ``tags`` is given)."""
+        self.guard.check_healthy()
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetResult("NO_MATCHED_LOGIC_QUEUE", [], 0, 0, 0)
@@ -445,7 +455,7 @@ class MessageStore:
                     break
                 nxt += 1
                 if codes is None or u.tags_code in codes:
-                    out.append(self.log.read(u.offset, u.size))
+                    out.append(self.guard.record(u.offset, u.size))
             else:
                 continue
             break
