@@ -451,8 +451,8 @@ class MessageStore:
             if not units:
                 break
             for u in units:
-                if visible is not None and u.offset + u.size > visible:
-                    break
+                if visible is not None and visible < u.offset + u.size <= self.log.end_offset:
+                    break  # not durable yet (a unit past the log's end is checked: damage)
                 nxt += 1
                 if codes is None or u.tags_code in codes:
                     out.append(self.guard.record(u.offset, u.size))

@@ -106,7 +106,10 @@ class ReadGuard:
         p: int | None = offset if self._starts_record(data, offset) else None
         if p is None:
             p = self._next_record.get(offset)
-        if p is None or not offset <= p <= end:
+        if p is None or p < offset:
+            return
+        if p >= end:  # the chunk lies inside a record already checked whole
+            self._remember(end, p)
             return
         view = memoryview(data)
         seg_size = self.segment_size
@@ -136,9 +139,12 @@ class ReadGuard:
                 p += total
         except DamagedRecordError as e:
             raise self._found(e, cuts) from None
+        self._remember(end, p)
+
+    def _remember(self, chunk_end: int, next_start: int) -> None:
         if len(self._next_record) >= _BOUNDARIES_KEPT:
             self._next_record.clear()
-        self._next_record[end] = p
+        self._next_record[chunk_end] = next_start
 
     def _starts_record(self, data: bytes, offset: int) -> bool:
         if offset % self.segment_size == 0:
