@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CANNOT_START = 0, 1, 2, 78
+#: a record read to be served or replicated failed its checks (EX_SOFTWARE, as the metadata
+#: node's corruption exit): the replica leaves so a healthy one takes over (docs/broker.md)
+EXIT_DAMAGED = 70
 
 
 class Common(Protocol):
@@ -419,9 +422,21 @@ async def _serve(config: BrokerConfig, connection: ConnectionOptions) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    damaged: list[Exception] = []
+
+    def on_damage(exc: Exception) -> None:  # from the loop or a reader thread
+        damaged.append(exc)
+        loop.call_soon_threadsafe(stop.set)
+
+    replica.store.guard.on_damage = on_damage
+    if replica.store.guard.damaged is not None:  # found before it was wired
+        on_damage(replica.store.guard.damaged)
     await stop.wait()
     access.cancel()
     await replica.stop()
     with contextlib.suppress(Exception):
         client.close()
+    if damaged:
+        print(f"metaledger: broker: stopped, store damaged: {damaged[0]}", file=sys.stderr)
+        return EXIT_DAMAGED
     return EXIT_OK

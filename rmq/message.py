@@ -452,6 +452,45 @@ def dispatch_info(buf: bytes | memoryview) -> DispatchInfo:
     )
 
 
+_SIZE_MAGIC_CRC = struct.Struct(">iii")
+_SYSFLAG_AT = 36  # SYSFLAG's position in a record (after PHYSICALOFFSET)
+# BODYLEN's position: header, BORNHOST + STORETIMESTAMP + STOREHOST, RECONSUMETIMES + PREPARED
+_BODYLEN_AT = {
+    flag: _HEAD.size + (20 if flag & SYSFLAG_BORNHOST_V6 else 8) + 8
+    + (20 if flag & SYSFLAG_STOREHOST_V6 else 8) + _TAIL.size - 4
+    for flag in (0, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6,
+                 SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+}  # fmt: skip
+
+
+def verify_record(buf: bytes | memoryview, pos: int = 0, total: int = -1) -> None:
+    """Check the record at ``buf[pos:]`` before it is handed out: its magic, that its
+    TOTALSIZE is ``total`` (when given) and fits ``buf``, that its fixed fields and body
+    fit, and its BODYCRC (RocketMQ's ``UtilAll.crc32``: java.util.zip.CRC32, zlib's,
+    masked to 31 bits). :class:`MalformedMessage` says what is wrong; the body is not
+    copied (zlib reads the buffer)."""
+    if len(buf) - pos < _HEAD.size:
+        raise MalformedMessage(f"{len(buf) - pos} bytes are shorter than a record header")
+    size, magic, crc = _SIZE_MAGIC_CRC.unpack_from(buf, pos)
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        raise MalformedMessage(f"bad magic {magic & 0xFFFFFFFF:#010x}")
+    if total >= 0 and size != total:
+        raise MalformedMessage(f"TOTALSIZE {size}, expected {total}")
+    if size < _HEAD.size or pos + size > len(buf):
+        raise MalformedMessage(f"TOTALSIZE {size} does not fit the {len(buf) - pos} bytes read")
+    (sysflag,) = _I32.unpack_from(buf, pos + _SYSFLAG_AT)
+    at = pos + _BODYLEN_AT[sysflag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)]
+    if at + 4 > pos + size:
+        raise MalformedMessage(f"fields run past TOTALSIZE {size}")
+    (body_len,) = _I32.unpack_from(buf, at)
+    at += 4
+    if body_len < 0 or at + body_len + 3 > pos + size:
+        raise MalformedMessage(f"body length {body_len} runs past the record")
+    computed = zlib.crc32(memoryview(buf)[at : at + body_len]) & 0x7FFFFFFF
+    if crc != computed:
+        raise MalformedMessage(f"body CRC {crc:#x} != computed {computed:#x}")
+
+
 def at_physical_offset(record: bytes, physical_offset: int) -> bytes:
     """``record`` (as :func:`encode` made it) with its PHYSICALOFFSET set to ``physical_offset``."""
     at = PHYSICAL_OFFSET_AT

@@ -50,11 +50,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import grpc
+
 from broker.grpc.convert import to_message
 from broker.grpc.service import Refused, RouteQueue, endpoints, permission, refusal, status
 from broker.pop.errors import IllegalInvisibleTime, InvalidReceiptHandle
 from broker.pop.service import Popped, PopService
 from broker.remoting.errors import BrokerRequestError
+from broker.store.errors import StoreCorruptionError
 from broker.topics import TOPIC_NAME
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
@@ -305,6 +308,8 @@ class Consumers:
             popped = await self._receive(request, context)
         except (Refused, BrokerRequestError) as exc:
             yield svc.ReceiveMessageResponse(status=refused(exc))
+        except StoreCorruptionError as exc:  # a damaged record is never handed out
+            await context.abort(grpc.StatusCode.INTERNAL, f"damaged store: {exc}")
         else:
             if popped:
                 unsent = list(popped)

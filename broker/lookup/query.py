@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 
-from broker.store import FlushMode, MessageStore, StoreError
+from broker.store import DamagedRecordError, FlushMode, MessageStore, StoreError
 from broker.store.index import KEY_SEPARATOR, IndexHits
 from rmq.message import (
     MAGIC_V1,
@@ -51,8 +51,10 @@ def record_at(
             return None
         if offset + total > _visible_end(store, limit):
             return None
-        raw = log.read(offset, total)
+        raw = store.read_record(offset)
         info = dispatch_info(raw)
+    except DamagedRecordError:
+        raise
     except (StoreError, OSError, MalformedMessage, struct.error):  # cut or deleted meanwhile
         return None
     return (raw, info) if info.physical_offset == offset else None

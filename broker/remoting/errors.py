@@ -6,6 +6,9 @@
     ├── NoPermission          NO_PERMISSION (16): a topic not readable / writable here
     └── ServiceNotAvailable   SERVICE_NOT_AVAILABLE (14): not writable (slave, fenced, disk)
 
+A damaged store (``broker.store.StoreCorruptionError``: a record that fails its checks when
+read to be handed out) is answered SYSTEM_ERROR naming the file and byte, never its bytes.
+
 Header problems are the codec's ``BadRequest`` (SYSTEM_ERROR, the field named); a broken
 byte stream is the codec's ``ProtocolError`` (that connection closed). The frame server
 (:mod:`rmq.server`, wired in :mod:`broker.remoting.front`) converts all three through
@@ -14,6 +17,7 @@ byte stream is the codec's ``ProtocolError`` (that connection closed). The frame
 
 from __future__ import annotations
 
+from broker.store.errors import StoreCorruptionError
 from rmq.codes import ResponseCode
 
 
@@ -42,6 +46,8 @@ def answer_error(exc: Exception) -> tuple[int, str] | None:
     """(response code, remark) of a refusal; None for anything else (a bug)."""
     if isinstance(exc, BrokerRequestError):
         return exc.response_code, str(exc)
+    if isinstance(exc, StoreCorruptionError):  # a damaged record is never handed out
+        return ResponseCode.SYSTEM_ERROR, f"damaged store: {exc}"
     return None
 
 

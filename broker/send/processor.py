@@ -318,7 +318,7 @@ class SendProcessor:
         if why is not None:
             raise ServiceNotAvailable(why)
         try:
-            raw = await self.core.run(self.core.store.log.read_record, h.offset)
+            raw = await self.core.run(self.core.store.read_record, h.offset)
             original = decode(raw)
         except (StoreError, MessageError, OSError, ValueError) as exc:
             raise BrokerRequestError(f"look message by offset failed, {h.offset}: {exc}") from None

@@ -8,6 +8,7 @@ MessageStore(root, StoreConfig(...))
 """
 
 from broker.store.errors import (
+    DamagedRecordError,
     DecodeError,
     DiskFullError,
     StoreCorruptionError,
@@ -18,6 +19,7 @@ from broker.store.retention import RetentionPolicy
 from broker.store.store import GetResult, MessageStore, PutResult, StoreConfig
 
 __all__ = [
+    "DamagedRecordError",
     "DecodeError",
     "DiskFullError",
     "FlushMode",

@@ -23,11 +23,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from broker.store.errors import DiskFullError, StoreError
+from broker.store.errors import DamagedRecordError, DiskFullError, StoreError
 from broker.store.segments import fsync_dir, list_segments, makedirs_durable, segment_name
-from rmq.message import BLANK_MAGIC
+from rmq.message import BLANK_MAGIC, PHYSICAL_OFFSET_AT, MalformedMessage, verify_record
 
 BLANK_HEADER = 8
+_PHYSICAL = struct.Struct(">q")
 
 
 @dataclass
@@ -251,6 +252,35 @@ class CommitLog:
             seg = self._segment_for(offset)
             fd = seg.fd
         return os.pread(fd, size, offset - seg.start)
+
+    def read_checked(self, offset: int, size: int) -> bytes:
+        """The record at ``offset`` of ``size`` bytes (as a consume-queue unit or an index
+        says), checked before it is handed out: inside the log, TOTALSIZE ``size``, magic,
+        BODYCRC. DamagedRecordError names the segment file and the byte in it."""
+        with self._lock:
+            seg = self._segment_for(offset)
+            fd, path, seg_end = seg.fd, seg.path, seg.start + seg.size
+        if size <= 0 or offset + size > seg_end:
+            raise DamagedRecordError(
+                path, offset - seg.start, f"{size} bytes at offset {offset} run past {seg_end}"
+            )
+        data = os.pread(fd, size, offset - seg.start)
+        try:
+            verify_record(data, 0, size)
+        except MalformedMessage as e:
+            raise DamagedRecordError(path, offset - seg.start, str(e)) from None
+        (physical,) = _PHYSICAL.unpack_from(data, PHYSICAL_OFFSET_AT)
+        if physical != offset:
+            raise DamagedRecordError(
+                path, offset - seg.start, f"PHYSICALOFFSET says {physical}, read at {offset}"
+            )
+        return data
+
+    def locate(self, offset: int) -> tuple[str, int]:
+        """(segment file, byte in it) of commit-log ``offset``, for messages."""
+        with self._lock:
+            seg = self._segment_for(offset)
+        return seg.path, offset - seg.start
 
     def read_raw(self, offset: int, max_bytes: int) -> bytes:
         """Up to ``max_bytes`` stored bytes from ``offset``, within the segment holding it

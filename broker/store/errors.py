@@ -6,6 +6,8 @@
     ├── DecodeError            replicated bytes are not well-formed records (names where)
     ├── StoreCorruptionError   a record before the tail of a commit log or consume queue is bad:
     │                          recovery stops and names the file and the byte position
+    │   └── DamagedRecordError a record read to be handed out (pull, POP, lookup, HA) fails its
+    │                          checks while running: not handed out, and the store is damaged
     └── ConsumeQueueBehindError  a unit would leave a gap in a consume queue (it lost units):
                                the store rebuilds its queues from the start of the commit log
 
@@ -44,6 +46,11 @@ class StoreCorruptionError(StoreError):
         self.path = path
         self.position = position
         self.reason = reason
+
+
+class DamagedRecordError(StoreCorruptionError):
+    """A record about to be served or replicated does not check (magic, TOTALSIZE, the
+    consume queue's unit, BODYCRC): the bytes changed on disk while the broker ran."""
 
 
 class ConsumeQueueBehindError(StoreError):

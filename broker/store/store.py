@@ -40,6 +40,7 @@ from broker.store.recovery import Checkpoint, recover
 from broker.store.replicated import Unit3, scan_replicated
 from broker.store.retention import RetentionPolicy, expired_segments
 from broker.store.segments import makedirs_durable
+from broker.store.verify import ReadGuard
 from rmq.message import (
     Host,
     MessageTooLarge,
@@ -99,6 +100,7 @@ class MessageStore:
         self._cuts = 0  # truncations so far: a checkpoint taken across one is not written
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.log = CommitLog(os.path.join(root, "commitlog"), self.config.segment_size)
+        self.guard = ReadGuard(self.log, self.config.segment_size)  # checks what is handed out
         self._load_consume_queues()
         self._checkpoint_path = os.path.join(root, "checkpoint")
         cp = Checkpoint.load(self._checkpoint_path)
@@ -274,8 +276,15 @@ class MessageStore:
         return self._dispatched
 
     def read_log(self, offset: int, max_bytes: int) -> bytes:
-        """Raw commit-log bytes from ``offset``, at most ``max_bytes``, within one segment."""
-        return self.log.read_raw(offset, max_bytes)
+        """Raw commit-log bytes from ``offset``, at most ``max_bytes``, within one segment;
+        their records checked (DamagedRecordError: none are handed out)."""
+        data = self.log.read_raw(offset, max_bytes)
+        self.guard.chunk(offset, data)
+        return data
+
+    def read_record(self, offset: int) -> bytes:
+        """The record starting at commit-log ``offset``, checked (a lookup by offset)."""
+        return self.guard.record_at(offset)
 
     def append_replicated(self, offset: int, data: bytes) -> int:
         """Append a master's raw bytes at ``offset`` (must be the log's end); the new end.
@@ -377,6 +386,7 @@ class MessageStore:
         self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: set[str] | None = None
     ) -> GetResult:
         """Up to ``max_msgs`` raw records from ``offset`` (filtered by tag when ``tags`` is given)."""
+        self.guard.check_healthy()
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return GetResult("NO_MATCHED_LOGIC_QUEUE", [], 0, 0, 0)
@@ -400,11 +410,11 @@ class MessageStore:
             if not units:
                 break
             for u in units:
-                if visible is not None and u.offset + u.size > visible:
-                    break
+                if visible is not None and visible < u.offset + u.size <= self.log.end_offset:
+                    break  # not durable yet (a unit past the log's end is checked: damage)
                 nxt += 1
                 if codes is None or u.tags_code in codes:
-                    out.append(self.log.read(u.offset, u.size))
+                    out.append(self.guard.record(u.offset, u.size))
             else:
                 continue
             break

@@ -234,7 +234,7 @@ class TimerService:
     async def _deliver(self, entry: Entry) -> bool:
         """Put the entry's message on its real topic; False when the store refused (retry)."""
         try:
-            raw = await self.core.run(self.core.store.log.read, entry.phys_offset, entry.size)
+            raw = await self.core.run(self.core.store.guard.record, entry.phys_offset, entry.size)
             m = decode(raw, check_crc=False)
         except (StoreError, MessageError, OSError) as exc:
             log.warning(

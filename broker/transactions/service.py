@@ -213,7 +213,7 @@ class TransactionService:
                 f"{commit_log_offset} (the log ends at {log_end})"
             )
         try:
-            raw = await self.core.run(self.core.store.log.read_record, commit_log_offset)
+            raw = await self.core.run(self.core.store.read_record, commit_log_offset)
             half = decode(raw)
         except (StoreError, MessageError, OSError, ValueError, struct.error) as exc:
             raise HalfNotFound(

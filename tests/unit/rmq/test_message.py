@@ -478,3 +478,22 @@ def test_message_modules_are_sans_io_and_import_no_project_package() -> None:
     assert "rmq" in loaded
     assert not loaded & {"socket", "asyncio", "selectors", "ssl", "protos", "grpc"}
     assert not loaded & {"broker", "replicator", "nameserver", "raftlog", "snapshots", "bench"}
+
+
+def test_verify_record_checks_magic_totalsize_and_body_crc() -> None:
+    from rmq.message import StoredMessage, encode, verify_record
+
+    record = encode(StoredMessage(topic="T", body=b"hello body", properties={"TAGS": "a"}))
+    verify_record(record)
+    verify_record(b"xx" + record, 2, len(record))  # at a position, of a known size
+    with pytest.raises(MalformedMessage, match="TOTALSIZE"):
+        verify_record(record, 0, len(record) + 1)
+    body_at = record.index(b"hello body")
+    flipped = bytearray(record)
+    flipped[body_at] ^= 1
+    with pytest.raises(MalformedMessage, match="body CRC"):
+        verify_record(bytes(flipped))
+    with pytest.raises(MalformedMessage, match="magic"):
+        verify_record(record[:4] + b"\0\0\0\0" + record[8:])
+    with pytest.raises(MalformedMessage):
+        verify_record(record[:-3])  # cut
