@@ -28,9 +28,9 @@ def compiled_modules() -> list[str]:
 if os.environ.get("METALEDGER_MYPYC") == "1":
     from mypyc.build import mypycify  # mypy's dev extra; only the compiled build needs it
 
-    # the group's shared library goes inside a package (raftlog/mypyc_runtime__mypyc.*.so), so
-    # an editable install, which maps packages and not the checkout's root, finds it
-    group = "raftlog.mypyc_runtime"
+    # the group's shared library goes inside a package (rmq/mypyc_runtime__mypyc.*.so: rmq
+    # imports nothing else), so an editable install, which maps packages, not the root, finds it
+    group = "rmq.mypyc_runtime"
     setup(ext_modules=mypycify(compiled_modules(), opt_level="3", group_name=group))
 else:
     setup()

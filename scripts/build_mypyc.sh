@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The optional mypyc build (issue 31), in place: a .so beside each module listed in
 # scripts/mypyc_modules.txt (Python imports it before the .py), plus mypyc's shared runtime
-# library (raftlog/mypyc_runtime__mypyc.*.so: inside a package, so an editable install finds it). Needs mypy (the dev extras). Remove with --clean.
+# library (rmq/mypyc_runtime__mypyc.*.so: inside a package, so an editable install finds it). Needs mypy (the dev extras). Remove with --clean.
 # Usage: scripts/build_mypyc.sh [--clean]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ clean() {
   grep -v -e '^\s*#' -e '^\s*$' scripts/mypyc_modules.txt | while read -r src; do
     rm -f "${src%.py}".cpython-*.so
   done
-  rm -f ./*__mypyc.cpython-*.so raftlog/mypyc_runtime__mypyc.cpython-*.so
+  rm -f ./*__mypyc.cpython-*.so rmq/mypyc_runtime__mypyc.cpython-*.so
 }
 if [ "${1:-}" = "--clean" ]; then
   clean
