@@ -45,7 +45,10 @@ def imported_roots(path: Path) -> set[str]:
 
 def test_rmq_parser_modules_are_sans_io() -> None:
     root = Path(rmq.__file__).parent
-    modules = {m.name for m in pkgutil.iter_modules([str(root)])}
+    # every module with a source (the compiled build adds mypyc's runtime library, which has none)
+    modules = {
+        m.name for m in pkgutil.iter_modules([str(root)]) if (root / f"{m.name}.py").exists()
+    }
     assert {"codec", "codes", "headers", "jsonfields"} <= modules
     for name in sorted(modules - ASYNCIO_MODULES):
         imported = imported_roots(root / f"{name}.py")
