@@ -102,6 +102,7 @@ def test_every_remoting_write_needs_a_valid_signature_and_write_permission(
     with running_cluster(tmp_path, 1, extra_args=["--bcrypt-cost=4"]) as cluster:
         remoting = f"127.0.0.1:{cluster.nodes[0].remoting_port}"
         set_up_auth(cluster)
+        cluster.wait_announced(30)  # the node's own member record is the one write left to come
         before = apply_offset(cluster)
         refusals = {
             "unsigned": (lambda r: r, "No accessKey is configured"),

@@ -18,8 +18,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import json
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -83,6 +86,31 @@ def test_every_listed_module_exists_and_imports_compiled_when_expected() -> None
         origin = importlib.import_module(name).__file__ or ""
         if os.environ.get("METALEDGER_MYPYC_EXPECT") == "1":
             assert origin.endswith(".so"), f"{name} did not import compiled: {origin}"
+
+
+def test_each_module_knows_its_own_file_whatever_imports_it_first() -> None:
+    """A compiled module one compiled module imports from another gets its ``__file__`` from
+    mypyc, not from the import system: in a fresh interpreter, importing the listed modules
+    last-first (so most arrive that way) leaves each ``__file__`` naming its own file."""
+    script = (
+        "import importlib, json, sys\n"
+        "names = json.loads(sys.argv[1])\n"
+        "for n in reversed(names): importlib.import_module(n)\n"
+        "print(json.dumps({n: sys.modules[n].__file__ for n in names}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(MODULES)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    for name, file in json.loads(out).items():
+        path = Path(file)
+        assert path.is_file(), (name, file)
+        stem = name.replace(".", "/")
+        assert str(path).startswith(str(ROOT / stem) + "."), (name, file)
 
 
 # ---------------------------------------------------------------- Raft messages and core
