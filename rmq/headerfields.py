@@ -84,10 +84,13 @@ class Field:
     default: Any
 
 
+#: each header class's fields, worked out on first use
+_SPECS: Final[dict[type, tuple[Field, ...]]] = {}
+
+
 def field_spec(cls: type) -> tuple[Field, ...]:
-    """The fields of a header class, worked out once per class (kept on the class as
-    ``_ext_spec``)."""
-    spec: tuple[Field, ...] | None = cls.__dict__.get("_ext_spec")
+    """The fields of a header class, worked out once per class."""
+    spec = _SPECS.get(cls)
     if spec is not None:
         return spec
     hints = typing.get_type_hints(cls)
@@ -106,8 +109,7 @@ def field_spec(cls: type) -> tuple[Field, ...]:
         if required and not f.metadata["read"]:
             raise TypeError(f"{cls.__name__}.{f.name}: a field not read needs a default")
         out.append(Field(f.name, f.metadata["ext"], kind, required, f.metadata["read"], f.default))
-    spec = tuple(out)
-    setattr(cls, "_ext_spec", spec)  # noqa: B010 (a slotted class: set on the class itself)
+    spec = _SPECS[cls] = tuple(out)
     return spec
 
 

@@ -40,7 +40,7 @@ from typing import ClassVar, Final, Self
 
 from rmq.codec import RPC_ONEWAY, SERVER_LANGUAGE, RemotingCommand
 from rmq.codes import RequestCode
-from rmq.headerfields import Field, ext, field_spec, read_fields, write_fields
+from rmq.headerfields import ext, field_spec, read_fields, write_fields
 
 
 class Header:
@@ -48,7 +48,6 @@ class Header:
 
     __slots__ = ()
     code: ClassVar[int]
-    _ext_spec: ClassVar[tuple[Field, ...]]
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> Self:
