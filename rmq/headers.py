@@ -55,7 +55,7 @@ class Header:
 
     @classmethod
     def from_command(cls, command: RemotingCommand) -> Self:
-        return cls.from_fields(command.ext_fields)
+        return read_fields(cls, command.ext_fields, field_spec(cls), None)
 
     def to_ext_fields(self) -> dict[str, str]:
         """The ext fields, as Java writes them (None left out), in field order."""
@@ -147,7 +147,7 @@ class SendMessageHeader(Header):
             if code == RequestCode.SEND_BATCH_MESSAGE:
                 header.batch = True
             return header
-        return cls.from_fields(command.ext_fields)
+        return read_fields(cls, command.ext_fields, field_spec(cls), None)
 
     def request_v2(self, body: bytes = b"", *, language: str = SERVER_LANGUAGE) -> RemotingCommand:
         """SEND_MESSAGE_V2, or SEND_BATCH_MESSAGE when ``batch``: the short field names."""
