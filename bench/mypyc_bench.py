@@ -46,6 +46,10 @@ def both(name: str) -> tuple[ModuleType, ModuleType]:
     return importlib.import_module(name), source_module(name)
 
 
+#: rmq.headers (Python either way) on its machinery, compiled or not: the source side is both
+#: sources, and "compiled" means rmq.headerfields is
+HEADERS_FAMILY: tuple[str, ...] = ("rmq.headerfields", "rmq.headers")
+
 #: modules compiled together whose sources are compared as a family: the source of the last
 #: one runs on the sources of the others (:func:`source_family`), never on their .so files
 RDB_FAMILY: tuple[str, ...] = tuple(
@@ -130,6 +134,20 @@ def _stored(m: ModuleType) -> Callable[[], object]:
 def _entry(m: ModuleType) -> Callable[[], object]:
     es = [m.Entry("kv", b"k%d" % i, b"v" * 256) for i in range(8)]
     return lambda: m.decode_item(m.encode_item([m.encode_request(es, "c", 1, 2)]), 1, 1)
+
+
+def _headers(m: ModuleType) -> Callable[[], object]:
+    """The broker's header work per send: SEND_MESSAGE_V2's header read from its short names,
+    and the answer's header written into the response (``m`` is ``rmq.headers``, on the
+    compiled or the source ``rmq.headerfields``)."""
+    from rmq.codec import RemotingCommand
+
+    fields = {"a": "g", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "h": "0"}
+    fields |= {"g": "1700000000000", "i": "TAGS\x01a\x02UNIQ_KEY\x01k\x02", "j": "0"}
+    fields |= {"k": "false", "l": "16", "m": "false"}
+    request = RemotingCommand(310, opaque=7, ext_fields=fields)
+    answer = m.SendMessageResponseHeader("0A00000700002A9F0000000000001E240", 1, 42)
+    return lambda: (m.SendMessageHeader.from_command(request), answer.response(request, 0))
 
 
 def _send_processor(m: ModuleType) -> Callable[[], object]:
@@ -280,6 +298,7 @@ OPS: list[tuple[str, str, Callable[[ModuleType], Callable[[], object]]]] = [
     ("raftlog.entry", "encode_request + item + decode_item, 8 entries", _entry),
     ("rmq.codec", "remoting frame encode + decode", _codec),
     ("rmq.message", "stored record encode + decode", _stored),
+    ("rmq.headers", "a send's header read (V2 names) + answer header", _headers),
     ("broker.send.processor", "a send's stored message, DELAY check and answer", _send_processor),
     ("broker.store.index_file", "index put of one record under two keys", _index_file),
     ("broker.store.replicated", "a replica's scan of 16 records (units, index)", _replicated_scan),
@@ -308,8 +327,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.only not in name:
             continue
         imported = importlib.import_module(name)
-        source = source_family(RDB_FAMILY) if name in RDB_FAMILY else source_module(name)
-        kind = "compiled" if (imported.__file__ or "").endswith(".so") else "source"
+        family = next((f for f in (RDB_FAMILY, HEADERS_FAMILY) if name in f), None)
+        source = source_family(family) if family else source_module(name)
+        first = importlib.import_module(family[0]) if family else imported
+        kind = "compiled" if (first.__file__ or "").endswith(".so") else "source"
         a = cpu_per_op(build(imported), args.ops, args.repeat)
         b = cpu_per_op(build(source), args.ops, args.repeat)
         print(f"{name:24} {what:52} {a:9.2f} {b:9.2f} {b / a:5.2f}x  ({kind})")

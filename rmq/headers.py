@@ -25,111 +25,22 @@ plus ``n`` = brokerName (RocketMQ 4.9's ``SendMessageRequestHeaderV2.java:32-60`
 ``*RequestHeader.java`` classes (``PullMessageRequestHeader``, ``SendMessageRequestHeader``,
 the nameserver's ``GetRouteInfoRequestHeader``, ``RegisterBrokerRequestHeader``...).
 
-Like the codec, this module has no I/O and imports nothing of metaledger. Over 500 lines on
-purpose: it is RocketMQ's one table of headers, which every side reads from the same place.
+The machinery (:func:`~rmq.headerfields.ext`, the field kinds, the loops that read and write
+the fields) is :mod:`rmq.headerfields`, which the mypyc build compiles; this table stays Python
+(mypyc's ``@dataclass`` loses ``ClassVar`` and ``X | None`` annotations). Like the codec, this
+module has no I/O and imports nothing of metaledger. Over 500 lines on purpose: it is
+RocketMQ's one table of headers, which every side reads from the same place.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Self
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import ClassVar, Final, Self
 
-from rmq.codec import (
-    RPC_ONEWAY,
-    SERVER_LANGUAGE,
-    BadRequest,
-    RemotingCommand,
-    parse_bool_field,
-    parse_int_field,
-)
+from rmq.codec import RPC_ONEWAY, SERVER_LANGUAGE, RemotingCommand
 from rmq.codes import RequestCode
-from rmq.jsonfields import JAVA_INT_MAX, JAVA_INT_MIN, JAVA_LONG_MAX, JAVA_LONG_MIN
-
-
-def ext(
-    name: str, default: Any = dataclasses.MISSING, *, int32: bool = False, read: bool = True
-) -> Any:
-    """A header field travelling as ext field ``name``; without a default it is required
-    (RocketMQ's @CFNotNull)."""
-    return field(default=default, metadata={"ext": name, "int32": int32, "read": read})
-
-
-def parse_text(name: str, value: str) -> str:
-    """Text that can be stored as UTF-8 (a JSON ``\\ud800`` escape decodes to a lone
-    surrogate, which cannot)."""
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequest(
-                f"the custom field <{name}> is not valid UTF-8 text (a lone surrogate)"
-            ) from None
-    return value
-
-
-def parse_long(name: str, value: str) -> int:
-    number = parse_int_field(name, value)
-    if not JAVA_LONG_MIN <= number <= JAVA_LONG_MAX:
-        raise BadRequest(f"the custom field <{name}> is out of the range of a long")
-    return number
-
-
-def parse_int32(name: str, value: str) -> int:
-    number = parse_int_field(name, value)
-    if not JAVA_INT_MIN <= number <= JAVA_INT_MAX:
-        raise BadRequest(f"the custom field <{name}> is out of the int range: {number}")
-    return number
-
-
-def _write_bool(value: Any) -> str:
-    return "true" if value else "false"
-
-
-Parse = Callable[[str, str], Any]
-Write = Callable[[Any], str]
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    attr: str
-    name: str
-    parse: Parse
-    write: Write
-    required: bool
-    read: bool
-    default: Any
-
-
-def _spec(cls: type) -> tuple[_Field, ...]:
-    """The fields of a header class, worked out once per class."""
-    spec: tuple[_Field, ...] | None = cls.__dict__.get("_ext_spec")
-    if spec is not None:
-        return spec
-    hints = typing.get_type_hints(cls)
-    out = []
-    for f in dataclasses.fields(cls):
-        kinds = set(typing.get_args(hints[f.name]) or (hints[f.name],)) - {type(None)}
-        if kinds == {bool}:
-            parse: Parse = parse_bool_field
-            write: Write = _write_bool
-        elif kinds == {int}:
-            parse, write = (parse_int32 if f.metadata["int32"] else parse_long), str
-        elif kinds == {str}:
-            parse, write = parse_text, str
-        else:
-            raise TypeError(f"{cls.__name__}.{f.name}: a header field is str, int or bool")
-        required = f.default is dataclasses.MISSING
-        if required and not f.metadata["read"]:
-            raise TypeError(f"{cls.__name__}.{f.name}: a field not read needs a default")
-        out.append(
-            _Field(f.name, f.metadata["ext"], parse, write, required, f.metadata["read"], f.default)
-        )
-    spec = tuple(out)
-    setattr(cls, "_ext_spec", spec)  # noqa: B010 (a slotted class: set on the class itself)
-    return spec
+from rmq.headerfields import ext, field_spec, read_fields, write_fields
 
 
 class Header:
@@ -137,43 +48,18 @@ class Header:
 
     __slots__ = ()
     code: ClassVar[int]
-    _ext_spec: ClassVar[tuple[_Field, ...]]
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> Self:
-        return cls._from_fields(fields, _spec(cls), None)
-
-    @classmethod
-    def _from_fields(
-        cls, fields: Mapping[str, str], spec: tuple[_Field, ...], keys: tuple[str, ...] | None
-    ) -> Self:
-        """The header of ``fields``, each field of ``spec`` read under its name, or under
-        the parallel ``keys`` (the same fields under other names: SEND_MESSAGE_V2's)."""
-        # Slots set one by one (no __init__, no keyword dict): this is per request on the
-        # broker's send and pull paths.
-        header = object.__new__(cls)
-        for n, f in enumerate(spec):
-            raw = fields.get(f.name if keys is None else keys[n]) if f.read else None
-            if raw is not None:
-                object.__setattr__(header, f.attr, f.parse(f.name, raw))
-            elif f.required:
-                raise BadRequest(f"the custom field <{f.name}> is null")
-            else:
-                object.__setattr__(header, f.attr, f.default)
-        return header
+        return read_fields(cls, fields, field_spec(cls), None)
 
     @classmethod
     def from_command(cls, command: RemotingCommand) -> Self:
-        return cls.from_fields(command.ext_fields)
+        return read_fields(cls, command.ext_fields, field_spec(cls), None)
 
     def to_ext_fields(self) -> dict[str, str]:
         """The ext fields, as Java writes them (None left out), in field order."""
-        out: dict[str, str] = {}
-        for f in _spec(type(self)):
-            value = getattr(self, f.attr)
-            if value is not None:
-                out[f.name] = f.write(value)
-        return out
+        return write_fields(self, field_spec(type(self)))
 
     def request(
         self,
@@ -255,13 +141,13 @@ class SendMessageHeader(Header):
         if code == RequestCode.SEND_MESSAGE_V2 or code == RequestCode.SEND_BATCH_MESSAGE:
             fields = command.ext_fields
             if fields.keys() <= V2_FIELDS.keys():  # only short names: read them as they are
-                header = cls._from_fields(fields, _spec(cls), _V2_KEYS)
+                header = read_fields(cls, fields, field_spec(cls), _V2_KEYS)
             else:
                 header = cls.from_fields({V2_FIELDS.get(k, k): v for k, v in fields.items()})
             if code == RequestCode.SEND_BATCH_MESSAGE:
                 header.batch = True
             return header
-        return cls.from_fields(command.ext_fields)
+        return read_fields(cls, command.ext_fields, field_spec(cls), None)
 
     def request_v2(self, body: bytes = b"", *, language: str = SERVER_LANGUAGE) -> RemotingCommand:
         """SEND_MESSAGE_V2, or SEND_BATCH_MESSAGE when ``batch``: the short field names."""
@@ -275,7 +161,7 @@ class SendMessageHeader(Header):
 
 
 #: SendMessageHeader's fields under their SEND_MESSAGE_V2 names, in field order
-_V2_KEYS: Final = tuple(_V1_TO_V2[f.name] for f in _spec(SendMessageHeader))
+_V2_KEYS: Final = tuple(_V1_TO_V2[f.name] for f in field_spec(SendMessageHeader))
 
 
 @dataclass(slots=True)

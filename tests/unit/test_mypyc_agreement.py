@@ -7,7 +7,8 @@ runs (a simulated cluster with drops and a partition), peer messages, WAL record
 scan, log entries and consensus items, remoting frames and stored-message records, RDB files
 (the source parser runs on the sources of its readers, encodings and events:
 ``bench.mypyc_bench.source_family``); the broker's modules in
-:mod:`tests.unit.test_mypyc_agreement_broker`. Outputs and errors (type and text) must be equal. In the
+:mod:`tests.unit.test_mypyc_agreement_broker`, the headers' machinery in
+:mod:`tests.unit.test_mypyc_agreement_headers`. Outputs and errors (type and text) must be equal. In the
 plain build both sides are the source, so the test only proves itself; ``scripts/test.sh
 --mypyc`` runs it (and the rest) against the compiled build, where ``METALEDGER_MYPYC_EXPECT=1``
 also checks that every listed module did import compiled.
