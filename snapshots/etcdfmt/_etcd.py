@@ -252,7 +252,7 @@ def image_to_buckets(image: EtcdImage) -> Tree:
 
 def write_etcd_db(image: EtcdImage) -> bytes:
     """The bbolt file of ``image`` (no trailer): what etcd keeps as ``member/snap/db``."""
-    return write_bolt(image_to_buckets(image), txid=max(1, image.consistent_index))
+    return write_bolt(image_to_buckets(image))
 
 
 def write_etcd_snapshot(image: EtcdImage) -> bytes:
@@ -370,6 +370,10 @@ def buckets_to_image(tree: Tree) -> EtcdImage:
         perms = tuple(Permission(p.permType, p.key, p.range_end) for p in r.keyPermission)
         roles.append(Role(r.name, perms))
     version = _plain(tree, b"cluster").get(b"clusterVersion")
+    try:
+        cluster_version = version.decode() if version is not None else None
+    except UnicodeDecodeError:
+        raise EtcdLayoutError("not a version string", b"cluster", b"clusterVersion") from None
     return EtcdImage(
         keys=tuple(keys),
         consistent_index=_u64(meta[b"consistent_index"], b"meta", b"consistent_index")
@@ -380,7 +384,7 @@ def buckets_to_image(tree: Tree) -> EtcdImage:
         leases=tuple(leases),
         members=tuple(_member(raw, k) for k, raw in _plain(tree, b"members").items()),
         removed_member_ids=tuple(removed),
-        cluster_version=version.decode() if version is not None else None,
+        cluster_version=cluster_version,
         auth_enabled=auth.get(b"authEnabled") == b"\x01",
         auth_revision=_u64(auth[b"authRevision"], b"auth", b"authRevision")
         if b"authRevision" in auth
