@@ -102,9 +102,9 @@ def test_the_buckets_are_etcds() -> None:
         2,
         1,
     )
-    assert kv_pb2.KeyValue.FromString(key[revision_bytes(5, 0, True)]) == kv_pb2.KeyValue(
-        key=b"k002"
-    )  # type: ignore[arg-type]
+    tombstone = key[revision_bytes(5, 0, True)]
+    assert isinstance(tombstone, bytes)
+    assert kv_pb2.KeyValue.FromString(tombstone) == kv_pb2.KeyValue(key=b"k002")
     assert buckets[b"meta"] == {
         b"consistent_index": struct.pack(">Q", 13),
         b"scheduledCompactRev": revision_bytes(1, 0),
