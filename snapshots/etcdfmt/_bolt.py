@@ -43,6 +43,7 @@ _CHECKSUM = struct.Struct("<Q")
 HEADER_BYTES = _PAGE_HEADER.size
 ELEMENT_BYTES = _LEAF_ELEMENT.size
 MAX_INLINE_BUCKET_BYTES = PAGE_SIZE // 4  # bbolt's maxInlineBucketSize
+MAX_NESTING = 64  # buckets deeper than this are refused (etcd nests none)
 
 Tree = dict[bytes, Union[bytes, "Tree"]]
 
@@ -172,6 +173,7 @@ class _Reader:
         self.page_size = page_size
         self.high_water = high_water
         self.seen: set[int] = set()
+        self.depth = 0
 
     def page(self, pgid: int) -> tuple[memoryview, int, int]:
         """The page's bytes (overflow included), its flags and its element count."""
@@ -196,6 +198,15 @@ class _Reader:
         if len(value) < _BUCKET_HEADER.size:
             raise BoltFormatError("bucket value shorter than a bucket header", where)
         root, _ = _BUCKET_HEADER.unpack_from(value)
+        if self.depth >= MAX_NESTING:
+            raise BoltFormatError(f"buckets nested more than {MAX_NESTING} deep", where)
+        self.depth += 1
+        try:
+            return self._bucket(root, value, where)
+        finally:
+            self.depth -= 1
+
+    def _bucket(self, root: int, value: bytes, where: int) -> Tree:
         out: Tree = {}
         if root == 0:
             page = memoryview(value)[_BUCKET_HEADER.size :]

@@ -18,6 +18,7 @@ from snapshots.etcdfmt import (
     Permission,
     Role,
     SnapshotHashError,
+    Tree,
     User,
     image_to_buckets,
     read_bolt,
@@ -229,3 +230,11 @@ def test_a_bbolt_file_not_in_etcd_34s_layout_is_refused(
 def test_a_file_without_the_key_bucket_is_not_an_etcd_backend() -> None:
     with pytest.raises(EtcdLayoutError, match="bucket 'key': missing"):
         read_etcd_snapshot(write_bolt({b"meta": {}}))
+
+
+def test_buckets_nested_too_deep_are_refused() -> None:
+    tree: Tree = {b"leaf": b"x"}
+    for _ in range(70):
+        tree = {b"b": tree}
+    with pytest.raises(BoltFormatError, match="nested more than 64 deep"):
+        read_bolt(write_bolt(tree))
