@@ -11,10 +11,13 @@ Buckets as etcd 3.4 writes them (``mvcc/kvstore.go``, ``lease/lessor.go``,
     lease            8-byte big-endian lease id -> leasepb.Lease
     alarm            (written empty; alarms are not carried)
     members          member id in hex -> JSON {"id", "peerURLs", "isLearner", "name", "clientURLs"}
+                     (isLearner only when true)
     members_removed  member id in hex -> b"removed"
     cluster          clusterVersion -> b"3.4.0"
-    auth             authEnabled -> b"\\x01" or b"\\x00"; authRevision -> 8-byte big-endian
-    authUsers        user name -> authpb.User
+    auth             authRevision -> 8-byte big-endian; authEnabled -> b"\\x01" (on), b"\\x00"
+                     (switched off again), absent (never switched on)
+    authUsers        user name -> authpb.User (options always present, as ``user add``
+                     writes them; the implicit ``root`` role has no authRoles record)
     authRoles        role name -> authpb.Role
 
 A snapshot as ``Maintenance.Snapshot`` streams it is the database file followed by the
@@ -220,6 +223,7 @@ def image_to_buckets(image: EtcdImage) -> Tree:
     users: Tree = {}
     for u in image.users:
         user = auth_pb2.User(name=u.name, password=u.password, roles=list(u.roles))
+        user.options.SetInParent()  # etcd 3.4's user add always writes the options
         if u.no_password:
             user.options.no_password = True
         users[u.name] = user.SerializeToString()
@@ -233,6 +237,10 @@ def image_to_buckets(image: EtcdImage) -> Tree:
         ).SerializeToString()
         for r in image.roles
     }
+    # authEnabled appears once auth is switched on (b"\x00" after it is switched off again)
+    auth: Tree = {b"authRevision": _U64.pack(image.auth_revision)}
+    if image.auth_enabled:
+        auth[b"authEnabled"] = b"\x01"
     return {
         b"key": key,
         b"meta": meta,
@@ -241,10 +249,7 @@ def image_to_buckets(image: EtcdImage) -> Tree:
         b"members": {f"{m.id:x}".encode(): _member_json(m) for m in image.members},
         b"members_removed": {f"{i:x}".encode(): b"removed" for i in image.removed_member_ids},
         b"cluster": cluster,
-        b"auth": {
-            b"authEnabled": b"\x01" if image.auth_enabled else b"\x00",
-            b"authRevision": _U64.pack(image.auth_revision),
-        },
+        b"auth": auth,
         b"authUsers": users,
         b"authRoles": roles,
     }

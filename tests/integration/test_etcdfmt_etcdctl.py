@@ -63,10 +63,11 @@ def test_etcdctl_snapshot_status_reports_hash_revision_and_key_count(tmp_path: P
     ).stdout
     status = json.loads(out)
     ours = snapshot_status(path.read_bytes())
-    # key bucket 3001, meta 1, lease 1, members 1, cluster 1, auth 2, authUsers 1
+    # key bucket 3001, meta 1, lease 1, members 1, cluster 1, auth 1 (authRevision; auth is
+    # off and never was, so no authEnabled), authUsers 1
     assert status == {
         "hash": ours.hash,
         "revision": 3002,
-        "totalKey": 3008,
+        "totalKey": 3007,
         "totalSize": ours.total_size,
     }
