@@ -6,8 +6,8 @@ must read every live key with its revisions, version and lease, the lease, the m
 cluster version, the user and the role as etcdctl reports them.
 
 Writing: a file the module writes is turned into a data dir by ``etcdctl snapshot restore``,
-and a real etcd on it serves every key (and an older revision), the lease with its keys, the
-user and the role.
+and a real etcd on it serves every key (and an older revision), the lease with its keys, and
+the users and role with auth on (a request without a user is refused, u1 reads its range only).
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ pytestmark = [
 ]
 
 
-def _ok(endpoint: str, *args: str) -> str:
-    done = etcdctl(endpoint, *args)
+def _ok(endpoint: str, *args: str, user: str | None = None) -> str:
+    done = etcdctl(endpoint, *args, flags=[f"--user={user}"] if user else [])
     assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
     return done.stdout
 
 
-def _json(endpoint: str, *args: str) -> Any:
-    return json.loads(_ok(endpoint, *args, "-w", "json"))
+def _json(endpoint: str, *args: str, user: str | None = None) -> Any:
+    return json.loads(_ok(endpoint, *args, "-w", "json", user=user))
 
 
 def _kvs(doc: dict[str, Any]) -> dict[bytes, tuple[bytes, int, int, int, int]]:
@@ -159,6 +159,7 @@ IMAGE = EtcdImage(
         KeyRevision(8, 0, b"l2", b"w", 8, 8, 1, LEASE),
         KeyRevision(9, 0, b"d", b"z", 9, 9, 1),
         KeyRevision(9, 1, b"f", b"same txn", 9, 9, 1),
+        KeyRevision(10, 0, b"/pa", b"in r1", 10, 10, 1),
     ),
     consistent_index=20,
     scheduled_compact_revision=2,
@@ -167,8 +168,12 @@ IMAGE = EtcdImage(
     # restore replaces the members; this one must not survive it
     members=(Member(0x1234, ("http://127.0.0.1:9",), "old"),),
     cluster_version="3.4.0",
+    auth_enabled=True,
     auth_revision=3,
-    users=(User(b"u1", b"$2a$10$AoEFW6N7bjtP0lEnC/A4p.4BEXdWROHkkJF.RKJVqkWao/6X3JxbO", ("r1",)),),
+    users=(  # both passwords are "pw", hashed by a real etcd 3.4
+        User(b"root", b"$2a$10$hcdACcgYXN6.sLnoAwc2BOLxWw8t2lo6nUqIWoDAJ3bA.uRONIrB.", ("root",)),
+        User(b"u1", b"$2a$10$AoEFW6N7bjtP0lEnC/A4p.4BEXdWROHkkJF.RKJVqkWao/6X3JxbO", ("r1",)),
+    ),
     roles=(Role(b"r1", (Permission(2, b"/p", b"/q"),)),),
 )
 
@@ -190,16 +195,24 @@ def test_real_etcd_serves_a_snapshot_the_module_wrote(tmp_path: Path) -> None:
         f"--initial-advertise-peer-urls={peer_url}",
     )
     with EtcdServer(root, ports=(client, peer)) as etcd:
-        etcd.wait_ready()
+        etcd.wait_ready(flags=["--user=root:pw"])
         ep = etcd.endpoint
-        got = _json(ep, "get", "", "--prefix")
-        old = _json(ep, "get", "a", "--rev=2")
-        ttl = _json(ep, "lease", "timetolive", f"{LEASE:x}", "--keys")
-        user = _ok(ep, "user", "get", "u1")
-        role = _ok(ep, "role", "get", "r1")
-        members = _json(ep, "member", "list")["members"]
+        admin = "root:pw"
+        got = _json(ep, "get", "", "--prefix", user=admin)
+        old = _json(ep, "get", "a", "--rev=2", user=admin)
+        ttl = _json(ep, "lease", "timetolive", f"{LEASE:x}", "--keys", user=admin)
+        user = _ok(ep, "user", "get", "u1", user=admin)
+        role = _ok(ep, "role", "get", "r1", user=admin)
+        members = _json(ep, "member", "list", user=admin)["members"]
+        # auth is on as the image says: no user is refused, u1 reads [/p, /q) only
+        anonymous = etcdctl(ep, "get", "a")
+        u1_in = _json(ep, "get", "/pa", user="u1:pw")
+        u1_out = etcdctl(ep, "get", "a", flags=["--user=u1:pw"])
+    assert anonymous.returncode != 0 and "user name is empty" in anonymous.stderr
+    assert _kvs(u1_in) == {b"/pa": (b"in r1", 10, 10, 1, 0)}
+    assert u1_out.returncode != 0 and "permission denied" in u1_out.stderr
     assert _kvs(got) == _image_kvs(IMAGE)
-    assert int(got["header"]["revision"]) == IMAGE.revision == 9
+    assert int(got["header"]["revision"]) == IMAGE.revision == 10
     assert _kvs(old) == {b"a": (b"1", 2, 2, 1, 0)}
     assert int(ttl["granted-ttl"]) == 600
     assert sorted(base64.b64decode(k) for k in ttl["keys"]) == [b"l1", b"l2"]
