@@ -6,8 +6,8 @@ Buckets as etcd 3.4 writes them (``mvcc/kvstore.go``, ``lease/lessor.go``,
     key              revision bytes -> mvccpb.KeyValue
                      (8-byte big-endian main, b"_", 8-byte big-endian sub, b"t" on a
                      tombstone, whose KeyValue carries the key only)
-    meta             consistent_index -> 8-byte big-endian; scheduledCompactRev and
-                     finishedCompactRev -> revision bytes (sub 0)
+    meta             consistent_index -> 8-byte big-endian (absent until a key is written);
+                     scheduledCompactRev and finishedCompactRev -> revision bytes (sub 0)
     lease            8-byte big-endian lease id -> leasepb.Lease
     alarm            (written empty; alarms are not carried)
     members          member id in hex -> JSON {"id", "peerURLs", "isLearner", "name", "clientURLs"}
@@ -206,7 +206,10 @@ def image_to_buckets(image: EtcdImage) -> Tree:
                 lease=r.lease,
             )
         key[revision_bytes(r.main, r.sub, r.tombstone)] = kv.SerializeToString()
-    meta: Tree = {b"consistent_index": _U64.pack(image.consistent_index)}
+    # etcd saves the index with the first change to a key; a backend without one has none
+    meta: Tree = {}
+    if image.consistent_index:
+        meta[b"consistent_index"] = _U64.pack(image.consistent_index)
     if image.scheduled_compact_revision is not None:
         meta[b"scheduledCompactRev"] = revision_bytes(image.scheduled_compact_revision, 0)
     if image.finished_compact_revision is not None:

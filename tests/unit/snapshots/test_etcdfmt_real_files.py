@@ -6,6 +6,8 @@ readwrite [/p, /q), user u1 (password pw) with r1, e=last (10); auth left off. T
 values are what ``etcdctl get "" --prefix -w json``, ``lease timetolive --keys`` and ``member
 list`` printed then. ``data/etcd-3.4.23-auth-snapshot.db``: put a=1, user root (pw) with
 role root, user np added with ``--no-password``, auth enable, put b=2.
+``data/etcd-3.4.23-members-snapshot.db``: no key written; learner 4c7f1f891ac79d8e added and
+removed, learner l2 added (never started).
 """
 
 from __future__ import annotations
@@ -78,8 +80,33 @@ def test_a_real_snapshot_with_auth_on() -> None:
     assert image.scheduled_compact_revision is image.finished_compact_revision is None
 
 
+def test_a_real_snapshot_with_a_learner_and_a_removed_member() -> None:
+    data = (DATA / "etcd-3.4.23-members-snapshot.db").read_bytes()
+    image = read_etcd_snapshot(data)
+    assert [(m.id, m.name, m.peer_urls, m.client_urls, m.is_learner) for m in image.members] == [
+        (7360570561052700287, "", ("http://127.0.0.1:23824",), (), True),
+        (
+            15620605431212779891,
+            "n1",
+            ("http://127.0.0.1:23804",),
+            ("http://127.0.0.1:23794",),
+            False,
+        ),
+    ]
+    assert image.removed_member_ids == (0x4C7F1F891AC79D8E,)
+    assert (image.keys, image.consistent_index, image.revision) == ((), 0, 0)
+    assert read_bolt(split_snapshot_hash(data)[0])[b"meta"] == {}  # no key, no index saved
+    status = snapshot_status(data)
+    # etcdctl 3.4.23 snapshot status -w json: hash 3756805271, revision 0, totalKey 5
+    assert (status.hash, status.revision, status.total_key) == (3756805271, 0, 5)
+
+
 def test_writing_what_was_read_gives_back_etcds_buckets_exactly() -> None:
-    for name in ("etcd-3.4.23-snapshot.db", "etcd-3.4.23-auth-snapshot.db"):
+    for name in (
+        "etcd-3.4.23-snapshot.db",
+        "etcd-3.4.23-auth-snapshot.db",
+        "etcd-3.4.23-members-snapshot.db",
+    ):
         data = (DATA / name).read_bytes()
         db, trailer = split_snapshot_hash(data)
         assert trailer, name
