@@ -1,7 +1,7 @@
 """The real ``etcdctl snapshot status`` (etcd 3.4) reads the files snapshots.etcdfmt writes.
 
-Restoring such a file with ``etcdctl snapshot restore`` and serving it with a real etcd is
-not checked here yet.
+Restoring such a file with ``etcdctl snapshot restore`` and serving it with a real etcd, and
+reading a file a real etcd saved, are in test_etcdfmt_real_etcd.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """snapshots.etcdfmt against a real etcd 3.4, both ways (one etcd at a time, stopped by PID).
 
-Reading: a real etcd takes puts, overwrites, a delete, a lease with keys, a compaction and a
-user with a role (auth left off); ``etcdctl snapshot save`` writes the file, and the module
+Reading: a real etcd takes puts, overwrites, a delete, a lease with keys, a compaction, a
+user with a role (auth left off) and a txn of two puts; ``etcdctl snapshot save`` writes the file, and the module
 must read every live key with its revisions, version and lease, the lease, the member, the
 cluster version, the user and the role as etcdctl reports them.
 
@@ -94,6 +94,8 @@ def test_module_reads_what_a_real_etcd_snapshot_holds(tmp_path: Path) -> None:
         _ok(ep, "user", "add", "u1:pw")
         _ok(ep, "user", "grant-role", "u1", "r1")
         _ok(ep, "put", "e", "last")
+        txn = etcdctl(ep, "txn", stdin="\nput t1 one\nput t2 two\n\n\n")
+        assert txn.returncode == 0, txn.stderr  # one revision, subs 0 and 1
         snap = tmp_path / "snap.db"
         _ok(ep, "snapshot", "save", str(snap))
         got = _json(ep, "get", "", "--prefix")
@@ -108,6 +110,8 @@ def test_module_reads_what_a_real_etcd_snapshot_holds(tmp_path: Path) -> None:
     assert image.revision == int(got["header"]["revision"])
     assert image.finished_compact_revision == image.scheduled_compact_revision == 4
     assert min(r.main for r in image.keys) > 2  # a=1 at revision 2 went with the compaction
+    newest = max(r.main for r in image.keys)
+    assert [(r.sub, r.key) for r in image.keys if r.main == newest] == [(0, b"t1"), (1, b"t2")]
     assert [le.id for le in image.leases] == [int(x["id"]) for x in leases["leases"]]
     assert [(le.id, le.ttl) for le in image.leases] == [(lease_id, int(ttl["granted-ttl"]))]
     attached = sorted(k for k, r in image.live_keys().items() if r.lease == lease_id)
