@@ -7,7 +7,9 @@ streams appended in place), snapshot files in ``_format`` (the layout, errors, m
 info), ``_digest`` (content hashes), ``_writer`` and ``_reader`` (verification on read);
 ``_store`` (snapshot stores), ``_replay`` (record-level replay, segment reading,
 single-process compaction); ``compaction/`` (offline compaction on Spark, its own public
-surface: ``snapshots.compaction``).
+surface: ``snapshots.compaction``); ``etcdfmt/`` (etcd 3.4's snapshot format: bbolt files
+laid out as etcd's backend, read and written sans-I/O, its own public surface:
+``snapshots.etcdfmt``).
 
 Errors::
 

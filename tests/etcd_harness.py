@@ -50,15 +50,21 @@ class EtcdServer:
     """One etcd member on 127.0.0.1 (``extra`` are more etcd flags: TLS, quota, auth…).
 
     ``scheme`` is the client URL's scheme (``https`` when the extra flags give a server
-    certificate). Use as a context manager; :meth:`stop` kills the process group by PID.
+    certificate); ``ports`` the client and peer ports (free ones when not given), so a data
+    dir that ``etcdctl snapshot restore`` made for member ``e0`` at that peer URL can be
+    served from ``root / "data"``. Use as a context manager; :meth:`stop` kills the process group by PID.
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], extra: Sequence[str] = (), scheme: str = "http"
+        self,
+        root: str | os.PathLike[str],
+        extra: Sequence[str] = (),
+        scheme: str = "http",
+        ports: tuple[int, int] | None = None,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        client, peer = free_ports(2)
+        client, peer = ports or free_ports(2)
         self.endpoint = f"{scheme}://127.0.0.1:{client}"
         self.address = f"127.0.0.1:{client}"
         peer_url = f"http://127.0.0.1:{peer}"
