@@ -79,7 +79,8 @@ fi
 # if either failed (set -e would stop at the first and never say how the Spark run went).
 echo "== pytest (everything but Spark)"
 main_rc=0
-python3 -m pytest -m "not spark" "$@" || main_rc=$?
+# --durations: the slowest tests, for keeping the suite inside its time budget
+python3 -m pytest -m "not spark" --durations=30 "$@" || main_rc=$?
 echo "== pytest (Spark: its own run, one JVM for the session)"
 spark_rc=0
 python3 -m pytest -m spark tests/spark "$@" || spark_rc=$?

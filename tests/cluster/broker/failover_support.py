@@ -274,7 +274,13 @@ async def setup_group(reps: list[Replica], client: Client, group: str) -> None:
     await call(client.replica_set_policy, group, GroupPolicy(3, 2, 1, False, 1 << 30))
     for r in reps[1:]:
         await call(r.start)
-    await until(lambda: len(group_info(client, group).sync_state_set) == 3, 30, "in-sync set of 3")
+    try:
+        await until(
+            lambda: len(group_info(client, group).sync_state_set) == 3, 60, "in-sync set of 3"
+        )
+    except AssertionError as exc:  # say which replica stayed out, and what each one logged
+        tails = "\n".join(f"----- {r.log_path.name} -----\n{r.log_tail()}" for r in reps)
+        raise AssertionError(f"{exc}\ngroup: {group_info(client, group)}\n{tails}") from None
     await until(
         lambda: client.route_topic_create(TOPIC, [QueueData(group, QUEUES, QUEUES, 6)]),
         20,
