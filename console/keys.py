@@ -5,7 +5,7 @@
   jumped over with one range request (its range end), so a prefix of 100,000 keys under one
   child costs one request, not 100,000 keys.
 - :func:`search`: keys under a prefix whose key or value contains a string, scanning at most
-  ``budget`` keys per call and handing back a cursor to go on from.
+  ``budget`` keys or half a second per call and handing back a cursor to go on from.
 - :func:`value_views`: one value as text, pretty JSON and a hex dump (each when it applies).
 - :func:`history`: a key's versions by revision, newest first (each one a read at the
   revision before the last change), until its first version or the compacted revision.
@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from console.errors import BadInput, NotFound, ReadOnly
@@ -29,6 +30,8 @@ MAX_PAGE = 500
 MAX_CALLS = 50
 #: bytes of a value shown as a hex dump
 HEX_BYTES = 4096
+#: the time one search call scans for at most (the page answers within a second)
+SEARCH_SECONDS = 0.5
 #: versions :func:`history` walks back at most
 MAX_VERSIONS = 50
 
@@ -109,9 +112,11 @@ def search(
     cursor: bytes | None = None,
     limit: int = 50,
     budget: int = 20_000,
+    budget_s: float = SEARCH_SECONDS,
 ) -> dict[str, Any]:
     """Keys under ``prefix`` whose key (``by="key"``) or value (``by="value"``) contains
-    ``query``; at most ``budget`` keys are read per call, ``next`` goes on from there."""
+    ``query``; a call reads at most ``budget`` keys and stops after the batch that passes
+    ``budget_s`` seconds, and ``next`` goes on from there."""
     if by not in ("key", "value"):
         raise BadInput("search by 'key' or 'value'")
     if not query:
@@ -123,7 +128,10 @@ def search(
     matches: list[dict[str, Any]] = []
     scanned = 0
     batch = 200 if by == "value" else MAX_PAGE
+    deadline = time.monotonic() + budget_s
     while start is not None and len(matches) < limit and scanned < budget:
+        if scanned and time.monotonic() > deadline:
+            break
         r = client.get(start, range_end=end, limit=batch, keys_only=by == "key")
         if not r.kvs:
             start = None
