@@ -49,11 +49,13 @@ def _entry(key: bytes, prefix: bytes, is_dir: bool) -> dict[str, Any]:
     }
 
 
-def _range_of(prefix: bytes) -> tuple[bytes, bytes]:
-    """The first key and the range end of everything under ``prefix`` ("" = every key)."""
-    if not prefix:
-        return b"\0", b"\0"
-    return prefix, prefix_range_end(prefix)
+def _page_range(prefix: bytes, cursor: bytes | None, limit: int) -> tuple[bytes, bytes]:
+    """Where a page under ``prefix`` starts (its first key, or ``cursor``) and its range end
+    ("" = every key); BadInput for a ``limit`` out of bounds."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise BadInput(f"limit must be 1..{MAX_PAGE}")
+    first, end = (prefix, prefix_range_end(prefix)) if prefix else (b"\0", b"\0")
+    return (max(cursor, first) if cursor else first), end
 
 
 def _after(key: bytes, end: bytes) -> bytes | None:
@@ -66,10 +68,8 @@ def list_children(
 ) -> dict[str, Any]:
     """Up to ``limit`` children of ``prefix`` in key order: keys, and "directories" (a
     child ending in ``/`` with keys under it); ``next`` is the cursor of the next page."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise BadInput(f"limit must be 1..{MAX_PAGE}")
-    first, end = _range_of(prefix)
-    start: bytes | None = max(cursor, first) if cursor else first
+    start: bytes | None
+    start, end = _page_range(prefix, cursor, limit)
     entries: list[dict[str, Any]] = []
     calls = 0
     while start is not None and len(entries) < limit and calls < MAX_CALLS:
@@ -121,10 +121,8 @@ def search(
         raise BadInput("search by 'key' or 'value'")
     if not query:
         raise BadInput("search for what? the query is empty")
-    if not 1 <= limit <= MAX_PAGE:
-        raise BadInput(f"limit must be 1..{MAX_PAGE}")
-    first, end = _range_of(prefix)
-    start: bytes | None = max(cursor, first) if cursor else first
+    start: bytes | None
+    start, end = _page_range(prefix, cursor, limit)
     matches: list[dict[str, Any]] = []
     scanned = 0
     batch = 200 if by == "value" else MAX_PAGE

@@ -17,11 +17,10 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from tests.harness import REPO_ROOT, free_ports, wait_until
+from tests.harness import REPO_ROOT, command_plugin_path, free_ports, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -34,18 +33,6 @@ def have_browser() -> bool:
     return all(os.access(p, os.X_OK) for p in (CHROMIUM, CHROMEDRIVER))
 
 
-def _plugin_path(root: Path) -> str | None:
-    if any(ep.name == "console" for ep in entry_points(group="metaledger.commands")):
-        return None
-    info = root / "plugin" / "metaledger_console_dev-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: metaledger-console-dev\nVersion: 0\n"
-    )
-    (info / "entry_points.txt").write_text(f"[metaledger.commands]\n{ENTRY_POINT}\n")
-    return str(root / "plugin")
-
-
 class ConsoleProcess:
     """``metaledger console`` in its own session, stopped by its PID."""
 
@@ -55,7 +42,7 @@ class ConsoleProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = root / f"console-{self.port}.log"
         env = dict(os.environ)
-        paths = [str(REPO_ROOT), _plugin_path(root), env.get("PYTHONPATH", "")]
+        paths = [str(REPO_ROOT), command_plugin_path(root, ENTRY_POINT), env.get("PYTHONPATH", "")]
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         env["PYTHONUNBUFFERED"] = "1"
         argv = [

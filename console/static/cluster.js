@@ -65,6 +65,9 @@
     document.body.dataset.refreshed = String(Date.now());
   }
 
-  ML.init("/").then(() => { tick(); setInterval(tick, 1000); })
+  // the next refresh is asked a second after the last one answered: a slow cluster never
+  // piles requests up
+  async function loop() { await tick(); setTimeout(loop, 1000); }
+  ML.init("/").then(loop)
     .catch(e => say("message", `The console could not start: ${e.message}`));
 })();

@@ -92,6 +92,20 @@ def _rows(driver: Any) -> dict[str, list[str]]:
     return out
 
 
+def _open_key(driver: Any, console: ConsoleProcess, key: str, value: str) -> None:
+    """The Keys page at ``key``'s parent, with ``key`` clicked and its value shown."""
+    from selenium.webdriver.common.by import By
+
+    parent = key.rsplit("/", 1)[0] + "/"
+    driver.get(f"{console.url}/keys?prefix={parent}")
+    wait_until(
+        lambda: driver.find_element(By.CSS_SELECTOR, f"#entries li[data-key='{key}']"),
+        20,
+        "the key",
+    ).click()
+    wait_until(lambda: _text(driver, "#vbody") == value, 20, "the value")
+
+
 def _page_equals_status(driver: Any, client: Client) -> bool:
     """The member rows and the leader/term on the page are what Admin.Status says now."""
     before = _rows(driver), _text(driver, "#leader"), _text(driver, "#term")
@@ -189,13 +203,7 @@ def test_a_value_edited_in_the_console_is_what_etcdctl_gets(
     from selenium.webdriver.common.by import By
 
     client.put("app/edit", "before")
-    driver.get(console_rw.url + "/keys?prefix=app/")
-    wait_until(
-        lambda: driver.find_element(By.CSS_SELECTOR, "#entries li[data-key='app/edit']"),
-        20,
-        "the key",
-    ).click()
-    wait_until(lambda: _text(driver, "#vbody") == "before", 20, "the value")
+    _open_key(driver, console_rw, "app/edit", "before")
     box = driver.find_element(By.ID, "newvalue")
     box.clear()
     box.send_keys("after, from the browser")
@@ -223,13 +231,7 @@ def test_a_read_only_console_changes_nothing(
     from selenium.webdriver.common.by import By
 
     client.put("app/ro", "kept")
-    driver.get(console_ro.url + "/keys?prefix=app/")
-    wait_until(
-        lambda: driver.find_element(By.CSS_SELECTOR, "#entries li[data-key='app/ro']"),
-        20,
-        "the key",
-    ).click()
-    wait_until(lambda: _text(driver, "#vbody") == "kept", 20, "the value")
+    _open_key(driver, console_ro, "app/ro", "kept")
     assert not driver.find_element(By.ID, "editor").is_displayed()
     assert _text(driver, "#mode") == "read-only"
     # a write sent anyway (as a page of an older console would) is refused
