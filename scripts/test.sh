@@ -6,7 +6,9 @@
 #                         JetStream, the broker benchmark's peer: tests/integration/test_bench_jetstream.py),
 #                         redis-server and redis-tools (the Redis replicator's source, redis-cli,
 #                         redis-check-rdb: tests/integration/replicator/redis/), iptables (the
-#                         network fault tests drop packets in their own namespaces: tests/faults/net/);
+#                         network fault tests drop packets in their own namespaces: tests/faults/net/),
+#                         chromium and chromium-driver (the web console's browser tests, through
+#                         selenium: tests/cluster/test_console_browser.py);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
 #   npm: tests/js's pinned RocketMQ clients (npm ci; needs Node.js and npm).
 # The Spark tests need a Java runtime, which it does not install.
@@ -38,6 +40,9 @@ command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(
 command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
 # libfuse 2 for fusepy: tests/faults/lazyfs.py, the filesystem that drops unsynced writes
 ldconfig -p | grep -q 'libfuse\.so\.2' || need_apt+=(libfuse2)
+# headless Chromium and its WebDriver for the web console's browser tests
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq

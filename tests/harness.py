@@ -35,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -129,6 +130,23 @@ def free_port_pairs(n: int) -> list[int]:
                 continue
         out.append(p)
     return out
+
+
+def command_plugin_path(root: Path, entry_point: str) -> str | None:
+    """A folder for PYTHONPATH holding a throwaway ``*.dist-info`` that declares one
+    ``metaledger.commands`` entry point (``"name = module:register"``, what ``pip install
+    -e .`` writes), for a command an install made before it existed lacks; None when the
+    installed metadata already declares it."""
+    name = entry_point.split("=", 1)[0].strip()
+    if any(ep.name == name for ep in entry_points(group="metaledger.commands")):
+        return None
+    info = root / "plugin" / f"metaledger_{name}_dev-0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: metaledger-{name}-dev\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(f"[metaledger.commands]\n{entry_point}\n")
+    return str(root / "plugin")
 
 
 def wait_until(

@@ -1,5 +1,5 @@
 """The cluster surface: members (etcd's Cluster service), leadership transfer, node status
-(metaledger's Admin service) and snapshots (etcd's Maintenance service).
+(metaledger's Admin service), alarms and snapshots (etcd's Maintenance service).
 
 ``member_add`` and ``member_remove`` go to any member and fail over like writes (a change
 refused because another one is in progress is UNAVAILABLE, so it is retried until the
@@ -208,6 +208,14 @@ class ClusterApi(Transport):
             except grpc.RpcError as err:
                 out.append(error_from_rpc(err, endpoint))
         return out
+
+    def alarms(self) -> list[tuple[int, str]]:
+        """Maintenance.Alarm GET: every raised alarm as ``(member_id, name)`` (``NOSPACE``,
+        ``CORRUPT``), read by the first endpoint that answers (etcdctl's ``alarm list``)."""
+        req = rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.GET)
+        resp = self._call(lambda s: s.maintenance.Alarm, req, write=False)
+        names = rpc_pb2.AlarmType.Name
+        return [(a.memberID, names(a.alarm)) for a in resp.alarms]
 
     def snapshot(self, path: str, progress: Callable[[int, int], None] | None = None) -> int:
         """Maintenance.Snapshot: save a fresh snapshot of the first reachable endpoint's image

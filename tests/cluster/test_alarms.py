@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from nameserver.client import Client
 from protos.etcdserverpb import rpc_pb2
 from tests.faults.inject import small_tmpfs
 from tests.harness import Cluster, grpc_code, running_cluster, wait_until
@@ -93,6 +94,8 @@ def test_nospace_is_listed_refused_and_kept_by_every_member_until_disarmed(
             assert refused(txn_put(c, i)), i
             got = c.stub(i).Range(rpc_pb2.RangeRequest(key=b"fill/000"), timeout=10)
             assert got.kvs[0].value == VALUE
+        with Client(c.endpoints, timeout_s=10) as client:  # the client's alarm list says so too
+            assert client.alarms() == [(me, "NOSPACE")]
         deleted = c.stub(0).DeleteRange(
             rpc_pb2.DeleteRangeRequest(key=b"fill/", range_end=b"fill0"), timeout=10
         )

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 import grimp
 import pytest
 
-PACKAGES = ("broker", "replicator", "nameserver", "rmq", "raftlog", "snapshots")
+PACKAGES = ("broker", "replicator", "nameserver", "rmq", "raftlog", "snapshots", "console")
 
 
 def cycles(nodes: Iterable[str], edges: Mapping[str, set[str]]) -> list[list[str]]:

@@ -14,29 +14,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 from nameserver.client import Client
 from tests.conftest import _failed
-from tests.harness import REPO_ROOT, Cluster, free_port_pairs
+from tests.harness import REPO_ROOT, Cluster, command_plugin_path, free_port_pairs
 
 ENTRY_POINT = "broker = broker.cli:register"
 
 
 def plugin_path(root: Path) -> str | None:
     """A dist-info directory declaring the broker's commands, unless installed already."""
-    if any(ep.name == "broker" for ep in entry_points(group="metaledger.commands")):
-        return None
-    info = root / "plugin" / "metaledger_broker_dev-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: metaledger-broker-dev\nVersion: 0\n"
-    )
-    (info / "entry_points.txt").write_text(f"[metaledger.commands]\n{ENTRY_POINT}\n")
-    return str(root / "plugin")
+    return command_plugin_path(root, ENTRY_POINT)
 
 
 def cli_env(root: Path) -> dict[str, str]:

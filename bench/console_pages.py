@@ -1,0 +1,123 @@
+"""How long each of the console's JSON endpoints takes, and the console's CPU per request,
+against a real node holding a large prefix; and the console's memory while it samples.
+
+    python -m bench.console_pages [--keys 100000] [--rounds 20] [--sample-seconds 10]
+
+One node (tests.harness.Cluster) gets ``--keys`` keys under ``big/`` (in transactions of 100
+puts) and a few more; a real ``metaledger console`` process (tests.console_harness) is asked
+each endpoint ``--rounds`` times in turn. Per endpoint: the median and worst wall time, and
+the console process's CPU (all its threads, from /proc) per request. Then the console samples
+for ``--sample-seconds`` at 20 per second and its resident memory is read before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from nameserver.client import Client, Op  # noqa: E402
+from tests.console_harness import ConsoleProcess  # noqa: E402
+from tests.harness import Cluster  # noqa: E402
+
+
+def cpu_s(pid: int) -> float:
+    """The process's CPU time in seconds, summed over its threads in nanoseconds
+    (/proc/PID/task/*/schedstat; /proc/PID/stat counts 10 ms ticks). A thread that ended
+    between two reads drops out: the console's threads live as long as it does."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total / 1e9
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def fill(client: Client, keys: int) -> None:
+    for start in range(0, keys, 100):
+        ops = [Op.put(f"big/{i:06d}", f"value {i}") for i in range(start, min(start + 100, keys))]
+        client.txn([], success=ops)
+    for i in range(20):
+        client.put(f"app/k{i}", json.dumps({"n": i}))
+        client.put("app/history", f"version {i}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--sample-seconds", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    last = f"{args.keys - 1:06d}"
+    endpoints = {
+        "cluster": "/api/cluster",
+        "samples 1 h": "/api/cluster/samples?seconds=3600",
+        "list top (one dir of N keys)": "/api/keys/list?prefix=",
+        "list big/ first 100": "/api/keys/list?prefix=big/",
+        "search key, last of N": f"/api/keys/search?prefix=big/&q={last}&by=key",
+        "search value (20k budget)": "/api/keys/search?prefix=big/&q=nowhere&by=value",
+        "value": "/api/keys/value?key=app/k3",
+        "history (20 versions)": "/api/keys/history?key=app/history",
+    }
+    with tempfile.TemporaryDirectory() as tmp, Cluster(Path(tmp) / "node", n=1) as cluster:
+        cluster.wait_ready(30)
+        with Client(cluster.endpoints, timeout_s=30) as client:
+            began = time.monotonic()
+            fill(client, args.keys)
+            print(f"filled {args.keys} keys in {time.monotonic() - began:.1f} s")
+        console = ConsoleProcess(Path(tmp) / "console", cluster.endpoints)
+        try:
+            pid = console.proc.pid
+            print(f"{'endpoint':32} {'median ms':>10} {'worst ms':>9} {'CPU us/req':>11}")
+            for name, path in endpoints.items():
+                status, body = console.get(path)
+                assert status == 200, (path, status, body)
+                walls = []
+                cpu0 = cpu_s(pid)
+                for _ in range(args.rounds):
+                    t0 = time.perf_counter()
+                    console.get(path)
+                    walls.append(time.perf_counter() - t0)
+                cpu = (cpu_s(pid) - cpu0) / args.rounds
+                print(
+                    f"{name:32} {statistics.median(walls) * 1e3:10.1f}"
+                    f" {max(walls) * 1e3:9.1f} {cpu * 1e6:11.0f}"
+                )
+            console.stop()
+            fast = ConsoleProcess(
+                Path(tmp) / "sampling", cluster.endpoints, "--sample-every", "0.05"
+            )
+            try:
+                before = rss_mib(fast.proc.pid)
+                time.sleep(args.sample_seconds)  # the measured interval itself
+                after = rss_mib(fast.proc.pid)
+                samples = len(fast.get("/api/cluster/samples?seconds=86400")[1]["t"])
+                print(
+                    f"sampling at 20/s for {args.sample_seconds:g} s: RSS {before:.1f} ->"
+                    f" {after:.1f} MiB, {samples} samples kept (ring of 3600)"
+                )
+            finally:
+                fast.stop()
+        finally:
+            console.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""The Starlette application: the pages (static HTML that calls ``/api/``), the JSON
+endpoints, and the one place errors become answers.
+
+Every ``/api/`` answer is JSON. A :class:`~console.errors.ConsoleError` answers its
+``status`` and message; a client error answers 503 when the cluster cannot be reached and 400
+when it refused the request (its message, as the CLI prints it); anything else is logged with
+its traceback and answers 500 with one line: no page ever shows a traceback. The blocking
+client calls run in Starlette's thread pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from importlib import resources
+from typing import Any, TypeVar
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from console import keys
+from console.clusters import ClusterView, Sampler
+from console.config import ConsoleConfig
+from console.errors import BadInput, ConsoleError, NotFound
+from nameserver.client import ClientError, DeadlineExceeded, Unavailable
+
+__all__ = ["Console", "create_app"]
+
+log = logging.getLogger("console")
+T = TypeVar("T")
+
+STATIC = resources.files("console") / "static"
+PAGES = {"/": "cluster.html", "/keys": "keys.html"}
+
+
+class Console:
+    """The views of every cluster, their sampler, and whether writes are allowed."""
+
+    def __init__(self, config: ConsoleConfig) -> None:
+        self.config = config.validate()
+        self.views = {s.name: ClusterView(s, config) for s in config.clusters}
+        self.sampler = Sampler(list(self.views.values()), config)
+
+    def view(self, request: Request) -> ClusterView:
+        name = request.query_params.get("cluster") or next(iter(self.views))
+        view = self.views.get(name)
+        if view is None:
+            raise NotFound(f"no cluster named {name!r} (known: {', '.join(self.views)})")
+        return view
+
+    def close(self) -> None:
+        self.sampler.stop()
+        for v in self.views.values():
+            v.close()
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name, "")
+    if raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadInput(f"{name} must be a whole number, not {raw!r}") from None
+
+
+def _bytes_param(params: Any, name: str, required: bool = False) -> bytes:
+    """``name`` as UTF-8 text, or ``name_hex`` as hex (keys that are not UTF-8)."""
+    hexed = params.get(f"{name}_hex")
+    if hexed:
+        try:
+            return bytes.fromhex(str(hexed))
+        except ValueError:
+            raise BadInput(f"{name}_hex is not hex: {hexed!r}") from None
+    value = params.get(name)
+    if value is None or (required and value == ""):
+        if required:
+            raise BadInput(f"{name} is missing")
+        return b""
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be a string")
+    return value.encode()
+
+
+def _cursor(request: Request) -> bytes | None:
+    raw = request.query_params.get("cursor")
+    if not raw:
+        return None
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        raise BadInput(f"cursor is not hex: {raw!r}") from None
+
+
+async def _blocking(fn: Callable[..., T], *args: Any) -> T:
+    return await run_in_threadpool(fn, *args)
+
+
+def create_app(config: ConsoleConfig) -> Starlette:
+    console = Console(config)
+
+    async def clusters(request: Request) -> JSONResponse:
+        return JSONResponse(
+            {
+                "clusters": [
+                    {"name": v.name, "endpoints": v.endpoints} for v in console.views.values()
+                ],
+                "allow_writes": config.allow_writes,
+            }
+        )
+
+    async def cluster_status(request: Request) -> JSONResponse:
+        return JSONResponse(await _blocking(console.view(request).status))
+
+    async def samples(request: Request) -> JSONResponse:
+        view = console.view(request)
+        seconds = _int(request, "seconds", 300)
+        if not 1 <= seconds <= 86400:
+            raise BadInput("seconds must be 1..86400")
+        return JSONResponse(console.sampler.series(view.name, seconds))
+
+    async def key_list(request: Request) -> JSONResponse:
+        view = console.view(request)
+        prefix = _bytes_param(request.query_params, "prefix")
+        limit = _int(request, "limit", 100)
+        out = await _blocking(keys.list_children, view.client, prefix, _cursor(request), limit)
+        return JSONResponse(out)
+
+    async def key_search(request: Request) -> JSONResponse:
+        view = console.view(request)
+        p = request.query_params
+        out = await _blocking(
+            keys.search,
+            view.client,
+            _bytes_param(p, "prefix"),
+            _bytes_param(p, "q"),
+            p.get("by", "key"),
+            _cursor(request),
+            _int(request, "limit", 50),
+        )
+        return JSONResponse(out)
+
+    async def key_value(request: Request) -> JSONResponse:
+        view = console.view(request)
+        key = _bytes_param(request.query_params, "key", required=True)
+        out = await _blocking(keys.get_value, view.client, key, _int(request, "revision", 0))
+        return JSONResponse(out)
+
+    async def key_history(request: Request) -> JSONResponse:
+        view = console.view(request)
+        key = _bytes_param(request.query_params, "key", required=True)
+        out = await _blocking(keys.history, view.client, key, _int(request, "limit", 20))
+        return JSONResponse(out)
+
+    async def _body(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BadInput("the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadInput("the request body must be a JSON object")
+        return body
+
+    async def key_put(request: Request) -> JSONResponse:
+        view = console.view(request)
+        body = await _body(request)
+        key = _bytes_param(body, "key", required=True)
+        value = _bytes_param(body, "value")
+        confirm = str(body.get("confirm", ""))
+        out = await _blocking(keys.put, view.client, config.allow_writes, key, value, confirm)
+        log.info("put %r (%d bytes) at revision %d", out["key"], out["size"], out["revision"])
+        return JSONResponse(out)
+
+    async def key_delete(request: Request) -> JSONResponse:
+        view = console.view(request)
+        body = await _body(request)
+        key = _bytes_param(body, "key", required=True)
+        confirm = str(body.get("confirm", ""))
+        out = await _blocking(keys.delete, view.client, config.allow_writes, key, confirm)
+        log.info("deleted %r (%d)", out["key"], out["deleted"])
+        return JSONResponse(out)
+
+    def page(name: str) -> Callable[[Request], Any]:
+        async def serve(request: Request) -> Response:
+            return FileResponse(str(STATIC / name), media_type="text/html")
+
+        return serve
+
+    async def console_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ConsoleError)
+        return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+    async def client_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ClientError)
+        status = 503 if isinstance(exc, Unavailable | DeadlineExceeded) else 400
+        return JSONResponse({"error": exc.message}, status_code=status)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(
+            {"error": f"internal error ({type(exc).__name__}); the console's log has the details"},
+            status_code=500,
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(console.sampler.sample_once)  # the first log line, if any
+        console.sampler.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(console.close)
+
+    routes = [
+        *(Route(path, page(name)) for path, name in PAGES.items()),
+        Route("/api/clusters", clusters),
+        Route("/api/cluster", cluster_status),
+        Route("/api/cluster/samples", samples),
+        Route("/api/keys/list", key_list),
+        Route("/api/keys/search", key_search),
+        Route("/api/keys/value", key_value),
+        Route("/api/keys/history", key_history),
+        Route("/api/keys/put", key_put, methods=["POST"]),
+        Route("/api/keys/delete", key_delete, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ConsoleError: console_error,
+            ClientError: client_error,
+            HTTPException: http_error,
+            Exception: internal_error,
+        },
+    )
+    app.state.console = console
+    return app

@@ -1,0 +1,71 @@
+// Shared by the pages: the cluster selector, /api/ calls, messages. No framework, no build.
+"use strict";
+const ML = (() => {
+  const params = new URLSearchParams(location.search);
+  let cluster = params.get("cluster") || "";
+  let allowWrites = false;
+
+  async function api(path, query = {}, body = null) {
+    const q = new URLSearchParams(query);
+    if (cluster) q.set("cluster", cluster);
+    const init = body === null ? {} : {
+      method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body),
+    };
+    const resp = await fetch(`${path}?${q}`, init);
+    let data;
+    try { data = await resp.json(); } catch (e) { data = {error: `HTTP ${resp.status}`}; }
+    if (!resp.ok) {
+      const err = new Error(data.error || `HTTP ${resp.status}`);
+      err.status = resp.status;
+      throw err;
+    }
+    return data;
+  }
+
+  function el(tag, attrs = {}, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "class") e.className = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v);
+    }
+    for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return e;
+  }
+
+  function say(id, text, kind = "error") {
+    const box = document.getElementById(id);
+    if (!text) { box.hidden = true; box.textContent = ""; return; }
+    box.hidden = false;
+    box.className = `banner ${kind}`;
+    box.textContent = text;
+  }
+
+  async function init(page) {
+    const info = await api("/api/clusters");
+    allowWrites = info.allow_writes;
+    if (!cluster) cluster = info.clusters[0].name;
+    const sel = document.getElementById("cluster");
+    for (const c of info.clusters) {
+      const o = el("option", {value: c.name}, `${c.name} (${c.endpoints.join(",")})`);
+      if (c.name === cluster) o.selected = true;
+      sel.append(o);
+    }
+    sel.addEventListener("change", () => { location.search = `?cluster=${encodeURIComponent(sel.value)}`; });
+    for (const a of document.querySelectorAll("header a[data-page]")) {
+      a.href = `${a.dataset.page}?cluster=${encodeURIComponent(cluster)}`;
+      if (a.dataset.page === page) a.classList.add("here");
+    }
+    document.getElementById("mode").textContent = allowWrites ? "read-write" : "read-only";
+  }
+
+  function bytes(n) {
+    if (n === undefined || n === null) return "-";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return `${i ? n.toFixed(1) : n} ${units[i]}`;
+  }
+
+  return {api, el, say, init, bytes, get allowWrites() { return allowWrites; }, get cluster() { return cluster; }};
+})();

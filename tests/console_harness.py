@@ -1,0 +1,129 @@
+"""A real ``metaledger console`` process and a headless Chromium to look at it.
+
+The console is found through the ``metaledger.commands`` entry point; an install made before
+the console existed lacks it, so its process gets a throwaway ``*.dist-info`` on its
+PYTHONPATH declaring exactly that entry point (what ``pip install -e .`` writes), as the
+broker's tests do. The browser is Debian's ``chromium`` driven through ``chromedriver`` by
+selenium, headless, with the page's console log kept (``browser_errors``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.harness import REPO_ROOT, command_plugin_path, free_ports, wait_until
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+ENTRY_POINT = "console = console.cli:register"
+#: set to a folder (docs/images) to copy each screenshot there too
+DOCS_IMAGES_ENV = "METALEDGER_CONSOLE_SCREENSHOTS"
+
+
+def have_browser() -> bool:
+    return all(os.access(p, os.X_OK) for p in (CHROMIUM, CHROMEDRIVER))
+
+
+class ConsoleProcess:
+    """``metaledger console`` in its own session, stopped by its PID."""
+
+    def __init__(self, root: Path, endpoints: list[str], *extra: str) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.port = free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = root / f"console-{self.port}.log"
+        env = dict(os.environ)
+        paths = [str(REPO_ROOT), command_plugin_path(root, ENTRY_POINT), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        argv = [
+            sys.executable, "-m", "nameserver.cli", "console",
+            "--listen", f"127.0.0.1:{self.port}", "--endpoints", ",".join(endpoints),
+            "--sample-every", "0.5", *extra,
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        try:
+            wait_until(self._answers, 30, f"the console at {self.url} answering")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"console exited {self.proc.returncode}:\n{self.log()}")
+        try:
+            self.get("/api/clusters")
+            return True
+        except OSError:
+            return False
+
+    def get(self, path: str) -> tuple[int, Any]:
+        """``(status, JSON body)`` of a GET, errors included."""
+        return self.request(path)
+
+    def request(self, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method="POST" if data else "GET")
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def chrome(download_dir: Path) -> Any:
+    """A headless Chromium session (selenium's ``webdriver.Chrome``) keeping console logs."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+        "--window-size=1280,900", f"--user-data-dir={download_dir / 'chrome-profile'}",
+    ):  # fmt: skip
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def browser_errors(driver: Any) -> list[str]:
+    """The page's console errors since the last call (SEVERE entries)."""
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def screenshot(driver: Any, out_dir: Path, name: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"console-{name}.png"
+    driver.save_screenshot(str(path))
+    docs = os.environ.get(DOCS_IMAGES_ENV)
+    if docs:
+        Path(docs).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(docs) / path.name)
+    return path
