@@ -48,6 +48,12 @@ def tree(tmp_path: Path) -> Path:
     bin_dir.mkdir()
     for tool in TOOLS:
         _executable(bin_dir / tool, "#!/usr/bin/env bash\nexit 0\n")
+    # never the machine's own package manager: a missing package is installed by a stand-in
+    _executable(bin_dir / "apt-get", "#!/usr/bin/env bash\nexit 0\n")
+    _executable(
+        bin_dir / "ldconfig",
+        "#!/usr/bin/env bash\necho 'libfuse.so.2 (libc6,x86-64) => /lib/libfuse.so.2'\n",
+    )
     _executable(bin_dir / "python3", FAKE_PYTHON)
     return tmp_path
 
