@@ -198,8 +198,8 @@ def test_keys_and_versions_move_as_etcds_step_by_step(sides: tuple[Side, Side, s
 
 @pytest.mark.xfail(
     strict=True,
-    reason="metaledger's store revision is the log offset: lease, auth and no-op requests "
-    "move it (etcd's stay put)",
+    reason="metaledger's store revision is the log offset: lease, auth and member requests "
+    "take one and move it (etcd's stay put)",
 )
 def test_revisions_move_as_etcds_step_by_step(sides: tuple[Side, Side, str, str]) -> None:
     e, m, _, _ = sides
