@@ -19,8 +19,9 @@ from snapshots import etcd_trailer
 if TYPE_CHECKING:
     from nameserver.node import NodeFacade
 
-#: the etcd API level we speak (etcd's StatusResponse.version)
-ETCD_VERSION = "3.4.0"
+#: the etcd server version we match (etcd's StatusResponse.version, the VERSION column of
+#: ``etcdctl endpoint status``): etcd 3.4.23 answers its full version, not the API level
+ETCD_VERSION = "3.4.23"
 SNAPSHOT_CHUNK_BYTES = 1 << 20
 
 

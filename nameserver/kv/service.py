@@ -26,7 +26,8 @@ from raftlog import (
 from raftlog.entry import length_delimited
 
 if TYPE_CHECKING:
-    from nameserver.node import NodeFacade
+    from nameserver.node import Metadata, NodeFacade
+    from nameserver.state.image import MetadataImage
 
 #: Field numbers of records.KvOperation.put / .delete_range and records.TxnOperation.txn.
 _KV_PUT = records_pb2.KvOperation.PUT_FIELD_NUMBER
@@ -93,10 +94,19 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             kvops.estimate_txn_reads(
                 self.node.state.image.kv, rpc_pb2.TxnRequest(success=[op]), budget
             )
-        applied = await self.node.propose(
-            Entry("kv", request.key, length_delimited(_KV_DELETE_RANGE, body)),
-            context.invocation_metadata(),
-        )
+        entry = Entry("kv", request.key, length_delimited(_KV_DELETE_RANGE, body))
+        metadata = context.invocation_metadata()
+        if not _deletes(self.node.state.image.kv, request) and self._may_answer_as_read(
+            entry, metadata
+        ):
+            # etcd's store revision stays put for a delete that deletes nothing: linearized
+            # at a read index where the range is empty, it is that read (no entry)
+            image = await self.node.read_image(False)
+            if not _deletes(image.kv, request):
+                resp = rpc_pb2.DeleteRangeResponse()
+                self.node.fill_header(resp.header, image.revision)
+                return resp
+        applied = await self.node.propose(entry, metadata)
         result = applied.result
         resp = (
             result
@@ -118,20 +128,18 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
                 for op in (*request.success, *request.failure)
                 if op.WhichOneof("request") == "request_range"
             ) and bool(len(request.success) + len(request.failure))
-            image = await self.node.read_image(serializable)
-            budget = self.node.response_budget("txn")
-            current = image.revision
-            views: dict[int, kvops.KvView] = {}
-            for rev in sorted(taken_revisions(image.kv, request)):  # etcd refuses the whole txn
-                if 0 < rev < current:
-                    views[rev] = await self.node.kv_at(rev, current)
-                else:
-                    self.node.check_revision(rev, current)
-            resp = read_only_txn(image.kv, request, current, budget, views.get)
-            for rev in views:
-                self.node.recheck(rev, current)
-            self.node.fill_header(resp.header, current)
-            return resp
+            return await self._read_txn(request, await self.node.read_image(serializable))
+        entry = Entry("txn", value=length_delimited(_TXN_TXN, body))
+        metadata = context.invocation_metadata()
+        if not _txn_writes(self.node.state.image.kv, request) and self._may_answer_as_read(
+            entry, metadata
+        ):
+            # the branch taken writes nothing (a failed compare-and-swap, deletes of absent
+            # keys): etcd's store revision stays put, and at a read index where it is still
+            # so, the txn is that read (no entry)
+            image = await self.node.read_image(False)
+            if not _txn_writes(image.kv, request):
+                return await self._read_txn(request, image)
         history = self.node.history
         revisions = _range_revisions(request)
         if revisions and history is None:
@@ -141,16 +149,43 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         generation = history.generation if history is not None else 0  # before the pin
         pinned = history.pin(revisions) if history is not None and revisions else []
         try:
-            return await self._write_txn(request, body, context, pinned, generation)
+            return await self._write_txn(request, entry, metadata, pinned, generation)
         finally:
             if pinned and history is not None:
                 history.unpin(pinned)
 
+    async def _read_txn(
+        self, request: rpc_pb2.TxnRequest, image: MetadataImage
+    ) -> rpc_pb2.TxnResponse:
+        """A txn that writes nothing, answered from ``image`` (no entry)."""
+        budget = self.node.response_budget("txn")
+        current = image.revision
+        views: dict[int, kvops.KvView] = {}
+        for rev in sorted(taken_revisions(image.kv, request)):  # etcd refuses the whole txn
+            if 0 < rev < current:
+                views[rev] = await self.node.kv_at(rev, current)
+            else:
+                self.node.check_revision(rev, current)
+        resp = read_only_txn(image.kv, request, current, budget, views.get)
+        for rev in views:
+            self.node.recheck(rev, current)
+        self.node.fill_header(resp.header, current)
+        return resp
+
+    def _may_answer_as_read(self, entry: Entry, metadata: Metadata | None) -> bool:
+        """Whether a write request that turns out to change nothing may be answered as a
+        linearizable read: not when the client de-duplicates its retries (a retry of one
+        applied must be told so, not answered anew), nor when it would be refused for
+        space (etcd refuses a txn with puts under NOSPACE whichever branch it takes)."""
+        if any(k == "x-ml-seq" for k, _ in metadata or ()):
+            return False
+        return self.node.space.refuses(self.node.state.image, entry) is None
+
     async def _write_txn(
         self,
         request: rpc_pb2.TxnRequest,
-        body: bytes,
-        context: Any,
+        entry: Entry,
+        metadata: Metadata | None,
         pinned: list[int],
         generation: int,
     ) -> rpc_pb2.TxnResponse:
@@ -167,9 +202,7 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         if not request.compare:  # the success branch is taken: its leases must exist
             for lease_id in _put_leases(request.success):
                 await self.node.require_lease(lease_id)
-        applied = await self.node.propose(
-            Entry("txn", value=length_delimited(_TXN_TXN, body)), context.invocation_metadata()
-        )
+        applied = await self.node.propose(entry, metadata)
         if applied.duplicate:
             raise AlreadyExists(
                 f"metaledger: this txn was already applied at revision {applied.offset}; "
@@ -217,6 +250,29 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
                 self._check_value(op.request_put.value)
             elif which == "request_txn":
                 self._check_txn_values(op.request_txn)
+
+
+def _deletes(view: kvops.KvView, req: rpc_pb2.DeleteRangeRequest) -> bool:
+    """Whether a DeleteRange over ``view`` deletes at least one key."""
+    return any(True for _ in kvops.select_lazy(view, req.key, req.range_end))
+
+
+def _txn_writes(view: kvops.KvView, req: rpc_pb2.TxnRequest) -> bool:
+    """Whether a txn over ``view`` changes a key: the branches its compares take (nested
+    ones too, all compared against ``view``, as etcd's ``compareToPath``) hold a put, or a
+    delete of a key that is there."""
+    evaluate = kvops.evaluate_compare
+    ok = all(evaluate(view, c) for c in req.compare)
+    for op in req.success if ok else req.failure:
+        which = op.WhichOneof("request")
+        if which == "request_put":
+            return True
+        if which == "request_delete_range":
+            if _deletes(view, op.request_delete_range):
+                return True
+        elif which == "request_txn" and _txn_writes(view, op.request_txn):
+            return True
+    return False
 
 
 def _put_leases(ops: Any) -> set[int]:

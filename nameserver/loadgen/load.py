@@ -12,6 +12,8 @@ warmup + duration; only requests that complete inside the measured window count.
     txn      compare-and-swap, one key per client: If(mod_revision(k) == last)
              Then Put(k) Else Range(k)  (every CAS succeeds; etcd's benchmark txn-put has no
              compare)
+    txn-fail the same CAS with a stale mod_revision (0): every one fails and reads k back
+             (a lock or election campaign that loses; etcd's store revision stays put)
 
     python -m nameserver.loadgen --endpoints 127.0.0.1:2379 --op put --clients 64 --duration 10
     python -m nameserver.loadgen ... --json       # one JSON line (the dict run() returns)
@@ -50,7 +52,7 @@ import grpc.aio
 from nameserver.loadgen import procstats
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
-OPS = ("put", "get", "get-ser", "txn", "get-rev")
+OPS = ("put", "get", "get-ser", "txn", "txn-fail", "get-rev")
 POPULATE_BATCH = 64  # puts per Txn when writing the key space for get (etcd allows 128)
 _POPULATE_CONCURRENCY = 8
 
@@ -139,7 +141,8 @@ def _request_fn(
         return get
 
     key = _key(b"c", index, spec.key_size)
-    state = {"last": last_mod}
+    state = {"last": 0 if op == "txn-fail" else last_mod}
+    stale = op == "txn-fail"
     put_op = rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=key, value=value))
     get_op = rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=key))
 
@@ -156,6 +159,8 @@ def _request_fn(
             state["last"] = resp.header.revision
         else:
             stats.cas_failed += 1
+            if stale:
+                return
             kvs = resp.responses[0].response_range.kvs if resp.responses else []
             state["last"] = kvs[0].mod_revision if kvs else 0
 
@@ -260,7 +265,7 @@ async def _run(spec: LoadSpec) -> dict[str, Any]:
             past = (await stubs[0].Range(probe, timeout=spec.request_timeout_s)).header.revision
             await _populate(stubs, spec, value[::-1])  # every key gets a newer version
             last_mods = [past] * spec.clients
-        elif spec.op == "txn":
+        elif spec.op in ("txn", "txn-fail"):
             puts = [
                 stubs[i % len(stubs)].Put(
                     rpc_pb2.PutRequest(key=_key(b"c", i, spec.key_size), value=value),
@@ -390,7 +395,7 @@ def run(spec: LoadSpec | None = None, **fields: Any) -> dict[str, Any]:
 
 
 def format_result(r: dict[str, Any]) -> str:
-    cas = f"  cas failed {r['cas_failed']}" if r["op"] == "txn" else ""
+    cas = f"  cas failed {r['cas_failed']}" if r["op"].startswith("txn") else ""
     errors = f" {r['error_codes']}" if r["errors"] else ""
     server = ""
     if r.get("server_cpu_us_per_op") is not None:

@@ -125,6 +125,10 @@ def test_nospace_refuses_growing_writes_until_space_is_freed_and_disarmed(
         "Error: failed to grant lease (etcdserver: mvcc: database space exceeded)",
     )
     assert both(pair, "txn", stdin="\nput t v\n\n\n") == (1, "", SPACE_EXCEEDED)
+    # a put in the branch not taken still makes the txn a growing write (etcd's costTxn)
+    cas = 'value("1st_test") = "x"\n\nput t v\n\nget 1st_test\n\n'
+    assert both(pair, "txn", stdin=cas) == (1, "", SPACE_EXCEEDED)
+    assert both(pair, "del", "absent") == (0, "0\n", "")
     assert both(pair, "get", "1st_test") == (0, "1st_test\n" + "a" * 64 + "\n", "")
     assert both(pair, "txn", stdin="\nget 1st_test\n\n\n")[0] == 0
     assert [errors_column(ep) for ep in pair] == ["memberID:ID alarm:NOSPACE "] * 2
