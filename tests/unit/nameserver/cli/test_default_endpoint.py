@@ -67,6 +67,7 @@ COMMANDS = {
     "broker": ["--group", "g", "--data-dir", "DATA"],
     "send": ["T", "body"],
     "consume": ["T", "--group", "g"],
+    "console": [],
     "message get": ["--key", "k", "--topic", "T"],
     "consumer lag": ["--group", "g"],
     "replicate status": [],
