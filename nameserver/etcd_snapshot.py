@@ -21,9 +21,14 @@ revision).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
+import shutil
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from nameserver.auth.records import AuthState
 from nameserver.auth.records import Permission as AuthPermission
@@ -33,8 +38,9 @@ from nameserver.kv.records import COMPACT_KEY, Compaction
 from nameserver.leases.records import Lease as MlLease
 from nameserver.leases.records import lease_key
 from nameserver.state.image import MetadataImage
+from nameserver.state.snapshotting import seed_data_dir
 from protos import records_pb2
-from snapshots import etcdfmt
+from snapshots import SnapshotError, SnapshotMeta, etcdfmt, write_snapshot
 
 #: etcd's cluster version for the API level metaledger speaks (StatusResponse.version)
 CLUSTER_VERSION = "3.4.0"
@@ -158,3 +164,83 @@ def iter_chunks(data: bytes, size: int) -> Iterator[bytes]:
     """``data`` in pieces of ``size`` bytes (the last one shorter)."""
     for start in range(0, len(data), size):
         yield data[start : start + size]
+
+
+#: the cluster id written into a snapshot seeded from etcd (etcd's backend holds none)
+SEEDED_CLUSTER_ID = "0" * 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Seeded:
+    """What ``seed_from_etcd`` wrote: the revision (the snapshot's last offset) and counts."""
+
+    revision: int
+    keys: int
+    leases: int
+    users: int
+    roles: int
+    auth_enabled: bool
+
+
+def check_empty_data_dir(data_dir: str) -> None:
+    """SnapshotError unless ``data_dir`` is new or holds no snapshot, Raft log or change log."""
+    for sub in ("snap", "raft", "log"):
+        path = os.path.join(data_dir, sub)
+        if os.path.isdir(path) and os.listdir(path):
+            raise SnapshotError(f"{path}: not empty; restore needs a new data dir")
+
+
+def seed_from_etcd(
+    etcd_file: str, data_dir: str, progress: Callable[[str], None] | None = None
+) -> Seeded:
+    """Seed a new, empty data dir from an etcd 3.4 snapshot (or ``member/snap/db``) file, as
+    ``metaledger snapshot restore`` seeds one from metaledger's own snapshot.
+
+    The file is read and checked whole before anything is written (``EtcdFormatError``: one
+    line naming what is wrong and where; ``OSError``; ``SnapshotError`` for a data dir in
+    use); a failure while writing removes what it wrote (the data dir too, if it was new).
+    ``progress`` gets a line per stage and, while writing, about one a second."""
+    say = progress or (lambda _line: None)
+    check_empty_data_dir(data_dir)
+    data = Path(etcd_file).read_bytes()
+    say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
+    etcd = etcdfmt.read_etcd_snapshot(data)
+    del data
+    records = from_etcd_image(etcd)
+    seeded = Seeded(
+        etcd.revision,
+        sum(1 for r in records if r[0] == "kv"),
+        len(etcd.leases),
+        len(etcd.users),
+        len(etcd.roles),
+        etcd.auth_enabled,
+    )
+    say(
+        f"revision {seeded.revision}: {seeded.keys} keys, {seeded.leases} leases, "
+        f"{seeded.users} users, {seeded.roles} roles; writing the snapshot"
+    )
+    total = len(records)
+    last = [time.monotonic()]
+
+    def written(n: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 1.0 or n == total:
+            last[0] = now
+            say(f"wrote {n}/{total} records")
+
+    parent = os.path.dirname(os.path.abspath(data_dir))
+    created = not os.path.exists(data_dir)
+    scratch = tempfile.mkdtemp(prefix=".etcd-seed-", dir=parent if os.path.isdir(parent) else None)
+    try:
+        tmp = os.path.join(scratch, "seed.snap")
+        meta = SnapshotMeta(cluster_id=SEEDED_CLUSTER_ID, last_offset=etcd.revision, last_term=0)
+        write_snapshot(tmp, meta, records, written)
+        say(f"seeding {data_dir}")
+        seed_data_dir(tmp, data_dir)
+    except BaseException:
+        if created:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return seeded

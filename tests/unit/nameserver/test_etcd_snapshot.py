@@ -9,6 +9,7 @@ not carried); its bytes read back to the same image.
 
 from __future__ import annotations
 
+from nameserver.auth.passwords import check_password, hash_password
 from nameserver.etcd_snapshot import etcd_snapshot_bytes, from_etcd_image, to_etcd_image
 from nameserver.kinds import REGISTRY
 from nameserver.state.machine import image_from_records
@@ -94,3 +95,11 @@ def test_an_empty_image_is_an_empty_etcd_backend() -> None:
     out = read_etcd_snapshot(etcd_snapshot_bytes(image))
     assert out.keys == () and out.revision == 0 and not out.auth_enabled
     assert from_etcd_image(out) == []
+
+
+def test_users_from_etcd_log_in_with_their_etcd_passwords() -> None:
+    """etcd's bcrypt hashes (both users' password is "pw") verify; scrypt ones as before."""
+    root = ETCD.users[0].password
+    assert check_password(root, "pw") and not check_password(root, "PW")
+    assert not check_password(b"$2a$10$not-a-hash", "pw")
+    assert check_password(hash_password("x", cost=4), "x")
