@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from nameserver.auth.records import AuthState
@@ -150,20 +150,16 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
     for u in etcd.users:
         user = AuthUser(u.name.decode(), u.password, tuple(u.roles), u.no_password)
         out.append(("auth", user.key, user.to_record()))
-    for r in etcd.roles:
-        perms = tuple(AuthPermission(p.perm_type, p.key, p.range_end) for p in r.permissions)
-        role = AuthRole(r.name.decode(), perms)
+    for etcd_role in etcd.roles:
+        perms = tuple(
+            AuthPermission(p.perm_type, p.key, p.range_end) for p in etcd_role.permissions
+        )
+        role = AuthRole(etcd_role.name.decode(), perms)
         out.append(("auth", role.key, role.to_record()))
     if etcd.auth_enabled or etcd.auth_revision:
         state = AuthState(etcd.auth_enabled, etcd.auth_revision)
         out.append(("auth", state.key, state.to_record()))
     return out
-
-
-def iter_chunks(data: bytes, size: int) -> Iterator[bytes]:
-    """``data`` in pieces of ``size`` bytes (the last one shorter)."""
-    for start in range(0, len(data), size):
-        yield data[start : start + size]
 
 
 #: the cluster id written into a snapshot seeded from etcd (etcd's backend holds none)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from nameserver.etcd_snapshot import iter_chunks
 from nameserver.grpc.status import abort_stream, rpc
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
@@ -69,7 +68,8 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
             await abort_stream(context, "Snapshot", exc)
             return
         sent = 0
-        for blob in iter_chunks(data, ETCD_SNAPSHOT_CHUNK_BYTES):
+        for start in range(0, len(data), ETCD_SNAPSHOT_CHUNK_BYTES):
+            blob = data[start : start + ETCD_SNAPSHOT_CHUNK_BYTES]
             sent += len(blob)
             resp = rpc_pb2.SnapshotResponse(blob=blob, remaining_bytes=len(data) - sent)
             if sent == len(blob):

@@ -85,6 +85,11 @@ def test_etcdctl_saves_restores_and_etcd_serves_a_metaledger_snapshot(tmp_path: 
     try:
         node.wait_ready(20)
         ep = node.endpoints[0]
+        wait_until(  # the node's own member record is in: no entry but ours from here on
+            lambda: _json(ep, "member", "list")["members"][0].get("clientURLs"),
+            30,
+            "the node's member record",
+        )
         for args in (("a", "1"), ("a", "2"), ("b", "x"), ("c", "y")):
             _ok(ep, "put", *args)
         _ok(ep, "del", "c")
@@ -161,4 +166,5 @@ def test_etcdctl_saves_restores_and_etcd_serves_a_metaledger_snapshot(tmp_path: 
     tree = read_bolt((tmp_path / "etcd-auth" / "data" / "member" / "snap" / "db").read_bytes())
     assert set(tree[b"authUsers"]) == {b"root", b"u1"}
     assert set(tree[b"authRoles"]) == {b"r1"}
-    assert tree[b"auth"][b"authEnabled"] == b"\x01"
+    auth = tree[b"auth"]
+    assert isinstance(auth, dict) and auth[b"authEnabled"] == b"\x01"
