@@ -25,7 +25,6 @@ import dataclasses
 import itertools
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,9 +37,9 @@ from nameserver.kv.records import COMPACT_KEY, Compaction
 from nameserver.leases.records import Lease as MlLease
 from nameserver.leases.records import lease_key
 from nameserver.state.image import MetadataImage
-from nameserver.state.snapshotting import seed_data_dir
+from nameserver.state.snapshotting import check_new_data_dir, seed_data_dir_from_records
 from protos import records_pb2
-from snapshots import SnapshotError, SnapshotMeta, etcdfmt, write_snapshot
+from snapshots import SnapshotMeta, etcdfmt
 
 #: etcd's cluster version for the API level metaledger speaks (StatusResponse.version)
 CLUSTER_VERSION = "3.4.0"
@@ -178,14 +177,6 @@ class Seeded:
     auth_enabled: bool
 
 
-def check_empty_data_dir(data_dir: str) -> None:
-    """SnapshotError unless ``data_dir`` is new or holds no snapshot, Raft log or change log."""
-    for sub in ("snap", "raft", "log"):
-        path = os.path.join(data_dir, sub)
-        if os.path.isdir(path) and os.listdir(path):
-            raise SnapshotError(f"{path}: not empty; restore needs a new data dir")
-
-
 def seed_from_etcd(
     etcd_file: str, data_dir: str, progress: Callable[[str], None] | None = None
 ) -> Seeded:
@@ -197,7 +188,7 @@ def seed_from_etcd(
     use); a failure while writing removes what it wrote (the data dir too, if it was new).
     ``progress`` gets a line per stage and, while writing, about one a second."""
     say = progress or (lambda _line: None)
-    check_empty_data_dir(data_dir)
+    check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
     etcd = etcdfmt.read_etcd_snapshot(data)
@@ -224,19 +215,17 @@ def seed_from_etcd(
             last[0] = now
             say(f"wrote {n}/{total} records")
 
-    parent = os.path.dirname(os.path.abspath(data_dir))
-    created = not os.path.exists(data_dir)
-    scratch = tempfile.mkdtemp(prefix=".etcd-seed-", dir=parent if os.path.isdir(parent) else None)
+    made = [
+        p
+        for p in (data_dir, *(os.path.join(data_dir, d) for d in ("snap", "raft")))
+        if not os.path.exists(p)
+    ]
     try:
-        tmp = os.path.join(scratch, "seed.snap")
         meta = SnapshotMeta(cluster_id=SEEDED_CLUSTER_ID, last_offset=etcd.revision, last_term=0)
-        write_snapshot(tmp, meta, records, written)
-        say(f"seeding {data_dir}")
-        seed_data_dir(tmp, data_dir)
+        seed_data_dir_from_records(data_dir, meta, records, written)
     except BaseException:
-        if created:
-            shutil.rmtree(data_dir, ignore_errors=True)
+        for path in made:  # what this call made goes again (a data dir it made, whole)
+            shutil.rmtree(path, ignore_errors=True)
         raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    say(f"seeded {data_dir}")
     return seeded
