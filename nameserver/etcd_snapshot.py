@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 import os
 import shutil
 import time
@@ -129,17 +130,26 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
     revision (the snapshot's last offset) is ``etcd.revision``."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     revision = etcd.revision
-    out: list[Record] = []
-    for key, r in etcd.live_keys().items():
-        value = records_pb2.KvRecord(
-            key=key,
-            value=r.value,
-            create_revision=r.create_revision,
-            mod_revision=r.mod_revision,
-            version=r.version,
-            lease=r.lease,
-        ).SerializeToString()
-        out.append(("kv", key, value))
+    latest: dict[bytes, etcdfmt.KeyRevision] = {}
+    for r in sorted(etcd.keys, key=operator.itemgetter(0, 1)):  # by (main, sub)
+        latest[r.key] = r
+    kv_record = records_pb2.KvRecord
+    out: list[Record] = [
+        (
+            "kv",
+            key,
+            kv_record(
+                key=key,
+                value=r.value,
+                create_revision=r.create_revision,
+                mod_revision=r.mod_revision,
+                version=r.version,
+                lease=r.lease,
+            ).SerializeToString(),
+        )
+        for key, r in latest.items()
+        if not r.tombstone
+    ]
     if etcd.finished_compact_revision:
         out.append(("mvcc", COMPACT_KEY, Compaction(etcd.finished_compact_revision).to_record()))
     for le in etcd.leases:
