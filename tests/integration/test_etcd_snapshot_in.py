@@ -29,6 +29,8 @@ import pytest
 
 from snapshots.etcdfmt import read_bolt, split_snapshot_hash, write_bolt
 from tests.etcd_harness import EtcdServer, etcdctl
+from tests.etcd_harness import etcdctl_json as _json
+from tests.etcd_harness import etcdctl_ok as _ok
 from tests.harness import Cluster, wait_until
 
 CLI = (sys.executable, "-m", "nameserver.cli")
@@ -39,16 +41,6 @@ needs_etcd = pytest.mark.skipif(
     reason="etcd 3.4 and etcdctl are not installed",
 )
 pytestmark = pytest.mark.integration
-
-
-def _ok(endpoint: str, *args: str, user: str | None = None, stdin: str | None = None) -> str:
-    done = etcdctl(endpoint, *args, flags=[f"--user={user}"] if user else [], stdin=stdin)
-    assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
-    return done.stdout
-
-
-def _json(endpoint: str, *args: str, user: str | None = None) -> Any:
-    return json.loads(_ok(endpoint, *args, "-w", "json", user=user))
 
 
 def _fields(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -19,14 +19,16 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from snapshots import inspect
 from snapshots.etcdfmt import read_bolt, read_etcd_snapshot, snapshot_status, split_snapshot_hash
-from tests.etcd_harness import EtcdServer, etcdctl
-from tests.harness import Cluster, free_ports, wait_until
+from tests.etcd_harness import EtcdServer, etcdctl, etcdctl_restore
+from tests.etcd_harness import etcdctl_json as _json
+from tests.etcd_harness import etcdctl_ok as _ok
+from tests.etcd_harness import kv_fields as _kvs
+from tests.harness import Cluster, wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -37,47 +39,6 @@ pytestmark = [
 ]
 
 CLI = (sys.executable, "-m", "nameserver.cli")
-
-
-def _ok(endpoint: str, *args: str, user: str | None = None, stdin: str | None = None) -> str:
-    done = etcdctl(endpoint, *args, flags=[f"--user={user}"] if user else [], stdin=stdin)
-    assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
-    return done.stdout
-
-
-def _json(endpoint: str, *args: str, user: str | None = None) -> Any:
-    return json.loads(_ok(endpoint, *args, "-w", "json", user=user))
-
-
-def _kvs(doc: dict[str, Any]) -> dict[bytes, tuple[bytes, int, int, int, int]]:
-    """key -> (value, create_revision, mod_revision, version, lease) from ``get -w json``."""
-    return {
-        base64.b64decode(kv["key"]): (
-            base64.b64decode(kv.get("value", "")),
-            int(kv.get("create_revision", 0)),
-            int(kv.get("mod_revision", 0)),
-            int(kv.get("version", 0)),
-            int(kv.get("lease", 0)),
-        )
-        for kv in doc.get("kvs", ())
-    }
-
-
-def _restore(snap: Path, root: Path) -> tuple[int, int]:
-    """``etcdctl snapshot restore`` of ``snap`` into ``root/data``; the ports to serve on."""
-    client, peer = free_ports(2)
-    peer_url = f"http://127.0.0.1:{peer}"
-    _ok(
-        "http://127.0.0.1:1",  # restore dials no endpoint
-        "snapshot",
-        "restore",
-        str(snap),
-        f"--data-dir={root / 'data'}",
-        "--name=e0",
-        f"--initial-cluster=e0={peer_url}",
-        f"--initial-advertise-peer-urls={peer_url}",
-    )
-    return client, peer
 
 
 def test_etcdctl_saves_restores_and_etcd_serves_a_metaledger_snapshot(tmp_path: Path) -> None:
@@ -139,7 +100,7 @@ def test_etcdctl_saves_restores_and_etcd_serves_a_metaledger_snapshot(tmp_path: 
     revision = int(before["header"]["revision"])
     assert read_etcd_snapshot(data).revision == revision
 
-    client, peer = _restore(snap, tmp_path / "etcd")
+    client, peer = etcdctl_restore(snap, tmp_path / "etcd")
     with EtcdServer(tmp_path / "etcd", ports=(client, peer)) as etcd:
         etcd.wait_ready()
         got = _json(etcd.endpoint, "get", "", "--prefix")
@@ -153,7 +114,7 @@ def test_etcdctl_saves_restores_and_etcd_serves_a_metaledger_snapshot(tmp_path: 
     t1, t2 = _kvs(got)[b"t1"], _kvs(got)[b"t2"]
     assert t1[2] == t2[2], "one txn, one revision"
 
-    client, peer = _restore(authed, tmp_path / "etcd-auth")
+    client, peer = etcdctl_restore(authed, tmp_path / "etcd-auth")
     with EtcdServer(tmp_path / "etcd-auth", ports=(client, peer)) as etcd:
         # etcd cannot check metaledger's password hashes (scrypt, not bcrypt): auth is on,
         # a request without a user is refused; the users and role are in its backend
