@@ -215,8 +215,8 @@ class ClusterApi(Transport):
     def snapshot(self, path: str, progress: Callable[[int, int], None] | None = None) -> int:
         """Maintenance.Snapshot: save a fresh snapshot of the first reachable endpoint's image
         in metaledger's own format (``x-ml-snapshot-format: metaledger``; without it a node
-        streams etcd's) to ``path`` (written to ``path + '.part'`` and renamed); returns its size in bytes.
-        ``progress(received, total)`` is called per chunk."""
+        streams etcd's) to ``path`` (written to ``path + '.part'`` and renamed); returns its
+        size in bytes. ``progress(received, total)`` is called per chunk."""
         deadline = time.monotonic() + max(self.timeout_s, 60.0)
         failures: dict[str, str] = {}
         for endpoint in self.endpoints:
