@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from nameserver import etcd_snapshot
 from nameserver.auth.check import checked_entries
 from nameserver.auth.tokens import node_credential
 from nameserver.cluster.apply import alarm_entry
@@ -351,6 +352,14 @@ class NodeFacade:
             os.unlink(tmp)
             raise
         return tmp, image
+
+    async def etcd_snapshot(self) -> tuple[bytes, MetadataImage]:
+        """A fresh snapshot of this node's image (read linearizably) in etcd 3.4's format
+        (:mod:`nameserver.etcd_snapshot`: the bbolt database and its SHA-256), built in a
+        worker thread, and the image."""
+        image = await self.read_image(False)
+        data = await asyncio.to_thread(etcd_snapshot.etcd_snapshot_bytes, image)
+        return data, image
 
     async def require_lease(self, lease_id: int) -> None:
         """NOT_FOUND unless the lease exists (linearizably: a barrier when this node lacks it).

@@ -8,6 +8,8 @@ member on free loopback ports in its own session (stopped by PID, always);
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import signal
@@ -15,6 +17,7 @@ import socket
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.harness import free_ports, wait_until
 
@@ -44,6 +47,50 @@ def etcdctl(
     return subprocess.run(
         argv, input=stdin, capture_output=True, text=True, timeout=timeout_s, env=env
     )
+
+
+def etcdctl_ok(endpoint: str, *args: str, user: str | None = None, stdin: str | None = None) -> str:
+    """:func:`etcdctl` (``--user`` when given) that must succeed: its stdout."""
+    done = etcdctl(endpoint, *args, flags=[f"--user={user}"] if user else [], stdin=stdin)
+    assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def etcdctl_json(endpoint: str, *args: str, user: str | None = None) -> Any:
+    """:func:`etcdctl_ok` with ``-w json``, decoded."""
+    return json.loads(etcdctl_ok(endpoint, *args, "-w", "json", user=user))
+
+
+def kv_fields(doc: dict[str, Any]) -> dict[bytes, tuple[bytes, int, int, int, int]]:
+    """key -> (value, create_revision, mod_revision, version, lease) from ``get -w json``."""
+    return {
+        base64.b64decode(kv["key"]): (
+            base64.b64decode(kv.get("value", "")),
+            int(kv.get("create_revision", 0)),
+            int(kv.get("mod_revision", 0)),
+            int(kv.get("version", 0)),
+            int(kv.get("lease", 0)),
+        )
+        for kv in doc.get("kvs", ())
+    }
+
+
+def etcdctl_restore(snapshot: Path, root: Path) -> tuple[int, int]:
+    """``etcdctl snapshot restore`` of ``snapshot`` into ``root/data`` as member ``e0`` on free
+    ports: the (client, peer) ports to start :class:`EtcdServer` on (``root``, ``ports=``)."""
+    client, peer = free_ports(2)
+    peer_url = f"http://127.0.0.1:{peer}"
+    etcdctl_ok(
+        "http://127.0.0.1:1",  # restore dials no endpoint
+        "snapshot",
+        "restore",
+        str(snapshot),
+        f"--data-dir={root / 'data'}",
+        "--name=e0",
+        f"--initial-cluster=e0={peer_url}",
+        f"--initial-advertise-peer-urls={peer_url}",
+    )
+    return client, peer
 
 
 class EtcdServer:

@@ -6,6 +6,9 @@ verifies old hashes: ``scrypt$<log2 N>$<r>$<p>$<salt hex>$<hash hex>``.
 
 Hashing happens on the node that takes the request, before proposing (apply has no
 randomness); verifying happens on the node that authenticates.
+
+Users that arrived from etcd (``metaledger snapshot restore --from-etcd``) keep etcd's
+bcrypt hashes (``$2a$<cost>$...``): those verify with bcrypt, until a new password is set.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ def hash_password(password: str, cost: int = DEFAULT_COST) -> bytes:
 
 
 def check_password(stored: bytes, password: str) -> bool:
-    """Whether ``password`` matches ``stored`` (False for anything not a hash of ours)."""
+    """Whether ``password`` matches ``stored`` (False for anything not a hash of ours or
+    etcd's bcrypt)."""
+    if stored.startswith(BCRYPT_PREFIXES):
+        return _check_bcrypt(stored, password)
     try:
         scheme, log_n, r, p, salt, digest = stored.decode().split("$")
         if scheme != "scrypt" or not MIN_COST + 4 <= int(log_n) <= MAX_COST + 4:
@@ -45,3 +51,17 @@ def check_password(stored: bytes, password: str) -> bool:
     except (ValueError, UnicodeDecodeError):
         return False
     return hmac.compare_digest(got, bytes.fromhex(digest))
+
+
+#: the prefixes of bcrypt hashes (etcd writes ``$2a$``; Go's bcrypt reads all three)
+BCRYPT_PREFIXES = (b"$2a$", b"$2b$", b"$2y$")
+
+
+def _check_bcrypt(stored: bytes, password: str) -> bool:
+    """An etcd user's bcrypt hash, checked as etcd checks it (False if it does not parse)."""
+    import bcrypt
+
+    try:
+        return bool(bcrypt.checkpw(password.encode(), stored))
+    except ValueError:
+        return False

@@ -100,6 +100,8 @@ def run_restore(args: argparse.Namespace) -> int:
     from nameserver.state.snapshotting import seed_data_dir
     from snapshots import SnapshotError
 
+    if args.from_etcd:
+        return _restore_from_etcd(args)
     try:
         offset = seed_data_dir(args.file, args.data_dir)
     except (SnapshotError, OSError) as exc:
@@ -109,6 +111,43 @@ def run_restore(args: argparse.Namespace) -> int:
     text = (
         f"restored {args.file} into {args.data_dir} (offset {offset}); seed every member of "
         "the new cluster from the same file, then start them with metaledger serve"
+    )
+    printer(args).report(doc, text)
+    return ExitCode.OK
+
+
+def _restore_from_etcd(args: argparse.Namespace) -> int:
+    """``restore --from-etcd FILE``: seed from an etcd 3.4 snapshot; progress on stderr."""
+    from nameserver.etcd_snapshot import seed_from_etcd
+    from snapshots import SnapshotError
+    from snapshots.etcdfmt import EtcdFormatError
+
+    def progress(line: str) -> None:
+        print(f"metaledger: snapshot restore: {line}", file=sys.stderr, flush=True)
+
+    try:
+        seeded = seed_from_etcd(args.file, args.data_dir, progress)
+    except EtcdFormatError as exc:
+        print(f"metaledger: snapshot restore: {args.file}: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    except (SnapshotError, OSError) as exc:
+        print(f"metaledger: snapshot restore: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    doc = {
+        "data_dir": args.data_dir,
+        "last_offset": seeded.revision,
+        "revision": seeded.revision,
+        "keys": seeded.keys,
+        "leases": seeded.leases,
+        "users": seeded.users,
+        "roles": seeded.roles,
+        "auth_enabled": seeded.auth_enabled,
+    }
+    text = (
+        f"restored etcd snapshot {args.file} into {args.data_dir} (revision {seeded.revision}: "
+        f"{seeded.keys} keys, {seeded.leases} leases, {seeded.users} users, {seeded.roles} "
+        "roles); seed every member of the new cluster from the same file, then start them "
+        "with metaledger serve"
     )
     printer(args).report(doc, text)
     return ExitCode.OK
@@ -130,6 +169,12 @@ def _register_restore(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("restore", parents=[output_parent()], help="seed a new data dir from FILE")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--data-dir", required=True, help="the new node's (empty) data dir")
+    p.add_argument(
+        "--from-etcd",
+        action="store_true",
+        help="FILE is an etcd 3.4 snapshot (etcdctl snapshot save) or member/snap/db: keys "
+        "keep their revisions and versions, leases their TTLs, users and roles come along",
+    )
     p.set_defaults(run=run_restore)
 
 
@@ -162,4 +207,13 @@ A snapshot file holds a node's whole state at one log offset.
                         hashes per record type (--verify reads and checks the whole file)
   restore FILE --data-dir DIR
                         seed a new, empty data dir from FILE, to start a new cluster from
+  restore --from-etcd FILE --data-dir DIR
+                        the same from an etcd 3.4 snapshot (etcdctl snapshot save): keys
+                        with their revisions, versions and leases, leases with their TTLs,
+                        users (etcd's password hashes) and roles; a file that is not one is
+                        refused with one line saying what is wrong and where, and nothing
+                        is written
+
+`etcdctl snapshot save` against a node writes etcd's format (etcd's tools read it); `save`
+here writes metaledger's own, with routes, offsets and replica groups.
 """

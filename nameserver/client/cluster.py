@@ -27,6 +27,9 @@ from nameserver.client.transport import Transport, normalize_endpoint
 from protos.etcdserverpb import rpc_pb2
 from protos.metaledger.v1 import admin_pb2
 
+#: the call metadata that asks Maintenance.Snapshot for metaledger's own format
+SNAPSHOT_FORMAT_METADATA = "x-ml-snapshot-format"
+
 __all__ = ["ClusterApi", "LeaderTransfer", "Member", "NodeStatus", "normalize_peer_url"]
 
 
@@ -219,15 +222,18 @@ class ClusterApi(Transport):
 
     def snapshot(self, path: str, progress: Callable[[int, int], None] | None = None) -> int:
         """Maintenance.Snapshot: save a fresh snapshot of the first reachable endpoint's image
-        to ``path`` (written to ``path + '.part'`` and renamed); returns its size in bytes.
-        ``progress(received, total)`` is called per chunk."""
+        in metaledger's own format (``x-ml-snapshot-format: metaledger``; without it a node
+        streams etcd's) to ``path`` (written to ``path + '.part'`` and renamed); returns its
+        size in bytes. ``progress(received, total)`` is called per chunk."""
         deadline = time.monotonic() + max(self.timeout_s, 60.0)
         failures: dict[str, str] = {}
         for endpoint in self.endpoints:
             part = path + ".part"
             try:
                 stream = self._stubs_for(endpoint).maintenance.Snapshot(
-                    rpc_pb2.SnapshotRequest(), timeout=deadline - time.monotonic()
+                    rpc_pb2.SnapshotRequest(),
+                    timeout=deadline - time.monotonic(),
+                    metadata=((SNAPSHOT_FORMAT_METADATA, "metaledger"),),
                 )
                 received = 0
                 with open(part, "wb") as f:

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 #: ``etcdctl endpoint status``): etcd 3.4.23 answers its full version, not the API level
 ETCD_VERSION = "3.4.23"
 SNAPSHOT_CHUNK_BYTES = 1 << 20
+#: etcd's snapshot chunk (etcdserver/api/v3rpc/maintenance.go: 32 KiB)
+ETCD_SNAPSHOT_CHUNK_BYTES = 32 * 1024
+#: the call metadata that picks metaledger's own snapshot format (the default is etcd's)
+SNAPSHOT_FORMAT_METADATA = "x-ml-snapshot-format"
+NATIVE_SNAPSHOT_FORMAT = "metaledger"
 
 
 class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc]
@@ -48,8 +53,35 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
     async def Snapshot(
         self, request: rpc_pb2.SnapshotRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
-        """Stream a fresh snapshot of this node's image (our format; ``etcdctl snapshot save``
-        stores it, ``metaledger snapshot inspect|restore`` read it)."""
+        """Stream a fresh snapshot of this node's image: etcd 3.4's bbolt database and its
+        SHA-256 (``etcdctl snapshot save|status|restore`` read it;
+        :mod:`nameserver.etcd_snapshot` says what it carries), or, when the call's metadata
+        asks for it (``x-ml-snapshot-format: metaledger``, as ``metaledger snapshot save``
+        does), metaledger's own format with every record (routes, offsets, replica groups...)."""
+        wanted = dict(context.invocation_metadata() or ()).get(SNAPSHOT_FORMAT_METADATA)
+        if wanted == NATIVE_SNAPSHOT_FORMAT:
+            async for resp in self._native_snapshot(context):
+                yield resp
+            return
+        try:
+            data, image = await self.node.etcd_snapshot()
+        except Exception as exc:
+            await abort_stream(context, "Snapshot", exc)
+            return
+        sent = 0
+        for start in range(0, len(data), ETCD_SNAPSHOT_CHUNK_BYTES):
+            blob = data[start : start + ETCD_SNAPSHOT_CHUNK_BYTES]
+            sent += len(blob)
+            resp = rpc_pb2.SnapshotResponse(blob=blob, remaining_bytes=len(data) - sent)
+            if sent == len(blob):
+                resp.header.CopyFrom(self.node.header(image.revision))
+            yield resp
+
+    async def _native_snapshot(
+        self, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[rpc_pb2.SnapshotResponse]:
+        """metaledger's own snapshot file, then etcd's trailer (``metaledger snapshot
+        inspect|restore`` read it)."""
         try:
             tmp, image = await self.node.snapshot_file()
         except Exception as exc:

@@ -17,7 +17,7 @@ import gc
 import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from nameserver.state.forked import ChildFailedError, ForkError, can_fork, run_in_child
@@ -33,6 +33,7 @@ from snapshots import (
     RecordSource,
     SnapshotCorruptError,
     SnapshotError,
+    SnapshotInfo,
     SnapshotMeta,
     SnapshotMismatchError,
     inspect,
@@ -176,23 +177,49 @@ def seed_data_dir(snapshot_file: str, data_dir: str) -> int:
     The new cluster's Raft log starts empty; its offsets continue after the snapshot's.
     """
     info = verify_snapshot(snapshot_file)
-    for sub in ("snap", "raft", "log"):
-        path = os.path.join(data_dir, sub)
-        if os.path.isdir(path) and os.listdir(path):
-            raise SnapshotError(f"{path}: not empty; restore needs a new data dir")
+    check_new_data_dir(data_dir)
     store = FileSnapshotStore(os.path.join(data_dir, "snap"))
     target = store.path_of(info.last_offset)
     tmp = target.with_suffix(".restore.tmp")
     shutil.copyfile(snapshot_file, tmp)
     os.replace(tmp, target)
+    _write_base_offset(data_dir, info.last_offset)
+    verify_snapshot(target)
+    return info.last_offset
+
+
+def seed_data_dir_from_records(
+    data_dir: str,
+    meta: SnapshotMeta,
+    records: RecordSource,
+    progress: Callable[[int], None] | None = None,
+) -> SnapshotInfo:
+    """:func:`seed_data_dir` from records made here (an image seeded from elsewhere, such as
+    an etcd snapshot): written once, straight into the new data dir's snapshot store (one
+    pass: the encoded records are held in memory until the header is written), then the
+    Raft log's base offset."""
+    check_new_data_dir(data_dir)
+    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
+    info = store.save(meta, records, progress, one_pass=True)
+    _write_base_offset(data_dir, meta.last_offset)
+    return info
+
+
+def check_new_data_dir(data_dir: str) -> None:
+    """SnapshotError unless ``data_dir`` holds no snapshot, Raft log or change log yet."""
+    for sub in ("snap", "raft", "log"):
+        path = os.path.join(data_dir, sub)
+        if os.path.isdir(path) and os.listdir(path):
+            raise SnapshotError(f"{path}: not empty; restore needs a new data dir")
+
+
+def _write_base_offset(data_dir: str, offset: int) -> None:
     raft_dir = os.path.join(data_dir, "raft")
     makedirs_durable(raft_dir)
     with open(os.path.join(raft_dir, BASE_OFFSET_FILE), "w") as f:
-        f.write(f"{info.last_offset}\n")
+        f.write(f"{offset}\n")
         f.flush()
         os.fsync(f.fileno())
-    verify_snapshot(target)
-    return info.last_offset
 
 
 def link_dump(snapshot: Path | str, dump_file: str) -> None:

@@ -16,7 +16,6 @@ import base64
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -34,8 +33,10 @@ from snapshots.etcdfmt import (
     split_snapshot_hash,
     write_etcd_snapshot,
 )
-from tests.etcd_harness import EtcdServer, etcdctl
-from tests.harness import free_ports
+from tests.etcd_harness import EtcdServer, etcdctl, etcdctl_restore
+from tests.etcd_harness import etcdctl_json as _json
+from tests.etcd_harness import etcdctl_ok as _ok
+from tests.etcd_harness import kv_fields as _kvs
 
 pytestmark = [
     pytest.mark.integration,
@@ -44,30 +45,6 @@ pytestmark = [
         reason="etcd 3.4 and etcdctl are not installed",
     ),
 ]
-
-
-def _ok(endpoint: str, *args: str, user: str | None = None) -> str:
-    done = etcdctl(endpoint, *args, flags=[f"--user={user}"] if user else [])
-    assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
-    return done.stdout
-
-
-def _json(endpoint: str, *args: str, user: str | None = None) -> Any:
-    return json.loads(_ok(endpoint, *args, "-w", "json", user=user))
-
-
-def _kvs(doc: dict[str, Any]) -> dict[bytes, tuple[bytes, int, int, int, int]]:
-    """key -> (value, create_revision, mod_revision, version, lease) from ``get -w json``."""
-    return {
-        base64.b64decode(kv["key"]): (
-            base64.b64decode(kv.get("value", "")),
-            int(kv.get("create_revision", 0)),
-            int(kv.get("mod_revision", 0)),
-            int(kv.get("version", 0)),
-            int(kv.get("lease", 0)),
-        )
-        for kv in doc.get("kvs", ())
-    }
 
 
 def _image_kvs(image: EtcdImage) -> dict[bytes, tuple[bytes, int, int, int, int]]:
@@ -185,19 +162,9 @@ IMAGE = EtcdImage(
 def test_real_etcd_serves_a_snapshot_the_module_wrote(tmp_path: Path) -> None:
     snap = tmp_path / "ours.db"
     snap.write_bytes(write_etcd_snapshot(IMAGE))
-    client, peer = free_ports(2)
-    peer_url = f"http://127.0.0.1:{peer}"
     root = tmp_path / "etcd"
-    _ok(
-        "http://127.0.0.1:1",  # restore dials no endpoint
-        "snapshot",
-        "restore",
-        str(snap),
-        f"--data-dir={root / 'data'}",
-        "--name=e0",
-        f"--initial-cluster=e0={peer_url}",
-        f"--initial-advertise-peer-urls={peer_url}",
-    )
+    client, peer = etcdctl_restore(snap, root)
+    peer_url = f"http://127.0.0.1:{peer}"
     with EtcdServer(root, ports=(client, peer)) as etcd:
         etcd.wait_ready(flags=["--user=root:pw"])
         ep = etcd.endpoint
