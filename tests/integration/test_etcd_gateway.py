@@ -12,10 +12,8 @@ revisions (metaledger's lease and auth writes move the store revision; etcd's do
 from __future__ import annotations
 
 import json
-import queue
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -127,24 +125,21 @@ def run_sequence(base: str) -> list[Any]:
 
 
 class CurlWatch:
-    """``curl -N POST /v3/watch`` in the background: its lines, read by a thread."""
+    """``curl -N POST /v3/watch`` in the background; its lines read as they come (a read
+    waits at most for curl's own ``--max-time``)."""
 
     def __init__(self, url: str, body: str) -> None:
         self.proc = subprocess.Popen(
-            [CURL, "-s", "-N", "-X", "POST", url, "-d", body],
+            [CURL, "-s", "-N", "--max-time", "30", "-X", "POST", url, "-d", body],
             stdout=subprocess.PIPE,
             text=True,
         )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
 
     def next(self) -> Any:
-        return json.loads(self.lines.get(timeout=15))
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"the watch ended (curl exited {self.proc.poll()})"
+        return json.loads(line)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -161,7 +156,7 @@ def watch_sequence(base: str) -> list[Any]:
         seen.append(watch.next())
     finally:
         watch.stop()
-    return normalise(seen)
+    return list(normalise(seen))
 
 
 def test_the_documented_curl_calls_answer_as_etcd_does(tmp_path: Path) -> None:

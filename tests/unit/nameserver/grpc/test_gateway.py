@@ -1,4 +1,4 @@
-"""nameserver.grpc.gateway: etcd's JSON gateway, translation and HTTP, against fake handlers.
+"""nameserver.grpc.gateway and gateway_json: etcd's JSON gateway, translation and HTTP, against fake handlers.
 
 The shapes asserted here are what etcd 3.4.23's gateway answered to the same bodies (the
 side-by-side run with the real binary is tests/integration/test_etcd_gateway.py).
@@ -7,6 +7,7 @@ side-by-side run with the real binary is tests/integration/test_etcd_gateway.py)
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,12 +16,11 @@ import grpc
 import pytest
 
 from nameserver.errors import InvalidArgument
-from nameserver.grpc.gateway import (
+from nameserver.grpc.gateway import Gateway, GatewayContext
+from nameserver.grpc.gateway_json import (
     METHODS,
     ROUTES,
     BadRequest,
-    Gateway,
-    GatewayContext,
     decode,
     encode,
     error_body,
@@ -47,7 +47,12 @@ def test_requests_take_either_spelling_int64_as_string_or_number_and_ignore_unkn
         rpc_pb2.RangeRequest,
     )
     assert request == rpc_pb2.RangeRequest(
-        key=b"foo", range_end=b"fop", limit=3, revision=2, sort_order=2, sort_target=3
+        key=b"foo",
+        range_end=b"fop",
+        limit=3,
+        revision=2,
+        sort_order=rpc_pb2.RangeRequest.DESCEND,
+        sort_target=rpc_pb2.RangeRequest.MOD,
     )
 
 
@@ -152,7 +157,7 @@ def _lookup(kv: FakeKV) -> Any:
             response_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString(),
         ),
     }
-    guarded = {path: guard_handler(h, path) for path, h in handlers.items()}
+    guarded = {path: guard_handler(h, path, max_request_bytes=1000) for path, h in handlers.items()}
     return guarded.get
 
 
@@ -215,6 +220,11 @@ def test_over_http_unary_errors_routes_and_streams() -> None:
             }
             status, body = _split(await _exchange(port, _post("/v3/kv/range", b'{"key":"@@"}')))
             assert (status, json.loads(body)["code"]) == ("HTTP/1.1 400 Bad Request", 3)
+            # through the guard's deserializer as a gRPC call is: the request limit holds
+            big = b'{"key":"' + base64.b64encode(b"k" * 2000) + b'"}'
+            status, body = _split(await _exchange(port, _post("/v3/kv/range", big)))
+            assert status == "HTTP/1.1 400 Bad Request"
+            assert "request is too large" in json.loads(body)["message"]
             status, body = _split(await _exchange(port, _post("/v3/kv/put", b"{}")))
             assert status == "HTTP/1.1 500 Internal Server Error"  # a bug answers, never kills
             assert json.loads(body)["code"] == 13
