@@ -18,8 +18,10 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from ssl import SSLContext
+from typing import Protocol
 
 from nameserver.tls import tls_arguments
 from raftlog.health import Health, State
@@ -33,6 +35,88 @@ HealthCheck = Callable[[], str]
 
 MAX_REQUEST_HEAD_BYTES = 8192
 READ_TIMEOUT_S = 5.0
+#: The largest request body read (the JSON gateway's; etcd's gRPC limit is 1.5 MiB of
+#: protobuf, which base64 and JSON make at most ~3x larger).
+MAX_REQUEST_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """One HTTP/1.1 request: header names lower-case, the body read whole."""
+
+    method: str
+    path: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    peer: str = ""
+
+
+class HttpHandler(Protocol):
+    """Requests the metrics server hands on (the JSON gateway): ``handles(path)`` says
+    which, ``serve`` answers one on the writer (the server closes the connection after)."""
+
+    def handles(self, path: str) -> bool: ...
+
+    def serve(
+        self, request: HttpRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> Awaitable[None]: ...
+
+
+class BadHttp(ValueError):
+    """A request this server cannot read: answered with ``status`` and closed."""
+
+    def __init__(self, status: bytes, why: str) -> None:
+        super().__init__(why)
+        self.status = status
+
+
+def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    """(method, path without the query, headers) of a request head (up to the blank line)."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise BadHttp(b"400 Bad Request", "not an HTTP/1.x request line")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise BadHttp(b"400 Bad Request", f"malformed header line {line[:40]!r}")
+        headers[name.lower()] = value.strip()
+    return parts[0], parts[1].split("?")[0], headers
+
+
+async def read_body(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, headers: dict[str, str]
+) -> bytes:
+    """The request body (Content-Length or chunked), at most MAX_REQUEST_BODY_BYTES;
+    answers ``Expect: 100-continue`` first."""
+    if headers.get("expect", "").lower() == "100-continue":
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = bytearray()
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            try:
+                size = int(size_line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise BadHttp(b"400 Bad Request", "malformed chunk size") from None
+            if len(body) + size > MAX_REQUEST_BODY_BYTES:
+                raise BadHttp(b"413 Payload Too Large", "request body too large")
+            if size == 0:
+                while await reader.readuntil(b"\r\n") != b"\r\n":
+                    pass  # trailers
+                return bytes(body)
+            body += await reader.readexactly(size)
+            await reader.readexactly(2)
+    length_text = headers.get("content-length", "0")
+    if not length_text.isdigit():
+        raise BadHttp(b"400 Bad Request", "malformed Content-Length")
+    length = int(length_text)
+    if length > MAX_REQUEST_BODY_BYTES:
+        raise BadHttp(b"413 Payload Too Large", "request body too large")
+    return await reader.readexactly(length) if length else b""
 
 
 def render(metrics: Iterable[Metric]) -> str:
@@ -119,17 +203,20 @@ def _escape(value: str) -> str:
 
 
 class MetricsServer:
-    """Serves ``collect()`` at ``GET /metrics`` and ``health()`` at ``GET /health``."""
+    """Serves ``collect()`` at ``GET /metrics``, ``health()`` at ``GET /health`` and hands
+    the paths ``gateway`` handles to it (etcd's JSON gateway: :mod:`nameserver.grpc.gateway`)."""
 
     def __init__(
         self,
         collect: Callable[[], Iterable[Metric]],
         health: HealthCheck | None = None,
         ssl: SSLContext | None = None,
+        gateway: HttpHandler | None = None,
     ) -> None:
         self._ssl = ssl  # HTTPS (nameserver.tls)
         self._collect = collect
         self._health = health
+        self.gateway = gateway
         self._server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -149,8 +236,15 @@ class MetricsServer:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
             if len(head) > MAX_REQUEST_HEAD_BYTES:
                 raise ValueError("request head too large")
-            parts = head.split(b"\r\n", 1)[0].split()
-            path = parts[1].split(b"?")[0] if len(parts) == 3 and parts[0] == b"GET" else b""
+            method, path_text, headers = parse_head(head)
+            gateway = self.gateway
+            if gateway is not None and gateway.handles(path_text):
+                body = await asyncio.wait_for(read_body(reader, writer, headers), READ_TIMEOUT_S)
+                peer = writer.get_extra_info("peername")
+                request = HttpRequest(method, path_text, headers, body, str(peer or ""))
+                await gateway.serve(request, reader, writer)
+                return
+            path = path_text.encode() if method == "GET" else b""
             if path == b"/metrics":
                 body = render(self._collect()).encode()
                 status = b"200 OK"
@@ -170,8 +264,23 @@ class MetricsServer:
                 + b"\r\nConnection: close\r\n\r\n" + body
             )  # fmt: skip
             await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
-            pass  # a broken or slow request: just close
+        except BadHttp as exc:
+            with contextlib.suppress(Exception):
+                why = str(exc).encode() + b"\n"
+                writer.write(
+                    b"HTTP/1.1 " + exc.status + b"\r\nContent-Type: text/plain\r\n"
+                    + b"Content-Length: " + str(len(why)).encode()
+                    + b"\r\nConnection: close\r\n\r\n" + why
+                )  # fmt: skip
+                await writer.drain()
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+            ValueError,
+            ConnectionError,
+        ):
+            pass  # a broken or slow request, or a client gone: just close
         except Exception:  # a bug in a collector must not take the endpoint down
             log.exception("metrics request failed")
         finally:

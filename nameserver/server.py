@@ -31,6 +31,7 @@ from nameserver.config import ServerConfig
 from nameserver.errors import Rejected
 from nameserver.grpc.accept import HOT_METHODS, Acceptors
 from nameserver.grpc.admin import AdminService, MaintenanceService
+from nameserver.grpc.gateway import Gateway
 from nameserver.grpc.methods import MethodTable
 from nameserver.kinds import REGISTRY
 from nameserver.kv.compactor import AutoCompactor
@@ -329,6 +330,7 @@ class Node:
         )
         auth_pb2_grpc.add_AuthExtraServicer_to_server(AuthExtraService(self.ctx), table)
         server.add_generic_rpc_handlers((table,))
+        self.metrics.gateway = Gateway(table.handler)  # etcd's JSON gateway, on this port
         acceptors = Acceptors(
             server, table.methods(HOT_METHODS), (table,), self.config.grpc_acceptors
         )

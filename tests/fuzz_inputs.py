@@ -472,6 +472,11 @@ def peer_frames(
 
 
 # ----------------------------------------------------------------------------- HTTP
+def _gateway_post(path: bytes, body: bytes) -> bytes:
+    """A request to etcd's JSON gateway (served on the metrics port)."""
+    return b"POST %s HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (path, len(body), body)
+
+
 def http_cases(rng: random.Random, n: int) -> list[Case]:
     cases: list[Case] = [
         ("no-path", b"GET\r\n\r\n"),
@@ -488,8 +493,21 @@ def http_cases(rng: random.Random, n: int) -> list[Case]:
         ("health-spaces", b"GET  /health  HTTP/1.1\r\n\r\n"),
         ("no-end-of-head", b"GET /metrics HTTP/1.1\r\nHost: x\r\n"),
         ("empty", b""),
+        ("gateway-deep-json", _gateway_post(b"/v3/kv/range", b"[" * 100_000)),
+        ("gateway-deep-txn", _gateway_post(b"/v3/kv/txn", b'{"success":[{"request_txn":' * 200)),
+        ("gateway-watch-garbage", _gateway_post(b"/v3/watch", b'{"create_request":{"key":7}}')),
+        ("gateway-bad-length", b"POST /v3/kv/put HTTP/1.1\r\nContent-Length: -1\r\n\r\n"),
+        ("gateway-huge-length", b"POST /v3/kv/put HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n"),
+        (
+            "gateway-bad-chunk",
+            b"POST /v3/kv/put HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ),
     ]
     for _ in range(max(1, n)):
+        path = rng.choice((b"/v3/kv/range", b"/v3/kv/put", b"/v3/kv/txn", b"/v3/lease/grant"))
+        cases.append(
+            ("gateway-random-body", _gateway_post(path, rng.randbytes(rng.choice((1, 50)))))
+        )
         cases.append(("random-bytes", rng.randbytes(rng.choice((1, 10, 1000)))))
         cases.append(("random-head", b"GET /" + rng.randbytes(50) + b"\r\n\r\n"))
     return cases

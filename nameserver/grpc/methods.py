@@ -9,6 +9,14 @@ import grpc
 from nameserver.grpc.guard import Authorize, guard_handler
 
 
+class _Details(grpc.HandlerCallDetails):  # type: ignore[misc]
+    """A lookup's call details: the method path only."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.invocation_metadata = ()
+
+
 class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
     """Every service's methods in one generic handler, looked up by path in one dict.
 
@@ -49,6 +57,10 @@ class MethodTable(grpc.GenericRpcHandler):  # type: ignore[misc]
         # the generated code passes the same methods here too; services registered only
         # this way (Watch, with its own serializer) are found through them
         self._generic.extend(handlers)
+
+    def handler(self, path: str) -> grpc.RpcMethodHandler | None:
+        """The guarded handler of method ``path`` (``/service/method``), as a call finds it."""
+        return self.service(_Details(path))
 
     def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         handler = self._methods.get(details.method)

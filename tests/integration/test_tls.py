@@ -8,6 +8,7 @@ connection only: the node keeps serving, and logs no traceback and nothing at ER
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import subprocess
@@ -236,3 +237,37 @@ def test_serve_refuses_unusable_tls_files_naming_the_flag(
     assert out.returncode == 2, out  # ExitCode.USAGE, as every configuration error
     assert out.stderr.count("\n") == 1 and named in out.stderr, out.stderr
     assert not (tmp_path / "d").exists()
+
+
+def _curl(url: str, body: str, pki: Pki, name: str | None = "client") -> tuple[int, str]:
+    """``curl --cacert [--cert --key] -X POST url -d body``: (exit code, stdout)."""
+    flags = ["--cacert", pki.ca()]
+    if name is not None:
+        flags += ["--cert", pki.cert(name), "--key", pki.key(name)]
+    done = subprocess.run(
+        ["curl", "-s", "-X", "POST", *flags, url, "-d", body],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.returncode, done.stdout
+
+
+def test_the_json_gateway_over_tls_answers_as_etcd_does(
+    node: TlsCluster, pki: Pki, etcd: EtcdServer
+) -> None:
+    """etcd serves its gateway on its TLS client port, metaledger on its TLS HTTP port: the
+    same ``curl`` with the client's certificate puts and reads the same, and without a
+    certificate both refuse the handshake (client-cert-auth)."""
+    ours = f"https://127.0.0.1:{_spec(node).metrics_port}"
+    answers = []
+    for base in (etcd.endpoint, ours):
+        put = _curl(base + "/v3/kv/put", '{"key": "Z3ctdGxz", "value": "YmFy"}', pki)
+        got = _curl(base + "/v3/kv/range", '{"key": "Z3ctdGxz"}', pki)
+        refused = _curl(base + "/v3/kv/range", '{"key": "Z3ctdGxz"}', pki, name=None)
+        assert put[0] == 0 and got[0] == 0 and refused[0] != 0, (base, put, got, refused)
+        kv = json.loads(got[1])["kvs"][0]
+        answers.append(
+            (sorted(json.loads(put[1])["header"]), kv["key"], kv["value"], kv["version"])
+        )
+    assert answers[1] == answers[0]
