@@ -101,6 +101,8 @@ class NodeFacade:
         self.history: KvHistory | None = None
         #: metadata of calls to another member: the node credential, root under auth
         self.node_metadata = (("token", node_credential(config.cluster_password or "")),)
+        #: one etcd-format snapshot built at a time: each is the whole database in memory
+        self._etcd_snapshot_lock = asyncio.Lock()
 
     def members(self, image: MetadataImage) -> list[tuple[str, int, str, tuple[str, ...]]]:
         """(name, member id, peer address, client URLs) of the current configuration,
@@ -356,9 +358,14 @@ class NodeFacade:
     async def etcd_snapshot(self) -> tuple[bytes, MetadataImage]:
         """A fresh snapshot of this node's image (read linearizably) in etcd 3.4's format
         (:mod:`nameserver.etcd_snapshot`: the bbolt database and its SHA-256), built in a
-        worker thread, and the image."""
-        image = await self.read_image(False)
-        data = await asyncio.to_thread(etcd_snapshot.etcd_snapshot_bytes, image)
+        worker thread, one at a time, and the image. FailedPrecondition when the image holds
+        what a bbolt file cannot (a key over bbolt's 32 KiB limit, such as a user name)."""
+        async with self._etcd_snapshot_lock:
+            image = await self.read_image(False)
+            try:
+                data = await asyncio.to_thread(etcd_snapshot.etcd_snapshot_bytes, image)
+            except ValueError as exc:
+                raise FailedPrecondition(f"not expressible as an etcd snapshot: {exc}") from exc
         return data, image
 
     async def require_lease(self, lease_id: int) -> None:

@@ -43,6 +43,9 @@ _CHECKSUM = struct.Struct("<Q")
 HEADER_BYTES = _PAGE_HEADER.size
 ELEMENT_BYTES = _LEAF_ELEMENT.size
 MAX_INLINE_BUCKET_BYTES = PAGE_SIZE // 4  # bbolt's maxInlineBucketSize
+MIN_KEYS_PER_PAGE = 2  # bbolt's minKeysPerPage: a node is never split below it
+MAX_KEY_BYTES = 32768  # bbolt's MaxKeySize
+MAX_VALUE_BYTES = (1 << 31) - 2  # bbolt's MaxValueSize
 MAX_NESTING = 64  # buckets deeper than this are refused (etcd nests none)
 
 Tree = dict[bytes, Union[bytes, "Tree"]]
@@ -95,12 +98,18 @@ def _node_bytes(flags: int, elements: list[tuple[int, bytes, bytes]], pgid: int)
 
 
 def _chunks(elements: list[tuple[int, bytes, bytes]]) -> list[list[tuple[int, bytes, bytes]]]:
-    """Split sorted elements into nodes that each fit one page (a lone large one overflows)."""
+    """Split sorted elements into nodes that each fit one page, as bbolt splits a node: every
+    node keeps at least ``MIN_KEYS_PER_PAGE`` elements (large ones overflow their page), so
+    each branch level has at most half the nodes of the one below and the tree ends."""
     chunks: list[list[tuple[int, bytes, bytes]]] = [[]]
     size = HEADER_BYTES
-    for element in elements:
+    for i, element in enumerate(elements):
         grow = ELEMENT_BYTES + len(element[1]) + len(element[2])
-        if chunks[-1] and size + grow > PAGE_SIZE:
+        if (
+            len(chunks[-1]) >= MIN_KEYS_PER_PAGE
+            and len(elements) - i >= MIN_KEYS_PER_PAGE
+            and size + grow > PAGE_SIZE
+        ):
             chunks.append([])
             size = HEADER_BYTES
         chunks[-1].append(element)
@@ -152,11 +161,31 @@ def _meta_page(pgid: int, root: int, high_water: int, txid: int) -> bytes:
     return raw.ljust(PAGE_SIZE, b"\0")
 
 
+def _check_sizes(tree: Tree, path: bytes = b"") -> None:
+    """bbolt's own limits (``bucket.go``: MaxKeySize, MaxValueSize): a key or value past them
+    cannot be in a bbolt file, so it is refused here naming where it is."""
+    for key, value in tree.items():
+        if not key or len(key) > MAX_KEY_BYTES:
+            raise ValueError(
+                f"bucket {path.decode(errors='replace') or '/'}: a key of {len(key)} bytes "
+                f"(bbolt stores keys of 1 to {MAX_KEY_BYTES} bytes): {key[:40]!r}"
+            )
+        if isinstance(value, dict):
+            _check_sizes(value, path + b"/" + key)
+        elif len(value) > MAX_VALUE_BYTES:
+            raise ValueError(
+                f"bucket {path.decode(errors='replace')}: key {key[:40]!r} has a "
+                f"value of {len(value)} bytes (bbolt's limit: {MAX_VALUE_BYTES})"
+            )
+
+
 def write_bolt(tree: Tree, *, txid: int = 1) -> bytes:
-    """Lay ``tree`` out as a bbolt file (top-level values must be buckets)."""
+    """Lay ``tree`` out as a bbolt file (top-level values must be buckets); ValueError for
+    what bbolt cannot hold (a top-level value, an empty or oversized key or value)."""
     for name, value in tree.items():
         if not isinstance(value, dict):
             raise ValueError(f"top-level entry {name!r} is not a bucket")
+    _check_sizes(tree)
     writer = _Writer()
     root = _BUCKET_HEADER.unpack(writer.bucket(tree, inline_ok=False)[: _BUCKET_HEADER.size])[0]
     freelist = _PAGE_HEADER.pack(2, FREELIST_PAGE, 0, 0).ljust(PAGE_SIZE, b"\0")

@@ -139,7 +139,10 @@ def disarm_alarms(c: Cluster, i: int = 0) -> None:
 
 def assert_serving(c: Cluster, i: int = 0) -> None:
     """Node i still answers a write, a linearizable read and Admin.Status."""
-    assert c.is_running(i), f"{c.nodes[i].id} exited:\n{c.log_tail(i)}"
+    proc = c.procs[i]
+    assert c.is_running(i), (
+        f"{c.nodes[i].id} exited with {proc.returncode if proc else None}:\n{c.log_tail(i)}"
+    )
     disarm_alarms(c, i)
     c.put_retrying(i, b"/fuzz/alive", b"yes")
     resp = c.stub(i).Range(rpc_pb2.RangeRequest(key=b"/fuzz/alive"), timeout=10)

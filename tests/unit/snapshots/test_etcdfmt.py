@@ -238,3 +238,28 @@ def test_buckets_nested_too_deep_are_refused() -> None:
         tree = {b"b": tree}
     with pytest.raises(BoltFormatError, match="nested more than 64 deep"):
         read_bolt(write_bolt(tree))
+
+
+def test_keys_larger_than_a_page_make_a_tree_that_ends() -> None:
+    """A node keeps two keys at least, as bbolt's: with every key over a page, each branch
+    level still halves (it once grew a page per key forever and ate the node's memory)."""
+    tree = {
+        b"users": {bytes([65 + i]) * 30_000: b"u" for i in range(40)},
+        b"big": {b"k": b"v" * 100_000, b"l": b"w"},
+    }
+    data = write_bolt(tree)
+    assert read_bolt(data) == tree
+    assert len(data) < 3 * 40 * 30_000  # a page run per key, a few branch pages
+
+
+@pytest.mark.parametrize(
+    ("tree", "says"),
+    [
+        ({b"b": {b"k" * 32_769: b"v"}}, "a key of 32769 bytes"),
+        ({b"b": {b"": b"v"}}, "a key of 0 bytes"),
+        ({b"b": {b"n": {b"k" * 40_000: b""}}}, "bucket /b/n"),
+    ],
+)
+def test_what_bbolt_cannot_hold_is_refused_naming_it(tree: Tree, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        write_bolt(tree)
