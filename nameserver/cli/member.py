@@ -141,32 +141,31 @@ def run_member_add(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def run_member_remove(args: argparse.Namespace) -> int:
+def _change_one(args: argparse.Namespace, done: str, text: str) -> int:
+    """``member remove`` / ``member promote``: the member ``args.member`` resolved, the
+    change made; ``done`` names it in the JSON report, ``text`` follows "Member ID (NAME)"."""
     with make_client(args) as client:
         target = resolve_member(client.members(), args.member)
-        remaining = client.member_remove(target.member_id)
+        if done == "removed":
+            members = client.member_remove(target.member_id)
+        else:
+            members = client.member_promote(target.member_id)
     doc = {
-        "removed": dataclasses.asdict(target),
-        "id": member_id_text(target.member_id),
-        "members": [dataclasses.asdict(m) for m in remaining],
-    }
-    what = member_id_text(target.member_id) + (f" ({target.name})" if target.name else "")
-    printer(args).report(doc, f"Member {what} removed from the cluster; stop that node now")
-    return ExitCode.OK
-
-
-def run_member_promote(args: argparse.Namespace) -> int:
-    with make_client(args) as client:
-        target = resolve_member(client.members(), args.member)
-        members = client.member_promote(target.member_id)
-    doc = {
-        "promoted": dataclasses.asdict(target),
+        done: dataclasses.asdict(target),
         "id": member_id_text(target.member_id),
         "members": [dataclasses.asdict(m) for m in members],
     }
     what = member_id_text(target.member_id) + (f" ({target.name})" if target.name else "")
-    printer(args).report(doc, f"Member {what} promoted: it votes from now on")
+    printer(args).report(doc, f"Member {what} {text}")
     return ExitCode.OK
+
+
+def run_member_remove(args: argparse.Namespace) -> int:
+    return _change_one(args, "removed", "removed from the cluster; stop that node now")
+
+
+def run_member_promote(args: argparse.Namespace) -> int:
+    return _change_one(args, "promoted", "promoted: it votes from now on")
 
 
 def run_member_list(args: argparse.Namespace) -> int:
