@@ -137,3 +137,38 @@ def test_a_learner_catches_up_costs_no_quorum_and_is_promoted_4_2_1(tmp_path) ->
         failed = False
     finally:
         cluster.close(failed=failed)
+
+
+def test_a_learner_caught_up_by_snapshot_stays_a_learner_after_a_restart_5_3(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The leader compacted its log: the learner gets its snapshot (§5.3), whose metadata
+    carries the learners; restarted, it loads that snapshot and still does not vote."""
+    cluster = Cluster(tmp_path, n=3, extra_args=["--snapshot-every-items", "20"])
+    failed = True
+    try:
+        leader = cluster.wait_ready(30)
+        for k in range(150):
+            cluster.put(leader, b"pre/%03d" % k, b"v" * 100)
+        new = cluster.add_node(start=False)
+        with Client([cluster.endpoints[leader]], timeout_s=20.0) as c:
+            c.member_add(cluster.peer_url(new), learner=True)
+        for k in range(50):
+            cluster.put(leader, b"more/%03d" % k, b"v")
+        cluster.start(new)
+        wait_until(
+            lambda: serializable_count(cluster, new, b"more/") == 50, 30, "the learner caught up"
+        )
+        assert "installed the leader's snapshot" in cluster.nodes[new].log_path.read_text()
+        cluster.kill(new)
+        cluster.start(new)
+        cluster.put(leader, b"after/restart", b"1")
+        wait_until(
+            lambda: serializable_count(cluster, new, b"after/") == 1, 30, "the learner is back"
+        )
+        err = refused(
+            lambda: cluster.stub(new).Range(rpc_pb2.RangeRequest(key=b"pre/000"), timeout=5)
+        )
+        assert err.code() == grpc.StatusCode.UNAVAILABLE and err.details() == NOT_SUPPORTED
+        assert learners(cluster, leader)[cluster.peer_url(new)] is True
+        failed = False
+    finally:
+        cluster.close(failed=failed)
