@@ -23,7 +23,7 @@ from nameserver import cli
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.client import Client
 from protos.etcdserverpb import rpc_pb2
-from tests.harness import Cluster, wait_until
+from tests.harness import Cluster, running_cluster, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -60,9 +60,7 @@ def learners(cluster: Cluster, i: int) -> dict[str, bool]:
 
 
 def test_a_learner_catches_up_costs_no_quorum_and_is_promoted_4_2_1(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cluster = Cluster(tmp_path, n=3)
-    failed = True
-    try:
+    with running_cluster(tmp_path, 3) as cluster:
         leader = cluster.wait_ready(30)
         for k in range(200):
             cluster.put(leader, b"pre/%03d" % k, b"v" * 100)
@@ -134,17 +132,12 @@ def test_a_learner_catches_up_costs_no_quorum_and_is_promoted_4_2_1(tmp_path) ->
         cluster.put(new, b"after/promote", b"1", timeout=20)
         resp = cluster.stub(new).Range(rpc_pb2.RangeRequest(key=b"after/promote"), timeout=10)
         assert resp.kvs[0].value == b"1"
-        failed = False
-    finally:
-        cluster.close(failed=failed)
 
 
 def test_a_learner_caught_up_by_snapshot_stays_a_learner_after_a_restart_5_3(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The leader compacted its log: the learner gets its snapshot (§5.3), whose metadata
     carries the learners; restarted, it loads that snapshot and still does not vote."""
-    cluster = Cluster(tmp_path, n=3, extra_args=["--snapshot-every-items", "20"])
-    failed = True
-    try:
+    with running_cluster(tmp_path, 3, extra_args=["--snapshot-every-items", "20"]) as cluster:
         leader = cluster.wait_ready(30)
         for k in range(150):
             cluster.put(leader, b"pre/%03d" % k, b"v" * 100)
@@ -169,6 +162,3 @@ def test_a_learner_caught_up_by_snapshot_stays_a_learner_after_a_restart_5_3(tmp
         )
         assert err.code() == grpc.StatusCode.UNAVAILABLE and err.details() == NOT_SUPPORTED
         assert learners(cluster, leader)[cluster.peer_url(new)] is True
-        failed = False
-    finally:
-        cluster.close(failed=failed)
