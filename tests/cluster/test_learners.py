@@ -144,9 +144,9 @@ def test_a_learner_caught_up_by_snapshot_stays_a_learner_after_a_restart_5_3(tmp
         new = cluster.add_node(start=False)
         with Client([cluster.endpoints[leader]], timeout_s=20.0) as c:
             c.member_add(cluster.peer_url(new), learner=True)
+        cluster.start(new)  # (the log was compacted behind index 100 already: a snapshot)
         for k in range(50):
             cluster.put(leader, b"more/%03d" % k, b"v")
-        cluster.start(new)
         wait_until(
             lambda: serializable_count(cluster, new, b"more/") == 50, 30, "the learner caught up"
         )
