@@ -62,6 +62,7 @@ from raftlog import (
     ApplyFailure,
     ConsensusEngine,
     Entry,
+    LearnerNotReadyError,
     ProposeError,
     ReplicatedLog,
     UnsafeReconfigurationError,
@@ -142,8 +143,8 @@ class NodeFacade:
             try:
                 await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
                 return
-            except UnsafeReconfigurationError:
-                raise  # waiting does not start members
+            except (UnsafeReconfigurationError, LearnerNotReadyError):
+                raise  # waiting does not start members, nor catch a learner up at once
             except ProposeError:
                 if loop.time() >= deadline:
                     raise

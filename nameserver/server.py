@@ -23,6 +23,7 @@ from nameserver.auth.check import Authorizer
 from nameserver.auth.service import AuthExtraService, AuthService
 from nameserver.auth.tokens import node_credential
 from nameserver.auth.tokens import provider as token_provider
+from nameserver.cluster.learner import learner_gate
 from nameserver.cluster.liveness import DiskAlarm
 from nameserver.cluster.records import Member, alarm_text
 from nameserver.cluster.removal import RemovedMember
@@ -305,7 +306,10 @@ class Node:
         with binding("listen_peer", self.config.listen_peer):
             self.log.start()
         server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
-        table = MethodTable(self.config.max_request_bytes, self.authorizer.check)
+        table = MethodTable(
+            self.config.max_request_bytes,
+            learner_gate(self.ctx.engine.is_learner, self.authorizer.check),
+        )
         rpc_pb2_grpc.add_KVServicer_to_server(KVService(self.ctx), table)
         rpc_pb2_grpc.add_LeaseServicer_to_server(LeaseService(self.ctx, self.leases), table)
         rpc_pb2_grpc.add_ClusterServicer_to_server(ClusterService(self.ctx), table)

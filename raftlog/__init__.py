@@ -11,6 +11,7 @@ from raftlog.consensus import (
 from raftlog.entry import Effect, Entry, decode_batch, encode_batch
 from raftlog.errors import (
     ConfigError,
+    LearnerNotReadyError,
     NoSpaceError,
     NotLeaderError,
     ProposalDroppedError,
@@ -46,6 +47,7 @@ __all__ = [
     "EngineStatus",
     "Entry",
     "InMemoryEngine",
+    "LearnerNotReadyError",
     "Member",
     "NativeConfig",
     "NativeEngine",

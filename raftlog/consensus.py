@@ -148,11 +148,13 @@ class EngineStatus:
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One voting member: its Raft peer address, and its name (node id) when the engine
-    knows it (its peers at start, :meth:`ConsensusEngine.name_member` since), else ""."""
+    """One member: its Raft peer address, and its name (node id) when the engine knows it
+    (its peers at start, :meth:`ConsensusEngine.name_member` since), else ""; a learner
+    (etcd 3.4's non-voting member) gets the log but does not vote."""
 
     address: str
     name: str = ""
+    is_learner: bool = False
 
 
 class ConsensusEngine(Protocol):
@@ -187,7 +189,8 @@ class ConsensusEngine(Protocol):
 
     # ------------------------------------------------------------------ membership
     def members(self) -> list[Member]:
-        """The voters of the current configuration (this node included), by address."""
+        """The members of the current configuration (this node included), by address:
+        the voters, then the learners."""
 
     def add_member(self, address: str, callback: ProposeCallback) -> None:
         """Add a voting member (one change at a time; the new node must already run with
@@ -196,7 +199,16 @@ class ConsensusEngine(Protocol):
         ``UnsafeReconfigurationError`` when too few members run)."""
 
     def remove_member(self, address: str, callback: ProposeCallback) -> None:
-        """Remove a voting member; as :meth:`add_member`."""
+        """Remove a member (a voter or a learner); as :meth:`add_member`."""
+
+    def add_learner(self, address: str, callback: ProposeCallback) -> None:
+        """Add a non-voting member (a learner: it gets the log and snapshots, and counts for
+        no quorum); as :meth:`add_member`. An engine without learners refuses it with a
+        ``ProposeError``."""
+
+    def promote_member(self, address: str, callback: ProposeCallback) -> None:
+        """Make a learner a voter: ``LearnerNotReadyError`` while its log is behind the
+        leader's; otherwise as :meth:`add_member`."""
 
     def transfer_leadership(self, address: str | None, callback: ProposeCallback) -> None:
         """Ask the leader to hand over to ``address`` (None: the most caught-up follower);
@@ -207,6 +219,9 @@ class ConsensusEngine(Protocol):
 
     def is_leader(self) -> bool:
         """Whether this node leads now."""
+
+    def is_learner(self) -> bool:
+        """Whether this node is a learner (a non-voting member) now (cheap: per request)."""
 
     def name_member(self, node_id: str, address: str) -> None:
         """Learn a member's name (from wherever the caller keeps it), for status, leader
@@ -278,6 +293,12 @@ class InMemoryEngine:
     def remove_member(self, address: str, callback: ProposeCallback) -> None:
         self._change(address, callback, add=False)
 
+    def add_learner(self, address: str, callback: ProposeCallback) -> None:
+        callback(None, ProposeError("learners need the native Raft engine"))
+
+    def promote_member(self, address: str, callback: ProposeCallback) -> None:
+        callback(None, ProposeError("learners need the native Raft engine"))
+
     def _change(self, address: str, callback: ProposeCallback, add: bool) -> None:
         with self._lock:
             refused = ""
@@ -305,6 +326,9 @@ class InMemoryEngine:
 
     def is_leader(self) -> bool:
         return True
+
+    def is_learner(self) -> bool:
+        return False
 
     def name_member(self, node_id: str, address: str) -> None:
         with self._lock:

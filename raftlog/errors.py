@@ -7,6 +7,7 @@
     │   ├── QueueFullError           the consensus engine's queue is full (retriable)
     │   ├── NoSpaceError             this node's disk is full (NOSPACE): writes are refused until space returns
     │   ├── UnsafeReconfigurationError  a membership change would leave fewer started members than a quorum
+    │   ├── LearnerNotReadyError     a learner's promotion before its log caught up with the leader's
     │   └── UnknownOutcomeError      the deadline passed; the entry may still be applied later
     ├── ConfigError                  a configuration field is invalid (names the field)
     ├── SegmentCorruptionError       (raftlog.segment_files) a change-log record in the middle is corrupt
@@ -56,6 +57,11 @@ class UnsafeReconfigurationError(ProposeError):
     """The strict reconfiguration check (etcd's ``--strict-reconfig-check``) refused a
     membership change: after it, fewer members would run than a quorum needs. Not retried:
     start the new member first, or remove members that are down first."""
+
+
+class LearnerNotReadyError(ProposeError):
+    """A learner (non-voting member) is promoted only once its log holds nearly all of the
+    leader's (etcd 3.4's rule). Not retried here: the caller asks again later."""
 
 
 class UnknownOutcomeError(ProposeError):

@@ -364,6 +364,12 @@ class PySyncObjEngine:
     def remove_member(self, address: str, callback: ProposeCallback) -> None:
         self._change(address, callback, add=False)
 
+    def add_learner(self, address: str, callback: ProposeCallback) -> None:
+        callback(None, ProposeError("learners need the native Raft engine (raft_engine native)"))
+
+    def promote_member(self, address: str, callback: ProposeCallback) -> None:
+        callback(None, ProposeError("learners need the native Raft engine (raft_engine native)"))
+
     def _change(self, address: str, callback: ProposeCallback, add: bool) -> None:
         so = self._sync
         if so is None:
@@ -448,6 +454,9 @@ class PySyncObjEngine:
     def is_leader(self) -> bool:
         so = self._sync
         return so is not None and int(so._SyncObj__raftState) == _LEADER
+
+    def is_learner(self) -> bool:
+        return False  # (PySyncObj has no learners)
 
     def _name(self, address: str) -> str:
         return self._by_address.get(address, address)

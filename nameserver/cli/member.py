@@ -1,4 +1,4 @@
-"""``metaledger member add|remove|list``: membership, through etcd's Cluster service.
+"""``metaledger member add|promote|remove|list``: membership, through etcd's Cluster service.
 
 ``member add PEER_URL`` prints the new member's id and the whole ``serve`` command the new node
 runs with, as ``etcdctl member add`` prints the ``ETCD_INITIAL_CLUSTER`` to use: its id, data
@@ -9,6 +9,10 @@ file (``--cluster-password-file``, default ``cluster-password``, ``cluster up``'
 (``--initial-cluster-token``, when given). docs/operations.md's order is start, then add: the
 command is the one to start it with before, and to check it against after. ``member remove``
 takes the member's hex id (as ``member list`` shows it) or its name (the node id).
+
+``member add --learner`` adds a non-voting member (etcd 3.4's learner: it gets the log but
+neither votes nor counts for a quorum); ``member promote ID|NAME`` makes it a voter once it
+has caught up (refused before, as etcd refuses it).
 """
 
 from __future__ import annotations
@@ -105,7 +109,12 @@ def add_report(new: Member, name: str, flags: list[str]) -> tuple[dict[str, Any]
     }
     text = "\n".join(
         [
-            f"Member {member_id_text(new.member_id)} added to the cluster",
+            f"Member {member_id_text(new.member_id)} added to the cluster"
+            + (
+                " as a learner (`member promote` it once it has caught up)"
+                if new.is_learner
+                else ""
+            ),
             "",
             f"Node {name} runs with (start it so, from an empty data dir, if it is not running"
             " yet: docs/operations.md starts a new member, then adds it):",
@@ -122,7 +131,7 @@ def run_member_add(args: argparse.Namespace) -> int:
         name = args.name or next_name(before)
         if any(m.name == name for m in before):
             raise InvalidArgument(f"a member is already named {name!r}; choose --name")
-        new = client.member_add(url)
+        new = client.member_add(url, learner=args.learner)
         members = client.members()
     flags = serve_flags(
         members, new, name, args.data_dir or name, args.cluster_password_file, args.token
@@ -132,18 +141,31 @@ def run_member_add(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def run_member_remove(args: argparse.Namespace) -> int:
+def _change_one(args: argparse.Namespace, done: str, text: str) -> int:
+    """``member remove`` / ``member promote``: the member ``args.member`` resolved, the
+    change made; ``done`` names it in the JSON report, ``text`` follows "Member ID (NAME)"."""
     with make_client(args) as client:
         target = resolve_member(client.members(), args.member)
-        remaining = client.member_remove(target.member_id)
+        if done == "removed":
+            members = client.member_remove(target.member_id)
+        else:
+            members = client.member_promote(target.member_id)
     doc = {
-        "removed": dataclasses.asdict(target),
+        done: dataclasses.asdict(target),
         "id": member_id_text(target.member_id),
-        "members": [dataclasses.asdict(m) for m in remaining],
+        "members": [dataclasses.asdict(m) for m in members],
     }
     what = member_id_text(target.member_id) + (f" ({target.name})" if target.name else "")
-    printer(args).report(doc, f"Member {what} removed from the cluster; stop that node now")
+    printer(args).report(doc, f"Member {what} {text}")
     return ExitCode.OK
+
+
+def run_member_remove(args: argparse.Namespace) -> int:
+    return _change_one(args, "removed", "removed from the cluster; stop that node now")
+
+
+def run_member_promote(args: argparse.Namespace) -> int:
+    return _change_one(args, "promoted", "promoted: it votes from now on")
 
 
 def run_member_list(args: argparse.Namespace) -> int:
@@ -160,7 +182,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     add = actions.add_parser(
         "add",
         parents=[common],
-        help="add a voting member; prints the serve command it runs with",
+        help="add a voting member (or --learner); prints the serve command it runs with",
+    )
+    add.add_argument(
+        "--learner",
+        action="store_true",
+        help="add a non-voting member (a learner); `member promote` makes it vote",
     )
     add.add_argument("peer_url", metavar="PEER_URL", help="the new node's http://host:port")
     add.add_argument(
@@ -189,6 +216,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         help="the cluster's token, in the printed command (`cluster up`: DIR/cluster-token)",
     )
     add.set_defaults(run=run_member_add)
+
+    promote = actions.add_parser(
+        "promote", parents=[common], help="make a learner a voting member once caught up"
+    )
+    promote.add_argument("member", metavar="ID|NAME", help="hex member id or node name")
+    promote.set_defaults(run=run_member_promote)
 
     remove = actions.add_parser("remove", parents=[common], help="remove a member")
     remove.add_argument("member", metavar="ID|NAME", help="hex member id or node name")

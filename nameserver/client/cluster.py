@@ -121,15 +121,25 @@ class ClusterApi(Transport):
         resp = self._call(lambda s: s.cluster.MemberList, rpc_pb2.MemberListRequest(), write=False)
         return [Member.from_proto(m) for m in resp.members]
 
-    def member_add(self, peer_url: str) -> Member:
+    def member_add(self, peer_url: str, learner: bool = False) -> Member:
         """Cluster.MemberAdd: a voting member at ``peer_url`` (``http://host:port``; a bare
-        ``host:port`` gets ``http://``). The new node runs (before or after the add) with
-        every current member and itself in ``--initial-cluster``. Returns the new member (no
-        name until it has started). A retry of an add that did happen answers FailedPrecondition (the peer URL
-        already exists)."""
-        req = rpc_pb2.MemberAddRequest(peerURLs=[normalize_peer_url(peer_url)])
+        ``host:port`` gets ``http://``), or with ``learner`` a non-voting one (etcd 3.4's
+        learner: it gets the log, votes once promoted). The new node runs (before or after
+        the add) with every current member and itself in ``--initial-cluster``. Returns the
+        new member (no name until it has started). A retry of an add that did happen answers
+        FailedPrecondition (the peer URL already exists)."""
+        req = rpc_pb2.MemberAddRequest(peerURLs=[normalize_peer_url(peer_url)], isLearner=learner)
         resp = self._call(lambda s: s.cluster.MemberAdd, req, write=True)
         return Member.from_proto(resp.member)
+
+    def member_promote(self, member_id: int) -> list[Member]:
+        """Cluster.MemberPromote: the learner ``member_id`` becomes a voter; returns the
+        members afterwards. FailedPrecondition while its log is behind the leader's (etcd's
+        "can only promote a learner member which is in sync with leader"), or when it is
+        not a learner."""
+        req = rpc_pb2.MemberPromoteRequest(ID=member_id)
+        resp = self._call(lambda s: s.cluster.MemberPromote, req, write=True)
+        return [Member.from_proto(m) for m in resp.members]
 
     def member_remove(self, member_id: int) -> list[Member]:
         """Cluster.MemberRemove by member id; returns the members afterwards.

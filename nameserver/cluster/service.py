@@ -1,4 +1,8 @@
-"""etcd's Cluster service: member list, add, remove, update, promote."""
+"""etcd's Cluster service: member list, add, remove, update, promote.
+
+Learners as etcd 3.4 has them: ``MemberAdd`` with ``isLearner`` adds a non-voting member
+(at most one), ``MemberPromote`` makes it a voter once its log holds nearly all of the
+leader's, with etcd's errors (:mod:`nameserver.cluster.learner`)."""
 
 from __future__ import annotations
 
@@ -6,6 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from nameserver.cluster.learner import (
+    MAX_LEARNERS,
+    LearnerNotInSync,
+    NotALearner,
+    TooManyLearners,
+)
 from nameserver.cluster.records import host_port, member_id_of
 from nameserver.errors import (
     FailedPrecondition,
@@ -21,6 +31,7 @@ from nameserver.tls import node_channel
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from raftlog import (
     Entry,
+    LearnerNotReadyError,
 )
 
 if TYPE_CHECKING:
@@ -41,12 +52,20 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
 
     def _list(self, image: MetadataImage) -> list[Any]:
         scheme = "https://" if self.node.config.peer_cert_file else "http://"  # peer TLS
+        learners = self._learners()
         return [
             rpc_pb2.Member(
-                ID=mid, name=name, peerURLs=[scheme + address], clientURLs=list(client_urls)
+                ID=mid,
+                name=name,
+                peerURLs=[scheme + address],
+                clientURLs=list(client_urls),
+                isLearner=address in learners,
             )
             for name, mid, address, client_urls in self.node.members(image)
         ]
+
+    def _learners(self) -> set[str]:
+        return {m.address for m in self.node.engine.members() if m.is_learner}
 
     async def _change(self, add: bool, address: str) -> None:
         """One membership change (retried while refused, see NodeFacade.engine_call)."""
@@ -69,18 +88,27 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
     async def MemberAdd(
         self, request: rpc_pb2.MemberAddRequest, context: Any
     ) -> rpc_pb2.MemberAddResponse:
-        if request.isLearner:
-            raise Unimplemented("metaledger: learners (non-voting members) are not supported")
         if len(request.peerURLs) != 1:
             raise InvalidArgument("peerURLs: give exactly one peer URL (http://host:port)")
         address = peer_address(request.peerURLs[0])
-        if address in {m.address for m in self.node.engine.members()}:
+        members = self.node.engine.members()
+        if address in {m.address for m in members}:
             raise FailedPrecondition("etcdserver: Peer URLs already exists")
-        await self._change(True, address)
+        engine = self.node.engine
+        if request.isLearner:
+            if sum(m.is_learner for m in members) >= MAX_LEARNERS:
+                raise TooManyLearners()
+            await self.node.engine_call(lambda cb: engine.add_learner(address, cb))
+        else:
+            await self._change(True, address)
         image = await self.node.read_image(False)
         resp = rpc_pb2.MemberAddResponse(header=self.node.header(image.revision))
         resp.member.CopyFrom(
-            rpc_pb2.Member(ID=member_id_of(address), peerURLs=list(request.peerURLs))
+            rpc_pb2.Member(
+                ID=member_id_of(address),
+                peerURLs=list(request.peerURLs),
+                isLearner=request.isLearner,
+            )
         )
         resp.members.extend(self._list(image))
         return resp
@@ -131,9 +159,22 @@ class ClusterService(rpc_pb2_grpc.ClusterServicer):  # type: ignore[misc]
     async def MemberPromote(
         self, request: rpc_pb2.MemberPromoteRequest, context: Any
     ) -> rpc_pb2.MemberPromoteResponse:
-        raise Unimplemented(
-            "metaledger has no learners (every member votes): MemberPromote is not supported",
-        )
+        image = await self.node.read_image(False)
+        target = [m for m in self.node.members(image) if m[1] == request.ID]
+        if not target:
+            raise NotFound("etcdserver: member not found")
+        address = target[0][2]
+        if address not in self._learners():
+            raise NotALearner()
+        engine = self.node.engine
+        try:
+            await self.node.engine_call(lambda cb: engine.promote_member(address, cb))
+        except LearnerNotReadyError:
+            raise LearnerNotInSync() from None
+        image = await self.node.read_image(False)
+        resp = rpc_pb2.MemberPromoteResponse(header=self.node.header(image.revision))
+        resp.members.extend(self._list(image))
+        return resp
 
     async def _forward_remove_to_leader(
         self, request: rpc_pb2.MemberRemoveRequest, image: MetadataImage, name: str

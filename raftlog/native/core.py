@@ -64,19 +64,23 @@ from raftlog.native.messages import (
     KIND_NOOP,
     KIND_NORMAL,
     ChangeRefused,
+    LearnerNotReady,
     LogEntry,
     Message,
     MsgType,
     NotLeader,
     UnsafeChange,
-    decode_voters,
-    encode_voters,
+    decode_config,
+    encode_config,
 )
 
 #: The leader sends at most this many bytes of entries in one append message ...
 MAX_APPEND_BYTES = 1024 * 1024
 #: ... and lets at most this many entries be in flight to one follower (flow control).
 MAX_INFLIGHT_ENTRIES = 512
+#: A learner is promoted only once its log holds this share of the leader's (etcd 3.4's
+#: ``readyPercent``).
+LEARNER_READY_SHARE = 0.9
 #: A commit index alone is not sent to a follower that got a message less than this ago.
 COMMIT_LAZY_S = 0.005
 
@@ -153,6 +157,7 @@ class RaftCore:
         now: float = 0.0,
         rng: random.Random | None = None,
         strict_reconfig: bool = True,
+        learners: Sequence[str] = (),
     ) -> None:
         self.me = me
         self.strict_reconfig = strict_reconfig
@@ -170,6 +175,10 @@ class RaftCore:
                 raise ValueError(f"log not contiguous at entry {e.index} (after {snap_index})")
         self.snap_voters: tuple[str, ...] = tuple(sorted(voters))
         self.voters: tuple[str, ...] = self.snap_voters
+        # non-voting members (etcd 3.4's learners): they get the log and snapshots, but
+        # never vote, campaign, or count for a quorum, a commit, a read round
+        self.snap_learners: tuple[str, ...] = tuple(sorted(learners))
+        self.learners: tuple[str, ...] = self.snap_learners
         self.config_index = 0  # index of the newest config entry in the log (0: none)
         self._recompute_config()
         self.commit = min(max(commit, snap_index), self.last_index)
@@ -232,25 +241,38 @@ class RaftCore:
             size += len(e.data)
         return out
 
-    def config_at(self, index: int) -> tuple[str, ...]:
-        """The voters as of ``index`` (the newest config entry at or before it)."""
+    def membership_at(self, index: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(voters, learners) as of ``index`` (the newest config entry at or before it)."""
         for e in reversed(self.log[: max(0, index - self.snap_index)]):
             if e.kind == KIND_CONFIG:
-                return decode_voters(e.data)
-        return self.snap_voters
+                return decode_config(e.data)
+        return self.snap_voters, self.snap_learners
+
+    def config_at(self, index: int) -> tuple[str, ...]:
+        """The voters as of ``index``."""
+        return self.membership_at(index)[0]
 
     def _recompute_config(self) -> None:
         for e in reversed(self.log):
             if e.kind == KIND_CONFIG:
-                self.voters = decode_voters(e.data)
+                self.voters, self.learners = decode_config(e.data)
                 self.config_index = e.index
                 return
-        self.voters = self.snap_voters
+        self.voters, self.learners = self.snap_voters, self.snap_learners
         self.config_index = 0
 
     @property
     def peers(self) -> list[str]:
+        """The other voters (who a candidate asks for votes)."""
         return [v for v in self.voters if v != self.me]
+
+    @property
+    def replicas(self) -> list[str]:
+        """Every other member, learners included (whom a leader sends the log)."""
+        return [v for v in (*self.voters, *self.learners) if v != self.me]
+
+    def is_member(self, address: str) -> bool:
+        return address in self.voters or address in self.learners
 
     def quorum(self) -> int:
         return len(self.voters) // 2 + 1
@@ -304,7 +326,7 @@ class RaftCore:
 
     def _config_changed(self) -> None:
         if self.role == Role.LEADER:
-            for peer in self.peers:
+            for peer in self.replicas:
                 if peer not in self.progress:
                     # a check-quorum grace for the new member, as a new leader gives all
                     self.progress[peer] = Progress(next=self.last_index + 1, last_ack=self.clock)
@@ -316,7 +338,7 @@ class RaftCore:
         """Stop replicating to members the configuration no longer has, once they were sent
         the commit of the change that removed them (so a removed member learns of its
         removal, and answers whoever waits for it there), or once they are silent."""
-        for peer in [p for p in self.progress if p not in self.voters]:
+        for peer in [p for p in self.progress if not self.is_member(p)]:
             pr = self.progress[peer]
             told = self.config_index <= min(self.commit, pr.match, pr.sent_commit)
             if told or now - pr.last_ack >= self.timing.step_down_s:
@@ -328,7 +350,7 @@ class RaftCore:
         committed, and no leader has written to it for ``quiet_s`` (a leader writes to a
         removed member until it has sent it that commit, then never again; a new member
         catching up through an older configuration without it is written to all along)."""
-        if self.me in self.voters or self.commit < self.config_index or self.role == Role.LEADER:
+        if self.is_member(self.me) or self.commit < self.config_index or self.role == Role.LEADER:
             return False
         return now - self.last_heard_leader >= quiet_s
 
@@ -386,7 +408,8 @@ class RaftCore:
         self.events.append("leader")
         self.transfer_to = ""
         self.progress = {
-            p: Progress(next=self.last_index + 1, last_ack=now, last_sent=-1e18) for p in self.peers
+            p: Progress(next=self.last_index + 1, last_ack=now, last_sent=-1e18)
+            for p in self.replicas
         }
         noop = LogEntry(self.last_index + 1, self.term, KIND_NOOP, b"")
         self.term_start = noop.index
@@ -433,39 +456,66 @@ class RaftCore:
         return e.index, e.term
 
     def propose_change(self, op: str, address: str, now: float | None = None) -> tuple[int, int]:
-        """A single-server membership change (§4.1): ``op`` is "add" or "remove". Raises
-        NotLeader, ChangeRefused (UnsafeChange: the strict reconfiguration check)."""
+        """A single-server membership change (§4.1): ``op`` is "add" (a voter), "learner"
+        (add a non-voting member), "promote" (a learner becomes a voter) or "remove"
+        (either). Raises NotLeader, ChangeRefused (UnsafeChange: the strict
+        reconfiguration check; LearnerNotReady: a promotion before the learner caught up).
+
+        As etcd-io/raft's ``confchange``: a learner's change never alters the quorum, so
+        adding or removing one is not checked against the members that run."""
         if self.role != Role.LEADER:
             raise NotLeader(self.leader)
         if self.commit < self.term_start:
             raise ChangeRefused("this leader's first entry is not committed yet")
         if self.config_index > self.commit:
             raise ChangeRefused("another membership change is in progress")
-        voters = set(self.voters)
-        if op == "add":
-            if address in voters:
-                raise ChangeRefused(f"{address} is already a member")
-            voters.add(address)
-        elif op == "remove":
-            if address not in voters:
-                raise ChangeRefused(f"{address} is not a member")
-            if len(voters) == 1:
-                raise ChangeRefused("cannot remove the last member")
-            voters.discard(address)
-        else:
-            raise ChangeRefused(f"unknown membership change {op!r}")
+        voters, learners = set(self.voters), set(self.learners)
         if now is not None:
             self.clock = now
-        if self.strict_reconfig:
+        if op in ("add", "learner"):
+            if address in voters or address in learners:
+                raise ChangeRefused(f"{address} is already a member")
+            (voters if op == "add" else learners).add(address)
+        elif op == "promote":
+            if address not in learners:
+                raise ChangeRefused(f"{address} is not a learner")
+            self._check_ready(address)
+            learners.discard(address)
+            voters.add(address)
+        elif op == "remove":
+            if address in learners:
+                learners.discard(address)
+            elif address not in voters:
+                raise ChangeRefused(f"{address} is not a member")
+            elif len(voters) == 1:
+                raise ChangeRefused("cannot remove the last member")
+            else:
+                voters.discard(address)
+        else:
+            raise ChangeRefused(f"unknown membership change {op!r}")
+        if self.strict_reconfig and voters != set(self.voters):
             self._check_started(op, voters, self.clock)
-        return self.propose(encode_voters(voters), KIND_CONFIG)
+        return self.propose(encode_config(voters, learners), KIND_CONFIG)
+
+    def _check_ready(self, learner: str) -> None:
+        """etcd 3.4's ``isLearnerReady``: the learner's match is at least
+        :data:`LEARNER_READY_SHARE` of the leader's own (one not heard from yet matches 0)."""
+        pr = self.progress.get(learner)
+        match = pr.match if pr is not None else 0
+        if self.durable > 0 and match < LEARNER_READY_SHARE * self.durable:
+            raise LearnerNotReady(
+                f"{learner} holds the log up to index {match}, the leader's reaches "
+                f"{self.durable} (a learner is promoted once it holds "
+                f"{LEARNER_READY_SHARE:.0%} of it)"
+            )
 
     def started_members(self, now: float) -> set[str]:
-        """The voters this leader heard from within an election timeout, itself included."""
+        """The members (voters and learners) this leader heard from within an election
+        timeout, itself included."""
         window = self.timing.election_max_s
         started = {self.me} if self.me in self.voters else set()
         for peer, pr in self.progress.items():
-            if peer in self.voters and now - pr.heard < window:
+            if self.is_member(peer) and now - pr.heard < window:
                 started.add(peer)
         return started
 
@@ -475,7 +525,7 @@ class RaftCore:
         member added but never started, a running member removed)."""
         started = self.started_members(now) & new_voters
         quorum = len(new_voters) // 2 + 1
-        if op == "add" and self.voters == (self.me,):
+        if op in ("add", "promote") and self.voters == (self.me,):
             return  # growing a one-member cluster (after --force-new-cluster), as etcd allows
         if len(started) < quorum:
             raise UnsafeChange(
@@ -952,14 +1002,16 @@ class RaftCore:
             return
         if index > self.delivered:
             raise ValueError(f"compacting past the delivered index ({index} > {self.delivered})")
-        self.snap_voters = self.config_at(index)
+        self.snap_voters, self.snap_learners = self.membership_at(index)
         term = self.term_at(index)
         assert term is not None
         self.snap_term = term
         del self.log[: index - self.snap_index]
         self.snap_index = index
 
-    def restore(self, index: int, term: int, voters: Sequence[str]) -> bool:
+    def restore(
+        self, index: int, term: int, voters: Sequence[str], learners: Sequence[str] = ()
+    ) -> bool:
         """Install a snapshot from the leader (§5.3); False if it is not newer than what is
         committed here."""
         if index <= self.commit:
@@ -970,6 +1022,7 @@ class RaftCore:
             self.log = []
         self.snap_index, self.snap_term = index, term
         self.snap_voters = tuple(sorted(voters))
+        self.snap_learners = tuple(sorted(learners))
         self._recompute_config()
         self.commit = self.delivered = index
         self.durable = self.last_index  # the driver rewrites its log file at once

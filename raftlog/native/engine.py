@@ -105,9 +105,11 @@ class NativeEngine:
         self._wal = wal
         snap_index, snap_term = 0, 0
         voters = tuple(cfg.peers.values())
+        learners: tuple[str, ...] = ()
         if self._snapshots is not None and os.path.exists(self.dump_file):
             meta = json.loads(self._snapshots.load(self.dump_file))
             snap_index, snap_term, voters = meta["index"], meta["term"], tuple(meta["voters"])
+            learners = tuple(meta.get("learners", ()))
         if cfg.force_new_cluster:
             self._force_new_cluster(wal, state, snap_index, snap_term, voters)
         t = Timing(
@@ -129,6 +131,7 @@ class NativeEngine:
                 timing=t,
                 now=time.monotonic(),
                 rng=random.Random(),
+                learners=learners,
             )
             self._core_started = time.monotonic()
         except ValueError as exc:
@@ -308,6 +311,12 @@ class NativeEngine:
     def remove_member(self, address: str, callback: ProposeCallback) -> None:
         self._change(f"remove {address}", callback)
 
+    def add_learner(self, address: str, callback: ProposeCallback) -> None:
+        self._change(f"learner {address}", callback)
+
+    def promote_member(self, address: str, callback: ProposeCallback) -> None:
+        self._change(f"promote {address}", callback)
+
     def _change(self, change: str, callback: ProposeCallback) -> None:
         p = self._pass
         if p is None or not self._call(
@@ -368,8 +377,11 @@ class NativeEngine:
     def members(self) -> list[Member]:
         core = self._core
         voters = core.voters if core is not None else self._config.peers.values()
+        learners = core.learners if core is not None else ()
         names = self._by_address
-        return [Member(a, names.get(a, "")) for a in sorted(voters)]
+        return [Member(a, names.get(a, "")) for a in sorted(voters)] + [
+            Member(a, names.get(a, ""), is_learner=True) for a in learners
+        ]
 
     def uncommitted(self) -> list[bytes]:
         core = self._core
@@ -391,3 +403,7 @@ class NativeEngine:
     def is_leader(self) -> bool:
         core = self._core
         return core is not None and core.role == Role.LEADER
+
+    def is_learner(self) -> bool:
+        core = self._core
+        return core is not None and bool(core.learners) and core.me in core.learners

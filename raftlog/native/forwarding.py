@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 
 from raftlog.consensus import CommitSink, ProposeCallback
 from raftlog.errors import (
+    LearnerNotReadyError,
     NotLeaderError,
     ProposalDroppedError,
     ProposeError,
@@ -33,6 +34,7 @@ from raftlog.native.messages import (
     KIND_CONFIG,
     KIND_NORMAL,
     ChangeRefused,
+    LearnerNotReady,
     Message,
     MsgType,
     NotLeader,
@@ -42,6 +44,7 @@ from raftlog.native.messages import (
 _REJECT_NOT_LEADER = 1
 _REJECT_REFUSED = 2
 _REJECT_UNSAFE = 3  # the strict reconfiguration check refused a membership change
+_REJECT_NOT_READY = 4  # a learner's promotion before it caught up
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,8 @@ class Forwarding:
             raise NotLeaderError("no stable leader", self._name(core.leader)) from None
         except UnsafeChange as exc:
             raise UnsafeReconfigurationError(str(exc)) from None
+        except LearnerNotReady as exc:
+            raise LearnerNotReadyError(str(exc)) from None
         except ChangeRefused as exc:
             raise ProposeError(f"membership change refused: {exc}") from None
         if callback is not None:
@@ -134,7 +139,7 @@ class Forwarding:
         """Leader: a follower forwards a proposal; the follower waits for the commit."""
         core = self._core
         try:
-            if m.src not in core.voters:
+            if m.src not in core.voters and m.src not in core.learners:
                 # The handshake proves the dialer knows the cluster password, not that the
                 # address it claims is a member's; only a member forwards its clients'
                 # proposals (and a removed one no longer may).
@@ -144,6 +149,8 @@ class Forwarding:
             code = _REJECT_NOT_LEADER if isinstance(err, NotLeaderError) else _REJECT_REFUSED
             if isinstance(err, UnsafeReconfigurationError):
                 code = _REJECT_UNSAFE
+            elif isinstance(err, LearnerNotReadyError):
+                code = _REJECT_NOT_READY
             resp = Message(
                 MsgType.PROPOSE_RESP,
                 core.term,
@@ -169,6 +176,8 @@ class Forwarding:
                 callback(None, NotLeaderError(reason, self._name(self._core.leader)))
             elif m.hint == _REJECT_UNSAFE:
                 callback(None, UnsafeReconfigurationError(reason))
+            elif m.hint == _REJECT_NOT_READY:
+                callback(None, LearnerNotReadyError(reason))
             else:
                 callback(None, ProposeError(reason))
             return

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 #: Entry kinds: only NORMAL entries reach the state machine.
 KIND_NORMAL = 0
 KIND_NOOP = 1  # a new leader's first entry (commits the previous terms' entries, §3.6.2)
-KIND_CONFIG = 2  # data: JSON list of the voters' addresses after this change
+KIND_CONFIG = 2  # data: the configuration after this change (encode_config)
 
 
 class MsgType(enum.IntEnum):
@@ -42,6 +42,11 @@ class NotLeader(Exception):
 
 class ChangeRefused(Exception):
     """A membership change the current configuration cannot take now."""
+
+
+class LearnerNotReady(ChangeRefused):
+    """A learner's promotion while its log is still far behind the leader's (etcd 3.4
+    promotes one that holds at least 90% of the leader's log)."""
 
 
 class UnsafeChange(ChangeRefused):
@@ -153,11 +158,33 @@ def encode_voters(voters: Iterable[str]) -> bytes:
     return json.dumps(sorted(voters)).encode()
 
 
-def decode_voters(data: bytes) -> tuple[str, ...]:
-    value = json.loads(data)
+def encode_config(voters: Iterable[str], learners: Iterable[str] = ()) -> bytes:
+    """A configuration entry's data: the JSON list of the voters' addresses, as it always
+    was while there is no learner (so a log without learners reads the same to an older
+    build); with learners (non-voting members, etcd 3.4's), ``{"voters": [...],
+    "learners": [...]}``."""
+    learners = sorted(learners)
+    if not learners:
+        return encode_voters(voters)
+    return json.dumps({"voters": sorted(voters), "learners": learners}).encode()
+
+
+def _addresses(value: object, data: bytes) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"not a list of member addresses: {data!r}")
     return tuple(sorted(value))
+
+
+def decode_config(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(voters, learners) of a configuration entry; raises ValueError on anything else."""
+    value = json.loads(data)
+    if isinstance(value, dict):
+        return _addresses(value.get("voters"), data), _addresses(value.get("learners", []), data)
+    return _addresses(value, data), ()
+
+
+def decode_voters(data: bytes) -> tuple[str, ...]:
+    return decode_config(data)[0]
 
 
 def standalone_config(
@@ -176,12 +203,12 @@ def standalone_config(
     and commits once it leads alone (its commit index on disk is only a hint, and entries
     past it may have been acknowledged to clients)."""
     log_ = [e for e in entries if e.index > snap_index]
-    current = tuple(sorted(voters))
+    current: tuple[tuple[str, ...], tuple[str, ...]] = (tuple(sorted(voters)), ())
     for e in reversed(log_):
         if e.kind == KIND_CONFIG:
-            current = decode_voters(e.data)
+            current = decode_config(e.data)
             break
-    if current == (me,):
+    if current == ((me,), ()):
         return None
     last_index, last_term = (log_[-1].index, log_[-1].term) if log_ else (snap_index, snap_term)
     return LogEntry(last_index + 1, max(term, last_term), KIND_CONFIG, encode_voters([me]))

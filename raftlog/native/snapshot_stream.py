@@ -87,7 +87,14 @@ class SnapshotStream:
             return
         self._snap_forced = False
         index = core.delivered
-        meta = {"index": index, "term": core.term_at(index), "voters": list(core.config_at(index))}
+        voters, learners = core.membership_at(index)
+        meta: dict[str, object] = {
+            "index": index,
+            "term": core.term_at(index),
+            "voters": list(voters),
+        }
+        if learners:
+            meta["learners"] = list(learners)  # (absent without learners: as older builds wrote)
         self._snap_pending = index
         snapshots.take(index, json.dumps(meta).encode())
 
@@ -279,7 +286,7 @@ class SnapshotStream:
         assert snapshots is not None
         os.replace(tmp, self._dump_file)
         meta = json.loads(snapshots.load(self._dump_file))
-        core.restore(meta["index"], meta["term"], meta["voters"])
+        core.restore(meta["index"], meta["term"], meta["voters"], meta.get("learners", ()))
         self._on_installed(meta["index"])
         self._wal.rewrite(core.term, core.vote, core.commit, core.log)
         log.info("installed the leader's snapshot at index %d", meta["index"])

@@ -321,7 +321,7 @@ class Transport:
                 if lost and not self._stopping:
                     self._on_lost(peer.address)
             if self._stopping or (
-                peer.address not in self._core.voters and peer.address != self._core.leader
+                not self._core.is_member(peer.address) and peer.address != self._core.leader
             ):
                 return  # no longer a member: stop redialling
             await asyncio.sleep(delay)

@@ -30,6 +30,7 @@ COMMANDS = {
     "txn": [],
     "watch": ["k"],
     "member add": ["http://127.0.0.1:1"],
+    "member promote": ["1"],
     "member remove": ["1"],
     "member list": [],
     "leader transfer": [],

@@ -76,7 +76,7 @@ class FakeClient:
     def members(self) -> Any:
         return self._answer("members", None)
 
-    def member_add(self, peer_url: str) -> Any:
+    def member_add(self, peer_url: str, learner: bool = False) -> Any:
         return self._answer("member_add", peer_url)
 
     def member_remove(self, member_id: int) -> Any:

@@ -22,7 +22,7 @@ class _Leader(Forwarding):
     """Forwarding's PROPOSE handling with a fake core, a recorded outbox and log."""
 
     def __init__(self) -> None:
-        core: Any = SimpleNamespace(term=4, voters=VOTERS)
+        core: Any = SimpleNamespace(term=4, voters=VOTERS, learners=())
         config: Any = None  # on_propose reads none of it
         self.sent: list[tuple[str, Message]] = []
         self.appended: list[tuple[bytes, int]] = []
