@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -285,10 +286,12 @@ def run_once(
     )
 
 
-def campaign_faults(seed: int, seconds: float, fault_s: float, healed_s: float) -> list[str]:
+def campaign_faults(
+    seed: int, seconds: float, fault_s: float, healed_s: float, faults: Iterable[str] = FAULTS
+) -> list[str]:
     """The faults of one run of the campaign: as many as fit, rotating from the seed."""
     count = max(1, int((seconds - 3.0) // (fault_s + healed_s)))
-    names = sorted(FAULTS)
+    names = sorted(faults)
     first = random.Random(seed).randrange(len(names))
     return [names[(first + k) % len(names)] for k in range(count)]
 
@@ -308,7 +311,18 @@ def main(argv: list[str] | None = None) -> int:
         default=REPO_ROOT,
         help="the checkout whose server code the nodes run (default: this one)",
     )
+    p.add_argument(
+        "--workload",
+        choices=["keys", "broker"],
+        default="keys",
+        help="keys: a 3-node metaledger cluster; broker: a quorum-write broker group "
+        "(tests/faults/net/broker_run.py)",
+    )
     args = p.parse_args(argv)
+    if args.workload == "broker":
+        from tests.faults.net.broker_run import campaign
+
+        return campaign(args)
     results: list[RunResult] = []
     for k in range(args.runs):
         seed = args.seed + k
