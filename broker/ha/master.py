@@ -14,6 +14,8 @@ Acks drive ``wait_for`` (futures resolved as acks arrive, no polling) and the pe
 over the ``sync_state_set`` members (slave ids, the master itself excluded), the log end when there
 are none, unchanged while a member is disconnected, never lowered. The send path calls
 ``notify_appended`` after each append (from the loop or any thread) to wake the streams.
+``on_connect`` hears of each slave whose connection is set up (the in-sync set keeper
+checks at once: a new master's slaves join as soon as they are there).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from broker.ha.deadlines import set_ha_socket_options
@@ -105,8 +107,11 @@ class HAMaster:
         heartbeat_interval: float = 1.0,
         idle_timeout: float = 5.0,
         batch_bytes: int = TRANSFER_BATCH_BYTES,
+        on_connect: Callable[[int], None] | None = None,
     ) -> None:
         self.store = store
+        #: told a slave's id once its connection is set up (handshake and first ack)
+        self.on_connect = on_connect
         self.host = host
         self.port = port
         self.epochs = epochs
@@ -345,6 +350,8 @@ class HAMaster:
         state = self._slaves.setdefault(hello.broker_id, SlaveState(hello.broker_id))
         state.connected, state.address = True, address
         self._on_ack(conn, first.offset)
+        if self.on_connect is not None:
+            self.on_connect(hello.broker_id)
         tasks = {
             asyncio.create_task(self._stream(conn, start)),
             asyncio.create_task(self._read_acks(reader, dec, conn)),

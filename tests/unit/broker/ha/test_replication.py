@@ -419,3 +419,31 @@ def test_a_sync_flush_slave_acks_only_what_it_fsynced(tmp_path: Path) -> None:
 
     run(main(FlushMode.SYNC_FLUSH))
     run(main(FlushMode.ASYNC_FLUSH))
+
+
+def test_the_master_tells_of_each_slave_connection_once_it_is_set_up(tmp_path: Path) -> None:
+    """The in-sync set keeper checks at once when a slave connects (a new master admits no
+    send until one is back in its set), not at its next interval."""
+
+    async def main() -> None:
+        ms, ss = store_at(tmp_path / "m"), store_at(tmp_path / "s")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        connected: list[int] = []
+        master = HAMaster(
+            ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE,
+            on_connect=connected.append,
+        )  # fmt: skip
+        await master.start()
+        slave = slave_of(ss, tmp_path / "s.ep", 2, master)
+        await slave.start()
+        try:
+            await until(lambda: connected == [2], what="the connection told")
+            assert master.slaves()[2].connected
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+
+    run(main())
