@@ -10,6 +10,9 @@ write again within ``recover_s`` of every heal, and no stretch longer than ``gap
 without an acknowledged write.
 
     python -m tests.faults.net.run --runs 3 --seconds 60 --seed 1 --out results.json
+
+``--workload broker`` runs a quorum-write broker group instead
+(:mod:`tests.faults.net.broker_run`), with the same seeds and schedule.
 """
 
 from __future__ import annotations
