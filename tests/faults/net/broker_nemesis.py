@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from tests.faults.net import nemesis
 from tests.faults.net.netns import Net
 
 REPLICAS = (0, 1, 2)
@@ -54,19 +55,10 @@ def one_way(net: Net, master: int, rng: random.Random) -> str:
     return f"one-way: r{master} (master) hears nobody"
 
 
-def loss(net: Net, master: int, rng: random.Random) -> str:
-    members = (*REPLICAS, META)
-    for a in members:
-        for b in members:
-            if a != b:
-                net.cut(a, b, one_way=True, probability=0.2)
-    return "loss 20 % between members"
-
-
 FAULTS: dict[str, Fault] = {
     "isolate-master": isolate_master,
     "split": split,
     "bridge": bridge,
     "one-way": one_way,
-    "loss": loss,
+    "loss": nemesis.loss,  # every member, metaledger included
 }

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import random
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from broker.ha.epochs import parse as parse_epochs
 from raftlog.native.auth import create_password_file
 from tests.faults.net import broker_checker as bc
 from tests.faults.net.broker_nemesis import FAULTS, META, REPLICAS
-from tests.faults.net.netns import Net, unavailable_reason
+from tests.faults.net.netns import Net
 from tests.faults.net.run import (
     CLIENT_PORT,
     METRICS_PORT,
@@ -41,7 +39,9 @@ from tests.faults.net.run import (
     REMOTING_PORT,
     REPO_ROOT,
     _env,
+    begin_run,
     campaign_faults,
+    hold_faults,
     stop_all,
 )
 
@@ -235,12 +235,7 @@ def run_broker_once(
     code_tree: Path = REPO_ROOT,
 ) -> BrokerRunResult:
     """One run: the ``faults`` in order (names from :data:`broker_nemesis.FAULTS`)."""
-    reason = unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(reason)
-    rng = random.Random(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    waiter = threading.Event()  # never set: its wait() holds a phase for its length
+    rng = begin_run(root, seed)
     phases: list[BrokerPhase] = []
     history = root / "history.jsonl"
     drained = root / "stored.jsonl"
@@ -259,19 +254,20 @@ def run_broker_once(
                         start_new_session=True,
                     )
                 )
-            began = time.monotonic()
-            waiter.wait(warmup_s)
-            for name in faults:
-                master = _current_master(history, group.addrs)
-                start = time.monotonic()
-                description = FAULTS[name](net, master, rng)
-                waiter.wait(fault_s)
-                net.heal()
-                phases.append(
-                    BrokerPhase(name, description, start, time.monotonic(), group.addrs[master])
-                )
-                waiter.wait(healed_s)
-            ended = time.monotonic()
+            began, held, ended = hold_faults(
+                net,
+                faults,
+                FAULTS,
+                lambda: _current_master(history, group.addrs),
+                rng,
+                warmup_s,
+                fault_s,
+                healed_s,
+            )
+            phases += [
+                BrokerPhase(h.fault, h.description, h.start, h.heal, group.addrs[h.target])
+                for h in held
+            ]
             stop_all(producer)
             drain = subprocess.run(
                 group.client_cmd("drain", "--out", str(drained)),
