@@ -21,6 +21,8 @@ What must hold (:func:`check`):
   queue's offsets run 0, 1, 2, ... with no gap; and a queue's ids are in send order (a
   worker sends its sequence numbers one after the other, each until acknowledged, so along
   a queue's offsets they never go down).
+- **no read taken back**: a message a consumer pulled from any replica while the faults
+  ran is, after the heal, at the queue offset where it was read.
 - **one master per epoch**: every acknowledgement was given by the replica metaledger
   named master of the epoch that wrote that stretch of the log (the epoch file), so no two
   replicas acknowledged in one epoch; and metaledger never named two masters for one epoch.
@@ -121,6 +123,30 @@ def check_queue(sends: Iterable[Send], stored: Sequence[Stored]) -> list[str]:
                 problems.append(f"queue {q}: {m.id} at offset {m.queue_offset} after seq {last}")
                 break
             last = seq
+    return problems
+
+
+def check_reads(seen: Iterable[Stored], stored: Sequence[Stored], by: Sequence[str]) -> list[str]:
+    """What a consumer pulled while the faults ran (``by[i]``: the replica ``seen[i]`` came
+    from) is never taken back: after the heal its queue offset holds the same message."""
+    at = {(m.q, m.queue_offset): m for m in stored}
+    problems: list[str] = []
+    bad = 0
+    done: set[tuple[int, int, str]] = set()
+    for m, replica in zip(seen, by, strict=True):
+        if (m.q, m.queue_offset, m.id) in done:
+            continue
+        done.add((m.q, m.queue_offset, m.id))
+        now = at.get((m.q, m.queue_offset))
+        if now is None or (now.id, now.crc) != (m.id, m.crc):
+            bad += 1
+            if bad <= 5:
+                problems.append(
+                    f"a consumer read {m.id} at queue {m.q} offset {m.queue_offset} from "
+                    f"{replica}; after the heal it holds {now}"
+                )
+    if bad > 5:
+        problems.append(f"... {bad} messages read and then taken back in all")
     return problems
 
 

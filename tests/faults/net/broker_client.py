@@ -9,8 +9,10 @@ and the topic is created on the group, a line ``ready``.
 ``q<queue>-<seq>|<filler>``, one at a time, retrying the same body until a replica answers
 PUT_OK; after any other answer, an error or a timeout it tries the next replica (so a
 worker that still reaches a deposed master keeps sending to it: clients on both sides of a
-split). One JSON line per attempt (``Send`` in tests/faults/net/broker_checker.py), and one
-per change of the group as metaledger tells it (``Group``), flushed as they go.
+split). One JSON line per attempt (``Send`` in tests/faults/net/broker_checker.py), one per
+change of the group as metaledger tells it (``group``), and one per message a consumer
+pulled while the faults ran (``seen``; it pulls from the replicas in turn, slaves
+included), flushed as they go.
 
 ``drain``: after the last heal, waits until the group has a master, every replica in sync
 and every replica's commit log at the master's end, then pulls every queue of the topic
@@ -37,7 +39,7 @@ from typing import IO, Any
 from nameserver.client import Client, GroupPolicy, QueueData
 from rmq.codes import RequestCode
 from rmq.connection import RemotingConnection
-from rmq.message import decode_records, properties_text
+from rmq.message import StoredMessage, decode_records, properties_text
 from rmq.msgid import parse_offset_msg_id
 
 TOPIC = "NetFaultTopic"
@@ -170,6 +172,51 @@ class Producer:
             seq += 1
             await asyncio.sleep(self.pause_s)  # a steady stream, not the machine's limit
 
+    async def consumer(self) -> None:
+        """Pulls every queue from the replicas in turn (masters and slaves alike), from
+        where it got to, and records each message seen."""
+        offsets = [0] * QUEUES
+        target = 0
+        while not self.stopping:
+            addr = self.replicas[target]
+            target = (target + 1) % len(self.replicas)
+            for q in range(QUEUES):
+                try:
+                    c = await self._conn(-1, addr)
+                    reply = await c.request(
+                        RequestCode.PULL_MESSAGE, pull_header(q, offsets[q]), b"", self.timeout_s
+                    )
+                except (OSError, TimeoutError):
+                    self._drop(-1, addr)
+                    break
+                if reply.code != 0:
+                    continue
+                now = time.monotonic()
+                for m in decode_records(reply.body):
+                    row = seen_row(m)
+                    row.update(replica=addr, t=now)
+                    self.out.write(json.dumps(row) + "\n")
+                offsets[q] = max(offsets[q], int(reply.ext_fields.get("nextBeginOffset", 0)))
+            await asyncio.sleep(0.05)
+
+
+def pull_header(queue_id: int, offset: int) -> dict[str, object]:
+    return {
+        "consumerGroup": "net-checker", "topic": TOPIC, "queueId": queue_id,
+        "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 0x4, "commitOffset": 0,
+        "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
+        "expressionType": "TAG",
+    }  # fmt: skip
+
+
+def seen_row(m: StoredMessage) -> dict[str, Any]:
+    """A pulled message as the checker reads it (``seen``: its id)."""
+    mid = m.body.split(b"|", 1)[0].decode(errors="replace")
+    return {
+        "seen": mid, "q": m.queue_id, "queue_offset": m.queue_offset,
+        "phys": m.physical_offset, "crc": zlib.crc32(m.body),
+    }  # fmt: skip
+
 
 def _watch_group(
     client: Client, group: str, out: IO[str], stop: threading.Event, lock: threading.Lock
@@ -205,6 +252,7 @@ async def _produce(args: argparse.Namespace) -> None:
             args.replicas.split(","), _Locked(out, lock), args.timeout_s, args.pause_ms / 1000
         )
         tasks = [asyncio.create_task(p.worker(q)) for q in range(QUEUES)]
+        tasks.append(asyncio.create_task(p.consumer()))
         try:
             await asyncio.wait_for(stop.wait(), args.seconds)
         except TimeoutError:
@@ -288,20 +336,11 @@ async def _drain(args: argparse.Namespace) -> None:
             while offset < end:
                 if time.monotonic() > deadline + 60:
                     raise SystemExit(f"queue {q}: stuck at {offset} of {end}")
-                reply = await c.request(
-                    RequestCode.PULL_MESSAGE,
-                    {
-                        "consumerGroup": "net-checker", "topic": TOPIC, "queueId": q,
-                        "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 0x4,
-                        "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
-                        "subVersion": 0, "expressionType": "TAG",
-                    },
-                )  # fmt: skip
+                reply = await c.request(RequestCode.PULL_MESSAGE, pull_header(q, offset))
                 if reply.code == 0:
                     for m in decode_records(reply.body):
-                        mid = m.body.split(b"|", 1)[0].decode(errors="replace")
-                        row = {"q": m.queue_id, "queue_offset": m.queue_offset, "id": mid}
-                        row.update(phys=m.physical_offset, crc=zlib.crc32(m.body))
+                        row = seen_row(m)
+                        row["id"] = row.pop("seen")
                         out.write(json.dumps(row) + "\n")
                         count += 1
                 elif reply.code not in NOT_YET:

@@ -8,10 +8,12 @@ every replica, and a drain after the last heal that pulls every queue from the m
 After a warm-up, faults from :mod:`tests.faults.net.broker_nemesis` in the given order,
 each held ``fault_s`` and healed for ``healed_s``.
 
-What it checks (:meth:`BrokerRunResult.problems`): the total queue and one master per epoch
-(:mod:`tests.faults.net.broker_checker`); after every heal a send is acknowledged within
-``recover_s`` and the in-sync set holds all three replicas again within ``isr_s``; after
-the warm-up no stretch longer than ``gap_s`` goes without an acknowledged send.
+What it checks (:meth:`BrokerRunResult.problems`): the total queue, one master per epoch
+and no read taken back (:mod:`tests.faults.net.broker_checker`; the producer process also
+runs a consumer that pulls from every replica in turn); after every heal a send is
+acknowledged within ``recover_s`` and the in-sync set holds all three replicas again within
+``isr_s``; after the warm-up no stretch longer than ``gap_s`` goes without an acknowledged
+send.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class BrokerRunResult:
     acked: int
     uncertain: int
     stored: int
+    #: messages a consumer pulled while the faults ran
+    read: int
     epochs: list[tuple[int, int]]
     masters: dict[int, list[str]]
     problems_found: list[str]
@@ -290,7 +294,10 @@ def run_broker_once(
     epoch_path = group.data_dir(group.addrs.index(master_addr)) / "store" / EPOCH_FILE
     epochs = [(e.epoch, e.start_offset) for e in parse_epochs(epoch_path.read_text())]
     states = [bc.GroupState(g["t"], g["master"], g["epoch"]) for g in groups]
+    reads = [r for r in rows if "seen" in r]
+    seen = [bc.Stored(r["seen"], r["q"], r["queue_offset"], r["phys"], r["crc"]) for r in reads]
     found = bc.check_queue(sends, stored) + bc.check_masters(sends, epochs, states)
+    found += bc.check_reads(seen, stored, [r["replica"] for r in reads])
     for ph in phases:
         ph.recovery_s = bc.recovery(sends, ph.heal, ph.heal + healed_s)
         ph.isr_s = _isr_back(groups, ph.heal, ph.heal + healed_s)
@@ -304,6 +311,7 @@ def run_broker_once(
         acked=sum(1 for s in sends if s.status == "ok"),
         uncertain=sum(1 for s in sends if s.status == "info"),
         stored=len(stored),
+        read=len(seen),
         epochs=epochs,
         masters={e: sorted(m) for e, m in sorted(masters.items())},
         problems_found=found,

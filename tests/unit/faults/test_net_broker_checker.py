@@ -9,6 +9,7 @@ from tests.faults.net.broker_checker import (
     Stored,
     check_masters,
     check_queue,
+    check_reads,
     epoch_at,
     longest_gap,
     recovery,
@@ -88,3 +89,10 @@ def test_gap_and_recovery() -> None:
     assert abs(gap - 4.0) < 1e-9 and abs(at - 1.1) < 1e-9
     assert recovery(sends, 3.0, 10.0) is not None
     assert recovery(sends, 6.0, 10.0) is None
+
+
+def test_a_read_taken_back_after_the_heal() -> None:
+    final = [stored(0, 0, 0, 0), stored(0, 2, 1, 100)]
+    assert check_reads([stored(0, 0, 0, 0)], final, [A]) == []
+    problems = check_reads([stored(0, 0, 0, 0), stored(0, 1, 1, 100)], final, [A, B])
+    assert len(problems) == 1 and "q0-1" in problems[0] and B in problems[0]
