@@ -135,6 +135,7 @@ class GroupMember:
             self.epochs,
             heartbeat_interval=s.heartbeat_interval_s,
             idle_timeout=s.idle_timeout_s,
+            on_connect=self.keeper.poke,
         )
         await master.start()
         self.ha_master = master

@@ -80,6 +80,14 @@ log = logging.getLogger(__name__)
 EXPIRE_EVERY_S = 10.0
 
 
+def replica_heartbeat_interval_s(c: BrokerConfig) -> float:
+    """The replica heartbeat's interval: the configured one, at most a quarter of the
+    timeout. With a short timeout (2 s) one heartbeat a second leaves metaledger a single
+    lost or late heartbeat before it declares a live master dead, adds up to a second to
+    noticing a dead one, and up to a second before an elected replica hears it was."""
+    return min(c.replica_heartbeat_interval_ms, c.replica_heartbeat_timeout_ms / 4) / 1000
+
+
 class Replica:
     def __init__(
         self,
@@ -345,7 +353,7 @@ class Replica:
                 c.broker_name,
                 c.address,
                 broker_id=c.broker_id,
-                heartbeat_interval_s=c.replica_heartbeat_interval_ms / 1000,
+                heartbeat_interval_s=replica_heartbeat_interval_s(c),
                 heartbeat_timeout_ms=c.replica_heartbeat_timeout_ms,
             ),
             QuorumSettings(

@@ -14,6 +14,8 @@ Acks drive ``wait_for`` (futures resolved as acks arrive, no polling) and the pe
 over the ``sync_state_set`` members (slave ids, the master itself excluded), the log end when there
 are none, unchanged while a member is disconnected, never lowered. The send path calls
 ``notify_appended`` after each append (from the loop or any thread) to wake the streams.
+``on_connect`` hears of each slave whose connection is set up (the in-sync set keeper
+checks at once: a new master's slaves join as soon as they are there).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from broker.ha.deadlines import set_ha_socket_options
@@ -79,6 +81,15 @@ _Waiter = tuple[int, int, "asyncio.Future[bool]"]
 _WaitKey = tuple[int, "frozenset[int] | None"]
 
 
+def _write(conn: _Conn, data: bytes) -> None:
+    """Write to a slave's connection; one the other task or the peer closed is a closed
+    connection (uvloop raises RuntimeError for a write to a closed transport, which
+    ``_accept`` would log as a bug), seen under a partition in the network fault harness."""
+    if conn.writer.is_closing():
+        raise ConnectionResetError(f"the connection to slave {conn.broker_id} is closed")
+    conn.writer.write(data)
+
+
 def _expire(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
         fut.set_result(False)
@@ -105,8 +116,11 @@ class HAMaster:
         heartbeat_interval: float = 1.0,
         idle_timeout: float = 5.0,
         batch_bytes: int = TRANSFER_BATCH_BYTES,
+        on_connect: Callable[[int], None] | None = None,
     ) -> None:
         self.store = store
+        #: told a slave's id once its connection is set up (handshake and first ack)
+        self.on_connect = on_connect
         self.host = host
         self.port = port
         self.epochs = epochs
@@ -345,6 +359,8 @@ class HAMaster:
         state = self._slaves.setdefault(hello.broker_id, SlaveState(hello.broker_id))
         state.connected, state.address = True, address
         self._on_ack(conn, first.offset)
+        if self.on_connect is not None:
+            self.on_connect(hello.broker_id)
         tasks = {
             asyncio.create_task(self._stream(conn, start)),
             asyncio.create_task(self._read_acks(reader, dec, conn)),
@@ -399,7 +415,7 @@ class HAMaster:
                 entry, n = frame_plan(offset, end, seg_size, self.epochs.entries, self.batch_bytes)
                 if n > 0:
                     encoded, sent = self._frame(offset, n, entry)
-                    conn.writer.write(encoded)
+                    _write(conn, encoded)
                     conn.last_transfer_max = end
                     await conn.writer.drain()
                     offset += sent
@@ -413,7 +429,7 @@ class HAMaster:
                     continue
                 if beat.is_due():  # nothing sent for heartbeat_interval s
                     hb = DataFrame(offset, entry.epoch, entry.start_offset, self.confirm_offset)
-                    conn.writer.write(encode_data(hb))
+                    _write(conn, encode_data(hb))
                     await conn.writer.drain()
                     beat.push()
                     continue

@@ -25,13 +25,17 @@ previous check, not of this instant. RocketMQ's is a cached value updated as ack
 against the live log end a slave that keeps up with a busy master (always a frame behind)
 would never join a set of one.
 
-Checks run every ``check_interval_s`` (RocketMQ: shrink every 5 s, expand on each ack).
+Checks run every ``check_interval_s`` (RocketMQ: shrink every 5 s, expand on each ack), and
+at once when a slave connects (:meth:`IsrKeeper.poke`): after a failover the new master
+admits no send until a slave is back in its set, so waiting out the interval there is
+time with no acknowledged send at all.
 :func:`plan` is the pure decision; :class:`IsrKeeper` runs it against the HA master.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -175,6 +179,7 @@ class IsrKeeper:
         self._started_at = 0.0
         self._mark: int | None = None
         self._task: asyncio.Task[None] | None = None
+        self._poked = asyncio.Event()
 
     def start(self, ha: HAMasterLike, epoch_start: int) -> None:
         """On promotion: keep the set of this master, whose epoch began at ``epoch_start``."""
@@ -193,9 +198,15 @@ class IsrKeeper:
             except asyncio.CancelledError:
                 pass
 
+    def poke(self, slave_id: int = 0) -> None:
+        """Check now rather than at the next interval (a slave connected)."""
+        self._poked.set()
+
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.check_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), self.settings.check_interval_s)
+            self._poked.clear()
             try:
                 await self.check()
             except asyncio.CancelledError:

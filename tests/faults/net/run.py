@@ -10,6 +10,9 @@ write again within ``recover_s`` of every heal, and no stretch longer than ``gap
 without an acknowledged write.
 
     python -m tests.faults.net.run --runs 3 --seconds 60 --seed 1 --out results.json
+
+``--workload broker`` runs a quorum-write broker group instead
+(:mod:`tests.faults.net.broker_run`), with the same seeds and schedule.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -146,6 +150,54 @@ def stop_all(procs: list[subprocess.Popen[bytes] | None]) -> None:
     stop_processes(procs, timeout=15.0)
 
 
+def begin_run(root: Path, seed: int) -> random.Random:
+    """A run's checks that it can run here, its directory, and the seed's generator."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    root.mkdir(parents=True, exist_ok=True)
+    return random.Random(seed)
+
+
+@dataclass(frozen=True)
+class Held:
+    """One fault as it was held: against which member, from ``start`` until ``heal``."""
+
+    fault: str
+    description: str
+    target: int
+    start: float
+    heal: float
+
+
+def hold_faults(
+    net: Net,
+    faults: list[str],
+    table: Mapping[str, Callable[[Net, int, random.Random], str]],
+    target: Callable[[], int],
+    rng: random.Random,
+    warmup_s: float,
+    fault_s: float,
+    healed_s: float,
+) -> tuple[float, list[Held], float]:
+    """After ``warmup_s``, each of ``faults`` (from ``table``) against the member
+    ``target()`` names then, held ``fault_s``, healed, and ``healed_s`` healed;
+    (when the warm-up began, the faults as held, when the last healed time ended)."""
+    waiter = threading.Event()  # never set: its wait() holds a phase for its length
+    began = time.monotonic()
+    waiter.wait(warmup_s)
+    held = []
+    for name in faults:
+        who = target()
+        start = time.monotonic()
+        description = table[name](net, who, rng)
+        waiter.wait(fault_s)
+        net.heal()
+        held.append(Held(name, description, who, start, time.monotonic()))
+        waiter.wait(healed_s)
+    return began, held, time.monotonic()
+
+
 @dataclass
 class Phase:
     fault: str
@@ -206,12 +258,7 @@ def run_once(
     code_tree: Path = REPO_ROOT,
 ) -> RunResult:
     """One run: the ``faults`` in order (names from :data:`FAULTS`)."""
-    reason = unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(reason)
-    rng = random.Random(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    waiter = threading.Event()  # never set: its wait() holds a phase for its length
+    rng = begin_run(root, seed)
     phases: list[Phase] = []
     clients: list[subprocess.Popen[bytes] | None] = []
     with Net(n) as net:
@@ -246,17 +293,10 @@ def run_once(
                             start_new_session=True,
                         )
                     )
-            began = time.monotonic()
-            waiter.wait(warmup_s)
-            for name in faults:
-                leader = cluster.leader(30)
-                start = time.monotonic()
-                description = FAULTS[name](net, leader, rng)
-                waiter.wait(fault_s)
-                net.heal()
-                phases.append(Phase(name, description, start, time.monotonic()))
-                waiter.wait(healed_s)
-            ended = time.monotonic()
+            began, held, ended = hold_faults(
+                net, faults, FAULTS, lambda: cluster.leader(30), rng, warmup_s, fault_s, healed_s
+            )
+            phases += [Phase(h.fault, h.description, h.start, h.heal) for h in held]
         finally:
             stop_all(clients)
             cluster.close()
@@ -285,10 +325,12 @@ def run_once(
     )
 
 
-def campaign_faults(seed: int, seconds: float, fault_s: float, healed_s: float) -> list[str]:
+def campaign_faults(
+    seed: int, seconds: float, fault_s: float, healed_s: float, faults: Iterable[str] = FAULTS
+) -> list[str]:
     """The faults of one run of the campaign: as many as fit, rotating from the seed."""
     count = max(1, int((seconds - 3.0) // (fault_s + healed_s)))
-    names = sorted(FAULTS)
+    names = sorted(faults)
     first = random.Random(seed).randrange(len(names))
     return [names[(first + k) % len(names)] for k in range(count)]
 
@@ -308,7 +350,18 @@ def main(argv: list[str] | None = None) -> int:
         default=REPO_ROOT,
         help="the checkout whose server code the nodes run (default: this one)",
     )
+    p.add_argument(
+        "--workload",
+        choices=["keys", "broker"],
+        default="keys",
+        help="keys: a 3-node metaledger cluster; broker: a quorum-write broker group "
+        "(tests/faults/net/broker_run.py)",
+    )
     args = p.parse_args(argv)
+    if args.workload == "broker":
+        from tests.faults.net.broker_run import campaign
+
+        return campaign(args)
     results: list[RunResult] = []
     for k in range(args.runs):
         seed = args.seed + k

@@ -419,3 +419,69 @@ def test_a_sync_flush_slave_acks_only_what_it_fsynced(tmp_path: Path) -> None:
 
     run(main(FlushMode.SYNC_FLUSH))
     run(main(FlushMode.ASYNC_FLUSH))
+
+
+def test_the_master_tells_of_each_slave_connection_once_it_is_set_up(tmp_path: Path) -> None:
+    """The in-sync set keeper checks at once when a slave connects (a new master admits no
+    send until one is back in its set), not at its next interval."""
+
+    async def main() -> None:
+        ms, ss = store_at(tmp_path / "m"), store_at(tmp_path / "s")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        connected: list[int] = []
+        master = HAMaster(
+            ms, "127.0.0.1", 0, mep, heartbeat_interval=HB, idle_timeout=IDLE,
+            on_connect=connected.append,
+        )  # fmt: skip
+        await master.start()
+        slave = slave_of(ss, tmp_path / "s.ep", 2, master)
+        await slave.start()
+        try:
+            await until(lambda: connected == [2], what="the connection told")
+            assert master.slaves()[2].connected
+        finally:
+            await slave.stop()
+            await master.stop()
+        ms.close()
+        ss.close()
+
+    run(main())
+
+
+class _ClosedWriter:
+    """A transport the other side closed, as uvloop's: a write raises RuntimeError."""
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+
+    async def drain(self) -> None:
+        return None
+
+
+def test_a_write_to_a_closed_slave_connection_ends_it_as_closed_not_as_a_bug(
+    tmp_path: Path,
+) -> None:
+    """Under a partition the network fault harness logged the stream's RuntimeError as a
+    failed HA connection (the path kept for bugs); a closed connection is an OSError."""
+
+    async def main() -> None:
+        ms = store_at(tmp_path / "m")
+        mep = EpochFile(str(tmp_path / "m.ep"))
+        mep.append(1, 0)
+        put(ms, 3)
+        master = HAMaster(ms, "127.0.0.1", 0, mep)
+        master._slaves[2] = SlaveState(2)
+        conn = _Conn(2, _ClosedWriter(), ms.log.end_offset)  # type: ignore[arg-type]
+        try:
+            await master._stream(conn, 0)
+        except ConnectionResetError as exc:
+            assert "slave 2" in str(exc)
+        else:
+            raise AssertionError("the stream went on writing to a closed connection")
+        ms.close()
+
+    run(main())

@@ -5,6 +5,7 @@ group when refused, silent while fenced."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -235,3 +236,28 @@ def test_settings_validate_names_the_field() -> None:
         IsrSettings(check_interval_s=0).validate()
     with pytest.raises(ValueError, match="ha_max_time_slave_not_catchup_s"):
         IsrSettings(ha_max_time_slave_not_catchup_s=-1).validate()
+
+
+def test_keeper_checks_at_once_when_poked_not_at_its_next_interval() -> None:
+    """After a failover the new master admits no send until a slave is back in its set: the
+    HA master pokes the keeper when a slave connects, and it joins then (seen in the
+    network fault harness: a second of a failover's five with no acknowledged send)."""
+
+    async def main() -> None:
+        v = view(isr=(1,))
+        server = FakeMetaledger(v)
+        roles = FakeGroupRoles(v, server)
+        ha = FakeHAMaster()
+        k = IsrKeeper(server, roles, lambda: 100, IsrSettings(60.0, MAX_S))
+        k.start(ha, 100)
+        try:
+            ha.add(2, 100).caught_up_at = time.monotonic()
+            k.poke(2)
+            deadline = time.monotonic() + 5
+            while not server.calls and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert server.calls == [(1, 1, 1, [1, 2])]
+        finally:
+            await k.stop()
+
+    asyncio.run(main())
