@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nameserver.cluster.apply import apply_alarm_entry, apply_member_entry
-from nameserver.cluster.nospace import NoSpaceGuard
+from nameserver.cluster.corrupt import corrupt, refused
+from nameserver.cluster.nospace import no_space, puts_of
 from nameserver.cluster.records import (
     Alarm,
     AlarmsDelta,
@@ -14,7 +17,29 @@ from nameserver.cluster.records import (
     MembersImage,
 )
 from nameserver.state.consistency import AS_REQUESTED, LINEARIZABLE
+from nameserver.state.image import MetadataDelta
 from nameserver.state.registry import RecordKind
+from raftlog import Entry
+
+
+class AlarmGuards:
+    """The NOSPACE and CORRUPT checks as the alarm kind's one guard (a RequestGuard that
+    keeps no token): :class:`~nameserver.cluster.nospace.NoSpaceGuard` and
+    :class:`~nameserver.cluster.corrupt.CorruptGuard` with one look at the
+    alarms per request (the apply path of every write)."""
+
+    def before(self, delta: MetadataDelta, entries: Sequence[Entry]) -> None:
+        made = delta.made("alarms")
+        alarms = made if made is not None else delta.image.alarms
+        if alarms.nospace and any(puts_of(e) for e in entries):
+            raise no_space()
+        if alarms.corrupt and any(refused(e) for e in entries):
+            raise corrupt()
+        return None
+
+    def after(self, delta: MetadataDelta, before: None) -> None:  # never called: no token
+        return None
+
 
 MEMBER = RecordKind(
     name="member",
@@ -39,5 +64,7 @@ ALARM = RecordKind(
     items=lambda image: sorted(image.alarms.items()),
     lookup=lambda image, key: image.get(key),
     rules={"alarm": apply_alarm_entry},
-    guard=NoSpaceGuard(),  # a raised NOSPACE refuses growing writes, on every member
+    # a raised NOSPACE refuses growing writes, a raised CORRUPT kv and lease writes, on
+    # every member
+    guard=AlarmGuards(),
 )

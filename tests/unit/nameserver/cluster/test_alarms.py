@@ -234,8 +234,6 @@ def test_a_raised_nospace_still_applies_what_does_not_grow(entry: Entry) -> None
     n = Node()
     n.apply(put(b"before"))
     n.apply(grant(42))
-    n.apply(alarm(ACTIVATE, 3, ALARM_CORRUPT))  # CORRUPT alone refuses nothing here
-    n.apply(put(b"still"))
     n.apply(alarm(ACTIVATE, 3, ALARM_NOSPACE))
     n.apply(entry)
 
