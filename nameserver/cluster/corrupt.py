@@ -15,11 +15,12 @@ hashes and raises the alarm is :mod:`nameserver.cluster.corrupt_check`.
   compact revision is the leader's first one while its hash differs: that peer. As etcd, one
   CORRUPT alarm at most is raised per check (the first member found).
 - While any CORRUPT alarm is raised, every member refuses the writes etcd's
-  ``applierV3Corrupt`` refuses (:class:`CorruptGuard`, before proposing and in apply, the
-  same on every member): kv puts, deletes and txns, compactions, lease grants and revokes,
-  with DATA_LOSS "etcdserver: corrupt cluster" (an expired lease too waits: its expiry is
-  a revoke). Reads, alarms (``alarm disarm``), members,
-  auth and metaledger's own records (routes, offsets, replica groups) still go through.
+  ``applierV3Corrupt`` refuses (:func:`refused`; before proposing, and in apply by
+  :class:`~nameserver.cluster.kind.AlarmGuards`, the same on every member): kv puts,
+  deletes and txns that write, compactions, lease grants and revokes, with DATA_LOSS
+  "etcdserver: corrupt cluster" (an expired lease waits too: its expiry is a revoke).
+  Reads, alarms (``alarm disarm``), members, auth and metaledger's own records (routes,
+  offsets, replica groups) still go through.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nameserver.errors import DataLoss
-from nameserver.state.image import MetadataDelta, MetadataImage
+from nameserver.state.image import MetadataImage
 from raftlog import Entry
 
 #: etcd's ErrGRPCCorrupt text
@@ -51,25 +52,6 @@ def refused(e: Entry) -> bool:
     if e.type in _REFUSED:
         return True
     return e.type == "lease" and bool(e.value) and e.value[0] in _LEASE_GRANT_OR_REVOKE
-
-
-def corrupt_raised(delta: MetadataDelta) -> bool:
-    """Whether a CORRUPT alarm is raised as ``delta`` would publish it."""
-    made = delta.made("alarms")
-    return bool(made.corrupt) if made is not None else bool(delta.image.alarms.corrupt)
-
-
-class CorruptGuard:
-    """The alarm kind's second check around every request (a RequestGuard): while a
-    CORRUPT alarm is raised, a request holding a refused entry is rejected whole."""
-
-    def before(self, delta: MetadataDelta, entries: Sequence[Entry]) -> None:
-        if corrupt_raised(delta) and any(refused(e) for e in entries):
-            raise corrupt()
-        return None
-
-    def after(self, delta: MetadataDelta, before: None) -> None:  # never called: no token
-        return None
 
 
 def refuses(image: MetadataImage, e: Entry) -> bool:

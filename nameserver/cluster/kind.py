@@ -23,10 +23,11 @@ from raftlog import Entry
 
 
 class AlarmGuards:
-    """The NOSPACE and CORRUPT checks as the alarm kind's one guard (a RequestGuard that
-    keeps no token): :class:`~nameserver.cluster.nospace.NoSpaceGuard` and
-    :class:`~nameserver.cluster.corrupt.CorruptGuard` with one look at the
-    alarms per request (the apply path of every write)."""
+    """The alarm kind's guard (a RequestGuard that keeps no token), one look at the alarms
+    per request on the apply path of every write: while NOSPACE is raised a request that
+    would grow the store (:mod:`nameserver.cluster.nospace`), while CORRUPT is raised one
+    with a write etcd's applierV3Corrupt refuses (:mod:`nameserver.cluster.corrupt`), is
+    rejected whole, the same on every member."""
 
     def before(self, delta: MetadataDelta, entries: Sequence[Entry]) -> None:
         made = delta.made("alarms")

@@ -21,6 +21,7 @@ import pytest
 
 from nameserver.cli.exitcodes import ExitCode
 from protos.etcdserverpb import rpc_pb2
+from tests.cluster.test_alarms import alarms, member_id
 from tests.etcd_harness import etcdctl_ok
 from tests.harness import Cluster, grpc_code, running_cluster, wait_until
 
@@ -29,15 +30,6 @@ pytestmark = pytest.mark.cluster
 CHECK_TIME = "1s"
 CORRUPT = "etcdserver: corrupt cluster"
 TAMPER = "--debug-corrupt-kv=a=tampered"
-
-
-def alarms(c: Cluster, i: int) -> list[tuple[int, int]]:
-    resp = c.maintenance(i).Alarm(rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.GET), timeout=10)
-    return sorted((a.memberID, a.alarm) for a in resp.alarms)
-
-
-def member_id(c: Cluster, i: int) -> int:
-    return int(c.maintenance(i).Status(rpc_pb2.StatusRequest(), timeout=5).header.member_id)
 
 
 def refused_corrupt(call: Callable[[], object]) -> bool:

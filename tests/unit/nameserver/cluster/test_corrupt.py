@@ -187,16 +187,6 @@ def test_a_raised_corrupt_lets_alarms_members_and_noops_through() -> None:
     assert not refused(Entry(type="lease", value=refresh.SerializeToString()))
 
 
-def test_the_refusal_sees_corrupt_raised_earlier_in_the_same_apply_group() -> None:
-    for publish in (True, False):
-        n = Node()
-        n.apply(alarm(ACTIVATE, 1, ALARM_CORRUPT), publish=publish)
-        with pytest.raises(DataLoss):
-            n.apply(put(b"k"), publish=publish)
-        n.apply(alarm(DEACTIVATE, 1, ALARM_CORRUPT), publish=publish)
-        n.apply(put(b"k"), publish=publish)
-
-
 def test_corrupt_is_data_loss_on_the_wire_and_back() -> None:
     assert DataLoss.status == grpc.StatusCode.DATA_LOSS
     assert isinstance(from_status(grpc.StatusCode.DATA_LOSS, CORRUPT), DataLoss)
