@@ -7,7 +7,8 @@ image and nothing else, as a disk that flipped a value's bits while every CRC st
 would. Chosen over editing a snapshot or change-log file: those carry CRCs and are verified
 on read (a rewritten file would have to be re-sealed by the writer under test), and the
 flag gives the same member state deterministically; its files stay untouched and valid,
-so restarting the member without the flag is the repair (its state restored from them).
+so restarting the member without the flag is one repair (its state restored from them);
+the other, etcd's, removes the member and adds one from an empty data dir.
 """
 
 from __future__ import annotations
@@ -60,10 +61,11 @@ def start_with(c: Cluster, i: int, *flags: str) -> None:
 
 
 def caught_up(c: Cluster, i: int) -> bool:
+    """Whether node i runs and every running member answers at one revision."""
     try:
         revs = {
             c.maintenance(j).Status(rpc_pb2.StatusRequest(), timeout=2).header.revision
-            for j in range(c.n)
+            for j in c.running()
         }
     except grpc.RpcError:
         return False
@@ -154,3 +156,44 @@ def test_initial_check_refuses_to_start_a_member_whose_hash_differs(tmp_path: Pa
         wait_until(lambda: caught_up(c, f), 30, "the member starts and catches up")
         assert "initial corruption checking passed; no corruption" in c.log_text(f)
         assert get(c, f, b"a", serializable=True) == b"1"
+
+
+def test_a_corrupt_member_removed_and_added_back_empty_then_disarm(tmp_path: Path) -> None:
+    """The repair etcd's docs give: remove the member the alarm names, add a member from an
+    empty data dir, then `alarm disarm` (with etcdctl throughout)."""
+    flags = [f"--experimental-corrupt-check-time={CHECK_TIME}"]
+    with running_cluster(tmp_path, 3, extra_args=flags) as c:
+        f = seed(c)
+        bad = member_id(c, f)
+        c.stop(f)
+        start_with(c, f, TAMPER)
+        wait_until(lambda: caught_up(c, f), 30, "the tampered member catches up")
+        rest = [i for i in range(c.n) if i != f]
+        wait_until(lambda: alarms(c, rest[0]) == [(bad, rpc_pb2.CORRUPT)], 10, "CORRUPT raised")
+        endpoint = c.endpoints[rest[0]]
+        etcdctl_ok(endpoint, "member", "remove", f"{bad:x}")
+        assert c.wait_exit(f, 30) == ExitCode.REMOVED, c.log_tail(f)
+        fresh = c.add_node(rest, start=False)
+        etcdctl_ok(endpoint, "member", "add", c.nodes[fresh].id, f"--peer-urls={c.peer_url(fresh)}")
+        c.start(fresh)
+        wait_until(lambda: caught_up(c, fresh), 30, "the new member catches up")
+        assert get(c, fresh, b"a", serializable=True) == b"1"
+        assert refused_corrupt(lambda: c.put(rest[0], b"c", b"3"))
+        etcdctl_ok(endpoint, "alarm", "disarm")
+        members = [*rest, fresh]
+        for i in members:
+            wait_until(lambda i=i: alarms(c, i) == [], 10, f"n{i} lists no alarm")
+        c.put_retrying(rest[0], b"c", b"3")
+        wait_until(
+            lambda: {get(c, i, b"c", serializable=True) for i in members} == {b"3"},
+            20,
+            "the write reaches every member",
+        )
+        leader = c.leader()
+        marker = c.log_text(leader).count("finished peer corruption check")
+        wait_until(
+            lambda: c.log_text(leader).count("finished peer corruption check") >= marker + 2,
+            15,
+            "two more checks",
+        )
+        assert alarms(c, leader) == []
