@@ -5,7 +5,9 @@ fetch this member's and its peers' HashKV, hand them to the rules of
 Peers are asked through their client port's ``Maintenance.HashKV`` (etcd asks its peers'
 ``/members/hashkv`` on the peer port; metaledger's peer port carries Raft only), each at
 the URLs of its member record, with the node credential, within the propose timeout. A
-member without a record yet (not announced) is skipped, as etcd skips one without URLs.
+member without a record yet (not announced) is skipped, as etcd skips one without URLs,
+and so is a learner: it answers no HashKV on its client port (etcd 3.4's learner rules),
+where etcd would ask it on its peer port.
 """
 
 from __future__ import annotations
@@ -72,9 +74,10 @@ class CorruptChecker(PeriodicDuties):
     async def peer_hashes(self, revision: int) -> list[PeerHash]:
         """Every other member's HashKV at ``revision`` (etcd's getPeerHashKVs)."""
         me = self.node.member_id
+        learners = {m.address for m in self.node.engine.members() if m.is_learner}
         out = []
         for rec in sorted(self.node.state.image.members.members.values(), key=lambda m: m.id):
-            if rec.member_id == me or not rec.client_urls:
+            if rec.member_id == me or not rec.client_urls or _address(rec.peer_url) in learners:
                 continue
             out.append(await self._peer_hash(rec.member_id, rec.client_urls, revision))
         return out
