@@ -82,14 +82,33 @@ def seed(c: Cluster) -> int:
     return (leader + 1) % c.n
 
 
+def tampered_follower(c: Cluster) -> tuple[int, int]:
+    """Seeds the cluster, restarts a follower with its value of ``a`` changed behind its
+    back and waits until it is caught up: (its index, its member id)."""
+    f = seed(c)
+    bad = member_id(c, f)
+    c.stop(f)
+    start_with(c, f, TAMPER)
+    wait_until(lambda: caught_up(c, f), 30, "the tampered member catches up")
+    return f, bad
+
+
+def no_alarm_comes_back(c: Cluster) -> None:
+    """The leader's next two checks find nothing."""
+    leader = c.leader()
+    marker = c.log_text(leader).count("finished peer corruption check")
+    wait_until(
+        lambda: c.log_text(leader).count("finished peer corruption check") >= marker + 2,
+        15,
+        "two more checks",
+    )
+    assert alarms(c, leader) == []
+
+
 def test_periodic_check_raises_corrupt_refuses_writes_until_disarmed(tmp_path: Path) -> None:
     flags = [f"--experimental-corrupt-check-time={CHECK_TIME}"]
     with running_cluster(tmp_path, 3, extra_args=flags) as c:
-        f = seed(c)
-        bad = member_id(c, f)
-        c.stop(f)
-        start_with(c, f, TAMPER)
-        wait_until(lambda: caught_up(c, f), 30, "the tampered member catches up")
+        f, bad = tampered_follower(c)
         began = time.monotonic()
         # detected within the check period (plus a check's own time on a loaded machine)
         for i in range(c.n):
@@ -131,14 +150,7 @@ def test_periodic_check_raises_corrupt_refuses_writes_until_disarmed(tmp_path: P
         c.put_retrying(leader, b"c", b"3")
         c.wait_converged()
         assert {get(c, i, b"c", serializable=True) for i in range(c.n)} == {b"3"}
-        # the next checks find nothing: no alarm comes back
-        marker = c.log_text(leader).count("finished peer corruption check")
-        wait_until(
-            lambda: c.log_text(leader).count("finished peer corruption check") >= marker + 2,
-            15,
-            "two more checks",
-        )
-        assert alarms(c, leader) == []
+        no_alarm_comes_back(c)
 
 
 def test_initial_check_refuses_to_start_a_member_whose_hash_differs(tmp_path: Path) -> None:
@@ -163,11 +175,7 @@ def test_a_corrupt_member_removed_and_added_back_empty_then_disarm(tmp_path: Pat
     empty data dir, then `alarm disarm` (with etcdctl throughout)."""
     flags = [f"--experimental-corrupt-check-time={CHECK_TIME}"]
     with running_cluster(tmp_path, 3, extra_args=flags) as c:
-        f = seed(c)
-        bad = member_id(c, f)
-        c.stop(f)
-        start_with(c, f, TAMPER)
-        wait_until(lambda: caught_up(c, f), 30, "the tampered member catches up")
+        f, bad = tampered_follower(c)
         rest = [i for i in range(c.n) if i != f]
         wait_until(lambda: alarms(c, rest[0]) == [(bad, rpc_pb2.CORRUPT)], 10, "CORRUPT raised")
         endpoint = c.endpoints[rest[0]]
@@ -189,11 +197,4 @@ def test_a_corrupt_member_removed_and_added_back_empty_then_disarm(tmp_path: Pat
             20,
             "the write reaches every member",
         )
-        leader = c.leader()
-        marker = c.log_text(leader).count("finished peer corruption check")
-        wait_until(
-            lambda: c.log_text(leader).count("finished peer corruption check") >= marker + 2,
-            15,
-            "two more checks",
-        )
-        assert alarms(c, leader) == []
+        no_alarm_comes_back(c)
