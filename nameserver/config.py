@@ -162,6 +162,18 @@ class ServerConfig:
     auto_compaction_mode: str = "periodic"
     auto_compaction_retention: str = "0"
 
+    #: etcd's corruption checks (nameserver/cluster/corrupt.py): before serving, compare
+    #: this member's HashKV with its peers' and refuse to start on a mismatch
+    #: (--experimental-initial-corrupt-check); the leader compares every member's HashKV
+    #: this often and raises CORRUPT for one that differs (--experimental-corrupt-check-time,
+    #: 0 = never, etcd's default)
+    initial_corrupt_check: bool = False
+    corrupt_check_time_s: float = 0.0
+    #: TESTS ONLY: "KEY=VALUE" sets an existing key's value in this member's restored image
+    #: behind the log's back (a member whose state differs, for the corruption checks'
+    #: tests); "" (the default) never touches the image
+    debug_corrupt_kv: str = ""
+
     #: auth (nameserver/auth, docs/auth.md): etcd's --auth-token ("simple", or
     #: "jwt,sign-method=HS256|RS256|ES256,priv-key=F,pub-key=F,ttl=5m"), --auth-token-ttl
     #: (simple tokens, seconds) and --bcrypt-cost (password hashing work factor)
@@ -279,6 +291,10 @@ class ServerConfig:
             )
         except ValueError as exc:
             raise ConfigError("auto_compaction_retention", str(exc)) from None
+        if self.corrupt_check_time_s < 0:
+            raise ConfigError("corrupt_check_time_s", "must be >= 0 (0 = no periodic check)")
+        if self.debug_corrupt_kv and "=" not in self.debug_corrupt_kv:
+            raise ConfigError("debug_corrupt_kv", "must be KEY=VALUE")
         _validate_auth(self)
         # last, so a test of any other field needs no password
         if not self.cluster_password:

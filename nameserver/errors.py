@@ -24,6 +24,7 @@ the class a rule raises is the class the proposer re-raises.
         ├── Unimplemented           not supported by metaledger         UNIMPLEMENTED     SYSTEM_ERROR
         ├── Unavailable             no leader, leadership moved         UNAVAILABLE       SYSTEM_ERROR
         ├── DeadlineExceeded        did not happen in time              DEADLINE_EXCEEDED SYSTEM_ERROR
+        ├── DataLoss                a CORRUPT alarm is raised           DATA_LOSS         SYSTEM_ERROR
         └── Forwarded               another member's answer, passed on with its own status
 
 RocketMQ's nameserver answers SYSTEM_ERROR with the reason for every failed write (a broker
@@ -123,6 +124,10 @@ class DeadlineExceeded(Rejected):
     status = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class DataLoss(Rejected):
+    status = grpc.StatusCode.DATA_LOSS
+
+
 class Forwarded(Rejected):
     """The answer of another member to a forwarded request, passed on with its status."""
 
@@ -145,6 +150,7 @@ _BY_STATUS: dict[grpc.StatusCode, type[Rejected]] = {
         Unimplemented,
         Unavailable,
         DeadlineExceeded,
+        DataLoss,
     )
 }
 

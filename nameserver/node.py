@@ -1,8 +1,8 @@
 """The node's propose/read facade, :class:`NodeFacade`: what every front and every leader
 duty calls, whatever the transport (etcd's ``EtcdServer``, ``v3_server.go``).
 
-- **Writes**: :meth:`NodeFacade.propose` checks the backend quota and a raised NOSPACE
-  (raising the alarm when the quota is exceeded), stamps the auth revision a checked call
+- **Writes**: :meth:`NodeFacade.propose` checks a raised CORRUPT, the backend quota and a
+  raised NOSPACE (raising the alarm when the quota is exceeded), stamps the auth revision a checked call
   was checked at, proposes the entry with the client's de-duplication identity and waits
   until it is applied here; an apply refusal comes back as its own error.
 - **Reads**: :meth:`NodeFacade.read_image` (a read barrier, Raft's ReadIndex, unless
@@ -30,6 +30,7 @@ from typing import Any
 from nameserver import etcd_snapshot
 from nameserver.auth.check import checked_entries
 from nameserver.auth.tokens import node_credential
+from nameserver.cluster import corrupt as corruption
 from nameserver.cluster.apply import alarm_entry
 from nameserver.cluster.nospace import SpaceCheck, no_space
 from nameserver.cluster.records import (
@@ -212,7 +213,10 @@ class NodeFacade:
                     raise InvalidArgument(f"x-ml-seq: {v!r} is not an integer") from None
         if (client_id is None) != (seq is None):
             raise InvalidArgument("x-ml-client-id and x-ml-seq must be given together")
-        refusal = self.space.refuses(self.state.image, entry)
+        image = self.state.image
+        if image.alarms.corrupt and corruption.refused(entry):  # etcd's applierV3Corrupt
+            raise corruption.corrupt()
+        refusal = self.space.refuses(image, entry)
         if refusal is not None:
             if refusal == "quota":  # etcd's quotaAlarmer: raise NOSPACE for this member
                 await self.raise_alarm(ALARM_NOSPACE)

@@ -23,6 +23,8 @@ from nameserver.auth.check import Authorizer
 from nameserver.auth.service import AuthExtraService, AuthService
 from nameserver.auth.tokens import node_credential
 from nameserver.auth.tokens import provider as token_provider
+from nameserver.cluster.corrupt import inconsistency
+from nameserver.cluster.corrupt_check import CorruptChecker, tamper_kv
 from nameserver.cluster.learner import learner_gate
 from nameserver.cluster.liveness import DiskAlarm
 from nameserver.cluster.records import Member, alarm_text
@@ -54,6 +56,7 @@ from nameserver.routing.ops import RoutingNode
 from nameserver.routing.remoting import NameserverRemoting
 from nameserver.routing.service import RoutingService
 from nameserver.startup import (
+    StartupError,
     binding,
     check_bindable,
     claim_data_dir,
@@ -206,6 +209,8 @@ class Node:
         store = FileSnapshotStore(os.path.join(config.data_dir, "snap"), keep=config.snapshot_keep)
         cluster_hex = f"{self.cluster_id:016x}"
         image, engine_base = restore(store, segments, engine.dump_file, cluster_hex, REGISTRY)
+        if config.debug_corrupt_kv:  # tests only: a member whose state differs
+            image = tamper_kv(image, config.debug_corrupt_kv)
         self.state = MetadataStateMachine(image)
         self.log = ReplicatedLog(
             engine,
@@ -256,6 +261,11 @@ class Node:
         self.compactor = AutoCompactor(
             self.ctx, config.auto_compaction_mode, config.auto_compaction_retention
         )
+        self.corrupt_checker = CorruptChecker(
+            self.ctx,
+            config.corrupt_check_time_s,
+            lambda address: tls.node_channel(address, config.client_tls),
+        )
         self.log.set_observer(MemberNames(engine, self.state, self.kv_history))
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
@@ -302,6 +312,11 @@ class Node:
     async def start(self) -> None:
         for field in ("listen_peer", "listen_client", "listen_remoting", "listen_metrics"):
             check_bindable(field, getattr(self.config, field))  # before anything starts
+        if self.config.initial_corrupt_check and not await self.corrupt_checker.initial():
+            # etcd checks before its server starts: nothing served, nothing written
+            raise StartupError(
+                f"{inconsistency(self.ctx.member_id)} (--experimental-initial-corrupt-check)"
+            )
         self.watch_hub.attach(asyncio.get_running_loop())
         with binding("listen_peer", self.config.listen_peer):
             self.log.start()
@@ -356,6 +371,7 @@ class Node:
         self.disk_alarm.start()
         self.removal.start()
         self.compactor.start()
+        self.corrupt_checker.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
         with binding("listen_remoting", self.config.listen_remoting):
             await self.remoting.start(host.strip("[]"), int(port))
@@ -418,6 +434,7 @@ class Node:
         await self.disk_alarm.stop()
         await self.removal.stop()
         await self.compactor.stop()
+        await self.corrupt_checker.stop()
         await self.brokers.stop()
         await self.remoting.close()
         await self.metrics.close()

@@ -89,6 +89,8 @@ _OPTIONAL_FIELDS = {
     "auto_compaction_mode": "auto_compaction_mode",
     "auto_compaction_retention": "auto_compaction_retention",
     "auth_token": "auth_token",
+    "corrupt_check_time": "corrupt_check_time_s",
+    "debug_corrupt_kv": "debug_corrupt_kv",
     "auth_token_ttl": "auth_token_ttl_s",
     "bcrypt_cost": "bcrypt_cost",
 }
@@ -109,7 +111,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         kwargs["initial_cluster"] = parse_initial_cluster(args.initial_cluster)
     if args.force_new_cluster:
         kwargs["force_new_cluster"] = True
-    for flag in ("client_cert_auth", "peer_client_cert_auth"):
+    for flag in ("client_cert_auth", "peer_client_cert_auth", "initial_corrupt_check"):
         if getattr(args, flag):
             kwargs[flag] = True
     password = args.cluster_password
@@ -300,6 +302,28 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "(default 32; 0 = one accept loop, as gRPC ships it)",
     )
     p.add_argument(
+        "--experimental-initial-corrupt-check",
+        dest="initial_corrupt_check",
+        action="store_true",
+        help="etcd's: before serving, compare this member's kv hash with its peers' at its "
+        "revision and refuse to start if one differs",
+    )
+    p.add_argument(
+        "--experimental-corrupt-check-time",
+        dest="corrupt_check_time",
+        type=_duration_s,
+        metavar="DURATION",
+        help="etcd's: the leader compares every member's kv hash this often (1m, 30s) and "
+        "raises the CORRUPT alarm for one that differs; writes are refused until "
+        "`etcdctl alarm disarm` (default 0: never)",
+    )
+    p.add_argument(
+        "--debug-corrupt-kv",
+        metavar="KEY=VALUE",
+        help="TESTS ONLY: change an existing key's value in this member's image when it "
+        "starts, behind the log's back (to test the corruption checks)",
+    )
+    p.add_argument(
         "--quota-backend-bytes",
         type=int,
         metavar="B",
@@ -423,3 +447,13 @@ def _add_tls_flags(p: argparse.ArgumentParser) -> None:
             help=f"refuse {prefix or 'client '}connections without a certificate "
             "signed by the trusted CA",
         )
+
+
+def _duration_s(text: str) -> float:
+    """A Go duration flag (etcd's): seconds."""
+    from nameserver.checks import parse_go_duration
+
+    try:
+        return parse_go_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

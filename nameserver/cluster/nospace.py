@@ -8,7 +8,7 @@ etcd 3.4 (``etcdserver/quota.go``, ``apply.go`` ``applierV3Capped``,
   not, it proposes ACTIVATE NOSPACE for itself and answers RESOURCE_EXHAUSTED
   "etcdserver: mvcc: database space exceeded" (:meth:`SpaceCheck.refuses`).
 - While any member's NOSPACE alarm is raised, the writes that grow the store are refused,
-  before proposing and again in apply (:class:`NoSpaceGuard`: the alarm is in the image,
+  before proposing and again in apply (:class:`~nameserver.cluster.kind.AlarmGuards`: the alarm is in the image,
   so every member refuses the same requests): a Put, a Txn with a put in either branch
   (metaledger also looks into nested txns, which etcd's cost skips), a LeaseGrant.
   DeleteRange, Compact, LeaseRevoke, reads, and metaledger's own records (routes,
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from nameserver.errors import ResourceExhausted
-from nameserver.state.image import MetadataDelta, MetadataImage
+from nameserver.state.image import MetadataImage
 from protos import records_pb2
 from protos.etcdserverpb import rpc_pb2
 from raftlog import Entry
@@ -109,27 +109,6 @@ def image_bytes(image: MetadataImage, known: dict[str, tuple[object, int]] | Non
             known[field] = (sub, counted)
         size += counted
     return size
-
-
-def nospace_raised(delta: MetadataDelta) -> bool:
-    """Whether a NOSPACE alarm is raised as ``delta`` would publish it (without making the
-    alarms sub-delta when nothing touched it)."""
-    made = delta.made("alarms")
-    return bool(made.nospace) if made is not None else bool(delta.image.alarms.nospace)
-
-
-class NoSpaceGuard:
-    """The alarm kind's check around every request (a :class:`~nameserver.state.registry.
-    RequestGuard`): while a NOSPACE alarm is raised, a request that would grow the store
-    is rejected whole, the same on every member (etcd's applierV3Capped)."""
-
-    def before(self, delta: MetadataDelta, entries: Sequence[Entry]) -> None:
-        if nospace_raised(delta) and any(puts_of(e) for e in entries):
-            raise no_space()
-        return None
-
-    def after(self, delta: MetadataDelta, before: None) -> None:  # never called: no token
-        return None
 
 
 def quota_bytes(configured: int) -> int:

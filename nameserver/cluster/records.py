@@ -134,11 +134,12 @@ def alarm_text(member_id: int, alarm: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AlarmsImage:
-    """Every member's raised alarms, by record key; ``nospace``: whether any NOSPACE alarm
-    is raised (the write refusal's one test, O(1))."""
+    """Every member's raised alarms, by record key; ``nospace``, ``corrupt``: whether any
+    NOSPACE, CORRUPT alarm is raised (the write refusals' one test, O(1))."""
 
     alarms: Mapping[bytes, Alarm] = field(default_factory=lambda: MappingProxyType({}))
     nospace: bool = False
+    corrupt: bool = False
 
     def get(self, key: bytes) -> Alarm | None:
         return self.alarms.get(key)
@@ -150,7 +151,9 @@ class AlarmsImage:
 
 def alarms_image(items: Mapping[bytes, Alarm]) -> AlarmsImage:
     return AlarmsImage(
-        MappingProxyType(dict(items)), any(a.alarm == ALARM_NOSPACE for a in items.values())
+        MappingProxyType(dict(items)),
+        any(a.alarm == ALARM_NOSPACE for a in items.values()),
+        any(a.alarm == ALARM_CORRUPT for a in items.values()),
     )
 
 
@@ -170,6 +173,13 @@ class AlarmsDelta(MapDelta[bytes, Alarm]):
         if not self.changes:
             return self.base.nospace
         return any(a.alarm == ALARM_NOSPACE for a in self._merged().values())
+
+    @property
+    def corrupt(self) -> bool:
+        """Whether a CORRUPT alarm is raised as this delta would publish it."""
+        if not self.changes:
+            return self.base.corrupt
+        return any(a.alarm == ALARM_CORRUPT for a in self._merged().values())
 
     def _merged(self) -> Mapping[bytes, Alarm]:
         return self.merged(self.base.alarms)

@@ -176,10 +176,12 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         """Whether a write request that turns out to change nothing may be answered as a
         linearizable read: not when the client de-duplicates its retries (a retry of one
         applied must be told so, not answered anew), nor when it would be refused for
-        space (etcd refuses a txn with puts under NOSPACE whichever branch it takes)."""
+        space (etcd refuses a txn with puts under NOSPACE whichever branch it takes) or
+        under CORRUPT (etcd refuses every txn with a write in either branch)."""
         if any(k == "x-ml-seq" for k, _ in metadata or ()):
             return False
-        return self.node.space.refuses(self.node.state.image, entry) is None
+        image = self.node.state.image
+        return not image.alarms.corrupt and self.node.space.refuses(image, entry) is None
 
     async def _write_txn(
         self,

@@ -149,8 +149,12 @@ def test_an_alarm_raised_through_one_member_is_listed_by_all(tmp_path: Path) -> 
         c.wait_converged()
         for i in range(3):
             assert alarms(c, i) == [(ids[1], rpc_pb2.CORRUPT)]
-        # CORRUPT alone does not refuse writes (metaledger keeps serving; see docs)
-        assert not refused(put(c, 0, b"k"))
+        # CORRUPT refuses writes on every member with etcd's error (reads still served;
+        # tests/cluster/test_corrupt_check.py), never as NOSPACE
+        with pytest.raises(grpc.RpcError) as caught:
+            put(c, 0, b"k")()
+        assert grpc_code(caught.value) == grpc.StatusCode.DATA_LOSS
+        assert caught.value.details() == "etcdserver: corrupt cluster"
         # disarming an alarm that is not raised answers no alarm, and no error (etcd)
         none = c.maintenance(0).Alarm(
             rpc_pb2.AlarmRequest(

@@ -272,3 +272,33 @@ def test_overwriting_one_key_fills_the_quota_with_history_until_compacted(
     assert both(pair, "alarm", "disarm") == (0, "memberID:ID alarm:NOSPACE \n", "")
     assert both(pair, "put", "3rd_test", "a") == (0, "OK\n", "")
     assert both(pair, "put", "2nd_test", CHUNK) == (0, "OK\n", "")
+
+
+def test_corrupt_refuses_writes_serves_reads_until_disarmed_as_etcd(
+    pair: tuple[str, str],
+) -> None:
+    """CORRUPT raised through the Alarm RPC (etcd's corruption check raises it the same
+    way): writes answer "etcdserver: corrupt cluster" (etcd's applierV3Corrupt), reads are
+    still served, `alarm disarm` lets writes through again."""
+    assert both(pair, "put", "k", "v") == (0, "OK\n", "")
+    for endpoint in pair:
+        with grpc.insecure_channel(endpoint.removeprefix("http://")) as channel:
+            stub = rpc_pb2_grpc.MaintenanceStub(channel)
+            me = stub.Status(rpc_pb2.StatusRequest(), timeout=10).header.member_id
+            stub.Alarm(
+                rpc_pb2.AlarmRequest(
+                    action=rpc_pb2.AlarmRequest.ACTIVATE, memberID=me, alarm=rpc_pb2.CORRUPT
+                ),
+                timeout=10,
+            )
+    corrupt = "Error: etcdserver: corrupt cluster"
+    assert both(pair, "alarm", "list") == (0, "memberID:ID alarm:CORRUPT \n", "")
+    assert both(pair, "put", "k", "w") == (1, "", corrupt)
+    assert both(pair, "del", "k")[0] == 1
+    assert both(pair, "txn", stdin="\n\nput k w\n\n")[0] == 1
+    assert both(pair, "lease", "grant", "60")[0] == 1
+    assert both(pair, "get", "k", "--print-value-only") == (0, "v\n", "")
+    assert both(pair, "get", "k", "--print-value-only", "--consistency=s") == (0, "v\n", "")
+    assert errors_column(pair[0]) == errors_column(pair[1])
+    assert both(pair, "alarm", "disarm") == (0, "memberID:ID alarm:CORRUPT \n", "")
+    assert both(pair, "put", "k", "w") == (0, "OK\n", "")

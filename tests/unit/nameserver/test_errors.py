@@ -45,6 +45,7 @@ TREE: dict[type[Rejected], tuple[grpc.StatusCode, ResponseCode]] = {
     errors.Unimplemented: (S.UNIMPLEMENTED, R.SYSTEM_ERROR),
     errors.Unavailable: (S.UNAVAILABLE, R.SYSTEM_ERROR),
     errors.DeadlineExceeded: (S.DEADLINE_EXCEEDED, R.SYSTEM_ERROR),
+    errors.DataLoss: (S.DATA_LOSS, R.SYSTEM_ERROR),
 }
 
 

@@ -29,7 +29,7 @@ from nameserver.cluster.records import (
     Alarm,
     alarm_text,
 )
-from nameserver.errors import InvalidArgument, ResourceExhausted
+from nameserver.errors import DataLoss, InvalidArgument, ResourceExhausted
 from nameserver.kinds import REGISTRY
 from nameserver.leases.expiry import lease_entry
 from nameserver.node import NodeFacade
@@ -234,21 +234,26 @@ def test_a_raised_nospace_still_applies_what_does_not_grow(entry: Entry) -> None
     n = Node()
     n.apply(put(b"before"))
     n.apply(grant(42))
-    n.apply(alarm(ACTIVATE, 3, ALARM_CORRUPT))  # CORRUPT alone refuses nothing here
-    n.apply(put(b"still"))
     n.apply(alarm(ACTIVATE, 3, ALARM_NOSPACE))
     n.apply(entry)
 
 
-def test_the_refusal_sees_an_alarm_raised_earlier_in_the_same_apply_group() -> None:
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [(ALARM_NOSPACE, ResourceExhausted), (ALARM_CORRUPT, DataLoss)],
+    ids=["nospace", "corrupt"],
+)
+def test_the_refusal_sees_an_alarm_raised_earlier_in_the_same_apply_group(
+    kind: int, error: type[Exception]
+) -> None:
     """Members publish images at different points: the check reads the delta, so a put
     right after the ACTIVATE is refused whether or not an image was published between."""
     for publish in (True, False):
         n = Node()
-        n.apply(alarm(ACTIVATE, 1, ALARM_NOSPACE), publish=publish)
-        with pytest.raises(ResourceExhausted):
+        n.apply(alarm(ACTIVATE, 1, kind), publish=publish)
+        with pytest.raises(error):
             n.apply(put(b"k"), publish=publish)
-        n.apply(alarm(DEACTIVATE, 1, ALARM_NOSPACE), publish=publish)
+        n.apply(alarm(DEACTIVATE, 1, kind), publish=publish)
         n.apply(put(b"k"), publish=publish)
         n.sm.publish()
         assert n.sm.image.kv.get(b"k") is not None and n.alarms() == []
