@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from console import keys
+from console import keys, leases
 from console.clusters import ClusterView, Sampler
 from console.config import ConsoleConfig
 from console.errors import BadInput, ConsoleError, NotFound
@@ -36,7 +36,7 @@ log = logging.getLogger("console")
 T = TypeVar("T")
 
 STATIC = resources.files("console") / "static"
-PAGES = {"/": "cluster.html", "/keys": "keys.html"}
+PAGES = {"/": "cluster.html", "/keys": "keys.html", "/leases": "leases.html"}
 
 
 class Console:
@@ -158,6 +158,20 @@ def create_app(config: ConsoleConfig) -> Starlette:
         out = await _blocking(keys.history, view.client, key, _int(request, "limit", 20))
         return JSONResponse(out)
 
+    async def lease_list(request: Request) -> JSONResponse:
+        view = console.view(request)
+        raw = request.query_params.get("cursor", "")
+        cursor = leases.parse_lease_id(raw) if raw else 0
+        out = await _blocking(leases.lease_page, view.client, cursor, _int(request, "limit", 100))
+        return JSONResponse(out)
+
+    async def lock_list(request: Request) -> JSONResponse:
+        view = console.view(request)
+        prefix = _bytes_param(request.query_params, "prefix")
+        limit = _int(request, "limit", 50)
+        out = await _blocking(leases.lock_page, view.client, prefix, _cursor(request), limit)
+        return JSONResponse(out)
+
     async def _body(request: Request) -> dict[str, Any]:
         try:
             body = await request.json()
@@ -230,6 +244,8 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/keys/search", key_search),
         Route("/api/keys/value", key_value),
         Route("/api/keys/history", key_history),
+        Route("/api/leases", lease_list),
+        Route("/api/locks", lock_list),
         Route("/api/keys/put", key_put, methods=["POST"]),
         Route("/api/keys/delete", key_delete, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),
