@@ -24,11 +24,19 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from console import keys, leases
+from console import keys, leases, users
 from console.clusters import ClusterView, Sampler
 from console.config import ConsoleConfig
 from console.errors import BadInput, ConsoleError, NotFound
-from nameserver.client import ClientError, DeadlineExceeded, Unavailable
+from console.sessions import COOKIE, Sessions
+from nameserver.client import (
+    Client,
+    ClientError,
+    DeadlineExceeded,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
 
 __all__ = ["Console", "create_app"]
 
@@ -36,7 +44,12 @@ log = logging.getLogger("console")
 T = TypeVar("T")
 
 STATIC = resources.files("console") / "static"
-PAGES = {"/": "cluster.html", "/keys": "keys.html", "/leases": "leases.html"}
+PAGES = {
+    "/": "cluster.html",
+    "/keys": "keys.html",
+    "/leases": "leases.html",
+    "/users": "users.html",
+}
 
 
 class Console:
@@ -46,6 +59,7 @@ class Console:
         self.config = config.validate()
         self.views = {s.name: ClusterView(s, config) for s in config.clusters}
         self.sampler = Sampler(list(self.views.values()), config)
+        self.sessions = Sessions()
 
     def view(self, request: Request) -> ClusterView:
         name = request.query_params.get("cluster") or next(iter(self.views))
@@ -54,7 +68,15 @@ class Console:
             raise NotFound(f"no cluster named {name!r} (known: {', '.join(self.views)})")
         return view
 
+    def client(self, request: Request) -> Client:
+        """The client an API call runs as: the browser's login to the cluster, else the
+        console's own (its ``--user``, or none)."""
+        view = self.view(request)
+        login = self.sessions.login(request.cookies.get(COOKIE), view.name)
+        return login[1] if login is not None else view.client
+
     def close(self) -> None:
+        self.sessions.close()
         self.sampler.stop()
         for v in self.views.values():
             v.close()
@@ -126,18 +148,18 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return JSONResponse(console.sampler.series(view.name, seconds))
 
     async def key_list(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         prefix = _bytes_param(request.query_params, "prefix")
         limit = _int(request, "limit", 100)
-        out = await _blocking(keys.list_children, view.client, prefix, _cursor(request), limit)
+        out = await _blocking(keys.list_children, client, prefix, _cursor(request), limit)
         return JSONResponse(out)
 
     async def key_search(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         p = request.query_params
         out = await _blocking(
             keys.search,
-            view.client,
+            client,
             _bytes_param(p, "prefix"),
             _bytes_param(p, "q"),
             p.get("by", "key"),
@@ -147,29 +169,81 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return JSONResponse(out)
 
     async def key_value(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         key = _bytes_param(request.query_params, "key", required=True)
-        out = await _blocking(keys.get_value, view.client, key, _int(request, "revision", 0))
+        out = await _blocking(keys.get_value, client, key, _int(request, "revision", 0))
         return JSONResponse(out)
 
     async def key_history(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         key = _bytes_param(request.query_params, "key", required=True)
-        out = await _blocking(keys.history, view.client, key, _int(request, "limit", 20))
+        out = await _blocking(keys.history, client, key, _int(request, "limit", 20))
         return JSONResponse(out)
 
     async def lease_list(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         raw = request.query_params.get("cursor", "")
         cursor = leases.parse_lease_id(raw) if raw else 0
-        out = await _blocking(leases.lease_page, view.client, cursor, _int(request, "limit", 100))
+        out = await _blocking(leases.lease_page, client, cursor, _int(request, "limit", 100))
         return JSONResponse(out)
 
     async def lock_list(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         prefix = _bytes_param(request.query_params, "prefix")
         limit = _int(request, "limit", 50)
-        out = await _blocking(leases.lock_page, view.client, prefix, _cursor(request), limit)
+        out = await _blocking(leases.lock_page, client, prefix, _cursor(request), limit)
+        return JSONResponse(out)
+
+    async def session(request: Request) -> JSONResponse:
+        view = console.view(request)
+        login = console.sessions.login(request.cookies.get(COOKIE), view.name)
+        client = login[1] if login is not None else view.client
+        try:
+            enabled: bool | None = await _blocking(client.auth_enabled)
+        except ClientError:
+            enabled = None  # unreachable: the page says so elsewhere
+        return JSONResponse(
+            {
+                "cluster": view.name,
+                "user": login[0] if login is not None else None,
+                "console_user": view.user,
+                "auth_enabled": enabled,
+            }
+        )
+
+    async def login(request: Request) -> JSONResponse:
+        view = console.view(request)
+        body = await _body(request)
+        user, password = body.get("user"), body.get("password")
+        if not isinstance(user, str) or not user:
+            raise BadInput("user is missing")
+        if not isinstance(password, str):
+            raise BadInput("password must be a string")
+        client = view.connect_as(user, password)
+        try:
+            await _blocking(client.user_get, user)  # authenticates, then reads its own roles
+        except BaseException:
+            client.close()
+            raise
+        sid = console.sessions.add(request.cookies.get(COOKIE), view.name, user, client)
+        log.info("%s logged in to cluster %s", user, view.name)
+        resp = JSONResponse({"cluster": view.name, "user": user})
+        resp.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/")
+        return resp
+
+    async def logout(request: Request) -> JSONResponse:
+        view = console.view(request)
+        user = await _blocking(console.sessions.logout, request.cookies.get(COOKIE), view.name)
+        return JSONResponse({"cluster": view.name, "user": user})
+
+    async def user_list(request: Request) -> JSONResponse:
+        return JSONResponse(await _blocking(users.overview, console.client(request)))
+
+    async def user_change(request: Request) -> JSONResponse:
+        client = console.client(request)
+        body = await _body(request)
+        out = await _blocking(users.change, client, config.allow_writes, body)
+        log.info("%s %s at revision %d", out["action"], out["name"], out["revision"])
         return JSONResponse(out)
 
     async def _body(request: Request) -> dict[str, Any]:
@@ -182,21 +256,21 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return body
 
     async def key_put(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         body = await _body(request)
         key = _bytes_param(body, "key", required=True)
         value = _bytes_param(body, "value")
         confirm = str(body.get("confirm", ""))
-        out = await _blocking(keys.put, view.client, config.allow_writes, key, value, confirm)
+        out = await _blocking(keys.put, client, config.allow_writes, key, value, confirm)
         log.info("put %r (%d bytes) at revision %d", out["key"], out["size"], out["revision"])
         return JSONResponse(out)
 
     async def key_delete(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         body = await _body(request)
         key = _bytes_param(body, "key", required=True)
         confirm = str(body.get("confirm", ""))
-        out = await _blocking(keys.delete, view.client, config.allow_writes, key, confirm)
+        out = await _blocking(keys.delete, client, config.allow_writes, key, confirm)
         log.info("deleted %r (%d)", out["key"], out["deleted"])
         return JSONResponse(out)
 
@@ -212,7 +286,13 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
     async def client_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ClientError)
-        status = 503 if isinstance(exc, Unavailable | DeadlineExceeded) else 400
+        status = 400
+        if isinstance(exc, Unavailable | DeadlineExceeded):
+            status = 503
+        elif isinstance(exc, PermissionDenied):
+            status = 403
+        elif isinstance(exc, Unauthenticated):
+            status = 401
         return JSONResponse({"error": exc.message}, status_code=status)
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -246,6 +326,11 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/keys/history", key_history),
         Route("/api/leases", lease_list),
         Route("/api/locks", lock_list),
+        Route("/api/session", session),
+        Route("/api/login", login, methods=["POST"]),
+        Route("/api/logout", logout, methods=["POST"]),
+        Route("/api/users", user_list),
+        Route("/api/users/change", user_change, methods=["POST"]),
         Route("/api/keys/put", key_put, methods=["POST"]),
         Route("/api/keys/delete", key_delete, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),

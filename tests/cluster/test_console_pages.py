@@ -1,12 +1,16 @@
-"""The console's Leases, locks and elections page in a real browser (headless Chromium
-through selenium) against a real 3-node cluster: its TTLs, key counts, holders, fencing
-tokens and leader values are what the client answers, the TTLs count down, leases page 100 at
-a time, and the page loads without a console error. Screenshots go to the test's tmp dir (and
-to $METALEDGER_CONSOLE_SCREENSHOTS, for docs/console.md).
+"""The console's Leases, locks and elections and Users and roles pages, and its logins, in a
+real browser (headless Chromium through selenium) against a real 3-node cluster: TTLs, key
+counts, holders, fencing tokens and leader values are what the client answers and TTLs count
+down; users, roles and permissions are what etcdctl answers, a read-only console changes none
+and a confirmed change on a read-write one is made; with auth on, a page without a login says
+so, a login (kept in an HttpOnly cookie) makes every call run as that user, and what the user
+may not do shows etcd's message. Every page loads without a console error. Screenshots go to
+the test's tmp dir (and to $METALEDGER_CONSOLE_SCREENSHOTS, for docs/console.md).
 """
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,15 +18,17 @@ from typing import Any
 
 import pytest
 
-from nameserver.client import Client
+from nameserver.client import Client, Permission, prefix_range_end
 from nameserver.client.locks import acquire
 from tests.console_harness import ConsoleProcess, browser_errors, chrome, have_browser, screenshot
+from tests.etcd_harness import etcdctl_ok
 from tests.harness import Cluster, running_cluster, wait_until
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.integration,
     pytest.mark.skipif(not have_browser(), reason="chromium and chromedriver are not installed"),
+    pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
 ]
 
 SHOTS = "screenshots"
@@ -49,6 +55,13 @@ def client(cluster: Cluster) -> Iterator[Client]:
 @pytest.fixture(scope="module")
 def console(root: Path, cluster: Cluster) -> Iterator[ConsoleProcess]:
     c = ConsoleProcess(root / "console", cluster.endpoints)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def console_rw(root: Path, cluster: Cluster) -> Iterator[ConsoleProcess]:
+    c = ConsoleProcess(root / "console-rw", cluster.endpoints, "--allow-writes")
     yield c
     c.stop()
 
@@ -143,3 +156,117 @@ def _text(driver: Any, css: str) -> str:
     from selenium.webdriver.common.by import By
 
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def _table(driver: Any, css: str) -> list[list[str]]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in driver.find_elements(By.CSS_SELECTOR, f"{css} tbody tr")
+    ]
+
+
+def test_users_and_roles_are_what_etcdctl_answers(
+    cluster: Cluster,
+    client: Client,
+    console: ConsoleProcess,
+    console_rw: ConsoleProcess,
+    driver: Any,
+    root: Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    at = cluster.endpoints[0]
+    etcdctl_ok(at, "role", "add", "app-rw")
+    etcdctl_ok(at, "role", "grant-permission", "app-rw", "readwrite", "app/", "--prefix")
+    etcdctl_ok(at, "role", "grant-permission", "app-rw", "read", "cfg")
+    etcdctl_ok(at, "user", "add", "alice:alice-pw")
+    etcdctl_ok(at, "user", "grant-role", "alice", "app-rw")
+    driver.get(console.url + "/users")
+    wait_until(lambda: ["alice", "app-rw"] in _table(driver, "#users"), 20, "alice's row")
+    assert "Roles: app-rw" in etcdctl_ok(at, "user", "get", "alice")
+    assert _text(driver, "#authstate") == "disabled"
+    rows = [r for r in _table(driver, "#roles") if r[0] in ("app-rw", "")]
+    assert rows == [["app-rw", "READWRITE", "prefix app/", "app0"], ["", "READ", "cfg", ""]]
+    assert client.role_get("app-rw") == [
+        Permission("READWRITE", b"app/", prefix_range_end(b"app/")),
+        Permission("READ", b"cfg", b""),
+    ]
+    # read-only: no form, and a change sent anyway is refused
+    assert not driver.find_element(By.ID, "changer").is_displayed()
+    status, body = console.request(
+        "/api/users/change", {"action": "role_add", "name": "ops", "confirm": "ops"}
+    )
+    assert status == 403 and "read-only" in body["error"]
+    assert "ops" not in client.role_list()
+    screenshot(driver, root / SHOTS, "users")
+    assert browser_errors(driver) == []
+    # read-write: a change confirmed in the browser is made; a dismissed one is not
+    driver.get(console_rw.url + "/users")
+    wait_until(lambda: driver.find_element(By.ID, "changer").is_displayed(), 20, "the form")
+    driver.find_element(By.CSS_SELECTOR, "#action option[value='role_add']").click()
+    driver.find_element(By.ID, "cname").send_keys("ops")
+    driver.find_element(By.ID, "apply").click()
+    wait_until(lambda: driver.switch_to.alert, 10, "the confirmation").dismiss()
+    assert "ops" not in client.role_list()
+    driver.find_element(By.ID, "apply").click()
+    alert = wait_until(lambda: driver.switch_to.alert, 10, "the confirmation")
+    assert "add the role ops" in alert.text
+    alert.accept()
+    wait_until(lambda: any(r[0] == "ops" for r in _table(driver, "#roles")), 20, "the new role")
+    assert "ops" in etcdctl_ok(at, "role", "list").split()
+    assert browser_errors(driver) == []
+
+
+def test_with_auth_on_a_login_makes_every_call_run_as_that_user(
+    cluster: Cluster, client: Client, console_rw: ConsoleProcess, driver: Any, root: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    at = cluster.endpoints[0]
+    client.put("app/visible", "to alice")
+    client.put("other/hidden", "not to alice")
+    etcdctl_ok(at, "user", "add", "root:root-pw")
+    etcdctl_ok(at, "user", "grant-role", "root", "root")
+    etcdctl_ok(at, "auth", "enable")
+    try:
+        driver.get(console_rw.url + "/keys?prefix=app/")
+        wait_until(lambda: "auth is on: log in" in _text(driver, "#message"), 20, "the banner")
+        screenshot(driver, root / SHOTS, "login")
+        # a wrong password is refused with etcd's message
+        driver.find_element(By.ID, "login-user").send_keys("alice")
+        driver.find_element(By.ID, "login-password").send_keys("wrong")
+        driver.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait_until(lambda: "authentication failed" in _text(driver, "#message"), 20, "refused")
+        box = driver.find_element(By.ID, "login-password")
+        box.clear()
+        box.send_keys("alice-pw")
+        driver.find_element(By.CSS_SELECTOR, "#login button").click()
+        wait_until(lambda: _text(driver, "#auth").startswith("as alice"), 20, "logged in")
+        wait_until(
+            lambda: (
+                "app/visible"
+                in [
+                    e.get_attribute("data-key")
+                    for e in driver.find_elements(By.CSS_SELECTOR, "#entries li")
+                ]
+            ),
+            20,
+            "alice's keys",
+        )
+        cookie = next(c for c in driver.get_cookies() if c["name"] == "metaledger_console_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert "metaledger_console_session" not in driver.execute_script("return document.cookie")
+        # what alice may not read: etcd's message, not a traceback
+        driver.get(console_rw.url + "/keys?prefix=other/")
+        wait_until(lambda: "permission denied" in _text(driver, "#message"), 20, "refused")
+        driver.get(console_rw.url + "/users")
+        wait_until(lambda: "permission denied" in _text(driver, "#message"), 20, "refused")
+        assert "Traceback" not in _text(driver, "#message")
+        browser_errors(driver)  # the refused calls' 403s are the page's own log lines
+        driver.find_element(By.ID, "logout").click()
+        wait_until(lambda: "auth is on: log in" in _text(driver, "#message"), 20, "logged out")
+        assert "Traceback" not in console_rw.log()
+    finally:
+        etcdctl_ok(at, "auth", "disable", user="root:root-pw")
