@@ -114,9 +114,7 @@ class UsersApi(Transport):
             raise InvalidArgument(
                 f"perm_type: one of {', '.join(PERM_TYPES)}, not {perm.perm_type!r}"
             )
-        p = authpb.Permission(
-            permType=PERM_TYPES[perm.perm_type], key=perm.key, range_end=perm.range_end
-        )
+        p = authpb.Permission(permType=perm.perm_type, key=perm.key, range_end=perm.range_end)
         req = rpc_pb2.AuthRoleGrantPermissionRequest(name=name, perm=p)
         return int(self._call(_auth("RoleGrantPermission"), req, write=True).header.revision)
 
