@@ -17,14 +17,14 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from console import keys, leases, users
+from console import keys, leases, transfer, users
 from console.clusters import ClusterView, Sampler
 from console.config import ConsoleConfig
 from console.errors import BadInput, ConsoleError, NotFound
@@ -44,6 +44,8 @@ log = logging.getLogger("console")
 T = TypeVar("T")
 
 STATIC = resources.files("console") / "static"
+#: the largest import document accepted
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
 PAGES = {
     "/": "cluster.html",
     "/keys": "keys.html",
@@ -194,6 +196,43 @@ def create_app(config: ConsoleConfig) -> Starlette:
         out = await _blocking(leases.lock_page, client, prefix, _cursor(request), limit)
         return JSONResponse(out)
 
+    async def key_diff(request: Request) -> JSONResponse:
+        client = console.client(request)
+        key = _bytes_param(request.query_params, "key", required=True)
+        old, new = _int(request, "from", 0), _int(request, "to", 0)
+        return JSONResponse(await _blocking(transfer.diff, client, key, old, new))
+
+    async def key_export(request: Request) -> Response:
+        client = console.client(request)
+        prefix = _bytes_param(request.query_params, "prefix")
+        chunks = transfer.export_chunks(client, prefix)
+        first = await _blocking(next, chunks)  # errors before the first byte answer as JSON
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in keys.key_text(prefix))
+
+        async def body() -> AsyncIterator[str]:
+            yield first
+            async for chunk in iterate_in_threadpool(chunks):
+                yield chunk
+
+        return StreamingResponse(
+            body(),
+            media_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="export-{name or "all"}.json"'},
+        )
+
+    async def key_import(request: Request) -> JSONResponse:
+        client = console.client(request)
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > MAX_IMPORT_BYTES:
+            raise BadInput(f"an import document is {MAX_IMPORT_BYTES} bytes at most")
+        body = await _body(request)
+        confirm = str(body.get("confirm", ""))
+        doc = body.get("document")
+        out = await _blocking(transfer.import_kvs, client, config.allow_writes, doc, confirm)
+        log.info("imported %d keys under %r at revision %d", out["written"], out["prefix"],
+                 out["revision"])  # fmt: skip
+        return JSONResponse(out)
+
     async def session(request: Request) -> JSONResponse:
         view = console.view(request)
         login = console.sessions.login(request.cookies.get(COOKIE), view.name)
@@ -331,6 +370,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/logout", logout, methods=["POST"]),
         Route("/api/users", user_list),
         Route("/api/users/change", user_change, methods=["POST"]),
+        Route("/api/keys/diff", key_diff),
+        Route("/api/keys/export", key_export),
+        Route("/api/keys/import", key_import, methods=["POST"]),
         Route("/api/keys/put", key_put, methods=["POST"]),
         Route("/api/keys/delete", key_delete, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),

@@ -10,6 +10,8 @@ the test's tmp dir (and to $METALEDGER_CONSOLE_SCREENSHOTS, for docs/console.md)
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 import threading
 from collections.abc import Iterator
@@ -216,6 +218,65 @@ def test_users_and_roles_are_what_etcdctl_answers(
     alert.accept()
     wait_until(lambda: any(r[0] == "ops" for r in _table(driver, "#roles")), 20, "the new role")
     assert "ops" in etcdctl_ok(at, "role", "list").split()
+    assert browser_errors(driver) == []
+
+
+def test_keys_diff_export_and_import(
+    cluster: Cluster, client: Client, console_rw: ConsoleProcess, driver: Any, root: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    client.put("tx/cfg", "replicas: 2\nname: orders\n")
+    client.put("tx/cfg", "replicas: 3\nname: orders\n")
+    client.put("tx/bin", b"\xff\x00")
+    client.put("tx/plain", "text")
+    driver.get(console_rw.url + "/keys?prefix=tx/")
+    wait_until(
+        lambda: driver.find_element(By.CSS_SELECTOR, "#entries li[data-key='tx/cfg']"), 20, "key"
+    ).click()
+    wait_until(
+        lambda: len(driver.find_elements(By.CSS_SELECTOR, "#history button.diffnow")) == 2,
+        20,
+        "two versions",
+    )
+    driver.find_elements(By.CSS_SELECTOR, "#history button.diffnow")[1].click()
+    wait_until(lambda: "+replicas: 3" in _text(driver, "#diff"), 20, "the diff")
+    assert "-replicas: 2" in _text(driver, "#diff")
+    screenshot(driver, root / SHOTS, "keys-diff")
+    # the export link is the endpoint's; its document is what etcdctl gets
+    href = driver.find_element(By.ID, "export").get_attribute("href")
+    assert href.endswith("/api/keys/export?prefix=tx%2F&cluster=default")
+    status, doc = console_rw.get("/api/keys/export?prefix=tx/")
+    assert status == 200
+    want = {kv.key: kv.value for kv in client.get("tx/", prefix=True).kvs}
+    got = {
+        (kv["key"].encode() if "key" in kv else base64.b64decode(kv["key_b64"])): (
+            kv["value"].encode() if "value" in kv else base64.b64decode(kv["value_b64"])
+        )
+        for kv in doc["kvs"]
+    }
+    assert got == want and len(got) == 3
+    path = root / "export-tx.json"
+    path.write_text(json.dumps(doc))
+    # import it back after the prefix is deleted: dismissed changes nothing, accepted writes
+    client.delete("tx/", prefix=True)
+    driver.get(console_rw.url + "/keys?prefix=tx/")
+    wait_until(lambda: driver.find_element(By.ID, "importer").is_displayed(), 20, "the importer")
+    driver.find_element(By.ID, "importfile").send_keys(str(path))
+    driver.find_element(By.ID, "import").click()
+    wait_until(lambda: driver.switch_to.alert, 10, "the confirmation").dismiss()
+    assert client.get("tx/", prefix=True, count_only=True).count == 0
+    driver.find_element(By.ID, "import").click()
+    alert = wait_until(lambda: driver.switch_to.alert, 10, "the confirmation")
+    assert "Import 3 keys under tx/" in alert.text
+    alert.accept()
+    wait_until(lambda: "imported 3 keys" in _text(driver, "#message"), 20, "imported")
+    assert {kv.key: kv.value for kv in client.get("tx/", prefix=True).kvs} == want
+    got_cfg = etcdctl_ok(cluster.endpoints[0], "get", "tx/cfg", "--print-value-only")
+    assert got_cfg == "replicas: 3\nname: orders\n\n"
+    # a read-only console imports nothing
+    status, body = console_rw.request("/api/keys/import", {"document": doc, "confirm": "x"})
+    assert status == 400 and "must name the prefix" in body["error"]
     assert browser_errors(driver) == []
 
 
