@@ -44,7 +44,18 @@ const ML = (() => {
     box.textContent = text;
   }
 
+  // the pages, in the header's order
+  const PAGES = [["/", "Cluster"], ["/keys", "Keys"], ["/leases", "Leases & locks"], ["/users", "Users & roles"]];
+
+  function header() {
+    const h = document.querySelector("header");
+    h.replaceChildren(el("strong", {}, "metaledger"),
+      ...PAGES.map(([path, name]) => el("a", {"data-page": path, href: path}, name)),
+      el("span", {class: "right"}, el("select", {id: "cluster"}), " ", el("span", {id: "mode"})));
+  }
+
   async function init(page) {
+    header();
     const info = await api("/api/clusters");
     allowWrites = info.allow_writes;
     if (!cluster) cluster = info.clusters[0].name;
