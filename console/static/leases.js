@@ -1,52 +1,54 @@
 // The Leases, locks and elections page: live leases a page at a time with their TTLs
-// counting down (each page re-read every 5 s), and the locks and elections under a prefix
-// with their holders and fencing tokens.
+// counting down (the pages shown are re-read every 5 s while they are 5 at most; "more"
+// reads only the next), and the locks and elections under a prefix with their holders and
+// fencing tokens.
 "use strict";
 (() => {
   const {api, el, say} = ML;
   const REFRESH_MS = 5000;
+  const REFRESH_PAGES = 5;   // beyond 500 leases shown the TTLs only count down (no re-read)
   let pages = [];          // the lease cursors of the pages shown ("" = the first)
   let leaseNext = null;
   let lockCursor = null;
   let lockShown = 0;
-  let readAt = 0;          // when the shown TTLs were read (performance.now())
 
-  function leaseRow(l) {
+  function leaseRow(l, readAt) {
     return el("tr", {"data-lease": l.id},
       el("td", {}, l.id),
       el("td", {class: "num"}, `${l.granted_ttl} s`),
-      el("td", {class: "num ttl", "data-ttl": l.ttl}, l.expired ? "expired" : `${l.ttl} s`),
+      el("td", {class: "num ttl", "data-ttl": l.ttl, "data-read": readAt}, l.expired ? "expired" : `${l.ttl} s`),
       el("td", {class: "num keys"}, l.keys),
       el("td", {class: "muted"}, l.first_keys.join(", ") + (l.keys > l.first_keys.length ? ", …" : "")));
   }
 
-  async function leasesLoad() {
+  // Read the pages shown again (append: only the last one, just added).
+  async function leasesLoad(append) {
     const body = document.querySelector("#leases tbody");
     const rows = [];
     let total = 0;
     let next = null;
-    for (const cursor of pages) {
+    for (const cursor of append ? pages.slice(-1) : pages) {
       const q = {limit: 100};
       if (cursor) q.cursor = cursor;
       const r = await api("/api/leases", q);
+      const readAt = performance.now();
       total = r.total;
-      rows.push(...r.leases.map(leaseRow));
+      rows.push(...r.leases.map((l) => leaseRow(l, readAt)));
       next = r.next;
       if (!next) break;
     }
-    readAt = performance.now();
-    body.replaceChildren(...rows);
+    if (append) body.append(...rows); else body.replaceChildren(...rows);
     leaseNext = next;
-    document.getElementById("ltotal").textContent = `(${total} live, ${rows.length} shown)`;
+    document.getElementById("ltotal").textContent = `(${total} live, ${body.children.length} shown)`;
     document.getElementById("lmore").hidden = !leaseNext;
   }
 
   function countDown() {
-    const gone = Math.floor((performance.now() - readAt) / 1000);
+    const now = performance.now();
     for (const td of document.querySelectorAll("#leases td.ttl")) {
       const ttl = Number(td.dataset.ttl);
       if (ttl < 0) continue;
-      td.textContent = `${Math.max(0, ttl - gone)} s`;
+      td.textContent = `${Math.max(0, ttl - Math.floor((now - Number(td.dataset.read)) / 1000))} s`;
     }
   }
 
@@ -77,11 +79,12 @@
     } catch (e) { say("message", e.message); }
   }
 
-  async function refresh() {
-    try { await leasesLoad(); say("message", ""); } catch (e) { say("message", e.message); }
+  async function refresh(append = false) {
+    if (!append && pages.length > REFRESH_PAGES) return;
+    try { await leasesLoad(append); say("message", ""); } catch (e) { say("message", e.message); }
   }
 
-  document.getElementById("lmore").addEventListener("click", () => { pages.push(leaseNext); refresh(); });
+  document.getElementById("lmore").addEventListener("click", () => { pages.push(leaseNext); refresh(true); });
   document.getElementById("kmore").addEventListener("click", () => locks(true));
   document.getElementById("lockform").addEventListener("submit", (ev) => { ev.preventDefault(); locks(); });
 
