@@ -1,10 +1,12 @@
 """How long each of the console's JSON endpoints takes, and the console's CPU per request,
 against a real node holding a large prefix; and the console's memory while it samples.
 
-    python -m bench.console_pages [--keys 100000] [--rounds 20] [--sample-seconds 10]
+    python -m bench.console_pages [--keys 100000] [--leases 10000] [--rounds 20]
+                                  [--sample-seconds 10]
 
 One node (tests.harness.Cluster) gets ``--keys`` keys under ``big/`` (in transactions of 100
-puts) and a few more; a real ``metaledger console`` process (tests.console_harness) is asked
+puts) and a few more, ``--leases`` leases (one key on each tenth), 20 locks and elections
+and 50 users; a real ``metaledger console`` process (tests.console_harness) is asked
 each endpoint ``--rounds`` times in turn. Per endpoint: the median and worst wall time, and
 the console process's CPU (all its threads, from /proc) per request. Then the console samples
 for ``--sample-seconds`` at 20 per second and its resident memory is read before and after.
@@ -18,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +61,30 @@ def fill(client: Client, keys: int) -> None:
         client.put("app/history", f"version {i}")
 
 
+def fill_leases(client: Client, leases: int) -> int:
+    """``leases`` leases of 600 s (a key on each tenth), 20 held locks and elections, 50
+    users; returns the id of the lease in the middle (a cursor)."""
+
+    def grant(i: int) -> int:
+        lease_id = client.lease_grant(600).id
+        if i % 10 == 0:
+            client.put(f"svc/{i:06d}", "up", lease=lease_id)
+        return lease_id
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = sorted(pool.map(grant, range(leases)))
+    for i in range(20):
+        held = client.lease_grant(600).id
+        client.put(f"locks/job{i}/{held:x}", "" if i % 2 else f"leader-{i}", lease=held)
+    for i in range(50):
+        client.user_add(f"user{i}", "pw")
+    return ids[len(ids) // 2] if ids else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--leases", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--sample-seconds", type=float, default=10.0)
     args = ap.parse_args(argv)
@@ -74,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
         "search value (20k budget)": "/api/keys/search?prefix=big/&q=nowhere&by=value",
         "value": "/api/keys/value?key=app/k3",
         "history (20 versions)": "/api/keys/history?key=app/history",
+        "diff of two revisions": "/api/keys/diff?key=app/history&from=0&to=0",
+        "leases first 100 of L": "/api/leases?limit=100",
+        "leases 100 mid-way": "/api/leases?limit=100&cursor=",
+        "locks under locks/": "/api/locks?prefix=locks/",
+        "locks, all keys (20k budget)": "/api/locks?prefix=",
+        "users and roles": "/api/users",
     }
     with tempfile.TemporaryDirectory() as tmp, Cluster(Path(tmp) / "node", n=1) as cluster:
         cluster.wait_ready(30)
@@ -81,6 +111,14 @@ def main(argv: list[str] | None = None) -> int:
             began = time.monotonic()
             fill(client, args.keys)
             print(f"filled {args.keys} keys in {time.monotonic() - began:.1f} s")
+            began = time.monotonic()
+            middle = fill_leases(client, args.leases)
+            print(f"granted {args.leases} leases in {time.monotonic() - began:.1f} s")
+            endpoints["leases 100 mid-way"] += f"{middle:x}"
+            first = client.get("app/history").kvs[0].mod_revision
+            endpoints["diff of two revisions"] = (
+                f"/api/keys/diff?key=app/history&from={first - 10}&to={first}"
+            )
         console = ConsoleProcess(Path(tmp) / "console", cluster.endpoints)
         try:
             pid = console.proc.pid

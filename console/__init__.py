@@ -8,6 +8,9 @@ cluster through :mod:`nameserver.client` (import-linter holds it to that and :mo
     errors      the one error tree (ConsoleError and a class per HTTP status)
     clusters    ClusterView: one cluster's client, its status and a bounded sampler
     keys        the Keys page's reads and writes: a paged prefix tree, search, history
+    leases      the Leases, locks and elections page: paged leases, locks by their keys
+    users       the Users and roles page: auth on/off, users, roles, confirmed changes
+    sessions    logins: a browser's session id (an HttpOnly cookie) to a user's client
     app         the Starlette application: pages, /api/ routes, errors as JSON
     cli         ``register(subparsers, common)``: ``metaledger console`` (an entry point)
 

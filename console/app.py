@@ -17,18 +17,26 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from console import keys
+from console import keys, leases, transfer, users
 from console.clusters import ClusterView, Sampler
 from console.config import ConsoleConfig
 from console.errors import BadInput, ConsoleError, NotFound
-from nameserver.client import ClientError, DeadlineExceeded, Unavailable
+from console.sessions import COOKIE, Sessions
+from nameserver.client import (
+    Client,
+    ClientError,
+    DeadlineExceeded,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
 
 __all__ = ["Console", "create_app"]
 
@@ -36,7 +44,14 @@ log = logging.getLogger("console")
 T = TypeVar("T")
 
 STATIC = resources.files("console") / "static"
-PAGES = {"/": "cluster.html", "/keys": "keys.html"}
+#: the largest import document accepted
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+PAGES = {
+    "/": "cluster.html",
+    "/keys": "keys.html",
+    "/leases": "leases.html",
+    "/users": "users.html",
+}
 
 
 class Console:
@@ -46,6 +61,7 @@ class Console:
         self.config = config.validate()
         self.views = {s.name: ClusterView(s, config) for s in config.clusters}
         self.sampler = Sampler(list(self.views.values()), config)
+        self.sessions = Sessions()
 
     def view(self, request: Request) -> ClusterView:
         name = request.query_params.get("cluster") or next(iter(self.views))
@@ -54,7 +70,15 @@ class Console:
             raise NotFound(f"no cluster named {name!r} (known: {', '.join(self.views)})")
         return view
 
+    def client(self, request: Request) -> Client:
+        """The client an API call runs as: the browser's login to the cluster, else the
+        console's own (its ``--user``, or none)."""
+        view = self.view(request)
+        login = self.sessions.login(request.cookies.get(COOKIE), view.name)
+        return login[1] if login is not None else view.client
+
     def close(self) -> None:
+        self.sessions.close()
         self.sampler.stop()
         for v in self.views.values():
             v.close()
@@ -126,18 +150,18 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return JSONResponse(console.sampler.series(view.name, seconds))
 
     async def key_list(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         prefix = _bytes_param(request.query_params, "prefix")
         limit = _int(request, "limit", 100)
-        out = await _blocking(keys.list_children, view.client, prefix, _cursor(request), limit)
+        out = await _blocking(keys.list_children, client, prefix, _cursor(request), limit)
         return JSONResponse(out)
 
     async def key_search(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         p = request.query_params
         out = await _blocking(
             keys.search,
-            view.client,
+            client,
             _bytes_param(p, "prefix"),
             _bytes_param(p, "q"),
             p.get("by", "key"),
@@ -147,15 +171,118 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return JSONResponse(out)
 
     async def key_value(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         key = _bytes_param(request.query_params, "key", required=True)
-        out = await _blocking(keys.get_value, view.client, key, _int(request, "revision", 0))
+        out = await _blocking(keys.get_value, client, key, _int(request, "revision", 0))
         return JSONResponse(out)
 
     async def key_history(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         key = _bytes_param(request.query_params, "key", required=True)
-        out = await _blocking(keys.history, view.client, key, _int(request, "limit", 20))
+        out = await _blocking(keys.history, client, key, _int(request, "limit", 20))
+        return JSONResponse(out)
+
+    async def lease_list(request: Request) -> JSONResponse:
+        client = console.client(request)
+        raw = request.query_params.get("cursor", "")
+        cursor = leases.parse_lease_id(raw) if raw else 0
+        out = await _blocking(leases.lease_page, client, cursor, _int(request, "limit", 100))
+        return JSONResponse(out)
+
+    async def lock_list(request: Request) -> JSONResponse:
+        client = console.client(request)
+        prefix = _bytes_param(request.query_params, "prefix")
+        limit = _int(request, "limit", 50)
+        out = await _blocking(leases.lock_page, client, prefix, _cursor(request), limit)
+        return JSONResponse(out)
+
+    async def key_diff(request: Request) -> JSONResponse:
+        client = console.client(request)
+        key = _bytes_param(request.query_params, "key", required=True)
+        old, new = _int(request, "from", 0), _int(request, "to", 0)
+        return JSONResponse(await _blocking(transfer.diff, client, key, old, new))
+
+    async def key_export(request: Request) -> Response:
+        client = console.client(request)
+        prefix = _bytes_param(request.query_params, "prefix")
+        chunks = transfer.export_chunks(client, prefix)
+        first = await _blocking(next, chunks)  # errors before the first byte answer as JSON
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in keys.key_text(prefix))
+
+        async def body() -> AsyncIterator[str]:
+            yield first
+            async for chunk in iterate_in_threadpool(chunks):
+                yield chunk
+
+        return StreamingResponse(
+            body(),
+            media_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="export-{name or "all"}.json"'},
+        )
+
+    async def key_import(request: Request) -> JSONResponse:
+        client = console.client(request)
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > MAX_IMPORT_BYTES:
+            raise BadInput(f"an import document is {MAX_IMPORT_BYTES} bytes at most")
+        body = await _body(request)
+        confirm = str(body.get("confirm", ""))
+        doc = body.get("document")
+        out = await _blocking(transfer.import_kvs, client, config.allow_writes, doc, confirm)
+        log.info("imported %d keys under %r at revision %d", out["written"], out["prefix"],
+                 out["revision"])  # fmt: skip
+        return JSONResponse(out)
+
+    async def session(request: Request) -> JSONResponse:
+        view = console.view(request)
+        login = console.sessions.login(request.cookies.get(COOKIE), view.name)
+        client = login[1] if login is not None else view.client
+        try:
+            enabled: bool | None = await _blocking(client.auth_enabled)
+        except ClientError:
+            enabled = None  # unreachable: the page says so elsewhere
+        return JSONResponse(
+            {
+                "cluster": view.name,
+                "user": login[0] if login is not None else None,
+                "console_user": view.user,
+                "auth_enabled": enabled,
+            }
+        )
+
+    async def login(request: Request) -> JSONResponse:
+        view = console.view(request)
+        body = await _body(request)
+        user, password = body.get("user"), body.get("password")
+        if not isinstance(user, str) or not user:
+            raise BadInput("user is missing")
+        if not isinstance(password, str):
+            raise BadInput("password must be a string")
+        client = view.connect_as(user, password)
+        try:
+            await _blocking(client.user_get, user)  # authenticates, then reads its own roles
+        except BaseException:
+            client.close()
+            raise
+        sid = console.sessions.add(request.cookies.get(COOKIE), view.name, user, client)
+        log.info("%s logged in to cluster %s", user, view.name)
+        resp = JSONResponse({"cluster": view.name, "user": user})
+        resp.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/")
+        return resp
+
+    async def logout(request: Request) -> JSONResponse:
+        view = console.view(request)
+        user = await _blocking(console.sessions.logout, request.cookies.get(COOKIE), view.name)
+        return JSONResponse({"cluster": view.name, "user": user})
+
+    async def user_list(request: Request) -> JSONResponse:
+        return JSONResponse(await _blocking(users.overview, console.client(request)))
+
+    async def user_change(request: Request) -> JSONResponse:
+        client = console.client(request)
+        body = await _body(request)
+        out = await _blocking(users.change, client, config.allow_writes, body)
+        log.info("%s %s at revision %d", out["action"], out["name"], out["revision"])
         return JSONResponse(out)
 
     async def _body(request: Request) -> dict[str, Any]:
@@ -168,21 +295,21 @@ def create_app(config: ConsoleConfig) -> Starlette:
         return body
 
     async def key_put(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         body = await _body(request)
         key = _bytes_param(body, "key", required=True)
         value = _bytes_param(body, "value")
         confirm = str(body.get("confirm", ""))
-        out = await _blocking(keys.put, view.client, config.allow_writes, key, value, confirm)
+        out = await _blocking(keys.put, client, config.allow_writes, key, value, confirm)
         log.info("put %r (%d bytes) at revision %d", out["key"], out["size"], out["revision"])
         return JSONResponse(out)
 
     async def key_delete(request: Request) -> JSONResponse:
-        view = console.view(request)
+        client = console.client(request)
         body = await _body(request)
         key = _bytes_param(body, "key", required=True)
         confirm = str(body.get("confirm", ""))
-        out = await _blocking(keys.delete, view.client, config.allow_writes, key, confirm)
+        out = await _blocking(keys.delete, client, config.allow_writes, key, confirm)
         log.info("deleted %r (%d)", out["key"], out["deleted"])
         return JSONResponse(out)
 
@@ -198,7 +325,13 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
     async def client_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ClientError)
-        status = 503 if isinstance(exc, Unavailable | DeadlineExceeded) else 400
+        status = 400
+        if isinstance(exc, Unavailable | DeadlineExceeded):
+            status = 503
+        elif isinstance(exc, PermissionDenied):
+            status = 403
+        elif isinstance(exc, Unauthenticated):
+            status = 401
         return JSONResponse({"error": exc.message}, status_code=status)
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -230,6 +363,16 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/keys/search", key_search),
         Route("/api/keys/value", key_value),
         Route("/api/keys/history", key_history),
+        Route("/api/leases", lease_list),
+        Route("/api/locks", lock_list),
+        Route("/api/session", session),
+        Route("/api/login", login, methods=["POST"]),
+        Route("/api/logout", logout, methods=["POST"]),
+        Route("/api/users", user_list),
+        Route("/api/users/change", user_change, methods=["POST"]),
+        Route("/api/keys/diff", key_diff),
+        Route("/api/keys/export", key_export),
+        Route("/api/keys/import", key_import, methods=["POST"]),
         Route("/api/keys/put", key_put, methods=["POST"]),
         Route("/api/keys/delete", key_delete, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=str(STATIC)), name="static"),

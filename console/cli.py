@@ -113,7 +113,8 @@ def register(subparsers: Subparsers, common: Any) -> None:
     p.add_argument(
         "--allow-writes",
         action="store_true",
-        help="let the Keys page change keys (each change asks for confirmation)",
+        help="let the Keys and Users pages change keys, users and roles (each change asks for "
+        "confirmation)",
     )
     p.add_argument(
         "--quota-bytes",

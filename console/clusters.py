@@ -53,6 +53,19 @@ class ClusterView:
         self._lock = threading.Lock()
         self._status_clients: dict[tuple[str, ...], Client] = {}
 
+    @property
+    def user(self) -> str | None:
+        """The ``--user`` the console itself connects as (None: anonymous)."""
+        user = self._kwargs.get("user")
+        return str(user) if user is not None else None
+
+    def connect_as(self, user: str, password: str) -> Client:
+        """A client of this cluster as ``user`` (the console's TLS files, not its user)."""
+        kwargs = {k: v for k, v in self._kwargs.items() if k not in ("user", "password")}
+        return Client(
+            self.endpoints, timeout_s=self.config.timeout_s, user=user, password=password, **kwargs
+        )
+
     def close(self) -> None:
         with self._lock:
             clients, self._status_clients = list(self._status_clients.values()), {}

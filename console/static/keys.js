@@ -16,6 +16,7 @@
   async function list(more = false) {
     say("message", "");
     document.getElementById("prefix").textContent = prefix || "(all keys)";
+    exportLink();
     const ul = document.getElementById("entries");
     if (!more) { ul.replaceChildren(); cursor = null; }
     const mine = ++shown;
@@ -69,6 +70,7 @@
       current = await api("/api/keys/value", {key_hex: keyHex, revision});
     } catch (e) { say("message", e.message); return; }
     document.getElementById("viewer").hidden = false;
+    document.getElementById("diff").hidden = true;
     document.getElementById("vkey").textContent = current.key;
     document.getElementById("vmeta").textContent =
       `revision ${current.mod_revision} (created ${current.create_revision}), version ${current.version}, ` +
@@ -88,10 +90,49 @@
       for (const v of h.versions) {
         tbody.append(el("tr", {onclick: () => show(keyHex, v.mod_revision)},
           el("td", {class: "num"}, v.version), el("td", {class: "num"}, v.mod_revision),
-          el("td", {class: "num"}, v.size), el("td", {}, v.preview)));
+          el("td", {class: "num"}, v.size), el("td", {}, v.preview),
+          el("td", {}, el("button", {type: "button", class: "diffnow", onclick: (ev) => {
+            ev.stopPropagation();
+            document.getElementById("dfrom").value = v.mod_revision;
+            document.getElementById("dto").value = "";
+            diff();
+          }}, "diff with now"))));
       }
       document.getElementById("hend").textContent = `(${h.end})`;
     } catch (e) { say("message", e.message); }
+  }
+
+  async function diff() {
+    const box = document.getElementById("diff");
+    try {
+      const d = await api("/api/keys/diff", {key_hex: current.key_hex,
+        from: document.getElementById("dfrom").value, to: document.getElementById("dto").value || 0});
+      box.replaceChildren(...(d.same ? [el("span", {class: "muted"}, "(the same value)")] : d.lines.map((line) =>
+        el("div", {class: line.startsWith("+") && !line.startsWith("+++") ? "add"
+          : line.startsWith("-") && !line.startsWith("---") ? "del" : ""}, line))));
+      if (d.truncated) box.append(el("div", {class: "muted"}, "…"));
+      box.hidden = false;
+    } catch (e) { say("message", e.message); }
+  }
+
+  function exportLink() {
+    const q = new URLSearchParams({prefix});
+    if (ML.cluster) q.set("cluster", ML.cluster);
+    document.getElementById("export").href = `/api/keys/export?${q}`;
+  }
+
+  async function importFile() {
+    const file = document.getElementById("importfile").files[0];
+    if (!file) { say("message", "choose an export file first"); return; }
+    let doc;
+    try { doc = JSON.parse(await file.text()); } catch (e) { say("message", `${file.name} is not JSON: ${e.message}`); return; }
+    const n = Array.isArray(doc.kvs) ? doc.kvs.length : 0;
+    if (!window.confirm(`Import ${n} keys under ${doc.prefix || "(every key)"} into cluster ${ML.cluster}? Existing values of those keys are overwritten.`)) return;
+    try {
+      const r = await api("/api/keys/import", {}, {document: doc, confirm: doc.prefix});
+      await list();
+      say("message", `imported ${r.written} keys under ${r.prefix} at revision ${r.revision}`, "ok");
+    } catch (e) { say("message", `not imported: ${e.message}`); }
   }
 
   async function write(kind) {
@@ -121,6 +162,11 @@
   });
   for (const b of document.querySelectorAll(".tabs button")) b.addEventListener("click", () => { view = b.dataset.view; renderValue(); });
   document.getElementById("save").addEventListener("click", () => write("put"));
+  document.getElementById("diffform").addEventListener("submit", (ev) => { ev.preventDefault(); diff(); });
+  document.getElementById("import").addEventListener("click", importFile);
   document.getElementById("delete").addEventListener("click", () => write("delete"));
-  ML.init("/keys").then(() => list()).catch(e => say("message", `The console could not start: ${e.message}`));
+  ML.init("/keys").then(() => {
+    document.getElementById("importer").hidden = !ML.allowWrites;
+    list();
+  }).catch(e => say("message", `The console could not start: ${e.message}`));
 })();

@@ -113,6 +113,7 @@ from nameserver.client.routing import (
     TopicList,
 )
 from nameserver.client.transport import CLIENT_ID_METADATA, SEQ_METADATA
+from nameserver.client.users import PERM_TYPES, Permission
 from nameserver.client.watch import SNAPSHOT_END, Watch, WatchEvent
 
 __all__ = [
@@ -121,6 +122,7 @@ __all__ = [
     "DEFAULT_ENDPOINTS",
     "DEFAULT_TIMEOUT_S",
     "ENDPOINTS_ENV",
+    "PERM_TYPES",
     "SEQ_METADATA",
     "SNAPSHOT_END",
     "TLS_ENV",
@@ -166,6 +168,7 @@ __all__ = [
     "Op",
     "OptionError",
     "OutOfRange",
+    "Permission",
     "PermissionDenied",
     "PutResult",
     "QueueData",

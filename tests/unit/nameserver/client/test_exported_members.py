@@ -15,14 +15,14 @@ import nameserver.client
 #: the public surface, name by name
 SURFACE = [
     "CLIENT_ID_METADATA", "DEFAULT_CLIENT_PORT", "DEFAULT_ENDPOINTS", "DEFAULT_TIMEOUT_S",
-    "ENDPOINTS_ENV", "SEQ_METADATA", "SNAPSHOT_END", "TLS_ENV", "USER_ENV", "Aborted",
+    "ENDPOINTS_ENV", "PERM_TYPES", "SEQ_METADATA", "SNAPSHOT_END", "TLS_ENV", "USER_ENV", "Aborted",
     "AlreadyExists", "BrokerGroup", "BrokerInfo", "Bytesish", "Cancelled", "Client",
     "ClientError", "ClusterInfo", "CommittedOffset", "Compare", "CompareOp", "CompareTarget",
     "Comparison", "ConnectionOptions", "DataLoss", "DeadlineExceeded", "DeleteResult",
     "Election", "FailedPrecondition", "GroupPolicy", "GroupReplica", "HeldLock", "Internal",
     "InvalidArgument", "KeepAlive", "KeyValue", "LeaderKey", "LeaderTransfer", "Lease",
     "LeaseLost", "LeaseTimeToLive", "Member", "NeedAck", "NodeStatus", "NotFound", "OffsetList",
-    "OffsetWrite", "Op", "OptionError", "OutOfRange", "PermissionDenied", "PutResult",
+    "OffsetWrite", "Op", "OptionError", "OutOfRange", "Permission", "PermissionDenied", "PutResult",
     "QueueData", "QuotaUsage", "RangeResult", "ReplicaGroupInfo", "ReplicaGroupWrite",
     "ReplicaHeartbeat", "ResourceExhausted", "Route", "SessionCredentials", "SortOrder",
     "SortTarget", "TopicList", "TxnResult", "Unauthenticated", "Unavailable", "Unimplemented",
