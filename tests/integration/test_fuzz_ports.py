@@ -125,25 +125,13 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.close(failed=failed)
 
 
-def disarm_alarms(c: Cluster, i: int = 0) -> None:
-    """Deactivate every alarm (as ``etcdctl alarm disarm``): a fuzzed Alarm ACTIVATE
-    NOSPACE is a valid request, after which writes are refused by design."""
-    maintenance = c.maintenance(i)
-    listed = maintenance.Alarm(rpc_pb2.AlarmRequest(action=rpc_pb2.AlarmRequest.GET), timeout=10)
-    for alarm in listed.alarms:
-        request = rpc_pb2.AlarmRequest(
-            action=rpc_pb2.AlarmRequest.DEACTIVATE, memberID=alarm.memberID, alarm=alarm.alarm
-        )
-        maintenance.Alarm(request, timeout=10)
-
-
 def assert_serving(c: Cluster, i: int = 0) -> None:
     """Node i still answers a write, a linearizable read and Admin.Status."""
     proc = c.procs[i]
     assert c.is_running(i), (
         f"{c.nodes[i].id} exited with {proc.returncode if proc else None}:\n{c.log_tail(i)}"
     )
-    disarm_alarms(c, i)
+    c.disarm_alarms(i)
     c.put_retrying(i, b"/fuzz/alive", b"yes")
     resp = c.stub(i).Range(rpc_pb2.RangeRequest(key=b"/fuzz/alive"), timeout=10)
     assert [kv.value for kv in resp.kvs] == [b"yes"]
