@@ -132,6 +132,9 @@ class HAClient:
             if not isinstance(hello, MasterHandshake):
                 raise HAProtocolError("a data frame before the master's handshake")
             dec.start(self._truncate_to(hello))
+            # what this log no longer holds is not confirmed here any more (bytes copied
+            # anew past the cut are confirmed by the frames that bring them)
+            self.confirm_offset = min(self.confirm_offset, self.store.log.end_offset)
             if dec.offset is None:
                 self.acked_offset = 0
             writer.write(encode_ack(await self._durable_end() if dec.offset is not None else 0))
