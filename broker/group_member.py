@@ -10,7 +10,8 @@ this replica master or slave (RocketMQ 5's ``ReplicasManager`` role change and
   path's :class:`~broker.quorum.QuorumReplication` and to the in-sync set keeper.
 - **become slave** of M: stop all of that, and start an HA client to M's HA port (its
   remoting port + 1, RocketMQ's convention), whose handshake truncates this replica's log to
-  the consistent point with M's epochs before it copies.
+  the consistent point with M's epochs before it copies. Consumers of this replica then read
+  up to the confirm offset M sends over HA (``QuorumReplication.follow``).
 
 It also keeps the HA master's ``sync_state_set`` equal to the group's in-sync slaves
 (``confirm_offset`` is the minimum ack over them) and wakes the HA streams after each append
@@ -136,6 +137,7 @@ class GroupMember:
             heartbeat_interval=s.heartbeat_interval_s,
             idle_timeout=s.idle_timeout_s,
             on_connect=self.keeper.poke,
+            in_sync=self._in_sync_slaves,
         )
         await master.start()
         self.ha_master = master
@@ -172,6 +174,7 @@ class GroupMember:
         )
         await client.start()
         self.ha_client = client
+        self.replication.follow(client)  # consumers read up to the confirm offset it hears
         log.info(
             "replica %s: slave of %d at %s (HA %s:%d), epoch %d",
             self.roles.broker_id,
@@ -214,6 +217,14 @@ class GroupMember:
                 return e.start_offset
         return end
 
+    def _in_sync_slaves(self) -> frozenset[int]:
+        """The HA master's confirm offset counts the in-sync slaves of the group's latest view
+        (:meth:`_adopt_set` catches up every 0.2 s: too late for a slave that just joined)."""
+        view, master = self.roles.view, self.ha_master
+        if view is not None:
+            return view.in_sync_slaves
+        return master.sync_state_set if master is not None else frozenset()
+
     def _adopt_set(self, view: GroupView) -> None:
         if self.ha_master is not None:
             self.ha_master.sync_state_set = frozenset(view.in_sync_slaves)
@@ -235,5 +246,6 @@ class GroupMember:
 
     async def _stop_client(self) -> None:
         client, self.ha_client = self.ha_client, None
+        self.replication.unfollow()
         if client is not None:
             await client.stop()

@@ -11,8 +11,11 @@ reads nothing for ``idle_timeout`` s is closed.
 
 Acks drive ``wait_for`` (futures resolved as acks arrive, no polling) and the per-slave
 ``SlaveState``. ``confirm_offset`` (``AutoSwitchHAService.computeConfirmOffset``): the minimum ack
-over the ``sync_state_set`` members (slave ids, the master itself excluded), the log end when there
-are none, unchanged while a member is disconnected, never lowered. The send path calls
+over the ``sync_state_set`` members (slave ids, the master itself excluded; ``in_sync`` gives them
+as the group knows them at that moment), the log end when there are none, unchanged while a
+member is disconnected, never lowered. It goes to the slaves in every frame, and slaves serve
+consumers up to it: a member that just joined must count at once, or the offset would run past
+what it holds and, never lowered, stay there. The send path calls
 ``notify_appended`` after each append (from the loop or any thread) to wake the streams.
 ``on_connect`` hears of each slave whose connection is set up (the in-sync set keeper
 checks at once: a new master's slaves join as soon as they are there).
@@ -117,8 +120,12 @@ class HAMaster:
         idle_timeout: float = 5.0,
         batch_bytes: int = TRANSFER_BATCH_BYTES,
         on_connect: Callable[[int], None] | None = None,
+        in_sync: Callable[[], Collection[int]] | None = None,
     ) -> None:
         self.store = store
+        #: the in-sync slaves as the group knows them now, read for each confirm offset
+        #: (None: :attr:`sync_state_set`, which its owner sets)
+        self.in_sync = in_sync
         #: told a slave's id once its connection is set up (handshake and first ack)
         self.on_connect = on_connect
         self.host = host
@@ -183,7 +190,7 @@ class HAMaster:
     @property
     def confirm_offset(self) -> int:
         end = self.store.log.end_offset
-        members = self.sync_state_set
+        members = self.sync_state_set if self.in_sync is None else self.in_sync()
         if not members:
             self._confirm = max(self._confirm, end)
         elif all(m in self._slaves and self._slaves[m].connected for m in members):

@@ -181,7 +181,15 @@ class HAClient:
 
     def _truncate_to(self, hello: MasterHandshake) -> int | None:
         """Cut the log and the epochs to where they agree with the master; the offset to
-        copy from (None: the log is empty and takes the master's first byte)."""
+        copy from (None: the log is empty and takes the master's first byte). What the log
+        no longer holds is not confirmed here any more (consumers read up to the confirm
+        offset; bytes copied anew past the cut are confirmed by the frames bringing them)."""
+        try:
+            return self._cut_to(hello)
+        finally:
+            self.confirm_offset = min(self.confirm_offset, self.store.log.end_offset)
+
+    def _cut_to(self, hello: MasterHandshake) -> int | None:
         local = self.epochs.entries
         end = self.store.log.end_offset
         if not local:

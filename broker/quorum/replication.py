@@ -23,7 +23,13 @@ also when the master epoch changed in between (the admission remembers its epoch
 **Reads.** Under the QUORUM rule consumers see messages up to the confirm offset
 (RocketMQ 5's ``DefaultMessageStore.getMessage``, ``AutoSwitchHAService.computeConfirmOffset``):
 every in-sync set member holds them, so a failover never takes back a message a consumer saw. ASYNC
-and ONE_SLAVE expose everything (4.x).
+and ONE_SLAVE expose everything (4.x). A slave under the QUORUM rule serves up to the confirm
+offset its master last sent it over HA (:meth:`QuorumReplication.follow`: the HA client, which
+keeps ``min(frame's confirm offset, own end)``), as RocketMQ 5's controller-mode slave does
+(``CommitLog.getConfirmOffset`` answers the master's confirm offset there, and
+``DefaultMessageStore.getMessage`` reads up to it, slave reads included): the tail past it may be
+truncated by the next failover. A replica that is not master and follows no master yet (just
+started, between roles) serves nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from broker.quorum.policy import Acked, Behaviour, QuorumSettings, SlaveAck
 from broker.replication import Admission, PutStatus
 
 __all__ = [
+    "ConfirmSource",
     "HAMasterLike",
     "QuorumAdmission",
     "QuorumReplication",
@@ -76,6 +83,14 @@ class HAMasterLike(Protocol):
     ) -> bool:
         """True once ``count`` slaves (of ``among``) acked >= ``offset``; False at the deadline."""
         ...
+
+
+class ConfirmSource(Protocol):
+    """``broker.ha.HAClient`` as read here: the confirm offset its master last sent, never
+    past its own log end."""
+
+    @property
+    def confirm_offset(self) -> int: ...
 
 
 class RoleSource(Protocol):
@@ -121,6 +136,8 @@ class QuorumReplication:
         self.settings = settings
         self.log_end = log_end
         self.ha: HAMasterLike | None = None
+        #: a slave's HA client (:meth:`follow`); None on a master or between roles
+        self.master_confirm: ConfirmSource | None = None
         self._confirm = 0
         # what the send path derives from one group view, derived once per view
         self._derived_from: GroupView | None = None
@@ -136,6 +153,13 @@ class QuorumReplication:
 
     def detach(self) -> None:
         self.ha = None
+
+    def follow(self, source: ConfirmSource) -> None:
+        """A slave from now on: consumers read up to ``source``'s confirm offset."""
+        self.master_confirm = source
+
+    def unfollow(self) -> None:
+        self.master_confirm = None
 
     # ------------------------------------------------------------ Replication
     def writable(self) -> str | None:
@@ -214,9 +238,16 @@ class QuorumReplication:
 
     def readable_limit(self) -> int | None:
         view = self.roles.view
-        if view is None or self.ha is None or not self.behaviour(view).confirmed_reads:
-            return None
-        return self.confirm_offset()
+        if self.ha is not None:  # a master
+            if view is None or not self.behaviour(view).confirmed_reads:
+                return None
+            return self.confirm_offset()
+        if view is not None and not self.behaviour(view).confirmed_reads:
+            return None  # 4.x and async rules: a slave exposes what it holds, as its master
+        source = self.master_confirm
+        if source is None:
+            return 0  # no master told this replica what is committed: nothing
+        return min(source.confirm_offset, self.log_end())
 
     # ------------------------------------------------------------ confirm offset
     def confirm_offset(self) -> int:

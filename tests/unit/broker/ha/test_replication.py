@@ -13,6 +13,7 @@ from pathlib import Path
 
 from broker.ha.epochs import EpochEntry, EpochFile
 from broker.ha.master import HAMaster, SlaveState, _Conn
+from broker.ha.protocol import MasterHandshake
 from broker.ha.slave import HAClient
 from broker.store import FlushMode, MessageStore, StoreConfig
 
@@ -485,3 +486,47 @@ def test_a_write_to_a_closed_slave_connection_ends_it_as_closed_not_as_a_bug(
         ms.close()
 
     run(main())
+
+
+def test_the_confirm_offset_counts_the_in_sync_slaves_the_group_has_now(tmp_path: Path) -> None:
+    """The confirm offset goes to the slaves, who serve consumers up to it: with ``in_sync``
+    a slave that just joined counts at once (an attribute set later would let the offset run
+    past what it holds, and the offset never comes back)."""
+    ms = store_at(tmp_path / "m")
+    mep = EpochFile(str(tmp_path / "m.ep"))
+    mep.append(1, 0)
+    members: list[int] = [1]
+    master = HAMaster(ms, "127.0.0.1", 0, mep, in_sync=lambda: members)
+    put(ms, 10)
+    held = ms.log.end_offset
+    master._slaves[1] = SlaveState(1, acked=held, connected=True)
+    master._slaves[2] = SlaveState(2, acked=held // 2, connected=True)
+    assert master.confirm_offset == held
+    members.append(2)  # joined; the old attribute still says {1}
+    put(ms, 5)
+    master._slaves[1].acked = ms.log.end_offset
+    assert master.sync_state_set == frozenset()
+    assert master.confirm_offset == held  # 2 holds less: not past what it held at the join
+    ms.close()
+
+
+def test_a_slave_cut_back_by_a_new_master_no_longer_confirms_the_cut_tail(
+    tmp_path: Path,
+) -> None:
+    """The confirm offset a slave serves consumers up to: its handshake with a new master
+    cuts the log at the consistent point, and the old master's confirm offset past it goes
+    (the bytes copied anew there are confirmed only by the frames that bring them)."""
+    store = store_at(tmp_path / "s")
+    epochs = EpochFile(str(tmp_path / "s.ep"))
+    epochs.append(1, 0)
+    put(store, 25)
+    x = store.log.end_offset
+    epochs.append(2, x)
+    put(store, 12, "stale")
+    client = HAClient(store, epochs, 2, ("127.0.0.1", 9))
+    client.confirm_offset = store.log.end_offset  # the old master confirmed its whole tail
+    hello = MasterHandshake(x + 5000, 3, (EpochEntry(1, 0), EpochEntry(3, x)))
+    assert client._truncate_to(hello) == x
+    assert store.log.end_offset == x
+    assert client.confirm_offset == x
+    store.close()

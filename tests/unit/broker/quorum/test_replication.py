@@ -177,3 +177,49 @@ def test_readable_limit_is_the_confirm_offset_of_the_in_sync_set() -> None:
         assert r.readable_limit() == 8000
 
     asyncio.run(main())
+
+
+class FakeHAClient:
+    """``broker.ha.HAClient`` as a slave's replication reads it."""
+
+    def __init__(self, confirm_offset: int = 0) -> None:
+        self.confirm_offset = confirm_offset
+
+
+def test_a_slave_serves_up_to_the_confirm_offset_its_master_sent() -> None:
+    end = [END]
+    roles = FakeRoles(view(isr=(1, 2, 3), policy=TWO_OF_THREE))
+    r = QuorumReplication(roles, QUICK, lambda: end[0])
+    assert r.readable_limit() == 0  # no master followed yet: nothing
+    client = FakeHAClient()
+    r.follow(client)
+    assert r.readable_limit() == 0  # no frame heard yet: nothing
+    client.confirm_offset = 7000
+    assert r.readable_limit() == 7000  # the tail 7000..10000 is not confirmed
+    client.confirm_offset = 12_000
+    assert r.readable_limit() == END  # never more than it holds
+    end[0] = 6000  # truncated by a handshake
+    assert r.readable_limit() == 6000
+    r.unfollow()  # between roles
+    assert r.readable_limit() == 0
+
+
+def test_a_slave_under_the_4x_and_async_rules_serves_what_it_holds() -> None:
+    client = FakeHAClient(7000)
+    for settings, policy in (
+        (QUICK, GroupPolicy(2)),  # ONE_SLAVE
+        (QuorumSettings(BrokerRole.ASYNC_MASTER), TWO_OF_THREE),
+    ):
+        r = QuorumReplication(FakeRoles(view(isr=(1, 2), policy=policy)), settings, lambda: END)
+        r.follow(client)
+        assert r.readable_limit() is None
+
+
+def test_a_master_ignores_a_stale_slave_confirm_offset() -> None:
+    roles = FakeRoles(view(isr=(1, 2, 3), policy=TWO_OF_THREE))
+    r, _ = master(roles, QUICK, (2, 9000), (3, 9500))
+    r.follow(FakeHAClient(100))  # left over: a master reads its own in-sync set
+    assert r.readable_limit() == 9000
+    r.detach()  # demoted, not yet a slave: its own tail is not known to be committed
+    r.unfollow()
+    assert r.readable_limit() == 0
