@@ -21,6 +21,8 @@ import pytest
 from nameserver.client import Client, GroupPolicy, QueueData
 from tests.cluster.broker.conftest import PERM_RW, SEND_OK, TOPIC, BrokerGroup, _request
 from tests.console_harness import ConsoleProcess, browser_errors, chrome, have_browser, screenshot
+from tests.console_harness import table as _table
+from tests.console_harness import text as _text
 from tests.harness import Cluster, running_cluster, wait_until
 from tests.integration.broker.conftest import metaledger
 
@@ -84,21 +86,6 @@ def _cli(root: Path, cluster: Cluster, *args: str) -> Any:
     r = metaledger(root, *args, "--endpoints", ",".join(cluster.endpoints), "-w", "json")
     assert r.returncode == 0, r.stderr.decode()
     return json.loads(r.stdout)
-
-
-def _table(driver: Any, css: str) -> list[list[str]]:
-    from selenium.webdriver.common.by import By
-
-    return [
-        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-        for tr in driver.find_elements(By.CSS_SELECTOR, f"{css} tbody tr")
-    ]
-
-
-def _text(driver: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
 def _commit(group: BrokerGroup, offset: int) -> None:
