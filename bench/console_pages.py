@@ -1,12 +1,12 @@
 """How long each of the console's JSON endpoints takes, and the console's CPU per request,
 against a real node holding a large prefix; and the console's memory while it samples.
 
-    python -m bench.console_pages [--keys 100000] [--leases 10000] [--rounds 20]
-                                  [--sample-seconds 10]
+    python -m bench.console_pages [--keys 100000] [--leases 10000] [--topics 1000]
+                                  [--rounds 20] [--sample-seconds 10]
 
 One node (tests.harness.Cluster) gets ``--keys`` keys under ``big/`` (in transactions of 100
 puts) and a few more, ``--leases`` leases (one key on each tenth), 20 locks and elections
-and 50 users; a real ``metaledger console`` process (tests.console_harness) is asked
+and 50 users, ``--topics`` topics (one registering broker, none running); a real ``metaledger console`` process (tests.console_harness) is asked
 each endpoint ``--rounds`` times in turn. Per endpoint: the median and worst wall time, and
 the console process's CPU (all its threads, from /proc) per request. Then the console samples
 for ``--sample-seconds`` at 20 per second and its resident memory is read before and after.
@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
 from nameserver.client import Client, Op  # noqa: E402
 from tests.console_harness import ConsoleProcess  # noqa: E402
 from tests.harness import Cluster  # noqa: E402
+from tests.remoting_client import call, register_request  # noqa: E402
 
 
 def cpu_s(pid: int) -> float:
@@ -81,10 +82,22 @@ def fill_leases(client: Client, leases: int) -> int:
     return ids[len(ids) // 2] if ids else 0
 
 
+def fill_topics(cluster: Cluster, topics: int) -> None:
+    """``topics`` topics of 4 queues each, registered by one broker as a broker registers
+    them (REGISTER_BROKER; no broker runs: the page reads routes from metaledger only)."""
+    names = [f"T{i:06d}" for i in range(topics)]
+    request = register_request(
+        "bench-broker", "127.0.0.1:10911", names, heartbeat_timeout_ms=3_600_000
+    )
+    reply = call(f"127.0.0.1:{cluster.nodes[0].remoting_port}", request, timeout=60)
+    assert reply.code == 0, reply.remark
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--leases", type=int, default=10_000)
+    ap.add_argument("--topics", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--sample-seconds", type=float, default=10.0)
     args = ap.parse_args(argv)
@@ -104,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         "locks under locks/": "/api/locks?prefix=locks/",
         "locks, all keys (20k budget)": "/api/locks?prefix=",
         "users and roles": "/api/users",
+        "rocketmq topics first 50 of T": "/api/rocketmq/topics?limit=50",
+        "rocketmq topics 50 mid-way": f"/api/rocketmq/topics?limit=50&cursor=T{args.topics // 2:06d}",
+        "rocketmq brokers and groups": "/api/rocketmq/brokers",
     }
     with tempfile.TemporaryDirectory() as tmp, Cluster(Path(tmp) / "node", n=1) as cluster:
         cluster.wait_ready(30)
@@ -115,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             middle = fill_leases(client, args.leases)
             print(f"granted {args.leases} leases in {time.monotonic() - began:.1f} s")
             endpoints["leases 100 mid-way"] += f"{middle:x}"
+            began = time.monotonic()
+            fill_topics(cluster, args.topics)
+            print(f"created {args.topics} topics in {time.monotonic() - began:.1f} s")
             first = client.get("app/history").kvs[0].mod_revision
             endpoints["diff of two revisions"] = (
                 f"/api/keys/diff?key=app/history&from={first - 10}&to={first}"

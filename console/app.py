@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from console import keys, leases, transfer, users
+from console import keys, leases, rocketmq, transfer, users
 from console.clusters import ClusterView, Sampler
 from console.config import ConsoleConfig
 from console.errors import BadInput, ConsoleError, NotFound
@@ -51,6 +51,7 @@ PAGES = {
     "/keys": "keys.html",
     "/leases": "leases.html",
     "/users": "users.html",
+    "/rocketmq": "rocketmq.html",
 }
 
 
@@ -194,6 +195,40 @@ def create_app(config: ConsoleConfig) -> Starlette:
         prefix = _bytes_param(request.query_params, "prefix")
         limit = _int(request, "limit", 50)
         out = await _blocking(leases.lock_page, client, prefix, _cursor(request), limit)
+        return JSONResponse(out)
+
+    async def rmq_topics(request: Request) -> JSONResponse:
+        client = console.client(request)
+        p = request.query_params
+        system = p.get("system", "") in ("1", "true")
+        out = await _blocking(
+            rocketmq.topic_page,
+            client,
+            p.get("cursor", ""),
+            _int(request, "limit", 50),
+            p.get("q", ""),
+            system,
+        )
+        return JSONResponse(out)
+
+    async def rmq_offsets(request: Request) -> JSONResponse:
+        client = console.client(request)
+        topic = request.query_params.get("topic", "")
+        out = await _blocking(rocketmq.queue_offsets, client, topic, config.timeout_s)
+        return JSONResponse(out)
+
+    async def rmq_brokers(request: Request) -> JSONResponse:
+        client = console.client(request)
+        out = await _blocking(rocketmq.brokers, client)
+        out.update(await _blocking(rocketmq.replica_groups, client))
+        return JSONResponse(out)
+
+    async def rmq_lag(request: Request) -> JSONResponse:
+        client = console.client(request)
+        p = request.query_params
+        out = await _blocking(
+            rocketmq.consumer_lag, client, p.get("group", ""), p.get("topic", ""), config.timeout_s
+        )
         return JSONResponse(out)
 
     async def key_diff(request: Request) -> JSONResponse:
@@ -369,6 +404,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/login", login, methods=["POST"]),
         Route("/api/logout", logout, methods=["POST"]),
         Route("/api/users", user_list),
+        Route("/api/rocketmq/topics", rmq_topics),
+        Route("/api/rocketmq/offsets", rmq_offsets),
+        Route("/api/rocketmq/brokers", rmq_brokers),
+        Route("/api/rocketmq/lag", rmq_lag),
         Route("/api/users/change", user_change, methods=["POST"]),
         Route("/api/keys/diff", key_diff),
         Route("/api/keys/export", key_export),

@@ -127,3 +127,20 @@ def screenshot(driver: Any, out_dir: Path, name: str) -> Path:
         Path(docs).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(docs) / path.name)
     return path
+
+
+def text(driver: Any, css: str) -> str:
+    """The text of the element ``css`` names."""
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def table(driver: Any, css: str) -> list[list[str]]:
+    """The cells of each body row of the table ``css`` names."""
+    from selenium.webdriver.common.by import By
+
+    return [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in driver.find_elements(By.CSS_SELECTOR, f"{css} tbody tr")
+    ]

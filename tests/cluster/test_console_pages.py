@@ -23,6 +23,8 @@ import pytest
 from nameserver.client import Client, Permission, prefix_range_end
 from nameserver.client.locks import acquire
 from tests.console_harness import ConsoleProcess, browser_errors, chrome, have_browser, screenshot
+from tests.console_harness import table as _table
+from tests.console_harness import text as _text
 from tests.etcd_harness import etcdctl_ok
 from tests.harness import Cluster, running_cluster, wait_until
 
@@ -152,21 +154,6 @@ def test_locks_under_a_prefix_and_bad_cursors(console: ConsoleProcess) -> None:
         assert status == 400 and body["error"] and "Traceback" not in body["error"], path
     status, body = console.get("/api/locks?prefix=nothing-here/")
     assert status == 200 and body["locks"] == [] and body["next"] is None
-
-
-def _text(driver: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    return str(driver.find_element(By.CSS_SELECTOR, css).text)
-
-
-def _table(driver: Any, css: str) -> list[list[str]]:
-    from selenium.webdriver.common.by import By
-
-    return [
-        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-        for tr in driver.find_elements(By.CSS_SELECTOR, f"{css} tbody tr")
-    ]
 
 
 def test_users_and_roles_are_what_etcdctl_answers(

@@ -1,0 +1,109 @@
+// The RocketMQ page: topics a page at a time with their routes (only the page's routes are
+// read), a topic's queues with their min/max offsets from its masters, the replica groups
+// and brokers metaledger holds, and a consumer group's lag per queue. A broker that does not
+// answer is named with why; its numbers are left out, never guessed.
+"use strict";
+(() => {
+  const {api, el, say} = ML;
+  let topicNext = null;
+  let topicShown = 0;
+
+  function topicRows(t) {
+    if (!t.queues.length) return [el("tr", {"data-topic": t.topic}, el("td", {}, t.topic), el("td", {class: "muted", colspan: "5"}, "no queues"))];
+    return t.queues.map((q, i) => el("tr", {"data-topic": t.topic, "data-broker": q.broker},
+      el("td", {}, i ? "" : el("a", {href: "#", class: "topic", onclick: (ev) => { ev.preventDefault(); offsets(t.topic); }}, t.topic)),
+      el("td", {}, q.broker),
+      el("td", {class: "muted"}, Object.entries(q.addrs).map(([id, a]) => `${id}=${a}`).join(", ")),
+      el("td", {class: "num"}, q.read),
+      el("td", {class: "num"}, q.write),
+      el("td", {class: "num"}, q.perm)));
+  }
+
+  async function topics(more = false) {
+    const body = document.querySelector("#topics tbody");
+    if (!more) { body.replaceChildren(); topicNext = null; }
+    const mine = ++topicShown;
+    try {
+      const q = {q: document.getElementById("tq").value, limit: 50};
+      if (document.getElementById("tsystem").checked) q.system = "1";
+      if (topicNext) q.cursor = topicNext;
+      const r = await api("/api/rocketmq/topics", q);
+      if (mine !== topicShown) return;
+      body.append(...r.topics.flatMap(topicRows));
+      topicNext = r.next;
+      const shown = new Set([...body.querySelectorAll("tr")].map((tr) => tr.dataset.topic)).size;
+      document.getElementById("ttotal").textContent = `(${r.total} topics, ${shown} shown)`;
+      document.getElementById("tmore").hidden = !topicNext;
+    } catch (e) { say("message", e.message); }
+  }
+
+  async function offsets(topic) {
+    document.getElementById("qtopic").textContent = topic;
+    const body = document.querySelector("#queues tbody");
+    const errs = document.getElementById("qerrors");
+    try {
+      const r = await api("/api/rocketmq/offsets", {topic});
+      const rows = [];
+      const errors = [];
+      for (const b of r.brokers) {
+        if (b.error) { errors.push(b.error); rows.push(el("tr", {"data-broker": b.broker}, el("td", {}, b.broker), el("td", {}, b.addr || "-"), el("td", {class: "down", colspan: "4"}, "no answer"))); continue; }
+        for (const q of b.queues) {
+          rows.push(el("tr", {"data-broker": b.broker, "data-queue": q.queue},
+            el("td", {}, b.broker), el("td", {class: "muted"}, b.addr), el("td", {class: "num"}, q.queue),
+            el("td", {class: "num min"}, q.min), el("td", {class: "num max"}, q.max), el("td", {class: "num"}, q.max - q.min)));
+        }
+      }
+      body.replaceChildren(...rows);
+      errs.textContent = errors.join("; ");
+    } catch (e) { say("message", e.message); }
+  }
+
+  async function brokers() {
+    try {
+      const r = await api("/api/rocketmq/brokers");
+      document.querySelector("#brokers tbody").replaceChildren(...r.brokers.map((b) => el("tr", {"data-addr": b.addr},
+        el("td", {}, b.cluster), el("td", {}, b.broker), el("td", {class: "num"}, b.id), el("td", {}, b.addr),
+        el("td", {class: "muted"}, b.ha_addr || "-"), el("td", {class: "num"}, `${b.timeout_ms / 1000} s`))));
+      document.querySelector("#groups tbody").replaceChildren(...r.groups.map((g) => el("tr", {"data-group": g.group},
+        el("td", {}, g.group), el("td", {}, g.cluster),
+        el("td", {}, g.master_id ? `${g.master_id} ${g.master_address}` : "none"),
+        el("td", {class: "num"}, g.master_epoch),
+        el("td", {}, g.in_sync.join(",") || "-"),
+        el("td", {class: "num"}, g.in_sync_epoch),
+        el("td", {}, `${g.policy.total_replicas} / ${g.policy.in_sync_replicas} / ${g.policy.min_in_sync_replicas}${g.policy.auto_in_sync ? " auto" : ""}`),
+        el("td", {}, ...g.replicas.map((x) => el("div", {class: x.alive ? "" : "down"},
+          `${x.id} ${x.address} ${x.role} ${x.alive ? "alive" : "down"} ${x.in_sync ? "in sync" : "not in sync"}`))))));
+    } catch (e) { say("message", e.message); }
+  }
+
+  function when(ms) { return ms > 0 ? new Date(ms).toISOString().replace(/\.\d+Z$/, "Z") : "-"; }
+
+  async function lag() {
+    const group = document.getElementById("lgroup").value;
+    if (!group) return;
+    try {
+      const r = await api("/api/rocketmq/lag", {group, topic: document.getElementById("ltopic").value});
+      document.querySelector("#lag tbody").replaceChildren(...r.queues.map((q) => el("tr", {"data-topic": q.topic, "data-broker": q.broker, "data-queue": q.queue},
+        el("td", {}, q.broker), el("td", {}, q.topic), el("td", {class: "num"}, q.queue),
+        el("td", {class: "num"}, q.broker_offset), el("td", {class: "num"}, q.consumer_offset),
+        el("td", {class: "num"}, q.inflight), el("td", {class: "num lag"}, q.lag), el("td", {class: "muted"}, when(q.last_timestamp)))));
+      document.getElementById("ltotal").textContent = `total lag ${r.lag}, in flight ${r.inflight} (${r.masters.length} masters asked)`;
+      document.getElementById("lerrors").textContent = r.errors.join("; ");
+      say("message", "");
+    } catch (e) { say("message", e.message); }
+  }
+
+  document.getElementById("tform").addEventListener("submit", (ev) => { ev.preventDefault(); topics(); });
+  document.getElementById("tmore").addEventListener("click", () => topics(true));
+  document.getElementById("lform").addEventListener("submit", (ev) => { ev.preventDefault(); lag(); });
+
+  ML.init("/rocketmq").then(() => {
+    const p = new URLSearchParams(location.search);
+    document.getElementById("lgroup").value = p.get("group") || "";
+    document.getElementById("ltopic").value = p.get("topic") || "";
+    topics();
+    brokers();
+    if (p.get("topic")) offsets(p.get("topic"));
+    lag();
+  }).catch((e) => say("message", e.message));
+})();
