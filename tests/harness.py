@@ -270,6 +270,8 @@ class Cluster:
         # --initial-cluster of nodes added later (add_node); the others use initial_cluster
         self.initial_clusters: dict[int, str] = {}
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * n
+        #: more environment for node i's process (node index -> variables), e.g. libfaketime
+        self.node_env: dict[int, dict[str, str]] = {}
         self._channels: dict[int, grpc.Channel] = {}
         if start:
             try:
@@ -388,6 +390,7 @@ class Cluster:
         )
         env["PYTHONUNBUFFERED"] = "1"
         env.pop("METALEDGER_PARENT_PID", None)
+        env.update(self.node_env.get(i, {}))
         with open(s.log_path, "ab") as out:
             out.write(f"=== harness {time.strftime('%H:%M:%S')}: start {s.id}\n".encode())
             out.flush()

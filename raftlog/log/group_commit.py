@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from raftlog.clock import wall_ms
 from raftlog.consensus import ProposeCallback
 from raftlog.deadlines import DeadlineSweep
 from raftlog.entry import Entry, encode_item, encode_request
@@ -129,7 +129,7 @@ class GroupCommit:
             raise NoSpaceError(f"database space exceeded: {self._health.reason()}")
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
-        data = encode_request(entries, cid, s, int(time.time() * 1000))
+        data = encode_request(entries, cid, s, wall_ms())
         key = (cid, s)
         fut = self._wait.register(key)
         loop = self._loop = asyncio.get_running_loop()
