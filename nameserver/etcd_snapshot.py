@@ -130,9 +130,13 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
     revision (the snapshot's last offset) is ``etcd.revision``."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     revision = etcd.revision
-    latest: dict[bytes, etcdfmt.KeyRevision] = {}
-    for r in sorted(etcd.keys, key=operator.itemgetter(0, 1)):  # by (main, sub)
-        latest[r.key] = r
+    by_revision = operator.itemgetter(0, 1)  # (main, sub)
+    records = etcd.keys
+    revisions = list(map(by_revision, records))
+    if not all(map(operator.le, revisions, itertools.islice(revisions, 1, None))):
+        records = tuple(sorted(records, key=by_revision))  # (a read file is in order)
+    del revisions
+    latest = {r[2]: r for r in records}  # r.key: the newest record of each key wins
     kv_record = records_pb2.KvRecord
     out: list[Record] = [
         (

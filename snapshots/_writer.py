@@ -229,6 +229,19 @@ def _encode_one_pass(
     return _assemble(write, path, meta, digest, iter(chunks), digest, progress)
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+#: protobuf's varint of every length below 16 KiB (one or two bytes each)
+_VARINTS: Final = tuple(_varint(n) for n in range(1 << 14))
+
+
 def _record_chunks(
     offset: int, records: Iterable[SnapshotRecord], digest: RecordDigest, first_sub: int = 1
 ) -> Iterator[tuple[bytes, int]]:
@@ -240,13 +253,31 @@ def _record_chunks(
     add = digest.add
     pending = 0
     sub = first_sub - 1
+    fields: dict[str, bytes] = {}  # a type's Effect field 1, encoded once
+    varint = _VARINTS
+    small = len(varint)
     for type_, key, value in records:
         if not type_:
             raise ValueError(f"record {sub + 1} has an empty type")
         sub += 1
-        frame = encode_record(
-            offset, sub, Effect(type=type_, key=key, value=value).SerializeToString()
-        )
+        # Effect(type=type_, key=key, value=value).SerializeToString(), by hand (the same
+        # bytes: fields in number order, empty ones left out; tests compare the two)
+        head = fields.get(type_)
+        if head is None:
+            head = fields[type_] = Effect(type=type_).SerializeToString()
+        nk = len(key)
+        nv = len(value)
+        if nk < small and nv < small:
+            payload = b"".join(
+                (
+                    head,
+                    b"\x12" + varint[nk] + key if nk else b"",
+                    b"\x1a" + varint[nv] + value if nv else b"",
+                )
+            )
+        else:
+            payload = Effect(type=type_, key=key, value=value).SerializeToString()
+        frame = encode_record(offset, sub, payload)
         add(type_, key, value)
         append(frame)
         pending += len(frame)

@@ -322,19 +322,28 @@ def _member(raw: bytes, key: bytes) -> Member:
     return member
 
 
-def buckets_to_image(tree: Tree) -> EtcdImage:
-    """Read etcd 3.4's buckets back into an image (raises EtcdLayoutError naming the place)."""
-    for name in tree:
-        if name not in BUCKETS:
-            raise EtcdLayoutError("not a bucket etcd 3.4 writes", name)
-    for name in (b"key", b"meta"):
-        if name not in tree:
-            raise EtcdLayoutError("missing: not an etcd backend", name)
-    keys = []
-    for raw_rev, raw in _plain(tree, b"key").items():
-        main, sub, tombstone = _parse_revision(raw_rev)
-        kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)
-        keys.append(
+def _key_records(bucket: Tree | bytes) -> list[KeyRevision]:
+    """The ``key`` bucket's records, in its (revision) order. The hot loop of a large read:
+    a well-formed revision and record take the inline path; anything else goes through
+    ``_plain``, ``_parse_revision`` and ``_proto``, which name the fault."""
+    if not isinstance(bucket, dict) or not all(map(bytes.__instancecheck__, bucket.values())):
+        bucket = _plain({b"key": bucket}, b"key")  # raises, naming the first nested bucket
+    parse = kv_pb2.KeyValue.FromString
+    unpack = _REV.unpack
+    rev_size = _REV.size
+    out: list[KeyRevision] = []
+    append = out.append
+    for raw_rev, raw in bucket.items():
+        tombstone = False
+        if len(raw_rev) == rev_size and raw_rev[8] == 0x5F:
+            main, _, sub = unpack(raw_rev)
+        else:
+            main, sub, tombstone = _parse_revision(raw_rev)
+        try:
+            kv = parse(raw)
+        except DecodeError:
+            kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)  # raises the error
+        append(
             KeyRevision(
                 main,
                 sub,
@@ -347,6 +356,18 @@ def buckets_to_image(tree: Tree) -> EtcdImage:
                 tombstone,
             )
         )
+    return out
+
+
+def buckets_to_image(tree: Tree) -> EtcdImage:
+    """Read etcd 3.4's buckets back into an image (raises EtcdLayoutError naming the place)."""
+    for name in tree:
+        if name not in BUCKETS:
+            raise EtcdLayoutError("not a bucket etcd 3.4 writes", name)
+    for name in (b"key", b"meta"):
+        if name not in tree:
+            raise EtcdLayoutError("missing: not an etcd backend", name)
+    keys = _key_records(tree.get(b"key", {}))
     meta = _plain(tree, b"meta")
     for k in meta:
         if k in _NEWER_META:
