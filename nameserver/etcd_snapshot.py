@@ -40,6 +40,7 @@ from nameserver.leases.records import lease_key
 from nameserver.state.image import MetadataImage
 from nameserver.state.snapshotting import check_new_data_dir, seed_data_dir_from_records
 from protos import records_pb2
+from raftlog.log import gc_paused
 from snapshots import SnapshotMeta, etcdfmt
 
 #: etcd's cluster version for the API level metaledger speaks (StatusResponse.version)
@@ -144,15 +145,16 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
             key,
             kv_record(
                 key=key,
-                value=r.value,
-                create_revision=r.create_revision,
-                mod_revision=r.mod_revision,
-                version=r.version,
-                lease=r.lease,
+                value=value,
+                create_revision=create,
+                mod_revision=mod,
+                version=version,
+                lease=lease,
             ).SerializeToString(),
         )
-        for key, r in latest.items()
-        if not r.tombstone
+        # a KeyRevision unpacked whole (cheaper than its fields one by one)
+        for key, (_, _, _, value, create, mod, version, lease, tombstone) in latest.items()
+        if not tombstone
     ]
     if etcd.finished_compact_revision:
         out.append(("mvcc", COMPACT_KEY, Compaction(etcd.finished_compact_revision).to_record()))
@@ -201,16 +203,22 @@ def seed_from_etcd(
     line naming what is wrong and where; ``OSError``; ``SnapshotError`` for a data dir in
     use); a failure while writing removes what it wrote (the data dir too, if it was new).
     ``progress`` gets a line per stage and, while writing, about one a second."""
-    say = progress or (lambda _line: None)
+    # a million records that form no cycles: the collector would rescan them over and over
+    with gc_paused():
+        return _seed(etcd_file, data_dir, progress or (lambda _line: None))
+
+
+def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
     etcd = etcdfmt.read_etcd_snapshot(data)
     del data
     records = from_etcd_image(etcd)
+    revision = etcd.revision
     seeded = Seeded(
-        etcd.revision,
-        sum(1 for r in records if r[0] == "kv"),
+        revision,
+        operator.countOf(map(operator.itemgetter(0), records), "kv"),
         len(etcd.leases),
         len(etcd.users),
         len(etcd.roles),
@@ -235,7 +243,7 @@ def seed_from_etcd(
         if not os.path.exists(p)
     ]
     try:
-        meta = SnapshotMeta(cluster_id=SEEDED_CLUSTER_ID, last_offset=etcd.revision, last_term=0)
+        meta = SnapshotMeta(cluster_id=SEEDED_CLUSTER_ID, last_offset=revision, last_term=0)
         seed_data_dir_from_records(data_dir, meta, records, written)
     except BaseException:
         for path in made:  # what this call made goes again (a data dir it made, whole)

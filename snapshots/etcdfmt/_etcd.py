@@ -149,7 +149,7 @@ class EtcdImage:
     @property
     def revision(self) -> int:
         """The store's revision: the newest key record's, or the compaction's if later."""
-        newest = max((k.main for k in self.keys), default=0)
+        newest = max(map(_main, self.keys), default=0)
         return max(
             newest, self.finished_compact_revision or 0, self.scheduled_compact_revision or 0
         )
@@ -163,6 +163,7 @@ class EtcdImage:
 
 
 _by_revision = operator.itemgetter(0, 1)  # a KeyRevision's (main, sub)
+_main = operator.itemgetter(0)
 
 
 def revision_bytes(main: int, sub: int, tombstone: bool = False) -> bytes:
