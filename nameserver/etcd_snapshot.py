@@ -40,6 +40,7 @@ from nameserver.leases.records import lease_key
 from nameserver.state.image import MetadataImage
 from nameserver.state.snapshotting import check_new_data_dir, seed_data_dir_from_records
 from protos import records_pb2
+from protos.etcdserverpb.kv_pb2 import KeyValue
 from raftlog.log import gc_paused
 from snapshots import SnapshotMeta, etcdfmt
 
@@ -129,8 +130,6 @@ def etcd_snapshot_bytes(image: MetadataImage) -> bytes:
 def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[Record]:
     """The records of a new image seeded from an etcd 3.4 backend (see the module doc); its
     revision (the snapshot's last offset) is ``etcd.revision``."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    revision = etcd.revision
     by_revision = operator.itemgetter(0, 1)  # (main, sub)
     records = etcd.keys
     revisions = list(map(by_revision, records))
@@ -156,6 +155,33 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
         for key, (_, _, _, value, create, mod, version, lease, tombstone) in latest.items()
         if not tombstone
     ]
+    return out + _other_records(etcd, etcd.revision, now_ms)
+
+
+def _kv_records(latest: dict[bytes, KeyValue]) -> list[Record]:
+    """The ``kv`` records of every live key's newest mvccpb.KeyValue (``read_etcd_latest``)."""
+    kv_record = records_pb2.KvRecord
+    return [
+        (
+            "kv",
+            key,
+            kv_record(
+                key=key,
+                value=kv.value,
+                create_revision=kv.create_revision,
+                mod_revision=kv.mod_revision,
+                version=kv.version,
+                lease=kv.lease,
+            ).SerializeToString(),
+        )
+        for key, kv in latest.items()
+    ]
+
+
+def _other_records(etcd: etcdfmt.EtcdImage, revision: int, now_ms: int | None) -> list[Record]:
+    """The records after the keys': the compaction, leases, users, roles and auth state."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    out: list[Record] = []
     if etcd.finished_compact_revision:
         out.append(("mvcc", COMPACT_KEY, Compaction(etcd.finished_compact_revision).to_record()))
     for le in etcd.leases:
@@ -212,13 +238,15 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
-    etcd = etcdfmt.read_etcd_snapshot(data)
+    etcd, latest, revision = etcdfmt.read_etcd_latest(data)
     del data
-    records = from_etcd_image(etcd)
-    revision = etcd.revision
+    records = _kv_records(latest)
+    keys = len(records)
+    del latest
+    records += _other_records(etcd, revision, None)
     seeded = Seeded(
         revision,
-        operator.countOf(map(operator.itemgetter(0), records), "kv"),
+        keys,
         len(etcd.leases),
         len(etcd.users),
         len(etcd.roles),

@@ -360,14 +360,18 @@ def _key_records(bucket: Tree | bytes) -> list[KeyRevision]:
     return out
 
 
-def buckets_to_image(tree: Tree) -> EtcdImage:
-    """Read etcd 3.4's buckets back into an image (raises EtcdLayoutError naming the place)."""
+def _check_buckets(tree: Tree) -> None:
     for name in tree:
         if name not in BUCKETS:
             raise EtcdLayoutError("not a bucket etcd 3.4 writes", name)
     for name in (b"key", b"meta"):
         if name not in tree:
             raise EtcdLayoutError("missing: not an etcd backend", name)
+
+
+def buckets_to_image(tree: Tree) -> EtcdImage:
+    """Read etcd 3.4's buckets back into an image (raises EtcdLayoutError naming the place)."""
+    _check_buckets(tree)
     keys = _key_records(tree.get(b"key", {}))
     meta = _plain(tree, b"meta")
     for k in meta:
@@ -445,6 +449,47 @@ def read_etcd_snapshot(data: bytes) -> EtcdImage:
     """An etcd 3.4 snapshot (with its SHA-256 trailer) or ``db`` file, read into an image."""
     db, _ = split_snapshot_hash(data)
     return buckets_to_image(read_bolt(db))
+
+
+def _latest_key_values(bucket: Tree | bytes) -> tuple[dict[bytes, kv_pb2.KeyValue | None], int]:
+    """:func:`_key_records` for a bucket in its file's (revision) order, keeping only each
+    key's newest record: {key: its mvccpb.KeyValue, or None for a tombstone}, in the order
+    the keys first appear, and the newest revision's main part. Faults raise as there."""
+    if not isinstance(bucket, dict) or not all(map(bytes.__instancecheck__, bucket.values())):
+        bucket = _plain({b"key": bucket}, b"key")  # raises, naming the first nested bucket
+    parse = kv_pb2.KeyValue.FromString
+    unpack = _REV.unpack
+    rev_size = _REV.size
+    latest: dict[bytes, kv_pb2.KeyValue | None] = {}
+    newest = 0
+    for raw_rev, raw in bucket.items():
+        tombstone = False
+        if len(raw_rev) == rev_size and raw_rev[8] == 0x5F:
+            main = unpack(raw_rev)[0]
+        else:
+            main, _, tombstone = _parse_revision(raw_rev)
+        try:
+            kv = parse(raw)
+        except DecodeError:
+            kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)  # raises the error
+        latest[kv.key] = None if tombstone else kv
+        if main > newest:
+            newest = main
+    return latest, newest
+
+
+def read_etcd_latest(data: bytes) -> tuple[EtcdImage, dict[bytes, kv_pb2.KeyValue], int]:
+    """:func:`read_etcd_snapshot` for a reader that wants only every live key's newest
+    record (seeding a new image): the image without its ``keys``, each live key's newest
+    mvccpb.KeyValue by key (in the order of their first records) and the revision the
+    image with its keys has. The same checks, in the same order, the same errors."""
+    db, _ = split_snapshot_hash(data)
+    tree = read_bolt(db)
+    _check_buckets(tree)
+    latest, newest = _latest_key_values(tree[b"key"])
+    image = buckets_to_image({**tree, b"key": {}})
+    live = {k: kv for k, kv in latest.items() if kv is not None}
+    return image, live, max(newest, image.revision)
 
 
 @dataclasses.dataclass(frozen=True)

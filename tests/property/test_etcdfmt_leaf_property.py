@@ -18,7 +18,14 @@ from snapshots.etcdfmt._bolt import (
     BoltFormatError,
     _Reader,
 )
-from snapshots.etcdfmt._etcd import _key_records, _parse_revision, _plain, _proto, revision_bytes
+from snapshots.etcdfmt._etcd import (
+    _key_records,
+    _latest_key_values,
+    _parse_revision,
+    _plain,
+    _proto,
+    revision_bytes,
+)
 
 _LEAF_ELEMENT = struct.Struct("<IIII")
 
@@ -130,10 +137,24 @@ _rev = st.builds(
     )
 )
 def test_key_records_read_as_the_record_at_a_time_loop(bucket: Tree) -> None:
-    def outcome(f: Callable[[Tree], list[KeyRevision]]) -> object:
+    def outcome(f: Callable[[Tree], object]) -> object:
         try:
             return f({b"key": bucket})
         except EtcdFormatError as e:
             return str(e)
 
     assert outcome(lambda t: _key_records(t[b"key"])) == outcome(_reference_key_records)
+
+    def latest(records: list[KeyRevision]) -> tuple[list[tuple[bytes, bytes | None]], int]:
+        newest: dict[bytes, KeyRevision] = {}
+        for r in records:  # the bucket's order here: as a bbolt file keeps it, by revision
+            newest[r.key] = r
+        return [(k, None if r.tombstone else r.value) for k, r in newest.items()], max(
+            (r.main for r in records), default=0
+        )
+
+    def seeded(t: Tree) -> tuple[list[tuple[bytes, bytes | None]], int]:
+        values, main = _latest_key_values(t[b"key"])
+        return [(k, None if kv is None else kv.value) for k, kv in values.items()], main
+
+    assert outcome(seeded) == outcome(lambda t: latest(_reference_key_records(t)))
