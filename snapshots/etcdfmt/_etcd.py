@@ -33,7 +33,7 @@ import json
 import operator
 import struct
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 import crc32c
 from google.protobuf.message import DecodeError, Message
@@ -323,18 +323,24 @@ def _member(raw: bytes, key: bytes) -> Member:
     return member
 
 
+def _key_bucket(bucket: Tree | bytes) -> dict[bytes, bytes]:
+    """The ``key`` bucket's records as they are, or ``_plain``'s error (a nested bucket)."""
+    if isinstance(bucket, dict) and all(map(bytes.__instancecheck__, bucket.values())):
+        return cast(dict[bytes, bytes], bucket)
+    return _plain({b"key": bucket}, b"key")  # raises, naming the first nested bucket
+
+
 def _key_records(bucket: Tree | bytes) -> list[KeyRevision]:
     """The ``key`` bucket's records, in its (revision) order. The hot loop of a large read:
     a well-formed revision and record take the inline path; anything else goes through
     ``_plain``, ``_parse_revision`` and ``_proto``, which name the fault."""
-    if not isinstance(bucket, dict) or not all(map(bytes.__instancecheck__, bucket.values())):
-        bucket = _plain({b"key": bucket}, b"key")  # raises, naming the first nested bucket
+    records = _key_bucket(bucket)
     parse = kv_pb2.KeyValue.FromString
     unpack = _REV.unpack
     rev_size = _REV.size
     out: list[KeyRevision] = []
     append = out.append
-    for raw_rev, raw in bucket.items():
+    for raw_rev, raw in records.items():
         tombstone = False
         if len(raw_rev) == rev_size and raw_rev[8] == 0x5F:
             main, _, sub = unpack(raw_rev)
@@ -455,14 +461,13 @@ def _latest_key_values(bucket: Tree | bytes) -> tuple[dict[bytes, kv_pb2.KeyValu
     """:func:`_key_records` for a bucket in its file's (revision) order, keeping only each
     key's newest record: {key: its mvccpb.KeyValue, or None for a tombstone}, in the order
     the keys first appear, and the newest revision's main part. Faults raise as there."""
-    if not isinstance(bucket, dict) or not all(map(bytes.__instancecheck__, bucket.values())):
-        bucket = _plain({b"key": bucket}, b"key")  # raises, naming the first nested bucket
+    records = _key_bucket(bucket)
     parse = kv_pb2.KeyValue.FromString
     unpack = _REV.unpack
     rev_size = _REV.size
     latest: dict[bytes, kv_pb2.KeyValue | None] = {}
     newest = 0
-    for raw_rev, raw in bucket.items():
+    for raw_rev, raw in records.items():
         tombstone = False
         if len(raw_rev) == rev_size and raw_rev[8] == 0x5F:
             main = unpack(raw_rev)[0]
