@@ -158,24 +158,16 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
     return out + _other_records(etcd, etcd.revision, now_ms)
 
 
-def _kv_records(latest: dict[bytes, KeyValue]) -> list[Record]:
-    """The ``kv`` records of every live key's newest mvccpb.KeyValue (``read_etcd_latest``)."""
-    kv_record = records_pb2.KvRecord
-    return [
-        (
-            "kv",
-            key,
-            kv_record(
-                key=key,
-                value=kv.value,
-                create_revision=kv.create_revision,
-                mod_revision=kv.mod_revision,
-                version=kv.version,
-                lease=kv.lease,
-            ).SerializeToString(),
-        )
-        for key, kv in latest.items()
-    ]
+def _kv_record(kv: KeyValue) -> bytes:
+    """An mvccpb.KeyValue as the value of a ``kv`` record."""
+    return records_pb2.KvRecord(
+        key=kv.key,
+        value=kv.value,
+        create_revision=kv.create_revision,
+        mod_revision=kv.mod_revision,
+        version=kv.version,
+        lease=kv.lease,
+    ).SerializeToString()
 
 
 def _other_records(etcd: etcdfmt.EtcdImage, revision: int, now_ms: int | None) -> list[Record]:
@@ -238,9 +230,9 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
-    etcd, latest, revision = etcdfmt.read_etcd_latest(data)
+    etcd, latest, revision = etcdfmt.read_etcd_latest(data, _kv_record)
     del data
-    records = _kv_records(latest)
+    records: list[Record] = [("kv", key, value) for key, value in latest.items()]
     keys = len(records)
     del latest
     records += _other_records(etcd, revision, None)

@@ -457,15 +457,21 @@ def read_etcd_snapshot(data: bytes) -> EtcdImage:
     return buckets_to_image(read_bolt(db))
 
 
-def _latest_key_values(bucket: Tree | bytes) -> tuple[dict[bytes, kv_pb2.KeyValue | None], int]:
+T = TypeVar("T")
+
+
+def _latest_key_values(
+    bucket: Tree | bytes, convert: Callable[[kv_pb2.KeyValue], T]
+) -> tuple[dict[bytes, T | None], int]:
     """:func:`_key_records` for a bucket in its file's (revision) order, keeping only each
-    key's newest record: {key: its mvccpb.KeyValue, or None for a tombstone}, in the order
-    the keys first appear, and the newest revision's main part. Faults raise as there."""
+    key's newest record: {key: ``convert`` of its mvccpb.KeyValue, or None for a tombstone},
+    in the order the keys first appear, and the newest revision's main part. Faults raise as
+    there (``convert`` is called on every record that is not a tombstone)."""
     records = _key_bucket(bucket)
     parse = kv_pb2.KeyValue.FromString
     unpack = _REV.unpack
     rev_size = _REV.size
-    latest: dict[bytes, kv_pb2.KeyValue | None] = {}
+    latest: dict[bytes, T | None] = {}
     newest = 0
     for raw_rev, raw in records.items():
         tombstone = False
@@ -477,23 +483,27 @@ def _latest_key_values(bucket: Tree | bytes) -> tuple[dict[bytes, kv_pb2.KeyValu
             kv = parse(raw)
         except DecodeError:
             kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)  # raises the error
-        latest[kv.key] = None if tombstone else kv
+        latest[kv.key] = None if tombstone else convert(kv)
         if main > newest:
             newest = main
     return latest, newest
 
 
-def read_etcd_latest(data: bytes) -> tuple[EtcdImage, dict[bytes, kv_pb2.KeyValue], int]:
+def read_etcd_latest(
+    data: bytes, convert: Callable[[kv_pb2.KeyValue], T]
+) -> tuple[EtcdImage, dict[bytes, T], int]:
     """:func:`read_etcd_snapshot` for a reader that wants only every live key's newest
-    record (seeding a new image): the image without its ``keys``, each live key's newest
-    mvccpb.KeyValue by key (in the order of their first records) and the revision the
-    image with its keys has. The same checks, in the same order, the same errors."""
+    record (seeding a new image): the image without its ``keys``; ``convert`` of each live
+    key's newest mvccpb.KeyValue by key, in the order of their first records (``convert``
+    turns each record into what the reader keeps, as it is read: a million parsed messages
+    would take a few hundred MB); and the revision the image with its keys has. The same
+    checks, in the same order, the same errors."""
     db, _ = split_snapshot_hash(data)
     tree = read_bolt(db)
     _check_buckets(tree)
-    latest, newest = _latest_key_values(tree[b"key"])
+    latest, newest = _latest_key_values(tree[b"key"], convert)
     image = buckets_to_image({**tree, b"key": {}})
-    live = {k: kv for k, kv in latest.items() if kv is not None}
+    live = {k: v for k, v in latest.items() if v is not None}
     return image, live, max(newest, image.revision)
 
 

@@ -154,7 +154,7 @@ def test_key_records_read_as_the_record_at_a_time_loop(bucket: Tree) -> None:
         )
 
     def seeded(t: Tree) -> tuple[list[tuple[bytes, bytes | None]], int]:
-        values, main = _latest_key_values(t[b"key"])
-        return [(k, None if kv is None else kv.value) for k, kv in values.items()], main
+        values, main = _latest_key_values(t[b"key"], lambda kv: kv.value)
+        return list(values.items()), main
 
     assert outcome(seeded) == outcome(lambda t: latest(_reference_key_records(t)))

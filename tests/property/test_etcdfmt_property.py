@@ -153,10 +153,10 @@ def test_damage_raises_only_the_packages_error(image: EtcdImage, data: st.DataOb
 
 def _latest_outcome(data: bytes) -> object:
     try:
-        image, latest, revision = read_etcd_latest(data)
+        image, latest, revision = read_etcd_latest(data, kv_pb2.KeyValue.SerializeToString)
     except EtcdFormatError as e:
         return str(e)
-    return image, [(k, kv.SerializeToString()) for k, kv in latest.items()], revision
+    return image, list(latest.items()), revision
 
 
 def _full_outcome(data: bytes) -> object:
