@@ -158,16 +158,22 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
     return out + _other_records(etcd, etcd.revision, now_ms)
 
 
-def _kv_record(kv: KeyValue) -> bytes:
-    """An mvccpb.KeyValue as the value of a ``kv`` record."""
-    return records_pb2.KvRecord(
-        key=kv.key,
-        value=kv.value,
-        create_revision=kv.create_revision,
-        mod_revision=kv.mod_revision,
-        version=kv.version,
-        lease=kv.lease,
-    ).SerializeToString()
+def _kv_record_encoder() -> Callable[[KeyValue], bytes]:
+    """A function turning an mvccpb.KeyValue into the value of a ``kv`` record. It fills one
+    KvRecord over and over (every field each time; cheaper than a new message per key), so
+    each function is for one thread."""
+    record = records_pb2.KvRecord()
+
+    def encode(kv: KeyValue) -> bytes:
+        record.key = kv.key
+        record.value = kv.value
+        record.create_revision = kv.create_revision
+        record.mod_revision = kv.mod_revision
+        record.version = kv.version
+        record.lease = kv.lease
+        return record.SerializeToString()
+
+    return encode
 
 
 def _other_records(etcd: etcdfmt.EtcdImage, revision: int, now_ms: int | None) -> list[Record]:
@@ -230,9 +236,11 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
-    etcd, latest, revision = etcdfmt.read_etcd_latest(data, _kv_record)
+    etcd, latest, revision = etcdfmt.read_etcd_latest(data, _kv_record_encoder())
     del data
-    records: list[Record] = [("kv", key, value) for key, value in latest.items()]
+    records: list[Record] = [
+        ("kv", key, value) for key, value in latest.items() if value is not None
+    ]
     keys = len(records)
     del latest
     records += _other_records(etcd, revision, None)

@@ -491,20 +491,19 @@ def _latest_key_values(
 
 def read_etcd_latest(
     data: bytes, convert: Callable[[kv_pb2.KeyValue], T]
-) -> tuple[EtcdImage, dict[bytes, T], int]:
-    """:func:`read_etcd_snapshot` for a reader that wants only every live key's newest
-    record (seeding a new image): the image without its ``keys``; ``convert`` of each live
-    key's newest mvccpb.KeyValue by key, in the order of their first records (``convert``
-    turns each record into what the reader keeps, as it is read: a million parsed messages
-    would take a few hundred MB); and the revision the image with its keys has. The same
-    checks, in the same order, the same errors."""
+) -> tuple[EtcdImage, dict[bytes, T | None], int]:
+    """:func:`read_etcd_snapshot` for a reader that wants only every key's newest record
+    (seeding a new image): the image without its ``keys``; ``convert`` of each key's newest
+    mvccpb.KeyValue by key, None where that is a tombstone, in the order of their first
+    records (``convert`` turns each record into what the reader keeps, as it is read: a
+    million parsed messages would take a few hundred MB); and the revision the image with
+    its keys has. The same checks, in the same order, the same errors."""
     db, _ = split_snapshot_hash(data)
     tree = read_bolt(db)
     _check_buckets(tree)
     latest, newest = _latest_key_values(tree[b"key"], convert)
     image = buckets_to_image({**tree, b"key": {}})
-    live = {k: v for k, v in latest.items() if v is not None}
-    return image, live, max(newest, image.revision)
+    return image, latest, max(newest, image.revision)
 
 
 @dataclasses.dataclass(frozen=True)

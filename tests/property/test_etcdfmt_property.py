@@ -156,7 +156,7 @@ def _latest_outcome(data: bytes) -> object:
         image, latest, revision = read_etcd_latest(data, kv_pb2.KeyValue.SerializeToString)
     except EtcdFormatError as e:
         return str(e)
-    return image, list(latest.items()), revision
+    return image, [(k, v) for k, v in latest.items() if v is not None], revision
 
 
 def _full_outcome(data: bytes) -> object:
