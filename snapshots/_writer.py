@@ -271,7 +271,6 @@ def _record_chunks(
     join = b"".join
     from_bytes = int.from_bytes
     inline_frames = 0 <= offset <= _U64_MAX  # else encode_record raises, as it always did
-    max_payload = MAX_BODY_BYTES - _BODY_PREFIX.size
     try:
         for type_, key, value in records:
             if not type_:
@@ -285,26 +284,34 @@ def _record_chunks(
             nv = len(value)
             # Effect(type=type_, key=key, value=value).SerializeToString(), by hand (the
             # same bytes: fields in number order, empty ones left out; tests compare them)
-            if nk < small and nv < small:
-                payload = join(
+            if 0 < nk < small and 0 < nv < small and inline_frames and sub <= _U32_MAX:
+                # encode_record inline too: the frame's body is its prefix, then the payload
+                body = join(
                     (
+                        pack_prefix(offset, sub),
                         state[0],
-                        b"\x12" + varint[nk] + key if nk else b"",
-                        b"\x1a" + varint[nv] + value if nv else b"",
+                        b"\x12",
+                        varint[nk],
+                        key,
+                        b"\x1a",
+                        varint[nv],
+                        value,
                     )
                 )
+                if len(body) > MAX_BODY_BYTES:  # (a type name of megabytes)
+                    encode_record(offset, sub, body[_BODY_PREFIX.size :])  # raises
+                frame = pack_frame(len(body), crc32c(body, 0)) + body
             else:
-                payload = Effect(type=type_, key=key, value=value).SerializeToString()
-            if inline_frames and sub <= _U32_MAX and len(payload) <= max_payload:
-                prefix = pack_prefix(offset, sub)  # encode_record, inline
-                frame = join(
-                    (
-                        pack_frame(len(payload) + 12, crc32c(payload, crc32c(prefix, 0))),
-                        prefix,
-                        payload,
+                if nk < small and nv < small:
+                    payload = join(
+                        (
+                            state[0],
+                            b"\x12" + varint[nk] + key if nk else b"",
+                            b"\x1a" + varint[nv] + value if nv else b"",
+                        )
                     )
-                )
-            else:
+                else:
+                    payload = Effect(type=type_, key=key, value=value).SerializeToString()
                 frame = encode_record(offset, sub, payload)
             h = state[1].copy()
             h.update(join((pack_len(nk), key, pack_len(nv), value)))
