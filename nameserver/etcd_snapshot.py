@@ -40,6 +40,8 @@ from nameserver.leases.records import lease_key
 from nameserver.state.image import MetadataImage
 from nameserver.state.snapshotting import check_new_data_dir, seed_data_dir_from_records
 from protos import records_pb2
+from protos.etcdserverpb.kv_pb2 import KeyValue
+from raftlog.log import gc_paused
 from snapshots import SnapshotMeta, etcdfmt
 
 #: etcd's cluster version for the API level metaledger speaks (StatusResponse.version)
@@ -128,11 +130,13 @@ def etcd_snapshot_bytes(image: MetadataImage) -> bytes:
 def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[Record]:
     """The records of a new image seeded from an etcd 3.4 backend (see the module doc); its
     revision (the snapshot's last offset) is ``etcd.revision``."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    revision = etcd.revision
-    latest: dict[bytes, etcdfmt.KeyRevision] = {}
-    for r in sorted(etcd.keys, key=operator.itemgetter(0, 1)):  # by (main, sub)
-        latest[r.key] = r
+    by_revision = operator.itemgetter(0, 1)  # (main, sub)
+    records = etcd.keys
+    revisions = list(map(by_revision, records))
+    if not all(map(operator.le, revisions, itertools.islice(revisions, 1, None))):
+        records = tuple(sorted(records, key=by_revision))  # (a read file is in order)
+    del revisions
+    latest = {r[2]: r for r in records}  # r.key: the newest record of each key wins
     kv_record = records_pb2.KvRecord
     out: list[Record] = [
         (
@@ -140,16 +144,42 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
             key,
             kv_record(
                 key=key,
-                value=r.value,
-                create_revision=r.create_revision,
-                mod_revision=r.mod_revision,
-                version=r.version,
-                lease=r.lease,
+                value=value,
+                create_revision=create,
+                mod_revision=mod,
+                version=version,
+                lease=lease,
             ).SerializeToString(),
         )
-        for key, r in latest.items()
-        if not r.tombstone
+        # a KeyRevision unpacked whole (cheaper than its fields one by one)
+        for key, (_, _, _, value, create, mod, version, lease, tombstone) in latest.items()
+        if not tombstone
     ]
+    return out + _other_records(etcd, etcd.revision, now_ms)
+
+
+def _kv_record_encoder() -> Callable[[KeyValue], bytes]:
+    """A function turning an mvccpb.KeyValue into the value of a ``kv`` record. It fills one
+    KvRecord over and over (every field each time; cheaper than a new message per key), so
+    each function is for one thread."""
+    record = records_pb2.KvRecord()
+
+    def encode(kv: KeyValue) -> bytes:
+        record.key = kv.key
+        record.value = kv.value
+        record.create_revision = kv.create_revision
+        record.mod_revision = kv.mod_revision
+        record.version = kv.version
+        record.lease = kv.lease
+        return record.SerializeToString()
+
+    return encode
+
+
+def _other_records(etcd: etcdfmt.EtcdImage, revision: int, now_ms: int | None) -> list[Record]:
+    """The records after the keys': the compaction, leases, users, roles and auth state."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    out: list[Record] = []
     if etcd.finished_compact_revision:
         out.append(("mvcc", COMPACT_KEY, Compaction(etcd.finished_compact_revision).to_record()))
     for le in etcd.leases:
@@ -197,16 +227,26 @@ def seed_from_etcd(
     line naming what is wrong and where; ``OSError``; ``SnapshotError`` for a data dir in
     use); a failure while writing removes what it wrote (the data dir too, if it was new).
     ``progress`` gets a line per stage and, while writing, about one a second."""
-    say = progress or (lambda _line: None)
+    # a million records that form no cycles: the collector would rescan them over and over
+    with gc_paused():
+        return _seed(etcd_file, data_dir, progress or (lambda _line: None))
+
+
+def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
-    etcd = etcdfmt.read_etcd_snapshot(data)
+    etcd, latest, revision = etcdfmt.read_etcd_latest(data, _kv_record_encoder())
     del data
-    records = from_etcd_image(etcd)
+    records: list[Record] = [
+        ("kv", key, value) for key, value in latest.items() if value is not None
+    ]
+    keys = len(records)
+    del latest
+    records += _other_records(etcd, revision, None)
     seeded = Seeded(
-        etcd.revision,
-        sum(1 for r in records if r[0] == "kv"),
+        revision,
+        keys,
         len(etcd.leases),
         len(etcd.users),
         len(etcd.roles),
@@ -231,7 +271,7 @@ def seed_from_etcd(
         if not os.path.exists(p)
     ]
     try:
-        meta = SnapshotMeta(cluster_id=SEEDED_CLUSTER_ID, last_offset=etcd.revision, last_term=0)
+        meta = SnapshotMeta(cluster_id=SEEDED_CLUSTER_ID, last_offset=revision, last_term=0)
         seed_data_dir_from_records(data_dir, meta, records, written)
     except BaseException:
         for path in made:  # what this call made goes again (a data dir it made, whole)

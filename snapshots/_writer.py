@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Final
 
 from protos.records_pb2 import Effect
 from protos.snapshot_pb2 import SnapshotFooter, SnapshotHeader, TypeDigest
-from snapshots._digest import HASH_ALGORITHM, RecordDigest
+from snapshots._digest import HASH_ALGORITHM, RecordDigest, pack_len, type_hasher
 from snapshots._format import (
     CHUNK_BYTES,
     MAX_RECORDS,
@@ -29,7 +29,16 @@ from snapshots._format import (
     crc32c,
     info_from_header,
 )
-from snapshots._recordstream import StreamKind, encode_header, encode_record
+from snapshots._recordstream import (
+    _BODY_PREFIX,
+    _FRAME,
+    _U32_MAX,
+    _U64_MAX,
+    MAX_BODY_BYTES,
+    StreamKind,
+    encode_header,
+    encode_record,
+)
 
 __all__ = [
     "encode_frames",
@@ -229,6 +238,19 @@ def _encode_one_pass(
     return _assemble(write, path, meta, digest, iter(chunks), digest, progress)
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+#: protobuf's varint of every length below 16 KiB (one or two bytes each)
+_VARINTS: Final = tuple(_varint(n) for n in range(1 << 14))
+
+
 def _record_chunks(
     offset: int, records: Iterable[SnapshotRecord], digest: RecordDigest, first_sub: int = 1
 ) -> Iterator[tuple[bytes, int]]:
@@ -237,24 +259,77 @@ def _record_chunks(
     `digest`."""
     chunk: list[bytes] = []
     append = chunk.append
-    add = digest.add
     pending = 0
     sub = first_sub - 1
-    for type_, key, value in records:
-        if not type_:
-            raise ValueError(f"record {sub + 1} has an empty type")
-        sub += 1
-        frame = encode_record(
-            offset, sub, Effect(type=type_, key=key, value=value).SerializeToString()
+    # per type: its Effect field 1 (encoded once), its hasher, the sum of its records'
+    # hashes and their count (RecordDigest.add, inline: added to `digest` at the end)
+    types: dict[str, list[Any]] = {}
+    varint = _VARINTS
+    small = len(varint)
+    pack_prefix = _BODY_PREFIX.pack
+    pack_frame = _FRAME.pack
+    join = b"".join
+    from_bytes = int.from_bytes
+    inline_frames = 0 <= offset <= _U64_MAX  # else encode_record raises, as it always did
+    try:
+        for type_, key, value in records:
+            if not type_:
+                raise ValueError(f"record {sub + 1} has an empty type")
+            sub += 1
+            state = types.get(type_)
+            if state is None:
+                head = Effect(type=type_).SerializeToString()
+                state = types[type_] = [head, type_hasher(type_), 0, 0]
+            nk = len(key)
+            nv = len(value)
+            # Effect(type=type_, key=key, value=value).SerializeToString(), by hand (the
+            # same bytes: fields in number order, empty ones left out; tests compare them)
+            if 0 < nk < small and 0 < nv < small and inline_frames and sub <= _U32_MAX:
+                # encode_record inline too: the frame's body is its prefix, then the payload
+                body = join(
+                    (
+                        pack_prefix(offset, sub),
+                        state[0],
+                        b"\x12",
+                        varint[nk],
+                        key,
+                        b"\x1a",
+                        varint[nv],
+                        value,
+                    )
+                )
+                if len(body) > MAX_BODY_BYTES:  # (a type name of megabytes)
+                    encode_record(offset, sub, body[_BODY_PREFIX.size :])  # raises
+                frame = pack_frame(len(body), crc32c(body, 0)) + body
+            else:
+                if nk < small and nv < small:
+                    payload = join(
+                        (
+                            state[0],
+                            b"\x12" + varint[nk] + key if nk else b"",
+                            b"\x1a" + varint[nv] + value if nv else b"",
+                        )
+                    )
+                else:
+                    payload = Effect(type=type_, key=key, value=value).SerializeToString()
+                frame = encode_record(offset, sub, payload)
+            h = state[1].copy()
+            h.update(join((pack_len(nk), key, pack_len(nv), value)))
+            state[2] += from_bytes(h.digest(), "little")
+            state[3] += 1
+            append(frame)
+            pending += len(frame)
+            if pending >= CHUNK_BYTES:
+                yield join(chunk), sub
+                chunk.clear()
+                pending = 0
+    finally:
+        digest.merge(
+            RecordDigest.from_sums(
+                {t: st[3] for t, st in types.items()}, {t: st[2] for t, st in types.items()}
+            )
         )
-        add(type_, key, value)
-        append(frame)
-        pending += len(frame)
-        if pending >= CHUNK_BYTES:
-            yield b"".join(chunk), sub
-            chunk.clear()
-            pending = 0
-    yield b"".join(chunk), sub
+    yield join(chunk), sub
 
 
 def _assemble(

@@ -265,22 +265,31 @@ class _Reader:
 
     def _leaf(self, page: memoryview, count: int, where: int, out: Tree) -> None:
         last = next(reversed(out), None) if out else None
-        for i in range(count):
-            off = HEADER_BYTES + ELEMENT_BYTES * i
-            if off + ELEMENT_BYTES > len(page):
-                raise BoltFormatError(f"leaf element {i} past the page end", where)
-            flags, pos, ksize, vsize = _LEAF_ELEMENT.unpack_from(page, off)
+        size = len(page)
+        table_end = HEADER_BYTES + ELEMENT_BYTES * count
+        if table_end > size:  # the first element past the page end, as the loop names it
+            count = (size - HEADER_BYTES) // ELEMENT_BYTES
+            self._leaf(page, count, where, out)
+            raise BoltFormatError(f"leaf element {count} past the page end", where)
+        raw = page.tobytes()  # one copy; slices of it are the keys and values
+        off = HEADER_BYTES
+        for i, (flags, pos, ksize, vsize) in enumerate(
+            _LEAF_ELEMENT.iter_unpack(raw[HEADER_BYTES:table_end])
+        ):
             kstart = off + pos
-            if kstart + ksize + vsize > len(page):
+            kend = kstart + ksize
+            vend = kend + vsize
+            if vend > size:
                 raise BoltFormatError(
                     f"leaf element {i}'s key and value run past the page end", where
                 )
-            key = bytes(page[kstart : kstart + ksize])
-            value = bytes(page[kstart + ksize : kstart + ksize + vsize])
+            key = raw[kstart:kend]
             if last is not None and key <= last:
                 raise BoltFormatError(f"leaf element {i}: keys out of order", where)
             last = key
+            value = raw[kend:vend]
             out[key] = self.bucket(value, where) if flags & BUCKET_LEAF_FLAG else value
+            off += ELEMENT_BYTES
 
 
 def _meta(data: bytes, offset: int) -> tuple[int, int, int, int, int] | str:

@@ -33,7 +33,7 @@ import json
 import operator
 import struct
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 import crc32c
 from google.protobuf.message import DecodeError, Message
@@ -149,7 +149,7 @@ class EtcdImage:
     @property
     def revision(self) -> int:
         """The store's revision: the newest key record's, or the compaction's if later."""
-        newest = max((k.main for k in self.keys), default=0)
+        newest = max(map(_main, self.keys), default=0)
         return max(
             newest, self.finished_compact_revision or 0, self.scheduled_compact_revision or 0
         )
@@ -163,6 +163,7 @@ class EtcdImage:
 
 
 _by_revision = operator.itemgetter(0, 1)  # a KeyRevision's (main, sub)
+_main = operator.itemgetter(0)
 
 
 def revision_bytes(main: int, sub: int, tombstone: bool = False) -> bytes:
@@ -322,19 +323,34 @@ def _member(raw: bytes, key: bytes) -> Member:
     return member
 
 
-def buckets_to_image(tree: Tree) -> EtcdImage:
-    """Read etcd 3.4's buckets back into an image (raises EtcdLayoutError naming the place)."""
-    for name in tree:
-        if name not in BUCKETS:
-            raise EtcdLayoutError("not a bucket etcd 3.4 writes", name)
-    for name in (b"key", b"meta"):
-        if name not in tree:
-            raise EtcdLayoutError("missing: not an etcd backend", name)
-    keys = []
-    for raw_rev, raw in _plain(tree, b"key").items():
-        main, sub, tombstone = _parse_revision(raw_rev)
-        kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)
-        keys.append(
+def _key_bucket(bucket: Tree | bytes) -> dict[bytes, bytes]:
+    """The ``key`` bucket's records as they are, or ``_plain``'s error (a nested bucket)."""
+    if isinstance(bucket, dict) and all(map(bytes.__instancecheck__, bucket.values())):
+        return cast(dict[bytes, bytes], bucket)
+    return _plain({b"key": bucket}, b"key")  # raises, naming the first nested bucket
+
+
+def _key_records(bucket: Tree | bytes) -> list[KeyRevision]:
+    """The ``key`` bucket's records, in its (revision) order. The hot loop of a large read:
+    a well-formed revision and record take the inline path; anything else goes through
+    ``_plain``, ``_parse_revision`` and ``_proto``, which name the fault."""
+    records = _key_bucket(bucket)
+    parse = kv_pb2.KeyValue.FromString
+    unpack = _REV.unpack
+    rev_size = _REV.size
+    out: list[KeyRevision] = []
+    append = out.append
+    for raw_rev, raw in records.items():
+        tombstone = False
+        if len(raw_rev) == rev_size and raw_rev[8] == 0x5F:
+            main, _, sub = unpack(raw_rev)
+        else:
+            main, sub, tombstone = _parse_revision(raw_rev)
+        try:
+            kv = parse(raw)
+        except DecodeError:
+            kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)  # raises the error
+        append(
             KeyRevision(
                 main,
                 sub,
@@ -347,6 +363,22 @@ def buckets_to_image(tree: Tree) -> EtcdImage:
                 tombstone,
             )
         )
+    return out
+
+
+def _check_buckets(tree: Tree) -> None:
+    for name in tree:
+        if name not in BUCKETS:
+            raise EtcdLayoutError("not a bucket etcd 3.4 writes", name)
+    for name in (b"key", b"meta"):
+        if name not in tree:
+            raise EtcdLayoutError("missing: not an etcd backend", name)
+
+
+def buckets_to_image(tree: Tree) -> EtcdImage:
+    """Read etcd 3.4's buckets back into an image (raises EtcdLayoutError naming the place)."""
+    _check_buckets(tree)
+    keys = _key_records(tree.get(b"key", {}))
     meta = _plain(tree, b"meta")
     for k in meta:
         if k in _NEWER_META:
@@ -423,6 +455,55 @@ def read_etcd_snapshot(data: bytes) -> EtcdImage:
     """An etcd 3.4 snapshot (with its SHA-256 trailer) or ``db`` file, read into an image."""
     db, _ = split_snapshot_hash(data)
     return buckets_to_image(read_bolt(db))
+
+
+T = TypeVar("T")
+
+
+def _latest_key_values(
+    bucket: Tree | bytes, convert: Callable[[kv_pb2.KeyValue], T]
+) -> tuple[dict[bytes, T | None], int]:
+    """:func:`_key_records` for a bucket in its file's (revision) order, keeping only each
+    key's newest record: {key: ``convert`` of its mvccpb.KeyValue, or None for a tombstone},
+    in the order the keys first appear, and the newest revision's main part. Faults raise as
+    there (``convert`` is called on every record that is not a tombstone)."""
+    records = _key_bucket(bucket)
+    parse = kv_pb2.KeyValue.FromString
+    unpack = _REV.unpack
+    rev_size = _REV.size
+    latest: dict[bytes, T | None] = {}
+    newest = 0
+    for raw_rev, raw in records.items():
+        tombstone = False
+        if len(raw_rev) == rev_size and raw_rev[8] == 0x5F:
+            main = unpack(raw_rev)[0]
+        else:
+            main, _, tombstone = _parse_revision(raw_rev)
+        try:
+            kv = parse(raw)
+        except DecodeError:
+            kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)  # raises the error
+        latest[kv.key] = None if tombstone else convert(kv)
+        if main > newest:
+            newest = main
+    return latest, newest
+
+
+def read_etcd_latest(
+    data: bytes, convert: Callable[[kv_pb2.KeyValue], T]
+) -> tuple[EtcdImage, dict[bytes, T | None], int]:
+    """:func:`read_etcd_snapshot` for a reader that wants only every key's newest record
+    (seeding a new image): the image without its ``keys``; ``convert`` of each key's newest
+    mvccpb.KeyValue by key, None where that is a tombstone, in the order of their first
+    records (``convert`` turns each record into what the reader keeps, as it is read: a
+    million parsed messages would take a few hundred MB); and the revision the image with
+    its keys has. The same checks, in the same order, the same errors."""
+    db, _ = split_snapshot_hash(data)
+    tree = read_bolt(db)
+    _check_buckets(tree)
+    latest, newest = _latest_key_values(tree[b"key"], convert)
+    image = buckets_to_image({**tree, b"key": {}})
+    return image, latest, max(newest, image.revision)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,3 +103,22 @@ def test_users_from_etcd_log_in_with_their_etcd_passwords() -> None:
     assert check_password(root, "pw") and not check_password(root, "PW")
     assert not check_password(b"$2a$10$not-a-hash", "pw")
     assert check_password(hash_password("x", cost=4), "x")
+
+
+def test_the_reused_kv_record_encodes_each_key_as_a_new_message_would() -> None:
+    """One KvRecord filled key after key: a field that goes back to zero or empty is left
+    out again, as a fresh message leaves it out."""
+    from nameserver.etcd_snapshot import _kv_record_encoder
+    from protos import records_pb2
+    from protos.etcdserverpb import kv_pb2
+
+    encode = _kv_record_encoder()
+    fields = [
+        dict(key=b"a", value=b"v" * 300, create_revision=2**40, mod_revision=7, version=3, lease=9),
+        dict(key=b"b"),
+        dict(key=b"c", value=b"x", lease=-1, version=2**63 - 1),
+        dict(key=b"d", create_revision=1),
+    ]
+    for f in fields:
+        expected = records_pb2.KvRecord(**f).SerializeToString()  # type: ignore[arg-type]
+        assert encode(kv_pb2.KeyValue(**f)) == expected  # type: ignore[arg-type]

@@ -464,3 +464,28 @@ def test_compact_local_misuse(log_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         compact_local(log_dir, base, 4, tmp_path / "x.snap", SnapshotMeta("c1", 4, 1))
     assert not (tmp_path / "x.snap").exists()
+
+
+def test_record_frames_carry_the_effect_bytes_protobuf_makes() -> None:
+    """The writer encodes each record's Effect by hand: the bytes are protobuf's own, empty
+    keys and values left out, lengths of one, two and more varint bytes, any type name."""
+    from snapshots._recordstream import RecordReader
+    from snapshots._writer import _record_chunks
+
+    sizes = [0, 1, 127, 128, 16383, 16384, 70000]
+    records = [
+        (type_, b"k" * nk, b"v" * nv)
+        for type_ in ("kv", "lease", "t\u00e9st")
+        for nk in sizes
+        for nv in sizes
+    ]
+    digest = RecordDigest()
+    data = b"".join(chunk for chunk, _ in _record_chunks(9, records, digest))
+    frames = list(RecordReader(data, start=0))
+    assert [(f.offset, f.sub) for f in frames] == [(9, i + 1) for i in range(len(records))]
+    for frame, (type_, key, value) in zip(frames, records, strict=True):
+        assert frame.payload == Effect(type=type_, key=key, value=value).SerializeToString()
+    expected = RecordDigest()
+    for record in records:
+        expected.add(*record)
+    assert digest == expected
