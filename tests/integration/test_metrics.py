@@ -76,13 +76,13 @@ def test_kv_calls_reach_the_extra_grpc_accepts(module_cluster: Cluster) -> None:
     assert scrape(c, 2)[key] >= before + 5  # gRPC's own loop keeps a share (1 in 9 here)
 
 
-def test_other_paths_are_not_found_and_garbage_is_dropped(module_cluster: Cluster) -> None:
+def test_other_paths_are_not_found_and_garbage_is_refused(module_cluster: Cluster) -> None:
     c = module_cluster
     port = c.nodes[0].metrics_port
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
     assert err.value.code == 404
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"\x00\x01garbage\r\n\r\n")
-        assert s.recv(100).startswith(b"HTTP/1.1 404 ")
+        s.sendall(b"\x00\x01garbage\r\n\r\n")  # not an HTTP/1.x request line: 400
+        assert s.recv(100).startswith(b"HTTP/1.1 400 ")
     assert scrape(c, 0)  # still serving
