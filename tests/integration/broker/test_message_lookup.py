@@ -128,8 +128,9 @@ def test_lookup_by_key_and_ids_on_master_and_slave_and_after_a_restart(
     seen = view(master.addr, where.offset)
     assert seen is not None and seen.body == b"from-remoting" and seen.keys == "order-1 shared"
 
-    # the slave indexed what it copied
-    wait_for("the slave's index", lambda: query(slave.addr, "shared"), timeout=20)
+    # the slave indexed what it copied, and serves it once the master's confirm offset
+    # (sent over HA) covers it: both messages, which may arrive a frame apart
+    wait_for("the slave's index", lambda: len(query(slave.addr, "shared")) == 2, timeout=20)
     assert [m.body for m in query(slave.addr, "order-2")] == [b"from-grpc"]
     on_slave = view(slave.addr, where.offset)
     assert on_slave is not None and on_slave.body == b"from-remoting"
