@@ -24,11 +24,12 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from console import keys, leases, rocketmq, transfer, users
+from console import keys, leases, replicators, rocketmq, transfer, users
 from console.clusters import ClusterView, Sampler
 from console.config import ConsoleConfig
 from console.errors import BadInput, ConsoleError, NotFound
 from console.sessions import COOKIE, Sessions
+from console.tails import Tails
 from nameserver.client import (
     Client,
     ClientError,
@@ -52,6 +53,7 @@ PAGES = {
     "/leases": "leases.html",
     "/users": "users.html",
     "/rocketmq": "rocketmq.html",
+    "/replicators": "replicators.html",
 }
 
 
@@ -63,6 +65,7 @@ class Console:
         self.views = {s.name: ClusterView(s, config) for s in config.clusters}
         self.sampler = Sampler(list(self.views.values()), config)
         self.sessions = Sessions()
+        self.tails = Tails()
 
     def view(self, request: Request) -> ClusterView:
         name = request.query_params.get("cluster") or next(iter(self.views))
@@ -79,6 +82,7 @@ class Console:
         return login[1] if login is not None else view.client
 
     def close(self) -> None:
+        self.tails.close_all()
         self.sessions.close()
         self.sampler.stop()
         for v in self.views.values():
@@ -230,6 +234,23 @@ def create_app(config: ConsoleConfig) -> Starlette:
             rocketmq.consumer_lag, client, p.get("group", ""), p.get("topic", ""), config.timeout_s
         )
         return JSONResponse(out)
+
+    async def replicator_list(request: Request) -> JSONResponse:
+        return JSONResponse(await _blocking(replicators.overview, console.client(request)))
+
+    async def tail_open(request: Request) -> JSONResponse:
+        view = console.view(request)
+        client = console.client(request)
+        prefix = _bytes_param(request.query_params, "prefix")
+        return JSONResponse(await _blocking(console.tails.open, view.name, client, prefix))
+
+    async def tail_events(request: Request) -> JSONResponse:
+        tail = console.tails.get(request.query_params.get("id", ""))
+        return JSONResponse({**tail.since(_int(request, "after", 0)), "open": len(console.tails)})
+
+    async def tail_close(request: Request) -> JSONResponse:
+        tail_id = request.query_params.get("id", "")
+        return JSONResponse({"closed": await _blocking(console.tails.close, tail_id)})
 
     async def key_diff(request: Request) -> JSONResponse:
         client = console.client(request)
@@ -409,6 +430,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/rocketmq/brokers", rmq_brokers),
         Route("/api/rocketmq/lag", rmq_lag),
         Route("/api/users/change", user_change, methods=["POST"]),
+        Route("/api/replicators", replicator_list),
+        Route("/api/keys/tail/open", tail_open, methods=["POST"]),
+        Route("/api/keys/tail", tail_events),
+        Route("/api/keys/tail/close", tail_close, methods=["POST"]),
         Route("/api/keys/diff", key_diff),
         Route("/api/keys/export", key_export),
         Route("/api/keys/import", key_import, methods=["POST"]),

@@ -5,6 +5,12 @@ the console existed lacks it, so its process gets a throwaway ``*.dist-info`` on
 PYTHONPATH declaring exactly that entry point (what ``pip install -e .`` writes), as the
 broker's tests do. The browser is Debian's ``chromium`` driven through ``chromedriver`` by
 selenium, headless, with the page's console log kept (``browser_errors``).
+
+The browser modules share one 3-node cluster, one client of it and one browser per session
+(the fixtures ``cluster``, ``client`` and ``driver``: each module imports ``shared_cluster``,
+``shared_client`` and ``shared_driver``, which pytest registers under those names): what a module
+leaves behind is its own prefixes and roles, the leader it killed is back and ready, auth is
+off again. Each module keeps its own ``root`` (tmp dir) and consoles.
 """
 
 from __future__ import annotations
@@ -17,10 +23,21 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.harness import REPO_ROOT, command_plugin_path, free_ports, wait_until
+import pytest
+
+from nameserver.client import Client
+from tests.harness import (
+    REPO_ROOT,
+    Cluster,
+    command_plugin_path,
+    free_ports,
+    running_cluster,
+    wait_until,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -144,3 +161,27 @@ def table(driver: Any, css: str) -> list[list[str]]:
         [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
         for tr in driver.find_elements(By.CSS_SELECTOR, f"{css} tbody tr")
     ]
+
+
+# ---- the fixtures the browser modules share (one of each per session) ---------------------
+
+
+@pytest.fixture(scope="session", name="cluster")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 3-node cluster for every browser module (announced: the Cluster page lists all)."""
+    with running_cluster(tmp_path_factory.mktemp("console-cluster"), n=3) as c:
+        c.wait_announced()
+        yield c
+
+
+@pytest.fixture(scope="session", name="client")
+def shared_client(cluster: Cluster) -> Iterator[Client]:
+    with Client(cluster.endpoints, timeout_s=10) as c:
+        yield c
+
+
+@pytest.fixture(scope="session", name="driver")
+def shared_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    d = chrome(tmp_path_factory.mktemp("chrome"))
+    yield d
+    d.quit()

@@ -45,7 +45,7 @@ const ML = (() => {
   }
 
   // the pages, in the header's order
-  const PAGES = [["/", "Cluster"], ["/keys", "Keys"], ["/leases", "Leases & locks"], ["/users", "Users & roles"], ["/rocketmq", "RocketMQ"]];
+  const PAGES = [["/", "Cluster"], ["/keys", "Keys"], ["/leases", "Leases & locks"], ["/users", "Users & roles"], ["/rocketmq", "RocketMQ"], ["/replicators", "Replicators"]];
 
   function header() {
     const h = document.querySelector("header");

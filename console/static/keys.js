@@ -151,6 +151,64 @@
     } catch (e) { say("message", `${kind === "put" ? "not saved" : "not deleted"}: ${e.message}`); }
   }
 
+  // The live tail: a watch of one prefix kept by the console, polled every second; closed
+  // by "stop", and when the page goes (a beacon; the console also ends one left unpolled).
+  const TAIL_MS = 1000;
+  const TAIL_ROWS = 200;
+  let tail = null;   // {id, prefix, after, timer}
+
+  function tailQuery(extra) {
+    const q = new URLSearchParams(extra);
+    if (ML.cluster) q.set("cluster", ML.cluster);
+    return q;
+  }
+
+  async function tailPoll() {
+    const t = tail;
+    if (!t) return;
+    try {
+      const r = await api("/api/keys/tail", {id: t.id, after: t.after});
+      if (tail !== t) return;
+      const body = document.querySelector("#tailrows tbody");
+      for (const e of r.events) {
+        body.prepend(el("tr", {"data-key": e.key, "data-revision": e.revision},
+          el("td", {class: "num"}, e.revision), el("td", {}, e.type), el("td", {}, e.key),
+          el("td", {class: "muted"}, e.type === "DELETE" ? "" : e.value)));
+      }
+      while (body.rows.length > TAIL_ROWS) body.deleteRow(-1);
+      t.after = r.next;
+      let state = `of ${t.prefix || "(every key)"} from revision ${t.revision + 1}`;
+      if (r.dropped) state += ` (${r.dropped} events missed)`;
+      if (r.error) { state += `: ${r.error}`; stopTail(); }
+      document.getElementById("tailstate").textContent = state;
+    } catch (e) { say("message", `tail: ${e.message}`); stopTail(); }
+    if (tail === t) t.timer = setTimeout(tailPoll, TAIL_MS);
+  }
+
+  async function startTail() {
+    try {
+      const data = await api("/api/keys/tail/open", {prefix}, {});
+      tail = {id: data.id, prefix: data.prefix, revision: data.revision, after: 0, timer: null};
+      document.querySelector("#tailrows tbody").replaceChildren();
+      document.getElementById("tail").textContent = "stop the tail";
+      document.getElementById("tail").dataset.tail = tail.id;
+      document.getElementById("tailstate").textContent = `of ${tail.prefix || "(every key)"} from revision ${tail.revision + 1}`;
+      tailPoll();
+    } catch (e) { say("message", `tail: ${e.message}`); }
+  }
+
+  function stopTail() {
+    const t = tail;
+    tail = null;
+    document.getElementById("tail").textContent = "tail this prefix";
+    delete document.getElementById("tail").dataset.tail;
+    if (!t) return;
+    clearTimeout(t.timer);
+    navigator.sendBeacon(`/api/keys/tail/close?${tailQuery({id: t.id})}`);
+  }
+
+  document.getElementById("tail").addEventListener("click", () => tail ? stopTail() : startTail());
+  window.addEventListener("pagehide", stopTail);
   document.getElementById("search").addEventListener("submit", ev => { ev.preventDefault(); search(); });
   document.getElementById("more").addEventListener("click", ev => ev.target.dataset.mode === "search" ? search(true) : list(true));
   document.getElementById("up").addEventListener("click", () => {

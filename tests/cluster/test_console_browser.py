@@ -17,15 +17,19 @@ from typing import Any
 import pytest
 
 from nameserver.client import Client, NodeStatus
-from tests.console_harness import (
+from tests.console_harness import (  # noqa: F401  (the shared fixtures)
     ConsoleProcess,
     browser_errors,
-    chrome,
     have_browser,
     screenshot,
+    shared_client,
+    shared_cluster,
+    shared_driver,
+    table,
 )
+from tests.console_harness import text as _text
 from tests.etcd_harness import etcdctl
-from tests.harness import Cluster, running_cluster, wait_until
+from tests.harness import Cluster, wait_until
 
 pytestmark = [
     pytest.mark.cluster,
@@ -43,19 +47,6 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(root: Path) -> Iterator[Cluster]:
-    with running_cluster(root / "cluster", n=3) as c:
-        c.wait_announced()
-        yield c
-
-
-@pytest.fixture(scope="module")
-def client(cluster: Cluster) -> Iterator[Client]:
-    with Client(cluster.endpoints, timeout_s=10) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def console_rw(root: Path, cluster: Cluster) -> Iterator[ConsoleProcess]:
     c = ConsoleProcess(root / "rw", cluster.endpoints, "--allow-writes")
     yield c
@@ -67,19 +58,6 @@ def console_ro(root: Path, cluster: Cluster) -> Iterator[ConsoleProcess]:
     c = ConsoleProcess(root / "ro", cluster.endpoints[:1])
     yield c
     c.stop()
-
-
-@pytest.fixture(scope="module")
-def driver(root: Path) -> Iterator[Any]:
-    d = chrome(root)
-    yield d
-    d.quit()
-
-
-def _text(driver: Any, css: str) -> str:
-    from selenium.webdriver.common.by import By
-
-    return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
 def _rows(driver: Any) -> dict[str, list[str]]:
@@ -295,3 +273,51 @@ def test_a_console_without_a_cluster_says_so(tmp_path: Path, driver: Any) -> Non
         assert browser_errors(driver) == []
     finally:
         c.stop()
+
+
+def _tail_rows(driver: Any) -> list[list[str]]:
+    return table(driver, "#tailrows")
+
+
+def test_the_keys_page_tails_a_prefix_live(
+    cluster: Cluster, client: Client, console_rw: ConsoleProcess, driver: Any, root: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    client.put("tail/before", "written before the tail")
+    driver.get(console_rw.url + "/keys?prefix=tail/")
+    wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "#entries li"), 20, "the listing")
+    driver.find_element(By.ID, "tail").click()
+    wait_until(lambda: _text(driver, "#tailstate").startswith("of tail/ from"), 20, "the tail")
+    tail_id = driver.find_element(By.ID, "tail").get_attribute("data-tail")
+    a = client.put("tail/a", "from the client").revision
+    put = etcdctl(cluster.endpoints[1], "put", "tail/b", "from etcdctl")
+    assert put.returncode == 0, put.stderr
+    b = client.get("tail/b").kvs[0].mod_revision
+    gone = client.delete("tail/a").revision
+    client.put("elsewhere/x", "not under the prefix")
+    want = [
+        [str(gone), "DELETE", "tail/a", ""],
+        [str(b), "PUT", "tail/b", "from etcdctl"],
+        [str(a), "PUT", "tail/a", "from the client"],
+    ]
+    wait_until(lambda: _tail_rows(driver) == want, 20, lambda: f"the tail: {_tail_rows(driver)}")
+    screenshot(driver, root / SHOTS, "keys-tail")
+    status, body = console_rw.get(f"/api/keys/tail?id={tail_id}&after=0")
+    assert status == 200 and body["open"] == 1 and body["next"] == 3
+    # the tail ends when the page goes
+    driver.get(console_rw.url + "/")
+    wait_until(
+        lambda: console_rw.get(f"/api/keys/tail?id={tail_id}")[0] == 404, 30, "the tail closed"
+    )
+    # at most 16 open: one more is refused with a clear message
+    opened = []
+    for _ in range(16):
+        status, body = console_rw.request("/api/keys/tail/open?prefix=tail/", {})
+        assert status == 200, body
+        opened.append(body["id"])
+    status, body = console_rw.request("/api/keys/tail/open?prefix=tail/", {})
+    assert status == 400 and "16 live tails are open already" in body["error"]
+    for tail in opened:
+        assert console_rw.request(f"/api/keys/tail/close?id={tail}", {}) == (200, {"closed": True})
+    assert browser_errors(driver) == []

@@ -22,11 +22,19 @@ import pytest
 
 from nameserver.client import Client, Permission, prefix_range_end
 from nameserver.client.locks import acquire
-from tests.console_harness import ConsoleProcess, browser_errors, chrome, have_browser, screenshot
+from tests.console_harness import (  # noqa: F401  (the shared fixtures)
+    ConsoleProcess,
+    browser_errors,
+    have_browser,
+    screenshot,
+    shared_client,
+    shared_cluster,
+    shared_driver,
+)
 from tests.console_harness import table as _table
 from tests.console_harness import text as _text
 from tests.etcd_harness import etcdctl_ok
-from tests.harness import Cluster, running_cluster, wait_until
+from tests.harness import Cluster, wait_until
 
 pytestmark = [
     pytest.mark.cluster,
@@ -44,19 +52,6 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(root: Path) -> Iterator[Cluster]:
-    with running_cluster(root / "cluster", n=3) as c:
-        c.wait_announced()
-        yield c
-
-
-@pytest.fixture(scope="module")
-def client(cluster: Cluster) -> Iterator[Client]:
-    with Client(cluster.endpoints, timeout_s=10) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def console(root: Path, cluster: Cluster) -> Iterator[ConsoleProcess]:
     c = ConsoleProcess(root / "console", cluster.endpoints)
     yield c
@@ -68,13 +63,6 @@ def console_rw(root: Path, cluster: Cluster) -> Iterator[ConsoleProcess]:
     c = ConsoleProcess(root / "console-rw", cluster.endpoints, "--allow-writes")
     yield c
     c.stop()
-
-
-@pytest.fixture(scope="module")
-def driver(root: Path) -> Iterator[Any]:
-    d = chrome(root)
-    yield d
-    d.quit()
 
 
 def _cells(driver: Any, css: str) -> list[str]:
