@@ -6,7 +6,8 @@ against a real node holding a large prefix; and the console's memory while it sa
 
 One node (tests.harness.Cluster) gets ``--keys`` keys under ``big/`` (in transactions of 100
 puts) and a few more, ``--leases`` leases (one key on each tenth), 20 locks and elections
-and 50 users, ``--topics`` topics (one registering broker, none running); a real ``metaledger console`` process (tests.console_harness) is asked
+and 50 users, ``--topics`` topics (one registering broker, none running), the records of
+``--jobs`` Redis and as many RocketMQ replicator jobs, and one open live tail; a real ``metaledger console`` process (tests.console_harness) is asked
 each endpoint ``--rounds`` times in turn. Per endpoint: the median and worst wall time, and
 the console process's CPU (all its threads, from /proc) per request. Then the console samples
 for ``--sample-seconds`` at 20 per second and its resident memory is read before and after.
@@ -93,6 +94,41 @@ def fill_topics(cluster: Cluster, topics: int) -> None:
     assert reply.code == 0, reply.remark
 
 
+def fill_replicators(client: Client, jobs: int) -> None:
+    """The records of ``jobs`` Redis jobs (an active and a standby worker each) and ``jobs``
+    RocketMQ jobs (two workers, 16 source queues each), as the workers keep them."""
+    now = time.time()
+    ops = []
+    for j in range(jobs):
+        redis = {"kind": "redis", "job": f"r{j}", "worker": "w1", "updated": now,
+                 "source": "redis://10.0.0.1:6379", "topic": "events", "phase": "command stream",
+                 "parsed_offset": 9000, "confirmed_offset": 8000, "acked_offset": 8000,
+                 "checkpoint_offset": 7000, "lag_bytes": 1000, "lag_s": 0.2, "in_flight": 3,
+                 "sent": 500, "confirmed": 497, "last_error": None}  # fmt: skip
+        ops.append(Op.put(f"/replicators/redis/r{j}/status", json.dumps(redis)))
+        ops += [Op.put(f"replicators/redis/r{j}/{j * 2 + w + 1:x}", f"w{w}") for w in (1, 2)]
+        queues = [{"partition": f"t/broker-a/{q}", "dest_topic": "t", "max_offset": 100,
+                   "pulled_offset": 90, "committed_offset": 80, "lag_messages": 20, "lag_s": 0.5,
+                   "in_flight": 10, "sent": 90, "acked": 80, "alarms": [], "stopped": ""}
+                  for q in range(16)]  # fmt: skip
+        for w in (1, 2):
+            doc = {"kind": "rocketmq", "job": f"m{j}", "worker": f"w{w}", "updated": now,
+                   "source": "10.0.0.1:9876", "dest": "10.0.0.2:9876", "source_cluster": "A",
+                   "dest_cluster": "B", "leader": w == 1, "last_failure": "",
+                   "queues": queues[w - 1 :: 2],
+                   "heartbeat": {"enabled": w == 1, "rtt_ms": 3.0, "link_down": False}}  # fmt: skip
+            ops.append(Op.put(f"/replicators/rocketmq/m{j}/w/w{w}/status", json.dumps(doc)))
+            ops.append(Op.put(f"/replicators/rocketmq/m{j}/workers/w{w}", ""))
+        ops += [
+            Op.put(f"/replicators/rocketmq/m{j}/claims/t/broker-a/{q}", "w1") for q in range(16)
+        ]
+        if len(ops) >= 100:
+            client.txn([], success=ops)
+            ops = []
+    if ops:
+        client.txn([], success=ops)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keys", type=int, default=100_000)
@@ -100,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topics", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--sample-seconds", type=float, default=10.0)
+    ap.add_argument("--jobs", type=int, default=100, help="Redis and RocketMQ replicator jobs")
     args = ap.parse_args(argv)
     last = f"{args.keys - 1:06d}"
     endpoints = {
@@ -120,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         "rocketmq topics first 50 of T": "/api/rocketmq/topics?limit=50",
         "rocketmq topics 50 mid-way": f"/api/rocketmq/topics?limit=50&cursor=T{args.topics // 2:06d}",
         "rocketmq brokers and groups": "/api/rocketmq/brokers",
+        "replicators (J + J jobs)": "/api/replicators",
+        "tail poll, nothing new": "/api/keys/tail?id=",
     }
     with tempfile.TemporaryDirectory() as tmp, Cluster(Path(tmp) / "node", n=1) as cluster:
         cluster.wait_ready(30)
@@ -134,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             began = time.monotonic()
             fill_topics(cluster, args.topics)
             print(f"created {args.topics} topics in {time.monotonic() - began:.1f} s")
+            fill_replicators(client, args.jobs)
             first = client.get("app/history").kvs[0].mod_revision
             endpoints["diff of two revisions"] = (
                 f"/api/keys/diff?key=app/history&from={first - 10}&to={first}"
@@ -141,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         console = ConsoleProcess(Path(tmp) / "console", cluster.endpoints)
         try:
             pid = console.proc.pid
+            status, tail = console.request("/api/keys/tail/open?prefix=big/", {})
+            assert status == 200, tail
+            endpoints["tail poll, nothing new"] += tail["id"]
             print(f"{'endpoint':32} {'median ms':>10} {'worst ms':>9} {'CPU us/req':>11}")
             for name, path in endpoints.items():
                 status, body = console.get(path)
