@@ -7,10 +7,11 @@ broker's tests do. The browser is Debian's ``chromium`` driven through ``chromed
 selenium, headless, with the page's console log kept (``browser_errors``).
 
 The browser modules share one 3-node cluster, one client of it and one browser per session
-(the fixtures ``cluster``, ``client`` and ``driver``: each module imports ``shared_cluster``,
-``shared_client`` and ``shared_driver``, which pytest registers under those names): what a module
-leaves behind is its own prefixes and roles, the leader it killed is back and ready, auth is
-off again. Each module keeps its own ``root`` (tmp dir) and consoles.
+(the fixtures ``cluster``, ``client`` and ``driver``; each module imports ``shared_cluster``,
+``shared_client``, ``shared_driver`` and ``shared_blank_page``, which pytest registers under
+their names): what a module leaves behind is its own prefixes and roles, the leader it killed
+is back and ready, auth is off again, the browser on a blank page. Each module keeps its own
+``root`` (tmp dir) and consoles.
 """
 
 from __future__ import annotations
@@ -185,3 +186,14 @@ def shared_driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     d = chrome(tmp_path_factory.mktemp("chrome"))
     yield d
     d.quit()
+
+
+@pytest.fixture(scope="module", autouse=True, name="blank_page_between_modules")
+def shared_blank_page(driver: Any) -> Iterator[None]:
+    """The shared browser leaves each module on a blank page, its console log drained: the
+    page a module's last test left would go on polling a console the module stopped, and
+    its refused requests would count as the next module's console errors."""
+    browser_errors(driver)
+    yield
+    driver.get("about:blank")
+    browser_errors(driver)

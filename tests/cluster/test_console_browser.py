@@ -22,6 +22,7 @@ from tests.console_harness import (  # noqa: F401  (the shared fixtures)
     browser_errors,
     have_browser,
     screenshot,
+    shared_blank_page,
     shared_client,
     shared_cluster,
     shared_driver,
@@ -237,44 +238,6 @@ def test_a_read_only_console_changes_nothing(
     assert browser_errors(driver) == []
 
 
-def test_the_cluster_page_keeps_working_while_the_leader_is_killed(
-    cluster: Cluster, console_rw: ConsoleProcess, driver: Any, root: Path
-) -> None:
-    driver.get(console_rw.url + "/")
-    wait_until(lambda: _text(driver, "#leader") not in ("", "(none)"), 20, "a leader")
-    old = cluster.leader()
-    old_name = _text(driver, "#leader")
-    cluster.kill(old)
-    wait_until(
-        lambda: (
-            _text(driver, "#leader") not in ("", "(none)", old_name)
-            and "down" in _rows(driver)[old_name][3]
-        ),
-        30,
-        "a new leader on the page and the old one down",
-    )
-    screenshot(driver, root / SHOTS, "cluster-leader-killed")
-    assert browser_errors(driver) == []
-    cluster.start(old)
-    cluster.wait_ready(30)
-
-
-@pytest.mark.integration
-def test_a_console_without_a_cluster_says_so(tmp_path: Path, driver: Any) -> None:
-    from tests.harness import free_ports
-
-    nowhere = f"127.0.0.1:{free_ports(1)[0]}"
-    c = ConsoleProcess(tmp_path, [nowhere])
-    try:
-        driver.get(c.url + "/")
-        wait_until(lambda: "unreachable" in _text(driver, "#message"), 20, "the banner")
-        screenshot(driver, tmp_path / SHOTS, "unreachable")
-        assert [line for line in c.log().splitlines() if "unreachable" in line].__len__() == 1
-        assert browser_errors(driver) == []
-    finally:
-        c.stop()
-
-
 def _tail_rows(driver: Any) -> list[list[str]]:
     return table(driver, "#tailrows")
 
@@ -321,3 +284,41 @@ def test_the_keys_page_tails_a_prefix_live(
     for tail in opened:
         assert console_rw.request(f"/api/keys/tail/close?id={tail}", {}) == (200, {"closed": True})
     assert browser_errors(driver) == []
+
+
+def test_the_cluster_page_keeps_working_while_the_leader_is_killed(
+    cluster: Cluster, console_rw: ConsoleProcess, driver: Any, root: Path
+) -> None:
+    driver.get(console_rw.url + "/")
+    wait_until(lambda: _text(driver, "#leader") not in ("", "(none)"), 20, "a leader")
+    old = cluster.leader()
+    old_name = _text(driver, "#leader")
+    cluster.kill(old)
+    wait_until(
+        lambda: (
+            _text(driver, "#leader") not in ("", "(none)", old_name)
+            and "down" in _rows(driver)[old_name][3]
+        ),
+        30,
+        "a new leader on the page and the old one down",
+    )
+    screenshot(driver, root / SHOTS, "cluster-leader-killed")
+    assert browser_errors(driver) == []
+    cluster.start(old)
+    cluster.wait_ready(30)
+
+
+@pytest.mark.integration
+def test_a_console_without_a_cluster_says_so(tmp_path: Path, driver: Any) -> None:
+    from tests.harness import free_ports
+
+    nowhere = f"127.0.0.1:{free_ports(1)[0]}"
+    c = ConsoleProcess(tmp_path, [nowhere])
+    try:
+        driver.get(c.url + "/")
+        wait_until(lambda: "unreachable" in _text(driver, "#message"), 20, "the banner")
+        screenshot(driver, tmp_path / SHOTS, "unreachable")
+        assert [line for line in c.log().splitlines() if "unreachable" in line].__len__() == 1
+        assert browser_errors(driver) == []
+    finally:
+        c.stop()

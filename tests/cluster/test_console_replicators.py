@@ -29,6 +29,7 @@ from tests.console_harness import (  # noqa: F401  (the shared fixtures)
     browser_errors,
     have_browser,
     screenshot,
+    shared_blank_page,
     shared_client,
     shared_cluster,
     shared_driver,
