@@ -112,7 +112,7 @@ class Tails:
     def __init__(self, cap: int = 16, idle_s: float = 15.0) -> None:
         self.cap = cap
         self.idle_s = idle_s
-        self._tails: dict[str, Tail] = {}
+        self._tails: dict[str, Tail | None] = {}  # None: being opened
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="console-tails", daemon=True)
@@ -135,7 +135,7 @@ class Tails:
                 self._reaper.start()
             tail_id = secrets.token_hex(12)
             # reserved before the (blocking) open, so the cap holds under concurrent opens
-            self._tails[tail_id] = None  # type: ignore[assignment]
+            self._tails[tail_id] = None
         try:
             tail = Tail(tail_id, cluster, client, prefix)
         except BaseException:
@@ -167,9 +167,7 @@ class Tails:
         """Close the tails idle for longer than ``idle_s``; how many."""
         now = time.monotonic()
         with self._lock:
-            idle = [
-                t for t in self._tails.values() if t is not None and now - t.last_poll > self.idle_s
-            ]
+            idle = [t for t in self._tails.values() if t and now - t.last_poll > self.idle_s]
         return sum(self.close(t.id) for t in idle)
 
     def _reap_loop(self) -> None:

@@ -51,6 +51,15 @@ def have_browser() -> bool:
     return all(os.access(p, os.X_OK) for p in (CHROMIUM, CHROMEDRIVER))
 
 
+#: what every browser module is marked with (its ``pytestmark``, plus its own)
+BROWSER_MARKS = [
+    pytest.mark.cluster,
+    pytest.mark.integration,
+    pytest.mark.skipif(not have_browser(), reason="chromium and chromedriver are not installed"),
+    pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
+]
+
+
 class ConsoleProcess:
     """``metaledger console`` in its own session, stopped by its PID."""
 

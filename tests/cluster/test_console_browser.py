@@ -9,7 +9,6 @@ docs/console.md).
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,9 @@ import pytest
 
 from nameserver.client import Client, NodeStatus
 from tests.console_harness import (  # noqa: F401  (the shared fixtures)
+    BROWSER_MARKS,
     ConsoleProcess,
     browser_errors,
-    have_browser,
     screenshot,
     shared_blank_page,
     shared_client,
@@ -32,12 +31,7 @@ from tests.console_harness import text as _text
 from tests.etcd_harness import etcdctl
 from tests.harness import Cluster, wait_until
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.integration,
-    pytest.mark.skipif(not have_browser(), reason="chromium and chromedriver are not installed"),
-    pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 SHOTS = "screenshots"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +22,9 @@ import pytest
 from nameserver.client import Client, Permission, prefix_range_end
 from nameserver.client.locks import acquire
 from tests.console_harness import (  # noqa: F401  (the shared fixtures)
+    BROWSER_MARKS,
     ConsoleProcess,
     browser_errors,
-    have_browser,
     screenshot,
     shared_blank_page,
     shared_client,
@@ -37,12 +36,7 @@ from tests.console_harness import text as _text
 from tests.etcd_harness import etcdctl_ok
 from tests.harness import Cluster, wait_until
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.integration,
-    pytest.mark.skipif(not have_browser(), reason="chromium and chromedriver are not installed"),
-    pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 SHOTS = "screenshots"
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +24,9 @@ import pytest
 from nameserver.client import Client, QueueData
 from replicator.redis.replay import RedisTarget, Replayer
 from tests.console_harness import (  # noqa: F401  (the shared fixtures)
+    BROWSER_MARKS,
     ConsoleProcess,
     browser_errors,
-    have_browser,
     screenshot,
     shared_blank_page,
     shared_client,
@@ -44,11 +43,8 @@ from tests.integration.replicator.rocketmq.process import Worker
 from tests.redis_harness import REDIS_SERVER, RedisServer
 
 pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.integration,
-    pytest.mark.skipif(not have_browser(), reason="chromium and chromedriver are not installed"),
+    *BROWSER_MARKS,
     pytest.mark.skipif(not Path(REDIS_SERVER).exists(), reason="redis-server is not installed"),
-    pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
 ]
 
 SHOTS = "screenshots"
@@ -246,7 +242,7 @@ def _page_equals_cli(driver: Any, root: Path, cluster: Cluster) -> bool:
                                             "lag_messages")]
         for q in rmq["queues"]
     }  # fmt: skip
-    return offsets[2:] == want and {p: r[4:8] for p, r in page["queues"].items()} == queues
+    return bool(offsets[2:] == want and {p: r[4:8] for p, r in page["queues"].items()} == queues)
 
 
 def test_the_replicators_page_is_what_the_records_and_the_cli_say(
