@@ -173,7 +173,8 @@ def python_etcd3_run(
         yield None
         return
     tmp = tmp_path_factory.mktemp("python-etcd3")
-    root = python_etcd3_suite(Path(request.config.cache.mkdir("python-etcd3-sdist")), tmp)
+    cache = getattr(request.config, "cache", None)  # none under -p no:cacheprovider
+    root = python_etcd3_suite(Path(cache.mkdir("python-etcd3-sdist")) if cache else tmp, tmp)
     xml, log, output = tmp / "python-etcd3.xml", tmp / "python-etcd3.log", tmp / "runner.log"
     with open(output, "wb") as out:
         proc = subprocess.Popen(
@@ -277,6 +278,7 @@ def test_microsoft_etcd3_suite(tmp_path: Path) -> None:
 
 # the python-etcd3 run started with the module; its test comes last, to wait for it
 @pytest.mark.skipif(not can_unshare(), reason="the suite runs in namespaces (unshare, as root)")
+@pytest.mark.timeout(600)
 def test_python_etcd3_suite(python_etcd3_run: BackgroundRun | None) -> None:
     run = python_etcd3_run
     assert run is not None
