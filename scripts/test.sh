@@ -10,7 +10,8 @@
 #                         chromium and chromium-driver (the web console's browser tests, through
 #                         selenium: tests/cluster/test_console_browser.py);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
-#   npm: tests/js's pinned RocketMQ clients (npm ci; needs Node.js and npm).
+#   npm: tests/js's pinned RocketMQ clients, and the etcd3 client with mocha and TypeScript for
+#        its own test suite (npm ci; needs Node.js and npm).
 # The Spark tests need a Java runtime, which it does not install.
 # Usage: scripts/test.sh [--pure] [extra pytest args]
 #   By default the unit and property tests run first on the plain (pure-Python) build, then
@@ -53,8 +54,9 @@ fi
 echo "== pip install -e .[dev]"
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v -e '^WARNING: Location' -e 'Running pip as' || true
 # every pinned package, not only the folder: an older checkout's node_modules lacks the newer ones
-if ! node -e 'for (const d in require("./tests/js/package.json").dependencies) require.resolve(d, {paths: ["tests/js"]})' 2>/dev/null; then
-  echo "== npm ci (tests/js: ali-ons and rocketmq-client-nodejs, real RocketMQ clients)"
+# (each one's package.json: the @types packages have nothing else to resolve)
+if ! node -e 'for (const d in require("./tests/js/package.json").dependencies) require.resolve(d + "/package.json", {paths: ["tests/js"]})' 2>/dev/null; then
+  echo "== npm ci (tests/js: ali-ons and rocketmq-client-nodejs, real RocketMQ clients; etcd3 and its suite's tools)"
   npm ci --prefix tests/js --no-audit --no-fund --silent
 fi
 echo "== generated protobuf code matches protos/"
