@@ -127,11 +127,12 @@ def report(group: str, rows: list[QueueOffsets]) -> dict[str, Any]:
 
 
 def lag_time(ms: int) -> str:
-    """A lag in time for people: ``0``, ``850ms``, ``12.3s``, ``4m05s``, ``2h03m``."""
+    """A lag in time for people, each unit cut (not rounded) to what is shown: ``0``,
+    ``850ms``, ``12.3s``, ``4m05s``, ``2h03m`` (the console's page writes it the same)."""
     if ms < 1000:
         return f"{ms}ms" if ms else "0"
     if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
+        return f"{ms // 1000}.{ms // 100 % 10}s"
     s = ms // 1000
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
