@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from tests.cluster.broker.conftest import PERM_RW, SEND_OK, TOPIC, BrokerGroup, 
 from tests.console_harness import ConsoleProcess, browser_errors, chrome, have_browser, screenshot
 from tests.console_harness import table as _table
 from tests.console_harness import text as _text
-from tests.harness import Cluster, running_cluster, wait_until
+from tests.harness import Cluster, free_ports, running_cluster, wait_until
 from tests.integration.broker.conftest import cli_env, metaledger
 
 pytestmark = [
@@ -45,7 +46,9 @@ UPDATE_CONSUMER_OFFSET = 15
 EXTRA_TOPICS = 60  # with SeedTopic: more than the page's 50
 POP_GROUP = "console-poppers"
 WHEEL_GROUP = "console-wheel"
+GRPC_GROUP = "console-grpc"
 WHEEL = str(Path(__file__).parents[1] / "integration" / "broker" / "wheel_client.py")
+GRPC_CONSUMER = str(Path(__file__).parents[1] / "integration" / "broker" / "grpc_consumer.py")
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +74,8 @@ def group(
     root: Path, cluster: Cluster, client: Client, request: pytest.FixtureRequest
 ) -> Iterator[BrokerGroup]:
     g = BrokerGroup(root / "brokers", client, cluster.endpoints, 2, "SYNC_MASTER", GroupPolicy(2))
+    for proc, port in zip(g.procs, free_ports(len(g.procs)), strict=True):
+        proc.args += ["--listen-grpc", f"127.0.0.1:{port}"]  # for a 5.x consumer
     try:
         yield g.start()
     finally:
@@ -330,6 +335,72 @@ def test_consumer_groups_clients_and_message_lookup_show_what_the_cli_answers(
         "/api/rocketmq/message" in e and ("400" in e or "404" in e) for e in errors
     ), errors
     assert "Traceback" not in console.log()
+
+
+def test_a_grpc_consumer_is_listed_with_its_protocol_version_and_lag(
+    root: Path,
+    cluster: Cluster,
+    group: BrokerGroup,
+    console: ConsoleProcess,
+    driver: Any,
+    rocketmq5_python: Path,
+) -> None:
+    """RocketMQ 5's Python SimpleConsumer (gRPC) receives 3 messages and acks them, then holds
+    a fourth in flight: its group's lag, in flight and lag in time on the page are what
+    `consumer lag` answers, and its client is listed as gRPC with its own version."""
+    master = group.master
+    endpoint = master.args[master.args.index("--listen-grpc") + 1]
+    steps = [
+        {"op": "receive", "expect": 3, "max": 3, "invisible_s": 60},
+        {"op": "ack"},
+        {"op": "receive", "expect": 1, "max": 1, "invisible_s": 120},
+        {"op": "sleep", "s": 90},
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HOME"] = str(root)
+    out_path = root / "grpc.out"
+    out = out_path.open("wb")
+    consumer = subprocess.Popen(
+        [str(rocketmq5_python), GRPC_CONSUMER, endpoint, TOPIC, GRPC_GROUP, "simple"],
+        stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        assert consumer.stdin is not None
+        consumer.stdin.write(json.dumps({"steps": steps}).encode())
+        consumer.stdin.close()
+
+        def events(kind: str) -> int:
+            return out_path.read_text().count(f'"event": "{kind}"')
+
+        wait_until(lambda: events("received") >= 4 and events("acked") >= 3, 120, "4 received")
+        assert events("received") == 4 and events("error") == 0, out_path.read_text()
+        driver.get(f"{console.url}/rocketmq?group={GRPC_GROUP}&topic={TOPIC}")
+
+        def same() -> bool:
+            before = _cli(root, cluster, "consumer", "lag", "--group", GRPC_GROUP)
+            row = _group_row(driver, GRPC_GROUP)
+            after = _cli(root, cluster, "consumer", "lag", "--group", GRPC_GROUP)
+            return before == after and row[2:7] == [*_lag_cells(before), "1", "grpc 5.1.2"]
+
+        wait_until(same, 60, "the gRPC group's row equal to consumer lag")
+        lag = _cli(root, cluster, "consumer", "lag", "--group", GRPC_GROUP, "--topic", TOPIC)
+        (q,) = lag["queues"]
+        assert (q["inflight"], q["lag"]) == (1, q["brokerOffset"] - 3) and q["lagMs"] > 0
+        cells = _wait_rows(driver, "#lag", lambda t: len(t) == 1, "the gRPC group's queue")[0]
+        assert cells[3:8] == [str(q["brokerOffset"]), "3", "1", str(q["lag"]), lag_time(q["lagMs"])]
+        clients = _wait_rows(driver, "#clients", lambda t: len(t) == 1, "the gRPC client")
+        assert clients[0][2:] == ["PYTHON", "grpc", "5.1.2", master.address]
+        driver.execute_script("document.getElementById('gform').scrollIntoView()")
+        screenshot(driver, root / SHOTS, "rocketmq-grpc")
+        assert browser_errors(driver) == []
+    finally:
+        consumer.terminate()
+        try:
+            consumer.wait(20)
+        except subprocess.TimeoutExpired:
+            consumer.kill()
+            consumer.wait(10)
+        out.close()
 
 
 def test_a_broker_that_does_not_answer_is_named_not_a_traceback(
