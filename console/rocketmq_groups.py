@@ -98,19 +98,25 @@ def _connections(addr: str, group: str, timeout_s: float) -> dict[str, Any] | No
 
 
 def _clients(addr: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    protocols = doc.get("clientProtocols") or {}
+    protocols = doc.get("clientProtocols")
+    protocols = protocols if isinstance(protocols, dict) else {}
     out = []
     for c in doc.get("connectionSet") or []:
+        if not isinstance(c, dict):
+            continue
         cid = str(c.get("clientId", ""))
-        p = protocols.get(cid) or {}
-        ordinal = c.get("version", -1)
+        p = protocols.get(cid)
+        p = p if isinstance(p, dict) else {}
+        ordinal = c.get("version")
         out.append(
             {
                 "client_id": cid,
                 "address": str(c.get("clientAddr", "")),
                 "language": str(c.get("language", "")),
                 "protocol": str(p.get("protocol", "remoting")),
-                "version": str(p.get("version") or version_name(int(ordinal))),
+                "version": str(
+                    p.get("version") or (version_name(ordinal) if isinstance(ordinal, int) else "?")
+                ),
                 "broker": addr,
             }
         )

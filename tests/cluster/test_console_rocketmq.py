@@ -348,6 +348,8 @@ def test_a_grpc_consumer_is_listed_with_its_protocol_version_and_lag(
     """RocketMQ 5's Python SimpleConsumer (gRPC) receives 3 messages and acks them, then holds
     a fourth in flight: its group's lag, in flight and lag in time on the page are what
     `consumer lag` answers, and its client is listed as gRPC with its own version."""
+    from selenium.webdriver.common.by import By
+
     master = group.master
     endpoint = master.args[master.args.index("--listen-grpc") + 1]
     steps = [
@@ -388,7 +390,15 @@ def test_a_grpc_consumer_is_listed_with_its_protocol_version_and_lag(
         assert (q["inflight"], q["lag"]) == (1, q["brokerOffset"] - 3) and q["lagMs"] > 0
         cells = _wait_rows(driver, "#lag", lambda t: len(t) == 1, "the gRPC group's queue")[0]
         assert cells[3:8] == [str(q["brokerOffset"]), "3", "1", str(q["lag"]), lag_time(q["lagMs"])]
-        clients = _wait_rows(driver, "#clients", lambda t: len(t) == 1, "the gRPC client")
+
+        def one_client() -> bool:  # online is now: the group clicked again asks again
+            driver.find_element(
+                By.CSS_SELECTOR, f"#cgroups tr[data-group='{GRPC_GROUP}'] a"
+            ).click()
+            return len(_wait_rows(driver, "#clients", lambda t: len(t) > 0, "a client")) == 1
+
+        wait_until(one_client, 60, lambda: f"the gRPC client: {_table(driver, '#clients')}")
+        clients = _table(driver, "#clients")
         assert clients[0][2:] == ["PYTHON", "grpc", "5.1.2", master.address]
         driver.execute_script("document.getElementById('gform').scrollIntoView()")
         screenshot(driver, root / SHOTS, "rocketmq-grpc")
@@ -413,7 +423,15 @@ def test_a_broker_that_does_not_answer_is_named_not_a_traceback(
     assert body["brokers"][0]["error"].startswith(f"broker {master.address}")
     status, body = console.get(f"/api/rocketmq/lag?group={CONSUMER}&topic={TOPIC}")
     assert status == 200 and body["queues"] == [] and master.address in body["errors"][0]
-    for path in ("/api/rocketmq/topics?limit=0", "/api/rocketmq/lag", "/api/rocketmq/offsets"):
+    status, body = console.get("/api/rocketmq/groups")
+    assert status == 200 and body["groups"] == [] and master.address in body["errors"][0]
+    status, body = console.get(f"/api/rocketmq/clients?group={CONSUMER}")
+    assert status == 200 and body["clients"] == [] and master.address in body["errors"][0]
+    status, body = console.get(f"/api/rocketmq/message?topic={TOPIC}&key=order-7")
+    assert status == 404 and master.address in body["error"], body
+    for path in ("/api/rocketmq/topics?limit=0", "/api/rocketmq/lag", "/api/rocketmq/offsets",
+                 "/api/rocketmq/groups?limit=0", "/api/rocketmq/clients", "/api/rocketmq/message",
+                 "/api/rocketmq/message?key=k", "/api/rocketmq/message?id=zz"):  # fmt: skip
         status, body = console.get(path)
         assert status == 400 and "Traceback" not in body["error"], path
     status, body = console.get("/api/rocketmq/offsets?topic=NoSuchTopic")
