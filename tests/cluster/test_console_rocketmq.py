@@ -210,6 +210,16 @@ def _lag_cells(doc: dict[str, Any]) -> list[str]:
     return [str(doc["lag"]), str(doc["inflight"]), lag_time(doc["lagMs"])]
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a client this test started, by its PID: SIGTERM, then SIGKILL after 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def _lookup(driver: Any, topic: str, by: str, what: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -293,12 +303,7 @@ def test_consumer_groups_clients_and_message_lookup_show_what_the_cli_answers(
         driver.execute_script("document.getElementById('gform').scrollIntoView()")
         screenshot(driver, root / SHOTS, "rocketmq-groups")
     finally:
-        wheel.terminate()
-        try:
-            wheel.wait(20)
-        except subprocess.TimeoutExpired:
-            wheel.kill()
-            wheel.wait(10)
+        _stop(wheel)
         out.close()
     # message lookup by key and by id: what `message get` finds
     (by_key,) = [json.loads(line) for line in metaledger(
@@ -404,12 +409,7 @@ def test_a_grpc_consumer_is_listed_with_its_protocol_version_and_lag(
         screenshot(driver, root / SHOTS, "rocketmq-grpc")
         assert browser_errors(driver) == []
     finally:
-        consumer.terminate()
-        try:
-            consumer.wait(20)
-        except subprocess.TimeoutExpired:
-            consumer.kill()
-            consumer.wait(10)
+        _stop(consumer)
         out.close()
 
 
