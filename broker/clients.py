@@ -143,6 +143,15 @@ class GrpcClients:
             if agent.group == group
         ]
 
+    def groups(self) -> set[str]:
+        """The groups the live consumers named."""
+        return {agent.group for agent in list(self._agents.values()) if agent.group}
+
+    def version(self, client_id: str) -> str:
+        """The client's version as its user agent gave it (``5.1.2``), "" if unknown."""
+        agent = self._agents.get(client_id)
+        return agent.key.version if agent is not None else ""
+
     def forget(self, client_id: str) -> None:
         if self._agents.pop(client_id, None) is not None:
             self.on_gone(client_id)

@@ -38,6 +38,7 @@ import grpc
 
 from broker.admin.connections import ConnectionsProcessor
 from broker.admin.consume_stats import ConsumeStatsProcessor, consumer_queues
+from broker.admin.groups import GroupsProcessor
 from broker.admin.processor import AdminProcessor
 from broker.admin.topics import TopicAdmin
 from broker.clients import ConnectedClients
@@ -162,6 +163,7 @@ class Replica:
             PopProcessor(self.pop),
             ConsumeStatsProcessor(self.core, self.pop),
             ConnectionsProcessor(self.core, self.clients.grpc),
+            GroupsProcessor(self.core, self.pop, self.clients.grpc),
         ):
             handlers.update(processor.handlers())
         self.server = remoting_server(

@@ -24,7 +24,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from console import keys, leases, replicators, rocketmq, transfer, users
+from console import keys, leases, replicators, rocketmq, rocketmq_groups, transfer, users
 from console.clusters import ClusterView, Sampler
 from console.config import ConsoleConfig
 from console.errors import BadInput, ConsoleError, NotFound
@@ -252,6 +252,35 @@ def create_app(config: ConsoleConfig) -> Starlette:
         tail_id = request.query_params.get("id", "")
         return JSONResponse({"closed": await _blocking(console.tails.close, tail_id)})
 
+    async def rmq_groups(request: Request) -> JSONResponse:
+        client, p = console.client(request), request.query_params
+        out = await _blocking(
+            rocketmq_groups.group_page,
+            client,
+            p.get("cursor", ""),
+            _int(request, "limit", 50),
+            p.get("q", ""),
+            config.timeout_s,
+        )
+        return JSONResponse(out)
+
+    async def rmq_clients(request: Request) -> JSONResponse:
+        client, group = console.client(request), request.query_params.get("group", "")
+        out = await _blocking(rocketmq_groups.group_clients, client, group, config.timeout_s)
+        return JSONResponse(out)
+
+    async def rmq_message(request: Request) -> JSONResponse:
+        client, p = console.client(request), request.query_params
+        out = await _blocking(
+            rocketmq_groups.find_messages,
+            client,
+            p.get("topic", ""),
+            p.get("key", ""),
+            p.get("id", ""),
+            config.timeout_s,
+        )
+        return JSONResponse(out)
+
     async def key_diff(request: Request) -> JSONResponse:
         client = console.client(request)
         key = _bytes_param(request.query_params, "key", required=True)
@@ -429,6 +458,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/rocketmq/offsets", rmq_offsets),
         Route("/api/rocketmq/brokers", rmq_brokers),
         Route("/api/rocketmq/lag", rmq_lag),
+        Route("/api/rocketmq/groups", rmq_groups),
+        Route("/api/rocketmq/clients", rmq_clients),
+        Route("/api/rocketmq/message", rmq_message),
         Route("/api/users/change", user_change, methods=["POST"]),
         Route("/api/replicators", replicator_list),
         Route("/api/keys/tail/open", tail_open, methods=["POST"]),

@@ -1,5 +1,6 @@
 """The console's RocketMQ page: topics with their routes, each queue's min/max offset,
-brokers, replica groups and a consumer group's lag per queue.
+brokers, replica groups and a consumer group's lag per queue (in messages and in time); the
+groups list, online clients and message lookup are :mod:`console.rocketmq_groups`.
 
 Routes, brokers and replica groups come from metaledger (``Client.route_topics``,
 ``route_get``, ``route_cluster_info``, ``replica_groups``: what ``metaledger route get``,
@@ -203,7 +204,8 @@ def consumer_lag(
 ) -> dict[str, Any]:
     """The group's offsets per queue on every master (of ``topic``'s route, else of the
     cluster), as ``metaledger consumer lag``: broker offset (max), committed offset, in
-    flight and lag in messages; ``errors`` names the masters that did not answer."""
+    flight, lag in messages and in time (the store time of the first message not consumed
+    against the newest's; ``lag_ms`` of the whole group is the largest); ``errors`` names the masters that did not answer."""
     if not group:
         raise BadInput("group is missing")
     if topic:
@@ -239,10 +241,14 @@ def consumer_lag(
                 "inflight": r.inflight,
                 "lag": r.lag,
                 "last_timestamp": r.last_timestamp,
+                "next_timestamp": r.next_timestamp,
+                "newest_timestamp": r.newest_timestamp,
+                "lag_ms": r.lag_ms,
             }
             for r in rows
         ],
         "lag": sum(r.lag for r in rows),
+        "lag_ms": max((r.lag_ms for r in rows), default=0),
         "inflight": sum(r.inflight for r in rows),
         "masters": masters,
         "errors": [a for a in answers if isinstance(a, str)],

@@ -10,6 +10,13 @@ the dashboard ignore it). ``pullOffset - consumerOffset`` is RocketMQ's "in flig
 (``ConsumeStats.computeInflightTotalDiff``); for a POP group that span also holds messages
 acked above ``consumerOffset``, so ``inflight`` counts exactly.
 
+Two more metaledger fields give the lag in time: ``nextTimestamp``, the store time of the
+first message not consumed (at ``consumerOffset``: a POP group's lowest not acked), and
+``newestTimestamp``, the store time of the queue's newest message (at ``brokerOffset - 1``);
+the lag in time is their difference (:attr:`QueueOffsets.lag_ms`, RocketMQ 5's "consumer lag
+latency" measured against the newest message instead of the clock). Both are 0 when the group
+is caught up, and written only when not 0 (a row without lag is the bytes it always was).
+
 Sans-I/O, no metaledger imports, like the rest of ``rmq``.
 """
 
@@ -37,6 +44,16 @@ class QueueOffsets:
     pull_offset: int
     last_timestamp: int = 0
     inflight: int = 0
+    next_timestamp: int = 0
+    newest_timestamp: int = 0
+
+    @property
+    def lag_ms(self) -> int:
+        """How much older the first message not consumed is than the newest (0 when caught
+        up or when a time is not known)."""
+        if self.next_timestamp <= 0 or self.newest_timestamp <= 0:
+            return 0
+        return max(0, self.newest_timestamp - self.next_timestamp)
 
     @property
     def lag(self) -> int:
@@ -48,19 +65,25 @@ def _compact(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
+def _wrapper(r: QueueOffsets) -> dict[str, int]:
+    out = {
+        "brokerOffset": r.broker_offset,
+        "consumerOffset": r.consumer_offset,
+        "inflight": r.inflight,
+        "lastTimestamp": r.last_timestamp,
+        "pullOffset": r.pull_offset,
+    }
+    if r.next_timestamp or r.newest_timestamp:
+        out["newestTimestamp"] = r.newest_timestamp
+        out["nextTimestamp"] = r.next_timestamp
+    return out
+
+
 def encode_consume_stats(rows: list[QueueOffsets], consume_tps: float = 0.0) -> bytes:
     table = ",".join(
         _compact({"brokerName": r.broker_name, "queueId": r.queue_id, "topic": r.topic})
         + ":"
-        + _compact(
-            {
-                "brokerOffset": r.broker_offset,
-                "consumerOffset": r.consumer_offset,
-                "inflight": r.inflight,
-                "lastTimestamp": r.last_timestamp,
-                "pullOffset": r.pull_offset,
-            }
-        )
+        + _compact(_wrapper(r))
         for r in rows
     )
     return f'{{"consumeTps":{float(consume_tps)!r},"offsetTable":{{{table}}}}}'.encode()
@@ -120,6 +143,8 @@ def _decode(text: str, decoder: json.JSONDecoder) -> tuple[list[QueueOffsets], f
                         pull_offset=_int(value, "pullOffset", 0),
                         last_timestamp=_int(value, "lastTimestamp", 0),
                         inflight=_int(value, "inflight", 0),
+                        next_timestamp=_int(value, "nextTimestamp", 0),
+                        newest_timestamp=_int(value, "newestTimestamp", 0),
                     )
                 )
                 pos = _skip(text, pos)

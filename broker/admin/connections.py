@@ -15,6 +15,11 @@ as RocketMQ's proxy registers them: the language of their user agent and version
 back to its own, ``MQVersion.CURRENT_VERSION``). A group with only gRPC members answers
 ``CONSUME_POP`` / ``CLUSTERING`` and no subscriptions (they are in the clients' settings,
 which the broker does not keep per group).
+
+One more, metaledger's own (fastjson and the dashboard ignore it): ``clientProtocols``, per
+client id its ``protocol`` (``remoting`` or ``grpc``) and its version as the client gave it
+(a remoting client's ``version`` header by name, ``V4_9_4``; a gRPC client's user agent,
+``5.1.2``), which ``version``'s ordinal cannot tell for a gRPC client.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from broker.clients import GrpcClients
 from broker.core import BrokerCore
 from broker.store.consume_queue import tags_code
 from rmq.codec import RemotingCommand
-from rmq.codes import RequestCode, ResponseCode, Version
+from rmq.codes import RequestCode, ResponseCode, Version, version_name
 from rmq.headers import GetConsumerConnectionListHeader
 from rmq.server import Handler, Peer
 
@@ -56,6 +61,12 @@ class ConnectionsProcessor:
         ]  # fmt: skip
         if not connections:
             return None
+        protocols = {
+            str(m.client_id): {"protocol": "remoting", "version": version_name(m.version)}
+            for m in (group.members.values() if group is not None else ())
+        }
+        for c in self.grpc.consumers(group_name):
+            protocols[c.client_id] = {"protocol": "grpc", "version": self.grpc.version(c.client_id)}
         if group is not None and group.members:
             where, kind, model = group.consume_from_where, group.consume_type, group.message_model
         else:
@@ -73,6 +84,7 @@ class ConnectionsProcessor:
             for topic, s in (sorted(group.subscriptions.items()) if group is not None else [])
         }
         return {
+            "clientProtocols": protocols,
             "connectionSet": sorted(connections, key=lambda c: str(c["clientId"])),
             "consumeFromWhere": where,
             "consumeType": kind,

@@ -7,7 +7,10 @@ the group has committed offsets of here (``ConsumerOffsetManager.whichTopicByCon
 a topic this broker does not know is skipped; per read queue ``brokerOffset`` (the queue's
 max offset), ``consumerOffset`` (the committed offset, 0 if none), ``pullOffset``
 (≥ ``consumerOffset``) and ``lastTimestamp`` (the store time of the message at
-``consumerOffset - 1``, 0 if none). The body is :mod:`rmq.consume_stats`.
+``consumerOffset - 1``, 0 if none). The body is :mod:`rmq.consume_stats`. A queue the group
+lags on also gets metaledger's ``nextTimestamp`` and ``newestTimestamp`` (the store times of
+the message at ``consumerOffset`` and of the newest one: the lag in time), two more store
+reads per such queue.
 
 A pull group's row is its committed offset; RocketMQ keeps no pull offset of its own for a
 group that commits through the pull (its ``pullOffset`` is then the committed one), nor do
@@ -38,7 +41,7 @@ from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.consume_stats import QueueOffsets, encode_consume_stats
 from rmq.headers import GetConsumeStatsHeader
-from rmq.message import MessageError, decode
+from rmq.message import MessageError, dispatch_info
 from rmq.server import Handler, Peer
 
 __all__ = ["ConsumeStatsProcessor", "consumer_queues", "group_rows", "queue_offsets"]
@@ -125,17 +128,37 @@ class ConsumeStatsProcessor:
             return [h.topic]
         return sorted({t for g, t, _q in self.core.offsets.keys() if g == h.consumer_group})
 
+    def store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time of the message at ``offset``, 0 if none (blocking: on the store's
+        pool); read as a dispatch reads it, the body neither copied nor decoded."""
+        if offset < 0:
+            return 0
+        got = self.core.store.get(topic, queue_id, offset, 1)
+        if not got.messages:
+            return 0
+        try:
+            return max(0, dispatch_info(got.messages[0]).store_timestamp)
+        except MessageError:
+            return 0
+
     def last_timestamp(self, row: QueueOffsets) -> int:
         """Store time of the last consumed message (blocking: on the store's pool)."""
         if row.consumer_offset <= 0:
             return 0
-        got = self.core.store.get(row.topic, row.queue_id, row.consumer_offset - 1, 1)
-        if not got.messages:
-            return 0
-        try:
-            return max(0, decode(got.messages[0], check_crc=False).store_timestamp)
-        except MessageError:
-            return 0
+        return self.store_time(row.topic, row.queue_id, row.consumer_offset - 1)
+
+    def stamp(self, row: QueueOffsets) -> QueueOffsets:
+        """``row`` with its store times: the last consumed, and when it lags the first not
+        consumed and the newest (blocking: on the store's pool)."""
+        last = self.last_timestamp(row)
+        if row.lag <= 0 or row.broker_offset <= row.consumer_offset:
+            return dataclasses.replace(row, last_timestamp=last)
+        return dataclasses.replace(
+            row,
+            last_timestamp=last,
+            next_timestamp=self.store_time(row.topic, row.queue_id, row.consumer_offset),
+            newest_timestamp=self.store_time(row.topic, row.queue_id, row.broker_offset - 1),
+        )
 
     async def consume_stats(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
         h = GetConsumeStatsHeader.from_command(request)
@@ -148,7 +171,7 @@ class ConsumeStatsProcessor:
         rows = group_rows(self.core, h.consumer_group, self.topics(h), book)
 
         def stamped() -> list[QueueOffsets]:
-            return [dataclasses.replace(r, last_timestamp=self.last_timestamp(r)) for r in rows]
+            return [self.stamp(r) for r in rows]
 
         body = encode_consume_stats(await self.core.run(stamped))
         return request.response(ResponseCode.SUCCESS, body=body)

@@ -1,7 +1,9 @@
 // The RocketMQ page: topics a page at a time with their routes (only the page's routes are
 // read), a topic's queues with their min/max offsets from its masters, the replica groups
-// and brokers metaledger holds, and a consumer group's lag per queue. A broker that does not
-// answer is named with why; its numbers are left out, never guessed.
+// and brokers metaledger holds, the consumer groups of the brokers a page at a time, a
+// group's lag per queue (in messages and in time) and its online clients, and message lookup
+// by key or id. A broker that does not answer is named with why; its numbers are left out,
+// never guessed.
 "use strict";
 (() => {
   const {api, el, say} = ML;
@@ -78,6 +80,80 @@
 
   function when(ms) { return ms > 0 ? new Date(ms).toISOString().replace(/\.\d+Z$/, "Z") : "-"; }
 
+  // a lag in time as `metaledger consumer lag` prints it (cut, not rounded): 0, 850ms, 12.3s,
+  // 4m05s, 2h03m
+  function lagTime(ms) {
+    if (ms < 1000) return ms ? `${ms}ms` : "0";
+    if (ms < 60000) return `${Math.floor(ms / 1000)}.${Math.floor(ms / 100) % 10}s`;
+    const s = Math.floor(ms / 1000);
+    const pad = (n) => String(n).padStart(2, "0");
+    if (s < 3600) return `${Math.floor(s / 60)}m${pad(s % 60)}s`;
+    return `${Math.floor(s / 3600)}h${pad(Math.floor(s / 60) % 60)}m`;
+  }
+
+  let groupNext = null;
+  let groupShown = 0;
+
+  async function groups(more = false) {
+    const body = document.querySelector("#cgroups tbody");
+    if (!more) { body.replaceChildren(); groupNext = null; }
+    const mine = ++groupShown;
+    try {
+      const q = {q: document.getElementById("gq").value, limit: 50};
+      if (groupNext) q.cursor = groupNext;
+      const r = await api("/api/rocketmq/groups", q);
+      if (mine !== groupShown) return;
+      body.append(...r.groups.map((g) => el("tr", {"data-group": g.group},
+        el("td", {}, el("a", {href: "#", class: "group", onclick: (ev) => { ev.preventDefault(); pick(g.group); }}, g.group)),
+        el("td", {}, g.brokers.join(", ")), el("td", {class: "num lag"}, g.lag), el("td", {class: "num"}, g.inflight),
+        el("td", {class: "num"}, lagTime(g.lag_ms)), el("td", {class: "num"}, g.clients),
+        el("td", {class: g.errors.length ? "down" : "muted"}, g.errors.length ? g.errors.join("; ") : g.protocols.join(", ") || "-"))));
+      groupNext = r.next;
+      document.getElementById("gtotal").textContent = `(${r.total} groups, ${body.children.length} shown, ${r.masters.length} masters asked)`;
+      document.getElementById("gmore").hidden = !groupNext;
+      document.getElementById("gerrors").textContent = r.errors.join("; ");
+    } catch (e) { say("message", e.message); }
+  }
+
+  function pick(group) {
+    document.getElementById("lgroup").value = group;
+    document.getElementById("ltopic").value = "";
+    lag();
+  }
+
+  async function clients(group) {
+    document.getElementById("cgroup").textContent = group;
+    try {
+      const r = await api("/api/rocketmq/clients", {group});
+      document.querySelector("#clients tbody").replaceChildren(...r.clients.map((c) => el("tr", {"data-client": c.client_id},
+        el("td", {}, c.client_id), el("td", {}, c.address), el("td", {}, c.language), el("td", {}, c.protocol),
+        el("td", {}, c.version), el("td", {class: "muted"}, c.brokers.join(", ")))));
+      const topics = r.topics.length ? `, subscribed to ${r.topics.join(", ")}` : "";
+      document.getElementById("ckind").textContent = r.clients.length ? `(${r.clients.length} online: ${r.consume_types.join(", ")}${topics})` : "(nobody online)";
+      document.getElementById("cerrors").textContent = r.errors.join("; ");
+    } catch (e) { say("message", e.message); }
+  }
+
+  async function lookup() {
+    const box = document.getElementById("merror");
+    const body = document.querySelector("#msgs tbody");
+    const what = document.getElementById("mwhat").value.trim();
+    const q = {topic: document.getElementById("mtopic").value.trim()};
+    q[document.getElementById("mby").value] = what;
+    body.replaceChildren();
+    box.textContent = "";
+    if (!what) { box.textContent = "give a message id or a key"; return; }
+    try {
+      const r = await api("/api/rocketmq/message", q);
+      body.replaceChildren(...r.messages.map((m) => el("tr", {"data-msgid": m.msg_id},
+        el("td", {}, m.msg_id), el("td", {}, m.uniq_key || "-"), el("td", {}, m.topic), el("td", {class: "num"}, m.queue),
+        el("td", {class: "num"}, m.queue_offset), el("td", {}, m.keys || "-"), el("td", {}, m.tags || "-"),
+        el("td", {class: "muted"}, when(m.store_timestamp)), el("td", {class: "muted"}, m.store_host),
+        el("td", {class: "body", title: JSON.stringify(m.properties)}, m.body !== null ? m.body : `0x${m.body_hex}`))));
+      box.textContent = r.errors.join("; ");
+    } catch (e) { box.textContent = e.message; }
+  }
+
   async function lag() {
     const group = document.getElementById("lgroup").value;
     if (!group) return;
@@ -86,15 +162,20 @@
       document.querySelector("#lag tbody").replaceChildren(...r.queues.map((q) => el("tr", {"data-topic": q.topic, "data-broker": q.broker, "data-queue": q.queue},
         el("td", {}, q.broker), el("td", {}, q.topic), el("td", {class: "num"}, q.queue),
         el("td", {class: "num"}, q.broker_offset), el("td", {class: "num"}, q.consumer_offset),
-        el("td", {class: "num"}, q.inflight), el("td", {class: "num lag"}, q.lag), el("td", {class: "muted"}, when(q.last_timestamp)))));
-      document.getElementById("ltotal").textContent = `total lag ${r.lag}, in flight ${r.inflight} (${r.masters.length} masters asked)`;
+        el("td", {class: "num"}, q.inflight), el("td", {class: "num lag"}, q.lag), el("td", {class: "num"}, lagTime(q.lag_ms)),
+        el("td", {class: "muted"}, when(q.next_timestamp)), el("td", {class: "muted"}, when(q.last_timestamp)))));
+      document.getElementById("ltotal").textContent = `total lag ${r.lag}, in flight ${r.inflight}, lag time ${lagTime(r.lag_ms)} (${r.masters.length} masters asked)`;
       document.getElementById("lerrors").textContent = r.errors.join("; ");
       say("message", "");
     } catch (e) { say("message", e.message); }
+    clients(group);
   }
 
   document.getElementById("tform").addEventListener("submit", (ev) => { ev.preventDefault(); topics(); });
   document.getElementById("tmore").addEventListener("click", () => topics(true));
+  document.getElementById("gform").addEventListener("submit", (ev) => { ev.preventDefault(); groups(); });
+  document.getElementById("gmore").addEventListener("click", () => groups(true));
+  document.getElementById("mform").addEventListener("submit", (ev) => { ev.preventDefault(); lookup(); });
   document.getElementById("lform").addEventListener("submit", (ev) => { ev.preventDefault(); lag(); });
 
   ML.init("/rocketmq").then(() => {
@@ -104,6 +185,14 @@
     topics();
     brokers();
     if (p.get("topic")) offsets(p.get("topic"));
+    groups();
     lag();
+    for (const by of ["id", "key"]) {
+      if (!p.get(by)) continue;
+      document.getElementById("mby").value = by;
+      document.getElementById("mwhat").value = p.get(by);
+      document.getElementById("mtopic").value = p.get("topic") || "";
+      lookup();
+    }
   }).catch((e) => say("message", e.message));
 })();

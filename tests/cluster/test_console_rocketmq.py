@@ -10,21 +10,28 @@ $METALEDGER_CONSOLE_SCREENSHOTS, for docs/console.md).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import os
 import shutil
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from broker.cli_lag import lag_time
 from nameserver.client import Client, GroupPolicy, QueueData
+from rmq.connection import blocking_call
+from rmq.headers import GetConsumerConnectionListHeader
 from tests.cluster.broker.conftest import PERM_RW, SEND_OK, TOPIC, BrokerGroup, _request
 from tests.console_harness import ConsoleProcess, browser_errors, chrome, have_browser, screenshot
 from tests.console_harness import table as _table
 from tests.console_harness import text as _text
-from tests.harness import Cluster, running_cluster, wait_until
-from tests.integration.broker.conftest import metaledger
+from tests.harness import Cluster, free_ports, running_cluster, wait_until
+from tests.integration.broker.conftest import cli_env, metaledger
 
 pytestmark = [
     pytest.mark.cluster,
@@ -37,6 +44,11 @@ SHOTS = "screenshots"
 CONSUMER = "console-readers"
 UPDATE_CONSUMER_OFFSET = 15
 EXTRA_TOPICS = 60  # with SeedTopic: more than the page's 50
+POP_GROUP = "console-poppers"
+WHEEL_GROUP = "console-wheel"
+GRPC_GROUP = "console-grpc"
+WHEEL = str(Path(__file__).parents[1] / "integration" / "broker" / "wheel_client.py")
+GRPC_CONSUMER = str(Path(__file__).parents[1] / "integration" / "broker" / "grpc_consumer.py")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +74,8 @@ def group(
     root: Path, cluster: Cluster, client: Client, request: pytest.FixtureRequest
 ) -> Iterator[BrokerGroup]:
     g = BrokerGroup(root / "brokers", client, cluster.endpoints, 2, "SYNC_MASTER", GroupPolicy(2))
+    for proc, port in zip(g.procs, free_ports(len(g.procs)), strict=True):
+        proc.args += ["--listen-grpc", f"127.0.0.1:{port}"]  # for a 5.x consumer
     try:
         yield g.start()
     finally:
@@ -86,6 +100,12 @@ def _cli(root: Path, cluster: Cluster, *args: str) -> Any:
     r = metaledger(root, *args, "--endpoints", ",".join(cluster.endpoints), "-w", "json")
     assert r.returncode == 0, r.stderr.decode()
     return json.loads(r.stdout)
+
+
+def _when(ms: int) -> str:
+    """A store time as the page writes it (and `consumer lag`'s table)."""
+    t = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _commit(group: BrokerGroup, offset: int) -> None:
@@ -169,6 +189,230 @@ def test_rocketmq_page_shows_what_the_cli_answers(
     assert browser_errors(driver) == []
 
 
+def _wait_rows(
+    driver: Any, css: str, ok: Callable[[list[list[str]]], bool], what: str
+) -> list[list[str]]:
+    wait_until(lambda: ok(_table(driver, css)), 30, what)
+    return _table(driver, css)
+
+
+def _group_row(driver: Any, group: str) -> list[str]:
+    """The groups table's row of ``group``, re-read from the console (Show)."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.CSS_SELECTOR, "#gform button").click()
+    rows = _wait_rows(driver, "#cgroups", lambda t: any(r[0] == group for r in t), group)
+    return next(r for r in rows if r[0] == group)
+
+
+def _lag_cells(doc: dict[str, Any]) -> list[str]:
+    """What the groups table shows of `consumer lag --group G`: lag, in flight, lag time."""
+    return [str(doc["lag"]), str(doc["inflight"]), lag_time(doc["lagMs"])]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a client this test started, by its PID: SIGTERM, then SIGKILL after 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def _lookup(driver: Any, topic: str, by: str, what: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    for css, value in (("#mtopic", topic), ("#mwhat", what)):
+        box = driver.find_element(By.CSS_SELECTOR, css)
+        box.clear()
+        box.send_keys(value)
+    Select(driver.find_element(By.ID, "mby")).select_by_value(by)
+    driver.find_element(By.CSS_SELECTOR, "#mform button").click()
+
+
+def test_consumer_groups_clients_and_message_lookup_show_what_the_cli_answers(
+    root: Path,
+    cluster: Cluster,
+    group: BrokerGroup,
+    console: ConsoleProcess,
+    driver: Any,
+) -> None:
+    """A pull group (committed offsets), a POP group (`consume --pop`) and a live push
+    consumer of the 4.x `rocketmq` wheel (remoting): every group is listed with the lag in
+    messages and in time that `consumer lag` answers, the wheel's client with its protocol
+    and version as the broker's GET_CONSUMER_CONNECTION_LIST names it; a message found by key
+    and by id is what `message get` finds; an unknown and a malformed id say so."""
+    from selenium.webdriver.common.by import By
+
+    sent = _cli(root, cluster, "send", TOPIC, "order seven", "--keys", "order-7")
+    msg_id = sent["msgId"]
+    r = metaledger(root, "consume", TOPIC, "--group", POP_GROUP, "--pop", "--count", "2",
+                   "--endpoints", ",".join(cluster.endpoints))  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    env = cli_env(root)
+    env["HOME"] = str(root)  # the C++ core logs to $HOME/logs/rocketmq-cpp
+    namesrv = f"127.0.0.1:{cluster.nodes[0].remoting_port}"
+    out = (root / "wheel.out").open("wb")
+    wheel = subprocess.Popen(
+        [sys.executable, WHEEL, "consume", namesrv, WHEEL_GROUP, TOPIC, "0", "120"],
+        stdout=out, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        consumed = lambda: (root / "wheel.out").read_text().count('"sha256"')  # noqa: E731
+        wait_until(lambda: consumed() >= 6, 60, "the wheel consumer got the 6 messages")
+        driver.get(f"{console.url}/rocketmq?group={CONSUMER}&topic={TOPIC}")
+        mine = {CONSUMER, POP_GROUP, WHEEL_GROUP}
+        rows = _wait_rows(driver, "#cgroups", lambda t: mine <= {r[0] for r in t}, "the groups")
+        assert _text(driver, "#gtotal").startswith(f"({len(rows)} groups, {len(rows)} shown")
+        # each group's lag and lag in time: what `consumer lag` answers at the same moment
+        for g in sorted(mine):
+
+            def same(g: str = g) -> bool:
+                before = _cli(root, cluster, "consumer", "lag", "--group", g)
+                row = _group_row(driver, g)
+                after = _cli(root, cluster, "consumer", "lag", "--group", g)
+                return before == after and row[2:5] == _lag_cells(before)
+
+            wait_until(same, 60, f"{g}'s row equal to consumer lag")
+        lag = _cli(root, cluster, "consumer", "lag", "--group", CONSUMER, "--topic", TOPIC)
+        assert lag["lag"] == 4 and lag["lagMs"] == lag["queues"][0]["lagMs"] > 0
+        row = _group_row(driver, CONSUMER)
+        assert row[1] == group.name and row[4] == lag_time(lag["lagMs"])
+        # per queue: the lag in time and the store time of the first message not consumed
+        want = lag["queues"][0]
+        cells = _wait_rows(driver, "#lag", lambda t: len(t) == 1, "lag row")[0]
+        assert cells[6:9] == [str(want["lag"]), lag_time(want["lagMs"]), _when(want["nextTimestamp"])]  # fmt: skip
+        assert _text(driver, "#ltotal").startswith(f"total lag 4, in flight 0, lag time {lag_time(lag['lagMs'])}")  # fmt: skip
+        # the wheel's client: remoting, with the version its heartbeats carry
+        driver.find_element(By.CSS_SELECTOR, f"#cgroups tr[data-group='{WHEEL_GROUP}'] a").click()
+        wait_until(lambda: _text(driver, "#cgroup") == WHEEL_GROUP, 20, "the clients' group")
+        clients = _wait_rows(driver, "#clients", lambda t: len(t) == 1, "the wheel's client")
+        ask = GetConsumerConnectionListHeader(WHEEL_GROUP).request()
+        answer = json.loads(blocking_call(group.master.address, ask, 10).body)
+        (conn,) = answer["connectionSet"]
+        proto = answer["clientProtocols"][conn["clientId"]]
+        assert clients[0] == [conn["clientId"], conn["clientAddr"], conn["language"], "remoting",
+                              proto["version"], group.master.address]  # fmt: skip
+        # the C++ core (rocketmq-client-cpp 2.x) sends the ordinal of V3_1_8, as in RocketMQ
+        assert proto["version"].startswith("V3_") and conn["language"] == "CPP"
+        assert "1 online" in _text(driver, "#ckind")
+        row = _group_row(driver, WHEEL_GROUP)
+        assert (row[5], row[6]) == ("1", f"remoting {proto['version']}")
+        driver.execute_script("document.getElementById('gform').scrollIntoView()")
+        screenshot(driver, root / SHOTS, "rocketmq-groups")
+    finally:
+        _stop(wheel)
+        out.close()
+    # message lookup by key and by id: what `message get` finds
+    (by_key,) = [json.loads(line) for line in metaledger(
+        root, "message", "get", "--key", "order-7", "--topic", TOPIC, "--json",
+        "--endpoints", ",".join(cluster.endpoints)).stdout.decode().splitlines()]  # fmt: skip
+    assert by_key["msgId"] == msg_id
+    shown = [by_key["msgId"], by_key["uniqKey"] or "-", TOPIC, str(by_key["queueId"]),
+             str(by_key["queueOffset"]), "order-7", "-", _when(by_key["storeTimestamp"]),
+             by_key["storeHost"], "order seven"]  # fmt: skip
+    _lookup(driver, TOPIC, "key", "order-7")
+    assert _wait_rows(driver, "#msgs", lambda t: len(t) == 1, "found by key") == [shown]
+    _lookup(driver, "", "id", msg_id)
+    wait_until(lambda: _table(driver, "#msgs") == [shown], 20, "found by id")
+    driver.execute_script("document.getElementById('mform').scrollIntoView()")
+    screenshot(driver, root / SHOTS, "rocketmq-lookup")
+    assert browser_errors(driver) == []
+    # an unknown id and a malformed one: a clear message, as `message get` says
+    unknown = msg_id[:-8] + "7FFFFFFF"
+    r = metaledger(
+        root, "message", "get", "--id", unknown, "--endpoints", ",".join(cluster.endpoints)
+    )
+    assert r.returncode == 4 and f"no message with id {unknown!r}" in r.stderr.decode()
+    _lookup(driver, "", "id", unknown)
+    wait_until(lambda: _text(driver, "#merror") == f"no message with id {unknown!r}", 20, "unknown")
+    assert _table(driver, "#msgs") == []
+    _lookup(driver, "", "id", "not-an-id")
+    wait_until(lambda: "32 or 56 hex digits" in _text(driver, "#merror"), 20, "malformed")
+    assert "give the topic" in _text(driver, "#merror") and _table(driver, "#msgs") == []
+    _lookup(driver, TOPIC, "id", "NO-SUCH-CLIENT-ID")
+    want_text = f"no message with id 'NO-SUCH-CLIENT-ID' in topic {TOPIC}"
+    wait_until(lambda: _text(driver, "#merror") == want_text, 20, "unknown client id")
+    errors = browser_errors(driver)
+    assert errors and all(
+        "/api/rocketmq/message" in e and ("400" in e or "404" in e) for e in errors
+    ), errors
+    assert "Traceback" not in console.log()
+
+
+def test_a_grpc_consumer_is_listed_with_its_protocol_version_and_lag(
+    root: Path,
+    cluster: Cluster,
+    group: BrokerGroup,
+    console: ConsoleProcess,
+    driver: Any,
+    rocketmq5_python: Path,
+) -> None:
+    """RocketMQ 5's Python SimpleConsumer (gRPC) receives 3 messages and acks them, then holds
+    a fourth in flight: its group's lag, in flight and lag in time on the page are what
+    `consumer lag` answers, and its client is listed as gRPC with its own version."""
+    from selenium.webdriver.common.by import By
+
+    master = group.master
+    endpoint = master.args[master.args.index("--listen-grpc") + 1]
+    steps = [
+        {"op": "receive", "expect": 3, "max": 3, "invisible_s": 60},
+        {"op": "ack"},
+        {"op": "receive", "expect": 1, "max": 1, "invisible_s": 120},
+        {"op": "sleep", "s": 90},
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HOME"] = str(root)
+    out_path = root / "grpc.out"
+    out = out_path.open("wb")
+    consumer = subprocess.Popen(
+        [str(rocketmq5_python), GRPC_CONSUMER, endpoint, TOPIC, GRPC_GROUP, "simple"],
+        stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    try:
+        assert consumer.stdin is not None
+        consumer.stdin.write(json.dumps({"steps": steps}).encode())
+        consumer.stdin.close()
+
+        def events(kind: str) -> int:
+            return out_path.read_text().count(f'"event": "{kind}"')
+
+        wait_until(lambda: events("received") >= 4 and events("acked") >= 3, 120, "4 received")
+        assert events("received") == 4 and events("error") == 0, out_path.read_text()
+        driver.get(f"{console.url}/rocketmq?group={GRPC_GROUP}&topic={TOPIC}")
+
+        def same() -> bool:
+            before = _cli(root, cluster, "consumer", "lag", "--group", GRPC_GROUP)
+            row = _group_row(driver, GRPC_GROUP)
+            after = _cli(root, cluster, "consumer", "lag", "--group", GRPC_GROUP)
+            return before == after and row[2:7] == [*_lag_cells(before), "1", "grpc 5.1.2"]
+
+        wait_until(same, 60, "the gRPC group's row equal to consumer lag")
+        lag = _cli(root, cluster, "consumer", "lag", "--group", GRPC_GROUP, "--topic", TOPIC)
+        (q,) = lag["queues"]
+        assert (q["inflight"], q["lag"]) == (1, q["brokerOffset"] - 3) and q["lagMs"] > 0
+        cells = _wait_rows(driver, "#lag", lambda t: len(t) == 1, "the gRPC group's queue")[0]
+        assert cells[3:8] == [str(q["brokerOffset"]), "3", "1", str(q["lag"]), lag_time(q["lagMs"])]
+
+        def one_client() -> bool:  # online is now: the group clicked again asks again
+            driver.find_element(
+                By.CSS_SELECTOR, f"#cgroups tr[data-group='{GRPC_GROUP}'] a"
+            ).click()
+            return len(_wait_rows(driver, "#clients", lambda t: len(t) > 0, "a client")) == 1
+
+        wait_until(one_client, 60, lambda: f"the gRPC client: {_table(driver, '#clients')}")
+        clients = _table(driver, "#clients")
+        assert clients[0][2:] == ["PYTHON", "grpc", "5.1.2", master.address]
+        driver.execute_script("document.getElementById('gform').scrollIntoView()")
+        screenshot(driver, root / SHOTS, "rocketmq-grpc")
+        assert browser_errors(driver) == []
+    finally:
+        _stop(consumer)
+        out.close()
+
+
 def test_a_broker_that_does_not_answer_is_named_not_a_traceback(
     group: BrokerGroup, console: ConsoleProcess
 ) -> None:
@@ -179,7 +423,15 @@ def test_a_broker_that_does_not_answer_is_named_not_a_traceback(
     assert body["brokers"][0]["error"].startswith(f"broker {master.address}")
     status, body = console.get(f"/api/rocketmq/lag?group={CONSUMER}&topic={TOPIC}")
     assert status == 200 and body["queues"] == [] and master.address in body["errors"][0]
-    for path in ("/api/rocketmq/topics?limit=0", "/api/rocketmq/lag", "/api/rocketmq/offsets"):
+    status, body = console.get("/api/rocketmq/groups")
+    assert status == 200 and body["groups"] == [] and master.address in body["errors"][0]
+    status, body = console.get(f"/api/rocketmq/clients?group={CONSUMER}")
+    assert status == 200 and body["clients"] == [] and master.address in body["errors"][0]
+    status, body = console.get(f"/api/rocketmq/message?topic={TOPIC}&key=order-7")
+    assert status == 404 and master.address in body["error"], body
+    for path in ("/api/rocketmq/topics?limit=0", "/api/rocketmq/lag", "/api/rocketmq/offsets",
+                 "/api/rocketmq/groups?limit=0", "/api/rocketmq/clients", "/api/rocketmq/message",
+                 "/api/rocketmq/message?key=k", "/api/rocketmq/message?id=zz"):  # fmt: skip
         status, body = console.get(path)
         assert status == 400 and "Traceback" not in body["error"], path
     status, body = console.get("/api/rocketmq/offsets?topic=NoSuchTopic")

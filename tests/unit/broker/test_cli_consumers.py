@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from broker.cli import register
-from broker.cli_lag import print_table, report
+from broker.cli_lag import lag_time, print_table, report
 from broker.cli_pop import handles
 from broker.pop.handle import decode
 from broker.topics import message_group_queue
@@ -66,19 +66,30 @@ def test_handles_are_built_from_the_pop_answer() -> None:
 
 
 def test_lag_report_and_table(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = [QueueOffsets("T", "b", 0, 10, 3, 3), QueueOffsets("T", "b", 1, 10, 2, 6, 0, 2)]
+    rows = [
+        QueueOffsets("T", "b", 0, 10, 3, 3, 0, 0, 1_000, 4_500),
+        QueueOffsets("T", "b", 1, 10, 2, 6, 0, 2),
+    ]
     doc = report("G", rows)
-    assert (doc["lag"], doc["inflight"]) == (13, 2)
+    assert (doc["lag"], doc["inflight"], doc["lagMs"]) == (13, 2, 3_500)
     assert doc["queues"][1] == {
         "broker": "b", "topic": "T", "queueId": 1, "brokerOffset": 10, "consumerOffset": 2,
-        "pullOffset": 6, "inflight": 2, "lag": 6, "lastTimestamp": 0,
+        "pullOffset": 6, "inflight": 2, "lag": 6, "lastTimestamp": 0, "nextTimestamp": 0,
+        "newestTimestamp": 0, "lagMs": 0,
     }  # fmt: skip
     print_table(doc)
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["BROKER", "TOPIC", "QUEUE", "BROKER_OFFSET", "CONSUMER_OFFSET",
-                              "INFLIGHT", "LAG", "LAST_CONSUMED"]  # fmt: skip
-    assert out[2].split() == ["b", "T", "1", "10", "2", "2", "6", "-"]
-    assert out[-1] == "total lag 13 inflight 2"
+                              "INFLIGHT", "LAG", "LAG_TIME", "LAST_CONSUMED"]  # fmt: skip
+    assert out[1].split() == ["b", "T", "0", "10", "3", "0", "7", "3.5s", "-"]
+    assert out[2].split() == ["b", "T", "1", "10", "2", "2", "6", "0", "-"]
+    assert out[-1] == "total lag 13 inflight 2 lag time 3.5s"
+
+
+def test_lag_time_for_people() -> None:
+    assert [lag_time(ms) for ms in (0, 850, 12_399, 245_000, 7_380_000)] == [
+        "0", "850ms", "12.3s", "4m05s", "2h03m"
+    ]  # fmt: skip
 
 
 def test_pop_flags_without_pop_are_refused_and_the_invisible_time_defaults() -> None:

@@ -80,3 +80,42 @@ def test_get_consume_stats_for_pull_and_pop_groups(tmp_path: Path) -> None:
         }
 
     run_broker(tmp_path, scenario)
+
+
+def test_lag_in_time_is_the_first_not_consumed_against_the_newest(tmp_path: Path) -> None:
+    async def scenario(ctx: Ctx) -> None:
+        from rmq.message import decode
+
+        for i in range(5):
+            assert (await ctx.send(f"m{i}".encode())).code == 0
+        stored = ctx.replica.core.store.get(TOPIC, 0, 0, 5).messages
+        times = [decode(m, check_crc=False).store_timestamp for m in stored]
+        r = await ctx.client.request(
+            15, {"consumerGroup": "PULL", "topic": TOPIC, "queueId": 0, "commitOffset": 2}
+        )
+        assert r.code == 0
+        # pull: the first not consumed is offset 2
+        (q0, *others) = await stats(ctx, "PULL", TOPIC)
+        assert (q0.next_timestamp, q0.newest_timestamp) == (times[2], times[4])
+        assert q0.lag_ms == times[4] - times[2] and q0.last_timestamp == times[1]
+        assert all(q.lag_ms == q.next_timestamp == q.newest_timestamp == 0 for q in others)
+        # POP: its first not acked (the book's low), in flight or not
+        pop = ctx.replica.pop
+        popped = await pop.pop("POP", TOPIC, 0, 3, 60_000, init_mode=0)
+        await pop.ack("POP", TOPIC, popped[0].handle)
+        (p0, *_) = await stats(ctx, "POP", TOPIC)
+        assert (p0.consumer_offset, p0.next_timestamp, p0.newest_timestamp) == (
+            1,
+            times[1],
+            times[4],
+        )
+        # caught up: no lag in time, and the row is the bytes it was
+        r = await ctx.client.request(
+            15, {"consumerGroup": "PULL", "topic": TOPIC, "queueId": 0, "commitOffset": 5}
+        )
+        (q0, *_) = await stats(ctx, "PULL", TOPIC)
+        assert (q0.lag, q0.lag_ms, q0.next_timestamp, q0.newest_timestamp) == (0, 0, 0, 0)
+        body = (await ctx.client.call(GetConsumeStatsHeader("PULL", TOPIC).request())).body
+        assert b"nextTimestamp" not in body
+
+    run_broker(tmp_path, scenario)
