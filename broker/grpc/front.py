@@ -114,13 +114,19 @@ class ReplicaBackend:
         return out
 
     async def send(
-        self, topic: str, body: bytes, props: dict[str, str], born: Host, born_timestamp_ms: int
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        born: Host,
+        born_timestamp_ms: int,
+        sys_flag: int = 0,
     ) -> Sent:
         h = SendMessageHeader(
             producer_group="",
             topic=topic,
             queue_id=-1,
-            sys_flag=0,
+            sys_flag=sys_flag,
             born_timestamp=born_timestamp_ms,
             flag=0,
         )

@@ -26,7 +26,7 @@ import pytest
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
-from rmq.message import MAX_BODY
+from rmq.message import MAX_BODY, SYSFLAG_COMPRESSED, inflate
 from tests.integration.broker import test_wheel
 from tests.integration.broker.conftest import wait_for
 from tests.integration.broker.test_grpc_producer import (
@@ -40,7 +40,9 @@ from tests.integration.broker.test_grpc_producer import (
 pytestmark = [pytest.mark.integration]
 
 CONSUMER = str(Path(__file__).with_name("grpc_consumer.py"))
-TOPICS = ("SimpleTopic", "RetryTopic", "PushTopic", "FifoTopic", "BothTopic", "BadTopic")
+TOPICS = (
+    "SimpleTopic", "RetryTopic", "PushTopic", "FifoTopic", "BothTopic", "BadTopic", "GzipTopic",
+)  # fmt: skip
 FIFO_GROUP = "FifoG"
 MAX_ATTEMPTS = 3  # --retry-max-times 2, + 1
 
@@ -213,6 +215,53 @@ def test_both_protocols_on_one_topic(rocketmq5_python: Path, env: Env) -> None:
     by_hash = {r["sha256"]: r for r in pulled}
     assert set(by_hash) == {hashlib.sha256(b).hexdigest() for b in new + old}, pulled
     assert {r["keys"] for r in pulled} == {"k50", "k51", "k40", "k41"}
+
+
+def test_gzip_encoded_bodies_reach_5x_and_4x_consumers_as_sent(
+    rocketmq5_python: Path, env: Env
+) -> None:
+    """The 5.x producer's requests with ``body_encoding`` GZIP: a zlib stream (the Java
+    client's Deflater, stored compressed) and a gzip member (the C# and Go clients'), of all
+    256 byte values and of 4 MiB; the 5.x simple consumer and the 4.x wheel's push consumer
+    each get the original bytes. A body that does not inflate is MESSAGE_CORRUPTED for the
+    client and nothing is stored."""
+    topic = "GzipTopic"
+    all_bytes = bytes(range(256)) * 64
+    big = (bytes(range(256)) * 4096 + b"end")[:MAX_BODY]
+    bodies = [all_bytes, big, b"short, gzip", all_bytes[::-1]]
+    spec = [
+        {"body_hex": all_bytes.hex(), "encoding": "zlib", "keys": ["z1"], "tag": "Z"},
+        {"body_hex": big.hex(), "encoding": "zlib", "keys": ["z2"], "tag": "Z"},
+        {"body_hex": bodies[2].hex(), "encoding": "gzip", "keys": ["g1"], "tag": "G"},
+        {"body_hex": bodies[3].hex(), "encoding": "gzip", "keys": ["g2"], "tag": "G"},
+        {"body_hex": b"never stored".hex(), "encoding": "corrupt", "keys": ["bad"]},
+    ]
+    for item in spec:  # the wheel's consumer reads a body of this length (its C API has none)
+        item["props"] = {"len": str(len(bytes.fromhex(item["body_hex"])))}
+    sent = produce(rocketmq5_python, env, spec, topic=topic)
+    assert [("error" in r) for r in sent] == [False] * 4 + [True], sent
+    assert "MESSAGE_CORRUPTED" in sent[4]["error"] or "40016" in sent[4]["error"], sent[4]
+    stored = {m.properties["KEYS"]: m for m in asyncio.run(_pull_all(env.broker.port, topic))}
+    assert sorted(stored) == ["g1", "g2", "z1", "z2"], "nothing of the corrupt one is stored"
+    for key, body in (("z1", bodies[0]), ("z2", bodies[1])):  # as sent, flagged compressed
+        assert stored[key].sysflag & SYSFLAG_COMPRESSED and len(stored[key].body) < len(body)
+        assert inflate(stored[key].body, stored[key].sysflag) == body
+    for key, body in (("g1", bodies[2]), ("g2", bodies[3])):  # inflated
+        assert stored[key].body == body and not stored[key].sysflag & SYSFLAG_COMPRESSED
+    steps = [{"op": "receive", "expect": 4, "invisible_s": 30}, {"op": "ack"}]
+    out = consume(rocketmq5_python, env, topic, "GzipPop", "simple", {"steps": steps})
+    got = {m["message_id"]: m for m in events(out, "received")}
+    assert len(got) == 4 and not events(out, "error"), out
+    for item, r in zip(spec[:4], sent[:4], strict=True):
+        m = got[r["message_id"]]
+        assert m["body_hex"] == item["body_hex"] and not m["corrupted"]
+        assert m["keys"] == item["keys"] and m["tag"] == item["tag"]
+    wheel_env = test_wheel.Env(env.root, env.node, env.broker, None)  # type: ignore[arg-type]
+    pulled = test_wheel.consume(wheel_env, "GzipPull", 4, topic=topic)
+    assert sorted(r["sha256"] for r in pulled) == sorted(
+        hashlib.sha256(b).hexdigest() for b in bodies
+    ), pulled
+    assert sorted(r["keys"] for r in pulled) == ["g1", "g2", "z1", "z2"]
 
 
 # ------------------------------------------------------------------------------ bad input
