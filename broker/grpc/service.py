@@ -327,7 +327,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         self.clients: dict[str, int] = {}
         #: their user agents for the metrics; forgets the gone ones here too (broker.clients)
         self.agents = agents if agents is not None else GrpcClients()
-        self.agents.on_gone = lambda client_id: self.clients.pop(client_id, None)
+        self.agents.on_gone = self._gone
         handlers = consumers.handlers() if consumers is not None else {}
         for method in svc.DESCRIPTOR.services_by_name["MessagingService"].methods:
             if method.name in handlers:
@@ -444,6 +444,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         if self.clients[client_id] in (v2.PUSH_CONSUMER, v2.SIMPLE_CONSUMER):
             self.agents.consumer(client_id, request.group.name, context.peer())
         return svc.HeartbeatResponse(status=status(v2.OK))
+
+    def _gone(self, client_id: str) -> None:
+        """A client terminated or went silent: forgotten, the messages renewed for it are
+        visible again soon (:meth:`broker.grpc.renew.Renewals.client_gone`)."""
+        self.clients.pop(client_id, None)
+        if self.consumers is not None:
+            self.consumers.renewals.client_gone(client_id)
 
     async def NotifyClientTermination(
         self, request: svc.NotifyClientTerminationRequest, context: Any

@@ -26,6 +26,9 @@ import pytest
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
+from rmq.connection import RemotingConnection
+from rmq.consume_stats import decode_consume_stats
+from rmq.headers import GetConsumeStatsHeader
 from rmq.message import MAX_BODY, SYSFLAG_COMPRESSED, inflate
 from tests.integration.broker import test_wheel
 from tests.integration.broker.conftest import wait_for
@@ -42,6 +45,7 @@ pytestmark = [pytest.mark.integration]
 CONSUMER = str(Path(__file__).with_name("grpc_consumer.py"))
 TOPICS = (
     "SimpleTopic", "RetryTopic", "PushTopic", "FifoTopic", "BothTopic", "BadTopic", "GzipTopic",
+    "RenewTopic",
 )  # fmt: skip
 FIFO_GROUP = "FifoG"
 MAX_ATTEMPTS = 3  # --retry-max-times 2, + 1
@@ -264,6 +268,38 @@ def test_gzip_encoded_bodies_reach_5x_and_4x_consumers_as_sent(
     assert sorted(r["keys"] for r in pulled) == ["g1", "g2", "z1", "z2"]
 
 
+def test_a_push_listener_holding_a_message_past_its_invisible_time_sees_it_once(
+    rocketmq5_python: Path, env: Env
+) -> None:
+    """The push consumer receives with ``auto_renew`` (60 s invisible) and renews nothing
+    itself; its listener holds the message 75 s. The broker renews the handle ahead of its
+    instant, so the message is not delivered again meanwhile, and the client's ack with the
+    handle it got acks it (the group's offset passes it, nothing in flight)."""
+    topic = "RenewTopic"
+    sent = produce(rocketmq5_python, env, [{"body_hex": b"slow".hex(), "props": {"hold_s": "75"}}],
+                   topic=topic)  # fmt: skip
+    spec = {"expect": 1, "within_s": 150, "linger_s": 3}
+    out = consume(rocketmq5_python, env, topic, "RenewPush", "push", spec)
+    calls = [e for e in events(out, "consume") if e["message_id"] == sent[0]["message_id"]]
+    assert [(c["call"], c["ok"], c["attempt"]) for c in calls] == [(1, True, 1)], out
+    assert events(out, "holding"), out
+
+    async def settled() -> bool:
+        c = await RemotingConnection.connect("127.0.0.1", env.broker.port)
+        try:
+            r = await c.call(GetConsumeStatsHeader("RenewPush", topic).request())
+        finally:
+            await c.close()
+        rows = decode_consume_stats(r.body)[0] if r.code == 0 else []
+        return (
+            bool(rows)
+            and all(q.consumer_offset == q.broker_offset and q.inflight == 0 for q in rows)
+            and sum(q.broker_offset for q in rows) == 1
+        )
+
+    wait_for("the held message acked", lambda: asyncio.run(settled()), timeout=20, every=0.5)
+
+
 # ------------------------------------------------------------------------------ bad input
 async def _bad_input(port: int) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -318,9 +354,26 @@ async def _bad_input(port: int) -> None:
         r = await stub.QueryAssignment(assignment, metadata=md, timeout=10)
         assert r.status.code == v2.TOPIC_NOT_FOUND, r
 
-        # nothing changed: the handle still acks, once
+        # malformed protos: the method's answer, BAD_REQUEST naming the message
+        raw_send = channel.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/SendMessage",
+            response_deserializer=svc.SendMessageResponse.FromString,
+        )
+        r = await raw_send(b"\xff\xff\xff\xff", metadata=md, timeout=10)
+        assert r.status.code == v2.BAD_REQUEST, r
+        assert "cannot decode apache.rocketmq.v2.SendMessageRequest" in r.status.message
+        raw_ack = channel.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/AckMessage",
+            response_deserializer=svc.AckMessageResponse.FromString,
+        )
+        r = await raw_ack(b"\x0a\xff", metadata=md, timeout=10)
+        assert r.status.code == v2.BAD_REQUEST and "AckMessageRequest" in r.status.message
+
+        # nothing changed: the handle still acks, once; nothing more was stored
         assert (await ack("BadA", handle)).status.code == v2.OK
         assert (await ack("BadA", handle)).status.code == v2.INVALID_RECEIPT_HANDLE
+        out = await receive("BadC", 20)
+        assert [m.message.body for m in out if m.HasField("message")] == [b"only one"], out
 
 
 def test_bad_input_gets_its_code_names_the_field_and_changes_nothing(env: Env) -> None:
