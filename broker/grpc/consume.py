@@ -11,9 +11,8 @@ redelivery, DLQ, FIFO) and the consumer offsets. Copies RocketMQ's proxy
   deliver is MESSAGE_NOT_FOUND. Long polling is the request's ``long_polling_timeout`` (else
   the deadline less half the request timeout), clamped to [5 s, 20 s] and to the deadline; a
   deadline under 5 s is ILLEGAL_POLLING_TIME (``consumer/ReceiveMessageActivity.java``:49-77).
-  The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (the proxy
-  renews it; metaledger does not yet: a push consumer that holds a message past 60 s sees it
-  again) (:79-86). Messages a broken stream did not carry are visible again after 1 s
+  The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (:79-86),
+  renewed then until the client acks it (:mod:`broker.grpc.renew`, as the proxy). Messages a broken stream did not carry are visible again after 1 s
   (``ReceiveMessageResponseStreamWriter.java``:133-150). POP always reads the whole broker (queue id -1), as the proxy's
   ``ReceiveMessageQueueSelector`` does, FIFO groups included (the POP service keeps a queue's
   order).
@@ -53,6 +52,7 @@ from typing import Any, Protocol
 import grpc
 
 from broker.grpc.convert import to_message
+from broker.grpc.renew import Renewals
 from broker.grpc.service import Refused, RouteQueue, endpoints, permission, refusal, status
 from broker.pop.errors import IllegalInvisibleTime, InvalidReceiptHandle
 from broker.pop.service import Popped, PopService
@@ -201,6 +201,8 @@ class Consumers:
         self.backend = backend
         self.config = (config or ConsumeConfig()).validate()
         self._nacks: set[asyncio.Task[None]] = set()
+        #: the messages of auto_renew receives (push consumers), renewed until acked
+        self.renewals = Renewals(lambda: self.backend.pops)
 
     def _nack(self, group: str, topic: str, unsent: list[Popped]) -> None:
         """Messages popped for a stream that broke before they went out: visible again after
@@ -320,8 +322,12 @@ class Consumers:
                         m = to_message(p.message, receipt_handle=p.handle, attempt=p.attempt)
                         yield svc.ReceiveMessageResponse(message=m)
                 finally:
+                    group, topic = request.group.name, request.message_queue.topic.name
                     if unsent:  # the stream broke: visible again in a second
-                        self._nack(request.group.name, request.message_queue.topic.name, unsent)
+                        self._nack(group, topic, unsent)
+                    if request.auto_renew:
+                        sent = popped[: len(popped) - len(unsent)]
+                        self.renewals.track(_client_id(context), group, topic, sent)
             else:
                 yield svc.ReceiveMessageResponse(
                     status=status(v2.MESSAGE_NOT_FOUND, "no new message")
@@ -376,7 +382,8 @@ class Consumers:
         for i, e in enumerate(request.entries):
             field = f"entries[{i}].receipt_handle"
             try:
-                await self.backend.pops.ack(group, topic, handle_of(e.receipt_handle, field))
+                handle = await self.renewals.current(group, handle_of(e.receipt_handle, field))
+                await self.backend.pops.ack(group, topic, handle)
                 s = status(v2.OK, "OK")
             except (Refused, BrokerRequestError) as exc:
                 s = refused(exc, field)
@@ -393,7 +400,7 @@ class Consumers:
         self, request: svc.ChangeInvisibleDurationRequest, context: Any
     ) -> Any:
         try:
-            group, topic, handle = _handle_target(request)
+            group, topic, handle = await self._handle_target(request)
             ms = invisible(
                 request.invisible_duration.ToMilliseconds(),
                 0,
@@ -411,13 +418,20 @@ class Consumers:
         self, request: svc.ForwardMessageToDeadLetterQueueRequest, context: Any
     ) -> Any:
         try:
-            group, topic, handle = _handle_target(request)
+            group, topic, handle = await self._handle_target(request)
             await self.backend.pops.forward_to_dlq(group, topic, handle)
         except (Refused, BrokerRequestError) as exc:
             return svc.ForwardMessageToDeadLetterQueueResponse(
                 status=refused(exc, "receipt_handle")
             )
         return svc.ForwardMessageToDeadLetterQueueResponse(status=status(v2.OK, "OK"))
+
+    async def _handle_target(self, request: Any) -> tuple[str, str, str]:
+        """The group, topic and receipt handle a handle's request names, each checked; the
+        handle renewed since the client got it, if it was (the message is then forgotten by
+        the renewals: the client acts on it)."""
+        group, topic, handle = _handle_target(request)
+        return group, topic, await self.renewals.current(group, handle)
 
     # ---------------------------------------------------------------------------- offsets
     def _queue(self, mq: v2.MessageQueue) -> tuple[str, int]:
@@ -466,6 +480,13 @@ class Consumers:
         except (Refused, BrokerRequestError) as exc:
             return svc.QueryOffsetResponse(status=refused(exc))
         return svc.QueryOffsetResponse(status=status(v2.OK, "OK"), offset=offset)
+
+
+def _client_id(context: Any) -> str:
+    for k, v in context.invocation_metadata() or ():
+        if k == "x-mq-client-id":
+            return str(v)
+    return ""
 
 
 def _handle_target(request: Any) -> tuple[str, str, str]:

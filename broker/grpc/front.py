@@ -25,6 +25,7 @@ import grpc
 from broker.grpc.admin import AdminService, add_admin_to_server
 from broker.grpc.convert import SHARDING_KEY
 from broker.grpc.forward import GroupFronts
+from broker.grpc.guard import DecodeGuard
 from broker.grpc.service import MessagingService, RouteQueue, Sent, add_to_server
 from broker.pop.service import PopService
 from broker.remoting.errors import ServiceNotAvailable, TopicNotExist
@@ -114,13 +115,19 @@ class ReplicaBackend:
         return out
 
     async def send(
-        self, topic: str, body: bytes, props: dict[str, str], born: Host, born_timestamp_ms: int
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        born: Host,
+        born_timestamp_ms: int,
+        sys_flag: int = 0,
     ) -> Sent:
         h = SendMessageHeader(
             producer_group="",
             topic=topic,
             queue_id=-1,
-            sys_flag=0,
+            sys_flag=sys_flag,
             born_timestamp=born_timestamp_ms,
             flag=0,
         )
@@ -169,7 +176,8 @@ async def grpc_front(
 ) -> tuple[grpc.aio.Server, int]:
     """The started server and its bound port (``port`` 0: any free one); OSError when the
     address cannot be bound. ``admin``: the Admin service beside it (:mod:`broker.grpc.admin`)."""
-    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=list(interceptors))
+    # the decode guard first: an undecodable request is answered here, never forwarded
+    server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[DecodeGuard(), *interceptors])
     add_to_server(service, server)
     if admin is not None:
         add_admin_to_server(admin, server)

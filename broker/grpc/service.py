@@ -14,7 +14,8 @@ are registered here by method name; the Settings of a consumer are filled in the
   RocketMQ's proxy).
 - **SendMessage**: each message through the broker's send path (:class:`Backend`), so the
   quorum-write rules hold: OK only for PUT_OK. The client's ``message_id`` is the UNIQ_KEY;
-  keys, tag and user properties are kept; the body is stored byte for byte; a message group
+  keys, tag and user properties are kept; the body is stored byte for byte (a GZIP-encoded
+  one as :mod:`broker.grpc.body` says: 4.x and 5.x consumers get the original); a message group
   is stored as ``__SHARDINGKEY`` and picks the queue (one group, one queue: its order holds).
   A TRANSACTION message is stored as a half; **EndTransaction** commits or rolls it back.
   A DELAY message's ``delivery_timestamp`` becomes ``TIMER_DELIVER_MS`` (RocketMQ's proxy,
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import grpc
 
 from broker.clients import GrpcClients
+from broker.grpc.body import BadBody, stored_body
 from broker.grpc.convert import SHARDING_KEY
 from broker.grpc.transactions import GrpcTransactions, half_properties
 from broker.remoting.errors import (
@@ -116,9 +118,16 @@ class Backend(Protocol):
         ...
 
     async def send(
-        self, topic: str, body: bytes, props: dict[str, str], born: Host, born_timestamp_ms: int
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        born: Host,
+        born_timestamp_ms: int,
+        sys_flag: int = 0,
     ) -> Sent:
-        """One message through the broker's send path; refusals raise BrokerRequestError."""
+        """One message through the broker's send path (``sys_flag``: its COMPRESSED bit);
+        refusals raise BrokerRequestError."""
         ...
 
 
@@ -236,12 +245,6 @@ def properties(m: v2.Message, i: int, max_body_bytes: int) -> dict[str, str]:
             v2.ILLEGAL_DELIVERY_TIME,
             f"{field}.system_properties.delivery_timestamp: required for a DELAY message",
         )
-    if sp.body_encoding not in (v2.IDENTITY, v2.ENCODING_UNSPECIFIED):
-        raise Refused(
-            v2.UNSUPPORTED,
-            f"{field}.system_properties.body_encoding: {v2.Encoding.Name(sp.body_encoding)}"
-            " is not supported yet (only IDENTITY)",
-        )
     props: dict[str, str] = {}
     for k, v in m.user_properties.items():
         if not k or k in RESERVED or "\x01" in k + v or "\x02" in k + v:
@@ -324,7 +327,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         self.clients: dict[str, int] = {}
         #: their user agents for the metrics; forgets the gone ones here too (broker.clients)
         self.agents = agents if agents is not None else GrpcClients()
-        self.agents.on_gone = lambda client_id: self.clients.pop(client_id, None)
+        self.agents.on_gone = self._gone
         handlers = consumers.handlers() if consumers is not None else {}
         for method in svc.DESCRIPTOR.services_by_name["MessagingService"].methods:
             if method.name in handlers:
@@ -442,6 +445,13 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
             self.agents.consumer(client_id, request.group.name, context.peer())
         return svc.HeartbeatResponse(status=status(v2.OK))
 
+    def _gone(self, client_id: str) -> None:
+        """A client terminated or went silent: forgotten, the messages renewed for it are
+        visible again soon (:meth:`broker.grpc.renew.Renewals.client_gone`)."""
+        self.clients.pop(client_id, None)
+        if self.consumers is not None:
+            self.consumers.renewals.client_gone(client_id)
+
     async def NotifyClientTermination(
         self, request: svc.NotifyClientTerminationRequest, context: Any
     ) -> Any:
@@ -483,10 +493,17 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
         try:
             props = properties(m, i, self.backend.max_body_bytes)
             sp = m.system_properties
+            try:
+                body, sys_flag = stored_body(
+                    m.body, sp.body_encoding, f"messages[{i}]", self.backend.max_body_bytes
+                )
+            except BadBody as exc:
+                raise Refused(exc.code, str(exc)) from None
             born_ms = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0
             sent = await self.backend.send(
-                m.topic.name, m.body, props, _born(context, sp.born_host), born_ms or _now_ms()
-            )
+                m.topic.name, body, props, _born(context, sp.born_host), born_ms or _now_ms(),
+                sys_flag,
+            )  # fmt: skip
         except TimerMessageIllegal as exc:
             where = f"messages[{i}].system_properties.delivery_timestamp"
             return svc.SendResultEntry(

@@ -12,7 +12,8 @@ own venv (see grpc_producer.py). Prints one JSON line per event; a message is
   events, ``error`` on a refusal) and let them go (ack) or keep them (change); ``{"op":
   "sleep", "s"}``.
 - ``push``: a PushConsumer whose listener fails a message the first ``fail`` times it sees it
-  (the user property ``fail``), records every call (``consume`` events, with the thread and
+  (the user property ``fail``), holds it ``hold_s`` seconds the first time (the user
+  property ``hold_s``: a slow listener), records every call (``consume`` events, with the thread and
   ``ok``), and stops once ``expect`` messages were consumed successfully or after
   ``within_s``; then it waits ``linger_s`` for the acks to go out.
 """
@@ -109,6 +110,10 @@ class Listener(MessageListener):  # type: ignore[misc]
 
     def consume(self, message: Any) -> Any:
         n = self.calls[message.message_id] = self.calls.get(message.message_id, 0) + 1
+        hold = float((message.properties or {}).get("hold_s", "0"))
+        if hold and n == 1:
+            emit("holding", message_id=message.message_id, s=hold)
+            time.sleep(hold)
         ok = n > int((message.properties or {}).get("fail", "0"))
         emit("consume", ok=ok, call=n, thread=threading.current_thread().name, **record(message))
         if ok:

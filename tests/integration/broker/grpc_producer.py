@@ -4,16 +4,46 @@ Run as ``python grpc_producer.py ENDPOINT TOPIC < spec.json`` with the 5.x clien
 (it ships a ``rocketmq`` package, as the 4.x ``rocketmq`` wheel does, and its own generated
 ``apache.rocketmq.v2``, which cannot share a process with metaledger's). The spec: a list of
 ``{"body_hex", "tag", "keys", "props", "group", "delivery_timestamp"}`` (``group``: the
-message group of a FIFO message); prints one JSON line per message: ``{"message_id"}``
-or ``{"error"}`` (what the client raised).
+message group of a FIFO message), ``"encoding"`` (``zlib`` or ``gzip``: the client's request
+is sent with the body compressed so and ``body_encoding`` GZIP, as the Java client sends a
+body above its 4 KiB threshold (a zlib stream) and the C# and Go clients (gzip); ``corrupt``:
+GZIP with a body that is neither); prints one JSON line per message: ``{"message_id"}`` or
+``{"error"}`` (what the client raised).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
+import zlib
+from typing import Any
 
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq.grpc_protocol import Encoding
+
+#: how the next message's body goes out ("": as the client sends it, IDENTITY)
+ENCODING = {"next": ""}
+COMPRESS = {
+    "zlib": lambda b: zlib.compress(b, 5),  # the Java client: Deflater, level 5
+    "gzip": gzip.compress,
+    "corrupt": lambda b: b"\x78\x9c\xff" + b,  # a zlib header, then a reserved block type
+}
+_send_req = Producer._Producer__send_req  # type: ignore[attr-defined]
+
+
+def _encoded_send_req(self: Any, message: Any) -> Any:
+    """The client's own request (its checks, ids, properties), its body then encoded."""
+    req = _send_req(self, message)
+    how = ENCODING["next"]
+    if how:
+        m = req.messages[0]
+        m.body = COMPRESS[how](m.body)
+        m.system_properties.body_encoding = Encoding.GZIP
+    return req
+
+
+Producer._Producer__send_req = _encoded_send_req  # type: ignore[attr-defined]
 
 
 def main() -> int:
@@ -38,6 +68,7 @@ def main() -> int:
                 if item.get("delivery_timestamp"):  # a DELAY message (timer)
                     # 5.1.2 writes this into Timestamp.seconds as given: seconds, then
                     m.delivery_timestamp = item["delivery_timestamp"]
+                ENCODING["next"] = item.get("encoding", "")
                 receipt = producer.send(m)
                 out = {"message_id": receipt.message_id}
             except Exception as exc:  # reported, the next message still goes

@@ -26,7 +26,10 @@ import pytest
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
 from protos.apache.rocketmq.v2 import service_pb2_grpc as svc_grpc
-from rmq.message import MAX_BODY
+from rmq.connection import RemotingConnection
+from rmq.consume_stats import decode_consume_stats
+from rmq.headers import GetConsumeStatsHeader
+from rmq.message import MAX_BODY, SYSFLAG_COMPRESSED, inflate
 from tests.integration.broker import test_wheel
 from tests.integration.broker.conftest import wait_for
 from tests.integration.broker.test_grpc_producer import (
@@ -40,7 +43,10 @@ from tests.integration.broker.test_grpc_producer import (
 pytestmark = [pytest.mark.integration]
 
 CONSUMER = str(Path(__file__).with_name("grpc_consumer.py"))
-TOPICS = ("SimpleTopic", "RetryTopic", "PushTopic", "FifoTopic", "BothTopic", "BadTopic")
+TOPICS = (
+    "SimpleTopic", "RetryTopic", "PushTopic", "FifoTopic", "BothTopic", "BadTopic", "GzipTopic",
+    "RenewTopic",
+)  # fmt: skip
 FIFO_GROUP = "FifoG"
 MAX_ATTEMPTS = 3  # --retry-max-times 2, + 1
 
@@ -215,6 +221,85 @@ def test_both_protocols_on_one_topic(rocketmq5_python: Path, env: Env) -> None:
     assert {r["keys"] for r in pulled} == {"k50", "k51", "k40", "k41"}
 
 
+def test_gzip_encoded_bodies_reach_5x_and_4x_consumers_as_sent(
+    rocketmq5_python: Path, env: Env
+) -> None:
+    """The 5.x producer's requests with ``body_encoding`` GZIP: a zlib stream (the Java
+    client's Deflater, stored compressed) and a gzip member (the C# and Go clients'), of all
+    256 byte values and of 4 MiB; the 5.x simple consumer and the 4.x wheel's push consumer
+    each get the original bytes. A body that does not inflate is MESSAGE_CORRUPTED for the
+    client and nothing is stored."""
+    topic = "GzipTopic"
+    all_bytes = bytes(range(256)) * 64
+    big = (bytes(range(256)) * 4096 + b"end")[:MAX_BODY]
+    bodies = [all_bytes, big, b"short, gzip", all_bytes[::-1]]
+    spec = [
+        {"body_hex": all_bytes.hex(), "encoding": "zlib", "keys": ["z1"], "tag": "Z"},
+        {"body_hex": big.hex(), "encoding": "zlib", "keys": ["z2"], "tag": "Z"},
+        {"body_hex": bodies[2].hex(), "encoding": "gzip", "keys": ["g1"], "tag": "G"},
+        {"body_hex": bodies[3].hex(), "encoding": "gzip", "keys": ["g2"], "tag": "G"},
+        {"body_hex": b"never stored".hex(), "encoding": "corrupt", "keys": ["bad"]},
+    ]
+    for item in spec:  # the wheel's consumer reads a body of this length (its C API has none)
+        item["props"] = {"len": str(len(bytes.fromhex(item["body_hex"])))}
+    sent = produce(rocketmq5_python, env, spec, topic=topic)
+    assert [("error" in r) for r in sent] == [False] * 4 + [True], sent
+    assert "MESSAGE_CORRUPTED" in sent[4]["error"] or "40016" in sent[4]["error"], sent[4]
+    stored = {m.properties["KEYS"]: m for m in asyncio.run(_pull_all(env.broker.port, topic))}
+    assert sorted(stored) == ["g1", "g2", "z1", "z2"], "nothing of the corrupt one is stored"
+    for key, body in (("z1", bodies[0]), ("z2", bodies[1])):  # as sent, flagged compressed
+        assert stored[key].sysflag & SYSFLAG_COMPRESSED and len(stored[key].body) < len(body)
+        assert inflate(stored[key].body, stored[key].sysflag) == body
+    for key, body in (("g1", bodies[2]), ("g2", bodies[3])):  # inflated
+        assert stored[key].body == body and not stored[key].sysflag & SYSFLAG_COMPRESSED
+    steps = [{"op": "receive", "expect": 4, "invisible_s": 30}, {"op": "ack"}]
+    out = consume(rocketmq5_python, env, topic, "GzipPop", "simple", {"steps": steps})
+    got = {m["message_id"]: m for m in events(out, "received")}
+    assert len(got) == 4 and not events(out, "error"), out
+    for item, r in zip(spec[:4], sent[:4], strict=True):
+        m = got[r["message_id"]]
+        assert m["body_hex"] == item["body_hex"] and not m["corrupted"]
+        assert m["keys"] == item["keys"] and m["tag"] == item["tag"]
+    wheel_env = test_wheel.Env(env.root, env.node, env.broker, None)  # type: ignore[arg-type]
+    pulled = test_wheel.consume(wheel_env, "GzipPull", 4, topic=topic)
+    assert sorted(r["sha256"] for r in pulled) == sorted(
+        hashlib.sha256(b).hexdigest() for b in bodies
+    ), pulled
+    assert sorted(r["keys"] for r in pulled) == ["g1", "g2", "z1", "z2"]
+
+
+def test_a_push_listener_holding_a_message_past_its_invisible_time_sees_it_once(
+    rocketmq5_python: Path, env: Env
+) -> None:
+    """The push consumer receives with ``auto_renew`` (60 s invisible) and renews nothing
+    itself; its listener holds the message 75 s. The broker renews the handle ahead of its
+    instant, so the message is not delivered again meanwhile, and the client's ack with the
+    handle it got acks it (the group's offset passes it, nothing in flight)."""
+    topic = "RenewTopic"
+    sent = produce(rocketmq5_python, env, [{"body_hex": b"slow".hex(), "props": {"hold_s": "75"}}],
+                   topic=topic)  # fmt: skip
+    spec = {"expect": 1, "within_s": 150, "linger_s": 3}
+    out = consume(rocketmq5_python, env, topic, "RenewPush", "push", spec)
+    calls = [e for e in events(out, "consume") if e["message_id"] == sent[0]["message_id"]]
+    assert [(c["call"], c["ok"], c["attempt"]) for c in calls] == [(1, True, 1)], out
+    assert events(out, "holding"), out
+
+    async def settled() -> bool:
+        c = await RemotingConnection.connect("127.0.0.1", env.broker.port)
+        try:
+            r = await c.call(GetConsumeStatsHeader("RenewPush", topic).request())
+        finally:
+            await c.close()
+        rows = decode_consume_stats(r.body)[0] if r.code == 0 else []
+        return (
+            bool(rows)
+            and all(q.consumer_offset == q.broker_offset and q.inflight == 0 for q in rows)
+            and sum(q.broker_offset for q in rows) == 1
+        )
+
+    wait_for("the held message acked", lambda: asyncio.run(settled()), timeout=20, every=0.5)
+
+
 # ------------------------------------------------------------------------------ bad input
 async def _bad_input(port: int) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -269,9 +354,26 @@ async def _bad_input(port: int) -> None:
         r = await stub.QueryAssignment(assignment, metadata=md, timeout=10)
         assert r.status.code == v2.TOPIC_NOT_FOUND, r
 
-        # nothing changed: the handle still acks, once
+        # malformed protos: the method's answer, BAD_REQUEST naming the message
+        raw_send = channel.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/SendMessage",
+            response_deserializer=svc.SendMessageResponse.FromString,
+        )
+        r = await raw_send(b"\xff\xff\xff\xff", metadata=md, timeout=10)
+        assert r.status.code == v2.BAD_REQUEST, r
+        assert "cannot decode apache.rocketmq.v2.SendMessageRequest" in r.status.message
+        raw_ack = channel.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/AckMessage",
+            response_deserializer=svc.AckMessageResponse.FromString,
+        )
+        r = await raw_ack(b"\x0a\xff", metadata=md, timeout=10)
+        assert r.status.code == v2.BAD_REQUEST and "AckMessageRequest" in r.status.message
+
+        # nothing changed: the handle still acks, once; nothing more was stored
         assert (await ack("BadA", handle)).status.code == v2.OK
         assert (await ack("BadA", handle)).status.code == v2.INVALID_RECEIPT_HANDLE
+        out = await receive("BadC", 20)
+        assert [m.message.body for m in out if m.HasField("message")] == [b"only one"], out
 
 
 def test_bad_input_gets_its_code_names_the_field_and_changes_nothing(env: Env) -> None:

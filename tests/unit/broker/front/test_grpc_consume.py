@@ -134,7 +134,13 @@ class FakeBackend:
         ]
 
     async def send(
-        self, topic: str, body: bytes, props: dict[str, str], born: Host, born_timestamp_ms: int
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        born: Host,
+        born_timestamp_ms: int,
+        sys_flag: int = 0,
     ) -> Sent:
         self.sent.append(props)
         return Sent(PutStatus.PUT_OK, 0, len(self.sent) - 1)

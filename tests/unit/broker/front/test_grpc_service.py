@@ -37,6 +37,7 @@ class FakeBackend:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, dict[str, str], Host, int]] = []
+        self.sys_flags: list[int] = []
         self.status = PutStatus.PUT_OK
         self.refuse: Exception | None = None
 
@@ -49,11 +50,18 @@ class FakeBackend:
         ]
 
     async def send(
-        self, topic: str, body: bytes, props: dict[str, str], born: Host, born_timestamp_ms: int
+        self,
+        topic: str,
+        body: bytes,
+        props: dict[str, str],
+        born: Host,
+        born_timestamp_ms: int,
+        sys_flag: int = 0,
     ) -> Sent:
         if self.refuse is not None:
             raise self.refuse
         self.sent.append((topic, body, props, born, born_timestamp_ms))
+        self.sys_flags.append(sys_flag)
         return Sent(self.status, 0, len(self.sent) - 1)
 
 
