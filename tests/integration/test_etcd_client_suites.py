@@ -1,13 +1,12 @@
 """Two etcd clients' own test suites, run unchanged against metaledger: every test passes.
 
-- **python-etcd3** (``etcd3`` on PyPI): its released suite ships in the source distribution
-  (``tests/test_etcd3.py`` beside the client), which this test fetches with ``pip download``
-  (checked against its SHA-256, cached in pytest's cache) and runs with pytest against a
-  3-node cluster laid out as the suite's own runner lays out etcd
-  (:mod:`tests.etcd_client_suites`). Two settings are ours, in a conftest beside the suite:
-  Hypothesis's check against function-scoped fixtures in ``@given`` tests is off (the suite
-  pins Hypothesis 4.56.3, which had none), and its ``@given`` tests try 20 examples, not 100
-  (each example is an ``etcdctl`` run; the suite's own sleeps take over a minute already).
+- **python-etcd3** (kragniz/python-etcd3): the suite of its GitHub master (92 tests) with the
+  client it tests there (newer than the last release on PyPI, 0.12.0), vendored in
+  tests/thirdparty/python-etcd3 (its README says from where). It runs with pytest against a
+  3-node cluster laid out as the suite's own runner lays out etcd, in two runs as that runner's
+  two settings need (:mod:`tests.etcd_client_suites`). One setting is ours, in a conftest
+  beside the suite: its ``@given`` tests try 20 examples, not 100 (each example is a client
+  and two or three ``etcdctl`` runs; the suite's own sleeps take over a minute already).
 - **microsoft/etcd3** (``etcd3`` on npm, pinned in tests/js/package.json): the package ships
   no tests, so they are vendored in tests/thirdparty/microsoft-etcd3 (its README says from
   where). They are compiled with the pinned TypeScript against the package's own ``lib/``
@@ -16,20 +15,19 @@
 
 Both run at once: the python-etcd3 run starts in the background when the module's tests
 start, and its test waits for it. Each suite writes JUnit XML, read here test by test:
-every test passed; the only ones not run are those upstream skips in its source
-(``UPSTREAM_SKIPS``). A failure that etcd 3.4 shares would have to be shown here by running
-the same suite against a real etcd 3.4 before it could be excused by name; there is none.
+every test passed, named one by one (python-etcd3's against the ``def test_`` of its
+source); the only ones not run are those upstream skips in its source (``UPSTREAM_SKIPS``).
+A failure that etcd 3.4 shares would have to be shown here by running the same suite
+against a real etcd 3.4 before it could be excused by name; there is none.
 """
 
 from __future__ import annotations
 
-import hashlib
+import ast
 import json
 import os
 import shutil
 import subprocess
-import sys
-import tarfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,11 +46,10 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
 ]
 
-#: the python-etcd3 source distribution whose suite (and client) runs
-PY_VERSION = "0.12.0"
-PY_SDIST_SHA256 = "89a704cb389bf0a010a1fa050ce19342d23bf6371ebda1c21cfe8ff3ed488726"
+#: python-etcd3's client and suite, as vendored
+PY_TREE = REPO_ROOT / "tests" / "thirdparty" / "python-etcd3"
 #: how many tests each suite has, all passing
-PY_TESTS = 82
+PY_TESTS = 92
 JS_TESTS = 155
 #: tests the suite's own source skips (``it.skip``), and so are reported but never run
 UPSTREAM_SKIPS = frozenset(
@@ -63,14 +60,12 @@ UPSTREAM_SKIPS = frozenset(
 )
 JS_DIR = REPO_ROOT / "tests" / "js"
 JS_TESTS_DIR = REPO_ROOT / "tests" / "thirdparty" / "microsoft-etcd3" / "test"
+#: the suite registers and loads a profile of its own at import ("default": no deadline),
+#: which inherits this one's settings, loaded first
 PY_CONFTEST = """\
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
-settings.register_profile(
-    "metaledger-ci",
-    max_examples=20,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+settings.register_profile("metaledger-ci", max_examples=20)
 settings.load_profile("metaledger-ci")
 """
 
@@ -114,28 +109,27 @@ class Outcome:
 # ------------------------------------------------------------------ python-etcd3
 
 
-def python_etcd3_suite(cache: Path, dest: Path) -> Path:
-    """The released python-etcd3 source tree (the client and its ``tests/``) in ``dest``,
-    from its source distribution, with the pytest configuration it runs under."""
-    sdist = cache / f"etcd3-{PY_VERSION}.tar.gz"
-    if not sdist.exists() or hashlib.sha256(sdist.read_bytes()).hexdigest() != PY_SDIST_SHA256:
-        subprocess.run(
-            [
-                *(sys.executable, "-m", "pip", "download", "--quiet"),
-                *("--disable-pip-version-check", "--no-deps"),
-                *("--no-binary", ":all:", "--dest", str(cache), f"etcd3=={PY_VERSION}"),
-            ],
-            check=True,
-            timeout=300,
-        )
-    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-    assert digest == PY_SDIST_SHA256, f"{sdist}: sha256 {digest}, expected {PY_SDIST_SHA256}"
-    with tarfile.open(sdist) as tar:
-        tar.extractall(dest, filter="data")
-    root = dest / f"etcd3-{PY_VERSION}"
+def python_etcd3_suite(dest: Path) -> Path:
+    """The vendored python-etcd3 tree (the client and its ``tests/``) copied to ``dest``, with
+    the pytest configuration it runs under."""
+    root = dest / "python-etcd3"
+    shutil.copytree(PY_TREE, root, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / "conftest.py").write_text(PY_CONFTEST)
     return root
+
+
+def python_etcd3_test_ids() -> set[str]:
+    """The vendored suite's tests as JUnit names them (``tests.test_etcd3.Class::test``), read
+    from its source: every ``def test_`` of each top-level ``class Test*``."""
+    tree = ast.parse((PY_TREE / "tests" / "test_etcd3.py").read_text(encoding="utf-8"))
+    return {
+        f"tests.test_etcd3.{cls.name}::{fn.name}"
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef) and cls.name.startswith("Test")
+        for fn in cls.body
+        if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")
+    }
 
 
 @dataclass
@@ -143,9 +137,18 @@ class BackgroundRun:
     """The python-etcd3 suite running in its namespaces (:mod:`tests.etcd_client_suites`)."""
 
     proc: subprocess.Popen[bytes]
-    xml: Path
-    log: Path
+    out_dir: Path
     output: Path
+
+    def outcome(self) -> Outcome:
+        """Both runs' results (:data:`tests.etcd_client_suites.RUNS`) as one."""
+        merged = Outcome()
+        for name, _ in etcd_client_suites.RUNS:
+            one = Outcome.read(self.out_dir / f"{name}.xml")
+            assert not merged.results.keys() & one.results.keys(), f"{name}: run twice"
+            merged.results.update(one.results)
+            merged.messages.update(one.messages)
+        return merged
 
     def wait(self, timeout_s: float) -> int:
         return self.proc.wait(timeout_s)
@@ -173,19 +176,18 @@ def python_etcd3_run(
         yield None
         return
     tmp = tmp_path_factory.mktemp("python-etcd3")
-    cache = getattr(request.config, "cache", None)  # none under -p no:cacheprovider
-    root = python_etcd3_suite(Path(cache.mkdir("python-etcd3-sdist")) if cache else tmp, tmp)
-    xml, log, output = tmp / "python-etcd3.xml", tmp / "python-etcd3.log", tmp / "runner.log"
+    root = python_etcd3_suite(tmp)
+    output = tmp / "runner.log"
     with open(output, "wb") as out:
         proc = subprocess.Popen(
-            etcd_client_suites.argv(root, xml, log),
+            etcd_client_suites.argv(root, tmp),
             cwd=REPO_ROOT,
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    run = BackgroundRun(proc, xml, log, output)
+    run = BackgroundRun(proc, tmp, output)
     try:
         yield run
     finally:
@@ -283,7 +285,12 @@ def test_python_etcd3_suite(python_etcd3_run: BackgroundRun | None) -> None:
     run = python_etcd3_run
     assert run is not None
     code = run.wait(600)
-    if not run.xml.exists():
-        tails = [p.read_text(errors="replace")[-3000:] for p in (run.output, run.log) if p.exists()]
+    logs = [run.output, *(run.out_dir / f"{name}.log" for name, _ in etcd_client_suites.RUNS)]
+    if not all((run.out_dir / f"{name}.xml").exists() for name, _ in etcd_client_suites.RUNS):
+        tails = [p.read_text(errors="replace")[-3000:] for p in logs if p.exists()]
         pytest.fail(f"no results (exit {code}):\n" + "\n".join(tails))
-    Outcome.read(run.xml).check("python-etcd3", PY_TESTS)
+    outcome = run.outcome()
+    outcome.check("python-etcd3", PY_TESTS)
+    ids = python_etcd3_test_ids()
+    assert len(ids) == PY_TESTS
+    assert outcome.named("passed") == ids, sorted(ids ^ outcome.named("passed"))

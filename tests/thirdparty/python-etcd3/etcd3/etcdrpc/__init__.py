@@ -1,0 +1,2 @@
+from .rpc_pb2 import *
+from .rpc_pb2_grpc import *
