@@ -55,6 +55,11 @@ CHECKPOINT_INTERVAL_S = 0.5
 EXPIRE_INTERVAL_S = 0.2
 #: At most this many leases per ``LeaseExpire`` / ``LeaseRefresh`` entry.
 MAX_LEASES_PER_ENTRY = 1000
+#: How late a refresh known from the log may count on a node's clock: a checkpoint counts
+#: when the leader appended it (up to one checkpoint interval after the keepalive, plus
+#: forwarding) and the skew is measured up to one duty round late. Expiry waits for it
+#: (late rather than early); the remaining TTL a node reports leaves it out.
+REPORT_SLACK_MS = int((CHECKPOINT_INTERVAL_S + EXPIRE_INTERVAL_S) * 1000) + 100
 
 
 def lease_entry(op: records_pb2.LeaseOperation, lease_id: int = 0) -> Entry:
@@ -92,8 +97,16 @@ class LeaseKeeper(PeriodicDuties):
         return self.refreshed_ms(lease) + lease.ttl_s * 1000 - at
 
     def remaining_ttl_s(self, lease: Lease) -> int:
-        """Remaining TTL in whole seconds (rounded up while any time is left)."""
-        return max(0, math.ceil(self.remaining_ms(lease) / 1000))
+        """Remaining TTL in whole seconds, rounded up: at least 1 while the lease lives
+        here, else what is left for sure. A refresh this node knows only from the log counts
+        up to :data:`REPORT_SLACK_MS` late here, which the answer leaves out (a keepalive
+        received here is exact)."""
+        remaining = self.remaining_ms(lease)
+        if remaining <= 0:
+            return 0
+        if self._seen.get(lease.id, 0) < self.log_time_here(lease.last_refresh_ms):
+            remaining -= REPORT_SLACK_MS
+        return max(1, math.ceil(remaining / 1000))
 
     def keep_alive(self, lease: Lease) -> int:
         """Record a keepalive of ``lease`` now; returns its TTL, or 0 if it already expired

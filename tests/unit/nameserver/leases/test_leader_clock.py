@@ -153,3 +153,24 @@ def test_a_leader_s_own_stamps_need_no_moving() -> None:
     k.state.image = d.image
     assert k.due_for_expiry(T0 + 1000 + TTL_MS - 1) == []
     assert k.due_for_expiry(T0 + 1000 + TTL_MS) == [1]
+
+
+def test_the_remaining_ttl_reported_leaves_out_how_late_a_log_refresh_may_count() -> None:
+    """Expiry waits for a checkpoint's lateness (late, never early); the TTL a node reports
+    is what is left for sure, and at least 1 while the lease lives."""
+    d = one_lease()
+    now = [T0]
+    k = keeper_on(d.image, FakeLog("leader"), now)
+    assert k.lead() == T0
+    lease = d.image.leases.get(1)
+    assert lease is not None
+    now[0] = T0 + 1000
+    assert k.remaining_ms(lease) == 4000
+    assert k.remaining_ttl_s(lease) == 4  # 4000 - REPORT_SLACK_MS, rounded up
+    now[0] = T0 + 4900
+    assert k.remaining_ttl_s(lease) == 1  # still alive: never 0
+    now[0] = T0 + 5000
+    assert k.remaining_ttl_s(lease) == 0
+    now[0] = T0 + 1000
+    assert k.keep_alive(lease) == 5  # a keepalive received here is exact
+    assert k.remaining_ttl_s(lease) == 5
