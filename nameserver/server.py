@@ -91,7 +91,7 @@ from raftlog import (
     SegmentConfig,
     SegmentLog,
 )
-from raftlog.log import Captured
+from raftlog.log import Captured, leader_stamp
 from snapshots import FileSnapshotStore
 
 log = logging.getLogger("metaledger")
@@ -202,6 +202,7 @@ class Node:
                     peer_dead_timeout_ms=config.peer_dead_timeout_ms,
                     peer_ssl_server=tls.server_context(config.peer_tls),
                     peer_ssl_client=tls.client_context(config.peer_tls),
+                    stamp_forwarded=leader_stamp,  # time enters the log from the leader only
                 )
             )
         else:

@@ -34,10 +34,12 @@ class EntryBatch(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ...) -> None: ...
 
 class RaftItem(_message.Message):
-    __slots__ = ("requests",)
+    __slots__ = ("requests", "timestamp_ms")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     requests: _containers.RepeatedCompositeFieldContainer[EntryBatch]
-    def __init__(self, requests: _Optional[_Iterable[_Union[EntryBatch, _Mapping]]] = ...) -> None: ...
+    timestamp_ms: int
+    def __init__(self, requests: _Optional[_Iterable[_Union[EntryBatch, _Mapping]]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class KvOperation(_message.Message):
     __slots__ = ("put", "delete_range")

@@ -4,6 +4,11 @@ An :class:`Entry` is RIP-18's ``(type, key, value)`` plus where it sits in the
 metadata log (``offset``, ``term``), when the proposer made it
 (``timestamp_ms``) and who proposed it (``client_id``, ``seq``).
 
+Time enters the log from the leader only: a leader appends what a follower forwarded with
+its own clock added (:func:`stamp_item`), which then stands for every entry's
+``timestamp_ms`` (a follower's clock may run slow or fast; the leader's deadlines are
+counted against these stamps).
+
 The entries of one client request form a *request* (``records.EntryBatch``),
 applied atomically at one offset. Offsets number requests: 1, 2, 3, ... with
 no gaps. Proposers group concurrent requests into one consensus item (group
@@ -190,8 +195,23 @@ def item_count(data: bytes) -> int:
     return int(_COUNT.unpack_from(data)[0])
 
 
+#: ``RaftItem.timestamp_ms``'s tag (field 2, varint)
+_STAMP_TAG = b"\x10"
+
+
+def stamp_item(data: bytes, timestamp_ms: int) -> bytes:
+    """``data`` (an item a follower forwarded) with the leader's clock added: its
+    ``RaftItem.timestamp_ms``, appended as one more field (a protobuf message may be
+    extended by concatenation; a later value of a field wins), which :func:`decode_item`
+    gives every entry of the item as its ``timestamp_ms``."""
+    if timestamp_ms <= 0:
+        return data
+    return b"".join((data, _STAMP_TAG, varint(timestamp_ms)))
+
+
 def decode_item(data: bytes, first_offset: int, term: int) -> list[list[Entry]]:
-    """Decode a consensus item into its requests, numbered from ``first_offset``.
+    """Decode a consensus item into its requests, numbered from ``first_offset``. An item
+    the leader stamped (:func:`stamp_item`) gives all its entries the leader's time.
 
     Raises ``ValueError`` (or protobuf's ``DecodeError``) on bytes that are not an item.
     """
@@ -199,10 +219,18 @@ def decode_item(data: bytes, first_offset: int, term: int) -> list[list[Entry]]:
     item = records_pb2.RaftItem.FromString(data[_COUNT.size :])
     if len(item.requests) != count:
         raise ValueError(f"item announces {count} requests but holds {len(item.requests)}")
+    stamp: int = item.timestamp_ms
     return [
         [
             _entry(
-                m.type, m.key, m.value, first_offset + i, term, m.timestamp_ms, m.client_id, m.seq
+                m.type,
+                m.key,
+                m.value,
+                first_offset + i,
+                term,
+                stamp or m.timestamp_ms,
+                m.client_id,
+                m.seq,
             )
             for m in req.entries
         ]

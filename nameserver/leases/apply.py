@@ -1,6 +1,8 @@
 """The apply rules of ``lease`` entries: grant, revoke, refresh, expire.
 
-Time comes from the entry (``timestamp_ms``), never a clock.
+Time comes from the entry (``timestamp_ms``: the clock of the leader that appended it),
+never a clock; a checkpoint's own ``refreshed_ms`` (a proposer's clock) is read only in
+old logs.
 """
 
 from __future__ import annotations
@@ -52,10 +54,21 @@ def apply_lease(
         refreshed = []
         for cp in op.refresh.checkpoints:
             old = leases.get(cp.id)
-            at = min(cp.refreshed_ms, e.timestamp_ms)
-            # a lease already past its deadline is not revived: its expiry is on the way
-            if old is None or at <= old.last_refresh_ms or at > old.deadline_ms:
+            if old is None:
                 continue
+            if cp.refreshed_ms:
+                # as written before stamps came from the leader only: the proposer's clock,
+                # and a lease already past its deadline is not revived (old logs replay so)
+                at = min(cp.refreshed_ms, e.timestamp_ms)
+                if at <= old.last_refresh_ms or at > old.deadline_ms:
+                    continue
+            else:
+                # refreshed when the leader appended the checkpoint, by the leader's clock: a
+                # little after the keepalives it carries, never before. A lease still here
+                # was not expired: a holder was told it lives, so it lives on.
+                at = e.timestamp_ms
+                if at <= old.last_refresh_ms:
+                    continue
             new = replace(old, last_refresh_ms=at)
             leases.put(new)
             effects.append(Effect("lease", lease_key(new.id), new.to_record()))

@@ -1,29 +1,38 @@
 """Lease duties of a node: keepalive checkpoints and, on the leader, expiry.
 
-The state machine never reads a clock (apply is deterministic). Time enters the log only through
-entries proposed here, each stamped with the proposer's ``timestamp_ms``:
+The state machine never reads a clock (apply is deterministic). Time enters the log only
+through entries' ``timestamp_ms``, and only the leader's clock: a leader stamps what a
+follower forwards (:func:`raftlog.entry.stamp_item`), so a follower whose clock runs slow
+or fast moves no deadline.
 
 * **Keepalives** arrive on any node (``LeaseKeepAlive``) and are answered at once from
   this node's image. They are not written one by one: every
   :data:`CHECKPOINT_INTERVAL_S` each node proposes one ``lease`` entry with a
-  ``LeaseRefresh`` batch holding, per lease kept alive since the last batch, the time of
-  its latest keepalive. Followers' batches are forwarded to the leader like any write.
+  ``LeaseRefresh`` batch naming the leases kept alive since the last batch, with no time
+  of its own: apply counts them refreshed at the entry's timestamp, when the leader
+  appended it (up to one interval after the keepalive: later, never earlier).
+  Followers' batches are forwarded to the leader like any write.
 * **Expiry** is decided by the leader: every :data:`EXPIRE_INTERVAL_S` it proposes a
   ``LeaseExpire`` for the leases whose deadline passed by its wall clock. Apply re-checks
   each lease against the entry's ``timestamp_ms`` and the lease's ``last_refresh_ms + ttl``
   (a refresh applied in between wins), so a stale expiry never removes a live lease.
+* **Each node's view** (remaining TTL, whether a keepalive is still accepted) counts the
+  log's times on its own clock through the skew it measured
+  (:meth:`PeriodicDuties.log_time_here`), and keepalives received here on its own clock.
 
 **Leader change.** Remaining time carries over from the last checkpoint in the log: a new
-leader does not hand leases a fresh TTL. It only adds a grace of one election timeout to
-the leases whose last checkpoint predates its leadership, because keepalives the old
-leader answered but had not yet checkpointed are lost with it. Hence the bound: after a
-leader change a lease may live up to one checkpoint interval + one election timeout
-longer than its TTL, never less than its TTL after the last keepalive acknowledged to
-its holder. (Two caveats of this first increment: the bound assumes the nodes' clocks
-agree to well under the grace, and a keepalive answered by a follower counts at the
-leader only once its checkpoint is applied, up to one checkpoint interval later, so a
-holder should keep alive well before TTL - checkpoint interval, as etcd clients do at
-TTL/3.)
+leader does not hand leases a fresh TTL. Its predecessor's stamps are moved to its own
+clock by the skew it measured as a follower (late rather than early, whichever clock ran
+ahead), and never past the start of its leadership: no lease lives longer than a full TTL
+(+ grace) from then, and none shorter than the old leader would have kept it. It adds a
+grace of one election timeout to the leases whose last checkpoint predates its
+leadership, because keepalives the old leader answered but had not yet checkpointed are
+lost with it. Hence the bound: after a leader change a lease may live up to one
+checkpoint interval + one election timeout longer than its TTL, never less than its TTL
+after the last keepalive acknowledged to its holder. (A keepalive answered by a follower
+counts at the leader only once its checkpoint is applied, up to one checkpoint interval
+later, so a holder should keep alive well before TTL - checkpoint interval, as etcd
+clients do at TTL/3.)
 """
 
 from __future__ import annotations
@@ -46,6 +55,11 @@ CHECKPOINT_INTERVAL_S = 0.5
 EXPIRE_INTERVAL_S = 0.2
 #: At most this many leases per ``LeaseExpire`` / ``LeaseRefresh`` entry.
 MAX_LEASES_PER_ENTRY = 1000
+#: How late a refresh known from the log may count on a node's clock: a checkpoint counts
+#: when the leader appended it (up to one checkpoint interval after the keepalive, plus
+#: forwarding) and the skew is measured up to one duty round late. Expiry waits for it
+#: (late rather than early); the remaining TTL a node reports leaves it out.
+REPORT_SLACK_MS = int((CHECKPOINT_INTERVAL_S + EXPIRE_INTERVAL_S) * 1000) + 100
 
 
 def lease_entry(op: records_pb2.LeaseOperation, lease_id: int = 0) -> Entry:
@@ -73,17 +87,26 @@ class LeaseKeeper(PeriodicDuties):
 
     # -------------------------------------------------------------- keepalive
     def refreshed_ms(self, lease: Lease) -> int:
-        """The lease's last refresh as this node knows it: the log's checkpoint or a
-        keepalive received here since."""
-        return max(lease.last_refresh_ms, self._seen.get(lease.id, 0))
+        """The lease's last refresh as this node knows it, on its clock: the log's
+        checkpoint (a leader's stamp, moved to this clock) or a keepalive received here
+        since."""
+        return max(self.log_time_here(lease.last_refresh_ms), self._seen.get(lease.id, 0))
 
     def remaining_ms(self, lease: Lease, at_ms: int | None = None) -> int:
         at = self.clock_ms() if at_ms is None else at_ms
         return self.refreshed_ms(lease) + lease.ttl_s * 1000 - at
 
     def remaining_ttl_s(self, lease: Lease) -> int:
-        """Remaining TTL in whole seconds (rounded up while any time is left)."""
-        return max(0, math.ceil(self.remaining_ms(lease) / 1000))
+        """Remaining TTL in whole seconds, rounded up: at least 1 while the lease lives
+        here, else what is left for sure. A refresh this node knows only from the log counts
+        up to :data:`REPORT_SLACK_MS` late here, which the answer leaves out (a keepalive
+        received here is exact)."""
+        remaining = self.remaining_ms(lease)
+        if remaining <= 0:
+            return 0
+        if self._seen.get(lease.id, 0) < self.log_time_here(lease.last_refresh_ms):
+            remaining -= REPORT_SLACK_MS
+        return max(1, math.ceil(remaining / 1000))
 
     def keep_alive(self, lease: Lease) -> int:
         """Record a keepalive of ``lease`` now; returns its TTL, or 0 if it already expired
@@ -112,9 +135,8 @@ class LeaseKeeper(PeriodicDuties):
         for lease_id, _ in batch:
             del self._unsent[lease_id]
         op = records_pb2.LeaseOperation()
-        op.refresh.checkpoints.extend(
-            records_pb2.LeaseCheckpoint(id=i, refreshed_ms=t) for i, t in batch
-        )
+        # no time of this node's: apply counts the entry's, the leader's clock
+        op.refresh.checkpoints.extend(records_pb2.LeaseCheckpoint(id=i) for i, _ in batch)
         try:
             await self.log.propose([lease_entry(op)], self.timeout_s)
         except BaseException:

@@ -13,7 +13,8 @@ holds the registration that made it (``registered_offset``, ``registered_ms``) a
   batches keepalive checkpoints, but without a log entry: one small unary RPC per
   follower per interval whatever the number of brokers (100 brokers heartbeating every
   30 s through a follower cost about 7 heartbeats per call at most); a failed call keeps
-  the batch for the next one.
+  the batch for the next one. The leader counts a forwarded heartbeat at its own clock
+  when the call arrives (a little late, never early), not at the follower's ``seen_ms``.
 * **Expiry** is decided by the leader every :data:`EXPIRE_INTERVAL_S`: a broker whose
   ``max(registered_ms, last heartbeat seen, leadership start) + timeout`` passed by the
   leader's clock is proposed in one ``ExpireBrokersOp``; apply re-checks that the record
@@ -26,7 +27,8 @@ holds the registration that made it (``registered_offset``, ``registered_ms``) a
 Bound: a broker disappears from routes on every node between its timeout and its timeout
 + ``EXPIRE_INTERVAL_S`` + one commit after its last heartbeat reached the leader (a
 heartbeat received by a follower reaches the leader within ``FORWARD_INTERVAL_S``).
-Clocks of the nodes are assumed to agree to well under the timeout (as for leases).
+Only the leader's clock counts: registrations carry its stamp (it stamps what followers
+forward) and a new leader counts from its own leadership start.
 """
 
 from __future__ import annotations

@@ -102,8 +102,9 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         out = routing_pb2.HeartbeatResponse(apply_offset=self.routes.node.state.image.revision)
         for hb in request.heartbeats:
             check_name("broker_name", hb.broker_name)
-            at = hb.seen_ms if request.forwarded else 0
-            out.registered.append(keeper.heartbeat(hb.broker_name, hb.broker_id, hb.addr, at))
+            # counted on this node's clock at receipt, also when a follower forwards it: its
+            # seen_ms is the follower's clock, which may lag behind ours
+            out.registered.append(keeper.heartbeat(hb.broker_name, hb.broker_id, hb.addr))
         return out
 
     @rpc

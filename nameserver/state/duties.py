@@ -6,6 +6,14 @@ Each keeper tracks liveness in memory (keepalives, heartbeats) and, on the leade
 proposes expiries into the log. A node that just became leader has missed what the old
 leader saw, so every keeper gives everything a full timeout counted from
 :attr:`PeriodicDuties.leader_since_ms` before expiring it.
+
+**Whose clock.** The times in the log are the clock of the leader that appended each entry
+(a leader stamps what a follower forwards: :func:`raftlog.entry.stamp_item`). A node counts
+them against its own clock through :attr:`PeriodicDuties.skew_ms`: its own clock minus the
+leader's, measured as *own clock when a new stamp was first seen here minus that stamp*.
+The stamp was made before it was seen, so this over-estimates the skew by the time between
+the two (replication, apply and up to one duty round): log times moved to this node's clock
+come out a little late, never early, whichever clock runs ahead or slow.
 """
 
 from __future__ import annotations
@@ -39,10 +47,23 @@ class PeriodicDuties:
         #: the last :meth:`lead` call)
         self._leader_since_ms: int | None = None
         self._leader_term = -1
+        #: this node's clock minus the clock of the log's leader (module docstring)
+        self.skew_ms = 0
+        #: :attr:`skew_ms` as it was when this node became leader (0 or more): how far the
+        #: previous leader's stamps may lag behind this node's clock
+        self._handover_skew_ms = 0
+        self._stamp_seen = 0
         self._tasks: list[asyncio.Task[None]] = []
+
+    def observe_stamp(self, stamp_ms: int) -> None:
+        """Note the latest log time applied here; a new one measures :attr:`skew_ms`."""
+        if stamp_ms and stamp_ms != self._stamp_seen:
+            self._stamp_seen = stamp_ms
+            self.skew_ms = self.clock_ms() - stamp_ms
 
     def lead(self) -> int | None:
         """Whether this node leads now: the time it became leader in this term, else None."""
+        self.observe_stamp(self.log.last_stamp_ms)
         status = self.log.engine_status()
         if status.role != "leader":
             self._leader_since_ms = None
@@ -50,7 +71,21 @@ class PeriodicDuties:
         if self._leader_since_ms is None or status.term != self._leader_term:
             self._leader_since_ms = self.clock_ms()
             self._leader_term = status.term
+            self._handover_skew_ms = max(0, self.skew_ms)
         return self._leader_since_ms
+
+    def log_time_here(self, at_ms: int) -> int:
+        """A time from the log (a leader's stamp) on this node's clock, late rather than
+        early. On a follower: moved by :attr:`skew_ms`. On the leader, a time from before
+        its leadership came from its predecessor's clock: moved by the skew it had then,
+        and never past the start of this leadership (nothing the old leader acknowledged
+        can be later); its own stamps are its clock already."""
+        since = self._leader_since_ms
+        if since is None:
+            return at_ms + self.skew_ms
+        if at_ms < since:
+            return min(at_ms + self._handover_skew_ms, since)
+        return at_ms
 
     def run_every(self, *jobs: tuple[float, Job]) -> None:
         """Start each ``(interval_s, job)`` on the running loop until :meth:`stop_jobs`."""

@@ -19,6 +19,7 @@ from raftlog.log.contracts import (
     SnapshotSink,
     StateMachine,
 )
+from raftlog.log.group_commit import leader_stamp
 from raftlog.log.replicated import ReplicatedLog
 from raftlog.log.snapshot_duties import gc_paused
 
@@ -34,4 +35,5 @@ __all__ = [
     "SnapshotSink",
     "StateMachine",
     "gc_paused",
+    "leader_stamp",
 ]

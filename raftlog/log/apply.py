@@ -100,6 +100,9 @@ class Apply:
         )
         self._apply_offset = state_machine.last_offset
         self._enqueued_offset = self._apply_offset
+        #: the timestamp of the last request applied (0: none since start): the clock of
+        #: the leader that appended it (see :attr:`last_stamp_ms`)
+        self._last_stamp_ms = 0
         self._sessions: OrderedDict[str, OrderedDict[int, int]] = OrderedDict()
         self._apply_thread: threading.Thread | None = None
         self._apply_error: BaseException | None = None
@@ -147,6 +150,13 @@ class Apply:
     def apply_offset(self) -> int:
         """The last offset built into the published state."""
         return self._apply_offset
+
+    @property
+    def last_stamp_ms(self) -> int:
+        """The ``timestamp_ms`` of the last request applied here (0: none since start): the
+        clock of the leader that appended it, as this node last heard it. Keepers compare it
+        with their own clock (:mod:`nameserver.state.duties`)."""
+        return self._last_stamp_ms
 
     @property
     def committed_offset(self) -> int:
@@ -331,6 +341,8 @@ class Apply:
         for first, term, data in group:
             try:
                 requests = decode_item(data, first, term)
+                if requests and requests[-1]:
+                    self._last_stamp_ms = requests[-1][0].timestamp_ms
             except Exception as exc:
                 # Its count is whatever its first four bytes say (up to 2**32 - 1): the
                 # offsets it numbered are skipped as one no-op range, never one by one.

@@ -19,7 +19,7 @@ from typing import Any
 from raftlog.clock import wall_ms
 from raftlog.consensus import ProposeCallback
 from raftlog.deadlines import DeadlineSweep
-from raftlog.entry import Entry, encode_item, encode_request
+from raftlog.entry import Entry, encode_item, encode_request, stamp_item
 from raftlog.errors import NoSpaceError, ProposeError, UnknownOutcomeError
 from raftlog.health import Health
 from raftlog.log.contracts import Applied
@@ -48,6 +48,12 @@ PEAK_PERIOD_S = 0.2
 WINDOW_FLOOR_S = 0.003
 #: A proposed item that got no answer by then no longer holds up the next one.
 IN_FLIGHT_TIMEOUT_S = 5.0
+
+
+def leader_stamp(data: bytes) -> bytes:
+    """An item a follower forwarded, stamped with this (the leader's) clock: the engine's
+    ``stamp_forwarded`` (``NativeConfig``). Time then enters the log from the leader only."""
+    return stamp_item(data, wall_ms())
 
 
 class GroupCommit:

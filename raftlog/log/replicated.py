@@ -225,6 +225,12 @@ class ReplicatedLog:
         return self._apply.apply_offset
 
     @property
+    def last_stamp_ms(self) -> int:
+        """The timestamp of the last request applied here: the clock of the leader that
+        appended it (0: nothing applied since start)."""
+        return self._apply.last_stamp_ms
+
+    @property
     def segments(self) -> SegmentLog:
         return self._segments
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -49,6 +50,10 @@ class NativeConfig(EngineConfig):
     #: presents this member's); the password handshake runs on top either way
     peer_ssl_server: ssl.SSLContext | None = field(default=None, compare=False)
     peer_ssl_client: ssl.SSLContext | None = field(default=None, compare=False)
+    #: applied by a leader to the data of a normal proposal a follower forwarded, before it
+    #: appends it: the log's owner adds the leader's clock (:func:`raftlog.entry.stamp_item`),
+    #: so that no follower's clock enters the log; None: appended as sent
+    stamp_forwarded: Callable[[bytes], bytes] | None = field(default=None, compare=False)
 
     def validate(self) -> None:
         if not self.password:

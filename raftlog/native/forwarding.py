@@ -1,7 +1,8 @@
 """Proposals, leadership transfer and read indexes: taken here or forwarded to the leader.
 
 A leader appends a proposal to its own log; a follower forwards it (a PROPOSE message
-with a request id) and answers its caller when the leader's PROPOSE_RESP says where the
+with a request id; the leader may add its clock to it: ``NativeConfig.stamp_forwarded``)
+and answers its caller when the leader's PROPOSE_RESP says where the
 entry landed and that index is delivered (a PROPOSE from an address that is not a voter's
 is refused); with no leader known, it waits up to
 ``wait_leader_ms`` for one. Forwards lost with a connection that is not up yet are answered
@@ -144,7 +145,10 @@ class Forwarding:
                 # address it claims is a member's; only a member forwards its clients'
                 # proposals (and a removed one no longer may).
                 raise ProposeError(f"{m.src} is not a member of this cluster")
-            index, term = self._propose_here(m.data, m.kind, None)
+            data, stamp = m.data, self._config.stamp_forwarded
+            if stamp is not None and m.kind == KIND_NORMAL:
+                data = stamp(data)  # the leader's clock, not the follower's
+            index, term = self._propose_here(data, m.kind, None)
         except ProposeError as err:
             code = _REJECT_NOT_LEADER if isinstance(err, NotLeaderError) else _REJECT_REFUSED
             if isinstance(err, UnsafeReconfigurationError):

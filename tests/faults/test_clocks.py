@@ -21,10 +21,10 @@ the lock while the first still held it.
 
 A second test runs one member's clocks, monotonic included, at x2 or x0.5 from its start
 (its timers with them). The leader at x2 expires leases early, as any timeout counted by a
-fast clock does (etcd too): a strict xfail that documents the limit. A follower at x0.5 is
-not run: its stamps (each keepalive checkpoint it proposes carries its own clock) fall behind
-the leader's, so leases kept alive through it can expire early and its lock be granted to a
-second client (seen once in CI-like runs; docs/reliability.md, "Not covered yet").
+fast clock does (etcd too): a strict xfail that documents the limit. A follower at x0.5
+once stamped the keepalive checkpoints it proposed with its lagging clock, and leases kept
+alive through it expired early (its lock went to the second client); now the leader stamps
+what a follower forwards and a checkpoint carries no time of its own, so it is run too.
 """
 
 from __future__ import annotations
@@ -188,6 +188,7 @@ def test_a_stepped_clock_expires_nothing_early_and_locks_keep_one_holder(
                 strict=True, reason="a leader whose monotonic clock runs fast expires leases early"
             ),
         ),
+        ("follower", "x0.5"),
     ],
 )
 def test_a_member_whose_clocks_run_fast_or_slow(tmp_path: Path, role: str, rate: str) -> None:

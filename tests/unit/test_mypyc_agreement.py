@@ -266,7 +266,9 @@ def test_entries_and_consensus_items(
         assert [m.encode_batch([m.Entry(*f) for f in r]) for r in requests]
         items.append(m.encode_item(encoded))
     assert items[0] == items[1]
-    for data in (items[0], garbage, items[0][:-1]):
+    stamped = compiled.stamp_item(items[0], ts)
+    assert stamped == source.stamp_item(items[0], ts)
+    for data in (items[0], stamped, garbage, items[0][:-1]):
         agree(name, "decode_item", data, first, term)
         agree(name, "item_count", data)
         agree(name, "decode_batch", data[4:], first, term)

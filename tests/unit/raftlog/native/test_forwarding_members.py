@@ -9,9 +9,11 @@ a voter is now refused with a PROPOSE_RESP naming why; nothing is appended.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from raftlog.entry import Entry, decode_item, encode_item, encode_request, item_count, stamp_item
 from raftlog.native.forwarding import Forwarding
 from raftlog.native.messages import KIND_CONFIG, KIND_NORMAL, Message, MsgType
 
@@ -21,9 +23,9 @@ VOTERS = ("127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003")
 class _Leader(Forwarding):
     """Forwarding's PROPOSE handling with a fake core, a recorded outbox and log."""
 
-    def __init__(self) -> None:
+    def __init__(self, stamp: Callable[[bytes], bytes] | None = None) -> None:
         core: Any = SimpleNamespace(term=4, voters=VOTERS, learners=())
-        config: Any = None  # on_propose reads none of it
+        config: Any = SimpleNamespace(stamp_forwarded=stamp)  # all on_propose reads of it
         self.sent: list[tuple[str, Message]] = []
         self.appended: list[tuple[bytes, int]] = []
         super().__init__(
@@ -64,3 +66,25 @@ def test_a_proposal_from_an_address_that_is_no_member_s_is_refused() -> None:
     for _, resp in leader.sent:
         assert resp.type == MsgType.PROPOSE_RESP and resp.reject and resp.offset == 77
         assert b"127.0.0.1:1 is not a member of this cluster" in resp.data
+
+
+def test_a_forwarded_item_is_appended_with_the_leader_s_clock() -> None:
+    """Time enters the log from the leader only: every entry of a forwarded item gets the
+    leader's stamp, whatever the follower's clock said; membership changes are not items."""
+    leader = _Leader(lambda data: stamp_item(data, 1_000_000))
+    entries = [Entry("lease", value=b"a"), Entry("kv", key=b"k", value=b"v")]
+    item = encode_item([encode_request(entries, "n1", 7, 42), encode_request(entries, "n1", 8, 43)])
+    leader.on_propose(propose(VOTERS[1], item))
+    remove = b"remove " + VOTERS[2].encode()
+    leader.on_propose(propose(VOTERS[1], remove, KIND_CONFIG))
+    [(appended, kind), config] = leader.appended
+    assert config == (remove, KIND_CONFIG)
+    assert kind == KIND_NORMAL and appended.startswith(item) and item_count(appended) == 2
+    requests = decode_item(appended, 5, 4)
+    assert [[e.timestamp_ms for e in r] for r in requests] == [[1_000_000] * 2] * 2
+    assert [[(e.offset, e.client_id, e.seq) for e in r] for r in requests] == [
+        [(5, "n1", 7)] * 2,
+        [(6, "n1", 8)] * 2,
+    ]
+    # an item nobody stamped keeps its proposer's times (old logs replay as they were)
+    assert [r[0].timestamp_ms for r in decode_item(item, 5, 4)] == [42, 43]
