@@ -34,8 +34,7 @@ from nameserver.auth.records import AuthState
 from nameserver.auth.records import Permission as AuthPermission
 from nameserver.auth.records import Role as AuthRole
 from nameserver.auth.records import User as AuthUser
-from nameserver.kv.records import COMPACT_KEY, REVISION_KEY, Compaction, StoreRevision
-from nameserver.kv.revision import REVISION
+from nameserver.kv.records import COMPACT_KEY, Compaction
 from nameserver.leases.records import Lease as MlLease
 from nameserver.leases.records import lease_key
 from nameserver.state.image import MetadataImage
@@ -178,13 +177,9 @@ def _kv_record_encoder() -> Callable[[KeyValue], bytes]:
 
 
 def _other_records(etcd: etcdfmt.EtcdImage, revision: int, now_ms: int | None) -> list[Record]:
-    """The records after the keys': the compaction, leases, users, roles and auth state, and
-    the store revision (a seeded store counts revisions as etcd does from its revision on;
-    an empty one from the switch its first leader proposes: :mod:`nameserver.kv.revision`)."""
+    """The records after the keys': the compaction, leases, users, roles and auth state."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     out: list[Record] = []
-    if revision > 0:
-        out.append((REVISION, REVISION_KEY, StoreRevision(revision).to_record()))
     if etcd.finished_compact_revision:
         out.append(("mvcc", COMPACT_KEY, Compaction(etcd.finished_compact_revision).to_record()))
     for le in etcd.leases:
