@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from nameserver.client import Client
 from protos.etcdserverpb import rpc_pb2 as pb
 from protos.etcdserverpb import rpc_pb2_grpc
 from tests.harness import Cluster, wait_until
@@ -48,6 +49,16 @@ def test_three_members_count_alike_and_keep_it_across_a_restart(tmp_path: Path) 
             for i in range(3)
         }
         assert len(set(hashes.values())) == 1, hashes
+
+        # a lease's fencing token is still its grant's offset (LeaseGrant's trailing
+        # metadata): an Offsets commit fenced by it goes through
+        with Client(c.endpoints, timeout_s=10) as client:
+            lease = client.lease_grant(30)
+            assert lease.fencing_token > last  # an offset: ahead of the store revision
+            client.offsets_commit(
+                "rc-job", "p0", b"o1", lease_id=lease.id, fencing_token=lease.fencing_token
+            )
+            assert _store_revision(c, 0) == last  # neither moved the store revision
 
         c.restart(1)
         c.wait_ready(60)
