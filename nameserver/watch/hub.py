@@ -500,7 +500,7 @@ class WatchHub:
     def _send_snapshot(self, w: Watcher) -> None:
         """metaledger's extension: the range's current state, then live changes after it."""
         image = self._image()
-        revision = image.revision
+        revision = image.revision if w.type == "kv" else image.offset  # as its events count
         if w.type == "kv":
             events = [
                 kv_pb2.Event(type=kv_pb2.Event.PUT, kv=kvops.to_pb(kv))
