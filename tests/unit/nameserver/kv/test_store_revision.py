@@ -325,3 +325,20 @@ def test_a_key_value_record_keeps_its_revisions_through_the_counter() -> None:
     for kv in n.image.kv.range(b"\x00", b"\x00"):
         assert isinstance(kv, KeyValue)
         assert kv.create_revision <= kv.mod_revision <= n.image.revision
+
+
+def test_a_request_rolled_back_after_its_changes_keeps_the_revision() -> None:
+    """A put over the kv quota is refused after apply made it: the counter it took rolls
+    back with it, and nothing of it reaches the change log."""
+    n = Node()
+    n.step(Entry(COUNT_REVISIONS))
+    q = records_pb2.QuotaRecord(record_type="kv", max_keys=1)
+    n.step(Entry(type="quota", key=b"kv", value=q.SerializeToString()))
+    n.step(put(b"a", b"1"))
+    assert n.image.revision == 1
+    effects, result = n.step(put(b"b", b"1"))
+    assert isinstance(result, Exception) and effects == []
+    assert n.image.revision == 1 and n.image.kv.get(b"b") is None
+    n.step(put(b"a", b"2"))
+    assert n.image.revision == 2
+    assert n.image.kv.get(b"a").mod_revision == 2  # type: ignore[union-attr]
