@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from nameserver.auth.kind import AUTH
 from nameserver.cluster.kind import ALARM, MEMBER
-from nameserver.kv.kind import KV, MVCC
+from nameserver.kv.kind import KV, MVCC, REVISION_KIND
 from nameserver.leases.kind import LEASE
 from nameserver.offsets.kind import OFFSET
 from nameserver.quotas.kind import QUOTA
@@ -36,6 +36,7 @@ KINDS: tuple[RecordKind, ...] = (
     ALARM,
     MVCC,
     AUTH,
+    REVISION_KIND,
 )
 
 #: Reads that are not of one record type, and their consistency.

@@ -179,6 +179,13 @@ class NodeFacade:
             raft_term=self.log.term(),
         )
 
+    def revision_after(self, applied: Applied) -> int:
+        """The store revision once ``applied`` (a request that changes no key by itself, or
+        whose result says nothing) is: its offset while the store counts by offset (every
+        request moves it), else the current one (such a request keeps it)."""
+        image = self.state.image
+        return applied.offset if image.store_rev.revision < 0 else image.revision
+
     def fill_header(self, header: rpc_pb2.ResponseHeader, revision: int) -> None:
         """Stamp a response's own ``header`` in place: a fifth of the cost of building a
         :meth:`header` and copying it in (the KV handlers' hot path)."""

@@ -29,6 +29,7 @@ from nameserver.cluster.learner import learner_gate
 from nameserver.cluster.liveness import DiskAlarm
 from nameserver.cluster.records import Member, alarm_text
 from nameserver.cluster.removal import RemovedMember
+from nameserver.cluster.revision_switch import RevisionSwitch
 from nameserver.cluster.service import ClusterService
 from nameserver.config import ServerConfig
 from nameserver.errors import Rejected
@@ -267,6 +268,9 @@ class Node:
             config.corrupt_check_time_s,
             lambda address: tls.node_channel(address, config.client_tls),
         )
+        self.revision_switch = RevisionSwitch(
+            self.ctx, lambda address: tls.node_channel(address, config.client_tls)
+        )
         self.log.set_observer(MemberNames(engine, self.state, self.kv_history))
         self.leases = LeaseKeeper(
             self.log, self.state, config.election_timeout_max_ms, self.ctx.timeout_s
@@ -373,6 +377,8 @@ class Node:
         self.removal.start()
         self.compactor.start()
         self.corrupt_checker.start()
+        if self.config.etcd_revisions:
+            self.revision_switch.start()
         host, _, port = self.config.listen_remoting.rpartition(":")
         with binding("listen_remoting", self.config.listen_remoting):
             await self.remoting.start(host.strip("[]"), int(port))
@@ -436,6 +442,7 @@ class Node:
         await self.removal.stop()
         await self.compactor.stop()
         await self.corrupt_checker.stop()
+        await self.revision_switch.stop()
         await self.brokers.stop()
         await self.remoting.close()
         await self.metrics.close()

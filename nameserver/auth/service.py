@@ -27,12 +27,13 @@ if TYPE_CHECKING:
 
 
 async def propose_auth(node: NodeFacade, context: Any, **fields: Any) -> int:
-    """Propose one auth operation; its offset (the store's new revision of the log)."""
+    """Propose one auth operation; the store revision once applied (etcd's header: auth
+    keeps it, unless the store still counts by log offset)."""
     op = records_pb2.AuthOperation(**fields)
     applied = await node.propose(
         Entry(type="auth", key=b"", value=op.SerializeToString()), context.invocation_metadata()
     )
-    return int(applied.offset)
+    return node.revision_after(applied)
 
 
 class AuthService(rpc_pb2_grpc.AuthServicer):  # type: ignore[misc]

@@ -111,7 +111,12 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         kwargs["initial_cluster"] = parse_initial_cluster(args.initial_cluster)
     if args.force_new_cluster:
         kwargs["force_new_cluster"] = True
-    for flag in ("client_cert_auth", "peer_client_cert_auth", "initial_corrupt_check"):
+    for flag in (
+        "client_cert_auth",
+        "peer_client_cert_auth",
+        "initial_corrupt_check",
+        "etcd_revisions",
+    ):
         if getattr(args, flag):
             kwargs[flag] = True
     password = args.cluster_password
@@ -300,6 +305,14 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pending gRPC accepts per hot KV/lease method besides grpc.aio's own one "
         "(default 32; 0 = one accept loop, as gRPC ships it)",
+    )
+    p.add_argument(
+        "--experimental-etcd-revisions",
+        dest="etcd_revisions",
+        action="store_true",
+        help="count the kv store's revision as etcd 3.4 does (only requests that change keys "
+        "move it): the leader switches the store over once every member runs a version that "
+        "can; for good (lock tokens then are revisions, not offsets: see docs/semantics.md)",
     )
     p.add_argument(
         "--experimental-initial-corrupt-check",

@@ -109,15 +109,22 @@ def check_lease_id(lease_id: int) -> None:
         raise InvalidArgument(f"lease_id: a lease ID must be positive ({lease_id!r})")
 
 
+#: LeaseGrant's trailing metadata naming the lease's fencing token
+FENCING_TOKEN_METADATA = "x-ml-fencing-token"
+
+
 def lease_grant(client: Transport, ttl_s: int, lease_id: int = 0) -> Lease:
     check_ttl(ttl_s)
     if lease_id:
         check_lease_id(lease_id)
     req = rpc_pb2.LeaseGrantRequest(TTL=ttl_s, ID=lease_id)
-    resp = client._call(lambda s: _lease_stub(s).LeaseGrant, req, write=True)
+    resp, call = client._call(lambda s: _lease_stub(s).LeaseGrant.with_call, req, write=True)
     if resp.error:
         raise FailedPrecondition(resp.error)
-    return Lease(resp.ID, resp.TTL, resp.header.revision)
+    # the fencing token: the grant's offset, from the trailing metadata (a server counting
+    # revisions etcd's way says another revision in the header), else the header's revision
+    token = dict(call.trailing_metadata() or ()).get(FENCING_TOKEN_METADATA)
+    return Lease(resp.ID, resp.TTL, int(token) if token else resp.header.revision)
 
 
 def lease_revoke(client: Transport, lease_id: int) -> int:

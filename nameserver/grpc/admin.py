@@ -4,6 +4,7 @@ metaledger.v1.Admin.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import AsyncIterator
@@ -29,6 +30,11 @@ ETCD_SNAPSHOT_CHUNK_BYTES = 32 * 1024
 SNAPSHOT_FORMAT_METADATA = "x-ml-snapshot-format"
 NATIVE_SNAPSHOT_FORMAT = "metaledger"
 
+#: Status's trailing metadata: this member applies ``count_revisions`` (the leader asks
+#: before switching the store to etcd's revision count; nameserver.kv.revision's
+#: COUNTS_METADATA, written out here: the front imports no domain)
+COUNTS_METADATA = ("x-ml-revisions", "etcd")
+
 
 class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc]
     def __init__(self, node: NodeFacade) -> None:
@@ -38,6 +44,8 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
     async def Status(self, request: rpc_pb2.StatusRequest, context: Any) -> rpc_pb2.StatusResponse:
         st = self.node.log.engine_status()
         off = self.node.log.offsets()
+        with contextlib.suppress(AttributeError):  # a context without metadata (tests)
+            context.set_trailing_metadata((COUNTS_METADATA,))  # the leader's question
         return rpc_pb2.StatusResponse(
             header=self.node.header(self.node.state.image.revision),
             version=ETCD_VERSION,

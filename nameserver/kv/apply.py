@@ -17,6 +17,7 @@ from nameserver.errors import InvalidArgument, NameserverError, NotFound
 from nameserver.kv import semantics as kvops
 from nameserver.kv.mvcc import Compacted, FutureRevision
 from nameserver.kv.records import KeyValue, KvDelta, MvccDelta, new_kv
+from nameserver.kv.revision import next_revision
 from nameserver.leases.apply import LEASE_NOT_FOUND
 from nameserver.leases.records import LeaseDelta
 from nameserver.state.image import MetadataDelta
@@ -27,26 +28,40 @@ from raftlog.entry import put_effect
 
 
 # ------------------------------------------------------------------- entry rules
-def apply_kv_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]) -> Any:
+# A rule is handed the request's log offset; its changes are made at the store's next
+# revision (:func:`nameserver.kv.revision.next_revision`: the offset while the store counts
+# by offset), and its response's header says the store revision after it: that revision
+# when it changed keys, else the one before it (by offset: the offset, as every entry
+# moves the revision then).
+def apply_kv_entry(delta: MetadataDelta, e: Entry, offset: int, effects: list[Effect]) -> Any:
     """One ``kv`` entry: a Put or a DeleteRange."""
     op = records_pb2.KvOperation.FromString(e.value)
     which = op.WhichOneof("op")
+    rev = next_revision(delta, offset)
     if which == "put":
         req = op.put
         # the lease sub-delta only when the put names a lease (else it is not read)
-        return put(delta.kv, req, rev, effects, delta.leases if req.lease else None)
+        resp = put(delta.kv, req, rev, effects, delta.leases if req.lease else None)
+        resp.header.revision = rev
+        return resp
     if which == "delete_range":
-        return delete_range(delta.kv, op.delete_range, effects)
+        d = delete_range(delta.kv, op.delete_range, effects)
+        d.header.revision = rev if d.deleted or rev == offset else rev - 1
+        return d
     raise InvalidArgument("kv entry carries no operation")
 
 
 def apply_txn_entry(
-    delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]
+    delta: MetadataDelta, e: Entry, offset: int, effects: list[Effect]
 ) -> rpc_pb2.TxnResponse:
     """One ``txn`` entry."""
     req = records_pb2.TxnOperation.FromString(e.value).txn
     mvcc: MvccDelta = delta.sub("mvcc")
-    return txn(delta.kv, req, rev, effects, delta.leases, compacted=mvcc.compacted)
+    rev = next_revision(delta, offset)
+    start = len(effects)
+    resp = txn(delta.kv, req, rev, effects, delta.leases, compacted=mvcc.compacted)
+    resp.header.revision = rev if len(effects) > start or rev == offset else rev - 1
+    return resp
 
 
 # ---------------------------------------------------------------------- kv ops

@@ -42,6 +42,7 @@ from typing import Any
 
 from nameserver.kv.mvcc import Compacted, check_read
 from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
+from nameserver.kv.revision import revision_of
 from nameserver.state.image import MetadataImage
 from raftlog import Change, Effect
 from raftlog.log import ApplyObserver, Captured
@@ -120,8 +121,11 @@ class KvHistory:
         self._pins: dict[int, int] = {}
         #: bumped by every reset (a pinned read made across one is not to be trusted)
         self.generation = 0
-        #: ``(offset, compaction revision)`` from the base on (HashKV at a revision)
+        #: ``(revision, compaction revision)`` from the base on (HashKV at a revision)
         self._compactions: list[tuple[int, int]] = []
+        #: ``(offset, revision)`` of the changes recorded since the base, once the store
+        #: counts etcd's way (the retention point, an offset, as a revision)
+        self._marks: deque[tuple[int, int]] = deque()
         self.reset(image)
 
     # ------------------------------------------------------------ state
@@ -146,6 +150,7 @@ class KvHistory:
         self.generation += 1
         self.compacted = image.mvcc.compact_revision if base is None else compacted
         self._compactions = [(self.base, self.compacted)]
+        self._marks = deque()
 
     @property
     def floor(self) -> int:
@@ -167,8 +172,9 @@ class KvHistory:
             self._apply(before.image.kv.get, changes)  # type: ignore[attr-defined]
             self.image = self._current()
             retained = self._retained_from() if self._retained_from is not None else 0
-            if retained - 1 > self.pruned_to:
-                self.pruned_to = retained - 1  # the floor rises first, then the index shrinks
+            below = self._revision_below(retained)
+            if below > self.pruned_to:
+                self.pruned_to = below  # the floor rises first, then the index shrinks
             self._prune_to(max(self.compacted, self.pruned_to))
         except Exception:  # never the apply thread's problem: start over, floor raised
             log.exception("kv history: dropped (floor now %d)", last_offset)
@@ -184,15 +190,30 @@ class KvHistory:
             if self._then is not None:
                 self._then.on_installed(offset)
 
+    def _revision_below(self, retained: int) -> int:
+        """The store revision at offset ``retained - 1`` as far as this index can tell (the
+        offset while the store counts by offset; else the revision of the last change
+        recorded at or below it, 0 when none)."""
+        if retained <= 1:
+            return 0
+        if self.image.store_rev.revision < 0:
+            return retained - 1
+        marks, below = self._marks, 0
+        while marks and marks[0][0] < retained:
+            below = marks.popleft()[1]
+        return below
+
     def _apply(self, prior: Callable[[bytes], KeyValue | None], changes: list[Change]) -> None:
         self._replay(prior, [(c.offset, c.effects) for c in changes])
 
     def replay(
-        self, prior: Callable[[bytes], KeyValue | None], effects: Iterable[tuple[int, Effect]]
+        self,
+        prior: Callable[[bytes], KeyValue | None],
+        changes: Iterable[tuple[int, Sequence[Effect]]],
     ) -> None:
-        """Record ``(offset, effect)`` in order (kv changes, compactions; other types are
+        """Record ``(offset, its effects)`` in order (kv changes, compactions; other types are
         passed over); ``prior(key)`` is a key's value before the first of them."""
-        self._replay(prior, ((rev, (eff,)) for rev, eff in effects))
+        self._replay(prior, changes)
 
     def _replay(
         self,
@@ -200,10 +221,15 @@ class KvHistory:
         changes: Iterable[tuple[int, Sequence[Effect]]],
     ) -> None:
         """:meth:`replay` of ``(offset, its effects)`` pairs (an apply group's changes as
-        they come: no pair per effect made on the apply path)."""
+        they come: no pair per effect made on the apply path). A change's revision is
+        its offset, or its counter record's (:func:`nameserver.kv.revision.revision_of`)."""
         compact = 0
         record = self.record
-        for rev, effects in changes:
+        marks = self._marks
+        for offset, effects in changes:
+            rev = revision_of(offset, effects)
+            if rev != offset:
+                marks.append((offset, rev))
             for eff in effects:
                 if eff.type == "kv":
                     record(prior, rev, eff.key, None if eff.delete else eff.value)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 
 from nameserver.kv.history import KvHistory
-from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
+from nameserver.kv.records import COMPACT_KEY, REVISION_KEY, Compaction, KeyValue, StoreRevision
+from nameserver.kv.revision import REVISION
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import MetadataStateMachine
 from raftlog import Effect, SegmentLog
@@ -50,7 +51,7 @@ def rebuild(
     ``installed_floor``: the first offset after a snapshot installed from the leader (the
     segments before it do not hold every change). Never raises for a damaged or vanished
     snapshot: the floor then stays at the image."""
-    last = image.revision
+    last = image.offset
     first = segments.first_offset
     if last <= 0 or first <= 0:
         return
@@ -66,15 +67,18 @@ def rebuild(
     if not candidates and not from_zero:
         return
     base = 0 if from_zero else min(i.last_offset for i in candidates)
-    effects: list[tuple[int, Effect]] = []
+    # (offset, its kv, mvcc and revision effects): the revision record comes first
+    changes: list[tuple[int, list[Effect]]] = []
     changed: set[bytes] = set()
     try:
         for rec in segments.read_from(base + 1):
             if rec.offset > last:
                 break
             eff = Effect.decode(rec.payload)
-            if eff.type == "kv" or eff.type == "mvcc":
-                effects.append((rec.offset, eff))
+            if eff.type == "kv" or eff.type == "mvcc" or eff.type == REVISION:
+                if not changes or changes[-1][0] != rec.offset:
+                    changes.append((rec.offset, []))
+                changes[-1][1].append(eff)
                 if eff.type == "kv":
                     changed.add(eff.key)
     except (ValueError, OSError) as exc:
@@ -82,6 +86,7 @@ def rebuild(
         return
     prior: dict[bytes, KeyValue] = {}
     compacted = 0
+    base_revision = base  # the store revision there: its offset unless it counts
     if base:
         info = next(i for i in candidates if i.last_offset == base)
         try:
@@ -91,11 +96,13 @@ def rebuild(
                         prior[k] = KeyValue.from_record(v)
                     elif t == "mvcc" and k == COMPACT_KEY:
                         compacted = Compaction.from_record(v).revision
+                    elif t == REVISION and k == REVISION_KEY:
+                        base_revision = StoreRevision.from_record(v).revision
         except (SnapshotError, OSError) as exc:
             log.warning("kv history: cannot read snapshot %s (%s)", info.path, exc)
             return
-    history.reset(image, base, compacted)
-    history.replay(prior.get, effects)
+    history.reset(image, base_revision, compacted)
+    history.replay(prior.get, changes)
     log.info(
         "kv history: %d versions of %d keys from offset %d (floor %d)",
         history.versions(),

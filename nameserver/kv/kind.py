@@ -1,5 +1,6 @@
 """The ``kv`` record kinds, registered in :mod:`nameserver.kinds`: ``kv`` (etcd key-value
-pairs) and ``mvcc`` (the kv store's compaction revision)."""
+pairs), ``mvcc`` (the kv store's compaction revision) and ``revision`` (its revision
+counter)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,23 @@ from nameserver.kv.apply import apply_kv_entry, apply_txn_entry
 from nameserver.kv.mvcc import apply_compact_entry
 from nameserver.kv.records import (
     COMPACT_KEY,
+    REVISION_KEY,
     Compaction,
     KeyValue,
     KvDelta,
     KvImage,
     MvccDelta,
     MvccImage,
+    RevisionDelta,
+    RevisionImage,
+    StoreRevision,
+)
+from nameserver.kv.revision import (
+    COUNT_REVISIONS,
+    REVISION,
+    after_request,
+    apply_count_entry,
+    image_revision,
 )
 from nameserver.state.consistency import AS_REQUESTED
 from nameserver.state.registry import RecordKind
@@ -51,3 +63,19 @@ MVCC = RecordKind(
     rules={"compact": apply_compact_entry},
 )
 """The kv store's compaction revision (etcd's Compact): :mod:`nameserver.kv.mvcc`."""
+
+
+REVISION_KIND = RecordKind(
+    name=REVISION,
+    field="store_rev",
+    empty=RevisionImage(),
+    delta=RevisionDelta,
+    decode=StoreRevision.from_record,
+    consistency=AS_REQUESTED,  # read with the kv store it belongs to
+    items=lambda image: [(REVISION_KEY, image.counter)] if image.counter else [],
+    lookup=lambda image, key: image.get(key),
+    rules={COUNT_REVISIONS: apply_count_entry},
+    revision=image_revision,
+    after_request=after_request,
+)
+"""The kv store's revision counter (etcd's count): :mod:`nameserver.kv.revision`."""

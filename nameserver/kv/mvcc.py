@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from nameserver.errors import OutOfRange
 from nameserver.kv.records import COMPACT_KEY, Compaction, MvccDelta
+from nameserver.kv.revision import current_revision
 from protos import records_pb2
 from raftlog import Effect, Entry
 
@@ -68,12 +69,13 @@ def check_read(revision: int, floor: int, current: int) -> None:
         raise Compacted(floor)
 
 
-def apply_compact_entry(delta: MetadataDelta, e: Entry, rev: int, effects: list[Effect]) -> int:
+def apply_compact_entry(delta: MetadataDelta, e: Entry, offset: int, effects: list[Effect]) -> int:
     """One ``compact`` entry: the compaction revision rises to the entry's revision, or the
-    entry is rejected as etcd rejects it (at or below the current one, above ``rev``)."""
+    entry is rejected as etcd rejects it (at or below the current one, above the store
+    revision before it)."""
     req = records_pb2.MvccCompaction.FromString(e.value)
     mvcc: MvccDelta = delta.sub("mvcc")
-    check_compact(req.revision, mvcc.compacted, rev - 1)
+    check_compact(req.revision, mvcc.compacted, current_revision(delta, offset))
     record = Compaction(req.revision)
     mvcc.put(record)
     effects.append(Effect("mvcc", COMPACT_KEY, record.to_record()))

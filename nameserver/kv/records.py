@@ -17,6 +17,7 @@ from types import MappingProxyType
 from nameserver.state.mapdelta import _MISSING, MapDelta
 from nameserver.state.sortedmap import PersistentSortedMap, is_strictly_increasing
 from protos import records_pb2
+from raftlog.entry import varint
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,3 +317,94 @@ class MvccDelta(MapDelta[bytes, Compaction]):
         if not self.changes:
             return self.base
         return MvccImage(self.get(COMPACT_KEY))
+
+
+# ------------------------------------------------------------------ store revision
+#: the one key of the ``revision`` record type
+REVISION_KEY = b"store"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRevision:
+    """The kv store's revision counter (etcd's ``currentRev``): moved by a request that
+    changes keys only. An image without one counts as before it existed: its store
+    revision is its last log offset."""
+
+    revision: int
+
+    def to_record(self) -> bytes:
+        """An ``MvccCompaction`` message with the revision (field 1), as protobuf writes it
+        (written out: one per request that changes keys)."""
+        return b"\x08" + varint(self.revision) if self.revision else b""
+
+    @staticmethod
+    def from_record(data: bytes) -> StoreRevision:
+        return StoreRevision(record_revision(data))
+
+
+def record_revision(data: bytes) -> int:
+    """The revision of an encoded :class:`StoreRevision` (read out for the one-field form
+    :meth:`StoreRevision.to_record` writes, else by protobuf)."""
+    if not data:
+        return 0
+    if data[0] == 0x08:
+        n, shift = 0, 0
+        for i in range(1, len(data)):
+            byte = data[i]
+            n |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                if i == len(data) - 1:
+                    return n
+                break
+            shift += 7
+    return int(records_pb2.MvccCompaction.FromString(data).revision)
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionImage:
+    counter: StoreRevision | None = None
+
+    @property
+    def revision(self) -> int:
+        """The store revision, -1 while the image counts by log offset (no counter)."""
+        return self.counter.revision if self.counter is not None else -1
+
+    def get(self, key: bytes) -> StoreRevision | None:
+        return self.counter if key == REVISION_KEY else None
+
+
+#: StoreRevision's one slot descriptor's setter (see RevisionDelta.count)
+_SET_STORE_REVISION = getattr(StoreRevision, fields(StoreRevision)[0].name).__set__
+
+
+class RevisionDelta(MapDelta[bytes, StoreRevision]):
+    def __init__(self, base: RevisionImage) -> None:
+        super().__init__(base.get)
+        self.base = base
+
+    def put(self, record: StoreRevision) -> None:
+        self._change(REVISION_KEY, record)
+
+    def count(self, revision: int) -> StoreRevision:
+        """:meth:`put` of the revision a request took (once per request that changes keys:
+        written out, as :meth:`KvDelta.put_over`; no keys or bytes to account)."""
+        record: StoreRevision = object.__new__(StoreRevision)
+        _SET_STORE_REVISION(record, revision)
+        undo = self._journal.entries
+        if undo is not None:
+            undo.append((self, REVISION_KEY, self.changes.get(REVISION_KEY, _MISSING)))
+        self.changes[REVISION_KEY] = record
+        return record
+
+    @property
+    def revision(self) -> int:
+        """The store revision as the delta would publish it (-1: counting by offset)."""
+        record = self.changes.get(REVISION_KEY, _MISSING)
+        if record is _MISSING:
+            record = self.base.counter
+        return record.revision if isinstance(record, StoreRevision) else -1
+
+    def build(self) -> RevisionImage:
+        if not self.changes:
+            return self.base
+        return RevisionImage(self.get(REVISION_KEY))

@@ -78,7 +78,8 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         )
         result = applied.result
         resp = result if isinstance(result, rpc_pb2.PutResponse) else rpc_pb2.PutResponse()
-        self.node.fill_header(resp.header, applied.offset)
+        # apply stamped the store revision after the put (a duplicate: the current one)
+        self.node.fill_header(resp.header, resp.header.revision or self.node.state.image.revision)
         return resp
 
     @rpc
@@ -113,7 +114,7 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
             if isinstance(result, rpc_pb2.DeleteRangeResponse)
             else rpc_pb2.DeleteRangeResponse()
         )
-        self.node.fill_header(resp.header, applied.offset)
+        self.node.fill_header(resp.header, resp.header.revision or self.node.state.image.revision)
         return resp
 
     @rpc
@@ -213,16 +214,17 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         resp = applied.result
         if not isinstance(resp, rpc_pb2.TxnResponse):
             raise NameserverError(f"metaledger: txn applied with no response ({resp!r})")
+        revision = resp.header.revision  # the store revision after it (apply's stamp)
         if pinned and history is not None:
-            await history.ready(applied.offset, self.node.timeout_s)
+            await history.ready(revision, self.node.timeout_s)
             fill_past_ranges(request, resp, history.view)
             if history.generation != generation:  # a snapshot install reset the history
                 raise Unavailable(
-                    f"metaledger: the txn was applied at revision {applied.offset}, but this "
+                    f"metaledger: the txn was applied at revision {revision}, but this "
                     "node's history was reset meanwhile: its ranges at a revision could not "
                     "be read (read them in a txn of their own)"
                 )
-        self.node.fill_header(resp.header, applied.offset)
+        self.node.fill_header(resp.header, revision)
         return resp
 
     @rpc
@@ -240,7 +242,10 @@ class KVService(rpc_pb2_grpc.KVServicer):  # type: ignore[misc]
         applied = await self.node.propose(
             Entry("compact", value=body), context.invocation_metadata()
         )
-        return rpc_pb2.CompactionResponse(header=self.node.header(applied.offset))
+        # a compaction keeps the store revision (counting etcd's way)
+        return rpc_pb2.CompactionResponse(
+            header=self.node.header(self.node.revision_after(applied))
+        )
 
     def _check_value(self, value: bytes) -> None:
         self.node.check_value(value)

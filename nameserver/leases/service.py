@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,10 @@ from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
 if TYPE_CHECKING:
     from nameserver.node import NodeFacade
+
+#: LeaseGrant's trailing metadata: the lease's fencing token, the grant's offset (the
+#: header's revision is the store revision, the same once the store counts etcd's way)
+FENCING_TOKEN_METADATA = "x-ml-fencing-token"
 
 
 def new_lease_id() -> int:
@@ -41,9 +46,9 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
     async def LeaseGrant(
         self, request: rpc_pb2.LeaseGrantRequest, context: Any
     ) -> rpc_pb2.LeaseGrantResponse:
-        """Grant a lease. The response header's ``revision`` is the grant's offset: the
-        lease's fencing token (it never changes while the lease lives, and a later grant
-        always has a higher one)."""
+        """Grant a lease. Its fencing token is the grant's offset (it never changes while the
+        lease lives, and a later grant always has a higher one): in the trailing metadata,
+        and the response header's ``revision`` while the store counts by offset."""
         if request.TTL <= 0:
             raise InvalidArgument(f"etcdserver: TTL must be positive (TTL: {request.TTL})")
         if request.TTL > MAX_LEASE_TTL_S:
@@ -59,8 +64,12 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
         op = records_pb2.LeaseOperation()
         op.grant.id, op.grant.ttl_s = lease_id, request.TTL
         applied = await self.node.propose(lease_entry(op, lease_id), context.invocation_metadata())
+        # the fencing token (the grant's offset) also in the trailing metadata: the header
+        # says the store revision, which a grant keeps once the store counts etcd's way
+        with contextlib.suppress(AttributeError):  # a context without metadata (tests)
+            context.set_trailing_metadata(((FENCING_TOKEN_METADATA, str(applied.offset)),))
         return rpc_pb2.LeaseGrantResponse(
-            header=self.node.header(applied.offset), ID=lease_id, TTL=request.TTL
+            header=self.node.header(self.node.revision_after(applied)), ID=lease_id, TTL=request.TTL
         )
 
     @rpc
@@ -73,7 +82,10 @@ class LeaseService(rpc_pb2_grpc.LeaseServicer):  # type: ignore[misc]
         applied = await self.node.propose(
             lease_entry(op, request.ID), context.invocation_metadata()
         )
-        return rpc_pb2.LeaseRevokeResponse(header=self.node.header(applied.offset))
+        # the store revision after it (counting etcd's way: moved if it deleted keys)
+        return rpc_pb2.LeaseRevokeResponse(
+            header=self.node.header(self.node.revision_after(applied))
+        )
 
     async def LeaseKeepAlive(
         self,

@@ -115,7 +115,7 @@ class Coordinator:
         )
         resp = rpc_pb2.TxnResponse()
         resp.CopyFrom(applied.result)
-        return resp, applied.offset
+        return resp, resp.header.revision  # the store revision after it (apply's stamp)
 
     async def create_if_absent(
         self, key: bytes, value: bytes, lease: int

@@ -71,7 +71,11 @@ class LockService(v3lock_pb2_grpc.LockServicer):  # type: ignore[misc]
             Entry(type="kv", key=request.key, value=op.SerializeToString()),
             context.invocation_metadata(),
         )
-        return v3lock_pb2.UnlockResponse(header=self.node.header(applied.offset))
+        result = applied.result
+        revision = getattr(getattr(result, "header", None), "revision", 0)
+        return v3lock_pb2.UnlockResponse(
+            header=self.node.header(revision or self.node.state.image.revision)
+        )
 
 
 def _leader_key(request: Any) -> v3election_pb2.LeaderKey:

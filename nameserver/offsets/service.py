@@ -121,7 +121,7 @@ class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
                 + offsets.where(request.job, request.partition),
             )
         return offsets_pb2.FetchResponse(
-            offset=to_pb(found), revision=image.revision, consistency=mode
+            offset=to_pb(found), revision=image.offset, consistency=mode
         )
 
     @rpc
@@ -130,7 +130,7 @@ class OffsetsService(offsets_pb2_grpc.OffsetsServicer):  # type: ignore[misc]
     ) -> offsets_pb2.ListResponse:
         offsets.check_job(request.job, prefix=request.prefix)
         image, mode = await consistency.read_image(self.node, "offset", request.serializable)
-        resp = offsets_pb2.ListResponse(revision=image.revision, consistency=mode)
+        resp = offsets_pb2.ListResponse(revision=image.offset, consistency=mode)
         budget = self.node.response_budget("offsets list")
         add = resp.offsets.append
         for c in image.offsets.of_job(request.job, request.prefix):

@@ -61,6 +61,6 @@ class QuotasService(quotas_pb2_grpc.QuotasServicer):  # type: ignore[misc]
         self, request: quotas_pb2.ListQuotasRequest, context: Any
     ) -> quotas_pb2.ListQuotasResponse:
         image, _ = await consistency.read_image(self.node, "quota")
-        resp = quotas_pb2.ListQuotasResponse(revision=image.revision)
+        resp = quotas_pb2.ListQuotasResponse(revision=image.offset)
         resp.quotas.extend(quota_usage(image))
         return resp

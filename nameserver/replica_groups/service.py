@@ -145,7 +145,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
                 "CONTROLLER_BROKER_NEED_TO_BE_REGISTERED",
                 f"replica group {broker_name!r} is not registered",
             )
-        return group, image.revision
+        return group, image.offset
 
     # ------------------------------------------------------------ handlers
     @rpc
@@ -184,7 +184,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
             return forwarded  # type: ignore[no-any-return]
         name, broker_id = request.broker_name, request.broker_id
         group = self.node.state.image.replica_groups.get(name)
-        revision = self.node.state.image.revision
+        revision = self.node.state.image.offset
         if group is None or group.replica(broker_id) is None:  # registered just now elsewhere?
             group, revision = await self._group(name)
             if group.replica(broker_id) is None:
@@ -272,7 +272,7 @@ class ReplicaGroupsService(pb_grpc.ReplicaGroupsServicer):  # type: ignore[misc]
     ) -> pb.ListGroupsResponse:
         image, mode = await consistency.read_image(self.node, "replica_group")
         groups = sorted(image.replica_groups.groups.items())
-        resp = pb.ListGroupsResponse(revision=image.revision, consistency=mode)
+        resp = pb.ListGroupsResponse(revision=image.offset, consistency=mode)
         budget = self.node.response_budget("replica group list")
         for _, g in groups:
             if not request.cluster_name or g.cluster_name == request.cluster_name:

@@ -67,7 +67,7 @@ class RoutingNode:
     async def read(self, what: str) -> MetadataImage:
         image, _ = await consistency.read_image(self.node, "broker", serializable=True)
         self.route_reads += 1
-        log.debug("route read %s at apply offset %d", what, image.revision)
+        log.debug("route read %s at apply offset %d", what, image.offset)
         return image
 
     async def propose(
@@ -98,7 +98,7 @@ class RoutingNode:
         unchanged = _unchanged_registration(image, op)
         if unchanged is not None:
             self.keeper.heartbeat(op.broker_name, op.broker_id, op.addr)
-            return image.revision, unchanged
+            return image.offset, unchanged
         applied = await self.propose(records_pb2.RoutingOperation(register_broker=op), metadata)
         result = applied.result
         if not isinstance(result, routing.Registered):  # a de-duplicated retry

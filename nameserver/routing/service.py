@@ -99,7 +99,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         self, request: routing_pb2.HeartbeatRequest, context: Any
     ) -> routing_pb2.HeartbeatResponse:
         keeper = self.routes.keeper
-        out = routing_pb2.HeartbeatResponse(apply_offset=self.routes.node.state.image.revision)
+        out = routing_pb2.HeartbeatResponse(apply_offset=self.routes.node.state.image.offset)
         for hb in request.heartbeats:
             check_name("broker_name", hb.broker_name)
             # counted on this node's clock at receipt, also when a follower forwards it: its
@@ -116,7 +116,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         route = queries.pick_route(image, request.topic)
         if route is None:
             raise no_route(request.topic)
-        resp = routing_pb2.GetRouteResponse(topic=request.topic, apply_offset=image.revision)
+        resp = routing_pb2.GetRouteResponse(topic=request.topic, apply_offset=image.offset)
         resp.queues.extend(queue_pb(q) for q in route.queues)
         for g in route.groups:
             group = resp.brokers.add(
@@ -135,7 +135,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         self, request: routing_pb2.GetClusterInfoRequest, context: Any
     ) -> routing_pb2.GetClusterInfoResponse:
         image = await self.routes.read("cluster info")
-        resp = routing_pb2.GetClusterInfoResponse(apply_offset=image.revision)
+        resp = routing_pb2.GetClusterInfoResponse(apply_offset=image.offset)
         for name, names in queries.clusters(image).items():
             resp.clusters.add(name=name, broker_names=names)
         resp.brokers.extend(broker_pb(b) for b in image.brokers.values())
@@ -148,7 +148,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         if request.system and request.cluster:
             raise InvalidArgument("metaledger: give cluster or system, not both")
         image = await self.routes.read("topic list")
-        resp = routing_pb2.ListTopicsResponse(apply_offset=image.revision)
+        resp = routing_pb2.ListTopicsResponse(apply_offset=image.offset)
         if request.system:
             topics, resp.broker_addr = queries.system_topics(image)
         else:
@@ -215,7 +215,7 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         item = image.kvconfig.get(kvconfig_key(request.namespace, request.key))
         if item is None:
             raise kv_not_found(request.namespace, request.key)
-        return routing_pb2.GetKvConfigResponse(value=item.value, apply_offset=image.revision)
+        return routing_pb2.GetKvConfigResponse(value=item.value, apply_offset=image.offset)
 
     @rpc
     async def DeleteKvConfig(
@@ -239,4 +239,4 @@ class RoutingService(routing_pb2_grpc.RoutingServicer):  # type: ignore[misc]
         items = queries.kv_list(image, request.namespace)
         if not items:
             raise namespace_not_found(request.namespace)
-        return routing_pb2.ListKvConfigResponse(items=items, apply_offset=image.revision)
+        return routing_pb2.ListKvConfigResponse(items=items, apply_offset=image.offset)

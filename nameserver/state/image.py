@@ -20,6 +20,8 @@ type (the ``type`` of change-log effects), with their modules:
 * ``broker``, ``topic``, ``kvconfig`` -- RocketMQ route data (brokers, queue data per topic
   and broker name, KV config items); keys and values in :mod:`nameserver.routing.records`.
   Clusters are derived from the broker records, not stored.
+* ``mvcc``, ``revision`` -- the kv store's compaction revision and its revision counter
+  (:mod:`nameserver.kv.records`, :mod:`nameserver.kv.revision`)
 * ``alarm`` -- members' raised alarms (etcd's NOSPACE, CORRUPT), key = member id (8 bytes
   big-endian) and alarm type (1 byte) (:mod:`nameserver.cluster.records`)
 
@@ -40,7 +42,14 @@ from nameserver.state.registry import Registry
 if TYPE_CHECKING:
     from nameserver.auth.records import AuthDelta, AuthImage
     from nameserver.cluster.records import AlarmsDelta, AlarmsImage, MembersDelta, MembersImage
-    from nameserver.kv.records import KvDelta, KvImage, MvccDelta, MvccImage
+    from nameserver.kv.records import (
+        KvDelta,
+        KvImage,
+        MvccDelta,
+        MvccImage,
+        RevisionDelta,
+        RevisionImage,
+    )
     from nameserver.leases.records import LeaseDelta, LeasesImage
     from nameserver.offsets.records import OffsetDelta, OffsetsImage
     from nameserver.quotas.records import QuotaDelta, QuotasImage
@@ -83,6 +92,7 @@ class MetadataImage:
     alarms: AlarmsImage
     mvcc: MvccImage
     auth: AuthImage
+    store_rev: RevisionImage
 
     def __init__(
         self, registry: Registry, provenance: Provenance = _NO_PROVENANCE, **subs: Any
@@ -113,6 +123,19 @@ class MetadataImage:
 
     @property
     def revision(self) -> int:
+        """The store revision (etcd's): the registry's counter when the image has one, else
+        the last offset (:mod:`nameserver.kv.revision`)."""
+        counter = self.registry.revision
+        if counter is not None:
+            revision = counter[1](self.__dict__[counter[0]])
+            if revision >= 0:
+                return revision
+        return self.provenance.last_offset
+
+    @property
+    def offset(self) -> int:
+        """The last log offset built into the image (what the image's own records and
+        route reads are stamped with; the store revision may stay behind it)."""
         return self.provenance.last_offset
 
     def sub(self, field: str) -> Any:
@@ -160,6 +183,7 @@ class MetadataDelta(Journaled):
     alarms: AlarmsDelta
     mvcc: MvccDelta
     auth: AuthDelta
+    store_rev: RevisionDelta
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image

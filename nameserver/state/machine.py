@@ -31,6 +31,7 @@ class MetadataStateMachine:
         self._image = image
         self._rules = registry.rules  # entry type -> apply rule: one dict lookup per entry
         self._guard = registry.guard  # the quota check around each request, if any
+        self._after = registry.after_request  # the store revision's count, if any
         self._delta: MetadataDelta | None = None
         self._applied = (0, 0)  # (offset, term) of the last request applied into the delta
 
@@ -69,6 +70,8 @@ class MetadataStateMachine:
                 if rule is None:
                     raise InvalidArgument(f"unknown entry type {e.type!r}")
                 results.append(rule(delta, e, offset, effects))
+            if effects and self._after is not None:
+                self._after(delta, offset, effects)
             if before is not None and guard is not None:
                 guard.after(delta, before)
         except DecodeError as exc:

@@ -96,6 +96,12 @@ class RecordKind:
     rules: Mapping[str, ApplyRule] = dataclasses.field(default_factory=dict)
     #: a check around every request (the quota kind's limits), if the kind has one
     guard: RequestGuard | None = None
+    #: the kind that holds the store revision: its sub-image -> that revision (-1: none
+    #: yet, the image's last offset is); one kind at most
+    revision: Callable[[Any], int] | None = None
+    #: after every request whose rules made effects: (delta, offset, the request's effects),
+    #: may change the delta and the effects (the store revision's count); one kind at most
+    after_request: Callable[[MetadataDelta, int, list[Effect]], None] | None = None
 
 
 def _noop(delta: MetadataDelta, entry: Entry, rev: int, effects: list[Effect]) -> None:
@@ -163,6 +169,16 @@ class Registry:
         #: the check around every request, if any kind has one
         self.guard: RequestGuard | None = (
             None if not guards else guards[0] if len(guards) == 1 else _Guards(guards)
+        )
+        counters = [(k.field, k.revision) for k in self.kinds if k.revision is not None]
+        hooks = [k.after_request for k in self.kinds if k.after_request is not None]
+        if len(counters) > 1 or len(hooks) > 1:
+            raise ValueError("two kinds hold the store revision")
+        #: (field, sub-image -> revision) of the kind holding the store revision, if any
+        self.revision: tuple[str, Callable[[Any], int]] | None = counters[0] if counters else None
+        #: what runs after each request that made effects, if any kind has it
+        self.after_request: Callable[[MetadataDelta, int, list[Effect]], None] | None = (
+            hooks[0] if hooks else None
         )
         #: field -> empty sub-image: the attributes of an empty composite image
         self.empty_subs: dict[str, Any] = {k.field: k.empty for k in self.kinds}

@@ -34,6 +34,7 @@ Data flow::
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
@@ -42,6 +43,7 @@ from typing import Protocol, cast
 
 from nameserver.kv import semantics as kvops
 from nameserver.kv.records import KeyValue
+from nameserver.kv.revision import REVISION, revision_of
 from nameserver.state.image import MetadataImage
 from nameserver.state.machine import CapturedImage, image_records
 from nameserver.watch.events import (
@@ -65,6 +67,14 @@ from raftlog.entry import length_delimited, varint
 from raftlog.log import Captured
 
 log = logging.getLogger(__name__)
+
+#: how many recent (offset, revision) marks the hub keeps at least (replays from older
+#: revisions read the segments from their floor)
+MARKS_KEPT = 1 << 16
+
+
+def _mark_revision(mark: tuple[int, int]) -> int:
+    return mark[1]
 
 
 # --------------------------------------------------------------------------- watchers
@@ -182,6 +192,13 @@ class WatchHub:
         self._delivered = delivered  # last offset whose changes went to the watchers
         #: the last offset of a group the apply thread did not hand over (nobody watched)
         self._unwatched = 0
+        #: the store revisions there (kv watchers count in revisions, the rest in offsets;
+        #: the same while the store counts by offset)
+        self._delivered_rev = -1  # read from the image when first asked (see below)
+        self._unwatched_rev = 0
+        #: ``(offset, store revision)`` after recent groups that moved the revision, once
+        #: the store counts etcd's way: where a replay from a revision starts reading
+        self._marks: list[tuple[int, int]] = []
         self.header = header
         self.max_response_bytes = max_response_bytes
         self._floor_path = floor_path
@@ -206,6 +223,33 @@ class WatchHub:
     def delivered(self, offset: int) -> None:
         self._delivered = offset
 
+    @property
+    def delivered_revision(self) -> int:
+        """The store revision after the last offset delivered (what kv headers say)."""
+        if self._delivered_rev < 0:  # nothing delivered since the start: the image's
+            self._delivered_rev = self._revision_at(self._delivered)
+        return max(self._delivered_rev, self._unwatched_rev)
+
+    def _revision_at(self, last_offset: int) -> int:
+        """The store revision of the current image, which is at ``last_offset`` (the
+        offset itself while the store counts by offset)."""
+        counter = self._image().store_rev.revision
+        return last_offset if counter < 0 else int(counter)
+
+    def _mark(self, last_offset: int, revision: int) -> None:
+        marks = self._marks
+        if revision != last_offset and (not marks or marks[-1][1] != revision):
+            marks.append((last_offset, revision))
+            if len(marks) > 2 * MARKS_KEPT:
+                del marks[:MARKS_KEPT]
+
+    def _scan_from(self, start: int) -> int:
+        """An offset at or before the first change at revision ``start`` or later (a
+        revision is never above its offset; the marks narrow it down)."""
+        marks = self._marks
+        i = bisect.bisect_left(marks, start, key=_mark_revision)
+        return max(start, marks[i - 1][0] + 1) if i > 0 else start
+
     # ------------------------------------------------------------ apply thread
     def on_applied(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
         loop = self._loop
@@ -219,10 +263,14 @@ class WatchHub:
             # watcher starts after this group (which is in the segments already), or this
             # sees the watcher and hands the group over as usual.
             self._unwatched = last_offset
+            self._unwatched_rev = revision = self._revision_at(last_offset)
+            self._mark(last_offset, revision)
             if not self.watchers:
                 return
+        revision = self._revision_at(last_offset)
+        self._mark(last_offset, revision)
         with contextlib.suppress(RuntimeError):  # the loop closed: the node is stopping
-            loop.call_soon_threadsafe(self._deliver, before, last_offset, changes)
+            loop.call_soon_threadsafe(self._deliver, before, last_offset, changes, revision)
 
     def on_installed(self, offset: int) -> None:
         if self._floor_path is not None:
@@ -235,12 +283,20 @@ class WatchHub:
         loop = self._loop
         if loop is None:
             return
+        revision = self._revision_at(offset)
+        self._marks = []
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._installed, offset)
+            loop.call_soon_threadsafe(self._installed, offset, revision)
 
     # ------------------------------------------------------------ event loop
-    def _deliver(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
+    def _deliver(
+        self, before: Captured, last_offset: int, changes: list[Change], revision: int = -1
+    ) -> None:
+        """``revision``: the store revision after ``last_offset`` (-1: that offset)."""
+        if revision < 0:
+            revision = last_offset
         self.delivered = max(self.delivered, last_offset)
+        self._delivered_rev = max(self._delivered_rev, revision)
         if not self.watchers or not changes:
             return
         base = cast(CapturedImage, before).image.kv
@@ -248,6 +304,7 @@ class WatchHub:
         out: dict[Watcher, list[HubEvent]] = {}
         kv_index = self._index.get("kv")
         for change in changes:
+            rev = -1  # the change's store revision, read when a watcher wants it
             for effect in change.effects:
                 if effect.type != "kv":
                     self._match_record(change.offset, effect, out)
@@ -256,7 +313,9 @@ class WatchHub:
                 groups = list(kv_index.match(key)) if kv_index is not None else []
                 if groups:
                     prev = latest[key] if key in latest else base.get(key)
-                    event = kv_event(change.offset, effect, prev)
+                    if rev < 0:
+                        rev = revision_of(change.offset, change.effects)
+                    event = kv_event(rev, effect, prev)
                     for g in groups:
                         for w in g.watchers:
                             if w.wants(event):
@@ -266,7 +325,7 @@ class WatchHub:
             if w.backlog is not None:
                 w.backlog.extend(events)
             else:
-                self._send_events(w, events, last_offset)
+                self._send_events(w, events, revision if w.type == "kv" else last_offset)
 
     def _match_record(
         self, offset: int, effect: Effect, out: dict[Watcher, list[HubEvent]]
@@ -284,35 +343,46 @@ class WatchHub:
                 if w.wants(event):
                     out.setdefault(w, []).append(event)
 
-    def _installed(self, offset: int) -> None:
-        """A leader's snapshot skipped the changes up to ``offset``: every watcher still owed
-        one of them is compacted (or re-snapshotted), as etcd does after a restore."""
+    def _installed(self, offset: int, revision: int = -1) -> None:
+        """A leader's snapshot skipped the changes up to ``offset`` (store revision
+        ``revision``; -1: the offset): every watcher still owed one of them is compacted (or
+        re-snapshotted), as etcd does after a restore."""
+        if revision < 0:
+            revision = offset
         self.delivered = max(self.delivered, offset)
+        self._delivered_rev = max(self._delivered_rev, revision)
         for index in list(self._index.values()):
             for group in [*index.exact.values(), *index.ranges.values()]:
                 for w in list(group.watchers):
-                    if w.next_rev <= offset:
+                    upto = revision if w.type == "kv" else offset
+                    if w.next_rev <= upto:
                         if w.replay is not None:
                             w.replay.cancel()
                             w.replay = None
-                        self._compacted(w, offset + 1)
+                        self._compacted(w, upto + 1)
 
     def start(self, w: Watcher, start_revision: int) -> None:
         """Register ``w`` (its created response already sent) from ``start_revision``."""
         self.watchers += 1  # first: see on_applied
-        delivered = self.delivered
+        delivered_offset = self.delivered
+        delivered = self.delivered_revision if w.type == "kv" else delivered_offset
         w.next_rev = start_revision or delivered + 1
         self._index.setdefault(w.type, _TypeIndex()).add(w)
         if w.next_rev > delivered:
             return  # from now (or a future revision: etcd waits for it)
-        # etcd cancels a watch from below the compaction revision (compact_revision set)
-        floor = max(self.history.floor(delivered), self._image().mvcc.compact_revision)
+        # etcd cancels a watch from below the compaction revision (compact_revision set);
+        # the segments' floor is an offset: a revision floor where revisions are offsets,
+        # else found by the replay (it reads the segments)
+        image = self._image()
+        floor = image.mvcc.compact_revision
+        if w.type != "kv" or image.store_rev.revision < 0:
+            floor = max(floor, self.history.floor(delivered_offset))
         if w.next_rev < floor:
             self._compacted(w, floor)
             return
         w.backlog = []
         loop = asyncio.get_running_loop()
-        w.replay = loop.create_task(self._replay(w, w.next_rev, delivered))
+        w.replay = loop.create_task(self._replay(w, w.next_rev, delivered, delivered_offset))
 
     def remove(self, w: Watcher) -> None:
         if w.canceled:
@@ -329,11 +399,14 @@ class WatchHub:
     def progress(self, w: Watcher) -> None:
         """An empty response with the delivered revision (a live watcher has seen all of it)."""
         if w.backlog is None and not w.canceled:
-            w.sink.send(rpc_pb2.WatchResponse(header=self.header(self.delivered), watch_id=w.id))
+            header = self.header(self.delivered_revision if w.type == "kv" else self.delivered)
+            w.sink.send(rpc_pb2.WatchResponse(header=header, watch_id=w.id))
 
-    async def _replay(self, w: Watcher, start: int, upto: int) -> None:
+    async def _replay(self, w: Watcher, start: int, upto: int, upto_offset: int) -> None:
+        """Replay ``w``'s events from ``start`` up to ``upto`` (revisions for a kv watcher,
+        offsets for the rest), which the changes up to ``upto_offset`` hold."""
         try:
-            events = await asyncio.to_thread(self._read_history, w, start, upto)
+            events = await asyncio.to_thread(self._read_history, w, start, upto, upto_offset)
         except Compacted as exc:
             if not w.canceled:
                 w.replay = None
@@ -346,7 +419,7 @@ class WatchHub:
             if not w.canceled:
                 w.sink.send(
                     rpc_pb2.WatchResponse(
-                        header=self.header(self.delivered),
+                        header=self.header(self.delivered_revision),
                         watch_id=w.id,
                         canceled=True,
                         cancel_reason=f"metaledger: replay from revision {start} failed: {exc}",
@@ -361,28 +434,52 @@ class WatchHub:
         backlog, w.backlog = w.backlog or [], None
         self._send_events(w, events, upto)
         if backlog:
-            self._send_events(w, backlog, self.delivered)
+            kv = w.type == "kv"
+            self._send_events(w, backlog, self.delivered_revision if kv else self.delivered)
 
-    def _read_history(self, w: Watcher, start: int, upto: int) -> list[HubEvent]:
-        """Worker thread: the watcher's events in ``[start, upto]`` from the segments, with
-        prev_kv from the records before them (and the newest snapshot below ``start``)."""
+    def _read_history(self, w: Watcher, start: int, upto: int, upto_offset: int) -> list[HubEvent]:
+        """Worker thread: the watcher's events in ``[start, upto]`` from the segments up to
+        ``upto_offset``, with prev_kv from the records before them (and the newest snapshot
+        below where the scan starts). A kv watcher counts in store revisions: a change's is
+        its counter record's (first of its effects) or, with none, its offset."""
+        counting = w.type == "kv" and self._image().store_rev.revision >= 0
+        first = self._scan_from(start) if counting else start
+        # counting, a scan that must start below the segments' floor starts there, and the
+        # first key change it meets tells whether anything at ``start`` or later was below
+        # (the revisions before it all are, the counter moves one a change)
+        check = False
+        if counting:
+            floor = self.history.floor(upto_offset)
+            if first < floor:
+                first, check = floor, True
         state: dict[bytes, KeyValue | None] = {}
-        scan_from = start
+        scan_from = first
         if w.prev_kv:
-            x, base = self.history.base(start, w.type, w.key, w.end)
+            x, base = self.history.base(first, w.type, w.key, w.end)
             state.update(base)
-            scan_from = max(x + 1, self.history.floor(upto)) if x else self.history.floor(upto)
-            scan_from = min(scan_from, start)
+            floor = self.history.floor(upto_offset)
+            scan_from = min(max(x + 1, floor) if x else floor, first)
         out: list[HubEvent] = []
-        for offset, effect in self.history.changes(scan_from, upto):
+        rev_offset, rev = 0, 0  # the last counter record read, and its offset
+        for offset, effect in self.history.changes(scan_from, upto_offset):
+            if effect.type == REVISION:
+                rev_offset, rev = offset, revision_of(offset, (effect,))
+                continue
+            at = rev if counting and rev_offset == offset else offset
+            if check and effect.type == "kv":
+                check = False
+                if start < at:
+                    raise Compacted(at)
             if effect.type != w.type or not in_range(effect.key, w.key, w.end):
                 continue
-            if offset >= start:
-                event = event_of(offset, effect, state.get(effect.key))
+            if start <= at <= upto:
+                event = event_of(at, effect, state.get(effect.key))
                 if w.wants(event):
                     out.append(event)
             if w.prev_kv:
                 state[effect.key] = kv_after(effect)
+        if check:  # no key changed since the floor: what was owed is below it
+            raise Compacted(upto + 1)
         return out
 
     def _compacted(self, w: Watcher, floor: int) -> None:
@@ -391,7 +488,7 @@ class WatchHub:
             return
         w.sink.send(
             rpc_pb2.WatchResponse(
-                header=self.header(self.delivered),
+                header=self.header(self.delivered_revision if w.type == "kv" else self.delivered),
                 watch_id=w.id,
                 canceled=True,
                 compact_revision=floor,
@@ -403,7 +500,7 @@ class WatchHub:
     def _send_snapshot(self, w: Watcher) -> None:
         """metaledger's extension: the range's current state, then live changes after it."""
         image = self._image()
-        revision = image.revision
+        revision = image.revision if w.type == "kv" else image.offset  # as its events count
         if w.type == "kv":
             events = [
                 kv_pb2.Event(type=kv_pb2.Event.PUT, kv=kvops.to_pb(kv))

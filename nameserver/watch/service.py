@@ -102,7 +102,9 @@ class WatchStream:
                 self.hub.remove(w)
                 self.out.put_nowait(
                     rpc_pb2.WatchResponse(
-                        header=self.hub.header(self.hub.delivered), watch_id=w.id, canceled=True
+                        header=self.hub.header(self.hub.delivered_revision),
+                        watch_id=w.id,
+                        canceled=True,
                     )
                 )
         elif which == "progress_request":
@@ -119,7 +121,9 @@ class WatchStream:
             return
         self._progress_wanted = False
         self.out.put_nowait(
-            rpc_pb2.WatchResponse(header=self.hub.header(self.hub.delivered), watch_id=NO_WATCH_ID)
+            rpc_pb2.WatchResponse(
+                header=self.hub.header(self.hub.delivered_revision), watch_id=NO_WATCH_ID
+            )
         )
 
     def _create(self, req: rpc_pb2.WatchCreateRequest) -> None:
@@ -160,7 +164,7 @@ class WatchStream:
                 error = ERR_DUPLICATE_ID
             elif watch_id < 0:
                 error = f"metaledger: watch_id must be >= 0 (got {watch_id})"
-        header = hub.header(hub.delivered)
+        header = hub.header(hub.delivered_revision)
         if error:
             self.out.put_nowait(
                 rpc_pb2.WatchResponse(

@@ -136,6 +136,7 @@ def test_the_server_registry_lists_every_type_once() -> None:
         "alarm",
         "mvcc",
         "auth",
+        "revision",
     )
     assert "note" not in REGISTRY.by_name and "note" not in REGISTRY.rules
     assert "notes" not in MetadataImage.empty(REGISTRY).__dict__

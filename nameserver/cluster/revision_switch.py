@@ -1,0 +1,93 @@
+"""The leader switches the kv store to etcd's revision count
+(:mod:`nameserver.kv.revision`) once every member can apply the switch.
+
+A member of an older version rejects a ``count_revisions`` entry (an unknown entry type)
+and would go on counting by log offset while the others count etcd's way: so the leader
+asks every member of the Raft configuration, learners too, through its client port's
+``Maintenance.Status``, whose trailing metadata says whether it counts
+(:data:`~nameserver.kv.revision.COUNTS_METADATA`), and proposes the entry only when all do.
+A store that counts already is left alone; so is one whose members cannot all be asked
+(retried every :data:`CHECK_S`). A member of an older version must not join a store that
+counts (it would count otherwise from the switch on): upgrade, never downgrade, as etcd.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import grpc
+
+from nameserver.kv.revision import COUNT_REVISIONS, COUNTS_METADATA
+from nameserver.state.duties import PeriodicDuties
+from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from raftlog import Entry
+
+if TYPE_CHECKING:
+    from nameserver.node import NodeFacade
+
+log = logging.getLogger(__name__)
+
+#: how often the leader looks while the store does not count yet
+CHECK_S = 0.2
+
+Dial = Callable[[str], grpc.aio.Channel]
+
+
+def _address(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+class RevisionSwitch(PeriodicDuties):
+    def __init__(self, node: NodeFacade, dial: Dial) -> None:
+        super().__init__(node.log)
+        self.node = node
+        self.dial = dial
+
+    def start(self) -> None:
+        self.run_every((CHECK_S, self.tick))
+
+    async def stop(self) -> None:
+        await self.stop_jobs()
+
+    async def tick(self) -> None:
+        if self.node.state.image.store_rev.revision >= 0:
+            return  # counts already (for good: the entry is in the log)
+        if self.lead() is None or not await self.all_count():
+            return
+        await self.node.propose(Entry(COUNT_REVISIONS), None)
+        log.info("the kv store counts revisions as etcd does from here")
+
+    async def all_count(self) -> bool:
+        """Whether every member of the configuration says it counts etcd's way."""
+        image = self.node.state.image
+        by_peer = {_address(m.peer_url): m for m in image.members.members.values()}
+        me = self.node.config.listen_peer
+        for member in self.node.engine.members():
+            if member.address == me:
+                continue
+            rec = by_peer.get(member.address)
+            if rec is None or not rec.client_urls:
+                return False  # not announced yet: ask again later
+            if not await self._counts(rec.client_urls):
+                return False
+        return True
+
+    async def _counts(self, urls: tuple[str, ...]) -> bool:
+        for url in urls:
+            channel = self.dial(_address(url))
+            try:
+                call = rpc_pb2_grpc.MaintenanceStub(channel).Status(
+                    rpc_pb2.StatusRequest(),
+                    metadata=self.node.node_metadata,
+                    timeout=self.node.timeout_s,
+                )
+                await call
+                trailing = await call.trailing_metadata()
+                return tuple(COUNTS_METADATA) in [(k, v) for k, v in trailing or ()]
+            except grpc.aio.AioRpcError as exc:
+                log.debug("revision count: %s did not answer Status (%s)", url, exc.code())
+            finally:
+                await channel.close()
+        return False

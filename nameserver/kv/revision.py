@@ -1,0 +1,116 @@
+"""The kv store's revision as etcd 3.4 counts it: moved by a request that changes keys (a
+put, a delete that deleted something, a txn that wrote, a lease revoke that deleted its
+keys), kept by every other (lease, auth, member and route requests, compactions, failed
+requests); every change of one request shares its revision.
+
+The counter is one record (type ``revision``, :class:`~nameserver.kv.records.StoreRevision`)
+of the image, so it travels in snapshots, the change log and replay like every record. An
+image without it counts as metaledger always did: its store revision is its last log
+offset (a log written before the counter existed replays to the same image). A
+``count_revisions`` entry switches a store to the counter, at the revision it has then:
+every member applies it at the same point of the log, so no two count differently.
+
+In the change log, the counter's record (:data:`REVISION` effect) comes first among the
+effects of each request that changed keys or compacted: a reader of the change log (kv
+history, watch replay) takes the revision of a request's kv changes from it, and the
+offset where there is none (a store not counting yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from nameserver.kv.records import (
+    REVISION_KEY,
+    RevisionDelta,
+    RevisionImage,
+    StoreRevision,
+    record_revision,
+)
+from raftlog import Effect, Entry
+from raftlog.entry import put_effect, varint
+
+if TYPE_CHECKING:
+    from nameserver.state.image import MetadataDelta
+
+#: the record type (and change-log effect type) of the store revision
+REVISION = "revision"
+#: the entry type that switches a store to etcd's count
+COUNT_REVISIONS = "count_revisions"
+
+
+def counted(delta: MetadataDelta) -> int:
+    """The store's counter as ``delta`` holds it now, -1 while it counts by log offset."""
+    made: RevisionDelta | None = delta.__dict__.get("store_rev")  # delta.made, inlined
+    if made is not None:
+        return made.revision
+    sub: RevisionImage = delta.image.store_rev
+    return sub.revision
+
+
+def next_revision(delta: MetadataDelta, offset: int) -> int:
+    """The revision a change of the request at ``offset`` is made at."""
+    counter = counted(delta)
+    return offset if counter < 0 else counter + 1
+
+
+def current_revision(delta: MetadataDelta, offset: int) -> int:
+    """The store revision before the request at ``offset``."""
+    counter = counted(delta)
+    return offset - 1 if counter < 0 else counter
+
+
+def after_request(delta: MetadataDelta, offset: int, effects: list[Effect]) -> None:
+    """Once a request's rules ran (``effects`` not empty): a store that counts takes the
+    next revision if the request changed keys, and the request's effects start with the
+    counter when it changed keys or compacted."""
+    made: RevisionDelta | None = delta.__dict__.get("store_rev")  # counted(), inlined
+    counter = made.revision if made is not None else delta.image.store_rev.revision
+    if counter < 0:
+        return
+    changed = compacted = False
+    for eff in effects:
+        t = eff.type
+        if t == "kv":
+            changed = True
+            break
+        if t == "mvcc":
+            compacted = True
+    if changed:
+        counter += 1
+        delta.store_rev.count(counter)
+    elif not compacted:
+        return
+    value = b"\x08" + varint(counter) if counter else b""  # StoreRevision(counter).to_record()
+    effects.insert(0, put_effect(REVISION, REVISION_KEY, value))
+
+
+def apply_count_entry(delta: MetadataDelta, e: Entry, offset: int, effects: list[Effect]) -> None:
+    """One ``count_revisions`` entry: from here on the store counts etcd's way, from the
+    revision it has now (the last offset before this entry). Again: nothing."""
+    if counted(delta) >= 0:
+        return
+    record = StoreRevision(offset - 1)
+    delta.store_rev.put(record)
+    effects.append(Effect(REVISION, REVISION_KEY, record.to_record()))
+
+
+def revision_of(offset: int, effects: Sequence[Effect]) -> int:
+    """The revision of the changes of the request at ``offset`` (its counter record, first
+    of its effects when the store counts; else the offset)."""
+    if effects:
+        first = effects[0]
+        if first.type == REVISION:
+            return record_revision(first.value)
+    return offset
+
+
+def image_revision(sub: Any) -> int:
+    """The ``revision`` kind's sub-image -> its counter (-1: none)."""
+    return int(sub.revision)
+
+
+#: the trailing metadata of this version's ``Maintenance.Status``: the member applies
+#: ``count_revisions`` (a member without it would reject the entry and count otherwise)
+COUNTS_METADATA = ("x-ml-revisions", "etcd")
