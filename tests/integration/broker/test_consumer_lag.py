@@ -31,7 +31,6 @@ from rmq.headers import (
     UpdateConsumerOffsetHeader,
 )
 from rmq.message import StoredMessage, decode_records
-from tests.harness import free_ports
 from tests.integration.broker.conftest import metaledger, wait_for
 from tests.integration.broker.test_grpc_consumer import CONSUMER, consume, events
 from tests.integration.broker.test_grpc_producer import QUEUES, Env, grpc_env
@@ -43,12 +42,9 @@ TOPIC, FIFO_TOPIC = "LagTopic", "FifoLagTopic"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, int]]:
-    metrics = free_ports(1)[0]
     root = tmp_path_factory.mktemp("lag")
-    with grpc_env(
-        root, "--listen-metrics", f"127.0.0.1:{metrics}", topics=(TOPIC, FIFO_TOPIC)
-    ) as e:
-        yield e, metrics
+    with grpc_env(root, topics=(TOPIC, FIFO_TOPIC), metrics=True) as e:
+        yield e, e.broker.metrics_port
 
 
 async def _setup(port: int) -> None:
