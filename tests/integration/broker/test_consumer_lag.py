@@ -188,7 +188,9 @@ def test_a_live_grpc_consumer_is_in_its_groups_connection_list(
     e, _ = env
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     clean["HOME"] = str(e.root)
-    spec = {"steps": [{"op": "sleep", "s": 20}]}  # heartbeats at 1 s, then every 10 s
+    # it heartbeats at 1 s, then every 10 s; it stays until it was seen listed
+    seen = e.root / "liveg-listed"
+    spec = {"steps": [{"op": "wait_file", "path": str(seen), "within_s": 30}]}
     proc = subprocess.Popen(
         [str(rocketmq5_python), CONSUMER, f"127.0.0.1:{e.grpc_port}", TOPIC, "LIVEG", "simple"],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean,
@@ -206,6 +208,7 @@ def test_a_live_grpc_consumer_is_in_its_groups_connection_list(
             return code == 0
 
         wait_for("the gRPC consumer listed", listed, timeout=20)
+        seen.touch()
         (conn,) = found["connectionSet"]
         assert conn["language"] == "PYTHON" and conn["clientAddr"].startswith("127.0.0.1:")
         assert found["consumeType"] == "CONSUME_POP"
