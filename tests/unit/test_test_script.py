@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,12 @@ def tree(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
     _executable(tmp_path / "scripts" / "gen_protos.sh", "#!/usr/bin/env bash\nexit 0\n")
-    # the compiled build's stand-in notes a build (no argument) and leaves cleans unnoted
+    # the compiled build's stand-in notes a build when it takes effect (no argument, or
+    # --install of what --stage compiled) and leaves cleans and the staging unnoted
     _executable(
         tmp_path / "scripts" / "build_mypyc.sh",
-        '#!/usr/bin/env bash\n[ -z "${1:-}" ] && echo build >>"$FAKE_RUNS"\nexit 0\n',
+        '#!/usr/bin/env bash\ncase "${1:-}" in ""|--install) echo build >>"$FAKE_RUNS";; esac\n'
+        "exit 0\n",
     )
     (tmp_path / "tests" / "js" / "node_modules").mkdir(parents=True)
     bin_dir = tmp_path / "bin"
@@ -112,3 +115,39 @@ def test_a_failing_pure_run_stops_before_the_compiled_build_and_says_so(tree: Pa
     rc, out, ran = run(tree, 0, 0, pure_rc=3)
     assert (rc, ran) == (3, ["pure"]), out
     assert "pure-Python build): FAILED (exit 3)" in out
+
+
+def test_the_compile_runs_beside_the_static_checks_and_stops_with_a_failing_one(
+    tree: Path,
+) -> None:
+    """The staged compile starts before the static checks; when one fails, the script stops
+    at once and takes the compile (and what it started) with it."""
+    pids = tree / "stage-pids"
+    _executable(
+        tree / "scripts" / "build_mypyc.sh",
+        "#!/usr/bin/env bash\n"
+        'if [ "${1:-}" = --stage ]; then sleep 60 & echo "$$ $!" >' + f'"{pids}"; wait; fi\n'
+        "exit 0\n",
+    )
+    _executable(
+        tree / "bin" / "mypy",
+        f'#!/usr/bin/env bash\nfor _ in $(seq 100); do [ -s "{pids}" ] && exit 1; sleep 0.05; done\n'
+        "exit 1\n",
+    )
+    rc, _, ran = run(tree, 0, 0)
+    assert (rc, ran) == (1, [])
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 2, "the compile had started when mypy ran"
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a killed orphan is reaped by init a moment later
+    assert not [pid for pid in started if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped, is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
