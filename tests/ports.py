@@ -7,8 +7,8 @@ port go so). A server that cannot bind says so and exits 78 (``CANNOT_START``:
 address already in use`` (gRPC's own bind failure adds ``Address already in use`` to its
 stderr). :func:`start_on_fresh_ports` is the one place that turns that exit into another
 try on fresh ports, up to :data:`ATTEMPTS` times; the harnesses that start servers on
-picked ports (:class:`tests.harness.Cluster`, the brokers' ``BrokerProcess``, …) call it
-with how to start once and how to pick new ports.
+picked ports (:class:`tests.harness.Cluster`, the brokers' ``BrokerProcess``, the etcd and
+redis-server harnesses) call it with how to start once and how to pick new ports.
 
 Only a first start picks again: a node or replica restarted later keeps its ports (its
 peers and metaledger know it by them).
@@ -31,11 +31,15 @@ class PortTaken(RuntimeError):
     """A server exited because a port picked free for it was taken before it bound it."""
 
 
-def port_taken(returncode: int | None, output: str | bytes) -> bool:
+def port_taken(
+    returncode: int | None, output: str | bytes, codes: tuple[int, ...] = (CANNOT_START,)
+) -> bool:
     """Whether a server's exit (its code and its output) says an address it was told to
-    listen on is in use: exit 78 and "address already in use"."""
+    listen on is in use: "address already in use" and exit 78 (metaledger's), or one of
+    ``codes`` for other servers (etcd and redis-server exit 1 and say ``bind: address
+    already in use``)."""
     text = output.decode(errors="replace") if isinstance(output, bytes) else output
-    return returncode == CANNOT_START and "address already in use" in text.lower()
+    return returncode in codes and "address already in use" in text.lower()
 
 
 def start_on_fresh_ports(

@@ -1,7 +1,8 @@
 """The harnesses start a server again on fresh ports when a port they picked free was
 taken before the server bound it (tests/ports.py): here a listening socket of the test's
-own holds the port the harness picks first, and the node (tests/harness.py) and the broker
-(tests/integration/broker/conftest.py) end up serving on other ports."""
+own holds the port the harness picks first, and the node (tests/harness.py), the broker
+(tests/integration/broker/conftest.py), etcd and redis-server end up serving on other
+ports."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nameserver.client import Client
-from tests import harness
+from tests import etcd_harness, harness, redis_harness
 from tests.harness import Cluster, free_ports
 from tests.integration.broker import conftest as broker_conftest
 from tests.integration.broker.conftest import BrokerProcess, wait_for
@@ -81,3 +82,21 @@ def test_a_broker_whose_picked_grpc_port_is_taken_serves_on_fresh_ports(
                 pass  # its gRPC front listens on the fresh port
         finally:
             assert broker.stop() == 0, broker.log_tail()
+
+
+def test_etcd_and_redis_whose_picked_port_is_taken_serve_on_fresh_ports(
+    tmp_path: Path, held: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd and redis-server exit 1 with ``bind: address already in use``."""
+    monkeypatch.setattr(etcd_harness, "free_ports", first_pick_gets(held, 0))
+    with etcd_harness.EtcdServer(tmp_path / "etcd") as etcd:
+        assert etcd.address != f"127.0.0.1:{held}"
+        etcd.wait_ready()
+    monkeypatch.setattr(redis_harness, "free_ports", first_pick_gets(held, 0))
+    server = redis_harness.RedisServer(tmp_path)
+    try:
+        assert server.port != held
+        assert server.client().ping()
+        assert "address already in use" in server.log_path.read_text().lower()
+    finally:
+        server.stop()

@@ -26,6 +26,12 @@ def test_exit_78_with_address_in_use_is_a_taken_port() -> None:
     assert port_taken(CANNOT_START, BROKER.encode())
 
 
+def test_etcd_and_redis_say_it_with_exit_1() -> None:
+    etcd = "etcdmain: listen tcp 127.0.0.1:52865: bind: address already in use"
+    assert port_taken(1, etcd, codes=(1,))
+    assert not port_taken(1, etcd)  # not metaledger's code
+
+
 def test_other_exits_are_not() -> None:
     assert not port_taken(1, NODE)  # another exit code with the same words
     assert not port_taken(None, NODE)  # still running
