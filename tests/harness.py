@@ -13,9 +13,9 @@ Nodes are started with ``python -m nameserver.cli serve`` when the CLI package h
 configuration (``METALEDGER_TEST_LAUNCHER=cli|python`` forces one). Each node gets its own
 client, peer, remoting and metrics ports from :func:`free_ports`, so nothing collides with
 DESIGN.md §6 defaults or with another test run. A port picked free can still be taken
-before the node binds it: the first start of the cluster (and of a node from
-:meth:`Cluster.add_node`) waits until every node has bound its ports, and starts again on
-fresh ports, up to 3 times, when one exited because an address was in use
+before the node binds it: the first :meth:`Cluster.wait_ready` after the cluster's first
+start (and :meth:`Cluster.add_node`) waits until every node has bound its ports, and starts
+them again on fresh ports, up to 3 times, when one exited because an address was in use
 (:mod:`tests.ports`). Each cluster gets its own Raft password in
 ``<root>/cluster-password`` (:attr:`Cluster.password`), as ``cluster up`` makes one; nodes
 get the file's path (``--cluster-password-file``).
@@ -270,9 +270,14 @@ class Cluster:
         self._channels: dict[int, grpc.Channel] = {}
         #: where node i's log was when it was last started (its output since is that start's)
         self._log_marks: dict[int, int] = {}
+        #: the first start, not yet seen bound: wait_ready checks it (and starts again on
+        #: fresh ports if a picked one was taken), so clusters made one after another boot
+        #: together
+        self._first_start_unchecked = start
         if start:
             try:
-                start_on_fresh_ports(self._start_all, self._repick_all)
+                for i in range(n):
+                    self.start(i)
             except BaseException:
                 self.close(failed=True)
                 raise
@@ -293,22 +298,25 @@ class Cluster:
             for k, i in enumerate(range(first, first + count))
         ]
 
-    def _start_all(self) -> None:
-        """The first start of every node, returning once each has bound its ports (or
-        exited); PortTaken when one could not because a picked port was taken."""
-        for i in range(self.n):
-            self.start(i)
-        self.wait_bound(range(self.n))
+    def _check_first_start(self) -> None:
+        """Once each node of the first start has bound its ports (or exited); when one
+        exited because a picked port was taken, every node again on fresh ports."""
+        if not self._first_start_unchecked:
+            return
+        self._first_start_unchecked = False
+        start_on_fresh_ports(lambda: self.wait_bound(range(self.n)), self._restart_all_fresh)
 
-    def _repick_all(self) -> None:
-        """Before another first start: every node stopped, its fresh data dir gone (the
-        others may have recorded the old peer addresses), fresh ports for all."""
+    def _restart_all_fresh(self) -> None:
+        """Another first start: every node stopped, its fresh data dir gone (the others
+        may have recorded the old peer addresses), fresh ports for all, all started."""
         stop_processes(self.procs)
         for s in self.nodes:
             if s.data_dir not in self._existing_data_dirs:
                 shutil.rmtree(s.data_dir, ignore_errors=True)
         self.nodes = self._specs(0, self.n)
         self.initial_cluster = ",".join(f"{s.id}={s.peer_addr}" for s in self.nodes)
+        for i in range(self.n):
+            self.start(i)
 
     # ------------------------------------------------------------- addresses
     @property
@@ -629,7 +637,10 @@ class Cluster:
 
     def wait_ready(self, timeout: float = 30.0, nodes: list[int] | None = None) -> int:
         """Wait until every running node (or each of ``nodes``) answers Admin.Status and all
-        name the same leader, which says it is leader with a quorum. Returns its index."""
+        name the same leader, which says it is leader with a quorum. Returns its index.
+        The first call after the cluster's first start also checks that start (it starts
+        again on fresh ports when a picked port was taken)."""
+        self._check_first_start()
         members = self.running() if nodes is None else nodes
         if not members:
             raise AssertionError("no node is running")

@@ -52,14 +52,29 @@ def test_a_node_whose_picked_port_is_taken_serves_on_fresh_ports(
     78 and the cluster starts again on fresh ports."""
     monkeypatch.setattr(harness, "free_ports", first_pick_gets(held, index))
     with Cluster(tmp_path, n=1) as cluster:
+        cluster.wait_ready(30)  # the first wait_ready checks the first start
         node = cluster.nodes[0]
         ports = (node.client_port, node.peer_port, node.remoting_port, node.metrics_port)
         assert held not in ports
-        cluster.wait_ready(30)
         cluster.put(0, b"k", b"v")
         assert cluster.range_all(0)[b"k"][0] == b"v"
         log = cluster.log_text(0)
         assert f"cannot listen on 127.0.0.1:{held}" in log, log  # the first start's
+
+
+def test_a_cluster_whose_picked_peer_port_is_taken_starts_every_node_again(
+    tmp_path: Path, held: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n1's peer port taken: the others know it by that address, so all three start again
+    on fresh ports (and fresh data dirs) and form one cluster."""
+    monkeypatch.setattr(harness, "free_ports", first_pick_gets(held, 5))
+    with Cluster(tmp_path, n=3) as cluster:
+        leader = cluster.wait_ready(30)
+        assert held not in [n.peer_port for n in cluster.nodes]
+        assert cluster.nodes[1].peer_addr in cluster.initial_cluster
+        cluster.put(leader, b"k", b"v")
+        cluster.wait_converged()
+        assert all(cluster.range_all(i, serializable=True)[b"k"][0] == b"v" for i in range(3))
 
 
 def test_a_broker_whose_picked_grpc_port_is_taken_serves_on_fresh_ports(
