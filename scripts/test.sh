@@ -19,7 +19,8 @@
 #   modules once the pure-Python run is done) and every pytest layer
 #   below runs against the compiled build (METALEDGER_MYPYC_EXPECT=1:
 #   tests/unit/test_mypyc_agreement.py checks each listed module imported compiled); the .so
-#   files are removed at the end. Only unit+property run twice, so the suite does not double.
+#   files are removed at the end. Only unit+property run twice, so the suite does not double
+#   (and of them not the slow ones, which import no compiled module).
 #   --pure: no compiled build; every layer runs once on the .py files. (--mypyc, the old
 #   opt-in, is accepted and changes nothing.)
 set -euo pipefail
@@ -84,7 +85,9 @@ METALEDGER_CLUSTER_PASSWORD=validate-only docker-compose -f docker-compose.yml c
 if [ "$mypyc" -eq 1 ]; then
   echo "== pytest (unit and property, pure-Python build)"
   pure_rc=0
-  python3 -m pytest -m "not spark" tests/unit tests/property "$@" || pure_rc=$?
+  # not the slow ones: none imports a compiled module (tests/unit/test_test_script.py checks
+  # it), so the compiled build's run below runs the same code
+  python3 -m pytest -m "not spark and not slow" tests/unit tests/property "$@" || pure_rc=$?
   if [ "$pure_rc" -ne 0 ]; then
     echo "== pytest (unit and property, pure-Python build): FAILED (exit $pure_rc); the compiled build's runs are not started"
     exit "$pure_rc"

@@ -4,10 +4,12 @@ silently). Run on a copy of the script whose tools are fakes on PATH."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: $FAKE_SPARK_RC (Spark) and notes each run; anything else (pip) succeeds.
 FAKE_PYTHON = """#!/usr/bin/env bash
 case "$*" in
-  *"-m pytest -m not spark tests/unit tests/property"*) echo pure >>"$FAKE_RUNS"; exit "${FAKE_PURE_RC:-0}" ;;
+  *"-m pytest -m not spark and not slow tests/unit tests/property"*) echo pure >>"$FAKE_RUNS"; exit "${FAKE_PURE_RC:-0}" ;;
   *"-m pytest -m not spark"*) echo main >>"$FAKE_RUNS"; exit "$FAKE_MAIN_RC" ;;
   *"-m pytest -m spark"*) echo spark >>"$FAKE_RUNS"; exit "$FAKE_SPARK_RC" ;;
 esac
@@ -151,3 +153,34 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_slow_unit_and_property_tests_import_no_compiled_module() -> None:
+    """scripts/test.sh leaves them out of the pure-Python run: the compiled build's run
+    then runs the same code, so they need to run once."""
+    compiled = [
+        line.split("#", 1)[0].strip()[: -len(".py")].replace("/", ".")
+        for line in (ROOT / "scripts" / "mypyc_modules.txt").read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
+    slow = sorted(
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for layer in ("unit", "property")
+        for path in (ROOT / "tests" / layer).rglob("test_*.py")
+        if "mark.slow" in path.read_text()
+    )
+    assert slow, "no slow unit or property test: the -m filter has nothing to leave out"
+    probe = (
+        "import importlib, json, sys\n"
+        "for m in sys.argv[2:]: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(set(json.loads(sys.argv[1])) & set(sys.modules))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(compiled), *slow],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [], f"{slow} import compiled modules: {done.stdout}"
