@@ -67,7 +67,7 @@ if [ "$mypyc" -eq 1 ]; then
   # the C compile takes a minute or two of one core: beside the static checks, not after them
   bash scripts/build_mypyc.sh --clean
   build_log=$(mktemp)
-  setsid bash scripts/build_mypyc.sh --stage >"$build_log" 2>&1 &
+  setsid -w bash scripts/build_mypyc.sh --stage >"$build_log" 2>&1 &
   build_pid=$!
   trap stop_build EXIT  # a failing check stops the script, and the compile with it
 fi
