@@ -15,10 +15,13 @@
 # The Spark tests need a Java runtime, which it does not install.
 # Usage: scripts/test.sh [--pure] [extra pytest args]
 #   By default the unit and property tests run first on the plain (pure-Python) build, then
-#   scripts/build_mypyc.sh compiles scripts/mypyc_modules.txt in place and every pytest layer
+#   scripts/build_mypyc.sh compiles scripts/mypyc_modules.txt in place (it compiles into
+#   build/mypyc-stage while the static checks run, and puts the .so files beside their
+#   modules once the pure-Python run is done) and every pytest layer
 #   below runs against the compiled build (METALEDGER_MYPYC_EXPECT=1:
 #   tests/unit/test_mypyc_agreement.py checks each listed module imported compiled); the .so
-#   files are removed at the end. Only unit+property run twice, so the suite does not double.
+#   files are removed at the end. Only unit+property run twice, so the suite does not double
+#   (and of them not the slow ones, which import no compiled module).
 #   --pure: no compiled build; every layer runs once on the .py files. (--mypyc, the old
 #   opt-in, is accepted and changes nothing.)
 set -euo pipefail
@@ -59,6 +62,17 @@ if ! node -e 'for (const d in require("./tests/js/package.json").dependencies) r
   echo "== npm ci (tests/js: ali-ons and rocketmq-client-nodejs, real RocketMQ clients; etcd3 and its suite's tools)"
   npm ci --prefix tests/js --no-audit --no-fund --silent
 fi
+build_pid=""
+# the compile runs in a session of its own: stopping it stops its compilers too
+stop_build() { if [ -n "$build_pid" ]; then kill -- "-$build_pid" 2>/dev/null || true; wait "$build_pid" 2>/dev/null || true; fi; }
+if [ "$mypyc" -eq 1 ]; then
+  # the C compile takes a minute or two of one core: beside the static checks, not after them
+  bash scripts/build_mypyc.sh --clean
+  build_log=$(mktemp)
+  setsid -w bash scripts/build_mypyc.sh --stage >"$build_log" 2>&1 &
+  build_pid=$!
+  trap stop_build EXIT  # a failing check stops the script, and the compile with it
+fi
 echo "== generated protobuf code matches protos/"
 bash scripts/gen_protos.sh --check
 echo "== ruff"
@@ -72,16 +86,26 @@ echo "== docker-compose.yml"
 METALEDGER_CLUSTER_PASSWORD=validate-only docker-compose -f docker-compose.yml config -q
 if [ "$mypyc" -eq 1 ]; then
   echo "== pytest (unit and property, pure-Python build)"
-  bash scripts/build_mypyc.sh --clean
   pure_rc=0
-  python3 -m pytest -m "not spark" tests/unit tests/property "$@" || pure_rc=$?
+  # not the slow ones: none imports a compiled module (tests/unit/test_test_script.py checks
+  # it), so the compiled build's run below runs the same code
+  python3 -m pytest -m "not spark and not slow" tests/unit tests/property "$@" || pure_rc=$?
   if [ "$pure_rc" -ne 0 ]; then
     echo "== pytest (unit and property, pure-Python build): FAILED (exit $pure_rc); the compiled build's runs are not started"
     exit "$pure_rc"
   fi
   echo "== mypyc build (scripts/mypyc_modules.txt)"
-  bash scripts/build_mypyc.sh
+  build_rc=0
+  wait "$build_pid" || build_rc=$?
+  build_pid=""
+  cat "$build_log"
+  rm -f "$build_log"
+  if [ "$build_rc" -ne 0 ]; then
+    echo "== mypyc build: FAILED (exit $build_rc)"
+    exit "$build_rc"
+  fi
   trap 'bash scripts/build_mypyc.sh --clean' EXIT
+  bash scripts/build_mypyc.sh --install
   export METALEDGER_MYPYC_EXPECT=1
 fi
 # Both pytest runs run whatever the first one's outcome; the script reports both and fails

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness import free_ports, wait_until
+from tests.ports import PortTaken, port_taken, start_on_fresh_ports
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"
@@ -111,11 +112,26 @@ class EtcdServer:
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        client, peer = ports or free_ports(2)
+        self.log_path = self.root / "etcd.log"
+        self.extra = list(extra)
+        if ports is not None:
+            self._start(scheme, *ports)
+            return
+        fresh = not (self.root / "data").exists()
+
+        def repick() -> None:  # and forget what the failed start wrote
+            if fresh:
+                shutil.rmtree(self.root / "data", ignore_errors=True)
+            picked[:] = free_ports(2)
+
+        picked = free_ports(2)
+        # ports picked here are picked again if one was taken before etcd bound it
+        start_on_fresh_ports(lambda: self._start(scheme, picked[0], picked[1]), repick)
+
+    def _start(self, scheme: str, client: int, peer: int) -> None:
         self.endpoint = f"{scheme}://127.0.0.1:{client}"
         self.address = f"127.0.0.1:{client}"
         peer_url = f"http://127.0.0.1:{peer}"
-        self.log_path = self.root / "etcd.log"
         argv = [
             ETCD,
             "--name=e0",
@@ -126,13 +142,12 @@ class EtcdServer:
             f"--initial-advertise-peer-urls={peer_url}",
             f"--initial-cluster=e0={peer_url}",
             f"--initial-cluster-token=etcd-harness-{os.getpid()}-{client}",
-            *extra,
+            *self.extra,
         ]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self.extra = list(extra)
         # until etcd holds both ports: a cluster started next picks its free ports then, and
         # cannot pick one of these (free_ports probes by binding)
         try:
@@ -142,6 +157,11 @@ class EtcdServer:
                     30,
                     lambda: f"etcd does not listen:\n{self.log_tail()}",
                 )
+        except AssertionError:
+            self.stop()
+            if port_taken(self.proc.returncode, self.log_tail(), codes=(1,)):
+                raise PortTaken(f"etcd: port {client} or {peer} taken") from None
+            raise
         except BaseException:
             self.stop()
             raise

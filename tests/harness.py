@@ -12,7 +12,11 @@ Nodes are started with ``python -m nameserver.cli serve`` when the CLI package h
 ``__main__`` module, else through :func:`nameserver.server.run` directly with the same
 configuration (``METALEDGER_TEST_LAUNCHER=cli|python`` forces one). Each node gets its own
 client, peer, remoting and metrics ports from :func:`free_ports`, so nothing collides with
-DESIGN.md §6 defaults or with another test run. Each cluster gets its own Raft password in
+DESIGN.md §6 defaults or with another test run. A port picked free can still be taken
+before the node binds it: the first :meth:`Cluster.wait_ready` after the cluster's first
+start (and :meth:`Cluster.add_node`) waits until every node has bound its ports, and starts
+them again on fresh ports, up to 3 times, when one exited because an address was in use
+(:mod:`tests.ports`). Each cluster gets its own Raft password in
 ``<root>/cluster-password`` (:attr:`Cluster.password`), as ``cluster up`` makes one; nodes
 get the file's path (``--cluster-password-file``).
 
@@ -28,12 +32,13 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -44,6 +49,7 @@ import grpc
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import admin_pb2, admin_pb2_grpc
 from raftlog.native.auth import create_password_file
+from tests.ports import PortTaken, port_taken, start_on_fresh_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_ENV = "METALEDGER_TEST_LAUNCHER"
@@ -253,19 +259,8 @@ class Cluster:
         #: nodes get the file's path, never the password on their command line
         self.password_file = self.root / "cluster-password"
         self.password = create_password_file(self.password_file)
-        ports = free_ports(4 * n)
-        self.nodes = [
-            NodeSpec(
-                id=f"n{i}",
-                client_port=ports[4 * i],
-                peer_port=ports[4 * i + 1],
-                remoting_port=ports[4 * i + 2],
-                metrics_port=ports[4 * i + 3],
-                data_dir=self.root / f"n{i}",
-                log_path=self.root / f"n{i}.log",
-            )
-            for i in range(n)
-        ]
+        self.nodes = self._specs(0, n)
+        self._existing_data_dirs = {s.data_dir for s in self.nodes if s.data_dir.exists()}
         self.initial_cluster = ",".join(f"{s.id}={s.peer_addr}" for s in self.nodes)
         # --initial-cluster of nodes added later (add_node); the others use initial_cluster
         self.initial_clusters: dict[int, str] = {}
@@ -273,6 +268,12 @@ class Cluster:
         #: more environment for node i's process (node index -> variables), e.g. libfaketime
         self.node_env: dict[int, dict[str, str]] = {}
         self._channels: dict[int, grpc.Channel] = {}
+        #: where node i's log was when it was last started (its output since is that start's)
+        self._log_marks: dict[int, int] = {}
+        #: the first start, not yet seen bound: wait_ready checks it (and starts again on
+        #: fresh ports if a picked one was taken), so clusters made one after another boot
+        #: together
+        self._first_start_unchecked = start
         if start:
             try:
                 for i in range(n):
@@ -280,6 +281,42 @@ class Cluster:
             except BaseException:
                 self.close(failed=True)
                 raise
+
+    def _specs(self, first: int, count: int) -> list[NodeSpec]:
+        """Nodes ``first`` … ``first + count - 1`` on ports picked free (all distinct)."""
+        ports = free_ports(4 * count)
+        return [
+            NodeSpec(
+                id=f"n{i}",
+                client_port=ports[4 * k],
+                peer_port=ports[4 * k + 1],
+                remoting_port=ports[4 * k + 2],
+                metrics_port=ports[4 * k + 3],
+                data_dir=self.root / f"n{i}",
+                log_path=self.root / f"n{i}.log",
+            )
+            for k, i in enumerate(range(first, first + count))
+        ]
+
+    def _check_first_start(self) -> None:
+        """Once each node of the first start has bound its ports (or exited); when one
+        exited because a picked port was taken, every node again on fresh ports."""
+        if not self._first_start_unchecked:
+            return
+        self._first_start_unchecked = False
+        start_on_fresh_ports(lambda: self.wait_bound(range(self.n)), self._restart_all_fresh)
+
+    def _restart_all_fresh(self) -> None:
+        """Another first start: every node stopped, its fresh data dir gone (the others
+        may have recorded the old peer addresses), fresh ports for all, all started."""
+        stop_processes(self.procs)
+        for s in self.nodes:
+            if s.data_dir not in self._existing_data_dirs:
+                shutil.rmtree(s.data_dir, ignore_errors=True)
+        self.nodes = self._specs(0, self.n)
+        self.initial_cluster = ",".join(f"{s.id}={s.peer_addr}" for s in self.nodes)
+        for i in range(self.n):
+            self.start(i)
 
     # ------------------------------------------------------------- addresses
     @property
@@ -310,27 +347,34 @@ class Cluster:
         lists ``members`` (default: every node so far) and itself; started unless told not to.
         Returns its index. It joins only once a member accepts it (Cluster.MemberAdd)."""
         i = self.n
-        ports = free_ports(4)
-        spec = NodeSpec(
-            id=f"n{i}",
-            client_port=ports[0],
-            peer_port=ports[1],
-            remoting_port=ports[2],
-            metrics_port=ports[3],
-            data_dir=self.root / f"n{i}",
-            log_path=self.root / f"n{i}.log",
-        )
         existing = list(range(i)) if members is None else members
-        self.initial_clusters[i] = ",".join(
-            [
-                *(f"{self.nodes[j].id}={self.nodes[j].peer_addr}" for j in existing),
-                f"{spec.id}={spec.peer_addr}",
-            ]
-        )
-        self.nodes.append(spec)
+        self.nodes.append(self._specs(i, 1)[0])
         self.procs.append(None)
-        if start:
+        fresh = not self.nodes[i].data_dir.exists()
+
+        def set_initial_cluster() -> None:
+            spec = self.nodes[i]
+            self.initial_clusters[i] = ",".join(
+                [
+                    *(f"{self.nodes[j].id}={self.nodes[j].peer_addr}" for j in existing),
+                    f"{spec.id}={spec.peer_addr}",
+                ]
+            )
+
+        def start_once() -> None:
             self.start(i)
+            self.wait_bound([i])
+
+        def repick() -> None:
+            stop_processes([self.procs[i]])
+            if fresh:
+                shutil.rmtree(self.nodes[i].data_dir, ignore_errors=True)
+            self.nodes[i] = self._specs(i, 1)[0]
+            set_initial_cluster()
+
+        set_initial_cluster()
+        if start:
+            start_on_fresh_ports(start_once, repick)
         return i
 
     def command(self, i: int) -> list[str]:
@@ -392,6 +436,7 @@ class Cluster:
         env.pop("METALEDGER_PARENT_PID", None)
         env.update(self.node_env.get(i, {}))
         with open(s.log_path, "ab") as out:
+            self._log_marks[i] = out.tell()
             out.write(f"=== harness {time.strftime('%H:%M:%S')}: start {s.id}\n".encode())
             out.flush()
             self.procs[i] = subprocess.Popen(
@@ -405,6 +450,36 @@ class Cluster:
             )
         self._drop_channel(i)
         return self.procs[i]  # type: ignore[return-value]
+
+    def output_since_start(self, i: int) -> bytes:
+        """Node i's log from its last start on."""
+        try:
+            with open(self.nodes[i].log_path, "rb") as f:
+                f.seek(self._log_marks.get(i, 0))
+                return f.read()
+        except FileNotFoundError:
+            return b""
+
+    def wait_bound(self, nodes: Iterable[int], timeout: float = 30.0) -> None:
+        """Wait until each of ``nodes`` has bound its ports since its last start (it logs
+        that it is serving) or has exited. :class:`tests.ports.PortTaken` when one exited
+        because an address it was given is in use; any other exit, or a node still
+        starting at the deadline, is left for the caller's own waits to report."""
+        pending = set(nodes)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for i in sorted(pending):
+                out, p = self.output_since_start(i), self.procs[i]
+                if b" serving: client " in out:
+                    pending.discard(i)
+                elif p is None or p.poll() is not None:
+                    if p is not None and port_taken(p.returncode, out):
+                        raise PortTaken(
+                            f"{self.nodes[i].id} exited {p.returncode}\n{self.log_tail(i)}"
+                        )
+                    pending.discard(i)
+            if pending:
+                time.sleep(0.05)
 
     def is_running(self, i: int) -> bool:
         p = self.procs[i]
@@ -562,7 +637,10 @@ class Cluster:
 
     def wait_ready(self, timeout: float = 30.0, nodes: list[int] | None = None) -> int:
         """Wait until every running node (or each of ``nodes``) answers Admin.Status and all
-        name the same leader, which says it is leader with a quorum. Returns its index."""
+        name the same leader, which says it is leader with a quorum. Returns its index.
+        The first call after the cluster's first start also checks that start (it starts
+        again on fresh ports when a picked port was taken)."""
+        self._check_first_start()
         members = self.running() if nodes is None else nodes
         if not members:
             raise AssertionError("no node is running")

@@ -24,6 +24,7 @@ from typing import Any
 import redis
 
 from tests.harness import free_ports, wait_until
+from tests.ports import PortTaken, port_taken, start_on_fresh_ports
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -39,6 +40,8 @@ class RedisServer:
     ) -> None:
         self.dir = Path(root) / name
         self.dir.mkdir(parents=True, exist_ok=True)
+        #: a port picked here is picked again if taken before the first start binds it
+        self._picked = port is None
         self.port = port or free_ports(1)[0]
         self.config = {"save": "", "appendonly": "no", **(config or {})}
         self.log_path = self.dir / "redis.log"
@@ -62,10 +65,29 @@ class RedisServer:
         return cmd
 
     def start(self, timeout: float = 15.0) -> None:
+        """Start and wait until it answers PING. A first start on a port picked here starts
+        again on a fresh one when that port was taken (tests/ports.py); later ones keep it."""
+        if self.proc is not None or not self._picked:
+            self._start_once(timeout)
+            return
+
+        def repick() -> None:
+            self.port = free_ports(1)[0]
+
+        start_on_fresh_ports(lambda: self._start_once(timeout), repick)
+
+    def _start_once(self, timeout: float) -> None:
+        seen = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.proc = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        wait_until(self._answers, timeout, f"redis-server on {self.addr} answers PING")
+        try:
+            wait_until(self._answers, timeout, f"redis-server on {self.addr} answers PING")
+        except AssertionError:
+            out = self.log_path.read_bytes()[seen:] if self.log_path.exists() else b""
+            if port_taken(self.proc.poll(), out, codes=(1,)):
+                raise PortTaken(f"redis-server: port {self.port} taken") from None
+            raise
 
     def _answers(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

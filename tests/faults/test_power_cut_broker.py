@@ -77,7 +77,6 @@ def test_power_cut_of_every_replica_loses_no_acknowledged_message(tmp_path: Path
             r = Replica(tmp_path, node.endpoints, GROUP, i, "--flush", "SYNC_FLUSH")
             r.data_dir = m.mnt / "data"
             makedirs_durable(r.data_dir)  # the operator's data dir, there before the broker
-            r.args[r.args.index("--data-dir") + 1] = str(r.data_dir)
             stack.callback(r.stop, signal.SIGKILL)  # before its mount goes (LIFO)
             reps.append(r)
         asyncio.run(asyncio.wait_for(_scenario(reps, mounts, node.endpoints), 110))

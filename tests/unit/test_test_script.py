@@ -4,10 +4,13 @@ silently). Run on a copy of the script whose tools are fakes on PATH."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: $FAKE_SPARK_RC (Spark) and notes each run; anything else (pip) succeeds.
 FAKE_PYTHON = """#!/usr/bin/env bash
 case "$*" in
-  *"-m pytest -m not spark tests/unit tests/property"*) echo pure >>"$FAKE_RUNS"; exit "${FAKE_PURE_RC:-0}" ;;
+  *"-m pytest -m not spark and not slow tests/unit tests/property"*) echo pure >>"$FAKE_RUNS"; exit "${FAKE_PURE_RC:-0}" ;;
   *"-m pytest -m not spark"*) echo main >>"$FAKE_RUNS"; exit "$FAKE_MAIN_RC" ;;
   *"-m pytest -m spark"*) echo spark >>"$FAKE_RUNS"; exit "$FAKE_SPARK_RC" ;;
 esac
@@ -38,10 +41,12 @@ def tree(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
     _executable(tmp_path / "scripts" / "gen_protos.sh", "#!/usr/bin/env bash\nexit 0\n")
-    # the compiled build's stand-in notes a build (no argument) and leaves cleans unnoted
+    # the compiled build's stand-in notes a build when it takes effect (no argument, or
+    # --install of what --stage compiled) and leaves cleans and the staging unnoted
     _executable(
         tmp_path / "scripts" / "build_mypyc.sh",
-        '#!/usr/bin/env bash\n[ -z "${1:-}" ] && echo build >>"$FAKE_RUNS"\nexit 0\n',
+        '#!/usr/bin/env bash\ncase "${1:-}" in ""|--install) echo build >>"$FAKE_RUNS";; esac\n'
+        "exit 0\n",
     )
     (tmp_path / "tests" / "js" / "node_modules").mkdir(parents=True)
     bin_dir = tmp_path / "bin"
@@ -112,3 +117,70 @@ def test_a_failing_pure_run_stops_before_the_compiled_build_and_says_so(tree: Pa
     rc, out, ran = run(tree, 0, 0, pure_rc=3)
     assert (rc, ran) == (3, ["pure"]), out
     assert "pure-Python build): FAILED (exit 3)" in out
+
+
+def test_the_compile_runs_beside_the_static_checks_and_stops_with_a_failing_one(
+    tree: Path,
+) -> None:
+    """The staged compile starts before the static checks; when one fails, the script stops
+    at once and takes the compile (and what it started) with it."""
+    pids = tree / "stage-pids"
+    _executable(
+        tree / "scripts" / "build_mypyc.sh",
+        "#!/usr/bin/env bash\n"
+        'if [ "${1:-}" = --stage ]; then sleep 60 & echo "$$ $!" >' + f'"{pids}"; wait; fi\n'
+        "exit 0\n",
+    )
+    _executable(
+        tree / "bin" / "mypy",
+        f'#!/usr/bin/env bash\nfor _ in $(seq 100); do [ -s "{pids}" ] && exit 1; sleep 0.05; done\n'
+        "exit 1\n",
+    )
+    rc, _, ran = run(tree, 0, 0)
+    assert (rc, ran) == (1, [])
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 2, "the compile had started when mypy ran"
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a killed orphan is reaped by init a moment later
+    assert not [pid for pid in started if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped, is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_slow_unit_and_property_tests_import_no_compiled_module() -> None:
+    """scripts/test.sh leaves them out of the pure-Python run: the compiled build's run
+    then runs the same code, so they need to run once."""
+    compiled = [
+        line.split("#", 1)[0].strip()[: -len(".py")].replace("/", ".")
+        for line in (ROOT / "scripts" / "mypyc_modules.txt").read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    ]
+    slow = sorted(
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for layer in ("unit", "property")
+        for path in (ROOT / "tests" / layer).rglob("test_*.py")
+        if "mark.slow" in path.read_text()
+    )
+    assert slow, "no slow unit or property test: the -m filter has nothing to leave out"
+    probe = (
+        "import importlib, json, sys\n"
+        "for m in sys.argv[2:]: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(set(json.loads(sys.argv[1])) & set(sys.modules))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(compiled), *slow],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [], f"{slow} import compiled modules: {done.stdout}"

@@ -38,6 +38,7 @@ from rmq.message import properties_text
 from tests.conftest import _failed
 from tests.harness import Cluster, free_port_pairs, free_ports, wait_until
 from tests.integration.broker.conftest import cli_env
+from tests.ports import PortTaken, port_taken, start_on_fresh_ports
 
 CLUSTER = "seeds"
 TOPIC = "SeedTopic"
@@ -74,18 +75,33 @@ class BrokerProc:
         self.root = root
         self.data_dir = root / self.name
         self.log_path = root / f"{self.name}.log"
-        self.args = [
-            "broker", "--group", group, "--cluster", CLUSTER, "--data-dir", str(self.data_dir),
-            "--listen", f"127.0.0.1:{port}", "--listen-metrics", f"127.0.0.1:{metrics_port}",
-            *args,
-        ]  # fmt: skip
+        self.extra = args
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self._seen = 0
 
     @property
+    def args(self) -> list[str]:
+        return [
+            "broker", "--group", self.group, "--cluster", CLUSTER,
+            "--data-dir", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}",
+            "--listen-metrics", f"127.0.0.1:{self.metrics_port}", *self.extra,
+        ]  # fmt: skip
+
+    @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def port_was_taken(self) -> bool:
+        """It exited because a port picked for it was in use (tests/ports.py)."""
+        return self.proc is not None and port_taken(self.proc.poll(), self.log_since_start())
+
+    def respawn_on_fresh_ports(self) -> None:
+        """Pick its ports again and start it again (its first start only: metaledger knows
+        a replica by its address)."""
+        self.port = free_port_pairs(1)[0]
+        self.metrics_port = next(p for p in free_ports(3) if p not in (self.port, self.port + 1))
+        self.spawn()
 
     def spawn(self) -> None:
         self._seen = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -97,9 +113,11 @@ class BrokerProc:
             )  # fmt: skip
 
     def serving(self) -> bool:
+        """Whether it serves yet; PortTaken or AssertionError once it exited."""
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited {self.proc.returncode}:\n{self.log_tail()}")
+            failure = PortTaken if self.port_was_taken() else AssertionError
+            raise failure(f"{self.name} exited {self.proc.returncode}:\n{self.log_tail()}")
         return b"serving on" in self.log_path.read_bytes()[self._seen :]
 
     def log_since_start(self) -> str:
@@ -245,17 +263,36 @@ class BrokerGroup:
         self.client.replica_set_policy(self.name, self.policy, cluster_name=CLUSTER)
         first, rest = self.procs[0], self.procs[1:]
         first.spawn()  # the first to register is the master: its HA port is up before
-        wait_until(first.serving, timeout, f"{first.name} serving")  # slaves dial it
+        self._wait_serving([first], timeout)  # slaves dial it
         self.wait_in_sync([first], timeout)
         for p in rest:
             p.spawn()
-        wait_until(lambda: all(p.serving() for p in rest), timeout, "brokers serving")
+        self._wait_serving(rest, timeout)
         self.wait_in_sync(self.procs, timeout)
         queues = [QueueData(self.name, 1, 1, PERM_RW)]
         wait_until(
             lambda: self.client.route_topic_create(TOPIC, queues) > 0, timeout, "topic created"
         )
         return self
+
+    @staticmethod
+    def _wait_serving(procs: list[BrokerProc], timeout: float) -> None:
+        """Until each of ``procs`` (spawned) serves; one that exited because a port picked
+        for it was taken starts again on fresh ones (tests/ports.py)."""
+
+        def serving() -> None:
+            deadline = time.monotonic() + timeout
+            while not all([p.serving() for p in procs]):  # each one checked for an exit
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"brokers not serving within {timeout:g} s")
+                time.sleep(0.05)
+
+        def respawn() -> None:
+            for p in procs:
+                if p.port_was_taken():
+                    p.respawn_on_fresh_ports()
+
+        start_on_fresh_ports(serving, respawn)
 
     def close(self, failed: bool) -> None:
         if failed:

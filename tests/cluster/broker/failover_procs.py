@@ -24,14 +24,17 @@ class Replica(BrokerProcess):
     heartbeat timeout), not started until :meth:`start`."""
 
     def __init__(
-        self, root: Path, endpoints: list[str], group: str, index: int, *extra: str
-    ) -> None:
+        self, root: Path, endpoints: list[str], group: str, index: int, *extra: str,
+        grpc: bool = False,
+    ) -> None:  # fmt: skip
         flags = [
             "--cluster", "fo-cluster", "--broker-role", "SYNC_MASTER",
             "--replica-heartbeat-timeout-ms", str(HEARTBEAT_TIMEOUT_MS),
             "--slave-timeout-ms", "2000", "--flush", "ASYNC_FLUSH", *extra,
         ]  # fmt: skip
-        super().__init__(root, endpoints, group, *flags, replica=f"{group}-r{index}", start=False)
+        super().__init__(
+            root, endpoints, group, *flags, replica=f"{group}-r{index}", start=False, grpc=grpc
+        )
         self.index = index
 
     def commit_log(self) -> bytes:

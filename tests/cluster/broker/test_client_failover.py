@@ -31,7 +31,7 @@ import pytest
 from nameserver.client import Client
 from tests.cluster.broker.failover_procs import HEARTBEAT_TIMEOUT_MS, Replica
 from tests.cluster.broker.failover_support import TOPIC, pull_all, setup_group, until
-from tests.harness import free_ports, running_cluster
+from tests.harness import running_cluster
 
 HERE = Path(__file__).parent
 PRODUCER = str(HERE / "failover_producer.py")
@@ -50,16 +50,13 @@ async def scenario(
     """``(kill to first ack s, failed sends before it, acked in all)``; the kill comes after
     50 acknowledged sends and at least ``settle_s`` after the producer started."""
     call = asyncio.to_thread
-    ports = free_ports(3)
-    reps = [
-        Replica(root, endpoints, group, i, "--listen-grpc", f"127.0.0.1:{ports[i]}")
-        for i in range(3)
-    ]
+    reps = [Replica(root, endpoints, group, i, grpc=True) for i in range(3)]
     client = Client(endpoints, timeout_s=5.0)
     out, stop = root / "producer.jsonl", root / "stop"
     producer: subprocess.Popen[bytes] | None = None
     try:
         await setup_group(reps, client, group)
+        ports = [r.grpc_port for r in reps]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         with open(out, "wb") as sink, open(root / "producer.log", "wb") as log:
             producer = subprocess.Popen(

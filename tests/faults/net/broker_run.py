@@ -36,14 +36,14 @@ from tests.faults.net.broker_nemesis import FAULTS, META, REPLICAS
 from tests.faults.net.netns import Net
 from tests.faults.net.run import (
     CLIENT_PORT,
-    METRICS_PORT,
     PEER_PORT,
-    REMOTING_PORT,
     REPO_ROOT,
     _env,
     begin_run,
     campaign_faults,
     hold_faults,
+    serve_args,
+    spawn,
     stop_all,
 )
 
@@ -119,17 +119,7 @@ class BrokerNet:
         self.procs: list[subprocess.Popen[bytes] | None] = []
 
     def _spawn(self, member: int, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        cmd = [*self.net.exec_prefix(self.net.members[member]), sys.executable, "-m", *args]
-        with open(self.root / f"{name}.log", "ab") as out:
-            p = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.root,
-                env=_env(self.code_tree),
-                start_new_session=True,
-            )
+        p = spawn(self.net, self.net.members[member], self.root, name, args, self.code_tree)
         self.procs.append(p)
         return p
 
@@ -137,18 +127,8 @@ class BrokerNet:
         ip = self.meta_ip
         password = self.root / "cluster-password"
         create_password_file(password)
-        self._spawn(
-            META,
-            "meta",
-            [
-                "nameserver.cli", "serve", "--id", "m0", "--data-dir", str(self.root / "meta"),
-                "--listen-client", self.endpoint, "--listen-peer", f"{ip}:{PEER_PORT}",
-                "--listen-remoting", f"{ip}:{REMOTING_PORT}",
-                "--listen-metrics", f"{ip}:{METRICS_PORT}",
-                "--initial-cluster", f"m0={ip}:{PEER_PORT}",
-                "--cluster-password-file", str(password),
-            ],
-        )  # fmt: skip
+        initial = f"m0={ip}:{PEER_PORT}"
+        self._spawn(META, "meta", serve_args("m0", ip, self.root / "meta", initial, password))
 
     def start_replica(self, i: int) -> None:
         self._spawn(
@@ -166,13 +146,18 @@ class BrokerNet:
     def data_dir(self, i: int) -> Path:
         return self.root / f"r{i}"
 
-    def client_cmd(self, command: str, *extra: str) -> list[str]:
+    def client_args(self, command: str, *extra: str) -> list[str]:
+        """``python -m`` arguments of a :mod:`tests.faults.net.broker_client` command."""
         return [
-            *self.net.exec_prefix(self.net.bridge_ns),
-            sys.executable, "-m", "tests.faults.net.broker_client", command,
+            "tests.faults.net.broker_client", command,
             "--endpoint", self.endpoint, "--group", GROUP, "--replicas", ",".join(self.addrs),
             *extra,
         ]  # fmt: skip
+
+    def client_cmd(self, command: str, *extra: str) -> list[str]:
+        """The whole command line of a client command, run on the bridge."""
+        prefix = self.net.exec_prefix(self.net.bridge_ns)
+        return [*prefix, sys.executable, "-m", *self.client_args(command, *extra)]
 
     def start(self, timeout: float = 120.0) -> None:
         """metaledger, replica 0 (the group's first master), the policy, then the others;
@@ -248,16 +233,8 @@ def run_broker_once(
         producer: list[subprocess.Popen[bytes] | None] = []
         try:
             group.start()
-            with open(root / "producer.log", "ab") as log:
-                producer.append(
-                    subprocess.Popen(
-                        group.client_cmd("produce", "--out", str(history)),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        env=_env(),
-                        start_new_session=True,
-                    )
-                )
+            args = group.client_args("produce", "--out", str(history))
+            producer.append(spawn(net, net.bridge_ns, root, "producer", args))
             began, held, ended = hold_faults(
                 net,
                 faults,

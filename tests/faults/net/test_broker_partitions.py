@@ -1,7 +1,8 @@
 """Network partitions against a quorum-write broker group, each replica and the metaledger
 node in a network namespace of its own (tests/faults/net/broker_run.py): the master
-isolated, one replica split off, a bridge, one-way drops and packet loss, each held 8 s and
-healed, with a producer on the bridge that reaches every replica throughout.
+isolated, one replica split off, a bridge, one-way drops and packet loss, each held 6 s and
+healed 6 s (``TEST_FAULT_S``, ``TEST_HEALED_S`` of tests/faults/net/run.py), with a producer
+on the bridge that reaches every replica throughout.
 
 What must hold: every acknowledged message is stored at the queue offset its answer gave,
 nothing appears that was not sent or with another body, queues have no gaps and keep send
@@ -21,6 +22,7 @@ import pytest
 from tests.faults.net.broker_nemesis import FAULTS
 from tests.faults.net.broker_run import run_broker_once
 from tests.faults.net.netns import unavailable_reason
+from tests.faults.net.run import TEST_FAULT_S, TEST_HEALED_S
 
 pytestmark = [
     pytest.mark.cluster,
@@ -32,7 +34,9 @@ pytestmark = [
 
 
 def test_every_nemesis_keeps_the_total_queue_and_one_master_per_epoch(tmp_path: Path) -> None:
-    result = run_broker_once(tmp_path, seed=7, faults=sorted(FAULTS), fault_s=8.0, healed_s=8.0)
+    result = run_broker_once(
+        tmp_path, seed=7, faults=sorted(FAULTS), fault_s=TEST_FAULT_S, healed_s=TEST_HEALED_S
+    )
     assert result.acked > 500, result.summary()
     assert len(result.masters) >= 2, f"no failover happened: {result.summary()}"
     assert not result.problems(), result.summary()

@@ -1,6 +1,8 @@
 """Network partitions against a 3-node cluster, each node in a network namespace of its
 own (tests/faults/net/): the leader isolated, a minority split off, a bridge, one-way
-drops and packet loss, each held 10 s and healed, with a client on every node throughout.
+drops and packet loss, each held 6 s and healed 6 s (``TEST_FAULT_S``, ``TEST_HEALED_S``
+of tests/faults/net/run.py; the campaign holds 10 s), with a client on every node
+throughout.
 
 What must hold: no key's history is non-linearizable (tests/faults/net/checker.py), every
 node serves a write again within 5 s of every heal, and no stretch longer than 5 s goes
@@ -17,7 +19,7 @@ import pytest
 
 from tests.faults.net.nemesis import FAULTS
 from tests.faults.net.netns import unavailable_reason
-from tests.faults.net.run import run_once
+from tests.faults.net.run import TEST_FAULT_S, TEST_HEALED_S, run_once
 
 pytestmark = [
     pytest.mark.cluster,
@@ -31,6 +33,8 @@ pytestmark = [
 def test_every_nemesis_keeps_keys_linearizable_and_every_node_serving_after_the_heal(
     tmp_path: Path,
 ) -> None:
-    result = run_once(tmp_path, seed=7, faults=sorted(FAULTS), fault_s=10.0, healed_s=8.0)
+    result = run_once(
+        tmp_path, seed=7, faults=sorted(FAULTS), fault_s=TEST_FAULT_S, healed_s=TEST_HEALED_S
+    )
     assert result.ops > 500, result.summary()
     assert not result.problems(), result.summary()

@@ -20,7 +20,8 @@ import pytest
 
 from nameserver.client import Client
 from tests.conftest import _failed
-from tests.harness import REPO_ROOT, Cluster, command_plugin_path, free_port_pairs
+from tests.harness import REPO_ROOT, Cluster, command_plugin_path, free_port_pairs, free_ports
+from tests.ports import PortTaken, port_taken, start_on_fresh_ports
 
 ENTRY_POINT = "broker = broker.cli:register"
 
@@ -58,27 +59,59 @@ class BrokerProcess:
         *extra: str,
         replica: str = "",
         start: bool = True,
+        grpc: bool = False,
+        metrics: bool = False,
     ) -> None:
         """``replica``: this replica's data dir and log name (default: the group name), for
-        several replicas of one group."""
+        several replicas of one group. ``grpc``, ``metrics``: listen on a picked port for
+        RocketMQ 5's gRPC (``--listen-grpc``, :attr:`grpc_port`) and for metrics
+        (``--listen-metrics``, :attr:`metrics_port`); 0 when not asked for."""
         self.root = root
         self.name = name
-        self.port = free_port_pairs(1)[0]  # and port + 1 for HA
+        self.endpoints = endpoints
+        self.extra = extra
+        self.want_grpc, self.want_metrics = grpc, metrics
         self.data_dir = root / (replica or name)
         self.log_path = root / f"{replica or name}.log"
-        self.args = [
-            "broker", "--group", name, "--data-dir", str(self.data_dir),
-            "--listen", f"127.0.0.1:{self.port}", "--endpoints", ",".join(endpoints), *extra,
-        ]  # fmt: skip
+        self.port = self.grpc_port = self.metrics_port = 0
+        self._pick_ports()
         self.proc: subprocess.Popen[bytes] | None = None
         if start:
             self.start()
+
+    def _pick_ports(self) -> None:
+        self.port = free_port_pairs(1)[0]  # and port + 1 for HA
+        self.grpc_port, self.metrics_port = (
+            free_ports(1)[0] if want else 0 for want in (self.want_grpc, self.want_metrics)
+        )
+
+    @property
+    def args(self) -> list[str]:
+        picked = [
+            *(("--listen-grpc", f"127.0.0.1:{self.grpc_port}") if self.grpc_port else ()),
+            *(("--listen-metrics", f"127.0.0.1:{self.metrics_port}") if self.metrics_port else ()),
+        ]
+        return [
+            "broker", "--group", self.name, "--data-dir", str(self.data_dir),
+            "--listen", f"127.0.0.1:{self.port}", "--endpoints", ",".join(self.endpoints),
+            *picked, *self.extra,
+        ]  # fmt: skip
 
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> None:
+        """Start and wait until it serves. Its first start picks fresh ports and starts
+        again when a picked one was taken before the broker bound it (tests/ports.py); a
+        restart keeps its ports."""
+        if self.proc is not None:
+            self._start_once(timeout)
+            return
+
+        start_on_fresh_ports(lambda: self._start_once(timeout), self._pick_ports)
+
+    def _start_once(self, timeout: float) -> None:
         seen = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
@@ -89,6 +122,8 @@ class BrokerProcess:
         deadline = time.monotonic() + timeout
         while b"serving on" not in self.log_path.read_bytes()[seen:]:
             if self.proc.poll() is not None:
+                if port_taken(self.proc.returncode, self.log_path.read_bytes()[seen:]):
+                    raise PortTaken(f"broker exited {self.proc.returncode}:\n{self.log_tail()}")
                 raise RuntimeError(f"broker exited {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 self.stop(signal.SIGKILL)  # never left running by a failed start

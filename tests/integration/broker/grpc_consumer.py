@@ -10,7 +10,8 @@ own venv (see grpc_producer.py). Prints one JSON line per event; a message is
   "max", "within_s"}`` receives until N messages came (``received`` events); ``{"op": "ack"}``
   and ``{"op": "change", "invisible_s"}`` act on every held message (``acked`` / ``changed``
   events, ``error`` on a refusal) and let them go (ack) or keep them (change); ``{"op":
-  "sleep", "s"}``.
+  "sleep", "s"}``; ``{"op": "wait_file", "path", "within_s"}`` waits until the test made
+  ``path`` (or ``within_s`` passed).
 - ``push``: a PushConsumer whose listener fails a message the first ``fail`` times it sees it
   (the user property ``fail``), holds it ``hold_s`` seconds the first time (the user
   property ``hold_s``: a slow listener), records every call (``consume`` events, with the thread and
@@ -21,6 +22,7 @@ own venv (see grpc_producer.py). Prints one JSON line per event; a message is
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -99,6 +101,10 @@ def simple(config: ClientConfiguration, topic: str, group: str, spec: dict[str, 
                              error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             elif op == "sleep":
                 time.sleep(step["s"])
+            elif op == "wait_file":
+                deadline = time.time() + step.get("within_s", 30)
+                while not os.path.exists(step["path"]) and time.time() < deadline:
+                    time.sleep(0.05)  # polling the test's signal, with a deadline
     finally:
         consumer.shutdown()
 

@@ -31,7 +31,6 @@ from rmq.headers import (
     UpdateConsumerOffsetHeader,
 )
 from rmq.message import StoredMessage, decode_records
-from tests.harness import free_ports
 from tests.integration.broker.conftest import metaledger, wait_for
 from tests.integration.broker.test_grpc_consumer import CONSUMER, consume, events
 from tests.integration.broker.test_grpc_producer import QUEUES, Env, grpc_env
@@ -43,12 +42,9 @@ TOPIC, FIFO_TOPIC = "LagTopic", "FifoLagTopic"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, int]]:
-    metrics = free_ports(1)[0]
     root = tmp_path_factory.mktemp("lag")
-    with grpc_env(
-        root, "--listen-metrics", f"127.0.0.1:{metrics}", topics=(TOPIC, FIFO_TOPIC)
-    ) as e:
-        yield e, metrics
+    with grpc_env(root, topics=(TOPIC, FIFO_TOPIC), metrics=True) as e:
+        yield e, e.broker.metrics_port
 
 
 async def _setup(port: int) -> None:
@@ -193,7 +189,9 @@ def test_a_live_grpc_consumer_is_in_its_groups_connection_list(
     e, _ = env
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     clean["HOME"] = str(e.root)
-    spec = {"steps": [{"op": "sleep", "s": 20}]}  # heartbeats at 1 s, then every 10 s
+    # it heartbeats at 1 s, then every 10 s; it stays until it was seen listed
+    seen = e.root / "liveg-listed"
+    spec = {"steps": [{"op": "wait_file", "path": str(seen), "within_s": 30}]}
     proc = subprocess.Popen(
         [str(rocketmq5_python), CONSUMER, f"127.0.0.1:{e.grpc_port}", TOPIC, "LIVEG", "simple"],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=clean,
@@ -211,6 +209,7 @@ def test_a_live_grpc_consumer_is_in_its_groups_connection_list(
             return code == 0
 
         wait_for("the gRPC consumer listed", listed, timeout=20)
+        seen.touch()
         (conn,) = found["connectionSet"]
         assert conn["language"] == "PYTHON" and conn["clientAddr"].startswith("127.0.0.1:")
         assert found["consumeType"] == "CONSUME_POP"

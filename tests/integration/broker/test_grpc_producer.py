@@ -26,7 +26,7 @@ from nameserver.client import Client, GroupPolicy, QueueData
 from rmq.connection import RemotingConnection
 from rmq.headers import PullMessageHeader
 from rmq.message import MAX_BODY, StoredMessage, decode_records
-from tests.harness import Cluster, free_ports
+from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -42,17 +42,19 @@ class Env:
 
 
 @contextlib.contextmanager
-def grpc_env(root: Path, *broker_args: str, topics: tuple[str, ...] = (TOPIC,)) -> Iterator[Env]:
-    """A node and broker-a with a gRPC port (and ``broker_args``), ``topics`` of 4 queues."""
+def grpc_env(
+    root: Path, *broker_args: str, topics: tuple[str, ...] = (TOPIC,), metrics: bool = False
+) -> Iterator[Env]:
+    """A node and broker-a with a gRPC port (and ``broker_args``; ``metrics``: a metrics port,
+    ``env.broker.metrics_port``), ``topics`` of 4 queues. The broker's ports are picked free
+    and picked again if one was taken before it bound it (tests/ports.py)."""
     node = Cluster(root / "node", n=1)
     broker = None
     try:
         node.wait_ready(30)
-        grpc_port = free_ports(1)[0]
         broker = BrokerProcess(
-            root, node.endpoints, "broker-a", "--listen-grpc", f"127.0.0.1:{grpc_port}",
-            *broker_args,
-        )  # fmt: skip
+            root, node.endpoints, "broker-a", *broker_args, grpc=True, metrics=metrics
+        )
         with Client(node.endpoints, timeout_s=10) as client:
             wait_for(
                 "broker-a registered",
@@ -60,7 +62,7 @@ def grpc_env(root: Path, *broker_args: str, topics: tuple[str, ...] = (TOPIC,)) 
             )
             for topic in topics:
                 client.route_topic_create(topic, [QueueData("broker-a", QUEUES, QUEUES, 6)])
-        yield Env(root, node, broker, grpc_port)
+        yield Env(root, node, broker, broker.grpc_port)
     finally:
         code = 0
         if broker is not None:
@@ -189,18 +191,18 @@ def test_a_send_the_quorum_refuses_is_not_ok_for_the_5x_producer(
     group, topic = "broker-q", "QuorumTopic"
     with Client(env.node.endpoints, timeout_s=10) as client:
         client.replica_set_policy(group, GroupPolicy(2, 2, 2), cluster_name="DefaultCluster")
-        grpc_port = free_ports(1)[0]
         broker = BrokerProcess(
-            env.root, env.node.endpoints, group, "--broker-role", "SYNC_MASTER",
-            "--listen-grpc", f"127.0.0.1:{grpc_port}",
-        )  # fmt: skip
+            env.root, env.node.endpoints, group, "--broker-role", "SYNC_MASTER", grpc=True
+        )
         try:
             wait_for(
                 f"{group} registered",
                 lambda: group in client.route_cluster_info().clusters.get("DefaultCluster", ()),
             )
             client.route_topic_create(topic, [QueueData(group, 1, 1, 6)])
-            results = produce(rocketmq5_python, env, [{"body_hex": "61"}], broker, grpc_port, topic)
+            results = produce(
+                rocketmq5_python, env, [{"body_hex": "61"}], broker, broker.grpc_port, topic
+            )
             assert len(results) == 1 and "error" in results[0], results
             assert "in-sync replicas not enough" in results[0]["error"], results
             assert asyncio.run(_pull_all(broker.port, topic)) == []

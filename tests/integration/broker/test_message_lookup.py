@@ -21,7 +21,7 @@ from rmq.connection import RemotingConnection
 from rmq.headers import QueryMessageHeader, ViewMessageHeader
 from rmq.message import StoredMessage, decode, decode_records
 from rmq.msgid import parse_offset_msg_id
-from tests.harness import Cluster, free_ports
+from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
 from tests.integration.broker.test_grpc_producer import Env, produce
 
@@ -44,17 +44,15 @@ def group(tmp_path: Path) -> Iterator[Group]:
     try:
         node.wait_ready(30)
         client = Client(node.endpoints, timeout_s=10)
-        grpc = free_ports(2)
-        g = Group(tmp_path, node, client, grpc[0])
+        g = Group(tmp_path, node, client, 0)
         g.replicas.append(
-            BrokerProcess(tmp_path, node.endpoints, "broker-a", "--listen-grpc",
-                          f"127.0.0.1:{grpc[0]}", replica="a0")
-        )  # fmt: skip
+            BrokerProcess(tmp_path, node.endpoints, "broker-a", replica="a0", grpc=True)
+        )
+        g.grpc_port = g.replicas[0].grpc_port
         wait_for("a0 is master", lambda: client.replica_group("broker-a").master_id)
         g.replicas.append(
-            BrokerProcess(tmp_path, node.endpoints, "broker-a", "--listen-grpc",
-                          f"127.0.0.1:{grpc[1]}", replica="a1")
-        )  # fmt: skip
+            BrokerProcess(tmp_path, node.endpoints, "broker-a", replica="a1", grpc=True)
+        )
         wait_for(
             "the slave in the in-sync set",
             lambda: len(client.replica_group("broker-a").sync_state_set) == 2,

@@ -37,7 +37,6 @@ from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode
 from rmq.connection import RemotingConnection
 from rmq.message import MAX_BODY
-from tests.harness import free_ports
 from tests.integration.broker import test_grpc_producer as producer5
 from tests.integration.broker.conftest import wait_for
 from tests.integration.broker.test_grpc_producer import TOPIC, _pull_all, large_body, read_back
@@ -70,12 +69,11 @@ class Env(producer5.Env):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    (metrics_port,) = free_ports(1)
-    root, metrics = tmp_path_factory.mktemp("node5"), f"127.0.0.1:{metrics_port}"
+    root = tmp_path_factory.mktemp("node5")
     topics = (TOPIC, SIMPLE, PUSH, FIFO, TIMER, TX, DEAD)
     flags = ("--fifo-group", FIFO_GROUP, "--retry-max-times", str(MAX_ATTEMPTS - 1), *FAST_CHECKS)
-    with producer5.grpc_env(root, "--listen-metrics", metrics, *flags, topics=topics) as e:
-        yield Env(e, metrics_port)
+    with producer5.grpc_env(root, *flags, topics=topics, metrics=True) as e:
+        yield Env(e, e.broker.metrics_port)
 
 
 def node_js(env: Env, *args: str, stdin: Any = None, timeout: float = 120) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nameserver.client import Client, QueueData
-from tests.harness import Cluster, free_ports
+from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
 from tests.integration.broker.test_wheel import Env, consume, item, produce
 
@@ -38,25 +38,22 @@ def pair(tmp_path: Path) -> Iterator[tuple[Env, BrokerProcess, int, Client]]:
     try:
         node.wait_ready(30)
         client = Client(node.endpoints, timeout_s=10)
-        ports = free_ports(2)
         flags = ("--slave-read-enable", "--slave-read-lag-bytes", "1")
         master = BrokerProcess(
-            tmp_path, node.endpoints, "broker-a", *flags,
-            "--listen-metrics", f"127.0.0.1:{ports[0]}", replica="a0",
-        )  # fmt: skip
+            tmp_path, node.endpoints, "broker-a", *flags, replica="a0", metrics=True
+        )
         procs.append(master)
         wait_for("a0 is master", lambda: client.replica_group("broker-a").master_id)
         slave = BrokerProcess(
-            tmp_path, node.endpoints, "broker-a", *flags,
-            "--listen-metrics", f"127.0.0.1:{ports[1]}", replica="a1",
-        )  # fmt: skip
+            tmp_path, node.endpoints, "broker-a", *flags, replica="a1", metrics=True
+        )
         procs.append(slave)
         wait_for(
             "the slave in the in-sync set",
             lambda: len(client.replica_group("broker-a").sync_state_set) == 2,
         )
         client.route_topic_create(TOPIC, [QueueData("broker-a", 1, 1, 6)])
-        yield Env(tmp_path, node, master, client), slave, ports[1], client
+        yield Env(tmp_path, node, master, client), slave, slave.metrics_port, client
     finally:
         for p in procs:
             p.stop()

@@ -18,7 +18,7 @@ from rmq.codes import ResponseCode
 from rmq.connection import RemotingConnection
 from rmq.headers import SendMessageHeader
 from rmq.message import StoredMessage, properties_text
-from tests.harness import Cluster, free_ports
+from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
 from tests.integration.broker.test_grpc_producer import Env, _pull_all, produce
 
@@ -59,8 +59,10 @@ def pull_until(broker: BrokerProcess, n: int, timeout: float = 30) -> list[Store
     return got
 
 
-def start(tmp_path: Path, node: Cluster, client: Client, *extra: str) -> BrokerProcess:
-    broker = BrokerProcess(tmp_path, node.endpoints, "broker-a", *extra)
+def start(
+    tmp_path: Path, node: Cluster, client: Client, *extra: str, grpc: bool = False
+) -> BrokerProcess:
+    broker = BrokerProcess(tmp_path, node.endpoints, "broker-a", *extra, grpc=grpc)
     wait_for("registration", lambda: client.route_cluster_info().brokers)
     client.route_topic_create(TOPIC, [QueueData("broker-a", 2, 2, 6)])
     return broker
@@ -119,8 +121,8 @@ def test_a_timer_message_waits_for_its_time_and_survives_a_restart(
 def test_a_5x_producer_sends_a_delay_message(
     rocketmq5_python: Path, tmp_path: Path, node: Cluster, client: Client
 ) -> None:
-    grpc_port = free_ports(1)[0]
-    broker = start(tmp_path, node, client, "--listen-grpc", f"127.0.0.1:{grpc_port}")
+    broker = start(tmp_path, node, client, grpc=True)
+    grpc_port = broker.grpc_port
     try:
         at_s = int(time.time()) + 5
         at = at_s * 1000

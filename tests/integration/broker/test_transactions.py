@@ -24,7 +24,7 @@ from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import RemotingConnection
 from rmq.headers import CheckTransactionStateHeader, PullMessageHeader, SendMessageHeader
 from rmq.message import StoredMessage, decode_records, properties_text
-from tests.harness import Cluster, free_ports
+from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, metaledger, wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -42,13 +42,14 @@ class Env:
 
 
 @contextlib.contextmanager
-def running(root: Path, name: str, *flags: str) -> Iterator[Env]:
-    """One metaledger node and one broker replica with fast checks, serving TOPIC."""
+def running(root: Path, name: str, *flags: str, grpc: bool = False) -> Iterator[Env]:
+    """One metaledger node and one broker replica with fast checks, serving TOPIC (``grpc``:
+    with a gRPC port picked free, ``broker.grpc_port``)."""
     node = Cluster(root / "node", n=1)
     broker = None
     try:
         node.wait_ready(30)
-        broker = BrokerProcess(root, node.endpoints, name, *flags, *FAST_CHECKS)
+        broker = BrokerProcess(root, node.endpoints, name, *flags, *FAST_CHECKS, grpc=grpc)
         with Client(node.endpoints, timeout_s=10) as client:
             wait_for(
                 f"{name} registered",
@@ -283,9 +284,9 @@ def test_a_5x_transactional_producer_commits_rolls_back_and_answers_checks(
     """The 5.x client's Transaction (commit, rollback) and its TransactionChecker answering
     the server's recover_orphaned_transaction_command with COMMIT; the 4.x pull reads back
     exactly the committed ones, once each."""
-    grpc_port = free_ports(1)[0]
-    with running(tmp_path, "broker-g", "--listen-grpc", f"127.0.0.1:{grpc_port}") as e:
+    with running(tmp_path, "broker-g", grpc=True) as e:
         broker = e.broker
+        grpc_port = broker.grpc_port
         spec = [
             {"body_hex": b"committed".hex(), "action": "commit"},
             {"body_hex": b"rolled back".hex(), "action": "rollback"},
