@@ -75,7 +75,7 @@ def group(
 ) -> Iterator[BrokerGroup]:
     g = BrokerGroup(root / "brokers", client, cluster.endpoints, 2, "SYNC_MASTER", GroupPolicy(2))
     for proc, port in zip(g.procs, free_ports(len(g.procs)), strict=True):
-        proc.args += ["--listen-grpc", f"127.0.0.1:{port}"]  # for a 5.x consumer
+        proc.extra += ["--listen-grpc", f"127.0.0.1:{port}"]  # for a 5.x consumer
     try:
         yield g.start()
     finally:

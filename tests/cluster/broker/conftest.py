@@ -75,7 +75,7 @@ class BrokerProc:
         self.root = root
         self.data_dir = root / self.name
         self.log_path = root / f"{self.name}.log"
-        self.extra = args
+        self.extra = list(args)  # its own: a test may add flags to one replica
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self._seen = 0
