@@ -166,7 +166,13 @@ def test_lookup_by_key_and_ids_on_master_and_slave_and_after_a_restart(
     assert master.stop() == 0
     assert [m.body for m in query(slave.addr, "shared")] == [b"from-remoting", b"from-grpc"]
     master.start()
-    assert [m.body for m in query(master.addr, "shared")] == [b"from-remoting", b"from-grpc"]
+    # a restarted master serves what its in-sync slave confirms again: once it reconnected
+    both = [b"from-remoting", b"from-grpc"]
+    wait_for(
+        "the restarted master's index",
+        lambda: [m.body for m in query(master.addr, "shared")] == both,
+        timeout=20,
+    )
     assert [m.body for m in query(master.addr, uniq, unique=True)] == [b"from-grpc"]
     wait_for(
         "a master in the routes",
