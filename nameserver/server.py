@@ -1,4 +1,8 @@
-"""Server wiring: one metaledger node (`metaledger serve`)."""
+"""Server wiring: one metaledger node (`metaledger serve`).
+
+A little over 500 lines: the log, the state machine, every service and its ports are started
+and stopped in one order, which reads best whole.
+"""
 
 # ruff: noqa: E402  (gRPC core's environment is set before `import grpc`, below)
 from __future__ import annotations

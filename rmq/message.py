@@ -35,6 +35,9 @@ decodes every pulled one (:func:`decode_records`). Keep both free of extra alloc
 :class:`StoredMessage` is a NamedTuple (a frozen dataclass costs five times as much to build),
 hosts come from a cache keyed by their bytes, bounds are checked once before the fixed fields
 are read. Sans I/O; imports nothing from the project but ``rmq``.
+
+A little over 500 lines: the record, the batch and the property block are one wire
+encoding with one error tree.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ are registered here by method name; the Settings of a consumer are filled in the
 Every other method answers NOT_IMPLEMENTED with a message naming it. Refusals are statuses in
 the answer (the v2 way), never a gRPC error: :func:`refusal` is the one place the broker's
 error tree becomes a v2 ``Code``.
+
+Over 500 lines: the producer side of one service whose handlers share the replica's client
+table, settings and send path (the consumer side is :mod:`broker.grpc.consume`).
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ Data flow::
   value, a ``records.proto`` message) and ``kv.mod_revision`` the offset of the change
   (:func:`record_event`); replay from the segments and ``snapshot_if_compacted`` honour the
   type. ``prev_kv`` is kv-only (refused at create for other types).
+
+Over 500 lines: the registry of watchers, their live delivery and their replay share one
+lock and one notion of where each watcher is.
 """
 
 from __future__ import annotations

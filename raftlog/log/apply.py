@@ -13,6 +13,9 @@ backoff on the apply thread; any other exception here stops this node (``on_fata
 Snapshot duties put their work in the same order through :meth:`Apply.at_commit_point`
 and :meth:`Apply.jump_to`: a :class:`Marker` in the apply queue runs when everything
 committed before it is applied.
+
+A little over 500 lines: the apply loop, its stall-and-retry path and the snapshot markers
+share the loop's state.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ window, never a gap (docs/redis-replicator.md, "Acks and checkpoints").
 
 The checkpoint's ``generation`` counts full syncs, so a new history (a master restarted after
 kill -9, a backlog overflow) still moves the stored position forward (checkpoint.py).
+
+A little over 500 lines: one job's lease, sync and checkpoint loop share their state (the
+protocol itself is sans-I/O in :mod:`replicator.redis.protocol`).
 """
 
 from __future__ import annotations
