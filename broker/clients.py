@@ -97,6 +97,15 @@ class GrpcConsumer:
     language: str  # v2.Language's name in RocketMQ's LanguageCode spelling (PYTHON, NODE_JS)
 
 
+def language_code(language: int) -> str:
+    """A ``v2.Language`` in RocketMQ's ``LanguageCode`` spelling (PYTHON, NODE_JS, DOTNET), as
+    the connection lists name a gRPC client's language."""
+    try:
+        return v2.Language.Name(language).replace("DOT_NET", "DOTNET")
+    except ValueError:  # a language newer than our copy of the protos
+        return f"LANGUAGE_{int(language)}"
+
+
 class GrpcClients:
     """gRPC clients by client id, from their Telemetry settings' user agent."""
 

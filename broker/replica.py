@@ -157,7 +157,7 @@ class Replica:
             TransactionProcessor(self.transactions),
             PullProcessor(self.core),
             self.consumers,
-            AdminProcessor(self.core),
+            AdminProcessor(self.core, self._slave_acks),
             TopicAdmin(self.core, self.registrar),
             self.queries,
             PopProcessor(self.pop),
@@ -417,6 +417,13 @@ class Replica:
             return member.roles.broker_id
         slaves = sorted(view.in_sync_slaves) if view is not None else []
         return slaves[0] if slaves else 0
+
+    def _slave_acks(self) -> dict[int, int]:
+        """Each slave connected to this master's HA service: its acknowledged offset."""
+        ha = self.member.ha_master if self.member is not None else None
+        if ha is None:
+            return {}
+        return {i: s.acked for i, s in ha.slave_states().items() if s.connected}
 
     def _connection_closed(self, peer: Peer) -> None:
         self.consumers.connection_closed(peer)

@@ -227,6 +227,14 @@ class GetConsumerConnectionListHeader(Header):
 
 
 @dataclass(slots=True)
+class GetProducerConnectionListHeader(Header):
+    """GET_PRODUCER_CONNECTION_LIST (204), RocketMQ's ``GetProducerConnectionListRequestHeader``."""
+
+    code = RequestCode.GET_PRODUCER_CONNECTION_LIST
+    producer_group: str = ext("producerGroup")
+
+
+@dataclass(slots=True)
 class GetConsumeStatsHeader(Header):
     """GET_CONSUME_STATS (208), RocketMQ's ``GetConsumeStatsRequestHeader``: one group's
     offsets on a broker, of ``topic`` (blank: every topic the group has offsets of) or of

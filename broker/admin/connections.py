@@ -20,6 +20,14 @@ One more, metaledger's own (fastjson and the dashboard ignore it): ``clientProto
 client id its ``protocol`` (``remoting`` or ``grpc``) and its version as the client gave it
 (a remoting client's ``version`` header by name, ``V4_9_4``; a gRPC client's user agent,
 ``5.1.2``), which ``version``'s ordinal cannot tell for a gRPC client.
+
+GET_PRODUCER_CONNECTION_LIST (204), as ``AdminBrokerProcessor.getProducerConnectionList``:
+SUCCESS with a ``ProducerConnection`` body (``connectionSet`` of the same ``Connection``s), or
+SYSTEM_ERROR "the producer group[G] not exist" when the group has no live connection here.
+Members: the remoting producers whose heartbeats' ``producerDataSet`` named the group, and
+the 5.x gRPC producers whose Telemetry settings publish to it (as RocketMQ's proxy registers
+them, the group of a gRPC producer is the topic's name; ``broker.state.producers``), with
+``clientProtocols`` as above.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from broker.core import BrokerCore
 from broker.store.consume_queue import tags_code
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode, Version, version_name
-from rmq.headers import GetConsumerConnectionListHeader
+from rmq.headers import GetConsumerConnectionListHeader, GetProducerConnectionListHeader
 from rmq.server import Handler, Peer
 
 __all__ = ["ConnectionsProcessor"]
@@ -45,7 +53,33 @@ class ConnectionsProcessor:
         self.grpc = grpc
 
     def handlers(self) -> dict[int, Handler]:
-        return {RequestCode.GET_CONSUMER_CONNECTION_LIST: self.connection_list}
+        return {
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.connection_list,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_list,
+        }
+
+    def producers(self, group: str) -> dict[str, object] | None:
+        """The ProducerConnection of the group; None when nobody of it is here."""
+        members = self.core.producers.connections(group)
+        if not members:
+            return None
+        connections: dict[str, dict[str, object]] = {}
+        protocols: dict[str, dict[str, str]] = {}
+        for client_id, c in members:  # one row per client (RocketMQ's set: one per channel)
+            connections[client_id] = {"clientAddr": c.address, "clientId": client_id,
+                                      "language": c.language, "version": c.version}  # fmt: skip
+            protocols[client_id] = {"protocol": c.protocol, "version": c.version_text}
+        return {"clientProtocols": protocols, "connectionSet": list(connections.values())}
+
+    async def producer_list(self, request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        h = GetProducerConnectionListHeader.from_command(request)
+        body = self.producers(h.producer_group)
+        if body is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"the producer group[{h.producer_group}] not exist"
+            )
+        text = json.dumps(body, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+        return request.response(ResponseCode.SUCCESS, body=text.encode())
 
     def body(self, group_name: str) -> dict[str, object] | None:
         """The ConsumerConnection of the group; None when nobody of it is here."""

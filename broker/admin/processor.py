@@ -1,9 +1,14 @@
 """GET_BROKER_RUNTIME_INFO (28): ``{"table": {name: value}}``, every value a string, as
-RocketMQ's ``BrokerController.getRuntimeInfo`` writes its KVTable (admin tools only)."""
+RocketMQ's ``BrokerController.getRuntimeInfo`` writes its KVTable (admin tools only).
+
+On a replica group's master, one more row per slave connected to its HA service:
+``slaveAckOffset_<broker id>``, the last commit-log offset that slave acknowledged (the
+``slaveAckOffset`` of RocketMQ's ``HARuntimeInfo``; -1 before its first ack)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 
 from broker.core import BrokerCore, now_ms
 from rmq.codec import RemotingCommand
@@ -14,8 +19,12 @@ VERSION_DESC = "V5_3_3"  # the protocol generation the front answers as (codec.S
 
 
 class AdminProcessor:
-    def __init__(self, core: BrokerCore) -> None:
+    def __init__(
+        self, core: BrokerCore, slave_acks: Callable[[], Mapping[int, int]] | None = None
+    ) -> None:
         self.core = core
+        #: each connected slave's acknowledged offset by broker id (the HA master's), if any
+        self.slave_acks = slave_acks or dict
 
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info}
@@ -42,6 +51,8 @@ class AdminProcessor:
         }
         for status, n in sorted(core.stats.puts_by_status.items()):
             table[f"putStatus_{status}"] = str(n)
+        for broker_id, acked in sorted(self.slave_acks().items()):
+            table[f"slaveAckOffset_{broker_id}"] = str(acked)
         table["msgPutTotalTodayNow"] = str(core.stats.puts_by_status.get("PUT_OK", 0))
         return table
 

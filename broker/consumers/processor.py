@@ -22,10 +22,10 @@ from typing import Any
 
 from broker.core import BrokerCore, now_ms
 from broker.remoting.errors import BrokerRequestError
-from broker.state.producers import PeerChannel
+from broker.state.producers import PeerChannel, ProducerClient
 from broker.topics import RETRY_PREFIX, TOPIC_NAME
 from rmq.codec import BadRequest, RemotingCommand, loads_lenient
-from rmq.codes import RequestCode, ResponseCode
+from rmq.codes import RequestCode, ResponseCode, version_name
 from rmq.headers import (
     OffsetResponseHeader,
     QueryConsumerOffsetHeader,
@@ -119,10 +119,19 @@ class ConsumerProcessor:
             changed += self.core.consumers.heartbeat(
                 client_id, peer, data, now_ms(), request.language, request.version
             )
+        producer = ProducerClient(
+            peer.address,
+            request.language,
+            request.version,
+            "remoting",
+            version_name(request.version),
+        )
         for data in doc.get("producerDataSet") or []:
             group = data.get("groupName") if isinstance(data, dict) else None
             if isinstance(group, str) and group and group != INNER_PRODUCER:
-                self.core.producers.heartbeat(group, client_id, PeerChannel(peer), now_ms())
+                self.core.producers.heartbeat(
+                    group, client_id, PeerChannel(peer), now_ms(), producer
+                )
         self.notify(changed)
         return request.response(ResponseCode.SUCCESS)
 

@@ -401,7 +401,7 @@ class MessagingService(svc_grpc.MessagingServiceServicer):  # type: ignore[misc]
 
         reader = asyncio.create_task(read())
         if self.transactions is not None and client_id:
-            self.transactions.attach(client_id, outbound)
+            self.transactions.attach(client_id, outbound, str(context.peer() or ""))
         try:
             while (item := await outbound.get()) is not None:
                 yield item

@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from broker.clients import language_code
 from broker.core import now_ms
 from broker.grpc.convert import to_message
-from broker.state.producers import ProducerRegistry
+from broker.state.producers import ProducerClient, ProducerRegistry
 from broker.transactions.errors import HalfNotFound
 from broker.transactions.half import PRODUCER_GROUP, TRANSACTION_ID, Resolution, physical_offset
 from broker.transactions.service import EndRequest, TransactionService
 from protos.apache.rocketmq.v2 import definition_pb2 as v2
 from protos.apache.rocketmq.v2 import service_pb2 as svc
+from rmq.codes import Version
 from rmq.message import PROPERTY_TRANSACTION_PREPARED, StoredMessage
 from rmq.msgid import offset_msg_id
 
@@ -73,12 +75,17 @@ def to_v2(half: StoredMessage) -> v2.Message:
     return out
 
 
+#: the version ordinal a gRPC client is given, as for consumers (broker/admin/connections.py)
+GRPC_VERSION = Version.V5_3_3
+
+
 class TelemetryChannel:
     """One client's Telemetry stream, as a place to send checks (its outbound queue)."""
 
-    def __init__(self, client_id: str, outbound: asyncio.Queue[Any]) -> None:
+    def __init__(self, client_id: str, outbound: asyncio.Queue[Any], address: str = "") -> None:
         self.client_id = client_id
         self.outbound = outbound
+        self.address = address  # the peer of the stream (host:port)
         self.closed = False
 
     @property
@@ -111,13 +118,17 @@ class GrpcTransactions:
         self.store_host = store_host
         self.channels: dict[str, TelemetryChannel] = {}
         self.topics: dict[str, list[str]] = {}
+        #: what GET_PRODUCER_CONNECTION_LIST answers of each producer (from its settings)
+        self.clients: dict[str, ProducerClient] = {}
 
     def transaction_id(self, physical: int) -> str:
         return offset_msg_id(self.store_host[0], self.store_host[1], physical)
 
     # ---------------------------------------------------------------- producers
-    def attach(self, client_id: str, outbound: asyncio.Queue[Any]) -> None:
-        self.channels[client_id] = TelemetryChannel(client_id, outbound)
+    def attach(self, client_id: str, outbound: asyncio.Queue[Any], peer: str = "") -> None:
+        """A client's Telemetry stream opened (``peer``: gRPC's ``ipv4:host:port``)."""
+        address = peer.removeprefix("ipv4:").removeprefix("ipv6:")
+        self.channels[client_id] = TelemetryChannel(client_id, outbound, address)
 
     def detach(self, client_id: str, outbound: asyncio.Queue[Any] | None = None) -> None:
         """Forget the client's stream; with ``outbound``, only if that stream is still the one
@@ -130,12 +141,22 @@ class GrpcTransactions:
             channel.closed = True
             self.producers.connection_closed(channel.key)
         self.topics.pop(client_id, None)
+        self.clients.pop(client_id, None)
 
     def settings(self, client_id: str, settings: v2.Settings) -> None:
         """A producer's settings: its stream registered under each topic it publishes to."""
         if settings.client_type not in (v2.PRODUCER, v2.CLIENT_TYPE_UNSPECIFIED):
             return
         self.topics[client_id] = [t.name for t in settings.publishing.topics if t.name]
+        channel = self.channels.get(client_id)
+        agent = settings.user_agent
+        self.clients[client_id] = ProducerClient(
+            channel.address if channel is not None else "",
+            language_code(agent.language),
+            int(GRPC_VERSION),
+            "grpc",
+            agent.version,
+        )
         self.heartbeat(client_id)
 
     def heartbeat(self, client_id: str) -> None:
@@ -143,7 +164,9 @@ class GrpcTransactions:
         if channel is None:
             return
         for topic in self.topics.get(client_id, ()):
-            self.producers.heartbeat(topic, client_id, channel, now_ms())
+            self.producers.heartbeat(
+                topic, client_id, channel, now_ms(), self.clients.get(client_id, ProducerClient())
+            )
 
     # ----------------------------------------------------------------- ending
     async def end(self, request: svc.EndTransactionRequest) -> svc.EndTransactionResponse:

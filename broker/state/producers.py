@@ -7,7 +7,8 @@ when it closes, on UNREGISTER_CLIENT, or after ``client_expiry_ms`` without a he
 ``getAvailableChannel`` picks a live one of the group (round robin here). A channel is
 anything that can carry a check: a remoting connection, or a gRPC client's Telemetry stream
 (the RocketMQ proxy registers a 5.x client under each topic it publishes to, its
-``ClientActivity``, so a gRPC producer's group is the topic's name).
+``ClientActivity``, so a gRPC producer's group is the topic's name). Each member keeps what
+GET_PRODUCER_CONNECTION_LIST answers of it (:class:`ProducerClient`).
 """
 
 from __future__ import annotations
@@ -69,10 +70,24 @@ class PeerChannel:
         return self.peer.send_oneway(header.request(encode(real), oneway=True))
 
 
+@dataclass(frozen=True)
+class ProducerClient:
+    """What a producer's heartbeat tells of it: its address, its language (RocketMQ's
+    ``LanguageCode`` name: JAVA, CPP, PYTHON), its ``version`` ordinal, its protocol
+    (``remoting`` or ``grpc``) and its version as the client gave it (``V4_9_4``, ``5.1.2``)."""
+
+    address: str = ""
+    language: str = ""
+    version: int = 0
+    protocol: str = "remoting"
+    version_text: str = ""
+
+
 @dataclass
 class _Member:
     channel: CheckChannel
     last_seen_ms: int
+    client: ProducerClient = ProducerClient()
 
 
 @dataclass
@@ -86,9 +101,16 @@ class ProducerRegistry:
         self.client_expiry_ms = client_expiry_ms
         self.groups: dict[str, _Group] = {}
 
-    def heartbeat(self, group: str, client_id: str, channel: CheckChannel, now_ms: int) -> None:
+    def heartbeat(
+        self,
+        group: str,
+        client_id: str,
+        channel: CheckChannel,
+        now_ms: int,
+        client: ProducerClient = ProducerClient(),
+    ) -> None:
         g = self.groups.setdefault(group, _Group())
-        g.members[(client_id, channel.key)] = _Member(channel, now_ms)
+        g.members[(client_id, channel.key)] = _Member(channel, now_ms, client)
 
     def unregister(self, group: str, client_id: str) -> None:
         g = self.groups.get(group)
@@ -116,6 +138,12 @@ class ProducerRegistry:
             return None
         members = list(g.members.values())
         return members[next(g.turn) % len(members)].channel
+
+    def connections(self, group: str) -> list[tuple[str, ProducerClient]]:
+        """The group's live connections: ``(client id, what it told of itself)``, by id."""
+        g = self.groups.get(group)
+        members = sorted(g.members.items(), key=lambda kv: str(kv[0])) if g else []
+        return [(k[0], m.client) for k, m in members]
 
     def client_ids(self, group: str) -> list[str]:
         g = self.groups.get(group)

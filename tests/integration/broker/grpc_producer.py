@@ -3,7 +3,8 @@
 Run as ``python grpc_producer.py ENDPOINT TOPIC < spec.json`` with the 5.x client's own venv
 (it ships a ``rocketmq`` package, as the 4.x ``rocketmq`` wheel does, and its own generated
 ``apache.rocketmq.v2``, which cannot share a process with metaledger's). The spec: a list of
-``{"body_hex", "tag", "keys", "props", "group", "delivery_timestamp"}`` (``group``: the
+``{"body_hex", "tag", "keys", "props", "group", "delivery_timestamp"}`` or ``{"sleep_s"}``
+(the producer stays online that long) (``group``: the
 message group of a FIFO message), ``"encoding"`` (``zlib`` or ``gzip``: the client's request
 is sent with the body compressed so and ``body_encoding`` GZIP, as the Java client sends a
 body above its 4 KiB threshold (a zlib stream) and the C# and Go clients (gzip); ``corrupt``:
@@ -16,6 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+import time
 import zlib
 from typing import Any
 
@@ -53,6 +55,10 @@ def main() -> int:
     producer.startup()
     try:
         for item in spec:
+            if "sleep_s" in item:  # stay online (its Telemetry stream open) for a while
+                print(json.dumps({"sleeping": item["sleep_s"]}), flush=True)
+                time.sleep(item["sleep_s"])
+                continue
             try:
                 m = Message()
                 m.topic = topic

@@ -1,7 +1,7 @@
 """The ``rocketmq`` 0.4.4 wheel (C++ core) as a subprocess: ``produce`` and ``consume``.
 
 Run as ``python wheel_client.py produce NAMESRV GROUP < spec.json`` (spec: a list of
-``{"topic", "body_hex", "tags", "keys", "props", "oneway", "expect_error"}``; prints one JSON
+``{"topic", "body_hex", "tags", "keys", "props", "oneway", "expect_error"}``, or ``{"sleep_s"}``: stay online that long); prints one JSON
 result per message, ``{"keys", "error"}`` for a send that raised when ``expect_error``) or
 ``python wheel_client.py consume NAMESRV GROUP TOPIC EXPECT TIMEOUT_S [FAIL_KEYS] [ORDERLY]`` (prints one JSON line per message received: keys, tags, properties,
 reconsume times, body length and sha256; a message whose key is in FAIL_KEYS is failed,
@@ -41,6 +41,10 @@ def produce(namesrv: str, group: str) -> None:
     set_bytes.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
     try:
         for item in spec:
+            if "sleep_s" in item:  # stay online (heartbeats going) for a while
+                print(json.dumps({"sleeping": item["sleep_s"]}), flush=True)
+                time.sleep(item["sleep_s"])
+                continue
             body = bytes.fromhex(item["body_hex"])
             msg = Message(item["topic"])
             if item.get("tags"):

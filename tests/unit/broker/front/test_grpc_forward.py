@@ -167,7 +167,7 @@ class Checks:
         self.outbound: dict[str, asyncio.Queue[Any]] = {}
         self.topics: dict[str, list[str]] = {}
 
-    def attach(self, client_id: str, outbound: asyncio.Queue[Any]) -> None:
+    def attach(self, client_id: str, outbound: asyncio.Queue[Any], peer: str = "") -> None:
         self.outbound[client_id] = outbound
 
     def detach(self, client_id: str, outbound: object = None) -> None:

@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+from broker.admin.processor import AdminProcessor
 from broker.replication import Admission, PutStatus
 from rmq.message import decode
 from tests.unit.broker.front.conftest import TOPIC, Ctx, props, run_broker
@@ -91,6 +92,16 @@ def test_runtime_info(tmp_path: Path) -> None:
         table = json.loads(r.body)["table"]
         assert all(isinstance(v, str) for v in table.values())
         assert table["putStatus_PUT_OK"] == "1" and int(table["commitLogMaxOffset"]) > 0
+
+    run_broker(tmp_path, scenario)
+
+
+def test_runtime_info_names_each_slaves_acknowledged_offset(tmp_path: Path) -> None:
+    async def scenario(ctx: Ctx) -> None:
+        assert not any(k.startswith("slaveAckOffset_") for k in AdminProcessor(ctx.replica.core).table())  # fmt: skip
+        table = AdminProcessor(ctx.replica.core, lambda: {2: 42, 1: -1}).table()
+        acks = {k: v for k, v in table.items() if k.startswith("slaveAckOffset_")}
+        assert acks == {"slaveAckOffset_1": "-1", "slaveAckOffset_2": "42"}
 
     run_broker(tmp_path, scenario)
 
