@@ -224,7 +224,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
     async def rmq_brokers(request: Request) -> JSONResponse:
         client = console.client(request)
         out = await _blocking(rocketmq.brokers, client)
-        out.update(await _blocking(rocketmq.replica_groups, client))
+        out.update(await _blocking(rocketmq.replica_groups, client, config.timeout_s))
         return JSONResponse(out)
 
     async def rmq_lag(request: Request) -> JSONResponse:
@@ -233,6 +233,12 @@ def create_app(config: ConsoleConfig) -> Starlette:
         out = await _blocking(
             rocketmq.consumer_lag, client, p.get("group", ""), p.get("topic", ""), config.timeout_s
         )
+        return JSONResponse(out)
+
+    async def rmq_producers(request: Request) -> JSONResponse:
+        client = console.client(request)
+        group = request.query_params.get("group", "")
+        out = await _blocking(rocketmq_groups.group_producers, client, group, config.timeout_s)
         return JSONResponse(out)
 
     async def replicator_list(request: Request) -> JSONResponse:
@@ -460,6 +466,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         Route("/api/rocketmq/lag", rmq_lag),
         Route("/api/rocketmq/groups", rmq_groups),
         Route("/api/rocketmq/clients", rmq_clients),
+        Route("/api/rocketmq/producers", rmq_producers),
         Route("/api/rocketmq/message", rmq_message),
         Route("/api/users/change", user_change, methods=["POST"]),
         Route("/api/replicators", replicator_list),

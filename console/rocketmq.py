@@ -1,5 +1,6 @@
 """The console's RocketMQ page: topics with their routes, each queue's min/max offset,
-brokers, replica groups and a consumer group's lag per queue (in messages and in time); the
+brokers, replica groups (with each replica's acknowledged offset, from its master's
+GET_BROKER_RUNTIME_INFO, 28) and a consumer group's lag per queue (in messages and in time); the
 groups list, online clients and message lookup are :mod:`console.rocketmq_groups`.
 
 Routes, brokers and replica groups come from metaledger (``Client.route_topics``,
@@ -17,13 +18,14 @@ routes are read, so 1,000 topics cost one list and ``limit`` route reads per pag
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from console.errors import BadInput
 from console.keys import MAX_PAGE
 from nameserver.client import Client
-from rmq.codec import ProtocolError
+from rmq.codec import ProtocolError, RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import blocking_call
 from rmq.consume_stats import ConsumeStatsError, QueueOffsets, decode_consume_stats
@@ -33,6 +35,8 @@ __all__ = ["brokers", "consumer_lag", "queue_offsets", "replica_groups", "topic_
 
 #: brokers asked at once
 PARALLEL = 8
+#: a master's runtime info row per slave: its acknowledged offset (broker/admin/processor.py)
+SLAVE_ACK = "slaveAckOffset_"
 
 
 class BrokerFailed(Exception):
@@ -154,11 +158,47 @@ def brokers(client: Client) -> dict[str, Any]:
     }
 
 
-def replica_groups(client: Client) -> dict[str, Any]:
+def acked_offsets(addr: str, timeout_s: float) -> dict[int, int]:
+    """What a master's GET_BROKER_RUNTIME_INFO says of each replica's acknowledged offset:
+    ``slaveAckOffset_<id>`` of each slave connected to it, and for itself (id 0 in these
+    keys: the master's own) its ``commitLogMaxOffset``."""
+    try:
+        r = blocking_call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout_s)  # fmt: skip
+    except (OSError, ProtocolError, ValueError) as exc:
+        raise BrokerFailed(f"broker {addr}: {exc or type(exc).__name__}") from None
+    if r.code != ResponseCode.SUCCESS:
+        raise BrokerFailed(f"broker {addr} answered code {r.code}: {r.remark}")
+    try:
+        table = json.loads(r.body)["table"]
+        out = {0: int(table["commitLogMaxOffset"])}
+        for key, value in table.items():
+            if key.startswith(SLAVE_ACK):
+                out[int(key.removeprefix(SLAVE_ACK))] = int(value)
+        return out
+    except (ValueError, LookupError, TypeError) as exc:
+        raise BrokerFailed(f"broker {addr}: a runtime info that does not parse: {exc}") from None
+
+
+def replica_groups(client: Client, timeout_s: float = 5.0) -> dict[str, Any]:
     """Every replica group: master and its epoch, the in-sync set and its epoch, the quorum
-    policy and each replica (alive, in sync), as ``metaledger replica-group show``."""
+    policy and each replica (alive, in sync), as ``metaledger replica-group show``; and each
+    replica's acknowledged offset (``acked``, None when its master does not know it) as the
+    master's runtime info gives it, or the master's failure in ``acked_error``."""
+    listed = client.replica_groups()
+
+    def acks(addr: str) -> dict[int, int] | str:
+        if not addr:
+            return "no master"
+        try:
+            return acked_offsets(addr, timeout_s)
+        except BrokerFailed as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(min(PARALLEL, max(1, len(listed)))) as pool:
+        answers = list(pool.map(acks, [g.master_address if g.master_id else "" for g in listed]))
     groups = []
-    for g in client.replica_groups():
+    for g, answer in zip(listed, answers, strict=True):
+        acked = answer if isinstance(answer, dict) else {}
         p = g.policy
         groups.append(
             {
@@ -182,9 +222,11 @@ def replica_groups(client: Client) -> dict[str, Any]:
                         "role": "master" if r.broker_id == g.master_id else "slave",
                         "alive": r.alive,
                         "in_sync": r.in_sync,
+                        "acked": acked.get(0 if r.broker_id == g.master_id else r.broker_id),
                     }
                     for r in g.replicas
                 ],
+                "acked_error": answer if isinstance(answer, str) else None,
             }
         )
     return {"groups": groups}

@@ -9,6 +9,10 @@
 - **Clients** of a group: GET_CONSUMER_CONNECTION_LIST on every master, remoting and gRPC
   consumers side by side, with protocol and version (the broker's ``clientProtocols``;
   CONSUMER_NOT_ONLINE from a master is "nobody here", not an error).
+- **Producers** of a producer group: GET_PRODUCER_CONNECTION_LIST (204) on every master,
+  remoting producers (their heartbeats) and gRPC producers (whose group is the topic they
+  publish to) side by side, as the clients above (SYSTEM_ERROR "the producer group[G] not
+  exist" from a master is "nobody here").
 - **Lookup** of a message by key or id, as ``metaledger message get`` (broker/cli_lookup.py):
   QUERY_MESSAGE (12) on every master of the topic (by key, or by id as a client message id
   with ``_UNIQUE_KEY_QUERY``), then for an offset message id VIEW_MESSAGE_BY_ID (33) on the
@@ -37,13 +41,14 @@ from rmq.consume_stats import ConsumeStatsError, decode_consume_stats
 from rmq.headers import (
     GetConsumerConnectionListHeader,
     GetConsumeStatsHeader,
+    GetProducerConnectionListHeader,
     QueryMessageHeader,
     ViewMessageHeader,
 )
 from rmq.message import MessageError, StoredMessage, decode, decode_records
 from rmq.msgid import UNIQ_KEY, OffsetMsgId, offset_msg_id, parse_offset_msg_id
 
-__all__ = ["find_messages", "group_clients", "group_page"]
+__all__ = ["find_messages", "group_clients", "group_page", "group_producers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,14 +82,26 @@ def _groups_of(addr: str, timeout_s: float) -> list[str]:
         raise BrokerFailed(f"broker {addr}: a group list that does not parse: {exc}") from None
 
 
-def _connections(addr: str, group: str, timeout_s: float) -> dict[str, Any] | None:
-    """The group's ConsumerConnection on ``addr``; None when nobody of it is there."""
-    request = GetConsumerConnectionListHeader(group).request()
+def _connections(
+    addr: str, group: str, timeout_s: float, producers: bool = False
+) -> dict[str, Any] | None:
+    """The group's ConsumerConnection (or ProducerConnection) on ``addr``; None when nobody
+    of it is there."""
+    if producers:
+        request = GetProducerConnectionListHeader(group).request()
+    else:
+        request = GetConsumerConnectionListHeader(group).request()
     try:
         r = blocking_call(addr, request, timeout_s)
     except (OSError, ProtocolError, ValueError) as exc:
         raise BrokerFailed(f"broker {addr}: {exc or type(exc).__name__}") from None
-    if r.code == ResponseCode.CONSUMER_NOT_ONLINE:
+    if r.code == ResponseCode.CONSUMER_NOT_ONLINE and not producers:
+        return None
+    if (
+        producers
+        and r.code == ResponseCode.SYSTEM_ERROR
+        and (r.remark or "").endswith("] not exist")
+    ):
         return None
     if r.code != ResponseCode.SUCCESS:
         raise BrokerFailed(f"broker {addr} answered code {r.code}: {r.remark}")
@@ -123,39 +140,66 @@ def _clients(addr: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def group_clients(client: Client, group: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    """Every client of ``group`` online on a master: its id, address, language, protocol and
-    version, and the masters it is connected to; the group's consume type, message model and
-    subscribed topics (remoting consumers'; gRPC consumers keep theirs in their settings)."""
+def _connection_lists(
+    client: Client, group: str, timeout_s: float, producers: bool
+) -> tuple[list[str], list[dict[str, Any] | str | None]]:
+    """Every master and its answer: the group's connection list, None, or why it failed."""
     if not group:
         raise BadInput("group is missing")
     masters = sorted(_masters(client))
 
     def one(addr: str) -> dict[str, Any] | str | None:
         try:
-            return _connections(addr, group, timeout_s)
+            return _connections(addr, group, timeout_s, producers)
         except BrokerFailed as exc:
             return str(exc)
 
-    answers = _parallel(one, masters)
+    return masters, _parallel(one, masters)
+
+
+def _by_client(
+    masters: list[str], answers: list[dict[str, Any] | str | None]
+) -> list[dict[str, Any]]:
+    """The clients of every master's answer, once each, with the masters they are on."""
     by_id: dict[str, dict[str, Any]] = {}
-    kinds: set[tuple[str, str]] = set()
-    topics: set[str] = set()
     for addr, doc in zip(masters, answers, strict=True):
-        if not isinstance(doc, dict):
-            continue
-        kinds.add((str(doc.get("consumeType", "")), str(doc.get("messageModel", ""))))
-        topics.update(str(t) for t in doc.get("subscriptionTable") or {})
-        for c in _clients(addr, doc):
+        for c in _clients(addr, doc) if isinstance(doc, dict) else []:
             seen = by_id.setdefault(c["client_id"], {**c, "brokers": []})
             seen["brokers"].append(addr)
     for c in by_id.values():
         c.pop("broker", None)
+    return sorted(by_id.values(), key=lambda c: str(c["client_id"]))
+
+
+def group_clients(client: Client, group: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Every client of ``group`` online on a master: its id, address, language, protocol and
+    version, and the masters it is connected to; the group's consume type, message model and
+    subscribed topics (remoting consumers'; gRPC consumers keep theirs in their settings)."""
+    masters, answers = _connection_lists(client, group, timeout_s, producers=False)
+    kinds: set[tuple[str, str]] = set()
+    topics: set[str] = set()
+    for doc in answers:
+        if isinstance(doc, dict):
+            kinds.add((str(doc.get("consumeType", "")), str(doc.get("messageModel", ""))))
+            topics.update(str(t) for t in doc.get("subscriptionTable") or {})
     return {
         "group": group,
-        "clients": sorted(by_id.values(), key=lambda c: str(c["client_id"])),
+        "clients": _by_client(masters, answers),
         "consume_types": sorted(f"{k} / {m}" for k, m in kinds),
         "topics": sorted(topics),
+        "masters": masters,
+        "errors": [a for a in answers if isinstance(a, str)],
+    }
+
+
+def group_producers(client: Client, group: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Every producer of ``group`` online on a master: its id, address, language, protocol
+    and version, and the masters it is connected to (a gRPC producer's group is the topic it
+    publishes to)."""
+    masters, answers = _connection_lists(client, group, timeout_s, producers=True)
+    return {
+        "group": group,
+        "producers": _by_client(masters, answers),
         "masters": masters,
         "errors": [a for a in answers if isinstance(a, str)],
     }

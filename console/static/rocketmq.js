@@ -74,7 +74,9 @@
         el("td", {class: "num"}, g.in_sync_epoch),
         el("td", {}, `${g.policy.total_replicas} / ${g.policy.in_sync_replicas} / ${g.policy.min_in_sync_replicas}${g.policy.auto_in_sync ? " auto" : ""}`),
         el("td", {}, ...g.replicas.map((x) => el("div", {class: x.alive ? "" : "down"},
-          `${x.id} ${x.address} ${x.role} ${x.alive ? "alive" : "down"} ${x.in_sync ? "in sync" : "not in sync"}`))))));
+          `${x.id} ${x.address} ${x.role} ${x.alive ? "alive" : "down"} ${x.in_sync ? "in sync" : "not in sync"}`))),
+        el("td", {class: "num", title: g.acked_error || ""}, ...(g.acked_error ? [el("div", {class: "down"}, "master not asked: " + g.acked_error)] :
+          g.replicas.map((x) => el("div", {}, `${x.id}=${x.acked === null ? "-" : x.acked}`)))))));
     } catch (e) { say("message", e.message); }
   }
 
@@ -134,6 +136,22 @@
     } catch (e) { say("message", e.message); }
   }
 
+  async function producers() {
+    const group = document.getElementById("pgroup").value.trim();
+    const body = document.querySelector("#producers tbody");
+    body.replaceChildren();
+    document.getElementById("pkind").textContent = "";
+    if (!group) { document.getElementById("perrors").textContent = "give a producer group"; return; }
+    try {
+      const r = await api("/api/rocketmq/producers", {group});
+      body.replaceChildren(...r.producers.map((c) => el("tr", {"data-client": c.client_id},
+        el("td", {}, c.client_id), el("td", {}, c.address), el("td", {}, c.language), el("td", {}, c.protocol),
+        el("td", {}, c.version), el("td", {class: "muted"}, c.brokers.join(", ")))));
+      document.getElementById("pkind").textContent = `of ${group}: ${r.producers.length ? r.producers.length + " online" : "nobody online"}`;
+      document.getElementById("perrors").textContent = r.errors.join("; ");
+    } catch (e) { document.getElementById("perrors").textContent = e.message; }
+  }
+
   async function lookup() {
     const box = document.getElementById("merror");
     const body = document.querySelector("#msgs tbody");
@@ -176,6 +194,7 @@
   document.getElementById("gform").addEventListener("submit", (ev) => { ev.preventDefault(); groups(); });
   document.getElementById("gmore").addEventListener("click", () => groups(true));
   document.getElementById("mform").addEventListener("submit", (ev) => { ev.preventDefault(); lookup(); });
+  document.getElementById("pform").addEventListener("submit", (ev) => { ev.preventDefault(); producers(); });
   document.getElementById("lform").addEventListener("submit", (ev) => { ev.preventDefault(); lag(); });
 
   ML.init("/rocketmq").then(() => {
@@ -187,6 +206,10 @@
     if (p.get("topic")) offsets(p.get("topic"));
     groups();
     lag();
+    if (p.get("producer")) {
+      document.getElementById("pgroup").value = p.get("producer");
+      producers();
+    }
     for (const by of ["id", "key"]) {
       if (!p.get(by)) continue;
       document.getElementById("mby").value = by;

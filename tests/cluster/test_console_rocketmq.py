@@ -13,7 +13,6 @@ import asyncio
 import datetime
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -24,21 +23,27 @@ import pytest
 
 from broker.cli_lag import lag_time
 from nameserver.client import Client, GroupPolicy, QueueData
+from rmq.codec import RemotingCommand
+from rmq.codes import RequestCode
 from rmq.connection import blocking_call
-from rmq.headers import GetConsumerConnectionListHeader
+from rmq.headers import GetConsumerConnectionListHeader, GetProducerConnectionListHeader
 from tests.cluster.broker.conftest import PERM_RW, SEND_OK, TOPIC, BrokerGroup, _request
-from tests.console_harness import ConsoleProcess, browser_errors, chrome, have_browser, screenshot
+from tests.console_harness import (  # noqa: F401  (the shared fixtures)
+    BROWSER_MARKS,
+    ConsoleProcess,
+    browser_errors,
+    screenshot,
+    shared_blank_page,
+    shared_client,
+    shared_cluster,
+    shared_driver,
+)
 from tests.console_harness import table as _table
 from tests.console_harness import text as _text
-from tests.harness import Cluster, free_ports, running_cluster, wait_until
+from tests.harness import Cluster, free_ports, wait_until
 from tests.integration.broker.conftest import cli_env, metaledger
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.integration,
-    pytest.mark.skipif(not have_browser(), reason="chromium and chromedriver are not installed"),
-    pytest.mark.skipif(shutil.which("etcdctl") is None, reason="etcdctl is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 SHOTS = "screenshots"
 CONSUMER = "console-readers"
@@ -47,26 +52,15 @@ EXTRA_TOPICS = 60  # with SeedTopic: more than the page's 50
 POP_GROUP = "console-poppers"
 WHEEL_GROUP = "console-wheel"
 GRPC_GROUP = "console-grpc"
+PRODUCER_GROUP = "console-producers"
 WHEEL = str(Path(__file__).parents[1] / "integration" / "broker" / "wheel_client.py")
 GRPC_CONSUMER = str(Path(__file__).parents[1] / "integration" / "broker" / "grpc_consumer.py")
+GRPC_PRODUCER = str(Path(__file__).parents[1] / "integration" / "broker" / "grpc_producer.py")
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("console-rocketmq")
-
-
-@pytest.fixture(scope="module")
-def cluster(root: Path) -> Iterator[Cluster]:
-    with running_cluster(root / "cluster", n=3) as c:
-        c.wait_announced()
-        yield c
-
-
-@pytest.fixture(scope="module")
-def client(cluster: Cluster) -> Iterator[Client]:
-    with Client(cluster.endpoints, timeout_s=10) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +83,28 @@ def console(root: Path, cluster: Cluster) -> Iterator[ConsoleProcess]:
     c.stop()
 
 
-@pytest.fixture(scope="module")
-def driver(root: Path) -> Iterator[Any]:
-    d = chrome(root)
-    yield d
-    d.quit()
-
-
 def _cli(root: Path, cluster: Cluster, *args: str) -> Any:
     r = metaledger(root, *args, "--endpoints", ",".join(cluster.endpoints), "-w", "json")
     assert r.returncode == 0, r.stderr.decode()
     return json.loads(r.stdout)
+
+
+def _runtime(addr: str) -> dict[str, str]:
+    """The broker's GET_BROKER_RUNTIME_INFO table."""
+    r = blocking_call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 10)
+    assert r.code == 0, r.remark
+    return dict(json.loads(r.body)["table"])
+
+
+def _acked(group: BrokerGroup, master_id: int) -> dict[int, int]:
+    """Each replica's acknowledged offset by replica id, as the master's runtime info says:
+    the master's own end, each connected slave's slaveAckOffset_<id>."""
+    table = _runtime(group.master.address)
+    out = {master_id: int(table["commitLogMaxOffset"])}
+    for k, v in table.items():
+        if k.startswith("slaveAckOffset_"):
+            out[int(k.removeprefix("slaveAckOffset_"))] = int(v)
+    return out
 
 
 def _when(ms: int) -> str:
@@ -182,6 +187,22 @@ def test_rocketmq_page_shows_what_the_cli_answers(
         f"{pol['total_replicas']} / {pol['in_sync_replicas']} / {pol['min_in_sync_replicas']}{auto}"
     )
     assert len(g[7].splitlines()) == 2 and "in sync" in g[7]
+    # each replica's acknowledged offset: what the master's runtime info answers (read
+    # before and after the page, equal)
+    ids = {r["broker_id"] for r in shown["replicas"]}
+
+    def acked_equal() -> bool:
+        before = _acked(group, shown["master_id"])
+        driver.get(f"{console.url}/rocketmq?group={CONSUMER}&topic={TOPIC}")
+        wait_until(lambda: any(r[0] == group.name for r in _table(driver, "#groups")), 20, "g")
+        row = next(r for r in _table(driver, "#groups") if r[0] == group.name)
+        after = _acked(group, shown["master_id"])
+        want = sorted(f"{i}={before[i]}" if i in before else f"{i}=-" for i in ids)
+        return before == after and sorted(row[8].splitlines()) == want
+
+    wait_until(acked_equal, 30, "the acknowledged offsets equal the runtime info's")
+    acked = _acked(group, shown["master_id"])
+    assert set(acked) == ids and len(set(acked.values())) == 1  # the slave acked it all
     brokers = {r[3] for r in _table(driver, "#brokers")}
     assert {p.address for p in group.procs} <= brokers
     driver.execute_script("window.scrollTo(0, 0)")
@@ -413,6 +434,93 @@ def test_a_grpc_consumer_is_listed_with_its_protocol_version_and_lag(
         out.close()
 
 
+def _show_producers(driver: Any, group: str) -> list[list[str]]:
+    from selenium.webdriver.common.by import By
+
+    box = driver.find_element(By.ID, "pgroup")
+    box.clear()
+    box.send_keys(group)
+    driver.find_element(By.CSS_SELECTOR, "#pform button").click()
+    wait_until(lambda: f"of {group}:" in _text(driver, "#pkind"), 20, f"the producers of {group}")
+    return _table(driver, "#producers")
+
+
+def _producer_rows(addr: str, group: str) -> list[list[str]]:
+    """What GET_PRODUCER_CONNECTION_LIST answers on ``addr``, as the page's rows."""
+    r = blocking_call(addr, GetProducerConnectionListHeader(group).request(), 10)
+    if r.code != 0:
+        return []
+    doc = json.loads(r.body)
+    protocols = doc["clientProtocols"]
+    return [
+        [c["clientId"], c["clientAddr"], c["language"], protocols[c["clientId"]]["protocol"],
+         protocols[c["clientId"]]["version"], addr]
+        for c in doc["connectionSet"]
+    ]  # fmt: skip
+
+
+def test_producers_online_are_what_the_broker_lists(
+    root: Path,
+    cluster: Cluster,
+    group: BrokerGroup,
+    console: ConsoleProcess,
+    driver: Any,
+    rocketmq5_python: Path,
+) -> None:
+    """A producer of the 4.x `rocketmq` wheel (remoting, its heartbeats' producer data) and
+    RocketMQ 5's Python producer (gRPC, its Telemetry settings: its group is the topic) stay
+    online: the page's Producers table is what the master's GET_PRODUCER_CONNECTION_LIST
+    answers at the same moment; a group nobody produces for says so."""
+    master = group.master
+    spec = [{"topic": TOPIC, "body_hex": b"p1".hex(), "keys": "p-1"}, {"sleep_s": 120}]
+    env = cli_env(root)
+    env["HOME"] = str(root)
+    namesrv = f"127.0.0.1:{cluster.nodes[0].remoting_port}"
+    wheel_out = (root / "wheel-producer.out").open("wb")
+    wheel = subprocess.Popen(
+        [sys.executable, WHEEL, "produce", namesrv, PRODUCER_GROUP],
+        stdin=subprocess.PIPE, stdout=wheel_out, stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    genv = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    genv["HOME"] = str(root)
+    endpoint = master.args[master.args.index("--listen-grpc") + 1]
+    grpc_out = (root / "grpc-producer.out").open("wb")
+    grpc = subprocess.Popen(
+        [str(rocketmq5_python), GRPC_PRODUCER, endpoint, TOPIC],
+        stdin=subprocess.PIPE, stdout=grpc_out, stderr=subprocess.STDOUT, env=genv,
+    )  # fmt: skip
+    try:
+        for proc, items in ((wheel, spec), (grpc, [{"body_hex": b"p2".hex()}, {"sleep_s": 120}])):
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(items).encode())
+            proc.stdin.close()
+        driver.get(f"{console.url}/rocketmq")
+        for name, protocol in ((PRODUCER_GROUP, "remoting"), (TOPIC, "grpc")):
+
+            def same(name: str = name) -> bool:
+                before = _producer_rows(master.address, name)
+                rows = _show_producers(driver, name)
+                after = _producer_rows(master.address, name)
+                return len(before) == 1 and before == after and rows == before
+
+            wait_until(same, 90, f"the producers of {name} equal the broker's list")
+            (row,) = _table(driver, "#producers")
+            assert row[3] == protocol and "1 online" in _text(driver, "#pkind")
+        (row,) = _table(driver, "#producers")
+        assert row[2:5] == ["PYTHON", "grpc", "5.1.2"]
+        assert _show_producers(driver, PRODUCER_GROUP)[0][2] == "CPP"
+        driver.execute_script("document.getElementById('pform').scrollIntoView()")
+        screenshot(driver, root / SHOTS, "rocketmq-producers")
+        assert _show_producers(driver, "nobody-produces") == []
+        assert "nobody online" in _text(driver, "#pkind")
+        assert browser_errors(driver) == []
+    finally:
+        for proc in (wheel, grpc):
+            _stop(proc)
+        wheel_out.close()
+        grpc_out.close()
+
+
 def test_a_broker_that_does_not_answer_is_named_not_a_traceback(
     group: BrokerGroup, console: ConsoleProcess
 ) -> None:
@@ -427,10 +535,16 @@ def test_a_broker_that_does_not_answer_is_named_not_a_traceback(
     assert status == 200 and body["groups"] == [] and master.address in body["errors"][0]
     status, body = console.get(f"/api/rocketmq/clients?group={CONSUMER}")
     assert status == 200 and body["clients"] == [] and master.address in body["errors"][0]
+    status, body = console.get(f"/api/rocketmq/producers?group={PRODUCER_GROUP}")
+    assert status == 200 and body["producers"] == [] and master.address in body["errors"][0]
+    status, body = console.get("/api/rocketmq/brokers")
+    (mine,) = [g for g in body["groups"] if g["group"] == group.name]
+    assert status == 200 and master.address in mine["acked_error"], mine
     status, body = console.get(f"/api/rocketmq/message?topic={TOPIC}&key=order-7")
     assert status == 404 and master.address in body["error"], body
     for path in ("/api/rocketmq/topics?limit=0", "/api/rocketmq/lag", "/api/rocketmq/offsets",
                  "/api/rocketmq/groups?limit=0", "/api/rocketmq/clients", "/api/rocketmq/message",
+                 "/api/rocketmq/producers",
                  "/api/rocketmq/message?key=k", "/api/rocketmq/message?id=zz"):  # fmt: skip
         status, body = console.get(path)
         assert status == 400 and "Traceback" not in body["error"], path
