@@ -64,7 +64,8 @@ if ! node -e 'for (const d in require("./tests/js/package.json").dependencies) r
 fi
 build_pid=""
 # the compile runs in a session of its own: stopping it stops its compilers too
-stop_build() { if [ -n "$build_pid" ]; then kill -- "-$build_pid" 2>/dev/null || true; wait "$build_pid" 2>/dev/null || true; fi; }
+# (a compile stopped before setsid made its session is not a group yet: then the process itself)
+stop_build() { if [ -n "$build_pid" ]; then kill -- "-$build_pid" 2>/dev/null || kill "$build_pid" 2>/dev/null || true; wait "$build_pid" 2>/dev/null || true; fi; }
 if [ "$mypyc" -eq 1 ]; then
   # the C compile takes a minute or two of one core: beside the static checks, not after them
   bash scripts/build_mypyc.sh --clean

@@ -133,7 +133,8 @@ def test_the_compile_runs_beside_the_static_checks_and_stops_with_a_failing_one(
     )
     _executable(
         tree / "bin" / "mypy",
-        f'#!/usr/bin/env bash\nfor _ in $(seq 100); do [ -s "{pids}" ] && exit 1; sleep 0.05; done\n'
+        # up to 30 s for the compile to start: a busy machine (CI's own compile) is slow to
+        f'#!/usr/bin/env bash\nfor _ in $(seq 600); do [ -s "{pids}" ] && exit 1; sleep 0.05; done\n'
         "exit 1\n",
     )
     rc, _, ran = run(tree, 0, 0)
