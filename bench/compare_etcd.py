@@ -766,7 +766,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise Deadline(f"over the time budget of {max_total:g}s")
         raise KeyboardInterrupt
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):
+    previous = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+    }
+    for sig in previous:
         signal.signal(sig, on_signal)
     signal.setitimer(signal.ITIMER_REAL, max_total)
 
@@ -842,6 +845,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"compare_etcd: data and logs kept in {workdir}", file=sys.stderr)
+        for sig, handler in previous.items():  # an ignored SIGTERM would pass to children
+            signal.signal(sig, handler)
 
     for entry in report["rows"]:
         entry["ratios"] = ratios(entry)

@@ -604,7 +604,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
         signal.signal(sig, on_signal)
     report: dict[str, Any] = {
         "date": timestamp(),
@@ -632,6 +633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)  # let the cleanup finish
         cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+        for sig, handler in previous.items():  # an ignored SIGTERM would pass to children
+            signal.signal(sig, handler)
     json_path, md_path = write_report("leader-profile", report, markdown(report), args.out_dir)
     print(markdown(report))
     print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)

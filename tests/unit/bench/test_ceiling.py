@@ -3,6 +3,7 @@ the canned noop answers and the compare_etcd report. Nothing here starts a serve
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
 from typing import Any
@@ -403,7 +404,9 @@ def test_interleave_starts_every_system_then_alternates_them_row_by_row(
     monkeypatch.setattr(compare_etcd, "run_row", fake_row)
     monkeypatch.setattr(compare_etcd.shutil, "which", lambda name: f"/usr/bin/{name}")
     argv = ["--systems", "etcd,metaledger", "--rows", "put:64,put:64", "--quiet-below", "0"]
+    before = signal.getsignal(signal.SIGTERM)
     assert compare_etcd.main([*argv, "--interleave", "--out-dir", str(tmp_path)]) == 0
+    assert signal.getsignal(signal.SIGTERM) == before  # not left ignored: children inherit it
     rows = ["put:64 etcd", "put:64 metaledger"] * 2
     assert calls == ["start etcd", "start metaledger", *rows, "stop etcd", "stop metaledger"]
     (report,) = tmp_path.glob("*.md")
