@@ -236,7 +236,7 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
-    etcd, latest, revision = etcdfmt.read_etcd_latest(data, _kv_record_encoder())
+    etcd, latest, revision = etcdfmt.read_etcd_latest_kv(data, _kv_record_encoder())
     del data
     records: list[Record] = [
         ("kv", key, value) for key, value in latest.items() if value is not None

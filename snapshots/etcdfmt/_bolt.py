@@ -21,6 +21,8 @@ from __future__ import annotations
 import struct
 from typing import Union
 
+from snapshots.etcdfmt import _leafscan
+
 PAGE_SIZE = 4096
 MAGIC = 0xED0CDAED
 VERSION = 2
@@ -49,6 +51,10 @@ MAX_VALUE_BYTES = (1 << 31) - 2  # bbolt's MaxValueSize
 MAX_NESTING = 64  # buckets deeper than this are refused (etcd nests none)
 
 Tree = dict[bytes, Union[bytes, "Tree"]]
+
+#: the leaf loop of :mod:`._leafscan` pays compiled only (read_bolt of a 1M-key etcd file:
+#: 0.64 us a key with it, 0.88 with the loop below); as Python it is slower than the loop
+_LEAFSCAN_COMPILED = not (_leafscan.__file__ or "").endswith(".py")
 
 
 class EtcdFormatError(ValueError):
@@ -272,6 +278,8 @@ class _Reader:
             self._leaf(page, count, where, out)
             raise BoltFormatError(f"leaf element {count} past the page end", where)
         raw = page.tobytes()  # one copy; slices of it are the keys and values
+        if _LEAFSCAN_COMPILED and _leafscan.plain_leaf(raw, count, last, out):
+            return  # a leaf of plain values, in order, read natively
         off = HEADER_BYTES
         for i, (flags, pos, ksize, vsize) in enumerate(
             _LEAF_ELEMENT.iter_unpack(raw[HEADER_BYTES:table_end])
