@@ -82,7 +82,7 @@ def topic_page(
     return {"total": len(names), "topics": topics, "next": page[-1] if rest else None}
 
 
-def _call(addr: str, code: int, header: Any, timeout_s: float) -> Any:
+def broker_call(addr: str, code: int, header: Any, timeout_s: float) -> Any:
     try:
         r = blocking_call(addr, header.request(code=code), timeout_s)
     except (OSError, ProtocolError, ValueError) as exc:
@@ -93,7 +93,7 @@ def _call(addr: str, code: int, header: Any, timeout_s: float) -> Any:
 
 
 def _offset(addr: str, code: int, topic: str, queue_id: int, timeout_s: float) -> int:
-    r = _call(addr, code, QueueHeader(topic, queue_id), timeout_s)
+    r = broker_call(addr, code, QueueHeader(topic, queue_id), timeout_s)
     try:
         return int(r.ext_fields.get("offset", "0"))
     except ValueError:
@@ -233,7 +233,9 @@ def replica_groups(client: Client, timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 def _lag_rows(addr: str, group: str, topic: str, timeout_s: float) -> list[QueueOffsets]:
-    r = _call(addr, RequestCode.GET_CONSUME_STATS, GetConsumeStatsHeader(group, topic), timeout_s)
+    r = broker_call(
+        addr, RequestCode.GET_CONSUME_STATS, GetConsumeStatsHeader(group, topic), timeout_s
+    )
     try:
         rows, _tps = decode_consume_stats(r.body)
     except ConsumeStatsError as exc:

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from console.errors import BadInput, NotFound
 from console.keys import MAX_PAGE
-from console.rocketmq import PARALLEL, BrokerFailed, _call
+from console.rocketmq import PARALLEL, BrokerFailed, broker_call
 from nameserver.client import Client
 from rmq.codec import ProtocolError, RemotingCommand
 from rmq.codes import RequestCode, ResponseCode, version_name
@@ -214,7 +214,7 @@ def _summary(
     errors: list[str] = []
     for addr in addrs:
         try:
-            r = _call(addr, RequestCode.GET_CONSUME_STATS, GetConsumeStatsHeader(group, ""), timeout_s)  # fmt: skip
+            r = broker_call(addr, RequestCode.GET_CONSUME_STATS, GetConsumeStatsHeader(group, ""), timeout_s)  # fmt: skip
             rows, _tps = decode_consume_stats(r.body)
             lag += sum(q.lag for q in rows)
             inflight += sum(q.inflight for q in rows)
