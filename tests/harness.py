@@ -94,16 +94,23 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+#: the lowest port :func:`free_ports` picks: above the demo's default ports (9877..10000)
+PICK_FROM = 10_100
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct TCP ports on 127.0.0.1 that were free a moment ago.
 
     They are picked at random *outside* the kernel's ephemeral range: a port from inside
     it (what binding port 0 gives) can be taken, before the server binds it, as the local
     end of any outgoing connection on the machine, and nodes dialling their peers make
-    many. All sockets are held open until every port is picked, so the ports are distinct.
+    many. Nor are they from the README's block (``metaledger cluster up``'s default ports,
+    up to :data:`PICK_FROM`): the tests that run the demo on those ports would find one of
+    them held by another test's server. All sockets are held open until every port is
+    picked, so the ports are distinct.
     """
     low, high = _ephemeral_range()
-    lo, hi = (10_000, low) if low - 10_000 >= 5_000 else (high + 1, 65_535)
+    lo, hi = (PICK_FROM, low) if low - PICK_FROM >= 5_000 else (high + 1, 65_535)
     rng = random.Random()
     socks: list[socket.socket] = []
     try:

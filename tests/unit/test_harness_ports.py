@@ -70,3 +70,15 @@ def test_it_gives_up_after_three_starts_and_passes_other_errors_through() -> Non
     with pytest.raises(RuntimeError, match="not a port"):
         start_on_fresh_ports(broken, lambda: None)
     assert len(starts) == 1
+
+
+def test_picked_ports_stay_clear_of_the_demos_default_ports() -> None:
+    """The demo's tests run ``cluster up`` on its default ports while other tests' servers
+    may still be going away: a picked port is never one of them."""
+    from nameserver.cli import cluster, cluster_brokers
+    from tests.harness import PICK_FROM, free_ports
+
+    layouts = [*cluster.layout(3), *cluster_brokers.broker_layout(3, cluster.DEFAULT_BASE_PORT)]
+    defaults = {port for layout in layouts for port in layout.ports().values()}
+    assert max(defaults) < PICK_FROM
+    assert not defaults & set(free_ports(200))
