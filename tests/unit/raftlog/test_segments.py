@@ -468,6 +468,8 @@ def test_zeroed_page_with_a_valid_frame_after_it_is_corruption(tmp_path: Path) -
         struct.pack("<II", 20, 12345) + bytes(20) + bytes(3000),  # its data page never written
         struct.pack("<II", 0xFFFF, 0) + os.urandom(700),  # a length past the end, then junk
     ],
+    # ids that name the case, not its (random) bytes: every pytest-xdist worker collects the same
+    ids=["zeros", "frame-cut-short", "data-page-unwritten", "length-past-the-end"],
 )
 def test_a_bad_frame_with_nothing_valid_after_it_is_a_torn_tail(
     tmp_path: Path, tail: bytes, caplog: pytest.LogCaptureFixture

@@ -35,6 +35,8 @@ def test_the_java_form_of_an_ipv4_id() -> None:
         ("Z" * 32, "not hexadecimal"),
         ("7F000001" + "FFFFFFFF" + "0" * 16, "negative"),
     ],
+    # the ids name the case: uniq_key() differs per process (pytest-xdist workers must agree)
+    ids=["empty", "short", "uniq-key-minus-one", "not-hex", "negative-port"],
 )
 def test_a_malformed_id_says_why(text: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):

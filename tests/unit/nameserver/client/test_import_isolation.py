@@ -18,7 +18,7 @@ import pytest
 
 from nameserver.grpc.env import SERVER_GRPC_ENV
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]  # the checkout (parents[3] is tests/)
 
 #: what ``import nameserver.client`` may load of this project
 ALLOWED = ("nameserver", "nameserver.client", "nameserver.remoting", "rmq.codec")
