@@ -40,8 +40,7 @@ def bind(sock: socket.socket, queue: int, maxlen: int) -> None:
     """Bind ``queue`` to ``sock``, waiting for the kernel's acknowledgement of each step."""
     for msg in nfq.bind_messages(queue, maxlen):
         sock.send(msg)
-        (seq,) = nfq.acks(sock.recv(65536)) or [None]
-        if seq is None:
+        if not nfq.acks(sock.recv(65536)):
             raise RuntimeError("no acknowledgement of a queue config message")
 
 
