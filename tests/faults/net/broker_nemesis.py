@@ -10,6 +10,7 @@ The clients (the bridge) reach every member throughout.
   side (seeded), seen by that side and the middle.
 - ``one-way``: the master hears nobody (replicas nor metaledger); its packets still go out.
 - ``loss``: a fifth of the packets between any two members dropped at random, both ways.
+- ``delay``: every packet between any two members held 50-150 ms (seeded), both ways.
 """
 
 from __future__ import annotations
@@ -61,4 +62,5 @@ FAULTS: dict[str, Fault] = {
     "bridge": bridge,
     "one-way": one_way,
     "loss": nemesis.loss,  # every member, metaledger included
+    "delay": nemesis.delay,  # likewise
 }

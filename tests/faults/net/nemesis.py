@@ -9,8 +9,9 @@ Clients are never cut off: they reach every member throughout (on both sides of 
 - ``bridge``: one member sees both halves, the halves do not see each other.
 - ``one-way``: the leader hears no member, its own packets still go out.
 - ``loss``: a fifth of the packets between members dropped at random, both ways.
-
-Delay needs a queueing helper (this kernel has no netem); it is not here yet.
+- ``delay``: every packet between members held 50-150 ms (from the seed), give or take a
+  quarter of that, both ways (so a round trip between members takes twice that); this
+  kernel has no netem, a queueing helper holds them (:meth:`Net.delay`).
 """
 
 from __future__ import annotations
@@ -68,10 +69,22 @@ def loss(net: Net, leader: int, rng: random.Random) -> str:
     return "loss 20 % between members"
 
 
+def delay(net: Net, leader: int, rng: random.Random) -> str:
+    delay_ms = rng.randrange(50, 151)
+    jitter_ms = delay_ms // 4
+    seed = rng.randrange(1 << 30)
+    n = len(net.members)
+    for a in range(n):
+        for b in range(a + 1, n):
+            net.delay(a, b, delay_ms, jitter_ms, seed=seed)
+    return f"delay {delay_ms} ms (+- {jitter_ms} ms) between members"
+
+
 FAULTS: dict[str, Fault] = {
     "isolate-leader": isolate_leader,
     "split": split,
     "bridge": bridge,
     "one-way": one_way,
     "loss": loss,
+    "delay": delay,
 }

@@ -15,18 +15,32 @@ The drops: :meth:`Net.cut` drops packets between two members (in both namespaces
 way or both, all of them or a random share (iptables' ``statistic`` match); :meth:`Net.heal`
 flushes the rules of the members' namespaces. Clients (10.77.1.1) are dropped only by
 :meth:`Net.cut_client`.
+
+The delay (this kernel has no ``netem``): :meth:`Net.delay` queues the packets from one
+member to another (``-j NFQUEUE --queue-bypass``) to a helper in the receiving member's
+namespace (tests/faults/net/nfqdelay.py) that lets each go a set time after it came;
+:meth:`Net.heal` removes the rules, then stops the helpers (by PID), which let go of
+everything they hold. A helper that is gone lets packets through (``--queue-bypass``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 PREFIX = "mlnet-"
 SUBNET = "10.77.1"
 CLIENT_IP = f"{SUBNET}.1"
+DELAY_QUEUE = 0  # the netfilter queue the delay helper binds in each member's namespace
+_REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def unavailable_reason() -> str | None:
@@ -65,6 +79,25 @@ def remove_stale() -> list[str]:
     return removed
 
 
+def delay_rule(source_ip: str, queue: int = DELAY_QUEUE) -> tuple[str, ...]:
+    """The iptables rule that hands packets from ``source_ip`` to the delay helper on
+    ``queue``, and lets them through while no helper is bound."""
+    return (
+        "-A", "INPUT", "-s", source_ip,
+        "-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass",
+    )  # fmt: skip
+
+
+def delay_helper_args(
+    delay_ms: int, jitter_ms: int, seed: int, max_s: float, queue: int = DELAY_QUEUE
+) -> list[str]:
+    """The delay helper's command line (after the interpreter)."""
+    return [
+        "-m", "tests.faults.net.nfqdelay", "--queue", str(queue), "--delay-ms", str(delay_ms),
+        "--jitter-ms", str(jitter_ms), "--seed", str(seed), "--max-s", str(max_s),
+    ]  # fmt: skip
+
+
 class Net:
     """``n`` member namespaces on one bridge. Use as a context manager (or :meth:`close`)."""
 
@@ -75,6 +108,10 @@ class Net:
         self.members = [f"{PREFIX}{self.tag}-n{i}" for i in range(n)]
         self.ips = [f"{SUBNET}.{11 + i}" for i in range(n)]
         self._made: list[str] = []
+        #: member -> (its delay helper, (delay_ms, jitter_ms))
+        self._delayers: dict[int, tuple[subprocess.Popen[str], tuple[int, int]]] = {}
+        #: the last line of each delay helper stopped (how many packets it held)
+        self.delay_reports: list[str] = []
         try:
             self._build()
         except BaseException:
@@ -126,6 +163,85 @@ class Net:
         silent; the member's answers are never acknowledged)."""
         self._iptables(i, "-A", "INPUT", "-s", CLIENT_IP, "-j", "DROP")
 
+    def delay(
+        self,
+        a: int,
+        b: int,
+        delay_ms: int,
+        jitter_ms: int = 0,
+        *,
+        one_way: bool = False,
+        seed: int = 0,
+        max_s: float = 120.0,
+    ) -> None:
+        """Hold each packet from member ``a`` to member ``b`` (and back unless ``one_way``)
+        ``delay_ms`` (give or take up to ``jitter_ms``) before it arrives, without
+        reordering, until :meth:`heal` (or ``max_s`` at the latest). One delay per
+        receiving member: every source delayed into it is delayed alike."""
+        for dst, src in ((b, a),) if one_way else ((b, a), (a, b)):
+            self._start_delayer(dst, delay_ms, jitter_ms, seed + dst, max_s)
+            self._iptables(dst, *delay_rule(self.ips[src]))
+
+    def _start_delayer(
+        self, i: int, delay_ms: int, jitter_ms: int, seed: int, max_s: float
+    ) -> None:
+        if i in self._delayers:
+            if self._delayers[i][1] != (delay_ms, jitter_ms):
+                raise ValueError(f"n{i} already delays by {self._delayers[i][1]}")
+            return
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p
+        )
+        args = delay_helper_args(delay_ms, jitter_ms, seed, max_s)
+        proc = subprocess.Popen(
+            [*self.exec_prefix(self.members[i]), sys.executable, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=_REPO_ROOT,
+            start_new_session=True,
+        )
+        self._delayers[i] = (proc, (delay_ms, jitter_ms))
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline and proc.poll() is None:
+            if select.select([proc.stdout], [], [], deadline - time.monotonic())[0]:
+                line = proc.stdout.readline()
+                if line.strip() == "ready":
+                    return
+                if not line:
+                    break
+        self._stop_delayers()
+        raise RuntimeError(
+            f"the delay helper in {self.members[i]} did not bind its queue: "
+            f"{self.delay_reports[-1:]}"
+        )
+
+    def delay_helpers(self) -> dict[int, int]:
+        """The PID of each member's running delay helper."""
+        return {i: proc.pid for i, (proc, _) in self._delayers.items()}
+
+    def _stop_delayers(self) -> None:
+        """Stop every delay helper (SIGTERM by PID: it lets its packets go), SIGKILL after
+        10 s."""
+        for proc, _ in self._delayers.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        for proc, _ in self._delayers.values():
+            try:
+                out, _ = proc.communicate(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate(timeout=10.0)
+            lines = (out or "").strip().splitlines()
+            self.delay_reports.append(lines[-1] if lines else f"exit {proc.returncode}")
+        self._delayers.clear()
+
     def partition(self, groups: Sequence[Sequence[int]]) -> None:
         """Members in different groups do not see each other."""
         for gi, g in enumerate(groups):
@@ -138,6 +254,7 @@ class Net:
         for i in range(len(self.members)):
             self._iptables(i, "-F", "INPUT")
             self._iptables(i, "-F", "OUTPUT")
+        self._stop_delayers()  # after the rules are gone: nothing new is queued
 
     def rules(self) -> dict[str, str]:
         """Each member namespace's iptables rules (for failure messages)."""
@@ -150,6 +267,7 @@ class Net:
     def close(self) -> None:
         """Delete this harness's namespaces (their interfaces and rules go with them).
         Stop the processes inside first: a namespace with a process left lingers."""
+        self._stop_delayers()
         for ns in reversed(self._made):
             _run("ip", "netns", "del", ns, check=False)
         self._made.clear()

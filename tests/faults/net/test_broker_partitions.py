@@ -1,8 +1,8 @@
 """Network partitions against a quorum-write broker group, each replica and the metaledger
 node in a network namespace of its own (tests/faults/net/broker_run.py): the master
-isolated, one replica split off, a bridge, one-way drops and packet loss, each held 6 s and
-healed 6 s (``TEST_FAULT_S``, ``TEST_HEALED_S`` of tests/faults/net/run.py), with a producer
-on the bridge that reaches every replica throughout.
+isolated, one replica split off, a bridge, one-way drops, packet loss and delay, each held
+6 s and healed 6 s (``TEST_FAULT_S``, ``TEST_HEALED_S`` of tests/faults/net/run.py), with a
+producer on the bridge that reaches every replica throughout.
 
 What must hold: every acknowledged message is stored at the queue offset its answer gave,
 nothing appears that was not sent or with another body, queues have no gaps and keep send

@@ -1,6 +1,6 @@
 """Network partitions against a 3-node cluster, each node in a network namespace of its
 own (tests/faults/net/): the leader isolated, a minority split off, a bridge, one-way
-drops and packet loss, each held 6 s and healed 6 s (``TEST_FAULT_S``, ``TEST_HEALED_S``
+drops, packet loss and delay, each held 6 s and healed 6 s (``TEST_FAULT_S``, ``TEST_HEALED_S``
 of tests/faults/net/run.py; the campaign holds 10 s), with a client on every node
 throughout.
 
