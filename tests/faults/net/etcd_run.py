@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 from tests.etcd_harness import ETCD
@@ -26,7 +25,7 @@ from tests.faults.net.run import (
     NetCluster,
     RunResult,
     campaign_faults,
-    run_once,
+    campaign_run,
     totals,
 )
 
@@ -125,16 +124,7 @@ def side_by_side(args: argparse.Namespace) -> int:
         seed = args.seed + k
         faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s)
         for target in targets:
-            root = Path(args.dir) / f"{target}-seed-{seed}-{int(time.time())}"
-            res = run_once(
-                root,
-                seed,
-                faults,
-                fault_s=args.fault_s,
-                healed_s=args.healed_s,
-                code_tree=args.code_tree,
-                cluster_type=TARGETS[target],
-            )
+            res = campaign_run(args, seed, faults, f"{target}-seed", TARGETS[target])
             results[target].append(res)
             rows += fault_rows(target, res)
             problems = judged(target, res)

@@ -346,6 +346,26 @@ def campaign_faults(
     return [names[(first + k) % len(names)] for k in range(count)]
 
 
+def campaign_run(
+    args: argparse.Namespace,
+    seed: int,
+    faults: list[str],
+    name: str = "seed",
+    cluster_type: Callable[[Net, Path], NetCluster] | None = None,
+) -> RunResult:
+    """One run of a campaign, in ``<--dir>/<name>-<seed>-<time>``."""
+    root = Path(args.dir) / f"{name}-{seed}-{int(time.time())}"
+    return run_once(
+        root,
+        seed,
+        faults,
+        fault_s=args.fault_s,
+        healed_s=args.healed_s,
+        code_tree=args.code_tree,
+        cluster_type=cluster_type,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tests.faults.net.run", description=__doc__)
     p.add_argument("--runs", type=int, default=1)
@@ -388,15 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(args.runs):
         seed = args.seed + k
         faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s)
-        root = Path(args.dir) / f"seed-{seed}-{int(time.time())}"
-        res = run_once(
-            root,
-            seed,
-            faults,
-            fault_s=args.fault_s,
-            healed_s=args.healed_s,
-            code_tree=args.code_tree,
-        )
+        res = campaign_run(args, seed, faults)
         results.append(res)
         worst = res.summary()["worst_recovery_s"]
         print(
