@@ -5,10 +5,13 @@ to one member and records every operation as a JSON line (tests/faults/net/check
 ``ops``: puts of unique values and linearizable reads on a few keys of the current key
 epoch (``--key-epoch-s``; every client derives the epoch from CLOCK_MONOTONIC, shared by
 the machine's processes, so they work on the same keys at the same time and each key's
-history stays short). ``status``: one line of each member's Admin.Status (or its error).
+history stays short). ``status``: one line of each member's Admin.Status (or its error); with ``--etcd``, the
+same fields from etcd's Maintenance.Status (for an etcd member: its id and its leader's as
+hex, its role as "leader" when the two are the same). Only KV Put and Range go out in
+``ops``, so the same workload runs against etcd.
 
     python -m tests.faults.net.client ops --endpoint IP:PORT --proc P --out FILE
-    python -m tests.faults.net.client status IP:PORT ...
+    python -m tests.faults.net.client status [--etcd] IP:PORT ...
     python -m tests.faults.net.client failover IP:PORT ...
 
 ``failover``: puts through the project's client library with every endpoint (its
@@ -100,12 +103,22 @@ def run_failover(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_status(endpoints: list[str]) -> int:
+def _etcd_status(ch: grpc.Channel) -> dict[str, object]:
+    st = rpc_pb2_grpc.MaintenanceStub(ch).Status(rpc_pb2.StatusRequest(), timeout=1.0)
+    me, leader = f"{st.header.member_id:x}", f"{st.leader:x}" if st.leader else ""
+    role = "leader" if leader == me else "follower"
+    return {"id": me, "role": role, "leader": leader, "term": st.raftTerm}
+
+
+def run_status(endpoints: list[str], etcd: bool = False) -> int:
     for ep in endpoints:
         with grpc.insecure_channel(ep, options=_OPTIONS) as ch:
             try:
-                st = admin_pb2_grpc.AdminStub(ch).Status(admin_pb2.StatusRequest(), timeout=1.0)
-                row = {"id": st.id, "role": st.role, "leader": st.leader, "term": st.term}
+                if etcd:
+                    row = _etcd_status(ch)
+                else:
+                    st = admin_pb2_grpc.AdminStub(ch).Status(admin_pb2.StatusRequest(), timeout=1.0)
+                    row = {"id": st.id, "role": st.role, "leader": st.leader, "term": st.term}
             except grpc.RpcError as exc:
                 row = {"error": exc.code().name}
         print(json.dumps(row), flush=True)
@@ -131,12 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--pause-s", type=float, default=0.05)
     s = sub.add_parser("status")
     s.add_argument("endpoints", nargs="+")
+    s.add_argument("--etcd", action="store_true", help="etcd members (Maintenance.Status)")
     args = p.parse_args(argv)
     if args.cmd == "ops":
         return run_ops(args)
     if args.cmd == "failover":
         return run_failover(args)
-    return run_status(args.endpoints)
+    return run_status(args.endpoints, args.etcd)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ without an acknowledged write.
     python -m tests.faults.net.run --runs 3 --seconds 60 --seed 1 --out results.json
 
 ``--workload broker`` runs a quorum-write broker group instead
-(:mod:`tests.faults.net.broker_run`), with the same seeds and schedule.
+(:mod:`tests.faults.net.broker_run`), with the same seeds and schedule. ``--target etcd``
+runs etcd 3.4 members in place of metaledger's nodes, ``--target both`` metaledger and then
+etcd on each seed, with a table of both per fault (:mod:`tests.faults.net.etcd_run`).
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ class NetCluster:
             self.net, self.net.members[i], self.root, f"n{i}", args, self.code_tree
         )
 
+    #: more arguments of ``tests.faults.net.client status`` (an etcd cluster's: ``--etcd``)
+    status_args: tuple[str, ...] = ()
+
     def statuses(self) -> list[dict[str, object]]:
         """Each node's Admin.Status, asked from the bridge's namespace."""
         out = subprocess.run(
@@ -117,6 +122,7 @@ class NetCluster:
                 "-m",
                 "tests.faults.net.client",
                 "status",
+                *self.status_args,
                 *self.endpoints,
             ],
             capture_output=True,
@@ -138,9 +144,10 @@ class NetCluster:
             rows = self.statuses()
             leaders = {r.get("leader") for r in rows}
             if len(rows) == self.n and len(leaders) == 1 and "" not in leaders:
-                name = str(leaders.pop())
-                if name.startswith("n") and rows[int(name[1:])].get("role") == "leader":
-                    return int(name[1:])
+                name = leaders.pop()
+                ids = [r.get("id") for r in rows]
+                if name in ids and rows[ids.index(name)].get("role") == "leader":
+                    return ids.index(name)
             time.sleep(0.2)  # polling a condition with a deadline
         raise AssertionError(f"no agreed leader within {timeout} s: {rows}")
 
@@ -214,6 +221,11 @@ class Phase:
     heal: float
     #: seconds from the heal to each node's first acknowledged write (None: none in time)
     recovery_s: list[float | None] = field(default_factory=list)
+    #: from the fault's start to the end of its healed time: the operations that started,
+    #: the keys with an anomaly that were used, the longest time with no acknowledged write
+    ops: int = 0
+    anomalies: int = 0
+    longest_gap_s: float = 0.0
 
 
 @dataclass
@@ -264,13 +276,18 @@ def run_once(
     recover_s: float = 5.0,
     gap_s: float = 5.0,
     code_tree: Path = REPO_ROOT,
+    cluster_type: Callable[[Net, Path], NetCluster] | None = None,
 ) -> RunResult:
-    """One run: the ``faults`` in order (names from :data:`FAULTS`)."""
+    """One run: the ``faults`` in order (names from :data:`FAULTS`), against metaledger's
+    nodes running ``code_tree``, or the cluster ``cluster_type(net, root)`` makes
+    (:class:`tests.faults.net.etcd_run.EtcdNetCluster`)."""
     rng = begin_run(root, seed)
     phases: list[Phase] = []
     clients: list[subprocess.Popen[bytes] | None] = []
     with Net(n) as net:
-        cluster = NetCluster(net, root, code_tree)
+        cluster = (
+            NetCluster(net, root, code_tree) if cluster_type is None else cluster_type(net, root)
+        )
         try:
             for i in range(n):
                 cluster.start(i)
@@ -294,17 +311,23 @@ def run_once(
         for line in path.read_text().splitlines() if path.exists() else []:
             with contextlib.suppress(ValueError):
                 ops.append(checker.Op(*json.loads(line)))
+    anomalies = checker.check(ops)
+    bad = {a.key for a in anomalies}
     for ph in phases:
         ph.recovery_s = [
             checker.recovery(ops, i, ph.heal, ph.heal + healed_s + 30) for i in range(n)
         ]
+        during = [o for o in ops if ph.start <= o.start < ph.heal + healed_s]
+        ph.ops = len(during)
+        ph.anomalies = len({o.key for o in during} & bad)
+        ph.longest_gap_s = round(checker.longest_gap(ops, ph.start, ph.heal + healed_s)[0], 3)
     gap, gap_at = checker.longest_gap(ops, began + warmup_s, ended)
     return RunResult(
         seed=seed,
         ops=len(ops),
         ok_writes=sum(1 for o in ops if o.kind == "w" and o.status == "ok"),
         uncertain_writes=sum(1 for o in ops if o.kind == "w" and o.status == "info"),
-        anomalies=[f"{a.key}: {a.reason}" for a in checker.check(ops)],
+        anomalies=[f"{a.key}: {a.reason}" for a in anomalies],
         phases=phases,
         longest_gap_s=round(gap, 3),
         longest_gap_at_s=round(gap_at - began, 1),
@@ -321,6 +344,26 @@ def campaign_faults(
     names = sorted(faults)
     first = random.Random(seed).randrange(len(names))
     return [names[(first + k) % len(names)] for k in range(count)]
+
+
+def campaign_run(
+    args: argparse.Namespace,
+    seed: int,
+    faults: list[str],
+    name: str = "seed",
+    cluster_type: Callable[[Net, Path], NetCluster] | None = None,
+) -> RunResult:
+    """One run of a campaign, in ``<--dir>/<name>-<seed>-<time>``."""
+    root = Path(args.dir) / f"{name}-{seed}-{int(time.time())}"
+    return run_once(
+        root,
+        seed,
+        faults,
+        fault_s=args.fault_s,
+        healed_s=args.healed_s,
+        code_tree=args.code_tree,
+        cluster_type=cluster_type,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,24 +388,27 @@ def main(argv: list[str] | None = None) -> int:
         help="keys: a 3-node metaledger cluster; broker: a quorum-write broker group "
         "(tests/faults/net/broker_run.py)",
     )
+    p.add_argument(
+        "--target",
+        choices=["metaledger", "etcd", "both"],
+        default="metaledger",
+        help="the keys workload's members: metaledger's nodes, etcd 3.4 (/usr/bin/etcd), or "
+        "both, one after the other on each seed (tests/faults/net/etcd_run.py)",
+    )
     args = p.parse_args(argv)
     if args.workload == "broker":
         from tests.faults.net.broker_run import campaign
 
         return campaign(args)
+    if args.target != "metaledger":
+        from tests.faults.net.etcd_run import side_by_side
+
+        return side_by_side(args)
     results: list[RunResult] = []
     for k in range(args.runs):
         seed = args.seed + k
         faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s)
-        root = Path(args.dir) / f"seed-{seed}-{int(time.time())}"
-        res = run_once(
-            root,
-            seed,
-            faults,
-            fault_s=args.fault_s,
-            healed_s=args.healed_s,
-            code_tree=args.code_tree,
-        )
+        res = campaign_run(args, seed, faults)
         results.append(res)
         worst = res.summary()["worst_recovery_s"]
         print(
@@ -371,11 +417,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{'ok' if not res.problems() else 'PROBLEMS ' + '; '.join(res.problems())}",
             flush=True,
         )
-        Path(args.out).write_text(json.dumps(_totals(results), indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(totals(results), indent=1) + "\n")
     return 0 if all(not r.problems() for r in results) else 1
 
 
-def _totals(runs: list[RunResult]) -> dict[str, object]:
+def totals(runs: list[RunResult]) -> dict[str, object]:
     summaries = [r.summary() for r in runs]
     return {
         "runs": len(runs),
