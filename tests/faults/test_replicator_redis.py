@@ -34,12 +34,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from nameserver.client import Client
-from tests.conftest import _failed
+from tests.faults.inject import pause_then_kill_leader
 from tests.faults.replicator_checker import History, Kind, State
-from tests.harness import Cluster, wait_until
-from tests.integration.broker.conftest import BrokerProcess, wait_for
-from tests.integration.replicator.broker_env import QUEUES, Env
+from tests.harness import wait_until
+from tests.integration.replicator.broker_env import QUEUES, Env, broker_env
 from tests.integration.replicator.redis.test_replicate import (
     FAST,
     Oracle,
@@ -137,29 +135,9 @@ def read_state(target: RedisServer, history: History) -> State:
 
 
 @pytest.fixture
-def env3(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+def env3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     """A 3-node metaledger cluster and one broker registered in it."""
-    root = tmp_path / "env"
-    node = Cluster(root / "node", n=3)
-    broker = None
-    try:
-        node.wait_ready(30)
-        node.wait_announced(30)
-        broker = BrokerProcess(root, node.endpoints, "broker-a")
-        with Client(node.endpoints, timeout_s=10) as client:
-            wait_for(
-                "broker-a registered",
-                lambda: client.route_cluster_info().clusters.get("DefaultCluster"),
-            )
-            yield Env(root, node, broker, client)
-    finally:
-        failed = broker is None or _failed(request.node)
-        if broker is not None:
-            code = broker.stop()
-            if failed:
-                print(broker.log_tail())
-            assert code in (0, None), f"broker exited {code}"
-        node.close(failed=failed)
+    yield from broker_env(tmp_path_factory, nodes=3)
 
 
 def test_every_acknowledged_write_reaches_the_destination_through_faults(
@@ -186,7 +164,7 @@ def test_every_acknowledged_write_reaches_the_destination_through_faults(
         return active() not in (None, dead)
 
     def goes_on(what: str) -> None:
-        """Replication goes on: new messages come into the topic; what the destination
+        """Replication goes on (``what``): new messages come into the topic; what the destination
         holds is recorded."""
         before = oracle.total()
         wait_until(
@@ -203,19 +181,8 @@ def test_every_acknowledged_write_reaches_the_destination_through_faults(
         writer.start()
         goes_on("replicating")
 
-        # 1. the metaledger leader paused (silent, its connections open) past a lease's TTL,
-        # then killed; back
-        leader = env.node.leader()
-        env.node.kill(leader, signal.SIGSTOP)
-        hold.wait(LEASE_TTL_S + 1)
-        goes_on("replicating with the metaledger leader paused")
-        env.node.kill(leader, signal.SIGCONT)
-        leader = env.node.leader()
-        env.node.kill(leader)
-        hold.wait(2)
-        goes_on("replicating with the metaledger leader killed")
-        env.node.start(leader)
-        goes_on("replicating with the old leader back")
+        # 1. the metaledger leader paused past a lease's TTL, then killed; back
+        pause_then_kill_leader(env.node, LEASE_TTL_S + 1, 2, goes_on)
 
         # 2. the active worker killed, the standby takes over; twice, so each has been both
         for _ in range(2):

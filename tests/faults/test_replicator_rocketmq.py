@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import _failed
+from tests.faults.inject import pause_then_kill_leader
 from tests.faults.replicator_checker import History, Kind, State
 from tests.harness import Cluster, wait_until
 from tests.integration.replicator.rocketmq.clusters import Message, RmqCluster, close_all
@@ -154,17 +155,7 @@ def test_every_acknowledged_message_reaches_the_destination_through_faults(
         goes_on("replicating")
 
         # 1. the destination's metaledger leader paused past a lease's TTL, then killed; back
-        leader = b.node.leader()
-        b.node.kill(leader, signal.SIGSTOP)
-        hold.wait(4)
-        goes_on("replicating with the metaledger leader paused")
-        b.node.kill(leader, signal.SIGCONT)
-        leader = b.node.leader()
-        b.node.kill(leader)
-        hold.wait(2)
-        goes_on("replicating with the metaledger leader killed")
-        b.node.start(leader)
-        goes_on("replicating with the old leader back")
+        pause_then_kill_leader(b.node, 4, 2, goes_on)
 
         # 2. each worker killed in turn; the other takes its queues
         for dead, other in (("w1", "w2"), ("w2", "w1")):
