@@ -50,7 +50,7 @@ command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || need_apt+=(
 command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need_apt+=(iptables)
 # libfuse 2 for fusepy: tests/faults/lazyfs.py, the filesystem that drops unsynced writes
 ldconfig -p | grep -q 'libfuse\.so\.2' || need_apt+=(libfuse2)
-# libfaketime: tests/faults/test_clocks.py steps one member's clock while it runs
+# libfaketime: tests/faults/test_clocks.py and test_clocks_broker.py step one member's clock while it runs
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || need_apt+=(faketime)
 # headless Chromium and its WebDriver for the web console's browser tests
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)

@@ -156,23 +156,34 @@ class RedisReplicator:
             self._pass.fail(_Restart("stopping"))
 
     async def _campaign(self) -> Fence | None:
-        """Until this worker is the active one (or stop)."""
+        """Until this worker is the active one (or stop). A campaign that fails (its lease
+        expired while it waited, the cluster out of reach) starts over after the retry delay:
+        a standby stays one through a fault of the cluster."""
         if self.role.active:
             return self.role.fence
-        log.info("worker %s campaigns for job %s", self.config.worker, self.config.job)
-        task = asyncio.create_task(asyncio.to_thread(self.role.acquire))
-        stop = asyncio.create_task(self._stop.wait())
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not task.done():
-            # the campaign blocks in gRPC: it ends when this worker wins or the client closes
-            self.client.close()
-            with contextlib.suppress(BaseException):
-                await task
-            return None
-        fence = task.result()
-        log.info("worker %s is active for job %s", self.config.worker, self.config.job)
-        return fence
+        while not self._stop.is_set():
+            log.info("worker %s campaigns for job %s", self.config.worker, self.config.job)
+            task = asyncio.create_task(asyncio.to_thread(self.role.acquire))
+            stop = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not task.done():
+                # the campaign blocks in gRPC: it ends when this worker wins or the client closes
+                self.client.close()
+                with contextlib.suppress(BaseException):
+                    await task
+                return None
+            try:
+                fence = task.result()
+            except (LeaseLost, ClientError, OSError, TimeoutError) as exc:
+                self.last_error = f"campaign: {type(exc).__name__}: {exc}"
+                log.warning("worker %s: %s", self.config.worker, self.last_error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self.config.retry_delay_s)
+                continue
+            log.info("worker %s is active for job %s", self.config.worker, self.config.job)
+            return fence
+        return None
 
     async def _active_pass(self, fence: Fence) -> None:
         cfg = self.config

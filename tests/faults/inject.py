@@ -6,6 +6,7 @@
     limit_descriptors(pid, soft)           # RLIMIT_NOFILE of another process (prlimit)
     writer = Writer(cluster, b"k/")        # puts in a thread; remembers what was acknowledged
     assert_acknowledged_everywhere(cluster, writer.acked, nodes)
+    pause_then_kill_leader(cluster, 4, 2, goes_on)  # goes_on(what): still making progress
 
 Every check ends the same way: every acknowledged write is present on every node, and the
 nodes' images are equal (a content hash of a serializable full read of each node, taken
@@ -20,10 +21,11 @@ import contextlib
 import hashlib
 import os
 import resource
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -127,6 +129,26 @@ def raise_own_descriptor_limit(want: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+
+
+def pause_then_kill_leader(
+    cluster: Cluster, pause_s: float, kill_s: float, goes_on: Callable[[str], None]
+) -> None:
+    """The leader paused (SIGSTOP: silent, its connections open) for ``pause_s``, then the
+    next leader killed for ``kill_s`` and started again; ``goes_on(what)`` after each step
+    checks that the system under test still makes progress."""
+    hold = threading.Event()  # never set: each fault lasts its time
+    leader = cluster.leader()
+    cluster.kill(leader, signal.SIGSTOP)
+    hold.wait(pause_s)
+    goes_on("with the metaledger leader paused")
+    cluster.kill(leader, signal.SIGCONT)
+    leader = cluster.leader()
+    cluster.kill(leader)
+    hold.wait(kill_s)
+    goes_on("with the metaledger leader killed")
+    cluster.start(leader)
+    goes_on("with the old leader back")
 
 
 # --------------------------------------------------------------------------- load

@@ -74,6 +74,8 @@ class BrokerProcess:
         self.data_dir = root / (replica or name)
         self.log_path = root / f"{replica or name}.log"
         self.port = self.grpc_port = self.metrics_port = 0
+        #: more environment for the process (e.g. libfaketime), set before :meth:`start`
+        self.extra_env: dict[str, str] = {}
         self._pick_ports()
         self.proc: subprocess.Popen[bytes] | None = None
         if start:
@@ -116,8 +118,8 @@ class BrokerProcess:
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "nameserver.cli", *self.args],
-                env=cli_env(self.root), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                env={**cli_env(self.root), **self.extra_env}, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while b"serving on" not in self.log_path.read_bytes()[seen:]:

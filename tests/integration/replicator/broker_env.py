@@ -35,13 +35,18 @@ class Env:
         return name
 
 
-def broker_env(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> Iterator[Env]:
-    """The node and broker ``broker-a`` (``flags``: more of its command line), stopped after."""
+def broker_env(
+    tmp_path_factory: pytest.TempPathFactory, *flags: str, nodes: int = 1
+) -> Iterator[Env]:
+    """The node (or a cluster of ``nodes``) and broker ``broker-a`` (``flags``: more of its
+    command line), stopped after."""
     root = tmp_path_factory.mktemp("broker-env")
-    node = Cluster(root / "node", n=1)
+    node = Cluster(root / "node", n=nodes)
     broker = None
     try:
         node.wait_ready(30)
+        if nodes > 1:
+            node.wait_announced(30)
         broker = BrokerProcess(root, node.endpoints, "broker-a", *flags)
         with Client(node.endpoints, timeout_s=10) as client:
             wait_for(

@@ -279,3 +279,41 @@ def test_standby_takes_over_and_a_paused_old_active_sends_nothing(
         a.stop()
         if b is not None:
             b.stop()
+
+
+def test_a_standby_whose_lease_ran_out_while_it_waited_campaigns_again(
+    env: Env, redis_pair: tuple[RedisServer, RedisServer]
+) -> None:
+    """A standby's campaign fails when its lease runs out while it waits (the key vanished
+    with its lease: a paused standby here, a paused metaledger leader in
+    tests/faults/test_replicator_redis.py); it campaigns again with a new lease and takes
+    over when the active dies. It used to exit."""
+    source, target = redis_pair
+    topic, job = env.topic("redis-standby-lapse"), "standby-lapse"
+    r = source.client()
+    dataset(r)
+    a = ReplicatorProcess(env, source, topic, job, "a")
+    b = None
+
+    def candidates() -> int:
+        return env.client.get(f"replicators/redis/{job}/", prefix=True, count_only=True).count
+
+    try:
+        oracle = Oracle(env, topic, target)
+        wait_replicated(env, job, source, oracle)
+        b = ReplicatorProcess(env, source, topic, job, "b")
+        wait_until(lambda: candidates() == 2, 30, "b campaigns")
+        b.send(signal.SIGSTOP)
+        wait_until(lambda: candidates() == 1, 30, "b's lease runs out while it waits")
+        b.send(signal.SIGCONT)
+        wait_until(lambda: candidates() == 2, 30, lambda: f"b campaigns again:\n{b.log()}")
+        assert b.alive and "campaign: " in b.log(), b.log()
+
+        a.stop(signal.SIGKILL)
+        writes(r, b"b-takes-over", 20)
+        wait_until(lambda: (status(env, job) or {}).get("worker") == "b", 30, "b is active")
+        wait_replicated(env, job, source, oracle)
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
