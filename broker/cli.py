@@ -267,6 +267,14 @@ def register(subparsers: Subparsers, common: Common) -> None:
         metavar="BYTES",
         help="commit-log segment file size (RocketMQ mappedFileSizeCommitLog, 1 GiB)",
     )
+    p.add_argument(
+        "--pop-auto-renew-invisible-ms",
+        type=int,
+        default=60_000,
+        metavar="MS",
+        help="invisible time of a RocketMQ 5 auto_renew receive (push consumers), renewed"
+        " until acked (60000)",
+    )
     add_transaction_flags(p)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(run=partial(run_broker, common=common))
@@ -298,6 +306,7 @@ def build_config(
         endpoints=tuple(endpoints),
         retry_max_times=args.retry_max_times,
         fifo_groups=tuple(args.fifo_group),
+        pop_auto_renew_invisible_ms=args.pop_auto_renew_invisible_ms,
         timer_max_delay_sec=args.timer_max_delay_sec,
         auto_create_topic=args.auto_create_topic,
         slave_read_enable=args.slave_read_enable,

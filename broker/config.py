@@ -74,6 +74,9 @@ class BrokerConfig:
     #: consumer groups that consume in order (RocketMQ's subscription group
     #: ``consumeMessageOrderly``): their 5.x consumers get FIFO settings, assignments and POP
     fifo_groups: tuple[str, ...] = ()
+    #: the invisible time of a RocketMQ 5 ``auto_renew`` receive (the push consumers': the
+    #: proxy's ``defaultInvisibleTimeMills``, 60 s); the replica renews it until the ack
+    pop_auto_renew_invisible_ms: int = 60_000
     message_delay_levels: str = DEFAULT_DELAY_LEVELS
     #: timer messages: the furthest delivery time a send may ask for (RocketMQ's
     #: timerMaxDelaySec, 3 days); a later one is refused with MESSAGE_ILLEGAL
@@ -191,6 +194,7 @@ class BrokerConfig:
             "transaction_timeout_ms",
             "transaction_check_interval_ms",
             "transaction_check_max",
+            "pop_auto_renew_invisible_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be > 0, got {getattr(self, name)}")

@@ -254,7 +254,13 @@ class Replica:
             transactions=GrpcTransactions(
                 self.transactions, self.core.producers, (c.advertised_host, c.listen_port)
             ),
-            consumers=Consumers(backend, ConsumeConfig(fifo_groups=frozenset(c.fifo_groups))),
+            consumers=Consumers(
+                backend,
+                ConsumeConfig(
+                    default_invisible_ms=c.pop_auto_renew_invisible_ms,
+                    fifo_groups=frozenset(c.fifo_groups),
+                ),
+            ),
             agents=self.clients.grpc,
         )
         try:

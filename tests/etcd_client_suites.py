@@ -8,15 +8,20 @@ which :func:`argv` builds): port 2379 is free there whatever runs on the machine
 sees only this run's processes. Nodes are named pifpaf0..2 and nodes 1 and 2 carry
 ``--name pifpafN`` in their command lines (an ``-X`` option, which Python ignores).
 
-    python -m tests.etcd_client_suites SRC_ROOT OUT_DIR
+    python -m tests.etcd_client_suites SRC_ROOT OUT_DIR [RUN ...]
 
-runs ``SRC_ROOT/tests/test_etcd3.py`` (a copy of tests/thirdparty/python-etcd3) twice, as its
+runs ``SRC_ROOT/tests/test_etcd3.py`` (a copy of tests/thirdparty/python-etcd3) as its
 upstream runner's two settings do, and writes each run's JUnit XML and output in ``OUT_DIR``
-(:data:`RUNS`): every test but ``TestFailoverClient`` with ``PYTHON_ETCD_HTTP_URL`` (node 0),
-then ``TestFailoverClient`` alone with ``ETCDCTL_ENDPOINTS`` (all three nodes), which it needs
-and which etcdctl 3.4 refuses beside the ``--endpoints`` the suite gives it when
-``PYTHON_ETCD_HTTP_URL`` is set. The exit code is the first nonzero pytest exit code, or 3 when
-the cluster did not come up.
+(:data:`RUNS`, or the ones named): every test but ``TestFailoverClient`` with
+``PYTHON_ETCD_HTTP_URL`` (node 0), then ``TestFailoverClient`` alone with ``ETCDCTL_ENDPOINTS``
+(all three nodes), which it needs and which etcdctl 3.4 refuses beside the ``--endpoints`` the
+suite gives it when ``PYTHON_ETCD_HTTP_URL`` is set. The first setting's tests are two runs:
+the few that mostly wait on the suite's own sleeps (:data:`SLEEPY`, about 50 of the suite's
+100 s) and the others, so that :data:`SHARDS` can run them at once, each shard on a cluster of
+its own in namespaces of its own (every test of the suite cleans the whole keyspace after
+itself, and the serializable-read tests stop nodes 1 and 2: one cluster runs one test at a
+time). The exit code is the first nonzero pytest exit code, or 3 when the cluster did not come
+up.
 """
 
 from __future__ import annotations
@@ -42,18 +47,45 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 #: the suite's tests that need ``ETCDCTL_ENDPOINTS`` (its pifpaf runner's multi-node setting)
 FAILOVER_TESTS = "tests/test_etcd3.py::TestFailoverClient"
-#: the two runs: name (their ``NAME.xml`` and ``NAME.log`` in OUT_DIR) and pytest's selection
+#: tests that mostly sleep (the suite's own ``time.sleep``: 9-10 s of lock TTLs, 5-7 s of
+#: watch pauses each), run beside the others on a cluster of their own. pytest's
+#: ``--deselect`` takes node id prefixes: every test whose name starts with one of these
+#: names is here too (``test_watch_prefix``, ``test_watch_prefix_callback``, ...)
+SLEEPY = tuple(
+    f"tests/test_etcd3.py::TestEtcd3::{name}"
+    for name in (
+        "test_lock_acquire_none",
+        "test_lock_refresh",
+        "test_lock_expire",
+        "test_watch_prefix",
+        "test_watch_prefix_callback",
+        "test_watch_prefix_callback_with_filter",
+    )
+)
+#: the runs: name (their ``NAME.xml`` and ``NAME.log`` in OUT_DIR) and pytest's selection
 RUNS = (
-    ("suite", ("tests/test_etcd3.py", "--deselect", FAILOVER_TESTS)),
+    (
+        "suite",
+        (
+            "tests/test_etcd3.py",
+            *("--deselect", FAILOVER_TESTS),
+            *(a for test in SLEEPY for a in ("--deselect", test)),
+        ),
+    ),
+    ("sleepy", SLEEPY),
     ("failover", (FAILOVER_TESTS,)),
 )
+#: the runs each cluster runs, one after the other; the clusters run at once
+SHARDS = (("sleepy",), ("suite", "failover"))
 
 
-def argv(src_root: Path, out_dir: Path) -> list[str]:
-    """The command that runs this module in new network, PID and mount namespaces."""
+def argv(src_root: Path, out_dir: Path, runs: tuple[str, ...] = ()) -> list[str]:
+    """The command that runs this module (``runs``: those of :data:`RUNS`, all when empty)
+    in new network, PID and mount namespaces."""
     return [
         *("unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"),
         *(sys.executable, "-m", "tests.etcd_client_suites", str(src_root), str(out_dir)),
+        *runs,
     ]
 
 
@@ -108,7 +140,10 @@ def loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
-def main(src_root: Path, out_dir: Path) -> int:
+def main(src_root: Path, out_dir: Path, names: tuple[str, ...] = ()) -> int:
+    unknown = set(names) - {name for name, _ in RUNS}
+    if unknown:
+        raise SystemExit(f"no such runs: {sorted(unknown)}")
     loopback_up()
     with tempfile.TemporaryDirectory(prefix="pifpaf-") as tmp:
         cluster = PifpafCluster(Path(tmp))
@@ -121,6 +156,8 @@ def main(src_root: Path, out_dir: Path) -> int:
             endpoints = [f"http://localhost:{s.client_port}" for s in cluster.nodes]
             code = 0
             for name, selection in RUNS:
+                if names and name not in names:
+                    continue
                 env = suite_env(
                     src_root,
                     status.version,
@@ -149,4 +186,4 @@ def main(src_root: Path, out_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2]), tuple(sys.argv[3:])))

@@ -11,7 +11,8 @@ redelivery, DLQ, FIFO) and the consumer offsets. Copies RocketMQ's proxy
   deliver is MESSAGE_NOT_FOUND. Long polling is the request's ``long_polling_timeout`` (else
   the deadline less half the request timeout), clamped to [5 s, 20 s] and to the deadline; a
   deadline under 5 s is ILLEGAL_POLLING_TIME (``consumer/ReceiveMessageActivity.java``:49-77).
-  The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (:79-86),
+  The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (:79-86; the broker's
+  ``--pop-auto-renew-invisible-ms``),
   renewed then until the client acks it (:mod:`broker.grpc.renew`, as the proxy). Messages a broken stream did not carry are visible again after 1 s
   (``ReceiveMessageResponseStreamWriter.java``:133-150). POP always reads the whole broker (queue id -1), as the proxy's
   ``ReceiveMessageQueueSelector`` does, FIFO groups included (the POP service keeps a queue's
@@ -88,6 +89,8 @@ class ConsumeConfig:
     fifo_groups: frozenset[str] = frozenset()
 
     def validate(self) -> ConsumeConfig:
+        if self.default_invisible_ms <= 0:
+            raise ValueError(f"default_invisible_ms: must be > 0, got {self.default_invisible_ms}")
         if not 0 <= self.min_long_polling_ms <= self.max_long_polling_ms:
             raise ValueError(
                 "min_long_polling_ms, max_long_polling_ms: need 0 <= min <= max, got "

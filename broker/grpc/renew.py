@@ -21,8 +21,8 @@ receive on another replica is forwarded there, with its client id).
   ``invisibleTimeMillisWhenClear``), for another consumer of the group.
 - A renewal the POP service refuses (the message was acked by another path, or its handle
   went stale) forgets the message. At most :data:`MAX_TRACKED` messages are tracked (about
-  400 bytes each, its handles included); beyond that a message keeps its 60 s, as without
-  renewal (logged once).
+  400 bytes each, its handles included); beyond that a message keeps its invisible time (60 s,
+  ``--pop-auto-renew-invisible-ms``), as without renewal (logged once).
   Nothing of this is persisted: after a restart or a failover the messages in flight are
   redelivered at their instant (docs/broker.md, POP consumption).
 """

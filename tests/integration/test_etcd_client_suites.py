@@ -4,7 +4,8 @@
   client it tests there (newer than the last release on PyPI, 0.12.0), vendored in
   tests/thirdparty/python-etcd3 (its README says from where). It runs with pytest against a
   3-node cluster laid out as the suite's own runner lays out etcd, in two runs as that runner's
-  two settings need (:mod:`tests.etcd_client_suites`). One setting is ours, in a conftest
+  two settings need (:mod:`tests.etcd_client_suites`; the first in two shards at once, on two
+  clusters: the tests that mostly sleep and the others). One setting is ours, in a conftest
   beside the suite: its ``@given`` tests try 20 examples, not 100 (each example is a client
   and two or three ``etcdctl`` runs; the suite's own sleeps take over a minute already).
 - **microsoft/etcd3** (``etcd3`` on npm, pinned in tests/js/package.json): the package ships
@@ -28,6 +29,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -134,14 +136,15 @@ def python_etcd3_test_ids() -> set[str]:
 
 @dataclass
 class BackgroundRun:
-    """The python-etcd3 suite running in its namespaces (:mod:`tests.etcd_client_suites`)."""
+    """The python-etcd3 suite running in its namespaces (:mod:`tests.etcd_client_suites`):
+    one process (and cluster) per shard, at once, each with its output file."""
 
-    proc: subprocess.Popen[bytes]
+    procs: list[subprocess.Popen[bytes]]
     out_dir: Path
-    output: Path
+    outputs: list[Path]
 
     def outcome(self) -> Outcome:
-        """Both runs' results (:data:`tests.etcd_client_suites.RUNS`) as one."""
+        """Every run's results (:data:`tests.etcd_client_suites.RUNS`) as one."""
         merged = Outcome()
         for name, _ in etcd_client_suites.RUNS:
             one = Outcome.read(self.out_dir / f"{name}.xml")
@@ -151,14 +154,18 @@ class BackgroundRun:
         return merged
 
     def wait(self, timeout_s: float) -> int:
-        return self.proc.wait(timeout_s)
+        """Every shard's end (within ``timeout_s`` in all): the first nonzero exit code."""
+        deadline = time.monotonic() + timeout_s
+        codes = [p.wait(max(0.0, deadline - time.monotonic())) for p in self.procs]
+        return next((c for c in codes if c), 0)
 
     def stop(self) -> None:
-        """Kill it: unshare ignores SIGTERM while it waits, and with ``--kill-child`` its
+        """Kill them: unshare ignores SIGTERM while it waits, and with ``--kill-child`` its
         SIGKILL ends the namespace's first process, and so every process in it."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
 
 
 def can_unshare() -> bool:
@@ -177,18 +184,22 @@ def python_etcd3_run(
         return
     tmp = tmp_path_factory.mktemp("python-etcd3")
     root = python_etcd3_suite(tmp)
-    output = tmp / "runner.log"
-    with open(output, "wb") as out:
-        proc = subprocess.Popen(
-            etcd_client_suites.argv(root, tmp),
-            cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    run = BackgroundRun(proc, tmp, output)
+    run = BackgroundRun([], tmp, [])
     try:
+        for i, runs in enumerate(etcd_client_suites.SHARDS):
+            output = tmp / f"runner-{i}.log"
+            with open(output, "wb") as out:
+                run.procs.append(
+                    subprocess.Popen(
+                        etcd_client_suites.argv(root, tmp, runs),
+                        cwd=REPO_ROOT,
+                        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            run.outputs.append(output)
         yield run
     finally:
         run.stop()
@@ -284,8 +295,10 @@ def test_microsoft_etcd3_suite(tmp_path: Path) -> None:
 def test_python_etcd3_suite(python_etcd3_run: BackgroundRun | None) -> None:
     run = python_etcd3_run
     assert run is not None
+    shards = sorted(name for shard in etcd_client_suites.SHARDS for name in shard)
+    assert shards == sorted(name for name, _ in etcd_client_suites.RUNS), "each run in one shard"
     code = run.wait(600)
-    logs = [run.output, *(run.out_dir / f"{name}.log" for name, _ in etcd_client_suites.RUNS)]
+    logs = [*run.outputs, *(run.out_dir / f"{name}.log" for name, _ in etcd_client_suites.RUNS)]
     if not all((run.out_dir / f"{name}.xml").exists() for name, _ in etcd_client_suites.RUNS):
         tails = [p.read_text(errors="replace")[-3000:] for p in logs if p.exists()]
         pytest.fail(f"no results (exit {code}):\n" + "\n".join(tails))

@@ -49,6 +49,10 @@ TOPICS = (
 )  # fmt: skip
 FIFO_GROUP = "FifoG"
 MAX_ATTEMPTS = 3  # --retry-max-times 2, + 1
+#: the broker's auto_renew invisible time (60 s by default): a listener holding a message
+#: past it (HOLD_S) shows the renewal in seconds rather than minutes
+AUTO_RENEW_INVISIBLE_S = 10
+HOLD_S = 15
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +60,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     with grpc_env(
         tmp_path_factory.mktemp("grpcc"),
         "--fifo-group", FIFO_GROUP, "--retry-max-times", str(MAX_ATTEMPTS - 1),
+        "--pop-auto-renew-invisible-ms", str(AUTO_RENEW_INVISIBLE_S * 1000),
         topics=TOPICS,
     ) as e:  # fmt: skip
         yield e
@@ -271,13 +276,15 @@ def test_gzip_encoded_bodies_reach_5x_and_4x_consumers_as_sent(
 def test_a_push_listener_holding_a_message_past_its_invisible_time_sees_it_once(
     rocketmq5_python: Path, env: Env
 ) -> None:
-    """The push consumer receives with ``auto_renew`` (60 s invisible) and renews nothing
-    itself; its listener holds the message 75 s. The broker renews the handle ahead of its
-    instant, so the message is not delivered again meanwhile, and the client's ack with the
-    handle it got acks it (the group's offset passes it, nothing in flight)."""
+    """The push consumer receives with ``auto_renew`` (the broker's
+    ``--pop-auto-renew-invisible-ms``, 10 s here) and renews nothing itself; its listener holds
+    the message 15 s. The broker renews the handle ahead of its instant, so the message is not
+    delivered again meanwhile, and the client's ack with the handle it got acks it (the group's
+    offset passes it, nothing in flight)."""
+    assert HOLD_S > AUTO_RENEW_INVISIBLE_S  # without the renewal it would come back
     topic = "RenewTopic"
-    sent = produce(rocketmq5_python, env, [{"body_hex": b"slow".hex(), "props": {"hold_s": "75"}}],
-                   topic=topic)  # fmt: skip
+    body = {"body_hex": b"slow".hex(), "props": {"hold_s": str(HOLD_S)}}
+    sent = produce(rocketmq5_python, env, [body], topic=topic)
     spec = {"expect": 1, "within_s": 150, "linger_s": 3}
     out = consume(rocketmq5_python, env, topic, "RenewPush", "push", spec)
     calls = [e for e in events(out, "consume") if e["message_id"] == sent[0]["message_id"]]

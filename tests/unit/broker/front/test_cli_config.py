@@ -69,6 +69,7 @@ def test_consume_timeout_is_the_request_deadline_as_everywhere() -> None:
         ({"offset_flush_interval_ms": 5000}, "offset_flush_interval_ms"),
         ({"heartbeat_interval_ms": 0}, "heartbeat_interval_ms"),
         ({"ha_slave_fallbehind_max_bytes": 0}, "ha_slave_fallbehind_max_bytes"),
+        ({"pop_auto_renew_invisible_ms": 0}, "pop_auto_renew_invisible_ms"),
         ({"message_delay_levels": "5 parsecs"}, "message_delay_levels"),
     ],
 )
@@ -100,3 +101,10 @@ def test_fifo_groups_are_named_by_a_repeatable_flag() -> None:
     assert c.fifo_groups == ("G1", "G2")
     with pytest.raises(ConfigError, match="fifo_groups"):
         replace(c, fifo_groups=("bad group",)).validate()
+
+
+def test_pop_auto_renew_invisible_ms_is_the_proxys_60_s_unless_given() -> None:
+    base = ("broker", "--group", "b", "--data-dir", "d")
+    assert build_config(parse(*base)).pop_auto_renew_invisible_ms == 60_000
+    c = build_config(parse(*base, "--pop-auto-renew-invisible-ms", "8000"))
+    assert c.pop_auto_renew_invisible_ms == 8000

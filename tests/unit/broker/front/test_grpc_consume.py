@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import zlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -316,6 +317,10 @@ def test_fifo_groups_pop_in_order_and_auto_renew_takes_the_default_invisible_tim
     backend = FakeBackend()
     receive(consumers(backend), group="FifoGroup", auto_renew=True, invisible_ms=0)
     assert backend.pops.calls[0][4:6] == (60_000, True)
+    backend = FakeBackend()  # the broker's --pop-auto-renew-invisible-ms
+    short = Consumers(backend, replace(CONFIG, default_invisible_ms=8_000))
+    receive(short, group="FifoGroup", auto_renew=True, invisible_ms=0)
+    assert backend.pops.calls[0][4:6] == (8_000, True)
 
 
 @pytest.mark.parametrize(
@@ -523,3 +528,5 @@ def test_config_validation_names_the_field() -> None:
         ConsumeConfig(fifo_groups=frozenset({"bad group"})).validate()
     with pytest.raises(ValueError, match="min_long_polling_ms"):
         ConsumeConfig(min_long_polling_ms=30_000).validate()
+    with pytest.raises(ValueError, match="default_invisible_ms"):
+        ConsumeConfig(default_invisible_ms=0).validate()
