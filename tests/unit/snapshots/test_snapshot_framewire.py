@@ -59,9 +59,12 @@ def test_compiled_and_source_agree_and_give_protobufs_bytes(
     expected = RecordDigest()
     for record in records:
         expected.add(*record)
-    assert RecordDigest.from_sums(
-        {t: c for t, (_, c) in sums.items()}, {t: s for t, (s, _) in sums.items()}
-    ) == expected
+    assert (
+        RecordDigest.from_sums(
+            {t: c for t, (_, c) in sums.items()}, {t: s for t, (s, _) in sums.items()}
+        )
+        == expected
+    )
 
 
 def test_an_empty_type_is_refused_by_both() -> None:
