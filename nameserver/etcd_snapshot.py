@@ -41,6 +41,7 @@ from nameserver.auth.records import User as AuthUser
 from nameserver.kv.records import COMPACT_KEY, Compaction
 from nameserver.leases.records import Lease as MlLease
 from nameserver.leases.records import lease_key
+from nameserver.state.forked import error_message, exit_child
 from nameserver.state.image import MetadataImage
 from nameserver.state.snapshotting import (
     check_new_data_dir,
@@ -395,10 +396,5 @@ def _encode_in_child(
         message = b"ok:" + pickle.dumps(digest)
         status = 0
     except BaseException as exc:
-        message = f"{type(exc).__name__}: {exc}".encode(errors="replace")[:4096]
-    try:
-        view = memoryview(message)
-        while view:
-            view = view[os.write(message_fd, view) :]
-    finally:
-        os._exit(status)
+        message = error_message(exc)
+    exit_child(message_fd, message, status)
