@@ -31,6 +31,7 @@ def etcd_file(tmp_path: Path) -> Path:
 
 def _seed(etcd_file: Path, data_dir: Path, split_from: int, mp: pytest.MonkeyPatch) -> Path:
     mp.setattr(etcd_snapshot, "SPLIT_RECORDS", split_from)
+    mp.setattr(etcd_snapshot, "_spare_cpu", lambda: True)  # whatever the machine's load
     lines: list[str] = []
     seeded = seed_from_etcd(str(etcd_file), str(data_dir), lines.append)
     assert seeded.keys == N - 1
@@ -48,6 +49,21 @@ def test_two_processes_write_the_snapshot_one_writes(
     assert (two.info.counts, two.info.hashes) == (one.info.counts, one.info.hashes)
     assert two.info.last_offset == one.info.last_offset == N + 2
     assert sorted(os.listdir(tmp_path / "two")) == ["raft", "snap"]  # no temp file left
+
+
+def test_a_busy_or_single_cpu_machine_encodes_in_one_process(
+    etcd_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(etcd_snapshot, "SPLIT_RECORDS", 1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    lines: list[str] = []
+    seed_from_etcd(str(etcd_file), str(tmp_path / "d"), lines.append)
+    assert "in two processes" not in " ".join(lines)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert not etcd_snapshot._spare_cpu()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert etcd_snapshot._spare_cpu()
 
 
 def test_a_child_that_fails_is_an_error_naming_its_fault(tmp_path: Path) -> None:
