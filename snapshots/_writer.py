@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Final
 
 from protos.records_pb2 import Effect
 from protos.snapshot_pb2 import SnapshotFooter, SnapshotHeader, TypeDigest
-from snapshots._digest import HASH_ALGORITHM, RecordDigest, pack_len, type_hasher
+from snapshots._digest import HASH_ALGORITHM, RecordDigest, type_hasher
 from snapshots._format import (
     CHUNK_BYTES,
     MAX_RECORDS,
@@ -29,16 +29,8 @@ from snapshots._format import (
     crc32c,
     info_from_header,
 )
-from snapshots._recordstream import (
-    _BODY_PREFIX,
-    _FRAME,
-    _U32_MAX,
-    _U64_MAX,
-    MAX_BODY_BYTES,
-    StreamKind,
-    encode_header,
-    encode_record,
-)
+from snapshots._framewire import SMALL, VARINTS, frame_records
+from snapshots._recordstream import StreamKind, encode_header, encode_record
 
 __all__ = [
     "encode_frames",
@@ -238,17 +230,28 @@ def _encode_one_pass(
     return _assemble(write, path, meta, digest, iter(chunks), digest, progress)
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+def _new_type(type_: str) -> list[Any]:
+    """A type's state for :func:`frame_records`: its Effect field 1, its hasher, 0, 0."""
+    return [Effect(type=type_).SerializeToString(), type_hasher(type_), 0, 0]
 
 
-#: protobuf's varint of every length below 16 KiB (one or two bytes each)
-_VARINTS: Final = tuple(_varint(n) for n in range(1 << 14))
+def _slow_frame(offset: int, sub: int, state: list[Any], type_: str, key: Any, value: Any) -> bytes:
+    """The frame of a record :func:`frame_records` does not frame itself: an empty key or
+    value, a long one, or an offset, sub-index or body out of range (``encode_record``
+    raises)."""
+    nk = len(key)
+    nv = len(value)
+    if nk < SMALL and nv < SMALL:
+        payload = b"".join(
+            (
+                state[0],
+                b"\x12" + VARINTS[nk] + key if nk else b"",
+                b"\x1a" + VARINTS[nv] + value if nv else b"",
+            )
+        )
+    else:
+        payload = Effect(type=type_, key=key, value=value).SerializeToString()
+    return encode_record(offset, sub, payload)
 
 
 def _record_chunks(
@@ -256,80 +259,27 @@ def _record_chunks(
 ) -> Iterator[tuple[bytes, int]]:
     """The frames of `records` (sub-index `first_sub`, `first_sub` + 1, ...) joined into
     chunks of about 1 MiB, each with the sub-index of its last record; adds every record to
-    `digest`."""
+    `digest` (:mod:`snapshots._framewire` frames and hashes them)."""
     chunk: list[bytes] = []
-    append = chunk.append
-    pending = 0
     sub = first_sub - 1
-    # per type: its Effect field 1 (encoded once), its hasher, the sum of its records'
-    # hashes and their count (RecordDigest.add, inline: added to `digest` at the end)
     types: dict[str, list[Any]] = {}
-    varint = _VARINTS
-    small = len(varint)
-    pack_prefix = _BODY_PREFIX.pack
-    pack_frame = _FRAME.pack
-    join = b"".join
-    from_bytes = int.from_bytes
-    inline_frames = 0 <= offset <= _U64_MAX  # else encode_record raises, as it always did
+    source = iter(records)
     try:
-        for type_, key, value in records:
-            if not type_:
-                raise ValueError(f"record {sub + 1} has an empty type")
-            sub += 1
-            state = types.get(type_)
-            if state is None:
-                head = Effect(type=type_).SerializeToString()
-                state = types[type_] = [head, type_hasher(type_), 0, 0]
-            nk = len(key)
-            nv = len(value)
-            # Effect(type=type_, key=key, value=value).SerializeToString(), by hand (the
-            # same bytes: fields in number order, empty ones left out; tests compare them)
-            if 0 < nk < small and 0 < nv < small and inline_frames and sub <= _U32_MAX:
-                # encode_record inline too: the frame's body is its prefix, then the payload
-                body = join(
-                    (
-                        pack_prefix(offset, sub),
-                        state[0],
-                        b"\x12",
-                        varint[nk],
-                        key,
-                        b"\x1a",
-                        varint[nv],
-                        value,
-                    )
-                )
-                if len(body) > MAX_BODY_BYTES:  # (a type name of megabytes)
-                    encode_record(offset, sub, body[_BODY_PREFIX.size :])  # raises
-                frame = pack_frame(len(body), crc32c(body, 0)) + body
-            else:
-                if nk < small and nv < small:
-                    payload = join(
-                        (
-                            state[0],
-                            b"\x12" + varint[nk] + key if nk else b"",
-                            b"\x1a" + varint[nv] + value if nv else b"",
-                        )
-                    )
-                else:
-                    payload = Effect(type=type_, key=key, value=value).SerializeToString()
-                frame = encode_record(offset, sub, payload)
-            h = state[1].copy()
-            h.update(join((pack_len(nk), key, pack_len(nv), value)))
-            state[2] += from_bytes(h.digest(), "little")
-            state[3] += 1
-            append(frame)
-            pending += len(frame)
-            if pending >= CHUNK_BYTES:
-                yield join(chunk), sub
-                chunk.clear()
-                pending = 0
+        while True:
+            sub, full = frame_records(
+                source, offset, sub, types, _new_type, _slow_frame, chunk, CHUNK_BYTES
+            )
+            if not full:
+                break
+            yield b"".join(chunk), sub
+            chunk.clear()
     finally:
         digest.merge(
             RecordDigest.from_sums(
                 {t: st[3] for t, st in types.items()}, {t: st[2] for t, st in types.items()}
             )
         )
-    yield join(chunk), sub
+    yield b"".join(chunk), sub
 
 
 def _assemble(

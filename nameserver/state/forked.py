@@ -29,8 +29,17 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
-__all__ = ["ChildFailedError", "ChildResult", "ForkError", "can_fork", "run_in_child"]
+__all__ = [
+    "ChildFailedError",
+    "ChildResult",
+    "ForkError",
+    "can_fork",
+    "error_message",
+    "exit_child",
+    "run_in_child",
+]
 
 _PR_SET_PDEATHSIG = 1
 try:  # loaded here, not in the child: dlopen takes a lock another thread may hold at fork
@@ -121,9 +130,20 @@ def _child(fn: Callable[[], str], write_fd: int, parent: int) -> None:  # pragma
         result = _OK + fn().encode()
         status = 0
     except BaseException as exc:
-        result = f"{type(exc).__name__}: {exc}".encode(errors="replace")[:_MAX_MESSAGE_BYTES]
+        result = error_message(exc)
+    exit_child(write_fd, result, status)
+
+
+def error_message(exc: BaseException) -> bytes:
+    """What a child says of the error it ends with: its type and message, at most 4 KiB."""
+    return f"{type(exc).__name__}: {exc}".encode(errors="replace")[:_MAX_MESSAGE_BYTES]
+
+
+def exit_child(write_fd: int, message: bytes, status: int) -> NoReturn:  # pragma: no cover
+    """The end of a forked child: ``message`` written whole to ``write_fd``, then
+    ``os._exit(status)`` whatever happens (no handler or buffer of the parent runs twice)."""
     try:
-        view = memoryview(result)
+        view = memoryview(message)
         while view:
             view = view[os.write(write_fd, view) :]
     finally:

@@ -30,6 +30,7 @@ from raftlog.entry import Effect
 from raftlog.log import Captured, gc_paused
 from snapshots import (
     FileSnapshotStore,
+    RecordDigest,
     RecordSource,
     SnapshotCorruptError,
     SnapshotError,
@@ -41,6 +42,7 @@ from snapshots import (
     open_snapshot,
     read_snapshot_columns,
     verify_snapshot,
+    write_snapshot_frames,
 )
 
 log = logging.getLogger(__name__)
@@ -201,6 +203,23 @@ def seed_data_dir_from_records(
     check_new_data_dir(data_dir)
     store = FileSnapshotStore(os.path.join(data_dir, "snap"))
     info = store.save(meta, records, progress, one_pass=True)
+    _write_base_offset(data_dir, meta.last_offset)
+    return info
+
+
+def seed_data_dir_from_frames(
+    data_dir: str,
+    meta: SnapshotMeta,
+    frames: Iterable[tuple[bytes, int]],
+    actual: RecordDigest,
+    progress: Callable[[int], None] | None = None,
+) -> SnapshotInfo:
+    """:func:`seed_data_dir_from_records` of records whose frames were encoded elsewhere
+    (``snapshots.encode_frames``, e.g. in parts on several processes): ``meta`` carries the
+    counts and hashes, ``actual`` is the encoders' digest (see ``write_snapshot_frames``)."""
+    check_new_data_dir(data_dir)
+    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
+    info = write_snapshot_frames(store.path_of(meta.last_offset), meta, frames, actual, progress)
     _write_base_offset(data_dir, meta.last_offset)
     return info
 

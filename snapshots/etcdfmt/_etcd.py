@@ -35,6 +35,7 @@ import hashlib
 import json
 import operator
 import struct
+import threading
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar, cast
 
@@ -445,14 +446,39 @@ def buckets_to_image(tree: Tree) -> EtcdImage:
 
 def split_snapshot_hash(data: bytes) -> tuple[bytes, bool]:
     """(database, whether a trailer was there); a trailer that does not match raises."""
+    db, check = _split_hash_checked_later(data, threaded=False)
+    check()
+    return db, len(db) != len(data)
+
+
+def _split_hash_checked_later(data: bytes, threaded: bool) -> tuple[bytes, Callable[[], None]]:
+    """:func:`split_snapshot_hash`'s database, and a function that raises its error if the
+    trailer does not match. ``threaded``: the SHA-256 is computed on a thread meanwhile
+    (hashlib lets go of the GIL on large inputs: the database is read at the same time);
+    the function waits for it."""
     if len(data) % 512 != HASH_BYTES:
-        return data, False
+        return data, lambda: None
     db, digest = data[:-HASH_BYTES], data[-HASH_BYTES:]
-    if hashlib.sha256(db).digest() != digest:
-        raise SnapshotHashError(
-            f"snapshot: the trailing SHA-256 (at byte {len(db)}) does not match the database"
-        )
-    return db, True
+    got: list[bytes] = []
+
+    def compute() -> None:
+        got.append(hashlib.sha256(db).digest())
+
+    thread = threading.Thread(target=compute, name="etcd-snapshot-sha256") if threaded else None
+    if thread is None:
+        compute()
+    else:
+        thread.start()
+
+    def check() -> None:
+        if thread is not None:
+            thread.join()
+        if got != [digest]:
+            raise SnapshotHashError(
+                f"snapshot: the trailing SHA-256 (at byte {len(db)}) does not match the database"
+            )
+
+    return db, check
 
 
 def read_etcd_snapshot(data: bytes) -> EtcdImage:
@@ -530,11 +556,16 @@ def read_etcd_latest_kv(
 def _read_latest(
     data: bytes, scan: Callable[[Tree | bytes], tuple[dict[bytes, T | None], int]]
 ) -> tuple[EtcdImage, dict[bytes, T | None], int]:
-    db, _ = split_snapshot_hash(data)
-    tree = read_bolt(db)
-    _check_buckets(tree)
-    latest, newest = scan(tree[b"key"])
-    image = buckets_to_image({**tree, b"key": {}})
+    db, check_hash = _split_hash_checked_later(data, threaded=True)
+    try:
+        tree = read_bolt(db)
+        _check_buckets(tree)
+        latest, newest = scan(tree[b"key"])
+        image = buckets_to_image({**tree, b"key": {}})
+    except Exception:
+        check_hash()  # a trailer that does not match is the error, as when checked first
+        raise
+    check_hash()
     return image, latest, max(newest, image.revision)
 
 

@@ -201,6 +201,24 @@ def test_a_broken_trailer_is_refused() -> None:
     assert hashlib.sha256(db).digest() == write_etcd_snapshot(_image())[-32:]
 
 
+def test_seeding_reads_while_the_trailer_is_checked_and_a_broken_one_is_the_error() -> None:
+    """The seeding read (the SHA-256 on a thread while the database is read) gives the
+    trailer's error first, as the plain read does, for a good database and for a damaged
+    one."""
+    from snapshots.etcdfmt import read_etcd_latest_kv
+
+    snap = bytearray(write_etcd_snapshot(_image()))
+    snap[-1] ^= 1
+    with pytest.raises(SnapshotHashError, match="SHA-256"):
+        read_etcd_latest_kv(bytes(snap), lambda kv: kv.SerializeToString())
+    snap[:4096] = b"\xff" * 4096  # the meta pages too: no database either
+    with pytest.raises(SnapshotHashError, match="SHA-256"):
+        read_etcd_latest_kv(bytes(snap), lambda kv: kv.SerializeToString())
+    good = write_etcd_snapshot(_image())
+    _, latest, _ = read_etcd_latest_kv(good, lambda kv: kv.SerializeToString())
+    assert latest
+
+
 def _tree_with(bucket: bytes, key: bytes, value: bytes) -> bytes:
     tree = image_to_buckets(_image(3))
     sub = tree.setdefault(bucket, {})
