@@ -11,12 +11,12 @@ redelivery, DLQ, FIFO) and the consumer offsets. Copies RocketMQ's proxy
   deliver is MESSAGE_NOT_FOUND. Long polling is the request's ``long_polling_timeout`` (else
   the deadline less half the request timeout), clamped to [5 s, 20 s] and to the deadline; a
   deadline under 5 s is ILLEGAL_POLLING_TIME (``consumer/ReceiveMessageActivity.java``:49-77).
-  The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (:79-86; the broker's
-  ``--pop-auto-renew-invisible-ms``),
-  renewed then until the client acks it (:mod:`broker.grpc.renew`, as the proxy). Messages a broken stream did not carry are visible again after 1 s
-  (``ReceiveMessageResponseStreamWriter.java``:133-150). POP always reads the whole broker (queue id -1), as the proxy's
-  ``ReceiveMessageQueueSelector`` does, FIFO groups included (the POP service keeps a queue's
-  order).
+  The invisible time is the request's, 10 s to 12 h, or 60 s with ``auto_renew`` (:79-86; the
+  broker's ``--pop-auto-renew-invisible-ms``), renewed then until the client acks it
+  (:mod:`broker.grpc.renew`, as the proxy). Messages a broken stream did not carry are visible
+  again after 1 s (``ReceiveMessageResponseStreamWriter.java``:133-150). POP always reads the
+  whole broker (queue id -1), as the proxy's ``ReceiveMessageQueueSelector`` does, FIFO groups
+  included (the POP service keeps a queue's order).
 - **AckMessage**: each entry's receipt handle; the answer's status is the entries' one code, or
   MULTIPLE_RESULTS (``consumer/AckMessageActivity.java``:196-206).
 - **ChangeInvisibleDuration**: 0 to 12 h (``common/GrpcValidator.java``:82-95); the answer
@@ -130,7 +130,6 @@ class ConsumerBackend(Protocol):
         ...
 
 
-# --------------------------------------------------------------------- the message conversion
 # ------------------------------------------------------------------------------ validation
 def group_name(resource: v2.Resource, field: str = "group") -> str:
     return _named(resource, field, GROUP_NAME, v2.ILLEGAL_CONSUMER_GROUP, "group", 255)
