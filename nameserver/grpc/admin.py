@@ -34,6 +34,7 @@ NATIVE_SNAPSHOT_FORMAT = "metaledger"
 #: before switching the store to etcd's revision count; nameserver.kv.revision's
 #: COUNTS_METADATA, written out here: the front imports no domain)
 COUNTS_METADATA = ("x-ml-revisions", "etcd")
+FLOOR_METADATA = ("x-ml-revisions-floor", "1")
 #: ... and, once this member's store counts etcd's way (switched), this one too: what a
 #: script or a test waits for before it relies on etcd's numbering
 COUNTING_METADATA = ("x-ml-store-revisions", "etcd")
@@ -48,9 +49,11 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
         st = self.node.log.engine_status()
         off = self.node.log.offsets()
         image = self.node.state.image
-        trailing = (COUNTS_METADATA, COUNTING_METADATA) if image.store_rev.revision >= 0 else None
+        trailing = [COUNTS_METADATA, FLOOR_METADATA]  # the leader's question
+        if image.store_rev.revision >= 0:
+            trailing.append(COUNTING_METADATA)
         with contextlib.suppress(AttributeError):  # a context without metadata (tests)
-            context.set_trailing_metadata(trailing or (COUNTS_METADATA,))  # the leader's question
+            context.set_trailing_metadata(tuple(trailing))
         return rpc_pb2.StatusResponse(
             header=self.node.header(image.revision),
             version=ETCD_VERSION,
