@@ -11,7 +11,6 @@ from dataclasses import replace
 from typing import Any
 
 from nameserver.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange
-from nameserver.kv.revision import counted
 from nameserver.leases.records import Lease, lease_key
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
@@ -43,7 +42,7 @@ def apply_lease(
             raise OutOfRange("etcdserver: too large lease TTL")
         if leases.get(g.id) is not None:
             raise FailedPrecondition("etcdserver: lease already exists")
-        lease = Lease(g.id, g.ttl_s, rev, e.timestamp_ms, counted(delta))
+        lease = Lease(g.id, g.ttl_s, rev, e.timestamp_ms, delta.counted_revision())
         leases.put(lease)
         effects.append(Effect("lease", lease_key(lease.id), lease.to_record()))
         return lease

@@ -47,7 +47,6 @@ from dataclasses import replace
 
 from nameserver.checks import check_name, check_non_negative, invalid
 from nameserver.errors import FailedPrecondition, NotFound
-from nameserver.kv.revision import counted
 from nameserver.offsets.records import CommittedOffset, offset_key
 from nameserver.state.image import MetadataDelta
 from protos import records_pb2
@@ -231,7 +230,7 @@ def reset(delta: MetadataDelta, r: records_pb2.OffsetReset, rev: int) -> Committ
     check_reset(r)
     existing = delta.offsets.get(offset_key(r.job, r.partition))
     _check_versions(existing, r.expected_version, 0, where(r.job, r.partition))
-    store_rev = counted(delta)  # -1: the store counts by offset, and rev is its revision
+    store_rev = delta.counted_revision()  # -1: the store counts by offset, and rev is its revision
     if existing is None:
         return CommittedOffset(
             r.job,
