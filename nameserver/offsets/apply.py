@@ -176,7 +176,7 @@ def commit(delta: MetadataDelta, c: records_pb2.OffsetCommit, rev: int) -> Commi
     if fence is None:
         raise FailedPrecondition(
             f"metaledger: fencing_token {c.fencing_token} is not a token of lease "
-            f"{c.lease_id:x} (its grant revision, or the create revision of a key attached "
+            f"{c.lease_id:x} (its grant offset, or the create revision of a key attached "
             "to it)",
         )
     # a grant token's store revision, kept to order it later (-1: the token is one)
