@@ -14,10 +14,14 @@ commit frames them (``--requests-per-item`` requests per item, ``--items-per-gro
 per apply group). Keys are drawn from a ``--keys`` key space that is written once before the
 timed run, so puts overwrite as in ``nameserver.loadgen --op put``.
 
+The store counts revisions etcd's way, as a server's does once its leader switched it (a
+``count_revisions`` entry first); ``--offset-revisions`` leaves it counting by offset.
+
 Prints the apply thread's CPU per put (``time.thread_time``; the segment flusher's and the
 event loop's threads are reported apart), best of ``--repeat`` runs; asserts nothing.
 
     python -m bench.apply_bench [--puts 40000] [--requests-per-item 8] [--watchers 0] [--history]
+        [--offset-revisions]
     python -m bench.apply_bench --profile          # a cProfile top list of one run
 """
 
@@ -40,6 +44,7 @@ from typing import TypeVar
 from nameserver.kinds import REGISTRY
 from nameserver.kv.history import KvHistory
 from nameserver.kv.records import KeyValue
+from nameserver.kv.revision import count_entry
 from nameserver.state.machine import MetadataStateMachine
 from nameserver.watch.events import HubEvent
 from nameserver.watch.hub import Watcher, WatchHub
@@ -202,6 +207,8 @@ def run_once(args: argparse.Namespace, profile: cProfile.Profile | None) -> tupl
                 )
                 for start in range(0, args.keys, 256)
             ]
+            if not args.offset_revisions:
+                bench.feed([encode_item([encode_batch([count_entry()])])], 1)
             bench.feed(populate, 1)
             items = make_items(
                 args.puts, args.requests_per_item, args.keys, args.value_size, args.seed, 1
@@ -240,6 +247,11 @@ def main() -> None:
         "--history",
         action="store_true",
         help="the server's observer chain: the kv history (past revisions) before the hub",
+    )
+    p.add_argument(
+        "--offset-revisions",
+        action="store_true",
+        help="leave the store counting revisions by offset (default: etcd's count)",
     )
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)

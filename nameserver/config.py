@@ -171,9 +171,10 @@ class ServerConfig:
     corrupt_check_time_s: float = 0.0
     #: count the kv store's revision as etcd 3.4 does (only requests that change keys move
     #: it; nameserver/kv/revision.py): the leader switches the store over once every member
-    #: can (--experimental-etcd-revisions; off: every request moves it, as before). A store
-    #: once switched counts so for good, whatever this says
-    etcd_revisions: bool = False
+    #: can (the default; off with --offset-revisions: every request moves it, as metaledger
+    #: counted before, until a leader that has it on switches). A store once switched counts
+    #: so for good, whatever this says
+    etcd_revisions: bool = True
     #: TESTS ONLY: "KEY=VALUE" sets an existing key's value in this member's restored image
     #: behind the log's back (a member whose state differs, for the corruption checks'
     #: tests); "" (the default) never touches the image

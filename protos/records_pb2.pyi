@@ -106,16 +106,18 @@ class Effect(_message.Message):
     def __init__(self, type: _Optional[str] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ..., term: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class LeaseRecord(_message.Message):
-    __slots__ = ("id", "ttl_s", "granted_offset", "last_refresh_ms")
+    __slots__ = ("id", "ttl_s", "granted_offset", "last_refresh_ms", "granted_revision")
     ID_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
     GRANTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_REFRESH_MS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_REVISION_FIELD_NUMBER: _ClassVar[int]
     id: int
     ttl_s: int
     granted_offset: int
     last_refresh_ms: int
-    def __init__(self, id: _Optional[int] = ..., ttl_s: _Optional[int] = ..., granted_offset: _Optional[int] = ..., last_refresh_ms: _Optional[int] = ...) -> None: ...
+    granted_revision: int
+    def __init__(self, id: _Optional[int] = ..., ttl_s: _Optional[int] = ..., granted_offset: _Optional[int] = ..., last_refresh_ms: _Optional[int] = ..., granted_revision: _Optional[int] = ...) -> None: ...
 
 class LeaseOperation(_message.Message):
     __slots__ = ("grant", "revoke", "refresh", "expire")
@@ -164,7 +166,7 @@ class LeaseExpire(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class OffsetRecord(_message.Message):
-    __slots__ = ("job", "partition", "offset", "position", "version", "epoch", "lease_id", "fencing_token", "create_revision", "mod_revision", "reset_revision")
+    __slots__ = ("job", "partition", "offset", "position", "version", "epoch", "lease_id", "fencing_token", "create_revision", "mod_revision", "reset_revision", "fencing_revision", "reset_store_revision")
     JOB_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +178,8 @@ class OffsetRecord(_message.Message):
     CREATE_REVISION_FIELD_NUMBER: _ClassVar[int]
     MOD_REVISION_FIELD_NUMBER: _ClassVar[int]
     RESET_REVISION_FIELD_NUMBER: _ClassVar[int]
+    FENCING_REVISION_FIELD_NUMBER: _ClassVar[int]
+    RESET_STORE_REVISION_FIELD_NUMBER: _ClassVar[int]
     job: str
     partition: str
     offset: bytes
@@ -187,7 +191,9 @@ class OffsetRecord(_message.Message):
     create_revision: int
     mod_revision: int
     reset_revision: int
-    def __init__(self, job: _Optional[str] = ..., partition: _Optional[str] = ..., offset: _Optional[bytes] = ..., position: _Optional[int] = ..., version: _Optional[int] = ..., epoch: _Optional[int] = ..., lease_id: _Optional[int] = ..., fencing_token: _Optional[int] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., reset_revision: _Optional[int] = ...) -> None: ...
+    fencing_revision: int
+    reset_store_revision: int
+    def __init__(self, job: _Optional[str] = ..., partition: _Optional[str] = ..., offset: _Optional[bytes] = ..., position: _Optional[int] = ..., version: _Optional[int] = ..., epoch: _Optional[int] = ..., lease_id: _Optional[int] = ..., fencing_token: _Optional[int] = ..., create_revision: _Optional[int] = ..., mod_revision: _Optional[int] = ..., reset_revision: _Optional[int] = ..., fencing_revision: _Optional[int] = ..., reset_store_revision: _Optional[int] = ...) -> None: ...
 
 class OffsetOperation(_message.Message):
     __slots__ = ("commit", "reset")

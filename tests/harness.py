@@ -281,6 +281,10 @@ class Cluster:
         #: fresh ports if a picked one was taken), so clusters made one after another boot
         #: together
         self._first_start_unchecked = start
+        #: the first wait_ready with every node running also waits until the store counts
+        #: revisions etcd's way (the default: the leader switches it once all members can),
+        #: so no test sees the numbering change under it
+        self._switch_unchecked = "--offset-revisions" not in self.extra_args
         if start:
             try:
                 for i in range(n):
@@ -656,7 +660,7 @@ class Cluster:
             leader = self._agreed_leader(members)
             return None if leader is None else [leader]
 
-        return wait_until(
+        leader = wait_until(
             agreed,
             timeout,
             lambda: (
@@ -665,6 +669,31 @@ class Cluster:
             ),
             interval=0.1,
         )[0]
+        if self._switch_unchecked and len(members) == self.n == len(self.running()):
+            self._switch_unchecked = False
+            wait_until(
+                lambda: self.counts_etcd_revisions(leader),
+                timeout,
+                lambda: f"the store did not switch to etcd's revision count\n{self.logs_tail()}",
+                interval=0.05,
+            )
+        return leader
+
+    def counts_etcd_revisions(self, i: int) -> bool:
+        """Whether node i's store counts revisions etcd's way (its Status's trailing
+        metadata says so); True too when node i does not answer Status to this harness
+        (auth), which then cannot tell."""
+        try:
+            _, call = self.maintenance(i).Status.with_call(rpc_pb2.StatusRequest(), timeout=5)
+        except grpc.RpcError as exc:
+            if grpc_code(exc) in (
+                grpc.StatusCode.UNAUTHENTICATED,
+                grpc.StatusCode.PERMISSION_DENIED,
+                grpc.StatusCode.INVALID_ARGUMENT,
+            ):
+                return True
+            return False
+        return ("x-ml-store-revisions", "etcd") in list(call.trailing_metadata() or ())
 
     def wait_announced(self, timeout: float = 30.0, nodes: list[int] | None = None) -> None:
         """Wait until each running node's image (Admin.Members) has every member's client

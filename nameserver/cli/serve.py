@@ -115,10 +115,11 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         "client_cert_auth",
         "peer_client_cert_auth",
         "initial_corrupt_check",
-        "etcd_revisions",
     ):
         if getattr(args, flag):
             kwargs[flag] = True
+    if args.offset_revisions:
+        kwargs["etcd_revisions"] = False
     password = args.cluster_password
     if password is None and args.cluster_password_file:
         from raftlog.native.auth import read_password_file
@@ -307,12 +308,17 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "(default 32; 0 = one accept loop, as gRPC ships it)",
     )
     p.add_argument(
-        "--experimental-etcd-revisions",
-        dest="etcd_revisions",
+        "--offset-revisions",
         action="store_true",
-        help="count the kv store's revision as etcd 3.4 does (only requests that change keys "
-        "move it): the leader switches the store over once every member runs a version that "
-        "can; for good (lock tokens then are revisions, not offsets: see docs/semantics.md)",
+        help="do not switch the kv store to etcd 3.4's revision count (by default the leader "
+        "switches it, for good, once every member runs a version that can: then only requests "
+        "that change keys move the revision; see docs/semantics.md): every request moves it, "
+        "as metaledger counted before. A store already switched stays switched",
+    )
+    p.add_argument(
+        "--experimental-etcd-revisions",
+        action="store_true",
+        help="accepted for scripts written before it was the default; does nothing",
     )
     p.add_argument(
         "--experimental-initial-corrupt-check",

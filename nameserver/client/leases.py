@@ -68,8 +68,10 @@ DEFAULT_TTL_S = (
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A granted lease. ``fencing_token`` is the grant's revision: it never changes while the
-    lease lives and a later grant always has a higher one."""
+    """A granted lease. ``fencing_token`` is the grant's log offset: it never changes while
+    the lease lives and a later grant always has a higher one (a lock's token, its key's
+    create revision, is a store revision: the Offsets service orders the two, see
+    docs/semantics.md "Fencing tokens, offsets and revisions")."""
 
     id: int
     ttl_s: int
@@ -325,7 +327,7 @@ class LeasesApi(Transport):
 
     def lease_grant(self, ttl_s: int, lease_id: int = 0) -> Lease:
         """LeaseGrant (``lease_id`` 0: the server picks one); the result's ``fencing_token``
-        is the grant's revision."""
+        is the grant's offset."""
         return lease_grant(self, ttl_s, lease_id)
 
     def lease_revoke(self, lease_id: int) -> int:

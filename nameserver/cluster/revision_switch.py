@@ -5,7 +5,8 @@ A member of an older version rejects a ``count_revisions`` entry (an unknown ent
 and would go on counting by log offset while the others count etcd's way: so the leader
 asks every member of the Raft configuration, learners too, through its client port's
 ``Maintenance.Status``, whose trailing metadata says whether it counts
-(:data:`~nameserver.kv.revision.COUNTS_METADATA`), and proposes the entry only when all do.
+(:data:`~nameserver.kv.revision.COUNTS_METADATA`, and that it reads the entry's floor:
+``FLOOR_METADATA``), and proposes the entry only when all do.
 A store that counts already is left alone; so is one whose members cannot all be asked
 (retried every :data:`CHECK_S`). A member of an older version must not join a store that
 counts (it would count otherwise from the switch on): upgrade, never downgrade, as etcd.
@@ -19,10 +20,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from nameserver.kv.revision import COUNT_REVISIONS, COUNTS_METADATA
+from nameserver.kv.revision import COUNTS_METADATA, FLOOR_METADATA, count_entry
 from nameserver.state.duties import PeriodicDuties
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
-from raftlog import Entry
 
 if TYPE_CHECKING:
     from nameserver.node import NodeFacade
@@ -56,7 +56,7 @@ class RevisionSwitch(PeriodicDuties):
             return  # counts already (for good: the entry is in the log)
         if self.lead() is None or not await self.all_count():
             return
-        await self.node.propose(Entry(COUNT_REVISIONS), None)
+        await self.node.propose(count_entry(), None)
         log.info("the kv store counts revisions as etcd does from here")
 
     async def all_count(self) -> bool:
@@ -85,7 +85,8 @@ class RevisionSwitch(PeriodicDuties):
                 )
                 await call
                 trailing = await call.trailing_metadata()
-                return tuple(COUNTS_METADATA) in [(k, v) for k, v in trailing or ()]
+                said = [(k, v) for k, v in trailing or ()]
+                return COUNTS_METADATA in said and FLOOR_METADATA in said
             except grpc.aio.AioRpcError as exc:
                 log.debug("revision count: %s did not answer Status (%s)", url, exc.code())
             finally:

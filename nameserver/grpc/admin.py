@@ -34,6 +34,10 @@ NATIVE_SNAPSHOT_FORMAT = "metaledger"
 #: before switching the store to etcd's revision count; nameserver.kv.revision's
 #: COUNTS_METADATA, written out here: the front imports no domain)
 COUNTS_METADATA = ("x-ml-revisions", "etcd")
+FLOOR_METADATA = ("x-ml-revisions-floor", "1")
+#: ... and, once this member's store counts etcd's way (switched), this one too: what a
+#: script or a test waits for before it relies on etcd's numbering
+COUNTING_METADATA = ("x-ml-store-revisions", "etcd")
 
 
 class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc]
@@ -44,10 +48,14 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
     async def Status(self, request: rpc_pb2.StatusRequest, context: Any) -> rpc_pb2.StatusResponse:
         st = self.node.log.engine_status()
         off = self.node.log.offsets()
+        image = self.node.state.image
+        trailing = [COUNTS_METADATA, FLOOR_METADATA]  # the leader's question
+        if image.store_rev.revision >= 0:
+            trailing.append(COUNTING_METADATA)
         with contextlib.suppress(AttributeError):  # a context without metadata (tests)
-            context.set_trailing_metadata((COUNTS_METADATA,))  # the leader's question
+            context.set_trailing_metadata(tuple(trailing))
         return rpc_pb2.StatusResponse(
-            header=self.node.header(self.node.state.image.revision),
+            header=self.node.header(image.revision),
             version=ETCD_VERSION,
             dbSize=self.node.db_size_bytes(),
             dbSizeInUse=self.node.db_size_bytes(),

@@ -88,10 +88,13 @@ def after_request(delta: MetadataDelta, offset: int, effects: list[Effect]) -> N
 
 def apply_count_entry(delta: MetadataDelta, e: Entry, offset: int, effects: list[Effect]) -> None:
     """One ``count_revisions`` entry: from here on the store counts etcd's way, from the
-    revision it has now (the last offset before this entry). Again: nothing."""
+    revision it has now (the last offset before this entry), or from the entry's floor
+    when that is higher (its value, a :class:`StoreRevision`: :data:`FLOOR`, an empty
+    store's revision in etcd, so a store switched at offset 1 gives its first key revision
+    2 as etcd does; an entry without a value, as written before, has none). Again: nothing."""
     if counted(delta) >= 0:
         return
-    record = StoreRevision(offset - 1)
+    record = StoreRevision(max(offset - 1, record_revision(e.value)))
     delta.store_rev.put(record)
     effects.append(Effect(REVISION, REVISION_KEY, record.to_record()))
 
@@ -114,3 +117,13 @@ def image_revision(sub: Any) -> int:
 #: the trailing metadata of this version's ``Maintenance.Status``: the member applies
 #: ``count_revisions`` (a member without it would reject the entry and count otherwise)
 COUNTS_METADATA = ("x-ml-revisions", "etcd")
+#: ... and reads the entry's floor (a member that switched by opt-in only would not, and
+#: would count from 0 where the others count from 1)
+FLOOR_METADATA = ("x-ml-revisions-floor", "1")
+#: the floor a leader proposes: an empty etcd store's revision
+FLOOR = 1
+
+
+def count_entry() -> Entry:
+    """The ``count_revisions`` entry a leader proposes (with :data:`FLOOR`)."""
+    return Entry(COUNT_REVISIONS, value=StoreRevision(FLOOR).to_record())

@@ -42,7 +42,7 @@ def apply_lease(
             raise OutOfRange("etcdserver: too large lease TTL")
         if leases.get(g.id) is not None:
             raise FailedPrecondition("etcdserver: lease already exists")
-        lease = Lease(g.id, g.ttl_s, granted_offset=rev, last_refresh_ms=e.timestamp_ms)
+        lease = Lease(g.id, g.ttl_s, rev, e.timestamp_ms, delta.counted_revision())
         leases.put(lease)
         effects.append(Effect("lease", lease_key(lease.id), lease.to_record()))
         return lease

@@ -19,30 +19,38 @@ def lease_key(lease_id: int) -> bytes:
 class Lease:
     """A granted lease. ``granted_offset`` (the grant's offset) is its fencing token;
     ``last_refresh_ms`` is the last keepalive checkpointed into the log (the grant's
-    timestamp at first). Its deadline is ``last_refresh_ms + ttl_s * 1000``."""
+    timestamp at first). Its deadline is ``last_refresh_ms + ttl_s * 1000``.
+    ``granted_revision`` is the store revision at the grant when the kv store counted etcd's
+    way then (-1: it counted by offset, and the offset is that revision); it places the
+    token among key revisions (:func:`nameserver.offsets.apply.fence_of`)."""
 
     id: int
     ttl_s: int
     granted_offset: int
     last_refresh_ms: int
+    granted_revision: int = -1
 
     @property
     def deadline_ms(self) -> int:
         return self.last_refresh_ms + self.ttl_s * 1000
 
     def to_record(self) -> bytes:
-        data: bytes = records_pb2.LeaseRecord(
+        record = records_pb2.LeaseRecord(
             id=self.id,
             ttl_s=self.ttl_s,
             granted_offset=self.granted_offset,
             last_refresh_ms=self.last_refresh_ms,
-        ).SerializeToString()
+        )
+        if self.granted_revision >= 0:  # unset otherwise: the bytes of a lease as before
+            record.granted_revision = self.granted_revision
+        data: bytes = record.SerializeToString()
         return data
 
     @staticmethod
     def from_record(data: bytes) -> Lease:
         r = records_pb2.LeaseRecord.FromString(data)
-        return Lease(r.id, r.ttl_s, r.granted_offset, r.last_refresh_ms)
+        rev = r.granted_revision if r.HasField("granted_revision") else -1
+        return Lease(r.id, r.ttl_s, r.granted_offset, r.last_refresh_ms, rev)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,13 +72,17 @@ def _prefix_range(name: bytes) -> tuple[bytes, bytes]:
     return name + b"/", name + b"0"
 
 
-def first_created(image: MetadataImage, name: bytes, max_create_rev: int = 0) -> KeyValue | None:
+def first_created(
+    image: MetadataImage, name: bytes, max_create_rev: int | None = None
+) -> KeyValue | None:
     """The key under ``name/`` created first (the holder), or, with ``max_create_rev``, the one
-    created last at or below it (the key a waiter waits for, etcd's ``waitDeletes``)."""
+    created last at or below it (the key a waiter waits for, etcd's ``waitDeletes``). A bound
+    of 0 is a bound (none is): a store counting etcd's way from revision 0 gives its first key
+    revision 1."""
     start, end = _prefix_range(name)
     found: KeyValue | None = None
     for kv in image.kv.range(start, end):
-        if max_create_rev:
+        if max_create_rev is not None:
             if kv.create_revision <= max_create_rev and (
                 found is None or kv.create_revision > found.create_revision
             ):

@@ -19,8 +19,7 @@ Rules of a commit, in the order they are checked (the first that fails rejects i
 4. ``expected_version`` (if > 0) equals the stored version, ``epoch`` (if > 0) equals the
    stored epoch (FAILED_PRECONDITION);
 5. the token is not older than the newest token that committed to this (job, partition):
-   tokens are log offsets, so a newer holder always has a higher one (FAILED_PRECONDITION,
-   "stale fencing token");
+   a newer holder always has a later token (FAILED_PRECONDITION, "stale fencing token");
 6. after a reset, a token older than the reset must come with the new epoch: a stale
    worker that never saw the reset cannot undo it (FAILED_PRECONDITION);
 7. ``position`` does not go down: offsets are opaque bytes (Redis replid+offset, RocketMQ
@@ -30,6 +29,16 @@ Rules of a commit, in the order they are checked (the first that fails rejects i
 
 A reset (an operator's act) needs no lease: it sets offset and position (backwards too),
 bumps the epoch, records its revision as ``reset_revision`` and keeps the token floor.
+
+"Older" and "later" (rules 5 and 6) are the order in which tokens and resets came about,
+:func:`fence_of`: a key's create revision is a store revision, a lease's grant token and a
+reset's ``reset_revision`` are log offsets, and once the kv store counts etcd's way
+(:mod:`nameserver.kv.revision`) the two no longer agree. So a grant and a reset also record
+the store revision they happened at (``Lease.granted_revision``,
+``CommittedOffset.reset_store_revision``; a commit with a grant token keeps it as
+``fencing_revision``), and events are ordered by (store revision, offset). In a store that
+counts by offset the revision is the offset and the order is the plain number's, as
+before.
 """
 
 from __future__ import annotations
@@ -83,19 +92,39 @@ def where(job: str, partition: str) -> str:
     return f"(job {job!r}, partition {partition!r})"
 
 
-def token_is_of_lease(delta: MetadataDelta, lease_id: int, token: int) -> bool:
-    """A valid fencing token of a lease: its grant revision, or the create revision of a
-    key attached to it (etcd v3lock's lock token is its ownership key's create revision)."""
+#: where a fencing token or a reset stands among all of them: (store revision, offset)
+Fence = tuple[int, int]
+
+
+def fence_of(value: int, revision: int) -> Fence:
+    """The order of a token or a reset: ``value`` with ``revision`` -1 is a store revision
+    (a key's create revision; or an offset taken while the store counted by offset, when
+    offset and revision are one) -> ``(value, 0)``; else ``value`` is the offset of a grant
+    or a reset made while the store counted etcd's way and stood at ``revision`` ->
+    ``(revision, value)``. This is the order in which they came about: a key created at
+    revision r comes after every event at a revision below r and before every other event
+    at r (creating it moved the store to r), and events at one revision follow their
+    offsets."""
+    return (value, 0) if revision < 0 else (revision, value)
+
+
+def token_fence(delta: MetadataDelta, lease_id: int, token: int) -> Fence | None:
+    """The order of a valid fencing token of a lease (None: not one): its grant token, or the
+    create revision of a key attached to it (etcd v3lock's lock token is its ownership key's
+    create revision). A number that is both (in a store counting etcd's way an offset and a
+    revision may be equal) is taken at the earlier of the two."""
     lease = delta.leases.get(lease_id)
     if lease is None:
-        return False
+        return None
+    found: Fence | None = None
     if token == lease.granted_offset:
-        return True
+        found = fence_of(token, lease.granted_revision)
     for key in delta.kv.keys_of_lease(lease_id):
         kv = delta.kv.get(key)
         if kv is not None and kv.create_revision == token:
-            return True
-    return False
+            at = fence_of(token, -1)
+            return at if found is None or at < found else found
+    return found
 
 
 def _check_versions(
@@ -143,24 +172,38 @@ def commit(delta: MetadataDelta, c: records_pb2.OffsetCommit, rev: int) -> Commi
         raise NotFound(
             f"{LEASE_NOT_FOUND} (lease_id {c.lease_id:x}: expired, revoked or never granted)",
         )
-    if not token_is_of_lease(delta, c.lease_id, c.fencing_token):
+    fence = token_fence(delta, c.lease_id, c.fencing_token)
+    if fence is None:
         raise FailedPrecondition(
             f"metaledger: fencing_token {c.fencing_token} is not a token of lease "
-            f"{c.lease_id:x} (its grant revision, or the create revision of a key attached "
+            f"{c.lease_id:x} (its grant offset, or the create revision of a key attached "
             "to it)",
         )
+    # a grant token's store revision, kept to order it later (-1: the token is one)
+    fencing_revision = fence[0] if fence[1] else -1
     existing = delta.offsets.get(offset_key(c.job, c.partition))
     _check_versions(existing, c.expected_version, c.epoch, at)
     if existing is None:
         return CommittedOffset(
-            c.job, c.partition, c.offset, c.position, 1, 1, c.lease_id, c.fencing_token, rev, rev
+            c.job,
+            c.partition,
+            c.offset,
+            c.position,
+            1,
+            1,
+            c.lease_id,
+            c.fencing_token,
+            rev,
+            rev,
+            fencing_revision=fencing_revision,
         )
-    if c.fencing_token < existing.fencing_token:
+    if fence < fence_of(existing.fencing_token, existing.fencing_revision):
         raise FailedPrecondition(
             f"metaledger: stale fencing_token {c.fencing_token}: {at} was committed with the "
             f"newer fencing token {existing.fencing_token}",
         )
-    if existing.reset_revision > c.fencing_token and c.epoch != existing.epoch:
+    reset_at = fence_of(existing.reset_revision, existing.reset_store_revision)
+    if reset_at > fence and c.epoch != existing.epoch:
         raise FailedPrecondition(
             f"metaledger: {at} was reset at revision {existing.reset_revision} "
             f"(epoch {existing.epoch}) after fencing_token {c.fencing_token} was issued: "
@@ -179,6 +222,7 @@ def commit(delta: MetadataDelta, c: records_pb2.OffsetCommit, rev: int) -> Commi
         lease_id=c.lease_id,
         fencing_token=c.fencing_token,
         mod_revision=rev,
+        fencing_revision=fencing_revision,
     )
 
 
@@ -186,8 +230,22 @@ def reset(delta: MetadataDelta, r: records_pb2.OffsetReset, rev: int) -> Committ
     check_reset(r)
     existing = delta.offsets.get(offset_key(r.job, r.partition))
     _check_versions(existing, r.expected_version, 0, where(r.job, r.partition))
+    store_rev = delta.counted_revision()  # -1: the store counts by offset, and rev is its revision
     if existing is None:
-        return CommittedOffset(r.job, r.partition, r.offset, r.position, 1, 1, 0, 0, rev, rev, rev)
+        return CommittedOffset(
+            r.job,
+            r.partition,
+            r.offset,
+            r.position,
+            1,
+            1,
+            0,
+            0,
+            rev,
+            rev,
+            rev,
+            reset_store_revision=store_rev,
+        )
     return replace(
         existing,
         offset=r.offset,
@@ -197,4 +255,5 @@ def reset(delta: MetadataDelta, r: records_pb2.OffsetReset, rev: int) -> Committ
         lease_id=0,
         mod_revision=rev,
         reset_revision=rev,
+        reset_store_revision=store_rev,
     )

@@ -47,6 +47,11 @@ class CommittedOffset:
     create_revision: int
     mod_revision: int
     reset_revision: int = 0
+    #: -1 unless the kv store counted etcd's way then: the store revision at the commit of a
+    #: lease's grant token (an offset), and the store revision at the last reset; see
+    #: :func:`nameserver.offsets.apply.fence_of`
+    fencing_revision: int = -1
+    reset_store_revision: int = -1
 
     @property
     def key(self) -> bytes:
@@ -57,7 +62,7 @@ class CommittedOffset:
         return len(self.key) + len(self.offset)
 
     def to_record(self) -> bytes:
-        data: bytes = records_pb2.OffsetRecord(
+        record = records_pb2.OffsetRecord(
             job=self.job,
             partition=self.partition,
             offset=self.offset,
@@ -69,7 +74,13 @@ class CommittedOffset:
             create_revision=self.create_revision,
             mod_revision=self.mod_revision,
             reset_revision=self.reset_revision,
-        ).SerializeToString()
+        )
+        # unset while the store counts by offset: the bytes of a record as before
+        if self.fencing_revision >= 0:
+            record.fencing_revision = self.fencing_revision
+        if self.reset_store_revision >= 0:
+            record.reset_store_revision = self.reset_store_revision
+        data: bytes = record.SerializeToString()
         return data
 
     @staticmethod
@@ -87,6 +98,8 @@ class CommittedOffset:
             r.create_revision,
             r.mod_revision,
             r.reset_revision,
+            r.fencing_revision if r.HasField("fencing_revision") else -1,
+            r.reset_store_revision if r.HasField("reset_store_revision") else -1,
         )
 
 

@@ -213,6 +213,17 @@ class MetadataDelta(Journaled):
         without making one)."""
         return self.__dict__.get(field)
 
+    def counted_revision(self) -> int:
+        """The registry's revision counter as this delta holds it now, -1 while the store
+        counts by offset (or has no counter): what a domain records beside an offset to
+        place it among store revisions (:mod:`nameserver.kv.revision`)."""
+        counter = self.registry.revision
+        if counter is None:
+            return -1
+        field, read = counter
+        sub = self.__dict__.get(field)
+        return read(self.image.__dict__[field] if sub is None else sub)
+
     def replay(self, type_: str, key: bytes, value: bytes, delete: bool) -> None:
         """Turn one change-log record into change (used by snapshots and replay)."""
         kind = self.registry.kind(type_)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from nameserver.client import Client, ResourceExhausted
-from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 from protos.metaledger.v1 import offsets_pb2, offsets_pb2_grpc
 from tests.cluster.test_snapshots import make_cluster  # noqa: F401  (fixture)
 
@@ -24,25 +23,23 @@ def offsets_of(cluster: Any, i: int) -> list[offsets_pb2.Offset]:
 @pytest.mark.timeout(180)
 def test_offsets_and_quotas_survive_a_restart_from_snapshots(make_cluster: Any) -> None:  # noqa: F811
     cluster = make_cluster("--snapshot-every-items", "20")
-    grant = rpc_pb2_grpc.LeaseStub(cluster.channel(0)).LeaseGrant(
-        rpc_pb2.LeaseGrantRequest(TTL=600), timeout=10
-    )
     with Client(cluster.endpoints, timeout_s=10) as c:
+        # the token is the grant's offset (LeaseGrant's trailing metadata): not the header's
+        # revision, which with etcd's count is the store revision a grant leaves alone
+        grant = c.lease_grant(600)
         for i in range(60):
             c.offsets_commit(
                 "job",
                 f"p{i % 6}",
                 f"off-{i}",
-                lease_id=grant.ID,
-                fencing_token=grant.header.revision,
+                lease_id=grant.id,
+                fencing_token=grant.fencing_token,
                 position=i,
             )
         c.offsets_reset("job", "p0", "back", position=1)
         c.quota_set("offset", max_keys=6)
         with pytest.raises(ResourceExhausted, match="record type offset: 7 keys > limit 6"):
-            c.offsets_commit(
-                "job", "p6", "x", lease_id=grant.ID, fencing_token=grant.header.revision
-            )
+            c.offsets_commit("job", "p6", "x", lease_id=grant.id, fencing_token=grant.fencing_token)
         before = offsets_of(cluster, 0)
         quotas_before = c.quota_list()
     assert len(before) == 6 and all(cluster.snapshots(i) for i in range(cluster.n))
@@ -58,6 +55,4 @@ def test_offsets_and_quotas_survive_a_restart_from_snapshots(make_cluster: Any) 
     with Client(cluster.endpoints, timeout_s=10) as c:
         assert c.quota_list() == quotas_before
         with pytest.raises(ResourceExhausted, match="record type offset"):
-            c.offsets_commit(
-                "job", "p7", "x", lease_id=grant.ID, fencing_token=grant.header.revision
-            )
+            c.offsets_commit("job", "p7", "x", lease_id=grant.id, fencing_token=grant.fencing_token)

@@ -11,10 +11,11 @@ one. Revisions are compared from the state after the first put on (a metaledger 
 its numbering after its own bootstrap records): each side's revisions less its own at
 step 0.
 
-metaledger counts this way with ``--experimental-etcd-revisions``: its leader switches the
-store to etcd's count (a ``count_revisions`` entry, proposed as soon as every member runs a
-version that applies it: at once on a fresh one-node cluster); without it, or before the
-switch, every request moves the revision (nameserver/kv/revision.py).
+metaledger counts this way by default: its leader switches the store to etcd's count (a
+``count_revisions`` entry, proposed as soon as every member runs a version that applies it:
+at once on a fresh one-node cluster; the harness's first ``wait_ready`` waits for it); with
+``--offset-revisions``, or before the switch, every request moves the revision
+(nameserver/kv/revision.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -148,8 +150,7 @@ def _run(side: Side) -> None:
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Side, Side, str, str]]:
     root = tmp_path_factory.mktemp("revisions")
-    flags = ["--experimental-etcd-revisions"]
-    with EtcdServer(root / "etcd") as etcd, Cluster(root / "ml", n=1, extra_args=flags) as ml:
+    with EtcdServer(root / "etcd") as etcd, Cluster(root / "ml", n=1) as ml:
         etcd.wait_ready()
         ml.wait_ready(60)
         e, m = Side(etcd.address), Side(ml.endpoints[0])
@@ -206,3 +207,21 @@ def test_revisions_move_as_etcds_step_by_step(sides: tuple[Side, Side, str, str]
         if es != ms
     ]
     assert not diffs, "\n".join(diffs)
+
+
+def test_offset_revisions_keeps_metaledgers_old_count(tmp_path: Path) -> None:
+    """``--offset-revisions``: the leader never switches; every request moves the revision."""
+    with Cluster(tmp_path / "ml", n=1, extra_args=["--offset-revisions"]) as ml:
+        ml.wait_ready(60)
+        side = Side(ml.endpoints[0])
+        try:
+
+            def store() -> int:
+                return int(side.kv.Range(pb.RangeRequest(key=b"\0"), timeout=10).header.revision)
+
+            before = store()
+            grant = side.lease.LeaseGrant(pb.LeaseGrantRequest(TTL=60), timeout=10)
+            assert grant.header.revision == store() == before + 1
+            assert not ml.counts_etcd_revisions(0)
+        finally:
+            side.close()

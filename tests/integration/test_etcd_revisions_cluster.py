@@ -1,4 +1,4 @@
-"""etcd's revision count (``--experimental-etcd-revisions``) on three members: the leader
+"""etcd's revision count (the default) on three members: the leader
 switches the store once every member says it can; then lease and other requests keep the
 revision while key changes move it one each, every member holds the same revisions (HashKV
 at one revision agrees), and a restarted member (history rebuilt from its change log and
@@ -18,7 +18,7 @@ from tests.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.integration]
 
-FLAGS = ["--experimental-etcd-revisions", "--snapshot-every-items", "20"]
+FLAGS = ["--snapshot-every-items", "20"]
 
 
 def _store_revision(c: Cluster, i: int) -> int:

@@ -41,11 +41,13 @@ def client(module_cluster: Cluster) -> Iterator[Client]:
 
 
 def grant(c: Cluster, ttl_s: int, node: int = 0) -> tuple[int, int]:
-    """A lease and its fencing token (the grant's revision)."""
-    resp = rpc_pb2_grpc.LeaseStub(c.channel(node)).LeaseGrant(
+    """A lease and its fencing token: the grant's offset, which LeaseGrant's trailing
+    metadata says (its header says the store revision, which a grant does not move: etcd's
+    count)."""
+    resp, call = rpc_pb2_grpc.LeaseStub(c.channel(node)).LeaseGrant.with_call(
         rpc_pb2.LeaseGrantRequest(TTL=ttl_s), timeout=10
     )
-    return resp.ID, resp.header.revision
+    return resp.ID, int(dict(call.trailing_metadata())["x-ml-fencing-token"])
 
 
 def cli(c: Cluster, *args: str, node: int = 0) -> subprocess.CompletedProcess[str]:

@@ -309,6 +309,14 @@ def test_serve_defaults_come_from_server_config() -> None:
         config.validate()  # the peer port always authenticates, loopback included
 
 
+def test_etcd_revision_count_is_the_default_and_offset_revisions_opts_out() -> None:
+    base = ("serve", "--id", "n0", "--data-dir", "/d")
+    assert serve.build_config(parse(*base)).etcd_revisions
+    assert not serve.build_config(parse(*base, "--offset-revisions")).etcd_revisions
+    # the flag of the days it was opt-in is still accepted, and changes nothing
+    assert serve.build_config(parse(*base, "--experimental-etcd-revisions")).etcd_revisions
+
+
 def test_a_consensus_loop_other_than_shared_or_thread_is_refused_naming_the_field() -> None:
     from nameserver.config import ConfigError, ServerConfig
 

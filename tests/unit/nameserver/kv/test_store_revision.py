@@ -18,7 +18,7 @@ from nameserver.kv.history import KvHistory
 from nameserver.kv.history_rebuild import rebuild
 from nameserver.kv.mvcc import Compacted, FutureRevision
 from nameserver.kv.records import KeyValue
-from nameserver.kv.revision import COUNT_REVISIONS, REVISION, revision_of
+from nameserver.kv.revision import COUNT_REVISIONS, REVISION, count_entry, revision_of
 from nameserver.leases.expiry import lease_entry
 from nameserver.state.image import MetadataDelta, MetadataImage
 from nameserver.state.machine import (
@@ -158,6 +158,20 @@ def test_compaction_is_checked_against_the_store_revision_and_keeps_it() -> None
     assert revision_of(n.offset, effects) == 3
     assert n.image.revision == 3 and n.image.mvcc.compact_revision == 3
     assert n.history.compact_revision_at(3) == 3
+
+
+def test_a_leaders_switch_entry_has_etcds_floor_and_an_old_one_none() -> None:
+    new = Node()
+    new.step(count_entry())  # the first entry: an empty etcd store is at revision 1
+    assert new.image.revision == 1
+    assert new.step(put(b"k", b"v"))[1].header.revision == 2  # etcd's first put: 2
+    old = Node()
+    old.step(Entry(COUNT_REVISIONS))  # written before the floor: counts from 0, as it did
+    assert old.image.revision == 0
+    later = Node()
+    for entry in [put(b"a", b"0"), grant(1), put(b"a", b"1"), count_entry()]:
+        later.step(entry)
+    assert later.image.revision == 3  # past the floor: the last offset, as before
 
 
 def replayed(n: Node) -> MetadataImage:

@@ -45,6 +45,10 @@ def test_holder_is_the_first_created_and_waiters_wait_for_their_predecessor() ->
     assert pred is not None and pred.key == b"L/c"
     assert first_created(image, b"L", max_create_rev=4) is None  # the holder waits for nobody
     assert first_created(image, b"M") is None
+    # a store counting etcd's way from revision 0 gives the first key revision 1: its
+    # waiter bound is 0, which is a bound (it waits for nobody), not "no bound"
+    first = image_of(kv(b"L/a", 1))
+    assert first_created(first, b"L", max_create_rev=0) is None
 
 
 def test_lease_ids_are_hex_and_positive() -> None:
