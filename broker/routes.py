@@ -115,7 +115,8 @@ class RouteRegistrar:
                 return False
             self._wake.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._progress.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._progress.wait()
         return True
 
     async def resolve(self, topic: str) -> TopicConfig | None:
@@ -187,5 +188,9 @@ class RouteRegistrar:
                 if not failing:  # once per outage, not every heartbeat
                     log.warning("routes: registration in metaledger failed (retrying): %s", exc)
                 failing = True
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the inner result
+            # when a cancel arrives as the event is set, and stop() then waits on a task that
+            # goes on forever (seen once as a hung unit test under load)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()
