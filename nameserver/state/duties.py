@@ -97,16 +97,20 @@ class PeriodicDuties:
 
     def log_time_here(self, at_ms: int) -> int:
         """A time from the log (a leader's stamp) on this node's clock, late rather than
-        early. On a follower: moved by :attr:`skew_ms` (measured again first if a new stamp
-        was applied). On the leader, a time from before
+        early. On a follower: moved by :attr:`skew_ms` (or by a fresh measurement when a
+        new stamp was applied since). On the leader, a time from before
         its leadership came from its predecessor's clock: moved by the skew it had then,
         and never past the start of this leadership (nothing the old leader acknowledged
         can be later); its own stamps are its clock already."""
         since = self._leader_since_ms
         if since is None:
-            # the freshest measurement: a node that just stopped leading, or whose duty
-            # round has not run since a new leader's first stamp, answers by it
-            self.observe_stamp(self.log.last_stamp_ms)
+            # a stamp applied since the last duty round (this node just stopped leading, or
+            # a new leader's first stamp came) is measured for this answer; only the duty
+            # round keeps a measurement (:meth:`lead`: not in the moment after this node
+            # became leader and before its round, when the stamps it applies are its own)
+            stamp = self.log.last_stamp_ms
+            if stamp and stamp != self._stamp_seen:
+                return at_ms + self.clock_ms() - stamp
             return at_ms + self.skew_ms
         own_at = at_ms + self._lead_lag_ms
         if own_at < since:

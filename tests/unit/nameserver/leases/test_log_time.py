@@ -87,4 +87,6 @@ def test_a_follower_answers_from_the_freshest_stamp() -> None:
     lease = d.image.leases.get(1)
     assert lease is not None
     assert k.keep_alive(lease) == TTL_MS // 1000  # not an hour past its deadline
-    assert k.skew_ms == HOUR_MS
+    assert k.skew_ms == 0 and lag == [0]  # kept and passed on by the duty round only
+    assert k.lead() is None
+    assert k.skew_ms == HOUR_MS and lag == [lag_beyond_slack(HOUR_MS)]
