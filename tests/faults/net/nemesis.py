@@ -13,8 +13,8 @@ Clients are never cut off: they reach every member throughout (on both sides of 
   quarter of that, both ways (so a round trip between members takes twice that); this
   kernel has no netem, a queueing helper holds them (:meth:`Net.delay`).
 - ``client-delay``: the same between the clients and every member instead (what a client
-  sends, and what a member answers it: :meth:`Net.delay_clients`); members see each other
-  at once.
+  sends, and what a member answers it: :meth:`Net.delay` with ``CLIENTS``); members see
+  each other at once.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from tests.faults.net.netns import Net
+from tests.faults.net.netns import CLIENTS, Net
 
 Fault = Callable[[Net, int, random.Random], str]
 
@@ -90,7 +90,7 @@ def delay(net: Net, leader: int, rng: random.Random) -> str:
 def client_delay(net: Net, leader: int, rng: random.Random) -> str:
     delay_ms, jitter_ms, seed = _delay_ms(rng)
     for i in range(len(net.members)):
-        net.delay_clients(i, delay_ms, jitter_ms, seed=seed)
+        net.delay(CLIENTS, i, delay_ms, jitter_ms, seed=seed)
     return f"delay {delay_ms} ms (+- {jitter_ms} ms) between clients and members"
 
 

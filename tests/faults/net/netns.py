@@ -19,8 +19,8 @@ flushes the rules of the members' namespaces. Clients (10.77.1.1) are dropped on
 The delay (this kernel has no ``netem``): :meth:`Net.delay` queues the packets from one
 member to another (``-j NFQUEUE --queue-bypass``) to a helper in the receiving member's
 namespace (tests/faults/net/nfqdelay.py) that lets each go a set time after it came;
-:meth:`Net.delay_clients` the packets between the clients and a member (the member's
-namespace holds what the clients send, the bridge's what the member answers);
+between the clients and a member too (:data:`CLIENTS`: the member's namespace holds what
+the clients send, the bridge's what the member answers);
 :meth:`Net.heal` removes the rules, then stops the helpers (by PID), which let go of
 everything they hold. A helper that is gone lets packets through (``--queue-bypass``).
 """
@@ -42,6 +42,7 @@ PREFIX = "mlnet-"
 SUBNET = "10.77.1"
 CLIENT_IP = f"{SUBNET}.1"
 DELAY_QUEUE = 0  # the netfilter queue the delay helper binds in each member's namespace
+CLIENTS = -1  # in place of a member in :meth:`Net.delay`: the clients (on the bridge)
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -182,31 +183,17 @@ class Net:
         """Hold each packet from member ``a`` to member ``b`` (and back unless ``one_way``)
         ``delay_ms`` (give or take up to ``jitter_ms``) before it arrives, without
         reordering, until :meth:`heal` (or ``max_s`` at the latest). One delay per
-        receiving member: every source delayed into it is delayed alike."""
-        for dst, src in ((b, a),) if one_way else ((b, a), (a, b)):
-            self._start_delayer(self.members[dst], delay_ms, jitter_ms, seed + dst, max_s)
-            self._iptables(dst, *delay_rule(self.ips[src]))
+        receiving namespace: every source delayed into it is delayed alike.
 
-    def delay_clients(
-        self,
-        i: int,
-        delay_ms: int,
-        jitter_ms: int = 0,
-        *,
-        one_way: bool = False,
-        seed: int = 0,
-        max_s: float = 120.0,
-    ) -> None:
-        """Hold each packet from the clients to member ``i`` (in its namespace) and, unless
-        ``one_way``, from member ``i`` to the clients (in the bridge's namespace, where they
-        run) ``delay_ms`` give or take ``jitter_ms``, as :meth:`delay`; member-to-member
-        packets pass the bridge without meeting the rule there. It shares the receiving
-        namespace's helper with :meth:`delay` (the same delay only)."""
-        self._start_delayer(self.members[i], delay_ms, jitter_ms, seed + i, max_s)
-        self._iptables(i, *delay_rule(CLIENT_IP))
-        if not one_way:
-            self._start_delayer(self.bridge_ns, delay_ms, jitter_ms, seed + len(self.ips), max_s)
-            self._iptables_in(self.bridge_ns, *delay_rule(self.ips[i]))
+        Either may be :data:`CLIENTS`: the clients' packets to a member are held in the
+        member's namespace, the member's answers in the bridge's (where the clients run);
+        a rule there matches only packets addressed to the bridge itself, so the
+        member-to-member packets it forwards pass."""
+        for dst, src in ((b, a),) if one_way else ((b, a), (a, b)):
+            ns = self.bridge_ns if dst == CLIENTS else self.members[dst]
+            dst_seed = seed + (len(self.members) if dst == CLIENTS else dst)
+            self._start_delayer(ns, delay_ms, jitter_ms, dst_seed, max_s)
+            self._iptables_in(ns, *delay_rule(CLIENT_IP if src == CLIENTS else self.ips[src]))
 
     def _start_delayer(
         self, ns: str, delay_ms: int, jitter_ms: int, seed: int, max_s: float

@@ -1,7 +1,7 @@
 """Delay between the clients and every member (tests/faults/net/nemesis.py
-``client-delay``: :meth:`tests.faults.net.netns.Net.delay_clients` holds what a client
-sends in the member's namespace and what the member answers in the bridge's), 50-150 ms
-each way from the seed, on a 3-node cluster with a client on every node: held 6 s, healed
+``client-delay``: :meth:`tests.faults.net.netns.Net.delay` with ``CLIENTS`` holds what a
+client sends in the member's namespace and what the member answers in the bridge's),
+50-150 ms each way from the seed, on a 3-node cluster with a client on every node: held 6 s, healed
 6 s (``TEST_FAULT_S``, ``TEST_HEALED_S`` of tests/faults/net/run.py).
 
 What must hold: no key's history is non-linearizable (tests/faults/net/checker.py: a

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from tests.faults.net.nemesis import FAULTS, client_delay, delay
+from tests.faults.net.netns import CLIENTS
 
 
 class _RecordingNet:
@@ -15,10 +16,10 @@ class _RecordingNet:
         self.calls: list[tuple[str, tuple[int, ...], int]] = []
 
     def delay(self, a: int, b: int, delay_ms: int, jitter_ms: int = 0, *, seed: int = 0) -> None:
-        self.calls.append(("members", (a, b, delay_ms, jitter_ms), seed))
-
-    def delay_clients(self, i: int, delay_ms: int, jitter_ms: int = 0, *, seed: int = 0) -> None:
-        self.calls.append(("clients", (i, delay_ms, jitter_ms), seed))
+        if a == CLIENTS:
+            self.calls.append(("clients", (b, delay_ms, jitter_ms), seed))
+        else:
+            self.calls.append(("members", (a, b, delay_ms, jitter_ms), seed))
 
 
 def test_client_delay_holds_every_member_s_clients_alike_from_the_seed() -> None:
