@@ -77,8 +77,9 @@ class LeaseKeeper(PeriodicDuties):
         election_timeout_ms: int,
         propose_timeout_s: float,
         clock_ms: Callable[[], int] = now_ms,
+        stamp_lag: tuple[Callable[[], int], Callable[[int], None]] | None = None,
     ) -> None:
-        super().__init__(rlog, clock_ms)
+        super().__init__(rlog, clock_ms, stamp_lag)
         self.state = state
         self.grace_ms = election_timeout_ms
         self.timeout_s = propose_timeout_s

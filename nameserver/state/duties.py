@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from raftlog import ReplicatedLog
-from raftlog.clock import wall_ms
+from raftlog.clock import lag_beyond_slack, set_stamp_lag, stamp_lag_ms, wall_ms
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +40,30 @@ def now_ms() -> int:
 class PeriodicDuties:
     """Runs jobs every few hundred ms and knows since when this node leads."""
 
-    def __init__(self, rlog: ReplicatedLog, clock_ms: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        rlog: ReplicatedLog,
+        clock_ms: Callable[[], int] = now_ms,
+        stamp_lag: tuple[Callable[[], int], Callable[[int], None]] | None = None,
+    ) -> None:
+        """``stamp_lag``: how to read and set how far this node's stamps are set back from
+        ``clock_ms`` (:func:`raftlog.clock.set_stamp_lag`; the default with the default
+        clock, else none: a clock of its own stamps nothing)."""
         self.log = rlog
         self.clock_ms = clock_ms
+        if stamp_lag is None and clock_ms is now_ms:
+            stamp_lag = (stamp_lag_ms, set_stamp_lag)
+        self._stamp_lag = stamp_lag
+        #: the stamp lag when this node became leader: its own stamps are its clock less it
+        self._lead_lag_ms = 0
         #: when this node became leader in its current term (None: not the leader, as of
         #: the last :meth:`lead` call)
         self._leader_since_ms: int | None = None
         self._leader_term = -1
         #: this node's clock minus the clock of the log's leader (module docstring)
         self.skew_ms = 0
-        #: :attr:`skew_ms` as it was when this node became leader (0 or more): how far the
-        #: previous leader's stamps may lag behind this node's clock
+        #: :attr:`skew_ms` as it was when this node became leader: how far the previous
+        #: leader's stamps lag behind this node's clock
         self._handover_skew_ms = 0
         self._stamp_seen = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -60,32 +73,49 @@ class PeriodicDuties:
         if stamp_ms and stamp_ms != self._stamp_seen:
             self._stamp_seen = stamp_ms
             self.skew_ms = self.clock_ms() - stamp_ms
+            if self._stamp_lag is not None:
+                self._stamp_lag[1](lag_beyond_slack(self.skew_ms))
 
     def lead(self) -> int | None:
-        """Whether this node leads now: the time it became leader in this term, else None."""
-        self.observe_stamp(self.log.last_stamp_ms)
+        """Whether this node leads now: the time it became leader in this term, else None.
+
+        The skew is measured while following only: once this node leads, the stamps it
+        applies are soon its own, and the skew it hands over must be its predecessor's
+        (a measurement from its own first stamp said 0, and a leader an hour ahead expired
+        every lease its predecessor had refreshed at once)."""
         status = self.log.engine_status()
         if status.role != "leader":
+            self.observe_stamp(self.log.last_stamp_ms)
             self._leader_since_ms = None
             return None
         if self._leader_since_ms is None or status.term != self._leader_term:
             self._leader_since_ms = self.clock_ms()
             self._leader_term = status.term
-            self._handover_skew_ms = max(0, self.skew_ms)
+            self._handover_skew_ms = self.skew_ms
+            self._lead_lag_ms = self._stamp_lag[0]() if self._stamp_lag is not None else 0
         return self._leader_since_ms
 
     def log_time_here(self, at_ms: int) -> int:
         """A time from the log (a leader's stamp) on this node's clock, late rather than
-        early. On a follower: moved by :attr:`skew_ms`. On the leader, a time from before
+        early. On a follower: moved by :attr:`skew_ms` (or by a fresh measurement when a
+        new stamp was applied since). On the leader, a time from before
         its leadership came from its predecessor's clock: moved by the skew it had then,
         and never past the start of this leadership (nothing the old leader acknowledged
         can be later); its own stamps are its clock already."""
         since = self._leader_since_ms
         if since is None:
+            # a stamp applied since the last duty round (this node just stopped leading, or
+            # a new leader's first stamp came) is measured for this answer; only the duty
+            # round keeps a measurement (:meth:`lead`: not in the moment after this node
+            # became leader and before its round, when the stamps it applies are its own)
+            stamp = self.log.last_stamp_ms
+            if stamp and stamp != self._stamp_seen:
+                return at_ms + self.clock_ms() - stamp
             return at_ms + self.skew_ms
-        if at_ms < since:
+        own_at = at_ms + self._lead_lag_ms
+        if own_at < since:
             return min(at_ms + self._handover_skew_ms, since)
-        return at_ms
+        return own_at
 
     def run_every(self, *jobs: tuple[float, Job]) -> None:
         """Start each ``(interval_s, job)`` on the running loop until :meth:`stop_jobs`."""

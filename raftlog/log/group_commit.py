@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftlog.clock import wall_ms
+from raftlog.clock import stamp_ms
 from raftlog.consensus import ProposeCallback
 from raftlog.deadlines import DeadlineSweep
 from raftlog.entry import Entry, encode_item, encode_request, stamp_item
@@ -53,7 +53,7 @@ IN_FLIGHT_TIMEOUT_S = 5.0
 def leader_stamp(data: bytes) -> bytes:
     """An item a follower forwarded, stamped with this (the leader's) clock: the engine's
     ``stamp_forwarded`` (``NativeConfig``). Time then enters the log from the leader only."""
-    return stamp_item(data, wall_ms())
+    return stamp_item(data, stamp_ms())
 
 
 class GroupCommit:
@@ -135,7 +135,7 @@ class GroupCommit:
             raise NoSpaceError(f"database space exceeded: {self._health.reason()}")
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
-        data = encode_request(entries, cid, s, wall_ms())
+        data = encode_request(entries, cid, s, stamp_ms())
         key = (cid, s)
         fut = self._wait.register(key)
         loop = self._loop = asyncio.get_running_loop()

@@ -12,6 +12,9 @@ Clients are never cut off: they reach every member throughout (on both sides of 
 - ``delay``: every packet between members held 50-150 ms (from the seed), give or take a
   quarter of that, both ways (so a round trip between members takes twice that); this
   kernel has no netem, a queueing helper holds them (:meth:`Net.delay`).
+- ``client-delay``: the same between the clients and every member instead (what a client
+  sends, and what a member answers it: :meth:`Net.delay` with ``CLIENTS``); members see
+  each other at once.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from tests.faults.net.netns import Net
+from tests.faults.net.netns import CLIENTS, Net
 
 Fault = Callable[[Net, int, random.Random], str]
 
@@ -69,15 +72,26 @@ def loss(net: Net, leader: int, rng: random.Random) -> str:
     return "loss 20 % between members"
 
 
-def delay(net: Net, leader: int, rng: random.Random) -> str:
+def _delay_ms(rng: random.Random) -> tuple[int, int, int]:
+    """(delay, jitter, the helpers' seed) drawn from the run's generator."""
     delay_ms = rng.randrange(50, 151)
-    jitter_ms = delay_ms // 4
-    seed = rng.randrange(1 << 30)
+    return delay_ms, delay_ms // 4, rng.randrange(1 << 30)
+
+
+def delay(net: Net, leader: int, rng: random.Random) -> str:
+    delay_ms, jitter_ms, seed = _delay_ms(rng)
     n = len(net.members)
     for a in range(n):
         for b in range(a + 1, n):
             net.delay(a, b, delay_ms, jitter_ms, seed=seed)
     return f"delay {delay_ms} ms (+- {jitter_ms} ms) between members"
+
+
+def client_delay(net: Net, leader: int, rng: random.Random) -> str:
+    delay_ms, jitter_ms, seed = _delay_ms(rng)
+    for i in range(len(net.members)):
+        net.delay(CLIENTS, i, delay_ms, jitter_ms, seed=seed)
+    return f"delay {delay_ms} ms (+- {jitter_ms} ms) between clients and members"
 
 
 FAULTS: dict[str, Fault] = {
@@ -87,4 +101,5 @@ FAULTS: dict[str, Fault] = {
     "one-way": one_way,
     "loss": loss,
     "delay": delay,
+    "client-delay": client_delay,
 }

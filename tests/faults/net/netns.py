@@ -19,6 +19,8 @@ flushes the rules of the members' namespaces. Clients (10.77.1.1) are dropped on
 The delay (this kernel has no ``netem``): :meth:`Net.delay` queues the packets from one
 member to another (``-j NFQUEUE --queue-bypass``) to a helper in the receiving member's
 namespace (tests/faults/net/nfqdelay.py) that lets each go a set time after it came;
+between the clients and a member too (:data:`CLIENTS`: the member's namespace holds what
+the clients send, the bridge's what the member answers);
 :meth:`Net.heal` removes the rules, then stops the helpers (by PID), which let go of
 everything they hold. A helper that is gone lets packets through (``--queue-bypass``).
 """
@@ -40,6 +42,7 @@ PREFIX = "mlnet-"
 SUBNET = "10.77.1"
 CLIENT_IP = f"{SUBNET}.1"
 DELAY_QUEUE = 0  # the netfilter queue the delay helper binds in each member's namespace
+CLIENTS = -1  # in place of a member in :meth:`Net.delay`: the clients (on the bridge)
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -108,8 +111,8 @@ class Net:
         self.members = [f"{PREFIX}{self.tag}-n{i}" for i in range(n)]
         self.ips = [f"{SUBNET}.{11 + i}" for i in range(n)]
         self._made: list[str] = []
-        #: member -> (its delay helper, (delay_ms, jitter_ms))
-        self._delayers: dict[int, tuple[subprocess.Popen[str], tuple[int, int]]] = {}
+        #: namespace -> (its delay helper, (delay_ms, jitter_ms))
+        self._delayers: dict[str, tuple[subprocess.Popen[str], tuple[int, int]]] = {}
         #: the last line of each delay helper stopped (how many packets it held)
         self.delay_reports: list[str] = []
         try:
@@ -146,7 +149,10 @@ class Net:
 
     # ------------------------------------------------------------------ faults
     def _iptables(self, i: int, *rule: str) -> None:
-        _run("ip", "netns", "exec", self.members[i], "iptables", "-w", *rule)
+        self._iptables_in(self.members[i], *rule)
+
+    def _iptables_in(self, ns: str, *rule: str) -> None:
+        _run("ip", "netns", "exec", ns, "iptables", "-w", *rule)
 
     def cut(self, a: int, b: int, *, one_way: bool = False, probability: float = 1.0) -> None:
         """Drop packets from member ``a`` to member ``b`` (and back unless ``one_way``);
@@ -177,17 +183,24 @@ class Net:
         """Hold each packet from member ``a`` to member ``b`` (and back unless ``one_way``)
         ``delay_ms`` (give or take up to ``jitter_ms``) before it arrives, without
         reordering, until :meth:`heal` (or ``max_s`` at the latest). One delay per
-        receiving member: every source delayed into it is delayed alike."""
+        receiving namespace: every source delayed into it is delayed alike.
+
+        Either may be :data:`CLIENTS`: the clients' packets to a member are held in the
+        member's namespace, the member's answers in the bridge's (where the clients run);
+        a rule there matches only packets addressed to the bridge itself, so the
+        member-to-member packets it forwards pass."""
         for dst, src in ((b, a),) if one_way else ((b, a), (a, b)):
-            self._start_delayer(dst, delay_ms, jitter_ms, seed + dst, max_s)
-            self._iptables(dst, *delay_rule(self.ips[src]))
+            ns = self.bridge_ns if dst == CLIENTS else self.members[dst]
+            dst_seed = seed + (len(self.members) if dst == CLIENTS else dst)
+            self._start_delayer(ns, delay_ms, jitter_ms, dst_seed, max_s)
+            self._iptables_in(ns, *delay_rule(CLIENT_IP if src == CLIENTS else self.ips[src]))
 
     def _start_delayer(
-        self, i: int, delay_ms: int, jitter_ms: int, seed: int, max_s: float
+        self, ns: str, delay_ms: int, jitter_ms: int, seed: int, max_s: float
     ) -> None:
-        if i in self._delayers:
-            if self._delayers[i][1] != (delay_ms, jitter_ms):
-                raise ValueError(f"n{i} already delays by {self._delayers[i][1]}")
+        if ns in self._delayers:
+            if self._delayers[ns][1] != (delay_ms, jitter_ms):
+                raise ValueError(f"{ns} already delays by {self._delayers[ns][1]}")
             return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -195,7 +208,7 @@ class Net:
         )
         args = delay_helper_args(delay_ms, jitter_ms, seed, max_s)
         proc = subprocess.Popen(
-            [*self.exec_prefix(self.members[i]), sys.executable, *args],
+            [*self.exec_prefix(ns), sys.executable, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -204,7 +217,7 @@ class Net:
             cwd=_REPO_ROOT,
             start_new_session=True,
         )
-        self._delayers[i] = (proc, (delay_ms, jitter_ms))
+        self._delayers[ns] = (proc, (delay_ms, jitter_ms))
         assert proc.stdout is not None
         deadline = time.monotonic() + 20.0
         while time.monotonic() < deadline and proc.poll() is None:
@@ -216,13 +229,12 @@ class Net:
                     break
         self._stop_delayers()
         raise RuntimeError(
-            f"the delay helper in {self.members[i]} did not bind its queue: "
-            f"{self.delay_reports[-1:]}"
+            f"the delay helper in {ns} did not bind its queue: {self.delay_reports[-1:]}"
         )
 
-    def delay_helpers(self) -> dict[int, int]:
-        """The PID of each member's running delay helper."""
-        return {i: proc.pid for i, (proc, _) in self._delayers.items()}
+    def delay_helpers(self) -> dict[str, int]:
+        """The PID of each namespace's running delay helper."""
+        return {ns: proc.pid for ns, (proc, _) in self._delayers.items()}
 
     def _stop_delayers(self) -> None:
         """Stop every delay helper (SIGTERM by PID: it lets its packets go), SIGKILL after
@@ -254,13 +266,14 @@ class Net:
         for i in range(len(self.members)):
             self._iptables(i, "-F", "INPUT")
             self._iptables(i, "-F", "OUTPUT")
+        self._iptables_in(self.bridge_ns, "-F", "INPUT")
         self._stop_delayers()  # after the rules are gone: nothing new is queued
 
     def rules(self) -> dict[str, str]:
         """Each member namespace's iptables rules (for failure messages)."""
         return {
             ns: _run("ip", "netns", "exec", ns, "iptables", "-S", check=False).stdout
-            for ns in self.members
+            for ns in [*self.members, self.bridge_ns]
         }
 
     # ------------------------------------------------------------------ cleanup
