@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +23,13 @@ from raftlog.native.config import NativeConfig
 from raftlog.native.conns import FRAME, IDLE, InboundConnections, OutboundDeadline
 from raftlog.native.forwarding import Forwarding
 from raftlog.native.messages import KIND_NORMAL
-from raftlog.native.transport import set_peer_socket_options
+from raftlog.native.transport import (
+    PEER_RTO_MAX_MS,
+    TCP_RTO_MAX_MS,
+    TCP_RTO_MIN_US,
+    TCP_THIN_LINEAR_TIMEOUTS,
+    set_peer_socket_options,
+)
 
 PEERS = {"n0": "127.0.0.1:7001", "n1": "127.0.0.1:7002"}
 
@@ -118,3 +125,42 @@ def test_peer_sockets_bound_unacknowledged_data_by_the_dead_timeout() -> None:
         return got
 
     assert asyncio.run(main()) == (4000, 1)
+
+
+def _kernel_has(option: int, value: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, option, value)
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not _kernel_has(TCP_RTO_MAX_MS, PEER_RTO_MAX_MS),
+    reason="TCP_RTO_MAX_MS and TCP_RTO_MIN_US are Linux's, 6.15 and later",
+)
+def test_peer_sockets_send_a_lost_segment_again_within_a_second() -> None:
+    """Under 20 % packet loss a peer connection's retransmission timeout doubled to 1-4 s,
+    and everything written after a lost segment waited behind it: the leader went 4.89 s
+    without a write acknowledged. Peer sockets now use linear timeouts while thin, a
+    timeout capped at 1 s, and a 50 ms floor instead of 200 ms."""
+
+    async def main() -> tuple[int, int, int]:
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        set_peer_socket_options(writer, 4000)
+        sock = writer.get_extra_info("socket")
+        got = tuple(
+            int(sock.getsockopt(socket.IPPROTO_TCP, o))
+            for o in (TCP_THIN_LINEAR_TIMEOUTS, TCP_RTO_MAX_MS, TCP_RTO_MIN_US)
+        )
+        writer.close()
+        server.close()
+        return got[0], got[1], got[2]
+
+    thin, rto_max_ms, rto_min_us = asyncio.run(main())
+    assert thin == 1
+    assert rto_max_ms == 1000
+    assert 40_000 <= rto_min_us <= 60_000  # the kernel rounds it to its clock's ticks
