@@ -6,7 +6,11 @@ and would go on counting by log offset while the others count etcd's way: so the
 asks every member of the Raft configuration, learners too, through its client port's
 ``Maintenance.Status``, whose trailing metadata says whether it counts
 (:data:`~nameserver.kv.revision.COUNTS_METADATA`, and that it reads the entry's floor:
-``FLOOR_METADATA``), and proposes the entry only when all do.
+``FLOOR_METADATA``, and its offset up to which the store changed no key:
+``START_METADATA``), and proposes the entry only when all do. The entry carries that
+offset when the leader's kv history shows no change of a key from the empty store up to
+what it applied (:meth:`RevisionSwitch.untouched`): a new cluster then starts counting at
+1, as etcd, whatever offsets its member records took.
 A store that counts already is left alone; so is one whose members cannot all be asked
 (retried every :data:`CHECK_S`). A member of an older version must not join a store that
 counts (it would count otherwise from the switch on): upgrade, never downgrade, as etcd.
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from nameserver.kv.revision import COUNTS_METADATA, FLOOR_METADATA, count_entry
+from nameserver.kv.revision import COUNTS_METADATA, FLOOR_METADATA, START_METADATA, count_entry
 from nameserver.state.duties import PeriodicDuties
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
@@ -56,8 +60,25 @@ class RevisionSwitch(PeriodicDuties):
             return  # counts already (for good: the entry is in the log)
         if self.lead() is None or not await self.all_count():
             return
-        await self.node.propose(count_entry(), None)
+        await self.node.propose(count_entry(self.untouched()), None)
         log.info("the kv store counts revisions as etcd does from here")
+
+    def untouched(self) -> int | None:
+        """The last offset this node's kv history took in, when it shows the store never
+        changed a key nor compacted from the empty store up to it (else None). Read as the
+        apply thread goes on: the offset first (the history takes in an apply group's
+        versions before it moves its image), then what only grows (the versions, until a
+        pruning or compaction, which raise the floor read last)."""
+        history = self.node.history
+        if history is None:
+            return None
+        generation = history.generation
+        through = history.image.offset
+        if history.version_count or len(history.image.kv.data):
+            return None
+        if history.base or history.compacted > 0 or history.pruned_to:
+            return None
+        return through if history.generation == generation else None
 
     async def all_count(self) -> bool:
         """Whether every member of the configuration says it counts etcd's way."""
@@ -86,7 +107,7 @@ class RevisionSwitch(PeriodicDuties):
                 await call
                 trailing = await call.trailing_metadata()
                 said = [(k, v) for k, v in trailing or ()]
-                return COUNTS_METADATA in said and FLOOR_METADATA in said
+                return COUNTS_METADATA in said and FLOOR_METADATA in said and START_METADATA in said
             except grpc.aio.AioRpcError as exc:
                 log.debug("revision count: %s did not answer Status (%s)", url, exc.code())
             finally:

@@ -35,6 +35,7 @@ NATIVE_SNAPSHOT_FORMAT = "metaledger"
 #: COUNTS_METADATA, written out here: the front imports no domain)
 COUNTS_METADATA = ("x-ml-revisions", "etcd")
 FLOOR_METADATA = ("x-ml-revisions-floor", "1")
+START_METADATA = ("x-ml-revisions-start", "untouched")
 #: ... and, once this member's store counts etcd's way (switched), this one too: what a
 #: script or a test waits for before it relies on etcd's numbering
 COUNTING_METADATA = ("x-ml-store-revisions", "etcd")
@@ -49,7 +50,7 @@ class MaintenanceService(rpc_pb2_grpc.MaintenanceServicer):  # type: ignore[misc
         st = self.node.log.engine_status()
         off = self.node.log.offsets()
         image = self.node.state.image
-        trailing = [COUNTS_METADATA, FLOOR_METADATA]  # the leader's question
+        trailing = [COUNTS_METADATA, FLOOR_METADATA, START_METADATA]  # the leader's question
         if image.store_rev.revision >= 0:
             trailing.append(COUNTING_METADATA)
         with contextlib.suppress(AttributeError):  # a context without metadata (tests)

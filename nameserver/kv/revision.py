@@ -91,12 +91,44 @@ def apply_count_entry(delta: MetadataDelta, e: Entry, offset: int, effects: list
     revision it has now (the last offset before this entry), or from the entry's floor
     when that is higher (its value, a :class:`StoreRevision`: :data:`FLOOR`, an empty
     store's revision in etcd, so a store switched at offset 1 gives its first key revision
-    2 as etcd does; an entry without a value, as written before, has none). Again: nothing."""
+    2 as etcd does; an entry without a value, as written before, has none). An entry that
+    also says the store never changed keys up to an offset (:func:`untouched_through`, the
+    leader saw so) starts at its floor when that offset is the last before it, whatever
+    the member and bootstrap records before took: a new cluster of any size numbers its
+    first put 2, as etcd. Again: nothing."""
     if counted(delta) >= 0:
         return
-    record = StoreRevision(max(offset - 1, record_revision(e.value)))
+    floor = record_revision(e.value)
+    start = floor if untouched_through(e.value) == offset - 1 else max(offset - 1, floor)
+    record = StoreRevision(start)
     delta.store_rev.put(record)
     effects.append(Effect(REVISION, REVISION_KEY, record.to_record()))
+
+
+#: the ``count_revisions`` value's field (after the floor's, field 1) holding the last offset
+#: up to which the store never changed keys nor compacted (field 3: an ``MvccCompaction``
+#: reader of an older version skips it)
+_UNTOUCHED_TAG = 0x18
+
+
+def untouched_through(value: bytes) -> int:
+    """The offset a ``count_revisions`` entry's value says the store changed no key up to
+    (-1: it says nothing, as every entry written before)."""
+    i, n = 0, len(value)
+    while i < n:
+        tag = value[i]
+        i += 1
+        got, shift = 0, 0
+        while i < n:  # every field of the value is a varint
+            byte = value[i]
+            i += 1
+            got |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        if tag == _UNTOUCHED_TAG:
+            return got
+    return -1
 
 
 def revision_of(offset: int, effects: Sequence[Effect]) -> int:
@@ -120,10 +152,17 @@ COUNTS_METADATA = ("x-ml-revisions", "etcd")
 #: ... and reads the entry's floor (a member that switched by opt-in only would not, and
 #: would count from 0 where the others count from 1)
 FLOOR_METADATA = ("x-ml-revisions-floor", "1")
+#: ... and starts from the floor when the entry says the store never changed keys (a
+#: member without would start from the offset where the others start from 1)
+START_METADATA = ("x-ml-revisions-start", "untouched")
 #: the floor a leader proposes: an empty etcd store's revision
 FLOOR = 1
 
 
-def count_entry() -> Entry:
-    """The ``count_revisions`` entry a leader proposes (with :data:`FLOOR`)."""
-    return Entry(COUNT_REVISIONS, value=StoreRevision(FLOOR).to_record())
+def count_entry(untouched: int | None = None) -> Entry:
+    """The ``count_revisions`` entry a leader proposes (with :data:`FLOOR`, and the last
+    offset up to which it saw the store change no key, when it did)."""
+    value = StoreRevision(FLOOR).to_record()
+    if untouched is not None:
+        value += bytes((_UNTOUCHED_TAG,)) + varint(untouched)
+    return Entry(COUNT_REVISIONS, value=value)

@@ -174,6 +174,42 @@ def test_a_leaders_switch_entry_has_etcds_floor_and_an_old_one_none() -> None:
     assert later.image.revision == 3  # past the floor: the last offset, as before
 
 
+def test_a_switch_entry_saying_the_store_is_untouched_starts_at_the_floor() -> None:
+    """A new cluster's members' records take offsets before the switch: an entry whose
+    leader saw no key change up to the offset before it starts at 1 all the same (etcd's
+    first put: 2); one that says so of an earlier offset (something came between) starts
+    where the rule without it does."""
+    new = Node()
+    for lease_id in (1, 2, 3):
+        new.step(grant(lease_id))  # the member and bootstrap records' stand-ins
+    new.step(count_entry(untouched=3))
+    assert new.image.revision == 1
+    assert new.step(put(b"k", b"v"))[1].header.revision == 2
+    assert replayed(new).store_rev == new.image.store_rev  # the change log says the same
+    late = Node()
+    for lease_id in (1, 2, 3):
+        late.step(grant(lease_id))
+    late.step(count_entry(untouched=2))  # offset 3 came between the look and the entry
+    assert late.image.revision == 3
+    assert late.step(put(b"k", b"v"))[1].header.revision == 4
+
+
+def test_the_leader_claims_an_untouched_store_only_from_its_history() -> None:
+    from nameserver.cluster.revision_switch import RevisionSwitch
+
+    n = Node()
+    switch = RevisionSwitch.__new__(RevisionSwitch)
+    switch.node = SimpleNamespace(history=n.history)  # type: ignore[assignment]
+    n.step(grant(1))
+    n.step(grant(2))
+    assert switch.untouched() == 2
+    n.step(put(b"k", b"v"))
+    n.step(delete(b"k", b""))
+    assert not n.image.kv.data and switch.untouched() is None  # deleted, not untouched
+    switch.node = SimpleNamespace(history=None)  # type: ignore[assignment]
+    assert switch.untouched() is None
+
+
 def replayed(n: Node) -> MetadataImage:
     """The image the change log rebuilds, record by record (a restart's replay)."""
     delta = MetadataDelta(MetadataImage.empty(REGISTRY))
