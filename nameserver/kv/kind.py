@@ -25,6 +25,7 @@ from nameserver.kv.revision import (
     after_request,
     apply_count_entry,
     image_revision,
+    kv_replayed,
 )
 from nameserver.state.consistency import AS_REQUESTED
 from nameserver.state.registry import RecordKind
@@ -48,6 +49,7 @@ KV = RecordKind(
     from_columns=KvImage.from_records,
     usage=lambda delta: (delta.key_count, delta.byte_count),
     rules={"kv": apply_kv_entry, "txn": apply_txn_entry},
+    replayed=kv_replayed,
 )
 
 

@@ -360,6 +360,29 @@ def record_revision(data: bytes) -> int:
     return int(records_pb2.MvccCompaction.FromString(data).revision)
 
 
+def record_mod_revision(data: bytes) -> int:
+    """The ``mod_revision`` (field 4) of an encoded :class:`KeyValue` (a ``KvRecord``),
+    read out without decoding the record: its key and value are skipped by their lengths
+    (0: none)."""
+    i, n = 0, len(data)
+    while i < n:
+        tag = data[i]
+        got, shift = 0, 0
+        i += 1
+        while True:  # the field's varint (a length, or the value)
+            byte = data[i]
+            i += 1
+            got |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                break
+            shift += 7
+        if tag == 0x20:
+            return got
+        if tag & 7 == 2:
+            i += got
+    return 0
+
+
 @dataclass(frozen=True, slots=True)
 class RevisionImage:
     counter: StoreRevision | None = None

@@ -11,9 +11,15 @@ offset (a log written before the counter existed replays to the same image). A
 every member applies it at the same point of the log, so no two count differently.
 
 In the change log, the counter's record (:data:`REVISION` effect) comes first among the
-effects of each request that changed keys or compacted: a reader of the change log (kv
-history, watch replay) takes the revision of a request's kv changes from it, and the
-offset where there is none (a store not counting yet).
+effects of each request that changed keys or compacted, unless the first of them is a
+key's new value (a put: the record's ``mod_revision`` is the request's revision, so the
+counter needs no record of its own, and replaying the put moves it: :func:`kv_replayed`).
+A reader of the change log (kv history, watch replay) takes the revision of a request's kv
+changes from the counter's record, or from the leading put's (:func:`revision_of`; a store
+not counting yet numbers a put by its offset), and the offset where there is neither.
+Change logs written before (a counter record before every put) replay to the same image;
+a change log written so must not be replayed by an older version (upgrade, never
+downgrade).
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from nameserver.kv.records import (
     REVISION_KEY,
+    KeyValue,
     RevisionDelta,
     RevisionImage,
     StoreRevision,
+    record_mod_revision,
     record_revision,
 )
 from raftlog import Effect, Entry
@@ -80,6 +88,9 @@ def after_request(delta: MetadataDelta, offset: int, effects: list[Effect]) -> N
     if changed:
         counter += 1
         delta.store_rev.count(counter)
+        first = effects[0]
+        if first.type == "kv" and not first.delete:
+            return  # a put leads: its record's mod_revision is the counter (kv.apply.put)
     elif not compacted:
         return
     value = b"\x08" + varint(counter) if counter else b""  # StoreRevision(counter).to_record()
@@ -132,13 +143,27 @@ def untouched_through(value: bytes) -> int:
 
 
 def revision_of(offset: int, effects: Sequence[Effect]) -> int:
-    """The revision of the changes of the request at ``offset`` (its counter record, first
-    of its effects when the store counts; else the offset)."""
+    """The revision of the changes of the request at ``offset``: its counter record's,
+    first of its effects when the store counts, or its leading put's ``mod_revision`` (the
+    counter's, or the offset's while the store counts by offset); else the offset."""
     if effects:
         first = effects[0]
-        if first.type == REVISION:
+        t = first.type
+        if t == REVISION:
             return record_revision(first.value)
+        if t == "kv" and not first.delete:
+            return record_mod_revision(first.value)
     return offset
+
+
+def kv_replayed(delta: MetadataDelta, kv: KeyValue) -> None:
+    """A key's new value replayed from the change log: in a store that counts, a put
+    newer than the counter is at the request's revision, which its counter record (none
+    when the put led the request's effects) would have said. A snapshot's keys, and the
+    puts after a counter record, are never newer: nothing."""
+    counter = counted(delta)
+    if 0 <= counter < kv.mod_revision:
+        delta.store_rev.count(kv.mod_revision)
 
 
 def image_revision(sub: Any) -> int:

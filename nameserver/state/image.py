@@ -231,7 +231,10 @@ class MetadataDelta(Journaled):
         if delete:
             records.delete(kind.key_of(key))
         else:
-            records.put(kind.decode(value))
+            record = kind.decode(value)
+            records.put(record)
+            if kind.replayed is not None:
+                kind.replayed(self, record)
 
     def build(self) -> MetadataImage:
         image = self.image

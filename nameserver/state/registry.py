@@ -102,6 +102,9 @@ class RecordKind:
     #: after every request whose rules made effects: (delta, offset, the request's effects),
     #: may change the delta and the effects (the store revision's count); one kind at most
     after_request: Callable[[MetadataDelta, int, list[Effect]], None] | None = None
+    #: after a record of this kind was replayed (a put, from the change log or a
+    #: snapshot): (delta, the record); the kv kind's moves the store revision's count
+    replayed: Callable[[MetadataDelta, Any], None] | None = None
 
 
 def _noop(delta: MetadataDelta, entry: Entry, rev: int, effects: list[Effect]) -> None:

@@ -468,6 +468,9 @@ class WatchHub:
             if effect.type == REVISION:
                 rev_offset, rev = offset, revision_of(offset, (effect,))
                 continue
+            if rev_offset != offset and effect.type == "kv" and not effect.delete:
+                # the first of its offset: a put leading its request carries the revision
+                rev_offset, rev = offset, revision_of(offset, (effect,))
             at = rev if counting and rev_offset == offset else offset
             if check and effect.type == "kv":
                 check = False

@@ -17,7 +17,7 @@ from nameserver.kinds import REGISTRY
 from nameserver.kv.history import KvHistory
 from nameserver.kv.history_rebuild import rebuild
 from nameserver.kv.mvcc import Compacted, FutureRevision
-from nameserver.kv.records import KeyValue
+from nameserver.kv.records import KeyValue, StoreRevision
 from nameserver.kv.revision import COUNT_REVISIONS, REVISION, count_entry, revision_of
 from nameserver.leases.expiry import lease_entry
 from nameserver.state.image import MetadataDelta, MetadataImage
@@ -130,8 +130,14 @@ def test_a_store_counts_by_offset_until_the_switch_and_etcds_way_after() -> None
         assert n.image.revision == revision, entry
         assert n.image.offset == n.offset
         kv_changes = [e for e in effects if e.type == "kv"]
-        if kv_changes:  # the counter leads the request's effects
-            assert effects[0].type == REVISION
+        if kv_changes:  # the counter leads the request's effects, or a put carrying it
+            first = effects[0]
+            assert first.type == REVISION or (
+                first.type == "kv"
+                and not first.delete
+                and KeyValue.from_record(first.value).mod_revision == revision
+            )
+            assert [e.type for e in effects].count(REVISION) == (first.type == REVISION)
             assert revision_of(n.offset, effects) == revision
         else:
             assert all(e.type != REVISION for e in effects)
@@ -241,6 +247,50 @@ def test_the_change_log_and_snapshots_carry_the_revision() -> None:
     # an image from before the counter is restored counting by offset, as before
     legacy = n.images[2]
     assert image_from_records(image_records(legacy), 2, 1, REGISTRY).revision == 2
+
+
+def with_counter_records(log: list[tuple[int, Effect]]) -> list[tuple[int, Effect]]:
+    """``log`` as the version before wrote it: the counter's record leading every request
+    of a counting store that changed keys, a put first too."""
+    out: list[tuple[int, Effect]] = []
+    counting, seen = False, set()
+    for offset, eff in log:
+        if eff.type == REVISION:
+            counting = True
+        elif counting and offset not in seen and eff.type == "kv" and not eff.delete:
+            rev = KeyValue.from_record(eff.value).mod_revision
+            out.append((offset, Effect(REVISION, b"store", StoreRevision(rev).to_record())))
+        seen.add(offset)
+        out.append((offset, eff))
+    return out
+
+
+def test_a_put_carries_the_revision_and_both_change_logs_replay_alike() -> None:
+    """A put leading its request's effects has no counter record before it (its
+    mod_revision is the revision); a change log written before, with one, replays to the
+    same image, and its readers take the same revision of every offset."""
+    n = counted_node()
+    new_log = n.log
+    old_log = with_counter_records(new_log)
+    assert len(old_log) > len(new_log)  # the records this version no longer writes
+    images = []
+    for log in (new_log, old_log):
+        delta = MetadataDelta(MetadataImage.empty(REGISTRY))
+        for _, eff in log:
+            delta.replay(eff.type, eff.key, eff.value, eff.delete)
+        images.append(delta.build())
+    for image in images:
+        assert image.store_rev == n.image.store_rev and image.revision == n.image.revision
+        assert dict(image.kv.data.items()) == dict(n.image.kv.data.items())
+        assert image.leases == n.image.leases
+
+    def revisions(log: list[tuple[int, Effect]]) -> dict[int, int]:
+        by_offset: dict[int, list[Effect]] = {}
+        for offset, eff in log:
+            by_offset.setdefault(offset, []).append(eff)
+        return {o: revision_of(o, effs) for o, effs in by_offset.items()}
+
+    assert revisions(new_log) == revisions(old_log)
 
 
 def model(n: Node) -> dict[int, dict[bytes, bytes]]:
@@ -363,7 +413,9 @@ def test_watch_replay_counts_in_store_revisions() -> None:
         assert not sink.responses  # nothing compacted
     # the change log starts at offset 10: what was at or after offset 10's revision is
     # there; a start below it is compacted at the first revision the log still holds
-    first_rev = next(revision_of(o, [e]) for o, e in n.log if o >= 10 and e.type == REVISION)
+    first_rev = next(
+        revision_of(o, [e]) for o, e in n.log if o >= 10 and e.type in (REVISION, "kv")
+    )
     later = [w for w in want if w[2] >= first_rev]
     assert watch_from(n, first_rev, first=10).events == later
     sink = watch_from(n, first_rev - 1, first=10)
