@@ -7,9 +7,9 @@ revision (a Range's header) and every key's create and mod revisions and version
 etcd 3.4 moves its store revision only when keys change (mvcc's ``txnWrite.End``: a put, a
 delete that deleted something, a txn that wrote; a lease revoke only when it deleted
 attached keys); auth and lease-only requests keep it, and their headers say the current
-one. Revisions are compared from the state after the first put on (a metaledger node starts
-its numbering after its own bootstrap records): each side's revisions less its own at
-step 0.
+one. Revisions are compared from the state after the first put on (each side's revisions
+less its own at step 0), and that first put is at revision 2 on both (a new store is at 1,
+whatever offsets metaledger's own bootstrap records took).
 
 metaledger counts this way by default: its leader switches the store to etcd's count (a
 ``count_revisions`` entry, proposed as soon as every member runs a version that applies it:
@@ -207,6 +207,7 @@ def test_revisions_move_as_etcds_step_by_step(sides: tuple[Side, Side, str, str]
         if es != ms
     ]
     assert not diffs, "\n".join(diffs)
+    assert e.steps[0].header == m.steps[0].header == 2  # etcd's first put, on a new store
 
 
 def test_offset_revisions_keeps_metaledgers_old_count(tmp_path: Path) -> None:
