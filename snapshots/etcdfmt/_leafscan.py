@@ -3,11 +3,18 @@ a large etcd snapshot (one element a key). Compiled by mypyc (scripts/mypyc_modu
 the compiled build's ``_bolt._Reader`` tries it first on every leaf page and reads the page
 itself, naming any fault, when it says no. The Python build does not call it (as Python it
 is slower than ``_bolt``'s own loop).
+
+:class:`LatestScan` is the seeding's one pass over etcd's ``key`` bucket: each leaf page's
+records straight to each key's newest ``KvRecord`` bytes (:func:`._kvwire.kv_record`),
+without the bucket's revision-to-record dict in between.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
+
+from snapshots.etcdfmt._kvwire import kv_record
 
 _HEADER: Final = 16  # bbolt's page header
 _ELEMENT: Final = 16  # a leaf element: flags, pos, ksize, vsize (little-endian u32 each)
@@ -46,3 +53,64 @@ def plain_leaf(raw: bytes, count: int, last: bytes | None, out: dict[bytes, Any]
         out[key] = raw[kend : kend + _u32(raw, off + 12)]
         off += _ELEMENT
     return True
+
+
+class LatestScan:
+    """The ``key`` bucket's leaf pages, in the bucket's (revision) order, reduced to each
+    key's newest record as :func:`._kvwire.latest_kv_records` reduces the bucket's dict:
+    ``latest`` {key: its ``KvRecord`` bytes, or None for a tombstone} in the order keys first
+    appear, ``newest`` the newest revision's main part. A record :func:`._kvwire.kv_record`
+    does not take goes to ``slow(revision bytes, record)`` as there."""
+
+    def __init__(self, slow: Callable[[bytes, bytes], tuple[bytes, bytes | None, int]]) -> None:
+        self.latest: dict[bytes, bytes | None] = {}
+        self.newest = 0
+        self.last: bytes | None = None  # the last revision read (they must increase)
+        self.slow = slow
+
+    def leaf(self, raw: bytes, count: int) -> bool:
+        """Take the ``count`` elements of the leaf page ``raw`` and return True if every one
+        is a plain value inside the page, with revisions in increasing order after the last
+        page's; else return False having taken none (the caller reads the bucket as bbolt
+        does, which names the fault). ``slow``'s errors pass through."""
+        size = len(raw)
+        if _HEADER + _ELEMENT * count > size:
+            return False
+        prev = self.last
+        off = _HEADER
+        for _ in range(count):
+            if _u32(raw, off) & 1:  # a bucket
+                return False
+            kstart = off + _u32(raw, off + 4)
+            kend = kstart + _u32(raw, off + 8)
+            if kend + _u32(raw, off + 12) > size:
+                return False
+            rev = raw[kstart:kend]
+            if prev is not None and rev <= prev:
+                return False
+            prev = rev
+            off += _ELEMENT
+        self.last = prev
+        latest = self.latest
+        newest = self.newest
+        off = _HEADER
+        for _ in range(count):
+            kstart = off + _u32(raw, off + 4)
+            kend = kstart + _u32(raw, off + 8)
+            record = raw[kend : kend + _u32(raw, off + 12)]
+            got = None
+            main = 0
+            if kend - kstart == 17 and raw[kstart + 8] == 0x5F:
+                got = kv_record(record)
+                if got is not None:
+                    for i in range(kstart, kstart + 8):
+                        main = main << 8 | raw[i]
+                    latest[got[0]] = got[1]
+            if got is None:
+                key, value, main = self.slow(raw[kstart:kend], record)
+                latest[key] = value
+            if main > newest:
+                newest = main
+            off += _ELEMENT
+        self.newest = newest
+        return True
