@@ -5,7 +5,7 @@ itself, naming any fault, when it says no. The Python build does not call it (as
 is slower than ``_bolt``'s own loop).
 
 :class:`LatestScan` is the seeding's one pass over etcd's ``key`` bucket: each leaf page's
-records straight to each key's newest ``KvRecord`` bytes (:func:`._kvwire.kv_record`),
+records straight to each key's newest ``KvRecord`` bytes (:func:`._kvwire.kv_record_in`),
 without the bucket's revision-to-record dict in between.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from snapshots.etcdfmt._kvwire import kv_record
+from snapshots.etcdfmt._kvwire import kv_record_in
 
 _HEADER: Final = 16  # bbolt's page header
 _ELEMENT: Final = 16  # a leaf element: flags, pos, ksize, vsize (little-endian u32 each)
@@ -97,17 +97,17 @@ class LatestScan:
         for _ in range(count):
             kstart = off + _u32(raw, off + 4)
             kend = kstart + _u32(raw, off + 8)
-            record = raw[kend : kend + _u32(raw, off + 12)]
+            vend = kend + _u32(raw, off + 12)
             got = None
             main = 0
             if kend - kstart == 17 and raw[kstart + 8] == 0x5F:
-                got = kv_record(record)
+                got = kv_record_in(raw, kend, vend)
                 if got is not None:
                     for i in range(kstart, kstart + 8):
                         main = main << 8 | raw[i]
                     latest[got[0]] = got[1]
             if got is None:
-                key, value, main = self.slow(raw[kstart:kend], record)
+                key, value, main = self.slow(raw[kstart:kend], raw[kend:vend])
                 latest[key] = value
             if main > newest:
                 newest = main
