@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from nameserver.auth.records import AuthState
 from nameserver.auth.records import Permission as AuthPermission
@@ -252,13 +252,11 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     keys = len(latest) - operator.countOf(values, None)  # less the tombstones
     # ("kv", key, value) of every key that is not a tombstone, then the others: made as the
     # writer takes them (no list of a million tuples)
-    records: Iterable[Record] = itertools.chain(
-        itertools.compress(
-            zip(itertools.repeat("kv"), latest.keys(), values),
-            map(operator.is_not, values, itertools.repeat(None)),
-        ),
-        others,
+    live = itertools.compress(
+        zip(itertools.repeat("kv"), latest.keys(), values),
+        map(operator.is_not, values, itertools.repeat(None)),
     )
+    records = itertools.chain(cast(Iterable[Record], live), others)
     seeded = Seeded(
         revision,
         keys,

@@ -79,7 +79,7 @@ class BoltFormatError(EtcdFormatError):
         self.page = page
 
 
-def fnv64a(data: bytes) -> int:
+def fnv64a(data: bytes | memoryview) -> int:
     """FNV-1a, 64 bits: the checksum of a meta page."""
     h = 0xCBF29CE484222325
     for b in data:
@@ -213,7 +213,11 @@ def write_bolt(tree: Tree, *, txid: int = 1) -> bytes:
 
 class _Reader:
     def __init__(
-        self, data: bytes, page_size: int, high_water: int, key_leaf: KeyLeaf | None = None
+        self,
+        data: bytes | memoryview,
+        page_size: int,
+        high_water: int,
+        key_leaf: KeyLeaf | None = None,
     ) -> None:
         self.data = data
         self.page_size = page_size
@@ -320,7 +324,7 @@ class _Reader:
             off += ELEMENT_BYTES
 
 
-def _meta(data: bytes, offset: int) -> tuple[int, int, int, int, int] | str:
+def _meta(data: bytes | memoryview, offset: int) -> tuple[int, int, int, int, int] | str:
     """(page size, root, freelist, high-water pgid, txid) of a valid meta page, else why not."""
     if len(data) < offset + HEADER_BYTES + _META.size + _CHECKSUM.size:
         return "file too short for a meta page"
@@ -339,7 +343,7 @@ def _meta(data: bytes, offset: int) -> tuple[int, int, int, int, int] | str:
     return page_size, root, freelist, high_water, txid
 
 
-def _current_meta(data: bytes) -> tuple[int, int, int, int, int]:
+def _current_meta(data: bytes | memoryview) -> tuple[int, int, int, int, int]:
     """The valid meta page with the higher transaction id, as bbolt picks it."""
     first = _meta(data, 0)
     page_size = first[0] if isinstance(first, tuple) else PAGE_SIZE
@@ -358,7 +362,7 @@ def bolt_size(data: bytes) -> int:
     return page_size * high_water
 
 
-def read_bolt(data: bytes, key_leaf: KeyLeaf | None = None) -> Tree:
+def read_bolt(data: bytes | memoryview, key_leaf: KeyLeaf | None = None) -> Tree:
     """Read a bbolt file back into a ``Tree`` (raises BoltFormatError naming the fault).
     With ``key_leaf``, the top-level ``key`` bucket's leaf pages go to it instead, in the
     bucket's order (``key_leaf(page bytes, element count)``), and that bucket reads empty;

@@ -447,18 +447,24 @@ def buckets_to_image(tree: Tree) -> EtcdImage:
 def split_snapshot_hash(data: bytes) -> tuple[bytes, bool]:
     """(database, whether a trailer was there); a trailer that does not match raises."""
     db, check = _split_hash_checked_later(data, threaded=False)
+    assert isinstance(db, bytes)  # (a view when threaded only)
     check()
     return db, len(db) != len(data)
 
 
-def _split_hash_checked_later(data: bytes, threaded: bool) -> tuple[bytes, Callable[[], None]]:
+def _split_hash_checked_later(
+    data: bytes, threaded: bool
+) -> tuple[bytes | memoryview, Callable[[], None]]:
     """:func:`split_snapshot_hash`'s database, and a function that raises its error if the
     trailer does not match. ``threaded``: the SHA-256 is computed on a thread meanwhile
     (hashlib lets go of the GIL on large inputs: the database is read at the same time);
-    the function waits for it."""
+    the function waits for it; the database is then a view of ``data`` (``read_bolt`` reads
+    either)."""
     if len(data) % 512 != HASH_BYTES:
         return data, lambda: None
-    db, digest = data[:-HASH_BYTES], data[-HASH_BYTES:]
+    # threaded (a seeding's read): the database in place, not a copy of 100s of MB
+    db = memoryview(data)[:-HASH_BYTES] if threaded else data[:-HASH_BYTES]
+    digest = data[-HASH_BYTES:]
     got: list[bytes] = []
 
     def compute() -> None:
