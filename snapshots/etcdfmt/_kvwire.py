@@ -122,31 +122,26 @@ def kv_record_in(raw: bytes, first: int, n: int) -> tuple[bytes, bytes] | None:
     if pos != n:
         return None
     if c > 0 and m > 0 and v > 0:  # the form of every live key etcd writes
-        if value_end > value_at:
-            parts: tuple[bytes, ...] = (
-                raw[first:kend],
-                _VALUE,
-                raw[value_at + 1 : value_end],
-                _CREATE,
-                raw[c:c_end],
-                _MOD,
-                raw[m:m_end],
-                _VERSION,
-                raw[v:v_end],
-                raw[lease_at:n],
-            )
-        else:
-            parts = (
-                raw[first:kend],
-                _CREATE,
-                raw[c:c_end],
-                _MOD,
-                raw[m:m_end],
-                _VERSION,
-                raw[v:v_end],
-                raw[lease_at:n],
-            )
-        return key, b"".join(parts)
+        # the value's length and bytes (none: an empty slice; a start past the end is not
+        # one in the compiled build)
+        value_from = value_at + 1 if value_end > value_at else value_end
+        return (
+            key,
+            b"".join(
+                (
+                    raw[first:kend],
+                    _VALUE if value_end > value_at else b"",
+                    raw[value_from:value_end],
+                    _CREATE,
+                    raw[c:c_end],
+                    _MOD,
+                    raw[m:m_end],
+                    _VERSION,
+                    raw[v:v_end],
+                    raw[lease_at:n],
+                )
+            ),
+        )
     out = [raw[first:kend]]
     if value_end > value_at:
         out += (_VALUE, raw[value_at + 1 : value_end])

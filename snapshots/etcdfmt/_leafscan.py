@@ -24,29 +24,39 @@ def _u32(raw: bytes, at: int) -> int:
     return raw[at] | raw[at + 1] << 8 | raw[at + 2] << 16 | raw[at + 3] << 24
 
 
-def plain_leaf(raw: bytes, count: int, last: bytes | None, out: dict[bytes, Any]) -> bool:
-    """Add the ``count`` elements of the leaf page ``raw`` to ``out`` and return True if
-    every one is a plain value (not a bucket) inside the page, with keys in increasing order
-    after ``last``; else return False and leave ``out`` as it was."""
+def _leaf_keys(raw: bytes, count: int, last: bytes | None) -> list[bytes] | None:
+    """The keys of the ``count`` elements of the leaf page ``raw`` if every one is a plain
+    value (not a bucket) inside the page, with keys in increasing order after ``last``;
+    else None."""
     size = len(raw)
     if _HEADER + _ELEMENT * count > size:
-        return False
+        return None
     keys: list[bytes] = []
     prev = last
     off = _HEADER
     for _ in range(count):
         if _u32(raw, off) & 1:  # a bucket
-            return False
+            return None
         kstart = off + _u32(raw, off + 4)
         kend = kstart + _u32(raw, off + 8)
         if kend + _u32(raw, off + 12) > size:
-            return False
+            return None
         key = raw[kstart:kend]
         if prev is not None and key <= prev:
-            return False
+            return None
         keys.append(key)
         prev = key
         off += _ELEMENT
+    return keys
+
+
+def plain_leaf(raw: bytes, count: int, last: bytes | None, out: dict[bytes, Any]) -> bool:
+    """Add the ``count`` elements of the leaf page ``raw`` to ``out`` and return True if
+    every one is a plain value (not a bucket) inside the page, with keys in increasing order
+    after ``last``; else return False and leave ``out`` as it was."""
+    keys = _leaf_keys(raw, count, last)
+    if keys is None:
+        return False
     off = _HEADER
     for key in keys:
         kend = off + _u32(raw, off + 4) + len(key)
@@ -73,41 +83,28 @@ class LatestScan:
         is a plain value inside the page, with revisions in increasing order after the last
         page's; else return False having taken none (the caller reads the bucket as bbolt
         does, which names the fault). ``slow``'s errors pass through."""
-        size = len(raw)
-        if _HEADER + _ELEMENT * count > size:
+        revs = _leaf_keys(raw, count, self.last)
+        if revs is None:
             return False
-        prev = self.last
-        off = _HEADER
-        for _ in range(count):
-            if _u32(raw, off) & 1:  # a bucket
-                return False
-            kstart = off + _u32(raw, off + 4)
-            kend = kstart + _u32(raw, off + 8)
-            if kend + _u32(raw, off + 12) > size:
-                return False
-            rev = raw[kstart:kend]
-            if prev is not None and rev <= prev:
-                return False
-            prev = rev
-            off += _ELEMENT
-        self.last = prev
+        if revs:
+            self.last = revs[-1]
         latest = self.latest
         newest = self.newest
         off = _HEADER
-        for _ in range(count):
+        for rev in revs:
             kstart = off + _u32(raw, off + 4)
-            kend = kstart + _u32(raw, off + 8)
+            kend = kstart + len(rev)
             vend = kend + _u32(raw, off + 12)
             got = None
             main = 0
-            if kend - kstart == 17 and raw[kstart + 8] == 0x5F:
+            if len(rev) == 17 and rev[8] == 0x5F:
                 got = kv_record_in(raw, kend, vend)
                 if got is not None:
-                    for i in range(kstart, kstart + 8):
-                        main = main << 8 | raw[i]
+                    for i in range(8):
+                        main = main << 8 | rev[i]
                     latest[got[0]] = got[1]
             if got is None:
-                key, value, main = self.slow(raw[kstart:kend], raw[kend:vend])
+                key, value, main = self.slow(rev, raw[kend:vend])
                 latest[key] = value
             if main > newest:
                 newest = main
