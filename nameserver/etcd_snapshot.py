@@ -30,9 +30,9 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from nameserver.auth.records import AuthState
 from nameserver.auth.records import Permission as AuthPermission
@@ -247,12 +247,16 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
     etcd, latest, revision = etcdfmt.read_etcd_latest_kv(data, _kv_record_encoder())
     del data
-    records: list[Record] = [
-        ("kv", key, value) for key, value in latest.items() if value is not None
-    ]
-    keys = len(records)
-    del latest
-    records += _other_records(etcd, revision, None)
+    others = _other_records(etcd, revision, None)
+    values = latest.values()
+    keys = len(latest) - operator.countOf(values, None)  # less the tombstones
+    # ("kv", key, value) of every key that is not a tombstone, then the others: made as the
+    # writer takes them (no list of a million tuples)
+    live = itertools.compress(
+        zip(itertools.repeat("kv"), latest.keys(), values),
+        map(operator.is_not, values, itertools.repeat(None)),
+    )
+    records = itertools.chain(cast(Iterable[Record], live), others)
     seeded = Seeded(
         revision,
         keys,
@@ -265,7 +269,7 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
         f"revision {seeded.revision}: {seeded.keys} keys, {seeded.leases} leases, "
         f"{seeded.users} users, {seeded.roles} roles; writing the snapshot"
     )
-    total = len(records)
+    total = keys + len(others)
     last = [time.monotonic(), 0]  # when the last line was said, and its count
 
     def written(n: int) -> None:
@@ -282,7 +286,7 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     try:
         meta = SnapshotMeta(cluster_id=SEEDED_CLUSTER_ID, last_offset=revision, last_term=0)
         if total >= SPLIT_RECORDS and hasattr(os, "fork") and _spare_cpu():
-            _write_split(data_dir, meta, records, written, say)
+            _write_split(data_dir, meta, list(records), written, say)
         else:
             seed_data_dir_from_records(data_dir, meta, records, written)
     except BaseException:

@@ -19,6 +19,7 @@ file back, checking what it walks and naming the page of the first fault.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Union
 
 from snapshots.etcdfmt import _leafscan
@@ -56,6 +57,14 @@ Tree = dict[bytes, Union[bytes, "Tree"]]
 #: 0.64 us a key with it, 0.88 with the loop below); as Python it is slower than the loop
 _LEAFSCAN_COMPILED = not (_leafscan.__file__ or "").endswith(".py")
 
+#: a reader's taker of the top-level ``key`` bucket's leaf pages (see :func:`read_bolt`)
+KeyLeaf = Callable[[bytes, int], bool]
+
+
+class KeyLeafRefused(Exception):
+    """A ``key_leaf`` taker said no to a leaf page: read the file without it (which names
+    the fault, if there is one)."""
+
 
 class EtcdFormatError(ValueError):
     """Root of this package's errors: the bytes are not what they should be (one line)."""
@@ -70,7 +79,7 @@ class BoltFormatError(EtcdFormatError):
         self.page = page
 
 
-def fnv64a(data: bytes) -> int:
+def fnv64a(data: bytes | memoryview) -> int:
     """FNV-1a, 64 bits: the checksum of a meta page."""
     h = 0xCBF29CE484222325
     for b in data:
@@ -203,12 +212,20 @@ def write_bolt(tree: Tree, *, txid: int = 1) -> bytes:
 
 
 class _Reader:
-    def __init__(self, data: bytes, page_size: int, high_water: int) -> None:
+    def __init__(
+        self,
+        data: bytes | memoryview,
+        page_size: int,
+        high_water: int,
+        key_leaf: KeyLeaf | None = None,
+    ) -> None:
         self.data = data
         self.page_size = page_size
         self.high_water = high_water
         self.seen: set[int] = set()
         self.depth = 0
+        self.key_leaf = key_leaf
+        self.in_key = False  # reading the top-level key bucket, its leaves to key_leaf
 
     def page(self, pgid: int) -> tuple[memoryview, int, int]:
         """The page's bytes (overflow included), its flags and its element count."""
@@ -229,17 +246,19 @@ class _Reader:
             self.seen.add(i)
         return memoryview(self.data)[start:end], flags, count
 
-    def bucket(self, value: bytes, where: int) -> Tree:
+    def bucket(self, value: bytes, where: int, name: bytes = b"") -> Tree:
         if len(value) < _BUCKET_HEADER.size:
             raise BoltFormatError("bucket value shorter than a bucket header", where)
         root, _ = _BUCKET_HEADER.unpack_from(value)
         if self.depth >= MAX_NESTING:
             raise BoltFormatError(f"buckets nested more than {MAX_NESTING} deep", where)
+        self.in_key = self.depth == 0 and name == b"key" and self.key_leaf is not None
         self.depth += 1
         try:
             return self._bucket(root, value, where)
         finally:
             self.depth -= 1
+            self.in_key = False
 
     def _bucket(self, root: int, value: bytes, where: int) -> Tree:
         out: Tree = {}
@@ -270,6 +289,11 @@ class _Reader:
             raise BoltFormatError(f"flags {flags:#x} where a branch or leaf page belongs", pgid)
 
     def _leaf(self, page: memoryview, count: int, where: int, out: Tree) -> None:
+        if self.in_key:
+            assert self.key_leaf is not None
+            if self.key_leaf(page.tobytes(), count):
+                return
+            raise KeyLeafRefused(f"page {where}")
         last = next(reversed(out), None) if out else None
         size = len(page)
         table_end = HEADER_BYTES + ELEMENT_BYTES * count
@@ -296,11 +320,11 @@ class _Reader:
                 raise BoltFormatError(f"leaf element {i}: keys out of order", where)
             last = key
             value = raw[kend:vend]
-            out[key] = self.bucket(value, where) if flags & BUCKET_LEAF_FLAG else value
+            out[key] = self.bucket(value, where, key) if flags & BUCKET_LEAF_FLAG else value
             off += ELEMENT_BYTES
 
 
-def _meta(data: bytes, offset: int) -> tuple[int, int, int, int, int] | str:
+def _meta(data: bytes | memoryview, offset: int) -> tuple[int, int, int, int, int] | str:
     """(page size, root, freelist, high-water pgid, txid) of a valid meta page, else why not."""
     if len(data) < offset + HEADER_BYTES + _META.size + _CHECKSUM.size:
         return "file too short for a meta page"
@@ -319,7 +343,7 @@ def _meta(data: bytes, offset: int) -> tuple[int, int, int, int, int] | str:
     return page_size, root, freelist, high_water, txid
 
 
-def _current_meta(data: bytes) -> tuple[int, int, int, int, int]:
+def _current_meta(data: bytes | memoryview) -> tuple[int, int, int, int, int]:
     """The valid meta page with the higher transaction id, as bbolt picks it."""
     first = _meta(data, 0)
     page_size = first[0] if isinstance(first, tuple) else PAGE_SIZE
@@ -338,15 +362,19 @@ def bolt_size(data: bytes) -> int:
     return page_size * high_water
 
 
-def read_bolt(data: bytes) -> Tree:
-    """Read a bbolt file back into a ``Tree`` (raises BoltFormatError naming the fault)."""
+def read_bolt(data: bytes | memoryview, key_leaf: KeyLeaf | None = None) -> Tree:
+    """Read a bbolt file back into a ``Tree`` (raises BoltFormatError naming the fault).
+    With ``key_leaf``, the top-level ``key`` bucket's leaf pages go to it instead, in the
+    bucket's order (``key_leaf(page bytes, element count)``), and that bucket reads empty;
+    KeyLeafRefused when it says no to a page (its pages are checked as any others are
+    before it sees them: in range, each read once)."""
     page_size, root, freelist, high_water, _ = _current_meta(data)
     if len(data) < high_water * page_size:
         raise BoltFormatError(
             f"file has {len(data)} bytes, the meta page needs {high_water * page_size}: truncated",
             high_water - 1,
         )
-    reader = _Reader(data, page_size, high_water)
+    reader = _Reader(data, page_size, high_water, key_leaf)
     if freelist != NO_FREELIST:
         _, flags, _ = reader.page(freelist)
         if flags != FREELIST_PAGE:

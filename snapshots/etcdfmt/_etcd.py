@@ -43,7 +43,7 @@ import crc32c
 from google.protobuf.message import DecodeError, Message
 
 from protos.etcdserverpb import auth_pb2, kv_pb2, lease_pb2
-from snapshots.etcdfmt import _kvwire
+from snapshots.etcdfmt import _bolt, _kvwire, _leafscan
 from snapshots.etcdfmt._bolt import EtcdFormatError, Tree, bolt_size, read_bolt, write_bolt
 
 _U64 = struct.Struct(">Q")
@@ -447,18 +447,24 @@ def buckets_to_image(tree: Tree) -> EtcdImage:
 def split_snapshot_hash(data: bytes) -> tuple[bytes, bool]:
     """(database, whether a trailer was there); a trailer that does not match raises."""
     db, check = _split_hash_checked_later(data, threaded=False)
+    assert isinstance(db, bytes)  # (a view when threaded only)
     check()
     return db, len(db) != len(data)
 
 
-def _split_hash_checked_later(data: bytes, threaded: bool) -> tuple[bytes, Callable[[], None]]:
+def _split_hash_checked_later(
+    data: bytes, threaded: bool
+) -> tuple[bytes | memoryview, Callable[[], None]]:
     """:func:`split_snapshot_hash`'s database, and a function that raises its error if the
     trailer does not match. ``threaded``: the SHA-256 is computed on a thread meanwhile
     (hashlib lets go of the GIL on large inputs: the database is read at the same time);
-    the function waits for it."""
+    the function waits for it; the database is then a view of ``data`` (``read_bolt`` reads
+    either)."""
     if len(data) % 512 != HASH_BYTES:
         return data, lambda: None
-    db, digest = data[:-HASH_BYTES], data[-HASH_BYTES:]
+    # threaded (a seeding's read): the database in place, not a copy of 100s of MB
+    db = memoryview(data)[:-HASH_BYTES] if threaded else data[:-HASH_BYTES]
+    digest = data[-HASH_BYTES:]
     got: list[bytes] = []
 
     def compute() -> None:
@@ -541,7 +547,10 @@ def read_etcd_latest_kv(
 ) -> tuple[EtcdImage, dict[bytes, bytes | None], int]:
     """:func:`read_etcd_latest` for ``convert`` giving a record's ``KvRecord`` bytes (as
     protobuf serializes them): in the compiled build records in the form etcd writes are
-    mapped by hand (:mod:`._kvwire`, no message made), the others through ``convert``."""
+    mapped by hand (:mod:`._kvwire`, no message made), the others through ``convert``, and
+    the ``key`` bucket's leaf pages are mapped as they are read (:class:`._leafscan.LatestScan`,
+    no bucket dict in between); a file that this one pass does not take whole (a fault, a
+    nested bucket) is read again the usual way, which names the fault as it always has."""
     if not KVWIRE_COMPILED:
         return read_etcd_latest(data, convert)
 
@@ -550,7 +559,36 @@ def read_etcd_latest_kv(
         kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)
         return kv.key, None if tombstone else convert(kv), main
 
+    if LATEST_SCAN:
+        try:
+            return _read_latest_scanned(data, slow)
+        except Exception:  # read again the usual way: the same checks and errors, in order
+            pass
     return _read_latest(data, lambda bucket: _kvwire.latest_kv_records(_key_bucket(bucket), slow))
+
+
+#: the one pass over the key bucket's pages pays compiled only (as the leaf loop does)
+LATEST_SCAN = _bolt._LEAFSCAN_COMPILED
+
+
+def _read_latest_scanned(
+    data: bytes, slow: Callable[[bytes, bytes], tuple[bytes, bytes | None, int]]
+) -> tuple[EtcdImage, dict[bytes, bytes | None], int]:
+    """:func:`_read_latest` of :func:`_kvwire.latest_kv_records` with the ``key`` bucket's
+    leaf pages taken by :class:`._leafscan.LatestScan` as they are read; raises on any fault
+    (``KeyLeafRefused`` where the bucket is not read that way), not always the one
+    :func:`_read_latest` names."""
+    db, check_hash = _split_hash_checked_later(data, threaded=True)
+    try:
+        scan = _leafscan.LatestScan(slow)
+        tree = read_bolt(db, scan.leaf)
+        _check_buckets(tree)
+        image = buckets_to_image(tree)  # its key bucket read empty
+    except Exception:
+        check_hash()
+        raise
+    check_hash()
+    return image, scan.latest, max(scan.newest, image.revision)
 
 
 def _read_latest(

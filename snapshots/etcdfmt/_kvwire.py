@@ -67,44 +67,52 @@ def kv_record(raw: bytes) -> tuple[bytes, bytes] | None:
     """(key, the ``KvRecord`` bytes) of an ``mvccpb.KeyValue`` in the form etcd writes, or
     None (see the module doc). The key is never empty here (etcd's never is); a zero field
     written out (etcd leaves them out) is left to protobuf too."""
-    n = len(raw)
-    if n < 3 or raw[0] != 0x0A:
+    return kv_record_in(raw, 0, len(raw))
+
+
+def kv_record_in(raw: bytes, first: int, n: int) -> tuple[bytes, bytes] | None:
+    """:func:`kv_record` of the record ``raw[first:n]`` (no copy of it made first)."""
+    if n - first < 3 or raw[first] != 0x0A:
         return None
-    klen, pos = _length(raw, 1, n)
+    klen, pos = _length(raw, first + 1, n)
     if klen <= 0:
         return None
     kend = pos + klen
     if kend > n:
         return None
     key = raw[pos:kend]
-    # create, mod and version (tags 0x10, 0x18, 0x20): their varints under KvRecord's tags
+    # create, mod and version (tags 0x10, 0x18, 0x20): their varints, copied under
+    # KvRecord's tags in the one join below (c, m, v: where each one's varint starts)
     pos = kend
-    ints = b""
+    c = m = v = -1
     if pos < n and raw[pos] == 0x10:
         end = _varint_end(raw, pos + 1, n)
         if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
             return None
-        ints = _CREATE + raw[pos + 1 : end]
+        c = pos + 1
         pos = end
+    c_end = pos
     if pos < n and raw[pos] == 0x18:
         end = _varint_end(raw, pos + 1, n)
         if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
             return None
-        ints = ints + _MOD + raw[pos + 1 : end]
+        m = pos + 1
         pos = end
+    m_end = pos
     if pos < n and raw[pos] == 0x20:
         end = _varint_end(raw, pos + 1, n)
         if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
             return None
-        ints = ints + _VERSION + raw[pos + 1 : end]
+        v = pos + 1
         pos = end
-    value = b""
+    v_end = pos
+    value_at = pos
     if pos < n and raw[pos] == 0x2A:
         vlen, start = _length(raw, pos + 1, n)
         if vlen <= 0 or start + vlen > n:
             return None
-        value = raw[pos + 1 : start + vlen]
         pos = start + vlen
+    value_end = pos
     lease_at = pos
     if pos < n and raw[pos] == 0x30:  # the lease: the same tag in both
         end = _varint_end(raw, pos + 1, n)
@@ -113,9 +121,38 @@ def kv_record(raw: bytes) -> tuple[bytes, bytes] | None:
         pos = end
     if pos != n:
         return None
-    if value:
-        return key, b"".join((raw[:kend], _VALUE, value, ints, raw[lease_at:]))
-    return key, b"".join((raw[:kend], ints, raw[lease_at:]))
+    if c > 0 and m > 0 and v > 0:  # the form of every live key etcd writes
+        # the value's length and bytes (none: an empty slice; a start past the end is not
+        # one in the compiled build)
+        value_from = value_at + 1 if value_end > value_at else value_end
+        return (
+            key,
+            b"".join(
+                (
+                    raw[first:kend],
+                    _VALUE if value_end > value_at else b"",
+                    raw[value_from:value_end],
+                    _CREATE,
+                    raw[c:c_end],
+                    _MOD,
+                    raw[m:m_end],
+                    _VERSION,
+                    raw[v:v_end],
+                    raw[lease_at:n],
+                )
+            ),
+        )
+    out = [raw[first:kend]]
+    if value_end > value_at:
+        out += (_VALUE, raw[value_at + 1 : value_end])
+    if c > 0:
+        out += (_CREATE, raw[c:c_end])
+    if m > 0:
+        out += (_MOD, raw[m:m_end])
+    if v > 0:
+        out += (_VERSION, raw[v:v_end])
+    out.append(raw[lease_at:n])
+    return key, b"".join(out)
 
 
 def latest_kv_records(

@@ -3,11 +3,18 @@ a large etcd snapshot (one element a key). Compiled by mypyc (scripts/mypyc_modu
 the compiled build's ``_bolt._Reader`` tries it first on every leaf page and reads the page
 itself, naming any fault, when it says no. The Python build does not call it (as Python it
 is slower than ``_bolt``'s own loop).
+
+:class:`LatestScan` is the seeding's one pass over etcd's ``key`` bucket: each leaf page's
+records straight to each key's newest ``KvRecord`` bytes (:func:`._kvwire.kv_record_in`),
+without the bucket's revision-to-record dict in between.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
+
+from snapshots.etcdfmt._kvwire import kv_record_in
 
 _HEADER: Final = 16  # bbolt's page header
 _ELEMENT: Final = 16  # a leaf element: flags, pos, ksize, vsize (little-endian u32 each)
@@ -17,32 +24,90 @@ def _u32(raw: bytes, at: int) -> int:
     return raw[at] | raw[at + 1] << 8 | raw[at + 2] << 16 | raw[at + 3] << 24
 
 
-def plain_leaf(raw: bytes, count: int, last: bytes | None, out: dict[bytes, Any]) -> bool:
-    """Add the ``count`` elements of the leaf page ``raw`` to ``out`` and return True if
-    every one is a plain value (not a bucket) inside the page, with keys in increasing order
-    after ``last``; else return False and leave ``out`` as it was."""
+def _leaf_keys(raw: bytes, count: int, last: bytes | None) -> list[bytes] | None:
+    """The keys of the ``count`` elements of the leaf page ``raw`` if every one is a plain
+    value (not a bucket) inside the page, with keys in increasing order after ``last``;
+    else None."""
     size = len(raw)
     if _HEADER + _ELEMENT * count > size:
-        return False
+        return None
     keys: list[bytes] = []
     prev = last
     off = _HEADER
     for _ in range(count):
         if _u32(raw, off) & 1:  # a bucket
-            return False
+            return None
         kstart = off + _u32(raw, off + 4)
         kend = kstart + _u32(raw, off + 8)
         if kend + _u32(raw, off + 12) > size:
-            return False
+            return None
         key = raw[kstart:kend]
         if prev is not None and key <= prev:
-            return False
+            return None
         keys.append(key)
         prev = key
         off += _ELEMENT
+    return keys
+
+
+def plain_leaf(raw: bytes, count: int, last: bytes | None, out: dict[bytes, Any]) -> bool:
+    """Add the ``count`` elements of the leaf page ``raw`` to ``out`` and return True if
+    every one is a plain value (not a bucket) inside the page, with keys in increasing order
+    after ``last``; else return False and leave ``out`` as it was."""
+    keys = _leaf_keys(raw, count, last)
+    if keys is None:
+        return False
     off = _HEADER
     for key in keys:
         kend = off + _u32(raw, off + 4) + len(key)
         out[key] = raw[kend : kend + _u32(raw, off + 12)]
         off += _ELEMENT
     return True
+
+
+class LatestScan:
+    """The ``key`` bucket's leaf pages, in the bucket's (revision) order, reduced to each
+    key's newest record as :func:`._kvwire.latest_kv_records` reduces the bucket's dict:
+    ``latest`` {key: its ``KvRecord`` bytes, or None for a tombstone} in the order keys first
+    appear, ``newest`` the newest revision's main part. A record :func:`._kvwire.kv_record`
+    does not take goes to ``slow(revision bytes, record)`` as there."""
+
+    def __init__(self, slow: Callable[[bytes, bytes], tuple[bytes, bytes | None, int]]) -> None:
+        self.latest: dict[bytes, bytes | None] = {}
+        self.newest = 0
+        self.last: bytes | None = None  # the last revision read (they must increase)
+        self.slow = slow
+
+    def leaf(self, raw: bytes, count: int) -> bool:
+        """Take the ``count`` elements of the leaf page ``raw`` and return True if every one
+        is a plain value inside the page, with revisions in increasing order after the last
+        page's; else return False having taken none (the caller reads the bucket as bbolt
+        does, which names the fault). ``slow``'s errors pass through."""
+        revs = _leaf_keys(raw, count, self.last)
+        if revs is None:
+            return False
+        if revs:
+            self.last = revs[-1]
+        latest = self.latest
+        newest = self.newest
+        off = _HEADER
+        for rev in revs:
+            kstart = off + _u32(raw, off + 4)
+            kend = kstart + len(rev)
+            vend = kend + _u32(raw, off + 12)
+            got = None
+            main = 0
+            if len(rev) == 17 and rev[8] == 0x5F:
+                got = kv_record_in(raw, kend, vend)
+                if got is not None:
+                    for i in range(8):
+                        main = main << 8 | rev[i]
+                    latest[got[0]] = got[1]
+            if got is None:
+                key, value, main = self.slow(rev, raw[kend:vend])
+                latest[key] = value
+            if main > newest:
+                newest = main
+            off += _ELEMENT
+        self.newest = newest
+        return True

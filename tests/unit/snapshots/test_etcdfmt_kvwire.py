@@ -139,9 +139,9 @@ def test_the_compiled_module_agrees_with_its_source() -> None:
     assert len(errors) == 2 and errors[0] == errors[1]
 
 
-@pytest.mark.parametrize("by_hand", [True, False])
+@pytest.mark.parametrize(("by_hand", "scan"), [(True, True), (True, False), (False, False)])
 def test_seeding_reads_the_same_records_by_hand_or_through_protobuf(
-    by_hand: bool, monkeypatch: pytest.MonkeyPatch
+    by_hand: bool, scan: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """read_etcd_latest_kv (the compiled build maps by hand; the Python build, or forced
     here, through protobuf) against read_etcd_latest with the same encoder: tombstones,
@@ -160,6 +160,7 @@ def test_seeding_reads_the_same_records_by_hand_or_through_protobuf(
     tree[b"key"][revision_bytes(7, 0)] = odd  # type: ignore[index]
     data = write_etcd_snapshot_from_tree(tree)
     monkeypatch.setattr(_etcd, "KVWIRE_COMPILED", by_hand)
+    monkeypatch.setattr(_etcd, "LATEST_SCAN", scan)  # the key bucket's pages in one pass
     got = read_etcd_latest_kv(data, _kv_record_encoder())
     want = read_etcd_latest(data, _kv_record_encoder())
     assert got == want
