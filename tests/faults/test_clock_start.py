@@ -20,6 +20,12 @@ no earlier than its TTL after its grant was asked for and no later than
 :data:`LATE_S` after that; every lease kept alive lives; the second client never gets the
 lock; one leader per term; every member serves writes after.
 
+n0 starts after n1 and n2 have elected a leader and written a key: a member started with
+a bad clock joins a running cluster. Not covered (a known gap, docs/reliability.md): a new
+cluster whose first leader is the skewed member and loses its leadership before the others
+measured its stamps in a duty round; the next leader then stamps on its own clock, an hour
+from the log's, until it measures.
+
 Before the leader kept the log's time from going back, a leader whose clock was behind
 its predecessor's stamped entries an hour before theirs: the leases its predecessor had
 refreshed could not expire for an hour (apply refuses an expiry stamped before a lease's
@@ -30,14 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from nameserver.client import Client, DeadlineExceeded
 from nameserver.client.locks import acquire
-from tests.faults.test_clocks import LIBFAKETIME, SLEW_ALLOWANCE_S, Leaders, cluster_with_env
+from tests.faults.test_clocks import LIBFAKETIME, SLEW_ALLOWANCE_S, Leaders
 from tests.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.slow]
@@ -47,6 +53,39 @@ TTL_S = 4
 #: one election timeout, a checkpoint interval and a duty round, and the test's polling
 LATE_S = 4.0
 SKEWED = 0
+
+
+@contextlib.contextmanager
+def cluster_started_skewed_last(
+    root: Path, env: Callable[[int], dict[str, str]]
+) -> Iterator[Cluster]:
+    """The others first, a leader among them and a key written (a stamped entry), then the
+    skewed member with ``env``."""
+    c = Cluster(root, start=False)
+    try:
+        for i in range(c.n):
+            if i != SKEWED:
+                c.node_env[i] = env(i)
+                c.start(i)
+        others = [c.endpoints[i] for i in range(c.n) if i != SKEWED]
+
+        def written() -> bool:
+            try:
+                with Client(others, timeout_s=5) as client:
+                    client.put("skew/before", "v")
+                return True
+            except Exception:
+                return False
+
+        wait_until(written, 60, "a leader among the others takes a put")
+        c.node_env[SKEWED] = env(SKEWED)
+        c.start(SKEWED)
+        yield c
+    except BaseException:
+        c.close(failed=True)
+        raise
+    finally:
+        c.close()
 
 
 def move_leader(c: Cluster, to: int) -> None:
@@ -123,7 +162,7 @@ def test_a_member_started_an_hour_off_keeps_leases_and_locks(
     def env(i: int) -> dict[str, str]:
         return {"LD_PRELOAD": str(LIBFAKETIME), **faketime} if i == SKEWED else {}
 
-    with cluster_with_env(tmp_path / "cluster", env) as c, Leaders(c) as leaders:
+    with cluster_started_skewed_last(tmp_path / "cluster", env) as c, Leaders(c) as leaders:
         if c.wait_ready(30) == SKEWED:
             move_leader(c, 1)
         leases_and_a_lock(c, lambda: move_leader(c, SKEWED))
