@@ -24,11 +24,13 @@
 #   (and of them not the slow ones, which import no compiled module).
 #   --pure: no compiled build; every layer runs once on the .py files. (--mypyc, the old
 #   opt-in, is accepted and changes nothing.)
-#   Two pytest processes at a time (pytest-xdist, a test file to one process) run the unit,
-#   property, integration and end-to-end layers; the cluster and fault tests, whose timing is
-#   part of what they check (elections, heals, failovers within seconds), run one at a time
-#   after them. METALEDGER_TEST_WORKERS=N sets the processes (0: all in this one). Extra
-#   pytest args go to every run.
+#   The unit and property tests run in one process, in their own order (some share
+#   process-wide state: a clock's stamp lag, context variables); two pytest processes at a
+#   time (pytest-xdist, a test file to one process) run the integration and end-to-end
+#   layers, whose servers are processes of their own; the cluster and fault tests, whose
+#   timing is part of what they check (elections, heals, failovers within seconds), run one
+#   at a time after them. METALEDGER_TEST_WORKERS=N sets the processes (0: all in this one).
+#   Extra pytest args go to every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers="${METALEDGER_TEST_WORKERS:-2}"
@@ -96,7 +98,7 @@ if [ "$mypyc" -eq 1 ]; then
   pure_rc=0
   # not the slow ones: none imports a compiled module (tests/unit/test_test_script.py checks
   # it), so the compiled build's run below runs the same code
-  python3 -m pytest -m "not spark and not slow" tests/unit tests/property -n "$workers" "$@" || pure_rc=$?
+  python3 -m pytest -m "not spark and not slow" tests/unit tests/property "$@" || pure_rc=$?
   if [ "$pure_rc" -ne 0 ]; then
     echo "== pytest (unit and property, pure-Python build): FAILED (exit $pure_rc); the compiled build's runs are not started"
     exit "$pure_rc"
@@ -117,15 +119,19 @@ if [ "$mypyc" -eq 1 ]; then
 fi
 # Both pytest runs run whatever the first one's outcome; the script reports both and fails
 # if either failed (set -e would stop at the first and never say how the Spark run went).
-echo "== pytest (unit, property, integration, end-to-end: $workers processes)"
-par_rc=0
+echo "== pytest (unit and property)"
+unit_rc=0
 # --durations: the slowest tests, for keeping the suite inside its time budget
+python3 -m pytest -m "not spark" --durations=10 tests/unit tests/property "$@" || unit_rc=$?
+echo "== pytest (integration, end-to-end: $workers processes)"
+par_rc=0
 python3 -m pytest -m "not spark" -n "$workers" --dist loadfile --durations=30 \
-  tests/unit tests/property tests/integration tests/e2e "$@" || par_rc=$?
+  tests/integration tests/e2e "$@" || par_rc=$?
 echo "== pytest (cluster and fault tests: one at a time)"
 serial_rc=0
 python3 -m pytest -m "not spark" --durations=30 tests/cluster tests/faults "$@" || serial_rc=$?
-main_rc=$par_rc
+main_rc=$unit_rc
+if [ "$main_rc" -eq 0 ]; then main_rc=$par_rc; fi
 if [ "$main_rc" -eq 0 ]; then main_rc=$serial_rc; fi
 echo "== pytest (Spark: its own run, one JVM for the session)"
 spark_rc=0

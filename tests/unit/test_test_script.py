@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE_PYTHON = """#!/usr/bin/env bash
 case "$*" in
   *"-m pytest -m not spark and not slow tests/unit tests/property"*) echo pure >>"$FAKE_RUNS"; exit "${FAKE_PURE_RC:-0}" ;;
+  *"-m pytest -m not spark --durations=10 tests/unit tests/property"*) echo unit >>"$FAKE_RUNS"; exit "${FAKE_UNIT_RC:-0}" ;;
   *"-m pytest -m not spark -n"*) echo "main-n$6" >>"$FAKE_RUNS"; exit "$FAKE_MAIN_RC" ;;
   *"-m pytest -m not spark --durations=30 tests/cluster tests/faults"*) echo serial >>"$FAKE_RUNS"; exit "${FAKE_SERIAL_RC:-0}" ;;
   *"-m pytest -m spark"*) echo spark >>"$FAKE_RUNS"; exit "$FAKE_SPARK_RC" ;;
@@ -71,6 +72,7 @@ def run(
     *args: str,
     pure_rc: int = 0,
     serial_rc: int = 0,
+    unit_rc: int = 0,
     workers: str | None = None,
 ) -> tuple[int, str, list[str]]:
     runs = tree / "runs"
@@ -79,6 +81,7 @@ def run(
         **({"METALEDGER_TEST_WORKERS": workers} if workers is not None else {}),
         "FAKE_PURE_RC": str(pure_rc),
         "FAKE_SERIAL_RC": str(serial_rc),
+        "FAKE_UNIT_RC": str(unit_rc),
         "PATH": f"{tree / 'bin'}:/usr/bin:/bin",
         "FAKE_RUNS": str(runs),
         "FAKE_MAIN_RC": str(main_rc),
@@ -102,7 +105,7 @@ def test_both_runs_run_and_both_outcomes_are_reported(
     tree: Path, main_rc: int, spark_rc: int, code: int
 ) -> None:
     rc, out, ran = run(tree, main_rc, spark_rc)
-    assert ran == ["pure", "build", "main-n2", "serial", "spark"], out
+    assert ran == ["pure", "build", "unit", "main-n2", "serial", "spark"], out
     assert rc == code, out
     main_line = "passed" if main_rc == 0 else f"FAILED (exit {main_rc})"
     spark_line = "passed" if spark_rc == 0 else f"FAILED (exit {spark_rc})"
@@ -119,21 +122,27 @@ def test_a_failing_static_check_still_stops_the_script(tree: Path) -> None:
 
 def test_pure_runs_every_layer_once_without_the_compiled_build(tree: Path) -> None:
     rc, out, ran = run(tree, 0, 0, "--pure")
-    assert (rc, ran) == (0, ["main-n2", "serial", "spark"]), out
+    assert (rc, ran) == (0, ["unit", "main-n2", "serial", "spark"]), out
 
 
 def test_a_failing_serial_run_fails_the_script_after_every_run(tree: Path) -> None:
     """The cluster and fault tests run after the parallel layers, one at a time; their
     failure fails "everything but Spark", and the Spark run still runs."""
     rc, out, ran = run(tree, 0, 0, serial_rc=4)
-    assert (rc, ran) == (4, ["pure", "build", "main-n2", "serial", "spark"]), out
+    assert (rc, ran) == (4, ["pure", "build", "unit", "main-n2", "serial", "spark"]), out
     assert "== pytest (everything but Spark): FAILED (exit 4)" in out
     assert "== pytest (Spark): passed" in out
 
 
+def test_a_failing_unit_run_fails_the_script_after_every_run(tree: Path) -> None:
+    rc, out, ran = run(tree, 0, 0, unit_rc=6)
+    assert (rc, ran) == (6, ["pure", "build", "unit", "main-n2", "serial", "spark"]), out
+    assert "== pytest (everything but Spark): FAILED (exit 6)" in out
+
+
 def test_the_number_of_test_processes_comes_from_the_environment(tree: Path) -> None:
     rc, out, ran = run(tree, 0, 0, "--pure", workers="0")
-    assert (rc, ran) == (0, ["main-n0", "serial", "spark"]), out
+    assert (rc, ran) == (0, ["unit", "main-n0", "serial", "spark"]), out
 
 
 def test_a_failing_pure_run_stops_before_the_compiled_build_and_says_so(tree: Path) -> None:
