@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from nameserver.client import Client, DeadlineExceeded
 from nameserver.client.locks import acquire
-from tests.faults.test_clocks import LIBFAKETIME, SLEW_ALLOWANCE_S, Leaders
+from tests.faults.test_clocks import LIBFAKETIME, SLEW_ALLOWANCE_S, Leaders, cluster_with_env
 from tests.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.slow]
@@ -55,37 +55,19 @@ LATE_S = 4.0
 SKEWED = 0
 
 
-@contextlib.contextmanager
-def cluster_started_skewed_last(
-    root: Path, env: Callable[[int], dict[str, str]]
-) -> Iterator[Cluster]:
-    """The others first, a leader among them and a key written (a stamped entry), then the
-    skewed member with ``env``."""
-    c = Cluster(root, start=False)
-    try:
-        for i in range(c.n):
-            if i != SKEWED:
-                c.node_env[i] = env(i)
-                c.start(i)
-        others = [c.endpoints[i] for i in range(c.n) if i != SKEWED]
+def others_take_a_put(c: Cluster) -> None:
+    """A leader among the members started so far, and a key written (a stamped entry)."""
+    others = [c.endpoints[i] for i in range(c.n) if i != SKEWED]
 
-        def written() -> bool:
-            try:
-                with Client(others, timeout_s=5) as client:
-                    client.put("skew/before", "v")
-                return True
-            except Exception:
-                return False
+    def written() -> bool:
+        try:
+            with Client(others, timeout_s=5) as client:
+                client.put("skew/before", "v")
+            return True
+        except Exception:
+            return False
 
-        wait_until(written, 60, "a leader among the others takes a put")
-        c.node_env[SKEWED] = env(SKEWED)
-        c.start(SKEWED)
-        yield c
-    except BaseException:
-        c.close(failed=True)
-        raise
-    finally:
-        c.close()
+    wait_until(written, 60, "a leader among the others takes a put")
 
 
 def move_leader(c: Cluster, to: int) -> None:
@@ -162,7 +144,10 @@ def test_a_member_started_an_hour_off_keeps_leases_and_locks(
     def env(i: int) -> dict[str, str]:
         return {"LD_PRELOAD": str(LIBFAKETIME), **faketime} if i == SKEWED else {}
 
-    with cluster_started_skewed_last(tmp_path / "cluster", env) as c, Leaders(c) as leaders:
+    with (
+        cluster_with_env(tmp_path / "cluster", env, SKEWED, others_take_a_put) as c,
+        Leaders(c) as leaders,
+    ):
         if c.wait_ready(30) == SKEWED:
             move_leader(c, 1)
         leases_and_a_lock(c, lambda: move_leader(c, SKEWED))

@@ -145,10 +145,19 @@ def check_stepped_member(c: Cluster, target: int, hold: Callable[[int], Iterator
 
 
 @contextlib.contextmanager
-def cluster_with_env(root: Path, env: Callable[[int], dict[str, str]]) -> Iterator[Cluster]:
+def cluster_with_env(
+    root: Path,
+    env: Callable[[int], dict[str, str]],
+    late: int | None = None,
+    before_late: Callable[[Cluster], None] | None = None,
+) -> Iterator[Cluster]:
+    """Every member started with ``env(i)``; member ``late`` (if any) only once
+    ``before_late(c)`` returned, after the others."""
     c = Cluster(root, start=False)
     try:
-        for i in range(c.n):
+        for i in [*(i for i in range(c.n) if i != late), *([late] if late is not None else [])]:
+            if i == late and before_late is not None:
+                before_late(c)
             c.node_env[i] = env(i)
             c.start(i)
         yield c
