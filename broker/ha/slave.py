@@ -107,7 +107,8 @@ class HAClient:
             if self.sessions != sessions:
                 delay = self.backoff_initial_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._stopping.wait()
             delay = min(delay * 2, self.backoff_max_s)
 
     async def _session(self) -> None:

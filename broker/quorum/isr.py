@@ -205,7 +205,8 @@ class IsrKeeper:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poked.wait(), self.settings.check_interval_s)
+                async with asyncio.timeout(self.settings.check_interval_s):
+                    await self._poked.wait()
             self._poked.clear()
             try:
                 await self.check()

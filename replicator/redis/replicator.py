@@ -145,7 +145,8 @@ class RedisReplicator:
                     await asyncio.to_thread(self.role.release)
                 if not self._stop.is_set():
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stop.wait(), self.config.retry_delay_s)
+                        async with asyncio.timeout(self.config.retry_delay_s):
+                            await self._stop.wait()
         finally:
             await asyncio.to_thread(self.role.release)
             self.client.close()
@@ -179,7 +180,8 @@ class RedisReplicator:
                 self.last_error = f"campaign: {type(exc).__name__}: {exc}"
                 log.warning("worker %s: %s", self.config.worker, self.last_error)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.config.retry_delay_s)
+                    async with asyncio.timeout(self.config.retry_delay_s):
+                        await self._stop.wait()
                 continue
             log.info("worker %s is active for job %s", self.config.worker, self.config.job)
             return fence
@@ -470,7 +472,8 @@ class _Pass:
     async def _committer(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._commit_now.wait(), self.owner.config.commit_interval_s)
+                async with asyncio.timeout(self.owner.config.commit_interval_s):
+                    await self._commit_now.wait()
             self._commit_now.clear()
             await self._commit()
 

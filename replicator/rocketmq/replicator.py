@@ -133,7 +133,8 @@ class RocketMQReplicator:
                     continue
                 log.warning("pass ended: %s; restarting in %.0f s", self._failure, backoff)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), backoff)
+                    async with asyncio.timeout(backoff):
+                        await self._stop.wait()
                 backoff = min(backoff * 2, 10.0)
         finally:
             duties.cancel()
@@ -165,7 +166,8 @@ class RocketMQReplicator:
             except (RocketMQError, OSError) as exc:
                 log.warning("cluster names not known yet (%s); retrying", exc)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), 2.0)
+                    async with asyncio.timeout(2.0):
+                        await self._stop.wait()
                 if self._stop.is_set():
                     return
 
@@ -210,7 +212,8 @@ class RocketMQReplicator:
             while not self._stop.is_set() and self._failure is None:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), config.commit_interval_s)
+                    async with asyncio.timeout(config.commit_interval_s):
+                        await self._wake.wait()
                 await self._commit_all()
                 await self._publish()
                 if time.monotonic() >= next_refresh and self._failure is None:
@@ -452,4 +455,5 @@ class RocketMQReplicator:
             except (ClientError, RocketMQError, SinkError, OSError) as exc:
                 log.warning("job connectors: %s", exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._stop.wait()

@@ -317,7 +317,8 @@ class RocketMQSink:
             if idle or now < lane.retry_at:
                 timeout = None if idle else lane.retry_at - now
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(lane.wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await lane.wake.wait()
                 continue
             try:
                 if lane.refresh_route:
