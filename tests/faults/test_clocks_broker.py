@@ -11,12 +11,17 @@ What must hold: sends are acknowledged at every step; metaledger never names two
 for one master epoch, and no two replicas acknowledge sends in one epoch (the epoch each
 acknowledgement fell in is the one metaledger named last before it); every acknowledged
 message is consumable from the master afterwards.
+
+A replica started with its real-time clock an hour off (ahead as the master, behind as a
+slave) goes through a failover (the master killed, a slave elected, the old master back as a
+slave and caught up, ``failover_support.kill_round``) with the same checks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -25,7 +30,15 @@ import pytest
 
 from nameserver.client import Client
 from tests.cluster.broker.failover_procs import Replica
-from tests.cluster.broker.failover_support import Producer, group_info, pull_all, setup_group, until
+from tests.cluster.broker.failover_support import (
+    Producer,
+    group_info,
+    kill_round,
+    pull_all,
+    runtime_info,
+    setup_group,
+    until,
+)
 from tests.faults.net.broker_checker import GroupState, check_masters
 from tests.faults.test_clocks import LIBFAKETIME, STEPS, faketime_env
 from tests.harness import running_cluster
@@ -120,3 +133,50 @@ def test_a_stepped_replica_clock_loses_nothing_and_keeps_one_master(
             stack.callback(r.stop)
             reps.append(r)
         asyncio.run(asyncio.wait_for(scenario(reps, node.endpoints, rc), 120))
+
+
+async def skewed_failover(
+    reps: list[Replica], endpoints: list[str], skewed: int, by_s: int
+) -> None:
+    client = Client(endpoints, timeout_s=5.0)
+    producer = Producer(client, GROUP)
+    seen: list[GroupState] = []
+    watch: asyncio.Task[None] | None = None
+    try:
+        await setup_group(reps, client, GROUP)
+        boot_s = int((await runtime_info(reps[skewed].addr))["bootTimestamp"]) / 1000
+        assert abs(boot_s - time.time() - by_s) < 120, "the replica's clock is off as set"
+        watch = asyncio.create_task(watch_group(client, seen))
+        result = await kill_round(reps, client, GROUP, producer, 200, random.Random(7))
+        watch.cancel()
+        problems = check_masters([], [], seen)
+        two = {e: sorted(w) for e, w in ackers_by_epoch(producer.acked, seen).items() if len(w) > 1}
+        assert not problems and not two, (problems, two)
+        print(result.line(), f"master epochs {sorted({g.epoch for g in seen})}")
+    finally:
+        if watch is not None:
+            watch.cancel()
+        await producer.halt()
+        await producer.close()
+        client.close()
+
+
+@pytest.mark.parametrize(("role", "offset"), [("master", "+3600"), ("slave", "-3600")])
+def test_a_replica_started_an_hour_off_fails_over_and_loses_nothing(
+    tmp_path: Path, role: str, offset: str
+) -> None:
+    target = 0 if role == "master" else 1  # replica 0 starts first: the master
+    rc = tmp_path / "faketime.rc"
+    with contextlib.ExitStack() as stack:
+        node = stack.enter_context(running_cluster(tmp_path / "ml", n=1))
+        reps = []
+        for i in range(3):
+            r = Replica(tmp_path, node.endpoints, GROUP, i)
+            if i == target:
+                r.extra_env = {**faketime_env(rc), **FAST_FAKETIME}
+                rc.write_text(offset + "\n")  # from its first instant
+            stack.callback(r.stop)
+            reps.append(r)
+        asyncio.run(
+            asyncio.wait_for(skewed_failover(reps, node.endpoints, target, int(offset)), 150)
+        )

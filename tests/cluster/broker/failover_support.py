@@ -247,7 +247,7 @@ async def run_failover(
         await setup_group(reps, client, group)
         results = []
         for kill_after in kill_points:
-            results.append(await _kill_round(reps, client, group, producer, kill_after, rng))
+            results.append(await kill_round(reps, client, group, producer, kill_after, rng))
         for r in reps:
             assert await asyncio.to_thread(r.stop) == 0, r.log_tail()
         logs = [await asyncio.to_thread(r.commit_log) for r in reps]
@@ -312,7 +312,7 @@ async def _commit_offsets(client: Client, group: str, master: str) -> dict[int, 
     return committed
 
 
-async def _kill_round(
+async def kill_round(
     reps: list[Replica],
     client: Client,
     group: str,
