@@ -14,7 +14,8 @@ message is consumable from the master afterwards.
 
 A replica started with its real-time clock an hour off (ahead as the master, behind as a
 slave) goes through a failover (the master killed, a slave elected, the old master back as a
-slave and caught up, ``failover_support.kill_round``) with the same checks.
+slave and caught up, ``failover_support.kill_round``) with the same checks; so does one whose
+clocks, monotonic included, run at x2 or x0.5 from its start (as the master, as a slave).
 """
 
 from __future__ import annotations
@@ -135,8 +136,21 @@ def test_a_stepped_replica_clock_loses_nothing_and_keeps_one_master(
         asyncio.run(asyncio.wait_for(scenario(reps, node.endpoints, rc), 120))
 
 
+async def clock_rate(addr: str, real_s: float = 3.0) -> float:
+    """How fast the broker's real-time clock runs, from its runtime info (whole seconds since
+    its start) over ``real_s`` seconds of ours."""
+
+    async def runtime() -> int:
+        return int((await runtime_info(addr))["runtime"].split()[0])
+
+    first = await runtime()
+    t0 = time.monotonic()
+    await asyncio.sleep(real_s)
+    return (await runtime() - first) / (time.monotonic() - t0)
+
+
 async def skewed_failover(
-    reps: list[Replica], endpoints: list[str], skewed: int, by_s: int
+    reps: list[Replica], endpoints: list[str], skewed: int, by_s: int, rate: float = 1.0
 ) -> None:
     client = Client(endpoints, timeout_s=5.0)
     producer = Producer(client, GROUP)
@@ -146,6 +160,9 @@ async def skewed_failover(
         await setup_group(reps, client, GROUP)
         boot_s = int((await runtime_info(reps[skewed].addr))["bootTimestamp"]) / 1000
         assert abs(boot_s - time.time() - by_s) < 120, "the replica's clock is off as set"
+        if rate != 1.0:
+            seen_rate = await clock_rate(reps[skewed].addr)
+            assert abs(seen_rate - rate) < rate * 0.5, f"clock at x{seen_rate:.2f}, not x{rate}"
         watch = asyncio.create_task(watch_group(client, seen))
         result = await kill_round(reps, client, GROUP, producer, 200, random.Random(7))
         watch.cancel()
@@ -180,3 +197,30 @@ def test_a_replica_started_an_hour_off_fails_over_and_loses_nothing(
         asyncio.run(
             asyncio.wait_for(skewed_failover(reps, node.endpoints, target, int(offset)), 150)
         )
+
+
+@pytest.mark.parametrize(
+    ("role", "rate"), [("master", "x2"), ("master", "x0.5"), ("slave", "x2"), ("slave", "x0.5")]
+)
+def test_a_replica_whose_clocks_run_fast_or_slow_fails_over_and_loses_nothing(
+    tmp_path: Path, role: str, rate: str
+) -> None:
+    """One replica runs at ``rate`` from its start, real-time and monotonic clocks alike (its
+    heartbeat, in-sync and retry timers with them), through the same failover."""
+    target = 0 if role == "master" else 1
+    with contextlib.ExitStack() as stack:
+        node = stack.enter_context(running_cluster(tmp_path / "ml", n=1))
+        reps = []
+        for i in range(3):
+            r = Replica(tmp_path, node.endpoints, GROUP, i)
+            if i == target:
+                r.extra_env = {
+                    "LD_PRELOAD": str(LIBFAKETIME),
+                    "FAKETIME": f"+0 {rate}",
+                    "FAKETIME_DONT_FAKE_MONOTONIC": "0",
+                    **FAST_FAKETIME,
+                }
+            stack.callback(r.stop)
+            reps.append(r)
+        run = skewed_failover(reps, node.endpoints, target, 0, float(rate[1:]))
+        asyncio.run(asyncio.wait_for(run, 150))
