@@ -14,9 +14,14 @@ etcd's backend: they travel only in metaledger's own snapshot.
 Arriving (``metaledger snapshot restore --from-etcd``): the records of a new image at the
 etcd snapshot's revision: every live key (newest version, revisions and version kept), the
 leases (TTL and time left), users (password hashes as etcd stored them) and roles, auth on
-or off, the compaction revision. Members are not carried (the new cluster's members are its
-own); past revisions in the file are not kept (the new image's history starts at its
-revision).
+or off, the compaction revision, and the store's revision counter at the snapshot's revision
+(:mod:`nameserver.kv.revision`): the seeded store counts etcd's way from its first entry, so
+no entry after it moves the revision unless it changes keys (the members' own records, which
+a node writes on its first start, included), as in etcd, whose member records never move it.
+``offset_revisions`` leaves the counter out: the store then counts by log offset until a
+leader switches it (``serve --offset-revisions``: never). Members are not carried (the new
+cluster's members are its own); past revisions in the file are not kept (the new image's
+history starts at its revision).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from nameserver.auth.records import AuthState
 from nameserver.auth.records import Permission as AuthPermission
 from nameserver.auth.records import Role as AuthRole
 from nameserver.auth.records import User as AuthUser
-from nameserver.kv.records import COMPACT_KEY, Compaction
+from nameserver.kv.records import COMPACT_KEY, REVISION_KEY, Compaction, StoreRevision
+from nameserver.kv.revision import FLOOR, REVISION
 from nameserver.leases.records import Lease as MlLease
 from nameserver.leases.records import lease_key
 from nameserver.state.forked import error_message, exit_child
@@ -136,7 +142,9 @@ def etcd_snapshot_bytes(image: MetadataImage) -> bytes:
     return etcdfmt.write_etcd_snapshot(to_etcd_image(image))
 
 
-def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[Record]:
+def from_etcd_image(
+    etcd: etcdfmt.EtcdImage, now_ms: int | None = None, offset_revisions: bool = False
+) -> list[Record]:
     """The records of a new image seeded from an etcd 3.4 backend (see the module doc); its
     revision (the snapshot's last offset) is ``etcd.revision``."""
     by_revision = operator.itemgetter(0, 1)  # (main, sub)
@@ -164,7 +172,7 @@ def from_etcd_image(etcd: etcdfmt.EtcdImage, now_ms: int | None = None) -> list[
         for key, (_, _, _, value, create, mod, version, lease, tombstone) in latest.items()
         if not tombstone
     ]
-    return out + _other_records(etcd, etcd.revision, now_ms)
+    return out + _other_records(etcd, etcd.revision, now_ms, offset_revisions)
 
 
 def _kv_record_encoder() -> Callable[[KeyValue], bytes]:
@@ -185,10 +193,18 @@ def _kv_record_encoder() -> Callable[[KeyValue], bytes]:
     return encode
 
 
-def _other_records(etcd: etcdfmt.EtcdImage, revision: int, now_ms: int | None) -> list[Record]:
-    """The records after the keys': the compaction, leases, users, roles and auth state."""
+def _other_records(
+    etcd: etcdfmt.EtcdImage, revision: int, now_ms: int | None, offset_revisions: bool
+) -> list[Record]:
+    """The records after the keys': the store's revision counter (unless
+    ``offset_revisions``), the compaction, leases, users, roles and auth state."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     out: list[Record] = []
+    if not offset_revisions:
+        # etcd's store revision, and 1 at the least (an empty etcd store's): the store counts
+        # etcd's way from the image on, whatever entries come before its first key change
+        counter = StoreRevision(max(revision, FLOOR))
+        out.append((REVISION, REVISION_KEY, counter.to_record()))
     if etcd.finished_compact_revision:
         out.append(("mvcc", COMPACT_KEY, Compaction(etcd.finished_compact_revision).to_record()))
     for le in etcd.leases:
@@ -227,7 +243,10 @@ class Seeded:
 
 
 def seed_from_etcd(
-    etcd_file: str, data_dir: str, progress: Callable[[str], None] | None = None
+    etcd_file: str,
+    data_dir: str,
+    progress: Callable[[str], None] | None = None,
+    offset_revisions: bool = False,
 ) -> Seeded:
     """Seed a new, empty data dir from an etcd 3.4 snapshot (or ``member/snap/db``) file, as
     ``metaledger snapshot restore`` seeds one from metaledger's own snapshot.
@@ -235,19 +254,22 @@ def seed_from_etcd(
     The file is read and checked whole before anything is written (``EtcdFormatError``: one
     line naming what is wrong and where; ``OSError``; ``SnapshotError`` for a data dir in
     use); a failure while writing removes what it wrote (the data dir too, if it was new).
-    ``progress`` gets a line per stage and, while writing, about one a second."""
+    ``progress`` gets a line per stage and, while writing, about one a second. The image
+    counts revisions etcd's way from the start unless ``offset_revisions`` (module doc)."""
     # a million records that form no cycles: the collector would rescan them over and over
     with gc_paused():
-        return _seed(etcd_file, data_dir, progress or (lambda _line: None))
+        return _seed(etcd_file, data_dir, progress or (lambda _line: None), offset_revisions)
 
 
-def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
+def _seed(
+    etcd_file: str, data_dir: str, say: Callable[[str], None], offset_revisions: bool
+) -> Seeded:
     check_new_data_dir(data_dir)
     data = Path(etcd_file).read_bytes()
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
     etcd, latest, revision = etcdfmt.read_etcd_latest_kv(data, _kv_record_encoder())
     del data
-    others = _other_records(etcd, revision, None)
+    others = _other_records(etcd, revision, None, offset_revisions)
     values = latest.values()
     keys = len(latest) - operator.countOf(values, None)  # less the tombstones
     # ("kv", key, value) of every key that is not a tombstone, then the others: made as the

@@ -102,6 +102,13 @@ def run_restore(args: argparse.Namespace) -> int:
 
     if args.from_etcd:
         return _restore_from_etcd(args)
+    if args.offset_revisions:
+        print(
+            "metaledger: snapshot restore: --offset-revisions is for --from-etcd (a "
+            "metaledger snapshot keeps the count its store had)",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
     try:
         offset = seed_data_dir(args.file, args.data_dir)
     except (SnapshotError, OSError) as exc:
@@ -126,7 +133,7 @@ def _restore_from_etcd(args: argparse.Namespace) -> int:
         print(f"metaledger: snapshot restore: {line}", file=sys.stderr, flush=True)
 
     try:
-        seeded = seed_from_etcd(args.file, args.data_dir, progress)
+        seeded = seed_from_etcd(args.file, args.data_dir, progress, args.offset_revisions)
     except EtcdFormatError as exc:
         print(f"metaledger: snapshot restore: {args.file}: {exc}", file=sys.stderr)
         return ExitCode.ERROR
@@ -142,6 +149,7 @@ def _restore_from_etcd(args: argparse.Namespace) -> int:
         "users": seeded.users,
         "roles": seeded.roles,
         "auth_enabled": seeded.auth_enabled,
+        "revisions": "offset" if args.offset_revisions else "etcd",
     }
     text = (
         f"restored etcd snapshot {args.file} into {args.data_dir} (revision {seeded.revision}: "
@@ -173,7 +181,15 @@ def _register_restore(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--from-etcd",
         action="store_true",
         help="FILE is an etcd 3.4 snapshot (etcdctl snapshot save) or member/snap/db: keys "
-        "keep their revisions and versions, leases their TTLs, users and roles come along",
+        "keep their revisions and versions, leases their TTLs, users and roles come along; "
+        "the store counts revisions as etcd does from the start (only key changes move it)",
+    )
+    p.add_argument(
+        "--offset-revisions",
+        action="store_true",
+        help="with --from-etcd: seed a store that counts revisions by log offset (every "
+        "request moves it) until a leader switches it; for members run with "
+        "serve --offset-revisions",
     )
     p.set_defaults(run=run_restore)
 
@@ -212,7 +228,8 @@ A snapshot file holds a node's whole state at one log offset.
                         with their revisions, versions and leases, leases with their TTLs,
                         users (etcd's password hashes) and roles; a file that is not one is
                         refused with one line saying what is wrong and where, and nothing
-                        is written
+                        is written; the store counts revisions as etcd does from the start
+                        (--offset-revisions: by log offset, as serve --offset-revisions)
 
 `etcdctl snapshot save` against a node writes etcd's format (etcd's tools read it); `save`
 here writes metaledger's own, with routes, offsets and replica groups.

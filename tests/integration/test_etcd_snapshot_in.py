@@ -4,11 +4,14 @@ A real etcd takes puts over several revisions, deletes, a txn, a lease with keys
 role, and auth on; ``etcdctl snapshot save`` writes the file; ``metaledger snapshot restore
 --from-etcd`` seeds a new data dir from it (progress on stderr); the node started on it
 answers ``etcdctl get --prefix -w json`` as etcd did, field for field (every kv's key,
-create and mod revisions, version, value and lease; the header's revision is etcd's, or one
-more when the member record the node writes on its first start lands before the store
-switches to etcd's count, which is a matter of timing), keeps the
-lease with its TTL and keys, and its users log in with the passwords they had in etcd
-(etcd's bcrypt hashes came along) with the permissions their role gives.
+create and mod revisions, version, value and lease, and the header's revision: exactly
+etcd's, once the member record the node writes on its first start is in: the seeded store
+counts etcd's way from its first entry, so that record never moves it, wherever it lands),
+keeps the lease with its TTL and keys, and its users log in with the passwords they had in
+etcd (etcd's bcrypt hashes came along) with the permissions their role gives. Three members
+each seeded from the same file, as ``etcdctl snapshot restore`` users seed an etcd cluster,
+answer etcd's revision on every member once all three member records are in, and a put
+moves it by one.
 
 Files that are not an etcd 3.4 snapshot (not bbolt, truncated, a page changed, a hash that
 does not match, etcd 3.5's layout) are refused with one line naming what is wrong and where,
@@ -22,6 +25,7 @@ import json
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +40,7 @@ from tests.harness import Cluster, wait_until
 CLI = (sys.executable, "-m", "nameserver.cli")
 DATA = Path(__file__).resolve().parents[1] / "unit" / "snapshots" / "data"
 
-needs_etcd = pytest.mark.skipif(
-    shutil.which("etcd") is None or shutil.which("etcdctl") is None,
-    reason="etcd 3.4 and etcdctl are not installed",
-)
+ADMIN = "root:rootpw"
 pytestmark = pytest.mark.integration
 
 
@@ -69,9 +70,22 @@ def restore(etcd_file: Path, data_dir: Path) -> subprocess.CompletedProcess[str]
     )
 
 
-@needs_etcd
-def test_an_etcd_snapshot_seeds_metaledger_field_for_field(tmp_path: Path) -> None:
-    admin = "root:rootpw"
+class EtcdSnapshot:
+    """A real etcd's snapshot file and what etcd answered ``get "" --prefix`` at it."""
+
+    def __init__(self, path: Path, want: dict[str, Any], lease_id: int) -> None:
+        self.path, self.want, self.lease_id = path, want, lease_id
+
+    @property
+    def revision(self) -> int:
+        return int(self.want["header"]["revision"])
+
+
+@pytest.fixture(scope="module")
+def etcd_snapshot(tmp_path_factory: pytest.TempPathFactory) -> EtcdSnapshot:
+    if shutil.which("etcd") is None or shutil.which("etcdctl") is None:
+        pytest.skip("etcd 3.4 and etcdctl are not installed")
+    tmp_path = tmp_path_factory.mktemp("etcd")
     with EtcdServer(tmp_path / "etcd") as etcd:
         etcd.wait_ready()
         ep = etcd.endpoint
@@ -91,43 +105,80 @@ def test_an_etcd_snapshot_seeds_metaledger_field_for_field(tmp_path: Path) -> No
         _ok(ep, "user", "grant-role", "u1", "r1")
         _ok(ep, "auth", "enable")
         snap = tmp_path / "etcd.db"
-        _ok(ep, "snapshot", "save", str(snap), user=admin)
-        want = _json(ep, "get", "", "--prefix", user=admin)
+        _ok(ep, "snapshot", "save", str(snap), user=ADMIN)
+        want = _json(ep, "get", "", "--prefix", user=ADMIN)
+    return EtcdSnapshot(snap, want, lease_id)
 
+
+def _member_records_in(endpoint: str, n: int) -> bool:
+    """Whether ``endpoint``'s member list has ``n`` members, each with its client URLs (the
+    member record each node writes on its first start: a log entry)."""
+    members = _json(endpoint, "member", "list", user=ADMIN)["members"]
+    return len(members) == n and all(m.get("clientURLs") for m in members)
+
+
+def test_an_etcd_snapshot_seeds_metaledger_field_for_field(
+    tmp_path: Path, etcd_snapshot: EtcdSnapshot
+) -> None:
+    snap, want, lease_id = etcd_snapshot.path, etcd_snapshot.want, etcd_snapshot.lease_id
     node = Cluster(tmp_path / "ml", n=1, start=False)
     try:
         done = restore(snap, node.data_dir(0))
         assert done.returncode == 0, done.stderr
         doc = json.loads(done.stdout)
-        assert doc["revision"] == int(want["header"]["revision"])
+        assert doc["revision"] == etcd_snapshot.revision
         assert (doc["keys"], doc["leases"], doc["users"], doc["roles"]) == (7, 1, 2, 1)
         assert doc["keys"] == len(want["kvs"])
+        assert doc["revisions"] == "etcd"
         assert "wrote" in done.stderr and "keys" in done.stderr  # progress on stderr
         node.start(0)
         node.wait_ready(30)
         ml = node.endpoints[0]
-        # the node writes its own member record once (a log entry: it moves the revision
-        # only if it lands before the store switches to counting as etcd does)
-        wait_until(
-            lambda: _json(ml, "member", "list", user=admin)["members"][0].get("clientURLs"),
-            30,
-            "the node's member record",
-        )
-        got = _json(ml, "get", "", "--prefix", user=admin)
-        ttl = _json(ml, "lease", "timetolive", f"{lease_id:x}", "--keys", user=admin)
+        # the node writes its own member record once (a log entry that changes no key)
+        wait_until(lambda: _member_records_in(ml, 1), 30, "the node's member record")
+        got = _json(ml, "get", "", "--prefix", user=ADMIN)
+        ttl = _json(ml, "lease", "timetolive", f"{lease_id:x}", "--keys", user=ADMIN)
         u1_in = _json(ml, "get", "/p/in", user="u1:u1pw")
         u1_out = etcdctl(ml, "get", "a", flags=["--user=u1:u1pw"])
         wrong = etcdctl(ml, "get", "a", flags=["--user=u1:nope"])
     finally:
         node.close()
     assert _fields(got) == _fields(want)
-    # etcd's revision at the snapshot, or one more for the member record (module docstring)
-    assert int(got["header"]["revision"]) - int(want["header"]["revision"]) in (0, 1)
+    # exactly etcd's revision at the snapshot: the member record did not move it
+    assert int(got["header"]["revision"]) == etcd_snapshot.revision
     assert int(ttl["granted-ttl"]) == 900 and 0 < int(ttl["ttl"]) <= 900
     assert sorted(base64.b64decode(k) for k in ttl["keys"]) == [b"l1", b"l2"]
     assert [base64.b64decode(kv["value"]) for kv in u1_in["kvs"]] == [b"role's"]
     assert u1_out.returncode != 0 and "permission denied" in u1_out.stderr
     assert wrong.returncode != 0 and "authentication failed" in wrong.stderr
+
+
+def test_three_members_seeded_from_one_etcd_snapshot_serve_etcds_revision(
+    tmp_path: Path, etcd_snapshot: EtcdSnapshot
+) -> None:
+    want, revision = etcd_snapshot.want, etcd_snapshot.revision
+    cluster = Cluster(tmp_path / "ml3", n=3, start=False)
+    try:
+        for i in range(cluster.n):  # every member from the same file
+            done = restore(etcd_snapshot.path, cluster.data_dir(i))
+            assert done.returncode == 0, done.stderr
+        for i in range(cluster.n):
+            cluster.start(i)
+        cluster.wait_ready(60)
+        for ep in cluster.endpoints:  # every member's record in, as each member applied it
+            wait_until(partial(_member_records_in, ep, 3), 30, f"3 member records at {ep}")
+        got = [_json(ep, "get", "", "--prefix", user=ADMIN) for ep in cluster.endpoints]
+        _ok(cluster.endpoints[1], "put", "after", "seed", user=ADMIN)
+        after = [_json(ep, "get", "after", user=ADMIN) for ep in cluster.endpoints]
+    finally:
+        cluster.close()
+    for i, doc in enumerate(got):
+        assert _fields(doc) == _fields(want), f"member {i}"
+        assert int(doc["header"]["revision"]) == revision, f"member {i}"
+    for i, doc in enumerate(after):  # a put moves it by one, on every member
+        assert int(doc["header"]["revision"]) == revision + 1, f"member {i}"
+        (kv,) = doc["kvs"]
+        assert int(kv["create_revision"]) == int(kv["mod_revision"]) == revision + 1
 
 
 def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:

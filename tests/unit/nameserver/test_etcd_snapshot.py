@@ -12,6 +12,7 @@ from __future__ import annotations
 from nameserver.auth.passwords import check_password, hash_password
 from nameserver.etcd_snapshot import etcd_snapshot_bytes, from_etcd_image, to_etcd_image
 from nameserver.kinds import REGISTRY
+from nameserver.kv.records import StoreRevision
 from nameserver.state.machine import image_from_records
 from snapshots.etcdfmt import (
     EtcdImage,
@@ -94,7 +95,9 @@ def test_an_empty_image_is_an_empty_etcd_backend() -> None:
     image = image_from_records([], 0, 0, REGISTRY)
     out = read_etcd_snapshot(etcd_snapshot_bytes(image))
     assert out.keys == () and out.revision == 0 and not out.auth_enabled
-    assert from_etcd_image(out) == []
+    # nothing but the store's revision counter, at an empty etcd store's revision
+    assert from_etcd_image(out) == [("revision", b"store", StoreRevision(1).to_record())]
+    assert from_etcd_image(out, offset_revisions=True) == []
 
 
 def test_users_from_etcd_log_in_with_their_etcd_passwords() -> None:
