@@ -211,7 +211,7 @@ class Node:
                 )
             )
         else:
-            engine = PySyncObjEngine(PySyncObjConfig(**common))
+            engine = PySyncObjEngine(PySyncObjConfig(**common, stamp_forwarded=leader_stamp))
         store = FileSnapshotStore(os.path.join(config.data_dir, "snap"), keep=config.snapshot_keep)
         cluster_hex = f"{self.cluster_id:016x}"
         image, engine_base = restore(store, segments, engine.dump_file, cluster_hex, REGISTRY)

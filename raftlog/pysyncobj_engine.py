@@ -20,6 +20,9 @@ What PySyncObj 0.3.17 gets wrong if used as is, and the mitigation of each, all 
 * PySyncObj's own log compaction (an in-thread pickle that stalled the leader
   for seconds) is switched off; snapshots are metaledger's own
   (:class:`raftlog.consensus.EngineSnapshots`).
+* A follower's proposal reaches the leader inside PySyncObj (``apply_command``);
+  with ``stamp_forwarded`` set the leader restamps the item with its own clock as it
+  queues it, as the native engine does, so time enters the log from the leader only.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -79,7 +83,6 @@ class _StoredZlib:
 
 
 _tcp_connection.zlib = _StoredZlib
-
 _ROLES = {0: "follower", 1: "candidate", 2: "leader"}
 _LEADER = 2
 _NEVER = 10**12
@@ -95,6 +98,8 @@ class PySyncObjConfig(EngineConfig):
     tick_period_ms: int = 20
     snapshot_min_interval_s: int = 10**9
     extra: dict[str, Any] = field(default_factory=dict)  # raw SyncObjConf overrides (tests)
+    #: the leader's stamp for an item a follower forwarded (``NativeConfig.stamp_forwarded``)
+    stamp_forwarded: Callable[[bytes], bytes] | None = field(default=None, compare=False)
 
     def validate(self) -> None:
         if not self.password:
@@ -117,6 +122,17 @@ class _CoalescingSyncObj(SyncObj):  # type: ignore[misc]
     """
 
     _ml_change_index: int | None = None
+
+    def __init__(self, *args: Any, stamp: Callable[[bytes], bytes] | None = None, **kw: Any):
+        self._ml_stamp = stamp  # before PySyncObj's threads start
+        super().__init__(*args, **kw)
+
+    def _applyCommand(self, command: bytes, callback: Any, commandType: Any = None) -> None:
+        # another node's command (callback (node, request id) or None) comes whole
+        stamp = self._ml_stamp
+        if stamp is not None and commandType is None and not callable(callback):
+            command = restamped(command, stamp)
+        super()._applyCommand(command, callback, commandType)
 
     def _SyncObj__changeCluster(self, request: Any) -> bool:
         applied = self._SyncObj__raftLastApplied
@@ -142,6 +158,18 @@ class _CoalescingSyncObj(SyncObj):  # type: ignore[misc]
             conf.appendEntriesUseBatch = False
         if self._SyncObj__raftState == _LEADER and self._SyncObj__getCurrentLogIndex() != before:
             self._SyncObj__sendAppendEntries()
+
+
+def restamped(command: bytes, stamp: Callable[[bytes], bytes]) -> bytes:
+    """A forwarded ``append(item)`` with ``stamp(item)``; other commands as they came."""
+    if command[:1] != bytes([_COMMAND_TYPE.REGULAR]):
+        return command
+    try:
+        func_id, args = pso_pickle.loads(command[1:])  # (id, args): no kwargs in append
+        item = args[0] if len(args) == 1 and isinstance(args[0], bytes) else None
+        return command[:1] + bytes(pso_pickle.dumps((func_id, (stamp(item),)))) if item else command
+    except Exception:  # not ours to judge: PySyncObj applies it as it came
+        return command
 
 
 class _AppendConsumer(SyncObjConsumer):  # type: ignore[misc]
@@ -295,7 +323,11 @@ class PySyncObjEngine:
             _reconcile_journal(os.path.join(cfg.journal_dir, "journal"), self.dump_file, snapshots)
         others = [addr for nid, addr in cfg.peers.items() if nid != cfg.node_id]
         self._sync = _CoalescingSyncObj(
-            cfg.self_address, others, conf=conf, consumers=[self._consumer]
+            cfg.self_address,
+            others,
+            conf=conf,
+            consumers=[self._consumer],
+            stamp=cfg.stamp_forwarded,
         )
 
     def propose(self, data: bytes, callback: ProposeCallback) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from nameserver.cli.serve import CONSENSUS_ENV
 from nameserver.client import Client, DeadlineExceeded
 from nameserver.client.locks import acquire
 from tests.harness import Cluster, wait_until
@@ -203,11 +204,21 @@ def test_a_stepped_clock_expires_nothing_early_and_locks_keep_one_holder(
 def test_a_member_whose_clocks_run_fast_or_slow(tmp_path: Path, role: str, rate: str) -> None:
     """Node n0 runs at ``rate`` from its start, real-time and monotonic clocks alike (its
     timers too); leadership is moved so that it is the leader or a follower."""
+    member_at_rate(tmp_path, role, rate, {})
 
+
+def test_a_slow_follower_on_the_pysyncobj_engine(tmp_path: Path) -> None:
+    """The same with ``--consensus pysyncobj``, whose followers forward proposals inside
+    PySyncObj: the leader restamps them there (``stamp_forwarded``)."""
+    member_at_rate(tmp_path, "follower", "x0.5", {CONSENSUS_ENV: "pysyncobj"})
+
+
+def member_at_rate(tmp_path: Path, role: str, rate: str, every: dict[str, str]) -> None:
     def env(i: int) -> dict[str, str]:
         if i:
-            return {}
+            return every
         return {
+            **every,
             "LD_PRELOAD": str(LIBFAKETIME),
             "FAKETIME": f"+0 {rate}",
             "FAKETIME_DONT_FAKE_MONOTONIC": "0",
