@@ -214,6 +214,15 @@ def test_a_slow_follower_on_the_pysyncobj_engine(tmp_path: Path) -> None:
 
 
 def member_at_rate(tmp_path: Path, role: str, rate: str, every: dict[str, str]) -> None:
+    with cluster_at_rate(tmp_path / "cluster", role, rate, every) as c:
+        check_stepped_member(c, 0, lambda _target: iter([TTL_S + 1.0]))
+
+
+@contextlib.contextmanager
+def cluster_at_rate(root: Path, role: str, rate: str, every: dict[str, str]) -> Iterator[Cluster]:
+    """A 3-node cluster (``every`` in each node's environment) whose node n0 runs at ``rate``
+    from its start, monotonic clock included, and is the leader or a follower (``role``)."""
+
     def env(i: int) -> dict[str, str]:
         if i:
             return every
@@ -224,11 +233,11 @@ def member_at_rate(tmp_path: Path, role: str, rate: str, every: dict[str, str]) 
             "FAKETIME_DONT_FAKE_MONOTONIC": "0",
         }
 
-    with cluster_with_env(tmp_path / "cluster", env) as c:
+    with cluster_with_env(root, env) as c:
         leader = c.wait_ready(30)
         if (leader == 0) != (role == "leader"):
             with Client(c.endpoints, timeout_s=30) as client:
                 n0 = next(m for m in client.members() if c.peer_url(0) in m.peer_urls)
                 client.move_leader(n0.member_id if role == "leader" else 0)
             wait_until(lambda: (c.wait_ready(30) == 0) == (role == "leader"), 30, f"n0 is {role}")
-        check_stepped_member(c, 0, lambda _target: iter([TTL_S + 1.0]))
+        yield c

@@ -41,7 +41,7 @@ from tests.cluster.broker.failover_support import (
     until,
 )
 from tests.faults.net.broker_checker import GroupState, check_masters
-from tests.faults.test_clocks import LIBFAKETIME, STEPS, faketime_env
+from tests.faults.test_clocks import LIBFAKETIME, STEPS, cluster_at_rate, faketime_env
 from tests.harness import running_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.faults, pytest.mark.slow]
@@ -150,17 +150,19 @@ async def clock_rate(addr: str, real_s: float = 3.0) -> float:
 
 
 async def skewed_failover(
-    reps: list[Replica], endpoints: list[str], skewed: int, by_s: int, rate: float = 1.0
+    reps: list[Replica], endpoints: list[str], skewed: int | None, by_s: int, rate: float = 1.0
 ) -> None:
+    """Replica ``skewed`` (if any) has its clock ``by_s`` off and running at ``rate``."""
     client = Client(endpoints, timeout_s=5.0)
     producer = Producer(client, GROUP)
     seen: list[GroupState] = []
     watch: asyncio.Task[None] | None = None
     try:
         await setup_group(reps, client, GROUP)
-        boot_s = int((await runtime_info(reps[skewed].addr))["bootTimestamp"]) / 1000
-        assert abs(boot_s - time.time() - by_s) < 120, "the replica's clock is off as set"
-        if rate != 1.0:
+        if skewed is not None:
+            boot_s = int((await runtime_info(reps[skewed].addr))["bootTimestamp"]) / 1000
+            assert abs(boot_s - time.time() - by_s) < 120, "the replica's clock is off as set"
+        if skewed is not None and rate != 1.0:
             seen_rate = await clock_rate(reps[skewed].addr)
             assert abs(seen_rate - rate) < rate * 0.5, f"clock at x{seen_rate:.2f}, not x{rate}"
         watch = asyncio.create_task(watch_group(client, seen))
@@ -224,3 +226,22 @@ def test_a_replica_whose_clocks_run_fast_or_slow_fails_over_and_loses_nothing(
             reps.append(r)
         run = skewed_failover(reps, node.endpoints, target, 0, float(rate[1:]))
         asyncio.run(asyncio.wait_for(run, 150))
+
+
+@pytest.mark.parametrize(
+    ("role", "rate"), [("follower", "x2"), ("follower", "x0.5"), ("leader", "x0.5")]
+)
+def test_a_group_on_a_member_whose_clocks_run_fast_or_slow_fails_over_and_loses_nothing(
+    tmp_path: Path, role: str, rate: str
+) -> None:
+    """The group on a 3-node metaledger whose member n0 runs at ``rate`` (monotonic clock
+    included) as its leader or a follower; the replicas reach metaledger through every member.
+    A leader at x2 is left out: its fast clock expires leases early (test_clocks.py)."""
+    with contextlib.ExitStack() as stack:
+        c = stack.enter_context(cluster_at_rate(tmp_path / "ml", role, rate, {}))
+        reps = []
+        for i in range(3):
+            r = Replica(tmp_path, c.endpoints, GROUP, i)
+            stack.callback(r.stop)
+            reps.append(r)
+        asyncio.run(asyncio.wait_for(skewed_failover(reps, c.endpoints, None, 0), 150))
