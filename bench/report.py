@@ -51,7 +51,8 @@ def write_report(
 
 
 def machine() -> dict[str, Any]:
-    """The machine a report was made on: CPU count and model, kernel, Python."""
+    """The machine a report was made on: CPU count and model, kernel, Python, and the build
+    (``compiled``: the mypyc build's modules are in place, ``scripts/build_mypyc.sh``)."""
     model = ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
@@ -60,7 +61,18 @@ def machine() -> dict[str, Any]:
         "cpu_model": model or platform.processor(),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "build": "compiled" if _compiled() else "pure Python",
     }
+
+
+def _compiled() -> bool:
+    """Whether the first module ``scripts/mypyc_modules.txt`` lists has its .so beside it."""
+    root = Path(__file__).resolve().parents[1]
+    with contextlib.suppress(OSError):
+        lines = (ln.strip() for ln in (root / "scripts/mypyc_modules.txt").read_text().splitlines())
+        first = next((root / ln for ln in lines if ln and not ln.startswith("#")), None)
+        return first is not None and any(first.parent.glob(first.stem + ".cpython-*.so"))
+    return False
 
 
 def fmt(value: Any, spec: str = ".0f") -> str:
