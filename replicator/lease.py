@@ -76,6 +76,14 @@ class ActiveRole:
         if time.monotonic() >= keeper.expires_at:
             raise LeaseLost(f"{self.name}: lease not renewed within its TTL of {keeper.ttl_s}s")
 
+    def expires_at(self) -> float:
+        """``time.monotonic()`` from which :meth:`check` fails unless the lease is renewed
+        (LeaseLost when it fails already)."""
+        self.check()
+        keeper = self._election.keeper
+        assert keeper is not None
+        return keeper.expires_at
+
     @property
     def active(self) -> bool:
         try:

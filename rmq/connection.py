@@ -25,9 +25,11 @@ Errors (rmq's own; callers map them to their package's errors)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -43,6 +45,9 @@ __all__ = [
     "RemotingConnection",
     "blocking_call",
 ]
+
+#: ``struct linger`` {on, 0 s}: close() resets the connection and drops the send queue
+_LINGER_RESET = struct.pack("ii", 1, 0)
 
 Callback = Callable[[RemotingCommand | None, BaseException | None], None]
 """``(answer, None)`` or ``(None, error)``."""
@@ -240,6 +245,22 @@ class RemotingConnection(asyncio.Protocol):
             self._transport.close()
         elif not self._closed.done():
             self._closed.set_result(None)
+        return self._closed
+
+    def abort(self) -> asyncio.Future[None]:
+        """Close at once and drop what is not delivered yet: the transport's buffer and the
+        kernel's send queue (SO_LINGER 0: a reset, no FIN after the data). A plain close
+        leaves the kernel retransmitting what the peer has not acknowledged, so after a
+        partition heals the peer would still get requests written before it (a replicator
+        that lost its lease meanwhile must send nothing more). Outstanding requests fail
+        with :class:`ConnectionLost`."""
+        if self._transport is None:
+            return self.close()
+        sock = self._transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        self._transport.abort()
         return self._closed
 
 

@@ -37,7 +37,11 @@ class RedisServer:
         name: str = "redis",
         port: int | None = None,
         start: bool = True,
+        host: str = "127.0.0.1",
     ) -> None:
+        """``host``: the address it binds and clients dial (a network namespace's, in
+        tests/faults/net/)."""
+        self.host = host
         self.dir = Path(root) / name
         self.dir.mkdir(parents=True, exist_ok=True)
         #: a port picked here is picked again if taken before the first start binds it
@@ -51,14 +55,14 @@ class RedisServer:
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        return f"redis://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
+        cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", self.host]
         cmd += ["--dir", str(self.dir), "--logfile", str(self.log_path), "--daemonize", "no"]
         for key, value in self.config.items():
             cmd += [f"--{key}", value]
@@ -104,7 +108,7 @@ class RedisServer:
         password = self.config.get("requirepass")
         if password and "password" not in kwargs:
             kwargs["password"] = password
-        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+        return redis.Redis(host=self.host, port=self.port, **kwargs)
 
     def kill(self, sig: int = signal.SIGKILL, timeout: float = 15.0) -> int | None:
         if self.proc is None:

@@ -69,6 +69,10 @@ log = logging.getLogger(__name__)
 #: 256 KiB read of 512-byte strings; well under the sink's ``max_in_flight``
 SNAPSHOT_RUN = 512
 
+#: how often a pass looks whether its lease's keeper has lost it (the deadline itself is
+#: waited for exactly)
+LEASE_WATCH_S = 0.1
+
 #: before the first full sync there is no history: its replid is a placeholder, never stored
 NO_REPLID = "?"
 
@@ -432,6 +436,7 @@ class _Pass:
             asyncio.create_task(self.link.run(), name="redis-link"),
             asyncio.create_task(self._committer(), name="redis-checkpoint"),
             asyncio.create_task(self._publisher(), name="redis-status"),
+            asyncio.create_task(self._lease_watch(), name="redis-lease"),
         ]
         if self.owner.resolver is not None:
             tasks.append(asyncio.create_task(self._follow(), name="redis-cluster-follow"))
@@ -468,6 +473,16 @@ class _Pass:
             moved = await asyncio.to_thread(resolver.moved, here)
             if moved is not None:
                 raise _Restart(f"the shard's master is now {moved.host}:{moved.port}")
+
+    async def _lease_watch(self) -> None:
+        """End the pass once the lease may have run out, whether or not anything is sent
+        then: the sink resends on its own, and only the pass's end (which closes the sink,
+        dropping what its connections hold) stops it. A worker cut off metaledger and the
+        broker used to keep its pass, and its sink's requests, until the heal."""
+        role = self.owner.role
+        while True:
+            remaining = role.expires_at() - time.monotonic()  # LeaseLost once it has run out
+            await asyncio.sleep(min(max(remaining, 0.0), LEASE_WATCH_S))
 
     async def _committer(self) -> None:
         while True:

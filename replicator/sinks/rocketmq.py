@@ -47,7 +47,11 @@ latest attempt. Copies written before a rewind are duplicates with the same
 UNIQ_KEY (consumers drop them by it, or by the REDIS_* offsets). After ``max_attempts`` failed
 sends of one message, or a non-retriable answer, the lane fails for good: every unconfirmed
 message of it fails (the first with the cause, the rest with QueueFailed) and later submits to
-it raise QueueFailed; the replicator restarts from its checkpoint.
+it raise QueueFailed; the replicator restarts from its checkpoint. A send that times out
+aborts its connection, so the resend dials anew instead of queueing behind a stream stuck in
+a partition (TCP backs its retransmissions off to tens of seconds), and ``close`` aborts
+every connection: neither leaves the kernel a request to deliver after the partition heals
+(tests/faults/net/test_replicator_partitions.py found both).
 
 Bounded: ``submit`` waits while ``max_in_flight`` messages are unconfirmed (all lanes).
 """
@@ -80,7 +84,7 @@ from replicator.sinks.routes import RouteSource, WriteQueue, write_queues
 from replicator.sinks.wire import WAIT_ONLY, encode_batch, props_bytes
 from rmq.batch import ITEM_OVERHEAD, fits_batch
 from rmq.codec import RemotingCommand
-from rmq.connection import ConnectionFailure, RemotingConnection
+from rmq.connection import AnswerTimeout, ConnectionFailure, RemotingConnection
 from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
 from rmq.msgid import uniq_key
 
@@ -289,8 +293,17 @@ class RocketMQSink:
             failed = lane.ledger.fail_all(SinkClosed("the sink was closed before confirmation"))
             self._capacity.give(len(failed))
         for conn in self._conns.values():
-            conn.close()
+            # abort, not close: nothing written may reach the broker later (the messages are
+            # failed, and a replicator that closes its sink may have lost its lease)
+            conn.abort()
         self._conns.clear()
+
+    def _drop(self, conn: RemotingConnection) -> None:
+        """Abort ``conn`` (its requests fail: their lanes rewind) and dial anew next time."""
+        for key, c in list(self._conns.items()):
+            if c is conn:
+                del self._conns[key]
+        conn.abort()
 
     # --- lanes -----------------------------------------------------------------------
 
@@ -339,7 +352,7 @@ class RocketMQSink:
                 lane.in_flight += 1
                 conn.send(
                     self._request(slots, target, self._counts[lane.topic]),
-                    functools.partial(self._answered, lane, slots, token),
+                    functools.partial(self._answered, lane, slots, token, conn),
                     self.config.send_timeout_ms / 1000,
                 )
 
@@ -393,9 +406,15 @@ class RocketMQSink:
         lane: _Lane,
         slots: list[Slot],
         token: int,
+        conn: RemotingConnection,
         answer: RemotingCommand | None,
         exc: BaseException | None,
     ) -> None:
+        if isinstance(exc, AnswerTimeout):
+            # the stream may be stuck behind a partition (TCP backs its retransmissions off
+            # to tens of seconds): resends go on a new connection, and what this one still
+            # holds is dropped instead of landing whenever the stream moves again
+            self._drop(conn)
         if token in lane.stale:
             lane.stale.discard(token)
             if not lane.stale:

@@ -132,3 +132,79 @@ def _around_disorder(items: Sequence[int]) -> list[int]:
         if items[i] <= items[i - 1]:
             return list(items[max(0, i - 3) : i + 3])
     return []
+
+
+@dataclass(frozen=True)
+class Term:
+    """One lease term of a job's election, as a watcher polling the leader saw it begin:
+    after ``after`` (the last look that showed another term or none) and by ``seen``."""
+
+    worker: str
+    token: int  # the leader key's create revision: the fencing token
+    after: float
+    seen: float
+
+
+@dataclass(frozen=True)
+class Written:
+    """One message in the destination: which worker sent it (by its address) and when the
+    destination stored it (the same clock as :class:`Term`'s)."""
+
+    worker: str
+    stored: float
+    where: str  # queue and offset, for the message
+
+
+def terms_from(looks: Sequence[Mapping[str, object]]) -> list[Term]:
+    """The terms in a watcher's looks (``{"t", "leader", "term"}``, in order; a look with an
+    ``error`` saw nothing and is skipped)."""
+    terms: list[Term] = []
+    last_t, last_token = float("-inf"), None
+    for look in looks:
+        if "error" in look:
+            continue
+        t, token = float(str(look["t"])), look.get("term")
+        if token is not None and token != last_token:
+            terms.append(Term(str(look["leader"]), int(str(token)), last_t, t))
+        last_t, last_token = t, token
+    return terms
+
+
+def check_terms(terms: Sequence[Term], written: Sequence[Written]) -> list[str]:
+    """At most one worker writes per term: a message stored once another worker's term had
+    certainly begun (its ``seen``), and before the sender's own next term could have begun
+    (its ``after``), came from a worker that had lost its lease."""
+    problems = []
+    for w in written:
+        current = None
+        for i, term in enumerate(terms):
+            if term.seen <= w.stored:
+                current = i
+        if current is None or terms[current].worker == w.worker:
+            continue
+        later = [t for t in terms[current + 1 :] if t.worker == w.worker]
+        if later and later[0].after < w.stored:
+            continue  # its own next term may have begun by then
+        term = terms[current]
+        problems.append(
+            f"{w.worker} wrote {w.where} {w.stored - term.seen:.3f} s into {term.worker}'s "
+            f"term {term.token}"
+        )
+    return problems
+
+
+def handover_margins(terms: Sequence[Term], written: Sequence[Written]) -> list[float]:
+    """For each term that another worker took over: how long before it was seen the old
+    worker's last message (before its own next term) was stored; negative: after."""
+    out = []
+    for i in range(1, len(terms)):
+        old, new = terms[i - 1], terms[i]
+        if old.worker == new.worker:
+            continue
+        again = next((t.after for t in terms[i + 1 :] if t.worker == old.worker), float("inf"))
+        last = max(
+            (w.stored for w in written if w.worker == old.worker and w.stored < again), default=None
+        )
+        if last is not None:
+            out.append(round(new.seen - last, 3))
+    return out

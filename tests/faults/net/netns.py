@@ -28,6 +28,7 @@ everything they hold. A helper that is gone lets packets through (``--queue-bypa
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import select
 import shutil
@@ -35,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 PREFIX = "mlnet-"
@@ -44,6 +45,7 @@ CLIENT_IP = f"{SUBNET}.1"
 DELAY_QUEUE = 0  # the netfilter queue the delay helper binds in each member's namespace
 CLIENTS = -1  # in place of a member in :meth:`Net.delay`: the clients (on the bridge)
 _REPO_ROOT = Path(__file__).resolve().parents[3]
+_CLONE_NEWNET = 0x40000000
 
 
 def unavailable_reason() -> str | None:
@@ -143,6 +145,25 @@ class Net:
         self._made.append(ns)
         _run("ip", "-n", ns, "link", "set", "lo", "up")
 
+    @contextlib.contextmanager
+    def entered(self, ns: str) -> Iterator[None]:
+        """The calling thread in ``ns`` while the block runs (``setns``), then back in its
+        own: its sockets, the threads it starts and the processes it spawns meanwhile live
+        in ``ns`` (a socket stays in the namespace it was made in). For a test that talks
+        to the members from the bridge itself; gRPC's own threads do not follow."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        with (
+            open("/proc/thread-self/ns/net", "rb") as home,
+            open(f"/run/netns/{ns}", "rb") as there,
+        ):
+            if libc.setns(there.fileno(), _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"setns into {ns}")
+            try:
+                yield
+            finally:
+                if libc.setns(home.fileno(), _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns back to the thread's namespace")
+
     def exec_prefix(self, ns: str) -> list[str]:
         """The command prefix that runs a program inside ``ns``."""
         return ["ip", "netns", "exec", ns]
@@ -163,6 +184,11 @@ class Net:
         self._iptables(b, "-A", "INPUT", "-s", self.ips[a], *match, "-j", "DROP")
         if not one_way:
             self._iptables(a, "-A", "INPUT", "-s", self.ips[b], *match, "-j", "DROP")
+
+    def isolate(self, i: int) -> None:
+        """Member ``i`` sees nobody: no member, and not the clients on the bridge."""
+        self.partition([[i], [j for j in range(len(self.members)) if j != i]])
+        self.cut_client(i)
 
     def cut_client(self, i: int) -> None:
         """Drop every packet from the clients to member ``i`` (their connections to it go
@@ -268,6 +294,15 @@ class Net:
             self._iptables(i, "-F", "OUTPUT")
         self._iptables_in(self.bridge_ns, "-F", "INPUT")
         self._stop_delayers()  # after the rules are gone: nothing new is queued
+
+    def unsent(self, i: int, dst: str) -> int:
+        """Bytes member ``i``'s TCP sockets to ``dst`` (``ip:port``) hold that ``dst`` has not
+        acknowledged (Send-Q, closed sockets the kernel still retransmits from too): what
+        may still reach ``dst`` later, a partition's heal later say."""
+        out = _run(
+            "ip", "netns", "exec", self.members[i], "ss", "-tnH", "state", "all", "dst", dst
+        ).stdout
+        return sum(int(line.split()[2]) for line in out.splitlines() if line.strip())
 
     def rules(self) -> dict[str, str]:
         """Each member namespace's iptables rules (for failure messages)."""

@@ -88,19 +88,22 @@ def serve_args(
 
 class NetCluster:
     """``n`` metaledger nodes, node i in ``net.members[i]`` at ``net.ips[i]``, running the
-    code of ``code_tree`` (another checkout: a baseline to compare with)."""
+    code of ``code_tree`` (another checkout: a baseline to compare with); ``n``: every member
+    of ``net`` unless given (the others run something else)."""
 
-    def __init__(self, net: Net, root: Path, code_tree: Path = REPO_ROOT) -> None:
+    def __init__(
+        self, net: Net, root: Path, code_tree: Path = REPO_ROOT, n: int | None = None
+    ) -> None:
         self.net, self.root, self.code_tree = net, root, code_tree
-        self.n = len(net.members)
+        self.n = len(net.members) if n is None else n
         self.password_file = root / "cluster-password"
         create_password_file(self.password_file)
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * self.n
-        self.initial = ",".join(f"n{i}={ip}:{PEER_PORT}" for i, ip in enumerate(net.ips))
+        self.initial = ",".join(f"n{i}={ip}:{PEER_PORT}" for i, ip in enumerate(net.ips[: self.n]))
 
     @property
     def endpoints(self) -> list[str]:
-        return [f"{ip}:{CLIENT_PORT}" for ip in self.net.ips]
+        return [f"{ip}:{CLIENT_PORT}" for ip in self.net.ips[: self.n]]
 
     def start(self, i: int) -> None:
         args = serve_args(

@@ -164,6 +164,49 @@ def test_a_connection_closed_by_the_peer_fails_pending_requests() -> None:
     asyncio.run(main())
 
 
+def test_abort_resets_and_what_was_not_delivered_never_arrives() -> None:
+    """A peer that has not read yet (a partition, say) gets a reset, not the rest of the
+    stream: ``close`` would still deliver every byte written (asyncio flushes its buffer,
+    the kernel its send queue), ``abort`` drops both."""
+
+    async def main() -> None:
+        got: list[int] = []
+        ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        may_read = asyncio.Event()
+
+        async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await may_read.wait()
+            try:
+                while chunk := await reader.read(1 << 16):
+                    got.append(len(chunk))
+                ended.set_result(None)  # a clean end of the stream
+            except ConnectionError as exc:
+                ended.set_result(exc)
+            writer.close()
+
+        server = await asyncio.start_server(slow, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = await RemotingConnection.open(f"127.0.0.1:{port}")
+        body = bytes(12 << 20)  # four: more than the socket buffers of both ends hold
+        answers = [
+            asyncio.ensure_future(conn.call(RemotingCommand.request(1, {}, body), 5))
+            for _ in range(4)
+        ]
+        await asyncio.sleep(0.2)  # written as far as the peer's window lets it
+        await conn.abort()
+        for answer in answers:
+            with pytest.raises(ConnectionLost):
+                await answer
+        may_read.set()
+        error = await asyncio.wait_for(ended, 10)
+        assert isinstance(error, ConnectionResetError), error
+        assert sum(got) < 4 * len(body)
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(main())
+
+
 def test_connect_failures() -> None:
     async def main() -> None:
         server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)

@@ -19,6 +19,7 @@ import pytest
 
 from replicator.redis.replay import RedisTarget, Replayer
 from replicator.status import read_statuses
+from rmq.message import StoredMessage
 from tests.harness import wait_until
 from tests.integration.replicator.broker_env import QUEUES, Env, pull_all
 from tests.integration.replicator.process import WorkerProcess
@@ -46,10 +47,11 @@ class ReplicatorProcess(WorkerProcess):
 
 
 class Oracle:
-    """Reads every queue of the topic from where it left off and replays into ``target``."""
+    """Reads every queue of the topic from where it left off and replays into ``target``.
+    ``env``: the broker's environment, or the broker's address."""
 
-    def __init__(self, env: Env, topic: str, target: RedisServer) -> None:
-        self.env = env
+    def __init__(self, env: Env | str, topic: str, target: RedisServer) -> None:
+        self.addr = env if isinstance(env, str) else env.broker.addr
         self.topic = topic
         self.target = target
         self.replayer = Replayer(RedisTarget(target.client()))
@@ -58,16 +60,20 @@ class Oracle:
     def catch_up(self) -> int:
         new = 0
         for q in range(QUEUES):
-            for m in pull_all(self.env.broker.addr, self.topic, q, self.pulled[q]):
+            for m in pull_all(self.addr, self.topic, q, self.pulled[q]):
                 self.pulled[q] += 1
                 new += 1
                 props = dict(m.properties)
+                self.seen(q, m)
                 self.record(q, props)
                 self.replayer.offer(q, m.body, props)
         return new
 
     def record(self, queue: int, properties: dict[str, str]) -> None:
         """Each message's properties as pulled (a subclass keeps them)."""
+
+    def seen(self, queue: int, message: StoredMessage) -> None:
+        """Each message as pulled (who sent it, when it was stored: a subclass keeps it)."""
 
     def total(self) -> int:
         return sum(self.pulled)

@@ -224,6 +224,24 @@ def test_timeouts_are_retried_then_fail() -> None:
     run(t, decide=lambda r: None, send_timeout_ms=100, max_attempts=2)
 
 
+def test_a_timed_out_send_goes_again_on_a_new_connection() -> None:
+    """A stream stuck behind a partition is not used again: the resend would queue behind
+    what TCP retransmits ever more slowly (tests/faults/net/test_replicator_partitions.py)."""
+
+    async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
+        assert await (await sink.submit(msg(0))) == 0
+        assert [r.conn for r in broker.received] == [1, 2]  # held on 1, answered on 2
+        assert broker.connections == 2
+
+    run(
+        t,
+        decide=lambda r: None if r.conn == 1 else 0,
+        queues=1,
+        connections_per_broker=1,
+        send_timeout_ms=100,
+    )
+
+
 def test_in_flight_is_bounded() -> None:
     async def t(broker: FakeBroker, sink: RocketMQSink) -> None:
         futures = [await sink.submit(msg(i, queue=i % 2)) for i in range(4)]
