@@ -2,8 +2,8 @@
 before its reading and writing were made faster: a small image with every kind of key
 record (plain, leased, empty and long values, a key deleted, a key deleted and put again,
 two records of one revision), leases, users, roles and auth, seeded at a fixed clock, against
-the SHA-256 of the file the earlier code wrote. Both the in-process and the split encoding,
-and the compiled and the Python build (CI runs both)."""
+the SHA-256 of the file the earlier code wrote. Both in one process and in two (each a run
+of the key bucket's pages), and the compiled and the Python build (CI runs both)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nameserver import etcd_snapshot
-from nameserver.etcd_snapshot import seed_from_etcd
+from nameserver import etcd_seed
+from nameserver.etcd_seed import seed_from_etcd
 from snapshots import etcdfmt as fmt
 
 #: the SHA-256 of the snapshot file the seeding wrote before (same image, same clock)
@@ -61,8 +61,8 @@ def test_seeding_writes_the_file_it_wrote_before(
     path = tmp_path / "etcd.db"
     path.write_bytes(fmt.write_etcd_snapshot(_image()))
     monkeypatch.setattr(time, "time", lambda: NOW)
-    monkeypatch.setattr(etcd_snapshot, "SPLIT_RECORDS", 1 if split else 10**9)
-    monkeypatch.setattr(etcd_snapshot, "_spare_cpu", lambda: True)
+    monkeypatch.setattr(etcd_seed, "SPLIT_RECORDS", 1 if split else 10**9)
+    monkeypatch.setattr(etcd_seed, "_split_pays", lambda: True)
     seeded = seed_from_etcd(str(path), str(tmp_path / "d"))
     assert seeded.keys == 2000 - 1 + 4
     (snap,) = (tmp_path / "d" / "snap").iterdir()
