@@ -175,9 +175,12 @@ class _Child:
     def start_at(self, records_before: int, keys: list[bytes]) -> None:
         """The child's records are numbered from ``records_before`` + 1, and ``keys`` are
         this process's (the child drops them)."""
-        with open(self._start_write, "wb") as pipe:
-            self._fds.remove(self._start_write)
-            pipe.write(pickle.dumps((records_before, keys)))
+        self._fds.remove(self._start_write)
+        try:
+            with open(self._start_write, "wb") as pipe:
+                pipe.write(pickle.dumps((records_before, keys)))
+        except BrokenPipeError:
+            pass  # the child ended already (it did not take its run): result() says why
 
     def result(self) -> tuple[bytes, RecordDigest, int, int]:
         """The child's frames (a map of its file), their digest, how many records, and the

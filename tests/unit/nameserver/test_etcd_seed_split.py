@@ -117,12 +117,13 @@ def test_a_fault_in_the_childs_run_is_named_as_one_process_names_it(
     assert errors[0] == errors[1] and "bucket 'key'" in errors[0]
 
 
-def test_a_busy_or_single_cpu_machine_reads_in_one_process(
+def test_a_machine_busy_past_twice_its_cpus_or_with_one_reads_in_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _file(tmp_path, _keys())
     monkeypatch.setattr(etcd_seed, "SPLIT_RECORDS", 1)
-    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.0, 4.0, 4.0))  # twice the CPUs
     lines: list[str] = []
     seed_from_etcd(str(path), str(tmp_path / "d"), lines.append)
     assert "in two processes" not in " ".join(lines)
@@ -130,6 +131,8 @@ def test_a_busy_or_single_cpu_machine_reads_in_one_process(
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert not etcd_seed._spare_cpu()
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert etcd_seed._spare_cpu()
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.9, 3.9, 3.9))  # busy, not that busy
     assert etcd_seed._spare_cpu()
 
 
