@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import gc
 import itertools
+import mmap
 import operator
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import cast
 
 from nameserver.auth.records import AuthState
@@ -162,7 +162,7 @@ def seed_from_etcd(
 
 def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
     check_new_data_dir(data_dir)
-    data = Path(etcd_file).read_bytes()
+    data = _map(etcd_file)
     say(f"read {len(data)} bytes from {etcd_file}; checking etcd's layout")
     made = [
         p
@@ -179,6 +179,16 @@ def _seed(etcd_file: str, data_dir: str, say: Callable[[str], None]) -> Seeded:
         raise
     say(f"seeded {data_dir}")
     return seeded
+
+
+def _map(path: str) -> bytes:
+    """The file's bytes, mapped (not copied: a large file is read in place, page by page,
+    and a forked child shares the pages); an empty file as ``b""``. A map reads as the
+    readers here read bytes (``len``, slices, the buffer)."""
+    with open(path, "rb") as f:
+        if not os.fstat(f.fileno()).st_size:
+            return b""
+        return cast(bytes, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def _seed_one(data: bytes, data_dir: str, say: Callable[[str], None]) -> Seeded:
