@@ -16,7 +16,7 @@ etcd snapshot's revision: every live key (newest version, revisions and version 
 leases (TTL and time left), users (password hashes as etcd stored them) and roles, auth on
 or off, the compaction revision. Members are not carried (the new cluster's members are its
 own); past revisions in the file are not kept (the new image's history starts at its
-revision).
+revision). :mod:`nameserver.etcd_seed` writes them into a new data dir.
 """
 
 from __future__ import annotations
