@@ -94,8 +94,11 @@ def seed(data: bytes, data_dir: str, say: Callable[[str], None], min_records: in
                 if not scan.leaf(page.tobytes(), count):
                     raise NotTaken(f"a key bucket page of {count} records")
             found: list[bytes] = []  # keys of both runs
-            for page, count in pages[mid:]:
-                scan.newer(page.tobytes(), count, found)
+            try:
+                for page, count in pages[mid:]:
+                    scan.newer(page.tobytes(), count, found)
+            except (IndexError, ValueError) as exc:  # a fault the child's own scan names
+                raise NotTaken(f"the child's run: {exc}") from None
             latest = scan.latest
             first = live_count(latest)
             child.start_at(first, found)

@@ -14,10 +14,12 @@ from nameserver import etcd_seed, etcd_seed_split
 from nameserver.etcd_seed import seed_from_etcd
 from snapshots import read_snapshot
 from snapshots.etcdfmt import (
+    BoltFormatError,
     EtcdImage,
     EtcdLayoutError,
     KeyRevision,
     image_to_buckets,
+    read_bolt,
     revision_bytes,
     write_bolt,
     write_etcd_snapshot,
@@ -160,3 +162,25 @@ def test_a_failure_in_this_process_stops_the_child(
     with pytest.raises(ChildProcessError):  # already waited for
         os.waitpid(pid, os.WNOHANG)
     assert not (tmp_path / "d").exists()
+
+
+def test_a_damaged_page_in_the_childs_run_is_named_as_one_process_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leaf element pointing past its page (this process looks at the child's pages
+    without checking them, the child's scan refuses the page): read in one process, which
+    names the fault; nothing written."""
+    db = bytearray(write_bolt(image_to_buckets(EtcdImage(keys=tuple(_keys())))))
+    pages: list[tuple[memoryview, int]] = []
+    read_bolt(bytes(db), key_pages=pages)
+    at = bytes(db).find(pages[-2][0].tobytes())  # a leaf page of the child's run
+    db[at + 16 + 4 : at + 16 + 8] = (0x7FFFFFF0).to_bytes(4, "little")  # element 0's pos
+    path = tmp_path / "etcd.db"
+    path.write_bytes(bytes(db))
+    errors = []
+    for split in (False, True):
+        with pytest.raises(BoltFormatError) as caught:
+            _seed(path, tmp_path / f"d{split}", split, monkeypatch)
+        errors.append(str(caught.value))
+        assert not (tmp_path / f"d{split}").exists()
+    assert errors[0] == errors[1] and "past the page end" in errors[0]
