@@ -76,6 +76,7 @@ def run(argv: list[str], tree: str | None = None) -> dict[str, Any]:
     if tree is not None:
         path = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (tree, path) if p))
+    load = os.getloadavg()[0]  # the last minute's, before this run (its own not in it)
     start = time.perf_counter()
     proc = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree, env=env
@@ -91,6 +92,7 @@ def run(argv: list[str], tree: str | None = None) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_rss_mb": usage.ru_maxrss / 1024,
+        "load_1m": load,
     }
 
 
@@ -207,6 +209,7 @@ def render(report: dict[str, Any]) -> str:
         "metaledger": {"best": report["metaledger"]},
         "etcdctl": {"best": report["etcdctl"]},
     }
+    load = _load_range(runs)
     rows = []
     for name, side in runs.items():
         for label, r in (("best", side["best"]), ("median", side.get("median"))):
@@ -242,10 +245,17 @@ def render(report: dict[str, Any]) -> str:
             else ""
         )
         + f" ({report.get('repeat', 1)} runs a side, interleaved"
+        + (f"; load average (1 min) before the runs {load[0]:.2f}-{load[1]:.2f}" if load else "")
         + (f"; baseline tree {report['baseline_tree']}" if report.get("baseline_tree") else "")
         + ").",
     ]
     return "\n".join(lines)
+
+
+def _load_range(runs: dict[str, Any]) -> tuple[float, float] | None:
+    """The lowest and highest 1-minute load average seen before a run, over all sides."""
+    loads = [r["load_1m"] for side in runs.values() for r in side.get("all", []) if "load_1m" in r]
+    return (min(loads), max(loads)) if loads else None
 
 
 def main(argv: list[str] | None = None) -> int:

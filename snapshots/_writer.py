@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, cast
 
 from protos.records_pb2 import Effect
 from protos.snapshot_pb2 import SnapshotFooter, SnapshotHeader, TypeDigest
@@ -319,13 +319,24 @@ def _assemble(
     size = 0
     sub = 0
     for chunk, sub in chunks:
-        data += chunk
-        if len(data) < CHUNK_BYTES:
-            continue  # the last (small) chunk goes out with the footer
-        crc = crc32c(data, crc)
-        write(data)
-        size += len(data)
-        data = b""
+        if len(chunk) >= _SYNC_EVERY_BYTES:  # a large one (another process's frames): no copy
+            view = memoryview(chunk)
+            step = _SYNC_EVERY_BYTES
+            parts: list[bytes | memoryview] = [data]
+            parts += (view[i : i + step] for i in range(0, len(view), step))
+            for part in parts:
+                crc = crc32c(part, crc)
+                write(cast(bytes, part))  # (a view: write takes any buffer)
+                size += len(part)
+            data = b""
+        else:
+            data += chunk
+            if len(data) < CHUNK_BYTES:
+                continue  # the last (small) chunk goes out with the footer
+            crc = crc32c(data, crc)
+            write(data)
+            size += len(data)
+            data = b""
         if progress is not None:
             progress(sub)
     if actual != expected:

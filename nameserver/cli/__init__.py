@@ -34,10 +34,9 @@ from nameserver.grpc.env import apply_server_defaults
 # `serve`): gRPC's environment is set before the first module that imports grpc.
 apply_server_defaults()
 
-from nameserver.cli._common import UsageError, add_common_options, common_options, error_line
+from nameserver.cli._output import UsageError
 from nameserver.cli.exitcodes import ExitCode, for_error
 from nameserver.cli.exitcodes import table as exit_code_table
-from nameserver.client import DEFAULT_ENDPOINTS, ENDPOINTS_ENV, ClientError
 
 __all__ = ["ExitCode", "build_parser", "main"]
 
@@ -61,6 +60,10 @@ _GROUPS = (
     "replica_group",
     "route",
     "user",
+)
+_DESCRIPTION = (
+    "metaledger: a Raft-backed metadata and coordination server (etcd's KV, watch,"
+    " lease and lock API, and RocketMQ's name server)."
 )
 #: Commands whose group registers them alone and that need no plugin: ``metaledger snapshot
 #: ...`` builds the parser of its group only, without importing the other groups and the
@@ -92,34 +95,50 @@ def _plugin_commands() -> Iterator[tuple[str, Any]]:
             )
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, local: bool = False) -> argparse.ArgumentParser:
     """The whole command line, or with ``only`` (one of ``_ALONE``) that command's group
-    alone."""
+    alone; ``local``: without the options of commands that talk to a cluster, and so without
+    importing the client library (the group's actions that talk to none: ``LOCAL_ACTIONS``)."""
     parser = argparse.ArgumentParser(
         prog="metaledger",
-        description=(
-            "metaledger: a Raft-backed metadata and coordination server (etcd's KV, watch,"
-            " lease and lock API, and RocketMQ's name server).\n\nCommands that talk to a"
-            f" cluster connect to --endpoints, else ${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINTS}"
-            " (node n0 of 'metaledger cluster up'). 'metaledger COMMAND --help' for each."
-        ),
+        description=_DESCRIPTION,
         epilog="exit codes:\n" + exit_code_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_common_options(parser)
+    if not local:
+        from nameserver.cli._common import add_common_options, common_options
+        from nameserver.client import DEFAULT_ENDPOINTS, ENDPOINTS_ENV
+
+        parser.description = (
+            f"{_DESCRIPTION}\n\nCommands that talk to a cluster connect to --endpoints, else"
+            f" ${ENDPOINTS_ENV}, else {DEFAULT_ENDPOINTS} (node n0 of 'metaledger cluster up')."
+            " 'metaledger COMMAND --help' for each."
+        )
+        add_common_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = common_options()
+    common = None if local else common_options()
     for name in (only,) if only is not None else _GROUPS:
-        importlib.import_module(f"nameserver.cli.{name}").register(sub, common.parent)
-    if only is None:
+        module = importlib.import_module(f"nameserver.cli.{name}")
+        module.register(sub, None if common is None else common.parent)
+    if only is None and common is not None:
         for _name, register in _plugin_commands():
             register(sub, common)
     return parser
 
 
+def _alone(words: list[str]) -> tuple[str | None, bool]:
+    """The group to build alone for ``words`` (or None: the whole line), and whether its
+    action talks to no cluster (its ``LOCAL_ACTIONS``)."""
+    if not words or words[0] not in _ALONE:
+        return None, False
+    local = importlib.import_module(f"nameserver.cli.{words[0]}").LOCAL_ACTIONS
+    return words[0], len(words) > 1 and words[1] in local
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(words[0] if words and words[0] in _ALONE else None)
+    only, local = _alone(words)
+    parser = build_parser(only, local=local)
     try:
         args = parser.parse_args(words)
     except SystemExit as exc:  # --help, or a usage error argparse already printed
@@ -129,11 +148,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"metaledger: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    except ClientError as exc:
-        print(error_line(exc), file=sys.stderr)
-        return for_error(exc)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:  # e.g. `metaledger get --prefix "" | head`: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return ExitCode.OK
+    except Exception as exc:
+        # a client error, from a command that imported the client (one that did not
+        # cannot raise one)
+        client = sys.modules.get("nameserver.client")
+        if client is None or not isinstance(exc, client.ClientError):
+            raise
+        from nameserver.cli._common import error_line
+
+        print(error_line(exc), file=sys.stderr)
+        return for_error(exc)

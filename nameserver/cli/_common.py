@@ -21,6 +21,11 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
+from nameserver.cli._output import UsageError as UsageError
+from nameserver.cli._output import add_output_option as add_output_option
+from nameserver.cli._output import output as output
+from nameserver.cli._output import output_parent as output_parent
+from nameserver.cli._output import printer as printer
 from nameserver.cli.connection import (
     CommonOptions,
     add_auth_options,
@@ -29,7 +34,6 @@ from nameserver.cli.connection import (
     connection_options,
 )
 from nameserver.cli.exitcodes import ExitCode
-from nameserver.cli.printers import OUTPUTS, Printer, get_printer
 from nameserver.client import (
     DEFAULT_TIMEOUT_S,
     Client,
@@ -60,16 +64,6 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     add_auth_options(parser)
 
 
-def add_output_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-w",
-        "--output",
-        choices=OUTPUTS,
-        default=argparse.SUPPRESS,
-        help="output format (default table)",
-    )
-
-
 def common_parent() -> argparse.ArgumentParser:
     """The parent parser of commands that talk to a cluster."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -80,13 +74,6 @@ def common_parent() -> argparse.ArgumentParser:
 def common_options() -> CommonOptions:
     """What the command modules of other packages get (:class:`CommonOptions`)."""
     return CommonOptions(parent=common_parent())
-
-
-def output_parent() -> argparse.ArgumentParser:
-    """The parent parser of commands that print a result but talk to no cluster."""
-    parent = argparse.ArgumentParser(add_help=False)
-    add_output_option(parent)
-    return parent
 
 
 def number_type(
@@ -122,10 +109,6 @@ def error_line(exc: Exception) -> str:
     return "metaledger: " + str(exc).removeprefix("metaledger: ")
 
 
-class UsageError(Exception):
-    """A flag or environment value the command cannot use (exit USAGE, no traceback)."""
-
-
 def endpoints(args: argparse.Namespace) -> list[str]:
     """``--endpoints``, else ``$METALEDGER_ENDPOINTS``, else ``127.0.0.1:9877``
     (:func:`nameserver.client.resolve_endpoints`: each checked to be HOST:PORT)."""
@@ -144,10 +127,6 @@ def connection(args: argparse.Namespace) -> ConnectionOptions:
         raise UsageError(str(exc)) from None
 
 
-def output(args: argparse.Namespace) -> str:
-    return str(getattr(args, "output", None) or "table")
-
-
 def timeout_s(args: argparse.Namespace) -> float:
     return float(getattr(args, "timeout_s", None) or DEFAULT_TIMEOUT_S)
 
@@ -155,10 +134,6 @@ def timeout_s(args: argparse.Namespace) -> float:
 def make_client(args: argparse.Namespace, at: list[str] | None = None) -> Client:
     """A client of the command's endpoints (or of ``at``), with its ``--timeout``."""
     return connection(args).connect(at)
-
-
-def printer(args: argparse.Namespace) -> Printer:
-    return get_printer(output(args))
 
 
 def report_revision(args: argparse.Namespace, revision: int) -> int:

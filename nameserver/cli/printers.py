@@ -13,17 +13,18 @@ import dataclasses
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from nameserver.client import (
-    DeleteResult,
-    KeyValue,
-    Member,
-    NodeStatus,
-    PutResult,
-    RangeResult,
-    TxnResult,
-)
+if TYPE_CHECKING:  # (a command that talks to no cluster imports no client: see txn())
+    from nameserver.client import (
+        DeleteResult,
+        KeyValue,
+        Member,
+        NodeStatus,
+        PutResult,
+        RangeResult,
+        TxnResult,
+    )
 
 OUTPUTS = ("table", "json")
 
@@ -116,6 +117,8 @@ class TablePrinter:
             self._kv(kv)
 
     def txn(self, result: TxnResult) -> None:
+        from nameserver.client import DeleteResult, PutResult, RangeResult
+
         self._line("SUCCESS" if result.succeeded else "FAILURE")
         for r in result.responses:
             self._line()
@@ -166,6 +169,8 @@ def kv_json(kv: KeyValue) -> dict[str, Any]:
 
 
 def result_json(result: PutResult | RangeResult | DeleteResult | TxnResult) -> dict[str, Any]:
+    from nameserver.client import DeleteResult, PutResult, RangeResult
+
     if isinstance(result, PutResult):
         prev = kv_json(result.prev_kv) if result.prev_kv is not None else None
         return {"revision": result.revision, "prev_kv": prev}

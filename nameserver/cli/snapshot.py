@@ -11,12 +11,16 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nameserver.cli._common import output_parent, printer
+from nameserver.cli._output import output_parent, printer
 from nameserver.cli.exitcodes import ExitCode
 from nameserver.cli.printers import format_table
 
 if TYPE_CHECKING:
     from nameserver.cli._common import Subparsers
+
+#: the actions that talk to no cluster: ``metaledger snapshot ACTION`` of one of these
+#: builds a parser without the cluster options (and so imports no client library)
+LOCAL_ACTIONS = frozenset({"inspect", "list", "restore"})
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -97,11 +101,11 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_restore(args: argparse.Namespace) -> int:
+    if args.from_etcd:
+        return _restore_from_etcd(args)
     from nameserver.state.snapshotting import seed_data_dir
     from snapshots import SnapshotError
 
-    if args.from_etcd:
-        return _restore_from_etcd(args)
     if args.offset_revisions:
         print(
             "metaledger: snapshot restore: --offset-revisions is for --from-etcd (a "
@@ -125,7 +129,7 @@ def run_restore(args: argparse.Namespace) -> int:
 
 def _restore_from_etcd(args: argparse.Namespace) -> int:
     """``restore --from-etcd FILE``: seed from an etcd 3.4 snapshot; progress on stderr."""
-    from nameserver.etcd_snapshot import seed_from_etcd
+    from nameserver.etcd_seed import seed_from_etcd
     from snapshots import SnapshotError
     from snapshots.etcdfmt import EtcdFormatError
 
@@ -202,7 +206,9 @@ _SUBCOMMANDS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...] 
 )
 
 
-def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser | None) -> None:
+    """The group's parser; without ``common`` (the cluster options' parent), its
+    ``LOCAL_ACTIONS`` only."""
     group = sub.add_parser(
         "snapshot",
         help="snapshots: save, list, inspect, restore",
@@ -211,7 +217,10 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     actions = group.add_subparsers(dest="snapshot_command", required=True, metavar="ACTION")
     for add in _SUBCOMMANDS:
-        add(actions, common)
+        if common is not None:
+            add(actions, common)
+        elif add is not _register_save:
+            add(actions, argparse.ArgumentParser(add_help=False))
 
 
 SNAPSHOT_HELP = """\

@@ -17,7 +17,6 @@ from types import MappingProxyType
 from nameserver.state.mapdelta import _MISSING, MapDelta
 from nameserver.state.sortedmap import PersistentSortedMap, is_strictly_increasing
 from protos import records_pb2
-from raftlog.entry import varint
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,8 +319,12 @@ class MvccDelta(MapDelta[bytes, Compaction]):
 
 
 # ------------------------------------------------------------------ store revision
+#: the record type (and change-log effect type) of the store revision
+REVISION = "revision"
 #: the one key of the ``revision`` record type
 REVISION_KEY = b"store"
+#: the floor a leader proposes: an empty etcd store's revision
+REVISION_FLOOR = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,11 +338,22 @@ class StoreRevision:
     def to_record(self) -> bytes:
         """An ``MvccCompaction`` message with the revision (field 1), as protobuf writes it
         (written out: one per request that changes keys)."""
-        return b"\x08" + varint(self.revision) if self.revision else b""
+        return b"\x08" + _varint(self.revision) if self.revision else b""
 
     @staticmethod
     def from_record(data: bytes) -> StoreRevision:
         return StoreRevision(record_revision(data))
+
+
+def _varint(n: int) -> bytes:
+    """A non-negative int as a protobuf varint (here, not raftlog's: importing raftlog for
+    it would bring the whole log into ``metaledger snapshot restore --from-etcd``)."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def record_revision(data: bytes) -> int:

@@ -27,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from nameserver.kv.records import REVISION as REVISION  # the record type, here as well
 from nameserver.kv.records import (
+    REVISION_FLOOR,
     REVISION_KEY,
     KeyValue,
     RevisionDelta,
@@ -42,8 +44,6 @@ from raftlog.entry import put_effect, varint
 if TYPE_CHECKING:
     from nameserver.state.image import MetadataDelta
 
-#: the record type (and change-log effect type) of the store revision
-REVISION = "revision"
 #: the entry type that switches a store to etcd's count
 COUNT_REVISIONS = "count_revisions"
 
@@ -181,7 +181,7 @@ FLOOR_METADATA = ("x-ml-revisions-floor", "1")
 #: member without would start from the offset where the others start from 1)
 START_METADATA = ("x-ml-revisions-start", "untouched")
 #: the floor a leader proposes: an empty etcd store's revision
-FLOOR = 1
+FLOOR = REVISION_FLOOR
 
 
 def count_entry(untouched: int | None = None) -> Entry:

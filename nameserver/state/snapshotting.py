@@ -17,32 +17,33 @@ import gc
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from nameserver.state.forked import ChildFailedError, ForkError, can_fork, run_in_child
 from nameserver.state.image import MetadataDelta, MetadataImage, Provenance
 from nameserver.state.machine import CapturedImage, image_from_records, image_records
 from nameserver.state.registry import Registry
+from nameserver.state.seeding import (
+    BASE_OFFSET_FILE,
+    check_new_data_dir,
+    write_base_offset,
+)
 from protos import records_pb2
 from raftlog import SegmentLog
 from raftlog.entry import Effect
 from raftlog.log import Captured, gc_paused
 from snapshots import (
     FileSnapshotStore,
-    RecordDigest,
     RecordSource,
     SnapshotCorruptError,
     SnapshotError,
-    SnapshotInfo,
     SnapshotMeta,
     SnapshotMismatchError,
     inspect,
-    makedirs_durable,
     open_snapshot,
     read_snapshot_columns,
     verify_snapshot,
-    write_snapshot_frames,
 )
 
 log = logging.getLogger(__name__)
@@ -159,9 +160,6 @@ class StoreSink:
         return str(kept)
 
 
-BASE_OFFSET_FILE = "base_offset"
-
-
 def read_base_offset(dump_file: str) -> int:
     """The offset a restored data dir's fresh Raft log continues after (0 if not restored)."""
     path = os.path.join(os.path.dirname(dump_file), BASE_OFFSET_FILE)
@@ -185,60 +183,9 @@ def seed_data_dir(snapshot_file: str, data_dir: str) -> int:
     tmp = target.with_suffix(".restore.tmp")
     shutil.copyfile(snapshot_file, tmp)
     os.replace(tmp, target)
-    _write_base_offset(data_dir, info.last_offset)
+    write_base_offset(data_dir, info.last_offset)
     verify_snapshot(target)
     return info.last_offset
-
-
-def seed_data_dir_from_records(
-    data_dir: str,
-    meta: SnapshotMeta,
-    records: RecordSource,
-    progress: Callable[[int], None] | None = None,
-) -> SnapshotInfo:
-    """:func:`seed_data_dir` from records made here (an image seeded from elsewhere, such as
-    an etcd snapshot): written once, straight into the new data dir's snapshot store (one
-    pass: the encoded records are held in memory until the header is written), then the
-    Raft log's base offset."""
-    check_new_data_dir(data_dir)
-    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
-    info = store.save(meta, records, progress, one_pass=True)
-    _write_base_offset(data_dir, meta.last_offset)
-    return info
-
-
-def seed_data_dir_from_frames(
-    data_dir: str,
-    meta: SnapshotMeta,
-    frames: Iterable[tuple[bytes, int]],
-    actual: RecordDigest,
-    progress: Callable[[int], None] | None = None,
-) -> SnapshotInfo:
-    """:func:`seed_data_dir_from_records` of records whose frames were encoded elsewhere
-    (``snapshots.encode_frames``, e.g. in parts on several processes): ``meta`` carries the
-    counts and hashes, ``actual`` is the encoders' digest (see ``write_snapshot_frames``)."""
-    check_new_data_dir(data_dir)
-    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
-    info = write_snapshot_frames(store.path_of(meta.last_offset), meta, frames, actual, progress)
-    _write_base_offset(data_dir, meta.last_offset)
-    return info
-
-
-def check_new_data_dir(data_dir: str) -> None:
-    """SnapshotError unless ``data_dir`` holds no snapshot, Raft log or change log yet."""
-    for sub in ("snap", "raft", "log"):
-        path = os.path.join(data_dir, sub)
-        if os.path.isdir(path) and os.listdir(path):
-            raise SnapshotError(f"{path}: not empty; restore needs a new data dir")
-
-
-def _write_base_offset(data_dir: str, offset: int) -> None:
-    raft_dir = os.path.join(data_dir, "raft")
-    makedirs_durable(raft_dir)
-    with open(os.path.join(raft_dir, BASE_OFFSET_FILE), "w") as f:
-        f.write(f"{offset}\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def link_dump(snapshot: Path | str, dump_file: str) -> None:

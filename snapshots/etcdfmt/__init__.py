@@ -19,6 +19,7 @@ Errors (all one line, naming the page, or the bucket and key, where it went wron
 from snapshots.etcdfmt._bolt import BoltFormatError, EtcdFormatError, Tree, read_bolt, write_bolt
 from snapshots.etcdfmt._etcd import (
     BUCKETS,
+    LATEST_SCAN,
     EtcdImage,
     EtcdLayoutError,
     KeyRevision,
@@ -31,6 +32,8 @@ from snapshots.etcdfmt._etcd import (
     User,
     buckets_to_image,
     image_to_buckets,
+    key_record_slow,
+    read_etcd_key_pages,
     read_etcd_latest,
     read_etcd_latest_kv,
     read_etcd_snapshot,
@@ -40,14 +43,17 @@ from snapshots.etcdfmt._etcd import (
     write_etcd_db,
     write_etcd_snapshot,
 )
+from snapshots.etcdfmt._leafscan import LatestScan, first_key
 
 __all__ = [
     "BUCKETS",
+    "LATEST_SCAN",
     "BoltFormatError",
     "EtcdFormatError",
     "EtcdImage",
     "EtcdLayoutError",
     "KeyRevision",
+    "LatestScan",
     "Lease",
     "Member",
     "Permission",
@@ -57,8 +63,11 @@ __all__ = [
     "Tree",
     "User",
     "buckets_to_image",
+    "first_key",
     "image_to_buckets",
+    "key_record_slow",
     "read_bolt",
+    "read_etcd_key_pages",
     "read_etcd_latest",
     "read_etcd_latest_kv",
     "read_etcd_snapshot",

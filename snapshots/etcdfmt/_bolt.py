@@ -218,6 +218,7 @@ class _Reader:
         page_size: int,
         high_water: int,
         key_leaf: KeyLeaf | None = None,
+        key_pages: list[tuple[memoryview, int]] | None = None,
     ) -> None:
         self.data = data
         self.page_size = page_size
@@ -225,6 +226,7 @@ class _Reader:
         self.seen: set[int] = set()
         self.depth = 0
         self.key_leaf = key_leaf
+        self.key_pages = key_pages
         self.in_key = False  # reading the top-level key bucket, its leaves to key_leaf
 
     def page(self, pgid: int) -> tuple[memoryview, int, int]:
@@ -252,7 +254,11 @@ class _Reader:
         root, _ = _BUCKET_HEADER.unpack_from(value)
         if self.depth >= MAX_NESTING:
             raise BoltFormatError(f"buckets nested more than {MAX_NESTING} deep", where)
-        self.in_key = self.depth == 0 and name == b"key" and self.key_leaf is not None
+        self.in_key = (
+            self.depth == 0
+            and name == b"key"
+            and (self.key_leaf is not None or self.key_pages is not None)
+        )
         self.depth += 1
         try:
             return self._bucket(root, value, where)
@@ -290,6 +296,9 @@ class _Reader:
 
     def _leaf(self, page: memoryview, count: int, where: int, out: Tree) -> None:
         if self.in_key:
+            if self.key_pages is not None:
+                self.key_pages.append((page, count))
+                return
             assert self.key_leaf is not None
             if self.key_leaf(page.tobytes(), count):
                 return
@@ -362,19 +371,25 @@ def bolt_size(data: bytes) -> int:
     return page_size * high_water
 
 
-def read_bolt(data: bytes | memoryview, key_leaf: KeyLeaf | None = None) -> Tree:
+def read_bolt(
+    data: bytes | memoryview,
+    key_leaf: KeyLeaf | None = None,
+    key_pages: list[tuple[memoryview, int]] | None = None,
+) -> Tree:
     """Read a bbolt file back into a ``Tree`` (raises BoltFormatError naming the fault).
     With ``key_leaf``, the top-level ``key`` bucket's leaf pages go to it instead, in the
     bucket's order (``key_leaf(page bytes, element count)``), and that bucket reads empty;
     KeyLeafRefused when it says no to a page (its pages are checked as any others are
-    before it sees them: in range, each read once)."""
+    before it sees them: in range, each read once). With ``key_pages`` (a list), those leaf
+    pages are appended to it instead, as (a view of the page, its element count), not
+    read (their elements are not checked here)."""
     page_size, root, freelist, high_water, _ = _current_meta(data)
     if len(data) < high_water * page_size:
         raise BoltFormatError(
             f"file has {len(data)} bytes, the meta page needs {high_water * page_size}: truncated",
             high_water - 1,
         )
-    reader = _Reader(data, page_size, high_water, key_leaf)
+    reader = _Reader(data, page_size, high_water, key_leaf, key_pages)
     if freelist != NO_FREELIST:
         _, flags, _ = reader.page(freelist)
         if flags != FREELIST_PAGE:

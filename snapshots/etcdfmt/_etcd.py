@@ -553,18 +553,52 @@ def read_etcd_latest_kv(
     nested bucket) is read again the usual way, which names the fault as it always has."""
     if not KVWIRE_COMPILED:
         return read_etcd_latest(data, convert)
-
-    def slow(raw_rev: bytes, raw: bytes) -> tuple[bytes, bytes | None, int]:
-        main, _, tombstone = _parse_revision(raw_rev)
-        kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)
-        return kv.key, None if tombstone else convert(kv), main
-
+    slow = key_record_slow(convert)
     if LATEST_SCAN:
         try:
             return _read_latest_scanned(data, slow)
         except Exception:  # read again the usual way: the same checks and errors, in order
             pass
     return _read_latest(data, lambda bucket: _kvwire.latest_kv_records(_key_bucket(bucket), slow))
+
+
+def key_record_slow(
+    convert: Callable[[kv_pb2.KeyValue], bytes],
+) -> Callable[[bytes, bytes], tuple[bytes, bytes | None, int]]:
+    """The ``slow`` of :class:`._leafscan.LatestScan` and :func:`._kvwire.latest_kv_records`:
+    a ``key`` bucket record (revision bytes, ``mvccpb.KeyValue`` bytes) through protobuf, to
+    (its key, ``convert`` of it or None for a tombstone, its revision's main part); raises
+    EtcdLayoutError naming a record that does not parse."""
+
+    def slow(raw_rev: bytes, raw: bytes) -> tuple[bytes, bytes | None, int]:
+        main, _, tombstone = _parse_revision(raw_rev)
+        kv = _proto(kv_pb2.KeyValue, raw, b"key", raw_rev)
+        return kv.key, None if tombstone else convert(kv), main
+
+    return slow
+
+
+def read_etcd_key_pages(
+    data: bytes,
+) -> tuple[EtcdImage, list[tuple[memoryview, int]], Callable[[], None]]:
+    """For a reader that reads the ``key`` bucket's leaf pages itself (a seeding in two
+    processes, each a run of the pages through :class:`._leafscan.LatestScan`): the image
+    without its keys; the bucket's leaf pages in its order, as (a view of the page, its
+    element count), checked as bbolt checks pages (in range, each read once) but their
+    elements not read; and a function that raises SnapshotHashError if the trailing SHA-256
+    does not match (computed on a thread meanwhile: call it before writing anything).
+    Raises on any other fault, not always the one :func:`read_etcd_latest_kv` names: such a
+    reader reads the file that way then."""
+    db, check_hash = _split_hash_checked_later(data, threaded=True)
+    pages: list[tuple[memoryview, int]] = []
+    try:
+        tree = read_bolt(db, key_pages=pages)
+        _check_buckets(tree)
+        image = buckets_to_image(tree)  # its key bucket read empty
+    except Exception:
+        check_hash()
+        raise
+    return image, pages, check_hash
 
 
 #: the one pass over the key bucket's pages pays compiled only (as the leaf loop does)

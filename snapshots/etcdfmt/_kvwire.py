@@ -70,57 +70,25 @@ def kv_record(raw: bytes) -> tuple[bytes, bytes] | None:
     return kv_record_in(raw, 0, len(raw))
 
 
-def kv_record_in(raw: bytes, first: int, n: int) -> tuple[bytes, bytes] | None:
-    """:func:`kv_record` of the record ``raw[first:n]`` (no copy of it made first)."""
+def kv_key_first(raw: bytes, first: int, n: int) -> bytes | None:
+    """The record ``raw[first:n]``'s first field if it is a key (field 1, 1 or more bytes
+    inside the record), else None: the key :func:`kv_record_in` gives for a record it takes,
+    without reading the rest (a record it does not take may have another key: protobuf's
+    is the last field 1)."""
     if n - first < 3 or raw[first] != 0x0A:
         return None
     klen, pos = _length(raw, first + 1, n)
-    if klen <= 0:
+    if klen <= 0 or pos + klen > n:
         return None
-    kend = pos + klen
-    if kend > n:
+    return raw[pos : pos + klen]
+
+
+def kv_record_in(raw: bytes, first: int, n: int) -> tuple[bytes, bytes] | None:
+    """:func:`kv_record` of the record ``raw[first:n]`` (no copy of it made first)."""
+    pos, kend, c, c_end, m, m_end, v, v_end, value_at, value_end, lease_at = _spans(raw, first, n)
+    if pos < 0:
         return None
     key = raw[pos:kend]
-    # create, mod and version (tags 0x10, 0x18, 0x20): their varints, copied under
-    # KvRecord's tags in the one join below (c, m, v: where each one's varint starts)
-    pos = kend
-    c = m = v = -1
-    if pos < n and raw[pos] == 0x10:
-        end = _varint_end(raw, pos + 1, n)
-        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
-            return None
-        c = pos + 1
-        pos = end
-    c_end = pos
-    if pos < n and raw[pos] == 0x18:
-        end = _varint_end(raw, pos + 1, n)
-        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
-            return None
-        m = pos + 1
-        pos = end
-    m_end = pos
-    if pos < n and raw[pos] == 0x20:
-        end = _varint_end(raw, pos + 1, n)
-        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
-            return None
-        v = pos + 1
-        pos = end
-    v_end = pos
-    value_at = pos
-    if pos < n and raw[pos] == 0x2A:
-        vlen, start = _length(raw, pos + 1, n)
-        if vlen <= 0 or start + vlen > n:
-            return None
-        pos = start + vlen
-    value_end = pos
-    lease_at = pos
-    if pos < n and raw[pos] == 0x30:  # the lease: the same tag in both
-        end = _varint_end(raw, pos + 1, n)
-        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
-            return None
-        pos = end
-    if pos != n:
-        return None
     if c > 0 and m > 0 and v > 0:  # the form of every live key etcd writes
         # the value's length and bytes (none: an empty slice; a start past the end is not
         # one in the compiled build)
@@ -153,6 +121,68 @@ def kv_record_in(raw: bytes, first: int, n: int) -> tuple[bytes, bytes] | None:
         out += (_VERSION, raw[v:v_end])
     out.append(raw[lease_at:n])
     return key, b"".join(out)
+
+
+_Spans = tuple[int, int, int, int, int, int, int, int, int, int, int]
+#: what :func:`_spans` gives for a record not in the form etcd writes (not None: a tuple of
+#: ints that is never None stays unboxed in the compiled build, a C struct)
+_NO_SPANS: Final[_Spans] = (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)
+
+
+def _spans(raw: bytes, first: int, n: int) -> _Spans:
+    """Where the fields of the record ``raw[first:n]`` in the form etcd writes are: the key
+    (start, end), create, mod and version (each a varint's start, or -1, and the end), the
+    value (its tag, or where it would be, and its end) and the lease's tag (or ``n``);
+    ``_NO_SPANS`` (a key starting at -1) for any other form."""
+    if n - first < 3 or raw[first] != 0x0A:
+        return _NO_SPANS
+    klen, pos = _length(raw, first + 1, n)
+    if klen <= 0:
+        return _NO_SPANS
+    kend = pos + klen
+    if kend > n:
+        return _NO_SPANS
+    # create, mod and version (tags 0x10, 0x18, 0x20): their varints, which kv_record_in
+    # copies under KvRecord's tags (c, m, v: where each one's varint starts)
+    pos = kend
+    c = m = v = -1
+    if pos < n and raw[pos] == 0x10:
+        end = _varint_end(raw, pos + 1, n)
+        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
+            return _NO_SPANS
+        c = pos + 1
+        pos = end
+    c_end = pos
+    if pos < n and raw[pos] == 0x18:
+        end = _varint_end(raw, pos + 1, n)
+        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
+            return _NO_SPANS
+        m = pos + 1
+        pos = end
+    m_end = pos
+    if pos < n and raw[pos] == 0x20:
+        end = _varint_end(raw, pos + 1, n)
+        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
+            return _NO_SPANS
+        v = pos + 1
+        pos = end
+    v_end = pos
+    value_at = pos
+    if pos < n and raw[pos] == 0x2A:
+        vlen, start = _length(raw, pos + 1, n)
+        if vlen <= 0 or start + vlen > n:
+            return _NO_SPANS
+        pos = start + vlen
+    value_end = pos
+    lease_at = pos
+    if pos < n and raw[pos] == 0x30:  # the lease: the same tag in both
+        end = _varint_end(raw, pos + 1, n)
+        if end < 0 or (end == pos + 2 and raw[pos + 1] == 0):
+            return _NO_SPANS
+        pos = end
+    if pos != n:
+        return _NO_SPANS
+    return (kend - klen, kend, c, c_end, m, m_end, v, v_end, value_at, value_end, lease_at)
 
 
 def latest_kv_records(

@@ -6,7 +6,9 @@ is slower than ``_bolt``'s own loop).
 
 :class:`LatestScan` is the seeding's one pass over etcd's ``key`` bucket: each leaf page's
 records straight to each key's newest ``KvRecord`` bytes (:func:`._kvwire.kv_record_in`),
-without the bucket's revision-to-record dict in between.
+without the bucket's revision-to-record dict in between. Split over two processes (each
+reads a run of the bucket's pages), :meth:`LatestScan.after` and :meth:`LatestScan.newer`
+join the two runs' results into the one pass's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from snapshots.etcdfmt._kvwire import kv_record_in
+from snapshots.etcdfmt._kvwire import kv_key_first, kv_record_in
 
 _HEADER: Final = 16  # bbolt's page header
 _ELEMENT: Final = 16  # a leaf element: flags, pos, ksize, vsize (little-endian u32 each)
@@ -111,3 +113,52 @@ class LatestScan:
             off += _ELEMENT
         self.newest = newest
         return True
+
+    def after(self, raw: bytes, count: int) -> bool:
+        """Start after the leaf page ``raw`` (the page before this scan's first): its last
+        revision is the one the next page's must follow. False if it is not a page of plain
+        values in order."""
+        revs = _leaf_keys(raw, count, None)
+        if revs is None:
+            return False
+        if revs:
+            self.last = revs[-1]
+        return True
+
+    def newer(self, raw: bytes, count: int, found: list[bytes]) -> None:
+        """A later page of the bucket, read by another scan: each of its records whose key
+        this scan holds replaces that key's record here (it is newer), so that a key keeps
+        the place of its first record with its newest; those keys are appended to ``found``
+        (the other scan drops them). The page is not checked here (its own scan checks it),
+        and a record's key is its first field where that is one (the other scan checks that
+        each record it does not map itself has no other: see :func:`first_key`); ``slow``'s
+        errors pass through."""
+        latest = self.latest
+        off = _HEADER
+        for _ in range(count):
+            kstart = off + _u32(raw, off + 4)
+            kend = kstart + _u32(raw, off + 8)
+            vend = kend + _u32(raw, off + 12)
+            key = kv_key_first(raw, kend, vend)
+            if key is None or key in latest:
+                rev = raw[kstart:kend]
+                got = None
+                if len(rev) == 17 and rev[8] == 0x5F:
+                    got = kv_record_in(raw, kend, vend)
+                    if got is not None:
+                        latest[got[0]] = got[1]
+                        found.append(got[0])
+                if got is None:
+                    key, value, _ = self.slow(rev, raw[kend:vend])
+                    if key in latest:
+                        latest[key] = value
+                        found.append(key)
+            off += _ELEMENT
+
+
+def first_key(raw: bytes) -> bytes | None:
+    """The key :meth:`LatestScan.newer` takes for the record ``raw`` without reading it
+    whole (its first field, if that is a key), or None (then it reads it through ``slow``).
+    A record that :class:`LatestScan` maps itself has no other key; the scan that reads one
+    through ``slow`` checks that this is ``slow``'s key, or None."""
+    return kv_key_first(raw, 0, len(raw))

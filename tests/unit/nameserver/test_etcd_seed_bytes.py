@@ -5,8 +5,8 @@ two records of one revision), leases, users, roles and auth, seeded at a fixed c
 the SHA-256 of the file the earlier code wrote. Seeded with ``offset_revisions`` that is the
 file from before the seeded image carried the store's revision counter, byte for byte; by
 default the same with the counter's record (one more record, other counts and hashes). Both
-the in-process and the split encoding, and the compiled and the Python build (CI runs
-both)."""
+in one process and in two (each a run of the key bucket's pages), and the compiled and the
+Python build (CI runs both)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nameserver import etcd_snapshot
-from nameserver.etcd_snapshot import seed_from_etcd
+from nameserver import etcd_seed
+from nameserver.etcd_seed import seed_from_etcd
 from snapshots import etcdfmt as fmt
 
 #: the SHA-256 of the snapshot file the seeding wrote before (same image, same clock), and
@@ -69,8 +69,8 @@ def test_seeding_writes_the_file_it_wrote_before(
     path = tmp_path / "etcd.db"
     path.write_bytes(fmt.write_etcd_snapshot(_image()))
     monkeypatch.setattr(time, "time", lambda: NOW)
-    monkeypatch.setattr(etcd_snapshot, "SPLIT_RECORDS", 1 if split else 10**9)
-    monkeypatch.setattr(etcd_snapshot, "_spare_cpu", lambda: True)
+    monkeypatch.setattr(etcd_seed, "SPLIT_RECORDS", 1 if split else 10**9)
+    monkeypatch.setattr(etcd_seed, "_split_pays", lambda: True)
     seeded = seed_from_etcd(str(path), str(tmp_path / "d"), offset_revisions=offset_revisions)
     assert seeded.keys == 2000 - 1 + 4
     (snap,) = (tmp_path / "d" / "snap").iterdir()

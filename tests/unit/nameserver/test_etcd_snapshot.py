@@ -111,11 +111,11 @@ def test_users_from_etcd_log_in_with_their_etcd_passwords() -> None:
 def test_the_reused_kv_record_encodes_each_key_as_a_new_message_would() -> None:
     """One KvRecord filled key after key: a field that goes back to zero or empty is left
     out again, as a fresh message leaves it out."""
-    from nameserver.etcd_snapshot import _kv_record_encoder
+    from nameserver.etcd_seed import kv_record_encoder
     from protos import records_pb2
     from protos.etcdserverpb import kv_pb2
 
-    encode = _kv_record_encoder()
+    encode = kv_record_encoder()
     fields = [
         dict(key=b"a", value=b"v" * 300, create_revision=2**40, mod_revision=7, version=3, lease=9),
         dict(key=b"b"),

@@ -146,7 +146,7 @@ def test_seeding_reads_the_same_records_by_hand_or_through_protobuf(
     """read_etcd_latest_kv (the compiled build maps by hand; the Python build, or forced
     here, through protobuf) against read_etcd_latest with the same encoder: tombstones,
     rewritten keys, a zero field written out and a record in another field order."""
-    from nameserver.etcd_snapshot import _kv_record_encoder
+    from nameserver.etcd_seed import kv_record_encoder
 
     keys = [
         KeyRevision(2, 0, b"a", b"1", 2, 2, 1),
@@ -161,8 +161,8 @@ def test_seeding_reads_the_same_records_by_hand_or_through_protobuf(
     data = write_etcd_snapshot_from_tree(tree)
     monkeypatch.setattr(_etcd, "KVWIRE_COMPILED", by_hand)
     monkeypatch.setattr(_etcd, "LATEST_SCAN", scan)  # the key bucket's pages in one pass
-    got = read_etcd_latest_kv(data, _kv_record_encoder())
-    want = read_etcd_latest(data, _kv_record_encoder())
+    got = read_etcd_latest_kv(data, kv_record_encoder())
+    want = read_etcd_latest(data, kv_record_encoder())
     assert got == want
     assert got[1][b"b"] is None and got[1][b"d"] == by_protobuf(odd)[1]  # type: ignore[index]
     assert got[2] == 7

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.mypyc_bench import both
-from nameserver.etcd_snapshot import _kv_record_encoder
+from nameserver.etcd_seed import kv_record_encoder
 from snapshots.etcdfmt import (
     EtcdFormatError,
     EtcdImage,
@@ -36,7 +36,7 @@ def outcome(data: bytes, scan: bool, mp: pytest.MonkeyPatch) -> Any:
     mp.setattr(_etcd, "KVWIRE_COMPILED", True)  # the hand mapping, in either build
     mp.setattr(_etcd, "LATEST_SCAN", scan)
     try:
-        image, latest, newest = read_etcd_latest_kv(data, _kv_record_encoder())
+        image, latest, newest = read_etcd_latest_kv(data, kv_record_encoder())
     except EtcdFormatError as e:
         return ("error", type(e).__name__, str(e))
     return ("ok", image, list(latest.items()), newest)
@@ -133,3 +133,40 @@ def test_the_compiled_scan_agrees_with_its_source() -> None:
         scan = module.LatestScan(slow)
         assert not scan.leaf(page, 10**6)
         assert (scan.latest, scan.newest, scan.last) == ({}, 0, None)
+
+
+def test_the_compiled_run_joins_agree_with_their_source() -> None:
+    """LatestScan.after and .newer (a seeding in two processes: each a run of the pages) and
+    first_key, compiled against their source: a first run that takes the second run's newer
+    records of its keys, and the keys it took."""
+    compiled, source = both("snapshots.etcdfmt._leafscan")
+    keys = [
+        KeyRevision(i + 2, 0, b"k%d" % (i % 700), b"v" * (i % 90), 2, i + 2, 1) for i in range(3000)
+    ]
+    keys.append(KeyRevision(4000, 0, b"k5", tombstone=True))
+    db = write_bolt(image_to_buckets(EtcdImage(keys=tuple(keys))))
+    pages: list[tuple[memoryview, int]] = []
+    _bolt.read_bolt(db, key_pages=pages)
+    mid = len(pages) // 2
+
+    def slow(raw_rev: bytes, raw: bytes) -> tuple[bytes, bytes | None, int]:
+        return raw[2 : 2 + raw[1]], None, int.from_bytes(raw_rev[:8], "big")
+
+    got = []
+    for module in (compiled, source):
+        first, second = module.LatestScan(slow), module.LatestScan(slow)
+        found: list[bytes] = []
+        for page, count in pages[:mid]:
+            assert first.leaf(page.tobytes(), count)
+        for page, count in pages[mid:]:
+            first.newer(page.tobytes(), count, found)
+        assert second.after(pages[mid - 1][0].tobytes(), pages[mid - 1][1])
+        assert second.last == first.last  # the first run's last revision
+        raw = pages[0][0].tobytes()
+        got.append((list(first.latest.items()), found, module.first_key(raw[16 + 40 :])))
+    assert got[0] == got[1]
+    assert dict(got[0][0])[b"k5"] is None and b"k5" in got[0][1]  # deleted in the second run
+    whole = compiled.LatestScan(slow)
+    for page, count in pages:
+        whole.leaf(page.tobytes(), count)
+    assert dict(got[0][0]) == {k: v for k, v in whole.latest.items() if k in dict(got[0][0])}

@@ -84,3 +84,20 @@ def test_a_part_that_disagrees_with_the_meta_leaves_nothing(tmp_path: Path) -> N
             tmp_path / "s.snap", dataclasses.replace(meta, counts=None, hashes=None), [], written
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_part_of_many_megabytes_is_written_as_it_is_into_the_same_file(tmp_path: Path) -> None:
+    """A chunk of frames larger than a sync step (one process's share of a seeding, handed
+    over whole as a map of its file) goes out in views of it, not copied: the same file."""
+    records = [("kv", b"key-%06d" % i, b"v" * 600) for i in range(20_000)]  # about 13 MB
+    meta = SnapshotMeta("c1", 77, 3, created_ms=1_700_000_000_000)
+    whole = write_snapshot(tmp_path / "whole.snap", meta, records)
+    digest = RecordDigest()
+    head = list(encode_frames(77, records[:100], digest))
+    tail = b"".join(chunk for chunk, _ in encode_frames(77, records[100:], digest, 101))
+    assert len(tail) > 8 * 1024 * 1024
+    info = write_snapshot_frames(
+        tmp_path / "big.snap", meta.with_digest(digest), [*head, (tail, 20_000)], digest
+    )
+    assert (tmp_path / "big.snap").read_bytes() == (tmp_path / "whole.snap").read_bytes()
+    assert info.size_bytes == whole.size_bytes
