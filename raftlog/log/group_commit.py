@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftlog.clock import stamp_ms
+from raftlog.clock import stamp_ms, take_over
 from raftlog.consensus import ProposeCallback
 from raftlog.deadlines import DeadlineSweep
-from raftlog.entry import Entry, encode_item, encode_request, stamp_item
+from raftlog.entry import Entry, decode_item, encode_item, encode_request, stamp_item
 from raftlog.errors import NoSpaceError, ProposeError, UnknownOutcomeError
 from raftlog.health import Health
 from raftlog.log.contracts import Applied
@@ -54,6 +54,20 @@ def leader_stamp(data: bytes) -> bytes:
     """An item a follower forwarded, stamped with this (the leader's) clock: the engine's
     ``stamp_forwarded`` (``NativeConfig``). Time then enters the log from the leader only."""
     return stamp_item(data, stamp_ms())
+
+
+def leader_takes_over(newest_item: bytes) -> None:
+    """The native engine's ``on_lead``: this node became leader and ``newest_item`` is the
+    newest normal item in its log. The log's time is taken from its stamps before this
+    node stamps anything (:func:`raftlog.clock.take_over`); an item that does not decode
+    gives none."""
+    if not newest_item:
+        return
+    try:
+        requests = decode_item(newest_item, 0, 0)
+    except Exception:  # not an item (an older format): the applied stamps still hold
+        return
+    take_over(max((r[0].timestamp_ms for r in requests if r), default=0))
 
 
 class GroupCommit:
