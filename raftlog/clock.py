@@ -106,6 +106,9 @@ class LogClock:
         self.lag_ms = 0
         self.floor_ms = 0
         self._measured = (0, 0)
+        #: how many times a takeover or a stamp below the floor measured the log's time:
+        #: a stamp taken before it changed may be an hour from the log's
+        self.epoch = 0
 
     def wall_ms(self) -> int:
         return self._wall()
@@ -145,6 +148,7 @@ class LogClock:
             self.observe(newest_ms, self._wall())
         with self._lock:
             self.floor_ms = max(self.floor_ms, newest_ms)
+            self.epoch += 1
 
     def stamp(self) -> int:
         """The time to stamp now: this clock less the lag, never below the floor. Below it
@@ -160,6 +164,7 @@ class LogClock:
             if floor - own > LAG_SLACK_MS:
                 self.lag_ms = now - floor
                 self._measured = (floor, now - floor)
+                self.epoch += 1
             return floor
 
 

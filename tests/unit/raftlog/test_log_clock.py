@@ -8,7 +8,20 @@ log's time (docs/reliability.md, "Clocks that step or run fast or slow").
 
 from __future__ import annotations
 
-from raftlog.clock import LAG_SLACK_MS, LogClock, lag_beyond_slack
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from protos import records_pb2
+from raftlog import Entry
+from raftlog.clock import LAG_SLACK_MS, LOG_CLOCK, LogClock, lag_beyond_slack, wall_ms
+from raftlog.consensus import ProposeCallback
+from raftlog.entry import decode_item
+from raftlog.health import Health
+from raftlog.log.contracts import Applied
+from raftlog.log.group_commit import GroupCommit
+from raftlog.wait import Wait
 
 HOUR_MS = 3_600_000
 T = 1_800_000_000_000
@@ -82,3 +95,82 @@ def test_the_floor_is_the_last_stamp_applied_not_the_highest() -> None:
     lc.applied(T - 10)
     assert lc.stamp() == T
     assert lc.lag_ms == 0
+
+
+def test_takeover_bumps_the_epoch_and_a_stamp_below_the_floor_too() -> None:
+    now = [T]
+    lc = clock_at(now)
+    lc.take_over(T + HOUR_MS)
+    assert lc.epoch == 1
+    lc.applied(T + 2 * HOUR_MS)
+    lc.stamp()
+    assert lc.epoch == 2
+    lc.stamp()  # nothing new measured
+    assert lc.epoch == 2
+
+
+@pytest.fixture
+def process_clock() -> Iterator[LogClock]:
+    """The process's log clock, given back as it was."""
+    saved = (LOG_CLOCK.lag_ms, LOG_CLOCK.floor_ms, LOG_CLOCK.measured, LOG_CLOCK.epoch)
+    try:
+        yield LOG_CLOCK
+    finally:
+        LOG_CLOCK.lag_ms, LOG_CLOCK.floor_ms, LOG_CLOCK._measured, LOG_CLOCK.epoch = saved
+
+
+def test_requests_stamped_before_a_takeover_go_out_with_the_leader_s_stamp(
+    process_clock: LogClock,
+) -> None:
+    """Requests this node stamped before it took over (its clock an hour behind the log's)
+    and that leave after: their item carries its stamp, taken on the log's time."""
+    proposed: list[tuple[bytes, ProposeCallback]] = []
+    wait = Wait()
+    commit = GroupCommit(
+        lambda data, cb: proposed.append((data, cb)),
+        wait,
+        Health(),
+        "c",
+        max_item_requests=512,
+        max_item_bytes=1 << 20,
+        batch_window_s=0.0,
+        max_in_flight=1,
+        busy_item_requests=10,
+        window_per_request_s=0.0,
+    )
+
+    async def main() -> None:
+        first = asyncio.ensure_future(commit.propose([Entry("set", b"a")], 5.0))
+        await asyncio.sleep(0)
+        later = [
+            asyncio.ensure_future(commit.propose([Entry("set", b"k%d" % i)], 5.0)) for i in range(2)
+        ]
+        await asyncio.sleep(0)
+        before = wall_ms()
+        process_clock.take_over(before + HOUR_MS)  # became leader after an hour-ahead one
+        wait.trigger_many([(("c", 1), Applied(1, None))])
+        proposed[0][1](1, None)
+        await first
+        await asyncio.sleep(0)
+        [stamps_first, stamps_later] = [
+            [r[0].timestamp_ms for r in decode_item(data, 1, 1)] for data, _ in proposed
+        ]
+        assert all(abs(s - before) < 60_000 for s in stamps_first)  # left before: as stamped
+        assert all(before + HOUR_MS - 60_000 < s < before + HOUR_MS + 60_000 for s in stamps_later)
+        wait.trigger_many([(("c", s), Applied(s, None)) for s in (2, 3)])
+        proposed[1][1](2, None)
+        for f in later:
+            await f
+        await asyncio.sleep(0)
+        # the next item, stamped after the takeover, is as its requests were stamped
+        nxt = asyncio.ensure_future(commit.propose([Entry("set", b"n")], 5.0))
+        await asyncio.sleep(0)
+        assert len(proposed) == 3
+        [stamp_next] = [r[0].timestamp_ms for r in decode_item(proposed[-1][0], 4, 1)]
+        assert before + HOUR_MS - 60_000 < stamp_next
+        assert records_pb2.RaftItem.FromString(proposed[-1][0][4:]).timestamp_ms == 0
+        wait.trigger_many([(("c", 4), Applied(4, None))])
+        proposed[-1][1](4, None)
+        await nxt
+
+    asyncio.run(main())

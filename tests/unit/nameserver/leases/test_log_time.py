@@ -34,7 +34,7 @@ class ListLag(LogClock):
         super().__init__(lambda: now[0])  # sets the lag to 0
         lag[0] = saved
 
-    @property  # type: ignore[override]
+    @property
     def lag_ms(self) -> int:
         return self._lag[0]
 
@@ -82,7 +82,7 @@ def test_a_leader_an_hour_off_continues_the_log_s_time(skew: int) -> None:
     assert k.due_for_expiry(deadline) == [1]
     # a refresh it stamped counts at its own clock
     d.apply(refresh(own, (1, 0)))
-    k.state.image = d.image
+    cast(Any, k.state).image = d.image
     assert k.due_for_expiry(now[0] + TTL_MS - 1) == []
     assert k.due_for_expiry(now[0] + TTL_MS) == [1]
 
@@ -150,7 +150,7 @@ def test_a_first_leader_an_hour_ahead_hands_over_before_anyone_measured(take_ove
     # a lease n1 grants now counts from its grant on n1's clock, neither an hour early
     # nor an hour late
     d.apply(grant(2, TTL_MS // 1000, at=own))
-    k.state.image = d.image
+    cast(Any, k.state).image = d.image
     log.last_stamp_ms = own
     lc.applied(own)
     assert k.lead() == since
@@ -175,7 +175,7 @@ def test_a_follower_of_the_new_leader_counts_the_log_s_time_continued() -> None:
     n1.take_over(G)
     at = n1.stamp()  # n1 refreshes lease 1
     d.apply(refresh(at, (1, 0)))
-    k.state.image = d.image
+    cast(Any, k.state).image = d.image
     log.last_stamp_ms = at
     lease = d.image.leases.get(1)
     assert lease is not None
