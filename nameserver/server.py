@@ -96,7 +96,7 @@ from raftlog import (
     SegmentConfig,
     SegmentLog,
 )
-from raftlog.log import Captured, leader_stamp
+from raftlog.log import Captured, leader_stamp, leader_takes_over
 from snapshots import FileSnapshotStore
 
 log = logging.getLogger("metaledger")
@@ -208,6 +208,7 @@ class Node:
                     peer_ssl_server=tls.server_context(config.peer_tls),
                     peer_ssl_client=tls.client_context(config.peer_tls),
                     stamp_forwarded=leader_stamp,  # time enters the log from the leader only
+                    on_lead=leader_takes_over,  # the log's time before it stamps
                 )
             )
         else:

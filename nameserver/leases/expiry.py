@@ -46,6 +46,7 @@ from nameserver.state.duties import PeriodicDuties, now_ms
 from nameserver.state.machine import MetadataStateMachine
 from protos import records_pb2
 from raftlog import Entry, ReplicatedLog
+from raftlog.clock import LogClock
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,9 @@ class LeaseKeeper(PeriodicDuties):
         election_timeout_ms: int,
         propose_timeout_s: float,
         clock_ms: Callable[[], int] = now_ms,
-        stamp_lag: tuple[Callable[[], int], Callable[[int], None]] | None = None,
+        log_clock: LogClock | None = None,
     ) -> None:
-        super().__init__(rlog, clock_ms, stamp_lag)
+        super().__init__(rlog, clock_ms, log_clock)
         self.state = state
         self.grace_ms = election_timeout_ms
         self.timeout_s = propose_timeout_s

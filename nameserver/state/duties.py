@@ -14,6 +14,14 @@ leader's, measured as *own clock when a new stamp was first seen here minus that
 The stamp was made before it was seen, so this over-estimates the skew by the time between
 the two (replication, apply and up to one duty round): log times moved to this node's clock
 come out a little late, never early, whichever clock runs ahead or slow.
+
+**Taking over.** A node that becomes leader may not have measured its predecessor's
+newest stamps in a duty round (a first leader an hour ahead lost its leadership at once):
+the node's :class:`raftlog.clock.LogClock` then measures them on takeover, or at its first
+stamp below the last one applied, and :meth:`PeriodicDuties.lead` takes that measurement
+as the skew it hands over. When the stamp lag changes while this node leads (measured at
+a stamp), its leadership clock restarts there: everything gets a full timeout (+ grace)
+from that moment, and nothing it stamped before counts earlier than it.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from raftlog import ReplicatedLog
-from raftlog.clock import lag_beyond_slack, set_stamp_lag, stamp_lag_ms, wall_ms
+from raftlog.clock import LOG_CLOCK, LogClock, wall_ms
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +52,20 @@ class PeriodicDuties:
         self,
         rlog: ReplicatedLog,
         clock_ms: Callable[[], int] = now_ms,
-        stamp_lag: tuple[Callable[[], int], Callable[[int], None]] | None = None,
+        log_clock: LogClock | None = None,
     ) -> None:
-        """``stamp_lag``: how to read and set how far this node's stamps are set back from
-        ``clock_ms`` (:func:`raftlog.clock.set_stamp_lag`; the default with the default
-        clock, else none: a clock of its own stamps nothing)."""
+        """``log_clock``: what this node stamps the log with, on ``clock_ms``
+        (:data:`raftlog.clock.LOG_CLOCK` with the default clock; else none: a clock of its
+        own stamps nothing)."""
         self.log = rlog
         self.clock_ms = clock_ms
-        if stamp_lag is None and clock_ms is now_ms:
-            stamp_lag = (stamp_lag_ms, set_stamp_lag)
-        self._stamp_lag = stamp_lag
+        if log_clock is None and clock_ms is now_ms:
+            log_clock = LOG_CLOCK
+        self._log_clock = log_clock
         #: the stamp lag when this node became leader: its own stamps are its clock less it
         self._lead_lag_ms = 0
+        #: the lag it led with before it measured another in this term (None: it did not)
+        self._lag_before_ms: int | None = None
         #: when this node became leader in its current term (None: not the leader, as of
         #: the last :meth:`lead` call)
         self._leader_since_ms: int | None = None
@@ -72,9 +82,11 @@ class PeriodicDuties:
         """Note the latest log time applied here; a new one measures :attr:`skew_ms`."""
         if stamp_ms and stamp_ms != self._stamp_seen:
             self._stamp_seen = stamp_ms
-            self.skew_ms = self.clock_ms() - stamp_ms
-            if self._stamp_lag is not None:
-                self._stamp_lag[1](lag_beyond_slack(self.skew_ms))
+            now = self.clock_ms()
+            if self._log_clock is not None:
+                self.skew_ms = self._log_clock.observe(stamp_ms, now)
+            else:
+                self.skew_ms = now - stamp_ms
 
     def lead(self) -> int | None:
         """Whether this node leads now: the time it became leader in this term, else None.
@@ -88,12 +100,32 @@ class PeriodicDuties:
             self.observe_stamp(self.log.last_stamp_ms)
             self._leader_since_ms = None
             return None
+        lc = self._log_clock
         if self._leader_since_ms is None or status.term != self._leader_term:
             self._leader_since_ms = self.clock_ms()
             self._leader_term = status.term
+            self._take_measured()
             self._handover_skew_ms = self.skew_ms
-            self._lead_lag_ms = self._stamp_lag[0]() if self._stamp_lag is not None else 0
+            self._lead_lag_ms = lc.lag_ms if lc is not None else 0
+            self._lag_before_ms = None
+        elif lc is not None and lc.lag_ms != self._lead_lag_ms:
+            # measured at a stamp below the log's time (module docstring): lead anew
+            self._leader_since_ms = self.clock_ms()
+            self._take_measured()
+            self._handover_skew_ms = self.skew_ms
+            self._lag_before_ms, self._lead_lag_ms = self._lead_lag_ms, lc.lag_ms
         return self._leader_since_ms
+
+    def _take_measured(self) -> None:
+        """The log clock's last measurement, when it measured a stamp this keeper did not
+        (on takeover, at a stamp, or another keeper's duty round since this one's)."""
+        lc = self._log_clock
+        if lc is None:
+            return
+        stamp, skew = lc.measured
+        if stamp and stamp != self._stamp_seen:
+            self._stamp_seen = stamp
+            self.skew_ms = skew
 
     def log_time_here(self, at_ms: int) -> int:
         """A time from the log (a leader's stamp) on this node's clock, late rather than
@@ -114,7 +146,11 @@ class PeriodicDuties:
             return at_ms + self.skew_ms
         own_at = at_ms + self._lead_lag_ms
         if own_at < since:
-            return min(at_ms + self._handover_skew_ms, since)
+            moved = at_ms + self._handover_skew_ms
+            if self._lag_before_ms is not None:
+                # or its own, stamped before it measured again: late rather than early
+                moved = max(moved, at_ms + self._lag_before_ms)
+            return min(moved, since)
         return own_at
 
     def run_every(self, *jobs: tuple[float, Job]) -> None:

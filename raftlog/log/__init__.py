@@ -19,7 +19,7 @@ from raftlog.log.contracts import (
     SnapshotSink,
     StateMachine,
 )
-from raftlog.log.group_commit import leader_stamp
+from raftlog.log.group_commit import leader_stamp, leader_takes_over
 from raftlog.log.replicated import ReplicatedLog
 from raftlog.log.snapshot_duties import gc_paused
 
@@ -36,4 +36,5 @@ __all__ = [
     "StateMachine",
     "gc_paused",
     "leader_stamp",
+    "leader_takes_over",
 ]

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
+from raftlog.clock import note_applied_stamp
 from raftlog.entry import Effect, decode_item, item_count
 from raftlog.errors import UnknownOutcomeError
 from raftlog.health import Backoff, Health
@@ -346,6 +347,7 @@ class Apply:
                 requests = decode_item(data, first, term)
                 if requests and requests[-1]:
                     self._last_stamp_ms = requests[-1][0].timestamp_ms
+                    note_applied_stamp(self._last_stamp_ms)  # never stamped below
             except Exception as exc:
                 # Its count is whatever its first four bytes say (up to 2**32 - 1): the
                 # offsets it numbered are skipped as one no-op range, never one by one.

@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftlog.clock import stamp_ms
+from raftlog.clock import LOG_CLOCK, stamp_ms, take_over
 from raftlog.consensus import ProposeCallback
 from raftlog.deadlines import DeadlineSweep
-from raftlog.entry import Entry, encode_item, encode_request, stamp_item
+from raftlog.entry import Entry, decode_item, encode_item, encode_request, stamp_item
 from raftlog.errors import NoSpaceError, ProposeError, UnknownOutcomeError
 from raftlog.health import Health
 from raftlog.log.contracts import Applied
@@ -54,6 +54,20 @@ def leader_stamp(data: bytes) -> bytes:
     """An item a follower forwarded, stamped with this (the leader's) clock: the engine's
     ``stamp_forwarded`` (``NativeConfig``). Time then enters the log from the leader only."""
     return stamp_item(data, stamp_ms())
+
+
+def leader_takes_over(newest_item: bytes) -> None:
+    """The native engine's ``on_lead``: this node became leader and ``newest_item`` is the
+    newest normal item in its log. The log's time is taken from its stamps before this
+    node stamps anything (:func:`raftlog.clock.take_over`); an item that does not decode
+    gives none."""
+    if not newest_item:
+        return
+    try:
+        requests = decode_item(newest_item, 0, 0)
+    except Exception:  # not an item (an older format): the applied stamps still hold
+        return
+    take_over(max((r[0].timestamp_ms for r in requests if r), default=0))
 
 
 class GroupCommit:
@@ -96,6 +110,10 @@ class GroupCommit:
         self._waiting_peak_before = 0
         self._peak_period_ends = 0.0
         self._pending: list[tuple[bytes, tuple[str, int]]] = []
+        #: the log clock's epoch when the oldest pending request was stamped (None: none
+        #: pending): an item holding a request stamped before a takeover measured the
+        #: log's time gets this node's stamp (:meth:`_send_item`)
+        self._stamped_epoch: int | None = None
         self._pending_bytes = 0
         self._outstanding: set[int] = set()  # items proposed and not yet answered
         self._item_seq = 0
@@ -135,6 +153,8 @@ class GroupCommit:
             raise NoSpaceError(f"database space exceeded: {self._health.reason()}")
         cid = client_id or self._client_id
         s = seq if seq is not None else next(self._seq)
+        if not self._pending:
+            self._stamped_epoch = LOG_CLOCK.epoch
         data = encode_request(entries, cid, s, stamp_ms())
         key = (cid, s)
         fut = self._wait.register(key)
@@ -199,7 +219,14 @@ class GroupCommit:
             except RuntimeError:  # loop closed
                 pass
 
-        self._propose_item(encode_item([data for data, _ in batch]), on_proposed)
+        item = encode_item([data for data, _ in batch])
+        if self._stamped_epoch is not None and self._stamped_epoch != LOG_CLOCK.epoch:
+            # stamped before this node took over (an hour from the log's time, maybe): the
+            # item carries its clock now, as a forward to it would
+            item = stamp_item(item, stamp_ms())
+        if not self._pending:
+            self._stamped_epoch = None
+        self._propose_item(item, on_proposed)
 
     def _on_item_done(self, item_seq: int) -> None:
         if item_seq not in self._outstanding:

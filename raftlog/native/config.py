@@ -54,6 +54,11 @@ class NativeConfig(EngineConfig):
     #: appends it: the log's owner adds the leader's clock (:func:`raftlog.entry.stamp_item`),
     #: so that no follower's clock enters the log; None: appended as sent
     stamp_forwarded: Callable[[bytes], bytes] | None = field(default=None, compare=False)
+    #: called on the engine's loop when this node becomes leader, with the newest normal
+    #: item in its log (its predecessor's, b"" if none), before it appends anything of its
+    #: own: the log's owner learns the log's time before it stamps (:func:`raftlog.log.
+    #: leader_takes_over`); None: nothing is called
+    on_lead: Callable[[bytes], None] | None = field(default=None, compare=False)
 
     def validate(self) -> None:
         if not self.password:

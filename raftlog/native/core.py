@@ -230,6 +230,14 @@ class RaftCore:
     def entry(self, index: int) -> LogEntry:
         return self.log[index - self.snap_index - 1]
 
+    def newest_normal_data(self) -> bytes:
+        """The data of the newest normal entry in this node's log (b"": none since its
+        snapshot)."""
+        for e in reversed(self.log):
+            if e.kind == KIND_NORMAL:
+                return e.data
+        return b""
+
     def entries_after(self, index: int, max_bytes: int, max_count: int) -> list[LogEntry]:
         start = index - self.snap_index  # position of entry index+1
         out: list[LogEntry] = []

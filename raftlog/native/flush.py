@@ -240,6 +240,8 @@ class Flush:
         forwarding = self.forwarding
         for ev in events:
             if ev == "leader-changed":
+                if core.role == Role.LEADER and self._config.on_lead is not None:
+                    self._config.on_lead(core.newest_normal_data())
                 forwarding.leader_changed()
                 if core.role == Role.LEADER:
                     log.info("leader of term %d (%d members)", core.term, len(core.voters))

@@ -321,8 +321,12 @@ class Forwarding:
             callback(None, NotLeaderError("the leader changed", self._name(core.leader)))
         if core.leader:
             queued, self._queued = self._queued, []
+            stamp = self._config.stamp_forwarded if core.role == Role.LEADER else None
             for data, kind, callback, _ in queued:
-                self.propose(data, kind, callback)
+                # what waited for a leader and lands here carries this leader's clock, as
+                # a forward would (its own stamps were taken before it knew the log's time)
+                held = stamp(data) if stamp is not None and kind == KIND_NORMAL else data
+                self.propose(held, kind, callback)
             waiting, self._reads_queued = self._reads_queued, []
             for callback, deadline in waiting:
                 self.read_index(callback, deadline)

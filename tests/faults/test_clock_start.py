@@ -21,10 +21,10 @@ no earlier than its TTL after its grant was asked for and no later than
 lock; one leader per term; every member serves writes after.
 
 n0 starts after n1 and n2 have elected a leader and written a key: a member started with
-a bad clock joins a running cluster. Not covered (a known gap, docs/reliability.md): a new
-cluster whose first leader is the skewed member and loses its leadership before the others
-measured its stamps in a duty round; the next leader then stamps on its own clock, an hour
-from the log's, until it measures.
+a bad clock joins a running cluster. A new cluster whose first leader is the skewed member
+and hands over at once is ``tests/faults/test_clock_first_leader.py`` (a successor that had
+not measured its stamps used to stamp on its own clock, an hour from the log's; now it takes
+the log's time on takeover: :class:`raftlog.clock.LogClock`).
 
 Before the leader kept the log's time from going back, a leader whose clock was behind
 its predecessor's stamped entries an hour before theirs: the leases its predecessor had

@@ -527,3 +527,19 @@ def test_safety_under_partitions_drops_crashes_and_full_disks_3_6_3(seed: int, d
     by_data = {d: (i, t) for i, t, d in accepted}
     for i, t, d in longest:
         assert by_data[d] == (i, t)
+
+
+def test_a_new_leader_finds_its_predecessor_s_newest_item_3_6() -> None:
+    """What the engine hands ``NativeConfig.on_lead``: the newest normal entry in the new
+    leader's log, past its own no-op (the log's time comes from its stamps)."""
+    sim = Sim(["a", "b", "c"], seed=3)
+    old = elect(sim)
+    assert sim.cores[old].newest_normal_data() == b""  # only its no-op so far
+    for i in range(3):
+        sim.propose(b"x%d" % i)
+    sim.run(0.3)
+    sim.crash(old)
+    sim.run_until(lambda: sim.leader() not in (None, old))
+    new = sim.leader()
+    assert new is not None
+    assert sim.cores[new].newest_normal_data() == b"x2"

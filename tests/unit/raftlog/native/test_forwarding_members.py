@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from raftlog.entry import Entry, decode_item, encode_item, encode_request, item_count, stamp_item
+from raftlog.native.core import Role
 from raftlog.native.forwarding import Forwarding
 from raftlog.native.messages import KIND_CONFIG, KIND_NORMAL, Message, MsgType
 
@@ -88,3 +89,21 @@ def test_a_forwarded_item_is_appended_with_the_leader_s_clock() -> None:
     ]
     # an item nobody stamped keeps its proposer's times (old logs replay as they were)
     assert [r[0].timestamp_ms for r in decode_item(item, 5, 4)] == [42, 43]
+
+
+def test_a_proposal_that_waited_for_a_leader_gets_this_leader_s_clock() -> None:
+    """Queued while no leader was known, stamped then on this node's clock (an hour from
+    the log's, maybe): when this node becomes the leader, it stamps it as a forward."""
+    leader = _Leader(lambda data: stamp_item(data, 1_000_000))
+    core: Any = leader._core
+    core.role, core.leader = Role.FOLLOWER, ""
+    config: Any = leader._config
+    config.wait_leader_ms = 5000
+    item = encode_item([encode_request([Entry("lease", value=b"a")], "n1", 7, 42)])
+    leader.propose(item, KIND_NORMAL, lambda index, err: None)
+    assert leader.appended == []  # waits for a leader
+    core.role, core.leader = Role.LEADER, VOTERS[0]
+    leader.leader_changed()
+    [(appended, kind)] = leader.appended
+    assert kind == KIND_NORMAL
+    assert [e.timestamp_ms for req in decode_item(appended, 1, 4) for e in req] == [1_000_000]
