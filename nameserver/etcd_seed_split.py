@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Callable
 from typing import NoReturn
 
-from nameserver.etcd_seed import (
+from nameserver.etcd_seed_records import (
     SEEDED_CLUSTER_ID,
     Seeded,
     kv_record_encoder,

@@ -30,13 +30,8 @@ import itertools
 import operator
 import time
 
-from nameserver.etcd_seed import (
-    SEEDED_CLUSTER_ID,
-    Record,
-    Seeded,
-    other_records,
-    seed_from_etcd,
-)
+from nameserver.etcd_seed import seed_from_etcd
+from nameserver.etcd_seed_records import SEEDED_CLUSTER_ID, Record, Seeded, other_records
 from nameserver.leases.records import Lease as MlLease
 from nameserver.state.image import MetadataImage
 from protos import records_pb2

@@ -111,7 +111,7 @@ def test_users_from_etcd_log_in_with_their_etcd_passwords() -> None:
 def test_the_reused_kv_record_encodes_each_key_as_a_new_message_would() -> None:
     """One KvRecord filled key after key: a field that goes back to zero or empty is left
     out again, as a fresh message leaves it out."""
-    from nameserver.etcd_seed import kv_record_encoder
+    from nameserver.etcd_seed_records import kv_record_encoder
     from protos import records_pb2
     from protos.etcdserverpb import kv_pb2
 

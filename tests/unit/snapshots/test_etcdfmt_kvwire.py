@@ -146,7 +146,7 @@ def test_seeding_reads_the_same_records_by_hand_or_through_protobuf(
     """read_etcd_latest_kv (the compiled build maps by hand; the Python build, or forced
     here, through protobuf) against read_etcd_latest with the same encoder: tombstones,
     rewritten keys, a zero field written out and a record in another field order."""
-    from nameserver.etcd_seed import kv_record_encoder
+    from nameserver.etcd_seed_records import kv_record_encoder
 
     keys = [
         KeyRevision(2, 0, b"a", b"1", 2, 2, 1),

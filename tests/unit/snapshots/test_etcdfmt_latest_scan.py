@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.mypyc_bench import both
-from nameserver.etcd_seed import kv_record_encoder
+from nameserver.etcd_seed_records import kv_record_encoder
 from snapshots.etcdfmt import (
     EtcdFormatError,
     EtcdImage,
