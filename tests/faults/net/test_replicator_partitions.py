@@ -94,7 +94,7 @@ class Sent(Destination):
         self.senders = senders
         self.written: list[Written] = []
 
-    def seen(self, queue: int, message: StoredMessage) -> None:
+    def pulled_message(self, queue: int, message: StoredMessage) -> None:
         ip = message.born_host.ip
         self.written.append(
             Written(

@@ -64,7 +64,7 @@ class Oracle:
                 self.pulled[q] += 1
                 new += 1
                 props = dict(m.properties)
-                self.seen(q, m)
+                self.pulled_message(q, m)
                 self.record(q, props)
                 self.replayer.offer(q, m.body, props)
         return new
@@ -72,7 +72,7 @@ class Oracle:
     def record(self, queue: int, properties: dict[str, str]) -> None:
         """Each message's properties as pulled (a subclass keeps them)."""
 
-    def seen(self, queue: int, message: StoredMessage) -> None:
+    def pulled_message(self, queue: int, message: StoredMessage) -> None:
         """Each message as pulled (who sent it, when it was stored: a subclass keeps it)."""
 
     def total(self) -> int:
