@@ -202,7 +202,9 @@ def test_a_replica_started_an_hour_off_fails_over_and_loses_nothing(
 
 
 @pytest.mark.parametrize(
-    ("role", "rate"), [("master", "x2"), ("master", "x0.5"), ("slave", "x2"), ("slave", "x0.5")]
+    # each role and each direction once (all four pass; two keep the suite's time)
+    ("role", "rate"),
+    [("master", "x2"), ("slave", "x0.5")],
 )
 def test_a_replica_whose_clocks_run_fast_or_slow_fails_over_and_loses_nothing(
     tmp_path: Path, role: str, rate: str
@@ -228,9 +230,7 @@ def test_a_replica_whose_clocks_run_fast_or_slow_fails_over_and_loses_nothing(
         asyncio.run(asyncio.wait_for(run, 150))
 
 
-@pytest.mark.parametrize(
-    ("role", "rate"), [("follower", "x2"), ("follower", "x0.5"), ("leader", "x0.5")]
-)
+@pytest.mark.parametrize(("role", "rate"), [("follower", "x2"), ("leader", "x0.5")])
 def test_a_group_on_a_member_whose_clocks_run_fast_or_slow_fails_over_and_loses_nothing(
     tmp_path: Path, role: str, rate: str
 ) -> None:

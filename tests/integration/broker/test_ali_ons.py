@@ -23,7 +23,7 @@ import pytest
 from nameserver.client import Client, QueueData
 from tests.harness import Cluster
 from tests.integration.broker.conftest import BrokerProcess, wait_for
-from tests.integration.broker.test_wheel import FAST_LEVELS, _dlq
+from tests.integration.broker.test_wheel import FAST_LEVELS, _dlq, retry_topic_routed
 
 JS_DIR = Path(__file__).resolve().parents[2] / "js"
 pytestmark = [
@@ -115,6 +115,7 @@ def test_ali_ons_failed_message_reaches_the_dlq_after_max_reconsume(env: Env) ->
         env, "produce", env.namesrv, stdin=json.dumps([spec("OnsRetried", "bad", b"fails")])
     )
     assert sent[0]["ok"], sent
+    retry_topic_routed(env.client, env.broker.addr, "GID_ONS_RETRY")
     # ali-ons sends maxReconsumeTimes 2 with each send-back: tries 0, 1, 2, then the DLQ
     seen = node_js(
         env, "consume", env.namesrv, "GID_ONS_RETRY", "OnsRetried", "0", "15000", "bad", "2"
