@@ -14,7 +14,7 @@ brokers, A's metaledger). A watcher polls the queues' claims every 0.1 s
 
 What must hold, after each: the other worker claims every queue within :data:`TAKEOVER_S`
 of the cut; replication goes on after the heal; the cut worker's sockets hold no byte for
-``broker-b`` within :data:`QUIET_S` (``Net.unsent``). Over the whole run: no message from a
+``broker-b`` within ``replicator_cuts.QUIET_S`` (``Net.unsent``). Over the whole run: no message from a
 worker is stored in a destination queue once another worker's claim on it had begun
 (bornHost and store time against the claims seen: ``replicator_checker.check_terms``, per
 queue); at the end every acknowledged message is in the destination queue of the same
@@ -38,6 +38,7 @@ import pytest
 from raftlog.native.auth import create_password_file
 from rmq.connection import RemotingConnection
 from tests.faults.net.netns import Net, unavailable_reason
+from tests.faults.net.replicator_cuts import heal_at, isolated, off_metaledger
 from tests.faults.net.run import (
     CLIENT_PORT,
     PEER_PORT,
@@ -71,15 +72,9 @@ BROKER_PORT = 10911
 QUEUES = 4
 TOPIC = "NetFaults"
 LEASE_TTL_S = 3
-FAULT_S = 8.0
 #: the cut worker's lease runs out within its TTL; the other claims its queues at its next
 #: refresh (1 s) after the claims went with the lease; 4 s for the sweep and 2 busy cores
 TAKEOVER_S = LEASE_TTL_S + 1 + 4.0
-#: an isolation cuts broker-b first and the rest this much later: the worker has sends in
-#: flight (in its sockets) when it is cut off the rest
-ISOLATE_AFTER_S = 0.5
-#: after a heal, the cut worker's sockets hold nothing for broker-b within this
-QUIET_S = 15.0
 
 
 class Producer(threading.Thread):
@@ -243,7 +238,6 @@ def test_a_worker_cut_off_or_isolated_stops_and_the_other_takes_its_queues(
                 wait_until(more, 30, what)
                 history.observe(read_state())
 
-            hold = threading.Event()  # never set: a cut lasts its time while the sends go on
             timeline: list[str] = []
             took: list[float] = []
 
@@ -261,35 +255,17 @@ def test_a_worker_cut_off_or_isolated_stops_and_the_other_takes_its_queues(
                     lambda: f"{other} claims every queue when {old} is {what}: {looks.last()}",
                 )
                 took.append(time.time() - started)
-                hold.wait(max(0.0, started + FAULT_S - time.time()))
-                net.heal()
-                healed = time.time()
-                goes_on(f"replicating after {old} was {what}")
-                again = time.time() - healed
-                wait_until(
-                    lambda: net.unsent(WORKERS[old], broker_b) == 0,
-                    QUIET_S,
-                    f"{old}'s sockets still hold bytes for broker-b after it was {what} "
-                    "(they land whenever TCP retransmits them, in another worker's claim)",
-                )
+                _, again = heal_at(net, started, WORKERS[old], broker_b, f"{old} {what}", goes_on)
                 timeline.append(
                     f"{old} {what}: {other} claimed every queue {took[-1]:.2f} s after the cut; "
                     f"replicating again {again:.2f} s after the heal"
                 )
 
-            def off_metaledger(i: int) -> None:
-                for m in META:
-                    net.cut(i, m)
-
-            def isolate(i: int) -> None:
-                net.cut(i, DEST_BROKER)  # first: its sends in flight stay in its socket
-                hold.wait(ISOLATE_AFTER_S)
-                net.isolate(i)  # B's metaledger, both brokers, A's metaledger (and the rest)
-
             producer.start()
             goes_on("replicating")
-            cut("cut off B's metaledger", off_metaledger)
-            cut("isolated", isolate)
+            cut("cut off B's metaledger", off_metaledger(net, META))
+            # off broker-b first, then B's metaledger, both brokers, A's metaledger (and all)
+            cut("isolated", isolated(net, DEST_BROKER))
             producer.stop()
             wait_until(
                 lambda: history.check(read_state()) == [],
