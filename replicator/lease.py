@@ -10,17 +10,64 @@ before each one: it fails once the keeper has lost the lease *or* the local dead
 sent + TTL) has passed. A worker paused past its TTL wakes with its monotonic clock past the
 deadline and stops before it sends anything; it cannot be fooled by a keeper thread that has not run
 yet.
+
+Checking before a send is not enough: a pass blocked elsewhere (a pull, a send in flight, idle)
+would run on, and its sink resend, past the deadline. :func:`watch_lease` ends a pass at the
+deadline whatever it is doing; both replicators run it beside their passes, with
+:meth:`ActiveRole.expires_at` or :meth:`replicator.rocketmq.assign.Membership.expires_at`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
-from nameserver.client import Client, ClientError, Compare, Comparison, Election, LeaseLost
+from nameserver.client import (
+    Client,
+    ClientError,
+    Compare,
+    Comparison,
+    Election,
+    KeepAlive,
+    LeaseLost,
+)
 
-__all__ = ["ActiveRole", "Fence", "LeaseLost"]
+__all__ = ["LEASE_WATCH_S", "ActiveRole", "Fence", "LeaseLost", "lease_deadline", "watch_lease"]
+
+#: how often :func:`watch_lease` looks whether the keeper has lost the lease (the deadline
+#: itself is waited for exactly)
+LEASE_WATCH_S = 0.1
+
+
+def lease_deadline(keeper: KeepAlive, where: str) -> float:
+    """``time.monotonic()`` from which the lease ``keeper`` renews may have run out (the last
+    renewal sent + TTL); LeaseLost once the keeper lost it or that time has come."""
+    if not keeper.alive:
+        raise LeaseLost(f"{where}: lease lost ({keeper.error})")
+    if time.monotonic() >= keeper.expires_at:
+        raise LeaseLost(f"{where}: lease not renewed within its TTL of {keeper.ttl_s}s")
+    return keeper.expires_at
+
+
+async def watch_lease(
+    expires_at: Callable[[], float],
+    *,
+    poll_s: float = LEASE_WATCH_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> NoReturn:
+    """Raise LeaseLost once the lease may have run out: at ``expires_at()`` unless a renewal
+    moved it, or within ``poll_s`` of the keeper losing it (``expires_at`` raising). Run it
+    beside a pass and end the pass when it raises."""
+    while True:
+        remaining = expires_at() - clock()
+        if remaining <= 0:
+            raise LeaseLost(f"lease not renewed by its deadline ({-remaining:.3f} s ago)")
+        await sleep(min(remaining, poll_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,21 +115,15 @@ class ActiveRole:
 
     def check(self) -> None:
         """Raise LeaseLost unless this worker is still certainly the active one."""
-        keeper = self._election.keeper
-        if self._fence is None or keeper is None:
-            raise LeaseLost(f"{self.name}: not the active worker")
-        if not keeper.alive:
-            raise LeaseLost(f"{self.name}: lease lost ({keeper.error})")
-        if time.monotonic() >= keeper.expires_at:
-            raise LeaseLost(f"{self.name}: lease not renewed within its TTL of {keeper.ttl_s}s")
+        self.expires_at()
 
     def expires_at(self) -> float:
         """``time.monotonic()`` from which :meth:`check` fails unless the lease is renewed
         (LeaseLost when it fails already)."""
-        self.check()
         keeper = self._election.keeper
-        assert keeper is not None
-        return keeper.expires_at
+        if self._fence is None or keeper is None:
+            raise LeaseLost(f"{self.name}: not the active worker")
+        return lease_deadline(keeper, self.name)
 
     @property
     def active(self) -> bool:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nameserver.client import Client, ClientError, LeaseLost
-from replicator.lease import ActiveRole, Fence
+from replicator.lease import ActiveRole, Fence, watch_lease
 from replicator.redis.checkpoint import Boundary, Checkpoint, CheckpointStore, Watermark
 from replicator.redis.cluster import ClusterResolver, parse_shard
 from replicator.redis.commands import CommandTable
@@ -68,10 +68,6 @@ log = logging.getLogger(__name__)
 #: snapshot messages sent together (one ``Sink.submit_many``, one confirmation): about a
 #: 256 KiB read of 512-byte strings; well under the sink's ``max_in_flight``
 SNAPSHOT_RUN = 512
-
-#: how often a pass looks whether its lease's keeper has lost it (the deadline itself is
-#: waited for exactly)
-LEASE_WATCH_S = 0.1
 
 #: before the first full sync there is no history: its replid is a placeholder, never stored
 NO_REPLID = "?"
@@ -479,10 +475,7 @@ class _Pass:
         then: the sink resends on its own, and only the pass's end (which closes the sink,
         dropping what its connections hold) stops it. A worker cut off metaledger and the
         broker used to keep its pass, and its sink's requests, until the heal."""
-        role = self.owner.role
-        while True:
-            remaining = role.expires_at() - time.monotonic()  # LeaseLost once it has run out
-            await asyncio.sleep(min(max(remaining, 0.0), LEASE_WATCH_S))
+        await watch_lease(self.owner.role.expires_at)
 
     async def _committer(self) -> None:
         while True:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import time
 
 from nameserver.client import (
     Client,
@@ -43,7 +42,7 @@ from nameserver.client import (
     Op,
     RangeResult,
 )
-from replicator.lease import Fence
+from replicator.lease import Fence, lease_deadline
 
 __all__ = [
     "PREFIX",
@@ -144,14 +143,16 @@ class Membership:
 
     def check(self) -> None:
         """Raise LeaseLost unless this worker's lease is certainly alive."""
-        keeper = self._keeper
+        self.expires_at()
+
+    def expires_at(self) -> float:
+        """``time.monotonic()`` from which :meth:`check` fails unless the lease is renewed
+        (LeaseLost when it fails already): with it the claims may be gone, and a pass ends
+        (:func:`replicator.lease.watch_lease`)."""
         where = f"worker {self.worker!r} of job {self.job!r}"
-        if keeper is None:
+        if self._keeper is None:
             raise LeaseLost(f"{where}: not a member (join first)")
-        if not keeper.alive:
-            raise LeaseLost(f"{where}: lease lost ({keeper.error})")
-        if time.monotonic() >= keeper.expires_at:
-            raise LeaseLost(f"{where}: lease not renewed within its TTL of {keeper.ttl_s}s")
+        return lease_deadline(self._keeper, where)
 
     @property
     def alive(self) -> bool:

@@ -10,7 +10,10 @@ revision is the queue's fencing token), loads the queue's committed record and s
 most), committed and released; a worker that dies loses its lease and with it its claims,
 and the survivors take its queues from the committed offsets. A worker paused past its lease
 wakes unable to send (``Membership.check`` before every send) and unable to commit (the
-server refuses the fence).
+server refuses the fence). Its claims go with its lease, so a pass ends at the lease's
+deadline whatever blocks it (a pull or a send in flight, idle; ``watch_lease``): the queues
+are cancelled and the sink closed, aborting its connections, so nothing it holds reaches the
+destination in another worker's claim.
 
 Every ``commit_interval_s`` each queue's watermark and offset-syncs are committed to
 metaledger's ``Offsets`` (job = ``--job``, partition ``<topic>/<broker>/<queue id>``,
@@ -31,11 +34,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nameserver.client import Client, ClientError, NotFound, remoting_tls
-from replicator.lease import Fence
+from replicator.lease import Fence, watch_lease
 from replicator.rocketmq.assign import Membership, assignment
 from replicator.rocketmq.checkpoint import QueueCheckpoint
 from replicator.rocketmq.client import ClusterClient, ReadQueue, read_queues
@@ -207,39 +210,66 @@ class RocketMQReplicator:
         await sink.start()
         self._in_pass = True
         try:
-            await self._rebalance(sink, queues)
-            next_refresh = time.monotonic() + config.refresh_s
-            while not self._stop.is_set() and self._failure is None:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(config.commit_interval_s):
-                        await self._wake.wait()
-                await self._commit_all()
-                await self._publish()
-                if time.monotonic() >= next_refresh and self._failure is None:
-                    known = queues.keys()
-                    queues = await self._discover()
-                    grown = {queues[p].queue.topic for p in queues.keys() - known}
-                    if grown and config.sync_config:
-                        # new source queues: grow the destination topic first (config
-                        # sync), so they start in a pass that has its new queue count
-                        try:
-                            await self.connectors.sync_config(grown)
-                        except (RocketMQError, OSError) as exc:
-                            log.warning("config sync of %s: %s", sorted(grown), exc)
-                    for q in queues.values():
-                        if q.dest_topic not in sink.topics:
-                            await self.connectors.ensure_dest_topics({q.queue.topic: q.dest_topic})
-                            await sink.add_topic(q.dest_topic)
-                    if await self._dest_changed(sink):
-                        log.info("a destination topic's queues changed: new pass")
-                        break
-                    await self._rebalance(sink, queues)
-                    next_refresh = time.monotonic() + config.refresh_s
+            await self._within_lease(sink, self._run_pass(sink, queues))
         finally:
             self._in_pass = False
             await self._stop_all(drain=self._failure is None)
             await sink.close()
+
+    async def _within_lease(self, sink: RocketMQSink, body: Awaitable[None]) -> None:
+        """Run a pass's ``body`` until it ends or the worker's lease may have run out. Then
+        the queues stop at once and the sink closes, aborting its connections: a cut off
+        worker's pass used to end only when a queue next tried to send, a pull failed or a
+        commit was refused, and its sink resent on its own meanwhile."""
+        run = asyncio.ensure_future(body)
+        watch = asyncio.ensure_future(watch_lease(self.membership.expires_at))
+        try:
+            await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                self._failed(f"{watch.exception()}")
+                log.warning("pass ended at the lease's deadline: %s", self._failure)
+                for rep in self.tasks.values():
+                    if rep.task is not None:
+                        rep.task.cancel()
+                await sink.close()
+        finally:
+            run.cancel()
+            watch.cancel()
+            await asyncio.wait({run, watch})
+        if not run.cancelled():
+            run.result()
+
+    async def _run_pass(self, sink: RocketMQSink, queues: dict[str, SourceQueue]) -> None:
+        config = self.config
+        await self._rebalance(sink, queues)
+        next_refresh = time.monotonic() + config.refresh_s
+        while not self._stop.is_set() and self._failure is None:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(config.commit_interval_s):
+                    await self._wake.wait()
+            await self._commit_all()
+            await self._publish()
+            if time.monotonic() >= next_refresh and self._failure is None:
+                known = queues.keys()
+                queues = await self._discover()
+                grown = {queues[p].queue.topic for p in queues.keys() - known}
+                if grown and config.sync_config:
+                    # new source queues: grow the destination topic first (config
+                    # sync), so they start in a pass that has its new queue count
+                    try:
+                        await self.connectors.sync_config(grown)
+                    except (RocketMQError, OSError) as exc:
+                        log.warning("config sync of %s: %s", sorted(grown), exc)
+                for q in queues.values():
+                    if q.dest_topic not in sink.topics:
+                        await self.connectors.ensure_dest_topics({q.queue.topic: q.dest_topic})
+                        await sink.add_topic(q.dest_topic)
+                if await self._dest_changed(sink):
+                    log.info("a destination topic's queues changed: new pass")
+                    break
+                await self._rebalance(sink, queues)
+                next_refresh = time.monotonic() + config.refresh_s
 
     async def _discover(self) -> dict[str, SourceQueue]:
         """The source queues this job replicates, by partition."""
@@ -374,6 +404,10 @@ class RocketMQReplicator:
             deadline = time.monotonic() + DRAIN_S
             while rep.watermark.in_flight and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
+        if not self.membership.alive:
+            # its claims went with the lease: a commit would be refused (or wait out the
+            # client's timeout on an unreachable metaledger), and there is nothing to release
+            return
         await self._commit(rep)
         if release:
             await asyncio.to_thread(self.membership.release, partition)

@@ -20,7 +20,7 @@ each message with its sender's address, the bornHost, and its store time;
 equals the source (``DEBUG DIGEST``), and no acknowledged write is missing, none twice
 (after the replay's dedupe), none out of order, nothing taken back. After each heal
 replication goes on within :data:`RECOVER_S`, and the cut-off worker's sockets hold no
-byte for the broker within :data:`QUIET_S` (``ss``: what they still hold lands whenever TCP
+byte for the broker within ``replicator_cuts.QUIET_S`` (``ss``: what they still hold lands whenever TCP
 retransmits it).
 
 What it found: the isolated worker kept its pass (and its sink's resends) until the heal,
@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +43,7 @@ import pytest
 
 from rmq.message import StoredMessage
 from tests.faults.net.netns import CLIENT_IP, Net, unavailable_reason
+from tests.faults.net.replicator_cuts import heal_at, isolated, off_metaledger
 from tests.faults.net.run import REPO_ROOT, NetCluster, _env, spawn, stop_all
 from tests.faults.net.test_ha_partition import Lines
 from tests.faults.replicator_checker import (
@@ -71,19 +71,12 @@ BROKER = 3
 WORKERS = {"a": 4, "b": 5}
 BROKER_PORT = 10911
 LEASE_TTL_S = 3
-#: each cut lasts this long: past the lease's TTL
-FAULT_S = 8.0
 #: from the cut of the active worker off metaledger to the other worker's term: the lease
 #: runs out within its TTL of the last renewal, and the standby, blocked in its campaign,
 #: wins as soon as the old leader key goes; 4 s for the lease sweep and 2 busy cores
 TAKEOVER_S = LEASE_TTL_S + 4.0
 #: after a heal, replication goes on within this (as the partition tests' nodes serve)
 RECOVER_S = 5.0
-#: after a heal, the cut-off worker's sockets hold nothing for the broker within this
-QUIET_S = 15.0
-#: a full isolation cuts the broker first and the rest this much later: the worker has
-#: sends in flight (in its socket, unanswered) when it loses everything
-ISOLATE_AFTER_S = 0.5
 
 
 class Sent(Destination):
@@ -181,7 +174,6 @@ def test_the_active_worker_cut_off_stops_writing_and_the_standby_takes_over(
             recoveries: list[float] = []
             timeline: list[str] = []
             began = time.time()
-            hold = threading.Event()  # never set: a cut lasts its time while the writes go on
 
             def cut(what: str, how: Callable[[int], None], takeover: bool) -> None:
                 old = active()
@@ -200,16 +192,8 @@ def test_the_active_worker_cut_off_stops_writing_and_the_standby_takes_over(
                         if r["t"] > started and r.get("leader") == other
                     )
                     takeovers.append(took - started)
-                hold.wait(max(0.0, started + FAULT_S - time.time()))
-                net.heal()
-                healed = time.time()
-                goes_on(f"replicating after {old} was {what}")
-                again = time.time() - healed
-                wait_until(
-                    lambda: net.unsent(WORKERS[old], broker_addr) == 0,
-                    QUIET_S,
-                    f"{old}'s sockets still hold bytes for the broker after it was {what} "
-                    "(they land whenever TCP retransmits them, in another worker's term)",
+                healed, again = heal_at(
+                    net, started, WORKERS[old], broker_addr, f"{old} {what}", goes_on
                 )
                 timeline.append(
                     f"{old} {what} at {started - began:.1f} s, healed at {healed - began:.1f} s, "
@@ -217,20 +201,11 @@ def test_the_active_worker_cut_off_stops_writing_and_the_standby_takes_over(
                 )
                 recoveries.append(again)
 
-            def off_metaledger(i: int) -> None:
-                for m in META:
-                    net.cut(i, m)
-
-            def isolate(i: int) -> None:
-                net.cut(i, BROKER)  # first: its sends in flight stay in its socket
-                hold.wait(ISOLATE_AFTER_S)
-                net.isolate(i)
-
             writer.start()
             goes_on("replicating")
-            cut("cut off metaledger", off_metaledger, True)
+            cut("cut off metaledger", off_metaledger(net, META), True)
             cut("cut off the broker", lambda i: net.cut(i, BROKER), False)
-            cut("isolated", isolate, True)
+            cut("isolated", isolated(net, BROKER), True)
 
             writer.stop()
 

@@ -8,21 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
 
-from replicator.lease import ActiveRole, Fence, LeaseLost
-from replicator.redis.replicator import LEASE_WATCH_S, _Pass
-
-
-@dataclass
-class Keeper:
-    expires_at: float
-    alive: bool = True
-    error: str | None = None
-    ttl_s: int = 1
+from replicator.lease import LEASE_WATCH_S, ActiveRole, Fence, LeaseLost
+from replicator.redis.replicator import _Pass
+from tests.unit.replicator.fake_lease import FakeKeeper as Keeper
 
 
 class Client:
@@ -39,10 +31,10 @@ def role_with(keeper: Keeper) -> ActiveRole:
     return role
 
 
-def watch(role: ActiveRole, renew: float = 0.0, lose_at: float | None = None) -> float:
+def watch(keeper: Keeper, renew: float = 0.0, lose_at: float | None = None) -> float:
     """Run the pass's lease watch (the keeper renewing for ``renew`` s, or losing the lease
     at ``lose_at``); the seconds until it ended the pass with LeaseLost."""
-    keeper = role._election.keeper
+    role = role_with(keeper)
 
     async def keep() -> None:
         started = time.monotonic()
@@ -57,9 +49,8 @@ def watch(role: ActiveRole, renew: float = 0.0, lose_at: float | None = None) ->
         started = time.monotonic()
         keeping = asyncio.create_task(keep())
         with pytest.raises(LeaseLost):
-            await asyncio.wait_for(
-                _Pass._lease_watch(SimpleNamespace(owner=SimpleNamespace(role=role))), 10
-            )  # type: ignore[arg-type]
+            owner = SimpleNamespace(owner=SimpleNamespace(role=role))
+            await asyncio.wait_for(_Pass._lease_watch(owner), 10)  # type: ignore[arg-type]
         keeping.cancel()
         return time.monotonic() - started
 
@@ -67,15 +58,15 @@ def watch(role: ActiveRole, renew: float = 0.0, lose_at: float | None = None) ->
 
 
 def test_the_pass_ends_at_the_lease_deadline() -> None:
-    took = watch(role_with(Keeper(time.monotonic() + 0.3)))
+    took = watch(Keeper(time.monotonic() + 0.3))
     assert 0.25 <= took < 0.3 + 0.2, took
 
 
 def test_renewals_keep_it_going_and_it_ends_a_ttl_after_the_last() -> None:
-    took = watch(role_with(Keeper(time.monotonic() + 0.3)), renew=0.6)
+    took = watch(Keeper(time.monotonic() + 0.3), renew=0.6)
     assert 0.8 <= took < 0.9 + 0.2, took
 
 
 def test_a_lease_the_keeper_lost_ends_it_within_the_watch_interval() -> None:
-    took = watch(role_with(Keeper(time.monotonic() + 60)), lose_at=0.3)
+    took = watch(Keeper(time.monotonic() + 60), lose_at=0.3)
     assert 0.3 <= took < 0.3 + LEASE_WATCH_S + 0.2, took
