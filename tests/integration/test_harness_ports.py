@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nameserver.client import Client
+from nameserver.client import Client, NotFound
 from tests import etcd_harness, harness, redis_harness
 from tests.harness import Cluster, free_ports
 from tests.integration.broker import conftest as broker_conftest
@@ -89,10 +89,14 @@ def test_a_broker_whose_picked_grpc_port_is_taken_serves_on_fresh_ports(
             log = broker.log_path.read_text(errors="replace")
             assert f"127.0.0.1:{held}" in log, log  # the first start's failure
             with Client(node.endpoints, timeout_s=10) as client:
-                wait_for(
-                    "broker-a registered at its new address",
-                    lambda: client.replica_group("broker-a").master_address == broker.addr,
-                )
+
+                def registered() -> bool:
+                    try:  # the group exists once the broker's first registration is applied
+                        return client.replica_group("broker-a").master_address == broker.addr
+                    except NotFound:
+                        return False
+
+                wait_for("broker-a registered at its new address", registered)
             with socket.create_connection(("127.0.0.1", broker.grpc_port), timeout=5):
                 pass  # its gRPC front listens on the fresh port
         finally:
