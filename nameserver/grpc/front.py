@@ -63,6 +63,10 @@ START_TIMEOUT_S = 10.0
 RESTART_BACKOFF_S = 1.0
 #: After SIGTERM, how long the front may take to finish before SIGKILL.
 STOP_GRACE_S = 2.0
+#: How often calls past their deadline are looked for (and cancelled, as grpc.aio cancels
+#: them). The front answers DEADLINE_EXCEEDED on time itself; this only ends the work. One
+#: timer per connection, not one per call: a timer per call cost a third of the core's CPU.
+DEADLINE_SWEEP_S = 0.05
 
 _DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 _INTERNAL = grpc.StatusCode.INTERNAL.value[0]
@@ -70,6 +74,20 @@ _UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
 
 #: Looks up the guarded handler of a gRPC method path (the method table's).
 Lookup = Callable[[str], "grpc.RpcMethodHandler | None"]
+
+
+class _FrontContext(DirectContext):
+    """A core call's context; ``answered`` once the deadline sweep answered for it."""
+
+    __slots__ = ("answered",)
+
+    def __init__(self, token: str | None, peer: str, deadline: float | None) -> None:
+        super().__init__(token, peer, deadline)
+        self.answered = False
+
+    @property
+    def deadline(self) -> float:
+        return self._deadline or 0.0
 
 
 class _Connection(asyncio.Protocol):
@@ -82,6 +100,8 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
+        self._deadlines: dict[int, _FrontContext] = {}  # the calls that have a deadline
+        self._sweep: asyncio.TimerHandle | None = None
         self._out: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -94,6 +114,10 @@ class _Connection(asyncio.Protocol):
         for task in self._calls.values():
             task.cancel()  # nobody is left to answer
         self._calls.clear()
+        self._deadlines.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
 
     def data_received(self, data: bytes) -> None:
         decoder = self._decoder
@@ -114,49 +138,57 @@ class _Connection(asyncio.Protocol):
         if call_id in self._calls:
             raise FrontProtocolError(f"request {call_id}: that call is already in flight")
         handler = self._handlers[request.method]
-        timeout_s = request.timeout_ms / 1000
-        context = DirectContext(
-            request.token or None,
-            request.peer,
-            time.monotonic() + timeout_s if timeout_s else None,
-        )
+        deadline = time.monotonic() + request.timeout_ms / 1000 if request.timeout_ms else None
+        context = _FrontContext(request.token or None, request.peer, deadline)
+        if deadline is not None:
+            self._deadlines[call_id] = context
+            if self._sweep is None:
+                self._sweep = self._loop.call_later(DEADLINE_SWEEP_S, self._expire)
         message = handler.request_deserializer(request.payload)  # guarded: never raises
         self._calls[call_id] = self._loop.create_task(
-            self._call(handler, message, context, call_id, timeout_s)
+            self._call(handler, message, context, call_id)
         )
 
+    def _expire(self) -> None:
+        """Answer DEADLINE_EXCEEDED for the calls past their deadline and cancel them (as
+        grpc.aio does); look again later while any call has a deadline."""
+        self._sweep = None
+        now = time.monotonic()
+        for call_id, context in list(self._deadlines.items()):
+            if context.deadline <= now:
+                del self._deadlines[call_id]
+                context.answered = True  # the call id is the front's to use again
+                self._calls.pop(call_id).cancel()
+                self._send(encode_response(call_id, _DEADLINE_EXCEEDED, "Deadline Exceeded"))
+        if self._deadlines:
+            self._sweep = self._loop.call_later(DEADLINE_SWEEP_S, self._expire)
+
     async def _call(
-        self,
-        handler: grpc.RpcMethodHandler,
-        message: Any,
-        context: DirectContext,
-        call_id: int,
-        timeout_s: float,
+        self, handler: grpc.RpcMethodHandler, message: Any, context: _FrontContext, call_id: int
     ) -> None:
         try:
-            if timeout_s:
-                async with asyncio.timeout(timeout_s):
-                    result = await handler.unary_unary(message, context)
-            else:
-                result = await handler.unary_unary(message, context)
+            result = await handler.unary_unary(message, context)
             payload = result if type(result) is bytes else handler.response_serializer(result)
             frame = encode_response(call_id, 0, "", context.trailing_metadata, payload)
         except CallAborted as exc:
             frame = encode_response(
                 call_id, exc.code.value[0], exc.details, context.trailing_metadata
             )
-        except TimeoutError:
-            frame = encode_response(call_id, _DEADLINE_EXCEEDED, "Deadline Exceeded")
         except grpc.aio.AbortError as exc:  # an abort not made by our context: say so
             frame = encode_response(call_id, _UNKNOWN, bounded(f"metaledger: aborted: {exc}"))
         except asyncio.CancelledError:
-            self._calls.pop(call_id, None)
-            raise
+            if context.answered:  # at its deadline (answered then)
+                return
+            raise  # the connection is gone
         except Exception as exc:  # a bug: answered, logged, never the server's end
             log.exception("gRPC front core: %s failed", handler.unary_unary)
             why = f"metaledger: internal error: {type(exc).__name__}: {exc}"
             frame = encode_response(call_id, _INTERNAL, bounded(why))
+        if context.answered:  # (a handler that would not be cancelled) too late
+            return
         self._calls.pop(call_id, None)
+        if context._deadline is not None:
+            self._deadlines.pop(call_id, None)
         self._send(frame)
 
     def _send(self, frame: bytes) -> None:

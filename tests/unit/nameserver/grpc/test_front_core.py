@@ -33,6 +33,7 @@ class Behaviours:
 
     def __init__(self) -> None:
         self.release: dict[int, asyncio.Event] = {}
+        self.cancelled: list[int] = []
 
     async def ok(self, request: rpc_pb2.RangeRequest, context: Any) -> rpc_pb2.RangeResponse:
         return rpc_pb2.RangeResponse(count=request.limit)
@@ -57,7 +58,11 @@ class Behaviours:
 
     async def wait(self, request: rpc_pb2.RangeRequest, context: Any) -> rpc_pb2.RangeResponse:
         event = self.release.setdefault(request.limit, asyncio.Event())
-        await event.wait()
+        try:
+            await event.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(request.limit)
+            raise
         return rpc_pb2.RangeResponse(count=request.limit)
 
 
@@ -99,6 +104,13 @@ class Front:
         await asyncio.wait_for(read(), timeout)
         out, self.got = self.got[:n], self.got[n:]
         return out
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"waited {timeout} s for {what}"
+        await asyncio.sleep(0.002)
 
 
 def run(test: Callable[[FrontCore, Front, Behaviours], Awaitable[None]]) -> None:
@@ -190,10 +202,8 @@ def test_answers_go_out_as_calls_end_not_in_request_order() -> None:
         for call_id in (10, 11, 12):
             request = rpc_pb2.RangeRequest(limit=call_id).SerializeToString()
             front.writer.write(encode_request(call_id, 4, request))
-        await asyncio.sleep(0)  # (the events exist once the calls started)
         for call_id in (12, 10, 11):
-            while call_id not in b.release:
-                await asyncio.sleep(0.001)
+            await until(lambda call_id=call_id: call_id in b.release, f"call {call_id} started")
             b.release[call_id].set()
             (r,) = await front.responses(1)
             assert (r.call_id, r.code) == (call_id, OK)
@@ -201,11 +211,21 @@ def test_answers_go_out_as_calls_end_not_in_request_order() -> None:
     run(test)
 
 
-def test_a_call_past_its_deadline_is_deadline_exceeded() -> None:
+def test_a_call_past_its_deadline_is_answered_cancelled_and_its_id_free_again() -> None:
     async def test(core: FrontCore, front: Front, b: Behaviours) -> None:
-        front.writer.write(encode_request(13, 4, b"", timeout_ms=30))
+        request = rpc_pb2.RangeRequest(limit=13).SerializeToString()
+        front.writer.write(encode_request(13, 4, request, timeout_ms=30))
         (r,) = await front.responses(1)
-        assert (r.call_id, r.code) == (13, DEADLINE_EXCEEDED)
+        assert (r.call_id, r.code, r.details) == (13, DEADLINE_EXCEEDED, "Deadline Exceeded")
+        await until(lambda: bool(b.cancelled), "the handler cancelled")
+        assert b.cancelled == [13]  # the handler's work ended, as grpc.aio ends it
+        request = rpc_pb2.RangeRequest(limit=14).SerializeToString()
+        front.writer.write(encode_request(13, 4, request, timeout_ms=5000))  # the id again
+        await until(lambda: 14 in b.release, "call 14 started")
+        b.release[14].set()
+        (r,) = await front.responses(1)
+        assert (r.call_id, r.code) == (13, OK)
+        assert rpc_pb2.RangeResponse.FromString(r.payload).count == 14
 
     run(test)
 
