@@ -202,8 +202,8 @@ def test_answers_go_out_as_calls_end_not_in_request_order() -> None:
         for call_id in (10, 11, 12):
             request = rpc_pb2.RangeRequest(limit=call_id).SerializeToString()
             front.writer.write(encode_request(call_id, 4, request))
+        await until(lambda: len(b.release) == 3, "three calls started")
         for call_id in (12, 10, 11):
-            await until(lambda call_id=call_id: call_id in b.release, f"call {call_id} started")
             b.release[call_id].set()
             (r,) = await front.responses(1)
             assert (r.call_id, r.code) == (call_id, OK)
