@@ -4,7 +4,7 @@ real etcdctl and by nameserver.client.
 KV's put/get/del/txn go through the front's fast path (the core socket); watch, lease
 keep-alive, member list and auth's methods are proxied to the node's own gRPC server. A
 too-large put is refused with the python front's words; the front killed with SIGKILL is
-started again by the node; a stopped node leaves no front behind.
+started again by the node; a node stopped, or killed with SIGKILL, leaves no front behind.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def test_auth_through_the_front(tmp_path: Path, front_binary: Path) -> None:
         assert wrong.returncode != 0 and "authentication failed" in wrong.stderr
 
 
-def test_a_killed_front_is_started_again_and_a_stopped_node_leaves_none(
+def test_a_killed_front_is_started_again_and_a_stopped_or_killed_node_leaves_none(
     tmp_path: Path, front_binary: Path
 ) -> None:
     with _go_node(tmp_path / "cluster") as c:
@@ -158,3 +158,10 @@ def test_a_killed_front_is_started_again_and_a_stopped_node_leaves_none(
         assert "exited (-9); starting it again in 1 s" in c.log_text(0)
         assert c.stop(0) == 0
         wait_until(lambda: not is_front(second), timeout=5, message="the front gone")
+
+        c.start(0)  # a node killed outright: its front reads EOF on stdin and exits
+        c.wait_ready(60)
+        (third,) = front_pids(c, 0)
+        assert is_front(third)
+        c.kill(0, signal.SIGKILL)
+        wait_until(lambda: not is_front(third), timeout=10, message="the killed node's front gone")
