@@ -135,6 +135,7 @@ class _Connection(asyncio.Protocol):
 
     def _start(self, request: FrontRequest) -> None:
         call_id = request.call_id
+        self._core.calls += 1
         if call_id in self._calls:
             raise FrontProtocolError(f"request {call_id}: that call is already in flight")
         handler = self._handlers[request.method]
@@ -227,6 +228,7 @@ class FrontCore:
         #: the abstract socket's name (it starts with NUL)
         self.name = f"\0metaledger-front-{os.getpid()}-{secrets.token_hex(8)}"
         self.connections: set[_Connection] = set()
+        self.calls = 0  # requests taken (a metric)
         self._server: asyncio.AbstractServer | None = None
 
     @property
@@ -448,6 +450,16 @@ class GoFront:
             ]
         )
         await self.process.start()
+
+    @property
+    def calls(self) -> int:
+        """Calls the front handed to the core (the metric)."""
+        return self.core.calls if self.core is not None else 0
+
+    @property
+    def starts(self) -> int:
+        """Times the front was started (more than once: it exited and was started again)."""
+        return self.process.starts if self.process is not None else 0
 
     async def stop(self) -> None:
         if self.process is not None:

@@ -25,6 +25,7 @@ from tests.go_front import GO_FRONT, front_binary, front_pids, is_front
 from tests.harness import Cluster, wait_until
 from tests.integration.test_etcdctl import etcdctl
 from tests.integration.test_etcdctl_watch import EtcdctlWatch
+from tests.integration.test_metrics import scrape
 
 __all__ = ["front_binary"]  # the fixture, used by name
 
@@ -68,7 +69,12 @@ def test_the_node_serves_its_client_port_through_the_go_front(node: Cluster) -> 
     assert backend.startswith("127.0.0.1:") and backend != node.endpoints[0]
 
 
+def front_metric(c: Cluster, name: str) -> float:
+    return scrape(c, 0)[f'metaledger_grpc_front_{name}_total{{node="{c.nodes[0].id}"}}']
+
+
 def test_put_get_del_and_txn_through_the_fast_path(node: Cluster) -> None:
+    before = front_metric(node, "calls")
     assert etcdctl(node, "put", "fast/k", "v1").stdout.strip() == "OK"
     assert etcdctl(node, "get", "fast/k").stdout.splitlines() == ["fast/k", "v1"]
     txn = etcdctl(
@@ -80,6 +86,7 @@ def test_put_get_del_and_txn_through_the_fast_path(node: Cluster) -> None:
     assert etcdctl(node, "get", "fast/k", "--print-value-only").stdout.strip() == "v2"
     assert etcdctl(node, "del", "fast/k").stdout.strip() == "1"
     assert etcdctl(node, "get", "fast/k").stdout == ""
+    assert front_metric(node, "calls") >= before + 6  # handed to the core, not proxied
 
 
 def test_watch_and_lease_keep_alive_are_proxied(node: Cluster) -> None:
@@ -156,6 +163,7 @@ def test_a_killed_front_is_started_again_and_a_stopped_or_killed_node_leaves_non
 
         wait_until(serves, timeout=20, message="puts through the restarted front")
         assert "exited (-9); starting it again in 1 s" in c.log_text(0)
+        assert front_metric(c, "starts") == 2
         assert c.stop(0) == 0
         wait_until(lambda: not is_front(second), timeout=5, message="the front gone")
 
