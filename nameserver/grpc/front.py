@@ -147,7 +147,7 @@ class _Connection(asyncio.Protocol):
                 self._sweep = self._loop.call_later(DEADLINE_SWEEP_S, self._expire)
         message = handler.request_deserializer(request.payload)  # guarded: never raises
         self._calls[call_id] = self._loop.create_task(
-            self._call(handler, message, context, call_id)
+            self._call(handler, message, context, call_id, request.method)
         )
 
     def _expire(self) -> None:
@@ -165,7 +165,12 @@ class _Connection(asyncio.Protocol):
             self._sweep = self._loop.call_later(DEADLINE_SWEEP_S, self._expire)
 
     async def _call(
-        self, handler: grpc.RpcMethodHandler, message: Any, context: _FrontContext, call_id: int
+        self,
+        handler: grpc.RpcMethodHandler,
+        message: Any,
+        context: _FrontContext,
+        call_id: int,
+        method: int,
     ) -> None:
         try:
             result = await handler.unary_unary(message, context)
@@ -182,7 +187,7 @@ class _Connection(asyncio.Protocol):
                 return
             raise  # the connection is gone
         except Exception as exc:  # a bug: answered, logged, never the server's end
-            log.exception("gRPC front core: %s failed", handler.unary_unary)
+            log.exception("gRPC front core: %s failed", self._core.methods[method])
             why = f"metaledger: internal error: {type(exc).__name__}: {exc}"
             frame = encode_response(call_id, _INTERNAL, bounded(why))
         if context.answered:  # (a handler that would not be cancelled) too late

@@ -175,7 +175,7 @@ def test_an_exception_is_internal_logged_and_the_core_goes_on(
             front.writer.write(encode_request(5, 3, b""))
             (r,) = await front.responses(1)
         assert r.code == INTERNAL and r.details == "metaledger: internal error: RuntimeError: boom"
-        assert "failed" in caplog.text and "RuntimeError: boom" in caplog.text
+        assert "/t.T/Boom failed" in caplog.text and "RuntimeError: boom" in caplog.text
         front.writer.write(encode_request(6, 0, b""))
         assert (await front.responses(1))[0].code == OK
 
