@@ -61,6 +61,7 @@ SYSTEMS = (
     "metaledger",
     "metaledger-pysyncobj",
     "metaledger-baseline",
+    "metaledger-gofront",
     "grpc-aio-noop",
     "grpc-sync-noop",
     "etcd-tls",
@@ -77,8 +78,12 @@ ENGINES = {
     "metaledger": "native",
     "metaledger-pysyncobj": "pysyncobj",
     "metaledger-baseline": "native",
+    "metaledger-gofront": "native",
     "metaledger-tls": "native",
 }
+#: ``metaledger-gofront``: the nodes serve their client port through the Go gRPC front
+#: (``serve --grpc-front go``, docs/operations.md); its processes count as the servers'.
+GO_FRONT_SYSTEMS = {"metaledger-gofront"}
 #: ``metaledger-baseline`` runs the servers of another checkout (``--baseline-tree``, e.g. a
 #: ``git worktree`` of the commit before a change) under the same load generator: a change's
 #: cost measured side by side, interleaved, instead of from two runs minutes apart.
@@ -89,6 +94,8 @@ RATIOS = (
     ("metaledger-pysyncobj", "etcd"),
     ("metaledger", "metaledger-pysyncobj"),
     ("metaledger", "metaledger-baseline"),
+    ("metaledger-gofront", "etcd"),
+    ("metaledger-gofront", "metaledger"),
     ("metaledger", "grpc-aio-noop"),
     ("metaledger", "grpc-sync-noop"),
     ("grpc-aio-noop", "etcd"),
@@ -346,10 +353,14 @@ def start_metaledger(
     engine: str = "native",
     tree: Path | None = None,
     tls: bool = False,
+    go_front: bool = False,
 ) -> None:
-    """A 3-node ``cluster up`` of this tree, or of the checkout at ``tree`` (``--tls``)."""
+    """A 3-node ``cluster up`` of this tree, or of the checkout at ``tree`` (``--tls``;
+    ``go_front``: ``--grpc-front go``, the fronts' processes counted as servers)."""
     root = tree or ROOT
     data = workdir / (f"metaledger-{engine}" if tree is None else "metaledger-baseline")
+    if go_front:
+        data = data.with_name(data.name + "-gofront")
     if tls:
         from nameserver.cli.certs import TLS_DIR, client_files
 
@@ -365,6 +376,8 @@ def start_metaledger(
         "--log-level": "WARNING",
         "--consensus": engine,
     }
+    if go_front:
+        flags["--grpc-front"] = "go"
     with open(data.with_name(data.name + "-cluster-up.log"), "wb") as log:
         cluster.procs.append(
             subprocess.Popen(
@@ -382,7 +395,7 @@ def start_metaledger(
         )
     cluster.endpoints = [n.client_endpoint for n in nodes]
     cluster.version = (
-        f"metaledger (this tree, {engine} engine)"
+        f"metaledger (this tree, {engine} engine{', Go gRPC front' if go_front else ''})"
         if tree is None
         else f"metaledger (baseline tree {tree}{_git_head(tree)}, {engine} engine)"
     )
@@ -391,7 +404,13 @@ def start_metaledger(
         files = [data / f"{n.id}.pid" for n in nodes]
         if not all(f.exists() for f in files):
             return []
-        return [int(f.read_text()) for f in files]
+        pids = [int(f.read_text()) for f in files]
+        if go_front:  # each node's front, a child of its node
+            fronts = [c for pid in pids for c in _children(pid)]
+            if len(fronts) < len(pids):
+                return []
+            pids += fronts
+        return pids
 
     cluster.server_pids = _wait_for("metaledger nodes", node_pids, STARTUP_S, cluster.procs)
     cluster.extra_pids = list(cluster.server_pids)
@@ -405,6 +424,17 @@ def start_metaledger(
         return next((s.endpoint for s in statuses if s.id in leaders), "")
 
     cluster.leader = _wait_for("metaledger leader", leader, STARTUP_S, cluster.procs)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux: /proc/PID/task/*/children)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
 
 
 # --------------------------------------------------------------------------- noop (the ceiling)
@@ -486,7 +516,7 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
         start_etcd(cluster, args.etcd, args.etcdctl, workdir, tls)
     else:
         tree = args.baseline_tree if system == "metaledger-baseline" else None
-        start_metaledger(cluster, workdir, ENGINES[system], tree, tls)
+        start_metaledger(cluster, workdir, ENGINES[system], tree, tls, system in GO_FRONT_SYSTEMS)
     return cluster
 
 

@@ -49,6 +49,8 @@ def parse_initial_cluster(value: str) -> dict[str, str]:
 #: (the node's threads never wait for it: no commit stalls); "thread" writes it on a
 #: thread of the node (where fork is unavailable, or to debug).
 SNAPSHOT_WRITERS = ("process", "thread")
+#: what may serve the client gRPC port (ServerConfig.grpc_front)
+GRPC_FRONTS = ("python", "go")
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class ServerConfig:
     #: pending gRPC accepts per hot unary method (etcd KV, lease grant/revoke), beside
     #: grpc.aio's one accept loop (nameserver.grpc.accept); 0 = as gRPC ships it
     grpc_acceptors: int = 32
+    #: what serves the client gRPC port: "python" (grpc.aio, in this process) or "go" (the
+    #: Go front beside the node: nameserver.grpc.front; docs/operations.md)
+    grpc_front: str = "python"
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
     leader_step_down_ms: int = 2000
@@ -233,6 +238,14 @@ class ServerConfig:
             raise ConfigError("items_in_flight", "must be between 1 and 64")
         if not 0 <= self.grpc_acceptors <= 64:
             raise ConfigError("grpc_acceptors", "must be between 0 and 64")
+        if self.grpc_front not in GRPC_FRONTS:
+            raise ConfigError("grpc_front", f"{self.grpc_front!r}: must be python or go")
+        if self.grpc_front == "go" and (self.cert_file or self.key_file):
+            raise ConfigError(
+                "grpc_front",
+                "--grpc-front go does not serve TLS yet: drop --cert-file/--key-file "
+                "or use --grpc-front python",
+            )
         if not 0 <= self.batch_window_ms <= 1000:
             raise ConfigError("batch_window_ms", "must be between 0 and 1000")
         if self.propose_timeout_ms <= 0:

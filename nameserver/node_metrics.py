@@ -60,6 +60,18 @@ def node_metrics(n: Node) -> list[Metric]:
             "Calls of the hot gRPC methods taken by the extra accepts (--grpc-acceptors).",
             n.acceptors.accepted if n.acceptors is not None else 0,
         ),
+        counter(
+            "grpc_front_calls_total",
+            "Calls of the hot gRPC methods the Go gRPC front handed to this node "
+            "(--grpc-front go).",
+            n.front.calls if n.front is not None else 0,
+        ),
+        counter(
+            "grpc_front_starts_total",
+            "Times this node started its Go gRPC front (more than 1: it exited and was "
+            "started again).",
+            n.front.starts if n.front is not None else 0,
+        ),
         gauge("watchers", "Watchers registered on this node.", n.watch_hub.watchers),
         counter(
             "route_reads_total",

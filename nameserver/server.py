@@ -39,6 +39,7 @@ from nameserver.config import ServerConfig
 from nameserver.errors import Rejected
 from nameserver.grpc.accept import HOT_METHODS, Acceptors
 from nameserver.grpc.admin import AdminService, MaintenanceService
+from nameserver.grpc.front import GoFront
 from nameserver.grpc.gateway import Gateway
 from nameserver.grpc.methods import MethodTable
 from nameserver.kinds import REGISTRY
@@ -309,6 +310,7 @@ class Node:
         )
         self.server: grpc.aio.Server | None = None
         self.acceptors: Acceptors | None = None
+        self.front: GoFront | None = None  # --grpc-front go
         self._announce_task: asyncio.Task[None] | None = None
 
     def leader_client_address(self) -> str | None:
@@ -322,6 +324,11 @@ class Node:
     async def start(self) -> None:
         for field in ("listen_peer", "listen_client", "listen_remoting", "listen_metrics"):
             check_bindable(field, getattr(self.config, field))  # before anything starts
+        front = (  # finds the binary (or says where it looked) before anything starts
+            GoFront(self.config.listen_client, HOT_METHODS, GRPC_MAX_MESSAGE_BYTES)
+            if self.config.grpc_front == "go"
+            else None
+        )
         if self.config.initial_corrupt_check and not await self.corrupt_checker.initial():
             # etcd checks before its server starts: nothing served, nothing written
             raise StartupError(
@@ -360,12 +367,17 @@ class Node:
         auth_pb2_grpc.add_AuthExtraServicer_to_server(AuthExtraService(self.ctx), table)
         server.add_generic_rpc_handlers((table,))
         self.metrics.gateway = Gateway(table.handler)  # etcd's JSON gateway, on this port
-        acceptors = Acceptors(
-            server, table.methods(HOT_METHODS), (table,), self.config.grpc_acceptors
+        acceptors = Acceptors(  # none with the Go front: it hands the hot methods over
+            server,
+            table.methods(HOT_METHODS),
+            (table,),
+            self.config.grpc_acceptors if front is None else 0,
         )
         acceptors.register()
         with binding("listen_client", self.config.listen_client):
-            if self.config.client_tls.enabled:
+            if front is not None:  # the Go front proxies to this server on loopback
+                bound = front.bind_backend(server)
+            elif self.config.client_tls.enabled:
                 creds = tls.grpc_server_credentials(self.config.client_tls)
                 bound = server.add_secure_port(self.config.listen_client, creds)
             else:
@@ -375,6 +387,10 @@ class Node:
         await server.start()
         self.server, self.acceptors = server, acceptors
         acceptors.start()
+        if front is not None:
+            self.front = front
+            with binding("listen_client", self.config.listen_client):
+                await front.start(table.handler)
         self._announce_task = asyncio.get_running_loop().create_task(self._announce())
         self.leases.start()
         self.replica_liveness.start()
@@ -451,6 +467,8 @@ class Node:
         await self.brokers.stop()
         await self.remoting.close()
         await self.metrics.close()
+        if self.front is not None:  # no new calls before the server stops
+            await self.front.stop()
         if self.server is not None:
             await self.server.stop(grace=1.0)
         if self.acceptors is not None:

@@ -8,7 +8,9 @@
 #                         redis-check-rdb: tests/integration/replicator/redis/), iptables (the
 #                         network fault tests drop packets in their own namespaces: tests/faults/net/),
 #                         chromium and chromium-driver (the web console's browser tests, through
-#                         selenium: tests/cluster/test_console_browser.py);
+#                         selenium: tests/cluster/test_console_browser.py), golang-go and
+#                         golang-google-grpc-dev (the Go gRPC front, `serve --grpc-front go`,
+#                         built offline by scripts/build_front.sh);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
 #   npm: tests/js's pinned RocketMQ clients, and the etcd3 client with mocha and TypeScript for
 #        its own test suite (npm ci; needs Node.js and npm).
@@ -57,6 +59,9 @@ ldconfig -p | grep -q 'libfuse\.so\.2' || need_apt+=(libfuse2)
 # headless Chromium and its WebDriver for the web console's browser tests
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+# the Go gRPC front: Go and grpc-go's sources (GOPATH mode: nothing downloaded)
+command -v go >/dev/null || need_apt+=(golang-go)
+[ -d /usr/share/gocode/src/google.golang.org/grpc ] || need_apt+=(golang-google-grpc-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   apt-get update -qq
@@ -93,6 +98,8 @@ echo "== import layering (the import-linter contracts in pyproject.toml)"
 lint-imports
 echo "== docker-compose.yml"
 METALEDGER_CLUSTER_PASSWORD=validate-only docker-compose -f docker-compose.yml config -q
+echo "== the Go gRPC front (gofmt, go vet, go build: scripts/build_front.sh)"
+bash scripts/build_front.sh
 if [ "$mypyc" -eq 1 ]; then
   echo "== pytest (unit and property, pure-Python build)"
   pure_rc=0

@@ -140,8 +140,11 @@ def serve_argv(
     consensus: str | None = None,
     tls: bool = False,
     token: str = "",
+    grpc_front: str | None = None,
 ) -> list[str]:
     engine = ["--consensus", consensus] if consensus else []
+    if grpc_front:
+        engine += ["--grpc-front", grpc_front]
     if token:
         engine += ["--initial-cluster-token", token]
     password_file = data_dir / PASSWORD_FILE
@@ -198,8 +201,9 @@ def _start(
     consensus: str | None = None,
     tls: bool = False,
     token: str = "",
+    grpc_front: str | None = None,
 ) -> _Running:
-    argv = serve_argv(node, nodes, data_dir, log_level, consensus, tls, token)
+    argv = serve_argv(node, nodes, data_dir, log_level, consensus, tls, token, grpc_front)
     parent = {PARENT_PID_ENV: str(os.getpid())}
     proc, log_path, pid_path = brokers_state.spawn(node.id, argv, data_dir, parent)
     return _Running(node, proc, log_path, pid_path)
@@ -329,6 +333,9 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"metaledger: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    if args.tls and args.grpc_front == "go":
+        print("metaledger: cluster up: --grpc-front go does not serve TLS yet", file=sys.stderr)
+        return ExitCode.USAGE
     busy = busy_ports(nodes) + brokers_state.busy_ports(brokers)
     if busy:
         print(
@@ -352,7 +359,8 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"metaledger: cluster up: {data_dir / TOKEN_FILE}: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_START
-    node_flags = (args.log_level, args.consensus, args.tls, token)  # serve_argv's, after data_dir
+    # serve_argv's, after data_dir
+    node_flags = (args.log_level, args.consensus, args.tls, token, args.grpc_front)
     endpoints = ",".join(n.client_endpoint for n in nodes)
     # --tls: the brokers connect with the command line's client certificate
     broker_tls = certs.client_files(str(data_dir / TLS_DIR)) if args.tls else {}
@@ -515,6 +523,12 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"make a throwaway CA and certificates in DIR/{TLS_DIR} (kept for later starts) "
         "and serve TLS on every port, client certificates required (docs/tls.md)",
+    )
+    up.add_argument(
+        "--grpc-front",
+        choices=("python", "go"),
+        help="what serves the nodes' client ports (default: serve's, i.e. python; go: the Go "
+        "gRPC front, docs/operations.md; not with --tls yet)",
     )
     up.set_defaults(run=run_cluster_up)
     nodes_state.register_restart(actions, common)

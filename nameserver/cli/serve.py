@@ -70,6 +70,7 @@ _OPTIONAL_FIELDS = {
     "items_in_flight": "items_in_flight",
     "consensus_loop": "consensus_loop",
     "grpc_acceptors": "grpc_acceptors",
+    "grpc_front": "grpc_front",
     "max_response_bytes": "max_response_bytes",
     "quota_backend_bytes": "quota_backend_bytes",
     "remoting_idle_timeout_ms": "remoting_idle_timeout_ms",
@@ -306,6 +307,13 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="pending gRPC accepts per hot KV/lease method besides grpc.aio's own one "
         "(default 32; 0 = one accept loop, as gRPC ships it)",
+    )
+    p.add_argument(
+        "--grpc-front",
+        choices=("python", "go"),
+        help="what serves --listen-client: python (grpc.aio, the default) or go (the Go "
+        "front beside the node, built by scripts/build_front.sh; no TLS yet; "
+        "docs/operations.md)",
     )
     p.add_argument(
         "--offset-revisions",

@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from nameserver.grpc.context import CallAborted, DirectContext
 from nameserver.grpc.gateway_json import (
     HTTP_STATUS,
     METHODS,
@@ -54,41 +55,19 @@ _COMMON_HEADERS = (
 )
 
 
-class GatewayAbort(grpc.aio.AbortError):  # type: ignore[misc]
-    """A handler's ``context.abort`` on a gateway call: carries the status."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
+#: A handler's ``context.abort`` on a gateway call: carries the status.
+GatewayAbort = CallAborted
 
 
-class GatewayContext:
+class GatewayContext(DirectContext):
     """The servicer context of a gateway call: the ``Authorization`` header is the call's
     ``token`` metadata (etcd reads either; its gateway forwards the header), and
-    :meth:`abort` raises :class:`GatewayAbort`."""
+    ``abort`` raises :class:`GatewayAbort`."""
+
+    __slots__ = ()
 
     def __init__(self, headers: Mapping[str, str], peer: str = "") -> None:
-        token = headers.get("authorization")
-        self._metadata: tuple[tuple[str, str], ...] = (("token", token),) if token else ()
-        self._peer = peer
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
-
-    def peer(self) -> str:
-        return self._peer
-
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return {}  # a certificate's name is not a gateway caller's identity
-
-    def time_remaining(self) -> float | None:
-        return None
-
-    def cancelled(self) -> bool:
-        return False
-
-    async def abort(self, code: grpc.StatusCode, details: str = "", *_: Any) -> None:
-        raise GatewayAbort(code, details)
+        super().__init__(headers.get("authorization"), peer)
 
 
 #: Looks up the guarded handler of a gRPC method path (the method table's).

@@ -43,6 +43,7 @@ def tree(tmp_path: Path) -> Path:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "test.sh", tmp_path / "scripts" / "test.sh")
     _executable(tmp_path / "scripts" / "gen_protos.sh", "#!/usr/bin/env bash\nexit 0\n")
+    _executable(tmp_path / "scripts" / "build_front.sh", "#!/usr/bin/env bash\nexit 0\n")
     # the compiled build's stand-in notes a build when it takes effect (no argument, or
     # --install of what --stage compiled) and leaves cleans and the staging unnoted
     _executable(

@@ -469,6 +469,20 @@ def test_cluster_up_passes_the_consensus_engine_on(tmp_path: Any) -> None:
         parse("cluster", "up", "--data-dir", "d", "--consensus", "raft")
 
 
+def test_serve_and_cluster_up_take_the_grpc_front(tmp_path: Any) -> None:
+    base = ("serve", "--id", "n0", "--data-dir", "/d")
+    assert serve.build_config(parse(*base)).grpc_front == "python"
+    assert serve.build_config(parse(*base, "--grpc-front", "go")).grpc_front == "go"
+    with pytest.raises(SystemExit):
+        parse(*base, "--grpc-front", "rust")
+    create_password_file(tmp_path / cluster_cmd.PASSWORD_FILE)
+    nodes = cluster_cmd.layout(3, 12370)
+    argv = cluster_cmd.serve_argv(nodes[0], nodes, tmp_path, grpc_front="go")
+    assert serve.build_config(parse(*argv[3:])).grpc_front == "go"
+    assert "--grpc-front" not in cluster_cmd.serve_argv(nodes[0], nodes, tmp_path)
+    assert parse("cluster", "up", "--data-dir", "d", "--grpc-front", "go").grpc_front == "go"
+
+
 def test_cluster_up_starts_valid_serve_commands(tmp_path: Any) -> None:
     password = create_password_file(tmp_path / cluster_cmd.PASSWORD_FILE)
     nodes = cluster_cmd.layout(3, 12370)
