@@ -157,7 +157,7 @@ func (c *core) keep(s *session) {
 }
 
 // call sends one request and waits for its response, the call's end or the session's.
-func (c *core) call(ctx context.Context, method uint8, timeoutMs uint32, token, peer string, payload []byte) (reply, error) {
+func (c *core) call(ctx context.Context, method uint8, timeoutMs uint32, md []byte, peer string, payload []byte) (reply, error) {
 	s, _ := c.current.Load().(*session)
 	if s == nil {
 		return reply{}, errCoreDown
@@ -167,7 +167,7 @@ func (c *core) call(ctx context.Context, method uint8, timeoutMs uint32, token, 
 	s.mu.Lock()
 	s.pending[id] = ch
 	s.mu.Unlock()
-	frame := requestFrame(id, method, timeoutMs, token, peer, payload)
+	frame := requestFrame(id, method, timeoutMs, md, peer, payload)
 	select {
 	case s.out <- frame:
 	case <-s.dead:

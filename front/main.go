@@ -54,11 +54,9 @@ func (f *front) unary(stream grpc.ServerStream, method uint8) error {
 		return err
 	}
 	ctx := stream.Context()
-	var token string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("token"); len(v) > 0 {
-			token = v[0]
-		}
+	var md []byte
+	if incoming, ok := metadata.FromIncomingContext(ctx); ok {
+		md = metadataBlock(incoming)
 	}
 	var timeoutMs uint32
 	if deadline, ok := ctx.Deadline(); ok {
@@ -72,7 +70,7 @@ func (f *front) unary(stream grpc.ServerStream, method uint8) error {
 			timeoutMs = uint32(left)
 		}
 	}
-	rep, err := f.core.call(ctx, method, timeoutMs, token, peerName(ctx), req)
+	rep, err := f.core.call(ctx, method, timeoutMs, md, peerName(ctx), req)
 	if err != nil {
 		if err == errCoreDown {
 			return status.Error(codes.Unavailable, err.Error())

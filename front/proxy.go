@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -19,11 +18,9 @@ func (f *front) proxy(stream grpc.ServerStream, method string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	out := metadata.MD{}
 	for k, v := range md {
-		if strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-") ||
-			k == "content-type" || k == "user-agent" || k == "te" {
-			continue
+		if passed(k) {
+			out[k] = v
 		}
-		out[k] = v
 	}
 	octx, cancel := contextWithCancel(metadata.NewOutgoingContext(ctx, out))
 	defer cancel()

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -11,28 +12,58 @@ import (
 // little-endian).
 //
 // request, front -> core: u32 body_len | u32 call_id | u8 method | u32 timeout_ms |
-//   u16 token_len, token | u16 peer_len, peer | payload
+//   u16 metadata_len, metadata (u16 klen, key, u16 vlen, value)* | u16 peer_len, peer | payload
 // response, core -> front: u32 body_len | u32 call_id | u8 code |
 //   u16 details_len, details | u16 trailers_len, trailers (u16 klen, key, u16 vlen, value)* |
 //   payload
 
-// requestFrame encodes one request, length prefix included, in one allocation.
-func requestFrame(id uint32, method uint8, timeoutMs uint32, token, peer string, payload []byte) []byte {
-	if len(token) > 0xFFFF {
-		token = token[:0xFFFF] // refused by the core's auth check as any bad token is
+// passed reports whether a call's metadata key goes to the core: not the transport's own
+// headers (pseudo-headers, content-type, user-agent, te, grpc-*), which grpc.aio does not
+// hand its handlers either.
+func passed(key string) bool {
+	if strings.HasPrefix(key, ":") || strings.HasPrefix(key, "grpc-") {
+		return false
 	}
+	return key != "content-type" && key != "user-agent" && key != "te"
+}
+
+// metadataBlock is the call's metadata as (u16 klen, key, u16 vlen, value) pairs, at most
+// 64 KiB of them (what does not fit is left out: an oversized token fails auth as any bad
+// token does).
+func metadataBlock(md metadata.MD) []byte {
+	var b []byte
+	le := binary.LittleEndian
+	for k, vs := range md {
+		if !passed(k) || len(k) > 0xFFFF {
+			continue
+		}
+		for _, v := range vs {
+			if len(v) > 0xFFFF || len(b)+4+len(k)+len(v) > 0xFFFF {
+				continue
+			}
+			b = le.AppendUint16(b, uint16(len(k)))
+			b = append(b, k...)
+			b = le.AppendUint16(b, uint16(len(v)))
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+// requestFrame encodes one request, length prefix included, in one allocation.
+func requestFrame(id uint32, method uint8, timeoutMs uint32, md []byte, peer string, payload []byte) []byte {
 	if len(peer) > 0xFFFF {
 		peer = peer[:0xFFFF]
 	}
-	body := 4 + 1 + 4 + 2 + len(token) + 2 + len(peer) + len(payload)
+	body := 4 + 1 + 4 + 2 + len(md) + 2 + len(peer) + len(payload)
 	b := make([]byte, 4+body)
 	le := binary.LittleEndian
 	le.PutUint32(b[0:], uint32(body))
 	le.PutUint32(b[4:], id)
 	b[8] = method
 	le.PutUint32(b[9:], timeoutMs)
-	le.PutUint16(b[13:], uint16(len(token)))
-	i := 15 + copy(b[15:], token)
+	le.PutUint16(b[13:], uint16(len(md)))
+	i := 15 + copy(b[15:], md)
 	le.PutUint16(b[i:], uint16(len(peer)))
 	i += 2
 	i += copy(b[i:], peer)

@@ -2,7 +2,8 @@
 
 etcd's JSON gateway (:mod:`nameserver.grpc.gateway`) and the Go gRPC front's core
 (:mod:`nameserver.grpc.front`) call the method table's handlers themselves. The handlers
-(and the guard, and auth's check) read a call's ``token`` metadata, its peer and its
+(and the guard, and auth's check) read a call's metadata (etcd's ``token``, our client's
+``x-ml-client-id``/``x-ml-seq``), its peer and its
 deadline, may set trailing metadata, and end a call with ``await context.abort(code,
 details)``: :class:`DirectContext` offers exactly that, and its abort raises
 :class:`CallAborted`, which carries the status for the caller to answer with.
@@ -30,13 +31,15 @@ class CallAborted(grpc.aio.AbortError):  # type: ignore[misc]
 
 
 class DirectContext:
-    """A call's context: ``token`` (etcd auth) as its only invocation metadata, ``peer``
-    as grpc names peers, a deadline on :func:`time.monotonic`'s clock (None: none)."""
+    """A call's context: its invocation ``metadata``, ``peer`` as grpc names peers, a
+    deadline on :func:`time.monotonic`'s clock (None: none)."""
 
     __slots__ = ("_deadline", "_metadata", "_peer", "trailing_metadata")
 
-    def __init__(self, token: str | None, peer: str = "", deadline: float | None = None) -> None:
-        self._metadata: Metadata = (("token", token),) if token else ()
+    def __init__(
+        self, metadata: Metadata = (), peer: str = "", deadline: float | None = None
+    ) -> None:
+        self._metadata = metadata
         self._peer = peer
         self._deadline = deadline
         #: what the handler set with :meth:`set_trailing_metadata` (empty: nothing)

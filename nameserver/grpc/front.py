@@ -37,7 +37,7 @@ from typing import Any
 
 import grpc
 
-from nameserver.grpc.context import CallAborted, DirectContext
+from nameserver.grpc.context import CallAborted, DirectContext, Metadata
 from nameserver.grpc.front_wire import (
     MAX_BODY_BYTES,
     FrontProtocolError,
@@ -81,8 +81,8 @@ class _FrontContext(DirectContext):
 
     __slots__ = ("answered",)
 
-    def __init__(self, token: str | None, peer: str, deadline: float | None) -> None:
-        super().__init__(token, peer, deadline)
+    def __init__(self, metadata: Metadata, peer: str, deadline: float | None) -> None:
+        super().__init__(metadata, peer, deadline)
         self.answered = False
 
     @property
@@ -140,7 +140,7 @@ class _Connection(asyncio.Protocol):
             raise FrontProtocolError(f"request {call_id}: that call is already in flight")
         handler = self._handlers[request.method]
         deadline = time.monotonic() + request.timeout_ms / 1000 if request.timeout_ms else None
-        context = _FrontContext(request.token or None, request.peer, deadline)
+        context = _FrontContext(request.metadata, request.peer, deadline)
         if deadline is not None:
             self._deadlines[call_id] = context
             if self._sweep is None:

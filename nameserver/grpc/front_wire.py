@@ -9,7 +9,7 @@ request frame each way per call, all integers little-endian::
     u32 call_id                            u32 call_id
     u8  method     index into --fast       u8  code      gRPC status code, 0 = OK
     u32 timeout_ms 0 = no deadline         u16 details_len, details (UTF-8)
-    u16 token_len, token                   u16 trailers_len, trailers:
+    u16 metadata_len, metadata             u16 trailers_len, trailers:
     u16 peer_len,  peer                        repeated (u16 klen, key, u16 vlen, value)
     ... payload    the request message     ... payload   the response message (OK only)
 
@@ -42,7 +42,7 @@ __all__ = [
 
 _U16 = struct.Struct("<H")
 _LEN = struct.Struct("<I")
-#: body_len, call_id, method, timeout_ms, token_len
+#: body_len, call_id, method, timeout_ms, metadata_len
 _REQUEST_HEAD = struct.Struct("<IIBIH")
 #: body_len, call_id, code, details_len
 _RESPONSE_HEAD = struct.Struct("<IIBH")
@@ -75,7 +75,9 @@ class FrontRequest(NamedTuple):
     call_id: int
     method: int  # index into the front's --fast list
     timeout_ms: int  # 0 = no deadline
-    token: str  # "" = none
+    #: the call's metadata as grpc.aio gives it to handlers: etcd's ``token``, our client's
+    #: ``x-ml-client-id``/``x-ml-seq`` (the front leaves out the transport's own headers)
+    metadata: tuple[tuple[str, str | bytes], ...]
     peer: str
     payload: bytes
 
@@ -163,19 +165,21 @@ class RequestDecoder:
         if found is None:
             return None
         data, start, end = found
-        _, call_id, method, timeout_ms, token_len = _REQUEST_HEAD.unpack_from(data, start)
+        _, call_id, method, timeout_ms, metadata_len = _REQUEST_HEAD.unpack_from(data, start)
         if method >= self._methods:
             raise FrontProtocolError(
                 f"request {call_id}: method index {method}, the front was given "
                 f"{self._methods} methods"
             )
         pos = start + _REQUEST_HEAD.size
-        peer_at = pos + token_len
+        peer_at = pos + metadata_len
         if peer_at + 2 > end:
             raise FrontProtocolError(
-                f"request {call_id}: token of {token_len} bytes runs past the frame"
+                f"request {call_id}: metadata of {metadata_len} bytes runs past the frame"
             )
-        token = _text(data, pos, peer_at, f"request {call_id}: token") if token_len else ""
+        metadata = (
+            _pairs(data, pos, peer_at, f"request {call_id}: metadata") if metadata_len else ()
+        )
         (peer_len,) = _U16.unpack_from(data, peer_at)
         payload_at = peer_at + 2 + peer_len
         if payload_at > end:
@@ -183,7 +187,8 @@ class RequestDecoder:
                 f"request {call_id}: peer of {peer_len} bytes runs past the frame"
             )
         peer = _text(data, peer_at + 2, payload_at, f"request {call_id}: peer")
-        return FrontRequest(call_id, method, timeout_ms, token, peer, bytes(data[payload_at:end]))
+        payload = bytes(data[payload_at:end])
+        return FrontRequest(call_id, method, timeout_ms, metadata, peer, payload)
 
     def __iter__(self) -> Iterator[FrontRequest]:
         """Every whole request received so far."""
@@ -191,15 +196,37 @@ class RequestDecoder:
             yield request
 
 
-def _encode_trailers(trailers: Trailers) -> bytes:
+def _encode_pairs(pairs: Trailers, what: str = "trailer") -> bytes:
     parts: list[bytes] = []
-    for key, value in trailers:
+    for key, value in pairs:
         k = key.encode()
         v = value if isinstance(value, bytes) else value.encode()
         if len(k) > _U16_MAX or len(v) > _U16_MAX:
-            raise FrontProtocolError(f"trailer {key!r}: key or value over {_U16_MAX} bytes")
+            raise FrontProtocolError(f"{what} {key!r}: key or value over {_U16_MAX} bytes")
         parts += (_U16.pack(len(k)), k, _U16.pack(len(v)), v)
     return b"".join(parts)
+
+
+def _pairs(data: bytearray, pos: int, end: int, what: str) -> tuple[tuple[str, str | bytes], ...]:
+    """Metadata or trailers: (u16 klen, key, u16 vlen, value) pairs from ``pos`` to ``end``;
+    a ``-bin`` key's value stays bytes, others are text."""
+    out: list[tuple[str, str | bytes]] = []
+    while pos < end:
+        raw: list[bytes] = []
+        for part in ("key", "value"):
+            if pos + 2 > end:
+                raise FrontProtocolError(f"{what}: a {part} is cut")
+            (n,) = _U16.unpack_from(data, pos)
+            if pos + 2 + n > end:
+                raise FrontProtocolError(f"{what}: a {part} is cut")
+            raw.append(bytes(data[pos + 2 : pos + 2 + n]))
+            pos += 2 + n
+        try:
+            key = raw[0].decode()
+        except UnicodeDecodeError as exc:
+            raise FrontProtocolError(f"{what}: a key is not UTF-8 ({exc.reason})") from None
+        out.append((key, raw[1] if key.endswith("-bin") else raw[1].decode(errors="replace")))
+    return tuple(out)
 
 
 def encode_response(
@@ -215,7 +242,7 @@ def encode_response(
     raw_details = details.encode()
     if len(raw_details) > _U16_MAX:
         raw_details = raw_details[:_U16_MAX].decode(errors="ignore").encode()
-    raw_trailers = _encode_trailers(trailers)
+    raw_trailers = _encode_pairs(trailers)
     if len(raw_trailers) > _U16_MAX:
         raise FrontProtocolError(f"trailers of {len(raw_trailers)} bytes, over {_U16_MAX}")
     if code:
@@ -237,20 +264,20 @@ def encode_request(
     method: int,
     payload: bytes,
     timeout_ms: int = 0,
-    token: str = "",
+    metadata: Trailers = (),
     peer: str = "",
 ) -> bytes:
     """One request frame (what the front writes; tests and tools use it)."""
-    raw_token, raw_peer = token.encode(), peer.encode()
-    if len(raw_token) > _U16_MAX or len(raw_peer) > _U16_MAX:
-        raise FrontProtocolError(f"token or peer over {_U16_MAX} bytes")
+    raw_metadata, raw_peer = _encode_pairs(metadata, "metadata"), peer.encode()
+    if len(raw_metadata) > _U16_MAX or len(raw_peer) > _U16_MAX:
+        raise FrontProtocolError(f"metadata or peer over {_U16_MAX} bytes")
     if not 0 <= method <= 0xFF or not 0 <= timeout_ms <= _U32_MAX or not 0 <= call_id <= _U32_MAX:
         raise FrontProtocolError("call_id, method or timeout_ms out of range")
-    size = _REQUEST_MIN_BODY + len(raw_token) + len(raw_peer) + len(payload)
+    size = _REQUEST_MIN_BODY + len(raw_metadata) + len(raw_peer) + len(payload)
     return b"".join(
         (
-            _REQUEST_HEAD.pack(size, call_id, method, timeout_ms, len(raw_token)),
-            raw_token,
+            _REQUEST_HEAD.pack(size, call_id, method, timeout_ms, len(raw_metadata)),
+            raw_metadata,
             _U16.pack(len(raw_peer)),
             raw_peer,
             payload,
@@ -283,24 +310,11 @@ class ResponseDecoder:
         trailers_end = pos + trailers_len
         if trailers_end > end:
             raise FrontProtocolError(f"response {call_id}: trailers run past the frame")
-        trailers: list[tuple[str, str | bytes]] = []
-        while pos < trailers_end:
-            pair = []
-            for part in ("key", "value"):
-                if pos + 2 > trailers_end:
-                    raise FrontProtocolError(f"response {call_id}: a trailer {part} is cut")
-                (n,) = _U16.unpack_from(data, pos)
-                if pos + 2 + n > trailers_end:
-                    raise FrontProtocolError(f"response {call_id}: a trailer {part} is cut")
-                pair.append(bytes(data[pos + 2 : pos + 2 + n]))
-                pos += 2 + n
-            key = _text(bytearray(pair[0]), 0, len(pair[0]), f"response {call_id}: trailer")
-            value = pair[1] if key.endswith("-bin") else pair[1].decode(errors="replace")
-            trailers.append((key, value))
+        trailers = _pairs(data, pos, trailers_end, f"response {call_id}: trailers")
         payload = bytes(data[trailers_end:end])
         if code and payload:
             raise FrontProtocolError(f"response {call_id}: code {code} with a payload")
-        return FrontResponse(call_id, code, details, tuple(trailers), payload)
+        return FrontResponse(call_id, code, details, trailers, payload)
 
     def __iter__(self) -> Iterator[FrontResponse]:
         while (response := self.next_response()) is not None:

@@ -67,7 +67,8 @@ class GatewayContext(DirectContext):
     __slots__ = ()
 
     def __init__(self, headers: Mapping[str, str], peer: str = "") -> None:
-        super().__init__(headers.get("authorization"), peer)
+        token = headers.get("authorization")
+        super().__init__((("token", token),) if token else (), peer)
 
 
 #: Looks up the guarded handler of a gRPC method path (the method table's).

@@ -104,6 +104,20 @@ def test_watch_and_lease_keep_alive_are_proxied(node: Cluster) -> None:
     assert f"lease {lease} keepalived with TTL(" in alive
 
 
+def test_a_calls_metadata_reaches_the_handlers_through_the_fast_path(node: Cluster) -> None:
+    """Not only etcd's token: nameserver.client's retry identity (``x-ml-client-id``,
+    ``x-ml-seq``) must reach the handler, or a retried write would be applied twice."""
+    with grpc.insecure_channel(node.endpoints[0]) as channel:
+        kv = rpc_pb2_grpc.KVStub(channel)
+        md = [("x-ml-client-id", "front-md-test"), ("x-ml-seq", "1")]
+        put = rpc_pb2.PutRequest(key=b"md/k", value=b"v")
+        first = kv.Put(put, timeout=10, metadata=md)
+        retried = kv.Put(put, timeout=10, metadata=md)  # answered, not applied again
+        assert retried.header.revision == first.header.revision
+        again = kv.Put(put, timeout=10, metadata=[md[0], ("x-ml-seq", "2")])
+        assert again.header.revision == first.header.revision + 1
+
+
 def test_member_list_names_the_client_port_the_front_listens_on(node: Cluster) -> None:
     (line,) = etcdctl(node, "member", "list").stdout.splitlines()
     assert line.split(", ")[2:5] == ["n0", node.peer_url(0), f"http://{node.endpoints[0]}"]

@@ -157,7 +157,9 @@ def test_an_abort_is_its_code_and_details() -> None:
 def test_token_peer_deadline_and_trailing_metadata() -> None:
     async def test(core: FrontCore, front: Front, b: Behaviours) -> None:
         peer = "ipv4:127.0.0.1:54321"
-        front.writer.write(encode_request(3, 2, b"", timeout_ms=5000, token="tok.1", peer=peer))
+        front.writer.write(
+            encode_request(3, 2, b"", timeout_ms=5000, metadata=(("token", "tok.1"),), peer=peer)
+        )
         front.writer.write(encode_request(4, 2, b"", peer=peer))
         r, s = sorted(await front.responses(2))
         assert r.code == OK and rpc_pb2.RangeResponse.FromString(r.payload).count == 7

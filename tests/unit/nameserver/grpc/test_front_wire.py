@@ -22,20 +22,20 @@ from nameserver.grpc.front_wire import (
 )
 
 texts = st.text(max_size=40)
-requests = st.builds(
-    FrontRequest,
-    call_id=st.integers(0, 2**32 - 1),
-    method=st.integers(0, 5),
-    timeout_ms=st.integers(0, 2**32 - 1),
-    token=texts,
-    peer=texts,
-    payload=st.binary(max_size=300),
-)
 trailer = st.one_of(
     st.tuples(st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True), texts).filter(
         lambda kv: not kv[0].endswith("-bin")
     ),
     st.tuples(st.from_regex(r"[a-z]{1,8}-bin", fullmatch=True), st.binary(max_size=30)),
+)
+requests = st.builds(
+    FrontRequest,
+    call_id=st.integers(0, 2**32 - 1),
+    method=st.integers(0, 5),
+    timeout_ms=st.integers(0, 2**32 - 1),
+    metadata=st.lists(trailer, max_size=4).map(tuple),
+    peer=texts,
+    payload=st.binary(max_size=300),
 )
 responses = st.builds(
     FrontResponse,
@@ -56,7 +56,8 @@ def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
 @given(st.lists(requests, max_size=6), st.lists(st.integers(0, 10_000), max_size=8))
 def test_requests_round_trip_in_any_chunking(sent: list[FrontRequest], cuts: list[int]) -> None:
     data = b"".join(
-        encode_request(r.call_id, r.method, r.payload, r.timeout_ms, r.token, r.peer) for r in sent
+        encode_request(r.call_id, r.method, r.payload, r.timeout_ms, r.metadata, r.peer)
+        for r in sent
     )
     decoder = RequestDecoder(methods=6)
     got: list[FrontRequest] = []
@@ -95,8 +96,11 @@ def test_garbage_raises_only_the_protocol_error(data: bytes) -> None:
 def test_the_ok_frame_is_the_contracts_layout() -> None:
     frame = encode_response(7, payload=b"xyz")
     assert frame == struct.pack("<IIBHH", 12, 7, 0, 0, 0) + b"xyz"
-    frame = encode_request(9, 2, b"P", timeout_ms=1500, token="t", peer="ipv4:1.2.3.4:5")
-    body = struct.pack("<IBIH", 9, 2, 1500, 1) + b"t" + struct.pack("<H", 14)
+    frame = encode_request(
+        9, 2, b"P", timeout_ms=1500, metadata=(("token", "t"),), peer="ipv4:1.2.3.4:5"
+    )
+    body = struct.pack("<IBIH", 9, 2, 1500, 10) + b"\x05\x00token\x01\x00t"
+    body += struct.pack("<H", 14)
     body += b"ipv4:1.2.3.4:5P"
     assert frame == struct.pack("<I", len(body)) + body
 
@@ -117,9 +121,13 @@ def _request(body: bytes) -> bytes:
         (_request(b"\x00" * 5), "shorter than its 13 bytes"),
         (struct.pack("<I", 10**9), "over the limit"),
         (_request(struct.pack("<IBIH", 1, 9, 0, 0) + b"\x00\x00"), "method index 9"),
-        (_request(struct.pack("<IBIH", 1, 0, 0, 50) + b"\x00\x00"), "token of 50 bytes"),
+        (_request(struct.pack("<IBIH", 1, 0, 0, 50) + b"\x00\x00"), "metadata of 50 bytes"),
         (_request(struct.pack("<IBIH", 1, 0, 0, 0) + b"\x09\x00"), "peer of 9 bytes"),
-        (_request(struct.pack("<IBIH", 1, 0, 0, 1) + b"\xff\x00\x00"), "token: not UTF-8"),
+        (_request(struct.pack("<IBIH", 1, 0, 0, 1) + b"\xff\x00\x00"), "metadata: a key is cut"),
+        (
+            _request(struct.pack("<IBIH", 1, 0, 0, 5) + b"\x01\x00\xff\x00\x00\x00\x00"),
+            "metadata: a key is not UTF-8",
+        ),
     ],
 )
 def test_malformed_requests_say_what_is_wrong(frame: bytes, says: str) -> None:
@@ -133,7 +141,7 @@ def test_a_cut_trailer_is_refused() -> None:
     body = struct.pack("<IBH", 1, 0, 0) + struct.pack("<H", 3) + b"\x05\x00a"
     decoder = ResponseDecoder()
     decoder.receive_data(struct.pack("<I", len(body)) + body)
-    with pytest.raises(FrontProtocolError, match="trailer key is cut"):
+    with pytest.raises(FrontProtocolError, match="trailers: a key is cut"):
         decoder.next_response()
 
 
@@ -143,7 +151,7 @@ def test_a_partial_frame_waits_for_the_rest() -> None:
     decoder.receive_data(frame[:-1])
     assert decoder.next_request() is None
     decoder.receive_data(frame[-1:] + frame[:2])
-    assert decoder.next_request() == FrontRequest(3, 1, 0, "", "", b"payload")
+    assert decoder.next_request() == FrontRequest(3, 1, 0, (), "", b"payload")
     assert decoder.next_request() is None and decoder.pending == 2
 
 
