@@ -28,8 +28,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-var contextWithCancel = context.WithCancel
-
 type front struct {
 	fast    map[string]uint8
 	core    *core

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 
 	"google.golang.org/grpc"
@@ -22,7 +23,7 @@ func (f *front) proxy(stream grpc.ServerStream, method string) error {
 			out[k] = v
 		}
 	}
-	octx, cancel := contextWithCancel(metadata.NewOutgoingContext(ctx, out))
+	octx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, out))
 	defer cancel()
 	backend, err := f.backend.NewStream(octx, everyway, method)
 	if err != nil {
