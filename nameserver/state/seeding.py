@@ -10,13 +10,13 @@ import os
 from collections.abc import Callable, Iterable
 
 from snapshots import (
-    FileSnapshotStore,
     RecordDigest,
     RecordSource,
     SnapshotError,
     SnapshotInfo,
     SnapshotMeta,
     makedirs_durable,
+    snapshot_name,
     write_snapshot_frames,
 )
 
@@ -34,6 +34,8 @@ def seed_data_dir_from_records(
     image seeded from elsewhere, such as an etcd snapshot): written once, straight into the
     new data dir's snapshot store (one pass: the encoded records are held in memory until
     the header is written), then the Raft log's base offset."""
+    from snapshots import FileSnapshotStore  # (the frames' way, the usual one, needs none)
+
     check_new_data_dir(data_dir)
     store = FileSnapshotStore(os.path.join(data_dir, "snap"))
     info = store.save(meta, records, progress, one_pass=True)
@@ -52,8 +54,10 @@ def seed_data_dir_from_frames(
     (``snapshots.encode_frames``, e.g. in parts on several processes): ``meta`` carries the
     counts and hashes, ``actual`` is the encoders' digest (see ``write_snapshot_frames``)."""
     check_new_data_dir(data_dir)
-    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
-    info = write_snapshot_frames(store.path_of(meta.last_offset), meta, frames, actual, progress)
+    snap_dir = os.path.join(data_dir, "snap")  # new and empty: no temp file to remove
+    makedirs_durable(snap_dir)
+    path = os.path.join(snap_dir, snapshot_name(meta.last_offset))
+    info = write_snapshot_frames(path, meta, frames, actual, progress)
     write_base_offset(data_dir, meta.last_offset)
     return info
 
