@@ -14,10 +14,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import cast
 
-from nameserver.auth.records import AuthState
-from nameserver.auth.records import Permission as AuthPermission
-from nameserver.auth.records import Role as AuthRole
-from nameserver.auth.records import User as AuthUser
 from nameserver.kv.records import (
     COMPACT_KEY,
     REVISION,
@@ -92,6 +88,19 @@ def other_records(
         left = le.remaining_ttl if 0 < le.remaining_ttl <= le.ttl else le.ttl
         lease = MlLease(le.id, le.ttl, revision, now - (le.ttl - left) * 1000)
         out.append(("lease", lease_key(le.id), lease.to_record()))
+    if etcd.users or etcd.roles or etcd.auth_enabled or etcd.auth_revision:
+        out += _auth_records(etcd)
+    return out
+
+
+def _auth_records(etcd: etcdfmt.EtcdImage) -> list[Record]:
+    """The users', roles' and auth state's records (imported here: most files have none)."""
+    from nameserver.auth.records import AuthState
+    from nameserver.auth.records import Permission as AuthPermission
+    from nameserver.auth.records import Role as AuthRole
+    from nameserver.auth.records import User as AuthUser
+
+    out: list[Record] = []
     for u in etcd.users:
         user = AuthUser(u.name.decode(), u.password, tuple(u.roles), u.no_password)
         out.append(("auth", user.key, user.to_record()))

@@ -72,7 +72,7 @@ def seed(
     pass as ``seed_data_dir_from_frames`` raises them; SnapshotHashError for a trailer that
     does not match."""
     try:
-        etcd, pages, check_hash = etcdfmt.read_etcd_key_pages(data)
+        etcd, pages, check_hash = etcdfmt.read_etcd_key_pages(data, hash_when_checked=True)
     except etcdfmt.SnapshotHashError:
         raise
     except Exception:
@@ -95,7 +95,7 @@ def seed(
     say(f"reading {total} key records in two processes")
     os.makedirs(data_dir, exist_ok=True)
     try:
-        with _Child(pages, mid, slow, revision, data_dir) as child:
+        with _Child(pages, mid, slow, revision, data_dir, check_hash) as child:
             scan = etcdfmt.LatestScan(slow)
             for page, count in pages[:mid]:
                 if not scan.leaf(page.tobytes(), count):
@@ -114,7 +114,7 @@ def seed(
             tail, tail_digest, rest, child_newest = child.result()
             if max(scan.newest, child_newest) != newest:
                 raise NotTaken("the newest revision is not the last record's")
-            check_hash()  # before anything is written
+            # the file's SHA-256 matched (the child checked it before taking its run)
             digest.merge(tail_digest)
             keys = first + rest
             seeded = Seeded.of(etcd, revision, keys)
@@ -154,9 +154,18 @@ class _Child:
     start, :meth:`result` waits for it. Leaving the ``with`` kills a child still running (by
     its pid) and closes the file."""
 
-    def __init__(self, pages: Pages, mid: int, slow: Slow, offset: int, directory: str) -> None:
+    def __init__(
+        self,
+        pages: Pages,
+        mid: int,
+        slow: Slow,
+        offset: int,
+        directory: str,
+        check_hash: Callable[[], None],
+    ) -> None:
         self._file = tempfile.TemporaryFile(dir=directory)
         self._pid = 0
+        self._done = False  # it said ok: it only ends now (close reaps it)
         self._fds: list[int] = []
         try:
             start_read, self._start_write = os.pipe()
@@ -170,7 +179,8 @@ class _Child:
         if pid == 0:  # pragma: no cover - the child's coverage is not collected
             os.close(self._start_write)
             os.close(self._result_read)
-            _child(pages, mid, slow, offset, start_read, self._file.fileno(), result_write)
+            out = self._file.fileno()
+            _child(pages, mid, slow, offset, check_hash, start_read, out, result_write)
         self._pid = pid
         for fd in (start_read, result_write):
             os.close(fd)
@@ -197,12 +207,15 @@ class _Child:
         newest revision it read; NotTaken if it failed (its error)."""
         with os.fdopen(self._result_read, "rb") as pipe:
             self._fds.remove(self._result_read)
-            message = pipe.read()  # until the child exits
-        _, status = os.waitpid(self._pid, 0)
-        self._pid = 0
-        if status != 0 or not message.startswith(b"ok:"):
+            message = pipe.read()  # until the child closes it, as it ends
+        if not message.startswith(b"ok:"):
+            _, status = os.waitpid(self._pid, 0)
+            self._pid = 0
             why = message.decode(errors="replace") or f"exit {os.waitstatus_to_exitcode(status)}"
             raise NotTaken(f"the child process: {why}")
+        # its work is done (its file written and closed before it said ok): it frees its
+        # memory while this process writes the snapshot, and close() reaps it
+        self._done = True
         digest, count, newest = pickle.loads(message[3:])
         assert isinstance(digest, RecordDigest)
         size = os.fstat(self._file.fileno()).st_size
@@ -213,7 +226,8 @@ class _Child:
 
     def close(self) -> None:
         if self._pid:
-            os.kill(self._pid, signal.SIGKILL)
+            if not self._done:
+                os.kill(self._pid, signal.SIGKILL)
             os.waitpid(self._pid, 0)
             self._pid = 0
         for fd in self._fds:
@@ -237,12 +251,20 @@ def _first_key_checked(slow: Slow) -> Slow:
 
 
 def _child(
-    pages: Pages, mid: int, slow: Slow, offset: int, start_fd: int, out_fd: int, result_fd: int
+    pages: Pages,
+    mid: int,
+    slow: Slow,
+    offset: int,
+    check_hash: Callable[[], None],
+    start_fd: int,
+    out_fd: int,
+    result_fd: int,
 ) -> NoReturn:  # pragma: no cover - runs in the child
-    """The child's whole life: read ``pages[mid:]``, wait for the number of the parent's
-    records and the keys it keeps, frame its own after them into ``out_fd``, then
-    ``ok:`` and the pickled (digest, count, newest revision) to ``result_fd`` (or the
-    error), and ``os._exit``."""
+    """The child's whole life: read ``pages[mid:]``, check the file's SHA-256 (while the
+    parent looks at this run's keys: no CPU of the two is taken from the reading), wait for
+    the number of the parent's records and the keys it keeps, frame its own after them into
+    ``out_fd``, then ``ok:`` and the pickled (digest, count, newest revision) to
+    ``result_fd`` (or the error), and ``os._exit``."""
     status = 1
     try:
         scan = etcdfmt.LatestScan(_first_key_checked(slow))
@@ -252,6 +274,7 @@ def _child(
         for page, count in pages[mid:]:
             if not scan.leaf(page.tobytes(), count):
                 raise NotTaken(f"a key bucket page of {count} records")
+        check_hash()  # SnapshotHashError: the parent checks it again, and raises it
         with open(start_fd, "rb") as start:
             text = start.read()
         if not text:

@@ -27,6 +27,8 @@ Errors::
     └── CompactionError            snapshots.compaction: the Spark job failed
 """
 
+from typing import TYPE_CHECKING, Any
+
 from snapshots._digest import HASH_ALGORITHM, RecordDigest, record_hash
 from snapshots._format import (
     SNAPSHOT_FORMAT_VERSION,
@@ -39,14 +41,7 @@ from snapshots._format import (
     SnapshotMeta,
     SnapshotMismatchError,
     SnapshotRecord,
-)
-from snapshots._reader import (
-    SnapshotReader,
-    inspect,
-    open_snapshot,
-    read_snapshot,
-    read_snapshot_columns,
-    verify_snapshot,
+    snapshot_name,
 )
 from snapshots._recordstream import (
     FORMAT_VERSION,
@@ -67,21 +62,6 @@ from snapshots._recordstream import (
     encode_header,
     encode_record,
 )
-from snapshots._replay import (
-    ChangeLogError,
-    ChangeRecord,
-    EffectLike,
-    compact_local,
-    read_segments,
-    replay,
-)
-from snapshots._store import (
-    FileSnapshotStore,
-    InMemorySnapshotStore,
-    SnapshotStore,
-    snapshot_name,
-)
-from snapshots._tail import find_valid_frame, tail_verdict
 from snapshots._writer import (
     encode_frames,
     encode_snapshot,
@@ -91,6 +71,70 @@ from snapshots._writer import (
     write_snapshot,
     write_snapshot_frames,
 )
+
+if TYPE_CHECKING:
+    from snapshots._reader import (
+        SnapshotReader,
+        inspect,
+        open_snapshot,
+        read_snapshot,
+        read_snapshot_columns,
+        verify_snapshot,
+    )
+    from snapshots._replay import (
+        ChangeLogError,
+        ChangeRecord,
+        EffectLike,
+        compact_local,
+        read_segments,
+        replay,
+    )
+    from snapshots._store import FileSnapshotStore, InMemorySnapshotStore, SnapshotStore
+    from snapshots._tail import find_valid_frame, tail_verdict
+
+#: the surface's names whose modules are imported when a name is first used (module
+#: ``__getattr__``): a command that only writes a snapshot (seeding a data dir from etcd)
+#: does not pay for the reader, the stores, replay and the torn-tail scan at its start
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "SnapshotReader",
+            "inspect",
+            "open_snapshot",
+            "read_snapshot",
+            "read_snapshot_columns",
+            "verify_snapshot",
+        ),
+        "snapshots._reader",
+    ),
+    **dict.fromkeys(
+        (
+            "ChangeLogError",
+            "ChangeRecord",
+            "EffectLike",
+            "compact_local",
+            "read_segments",
+            "replay",
+        ),
+        "snapshots._replay",
+    ),
+    **dict.fromkeys(
+        ("FileSnapshotStore", "InMemorySnapshotStore", "SnapshotStore"), "snapshots._store"
+    ),
+    **dict.fromkeys(("find_valid_frame", "tail_verdict"), "snapshots._tail"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'snapshots' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FORMAT_VERSION",

@@ -43,9 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 
-import crc32c as _crc32c_module
-
 from protos.snapshot_pb2 import SnapshotHeader
+from snapshots import _crc
 from snapshots._digest import HASH_ALGORITHM, RecordDigest, is_hash_text
 from snapshots._recordstream import Record
 
@@ -65,6 +64,7 @@ __all__ = [
     "crc32c",
     "header_problem",
     "info_from_header",
+    "snapshot_name",
 ]
 
 #: Version of the snapshot layout above (the record-stream framing has its own).
@@ -81,7 +81,13 @@ MAX_RECORDS: Final = 2**32 - 2
 #: Writes, checksum updates and progress calls happen per chunk of about this many bytes.
 CHUNK_BYTES: Final = 1 << 20
 
-crc32c: Callable[[bytes | bytearray | memoryview, int], int] = _crc32c_module.crc32c
+crc32c: Callable[[bytes | bytearray | memoryview, int], int] = _crc.crc32c
+
+
+def snapshot_name(last_offset: int) -> str:
+    """The file name of the snapshot at `last_offset` (in a snapshot store's directory)."""
+    return f"{last_offset:020d}.snap"
+
 
 # --------------------------------------------------------------------------- errors
 

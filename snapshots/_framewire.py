@@ -11,6 +11,7 @@ what ``encode_record`` raises. Both give the same bytes (tests compare them with
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -33,6 +34,12 @@ SMALL: Final = 1 << 14
 #: protobuf's varint of every length below SMALL, and the content hash's u64le of it
 VARINTS: Final = tuple(_varint(n) for n in range(SMALL))
 LENS: Final = tuple(pack_len(n) for n in range(SMALL))
+
+#: the content hasher's methods, called unbound (a call a record each: no bound method made)
+_COPY: Final = hashlib.blake2b.copy
+_UPDATE: Final = hashlib.blake2b.update
+_DIGEST: Final = hashlib.blake2b.digest
+_FROM_BYTES: Final = int.from_bytes
 
 #: a type's state: [its Effect field 1 (encoded once), its hasher, the sum of its records'
 #: hashes, their count]; ``new_type(type)`` makes one
@@ -59,6 +66,10 @@ def frame_records(
     pack_frame = _FRAME.pack
     append = chunk.append
     join = b"".join
+    copy = _COPY
+    update = _UPDATE
+    digest = _DIGEST
+    from_bytes = _FROM_BYTES
     inline = 0 <= offset <= _U64_MAX  # else encode_record (in `slow`) raises
     pending = 0
     for record in records:
@@ -95,15 +106,15 @@ def frame_records(
                 append(pack_frame(n, crc32c(body, 0)))
                 append(body)
                 pending += n + 8
-            h = state[1].copy()
-            h.update(join((lens[nk], key, lens[nv], value)))
+            h = copy(state[1])
+            update(h, join((lens[nk], key, lens[nv], value)))
         else:
             frame = slow(offset, sub, state, type_, key, value)
             append(frame)
             pending += len(frame)
-            h = state[1].copy()
-            h.update(join((pack_len(nk), key, pack_len(nv), value)))
-        state[2] += int.from_bytes(h.digest(), "little")
+            h = copy(state[1])
+            update(h, join((pack_len(nk), key, pack_len(nv), value)))
+        state[2] += from_bytes(digest(h), "little")
         state[3] += 1
         if pending >= limit:
             return sub, True

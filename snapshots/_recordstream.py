@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
-import crc32c as _crc32c_module
+from snapshots import _crc
 
 __all__ = [
     "FORMAT_VERSION",
@@ -100,7 +100,7 @@ FRAME_OVERHEAD_BYTES = _FRAME.size + _BODY_PREFIX.size
 _U64_MAX = 2**64 - 1
 _U32_MAX = 2**32 - 1
 
-_crc32c: Callable[[bytes | bytearray | memoryview, int], int] = _crc32c_module.crc32c
+_crc32c: Callable[[bytes | bytearray | memoryview, int], int] = _crc.crc32c
 
 
 class StreamKind(enum.IntEnum):

@@ -26,7 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from snapshots._format import RecordSource, SnapshotCorruptError, SnapshotInfo, SnapshotMeta
+from snapshots._format import (
+    RecordSource,
+    SnapshotCorruptError,
+    SnapshotInfo,
+    SnapshotMeta,
+    snapshot_name,
+)
 from snapshots._reader import SnapshotReader, open_snapshot
 from snapshots._writer import encode_snapshot, makedirs_durable, write_snapshot
 
@@ -38,11 +44,6 @@ _NAME = re.compile(r"^(\d{20})\.snap$")
 _TEMP = re.compile(r"^\.\d{20}\.snap\..*\.tmp$")
 
 Progress = Callable[[int], None] | None
-
-
-def snapshot_name(last_offset: int) -> str:
-    """The file name of the snapshot at `last_offset`."""
-    return f"{last_offset:020d}.snap"
 
 
 class SnapshotStore(Protocol):

@@ -45,8 +45,7 @@ import struct
 from collections.abc import Iterator
 from typing import BinaryIO
 
-import crc32c
-
+from snapshots._crc import crc32c
 from snapshots._recordstream import (
     HEADER_BYTES,
     MAX_BODY_BYTES,
@@ -171,7 +170,7 @@ def _find(data: bytes, follows: tuple[int, int] | None) -> int:
                 continue
             if length > high:
                 longer = True
-            elif crc32c.crc32c(view[p + _FRAME.size : p + _FRAME.size + length]) == crc:
+            elif crc32c(view[p + _FRAME.size : p + _FRAME.size + length]) == crc:
                 return p
         if not longer:
             return -1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -50,6 +51,7 @@ def write_snapshot(
     progress: Callable[[int], None] | None = None,
     *,
     one_pass: bool = False,
+    background_writeback: bool = False,
 ) -> SnapshotInfo:
     """Write a snapshot atomically: temp file in the same directory, fsync, rename, fsync dir.
 
@@ -67,7 +69,7 @@ def write_snapshot(
     once), for a writer that can spare the memory (a forked child).
 
     `progress` is called with the number of records written so far, after each ~1 MiB
-    chunk and at the end.
+    chunk and at the end. ``background_writeback``: see :class:`_SyncingWriter`.
 
     Failure contract: on any exception (SnapshotMismatchError when the records disagree with
     the meta or between passes, ValueError/TypeError for a bad meta or record, OSError,
@@ -79,6 +81,7 @@ def write_snapshot(
         path,
         meta,
         lambda write, target: _plan_and_encode(write, target, meta, records, progress, one_pass),
+        background_writeback,
     )
 
 
@@ -88,6 +91,8 @@ def write_snapshot_frames(
     frames: Iterable[tuple[bytes, int]],
     actual: RecordDigest,
     progress: Callable[[int], None] | None = None,
+    *,
+    background_writeback: bool = False,
 ) -> SnapshotInfo:
     """:func:`write_snapshot` of records whose frames were encoded elsewhere by
     :func:`encode_frames` (e.g. on Spark's executors, in parallel), so that writing is
@@ -97,8 +102,8 @@ def write_snapshot_frames(
     frames with the number of records up to the chunk's end, numbered 1, 2, ... across
     all chunks in order; `actual` must hold, once `frames` is exhausted, the digest of
     what the chunks hold (the encoders' own), and the write fails with
-    SnapshotMismatchError when it is not the meta's. Same failure contract as
-    :func:`write_snapshot`.
+    SnapshotMismatchError when it is not the meta's. ``background_writeback`` and the
+    failure contract as :func:`write_snapshot`'s.
     """
     if meta.counts is None or meta.hashes is None:
         raise ValueError("meta: frames encoded elsewhere need the counts and hashes up front")
@@ -109,6 +114,7 @@ def write_snapshot_frames(
         lambda write, target: _assemble(
             write, target, meta, expected, iter(frames), actual, progress
         ),
+        background_writeback,
     )
 
 
@@ -129,6 +135,7 @@ def _write_file(
     path: str | os.PathLike[str],
     meta: SnapshotMeta,
     produce: Callable[[Callable[[bytes], object], str], tuple[int, SnapshotHeader]],
+    background_writeback: bool = False,
 ) -> SnapshotInfo:
     """Temp file in the same directory, ``produce(write, path)``, fsync, rename, fsync dir;
     nothing left at `path` on error."""
@@ -138,7 +145,8 @@ def _write_file(
     tmp = Path(tmp_name)
     try:
         with open(fd, "wb") as f:
-            size, header = produce(_SyncingWriter(f).write, str(target))
+            writer = _SyncingWriter(f, background_writeback)
+            size, header = produce(writer.write, str(target))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -359,19 +367,53 @@ class _SyncingWriter:
     flush the data of every file in it. One fsync of a whole 170 MB snapshot at the end
     held the journal for hundreds of ms, and the node's change-log fdatasyncs (the commit
     path) waited behind it. Synced in steps, a step holds it for milliseconds.
+
+    ``background_writeback`` (Linux; elsewhere as without it): each step's pages are only
+    sent to the disk (``sync_file_range(SYNC_FILE_RANGE_WRITE)``: no journal commit, no
+    wait), and the caller's fsync at the end finds little left to write. For a writer whose
+    own time counts and that no node's commit path waits behind, such as seeding a new data
+    dir: 16 steps of 8 MiB each waited for the disk (tens of ms to half a second at 130 MB on
+    a busy 2-CPU VM).
     """
 
-    def __init__(self, file: BinaryIO) -> None:
+    def __init__(self, file: BinaryIO, background_writeback: bool = False) -> None:
         self._file = file
         self._unsynced = 0
+        self._synced = 0  # bytes before the unsynced ones
+        self._start_writeback = _writeback_starter() if background_writeback else None
 
     def write(self, data: bytes) -> None:
         self._file.write(data)
         self._unsynced += len(data)
         if self._unsynced >= _SYNC_EVERY_BYTES:
             self._file.flush()
-            os.fdatasync(self._file.fileno())
+            start = self._start_writeback
+            if start is None or not start(self._file.fileno(), self._synced, self._unsynced):
+                os.fdatasync(self._file.fileno())
+            self._synced += self._unsynced
             self._unsynced = 0
+
+
+def _writeback_starter() -> Callable[[int, int, int], bool] | None:
+    """``start(fd, offset, nbytes)``: Linux's ``sync_file_range`` with
+    ``SYNC_FILE_RANGE_WRITE`` (the range's dirty pages sent to the disk, not waited for),
+    True if it did; None where there is none (not Linux, no C library to call)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    write = 2  # SYNC_FILE_RANGE_WRITE
+
+    def start(fd: int, offset: int, nbytes: int) -> bool:
+        return bool(call(fd, offset, nbytes, write) == 0)
+
+    return start
 
 
 def fsync_dir(directory: Path) -> None:

@@ -102,7 +102,7 @@ def run_in_child(fn: Callable[[], str], what: str) -> ChildResult:
     fork_ms = (time.perf_counter() - started) * 1000
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
-        message = pipe.read()  # until the child exits (EOF)
+        message = pipe.read()  # until the child closes it, as it ends (EOF)
     _, status, usage = os.wait4(pid, 0)
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and message.startswith(_OK):
         cpu_s = usage.ru_utime + usage.ru_stime
@@ -140,12 +140,14 @@ def error_message(exc: BaseException) -> bytes:
 
 
 def exit_child(write_fd: int, message: bytes, status: int) -> NoReturn:  # pragma: no cover
-    """The end of a forked child: ``message`` written whole to ``write_fd``, then
+    """The end of a forked child: ``message`` written whole to ``write_fd``, which is
+    closed (its reader sees the end at once, not after this process's memory is freed), then
     ``os._exit(status)`` whatever happens (no handler or buffer of the parent runs twice)."""
     try:
         view = memoryview(message)
         while view:
             view = view[os.write(write_fd, view) :]
+        os.close(write_fd)
     finally:
         os._exit(status)
 

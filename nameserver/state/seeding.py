@@ -10,13 +10,14 @@ import os
 from collections.abc import Callable, Iterable
 
 from snapshots import (
-    FileSnapshotStore,
     RecordDigest,
     RecordSource,
     SnapshotError,
     SnapshotInfo,
     SnapshotMeta,
     makedirs_durable,
+    snapshot_name,
+    write_snapshot,
     write_snapshot_frames,
 )
 
@@ -35,8 +36,10 @@ def seed_data_dir_from_records(
     new data dir's snapshot store (one pass: the encoded records are held in memory until
     the header is written), then the Raft log's base offset."""
     check_new_data_dir(data_dir)
-    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
-    info = store.save(meta, records, progress, one_pass=True)
+    path = _new_snapshot_path(data_dir, meta.last_offset)
+    # the file's pages go to the disk in steps without a wait for each (no node runs on a
+    # new data dir yet), the file synced whole at the end
+    info = write_snapshot(path, meta, records, progress, one_pass=True, background_writeback=True)
     write_base_offset(data_dir, meta.last_offset)
     return info
 
@@ -52,10 +55,21 @@ def seed_data_dir_from_frames(
     (``snapshots.encode_frames``, e.g. in parts on several processes): ``meta`` carries the
     counts and hashes, ``actual`` is the encoders' digest (see ``write_snapshot_frames``)."""
     check_new_data_dir(data_dir)
-    store = FileSnapshotStore(os.path.join(data_dir, "snap"))
-    info = write_snapshot_frames(store.path_of(meta.last_offset), meta, frames, actual, progress)
+    path = _new_snapshot_path(data_dir, meta.last_offset)
+    info = write_snapshot_frames(
+        path, meta, frames, actual, progress, background_writeback=True
+    )  # (as seed_data_dir_from_records writes)
     write_base_offset(data_dir, meta.last_offset)
     return info
+
+
+def _new_snapshot_path(data_dir: str, last_offset: int) -> str:
+    """The path of the snapshot store's file at ``last_offset`` in ``data_dir`` (checked
+    new: no snapshot and so no temp file of an interrupted write to remove), its directory
+    made."""
+    snap_dir = os.path.join(data_dir, "snap")
+    makedirs_durable(snap_dir)
+    return os.path.join(snap_dir, snapshot_name(last_offset))
 
 
 def check_new_data_dir(data_dir: str) -> None:

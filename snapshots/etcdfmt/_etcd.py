@@ -39,10 +39,10 @@ import threading
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar, cast
 
-import crc32c
 from google.protobuf.message import DecodeError, Message
 
 from protos.etcdserverpb import auth_pb2, kv_pb2, lease_pb2
+from snapshots._crc import crc32c
 from snapshots.etcdfmt import _bolt, _kvwire, _leafscan
 from snapshots.etcdfmt._bolt import EtcdFormatError, Tree, bolt_size, read_bolt, write_bolt
 
@@ -453,17 +453,18 @@ def split_snapshot_hash(data: bytes) -> tuple[bytes, bool]:
 
 
 def _split_hash_checked_later(
-    data: bytes, threaded: bool
+    data: bytes, threaded: bool, deferred: bool = False
 ) -> tuple[bytes | memoryview, Callable[[], None]]:
     """:func:`split_snapshot_hash`'s database, and a function that raises its error if the
     trailer does not match. ``threaded``: the SHA-256 is computed on a thread meanwhile
     (hashlib lets go of the GIL on large inputs: the database is read at the same time);
-    the function waits for it; the database is then a view of ``data`` (``read_bolt`` reads
-    either)."""
+    the function waits for it. ``deferred``: it is computed by the function, when first
+    called, on the caller's thread (in whichever process calls it). Either way the database
+    is then a view of ``data`` (``read_bolt`` reads either)."""
     if len(data) % 512 != HASH_BYTES:
         return data, lambda: None
-    # threaded (a seeding's read): the database in place, not a copy of 100s of MB
-    db = memoryview(data)[:-HASH_BYTES] if threaded else data[:-HASH_BYTES]
+    # threaded or deferred (a seeding's read): the database in place, not a copy of 100s of MB
+    db = memoryview(data)[:-HASH_BYTES] if threaded or deferred else data[:-HASH_BYTES]
     digest = data[-HASH_BYTES:]
     got: list[bytes] = []
 
@@ -471,14 +472,16 @@ def _split_hash_checked_later(
         got.append(hashlib.sha256(db).digest())
 
     thread = threading.Thread(target=compute, name="etcd-snapshot-sha256") if threaded else None
-    if thread is None:
-        compute()
-    else:
+    if thread is not None:
         thread.start()
+    elif not deferred:
+        compute()
 
     def check() -> None:
         if thread is not None:
             thread.join()
+        elif not got:
+            compute()
         if got != [digest]:
             raise SnapshotHashError(
                 f"snapshot: the trailing SHA-256 (at byte {len(db)}) does not match the database"
@@ -579,17 +582,20 @@ def key_record_slow(
 
 
 def read_etcd_key_pages(
-    data: bytes,
+    data: bytes, *, hash_when_checked: bool = False
 ) -> tuple[EtcdImage, list[tuple[memoryview, int]], Callable[[], None]]:
     """For a reader that reads the ``key`` bucket's leaf pages itself (a seeding in two
     processes, each a run of the pages through :class:`._leafscan.LatestScan`): the image
     without its keys; the bucket's leaf pages in its order, as (a view of the page, its
     element count), checked as bbolt checks pages (in range, each read once) but their
     elements not read; and a function that raises SnapshotHashError if the trailing SHA-256
-    does not match (computed on a thread meanwhile: call it before writing anything).
-    Raises on any other fault, not always the one :func:`read_etcd_latest_kv` names: such a
-    reader reads the file that way then."""
-    db, check_hash = _split_hash_checked_later(data, threaded=True)
+    does not match (computed on a thread meanwhile: call it before writing anything; with
+    ``hash_when_checked``, computed by its first call instead, e.g. in a forked child that
+    has a CPU to spare). Raises on any other fault, not always the one
+    :func:`read_etcd_latest_kv` names: such a reader reads the file that way then."""
+    db, check_hash = _split_hash_checked_later(
+        data, threaded=not hash_when_checked, deferred=hash_when_checked
+    )
     pages: list[tuple[memoryview, int]] = []
     try:
         tree = read_bolt(db, key_pages=pages)
@@ -658,13 +664,13 @@ def snapshot_status(data: bytes) -> SnapshotStatus:
     h = 0
     revision = total = 0
     for name in sorted(tree):
-        h = crc32c.crc32c(name, h)
+        h = crc32c(name, h)
         bucket = tree[name]
         assert isinstance(bucket, dict)
         for k in sorted(bucket):
             v = bucket[k]
-            h = crc32c.crc32c(k, h)
-            h = crc32c.crc32c(b"" if isinstance(v, dict) else v, h)
+            h = crc32c(k, h)
+            h = crc32c(b"" if isinstance(v, dict) else v, h)
             if name == b"key":
                 revision = _REV.unpack_from(k)[0] if len(k) >= _REV.size else revision
             total += 1
