@@ -105,7 +105,7 @@ func fail(format string, args ...interface{}) {
 func main() {
 	listen := flag.String("listen", "", "HOST:PORT the clients call")
 	coreAddr := flag.String("core", "", "the node core's Unix socket (@name: abstract)")
-	backendAddr := flag.String("backend", "", "HOST:PORT of the node's own gRPC server")
+	backendAddr := flag.String("backend", "", "the node's own gRPC server: HOST:PORT, or @name (abstract Unix socket)")
 	fastList := flag.String("fast", "", "comma-separated /service/method paths the core answers")
 	maxMsg := flag.Int("max-msg-bytes", 4<<20, "largest message either way")
 	flag.Parse()
@@ -127,9 +127,21 @@ func main() {
 	if err := c.connect(5 * time.Second); err != nil {
 		fail("cannot reach the core at %s: %v", *coreAddr, err)
 	}
-	backend, err := grpc.Dial(*backendAddr, grpc.WithInsecure(),
+	dial := []grpc.DialOption{grpc.WithInsecure(),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}),
-			grpc.MaxCallRecvMsgSize(*maxMsg), grpc.MaxCallSendMsgSize(*maxMsg)))
+			grpc.MaxCallRecvMsgSize(*maxMsg), grpc.MaxCallSendMsgSize(*maxMsg))}
+	target := *backendAddr
+	if strings.HasPrefix(target, "@") {
+		// an abstract Unix socket (the node's usual backend): no TCP port to collide with
+		// the client port the front is about to listen on
+		name := target
+		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", name)
+		}))
+		target = "passthrough:///metaledger-backend"
+	}
+	backend, err := grpc.Dial(target, dial...)
 	if err != nil {
 		fail("--backend %s: %v", *backendAddr, err)
 	}

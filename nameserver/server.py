@@ -375,7 +375,7 @@ class Node:
         )
         acceptors.register()
         with binding("listen_client", self.config.listen_client):
-            if front is not None:  # the Go front proxies to this server on loopback
+            if front is not None:  # the Go front proxies to this server (abstract socket)
                 bound = front.bind_backend(server)
             elif self.config.client_tls.enabled:
                 creds = tls.grpc_server_credentials(self.config.client_tls)

@@ -6,7 +6,7 @@ built by ``scripts/build_front.sh``) listens on ``--listen-client`` instead: it 
 HTTP/2, hands each call of a hot unary method (:data:`nameserver.grpc.accept.HOT_METHODS`,
 the ``--fast`` list) to this process as one frame over an abstract Unix socket
 (:mod:`nameserver.grpc.front_wire`), and proxies every other method, streams included, to
-the node's own grpc.aio server, bound to an ephemeral loopback port (the "backend").
+the node's own grpc.aio server, bound to an abstract Unix socket (the "backend").
 
 - :class:`FrontCore` is the endpoint of those frames: for each request the method table's
   guarded handler, its deserializer (so a too-large or undecodable request is answered as
@@ -429,11 +429,14 @@ class GoFront:
         self.process: FrontProcess | None = None
 
     def bind_backend(self, server: grpc.aio.Server) -> int:
-        """Bind ``server`` to an ephemeral loopback port, what the front proxies to; the
-        port (0: it could not bind)."""
-        port: int = server.add_insecure_port("127.0.0.1:0")
-        self.backend = f"127.0.0.1:{port}"
-        return port
+        """Bind ``server`` to an abstract Unix socket, what the front proxies to (``@name``
+        for the front); 0 if it could not bind. Not a loopback port: an ephemeral port could
+        be the client port itself, which the front binds only after this (a node once failed
+        to start that way)."""
+        name = f"metaledger-backend-{os.getpid()}-{secrets.token_hex(8)}"
+        bound: int = server.add_insecure_port(f"unix-abstract:{name}")
+        self.backend = f"@{name}"
+        return bound
 
     async def start(self, lookup: Lookup) -> None:
         """Start the core, then the front (after the backend server started)."""
