@@ -196,7 +196,7 @@ class JetStreamTarget:
         self._js: list[Any] = []
         self._sub: Any = None
 
-    async def open(self, timeout_s: float = 30.0) -> None:
+    async def open(self, timeout_s: float = 60.0) -> None:
         import nats
         from nats.js.api import StorageType, StreamConfig
 
@@ -212,12 +212,15 @@ class JetStreamTarget:
             num_replicas=self.replicas,
             storage=StorageType.FILE,
         )
-        # a new cluster elects its meta leader and the stream's group after /healthz: retry
+        # a new cluster elects its meta leader and the stream's group after /healthz: retry,
+        # each try on a short API timeout (one 30 s try on a busy machine used the whole
+        # deadline: "nats: timeout")
+        setup = self._ncs[0].jetstream(timeout=5)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                await self._js[0].add_stream(config)
-                await self._js[0].publish(SUBJECT, b"warm-up", timeout=5)
+                await setup.add_stream(config)
+                await setup.publish(SUBJECT, b"warm-up", timeout=5)
                 return
             except Exception:
                 if time.monotonic() > deadline:
