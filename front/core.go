@@ -56,20 +56,16 @@ func (s *session) write() {
 	for {
 		select {
 		case f := <-s.out:
-			if _, err := w.Write(f); err != nil {
-				s.kill(err)
-				return
-			}
-		drain:
-			for {
+			// this frame and every one queued behind it, then one flush
+			for more := true; more; {
+				if _, err := w.Write(f); err != nil {
+					s.kill(err)
+					return
+				}
 				select {
-				case f := <-s.out:
-					if _, err := w.Write(f); err != nil {
-						s.kill(err)
-						return
-					}
+				case f = <-s.out:
 				default:
-					break drain
+					more = false
 				}
 			}
 			if err := w.Flush(); err != nil {
