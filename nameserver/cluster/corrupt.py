@@ -84,6 +84,9 @@ class PeerHash:
     hash: KvHash | None = None
     error: str = OTHER
     detail: str = ""
+    #: whether its store counts revisions etcd's way (its HashKV's trailing metadata says
+    #: so; None: not asked, compared as it is)
+    counts_etcd: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from nameserver.cluster.corrupt import (
 from nameserver.cluster.records import ALARM_CORRUPT
 from nameserver.kv.hashing import kv_hash_at
 from nameserver.kv.records import KvImage, kv_size, new_kv
+from nameserver.kv.revision import COUNTING_METADATA
 from nameserver.state.duties import PeriodicDuties
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
 
@@ -87,13 +88,15 @@ class CorruptChecker(PeriodicDuties):
         for url in urls:
             channel = self.dial(_address(url))
             try:
-                resp = await rpc_pb2_grpc.MaintenanceStub(channel).HashKV(
+                call = rpc_pb2_grpc.MaintenanceStub(channel).HashKV(
                     rpc_pb2.HashKVRequest(revision=revision),
                     metadata=self.node.node_metadata,
                     timeout=self.node.timeout_s,
                 )
+                resp = await call
+                trailing = [(k, v) for k, v in await call.trailing_metadata() or ()]
                 found = KvHash(resp.hash, resp.header.revision, resp.compact_revision)
-                return PeerHash(member_id, urls, found)
+                return PeerHash(member_id, urls, found, counts_etcd=COUNTING_METADATA in trailing)
             except grpc.aio.AioRpcError as exc:
                 detail = exc.details() or str(exc.code())
                 if "future revision" in detail:
@@ -156,8 +159,9 @@ class CorruptChecker(PeriodicDuties):
 
     async def check(self) -> int | None:
         """etcd's checkHashKV; returns the member CORRUPT was raised for, if any."""
+        counts_etcd = self.node.state.image.store_rev.revision >= 0
         first = await self.local_hash()
-        peers = await self.peer_hashes(first.revision)
+        peers = [p for p in await self.peer_hashes(first.revision) if self._alike(p, counts_etcd)]
         await self.node.read_image(False)  # etcd's linearizableReadNotify
         second = await self.local_hash()
         findings, blamed = periodic_findings(self.node.member_id, first, second, peers)
@@ -166,6 +170,20 @@ class CorruptChecker(PeriodicDuties):
         if blamed is not None:
             await self.raise_corrupt(blamed)
         return blamed
+
+    @staticmethod
+    def _alike(peer: PeerHash, counts_etcd: bool) -> bool:
+        """Whether ``peer``'s revisions compare with ours: a store switching to etcd's count
+        is switched on one member before another applies the switch, and for that moment
+        the two number the same keys differently (a check then blamed a sound member)."""
+        if peer.hash is None or peer.counts_etcd in (None, counts_etcd):
+            return True
+        log.info(
+            "skipped peer corruption check of %s: its store and this one count revisions "
+            "differently (the switch to etcd's count is being applied)",
+            member_hex(peer.member_id),
+        )
+        return False
 
     async def raise_corrupt(self, member_id: int) -> None:
         request = rpc_pb2.AlarmRequest(

@@ -171,6 +171,9 @@ def image_revision(sub: Any) -> int:
     return int(sub.revision)
 
 
+#: the trailing metadata of ``Maintenance.Status`` and ``HashKV`` from a member whose store
+#: counts etcd's way (switched): the corruption check compares only members that count alike
+COUNTING_METADATA = ("x-ml-store-revisions", "etcd")
 #: the trailing metadata of this version's ``Maintenance.Status``: the member applies
 #: ``count_revisions`` (a member without it would reject the entry and count otherwise)
 COUNTS_METADATA = ("x-ml-revisions", "etcd")

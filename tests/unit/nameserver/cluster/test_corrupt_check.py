@@ -40,6 +40,20 @@ def test_a_peer_that_differs_gets_corrupt_raised_and_writes_are_refused(node: No
         run(lambda: node.propose(put(b"b"), None))
 
 
+def test_a_peer_counting_revisions_otherwise_is_not_compared(node: NodeFacade) -> None:
+    """While the store switches to etcd's revision count, a member that applied the switch
+    and one that has not yet number the same keys differently: not a corruption."""
+    run(lambda: node.propose(put(b"a"), None))
+    local = run(lambda: checker(node).local_hash())
+    ours = node.state.image.store_rev.revision >= 0
+    moved = KvHash(local.hash ^ 1, local.revision + 2, 0)
+    switching = PeerHash(PEER_ID, ("http://x",), moved, counts_etcd=not ours)
+    assert run(lambda: checker(node, [switching]).check()) is None
+    assert node.alarms(node.state.image) == []
+    alike = PeerHash(PEER_ID, ("http://x",), moved, counts_etcd=ours)
+    assert run(lambda: checker(node, [alike]).check()) == PEER_ID
+
+
 def test_peers_that_agree_raise_nothing(node: NodeFacade) -> None:
     run(lambda: node.propose(put(b"a"), None))
     local = run(lambda: checker(node).local_hash())
