@@ -159,17 +159,28 @@ class CorruptChecker(PeriodicDuties):
 
     async def check(self) -> int | None:
         """etcd's checkHashKV; returns the member CORRUPT was raised for, if any."""
-        counts_etcd = self.node.state.image.store_rev.revision >= 0
-        first = await self.local_hash()
-        peers = [p for p in await self.peer_hashes(first.revision) if self._alike(p, counts_etcd)]
+        counts_etcd = self._counts_etcd()
+        first = await self.local_hash()  # of the image counts_etcd was read from
+        answers = await self.peer_hashes(first.revision)
         await self.node.read_image(False)  # etcd's linearizableReadNotify
+        if self._counts_etcd() != counts_etcd:
+            # this store switched to etcd's revision count between the two hashes: the
+            # revisions on either side of the switch do not compare (a sound member was
+            # once blamed that way)
+            log.info("skipped corruption check: this store switched its revision count")
+            return None
         second = await self.local_hash()
+        peers = [p for p in answers if self._alike(p, counts_etcd)]
         findings, blamed = periodic_findings(self.node.member_id, first, second, peers)
         for f in findings:
             _log(f, logging.INFO if f.blames is None else logging.WARNING)
         if blamed is not None:
             await self.raise_corrupt(blamed)
         return blamed
+
+    def _counts_etcd(self) -> bool:
+        """Whether this member's store counts revisions etcd's way (switched)."""
+        return bool(self.node.state.image.store_rev.revision >= 0)
 
     @staticmethod
     def _alike(peer: PeerHash, counts_etcd: bool) -> bool:
