@@ -214,6 +214,7 @@ def test_offset_revisions_keeps_metaledgers_old_count(tmp_path: Path) -> None:
     """``--offset-revisions``: the leader never switches; every request moves the revision."""
     with Cluster(tmp_path / "ml", n=1, extra_args=["--offset-revisions"]) as ml:
         ml.wait_ready(60)
+        ml.wait_announced(60)  # the member's own record moves the revision too (by offset)
         side = Side(ml.endpoints[0])
         try:
 
