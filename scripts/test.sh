@@ -8,7 +8,7 @@
 #                         redis-check-rdb: tests/integration/replicator/redis/), iptables (the
 #                         network fault tests drop packets in their own namespaces: tests/faults/net/),
 #                         chromium and chromium-driver (the web console's browser tests, through
-#                         selenium: tests/cluster/test_console_browser.py), golang-go and
+#                         selenium: tests/integration/console/test_console_browser.py), golang-go and
 #                         golang-google-grpc-dev (the Go gRPC front, `serve --grpc-front go`,
 #                         built offline by scripts/build_front.sh);
 #   pip: this project with its dev extras (pip install -e '.[dev]');
@@ -26,10 +26,10 @@
 #   (and of them not the slow ones, which import no compiled module).
 #   --pure: no compiled build; every layer runs once on the .py files. (--mypyc, the old
 #   opt-in, is accepted and changes nothing.)
-#   The unit and property tests run in one process, in their own order (some share
-#   process-wide state: a clock's stamp lag, context variables); two pytest processes at a
-#   time (pytest-xdist, a test file to one process) run the integration and end-to-end
-#   layers, whose servers are processes of their own; the cluster and fault tests, whose
+#   Two pytest processes at a time (pytest-xdist, a test file to one process: some unit
+#   tests of one file share process-wide state, a clock's stamp lag, context variables) run
+#   the unit and property tests, and the integration and end-to-end layers, whose servers
+#   are processes of their own; the cluster and fault tests, whose
 #   timing is part of what they check (elections, heals, failovers within seconds), run one
 #   at a time after them. METALEDGER_TEST_WORKERS=N sets the processes (0: all in this one).
 #   Extra pytest args go to every run.
@@ -105,7 +105,8 @@ if [ "$mypyc" -eq 1 ]; then
   pure_rc=0
   # not the slow ones: none imports a compiled module (tests/unit/test_test_script.py checks
   # it), so the compiled build's run below runs the same code
-  python3 -m pytest -m "not spark and not slow" tests/unit tests/property "$@" || pure_rc=$?
+  python3 -m pytest -m "not spark and not slow" tests/unit tests/property \
+    -n "$workers" --dist loadfile "$@" || pure_rc=$?
   if [ "$pure_rc" -ne 0 ]; then
     echo "== pytest (unit and property, pure-Python build): FAILED (exit $pure_rc); the compiled build's runs are not started"
     exit "$pure_rc"
@@ -129,7 +130,8 @@ fi
 echo "== pytest (unit and property)"
 unit_rc=0
 # --durations: the slowest tests, for keeping the suite inside its time budget
-python3 -m pytest -m "not spark" --durations=10 tests/unit tests/property "$@" || unit_rc=$?
+python3 -m pytest -m "not spark" --durations=10 tests/unit tests/property \
+  -n "$workers" --dist loadfile "$@" || unit_rc=$?
 echo "== pytest (integration, end-to-end: $workers processes)"
 par_rc=0
 python3 -m pytest -m "not spark" -n "$workers" --dist loadfile --durations=30 \

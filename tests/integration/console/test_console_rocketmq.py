@@ -53,9 +53,9 @@ POP_GROUP = "console-poppers"
 WHEEL_GROUP = "console-wheel"
 GRPC_GROUP = "console-grpc"
 PRODUCER_GROUP = "console-producers"
-WHEEL = str(Path(__file__).parents[1] / "integration" / "broker" / "wheel_client.py")
-GRPC_CONSUMER = str(Path(__file__).parents[1] / "integration" / "broker" / "grpc_consumer.py")
-GRPC_PRODUCER = str(Path(__file__).parents[1] / "integration" / "broker" / "grpc_producer.py")
+WHEEL = str(Path(__file__).parents[1] / "broker" / "wheel_client.py")
+GRPC_CONSUMER = str(Path(__file__).parents[1] / "broker" / "grpc_consumer.py")
+GRPC_PRODUCER = str(Path(__file__).parents[1] / "broker" / "grpc_producer.py")
 
 
 @pytest.fixture(scope="module")
