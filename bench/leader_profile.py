@@ -344,7 +344,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, kernel {m['kernel']}, Python "
         f"{m['python']}; load average at the start {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f}.",
-        f"metaledger 3 nodes (`metaledger cluster up`, this tree); load: `nameserver.loadgen --op "
+        f"metaledger 3 nodes (`metaledger cluster up`, this tree, "
+        f"{report.get('grpc_front', 'python')} gRPC front); load: `nameserver.loadgen --op "
         f"{report['op']} --clients {report['clients']}` against the leader "
         f"({report['leader']}).",
         "",
@@ -367,14 +368,15 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for process in report["processes"]:
         out += [f"### {process['role']} (pid {process['pid']})", "", threads_markdown(process), ""]
-    out += ["## Leader by activity (py-spy --gil)", ""]
     spy = report.get("pyspy")
+    node = (spy or {}).get("node", "leader")
+    out += [f"## The {node} by activity (py-spy --gil)", ""]
     if spy is None or "rollup" not in spy:
         out += [f"Not recorded: {report.get('pyspy_skipped', 'py-spy failed')}.", ""]
     else:
         out += [
             f"`py-spy record --gil --threads -f raw -r {spy['rate_hz']}"
-            f"{'' if spy.get('blocking') else ' --nonblocking'}` of the leader for "
+            f"{'' if spy.get('blocking') else ' --nonblocking'}` of the {node} for "
             f"{spy['seconds']:g} s at {spy['puts_per_s']:.0f} puts/s (compare with the CPU "
             f"window's rate for py-spy's own cost). {spy['rollup']['total']} samples held the GIL: the "
             f"GIL was busy {spy['gil_busy_pct']:.0f}% of the time. µs per put = samples ÷ rate "
@@ -456,10 +458,15 @@ def wait_for_load(rate: _Rate, load: subprocess.Popen[bytes], timeout_s: float) 
 
 def profile(args: argparse.Namespace, cluster: Cluster, workdir: Path) -> dict[str, Any]:
     pyspy = shutil.which("py-spy")
+    n = len(cluster.endpoints)
     leader_index = cluster.endpoints.index(cluster.leader)
-    pids = [cluster.server_pids[leader_index]]
-    pids += [p for i, p in enumerate(cluster.server_pids) if i != leader_index]
-    roles = ["leader", "follower", "follower"]
+    order = [leader_index, *(i for i in range(n) if i != leader_index)]
+    pids = [cluster.server_pids[i] for i in order]
+    roles = ["leader", *(["follower"] * (n - 1))]
+    if len(cluster.server_pids) == 2 * n:  # --grpc-front go: each node's front after the nodes
+        pids += [cluster.server_pids[n + i] for i in order]
+        roles += [f"{role}'s Go front" for role in roles]
+    spied = pids[0] if args.spy == "leader" else pids[1]
     margin_s = 4.0  # loadgen start, py-spy dump pauses, py-spy attach
     duration = args.settle + args.cpu_seconds + args.spy_seconds + margin_s
     flags = {
@@ -507,7 +514,7 @@ def profile(args: argparse.Namespace, cluster: Cluster, workdir: Path) -> dict[s
             report["pyspy_skipped"] = "py-spy is not on PATH"
         else:
             raw = workdir / "leader.raw"
-            spy_cmd = [pyspy, "record", "-p", str(pids[0]), "-d", f"{args.spy_seconds:g}"]
+            spy_cmd = [pyspy, "record", "-p", str(spied), "-d", f"{args.spy_seconds:g}"]
             spy_cmd += ["-r", str(args.rate), "--gil", "--threads", "-f", "raw", "-o", str(raw)]
             if not args.blocking:
                 spy_cmd.append("--nonblocking")
@@ -519,6 +526,7 @@ def profile(args: argparse.Namespace, cluster: Cluster, workdir: Path) -> dict[s
                 report["pyspy_skipped"] = f"py-spy record failed: {why}"
             else:
                 report["pyspy"] = {
+                    "node": args.spy,
                     "rate_hz": args.rate,
                     "blocking": args.blocking,
                     "seconds": args.spy_seconds,
@@ -585,6 +593,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let py-spy pause the leader for each sample (consistent stacks, slower leader)",
     )
+    p.add_argument(
+        "--grpc-front",
+        choices=("python", "go"),
+        default="python",
+        help="the nodes' gRPC front (go: serve --grpc-front go; the fronts' CPU is listed too)",
+    )
+    p.add_argument(
+        "--spy", choices=("leader", "follower"), default="leader", help="the node py-spy records"
+    )
     p.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     return p
 
@@ -613,12 +630,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_avg_start": [round(x, 2) for x in os.getloadavg()],
         "op": args.op,
         "clients": args.clients,
+        "grpc_front": args.grpc_front,
     }
     workdir = Path(tempfile.mkdtemp(prefix="leader_profile-"))
     cluster = Cluster("metaledger")
     try:
         print("== metaledger: starting 3 nodes", file=sys.stderr, flush=True)
-        start_metaledger(cluster, workdir)
+        start_metaledger(cluster, workdir, go_front=args.grpc_front == "go")
         report["leader"] = cluster.leader
         print(f"== leader {cluster.leader}; profiling", file=sys.stderr, flush=True)
         report.update(profile(args, cluster, workdir))

@@ -32,6 +32,9 @@ type front struct {
 	fast    map[string]uint8
 	core    *core
 	backend *grpc.ClientConn
+	// the identity key (--identity-key-stdin): when set, a call with a verified client
+	// certificate carries its common name to the node (identity.go)
+	key string
 }
 
 func (f *front) handle(_ interface{}, stream grpc.ServerStream) error {
@@ -55,6 +58,14 @@ func (f *front) unary(stream grpc.ServerStream, method uint8) error {
 	var md []byte
 	if incoming, ok := metadata.FromIncomingContext(ctx); ok {
 		md = metadataBlock(incoming)
+	}
+	if f.key != "" {
+		// a name that does not fit beside the client's metadata is left out: the call
+		// then has no certificate name, and auth refuses it as any unnamed call
+		cn := commonName(ctx)
+		if cn != "" && len(md)+8+len(cnKey)+len(cn)+len(keyKey)+len(f.key) <= 0xFFFF {
+			md = appendPair(appendPair(md, cnKey, cn), keyKey, f.key)
+		}
 	}
 	var timeoutMs uint32
 	if deadline, ok := ctx.Deadline(); ok {
@@ -108,11 +119,34 @@ func main() {
 	backendAddr := flag.String("backend", "", "the node's own gRPC server: HOST:PORT, or @name (abstract Unix socket)")
 	fastList := flag.String("fast", "", "comma-separated /service/method paths the core answers")
 	maxMsg := flag.Int("max-msg-bytes", 4<<20, "largest message either way")
+	var files tlsFiles
+	flag.StringVar(&files.cert, "cert-file", "", "TLS certificate of the client port (PEM)")
+	flag.StringVar(&files.key, "key-file", "", "its private key (PEM)")
+	flag.StringVar(&files.ca, "trusted-ca-file", "", "CA that client certificates are checked against")
+	flag.BoolVar(&files.clientCertAuth, "client-cert-auth", false, "require a client certificate the CA signed")
+	keyOnStdin := flag.Bool("identity-key-stdin", false,
+		"read the identity key from stdin's first line; calls then carry their client certificate's common name")
 	flag.Parse()
 	if *listen == "" || *coreAddr == "" || *backendAddr == "" {
 		fail("--listen, --core and --backend are required")
 	}
 	log.SetFlags(0)
+	stdin := bufio.NewReader(os.Stdin)
+	key := ""
+	if *keyOnStdin {
+		var err error
+		if key, err = readKey(stdin); err != nil {
+			fail("%v", err)
+		}
+	}
+	serverOpts := []grpc.ServerOption{}
+	if files.cert != "" || files.key != "" {
+		creds, err := files.credentials()
+		if err != nil {
+			fail("%v", err)
+		}
+		serverOpts = append(serverOpts, grpc.Creds(creds))
+	}
 	fast := map[string]uint8{}
 	for i, m := range strings.Split(*fastList, ",") {
 		if m == "" {
@@ -145,8 +179,8 @@ func main() {
 	if err != nil {
 		fail("--backend %s: %v", *backendAddr, err)
 	}
-	f := &front{fast: fast, core: c, backend: backend}
-	server := grpc.NewServer(
+	f := &front{fast: fast, core: c, backend: backend, key: key}
+	server := grpc.NewServer(append(serverOpts,
 		grpc.CustomCodec(rawCodec{}),
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.MaxRecvMsgSize(*maxMsg),
@@ -156,13 +190,13 @@ func main() {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime: 4 * time.Second, PermitWithoutStream: true,
 		}),
-	)
+	)...)
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
 		fail("cannot listen on %s: %v", *listen, err)
 	}
 	fmt.Printf("listening %s\n", l.Addr())
-	go stopWhenOrphaned(server)
+	go stopWhenOrphaned(server, stdin)
 	go stopOnSignal(server)
 	if err := server.Serve(l); err != nil {
 		fail("serving %s: %v", *listen, err)
@@ -170,8 +204,8 @@ func main() {
 }
 
 // stopWhenOrphaned: the node holds our stdin open; its end (the node died) ends us.
-func stopWhenOrphaned(server *grpc.Server) {
-	_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
+func stopWhenOrphaned(server *grpc.Server, stdin *bufio.Reader) {
+	_, _ = io.Copy(io.Discard, stdin)
 	server.Stop()
 	os.Exit(0)
 }

@@ -23,6 +23,12 @@ func (f *front) proxy(stream grpc.ServerStream, method string) error {
 			out[k] = v
 		}
 	}
+	if f.key != "" {
+		if cn := commonName(ctx); cn != "" {
+			out.Set(cnKey, cn)
+			out.Set(keyKey, f.key)
+		}
+	}
 	octx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, out))
 	defer cancel()
 	backend, err := f.backend.NewStream(octx, everyway, method)

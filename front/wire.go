@@ -24,6 +24,9 @@ func passed(key string) bool {
 	if strings.HasPrefix(key, ":") || strings.HasPrefix(key, "grpc-") {
 		return false
 	}
+	if strings.HasPrefix(key, identityPrefix) { // only this front says who a client is
+		return false
+	}
 	return key != "content-type" && key != "user-agent" && key != "te"
 }
 
@@ -32,7 +35,6 @@ func passed(key string) bool {
 // token does).
 func metadataBlock(md metadata.MD) []byte {
 	var b []byte
-	le := binary.LittleEndian
 	for k, vs := range md {
 		if !passed(k) || len(k) > 0xFFFF {
 			continue
@@ -41,13 +43,19 @@ func metadataBlock(md metadata.MD) []byte {
 			if len(v) > 0xFFFF || len(b)+4+len(k)+len(v) > 0xFFFF {
 				continue
 			}
-			b = le.AppendUint16(b, uint16(len(k)))
-			b = append(b, k...)
-			b = le.AppendUint16(b, uint16(len(v)))
-			b = append(b, v...)
+			b = appendPair(b, k, v)
 		}
 	}
 	return b
+}
+
+// appendPair adds one (key, value) pair to a metadata block (the caller checked it fits).
+func appendPair(b []byte, k, v string) []byte {
+	le := binary.LittleEndian
+	b = le.AppendUint16(b, uint16(len(k)))
+	b = append(b, k...)
+	b = le.AppendUint16(b, uint16(len(v)))
+	return append(b, v...)
 }
 
 // requestFrame encodes one request, length prefix included, in one allocation.

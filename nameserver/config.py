@@ -240,12 +240,6 @@ class ServerConfig:
             raise ConfigError("grpc_acceptors", "must be between 0 and 64")
         if self.grpc_front not in GRPC_FRONTS:
             raise ConfigError("grpc_front", f"{self.grpc_front!r}: must be python or go")
-        if self.grpc_front == "go" and (self.cert_file or self.key_file):
-            raise ConfigError(
-                "grpc_front",
-                "--grpc-front go does not serve TLS yet: drop --cert-file/--key-file "
-                "or use --grpc-front python",
-            )
         if not 0 <= self.batch_window_ms <= 1000:
             raise ConfigError("batch_window_ms", "must be between 0 and 1000")
         if self.propose_timeout_ms <= 0:

@@ -12,6 +12,7 @@ import gc
 import hashlib
 import logging
 import os
+import secrets
 import signal
 from contextlib import suppress
 from typing import Any
@@ -246,11 +247,18 @@ class Node:
             )
         self.store = store
         self.ctx = NodeFacade(config, self.log, self.state, self.cluster_id, engine)
+        # the Go front passes a verified client certificate's name on with this key
+        self._front_key = (
+            secrets.token_hex(16)
+            if config.grpc_front == "go" and config.client_tls.client_cert_auth
+            else ""
+        )
         self.authorizer = Authorizer(
             lambda: self.state.image,
             token_provider(config.auth_token, config.auth_token_ttl_s),
             node_credential(config.cluster_password or ""),
             cert_names=config.client_tls.client_cert_auth,
+            front_key=self._front_key or None,
         )
         floor_path = os.path.join(config.data_dir, FLOOR_FILE)
         self.watch_hub = WatchHub(
@@ -325,7 +333,13 @@ class Node:
         for field in ("listen_peer", "listen_client", "listen_remoting", "listen_metrics"):
             check_bindable(field, getattr(self.config, field))  # before anything starts
         front = (  # finds the binary (or says where it looked) before anything starts
-            GoFront(self.config.listen_client, HOT_METHODS, GRPC_MAX_MESSAGE_BYTES)
+            GoFront(
+                self.config.listen_client,
+                HOT_METHODS,
+                GRPC_MAX_MESSAGE_BYTES,
+                self.config.client_tls,
+                self._front_key,
+            )
             if self.config.grpc_front == "go"
             else None
         )

@@ -54,8 +54,7 @@ from tests.ports import PortTaken, port_taken, start_on_fresh_ports
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER_ENV = "METALEDGER_TEST_LAUNCHER"
 #: ``go``: every node the harness starts serves its client port through the Go gRPC front
-#: (``serve --grpc-front go``), to run a test file through it; a node with TLS flags keeps
-#: grpc.aio (the Go front does not terminate TLS yet)
+#: (``serve --grpc-front go``), to run a test file through it (TLS included)
 GRPC_FRONT_ENV = "METALEDGER_TEST_GRPC_FRONT"
 #: Above the server's 2 MiB request limit, so oversized requests reach the server.
 GRPC_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
@@ -441,8 +440,7 @@ class Cluster:
         """``--grpc-front go`` when :data:`GRPC_FRONT_ENV` asks for it and nothing forbids."""
         if os.environ.get(GRPC_FRONT_ENV) != "go" or "--grpc-front" in self.extra_args:
             return []
-        tls = any(a.startswith("--cert-file") for a in self.extra_args)
-        return [] if tls else ["--grpc-front", "go"]
+        return ["--grpc-front", "go"]
 
     def start(self, i: int) -> subprocess.Popen[bytes]:
         """Start node i (its data dir is kept across starts); output appends to its log."""

@@ -20,6 +20,7 @@ denied" (PERMISSION_DENIED); a token of a user since deleted -> "permission deni
 from __future__ import annotations
 
 import bisect
+import hmac
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -43,6 +44,12 @@ from nameserver.state.image import MetadataImage
 from raftlog import Entry
 
 TOKEN_METADATA = "token"  # etcd's rpctypes.TokenFieldNameGRPC
+#: What the Go front (``serve --grpc-front go``) adds to a call whose client presented a
+#: verified certificate, under ``--client-cert-auth``: its common name, and the key the
+#: node gave the front (front/identity.go; the front drops a client's own such keys).
+FRONT_CN_METADATA = "x-ml-front-cn"
+FRONT_KEY_METADATA = "x-ml-front-key"
+FRONT_METADATA = (FRONT_CN_METADATA, FRONT_KEY_METADATA)
 
 #: The auth revision the running gRPC call's key permissions were checked at (None: not
 #: checked, auth off, or not a key rule). Set by :meth:`Authorizer.check` in the call's own
@@ -141,14 +148,18 @@ class Authorizer:
         tokens: TokenProvider,
         node_token: str | None = None,
         cert_names: bool = False,
+        front_key: str | None = None,
     ) -> None:
         """``cert_names``: the node verifies client certificates (``--client-cert-auth``);
         a call without a token is then the user its certificate's common name names
-        (etcd's ``AuthInfoFromTLS``)."""
+        (etcd's ``AuthInfoFromTLS``). ``front_key``: the key of the node's Go front, which
+        verifies the certificates and passes the name on in the call's metadata
+        (:data:`FRONT_CN_METADATA`, trusted only beside this key)."""
         self._image = image
         self.tokens = tokens
         self._node_token = node_token
         self._cert_names = cert_names
+        self._front_key = front_key
         self._cache_of: AuthImage | None = None
         self._cache: dict[str, Permissions] = {}
 
@@ -276,7 +287,7 @@ class Authorizer:
         None. Raises Unauthenticated for a token not valid here."""
         user = self.user_of_token(_token(context.invocation_metadata()))
         if user is None and self._cert_names:
-            user = _common_name(context)
+            user = _common_name(context, self._front_key)
         return user
 
     def watch_refusal(self, context: Any) -> Callable[[bytes, bytes], str | None]:
@@ -312,11 +323,31 @@ def go_status_text(exc: Rejected) -> str:
     return f"rpc error: code = {code} desc = {exc}"
 
 
-def _common_name(context: Any) -> str | None:
-    """The CN of the call's verified client certificate (grpc's auth context)."""
+def _common_name(context: Any, front_key: str | None = None) -> str | None:
+    """The CN of the call's verified client certificate: grpc's auth context, or with the
+    Go front (``front_key``) the name it passed on, when the call also carries its key."""
     auth_context = getattr(context, "auth_context", None)
     names = auth_context().get("x509_common_name") if auth_context is not None else None
-    return bytes(names[0]).decode(errors="replace") if names else None
+    if names:
+        return bytes(names[0]).decode(errors="replace")
+    if not front_key:
+        return None
+    found = dict(_text_pairs(context.invocation_metadata(), FRONT_METADATA))
+    key = found.get(FRONT_KEY_METADATA)
+    if key is None or not hmac.compare_digest(key.encode(), front_key.encode()):
+        return None
+    return found.get(FRONT_CN_METADATA)
+
+
+def _text_pairs(
+    metadata: Sequence[tuple[str, Any]] | None, keys: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """The first value of each of ``keys`` in ``metadata``, as text."""
+    out: list[tuple[str, str]] = []
+    for k, v in metadata or ():
+        if k in keys and all(k != seen for seen, _ in out):
+            out.append((k, v if isinstance(v, str) else bytes(v).decode(errors="replace")))
+    return out
 
 
 def _token(metadata: Sequence[tuple[str, Any]] | None) -> str | None:

@@ -333,9 +333,6 @@ def run_cluster_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"metaledger: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    if args.tls and args.grpc_front == "go":
-        print("metaledger: cluster up: --grpc-front go does not serve TLS yet", file=sys.stderr)
-        return ExitCode.USAGE
     busy = busy_ports(nodes) + brokers_state.busy_ports(brokers)
     if busy:
         print(

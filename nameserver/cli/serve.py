@@ -312,7 +312,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--grpc-front",
         choices=("python", "go"),
         help="what serves --listen-client: python (grpc.aio, the default) or go (the Go "
-        "front beside the node, built by scripts/build_front.sh; no TLS yet; "
+        "front beside the node, built by scripts/build_front.sh; TLS flags as with python; "
         "docs/operations.md)",
     )
     p.add_argument(

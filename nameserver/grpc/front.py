@@ -13,31 +13,25 @@ the node's own grpc.aio server, bound to an abstract Unix socket (the "backend")
   over gRPC), a :class:`~nameserver.grpc.context.DirectContext`, the handler as a task, and
   the response framed; a handler's abort is its status, any other exception INTERNAL
   (logged, never the server's end). Answers are written once per event-loop turn.
-- :class:`FrontProcess` runs the binary and keeps it running: started with its
-  ``listening`` line awaited, started again (1 s later) if it exits while the node runs,
-  SIGTERM then SIGKILL on stop. Only the PID it started is ever signalled.
+- :class:`~nameserver.grpc.front_process.FrontProcess` runs the binary and keeps it running.
 - :class:`GoFront` ties both to a node (:meth:`nameserver.server.Node.start`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import logging
 import os
 import secrets
-import shutil
-import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import grpc
 
 from nameserver.grpc.context import CallAborted, DirectContext, Metadata
+from nameserver.grpc.front_process import FrontProcess, find_binary
 from nameserver.grpc.front_wire import (
     MAX_BODY_BYTES,
     FrontProtocolError,
@@ -47,22 +41,12 @@ from nameserver.grpc.front_wire import (
     encode_response,
 )
 from nameserver.grpc.status import bounded
-from nameserver.startup import StartupError
+from nameserver.tls import TlsFiles
 
-__all__ = ["BINARY_ENV", "FrontCore", "FrontProcess", "GoFront", "find_binary"]
+__all__ = ["FrontCore", "GoFront"]
 
 log = logging.getLogger(__name__)
 
-#: The front binary's path, if set (else the repository's build, else PATH).
-BINARY_ENV = "METALEDGER_FRONT"
-BINARY_NAME = "metaledger-front"
-BUILD_SCRIPT = "scripts/build_front.sh"
-#: How long the front may take to print ``listening``.
-START_TIMEOUT_S = 10.0
-#: Wait before starting a front that exited again.
-RESTART_BACKOFF_S = 1.0
-#: After SIGTERM, how long the front may take to finish before SIGKILL.
-STOP_GRACE_S = 2.0
 #: How often calls past their deadline are looked for (and cancelled, as grpc.aio cancels
 #: them). The front answers DEADLINE_EXCEEDED on time itself; this only ends the work. One
 #: timer per connection, not one per call: a timer per call cost a third of the core's CPU.
@@ -266,164 +250,27 @@ class FrontCore:
             self._server = None
 
 
-def find_binary() -> str:
-    """The front binary: ``$METALEDGER_FRONT``, else this repository's
-    ``front/bin/metaledger-front``, else ``metaledger-front`` on PATH."""
-    looked = []
-    given = os.environ.get(BINARY_ENV)
-    if given:
-        if os.access(given, os.X_OK) and os.path.isfile(given):
-            return given
-        looked.append(f"${BINARY_ENV}={given}")
-    built = Path(__file__).resolve().parents[2] / "front" / "bin" / BINARY_NAME
-    if os.access(built, os.X_OK):
-        return str(built)
-    looked.append(str(built))
-    on_path = shutil.which(BINARY_NAME)
-    if on_path:
-        return on_path
-    looked.append(f"{BINARY_NAME} on PATH")
-    raise StartupError(
-        f"--grpc-front go: no front binary ({', '.join(looked)}); build it with {BUILD_SCRIPT}"
-    )
-
-
-class FrontProcess:
-    """The front binary run with ``argv`` and kept running until :meth:`stop`."""
-
-    def __init__(self, argv: Sequence[str]) -> None:
-        self.argv = list(argv)
-        self.proc: asyncio.subprocess.Process | None = None
-        self.address = ""  # what it said it listens on
-        self.starts = 0
-        self._stderr: collections.deque[str] = collections.deque(maxlen=20)
-        self._readers: set[asyncio.Task[None]] = set()
-        self._supervisor: asyncio.Task[None] | None = None
-        self._stopping = False
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    def stderr_tail(self) -> str:
-        return " | ".join(self._stderr) or "(nothing on stderr)"
-
-    async def start(self) -> None:
-        """Start the front and wait for its ``listening`` line; supervise it from then on.
-        StartupError (one line) if it cannot start."""
-        await self._spawn()
-        self._supervisor = asyncio.get_running_loop().create_task(
-            self._supervise(), name="gRPC front supervisor"
-        )
-
-    async def _spawn(self) -> None:
-        self._stderr.clear()
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,  # kept open: the front exits on EOF
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        self.proc = proc
-        self.starts += 1
-        assert proc.stdout is not None and proc.stderr is not None
-        self._read(self._keep_stderr(proc.stderr))
-        try:
-            line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_S)
-        except TimeoutError:
-            await self._end(proc)
-            raise StartupError(
-                f"--grpc-front go: {self.argv[0]} did not say it listens within "
-                f"{START_TIMEOUT_S:g} s: {self.stderr_tail()}"
-            ) from None
-        text = line.decode(errors="replace").strip()
-        if not text.startswith("listening "):
-            await self._end(proc)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*self._readers), 1.0)
-            why = f"exited {proc.returncode}" if not text else f"said {text!r}"
-            raise StartupError(f"--grpc-front go: {self.argv[0]} {why}: {self.stderr_tail()}")
-        self.address = text.removeprefix("listening ")
-        self._read(self._drain(proc.stdout))
-        log.info("gRPC front pid %d listening on %s", proc.pid, self.address)
-
-    def _read(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._readers.add(task)
-        task.add_done_callback(self._readers.discard)
-
-    async def _keep_stderr(self, stream: asyncio.StreamReader) -> None:
-        while line := await stream.readline():
-            text = line.decode(errors="replace").rstrip()
-            self._stderr.append(text)
-            log.warning("gRPC front: %s", text)
-
-    @staticmethod
-    async def _drain(stream: asyncio.StreamReader) -> None:
-        while await stream.read(4096):
-            pass
-
-    async def _supervise(self) -> None:
-        while not self._stopping:
-            proc = self.proc
-            assert proc is not None
-            code = await proc.wait()
-            if self._stopping:
-                return
-            if proc.stdin is not None:
-                proc.stdin.close()
-            await asyncio.sleep(0.1)  # the last of its stderr
-            log.error(
-                "gRPC front pid %d exited (%s); starting it again in %g s; its stderr: %s",
-                proc.pid,
-                code,
-                RESTART_BACKOFF_S,
-                self.stderr_tail(),
-            )
-            while not self._stopping:
-                await asyncio.sleep(RESTART_BACKOFF_S)
-                try:
-                    await self._spawn()
-                    break
-                except (StartupError, OSError) as exc:
-                    log.error("gRPC front: %s; trying again in %g s", exc, RESTART_BACKOFF_S)
-
-    async def _end(self, proc: asyncio.subprocess.Process) -> None:
-        """SIGTERM ``proc`` (the one this started), SIGKILL after the grace period."""
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
-        if proc.stdin is not None:
-            proc.stdin.close()
-
-    async def stop(self) -> None:
-        self._stopping = True
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
-        if self.proc is not None:
-            await self._end(self.proc)
-        for task in list(self._readers):
-            task.cancel()
-        await asyncio.gather(*self._readers, return_exceptions=True)
-
-
 class GoFront:
-    """``--grpc-front go`` for one node: the grpc.aio server on a loopback port, the core,
-    and the front on ``listen`` (:meth:`find_binary` first, before anything starts)."""
+    """``--grpc-front go`` for one node: the grpc.aio server on an abstract socket, the
+    core, and the front on ``listen`` (:meth:`find_binary` first, before anything starts).
+    ``tls``: the client port's files (etcd's flags), which the front serves TLS with;
+    ``identity_key`` (under ``--client-cert-auth``): the key the front passes beside a
+    client certificate's common name (:data:`nameserver.auth.check.FRONT_CN_METADATA`)."""
 
-    def __init__(self, listen: str, methods: Sequence[str], max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        listen: str,
+        methods: Sequence[str],
+        max_message_bytes: int,
+        tls: TlsFiles | None = None,
+        identity_key: str = "",
+    ) -> None:
         self.binary = find_binary()
         self.listen = listen
         self.methods = tuple(methods)
         self.max_message_bytes = max_message_bytes
+        self.tls = tls if tls is not None else TlsFiles()
+        self.identity_key = identity_key
         self.backend = ""
         self.core: FrontCore | None = None
         self.process: FrontProcess | None = None
@@ -455,9 +302,24 @@ class GoFront:
                 ",".join(self.methods),
                 "--max-msg-bytes",
                 str(self.max_message_bytes),
-            ]
+                *self._tls_args(),
+            ],
+            f"{self.identity_key}\n".encode() if self.identity_key else b"",
         )
         await self.process.start()
+
+    def _tls_args(self) -> list[str]:
+        tls = self.tls
+        if not tls.enabled:
+            return []
+        args = ["--cert-file", tls.cert_file, "--key-file", tls.key_file]
+        if tls.trusted_ca_file:
+            args += ["--trusted-ca-file", tls.trusted_ca_file]
+        if tls.client_cert_auth:
+            args.append("--client-cert-auth")
+        if self.identity_key:
+            args.append("--identity-key-stdin")
+        return args
 
     @property
     def calls(self) -> int:

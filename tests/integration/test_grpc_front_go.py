@@ -21,11 +21,13 @@ import pytest
 
 from nameserver.client import Client
 from protos.etcdserverpb import rpc_pb2, rpc_pb2_grpc
+from tests.etcd_harness import etcdctl as etcdctl_at
 from tests.go_front import GO_FRONT, front_binary, front_pids, is_front
 from tests.harness import Cluster, wait_until
 from tests.integration.test_etcdctl import etcdctl
 from tests.integration.test_etcdctl_watch import EtcdctlWatch
 from tests.integration.test_metrics import scrape
+from tests.tls_harness import Pki, TlsCluster
 
 __all__ = ["front_binary"]  # the fixture, used by name
 
@@ -160,6 +162,59 @@ def test_auth_through_the_front(tmp_path: Path, front_binary: Path) -> None:
         assert got == ["auth/k", "v"]
         wrong = etcdctl(c, "get", "auth/k", "--user", "root:nope", check=False)
         assert wrong.returncode != 0 and "authentication failed" in wrong.stderr
+
+
+def test_tls_with_client_cert_auth_names_the_user_by_certificate_and_no_client_names_itself(
+    tmp_path: Path, front_binary: Path
+) -> None:
+    """The front terminates TLS with the node's files; a client without a certificate is
+    refused at the handshake; with auth on, a call without a token is the user its verified
+    certificate's CN names ("client"), through the fast path (Put) and the proxied one
+    (UserList); a client that sends the front's own metadata naming root gains nothing."""
+    pki = Pki.make(tmp_path / "pki", nodes=1)
+    flags = [*pki.serve_flags("n0"), "--bcrypt-cost=4", *GO_FRONT]
+    with TlsCluster(tmp_path / "ml", 1, pki, flags) as c:
+        c.wait_ready(60)
+        (pid,) = front_pids(c, 0)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--client-cert-auth" in cmdline and b"--identity-key-stdin" in cmdline
+        ours = f"https://{c.nodes[0].client_addr}"
+
+        def ctl(*args: str, user: str | None = None, cert: bool = True) -> tuple[int, str]:
+            tls = pki.etcdctl_flags() if cert else [f"--cacert={pki.ca()}"]
+            done = etcdctl_at(ours, *args, flags=tls + ([f"--user={user}"] if user else []))
+            return done.returncode, done.stdout + done.stderr
+
+        for args in (
+            ["user", "add", "root:rootpw"],
+            ["user", "add", "client", "--no-password"],
+            ["role", "add", "r1"],
+            ["role", "grant-permission", "r1", "readwrite", "foo/", "--prefix=true"],
+            ["user", "grant-role", "client", "r1"],
+            ["auth", "enable"],
+        ):
+            code, out = ctl(*args)
+            assert code == 0, f"{args}: {out}"
+        assert ctl("put", "foo/a", "1") == (0, "OK\n")  # as "client", by certificate
+        code, out = ctl("put", "zzz", "1")
+        assert code != 0 and "permission denied" in out
+        code, out = ctl("user", "list")  # proxied: root only
+        assert code != 0 and "permission denied" in out
+        assert ctl("user", "list", user="root:rootpw")[0] == 0
+        code, out = ctl("get", "foo/a", cert=False)
+        assert code != 0  # no certificate: refused at the handshake
+
+        spoof = (("x-ml-front-cn", "root"), ("x-ml-front-key", "0" * 32))
+        with grpc.secure_channel(c.endpoints[0], pki.channel_credentials()) as ch:
+            kv, auth = rpc_pb2_grpc.KVStub(ch), rpc_pb2_grpc.AuthStub(ch)
+            with pytest.raises(grpc.RpcError) as put:
+                kv.Put(rpc_pb2.PutRequest(key=b"zzz", value=b"1"), metadata=spoof, timeout=10)
+            assert put.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            with pytest.raises(grpc.RpcError) as users:
+                auth.UserList(rpc_pb2.AuthUserListRequest(), metadata=spoof, timeout=10)
+            assert users.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            got = kv.Range(rpc_pb2.RangeRequest(key=b"foo/a"), metadata=spoof, timeout=10)
+            assert [kv.value for kv in got.kvs] == [b"1"]  # still "client", who may read foo/
 
 
 def test_a_killed_front_is_started_again_and_a_stopped_or_killed_node_leaves_none(

@@ -369,3 +369,37 @@ def test_a_node_forgets_simple_tokens_when_it_applies_what_etcd_invalidates_them
     images.append(MetadataImage(REGISTRY, auth=off))  # auth disabled: every token goes
     authz.check("/etcdserverpb.Maintenance/Status", None, ctx)
     assert tokens.info(bob) is None
+
+
+class TlsCtx(Ctx):
+    """A context with grpc's auth context (a verified certificate's CN, or none)."""
+
+    def __init__(self, metadata: list[tuple[str, str]], cn: bytes | None = None) -> None:
+        super().__init__(metadata)
+        self.cn = cn
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {"x509_common_name": [self.cn]} if self.cn is not None else {}
+
+
+def test_a_certificates_name_counts_from_grpc_or_from_the_go_front_with_its_key() -> None:
+    """Under --client-cert-auth the caller without a token is its certificate's CN: the
+    one grpc verified, else the Go front's ``x-ml-front-cn`` beside the node's key; a name
+    without the key, with a wrong one or with the key but no front key set is nobody."""
+    tokens = SimpleTokens(300)
+    image = MetadataImage(REGISTRY, auth=AUTH)
+    key = "ab" * 16
+    front = Authorizer(lambda: image, tokens, cert_names=True, front_key=key)
+    plain = Authorizer(lambda: image, tokens, cert_names=True)
+    named = [("x-ml-front-cn", "alice"), ("x-ml-front-key", key)]
+    assert front.caller(TlsCtx([], b"bob")) == "bob"
+    assert front.caller(TlsCtx(named, b"bob")) == "bob"  # grpc's own name first
+    assert front.caller(TlsCtx(named)) == "alice"
+    assert front.caller(TlsCtx([("x-ml-front-cn", "alice")])) is None
+    assert front.caller(TlsCtx([("x-ml-front-cn", "alice"), ("x-ml-front-key", "0" * 32)])) is None
+    assert front.caller(TlsCtx([("x-ml-front-key", key)])) is None
+    assert plain.caller(TlsCtx(named)) is None  # no Go front: the metadata means nothing
+    off = Authorizer(lambda: image, tokens, cert_names=False, front_key=key)
+    assert off.caller(TlsCtx(named, b"bob")) is None  # no --client-cert-auth: no names
+    token = tokens.assign("carol", 3)
+    assert front.caller(TlsCtx([*named, ("token", token)])) == "carol"  # a token wins
