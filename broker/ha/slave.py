@@ -42,6 +42,9 @@ from broker.store import FlushMode, MessageStore, StoreError
 
 log = logging.getLogger(__name__)
 
+#: a connect to the master's HA port gives up after this (then the backoff, then a new SYN)
+CONNECT_TIMEOUT_S = 1.0
+
 
 class HAClient:
     """One per slave replica: ``await start()`` copies until ``await stop()``."""
@@ -115,8 +118,10 @@ class HAClient:
         if self.store.log.end_offset > self.store.dispatched_offset:
             self.store.truncate(self.store.dispatched_offset)  # a record cut by the last frame
         host, port = self.master_ha
+        # a fresh SYN each second, not the kernel's 1 s, 3 s, 7 s retransmissions: a master
+        # cut off is reached again about a second after the heal
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), self.idle_timeout
+            asyncio.open_connection(host, port), min(self.idle_timeout, CONNECT_TIMEOUT_S)
         )
         set_ha_socket_options(writer, self.idle_timeout)
         beats: asyncio.Task[None] | None = None
