@@ -297,3 +297,23 @@ def test_a_missing_binary_is_one_line_naming_where_it_looked(
 def test_an_unknown_front_is_refused() -> None:
     with pytest.raises(ConfigError, match="must be python or go"):
         ServerConfig(node_id="n0", data_dir="/tmp/x", grpc_front="rust").validate()
+
+
+def test_the_fronts_tls_flags_are_the_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Go front gets etcd's client TLS flags as the node has them; the identity key
+    flag only beside --client-cert-auth's key (which the node writes to its stdin)."""
+    from nameserver.grpc.front import GoFront
+    from nameserver.tls import TlsFiles
+
+    monkeypatch.setenv(front_module.BINARY_ENV, "/bin/true")
+    plain = GoFront("127.0.0.1:1", [], 1024)
+    assert plain._tls_args() == []
+    files = TlsFiles("c.pem", "k.pem", "ca.pem", client_cert_auth=False)
+    assert GoFront("127.0.0.1:1", [], 1024, files)._tls_args() == [
+        *("--cert-file", "c.pem", "--key-file", "k.pem", "--trusted-ca-file", "ca.pem")
+    ]
+    auth = TlsFiles("c.pem", "k.pem", "ca.pem", client_cert_auth=True)
+    assert GoFront("127.0.0.1:1", [], 1024, auth, "ab" * 16)._tls_args()[-2:] == [
+        "--client-cert-auth",
+        "--identity-key-stdin",
+    ]
