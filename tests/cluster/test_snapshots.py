@@ -248,7 +248,8 @@ def _followers(cluster: Cluster, leader: int) -> list[int]:
 
 
 def change_log_offsets(cluster: Cluster, i: int) -> set[int]:
-    """Offsets with records in node i's change-log segments (read only; node stopped)."""
+    """Offsets with records in node i's change-log segments (read only; the node stopped,
+    or idle)."""
     from snapshots import read_segments
 
     return {r.offset for r in read_segments(cluster.data_dir(i) / "log", 2**62)}
@@ -271,22 +272,24 @@ def _idle_with(
 ) -> tuple[int, dict[bytes, int]]:
     """Puts through the leader, one at a time, each followed by a linearizable read (its
     barrier is a noop entry, with no change-log records), until, with everything applied
-    everywhere, ``done(newest snapshot offset of a node, offset of the last put)`` holds
-    for some node (a follower if one qualifies). Returns that node and the puts."""
+    everywhere, ``done(newest snapshot offset of a node, offset of its last change-log
+    record)`` holds for some node (a follower if one qualifies). Returns that node and the
+    puts (key -> the store revision, which is not the offset: the store counts etcd's way)."""
     acked: dict[bytes, int] = {}
-    last_put = 0
     deadline = time.monotonic() + 120
     while True:
-        if last_put:
+        if acked:
             cluster.wait_converged()
             time.sleep(0.2)  # a snapshot the last item triggered is written meanwhile
             for i in [*_followers(cluster, leader), leader]:
                 snaps = cluster.snapshots(i)
-                if snaps and done(int(snaps[-1].stem), last_put):
+                # read while it runs: idle, converged, so no record is being written
+                last = max(change_log_offsets(cluster, i), default=0)
+                if snaps and done(int(snaps[-1].stem), last):
                     return i, acked
         assert time.monotonic() < deadline, f"{what}: not within 120 s"
         key = next(keys)
-        last_put = acked[key] = cluster.put(leader, key, value_of(key)).header.revision
+        acked[key] = cluster.put(leader, key, value_of(key)).header.revision
 
 
 def idle_right_after_a_snapshot(

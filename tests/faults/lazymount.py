@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,28 @@ def fuse_unavailable() -> str | None:
     return None
 
 
+def _why_stuck(pid: int) -> str:
+    """What a lazyfs child that outlived its unmount is doing: the kernel's FUSE
+    connections with requests still waiting, and the child's Python threads (py-spy)."""
+    out = []
+    for conn in sorted(Path("/sys/fs/fuse/connections").glob("*")):
+        try:
+            waiting = (conn / "waiting").read_text().strip()
+        except OSError:
+            continue
+        out.append(f"fuse connection {conn.name}: {waiting} requests waiting")
+    spy = shutil.which("py-spy")
+    if spy is not None:
+        try:
+            dump = subprocess.run(
+                [spy, "dump", "-p", str(pid)], capture_output=True, text=True, timeout=20
+            )
+            out.append(dump.stdout[-4000:] or dump.stderr[-500:])
+        except subprocess.TimeoutExpired:
+            out.append("py-spy dump: no answer within 20 s")
+    return "\n".join(out)
+
+
 def _mounted(path: Path) -> bool:
     target = str(path)
     with open("/proc/self/mounts") as f:
@@ -51,6 +74,7 @@ class LazyMount:
         self.log = self.root / "lazyfs.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.cuts = 0
+        self.stuck = ""  # what a cut that did not finish was waiting for
 
     def mount(self, timeout: float = 20.0) -> None:
         assert self.proc is None, "already mounted"
@@ -83,6 +107,7 @@ class LazyMount:
         try:
             return proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.stuck = _why_stuck(proc.pid)  # for the failure's message
             proc.kill()
             proc.wait(10)
             return None
@@ -91,7 +116,9 @@ class LazyMount:
         """Power cut: drop every unsynced write and entry, then mount again. Whatever had
         files open under the mount must be gone (SIGKILLed) first."""
         code = self._unmount(timeout)
-        assert code == 0, f"lazyfs did not finish its cut (exit {code}): {self.log_text()}"
+        assert code == 0, (
+            f"lazyfs did not finish its cut (exit {code}): {self.log_text()}\n{self.stuck}"
+        )
         self.cuts += 1
         self.mount()
 
