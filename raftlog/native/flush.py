@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 #: acks of new entries and votes held while the WAL cannot sync (the oldest beyond are
 #: dropped); heartbeats are answered meanwhile, with the last index on disk
 _MAX_HELD_ACKS = 4096
+#: a WAL sync longer than this is logged (etcd warns past 1 s as well): the member's loop,
+#: its heartbeats and every write it acknowledges waited for it
+SLOW_SYNC_S = 1.0
 
 
 class Flush:
@@ -203,6 +206,7 @@ class Flush:
                 hard=(core.term, core.vote) if core.hard_dirty else None,
                 commit=core.commit,
             )
+        started = time.monotonic()
         try:
             wal.sync()  # a failed batch's cut back is retried first (RaftWal.needs_repair)
         except OSError as exc:
@@ -211,6 +215,14 @@ class Flush:
             self._health.fault("raft-log", exc)
             backoff.failed(now)
             return False
+        took = time.monotonic() - started
+        if took > SLOW_SYNC_S:
+            log.warning(
+                "slow fdatasync of the Raft log: %.2f s (expected under %g s; the disk is "
+                "shared or slow): this member's loop and heartbeats waited for it",
+                took,
+                SLOW_SYNC_S,
+            )
         if failing:
             backoff.reset()
             self._health.clear("raft-log")

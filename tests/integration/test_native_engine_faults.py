@@ -11,6 +11,7 @@ for one node's files while a flag is set."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 import time
@@ -183,3 +184,37 @@ def test_read_index_through_every_node_while_no_follower_can_sync(
         time.sleep(0.5)
     assert leader.engine.is_leader()
     sync.failing.clear()
+
+
+def test_a_slow_wal_sync_is_logged_with_how_long_it_took(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stop_all: list[Node],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A WAL sync over a second (a shared or slow disk) says so, as etcd's does: the
+    member's loop, its heartbeats and its writes waited for it."""
+    (node,) = make_nodes(tmp_path, ["s3cret"])
+    real = raftlog.native.wal._fdatasync
+    slow = threading.Event()
+
+    def sync(fd: int) -> None:
+        if slow.is_set():
+            slow.clear()
+            time.sleep(1.3)
+        real(fd)
+
+    monkeypatch.setattr(raftlog.native.wal, "_fdatasync", sync)
+    stop_all.append(node)
+    node.start()
+    leader_of([node])
+    with caplog.at_level(logging.WARNING, logger="raftlog.native.flush"):
+        slow.set()
+        propose(node, b"slow")
+    prefix = "slow fdatasync of the Raft log: "
+    took = [
+        float(m.removeprefix(prefix).split(" ")[0])
+        for r in caplog.records
+        if (m := r.getMessage()).startswith(prefix)
+    ]
+    assert any(t >= 1.3 for t in took), took
