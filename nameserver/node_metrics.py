@@ -56,6 +56,16 @@ def node_metrics(n: Node) -> list[Metric]:
             n.log.requests_proposed,
         ),
         counter(
+            "apply_groups_total",
+            "Apply groups applied here (one image published, one change-log write each).",
+            n.log.groups_applied,
+        ),
+        counter(
+            "requests_applied_total",
+            "Requests applied here (requests_applied_total / apply_groups_total: the batching).",
+            n.log.requests_applied,
+        ),
+        counter(
             "grpc_extra_accepts_total",
             "Calls of the hot gRPC methods taken by the extra accepts (--grpc-acceptors).",
             n.acceptors.accepted if n.acceptors is not None else 0,

@@ -127,6 +127,10 @@ class Apply:
         self._snapshot_every_bytes = 0
         self._bytes_since_snapshot = 0
         self._snapshot_due: Callable[[], bool] | None = None
+        #: apply groups finished and the requests in them (the apply path's batching: a
+        #: group's fixed cost, the publish and the change-log write, is paid once a group)
+        self.groups_applied = 0
+        self.requests_applied = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -400,6 +404,8 @@ class Apply:
             raise Stalled(done)
         self._sm.publish()
         self._apply_offset = done.last
+        self.groups_applied += 1
+        self.requests_applied += len(done.results)
         if self._observer is not None and done.published is not None:
             self._observer.on_applied(done.published, done.last, done.changes)
         self._wait.trigger_many(done.results)

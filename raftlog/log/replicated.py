@@ -201,6 +201,16 @@ class ReplicatedLog:
         """Requests in them."""
         return self._group_commit.requests_proposed
 
+    @property
+    def groups_applied(self) -> int:
+        """Apply groups this node applied (each published once; see :class:`Apply`)."""
+        return self._apply.groups_applied
+
+    @property
+    def requests_applied(self) -> int:
+        """Requests in them (de-duplicated ones included)."""
+        return self._apply.requests_applied
+
     def offsets(self) -> Offsets:
         """The three offsets, read in an order that keeps ``apply <= commit <= end``.
 

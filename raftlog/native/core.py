@@ -204,6 +204,8 @@ class RaftCore:
         self.replicate_pending = False
         self.commit_lagging = False  # a follower was not told the newest commit index yet
         self.events: list[str] = []  # "leader", "follower", "transfer-sent", ... (for the driver)
+        #: at a check-quorum step-down ("lost-quorum"): each voter's silence, in seconds
+        self.quorum_silence: dict[str, float] = {}
         # ReadIndex (§6.4): answered reads (read id, read index; 0: refused, ask again)
         self.read_states: list[tuple[int, int]] = []
         self.read_pending = False  # reads wait for a round: the driver calls start_reads
@@ -435,6 +437,12 @@ class RaftCore:
                 if now - pr.last_ack < t.step_down_s and peer in self.voters:
                     heard += 1
             if heard < self.quorum():
+                self.quorum_silence = {
+                    peer: now - pr.last_ack
+                    for peer, pr in self.progress.items()
+                    if peer in self.voters
+                }
+                self.events.append("lost-quorum")
                 self.become_follower(self.term, "", now)
                 return
             self._forget_removed(now)

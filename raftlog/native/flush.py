@@ -28,6 +28,7 @@ from raftlog.native.core import RaftCore, Role
 from raftlog.native.forwarding import Forwarding
 from raftlog.native.messages import Message, MsgType
 from raftlog.native.snapshot_stream import SnapshotStream
+from raftlog.native.stall import CommitWatch, describe_peers
 from raftlog.native.transport import Transport
 from raftlog.native.wal import RaftWal
 
@@ -68,6 +69,8 @@ class Flush:
         self._wal_backoff = Backoff()
         self._flush_scheduled = False
         self._in_flush = False
+        self._name = name
+        self._commit_watch = CommitWatch()  # a leader's stalled commits, logged
         self._stopping = False
         self.transport = Transport(
             config, loop, core, self._on_message, self.kick, self._on_unsent, self._on_lost
@@ -257,6 +260,15 @@ class Flush:
                 forwarding.leader_changed()
                 if core.role == Role.LEADER:
                     log.info("leader of term %d (%d members)", core.term, len(core.voters))
+            elif ev == "lost-quorum":
+                log.warning(
+                    "stepped down: a majority did not answer within %.1f s (%s)",
+                    core.timing.step_down_s,
+                    ", ".join(
+                        f"{self._name(peer)} answered {silent_s:.1f} s ago"
+                        for peer, silent_s in sorted(core.quorum_silence.items())
+                    ),
+                )
             elif ev in ("transfer-sent", "stepped-down"):
                 forwarding.transfer_done(None)
             elif ev == "transfer-failed":
@@ -266,6 +278,28 @@ class Flush:
         if core.role == Role.LEADER:
             forwarding.propose_queued()
 
+    def _watch_commits(self, now: float) -> None:
+        """A leader whose commit index stood while entries waited says why it may have
+        (:mod:`raftlog.native.stall`), once, and when commits resume."""
+        core = self._core
+        if core.role != Role.LEADER:
+            self._commit_watch.reset()
+            return
+        said = self._commit_watch.check(now, core.commit, core.last_index)
+        if said is None:
+            return
+        what, stood_s = said
+        if what == "resumed":
+            log.warning("committing again after %.1f s", stood_s)
+            return
+        log.warning(
+            "no entry committed for %.1f s (%d waiting after index %d): %s",
+            stood_s,
+            core.last_index - core.commit,
+            core.commit,
+            describe_peers(core.progress, now, self.transport.tcp_state, self._name),
+        )
+
     def tick(self) -> None:
         if self._stopping:
             return
@@ -274,6 +308,7 @@ class Flush:
         now = time.monotonic()
         try:
             core.tick(now)
+            self._watch_commits(now)
             self.forwarding.expire(now)
             self.snapshots.poll()
             peer = self.transport.peer

@@ -42,6 +42,7 @@ from raftlog.native.conns import (
 )
 from raftlog.native.core import RaftCore
 from raftlog.native.messages import Message, decode_message, encode_message
+from raftlog.native.stall import TcpState, tcp_state
 
 log = logging.getLogger(__name__)
 
@@ -401,6 +402,12 @@ class Transport:
             self._kick()
         else:
             frames += (LEN.pack(len(payload)), payload)
+
+    def tcp_state(self, address: str) -> TcpState | None:
+        """The kernel's view of the outbound connection to ``address`` (None: not up)."""
+        peer = self._peers.get(address)
+        writer = peer.writer if peer is not None else None
+        return None if writer is None else tcp_state(writer.get_extra_info("socket"))
 
     def send_forward(self, to: str, m: Message, rid: int) -> None:
         """:meth:`send` a forwarded proposal (request id ``rid``): if its frame cannot be

@@ -10,6 +10,7 @@ frames were read, and closed every inbound connection as "sent no frame in time"
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -78,3 +79,35 @@ def test_a_leader_thawed_after_its_peers_gave_up_on_it_rejoins_at_once(cluster: 
     assert {k: got[k][0] for k in acked if k in got} == acked
     after = cluster.log_text(old)[mark:]
     assert CLOSED not in after, f"the thawed node closed its peers' connections:\n{after}"
+
+
+def test_a_leader_whose_followers_freeze_steps_down_and_names_their_silence(
+    cluster: Cluster,
+) -> None:
+    """Check quorum (§6.2) in a real process, and the line it leaves: which members went
+    silent, and for how long (the campaign's unexplained stalls left no line at all)."""
+    leader = cluster.leader()
+    others = [i for i in range(cluster.n) if i != leader]
+    mark = len(cluster.log_text(leader))
+    for i in others:
+        cluster.kill(i, signal.SIGSTOP)
+    try:
+        line = wait_until(
+            lambda: next(
+                (
+                    ln
+                    for ln in cluster.log_text(leader)[mark:].splitlines()
+                    if "stepped down: a majority did not answer within 2.0 s" in ln
+                ),
+                None,
+            ),
+            30,
+            "the leader did not say it stepped down",
+        )
+    finally:
+        for i in others:
+            cluster.kill(i, signal.SIGCONT)
+    for i in others:
+        said = re.search(rf"{cluster.nodes[i].id} answered (\d+\.\d) s ago", line)
+        assert said and float(said.group(1)) >= 2.0, line
+    cluster.wait_ready(30)

@@ -54,6 +54,8 @@ def test_every_node_exposes_its_offsets_and_role(module_cluster: Cluster) -> Non
         role = "leader" if i == leader else "follower"
         assert m[f'metaledger_role{{{node},role="{role}"}}'] == 1
         assert m[f"metaledger_kv_keys{{{node}}}"] >= 1
+        groups = m[f"metaledger_apply_groups_total{{{node}}}"]
+        assert 1 <= groups <= m[f"metaledger_requests_applied_total{{{node}}}"]
 
 
 def test_route_reads_are_counted(module_cluster: Cluster) -> None:

@@ -448,6 +448,12 @@ def test_items_committed_in_one_engine_pass_are_applied_as_one_group(tmp_path: P
         assert sm.order == []  # not yet: after the pass
         await until(lambda: rlog.apply_offset == 5)
         assert sm.order == [b"k%d" % i for i in range(5)] and sm.publishes == 1
+        groups, requests = rlog.groups_applied, rlog.requests_applied
+        rlog._apply.on_commit(6, 1, encode_item([encode_request([Entry("set", b"k")], "c", 6, 0)]))
+        await until(lambda: rlog.apply_offset == 6)
+        # the counters behind metaledger_apply_groups_total and requests_applied_total
+        assert (rlog.groups_applied - groups, rlog.requests_applied - requests) == (1, 1)
+        assert groups >= 1 and requests >= 5
 
     try:
         asyncio.run(main())

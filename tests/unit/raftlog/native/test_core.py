@@ -268,6 +268,10 @@ def test_check_quorum_makes_a_cut_off_leader_step_down_6_2() -> None:
     assert sim.cores[leader].role == Role.FOLLOWER
     with pytest.raises(NotLeader):
         sim.cores[leader].propose(b"x")
+    # what the driver logs of it ("lost-quorum"): each voter's silence at the step-down
+    silence = sim.cores[leader].quorum_silence
+    assert sorted(silence) == sorted(n for n in sim.cores if n != leader)
+    assert all(TIMING.step_down_s <= s < TIMING.step_down_s + 0.2 for s in silence.values())
 
 
 def test_pre_vote_a_rejoining_node_does_not_depose_the_leader_9_6() -> None:
