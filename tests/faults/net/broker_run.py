@@ -313,7 +313,9 @@ def campaign(args: argparse.Namespace) -> int:
     results: list[BrokerRunResult] = []
     for k in range(args.runs):
         seed = args.seed + k
-        faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s, FAULTS)
+        faults = campaign_faults(
+            seed, args.seconds, args.fault_s, args.healed_s, getattr(args, "faults", None) or FAULTS
+        )
         root = Path(args.dir) / f"broker-seed-{seed}-{int(time.time())}"
         res = run_broker_once(
             root,

@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 from tests.etcd_harness import ETCD
+from tests.faults.net.nemesis import FAULTS
 from tests.faults.net.netns import Net
 from tests.faults.net.run import (
     CLIENT_PORT,
@@ -122,7 +123,9 @@ def side_by_side(args: argparse.Namespace) -> int:
     rows: list[dict[str, object]] = []
     for k in range(args.runs):
         seed = args.seed + k
-        faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s)
+        faults = campaign_faults(
+            seed, args.seconds, args.fault_s, args.healed_s, getattr(args, "faults", None) or FAULTS
+        )
         for target in targets:
             res = campaign_run(args, seed, faults, f"{target}-seed", TARGETS[target])
             results[target].append(res)

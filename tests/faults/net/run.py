@@ -15,6 +15,8 @@ without an acknowledged write.
 (:mod:`tests.faults.net.broker_run`), with the same seeds and schedule. ``--target etcd``
 runs etcd 3.4 members in place of metaledger's nodes, ``--target both`` metaledger and then
 etcd on each seed, with a table of both per fault (:mod:`tests.faults.net.etcd_run`).
+``--faults loss,delay`` rotates through those faults only (to study one: each run then
+holds as many of them as fit).
 """
 
 from __future__ import annotations
@@ -398,7 +400,23 @@ def main(argv: list[str] | None = None) -> int:
         help="the keys workload's members: metaledger's nodes, etcd 3.4 (/usr/bin/etcd), or "
         "both, one after the other on each seed (tests/faults/net/etcd_run.py)",
     )
+    p.add_argument(
+        "--faults",
+        type=lambda text: [f for f in text.split(",") if f],
+        default=None,
+        help="rotate through these faults only (comma-separated; default: all of the workload's)",
+    )
     args = p.parse_args(argv)
+    if args.faults is not None:
+        from tests.faults.net.broker_nemesis import FAULTS as BROKER_FAULTS
+
+        known = BROKER_FAULTS if args.workload == "broker" else FAULTS
+        unknown = [f for f in args.faults if f not in known]
+        if unknown or not args.faults:
+            p.error(
+                f"--faults: unknown {', '.join(unknown) or '(none given)'}; the "
+                f"{args.workload} workload's are {', '.join(sorted(known))}"
+            )
     if args.workload == "broker":
         from tests.faults.net.broker_run import campaign
 
@@ -410,7 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     results: list[RunResult] = []
     for k in range(args.runs):
         seed = args.seed + k
-        faults = campaign_faults(seed, args.seconds, args.fault_s, args.healed_s)
+        faults = campaign_faults(
+            seed, args.seconds, args.fault_s, args.healed_s, args.faults or FAULTS
+        )
         res = campaign_run(args, seed, faults)
         results.append(res)
         worst = res.summary()["worst_recovery_s"]
