@@ -92,8 +92,13 @@ def set_peer_socket_options(writer: asyncio.StreamWriter, dead_timeout_ms: int) 
     election now and then. Data flows from the dialler; the listener's side only
     acknowledges, and gets the same options."""
     sock = writer.get_extra_info("socket")
-    if sock is None:
-        return
+    if sock is not None:
+        peer_socket_options(sock, dead_timeout_ms)
+
+
+def peer_socket_options(sock: socket.socket, dead_timeout_ms: int) -> None:
+    """:func:`set_peer_socket_options` on a socket (the fault harness measures plain TCP
+    under packet loss with exactly these)."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if not sys.platform.startswith("linux"):
