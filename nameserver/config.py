@@ -136,6 +136,8 @@ class ServerConfig:
     #: a member closes its connection to a peer it heard nothing from for this long (or
     #: whose data stays unacknowledged this long: TCP_USER_TIMEOUT) and dials again
     peer_dead_timeout_ms: int = 4000
+    #: connections a member keeps to each peer (raftlog.native.config.NativeConfig.peer_paths)
+    peer_paths: int = 1
     #: TLS (etcd's flags; nameserver.tls): the client set covers the client gRPC, remoting
     #: and metrics ports, the peer set the native engine's Raft port ("" = plain TCP)
     cert_file: str = ""
@@ -284,6 +286,8 @@ class ServerConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, "must be > 0")
+        if not 1 <= self.peer_paths <= 4:
+            raise ConfigError("peer_paths", f"must be 1 to 4, not {self.peer_paths}")
         peer_tls = self.peer_tls
         if self.consensus == "pysyncobj" and (peer_tls.enabled or peer_tls.trusted_ca_file):
             raise ConfigError(

@@ -207,6 +207,7 @@ class Node:
                     peer_frame_timeout_ms=config.peer_frame_timeout_ms,
                     peer_max_connections=config.peer_max_connections,
                     peer_dead_timeout_ms=config.peer_dead_timeout_ms,
+                    peer_paths=config.peer_paths,
                     peer_ssl_server=tls.server_context(config.peer_tls),
                     peer_ssl_client=tls.client_context(config.peer_tls),
                     stamp_forwarded=leader_stamp,  # time enters the log from the leader only

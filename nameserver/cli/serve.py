@@ -81,6 +81,7 @@ _OPTIONAL_FIELDS = {
     "peer_frame_timeout_ms": "peer_frame_timeout_ms",
     "peer_max_connections": "peer_max_connections",
     "peer_dead_timeout_ms": "peer_dead_timeout_ms",
+    "peer_paths": "peer_paths",
     "cert_file": "cert_file",
     "key_file": "key_file",
     "trusted_ca_file": "trusted_ca_file",
@@ -409,6 +410,16 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="close this member's connection to a peer heard from not once in MS, or whose "
         "data stays unacknowledged MS (TCP_USER_TIMEOUT), and dial again (default 4000)",
+    )
+    p.add_argument(
+        "--peer-paths",
+        type=int,
+        metavar="N",
+        help="connections to keep to each Raft peer (1-4): messages go to one, and to another "
+        "once the kernel says the first is stuck (data sent again, nothing acknowledged for "
+        "300 ms); under "
+        "packet loss one connection's retransmissions can hold every message back for "
+        "seconds (default 1)",
     )
     p.add_argument(
         "--peer-frame-timeout-ms",

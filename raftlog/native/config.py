@@ -41,6 +41,11 @@ class NativeConfig(EngineConfig):
     #: gives no error, and TCP's own retransmissions back off to over 10 s. etcd puts 5 s
     #: deadlines on its peer connections; two election timeouts here
     peer_dead_timeout_ms: int = 4000
+    #: connections this member keeps dialled to each peer: messages go to one, and to
+    #: another once the kernel says the first is stuck (data sent again and nothing
+    #: acknowledged for :data:`raftlog.native.peer_socket.PATH_STUCK_MS`); under packet loss
+    #: one connection's retransmissions can hold every message back for seconds
+    peer_paths: int = 1
     #: a frame that started must complete within this (a 1 MiB snapshot chunk included)
     peer_frame_timeout_ms: int = 30_000
     #: inbound peer connections at once (handshakes included); more are closed at once
@@ -77,6 +82,8 @@ class NativeConfig(EngineConfig):
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(name, f"must be > 0, not {getattr(self, name)}")
+        if not 1 <= self.peer_paths <= 4:
+            raise ConfigError("peer_paths", f"must be 1 to 4, not {self.peer_paths}")
         if self.peer_idle_timeout_ms <= 2 * self.heartbeat_ms:
             raise ConfigError(
                 "peer_idle_timeout_ms",

@@ -311,6 +311,8 @@ class Flush:
             self._watch_commits(now)
             self.forwarding.expire(now)
             self.snapshots.poll()
+            if self._config.peer_paths > 1:
+                self.transport.unstick()
             peer = self.transport.peer
             for address in core.peers:
                 peer(address)  # keep connections to every member open

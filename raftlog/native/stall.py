@@ -28,6 +28,7 @@ COMMIT_STALL_S = 2.0
 
 # struct tcp_info (linux/tcp.h): the fields read here and their byte offsets
 _TCP_INFO_BYTES = 104
+_RETRANSMITS = 2  # u8 tcpi_retransmits
 _BACKOFF = 4  # u8 tcpi_backoff
 _U32 = struct.Struct("=I")
 _U32_AT = {"rto_us": 8, "unacked": 24, "last_ack_recv_ms": 56, "total_retrans": 100}
@@ -38,6 +39,7 @@ class TcpState:
     """The kernel's view of one peer connection (``getsockopt(TCP_INFO)``)."""
 
     rto_ms: float  # the retransmission timeout now
+    timeouts: int  # retransmission timeouts since the last acknowledgement
     backoff: int  # how many times it doubled since the last acknowledgement
     unacked: int  # segments sent and not acknowledged
     last_ack_recv_ms: int  # since the last acknowledgement came in
@@ -45,7 +47,8 @@ class TcpState:
 
     def describe(self) -> str:
         return (
-            f"TCP rto {self.rto_ms:g} ms, backoff {self.backoff}, {self.unacked} unacknowledged, "
+            f"TCP rto {self.rto_ms:g} ms, {self.timeouts} timeouts, backoff {self.backoff}, "
+            f"{self.unacked} unacknowledged, "
             f"last ack {self.last_ack_recv_ms} ms ago, {self.total_retrans} retransmitted"
         )
 
@@ -64,6 +67,7 @@ def tcp_state(sock: socket.socket | None) -> TcpState | None:
     u32 = {name: _U32.unpack_from(raw, at)[0] for name, at in _U32_AT.items()}
     return TcpState(
         rto_ms=u32["rto_us"] / 1000,
+        timeouts=raw[_RETRANSMITS],
         backoff=raw[_BACKOFF],
         unacked=u32["unacked"],
         last_ack_recv_ms=u32["last_ack_recv_ms"],

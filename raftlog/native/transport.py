@@ -15,18 +15,18 @@ retransmissions back off past 10 s): nothing heard from that peer for that long
 that long (``TCP_USER_TIMEOUT`` on every peer socket). The forwards waiting for the
 leader's answer are then failed at once (``on_lost``) rather than at their deadline.
 Under packet loss a peer socket sends a lost segment again within a second
-(:func:`set_peer_socket_options`), rather than after TCP's doubling back-off.
+(:func:`raftlog.native.peer_socket.set_peer_socket_options`), rather than after TCP's
+doubling back-off; with ``peer_paths`` > 1 messages move off a connection the kernel says
+is stuck (:meth:`Transport.unstick`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import ssl
 import struct
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +42,7 @@ from raftlog.native.conns import (
 )
 from raftlog.native.core import RaftCore
 from raftlog.native.messages import Message, decode_message, encode_message
+from raftlog.native.peer_socket import set_peer_socket_options, stuck
 from raftlog.native.stall import TcpState, tcp_state
 
 log = logging.getLogger(__name__)
@@ -57,60 +58,12 @@ def _peername(writer: asyncio.StreamWriter) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
 
 
-#: Linux's TCP_THIN_LINEAR_TIMEOUTS (``socket`` lacks the name): while fewer than four
-#: segments are in flight, the first six retransmissions keep the base timeout instead of
-#: doubling it each time
-TCP_THIN_LINEAR_TIMEOUTS = 16
-#: Linux's TCP_RTO_MAX_MS (6.15 and later; older kernels refuse it): the cap on the
-#: retransmission timeout, backed-off or not (at least 1000 ms; the default is 120 s)
-TCP_RTO_MAX_MS = 44
-#: Linux's TCP_RTO_MIN_US (6.15 and later): the floor of the retransmission timeout
-#: (at most the default, 200 ms)
-TCP_RTO_MIN_US = 45
-#: the cap peer sockets ask for: the kernel's lowest, an election timeout's minimum
-PEER_RTO_MAX_MS = 1000
 #: a dial's TCP connect: a fresh SYN each second rather than the kernel's doubling SYN
 #: retransmissions (1 s, 3 s, 7 s after the first), so a peer cut off (a partition, an
 #: inbound drop) is reached again about a second after the heal, not up to three
 DIAL_TIMEOUT_S = 1.0
 #: the longest pause between two dials of a peer that does not answer
 DIAL_RETRY_MAX_S = 0.5
-#: the floor peer sockets ask for (the timeout is the smoothed round trip plus at least
-#: this): a quarter of the default, still above a receiver's 40 ms delayed acknowledgement
-PEER_RTO_MIN_US = 50_000
-
-
-def set_peer_socket_options(writer: asyncio.StreamWriter, dead_timeout_ms: int) -> None:
-    """No Nagle delay; the kernel aborts the connection when data written to it stays
-    unacknowledged for ``dead_timeout_ms`` (TCP_USER_TIMEOUT: Linux's; elsewhere only
-    :class:`OutboundDeadline` notices); and a lost segment is sent again within a second,
-    not after TCP's doubling back-off: linear timeouts while the stream is thin (a peer
-    connection mostly is), and the timeout kept between 50 ms and 1 s where the kernel
-    allows it (Linux 6.15 and later; otherwise 200 ms to 120 s). Under 20 % packet loss
-    the retransmission timeout of a peer connection doubled to 1-4 s and every message
-    written after a lost segment waited behind it: seconds without a commit, and an
-    election now and then. Data flows from the dialler; the listener's side only
-    acknowledges, and gets the same options."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        peer_socket_options(sock, dead_timeout_ms)
-
-
-def peer_socket_options(sock: socket.socket, dead_timeout_ms: int) -> None:
-    """:func:`set_peer_socket_options` on a socket (the fault harness measures plain TCP
-    under packet loss with exactly these)."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if not sys.platform.startswith("linux"):
-        return
-    for option, value in (
-        (socket.TCP_USER_TIMEOUT, dead_timeout_ms),
-        (TCP_THIN_LINEAR_TIMEOUTS, 1),
-        (TCP_RTO_MAX_MS, PEER_RTO_MAX_MS),
-        (TCP_RTO_MIN_US, PEER_RTO_MIN_US),
-    ):
-        with contextlib.suppress(OSError):  # an older kernel without the option
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 class _Keepalive:
@@ -147,13 +100,28 @@ class _Keepalive:
 
 
 class Peer:
-    """The outbound connection to one peer (messages to it go here; its replies come back
-    on its own outbound connection to us)."""
+    """The outbound connections to one peer, ``paths`` of them (messages to it go to the
+    current one; its replies come back on its own outbound connections to us)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, paths: int = 1) -> None:
         self.address = address
-        self.writer: asyncio.StreamWriter | None = None
-        self.task: asyncio.Task[None] | None = None
+        self.writers: list[asyncio.StreamWriter | None] = [None] * paths
+        self.tasks: list[asyncio.Task[None] | None] = [None] * paths
+        self.current = 0  # the path messages go to while it is up
+        self.switches = 0  # times a stuck path was given up for another
+
+    @property
+    def writer(self) -> asyncio.StreamWriter | None:
+        """Where messages to the peer go now: the current path if it is up, else the
+        first that is (which becomes the current one); None: no path is up."""
+        writer = self.writers[self.current]
+        if writer is not None:
+            return writer
+        for i, other in enumerate(self.writers):
+            if other is not None:
+                self.current = i
+                return other
+        return None
 
 
 class Transport:
@@ -197,6 +165,7 @@ class Transport:
         self._sweeper: asyncio.TimerHandle | None = None
         self._sweep_due = 0.0  # when the sweeper was meant to run (its lateness: a stall)
         self._dial_warn = RateLimitedLog(60.0)  # our dials that the other end refused
+        self._path_warn = RateLimitedLog(10.0)  # stuck paths given up
         self._stopping = False
 
     async def listen(self, sock: socket.socket | None) -> None:
@@ -294,12 +263,48 @@ class Transport:
         """The connection to ``address``, dialled (again) if it is not up."""
         peer = self._peers.get(address)
         if peer is None:
-            peer = self._peers[address] = Peer(address)
-        if (peer.task is None or peer.task.done()) and not self._stopping:
-            peer.task = self._loop.create_task(self._connect(peer))
+            peer = self._peers[address] = Peer(address, self._config.peer_paths)
+        if not self._stopping:
+            for slot, task in enumerate(peer.tasks):
+                if task is None or task.done():
+                    peer.tasks[slot] = self._loop.create_task(self._connect(peer, slot))
         return peer
 
-    async def _connect(self, peer: Peer) -> None:
+    def unstick(self) -> None:
+        """With more than one path to a peer: a current path the kernel says is stuck
+        (:data:`raftlog.native.peer_socket.PATH_STUCK_MS`) is given up for another that is not, the stuck one aborted
+        so that nothing it holds arrives late (its forwards are answered: ``on_lost``) and
+        dialled again. Raft sends again what the peer does not acknowledge (engine tick)."""
+        for peer in self._peers.values():
+            if len(peer.writers) < 2:
+                continue
+            current = peer.writers[peer.current]
+            if current is None or not stuck(current):
+                continue
+            other = next(
+                (
+                    i
+                    for i, w in enumerate(peer.writers)
+                    if i != peer.current and w is not None and not stuck(w)
+                ),
+                None,
+            )
+            if other is None:
+                continue  # every path is stuck: TCP's retransmissions are all there is
+            state = tcp_state(current.get_extra_info("socket"))
+            peer.writers[peer.current] = None
+            peer.current = other
+            peer.switches += 1
+            current.transport.abort()
+            self._path_warn.warning(
+                peer.address,
+                "the connection to %s was stuck (%s); writing on another",
+                peer.address,
+                state.describe() if state is not None else "?",
+            )
+            self._on_lost(peer.address)
+
+    async def _connect(self, peer: Peer, slot: int) -> None:
         host, _, port = peer.address.rpartition(":")
         delay = 0.05
         handshake_s = self._config.peer_handshake_timeout_ms / 1000
@@ -323,7 +328,7 @@ class Transport:
             try:
                 set_peer_socket_options(writer, dead_ms)
                 await asyncio.wait_for(dial(reader, writer, self._key, self._me), handshake_s)
-                peer.writer = writer
+                peer.writers[slot] = writer
                 delay = 0.05
                 deadline = OutboundDeadline(time.monotonic(), dead_ms / 1000, keepalive_s)
                 beat = _Keepalive(
@@ -361,10 +366,12 @@ class Transport:
             except (OSError, TimeoutError):
                 pass
             finally:
-                lost = peer.writer is not None
-                peer.writer = None
+                # (not when unstick gave it up: it said so already)
+                lost = peer.writers[slot] is writer
+                if lost:
+                    peer.writers[slot] = None
                 writer.close()
-                if lost and not self._stopping:
+                if lost and slot == peer.current and not self._stopping:
                     self._on_lost(peer.address)
             if self._stopping or (
                 not self._core.is_member(peer.address) and peer.address != self._core.leader
@@ -444,11 +451,13 @@ class Transport:
             self._server.close()
         tasks = []
         for peer in self._peers.values():
-            if peer.task is not None:
-                peer.task.cancel()
-                tasks.append(peer.task)
-            if peer.writer is not None:
-                peer.writer.close()
+            for task in peer.tasks:
+                if task is not None:
+                    task.cancel()
+                    tasks.append(task)
+            for writer in peer.writers:
+                if writer is not None:
+                    writer.close()
         tls = self._config.peer_ssl_server is not None
         for w in list(self._inbound):
             # a TLS close waits for the peer's close_notify; the reader must end now

@@ -94,9 +94,15 @@ class NetCluster:
     of ``net`` unless given (the others run something else)."""
 
     def __init__(
-        self, net: Net, root: Path, code_tree: Path = REPO_ROOT, n: int | None = None
+        self,
+        net: Net,
+        root: Path,
+        code_tree: Path = REPO_ROOT,
+        n: int | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
-        self.net, self.root, self.code_tree = net, root, code_tree
+        """``extra``: more ``serve`` flags for every node (``--peer-paths 2``)."""
+        self.net, self.root, self.code_tree, self.extra = net, root, code_tree, extra
         self.n = len(net.members) if n is None else n
         self.password_file = root / "cluster-password"
         create_password_file(self.password_file)
@@ -110,7 +116,7 @@ class NetCluster:
     def start(self, i: int) -> None:
         args = serve_args(
             f"n{i}", self.net.ips[i], self.root / f"n{i}", self.initial, self.password_file
-        )
+        ) + list(self.extra)
         self.procs[i] = spawn(
             self.net, self.net.members[i], self.root, f"n{i}", args, self.code_tree
         )
@@ -360,6 +366,13 @@ def campaign_run(
 ) -> RunResult:
     """One run of a campaign, in ``<--dir>/<name>-<seed>-<time>``."""
     root = Path(args.dir) / f"{name}-{seed}-{int(time.time())}"
+    paths = getattr(args, "peer_paths", 1)
+    if cluster_type is None and paths > 1:
+        extra = ("--peer-paths", str(paths))
+
+        def cluster_type(net: Net, root: Path) -> NetCluster:
+            return NetCluster(net, root, args.code_tree, extra=extra)
+
     return run_once(
         root,
         seed,
@@ -399,6 +412,13 @@ def main(argv: list[str] | None = None) -> int:
         default="metaledger",
         help="the keys workload's members: metaledger's nodes, etcd 3.4 (/usr/bin/etcd), or "
         "both, one after the other on each seed (tests/faults/net/etcd_run.py)",
+    )
+    p.add_argument(
+        "--peer-paths",
+        type=int,
+        default=1,
+        help="the keys workload's nodes keep this many connections to each peer "
+        "(serve --peer-paths)",
     )
     p.add_argument(
         "--faults",

@@ -36,8 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from raftlog.native.peer_socket import peer_socket_options
 from raftlog.native.stall import tcp_state
-from raftlog.native.transport import peer_socket_options
 from tests.faults.net.netns import Net
 
 PORT_FRAMES, PORT_ANSWERS = 7101, 7102

@@ -20,7 +20,7 @@ import pytest
 
 from tests.faults.net.nemesis import FAULTS
 from tests.faults.net.netns import unavailable_reason
-from tests.faults.net.run import TEST_FAULT_S, TEST_HEALED_S, run_once
+from tests.faults.net.run import TEST_FAULT_S, TEST_HEALED_S, NetCluster, run_once
 
 pytestmark = [
     pytest.mark.cluster,
@@ -43,3 +43,22 @@ def test_every_nemesis_keeps_keys_linearizable_and_every_node_serving_after_the_
     )
     assert result.ops > 500, result.summary()
     assert not result.problems(), result.summary()
+
+
+def test_packet_loss_with_two_paths_per_peer_moves_off_stuck_connections(tmp_path: Path) -> None:
+    """``serve --peer-paths 2`` under 20 % loss each way: the members give up connections
+    the kernel says are stuck and write on their other one (it says so in its log), and
+    the checks hold as on one path."""
+    extra = ("--peer-paths", "2")
+    result = run_once(
+        tmp_path,
+        seed=11,
+        faults=["loss"],
+        fault_s=2 * TEST_FAULT_S,
+        healed_s=TEST_HEALED_S,
+        cluster_type=lambda net, root: NetCluster(net, root, extra=extra),
+    )
+    assert result.ops > 200, result.summary()
+    assert not result.problems(), result.summary()
+    logs = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("n?.log")))
+    assert "was stuck" in logs and "writing on another" in logs, logs[-3000:]

@@ -380,6 +380,8 @@ def test_serve_flags(monkeypatch: pytest.MonkeyPatch) -> None:
             ["serve", "--id", "n0", "--data-dir", "/d", "--peer-idle-timeout-ms", "-1"],
             "peer_idle_timeout_ms",
         ),
+        (["serve", "--id", "n0", "--data-dir", "/d", "--peer-paths", "5"], "peer_paths"),
+        (["serve", "--id", "n0", "--data-dir", "/d", "--peer-paths", "0"], "peer_paths"),
         (
             ["serve", "--id", "n0", "--data-dir", "/d", "--fsync-policy", "sometimes"],
             "fsync_policy",

@@ -23,7 +23,7 @@ from raftlog.native.config import NativeConfig
 from raftlog.native.conns import FRAME, IDLE, InboundConnections, OutboundDeadline
 from raftlog.native.forwarding import Forwarding
 from raftlog.native.messages import KIND_NORMAL
-from raftlog.native.transport import (
+from raftlog.native.peer_socket import (
     PEER_RTO_MAX_MS,
     TCP_RTO_MAX_MS,
     TCP_RTO_MIN_US,

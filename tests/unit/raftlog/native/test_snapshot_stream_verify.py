@@ -94,7 +94,7 @@ class Transport:
     def peer(self, address: str) -> Peer:
         if address not in self.peers:
             peer = Peer(address)
-            peer.writer = Writer()  # type: ignore[assignment]
+            peer.writers[0] = Writer()  # type: ignore[assignment]
             self.peers[address] = peer
         return self.peers[address]
 

@@ -44,7 +44,9 @@ class _Progress:
 
 
 def test_the_line_names_each_followers_progress_and_tcp_state() -> None:
-    tcp = TcpState(rto_ms=800.0, backoff=2, unacked=3, last_ack_recv_ms=1900, total_retrans=41)
+    tcp = TcpState(
+        rto_ms=800.0, timeouts=2, backoff=2, unacked=3, last_ack_recv_ms=1900, total_retrans=41
+    )
     line = describe_peers(
         {"10.0.0.2:2380": _Progress(11, 10, 7.5, 9.9), "10.0.0.3:2380": _Progress(4, 3, 9.8, 9.9)},
         10.0,
@@ -53,7 +55,7 @@ def test_the_line_names_each_followers_progress_and_tcp_state() -> None:
     )
     assert line == (
         "n1: match 10, next 11, answered 2.5 s ago, sent to 0.1 s ago, TCP rto 800 ms, "
-        "backoff 2, 3 unacknowledged, last ack 1900 ms ago, 41 retransmitted; "
+        "2 timeouts, backoff 2, 3 unacknowledged, last ack 1900 ms ago, 41 retransmitted; "
         "n2: match 3, next 4, answered 0.2 s ago, sent to 0.1 s ago, not connected"
     )
 
@@ -69,5 +71,6 @@ def test_tcp_state_reads_a_live_connection_and_none_of_a_closed_one() -> None:
             state = tcp_state(client)
             assert state is not None
             # the kernel's floor is 200 ms (or less where TCP_RTO_MIN_US lowered it)
-            assert 1 <= state.rto_ms <= 3000 and state.backoff == 0 and state.total_retrans == 0
+            assert 1 <= state.rto_ms <= 3000 and state.total_retrans == 0
+            assert state.timeouts == state.backoff == 0
         assert tcp_state(client) is None  # closed
