@@ -54,11 +54,11 @@ def test_packet_loss_with_two_paths_per_peer_moves_off_stuck_connections(tmp_pat
         tmp_path,
         seed=11,
         faults=["loss"],
-        fault_s=2 * TEST_FAULT_S,
+        fault_s=TEST_FAULT_S,
         healed_s=TEST_HEALED_S,
         cluster_type=lambda net, root: NetCluster(net, root, extra=extra),
     )
-    assert result.ops > 200, result.summary()
+    assert result.ops > 100, result.summary()
     assert not result.problems(), result.summary()
     logs = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("n?.log")))
     assert "was stuck" in logs and "writing on another" in logs, logs[-3000:]
