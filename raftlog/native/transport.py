@@ -272,9 +272,10 @@ class Transport:
 
     def unstick(self) -> None:
         """With more than one path to a peer: a current path the kernel says is stuck
-        (:data:`raftlog.native.peer_socket.PATH_STUCK_MS`) is given up for another that is not, the stuck one aborted
-        so that nothing it holds arrives late (its forwards are answered: ``on_lost``) and
-        dialled again. Raft sends again what the peer does not acknowledge (engine tick)."""
+        (:func:`raftlog.native.peer_socket.stuck`) is given up for another that is not,
+        the stuck one aborted so that nothing it holds arrives late (its forwards are
+        answered: ``on_lost``) and dialled again. Raft sends again what the peer does not
+        acknowledge. Called on every engine tick."""
         for peer in self._peers.values():
             if len(peer.writers) < 2:
                 continue
