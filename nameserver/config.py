@@ -137,7 +137,7 @@ class ServerConfig:
     #: whose data stays unacknowledged this long: TCP_USER_TIMEOUT) and dials again
     peer_dead_timeout_ms: int = 4000
     #: connections a member keeps to each peer (raftlog.native.config.NativeConfig.peer_paths)
-    peer_paths: int = 1
+    peer_paths: int = 2
     #: TLS (etcd's flags; nameserver.tls): the client set covers the client gRPC, remoting
     #: and metrics ports, the peer set the native engine's Raft port ("" = plain TCP)
     cert_file: str = ""

@@ -419,7 +419,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "once the kernel says the first is stuck (data sent again, nothing acknowledged for "
         "300 ms); under "
         "packet loss one connection's retransmissions can hold every message back for "
-        "seconds (default 1)",
+        "seconds (default 2)",
     )
     p.add_argument(
         "--peer-frame-timeout-ms",

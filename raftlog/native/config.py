@@ -45,7 +45,7 @@ class NativeConfig(EngineConfig):
     #: another once the kernel says the first is stuck (data sent again and nothing
     #: acknowledged for :data:`raftlog.native.peer_socket.PATH_STUCK_MS`); under packet loss
     #: one connection's retransmissions can hold every message back for seconds
-    peer_paths: int = 1
+    peer_paths: int = 2
     #: a frame that started must complete within this (a 1 MiB snapshot chunk included)
     peer_frame_timeout_ms: int = 30_000
     #: inbound peer connections at once (handshakes included); more are closed at once

@@ -51,7 +51,7 @@ class Node:
             return [d for _, d in self.items]
 
 
-def make_nodes(tmp_path: Path, passwords: list[str | None]) -> list[Node]:
+def make_nodes(tmp_path: Path, passwords: list[str | None], paths: int = 2) -> list[Node]:
     ports = free_ports(len(passwords))
     peers = {f"n{i}": f"127.0.0.1:{p}" for i, p in enumerate(ports)}
     return [
@@ -64,6 +64,7 @@ def make_nodes(tmp_path: Path, passwords: list[str | None]) -> list[Node]:
                 election_timeout_min_ms=300,
                 election_timeout_max_ms=600,
                 leader_step_down_ms=1000,
+                peer_paths=paths,
             )
         )
         for i, pw in enumerate(passwords)
@@ -71,8 +72,9 @@ def make_nodes(tmp_path: Path, passwords: list[str | None]) -> list[Node]:
 
 
 @pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[list[Node]]:
-    ns = make_nodes(tmp_path, ["s3cret"] * 3)
+def nodes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Node]]:
+    """Three started engines; ``peer_paths`` from an indirect parameter (default 2)."""
+    ns = make_nodes(tmp_path, ["s3cret"] * 3, getattr(request, "param", 2))
     for n in ns:
         n.start()
     try:
@@ -113,6 +115,7 @@ def propose(node: Node, data: bytes) -> int:
     return result
 
 
+@pytest.mark.parametrize("nodes", [1, 2], indirect=True, ids=["one-path", "two-paths"])
 def test_every_node_gets_the_same_items_from_leader_and_followers(nodes: list[Node]) -> None:
     leader = leader_of(nodes)
     followers = [n for n in nodes if n is not leader]

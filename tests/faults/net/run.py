@@ -366,8 +366,8 @@ def campaign_run(
 ) -> RunResult:
     """One run of a campaign, in ``<--dir>/<name>-<seed>-<time>``."""
     root = Path(args.dir) / f"{name}-{seed}-{int(time.time())}"
-    paths = getattr(args, "peer_paths", 1)
-    if cluster_type is None and paths > 1:
+    paths = getattr(args, "peer_paths", None)
+    if cluster_type is None and paths is not None:
         extra = ("--peer-paths", str(paths))
 
         def cluster_type(net: Net, root: Path) -> NetCluster:
@@ -416,9 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--peer-paths",
         type=int,
-        default=1,
         help="the keys workload's nodes keep this many connections to each peer "
-        "(serve --peer-paths)",
+        "(serve --peer-paths; default: serve's, 2)",
     )
     p.add_argument(
         "--faults",
