@@ -7,7 +7,8 @@ entry landed and that index is delivered (a PROPOSE from an address that is not 
 is refused); with no leader known, it waits up to
 ``wait_leader_ms`` for one. Forwards lost with a connection that is not up yet are answered
 "not leader" at once (the client retries). Read indexes (§6.4) go through the core and are
-answered once this node delivered up to them.
+answered once this node delivered up to them; a follower asks its leader again after
+:data:`READ_ASK_AGAIN_S` without an answer.
 
 :class:`Forwarding` also hands the committed entries to the sink (:meth:`Forwarding.deliver`):
 it answers the proposals waiting for them in the same pass over the entries.
@@ -46,6 +47,11 @@ _REJECT_NOT_LEADER = 1
 _REJECT_REFUSED = 2
 _REJECT_UNSAFE = 3  # the strict reconfiguration check refused a membership change
 _REJECT_NOT_READY = 4  # a learner's promotion before it caught up
+#: a follower asks its leader for a read index again when this passed without an answer:
+#: the request may have been dropped (no connection to the leader up yet, as right after a
+#: healed partition) or written into a connection that died. Either answer is a valid
+#: read index (the leader took it after the read began); the later one finds no reader.
+READ_ASK_AGAIN_S = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,7 @@ class Forwarding:
         # linearizable reads (ReadIndex, §6.4): asked of the core (read id -> callback,
         # deadline), waiting for a leader, and answered but not yet delivered up to
         self._reads: dict[int, tuple[ProposeCallback, float]] = {}
+        self._read_asked: dict[int, float] = {}  # a follower's reads: read id -> asked at
         self._reads_queued: list[tuple[ProposeCallback, float]] = []
         self._reads_ready: list[tuple[int, ProposeCallback, float]] = []
         self._rids = itertools.count(1)
@@ -244,6 +251,8 @@ class Forwarding:
             self._reads_queued.append((callback, deadline))  # until a leader is known
             return
         self._reads[rid] = (callback, deadline)
+        if self._core.role != Role.LEADER:
+            self._read_asked[rid] = now
         self._kick()
 
     def answer_reads(self) -> None:
@@ -254,6 +263,7 @@ class Forwarding:
             states, core.read_states = core.read_states, []
             for rid, index in states:
                 entry = self._reads.pop(rid, None)
+                self._read_asked.pop(rid, None)
                 if entry is None:
                     continue
                 if index == 0:
@@ -317,6 +327,7 @@ class Forwarding:
         # reads asked of the old leader may never be answered (the core refuses
         # its own when it steps down): they ask again
         reads, self._reads = self._reads, {}
+        self._read_asked = {}
         for callback, _ in reads.values():
             callback(None, NotLeaderError("the leader changed", self._name(core.leader)))
         if core.leader:
@@ -366,11 +377,31 @@ class Forwarding:
                     callback(None, UnknownOutcomeError("the leader did not answer in time"))
         if self._reads or self._reads_queued or self._reads_ready:
             self._expire_reads(now)
+        if self._read_asked:
+            self._ask_again(now)
+
+    def _ask_again(self, now: float) -> None:
+        """Ask the leader again for the read indexes it has not answered in
+        :data:`READ_ASK_AGAIN_S`."""
+        core = self._core
+        if core.role == Role.LEADER or not core.leader:
+            return  # leader_changed() answers them
+        asked = False
+        for rid, at in list(self._read_asked.items()):
+            if rid not in self._reads:
+                del self._read_asked[rid]
+            elif now - at >= READ_ASK_AGAIN_S:
+                core.read_index(rid)
+                self._read_asked[rid] = now
+                asked = True
+        if asked:
+            self._kick()
 
     def _expire_reads(self, now: float) -> None:
         for rid, (callback, deadline) in list(self._reads.items()):
             if deadline <= now:
                 del self._reads[rid]
+                self._read_asked.pop(rid, None)
                 callback(None, UnknownOutcomeError("the read index was not confirmed in time"))
         for callback, _ in [r for r in self._reads_queued if r[1] <= now]:
             callback(None, NotLeaderError("no leader elected in time"))

@@ -17,7 +17,9 @@ leader's answer are then failed at once (``on_lost``) rather than at their deadl
 Under packet loss a peer socket sends a lost segment again within a second
 (:func:`raftlog.native.peer_socket.set_peer_socket_options`), rather than after TCP's
 doubling back-off; with ``peer_paths`` > 1 messages move off a connection the kernel says
-is stuck (:meth:`Transport.unstick`).
+is stuck (:meth:`Transport.unstick`). A peer that dials in while this member's own paths
+to it are down is dialled back at once (:attr:`Peer.wakes`): it is reachable again (a
+healed partition), and until then this member's messages to it were dropped.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from raftlog.native.conns import (
 from raftlog.native.core import RaftCore
 from raftlog.native.messages import Message, decode_message, encode_message
 from raftlog.native.peer_socket import set_peer_socket_options, stuck
+from raftlog.native.redial import open_unless_woken, pause
 from raftlog.native.stall import TcpState, tcp_state
 
 log = logging.getLogger(__name__)
@@ -109,6 +112,9 @@ class Peer:
         self.tasks: list[asyncio.Task[None] | None] = [None] * paths
         self.current = 0  # the path messages go to while it is up
         self.switches = 0  # times a stuck path was given up for another
+        #: set when the peer dialled in while a path was down: that path's dialler stops
+        #: waiting (its back-off, or a connect whose SYN a partition dropped) and dials now
+        self.wakes = [asyncio.Event() for _ in range(paths)]
 
     @property
     def writer(self) -> asyncio.StreamWriter | None:
@@ -212,6 +218,7 @@ class Transport:
             set_peer_socket_options(writer, self._config.peer_dead_timeout_ms)
             clock, idle_s, frame_s = conns.clock, conns.idle_s, conns.frame_s
             slot.address = address
+            self._dialled_in(address)
             slot.waiting_for = IDLE
             slot.deadline = clock() + idle_s
             while True:
@@ -305,6 +312,14 @@ class Transport:
             )
             self._on_lost(peer.address)
 
+    def _dialled_in(self, address: str) -> None:
+        """``address`` dialled in: its paths that are down are dialled now."""
+        peer = self._peers.get(address)
+        if peer is not None:
+            for writer, wake in zip(peer.writers, peer.wakes, strict=True):
+                if writer is None:
+                    wake.set()
+
     async def _connect(self, peer: Peer, slot: int) -> None:
         host, _, port = peer.address.rpartition(":")
         delay = 0.05
@@ -315,7 +330,12 @@ class Transport:
         inbound = self._inbound_conns
         while not self._stopping:
             try:
-                reader, writer = await self._open(host, int(port), handshake_s)
+                opened = await open_unless_woken(
+                    self._open(host, int(port), handshake_s), peer.wakes[slot]
+                )
+                if opened is None:
+                    continue
+                reader, writer = opened
             except ssl.SSLError as exc:  # its certificate is not one our CA signed, ...
                 self._dial_warn.warning(
                     peer.address, "TLS to the Raft port of %s failed: %s", peer.address, exc
@@ -323,7 +343,7 @@ class Transport:
                 await asyncio.sleep(1.0)
                 continue
             except (OSError, TimeoutError):
-                await asyncio.sleep(delay)
+                await pause(peer.wakes[slot], delay)
                 delay = min(DIAL_RETRY_MAX_S, delay * 2)
                 continue
             try:
@@ -378,7 +398,7 @@ class Transport:
                 not self._core.is_member(peer.address) and peer.address != self._core.leader
             ):
                 return  # no longer a member: stop redialling
-            await asyncio.sleep(delay)
+            await pause(peer.wakes[slot], delay)
 
     def _tls(self) -> dict[str, Any]:
         """start_server's TLS arguments (none: plain TCP)."""
