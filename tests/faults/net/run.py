@@ -232,6 +232,8 @@ class Phase:
     heal: float
     #: seconds from the heal to each node's first acknowledged write (None: none in time)
     recovery_s: list[float | None] = field(default_factory=list)
+    #: each node's first read after the heal: (status, seconds it took); None: none
+    first_read: list[tuple[str, float] | None] = field(default_factory=list)
     #: from the fault's start to the end of its healed time: the operations that started,
     #: the keys with an anomaly that were used, the longest time with no acknowledged write
     ops: int = 0
@@ -328,6 +330,7 @@ def run_once(
         ph.recovery_s = [
             checker.recovery(ops, i, ph.heal, ph.heal + healed_s + 30) for i in range(n)
         ]
+        ph.first_read = [checker.first_read(ops, i, ph.heal) for i in range(n)]
         during = [o for o in ops if ph.start <= o.start < ph.heal + healed_s]
         ph.ops = len(during)
         ph.anomalies = len({o.key for o in during} & bad)

@@ -117,3 +117,23 @@ def test_cluster_up_log_level_lists_its_choices(capsys: pytest.CaptureFixture[st
     assert "invalid choice: 'LOUD'" in capsys.readouterr().err
     args: Any = up.parse_args(["--data-dir", "d", "--log-level", "debug"])
     assert args.log_level == "DEBUG"
+
+
+def test_every_numeric_default_serve_prints_is_server_configs() -> None:
+    """A flag's help that ends "(default N)" says ServerConfig's own default (the flags
+    left unset take the dataclass's); the Raft engine's own config agrees on those it
+    shares (``--peer-paths``: 2 in all three since two paths became the default)."""
+    from raftlog.native.config import NativeConfig
+
+    config = ServerConfig("n0", "/d")
+    parser = subparser("serve")
+    checked = []
+    for action in parser._actions:
+        field = serve._OPTIONAL_FIELDS.get(action.dest)
+        match = re.search(r"\(default (-?[\d.]+)\)$", " ".join((action.help or "").split()))
+        if field is None or match is None:
+            continue
+        assert float(match[1]) == getattr(config, field), (action.dest, match[1])
+        checked.append(field)
+    assert "peer_paths" in checked and "peer_dead_timeout_ms" in checked, checked
+    assert NativeConfig.peer_paths == config.peer_paths
