@@ -1,44 +1,72 @@
-"""Dialling a peer again: a back-off, or a connect, cut short when the peer dials in.
+"""Dialling a peer again: connects that overlap, a back-off, both cut short when the peer
+dials in.
 
-A member whose paths to a peer are down dials it in a loop (a connect within
-``DIAL_TIMEOUT_S``, then a pause that doubles up to ``DIAL_RETRY_MAX_S``; see
-:mod:`raftlog.native.transport`). After a healed partition that loop can be up to 1.5 s
-from its next SYN, while the peer's own loop may already have reached this member: its
-inbound handshake sets the path's ``wake`` event, and these helpers stop waiting for it.
+A member whose paths to a peer are down dials it in a loop (see
+:mod:`raftlog.native.transport`). A connect whose SYN a partition dropped sends no other
+for a second (the kernel's first SYN retransmission), and before that SYN is given up
+nothing else goes out: with one connect at a time a healed partition waited up to a whole
+connect (1 s) and a pause (0.5 s) for the next SYN, about 1 s in the runs of
+``tests/faults/net`` where every dialler's connect was in flight at the heal.
+:func:`connect_racing` starts another connect every :data:`SYN_EVERY_S` while none has
+answered, each given up after its own timeout, so a SYN leaves every quarter second and a
+peer with a long round trip still connects (the first connect is not cut short). A
+refusal (the peer's host answered: nothing listens) ends the round, and the caller pauses
+(:func:`pause`) before the next. The peer's own diallers may reach us first: its inbound
+handshake sets the path's ``wake`` event, and both helpers stop waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+#: while no connect to a peer has answered, another is started this often
+SYN_EVERY_S = 0.25
 
-async def open_unless_woken(opening: Coroutine[Any, Any, T], wake: asyncio.Event) -> T | None:
-    """``await opening``, or None (``opening`` cancelled) if ``wake`` is set first; the
-    event is cleared before it starts, so only a dial-in from now on counts."""
+
+async def connect_racing(
+    connect: Callable[[], Awaitable[T]],
+    wake: asyncio.Event,
+    timeout_s: float,
+    every_s: float = SYN_EVERY_S,
+    discard: Callable[[T], None] = lambda _: None,
+) -> T | None:
+    """``connect()``, and again every ``every_s`` while none has answered, each given up
+    after ``timeout_s``: the first that connects (the others cancelled, and ``discard``-ed
+    if they connected too); None if ``wake`` is set first (cleared before the first
+    connect, so only a dial-in from now on counts). An error other than a timeout (a
+    refusal, no route) ends it with that error."""
     wake.clear()
-    task = asyncio.ensure_future(opening)
     woken = asyncio.ensure_future(wake.wait())
+    pending: set[asyncio.Future[T]] = set()
     try:
-        await asyncio.wait((task, woken), return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # this dialler was cancelled: so is its connect
-        task.cancel()
-        raise
+        while True:
+            pending.add(asyncio.ensure_future(asyncio.wait_for(connect(), timeout_s)))
+            waiting: set[asyncio.Future[Any]] = {*pending, woken}
+            await asyncio.wait(waiting, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
+            for fut in [f for f in pending if f.done()]:
+                pending.discard(fut)
+                error = fut.exception()
+                if error is None:
+                    return fut.result()
+                if not isinstance(error, TimeoutError):
+                    raise error
+            if woken.done():
+                return None
     finally:
         woken.cancel()
-    if not task.done():
-        task.cancel()
-        try:
-            return await task  # (connected just now after all: keep it)
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # cancelled ourselves meanwhile
-            return None
-    return task.result()
+        for fut in pending:
+            fut.cancel()
+            fut.add_done_callback(lambda f: _discard_connected(f, discard))
+
+
+def _discard_connected(fut: asyncio.Future[T], discard: Callable[[T], None]) -> None:
+    """A connect that completed after all as it was cancelled: its connection is closed."""
+    if not fut.cancelled() and fut.exception() is None:
+        discard(fut.result())
 
 
 async def pause(wake: asyncio.Event, delay: float) -> None:

@@ -17,9 +17,11 @@ leader's answer are then failed at once (``on_lost``) rather than at their deadl
 Under packet loss a peer socket sends a lost segment again within a second
 (:func:`raftlog.native.peer_socket.set_peer_socket_options`), rather than after TCP's
 doubling back-off; with ``peer_paths`` > 1 messages move off a connection the kernel says
-is stuck (:meth:`Transport.unstick`). A peer that dials in while this member's own paths
-to it are down is dialled back at once (:attr:`Peer.wakes`): it is reachable again (a
-healed partition), and until then this member's messages to it were dropped.
+is stuck (:meth:`Transport.unstick`). A peer that does not answer is dialled with
+overlapping connects, a SYN every quarter second (:mod:`raftlog.native.redial`), and one
+that dials in while this member's own paths to it are down is dialled back at once
+(:attr:`Peer.wakes`): it is reachable again (a healed partition), and until then this
+member's messages to it were dropped.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from raftlog.native.conns import (
 from raftlog.native.core import RaftCore
 from raftlog.native.messages import Message, decode_message, encode_message
 from raftlog.native.peer_socket import set_peer_socket_options, stuck
-from raftlog.native.redial import open_unless_woken, pause
+from raftlog.native.redial import connect_racing, pause
 from raftlog.native.stall import TcpState, tcp_state
 
 log = logging.getLogger(__name__)
@@ -61,9 +63,10 @@ def _peername(writer: asyncio.StreamWriter) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
 
 
-#: a dial's TCP connect: a fresh SYN each second rather than the kernel's doubling SYN
-#: retransmissions (1 s, 3 s, 7 s after the first), so a peer cut off (a partition, an
-#: inbound drop) is reached again about a second after the heal, not up to three
+#: a TCP connect to a peer is given up after this (the kernel would send its SYN again
+#: only now, then 3 s and 7 s after the first); meanwhile another starts every
+#: :data:`raftlog.native.redial.SYN_EVERY_S`, so a peer cut off (a partition, an inbound
+#: drop) is reached again within a quarter second of the heal
 DIAL_TIMEOUT_S = 1.0
 #: the longest pause between two dials of a peer that does not answer
 DIAL_RETRY_MAX_S = 0.5
@@ -330,9 +333,7 @@ class Transport:
         inbound = self._inbound_conns
         while not self._stopping:
             try:
-                opened = await open_unless_woken(
-                    self._open(host, int(port), handshake_s), peer.wakes[slot]
-                )
+                opened = await self._open(host, int(port), handshake_s, peer.wakes[slot])
                 if opened is None:
                     continue
                 reader, writer = opened
@@ -408,11 +409,20 @@ class Transport:
         return {"ssl": ctx, "ssl_handshake_timeout": self._config.peer_handshake_timeout_ms / 1000}
 
     async def _open(
-        self, host: str, port: int, handshake_s: float
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to a peer's Raft port: the TCP connect within :data:`DIAL_TIMEOUT_S`,
-        then (peer TLS) the TLS handshake within ``handshake_s``."""
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), DIAL_TIMEOUT_S)
+        self, host: str, port: int, handshake_s: float, wake: asyncio.Event
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """A connection to a peer's Raft port: TCP connects overlapping, each given up after
+        :data:`DIAL_TIMEOUT_S` (:func:`raftlog.native.redial.connect_racing`; None: the peer
+        dialled in meanwhile), then (peer TLS) the TLS handshake within ``handshake_s``."""
+        opened = await connect_racing(
+            lambda: asyncio.open_connection(host, port),
+            wake,
+            DIAL_TIMEOUT_S,
+            discard=lambda pair: pair[1].close(),
+        )
+        if opened is None:
+            return None
+        reader, writer = opened
         ctx = self._config.peer_ssl_client
         if ctx is not None:
             try:
