@@ -232,13 +232,13 @@ class Phase:
     heal: float
     #: seconds from the heal to each node's first acknowledged write (None: none in time)
     recovery_s: list[float | None] = field(default_factory=list)
-    #: each node's first read after the heal: (status, seconds it took); None: none
-    first_read: list[tuple[str, float] | None] = field(default_factory=list)
     #: from the fault's start to the end of its healed time: the operations that started,
     #: the keys with an anomaly that were used, the longest time with no acknowledged write
     ops: int = 0
     anomalies: int = 0
     longest_gap_s: float = 0.0
+    #: each node's first read after the heal: (status, seconds it took); None: none
+    first_read: list[tuple[str, float] | None] = field(default_factory=list)
 
 
 @dataclass
