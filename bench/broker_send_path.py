@@ -15,6 +15,12 @@ is the quick check of a change to the send path; ``bench.broker_send`` stays the
 
     python -m bench.broker_send_path [--sends 20000] [--repeat 3]
     python -m bench.broker_send_path --baseline-tree /work/main   # both trees, taking turns
+
+``--batch N``: each request is a SEND_BATCH_MESSAGE of N messages, each with the properties
+the Redis replicator's full sync gives its messages (UNIQ_KEY, KEYS, TAGS and the REDIS_*
+offsets), the way its sink sends them; the CPU is then per message (``--sends`` messages).
+
+    python -m bench.broker_send_path --batch 256 --in-flight 4 --size 512
 """
 
 from __future__ import annotations
@@ -28,11 +34,55 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rmq.codec import RemotingCommand
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def _run(sends: int, in_flight: int, size: int) -> float:
+def _batch_request(n: int, first: int, queue_id: int, size: int) -> RemotingCommand:
+    """SEND_BATCH_MESSAGE of ``n`` messages with a full sync's properties (as the Redis
+    replicator's sink builds them: ``rmq.batch``, the header's properties WAIT only)."""
+    from bench.rmq_client import PRODUCER_GROUP
+    from rmq.batch import encode_batch_raw
+    from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
+    from rmq.message import encode_properties
+    from rmq.msgid import uniq_key
+
+    items = []
+    for i in range(first, first + n):
+        props = {
+            "REDIS_REPLID": "8f1c6a2d0b9e4f7a3c5d1e2f4a6b8c0d2e4f6a8b",
+            "REDIS_START": "1234567",
+            "REDIS_END": "1234567",
+            "REDIS_DB": "0",
+            "REDIS_KIND": "snapshot",
+            "REDIS_SNAPSHOT": "s-0001",
+            "TAGS": "SET",
+            "KEYS": f"key:{i:012d}",
+            "UNIQ_KEY": uniq_key(),
+        }
+        items.append((0, b"x" * size, encode_properties(props)))
+    return SendMessageHeader(
+        producer_group=PRODUCER_GROUP,
+        topic="bench",
+        default_topic=DEFAULT_TOPIC,
+        default_topic_queue_nums=4,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties="WAIT\x01true\x02",
+        reconsume_times=0,
+        unit_mode=False,
+        batch=True,
+        broker_name="broker-a",
+    ).request_v2(encode_batch_raw(items), language="PYTHON")
+
+
+async def _run(sends: int, in_flight: int, size: int, batch: int = 0) -> float:
     import broker.cli
     from bench.rmq_client import send_v2_request
     from broker.config import BrokerConfig
@@ -52,10 +102,17 @@ async def _run(sends: int, in_flight: int, size: int) -> float:
         replica = Replica(config)
         replica.topics.put(TopicConfig("bench", 4, 4))
         server, peer = replica.server, Peer(1, "127.0.0.1:40000")
-        frames = b"".join(
-            encode(send_v2_request("bench", i % 4, b"x" * size, "broker-a").replace(opaque=i))
-            for i in range(in_flight)
-        )
+        if batch:
+            frames = b"".join(
+                encode(_batch_request(batch, i * batch, i % 4, size).replace(opaque=i))
+                for i in range(in_flight)
+            )
+        else:
+            frames = b"".join(
+                encode(send_v2_request("bench", i % 4, b"x" * size, "broker-a").replace(opaque=i))
+                for i in range(in_flight)
+            )
+        per_round = in_flight * (batch or 1)
 
         async def answer(request: RemotingCommand) -> bytes:
             response = await server.dispatch(request, peer)
@@ -70,12 +127,12 @@ async def _run(sends: int, in_flight: int, size: int) -> float:
                 tasks.append(asyncio.create_task(answer(event)))
             await asyncio.gather(*tasks)
 
-        for _ in range(50):  # warm-up: the queues' files, the caches
+        for _ in range(max(2, 50 // (batch or 1))):  # warm-up: the queues' files, the caches
             await one_round()
         tune_gc = getattr(broker.cli, "tune_gc", None)  # a tree from before it: the default
         if tune_gc is not None:
             tune_gc()
-        rounds = max(1, sends // in_flight)
+        rounds = max(1, sends // per_round)
         started = time.process_time()
         for _ in range(rounds):
             await one_round()
@@ -83,16 +140,16 @@ async def _run(sends: int, in_flight: int, size: int) -> float:
         replica.core.close()
         replica.metrics.close()
         replica.store.close()
-        return 1e6 * spent / (rounds * in_flight)
+        return 1e6 * spent / (rounds * per_round)
 
 
-def _once(sends: int, in_flight: int, size: int) -> float:
+def _once(sends: int, in_flight: int, size: int, batch: int) -> float:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - a dependency of the broker
-        return asyncio.run(_run(sends, in_flight, size))
+        return asyncio.run(_run(sends, in_flight, size, batch))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_run(sends, in_flight, size))
+        return runner.run(_run(sends, in_flight, size, batch))
 
 
 def _in_tree(tree: Path, args: argparse.Namespace) -> float:
@@ -109,6 +166,8 @@ def _in_tree(tree: Path, args: argparse.Namespace) -> float:
         str(args.in_flight),
         "--size",
         str(args.size),
+        "--batch",
+        str(args.batch),
     ]
     out = subprocess.run(
         argv, cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True
@@ -123,12 +182,13 @@ def main() -> None:
     p.add_argument("--sends", type=int, default=20000)
     p.add_argument("--in-flight", type=int, default=64)
     p.add_argument("--size", type=int, default=1024, help="message body bytes")
+    p.add_argument("--batch", type=int, default=0, help="messages per SEND_BATCH_MESSAGE")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--baseline-tree", type=Path, help="also run in this checkout, taking turns")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        print(f"{_once(args.sends, args.in_flight, args.size):.2f}")
+        print(f"{_once(args.sends, args.in_flight, args.size, args.batch):.2f}")
         return
     trees = {"this tree": ROOT}
     if args.baseline_tree is not None:
@@ -140,7 +200,8 @@ def main() -> None:
             runs[name].append(_in_tree(tree, args))
     for name, values in runs.items():
         shown = ", ".join(f"{v:.1f}" for v in values)
-        print(f"{name}: {statistics.median(values):.1f} us of CPU a send (runs: {shown})")
+        what = "message" if args.batch else "send"
+        print(f"{name}: {statistics.median(values):.1f} us of CPU a {what} (runs: {shown})")
     if args.baseline_tree is not None:
         ratio = statistics.median(runs["this tree"]) / statistics.median(runs["baseline"])
         print(f"this tree / baseline: {ratio:.3f}x")

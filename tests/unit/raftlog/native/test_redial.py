@@ -26,9 +26,13 @@ class Dials:
         self.started: list[float] = []
         self.cancelled = 0
         self.closed: list[str] = []
+        self.tasks: list[asyncio.Task[object]] = []
 
     async def connect(self) -> str:
         self.started.append(time.monotonic())
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.append(task)
         n = len(self.started)
         if n == self.answer_at:
             return f"conn{n}"
@@ -41,6 +45,10 @@ class Dials:
             raise
         return "late"
 
+    async def settled(self) -> None:
+        """Every connect this round started has finished (the cancelled ones too)."""
+        await asyncio.wait(self.tasks)
+
 
 def test_connects_overlap_until_one_answers_and_the_others_are_cancelled() -> None:
     async def main() -> None:
@@ -50,7 +58,7 @@ def test_connects_overlap_until_one_answers_and_the_others_are_cancelled() -> No
         )
         assert got == "conn3"
         assert len(dials.started) == 3  # a SYN every every_s while none answered
-        await asyncio.sleep(0.01)  # the cancelled ones finish
+        await dials.settled()
         assert dials.cancelled == 2 and dials.closed == []
 
     asyncio.run(main())
@@ -70,7 +78,7 @@ def test_a_refusal_ends_the_round_with_its_error() -> None:
         dials = Dials(refuse_at=2)
         with pytest.raises(ConnectionRefusedError):
             await connect_racing(dials.connect, asyncio.Event(), timeout_s=30, every_s=0.02)
-        await asyncio.sleep(0.01)  # the cancelled ones finish
+        await dials.settled()
         assert dials.cancelled == 1  # the first, still waiting, is given up
 
     asyncio.run(main())
@@ -85,7 +93,7 @@ def test_a_dial_in_ends_the_round_and_one_before_it_does_not_count() -> None:
         started = time.monotonic()
         assert await connect_racing(dials.connect, wake, timeout_s=30, every_s=0.02) is None
         assert time.monotonic() - started >= 0.09 and len(dials.started) >= 2
-        await asyncio.sleep(0.01)  # the cancelled ones finish
+        await dials.settled()
         assert dials.cancelled == len(dials.started)
 
     asyncio.run(main())
