@@ -42,7 +42,7 @@ from typing import Any
 
 from nameserver.kv.mvcc import Compacted, check_read
 from nameserver.kv.records import COMPACT_KEY, Compaction, KeyValue
-from nameserver.kv.revision import revision_of
+from nameserver.kv.revision import counted_revision, revision_of
 from nameserver.state.image import MetadataImage
 from raftlog import Change, Effect
 from raftlog.log import ApplyObserver, Captured
@@ -169,7 +169,7 @@ class KvHistory:
     # ------------------------------------------------------------ apply thread
     def on_applied(self, before: Captured, last_offset: int, changes: list[Change]) -> None:
         try:
-            self._apply(before.image.kv.get, changes)  # type: ignore[attr-defined]
+            self._apply(before, changes)
             self.image = self._current()
             retained = self._retained_from() if self._retained_from is not None else 0
             below = self._revision_below(retained)
@@ -203,8 +203,14 @@ class KvHistory:
             below = marks.popleft()[1]
         return below
 
-    def _apply(self, prior: Callable[[bytes], KeyValue | None], changes: list[Change]) -> None:
-        self._replay(prior, [(c.offset, c.effects) for c in changes])
+    def _apply(self, before: Captured, changes: list[Change]) -> None:
+        """An apply group's ``changes`` over ``before`` (its image before them): each
+        request's revision followed from the counter there (a put leading a request's
+        effects is at the counter's next), not read from its record."""
+        image: MetadataImage = before.image  # type: ignore[attr-defined]
+        self._replay(
+            image.kv.get, [(c.offset, c.effects) for c in changes], image.store_rev.revision
+        )
 
     def replay(
         self,
@@ -219,15 +225,21 @@ class KvHistory:
         self,
         prior: Callable[[bytes], KeyValue | None],
         changes: Iterable[tuple[int, Sequence[Effect]]],
+        counter: int | None = None,
     ) -> None:
         """:meth:`replay` of ``(offset, its effects)`` pairs (an apply group's changes as
         they come: no pair per effect made on the apply path). A change's revision is
-        its offset, or its counter record's (:func:`nameserver.kv.revision.revision_of`)."""
+        its offset, or its counter record's, or its leading put's: read from the records
+        (:func:`nameserver.kv.revision.revision_of`), or followed from ``counter``, the
+        store's counter before the first change (:func:`~nameserver.kv.revision.counted_revision`)."""
         compact = 0
         record = self.record
         marks = self._marks
         for offset, effects in changes:
-            rev = revision_of(offset, effects)
+            if counter is None:
+                rev = revision_of(offset, effects)
+            else:
+                rev, counter = counted_revision(counter, offset, effects)
             if rev != offset:
                 marks.append((offset, rev))
             for eff in effects:

@@ -77,6 +77,12 @@ def after_request(delta: MetadataDelta, offset: int, effects: list[Effect]) -> N
     counter = made.revision if made is not None else delta.image.store_rev.revision
     if counter < 0:
         return
+    first = effects[0]
+    if first.type == "kv" and not first.delete:
+        # a put leads (most requests): its record's mod_revision is the next revision
+        # (kv.apply.put), the counter needs no record of its own
+        (made if made is not None else delta.store_rev).count(counter + 1)
+        return
     changed = compacted = False
     for eff in effects:
         t = eff.type
@@ -88,9 +94,6 @@ def after_request(delta: MetadataDelta, offset: int, effects: list[Effect]) -> N
     if changed:
         counter += 1
         delta.store_rev.count(counter)
-        first = effects[0]
-        if first.type == "kv" and not first.delete:
-            return  # a put leads: its record's mod_revision is the counter (kv.apply.put)
     elif not compacted:
         return
     value = b"\x08" + varint(counter) if counter else b""  # StoreRevision(counter).to_record()
@@ -154,6 +157,24 @@ def revision_of(offset: int, effects: Sequence[Effect]) -> int:
         if t == "kv" and not first.delete:
             return record_mod_revision(first.value)
     return offset
+
+
+def counted_revision(counter: int, offset: int, effects: Sequence[Effect]) -> tuple[int, int]:
+    """:func:`revision_of` for a reader that follows the count from ``counter`` (the store's
+    counter before the request at ``offset``; -1: it counts by offset) instead of reading
+    a leading put's record (the apply path's kv history: a put's ``mod_revision`` is the
+    counter after it). ``(the request's revision, the counter after it)``."""
+    if effects:
+        first = effects[0]
+        t = first.type
+        if t == "kv" and not first.delete:
+            if counter < 0:
+                return offset, counter
+            return counter + 1, counter + 1
+        if t == REVISION:
+            rev = record_revision(first.value)
+            return rev, rev
+    return offset, counter
 
 
 def kv_replayed(delta: MetadataDelta, kv: KeyValue) -> None:

@@ -463,8 +463,12 @@ class Transport:
             return
         out, self._outbuf = self._outbuf, {}
         forwarded, self._forwarding = self._forwarding, {}
+        peers = self._peers
         for to, frames in out.items():
-            writer = self.peer(to).writer
+            peer = peers.get(to)  # the current path (nearly always); else another, or a dial
+            writer = peer.writers[peer.current] if peer is not None else None
+            if writer is None:
+                writer = self.peer(to).writer
             if writer is None:  # not connected: Raft retries (heartbeats, resends)
                 rids = forwarded.get(to)
                 if rids:

@@ -18,7 +18,13 @@ from nameserver.kv.history import KvHistory
 from nameserver.kv.history_rebuild import rebuild
 from nameserver.kv.mvcc import Compacted, FutureRevision
 from nameserver.kv.records import KeyValue, StoreRevision
-from nameserver.kv.revision import COUNT_REVISIONS, REVISION, count_entry, revision_of
+from nameserver.kv.revision import (
+    COUNT_REVISIONS,
+    REVISION,
+    count_entry,
+    counted_revision,
+    revision_of,
+)
 from nameserver.leases.expiry import lease_entry
 from nameserver.state.image import MetadataDelta, MetadataImage
 from nameserver.state.machine import (
@@ -299,6 +305,60 @@ def model(n: Node) -> dict[int, dict[bytes, bytes]]:
     for image in n.images:
         out[image.revision] = {kv.key: kv.value for kv in image.kv.range(b"\x00", b"\x00")}
     return out
+
+
+def mixed_node() -> Node:
+    """A store that counts by offset, switches, then takes every kind of request that keeps
+    or moves the counter (a compaction among them)."""
+    n = Node()
+    for entry in [put(b"a", b"0"), grant(1), put(b"b", b"0"), Entry(COUNT_REVISIONS)]:
+        n.step(entry)
+    for entry in [
+        put(b"a", b"1"),
+        grant(8),
+        put_leased(b"l", 8),
+        two_puts(),
+        failing_txn(),
+        delete(b"missing", b""),
+        revoke(8),
+        put(b"t1", b"2"),
+        compact(n.image.revision + 2),
+        delete(b"t1", b""),
+        put(b"a", b"2"),
+        grant(9),
+        put(b"c", b"1"),
+    ]:
+        n.step(entry)
+    return n
+
+
+def test_the_apply_path_follows_the_count_as_the_records_say() -> None:
+    """The kv history after apply takes each request's revision from the counter before
+    its group (``counted_revision``), not from its records (``revision_of``, what a reader
+    of the change log does): both agree at every offset, and a history fed groups of any
+    size reads every revision as the images had it."""
+    n = mixed_node()
+    by_offset: dict[int, list[Effect]] = {}
+    for offset, eff in n.log:
+        by_offset.setdefault(offset, []).append(eff)
+    for offset in range(1, n.offset + 1):
+        effects = by_offset.get(offset, [])
+        counter = n.images[offset - 1].store_rev.revision
+        rev, after = counted_revision(counter, offset, effects)
+        assert rev == revision_of(offset, effects), offset
+        assert after == n.images[offset].store_rev.revision, offset
+    states = model(n)
+    for size in (1, 2, 3, 5, n.offset):
+        history = KvHistory(n.images[0], lambda: n.image)
+        for start in range(1, n.offset + 1, size):
+            offsets = range(start, min(start + size, n.offset + 1))
+            changes = [Change(o, 1, 0, by_offset[o]) for o in offsets if o in by_offset]
+            before = CapturedImage(n.images[start - 1])
+            history.on_applied(before, offsets[-1], changes)
+        assert history.floor == n.image.mvcc.compact_revision > 0
+        for rev in range(history.floor, n.image.revision + 1):
+            got = {kv.key: kv.value for kv in history.view(rev).range(b"\x00", b"\x00")}
+            assert got == states[rev], (size, rev)
 
 
 def test_the_history_reads_every_revision_and_the_retention_point_is_a_revision() -> None:
