@@ -33,10 +33,17 @@ TOPIC_NOT_EXIST_FAQ = (
 )
 
 
+def quoted(name: str) -> str:
+    """A name a client sent, for a remark: whole up to 256 characters, else its head and
+    its length (a remark stays short whatever the client sent)."""
+    if len(name) > 256:
+        return f"{name[:128]}… ({len(name)} characters)"
+    return name
+
+
 def topic_not_exist(topic: str) -> str:
-    if len(topic) > 256:  # no such topic can exist (127 characters at most): quote its head
-        topic = f"{topic[:128]}… ({len(topic)} characters)"
-    return f"No topic route info in name server for the topic: {topic}"
+    # no such topic can exist past 127 characters: quote its head
+    return f"No topic route info in name server for the topic: {quoted(topic)}"
 
 
 def no_route(topic: str, faq: bool = False) -> TopicNotExist:
@@ -46,12 +53,12 @@ def no_route(topic: str, faq: bool = False) -> TopicNotExist:
 
 def kv_not_found(namespace: str, key: str) -> ConfigNotFound:
     """RocketMQ's QUERY_NOT_FOUND for GET_KV_CONFIG."""
-    return ConfigNotFound(f"No config item, Namespace: {namespace} Key: {key}")
+    return ConfigNotFound(f"No config item, Namespace: {quoted(namespace)} Key: {quoted(key)}")
 
 
 def namespace_not_found(namespace: str) -> ConfigNotFound:
     """RocketMQ's QUERY_NOT_FOUND for GET_KVLIST_BY_NAMESPACE."""
-    return ConfigNotFound(f"No config item, Namespace: {namespace}")
+    return ConfigNotFound(f"No config item, Namespace: {quoted(namespace)}")
 
 
 class RoutingNode:

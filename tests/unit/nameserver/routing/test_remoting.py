@@ -247,6 +247,14 @@ def test_100_101_102_219_kv_config(front: Front) -> None:
     assert (r.code, r.remark) == (ResponseCode.QUERY_NOT_FOUND, "No config item, Namespace: ns")
     r = front(PutKvConfigHeader(namespace="", key="k", value="v").request())
     assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+    # a name no client could have stored comes back as its head and length, not whole
+    # (the remoting fuzz test sent a 5,000-character namespace)
+    long = "9" * 5000
+    r = front(GetKvListByNamespaceHeader(namespace=long).request())
+    want = f"No config item, Namespace: {'9' * 128}… (5000 characters)"
+    assert (r.code, r.remark) == (ResponseCode.QUERY_NOT_FOUND, want)
+    r = front(KvConfigKeyHeader(namespace="ns", key=long).request())
+    assert r.code == ResponseCode.QUERY_NOT_FOUND and r.remark.endswith("… (5000 characters)")
 
 
 def test_103_returns_order_topic_config_to_the_broker(front: Front) -> None:
