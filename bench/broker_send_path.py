@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -34,9 +35,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rmq.codec import RemotingCommand
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,10 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _batch_request(n: int, first: int, queue_id: int, size: int) -> RemotingCommand:
     """SEND_BATCH_MESSAGE of ``n`` messages with a full sync's properties (as the Redis
-    replicator's sink builds them: ``rmq.batch``, the header's properties WAIT only)."""
-    from bench.rmq_client import PRODUCER_GROUP
-    from rmq.batch import encode_batch_raw
-    from rmq.headers import DEFAULT_TOPIC, SendMessageHeader
+    replicator's sink builds them: ``bench.rmq_client.send_batch_request``)."""
     from rmq.message import encode_properties
     from rmq.msgid import uniq_key
 
@@ -65,21 +65,23 @@ def _batch_request(n: int, first: int, queue_id: int, size: int) -> RemotingComm
             "UNIQ_KEY": uniq_key(),
         }
         items.append((0, b"x" * size, encode_properties(props)))
-    return SendMessageHeader(
-        producer_group=PRODUCER_GROUP,
-        topic="bench",
-        default_topic=DEFAULT_TOPIC,
-        default_topic_queue_nums=4,
-        queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties="WAIT\x01true\x02",
-        reconsume_times=0,
-        unit_mode=False,
-        batch=True,
-        broker_name="broker-a",
-    ).request_v2(encode_batch_raw(items), language="PYTHON")
+    return _send_batch_request()("bench", queue_id, items, "broker-a")
+
+
+def _send_batch_request() -> Callable[..., RemotingCommand]:
+    """``bench.rmq_client.send_batch_request``; a ``--baseline-tree`` from before it has its
+    ``bench.rmq_client`` first on the path, and takes this tree's (built on its own ``rmq``)."""
+    import bench.rmq_client
+
+    send = getattr(bench.rmq_client, "send_batch_request", None)
+    if send is None:
+        here = Path(__file__).with_name("rmq_client.py")
+        spec = importlib.util.spec_from_file_location("_rmq_client_here", here)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        send = module.send_batch_request
+    return cast("Callable[..., RemotingCommand]", send)
 
 
 async def _run(sends: int, in_flight: int, size: int, batch: int = 0) -> float:

@@ -12,6 +12,9 @@ rocketmq-clients.md §1.6):
   properties, reconsumeTimes, unitMode, maxReconsumeTimes, batch) plus ``n`` = brokerName
   (J4 ``SendMessageRequestHeaderV2.java:32-60``); properties ``k\\x01v\\x02`` with a
   ``UNIQ_KEY`` and ``WAIT=true``. Answer SUCCESS (0) = PUT_OK; any other code is a failed send.
+* SEND_BATCH_MESSAGE (320): the same header with ``batch``, properties ``WAIT=true`` only, the
+  body the messages in the store's batch encoding (``rmq.batch``), as the Redis replicator's
+  sink sends a full sync.
 * PULL_MESSAGE (11) with SUSPEND|SUBSCRIPTION (0x2|0x4), subscription ``*``, long polling:
   SUCCESS carries stored records (§1), 19 = nothing new, 20/21 = go on at ``nextBeginOffset``.
 * HEART_BEAT (34) registering the benchmark's consumer group before it pulls.
@@ -24,10 +27,11 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from replicator.rocketmq import wire
+from rmq.batch import encode_batch_raw
 from rmq.codec import RemotingCommand
 from rmq.codes import RequestCode, ResponseCode
 from rmq.connection import ConnectionLost as ConnectionLost
@@ -55,6 +59,35 @@ class SendFailed(Exception):
         self.code = code
 
 
+def _send_request(
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    broker_name: str,
+    producer_group: str,
+    queue_nums: int,
+    properties: str,
+    batch: bool,
+) -> RemotingCommand:
+    """SEND_MESSAGE_V2, or SEND_BATCH_MESSAGE when ``batch``: fields as the Java client's
+    ``createSendMessageRequestHeaderV2``."""
+    return SendMessageHeader(
+        producer_group=producer_group,
+        topic=topic,
+        default_topic=DEFAULT_TOPIC,
+        default_topic_queue_nums=queue_nums,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=properties,
+        reconsume_times=0,
+        unit_mode=False,
+        batch=batch,
+        broker_name=broker_name,
+    ).request_v2(body, language="PYTHON")
+
+
 def send_v2_request(
     topic: str,
     queue_id: int,
@@ -65,21 +98,27 @@ def send_v2_request(
 ) -> RemotingCommand:
     """One SEND_MESSAGE_V2 request, fields as the Java client's ``createSendMessageRequestHeaderV2``."""
     props = properties_text({"UNIQ_KEY": uniq_key(), "WAIT": "true"})
-    return SendMessageHeader(
-        producer_group=producer_group,
-        topic=topic,
-        default_topic=DEFAULT_TOPIC,
-        default_topic_queue_nums=queue_nums,
-        queue_id=queue_id,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties=props,
-        reconsume_times=0,
-        unit_mode=False,
-        batch=False,
-        broker_name=broker_name,
-    ).request_v2(body, language="PYTHON")
+    return _send_request(
+        topic, queue_id, body, broker_name, producer_group, queue_nums, props, batch=False
+    )
+
+
+def send_batch_request(
+    topic: str,
+    queue_id: int,
+    items: Iterable[tuple[int, bytes, bytes]],
+    broker_name: str,
+    producer_group: str = PRODUCER_GROUP,
+    queue_nums: int = 4,
+) -> RemotingCommand:
+    """One SEND_BATCH_MESSAGE request of ``items`` (flag, body, encoded properties each,
+    ``rmq.batch.encode_batch_raw``), the header's properties WAIT only, as the Redis
+    replicator's sink sends several messages."""
+    body = encode_batch_raw(items)
+    props = properties_text({"WAIT": "true"})
+    return _send_request(
+        topic, queue_id, body, broker_name, producer_group, queue_nums, props, batch=True
+    )
 
 
 def pull_request(

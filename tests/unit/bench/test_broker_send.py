@@ -25,10 +25,12 @@ from bench.rmq_client import (
     RmqTarget,
     SendFailed,
     record_bodies,
+    send_batch_request,
     send_v2_request,
 )
+from rmq.batch import BatchItem, decode_batch
 from rmq.codec import FrameDecoder, RemotingCommand, decode_frame, encode
-from rmq.message import Host, StoredMessage, parse_properties
+from rmq.message import Host, StoredMessage, encode_properties, parse_properties
 from rmq.message import encode as encode_record
 
 V2_FIELDS = set("abcdefghijkmn")  # l (maxReconsumeTimes) only for retry topics
@@ -134,6 +136,23 @@ def test_send_v2_request_carries_the_v2_header() -> None:
     assert decoded.body == b"body"
     other = send_v2_request("T", 3, b"", "broker-a").ext_fields["i"]
     assert other != f["i"]  # a new UNIQ_KEY per message
+
+
+def test_send_batch_request_carries_the_v2_header_with_batch() -> None:
+    items = [(0, b"one", encode_properties({"UNIQ_KEY": "A" * 32, "KEYS": "k1"}))]
+    items.append((0, b"two", encode_properties({"UNIQ_KEY": "B" * 32})))
+    decoded = decode_frame(encode(send_batch_request("T", 2, items, "broker-a"))[4:])
+    assert decoded.code == 320  # SEND_BATCH_MESSAGE
+    f = decoded.ext_fields
+    v2 = send_v2_request("T", 2, b"", "broker-a").ext_fields  # the same header but for:
+    same = set(V2_FIELDS) - {"g", "i", "m"}  # bornTimestamp, properties, batch
+    assert set(f) == V2_FIELDS and {k: f[k] for k in same} == {k: v2[k] for k in same}
+    assert f["m"] == "true"
+    assert f["i"] == "WAIT\x01true\x02"  # the header's properties: WAIT only
+    assert decode_batch(decoded.body) == [
+        BatchItem(0, b"one", {"UNIQ_KEY": "A" * 32, "KEYS": "k1"}),
+        BatchItem(0, b"two", {"UNIQ_KEY": "B" * 32}),
+    ]
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])  # the script's default is uvloop
