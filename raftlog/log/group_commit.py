@@ -35,8 +35,8 @@ log = logging.getLogger(__name__)
 BUSY_ITEM_REQUESTS = 10
 #: Under load a consensus item gathers requests for this long per request waiting at once
 #: (the most seen over the last one or two ``PEAK_PERIOD_S``), from ``WINDOW_FLOOR_S`` up
-#: to the server's ``batch_window_ms``: with a 6 ms cap, the floor at 16 clients and ~6 ms
-#: at 64. Measured on 2 cores (bench/results/; docs/performance.md): fixed windows were best at 2-3 ms for
+#: to the server's ``batch_window_ms``: ~1.8 ms at 16 clients, the 3 ms cap from 28 on.
+#: Measured on 2 cores (bench/results/; docs/performance.md): fixed windows were best at 2-3 ms for
 #: 16 clients and at 6 ms for 64; how many requests wait at once tells the two apart, item
 #: sizes did not. Since the server's extra gRPC accepts, 3 ms is best at 64 too, and the
 #: server's default cap is 3 (the rule is for longer caps).
@@ -44,8 +44,11 @@ WINDOW_PER_REQUEST_S = 0.00011
 PEAK_PERIOD_S = 0.2
 #: Never shorter: a short window makes small items, whose CPU per request then keeps the
 #: load from filling them (windows sized by the last item's size stayed short that way,
-#: at a third of the throughput).
-WINDOW_FLOOR_S = 0.003
+#: at a third of the throughput). At 3 ms, as it was, every window was 3 ms from 2 clients
+#: to 64; at 1 ms, 16 clients gather for ~1.8 ms: 1.11-1.22x the puts/s at 16, 1.20x at 8,
+#: 1.28x at 4, 32 and 64 the same (bench.compare_etcd, both trees interleaved, 2026-12-07);
+#: halving this and the per-request share as well cost more CPU per put for less.
+WINDOW_FLOOR_S = 0.001
 #: A proposed item that got no answer by then no longer holds up the next one.
 IN_FLIGHT_TIMEOUT_S = 5.0
 
