@@ -62,6 +62,7 @@ SYSTEMS = (
     "metaledger-pysyncobj",
     "metaledger-baseline",
     "metaledger-gofront",
+    "metaledger-baseline-gofront",
     "grpc-aio-noop",
     "grpc-sync-noop",
     "etcd-tls",
@@ -79,14 +80,18 @@ ENGINES = {
     "metaledger-pysyncobj": "pysyncobj",
     "metaledger-baseline": "native",
     "metaledger-gofront": "native",
+    "metaledger-baseline-gofront": "native",
     "metaledger-tls": "native",
 }
 #: ``metaledger-gofront``: the nodes serve their client port through the Go gRPC front
 #: (``serve --grpc-front go``, docs/operations.md); its processes count as the servers'.
-GO_FRONT_SYSTEMS = {"metaledger-gofront"}
+GO_FRONT_SYSTEMS = {"metaledger-gofront", "metaledger-baseline-gofront"}
 #: ``metaledger-baseline`` runs the servers of another checkout (``--baseline-tree``, e.g. a
 #: ``git worktree`` of the commit before a change) under the same load generator: a change's
-#: cost measured side by side, interleaved, instead of from two runs minutes apart.
+#: cost measured side by side, interleaved, instead of from two runs minutes apart;
+#: ``metaledger-baseline-gofront`` the same through its Go front (``scripts/build_front.sh``
+#: run in that checkout).
+BASELINE_SYSTEMS = {"metaledger-baseline", "metaledger-baseline-gofront"}
 NOOP_MODES = {"grpc-aio-noop": "aio", "grpc-sync-noop": "sync"}
 #: Columns of the ratio table: (numerator, denominator), shown when both systems ran.
 RATIOS = (
@@ -96,6 +101,7 @@ RATIOS = (
     ("metaledger", "metaledger-baseline"),
     ("metaledger-gofront", "etcd"),
     ("metaledger-gofront", "metaledger"),
+    ("metaledger-gofront", "metaledger-baseline-gofront"),
     ("metaledger", "grpc-aio-noop"),
     ("metaledger", "grpc-sync-noop"),
     ("grpc-aio-noop", "etcd"),
@@ -397,7 +403,8 @@ def start_metaledger(
     cluster.version = (
         f"metaledger (this tree, {engine} engine{', Go gRPC front' if go_front else ''})"
         if tree is None
-        else f"metaledger (baseline tree {tree}{_git_head(tree)}, {engine} engine)"
+        else f"metaledger (baseline tree {tree}{_git_head(tree)}, {engine} engine"
+        f"{', Go gRPC front' if go_front else ''})"
     )
 
     def node_pids() -> list[int]:
@@ -515,7 +522,7 @@ def start_system(system: str, args: argparse.Namespace, workdir: Path) -> Cluste
     if TLS_SYSTEMS.get(system, system) == "etcd":
         start_etcd(cluster, args.etcd, args.etcdctl, workdir, tls)
     else:
-        tree = args.baseline_tree if system == "metaledger-baseline" else None
+        tree = args.baseline_tree if system in BASELINE_SYSTEMS else None
         start_metaledger(cluster, workdir, ENGINES[system], tree, tls, system in GO_FRONT_SYSTEMS)
     return cluster
 
@@ -774,11 +781,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"compare_etcd: --noop-workers must be >= 1, not {args.noop_workers}", file=sys.stderr
         )
         return 2
-    if "metaledger-baseline" in systems and not (
+    if BASELINE_SYSTEMS & set(systems) and not (
         args.baseline_tree and (Path(args.baseline_tree) / "nameserver").is_dir()
     ):
         print(
-            "compare_etcd: metaledger-baseline needs --baseline-tree: a checkout of metaledger",
+            "compare_etcd: metaledger-baseline(-gofront) needs --baseline-tree: a checkout of "
+            "metaledger",
             file=sys.stderr,
         )
         return 2

@@ -438,8 +438,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--batch-window-ms",
         type=float,
         metavar="MS",
-        help="under load, gather requests up to MS into one consensus item (default 3; "
-        "above 3 the window grows with the requests waiting, from 3 ms; 0 = no wait)",
+        help="under load, gather requests up to MS into one consensus item (default 3): the "
+        "window grows with the requests waiting, from 1 ms up to MS; 0 = no wait",
     )
     p.add_argument(
         "--initial-cluster-token",
