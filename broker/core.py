@@ -175,15 +175,17 @@ class BrokerCore:
         status = PutStatus.PUT_OK
         if len(results) < len(stored):
             status = put_status(stored[-1].status)
+        # the queues the stored messages went to, each once (a batch has one)
+        queues = dict.fromkeys((m.topic, m.queue_id) for m in messages[: len(results)])
         if results:
             self.appended()
-            for m in messages[: len(results)]:
-                self.hold.notify(m.topic, m.queue_id)
+            for topic, queue_id in queues:
+                self.hold.notify(topic, queue_id)
         if results and status is PutStatus.PUT_OK:
             last = results[-1]
             status = await self.replication.wait(last.physical_offset + last.size, admission, True)
-            for m in messages:
-                self.hold.notify(m.topic, m.queue_id)
+            for topic, queue_id in queues:
+                self.hold.notify(topic, queue_id)
         return self._count(status), results
 
     def _count(self, status: PutStatus) -> PutStatus:

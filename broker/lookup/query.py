@@ -15,7 +15,8 @@ from __future__ import annotations
 import struct
 
 from broker.store import DamagedRecordError, FlushMode, MessageStore, StoreError
-from broker.store.index import KEY_SEPARATOR, IndexHits
+from broker.store.index import IndexHits
+from broker.store.index_file import KEY_SEPARATOR
 from rmq.message import (
     MAGIC_V1,
     MAGIC_V2,

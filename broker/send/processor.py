@@ -64,6 +64,7 @@ from rmq.headers import (
     SendMessageResponseHeader,
 )
 from rmq.message import (
+    LOCALHOST,
     PROPERTY_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
@@ -266,16 +267,22 @@ class SendProcessor:
         props: dict[str, str],
         born: Host,
     ) -> StoredMessage:
+        # by position: a batch builds one a message, and keywords cost twice as much
         return StoredMessage(
-            topic=topic,
-            body=body,
-            queue_id=queue_id,
-            flag=flag,
-            sysflag=h.sys_flag & ~SYSFLAG_TRANSACTION_MASK if h.batch else h.sys_flag,
-            born_timestamp=h.born_timestamp,
-            born_host=born,
-            reconsume_times=h.reconsume_times,
-            properties=props,
+            topic,
+            body,
+            queue_id,
+            flag,
+            0,  # queue_offset: the store's
+            0,  # physical_offset: the store's
+            h.sys_flag & ~SYSFLAG_TRANSACTION_MASK if h.batch else h.sys_flag,
+            h.born_timestamp,
+            born,
+            0,  # store_timestamp: the store's
+            LOCALHOST,  # store_host: the store's
+            h.reconsume_times,
+            0,  # prepared_tx_offset
+            props,
         )
 
     def delayed(self, m: StoredMessage) -> StoredMessage:

@@ -20,11 +20,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.store.index_file import INT32_MAX, IndexFile, key_hash
+from broker.store.index_file import KEY_SEPARATOR, IndexFile, key_hash
 from broker.store.segments import makedirs_durable
 from rmq.message import StoredMessage
 from rmq.msgid import UNIQ_KEY
@@ -32,7 +31,6 @@ from rmq.msgid import UNIQ_KEY
 log = logging.getLogger(__name__)
 MAX_MSGS_NUM_BATCH = 64  # MessageStoreConfig.maxMsgsNumBatch
 DEFAULT_QUERY_MAX_NUM = 32  # MessageStoreConfig.defaultQueryMaxNum (unique-key queries)
-KEY_SEPARATOR = " "  # MessageConst.KEY_SEPARATOR
 
 
 @dataclass(frozen=True)
@@ -143,23 +141,10 @@ class IndexService:
     def _put_many(self, records: list[Record]) -> None:
         f = self._active()
         try:
-            for phy_offset, topic, keys, uniq_key, store_timestamp in records:
-                if phy_offset <= f.end_phy_offset:
-                    continue
-                if keys:
-                    hashes = [key_hash(k) for k in index_keys(topic, keys, uniq_key)]
-                elif uniq_key:  # the usual record: its UNIQ_KEY only (index_keys' first)
-                    hashes = [zlib.crc32(f"{topic}#{uniq_key}".encode()) & INT32_MAX]
-                else:
-                    hashes = []
-                if not hashes:
-                    f.seen(phy_offset)
-                    continue
-                while hashes:
-                    done = f.put(hashes, phy_offset, store_timestamp)
-                    hashes = hashes[done:]
-                    if hashes:
-                        f = self._active()  # full: the rest go to a new file
+            done, rest = f.put_records(records, 0, [])
+            while done < len(records):  # full: the rest go to a new file
+                f = self._active()
+                done, rest = f.put_records(records, done, rest)
         finally:
             f.write_header()
 

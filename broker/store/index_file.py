@@ -31,6 +31,7 @@ HEADER: Final = struct.Struct(">qqqqii")
 SLOT: Final = struct.Struct(">i")
 ENTRY: Final = struct.Struct(">iqii")
 INT32_MAX: Final = 0x7FFFFFFF
+KEY_SEPARATOR: Final = " "  # MessageConst.KEY_SEPARATOR: between a message's KEYS
 # bound once: :meth:`IndexFile.put` runs per indexed key on the send and replication paths
 _SLOT_READ: Final = SLOT.unpack_from
 _SLOT_WRITE: Final = SLOT.pack_into
@@ -43,6 +44,17 @@ _ENTRY_SIZE: Final = ENTRY.size
 def key_hash(key: str) -> int:
     """The (non-negative) hash an index keeps for ``key`` (``topic#KEY``)."""
     return zlib.crc32(key.encode()) & INT32_MAX
+
+
+def record_hashes(topic: str, keys: str, uniq_key: str) -> list[int]:
+    """The hashes a record is indexed under: ``topic#UNIQ_KEY``, then ``topic#K`` for each
+    of its space-separated KEYS (``MessageConst.KEY_SEPARATOR``), in that order."""
+    out = [zlib.crc32(f"{topic}#{uniq_key}".encode()) & INT32_MAX] if uniq_key else []
+    if keys:
+        for k in keys.split(KEY_SEPARATOR):
+            if k:
+                out.append(zlib.crc32(f"{topic}#{k}".encode()) & INT32_MAX)
+    return out
 
 
 def file_size(slots: int, entries: int) -> int:
@@ -124,6 +136,39 @@ class IndexFile:
         if store_timestamp > self.end_timestamp:
             self.end_timestamp = store_timestamp
         return max(n, 0)
+
+    def put_records(
+        self, records: list[tuple[int, str, str, str, int]], start: int, rest: list[int]
+    ) -> tuple[int, list[int]]:
+        """Index ``records[start:]`` (each: commit-log offset, topic, KEYS, UNIQ_KEY, store
+        time; in commit-log order) until done or this file is full; ``rest``, when not empty,
+        the hashes of ``records[start]`` a full file left over (indexed here without the
+        check that the record is new). A record at or below ``end_phy_offset`` is skipped;
+        one without keys is only seen. Returns where to go on: (the first record not done,
+        the hashes of it still to index; empty unless this file filled inside a record).
+        The header is written by :meth:`write_header`."""
+        n = len(records)
+        i = start
+        if rest:
+            done = self.put(rest, records[i][0], records[i][4])
+            if done < len(rest):
+                return i, rest[done:]
+            i += 1
+        while i < n:
+            phy_offset, topic, keys, uniq_key, store_timestamp = records[i]
+            if phy_offset <= self.end_phy_offset:
+                i += 1
+                continue
+            hashes = record_hashes(topic, keys, uniq_key)
+            if not hashes:
+                self.seen(phy_offset)
+                i += 1
+                continue
+            done = self.put(hashes, phy_offset, store_timestamp)
+            if done < len(hashes):
+                return i, hashes[done:]
+            i += 1
+        return i, []
 
     def seen(self, phy_offset: int) -> None:
         """Records up to ``phy_offset`` were given to the index (none had keys); the

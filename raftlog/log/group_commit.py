@@ -36,10 +36,12 @@ BUSY_ITEM_REQUESTS = 10
 #: Under load a consensus item gathers requests for this long per request waiting at once
 #: (the most seen over the last one or two ``PEAK_PERIOD_S``), from ``WINDOW_FLOOR_S`` up
 #: to the server's ``batch_window_ms``: ~1.8 ms at 16 clients, the 3 ms cap from 28 on.
-#: Measured on 2 cores (bench/results/; docs/performance.md): fixed windows were best at 2-3 ms for
-#: 16 clients and at 6 ms for 64; how many requests wait at once tells the two apart, item
-#: sizes did not. Since the server's extra gRPC accepts, 3 ms is best at 64 too, and the
-#: server's default cap is 3 (the rule is for longer caps).
+#: Why per request waiting (bench/results/; docs/performance.md): the best fixed window
+#: differed with the load (16 clients against 64 on 2 cores), and how many requests wait at
+#: once told the loads apart where item sizes did not. The server's default cap is 3 ms, the
+#: best at 64 clients since its extra gRPC accepts; on the AMD host of 2026-12-07 the best at
+#: 16 clients was near the ~1.8 ms this rule gives them
+#: (bench/results/group-commit-window-2026-12-07.md).
 WINDOW_PER_REQUEST_S = 0.00011
 PEAK_PERIOD_S = 0.2
 #: Never shorter: a short window makes small items, whose CPU per request then keeps the

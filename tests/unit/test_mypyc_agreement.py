@@ -389,6 +389,41 @@ def test_stored_message_records(
     agree(name, "encode_properties", props)
 
 
+@SETTINGS
+@given(
+    items=st.lists(
+        st.tuples(
+            st.integers(-(2**31), 2**31 - 1),
+            st.binary(max_size=40),
+            st.dictionaries(
+                st.text("abcKEYS_é", min_size=1, max_size=6), st.text("xyz01", max_size=8)
+            ),
+        ),
+        max_size=6,
+    ),
+    flip=st.integers(0, 10_000),
+    cut=st.integers(0, 10_000),
+    garbage=st.binary(max_size=60),
+)
+def test_batch_bodies(
+    items: list[tuple[int, bytes, dict[str, str]]], flip: int, cut: int, garbage: bytes
+) -> None:
+    name = "rmq.batch"
+    compiled, source = both(name)
+    raw = [(flag, body, source.encode_properties(props)) for flag, body, props in items]
+    body = agree(name, "encode_batch_raw", raw)[1]
+    assert outcome(compiled.encode_batch, [compiled.BatchItem(*it) for it in items]) == outcome(
+        source.encode_batch, [source.BatchItem(*it) for it in items]
+    )
+    assert agree(name, "decode_batch", body)[0] == ("ok" if items else "error")
+    bad = bytearray(body or b"\0")
+    bad[flip % len(bad)] ^= 0x5A
+    for data in (body, bytes(bad), body[: cut % (len(body) + 1)], garbage, b"\xff" * 40):
+        agree(name, "decode_batch", data)
+    for _flag, _body, props in raw:
+        agree(name, "fits_batch", props)
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_the_source_loads_as_a_second_module(name: str) -> None:
     assert pure(name).__file__ != importlib.import_module(

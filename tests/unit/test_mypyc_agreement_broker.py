@@ -170,6 +170,45 @@ def test_index_file_bytes_and_lookups(
     assert got[0] == got[1]
 
 
+@SETTINGS
+@given(
+    records=st.lists(
+        st.tuples(
+            st.integers(0, 2**40),
+            st.sampled_from(["T", "Ü"]),
+            st.lists(st.sampled_from(["a", "b", ""]), max_size=3).map(" ".join),
+            st.sampled_from(["", "U1", "U2"]),
+            st.integers(0, 2**42),
+        ),
+        max_size=12,
+    ),
+    entries=st.integers(2, 9),
+)
+def test_index_file_put_records(
+    tmp_path_factory: Any, records: list[tuple[int, str, str, str, int]], entries: int
+) -> None:
+    """A batch of records into a file that may fill (inside a record too), then the rest
+    into the next: the same returns and the same bytes."""
+    got = []
+    for m in both(INDEX):
+        trace: list[Any] = [[m.record_hashes(t, k, u) for _o, t, k, u, _s in records]]
+        files = []
+        done, rest = 0, []
+        while True:
+            path = Path(tmp_path_factory.mktemp("index")) / "f"
+            f = m.IndexFile(str(path), 3, entries)
+            done, rest = f.put_records(records, done, rest)
+            f.write_header()
+            f.flush()
+            f.close()
+            trace.append((done, rest))
+            files.append(path.read_bytes())
+            if done >= len(records):
+                break
+        got.append((trace, files))
+    assert got[0] == got[1]
+
+
 def _master_log(tmp: Path, count: int, segment_size: int) -> bytes:
     """A master's commit log of ``count`` messages over three queues (keys, tags, a blank at
     each segment's end)."""

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.store.index import IndexConfig, IndexService, index_keys
-from broker.store.index_file import IndexFile, file_size, key_hash
+from broker.store.index_file import IndexFile, file_size, key_hash, record_hashes
 
 T0 = 1_700_000_000_000
 ALL = (0, 2**62)
@@ -20,6 +20,13 @@ ALL = (0, 2**62)
 def test_index_keys_are_topic_hash_key_for_the_uniq_key_and_each_key() -> None:
     assert index_keys("T", "a  b", "U1") == ["T#U1", "T#a", "T#b"]
     assert index_keys("T", "", "") == []
+
+
+def test_a_records_hashes_are_those_of_its_index_keys() -> None:
+    for topic, keys, uniq in [("T", "a  b", "U1"), ("T", "", ""), ("T", "k", ""), ("T", " ", "U")]:
+        assert record_hashes(topic, keys, uniq) == [
+            key_hash(k) for k in index_keys(topic, keys, uniq)
+        ]
 
 
 def test_put_and_lookup_newest_first(tmp_path: Path) -> None:
@@ -153,24 +160,38 @@ records = st.lists(
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(records=records, slots=st.integers(1, 5), entries=st.integers(2, 9), restart=st.booleans())
+@given(
+    records=records,
+    slots=st.integers(1, 5),
+    entries=st.integers(2, 9),
+    restart=st.booleans(),
+    chunk=st.integers(1, 8),
+)
 def test_the_index_agrees_with_a_dict_model(
     tmp_path_factory: pytest.TempPathFactory,
     records: list[tuple[str, list[str], int]],
     slots: int,
     entries: int,
     restart: bool,
+    chunk: int,
 ) -> None:
+    """Records go in ``chunk`` at a time (``put_many``: files fill inside a chunk and
+    inside a record's keys)."""
     root = str(tmp_path_factory.mktemp("idx"))
     cfg = IndexConfig(hash_slots=slots, entries_per_file=entries)
     idx = IndexService(root, cfg)
     model: dict[tuple[str, str], list[tuple[int, int]]] = {}
     stamp = T0
+    given: list[tuple[int, str, str, str, int]] = []
     for n, (topic, keys, sec) in enumerate(records):
         offset, stamp = n * 100, stamp + sec * 1000 + 7
-        idx.put(offset, topic, " ".join(keys), f"id{n}", stamp)
+        given.append((offset, topic, " ".join(keys), f"id{n}", stamp))
         for k in dict.fromkeys([f"id{n}", *keys]):
             model.setdefault((topic, k), []).append((offset, stamp))
+    for at in range(0, len(given), chunk):
+        idx.put_many(given[at : at + chunk])
+    if given:
+        assert idx.end_offset == given[-1][0]
     if restart:
         idx.close()
         idx = IndexService(root, cfg)
