@@ -200,6 +200,19 @@ class RemotingCommand:
         return default
 
 
+#: an answer's remark longer than this keeps its head and tail (:func:`bounded_remark`)
+MAX_REMARK_CHARS: Final = 1024
+
+
+def bounded_remark(remark: str) -> str:
+    """``remark`` when at most :data:`MAX_REMARK_CHARS` characters, else its first 512 and
+    last 256 with how many were left out between: a remark quoting what a client sent (a
+    topic, a group, a key of any length) stays short and keeps its sentence's two ends."""
+    if len(remark) <= MAX_REMARK_CHARS:
+        return remark
+    return f"{remark[:512]}… ({len(remark) - 768} characters left out) …{remark[-256:]}"
+
+
 def parse_int_field(name: str, value: str) -> int:
     if value.isdigit() and value.isascii() and len(value) <= 20:  # what clients send
         return int(value)

@@ -17,6 +17,8 @@ PULL_MESSAGE must not hold up the heartbeats behind it). What RocketMQ's
   error tree → response code and remark); one it does not know is a bug: SYSTEM_ERROR with
   the program's ``internal_error_remark`` and one ERROR log line, never Python's exception
   text; the connection stays open;
+- every remark is bounded (:func:`~rmq.codec.bounded_remark`): a client may send a topic or
+  a group of any length, and a remark that quotes it keeps its two ends only;
 - a broken byte stream (:class:`~rmq.codec.ProtocolError`: oversize frame, bad header)
   closes that connection only, without a reply, as Netty's decoder does; requests decoded
   before the damage are still answered;
@@ -57,11 +59,13 @@ from typing import Any, Protocol
 
 from rmq.codec import (
     MAX_FRAME_BYTES,
+    MAX_REMARK_CHARS,
     RPC_TYPE_RESPONSE,
     BadRequest,
     FrameDecoder,
     ProtocolError,
     RemotingCommand,
+    bounded_remark,
     encode,
 )
 from rmq.codes import ResponseCode
@@ -314,13 +318,14 @@ class RemotingServer:
         except BadRequest as exc:
             if self.count_rejection is not None:
                 self.count_rejection("INVALID_ARGUMENT", type(exc).__name__)
-            return request.response(exc.response_code, str(exc))
+            return request.response(exc.response_code, bounded_remark(str(exc)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             answer = self.answer_error(exc)
             if answer is not None:
-                return request.response(*answer)
+                code, remark = answer
+                return request.response(code, bounded_remark(remark))
             self.handler_errors += 1
             log.error(
                 "%s: handler of code %d failed: %s: %s",
@@ -335,6 +340,8 @@ class RemotingServer:
             )
         if response is None:
             return None
+        if response.remark and len(response.remark) > MAX_REMARK_CHARS:  # quoting a client
+            response = response.replace(remark=bounded_remark(response.remark))
         if response.opaque == request.opaque and response.flag & RPC_TYPE_RESPONSE:
             return response  # made by request.response(): nothing to copy
         return response.replace(opaque=request.opaque, flag=response.flag | RPC_TYPE_RESPONSE)

@@ -424,6 +424,13 @@ def test_batch_bodies(
         agree(name, "fits_batch", props)
 
 
+@SETTINGS
+@given(st.text(max_size=3000), st.integers(0, 3000))
+def test_bounded_remarks(text: str, pad: int) -> None:
+    agree("rmq.codec", "bounded_remark", text)
+    agree("rmq.codec", "bounded_remark", text + "é" * pad)
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_the_source_loads_as_a_second_module(name: str) -> None:
     assert pure(name).__file__ != importlib.import_module(

@@ -14,7 +14,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rmq.codec import FrameDecoder, RemotingCommand, encode
+from rmq.codec import (
+    MAX_REMARK_CHARS,
+    BadRequest,
+    FrameDecoder,
+    RemotingCommand,
+    bounded_remark,
+    encode,
+)
 from rmq.codes import RequestCode, ResponseCode
 from rmq.server import HandlerTable, Peer, RemotingServer
 
@@ -382,3 +389,48 @@ def test_on_request_sees_every_request_with_its_peer_before_its_handler() -> Non
     run(route_table(seen), scenario, on_request=observe)
     assert [o[:3] for o in observed] == [(105, "GO", 401), (999, "CPP", 7)]
     assert observed[0][3] != observed[1][3]
+
+
+def test_remarks_that_quote_what_a_client_sent_are_bounded() -> None:
+    """A remark of a handler's answer, of its BadRequest or of the error mapper keeps its
+    two ends and says how much was left out; short remarks stay as they are."""
+
+    class Refused(Exception):
+        pass
+
+    table = HandlerTable()
+
+    @table.register(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+    async def route(request: RemotingCommand, peer: Peer) -> RemotingCommand:
+        topic = request.ext_str("topic")
+        how = request.ext_str("how")
+        if how == "bad":
+            raise BadRequest(f"topic[{topic}] is bad, really")
+        if how == "refused":
+            raise Refused(f"topic[{topic}] is refused, really")
+        return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, really")
+
+    def mapper(exc: Exception) -> tuple[int, str] | None:
+        return (ResponseCode.NO_PERMISSION, str(exc)) if isinstance(exc, Refused) else None
+
+    long = "T" * 5000
+
+    async def scenario(server: RemotingServer) -> None:
+        c = await Client.connect(server.address)
+        for opaque, how in enumerate(["answer", "bad", "refused"]):
+            await c.send(RemotingCommand.request(105, {"topic": long, "how": how}, opaque=opaque))
+            reply = await c.receive()
+            assert reply.remark is not None and len(reply.remark) <= MAX_REMARK_CHARS, how
+            assert reply.remark.startswith("topic[TTT") and reply.remark.endswith(", really")
+            assert "characters left out" in reply.remark
+            await c.send(RemotingCommand.request(105, {"topic": "short", "how": how}, opaque=9))
+            assert (await c.receive()).remark.startswith("topic[short] ")  # type: ignore[union-attr]
+        c.close()
+
+    run(table, scenario, answer_error=mapper)
+
+
+def test_bounded_remark() -> None:
+    assert bounded_remark("x" * MAX_REMARK_CHARS) == "x" * MAX_REMARK_CHARS
+    cut = bounded_remark("a" * 600 + "b" * 2000 + "c" * 300)
+    assert cut == "a" * 512 + "… (2132 characters left out) …" + "c" * 256
