@@ -127,11 +127,13 @@ class BrokerCore:
                     fut.set_exception(exc or asyncio.CancelledError())
             return
         results = written.result()
-        end = max(
-            (r.physical_offset + r.size for rs in results for r in rs if r.status == "PUT_OK"),
-            default=0,
-        )
-        if end and self.store.config.flush_mode is FlushMode.SYNC_FLUSH:
+        end = 0
+        if self.store.config.flush_mode is FlushMode.SYNC_FLUSH:  # else nobody waits for it
+            end = max(
+                (r.physical_offset + r.size for rs in results for r in rs if r.status == "PUT_OK"),
+                default=0,
+            )
+        if end:
             durable = asyncio.get_running_loop().run_in_executor(
                 self.executor, self.store.wait_durable, end
             )
