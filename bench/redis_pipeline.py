@@ -82,6 +82,9 @@ class _Conn:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:  # the sink's close aborts its connections
+        pass
+
 
 class _Role:
     active = True
