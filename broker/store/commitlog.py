@@ -138,10 +138,12 @@ class CommitLog:
         return size + BLANK_HEADER <= self.segment_size
 
     def append_batch(
-        self, encoders: Sequence[Callable[[int], bytes]]
+        self, records: Sequence[bytes], encoded_at: int, moved: Callable[[bytes, int], bytes]
     ) -> tuple[list[tuple[int, int]], StoreError | None]:
         """``append`` of several records in order, one write per segment they land in.
 
+        The records were encoded to lie back to back from ``encoded_at``; one that lands
+        elsewhere (a segment rolled before it) is written as ``moved(record, offset)``.
         Returns the (offset, size) of the records written, and the error that stopped the
         rest (None when all were written): the records of a write that failed are not in
         the log (``_write`` cuts the file back), those of an earlier segment stay.
@@ -155,24 +157,26 @@ class CommitLog:
                 if seg is None:
                     seg = self._new_segment(0)
                 pos = seg.size
-                for encode_at in encoders:
-                    data = encode_at(seg.start + pos)
-                    if not self.fits(len(data)):
+                expect = encoded_at
+                for record in records:
+                    at, size = seg.start + pos, len(record)
+                    data = record if at == expect else moved(record, at)
+                    expect += size
+                    if not self.fits(size):
                         raise StoreError(
-                            f"record of {len(data)} bytes cannot fit a "
-                            f"{self.segment_size}-byte segment"
+                            f"record of {size} bytes cannot fit a {self.segment_size}-byte segment"
                         )
-                    if pos + len(data) + BLANK_HEADER > self.segment_size:
+                    if pos + size + BLANK_HEADER > self.segment_size:
                         if chunk:
                             self._write(seg, b"".join(chunk))
                             placed += pending
                             chunk, pending = [], []
                         seg = self._roll(seg)
                         pos = seg.size
-                        data = encode_at(seg.start + pos)
+                        data = moved(record, seg.start + pos)
                     chunk.append(data)
-                    pending.append((seg.start + pos, len(data)))
-                    pos += len(data)
+                    pending.append((seg.start + pos, size))
+                    pos += size
                 if chunk:
                     self._write(seg, chunk[0] if len(chunk) == 1 else b"".join(chunk))
                     placed += pending

@@ -27,7 +27,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, NoReturn
 
@@ -84,12 +84,6 @@ class GetResult:
     next_offset: int
     min_offset: int
     max_offset: int
-
-
-def _placed(record: bytes, encoded_at: int) -> Callable[[int], bytes]:
-    """The commit log's encoder of a record encoded for ``encoded_at`` (patched if it lands
-    elsewhere: a segment rolled before it)."""
-    return lambda at: record if at == encoded_at else at_physical_offset(record, at)
 
 
 class MessageStore:
@@ -185,16 +179,23 @@ class MessageStore:
             next_qoff: dict[tuple[str, int], int] = {}
             records: list[tuple[int, ConsumeQueue, int, int]] = []  # request, cq, qoff, tags
             stamped: list[tuple[StoredMessage, int]] = []  # each record's message, store time
-            encoders: list[Callable[[int], bytes]] = []
+            datas: list[bytes] = []  # the records, encoded back to back from the log's end
+            first_at = expect
+            key: tuple[str, int] | None = None  # the queue of the message before (a batch: one)
+            cq: ConsumeQueue | None = None
+            qoff = 0
             for i, request in enumerate(requests):
                 for message in request:
-                    key = (message.topic, message.queue_id)
-                    cq = self._cq(*key)
-                    qoff = next_qoff.get(key, cq.max_offset)
+                    if key is None or message.queue_id != key[1] or message.topic != key[0]:
+                        if key is not None:
+                            next_qoff[key] = qoff
+                        key = (message.topic, message.queue_id)
+                        cq = self._cq(*key)
+                        qoff = next_qoff.get(key, cq.max_offset)
+                    assert cq is not None
+                    stamp = message.store_timestamp or now
                     try:
-                        data = encode_stored(
-                            message, qoff, expect, message.store_timestamp or now, host
-                        )
+                        data = encode_stored(message, qoff, expect, stamp, host)
                         if not log.fits(len(data)):
                             raise StoreError(f"record of {len(data)} bytes cannot fit a segment")
                     except StoreError as e:  # cannot fit a segment: refused, nothing written
@@ -203,12 +204,14 @@ class MessageStore:
                     except MessageTooLarge:  # past the encoding's limits: refused
                         refused[i] = PutResult(MESSAGE_ILLEGAL)
                         break
-                    next_qoff[key] = qoff + 1
-                    stamped.append((message, message.store_timestamp or now))
+                    stamped.append((message, stamp))
                     records.append((i, cq, qoff, tags_code(message.tags)))
-                    encoders.append(_placed(data, expect))
+                    datas.append(data)
+                    qoff += 1
                     expect += len(data)
-            placed, error = log.append_batch(encoders) if encoders else ([], None)
+            placed, error = (
+                log.append_batch(datas, first_at, at_physical_offset) if datas else ([], None)
+            )
             status = error.send_status if error is not None else ""
             stored = len(placed)
             cut = self._write_units(placed, records)
@@ -218,6 +221,8 @@ class MessageStore:
                 placed[:stored], records, strict=False
             ):
                 ok[i].append(PutResult("PUT_OK", offset, qoff, size))
+            if stored:
+                offset, size = placed[stored - 1]
                 self._dispatched = end = offset + size
             if self.index is not None:
                 at_and_stamp = zip(placed[:stored], stamped, strict=False)

@@ -106,3 +106,30 @@ def test_a_failed_queue_write_cuts_the_batch_back_to_its_first_record_without_a_
         msg(4).body,
     ]
     store.close()
+
+
+def test_queue_offsets_stay_dense_per_queue_when_requests_switch_between_queues(
+    tmp_path: Path,
+) -> None:
+    store = open_store(str(tmp_path))
+    big = StoredMessage(topic="U", body=b"x" * (MAX_BODY + 1), queue_id=1)
+
+    def m(i: int, topic: str, q: int) -> StoredMessage:
+        return msg(i, topic, q)
+
+    requests = [
+        [m(0, "T", 0), m(1, "T", 0), m(2, "U", 1), m(3, "T", 0)],
+        [m(4, "U", 1), big, m(5, "T", 0)],  # refused at ``big``: m(5) is not stored
+        [m(6, "T", 1), m(7, "U", 1), m(8, "T", 0)],
+    ]
+    results = store.put_many(requests)
+    got = [[(r.status, r.queue_offset) for r in rs] for rs in results]
+    assert got == [
+        [("PUT_OK", 0), ("PUT_OK", 1), ("PUT_OK", 0), ("PUT_OK", 2)],
+        [("PUT_OK", 1), ("MESSAGE_ILLEGAL", -1)],
+        [("PUT_OK", 0), ("PUT_OK", 2), ("PUT_OK", 3)],
+    ]
+    for topic, q, want in (("T", 0, [0, 1, 3, 8]), ("U", 1, [2, 4, 7]), ("T", 1, [6])):
+        bodies = [decode(x).body for x in store.get(topic, q, 0, 10).messages]
+        assert bodies == [msg(i).body for i in want], (topic, q)
+    store.close()
