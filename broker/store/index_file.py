@@ -118,7 +118,8 @@ class IndexFile:
         diff = (store_timestamp - self.begin_timestamp) // 1000
         diff = 0 if diff < 0 else min(diff, INT32_MAX)
         entries_at = _HEADER_SIZE + slots * _SLOT_SIZE
-        n = min(len(hashes), self.entries - count)
+        # no room (a damaged header's count past the entries counts as full): nothing
+        n = max(0, min(len(hashes), self.entries - count))
         new_slots = 0
         for h in hashes if n == len(hashes) else hashes[:n]:
             slot_at = _HEADER_SIZE + (h % slots) * _SLOT_SIZE
@@ -135,7 +136,7 @@ class IndexFile:
             self.end_phy_offset = phy_offset
         if store_timestamp > self.end_timestamp:
             self.end_timestamp = store_timestamp
-        return max(n, 0)
+        return n
 
     def put_records(
         self, records: list[tuple[int, str, str, str, int]], start: int, rest: list[int]

@@ -74,6 +74,26 @@ def test_colliding_keys_share_a_slot_and_stay_apart(tmp_path: Path) -> None:
     f.close()
 
 
+def test_a_header_counting_past_its_entries_is_a_full_file(tmp_path: Path) -> None:
+    """A damaged header whose count is past the file's entries: nothing more goes in (it
+    once sliced the hashes from their end and wrote past the entries)."""
+    path = str(tmp_path / "f")
+    f = IndexFile(path, 4, 8)
+    f.count = 9
+    f.write_header()
+    f.close()
+    g = IndexFile(path, 4, 8)
+    assert g.count == 9 and g.full
+    before = Path(path).read_bytes()
+    hashes = [key_hash(f"T#{k}") for k in "abc"]
+    assert g.put(hashes, 100, T0) == 0
+    assert g.put_records([(200, "T", "a b c", "", T0)], 0, []) == (0, hashes)
+    g.write_header()
+    assert g.count == 9
+    g.close()
+    assert Path(path).read_bytes()[64:] == before[64:]  # no slot, no entry written
+
+
 def test_rollover_to_a_new_file_when_full_and_queries_span_files(tmp_path: Path) -> None:
     idx = IndexService(str(tmp_path), IndexConfig(hash_slots=7, entries_per_file=4))
     for i in range(10):
