@@ -78,6 +78,7 @@ class BrokerProcess:
         self.extra_env: dict[str, str] = {}
         self._pick_ports()
         self.proc: subprocess.Popen[bytes] | None = None
+        self._run_from = 0  # where the current run's lines begin in the log
         if start:
             self.start()
 
@@ -115,6 +116,7 @@ class BrokerProcess:
 
     def _start_once(self, timeout: float) -> None:
         seen = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._run_from = seen
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "nameserver.cli", *self.args],
@@ -130,6 +132,17 @@ class BrokerProcess:
             if time.monotonic() > deadline:
                 self.stop(signal.SIGKILL)  # never left running by a failed start
                 raise TimeoutError(f"broker not serving after {timeout} s:\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def wait_logged(self, text: bytes, timeout: float = 30) -> None:
+        """Wait until the current run (since the last start) logged ``text``: e.g. its role,
+        which a replica learns from metaledger after it serves (``broker: master now``)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log_path.read_bytes()[self._run_from :]:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited before {text!r}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {text!r} after {timeout} s:\n{self.log_tail()}")
             time.sleep(0.05)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int | None:
