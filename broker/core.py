@@ -1,9 +1,11 @@
 """What every request handler of one replica shares: store, replication, topics, consumers.
 
 The store is synchronous (an fdatasync may block for milliseconds): its calls run on a small
-thread pool (:meth:`BrokerCore.run`), never on the event loop. Puts go through one pipeline
-(:meth:`BrokerCore._store`): those that arrive while a batch is written form the next batch,
-one ``MessageStore.put_many`` (one thread hop, one commit-log write). :meth:`BrokerCore.put`
+thread pool (:meth:`BrokerCore.run`). Puts go through one pipeline (:meth:`BrokerCore._store`):
+those that arrive while a batch is written form the next batch, one ``MessageStore.put_many``
+(one thread hop, one commit-log write); a batch of at least :data:`INLINE_WRITE_MESSAGES`
+messages is written on the event loop instead (no fdatasync there: a SYNC_FLUSH wait stays
+on the pool). :meth:`BrokerCore.put`
 is the one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
 the append, ``wait`` (broker/replication.py), then long polls of that queue are woken.
 A message with ``WAIT`` = false is not subject to the replicas' admission (RocketMQ applies
@@ -39,6 +41,16 @@ from broker.topics import TopicTable
 from rmq.message import StoredMessage
 
 T = TypeVar("T")
+
+#: A put batch of at least this many messages (a Redis full sync's SEND_BATCH_MESSAGE carries
+#: up to 1,024) is written on the event loop rather than on the store's thread. Its encoding,
+#: consume-queue units and index entries are Python holding the GIL for milliseconds either
+#: way, so the thread bought no concurrency there, only the two threads handing the GIL back
+#: and forth: the 1 GB full sync took 0.87x the time written on the loop (28.9 and 29.1 s
+#: against 34.3 and 32.0, taking turns; bench/results/full-sync-inline-write-2026-12-07.md).
+#: Smaller batches (concurrent single sends: 64 producers gather fewer than this) keep the
+#: thread, so the requests that arrive while one is written join the next.
+INLINE_WRITE_MESSAGES = 128
 
 
 def now_ms() -> int:
@@ -106,27 +118,46 @@ class BrokerCore:
     def _write_next(self) -> None:
         batch, self._put_queue = self._put_queue, []
         self._writing = True
-        loop = asyncio.get_running_loop()
-        written = loop.run_in_executor(
-            self.executor, self.store.put_many, [m for m, _ in batch], False
+        requests = [m for m, _ in batch]
+        if sum(map(len, requests)) >= INLINE_WRITE_MESSAGES:
+            try:
+                results = self.store.put_many(requests, False)
+            except Exception as exc:  # answered to the batch's requests, as from the pool
+                self._written(batch, None, exc)
+            else:
+                self._written(batch, results, None)
+            return
+        written = asyncio.get_running_loop().run_in_executor(
+            self.executor, self.store.put_many, requests, False
         )
-        written.add_done_callback(lambda f: self._written(batch, f))
+        written.add_done_callback(lambda f: self._from_pool(batch, f))
 
-    def _written(
+    def _from_pool(
         self,
         batch: list[tuple[list[StoredMessage], asyncio.Future[list[PutResult]]]],
         written: asyncio.Future[list[list[PutResult]]],
     ) -> None:
+        if written.cancelled():
+            self._written(batch, None, asyncio.CancelledError())
+        elif (exc := written.exception()) is not None:
+            self._written(batch, None, exc)
+        else:
+            self._written(batch, written.result(), None)
+
+    def _written(
+        self,
+        batch: list[tuple[list[StoredMessage], asyncio.Future[list[PutResult]]]],
+        results: list[list[PutResult]] | None,
+        exc: BaseException | None,
+    ) -> None:
         self._writing = False
         if self._put_queue:
             self._write_next()
-        exc = None if written.cancelled() else written.exception()
-        if written.cancelled() or exc is not None:
+        if results is None:
             for _, fut in batch:
                 if not fut.done():
                     fut.set_exception(exc or asyncio.CancelledError())
             return
-        results = written.result()
         end = 0
         if self.store.config.flush_mode is FlushMode.SYNC_FLUSH:  # else nobody waits for it
             end = max(

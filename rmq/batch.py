@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from rmq.message import MAX_PROPERTIES, MalformedMessage, decode_properties, encode_properties
+from rmq.properties import keep
 
 __all__ = [
     "ITEM_OVERHEAD",
@@ -47,7 +48,8 @@ def fits_batch(props: bytes) -> bool:
 
 def decode_batch(body: bytes) -> list[BatchItem]:
     """The messages of a batch body; :class:`MalformedMessage` naming the position when it
-    does not parse, or when it holds no message."""
+    does not parse, or when it holds no message. Each item's properties are
+    :class:`~rmq.properties.KeptProperties`: a record stores their bytes as they came."""
     out = []
     pos = 0
     size = len(body)
@@ -64,8 +66,9 @@ def decode_batch(body: bytes) -> list[BatchItem]:
         props_start = start + body_len + 2
         if props_len < 0 or props_start + props_len != end:
             raise MalformedMessage(f"batch body: message at byte {pos} has inconsistent lengths")
+        raw = body[props_start:end]
         try:
-            props = decode_properties(body[props_start:end])
+            props = keep(decode_properties(raw), raw)  # a record stores them as they came
         except UnicodeDecodeError:
             raise MalformedMessage(
                 f"batch body: properties of the message at byte {pos} are not UTF-8"

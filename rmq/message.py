@@ -53,6 +53,7 @@ from typing import Final, NamedTuple
 
 from rmq.codec import RemotingError
 from rmq.msgid import UNIQ_KEY, offset_msg_id, packed_ip
+from rmq.properties import KeptProperties
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7
 MAGIC_V2: Final = -626843477  # 0xDAA320AB
@@ -264,7 +265,8 @@ def encode_stored(
     if len(body) > MAX_BODY:
         raise MessageTooLarge(f"body of {len(body)} bytes exceeds {MAX_BODY}")
     topic = m.topic.encode()
-    props = encode_properties(m.properties)
+    given = m.properties
+    props = given.encoded if type(given) is KeptProperties else encode_properties(given)
     if len(props) > MAX_PROPERTIES:
         raise MessageTooLarge(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES}")
     if len(topic) > MAX_TOPIC:

@@ -4,6 +4,8 @@ topics), properties, batch bodies, message ids; garbage raises only rmq's own er
 
 from __future__ import annotations
 
+import copy
+import pickle
 import struct
 import subprocess
 import sys
@@ -41,6 +43,7 @@ from rmq.message import (
     properties_text,
     property_value,
 )
+from rmq.properties import KeptProperties, keep
 from tests.unit.rmq.records import ALL_BYTES, stored
 
 _prop_text = st.text(
@@ -444,6 +447,48 @@ def test_batch_byte_exact_and_refusals() -> None:
     assert batch.fits_batch(bytes(32767)) and not batch.fits_batch(bytes(32768))
 
 
+def test_a_batch_items_properties_are_stored_as_they_came() -> None:
+    """Each item's properties are kept: the record holds their bytes, in whatever form the
+    producer wrote them (RocketMQ's broker copies them too), and reading the record gives the
+    mapping the broker decided with. A mapping built any other way is encoded."""
+    odd = b"A\x011\x02junk\x02A\x012\x02TAGS\x01t\x02KEYS\x01k1 k2"  # repeated, no separator
+    body = batch.encode_batch_raw([(0, b"one", odd), (0, b"two", b"")])
+    first, second = decode_batch(body)
+    assert type(first.properties) is KeptProperties
+    assert first.properties == {"A": "2", "TAGS": "t", "KEYS": "k1 k2"}
+    assert first.properties.encoded == odd and second.properties.encoded == b""
+    m = StoredMessage("T", first.body, properties=first.properties)
+    record = encode(m)
+    assert record.endswith(struct.pack(">h", len(odd)) + odd)
+    back = decode(record)
+    assert back.properties == first.properties and back.tags == "t" and back.keys == "k1 k2"
+    plain = encode(m._replace(properties=dict(first.properties)))
+    assert plain.endswith(encode_properties({"A": "2", "TAGS": "t", "KEYS": "k1 k2"}))
+    assert decode(plain).properties == back.properties
+
+
+def test_kept_properties_are_read_only_and_copy_whole() -> None:
+    kept = keep({"A": "1"}, b"A\x011\x02")
+    for change in (
+        lambda p: p.__setitem__("A", "2"),
+        lambda p: p.__delitem__("A"),
+        lambda p: p.update(B="2"),
+        lambda p: p.setdefault("B", "2"),
+        lambda p: p.pop("A"),
+        lambda p: p.popitem(),
+        lambda p: p.clear(),
+        lambda p: p.__ior__({"B": "2"}),
+    ):
+        with pytest.raises(TypeError, match="read-only"):
+            change(kept)
+    assert kept == {"A": "1"} and kept.encoded == b"A\x011\x02"
+    for twin in (copy.copy(kept), copy.deepcopy(kept), pickle.loads(pickle.dumps(kept))):
+        assert type(twin) is KeptProperties and twin == kept and twin.encoded == kept.encoded
+    changed = dict(kept)
+    changed["A"] = "2"  # a change is a copy's, encoded anew
+    assert encode_properties(changed) == b"A\x012\x02"
+
+
 # --- message ids -----------------------------------------------------------------------------
 
 
@@ -467,7 +512,7 @@ def test_message_modules_are_sans_io_and_import_no_project_package() -> None:
     """STYLE.md 1, DESIGN.md §2: what rmq.message, rmq.batch and rmq.msgid import, all the
     way down, holds no socket, no asyncio and no other project package."""
     code = (
-        "import sys, rmq.message, rmq.batch, rmq.msgid; "
+        "import sys, rmq.message, rmq.batch, rmq.msgid, rmq.properties; "
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     loaded = set(
