@@ -132,6 +132,8 @@ class IndexFile:
             count += 1
         self.count = count
         self.slot_count += new_slots
+        if n == 0:  # full: the record is not in this file, so its end does not move
+            return 0
         if phy_offset > self.end_phy_offset:
             self.end_phy_offset = phy_offset
         if store_timestamp > self.end_timestamp:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.store.index import IndexConfig, IndexService, index_keys
-from broker.store.index_file import IndexFile, file_size, key_hash, record_hashes
+from broker.store.index_file import HEADER, IndexFile, file_size, key_hash, record_hashes
 
 T0 = 1_700_000_000_000
 ALL = (0, 2**62)
@@ -85,13 +85,14 @@ def test_a_header_counting_past_its_entries_is_a_full_file(tmp_path: Path) -> No
     g = IndexFile(path, 4, 8)
     assert g.count == 9 and g.full
     before = Path(path).read_bytes()
+    ends = (g.end_phy_offset, g.end_timestamp)
     hashes = [key_hash(f"T#{k}") for k in "abc"]
     assert g.put(hashes, 100, T0) == 0
     assert g.put_records([(200, "T", "a b c", "", T0)], 0, []) == (0, hashes)
     g.write_header()
-    assert g.count == 9
+    assert (g.count, g.end_phy_offset, g.end_timestamp) == (9, *ends)  # claims no record
     g.close()
-    assert Path(path).read_bytes()[64:] == before[64:]  # no slot, no entry written
+    assert Path(path).read_bytes()[HEADER.size :] == before[HEADER.size :]  # no slot, no entry
 
 
 def test_rollover_to_a_new_file_when_full_and_queries_span_files(tmp_path: Path) -> None:
