@@ -3,7 +3,8 @@ transfer of the same RDB.
 
     python -m bench.redis_replicate [--rate 20000] [--duration 20] [--load paced|redis-benchmark]
                                     [--size-mb 200] [--value-bytes 512] [--parts load,sync]
-                                    [--queues 4] [--baseline-tree DIR] [--note TEXT]
+                                    [--queues 4] [--baseline-tree DIR] [--rounds N]
+                                    [--note TEXT]
                                     [--out-dir DIR]
 
 Issue 18's performance section: "Under redis-benchmark SET load: events/s delivered and
@@ -35,7 +36,10 @@ to last RDB byte parsed) beside it and the worker's peak RSS.
 Also the CPU per MB of RDB of the worker (whole, and from its first RDB byte: the sync
 without the start-up) and of the broker. ``--baseline-tree DIR``: the same full sync by
 another checkout's replicator first (a job of its own, the same source and broker), for a
-before/after in one run.
+before/after in one run. ``--rounds N``: N rounds of a raw transfer and the syncs (the trees'
+order reversed each round), reported each and as medians; the ratio is the median of each
+round's sync over that round's raw transfer, since this host's speed drifts by 15-20 %
+between runs minutes apart.
 
 Results: ``bench/results/redis_replicate-<date>.json`` and ``.md`` (bench.report), and a
 ``.png`` (lag and delivered rate over time) when matplotlib is there.
@@ -49,6 +53,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -381,40 +386,71 @@ def run_sync(args: argparse.Namespace, group: BrokerGroup, tmp: Path) -> dict[st
     fast = {"repl-diskless-sync-delay": "0", "save": ""}
     with RedisServer(tmp, fast, name="sync-source") as source:
         keys = fill(source.client(socket_timeout=600), args.size_mb, args.value_bytes)
-        rdb = tmp / "raw.rdb"
-        progress("raw transfer: redis-cli --rdb")
-        t = time.monotonic()
-        subprocess.run(
-            [shutil.which("redis-cli") or "redis-cli", "-p", str(source.port), "--rdb", str(rdb)],
-            check=True, capture_output=True, timeout=1800,
-        )  # fmt: skip
-        raw_s = time.monotonic() - t
-        rdb_bytes = rdb.stat().st_size
-        rdb.unlink()
-        progress(f"raw: {rdb_bytes / 1e6:.1f} MB in {raw_s:.2f} s; the replicator's full sync")
-        runs = {}
+        rounds: list[dict[str, Any]] = []
         trees: list[tuple[str, Path | None]] = [("this tree", None)]
         if args.baseline_tree:
             trees.insert(0, ("baseline", args.baseline_tree))
-        for i, (name, tree) in enumerate(trees):
-            progress(f"full sync by the {name}'s replicator")
-            runs[name] = one_sync(group, tmp, source.port, topic, f"sync{i}", tree, rdb_bytes)
-    main_run = runs["this tree"]
+        for r in range(args.rounds):
+            if r:
+                # the syncs before left ~1.2 GB of dirty pages each: written out now, so that
+                # no round pays for the last one's writeback (the kernel throttles writers
+                # past vm.dirty_ratio)
+                progress("os.sync() between rounds")
+                os.sync()
+            raw_s, rdb_bytes = raw_transfer(source.port, tmp)
+            progress(
+                f"round {r + 1}/{args.rounds}: raw {rdb_bytes / 1e6:.1f} MB in {raw_s:.2f} s;"
+                " the replicator's full sync"
+            )
+            runs: dict[str, dict[str, Any]] = {}
+            for i, (name, tree) in enumerate(trees if r % 2 == 0 else trees[::-1]):
+                progress(f"full sync by the {name}'s replicator")
+                run = one_sync(group, tmp, source.port, topic, f"sync{r}-{i}", tree, rdb_bytes)
+                runs[name] = run | {"ratio_to_raw": run["full_sync_s"] / raw_s}
+            rounds.append({"raw_transfer_s": raw_s, "runs": runs})
     out = {
         "keys": keys,
         "value_bytes": args.value_bytes,
         "rdb_bytes": rdb_bytes,
-        "raw_transfer_s": raw_s,
-        "raw_mb_per_s": rdb_bytes / 1e6 / raw_s,
-        **main_run,
-        "ratio_to_raw": main_run["full_sync_s"] / raw_s,
+        **summarize(rounds, "this tree", rdb_bytes),
+        "rounds": len(rounds),
     }
-    if "baseline" in runs:
-        base = runs["baseline"]
-        out["baseline"] = base | {
-            "tree": str(args.baseline_tree),
-            "ratio_to_raw": base["full_sync_s"] / raw_s,
-        }
+    if len(rounds) > 1:
+        out["each_round"] = rounds
+    if args.baseline_tree:
+        baseline = summarize(rounds, "baseline", rdb_bytes)
+        out["baseline"] = baseline | {"tree": str(args.baseline_tree)}
+    return out
+
+
+def raw_transfer(port: int, tmp: Path) -> tuple[float, int]:
+    """``redis-cli --rdb`` from ``port``: its seconds and the RDB's bytes."""
+    rdb = tmp / "raw.rdb"
+    progress("raw transfer: redis-cli --rdb")
+    t = time.monotonic()
+    subprocess.run(
+        [shutil.which("redis-cli") or "redis-cli", "-p", str(port), "--rdb", str(rdb)],
+        check=True, capture_output=True, timeout=1800,
+    )  # fmt: skip
+    raw_s = time.monotonic() - t
+    rdb_bytes = rdb.stat().st_size
+    rdb.unlink()
+    return raw_s, rdb_bytes
+
+
+def summarize(rounds: list[dict[str, Any]], name: str, rdb_bytes: int) -> dict[str, Any]:
+    """One tree's full syncs over the rounds: each number the median of its rounds (one
+    round: that round's), the ratio the median of each round's sync over that round's raw
+    transfer (a host whose speed drifts between rounds moves both halves of a ratio alike)."""
+    runs = [r["runs"][name] for r in rounds]
+    out: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [run[key] for run in runs]
+        numeric = all(isinstance(v, int | float) for v in values)
+        out[key] = statistics.median(values) if numeric else values[0]
+    raw_s = statistics.median(r["raw_transfer_s"] for r in rounds)
+    out["raw_transfer_s"] = raw_s
+    out["raw_mb_per_s"] = rdb_bytes / 1e6 / raw_s
     return out
 
 
@@ -553,6 +589,25 @@ def render(report: dict[str, Any]) -> str:
             f" ({fmt(sync['worker_sync_cpu_s_per_mb'], '.3f')} from the first RDB byte),"
             f" broker {fmt(sync['broker_cpu_s_per_mb'], '.3f')}.",
         ]
+        each = sync.get("each_round")
+        if each:
+            names = list(each[0]["runs"])
+            lines += [
+                "",
+                f"Medians of {len(each)} rounds above (the ratio: the median of each round's"
+                " sync over that round's raw transfer). Each round:",
+                "",
+                "| round | raw transfer s | "
+                + " | ".join(f"{n}: sync s (ratio)" for n in names)
+                + " |",
+                "|---:|---:|" + "---:|" * len(names),
+            ]
+            for i, r in enumerate(each, 1):
+                cells = [
+                    f"{r['runs'][n]['full_sync_s']:.2f} ({r['runs'][n]['ratio_to_raw']:.2f}x)"
+                    for n in names
+                ]
+                lines.append(f"| {i} | {r['raw_transfer_s']:.2f} | " + " | ".join(cells) + " |")
         base = sync.get("baseline")
         if base:
             lines += [
@@ -622,6 +677,13 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="sync: also run the full sync with this checkout's replicator first (same source)",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="sync: this many raw transfers and full syncs in turn (with --baseline-tree, each"
+        " round's order reversed from the last); the report gives each and their medians",
+    )
     ap.add_argument("--note", default="")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--writer", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -631,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not 1 <= args.size_mb <= 1024:
         ap.error("--size-mb: 1 to 1024")
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
     parts = {p for p in args.parts.split(",") if p}
     report: dict[str, Any] = {
         "date": timestamp(),

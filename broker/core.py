@@ -9,9 +9,10 @@ on the pool). :meth:`BrokerCore.put`
 is the one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
 the append, ``wait`` (broker/replication.py), then long polls of that queue are woken.
 A message with ``WAIT`` = false is not subject to the replicas' admission (RocketMQ applies
-needAckNums only to messages that wait, RocketMQ 5's ``CommitLog.needHandleHA``). After each append
-``appended`` is called (the HA master wakes its streams), and after the replicas' wait the
-long polls are woken again (under a quorum, consumers see a message once it is confirmed).
+needAckNums only to messages that wait, RocketMQ 5's ``CommitLog.needHandleHA``). Once a batch is written
+``appended`` is called (the HA master wakes its streams; under SYNC_FLUSH before the batch's
+fdatasync, as RocketMQ's HA and flush run side by side), each request then wakes the long polls
+of its queue, and after the replicas' wait the long polls are woken again (under a quorum, consumers see a message once it is confirmed).
 
 The core sits between the state it holds (``broker/state/``: consumer groups, queue locks,
 offsets, parked pulls) and the request handlers (``send/``, ``pull/``, ``consumers/``,
@@ -151,6 +152,10 @@ class BrokerCore:
         exc: BaseException | None,
     ) -> None:
         self._writing = False
+        if results is not None:
+            # the HA streams wake now, once a batch: not in a later loop turn, when each
+            # request resumes (the slaves' round trip starts one turn sooner)
+            self.appended()
         if self._put_queue:
             self._write_next()
         if results is None:
@@ -187,7 +192,6 @@ class BrokerCore:
         (result,) = await self._store([message])
         status = put_status(result.status)
         if result.status == "PUT_OK":
-            self.appended()
             self.hold.notify(message.topic, message.queue_id)
         if status is PutStatus.PUT_OK and wait_replicas:
             end = result.physical_offset + result.size
@@ -211,7 +215,6 @@ class BrokerCore:
         # the queues the stored messages went to, each once (a batch has one)
         queues = dict.fromkeys((m.topic, m.queue_id) for m in messages[: len(results)])
         if results:
-            self.appended()
             for topic, queue_id in queues:
                 self.hold.notify(topic, queue_id)
         if results and status is PutStatus.PUT_OK:
