@@ -107,3 +107,54 @@ def test_a_large_batch_is_written_on_the_event_loop_and_a_small_one_on_the_pool(
         assert r.code == ResponseCode.SUCCESS, r.remark
 
     run_broker(tmp_path, scenario, flush_mode=flush)
+
+
+@pytest.mark.parametrize("flush", [FlushMode.ASYNC_FLUSH, FlushMode.SYNC_FLUSH])
+def test_a_written_batch_wakes_the_ha_streams_once_before_its_requests_resume(
+    tmp_path: Path, flush: FlushMode
+) -> None:
+    """``appended`` (the HA master's wake) runs once per written batch, as soon as it is
+    written: before any of the batch's sends gets its answer (under SYNC_FLUSH, before the
+    batch's fdatasync), not once per send a loop turn later; a write that fails wakes
+    nothing."""
+
+    async def scenario(ctx: Ctx) -> None:
+        core, store = ctx.replica.core, ctx.replica.store
+        batches: list[int] = []
+        wakes: list[tuple[int, int]] = []  # (batches written, sends answered) at each wake
+        answered = 0
+        put_many = store.put_many
+        fail = False
+
+        def counting(
+            requests: Sequence[Sequence[StoredMessage]], wait_durable: bool = True
+        ) -> list[list[PutResult]]:
+            if fail:
+                raise OSError(5, "Input/output error")
+            batches.append(len(requests))
+            return put_many(requests, wait_durable)
+
+        def woken() -> None:
+            wakes.append((len(batches), answered))
+
+        store.put_many = counting  # type: ignore[method-assign]
+        core.appended = woken
+
+        async def send(i: int) -> int:
+            nonlocal answered
+            r = await ctx.send(b"w%03d" % i, queue_id=i % 2)
+            answered += 1
+            return r.code
+
+        codes = await asyncio.gather(*(send(i) for i in range(SENDS)))
+        assert codes == [0] * SENDS
+        assert len(batches) < SENDS  # some sends shared a write
+        assert [w[0] for w in wakes] == list(range(1, len(batches) + 1))  # one a batch
+        assert wakes[0][1] == 0  # the first batch woke the streams before any answer
+
+        fail = True
+        r = await ctx.send(b"lost")
+        assert r.code == ResponseCode.SYSTEM_ERROR
+        assert len(wakes) == len(batches)  # the failed write woke nothing
+
+    run_broker(tmp_path, scenario, flush_mode=flush)
