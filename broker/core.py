@@ -9,10 +9,11 @@ on the pool). :meth:`BrokerCore.put`
 is the one write path (sends, send-backs, delayed delivery): ``Replication.writable()``, ``admit``,
 the append, ``wait`` (broker/replication.py), then long polls of that queue are woken.
 A message with ``WAIT`` = false is not subject to the replicas' admission (RocketMQ applies
-needAckNums only to messages that wait, RocketMQ 5's ``CommitLog.needHandleHA``). Once a batch is written
-``appended`` is called (the HA master wakes its streams; under SYNC_FLUSH before the batch's
-fdatasync, as RocketMQ's HA and flush run side by side), each request then wakes the long polls
-of its queue, and after the replicas' wait the long polls are woken again (under a quorum, consumers see a message once it is confirmed).
+needAckNums only to messages that wait, RocketMQ 5's ``CommitLog.needHandleHA``). Once a
+batch is written, ``appended`` is called once (the HA master wakes its streams; under
+SYNC_FLUSH before the batch's fdatasync, as RocketMQ's HA and flush run side by side); each
+request then wakes the long polls of its queue, and again after the replicas' wait (under a
+quorum, consumers see a message once it is confirmed).
 
 The core sits between the state it holds (``broker/state/``: consumer groups, queue locks,
 offsets, parked pulls) and the request handlers (``send/``, ``pull/``, ``consumers/``,
